@@ -1,0 +1,25 @@
+// Time helpers shared by every module. Stateless; thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ferry {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+inline int64_t unix_micros_now() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+inline int64_t micros_between(SteadyTime from, SteadyTime to) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(to - from).count();
+}
+
+// RFC 3339 UTC with microseconds: "2026-11-29T21:35:04.123456Z".
+std::string format_utc_micros(int64_t unix_micros);
+
+}  // namespace ferry

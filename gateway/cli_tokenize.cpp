@@ -1,0 +1,8 @@
+// ferry tokenize subcommands. Placeholder: filled in by the module's issue.
+#include "gateway/cli_commands.h"
+
+namespace ferry::cli {
+
+void add_tokenize_command(CLI::App& /*app*/, int& /*exit_code*/) {}
+
+}  // namespace ferry::cli

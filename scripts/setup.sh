@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs everything ferry needs on Debian 12 (bookworm). Idempotent: installs only what is
+# missing, so it is cheap to run before every build.
+set -euo pipefail
+
+packages=(g++ cmake ninja-build ccache pkg-config git ca-certificates
+  libboost1.81-dev libyaml-cpp-dev nlohmann-json3-dev libssl-dev libsqlite3-dev sqlite3
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev openssl)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# Node.js and npm run the conformance tests (the official `openai` client) and build-time
+# reference data. A machine that already has node (e.g. from NodeSource) keeps it.
+if ! command -v node >/dev/null 2>&1; then missing+=(nodejs npm); fi
+if ! command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then missing+=(npm); fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
