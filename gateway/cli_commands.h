@@ -11,8 +11,8 @@ namespace ferry::cli {
 
 void add_serve_command(CLI::App& app, int& exit_code);     // gateway/cli_serve.cpp
 void add_tokenize_command(CLI::App& app, int& exit_code);  // gateway/cli_tokenize.cpp
-void add_model_commands(CLI::App& app, int& exit_code);    // gateway/cli_engine.cpp (model ...)
-void add_engine_commands(CLI::App& app, int& exit_code);   // gateway/cli_engine.cpp (engine ...)
+void add_model_commands(CLI::App& app, int& exit_code);    // gateway/cli_model.cpp
+void add_engine_commands(CLI::App& app, int& exit_code);   // gateway/cli_engine.cpp
 void add_policy_commands(CLI::App& app, int& exit_code);   // gateway/cli_policy.cpp
 void add_ledger_commands(CLI::App& app, int& exit_code);   // gateway/cli_ledger.cpp
 
