@@ -161,7 +161,7 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
   if (auto limits = root.opt_map("limits")) {
     limits->allow_only({"max_body_bytes", "max_header_bytes", "header_timeout_ms",
                         "body_timeout_ms", "idle_timeout_ms", "write_timeout_ms",
-                        "max_connections", "max_pipelined"});
+                        "max_connections"});
     Limits& l = cfg.limits;
     l.max_body_bytes = limits->integer_or("max_body_bytes", l.max_body_bytes, 1024, 1LL << 32);
     l.max_header_bytes =
@@ -172,7 +172,6 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
     l.idle_timeout_ms = limits->integer_or("idle_timeout_ms", l.idle_timeout_ms, 1, 3600000);
     l.write_timeout_ms = limits->integer_or("write_timeout_ms", l.write_timeout_ms, 1, 3600000);
     l.max_connections = limits->integer_or("max_connections", l.max_connections, 1, 1000000);
-    l.max_pipelined = limits->integer_or("max_pipelined", l.max_pipelined, 1, 1024);
   }
 
   if (auto auth = root.opt_map("auth")) {

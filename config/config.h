@@ -33,7 +33,8 @@ struct Limits {
   int64_t idle_timeout_ms = 60000;    // keep-alive idle time between requests
   int64_t write_timeout_ms = 60000;   // time for one write to the client to complete
   int64_t max_connections = 1024;
-  int64_t max_pipelined = 16;         // requests read ahead on one connection
+  // Pipelined requests are served one at a time: at most one request is read ahead of the
+  // response being written, and reading is bounded by max_header_bytes + a small buffer.
 };
 
 enum class Role { kApp, kFinance, kAdmin };

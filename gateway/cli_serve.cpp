@@ -1,13 +1,78 @@
-// ferry serve: placeholder until the server lands.
+// ferry serve: load and validate the config, bind, announce, serve until SIGTERM/SIGINT.
 #include <CLI/CLI.hpp>
 
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "config/config.h"
 #include "gateway/cli_commands.h"
+#include "gateway/server.h"
 
 namespace ferry::cli {
 
+namespace {
+
+struct ServeOptions {
+  std::string config_path;
+  std::string listen;
+};
+
+int serve(const ServeOptions& opts) {
+  std::signal(SIGPIPE, SIG_IGN);
+  auto cfg = opts.config_path.empty()
+                 ? config::load_config_text(config::default_config_text(), "<embedded default>")
+                 : config::load_config_file(opts.config_path);
+  if (!cfg) {
+    std::cerr << "ferry: invalid config: " << cfg.error().message << "\n";
+    return 2;
+  }
+  if (!opts.listen.empty()) {
+    auto hp = config::parse_host_port(opts.listen);
+    if (!hp) {
+      std::cerr << "ferry: --listen: " << hp.error().message << "\n";
+      return 2;
+    }
+    cfg->server.listen_host = hp->first;
+    cfg->server.listen_port = hp->second;
+  }
+  if (opts.config_path.empty()) {
+    std::cerr << "ferry: no --config given; using the embedded default config (model 'default' "
+                 "forwarded to an OpenAI-compatible server at http://127.0.0.1:8000/v1)\n";
+  }
+  if (cfg->auth.keys.empty()) {
+    std::cerr << "ferry: no API keys configured: authentication is off\n";
+  }
+  try {
+    std::string host = cfg->server.listen_host;
+    uint16_t port = cfg->server.listen_port;
+    gateway::Server server(std::move(cfg.value()));
+    auto url = server.listen(host, port);
+    if (!url) {
+      std::cerr << "ferry: " << url.error().message << "\n";
+      return 1;
+    }
+    std::printf("listening on %s\n", url->c_str());
+    std::fflush(stdout);
+    server.run();
+  } catch (const std::exception& e) {
+    std::cerr << "ferry: " << e.what() << "\n";
+    return 1;
+  }
+  std::cerr << "ferry: stopped\n";
+  return 0;
+}
+
+}  // namespace
+
 void add_serve_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("serve", "Run the gateway");
-  cmd->callback([&exit_code] { exit_code = 1; });
+  auto opts = std::make_shared<ServeOptions>();
+  auto* cmd = app.add_subcommand("serve", "Run the gateway (OpenAI-compatible HTTP API)");
+  cmd->add_option("--config", opts->config_path,
+                  "Server config YAML (default: the embedded default config)");
+  cmd->add_option("--listen", opts->listen,
+                  "HOST:PORT to listen on, overriding server.listen (port 0 picks a free port)");
+  cmd->callback([opts, &exit_code] { exit_code = serve(*opts); });
 }
 
 }  // namespace ferry::cli

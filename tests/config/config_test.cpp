@@ -88,3 +88,17 @@ TEST(Config, HostPort) {
 
 }  // namespace
 }  // namespace ferry::config
+
+namespace ferry::config {
+namespace {
+
+TEST(Config, ExampleFileLoads) {
+  auto cfg = load_config_file(std::string(FERRY_SOURCE_DIR) + "/config/ferry.example.yaml");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  EXPECT_EQ(cfg->auth.keys.size(), 1u);
+  EXPECT_EQ(cfg->backends[0].timeouts.first_byte_ms, 60000);
+  EXPECT_EQ(cfg->models[0].upstream_model, "meta-llama/Llama-3.1-8B-Instruct");
+}
+
+}  // namespace
+}  // namespace ferry::config

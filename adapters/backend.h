@@ -1,0 +1,87 @@
+// The Backend interface every target implements (HTTP backends now; the in-process engine
+// later): one request in, a reply or an Error out, streaming through a sink. Implementations
+// are shared by all I/O threads and must be thread-safe; one call runs on the caller's
+// executor (the client connection's strand).
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+
+namespace ferry::adapters {
+
+// Token usage as the backend reported it (-1 where it did not).
+struct Usage {
+  int64_t prompt_tokens = -1;
+  int64_t completion_tokens = -1;
+  int64_t total_tokens = -1;
+  int64_t cached_tokens = 0;     // prompt_tokens_details.cached_tokens
+  int64_t reasoning_tokens = 0;  // completion_tokens_details.reasoning_tokens
+  bool reported() const { return prompt_tokens >= 0 || completion_tokens >= 0; }
+};
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+struct BackendRequest {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  std::string body;   // the JSON body to send, already rewritten for this backend
+  bool stream = false;
+  bool client_wants_usage = false;  // stream_options.include_usage as the client sent it
+  std::string request_id;
+};
+
+// Receives a streamed answer, already formatted as SSE bytes ("data: ...\n\n").
+class StreamSink {
+ public:
+  virtual ~StreamSink() = default;
+  // Sends bytes to the client; the first call also sends the response headers. Returns false
+  // when the client is gone: the backend must then abandon the upstream request.
+  virtual boost::asio::awaitable<bool> write(std::string_view sse_bytes) = 0;
+};
+
+struct BackendReply {
+  int status = 200;
+  std::string body;          // non-streaming: the backend's JSON body, verbatim
+  Usage usage;               // what the backend reported
+  std::string finish_reason; // of the first choice, when seen
+  int64_t first_byte_us = -1;  // request sent -> first response byte (TTFT for streams)
+};
+
+// Cancels an in-flight backend call from outside it (the client hung up). Used on the same
+// executor as the call.
+class CancelSignal {
+ public:
+  virtual ~CancelSignal() = default;
+  bool cancelled() const { return cancelled_; }
+  void cancel() {
+    cancelled_ = true;
+    if (hook_) hook_();
+  }
+  // The backend installs what cancelling does (e.g. close its upstream socket).
+  template <typename F>
+  void set_hook(F&& f) { hook_ = std::forward<F>(f); }
+  void clear_hook() { hook_ = nullptr; }
+
+ private:
+  bool cancelled_ = false;
+  std::function<void()> hook_;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const std::string& name() const = 0;
+  // Runs one request. For streams, chunks go to `sink` as they arrive; an Error returned after
+  // the sink was written to means the stream broke midway. `cancel` may be triggered while the
+  // call is suspended.
+  virtual boost::asio::awaitable<Result<BackendReply>> send(const BackendRequest& request,
+                                                           StreamSink* sink,
+                                                           CancelSignal& cancel) = 0;
+};
+
+}  // namespace ferry::adapters

@@ -1,0 +1,35 @@
+// Small, allocation-light helpers over OpenAI wire JSON that the adapters need on the hot path:
+// finding usage in a body or chunk, and rewriting a stream chunk. Stateless; thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "adapters/backend.h"
+
+namespace ferry::adapters {
+
+// Given text and the index of a '{' or '[', returns the index one past its matching close,
+// honouring JSON strings and escapes; npos when unbalanced.
+size_t json_value_end(std::string_view text, size_t open);
+
+// Finds the top-level-ish `"usage": {...}` object in an OpenAI response body or chunk (the
+// last occurrence) and parses it. nullopt when absent or null.
+std::optional<Usage> find_usage(std::string_view json);
+
+// The first `"finish_reason": "..."` string value, or "" when absent or null.
+std::string find_finish_reason(std::string_view json);
+
+// What to do with one upstream stream chunk (the data of one SSE event).
+struct ChunkAction {
+  bool forward = true;          // send it to the client
+  std::optional<std::string> rewritten;  // send this instead of the original
+  std::optional<Usage> usage;   // usage found in the chunk
+};
+
+// Inspects a chunk: records usage; when the client did not ask for usage, drops a usage-only
+// chunk (empty choices) or strips the usage field from a chunk that also has choices.
+ChunkAction inspect_stream_chunk(std::string_view data, bool client_wants_usage);
+
+}  // namespace ferry::adapters

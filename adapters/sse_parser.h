@@ -1,0 +1,75 @@
+// Incremental Server-Sent Events parser: feed it bytes split anywhere, get whole events.
+// Not thread-safe: one parser per stream.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace ferry::adapters {
+
+// Parses the text/event-stream format (WHATWG HTML, "Server-sent events"): lines ending in
+// LF, CR or CRLF; `data:` lines joined with LF; a blank line dispatches the event; comment lines
+// (starting with ':') and other fields are ignored except `event:`. Bounded: an event larger
+// than max_event_bytes is an error rather than unbounded growth.
+class SseParser {
+ public:
+  explicit SseParser(size_t max_event_bytes = 8 << 20) : max_event_bytes_(max_event_bytes) {}
+
+  // Feeds bytes; calls on_event(event_type, data) for each complete event. Returns false (and
+  // stops) when an event exceeds the limit; error() then says why.
+  template <typename OnEvent>
+  bool feed(std::string_view bytes, OnEvent&& on_event) {
+    for (size_t i = 0; i < bytes.size();) {
+      char c = bytes[i];
+      if (skip_lf_ && c == '\n') {
+        skip_lf_ = false;
+        ++i;
+        continue;
+      }
+      skip_lf_ = false;
+      if (c == '\n' || c == '\r') {
+        skip_lf_ = c == '\r';
+        ++i;
+        if (line_.empty()) {
+          if (has_data_) on_event(std::string_view(event_), std::string_view(data_));
+          data_.clear();
+          event_.clear();
+          has_data_ = false;
+        } else {
+          if (!take_line()) return false;
+          line_.clear();
+        }
+        continue;
+      }
+      // Copy the run of ordinary bytes up to the next line end at once.
+      size_t end = bytes.find_first_of("\r\n", i);
+      if (end == std::string_view::npos) end = bytes.size();
+      line_.append(bytes.data() + i, end - i);
+      if (line_.size() > max_event_bytes_) return fail("an SSE line exceeds the size limit");
+      i = end;
+    }
+    return true;
+  }
+
+  // True when bytes of an unfinished event are buffered (a stream that ends here was cut).
+  bool has_partial_event() const { return !line_.empty() || has_data_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  bool take_line();
+  bool fail(std::string message) {
+    error_ = std::move(message);
+    return false;
+  }
+
+  size_t max_event_bytes_;
+  std::string line_;
+  std::string data_;
+  std::string event_;
+  std::string error_;
+  bool has_data_ = false;
+  bool skip_lf_ = false;
+};
+
+}  // namespace ferry::adapters

@@ -1,0 +1,37 @@
+#include "gateway/auth.h"
+
+#include "common/sha256.h"
+
+namespace ferry::gateway {
+
+Authenticator::Authenticator(const config::AuthConfig& auth) {
+  for (const auto& key : auth.keys) {
+    by_hash_.emplace(key.sha256, Principal{key.id, key.team, key.project, key.role, key.tags});
+  }
+}
+
+Result<Principal> Authenticator::authenticate(std::string_view authorization) const {
+  if (!enabled()) return Principal{"anonymous", "", "", config::Role::kApp, {}};
+  constexpr std::string_view kBearer = "Bearer ";
+  if (authorization.empty()) {
+    return Error::make(ErrorCode::kUnauthorized,
+                       "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'.");
+  }
+  if (authorization.size() <= kBearer.size() ||
+      authorization.substr(0, kBearer.size()) != kBearer) {
+    return Error::make(ErrorCode::kUnauthorized,
+                       "The Authorization header must be 'Bearer KEY'.");
+  }
+  std::string_view key = authorization.substr(kBearer.size());
+  while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
+  while (!key.empty() && key.back() == ' ') key.remove_suffix(1);
+  // The map lookup compares digests, not keys: equal-length hashes of secret input, so the
+  // comparison reveals nothing useful about the key.
+  auto it = by_hash_.find(sha256_hex(key));
+  if (it == by_hash_.end()) {
+    return Error::make(ErrorCode::kUnauthorized, "Incorrect API key provided.");
+  }
+  return it->second;
+}
+
+}  // namespace ferry::gateway

@@ -1,0 +1,37 @@
+// API-key authentication: a bearer token is hashed (SHA-256) and looked up among the
+// configured keys. Immutable after construction; thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.h"
+#include "config/config.h"
+
+namespace ferry::gateway {
+
+// Who is asking: trusted facts that come from the API key, never from the request.
+struct Principal {
+  std::string key_id;
+  std::string team;
+  std::string project;
+  config::Role role = config::Role::kApp;
+  std::vector<std::string> tags;
+};
+
+class Authenticator {
+ public:
+  explicit Authenticator(const config::AuthConfig& auth);
+
+  // With no keys configured, auth is off and everyone is the anonymous app principal.
+  bool enabled() const { return !by_hash_.empty(); }
+  // `authorization` is the Authorization header value ("Bearer KEY"), possibly empty.
+  Result<Principal> authenticate(std::string_view authorization) const;
+
+ private:
+  std::unordered_map<std::string, Principal> by_hash_;
+};
+
+}  // namespace ferry::gateway

@@ -1,0 +1,32 @@
+// OpenAI request bodies: parse, validate (400 naming the field) and rewrite for a backend.
+// Stateless functions over values; thread-safe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <string_view>
+
+#include "adapters/backend.h"
+#include "common/error.h"
+
+namespace ferry::gateway {
+
+struct ParsedRequest {
+  adapters::Endpoint endpoint = adapters::Endpoint::kChatCompletions;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage as the client sent it
+  int64_t max_tokens = -1;     // max_completion_tokens or max_tokens; -1 when absent
+  nlohmann::json body;         // the whole request, unknown fields included
+};
+
+// Parses and validates a request body for the endpoint.
+Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_view body);
+
+// The body to send upstream: `model` replaced by the backend's name for it and, for streams,
+// stream_options.include_usage forced on so usage always comes back. Every other field is
+// passed through untouched.
+std::string upstream_body(const ParsedRequest& request, const std::string& upstream_model);
+
+}  // namespace ferry::gateway

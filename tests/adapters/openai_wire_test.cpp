@@ -1,0 +1,67 @@
+#include "adapters/openai_wire.h"
+
+#include <gtest/gtest.h>
+
+namespace ferry::adapters {
+namespace {
+
+TEST(OpenAiWire, FindsUsageInBody) {
+  auto u = find_usage(R"({"id":"x","choices":[{"message":{"content":"\"usage\": {}"}}],
+    "usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17,
+    "prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}})");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->prompt_tokens, 12);
+  EXPECT_EQ(u->completion_tokens, 5);
+  EXPECT_EQ(u->cached_tokens, 4);
+  EXPECT_EQ(u->reasoning_tokens, 2);
+}
+
+TEST(OpenAiWire, NullOrMissingUsage) {
+  EXPECT_FALSE(find_usage(R"({"usage":null})"));
+  EXPECT_FALSE(find_usage(R"({"choices":[]})"));
+  EXPECT_FALSE(find_usage(R"({"usage":{"prompt_tokens":1)"));  // truncated
+}
+
+TEST(OpenAiWire, FinishReason) {
+  EXPECT_EQ(find_finish_reason(R"({"choices":[{"finish_reason":"stop"}]})"), "stop");
+  EXPECT_EQ(find_finish_reason(R"({"choices":[{"finish_reason":null}]})"), "");
+  EXPECT_EQ(find_finish_reason(R"({"choices":[{"finish_reason": null},{"finish_reason" : "length"}]})"),
+            "length");
+}
+
+TEST(OpenAiWire, JsonValueEndHonoursStrings) {
+  std::string s = R"({"a":"}{\"","b":[1,{"c":2}]} tail)";
+  EXPECT_EQ(json_value_end(s, 0), s.find(" tail"));
+  EXPECT_EQ(json_value_end("{\"a\":1", 0), std::string_view::npos);
+}
+
+TEST(OpenAiWire, UsageOnlyChunkDroppedWhenNotAsked) {
+  std::string chunk = R"({"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}})";
+  auto hidden = inspect_stream_chunk(chunk, /*client_wants_usage=*/false);
+  EXPECT_FALSE(hidden.forward);
+  ASSERT_TRUE(hidden.usage);
+  EXPECT_EQ(hidden.usage->completion_tokens, 4);
+  auto shown = inspect_stream_chunk(chunk, /*client_wants_usage=*/true);
+  EXPECT_TRUE(shown.forward);
+  EXPECT_FALSE(shown.rewritten);
+}
+
+TEST(OpenAiWire, UsageStrippedFromContentChunkWhenNotAsked) {
+  std::string chunk =
+      R"({"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}})";
+  auto a = inspect_stream_chunk(chunk, false);
+  EXPECT_TRUE(a.forward);
+  ASSERT_TRUE(a.rewritten);
+  EXPECT_EQ(a.rewritten->find("usage"), std::string::npos);
+  EXPECT_NE(a.rewritten->find("\"hi\""), std::string::npos);
+}
+
+TEST(OpenAiWire, OrdinaryChunkUntouched) {
+  auto a = inspect_stream_chunk(R"({"choices":[{"delta":{"content":"x"}}],"usage":null})", false);
+  EXPECT_TRUE(a.forward);
+  EXPECT_FALSE(a.rewritten);
+  EXPECT_FALSE(a.usage);
+}
+
+}  // namespace
+}  // namespace ferry::adapters

@@ -1,0 +1,42 @@
+#include "gateway/auth.h"
+
+#include <gtest/gtest.h>
+
+#include "common/sha256.h"
+
+namespace ferry::gateway {
+namespace {
+
+config::AuthConfig two_keys() {
+  config::AuthConfig auth;
+  auth.keys.push_back({"app-1", sha256_hex("sk-app"), "search", "p1", config::Role::kApp, {"gold"}});
+  auth.keys.push_back({"fin", sha256_hex("sk-fin"), "finance", "", config::Role::kFinance, {}});
+  return auth;
+}
+
+TEST(Auth, KnownKeyMapsToItsPrincipal) {
+  Authenticator a(two_keys());
+  auto p = a.authenticate("Bearer sk-app");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->key_id, "app-1");
+  EXPECT_EQ(p->team, "search");
+  EXPECT_EQ(p->tags, std::vector<std::string>{"gold"});
+  EXPECT_EQ(a.authenticate("Bearer sk-fin")->role, config::Role::kFinance);
+}
+
+TEST(Auth, MissingMalformedOrWrongKeysAreRefused) {
+  Authenticator a(two_keys());
+  EXPECT_EQ(a.authenticate("").error().code, ErrorCode::kUnauthorized);
+  EXPECT_EQ(a.authenticate("Basic abc").error().code, ErrorCode::kUnauthorized);
+  EXPECT_EQ(a.authenticate("Bearer ").error().code, ErrorCode::kUnauthorized);
+  EXPECT_EQ(a.authenticate("Bearer sk-nope").error().code, ErrorCode::kUnauthorized);
+}
+
+TEST(Auth, NoKeysMeansAnonymous) {
+  Authenticator a(config::AuthConfig{});
+  EXPECT_FALSE(a.enabled());
+  EXPECT_EQ(a.authenticate("")->key_id, "anonymous");
+}
+
+}  // namespace
+}  // namespace ferry::gateway
