@@ -37,6 +37,7 @@ class AccessLog {
   std::deque<std::string> queue_;
   bool stopping_ = false;
   bool writing_ = false;
+  bool flush_requested_ = false;
   int64_t dropped_ = 0;
   std::thread thread_;
 };

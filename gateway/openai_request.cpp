@@ -1,5 +1,10 @@
 #include "gateway/openai_request.h"
 
+#include <algorithm>
+#include <vector>
+
+#include "adapters/openai_wire.h"
+
 namespace ferry::gateway {
 
 namespace {
@@ -119,6 +124,7 @@ std::optional<Error> check_prompt(const json& body) {
 Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_view body_text) {
   ParsedRequest out;
   out.endpoint = endpoint;
+  out.raw = std::string(body_text);
   try {
     out.body = json::parse(body_text);
   } catch (const json::parse_error& e) {
@@ -184,7 +190,105 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_vie
   return out;
 }
 
+namespace {
+
+size_t skip_ws(std::string_view s, size_t i) {
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
+  return i;
+}
+
+// One past the end of the JSON value starting at `i` (the text is known to be valid JSON).
+size_t value_end(std::string_view s, size_t i) {
+  if (s[i] == '{' || s[i] == '[') return adapters::json_value_end(s, i);
+  if (s[i] == '"') {
+    for (size_t j = i + 1; j < s.size(); ++j) {
+      if (s[j] == '\\') {
+        ++j;
+      } else if (s[j] == '"') {
+        return j + 1;
+      }
+    }
+    return s.size();
+  }
+  size_t j = i;
+  while (j < s.size() && s[j] != ',' && s[j] != '}' && s[j] != ']' && s[j] != ' ' &&
+         s[j] != '\n' && s[j] != '\r' && s[j] != '\t') {
+    ++j;
+  }
+  return j;
+}
+
+struct Span {
+  size_t begin = std::string_view::npos;
+  size_t end = 0;
+};
+
+// Finds the value spans of the top-level keys `model` and `stream_options`, and the index of
+// the object's closing brace. Returns false on anything unexpected (then the caller falls back
+// to re-serialising). The last occurrence of a duplicated key wins, as in the parsed DOM.
+bool top_level_spans(std::string_view s, Span& model, Span& stream_options, size_t& close) {
+  size_t i = skip_ws(s, 0);
+  if (i >= s.size() || s[i] != '{') return false;
+  i = skip_ws(s, i + 1);
+  while (i < s.size() && s[i] != '}') {
+    if (s[i] != '"') return false;
+    size_t key_end = value_end(s, i);
+    std::string_view key = s.substr(i + 1, key_end - i - 2);
+    i = skip_ws(s, key_end);
+    if (i >= s.size() || s[i] != ':') return false;
+    i = skip_ws(s, i + 1);
+    if (i >= s.size()) return false;
+    size_t end = value_end(s, i);
+    if (end == std::string_view::npos || end > s.size()) return false;
+    if (key == "model") model = {i, end};
+    if (key == "stream_options") stream_options = {i, end};
+    i = skip_ws(s, end);
+    if (i < s.size() && s[i] == ',') i = skip_ws(s, i + 1);
+  }
+  if (i >= s.size()) return false;
+  close = i;
+  return model.begin != std::string_view::npos;
+}
+
+}  // namespace
+
 std::string upstream_body(const ParsedRequest& request, const std::string& upstream_model) {
+  std::string_view raw = request.raw;
+  Span model;
+  Span options;
+  size_t close = 0;
+  if (top_level_spans(raw, model, options, close)) {
+    std::string quoted_model = json(upstream_model).dump();
+    std::string out;
+    out.reserve(raw.size() + quoted_model.size() + 48);
+    // Edits in text order: the model value, the stream_options value, the closing brace.
+    struct Edit {
+      size_t begin;
+      size_t end;
+      std::string text;
+    };
+    std::vector<Edit> edits;
+    edits.push_back({model.begin, model.end, quoted_model});
+    if (request.stream) {
+      if (options.begin != std::string_view::npos) {
+        json opts = request.body["stream_options"].is_object() ? request.body["stream_options"]
+                                                               : json::object();
+        opts["include_usage"] = true;
+        edits.push_back({options.begin, options.end, opts.dump()});
+      } else {
+        edits.push_back({close, close, ",\"stream_options\":{\"include_usage\":true}"});
+      }
+    }
+    std::sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.begin < b.begin; });
+    size_t at = 0;
+    for (const Edit& e : edits) {
+      out.append(raw.substr(at, e.begin - at));
+      out.append(e.text);
+      at = e.end;
+    }
+    out.append(raw.substr(at));
+    return out;
+  }
   json body = request.body;
   body["model"] = upstream_model;
   if (request.stream) body["stream_options"]["include_usage"] = true;

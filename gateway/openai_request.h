@@ -14,6 +14,7 @@ namespace ferry::gateway {
 
 struct ParsedRequest {
   adapters::Endpoint endpoint = adapters::Endpoint::kChatCompletions;
+  std::string raw;             // the body exactly as the client sent it
   std::string model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage as the client sent it
@@ -25,8 +26,9 @@ struct ParsedRequest {
 Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_view body);
 
 // The body to send upstream: `model` replaced by the backend's name for it and, for streams,
-// stream_options.include_usage forced on so usage always comes back. Every other field is
-// passed through untouched.
+// stream_options.include_usage forced on so usage always comes back. Every other byte is
+// passed through untouched (the client's text is spliced, not re-serialised: cheaper, and
+// numbers and key order reach the backend exactly as sent).
 std::string upstream_body(const ParsedRequest& request, const std::string& upstream_model);
 
 }  // namespace ferry::gateway

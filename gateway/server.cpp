@@ -482,6 +482,13 @@ struct Server::Impl {
       RequestRecord rec;
       rec.started = Clock::now();
       rec.request_id = make_request_id();
+      if (hec == http::error::body_limit) {
+        // The Content-Length alone is over the limit: refuse without reading the body.
+        rec.method = std::string(parser.get().method_string());
+        rec.path = std::string(parser.get().target());
+        co_await reject_body_too_large(stream, rec);
+        co_return;
+      }
       if (hec) {
         if (hec == http::error::header_limit) {
           rec.status = 431;

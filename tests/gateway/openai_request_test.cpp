@@ -81,3 +81,48 @@ TEST(OpenAiRequest, NonStreamBodyHasNoStreamOptions) {
 
 }  // namespace
 }  // namespace ferry::gateway
+
+namespace ferry::gateway {
+namespace {
+
+nlohmann::json rewritten(const std::string& body, const char* upstream = "up/m") {
+  auto r = parse_request(adapters::Endpoint::kChatCompletions, body);
+  EXPECT_TRUE(r) << body;
+  std::string out = upstream_body(*r, upstream);
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << out;
+  return j;
+}
+
+TEST(OpenAiRequest, SplicedRewriteKeepsTheClientsBytes) {
+  std::string body =
+      R"({ "messages" : [{"role":"user","content":"say \"model\": {}"}], "n":1, "temperature": 0.70,
+           "model" : "pub", "extra": {"model":"inner"} })";
+  auto r = parse_request(adapters::Endpoint::kChatCompletions, body);
+  ASSERT_TRUE(r);
+  std::string out = upstream_body(*r, "org/\"quoted\"");
+  EXPECT_NE(out.find("\"temperature\": 0.70"), std::string::npos) << out;  // number text kept
+  auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["model"], "org/\"quoted\"");
+  EXPECT_EQ(j["extra"]["model"], "inner");
+  EXPECT_EQ(j["messages"][0]["content"], "say \"model\": {}");
+  EXPECT_FALSE(j.contains("stream_options"));
+}
+
+TEST(OpenAiRequest, StreamOptionsAddedOrMerged) {
+  auto added = rewritten(R"({"model":"a","stream":true,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(added["stream_options"]["include_usage"], true);
+  auto merged = rewritten(
+      R"({"model":"a","stream":true,"stream_options":{"include_usage":false,"x":1},"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(merged["stream_options"]["include_usage"], true);
+  EXPECT_EQ(merged["stream_options"]["x"], 1);
+  EXPECT_EQ(merged["model"], "up/m");
+}
+
+TEST(OpenAiRequest, DuplicateModelKeyUsesTheLastLikeTheParser) {
+  auto j = rewritten(R"({"model":"first","messages":[{"role":"user","content":"x"}],"model":"second"})");
+  EXPECT_EQ(j["model"], "up/m");
+}
+
+}  // namespace
+}  // namespace ferry::gateway

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Gateway load benchmark: starts ferry_test_upstream and ferry (pinned to CPUs with taskset),
+# then runs ferry_loadgen, which measures the upstream directly and through ferry in one go.
+# Usage: bench/gateway_bench.sh [extra ferry_loadgen options, e.g. --duration 10 --json out.json]
+# Environment: FERRY_BUILD_DIR (default build), FERRY_CPU (0), UPSTREAM_CPU (1), LOADGEN_CPU (1),
+#   FERRY_IO_THREADS (1), FERRY_ACCESS_LOG (a file in the run's temp dir; "off" to disable),
+#   BENCH_NICE (unset; e.g. -10 runs all three processes at that nice level, as root, so that
+#   builds running beside the benchmark on a shared machine disturb it less).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${FERRY_BUILD_DIR:-build}
+FERRY_CPU=${FERRY_CPU:-0}
+UPSTREAM_CPU=${UPSTREAM_CPU:-1}
+LOADGEN_CPU=${LOADGEN_CPU:-1}
+IO_THREADS=${FERRY_IO_THREADS:-1}
+
+ferry_bin=$BUILD_DIR/gateway/ferry
+upstream_bin=$BUILD_DIR/tests/integration/ferry_test_upstream
+loadgen_bin=$BUILD_DIR/bench/ferry_loadgen
+if [ ! -x "$ferry_bin" ] || [ ! -x "$upstream_bin" ] || [ ! -x "$loadgen_bin" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja >/dev/null
+  cmake --build "$BUILD_DIR" --target ferry ferry_test_upstream ferry_loadgen
+fi
+
+# taskset execs the command, so $! below is the server's own pid (for /proc/<pid>/stat).
+pin() {  # pin CPU: prints the words that run a command on that CPU (and at BENCH_NICE)
+  local words=""
+  if [ -n "${BENCH_NICE:-}" ]; then words="nice -n $BENCH_NICE "; fi
+  if command -v taskset >/dev/null 2>&1; then words+="taskset -c $1"; fi
+  echo "$words"
+}
+read -r -a pin_upstream <<<"$(pin "$UPSTREAM_CPU")"
+read -r -a pin_ferry <<<"$(pin "$FERRY_CPU")"
+read -r -a pin_loadgen <<<"$(pin "$LOADGEN_CPU")"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-bench.XXXXXX")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# wait_listening FILE NAME: prints the URL of the `listening on URL` line once it appears.
+wait_listening() {
+  for _ in $(seq 1 200); do
+    if grep -q '^listening on ' "$1" 2>/dev/null; then
+      grep -m1 '^listening on ' "$1" | sed 's/^listening on //'
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "gateway_bench: $2 did not start; its output:" >&2
+  cat "$1" >&2
+  return 1
+}
+
+"${pin_upstream[@]}" "$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
+upstream_pid=$!
+pids+=("$upstream_pid")
+upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)
+
+# The slow streaming model the load generator asks for (--slow-stream-ms, default 5).
+slow_ms=5
+args=("$@")
+for i in "${!args[@]}"; do
+  if [ "${args[$i]}" = --slow-stream-ms ]; then slow_ms=${args[$((i + 1))]:-5}; fi
+done
+
+access_log=${FERRY_ACCESS_LOG:-$work/access.log}
+api_key=sk-ferry-bench
+cat >"$work/ferry.yaml" <<EOF
+server:
+  listen: 127.0.0.1:0
+  io_threads: $IO_THREADS
+auth:
+  keys:
+    - id: bench
+      key: $api_key
+      team: bench
+      project: loadgen
+      role: app
+backends:
+  - name: upstream
+    base_url: $upstream_url/v1
+    max_idle_connections: 64
+models:
+  - name: echo
+    backend: upstream
+    upstream_model: echo
+  - name: stream-slow-$slow_ms
+    backend: upstream
+    upstream_model: stream-slow-$slow_ms
+log:
+  access_log: $access_log
+EOF
+
+"${pin_ferry[@]}" "$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>&1 &
+ferry_pid=$!
+pids+=("$ferry_pid")
+ferry_url=$(wait_listening "$work/ferry.out" ferry)
+
+echo "ferry $("$ferry_bin" --version 2>/dev/null | head -1) on CPU $FERRY_CPU ($IO_THREADS I/O" \
+  "threads), upstream on CPU $UPSTREAM_CPU, loadgen on CPU $LOADGEN_CPU, nice ${BENCH_NICE:-0};" \
+  "access log: $access_log; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+status=0
+"${pin_loadgen[@]}" "$loadgen_bin" --direct "$upstream_url" --ferry "$ferry_url" \
+  --api-key "$api_key" --ferry-pid "$ferry_pid" --upstream-pid "$upstream_pid" "$@" || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "gateway_bench: ferry_loadgen exited with $status (errors above); last lines of ferry's output:"
+  tail -n 20 "$work/ferry.out"
+fi
+exit "$status"

@@ -1,0 +1,713 @@
+// ferry_test_upstream: a small fault-injecting OpenAI-compatible HTTP/1.1 (+TLS) server used by
+// the integration tests and the load benchmark. What it does is chosen per request by the
+// request's `model` field. Single-threaded: one io_context, one coroutine per connection.
+//
+// Behaviours (combine with '+', e.g. "slow-200+chunky"; any other model name behaves as "echo"):
+//   echo               normal answer; the content is "echo: " + the last user message (or prompt)
+//   slow-<ms>          wait <ms> before sending the response headers
+//   stream-slow-<ms>   wait <ms> between two streamed chunks
+//   fail-<status>      answer with an OpenAI-shaped error and that status (fail-500, fail-429)
+//   drop               close the connection without answering
+//   reset-mid-stream   send the headers and a few chunks, then reset the connection (RST)
+//   close-mid-stream   send the headers and a few chunks, then close cleanly (FIN), no end chunk
+//   malformed-sse      a stream with an event whose data is not JSON, and a line without a field
+//   hang               never answer (until the client goes away)
+//   hang-after-first   stream the first chunk, then never send anything else
+//   no-usage           never send usage, even when stream_options.include_usage is set
+//   chunky             write the response in tiny pieces (1-5 bytes), each its own HTTP chunk
+// Introspection: GET /_last_request (method, target, headers, body of the last /v1 request),
+// GET /_stats (connections, api_connections, requests, completed, cancelled, in_flight),
+// POST /_reset (zero the counters).
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry::itest {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
+using json = nlohmann::json;
+using asio::awaitable;
+using asio::use_awaitable;
+constexpr auto kTuple = asio::as_tuple(use_awaitable);
+
+constexpr int64_t kHangLimitMs = 15 * 60 * 1000;  // "never" answers, within reason
+constexpr size_t kBodyLimit = size_t{256} << 20;
+constexpr uint32_t kHeaderLimit = 4u << 20;
+
+// ---------------------------------------------------------------- state (one thread only)
+
+struct Stats {
+  int64_t connections = 0;      // TCP connections accepted
+  int64_t api_connections = 0;  // connections that carried at least one /v1 request
+  int64_t requests = 0;         // /v1 requests received
+  int64_t completed = 0;        // /v1 requests answered completely
+  int64_t cancelled = 0;        // /v1 requests whose client went away before completion
+  int64_t in_flight = 0;
+};
+
+Stats g_stats;
+json g_last_request = json::object();
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// ---------------------------------------------------------------- behaviour
+
+struct Behaviour {
+  int64_t delay_before_headers_ms = 0;
+  int64_t delay_between_chunks_ms = 0;
+  unsigned fail_status = 0;
+  bool drop = false;
+  bool reset_mid_stream = false;
+  bool close_mid_stream = false;
+  bool malformed_sse = false;
+  bool hang = false;
+  bool hang_after_first = false;
+  bool no_usage = false;
+  bool chunky = false;
+};
+
+std::optional<int64_t> parse_int(std::string_view text) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || ptr != text.data() + text.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+Behaviour parse_behaviour(std::string_view model) {
+  Behaviour b;
+  while (!model.empty()) {
+    auto plus = model.find('+');
+    std::string_view part = model.substr(0, plus);
+    model = plus == std::string_view::npos ? std::string_view{} : model.substr(plus + 1);
+    if (part.starts_with("stream-slow-")) {
+      b.delay_between_chunks_ms = parse_int(part.substr(12)).value_or(0);
+    } else if (part.starts_with("slow-")) {
+      b.delay_before_headers_ms = parse_int(part.substr(5)).value_or(0);
+    } else if (part.starts_with("fail-")) {
+      auto s = parse_int(part.substr(5)).value_or(500);
+      b.fail_status = (s >= 400 && s <= 599) ? static_cast<unsigned>(s) : 500;
+    } else if (part == "drop") {
+      b.drop = true;
+    } else if (part == "reset-mid-stream") {
+      b.reset_mid_stream = true;
+    } else if (part == "close-mid-stream") {
+      b.close_mid_stream = true;
+    } else if (part == "malformed-sse") {
+      b.malformed_sse = true;
+    } else if (part == "hang") {
+      b.hang = true;
+    } else if (part == "hang-after-first") {
+      b.hang_after_first = true;
+    } else if (part == "no-usage") {
+      b.no_usage = true;
+    } else if (part == "chunky") {
+      b.chunky = true;
+    }
+  }
+  return b;
+}
+
+// ---------------------------------------------------------------- the answer's content
+
+struct Answer {
+  std::vector<std::string> pieces;  // one streamed chunk each
+  std::string finish_reason = "stop";
+  int64_t prompt_tokens = 0;
+};
+
+int64_t count_words(std::string_view text) {
+  int64_t n = 0;
+  bool in_word = false;
+  for (char c : text) {
+    bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+    if (!space && !in_word) ++n;
+    in_word = !space;
+  }
+  return n;
+}
+
+std::string content_text(const json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  std::string out;
+  if (content.is_array()) {
+    for (const auto& part : content) {
+      if (part.is_object() && part.contains("text") && part["text"].is_string()) {
+        out += part["text"].get<std::string>();
+      }
+    }
+  }
+  return out;
+}
+
+Answer make_answer(const json& body, bool chat) {
+  Answer a;
+  std::string source;
+  if (chat) {
+    if (body.contains("messages") && body["messages"].is_array()) {
+      for (const auto& m : body["messages"]) {
+        if (!m.is_object() || !m.contains("content")) continue;
+        std::string text = content_text(m["content"]);
+        a.prompt_tokens += count_words(text) + 1;
+        if (m.value("role", "") == "user") source = text;
+      }
+    }
+  } else if (body.contains("prompt")) {
+    const json& p = body["prompt"];
+    source = p.is_string()                                      ? p.get<std::string>()
+             : (p.is_array() && !p.empty() && p[0].is_string()) ? p[0].get<std::string>()
+                                                                : std::string{};
+    a.prompt_tokens = count_words(source) + 1;
+  }
+  std::string text = "echo: " + source;
+  // Split after each space so that concatenating the pieces gives the text back exactly.
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t space = text.find(' ', start);
+    size_t end = space == std::string::npos ? text.size() : space + 1;
+    a.pieces.push_back(text.substr(start, end - start));
+    start = end;
+  }
+  if (body.contains("max_tokens") && body["max_tokens"].is_number_integer()) {
+    auto max = body["max_tokens"].get<int64_t>();
+    if (max >= 0 && static_cast<size_t>(max) < a.pieces.size()) {
+      a.pieces.resize(static_cast<size_t>(max));
+      a.finish_reason = "length";
+    }
+  }
+  return a;
+}
+
+json usage_json(const Answer& a, int64_t n) {
+  auto completion = static_cast<int64_t>(a.pieces.size()) * n;
+  return {{"prompt_tokens", a.prompt_tokens},
+          {"completion_tokens", completion},
+          {"total_tokens", a.prompt_tokens + completion}};
+}
+
+std::string join(const std::vector<std::string>& pieces) {
+  std::string out;
+  for (const auto& p : pieces) out += p;
+  return out;
+}
+
+json error_json(const std::string& message, const std::string& type, const std::string& code) {
+  return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}};
+}
+
+// ---------------------------------------------------------------- I/O helpers
+
+// True when the peer has closed or reset its side (seen without consuming any data).
+bool client_gone(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+// Waits `ms`, watching the client. Returns false as soon as the client goes away.
+awaitable<bool> wait_watching(int fd, int64_t ms) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    if (client_gone(fd)) co_return false;
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) co_return true;
+    timer.expires_after(std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(10),
+                                                                      deadline - now));
+    co_await timer.async_wait(kTuple);
+  }
+}
+
+std::string http_chunk(std::string_view data) {
+  char size[32];
+  int len = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  std::string out(size, static_cast<size_t>(len));
+  out.append(data);
+  out.append("\r\n");
+  return out;
+}
+
+template <class Stream>
+int native_fd(Stream& stream) {
+  return beast::get_lowest_layer(stream).native_handle();
+}
+
+template <class Stream>
+awaitable<bool> write_raw(Stream& stream, std::string_view data) {
+  auto [ec, n] = co_await asio::async_write(stream, asio::buffer(data.data(), data.size()), kTuple);
+  (void)n;
+  co_return !ec;
+}
+
+// Small deterministic generator for the "chunky" split points.
+struct Lcg {
+  uint64_t state;
+  size_t next(size_t lo, size_t hi) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return lo + static_cast<size_t>((state >> 33) % (hi - lo + 1));
+  }
+};
+
+// Writes one piece of a chunked body; "chunky" splits it into tiny HTTP chunks.
+template <class Stream>
+awaitable<bool> write_body_piece(Stream& stream, std::string_view data, bool chunky, Lcg& rng) {
+  if (!chunky) co_return co_await write_raw(stream, http_chunk(data));
+  while (!data.empty()) {
+    size_t n = std::min(data.size(), rng.next(1, 5));
+    if (!co_await write_raw(stream, http_chunk(data.substr(0, n)))) co_return false;
+    data.remove_prefix(n);
+  }
+  co_return true;
+}
+
+template <class Stream>
+void abort_connection(Stream& stream, bool reset) {
+  auto& sock = beast::get_lowest_layer(stream);
+  boost::system::error_code ec;
+  if (reset) sock.set_option(asio::socket_base::linger(true, 0), ec);
+  sock.close(ec);
+}
+
+// ---------------------------------------------------------------- responses
+
+struct Reply {
+  bool keep_alive = true;  // false: close the connection after this request
+};
+
+template <class Stream>
+awaitable<bool> send_json(Stream& stream, unsigned status, const json& body, bool keep_alive,
+                          bool chunky, Lcg& rng) {
+  std::string text = dump(body);
+  if (chunky) {
+    std::string head = "HTTP/1.1 " + std::to_string(status) +
+                       " X\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n" +
+                       (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
+    if (!co_await write_raw(stream, head)) co_return false;
+    if (!co_await write_body_piece(stream, text, true, rng)) co_return false;
+    co_return co_await write_raw(stream, "0\r\n\r\n");
+  }
+  http::response<http::string_body> res{static_cast<http::status>(status), 11};
+  res.set(http::field::server, "ferry_test_upstream");
+  res.set(http::field::content_type, "application/json");
+  res.keep_alive(keep_alive);
+  res.body() = std::move(text);
+  res.prepare_payload();
+  auto [ec, n] = co_await http::async_write(stream, res, kTuple);
+  (void)n;
+  co_return !ec;
+}
+
+json chunk_json(bool chat, const std::string& id, const std::string& model, int64_t index,
+                const json& delta_or_text, const json& finish, bool with_null_usage) {
+  json choice = {{"index", index}, {"finish_reason", finish}};
+  if (chat) {
+    choice["delta"] = delta_or_text;
+    choice["logprobs"] = nullptr;
+  } else {
+    choice["text"] = delta_or_text;
+  }
+  json c = {{"id", id},
+            {"object", chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", 1700000000},
+            {"model", model},
+            {"choices", json::array({choice})}};
+  if (with_null_usage) c["usage"] = nullptr;
+  return c;
+}
+
+std::string sse(const json& j) {
+  return "data: " + dump(j) + "\n\n";
+}
+
+// Serves one /v1 completion request. Returns false when the connection must be closed.
+template <class Stream>
+awaitable<Reply> serve_completion(Stream& stream, const http::request<http::string_body>& req,
+                                  bool chat) {
+  int fd = native_fd(stream);
+  bool keep_alive = req.keep_alive();
+  Lcg rng{static_cast<uint64_t>(g_stats.requests) * 7919 + 17};
+  json body = json::parse(req.body(), nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    co_await send_json(
+        stream, 400,
+        error_json("upstream: body is not a JSON object", "invalid_request_error", "invalid_json"),
+        keep_alive, false, rng);
+    ++g_stats.completed;
+    co_return Reply{keep_alive};
+  }
+  std::string model = body.contains("model") && body["model"].is_string()
+                          ? body["model"].get<std::string>()
+                          : std::string("echo");
+  Behaviour b = parse_behaviour(model);
+  bool stream_mode =
+      body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
+  bool include_usage = body.contains("stream_options") && body["stream_options"].is_object() &&
+                       body["stream_options"].value("include_usage", false);
+
+  if (b.drop) {
+    abort_connection(stream, false);
+    co_return Reply{false};
+  }
+  if (b.hang) {
+    co_await wait_watching(fd, kHangLimitMs);
+    ++g_stats.cancelled;
+    abort_connection(stream, false);
+    co_return Reply{false};
+  }
+  if (b.delay_before_headers_ms > 0 && !co_await wait_watching(fd, b.delay_before_headers_ms)) {
+    ++g_stats.cancelled;
+    abort_connection(stream, false);
+    co_return Reply{false};
+  }
+  if (b.fail_status != 0) {
+    std::string type = b.fail_status == 429 ? "rate_limit_error" : "server_error";
+    co_await send_json(
+        stream, b.fail_status,
+        error_json("upstream: injected failure " + std::to_string(b.fail_status), type, "injected"),
+        keep_alive, b.chunky, rng);
+    ++g_stats.completed;
+    co_return Reply{keep_alive};
+  }
+
+  Answer answer = make_answer(body, chat);
+  int64_t n = 1;
+  if (body.contains("n") && body["n"].is_number_integer()) {
+    n = std::clamp<int64_t>(body["n"].get<int64_t>(), 1, 16);
+  }
+  std::string id = (chat ? "chatcmpl-up-" : "cmpl-up-") + std::to_string(g_stats.requests);
+
+  if (!stream_mode) {
+    json choices = json::array();
+    for (int64_t i = 0; i < n; ++i) {
+      json choice = {{"index", i}, {"finish_reason", answer.finish_reason}};
+      if (chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", join(answer.pieces)}};
+        choice["logprobs"] = nullptr;
+      } else {
+        choice["text"] = join(answer.pieces);
+      }
+      choices.push_back(std::move(choice));
+    }
+    json out = {{"id", id},
+                {"object", chat ? "chat.completion" : "text_completion"},
+                {"created", 1700000000},
+                {"model", model},
+                {"choices", std::move(choices)}};
+    if (!b.no_usage) out["usage"] = usage_json(answer, n);
+    if (!co_await send_json(stream, 200, out, keep_alive, b.chunky, rng)) {
+      ++g_stats.cancelled;
+      co_return Reply{false};
+    }
+    ++g_stats.completed;
+    co_return Reply{keep_alive};
+  }
+
+  // Streaming: hand-written chunked encoding, so that faults can be placed exactly.
+  std::string head =
+      "HTTP/1.1 200 OK\r\nServer: ferry_test_upstream\r\nContent-Type: text/event-stream\r\n"
+      "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+  head += keep_alive ? "\r\n" : "Connection: close\r\n\r\n";
+  bool null_usage = include_usage && !b.no_usage;
+  std::vector<std::string> events;
+  for (int64_t i = 0; i < n; ++i) {
+    if (chat) {
+      events.push_back(sse(chunk_json(chat, id, model, i, {{"role", "assistant"}, {"content", ""}},
+                                      nullptr, null_usage)));
+    }
+  }
+  size_t first_content = events.size();
+  for (const auto& piece : answer.pieces) {
+    for (int64_t i = 0; i < n; ++i) {
+      json delta = chat ? json{{"content", piece}} : json(piece);
+      events.push_back(sse(chunk_json(chat, id, model, i, delta, nullptr, null_usage)));
+    }
+  }
+  if (b.malformed_sse) {
+    events.insert(events.begin() + static_cast<std::ptrdiff_t>(first_content),
+                  {"data: {\"id\": \"broken\", this is not json\n\n", "no-field-here\n\n"});
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    json delta = chat ? json::object() : json("");
+    events.push_back(sse(chunk_json(chat, id, model, i, delta, answer.finish_reason, null_usage)));
+  }
+  if (include_usage && !b.no_usage) {
+    json u = {{"id", id},
+              {"object", chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", 1700000000},
+              {"model", model},
+              {"choices", json::array()},
+              {"usage", usage_json(answer, n)}};
+    events.push_back(sse(u));
+  }
+  events.push_back("data: [DONE]\n\n");
+
+  if (!co_await write_raw(stream, head)) {
+    ++g_stats.cancelled;
+    co_return Reply{false};
+  }
+  size_t fault_after = std::min<size_t>(events.size() - 1, first_content + 2);
+  for (size_t i = 0; i < events.size(); ++i) {
+    if ((b.reset_mid_stream || b.close_mid_stream) && i == fault_after) {
+      abort_connection(stream, b.reset_mid_stream);
+      co_return Reply{false};
+    }
+    if (i > 0 && b.delay_between_chunks_ms > 0 &&
+        !co_await wait_watching(fd, b.delay_between_chunks_ms)) {
+      ++g_stats.cancelled;
+      abort_connection(stream, false);
+      co_return Reply{false};
+    }
+    if (!co_await write_body_piece(stream, events[i], b.chunky, rng)) {
+      ++g_stats.cancelled;
+      abort_connection(stream, false);
+      co_return Reply{false};
+    }
+    if (b.hang_after_first && i == 0) {
+      co_await wait_watching(fd, kHangLimitMs);
+      ++g_stats.cancelled;
+      abort_connection(stream, false);
+      co_return Reply{false};
+    }
+  }
+  if (!co_await write_raw(stream, "0\r\n\r\n")) {
+    ++g_stats.cancelled;
+    co_return Reply{false};
+  }
+  ++g_stats.completed;
+  co_return Reply{keep_alive};
+}
+
+json models_json() {
+  json data = json::array();
+  for (const char* name :
+       {"echo", "slow-1000", "stream-slow-100", "fail-500", "fail-429", "drop", "reset-mid-stream",
+        "close-mid-stream", "malformed-sse", "hang", "hang-after-first", "no-usage", "chunky"}) {
+    data.push_back(
+        {{"id", name}, {"object", "model"}, {"created", 1700000000}, {"owned_by", "test"}});
+  }
+  return {{"object", "list"}, {"data", std::move(data)}};
+}
+
+json stats_json() {
+  return {{"connections", g_stats.connections}, {"api_connections", g_stats.api_connections},
+          {"requests", g_stats.requests},       {"completed", g_stats.completed},
+          {"cancelled", g_stats.cancelled},     {"in_flight", g_stats.in_flight}};
+}
+
+void record_request(const http::request<http::string_body>& req) {
+  json headers = json::object();
+  for (const auto& field : req) {
+    std::string name(field.name_string());
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string value(field.value());
+    if (headers.contains(name)) {
+      headers[name] = headers[name].get<std::string>() + ", " + value;
+    } else {
+      headers[name] = value;
+    }
+  }
+  json body = json::parse(req.body(), nullptr, false);
+  g_last_request = {{"method", std::string(req.method_string())},
+                    {"target", std::string(req.target())},
+                    {"headers", std::move(headers)},
+                    {"body", body.is_discarded() ? json(nullptr) : body},
+                    {"body_text", req.body()}};
+}
+
+template <class Stream>
+awaitable<void> serve_http(Stream& stream) {
+  beast::flat_buffer buffer;
+  bool api_connection = false;
+  Lcg rng{1};
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(kBodyLimit);
+    parser.header_limit(kHeaderLimit);
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
+    (void)n;
+    if (ec) co_return;
+    http::request<http::string_body> req = parser.release();
+    std::string_view target = req.target();
+    std::string_view path = target.substr(0, target.find('?'));
+    bool keep_alive = req.keep_alive();
+
+    if (path.starts_with("/v1/")) {
+      record_request(req);
+      ++g_stats.requests;
+      if (!api_connection) {
+        api_connection = true;
+        ++g_stats.api_connections;
+      }
+    }
+    if (req.method() == http::verb::post &&
+        (path == "/v1/chat/completions" || path == "/v1/completions")) {
+      ++g_stats.in_flight;
+      Reply r = co_await serve_completion(stream, req, path == "/v1/chat/completions");
+      --g_stats.in_flight;
+      if (!r.keep_alive) co_return;
+      continue;
+    }
+    bool ok = true;
+    if (req.method() == http::verb::get && path == "/v1/models") {
+      ok = co_await send_json(stream, 200, models_json(), keep_alive, false, rng);
+      ++g_stats.completed;
+    } else if (req.method() == http::verb::get && path == "/_last_request") {
+      ok = co_await send_json(stream, 200, g_last_request, keep_alive, false, rng);
+    } else if (req.method() == http::verb::get && path == "/_stats") {
+      ok = co_await send_json(stream, 200, stats_json(), keep_alive, false, rng);
+    } else if (req.method() == http::verb::post && path == "/_reset") {
+      g_stats = Stats{};
+      g_stats.in_flight = 0;
+      ok = co_await send_json(stream, 200, stats_json(), keep_alive, false, rng);
+    } else {
+      if (path.starts_with("/v1/")) ++g_stats.completed;
+      ok = co_await send_json(stream, 404,
+                              error_json("upstream: no route " + std::string(path),
+                                         "invalid_request_error", "not_found"),
+                              keep_alive, false, rng);
+    }
+    if (!ok || !keep_alive) co_return;
+  }
+}
+
+awaitable<void> serve_plain(tcp::socket socket) {
+  co_await serve_http(socket);
+  boost::system::error_code ec;
+  socket.shutdown(tcp::socket::shutdown_send, ec);
+  socket.close(ec);
+}
+
+awaitable<void> serve_tls(ssl::stream<tcp::socket> stream) {
+  auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, kTuple);
+  if (!ec) {
+    co_await serve_http(stream);
+    if (stream.lowest_layer().is_open()) {
+      auto [ec2] = co_await stream.async_shutdown(kTuple);
+      (void)ec2;
+    }
+  }
+  boost::system::error_code ignored;
+  stream.lowest_layer().close(ignored);
+}
+
+awaitable<void> accept_loop(tcp::acceptor& acceptor, ssl::context* tls) {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(kTuple);
+    if (ec) {
+      if (ec == asio::error::operation_aborted) co_return;
+      continue;
+    }
+    ++g_stats.connections;
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto ex = acceptor.get_executor();
+    if (tls != nullptr) {
+      asio::co_spawn(ex, serve_tls(ssl::stream<tcp::socket>(std::move(socket), *tls)),
+                     asio::detached);
+    } else {
+      asio::co_spawn(ex, serve_plain(std::move(socket)), asio::detached);
+    }
+  }
+}
+
+int usage_error(const std::string& message) {
+  std::cerr << "ferry_test_upstream: " << message
+            << "\nusage: ferry_test_upstream --listen HOST:PORT [--tls-cert FILE --tls-key FILE]\n";
+  return 2;
+}
+
+int run(int argc, char** argv) {
+  std::string listen = "127.0.0.1:0";
+  std::string cert;
+  std::string key;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (i + 1 >= argc) return usage_error("missing value after " + std::string(arg));
+    if (arg == "--listen") {
+      listen = argv[++i];
+    } else if (arg == "--tls-cert") {
+      cert = argv[++i];
+    } else if (arg == "--tls-key") {
+      key = argv[++i];
+    } else {
+      return usage_error("unknown argument " + std::string(arg));
+    }
+  }
+  if (cert.empty() != key.empty()) return usage_error("--tls-cert and --tls-key go together");
+  std::string host;
+  std::string port_text;
+  if (!listen.empty() && listen.front() == '[') {
+    auto close = listen.find("]:");
+    if (close == std::string::npos) return usage_error("bad --listen " + listen);
+    host = listen.substr(1, close - 1);
+    port_text = listen.substr(close + 2);
+  } else {
+    auto colon = listen.rfind(':');
+    if (colon == std::string::npos) return usage_error("bad --listen " + listen);
+    host = listen.substr(0, colon);
+    port_text = listen.substr(colon + 1);
+  }
+  auto port = parse_int(port_text);
+  if (!port || *port > 65535) return usage_error("bad port in --listen " + listen);
+
+  asio::io_context io;
+  std::optional<ssl::context> tls;
+  if (!cert.empty()) {
+    tls.emplace(ssl::context::tls_server);
+    tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                     ssl::context::no_sslv3);
+    tls->use_certificate_chain_file(cert);
+    tls->use_private_key_file(key, ssl::context::pem);
+  }
+  tcp::endpoint endpoint(asio::ip::make_address(host), static_cast<uint16_t>(*port));
+  tcp::acceptor acceptor(io);
+  acceptor.open(endpoint.protocol());
+  acceptor.set_option(asio::socket_base::reuse_address(true));
+  acceptor.bind(endpoint);
+  acceptor.listen(asio::socket_base::max_listen_connections);
+  asio::co_spawn(io, accept_loop(acceptor, tls ? &*tls : nullptr), asio::detached);
+
+  auto bound = acceptor.local_endpoint();
+  std::string shown = bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
+                                              : bound.address().to_string();
+  std::cout << "listening on " << (tls ? "https" : "http") << "://" << shown << ":" << bound.port()
+            << std::endl;
+
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&io](const boost::system::error_code&, int) { io.stop(); });
+  io.run();
+  return 0;
+}
+
+}  // namespace
+}  // namespace ferry::itest
+
+int main(int argc, char** argv) {
+  try {
+    return ferry::itest::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "ferry_test_upstream: " << e.what() << "\n";
+    return 1;
+  }
+}
