@@ -1,5 +1,8 @@
 #include "gateway/openai_request.h"
 
+#include <nlohmann/json.hpp>
+#include <simdjson.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -10,92 +13,113 @@ namespace ferry::gateway {
 namespace {
 
 using nlohmann::json;
+using simdjson::dom::element;
+using simdjson::dom::element_type;
 
 Error invalid(std::string message, std::string param) {
   return Error::make(ErrorCode::kInvalidRequest, std::move(message), std::move(param),
                      "invalid_value");
 }
 
-const char* kind_of(const json& v) {
+const char* kind_of(const element& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    default: return "an unsupported value";
+    case element_type::NULL_VALUE: return "null";
+    case element_type::OBJECT: return "an object";
+    case element_type::ARRAY: return "an array";
+    case element_type::STRING: return "a string";
+    case element_type::BOOL: return "a boolean";
+    case element_type::INT64:
+    case element_type::UINT64: return "an integer";
+    case element_type::DOUBLE: return "a number";
   }
+  return "an unsupported value";
 }
 
-// Checks an optional number field against a range. Returns an error message or "".
-std::optional<Error> check_number(const json& body, const char* key, double min, double max) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) {
-    return invalid(std::string("'") + key + "' must be a number, got " + kind_of(*it), key);
+bool is_integer(const element& v) {
+  return v.type() == element_type::INT64 || v.type() == element_type::UINT64;
+}
+
+bool is_number(const element& v) { return is_integer(v) || v.type() == element_type::DOUBLE; }
+
+// The field's value, or nullopt when it is absent or null (both mean "not given").
+std::optional<element> field(const simdjson::dom::object& obj, std::string_view key) {
+  element v;
+  if (obj.at_key(key).get(v) != simdjson::SUCCESS || v.is_null()) return std::nullopt;
+  return v;
+}
+
+std::string number_text(double v) { return json(v).dump(); }
+
+std::optional<Error> check_number(const simdjson::dom::object& body, const char* key, double min,
+                                  double max) {
+  auto v = field(body, key);
+  if (!v) return std::nullopt;
+  if (!is_number(*v)) {
+    return invalid(std::string("'") + key + "' must be a number, got " + kind_of(*v), key);
   }
-  double v = it->get<double>();
-  if (v < min || v > max) {
-    return invalid(std::string("'") + key + "' must be between " + json(min).dump() + " and " +
-                       json(max).dump() + ", got " + it->dump(),
+  double d = v->get_double().value_unsafe();
+  if (d < min || d > max) {
+    return invalid(std::string("'") + key + "' must be between " + number_text(min) + " and " +
+                       number_text(max) + ", got " + number_text(d),
                    key);
   }
   return std::nullopt;
 }
 
-std::optional<Error> check_integer(const json& body, const char* key, int64_t min, int64_t* out) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer()) {
-    return invalid(std::string("'") + key + "' must be an integer, got " + kind_of(*it), key);
+std::optional<Error> check_integer(const simdjson::dom::object& body, const char* key,
+                                   int64_t min, int64_t* out) {
+  auto v = field(body, key);
+  if (!v) return std::nullopt;
+  int64_t n = 0;
+  if (!is_integer(*v) || v->get_int64().get(n) != simdjson::SUCCESS) {
+    return invalid(std::string("'") + key + "' must be an integer, got " + kind_of(*v), key);
   }
-  auto v = it->get<int64_t>();
-  if (v < min) {
+  if (n < min) {
     return invalid(std::string("'") + key + "' must be at least " + std::to_string(min) +
-                       ", got " + std::to_string(v),
+                       ", got " + std::to_string(n),
                    key);
   }
-  if (out != nullptr) *out = v;
+  if (out != nullptr) *out = n;
   return std::nullopt;
 }
 
-std::optional<Error> check_type(const json& body, const char* key, json::value_t type,
-                                const char* expected) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (it->type() != type && !(type == json::value_t::number_integer && it->is_number_integer())) {
-    return invalid(std::string("'") + key + "' must be " + expected + ", got " + kind_of(*it),
-                   key);
+std::optional<Error> check_type(const simdjson::dom::object& body, const char* key,
+                                element_type type, const char* expected) {
+  auto v = field(body, key);
+  if (v && v->type() != type) {
+    return invalid(std::string("'") + key + "' must be " + expected + ", got " + kind_of(*v), key);
   }
   return std::nullopt;
 }
 
-std::optional<Error> check_messages(const json& body) {
-  auto it = body.find("messages");
-  if (it == body.end()) return invalid("'messages' is required", "messages");
-  if (!it->is_array()) return invalid(std::string("'messages' must be an array, got ") + kind_of(*it), "messages");
-  if (it->empty()) return invalid("'messages' must contain at least one message", "messages");
-  for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
-    std::string where = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) return invalid("'" + where + "' must be an object, got " + kind_of(m), where);
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) {
+std::optional<Error> check_messages(const simdjson::dom::object& body) {
+  auto v = field(body, "messages");
+  if (!v) return invalid("'messages' is required", "messages");
+  simdjson::dom::array messages;
+  if (v->get_array().get(messages) != simdjson::SUCCESS) {
+    return invalid(std::string("'messages' must be an array, got ") + kind_of(*v), "messages");
+  }
+  if (messages.size() == 0) return invalid("'messages' must contain at least one message", "messages");
+  size_t i = 0;
+  for (element m : messages) {
+    std::string where = "messages[" + std::to_string(i++) + "]";
+    simdjson::dom::object msg;
+    if (m.get_object().get(msg) != simdjson::SUCCESS) {
+      return invalid("'" + where + "' must be an object, got " + kind_of(m), where);
+    }
+    std::string_view role;
+    auto r = field(msg, "role");
+    if (!r || r->get_string().get(role) != simdjson::SUCCESS) {
       return invalid("'" + where + ".role' is required and must be a string", where + ".role");
     }
-    const std::string& r = role->get_ref<const std::string&>();
-    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer" &&
-        r != "function") {
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
+        role != "developer" && role != "function") {
       return invalid("'" + where + ".role' must be one of system, developer, user, assistant, "
-                     "tool, function; got '" + r + "'",
+                     "tool, function; got '" + std::string(role) + "'",
                      where + ".role");
     }
-    auto content = m.find("content");
-    if (content != m.end() && !content->is_null() && !content->is_string() &&
-        !content->is_array()) {
+    auto content = field(msg, "content");
+    if (content && !content->is_string() && !content->is_array()) {
       return invalid("'" + where + ".content' must be a string or an array of parts, got " +
                          kind_of(*content),
                      where + ".content");
@@ -104,67 +128,78 @@ std::optional<Error> check_messages(const json& body) {
   return std::nullopt;
 }
 
-std::optional<Error> check_prompt(const json& body) {
-  auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) return invalid("'prompt' is required", "prompt");
-  if (it->is_string()) return std::nullopt;
-  if (it->is_array()) {
-    bool ok = std::all_of(it->begin(), it->end(), [](const json& p) {
-      if (p.is_string() || p.is_number_integer()) return true;
-      return p.is_array() &&
-             std::all_of(p.begin(), p.end(), [](const json& t) { return t.is_number_integer(); });
-    });
-    if (ok) return std::nullopt;
+std::optional<Error> check_prompt(const simdjson::dom::object& body) {
+  auto v = field(body, "prompt");
+  if (!v) return invalid("'prompt' is required", "prompt");
+  if (v->is_string()) return std::nullopt;
+  bool ok = v->is_array();
+  if (ok) {
+    simdjson::dom::array prompts = v->get_array().value_unsafe();
+    for (element p : prompts) {
+      if (p.is_string() || is_integer(p)) continue;
+      if (!p.is_array()) {
+        ok = false;
+        break;
+      }
+      simdjson::dom::array tokens = p.get_array().value_unsafe();
+      for (element t : tokens) ok = ok && is_integer(t);
+    }
   }
+  if (ok) return std::nullopt;
   return invalid("'prompt' must be a string, an array of strings, or token arrays", "prompt");
 }
 
 }  // namespace
 
 Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_view body_text) {
+  // One parser per thread: its buffers are reused across requests, so parsing allocates
+  // nothing in the steady state. Elements point into it and never outlive this call.
+  thread_local simdjson::dom::parser parser;
   ParsedRequest out;
   out.endpoint = endpoint;
   out.raw = std::string(body_text);
-  try {
-    out.body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    bool utf8 = what.find("UTF-8") != std::string::npos;
+  element doc;
+  auto err = parser.parse(out.raw.data(), out.raw.size(), /*realloc_if_needed=*/true).get(doc);
+  if (err != simdjson::SUCCESS) {
+    if (err == simdjson::UTF8_ERROR) {
+      return Error::make(ErrorCode::kInvalidRequest, "the request body is not valid UTF-8", "",
+                         "invalid_json");
+    }
     return Error::make(ErrorCode::kInvalidRequest,
-                       utf8 ? "the request body is not valid UTF-8 (byte " +
-                                  std::to_string(e.byte) + ")"
-                            : "the request body is not valid JSON: " + what,
+                       std::string("the request body is not valid JSON: ") +
+                           simdjson::error_message(err),
                        "", "invalid_json");
   }
-  const json& b = out.body;
-  if (!b.is_object()) {
-    return invalid(std::string("the request body must be a JSON object, got ") + kind_of(b), "");
+  simdjson::dom::object b;
+  if (doc.get_object().get(b) != simdjson::SUCCESS) {
+    return invalid(std::string("the request body must be a JSON object, got ") + kind_of(doc), "");
   }
-  auto model = b.find("model");
-  if (model == b.end() || model->is_null()) return invalid("'model' is required", "model");
-  if (!model->is_string()) {
+  auto model = field(b, "model");
+  if (!model) return invalid("'model' is required", "model");
+  std::string_view model_name;
+  if (model->get_string().get(model_name) != simdjson::SUCCESS) {
     return invalid(std::string("'model' must be a string, got ") + kind_of(*model), "model");
   }
-  out.model = model->get<std::string>();
+  out.model = std::string(model_name);
 
   if (auto e = endpoint == adapters::Endpoint::kChatCompletions ? check_messages(b)
                                                                 : check_prompt(b)) {
     return *e;
   }
-  if (auto e = check_type(b, "stream", json::value_t::boolean, "a boolean")) return *e;
-  out.stream = b.value("stream", false) == true && b["stream"].is_boolean();
-  if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
-    if (!so->is_object()) {
+  if (auto e = check_type(b, "stream", element_type::BOOL, "a boolean")) return *e;
+  if (auto st = field(b, "stream")) out.stream = st->get_bool().value_unsafe();
+  if (auto so = field(b, "stream_options")) {
+    simdjson::dom::object options;
+    if (so->get_object().get(options) != simdjson::SUCCESS) {
       return invalid(std::string("'stream_options' must be an object, got ") + kind_of(*so),
                      "stream_options");
     }
-    auto iu = so->find("include_usage");
-    if (iu != so->end() && !iu->is_null()) {
-      if (!iu->is_boolean()) {
+    if (auto iu = field(options, "include_usage")) {
+      if (!iu->is_bool()) {
         return invalid("'stream_options.include_usage' must be a boolean",
                        "stream_options.include_usage");
       }
-      out.include_usage = iu->get<bool>();
+      out.include_usage = iu->get_bool().value_unsafe();
     }
   }
   int64_t max_tokens = -1;
@@ -177,14 +212,17 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_vie
   if (auto e = check_number(b, "top_p", 0, 1)) return *e;
   if (auto e = check_number(b, "presence_penalty", -2, 2)) return *e;
   if (auto e = check_number(b, "frequency_penalty", -2, 2)) return *e;
-  if (auto e = check_type(b, "tools", json::value_t::array, "an array")) return *e;
-  if (auto e = check_type(b, "response_format", json::value_t::object, "an object")) return *e;
-  if (auto e = check_type(b, "logit_bias", json::value_t::object, "an object")) return *e;
-  if (auto e = check_type(b, "metadata", json::value_t::object, "an object")) return *e;
-  if (auto stop = b.find("stop"); stop != b.end() && !stop->is_null()) {
-    bool ok = stop->is_string() ||
-              (stop->is_array() && std::all_of(stop->begin(), stop->end(),
-                                               [](const json& s) { return s.is_string(); }));
+  if (auto e = check_type(b, "tools", element_type::ARRAY, "an array")) return *e;
+  if (auto e = check_type(b, "response_format", element_type::OBJECT, "an object")) return *e;
+  if (auto e = check_type(b, "logit_bias", element_type::OBJECT, "an object")) return *e;
+  if (auto e = check_type(b, "metadata", element_type::OBJECT, "an object")) return *e;
+  if (auto stop = field(b, "stop")) {
+    bool ok = stop->is_string();
+    if (!ok && stop->is_array()) {
+      ok = true;
+      simdjson::dom::array stops = stop->get_array().value_unsafe();
+      for (element s : stops) ok = ok && s.is_string();
+    }
     if (!ok) return invalid("'stop' must be a string or an array of strings", "stop");
   }
   return out;
@@ -271,8 +309,9 @@ std::string upstream_body(const ParsedRequest& request, const std::string& upstr
     edits.push_back({model.begin, model.end, quoted_model});
     if (request.stream) {
       if (options.begin != std::string_view::npos) {
-        json opts = request.body["stream_options"].is_object() ? request.body["stream_options"]
-                                                               : json::object();
+        json opts = json::parse(raw.substr(options.begin, options.end - options.begin), nullptr,
+                                /*allow_exceptions=*/false);
+        if (!opts.is_object()) opts = json::object();
         opts["include_usage"] = true;
         edits.push_back({options.begin, options.end, opts.dump()});
       } else {
@@ -289,7 +328,9 @@ std::string upstream_body(const ParsedRequest& request, const std::string& upstr
     out.append(raw.substr(at));
     return out;
   }
-  json body = request.body;
+  // Unreachable for a body that parse_request accepted; kept as a safe fallback.
+  json body = json::parse(raw, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object()) return request.raw;
   body["model"] = upstream_model;
   if (request.stream) body["stream_options"]["include_usage"] = true;
   return body.dump(-1, ' ', false, json::error_handler_t::strict);

@@ -2,8 +2,6 @@
 // Stateless functions over values; thread-safe.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <string>
 #include <string_view>
 
@@ -19,7 +17,6 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage as the client sent it
   int64_t max_tokens = -1;     // max_completion_tokens or max_tokens; -1 when absent
-  nlohmann::json body;         // the whole request, unknown fields included
 };
 
 // Parses and validates a request body for the endpoint.

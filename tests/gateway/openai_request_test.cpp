@@ -1,6 +1,7 @@
 #include "gateway/openai_request.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace ferry::gateway {
 namespace {
