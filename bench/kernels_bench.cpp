@@ -1,0 +1,186 @@
+// Matmul throughput on SmolLM2-360M-shaped weights (hidden 960, 5 kv heads of 64, ffn 2560):
+// decode (one token through all 32 layers' matrices, so the weights come from memory, not
+// cache) in GB/s of weights read, and prefill (a batch of tokens through one layer) in
+// GFLOP/s. Run: ferry_kernels_bench [--threads N via FERRY_BENCH_THREADS]; FERRY_ISA selects
+// scalar/avx2 (default: the best the CPU has).
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "local_engine/kernels/fp16.h"
+#include "local_engine/kernels/kernels.h"
+#include "local_engine/kernels/matmul.h"
+#include "local_engine/kernels/thread_pool.h"
+
+namespace {
+
+using ferry::kernels::MatrixView;
+using ferry::kernels::TensorType;
+
+constexpr int64_t kEmbd = 960, kKv = 320, kFfn = 2560, kLayers = 32;
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  MatrixView view;
+};
+
+// Random weights: quantizing hundreds of MB is slow, so one quantized row is built per
+// matrix and the other rows are byte-level variations of it (the scales stay valid).
+Matrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.03f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (auto& v : row) v = dist(rng);
+  const auto* k = ferry::kernels::kernels_for(type);
+  const size_t rb = static_cast<size_t>(ferry::kernels::row_bytes(type, cols).value());
+  Matrix m;
+  m.bytes.resize(rb * static_cast<size_t>(rows));
+  k->from_float(row.data(), m.bytes.data(), cols);
+  for (int64_t r = 1; r < rows; ++r) {
+    std::memcpy(m.bytes.data() + r * rb, m.bytes.data(), rb);
+  }
+  m.view = ferry::kernels::make_matrix_view(type, rows, cols, m.bytes.data());
+  return m;
+}
+
+struct Layer {
+  std::vector<Matrix> mats;  // q, k, v, o, gate, up, down
+};
+
+Layer make_layer(TensorType type, uint32_t seed) {
+  // Rows of 960 are not whole K-quant blocks: like the _M mixes, those fall back to Q8_0.
+  const bool k_quant = ferry::kernels::block_elems(type) == 256;
+  const TensorType t960 = k_quant ? TensorType::kQ8_0 : type;
+  Layer l;
+  l.mats.push_back(make_matrix(t960, kEmbd, kEmbd, seed + 1));
+  l.mats.push_back(make_matrix(t960, kKv, kEmbd, seed + 2));
+  l.mats.push_back(make_matrix(t960, kKv, kEmbd, seed + 3));
+  l.mats.push_back(make_matrix(t960, kEmbd, kEmbd, seed + 4));
+  l.mats.push_back(make_matrix(t960, kFfn, kEmbd, seed + 5));
+  l.mats.push_back(make_matrix(t960, kFfn, kEmbd, seed + 6));
+  l.mats.push_back(make_matrix(type, kEmbd, kFfn, seed + 7));
+  return l;
+}
+
+int bench_threads() {
+  const char* env = std::getenv("FERRY_BENCH_THREADS");
+  return env ? std::atoi(env) : 2;
+}
+
+struct Model {
+  std::vector<Layer> layers;
+  uint64_t bytes = 0;
+  double flops_per_token = 0;
+};
+
+const Model& model_for(TensorType type) {
+  static std::unique_ptr<Model> cache[64];
+  auto& slot = cache[static_cast<int>(type)];
+  if (!slot) {
+    slot = std::make_unique<Model>();
+    for (int64_t i = 0; i < kLayers; ++i) {
+      slot->layers.push_back(make_layer(type, static_cast<uint32_t>(i * 10)));
+      for (const auto& m : slot->layers.back().mats) {
+        slot->bytes += m.bytes.size();
+        slot->flops_per_token += 2.0 * static_cast<double>(m.view.rows * m.view.cols);
+      }
+    }
+  }
+  return *slot;
+}
+
+// One decode step's matmuls over all layers.
+void BM_Decode(benchmark::State& state, TensorType type) {
+  const Model& model = model_for(type);
+  ferry::kernels::ThreadPool pool(bench_threads());
+  std::vector<float> x(kFfn, 0.5f), y(kFfn);
+  for (auto _ : state) {
+    for (const auto& layer : model.layers) {
+      for (const auto& m : layer.mats) {
+        ferry::kernels::matmul(m.view, x.data(), 1, y.data(), pool);
+      }
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(model.bytes),
+                                              benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+  state.counters["tok/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["MB"] = static_cast<double>(model.bytes) / 1e6;
+  state.SetLabel(std::string(ferry::kernels::isa_name(ferry::kernels::active_isa())) + ", " +
+                 std::to_string(pool.n_threads()) + " threads");
+}
+
+// Prefill: n tokens through one layer's matrices (compute-bound).
+void BM_Prefill(benchmark::State& state, TensorType type) {
+  const Model& model = model_for(type);
+  const int64_t n = state.range(0);
+  ferry::kernels::ThreadPool pool(bench_threads());
+  std::vector<float> x(static_cast<size_t>(n * kFfn), 0.25f), y(static_cast<size_t>(n * kFfn));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (auto& v : x) v = dist(rng);
+  const Layer& layer = model.layers[0];
+  double flops = 0;
+  for (const auto& m : layer.mats) flops += 2.0 * static_cast<double>(m.view.rows * m.view.cols * n);
+  for (auto _ : state) {
+    for (const auto& m : layer.mats) ferry::kernels::matmul(m.view, x.data(), n, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  // Tokens per second of the whole 32-layer stack (matmuls only).
+  state.counters["model_tok/s"] = benchmark::Counter(static_cast<double>(n) / kLayers,
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(ferry::kernels::isa_name(ferry::kernels::active_isa())) + ", " +
+                 std::to_string(pool.n_threads()) + " threads");
+}
+
+// Compute-bound kernel forms on cache-resident data (one thread): 256 weight rows x 64
+// tokens of 960, through vec_dot_batch (one weight row at a time) or the gemm tile form.
+void BM_KernelForm(benchmark::State& state, TensorType type, bool use_gemm) {
+  const int64_t rows = 256, cols = 1024, tokens = 64;
+  const Matrix m = make_matrix(type, rows, cols, 7);
+  const auto* k = ferry::kernels::kernels_for(type);
+  if (use_gemm && !k->gemm) {
+    state.SkipWithError("no gemm for this type");
+    return;
+  }
+  std::vector<float> x(static_cast<size_t>(tokens * cols), 0.3f);
+  const auto qa = ferry::kernels::quantize_activations(type, x.data(), tokens, cols);
+  std::vector<float> y(static_cast<size_t>(tokens * rows));
+  const auto* act = static_cast<const uint8_t*>(qa.data);
+  const auto stride = static_cast<int64_t>(qa.row_stride);
+  for (auto _ : state) {
+    if (use_gemm) {
+      k->gemm(cols, m.view.data, static_cast<int64_t>(m.view.row_bytes), rows, act, stride, tokens,
+              y.data(), rows);
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        k->vec_dot_batch(cols, m.view.row(r), act, stride, tokens, y.data() + r, rows);
+      }
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * tokens / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(BM_KernelForm, Q8_0_batch, TensorType::kQ8_0, false);
+BENCHMARK_CAPTURE(BM_KernelForm, Q8_0_gemm, TensorType::kQ8_0, true);
+BENCHMARK_CAPTURE(BM_KernelForm, Q4_0_batch, TensorType::kQ4_0, false);
+BENCHMARK_CAPTURE(BM_KernelForm, Q4_0_gemm, TensorType::kQ4_0, true);
+BENCHMARK_CAPTURE(BM_KernelForm, Q4_K_batch, TensorType::kQ4_K, false);
+
+BENCHMARK_CAPTURE(BM_Decode, Q8_0, TensorType::kQ8_0)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Decode, Q4_K, TensorType::kQ4_K)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Decode, Q4_0, TensorType::kQ4_0)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Decode, F16, TensorType::kF16)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Prefill, Q8_0, TensorType::kQ8_0)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Prefill, Q4_K, TensorType::kQ4_K)->Arg(512)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

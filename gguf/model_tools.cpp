@@ -1,0 +1,428 @@
+#include "gguf/model_tools.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+
+#include "gguf/gguf_reader.h"
+#include "local_engine/kernels/kernels.h"
+#include "local_engine/kernels/thread_pool.h"
+
+namespace ferry::gguf {
+namespace {
+
+using kernels::TensorType;
+
+Error invalid(std::string message) { return Error::make(ErrorCode::kInvalidRequest, std::move(message)); }
+
+std::string upper(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool fits(TensorType type, int64_t row_length) {
+  return row_length % kernels::block_elems(type) == 0;
+}
+
+// Layer index from "blk.N.xxx", or -1.
+int layer_of(std::string_view name) {
+  if (name.substr(0, 4) != "blk.") return -1;
+  int v = 0;
+  size_t i = 4;
+  for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])); ++i) {
+    v = v * 10 + (name[i] - '0');
+  }
+  return i > 4 ? v : -1;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// ---------------------------------------------------------------- built-in vocabulary
+
+// GPT-2's byte-to-unicode mapping: printable bytes map to themselves, the rest to U+0100+.
+std::vector<std::string> byte_symbols() {
+  std::vector<int> cps(256, -1);
+  for (int b = 0; b < 256; ++b) {
+    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) cps[b] = b;
+  }
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    if (cps[b] < 0) cps[b] = next++;
+  }
+  std::vector<std::string> out(256);
+  for (int b = 0; b < 256; ++b) {
+    const int cp = cps[b];
+    std::string s;
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    out[b] = s;
+  }
+  return out;
+}
+
+constexpr std::string_view kTrainingText =
+    "The quick brown fox jumps over the lazy dog. A small model answers cheap requests on the "
+    "CPU, in the same process, with no server to run beside it. Hello, world! How are you "
+    "today? I am fine, thank you. What is the capital of France? The capital of France is "
+    "Paris. Write a short poem about the sea and the sky. Once upon a time there was a little "
+    "girl who lived in a village near the forest. The user asked a question and the assistant "
+    "gave an answer. This is a test of the tokenizer and the engine. Numbers: 0 1 2 3 4 5 6 7 "
+    "8 9 10 42 100 2024. def main(): return print(\"hello\") if x == 1 else None";
+
+struct Vocab {
+  std::vector<std::string> tokens;
+  std::vector<int64_t> types;
+  std::vector<std::string> merges;
+};
+
+// A byte-level BPE vocabulary learned from kTrainingText: 256 byte tokens, `n_merges` merges,
+// and ChatML special tokens.
+Vocab builtin_vocab(int n_merges) {
+  const auto sym = byte_symbols();
+  Vocab v;
+  for (int b = 0; b < 256; ++b) {
+    v.tokens.push_back(sym[b]);
+    v.types.push_back(1);
+  }
+  // Words as symbol sequences; a space joins the word that follows it (GPT-2 style).
+  std::vector<std::vector<std::string>> words;
+  std::vector<std::string> cur;
+  for (char c : kTrainingText) {
+    const auto b = static_cast<unsigned char>(c);
+    if (c == ' ' && !cur.empty()) {
+      words.push_back(cur);
+      cur.clear();
+    }
+    cur.push_back(sym[b]);
+  }
+  if (!cur.empty()) words.push_back(cur);
+  std::set<std::string> known(v.tokens.begin(), v.tokens.end());
+  for (int m = 0; m < n_merges; ++m) {
+    std::map<std::pair<std::string, std::string>, int> counts;
+    for (const auto& w : words) {
+      for (size_t i = 0; i + 1 < w.size(); ++i) ++counts[{w[i], w[i + 1]}];
+    }
+    std::pair<std::string, std::string> best;
+    int best_count = 1;
+    for (const auto& [pair, count] : counts) {
+      if (count > best_count) {
+        best = pair;
+        best_count = count;
+      }
+    }
+    if (best_count < 2) break;
+    const std::string merged = best.first + best.second;
+    v.merges.push_back(best.first + " " + best.second);
+    if (known.insert(merged).second) {
+      v.tokens.push_back(merged);
+      v.types.push_back(1);
+    }
+    for (auto& w : words) {
+      std::vector<std::string> out;
+      for (size_t i = 0; i < w.size(); ++i) {
+        if (i + 1 < w.size() && w[i] == best.first && w[i + 1] == best.second) {
+          out.push_back(merged);
+          ++i;
+        } else {
+          out.push_back(w[i]);
+        }
+      }
+      w = std::move(out);
+    }
+  }
+  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    v.tokens.emplace_back(special);
+    v.types.push_back(3);  // control
+  }
+  return v;
+}
+
+constexpr std::string_view kChatMlTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+// ---------------------------------------------------------------- random tensors
+
+std::vector<uint8_t> encode(TensorType type, const std::vector<float>& values, int64_t row_length) {
+  const auto* k = kernels::kernels_for(type);
+  const int64_t rows = static_cast<int64_t>(values.size()) / row_length;
+  const size_t rb = static_cast<size_t>(kernels::row_bytes(type, row_length).value());
+  std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    k->from_float(values.data() + r * row_length, out.data() + static_cast<size_t>(r) * rb, row_length);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<QuantTarget> parse_quant_target(std::string_view name) {
+  const std::string u = upper(name);
+  QuantTarget t;
+  t.name = u;
+  if (u == "Q4_K_M" || u == "Q5_K_M") {
+    t.base = u == "Q4_K_M" ? TensorType::kQ4_K : TensorType::kQ5_K;
+    t.mix_m = true;
+    return t;
+  }
+  if (u == "Q4_K_S" || u == "Q5_K_S") {
+    t.base = u == "Q4_K_S" ? TensorType::kQ4_K : TensorType::kQ5_K;
+    return t;
+  }
+  const auto type = kernels::tensor_type_from_name(u);
+  if (!type || !kernels::tensor_type_runs(*type)) return std::nullopt;
+  t.base = *type;
+  return t;
+}
+
+TensorType choose_tensor_type(const QuantTarget& target, std::string_view name,
+                              int64_t row_length, int n_dims, int layer, int n_layers) {
+  if (n_dims < 2) return TensorType::kF32;
+  TensorType type = target.base;
+  if (target.mix_m) {
+    const bool more_bits = n_layers > 0 && (layer < n_layers / 8 || layer >= 7 * n_layers / 8 ||
+                                            (layer - n_layers / 8) % 3 == 2);
+    if (name == "output.weight") {
+      type = TensorType::kQ6_K;
+    } else if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
+               more_bits) {
+      type = TensorType::kQ6_K;
+    }
+  }
+  if (!fits(type, row_length)) type = TensorType::kQ8_0;
+  if (!fits(type, row_length)) type = TensorType::kF16;
+  return type;
+}
+
+uint32_t file_type_of(const QuantTarget& target) {
+  if (target.name == "Q4_K_M") return 15;
+  if (target.name == "Q5_K_M") return 17;
+  switch (target.base) {
+    case TensorType::kF32: return 0;
+    case TensorType::kF16: return 1;
+    case TensorType::kQ4_0: return 2;
+    case TensorType::kQ8_0: return 7;
+    case TensorType::kQ4_K: return 14;  // Q4_K_S
+    case TensorType::kQ5_K: return 16;  // Q5_K_S
+    case TensorType::kQ6_K: return 18;
+    case TensorType::kBF16: return 32;
+    default: return 0;
+  }
+}
+
+bool apply_synth_preset(std::string_view preset, SynthOptions& o) {
+  if (preset == "tiny") {
+    o = SynthOptions{.arch = o.arch, .type = o.type, .vocab_from = o.vocab_from, .seed = o.seed};
+    return true;
+  }
+  if (preset == "smollm2-360m") {
+    o.n_embd = 960;
+    o.n_layer = 32;
+    o.n_head = 15;
+    o.n_head_kv = 5;
+    o.head_dim = 64;
+    o.n_ff = 2560;
+    o.n_ctx = 8192;
+    o.n_vocab = 49152;
+    o.tied_output = true;
+    o.rope_theta = 100000;
+    o.name = "ferry-synth-smollm2-360m";
+    return true;
+  }
+  return false;
+}
+
+Result<GgufWriter> build_synth_model(const SynthOptions& o) {
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
+    return invalid("unsupported architecture '" + o.arch + "' (llama, qwen2, qwen3)");
+  }
+  const auto target = parse_quant_target(o.type);
+  if (!target) return invalid("unknown or unsupported type '" + o.type + "'");
+  const int64_t head_dim = o.head_dim > 0 ? o.head_dim : (o.n_head > 0 ? o.n_embd / o.n_head : 0);
+  if (o.n_embd <= 0 || o.n_layer <= 0 || o.n_head <= 0 || o.n_head_kv <= 0 || o.n_ff <= 0 ||
+      head_dim <= 0 || o.n_ctx <= 0 || o.n_head % o.n_head_kv != 0 || o.n_embd > (1 << 16) ||
+      o.n_ff > (1 << 18) || o.n_layer > 512 || head_dim % 2 != 0) {
+    return invalid("bad shape: sizes must be positive, n_head a multiple of n_head_kv, "
+                   "head_dim even");
+  }
+  const bool qwen = o.arch != "llama";
+  const double theta = o.rope_theta > 0 ? o.rope_theta : (qwen ? 1e6 : 1e4);
+  const double eps = o.rms_eps > 0 ? o.rms_eps : (qwen ? 1e-6 : 1e-5);
+
+  GgufWriter w;
+  const std::string a = o.arch;
+  w.set("general.architecture", Value::string(a));
+  w.set("general.name", Value::string(o.name));
+  w.set("general.file_type", Value::u32(file_type_of(*target)));
+  w.set("general.quantization_version", Value::u32(2));
+  w.set(a + ".context_length", Value::u32(static_cast<uint32_t>(o.n_ctx)));
+  w.set(a + ".embedding_length", Value::u32(static_cast<uint32_t>(o.n_embd)));
+  w.set(a + ".block_count", Value::u32(static_cast<uint32_t>(o.n_layer)));
+  w.set(a + ".feed_forward_length", Value::u32(static_cast<uint32_t>(o.n_ff)));
+  w.set(a + ".attention.head_count", Value::u32(static_cast<uint32_t>(o.n_head)));
+  w.set(a + ".attention.head_count_kv", Value::u32(static_cast<uint32_t>(o.n_head_kv)));
+  w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(eps)));
+  w.set(a + ".rope.freq_base", Value::f32(static_cast<float>(theta)));
+  w.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
+  if (o.arch == "qwen3" || head_dim * o.n_head != o.n_embd) {
+    w.set(a + ".attention.key_length", Value::u32(static_cast<uint32_t>(head_dim)));
+    w.set(a + ".attention.value_length", Value::u32(static_cast<uint32_t>(head_dim)));
+  }
+
+  // Vocabulary.
+  int64_t n_vocab = 0;
+  if (!o.vocab_from.empty()) {
+    auto src = GgufFile::open(o.vocab_from);
+    if (!src) return src.error();
+    for (const auto& [key, value] : (*src)->metadata()) {
+      if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+    }
+    const Value* tokens = (*src)->find("tokenizer.ggml.tokens");
+    if (!tokens || tokens->strings.empty()) {
+      return invalid(o.vocab_from + ": no tokenizer.ggml.tokens to copy");
+    }
+    n_vocab = static_cast<int64_t>(tokens->strings.size());
+  } else {
+    Vocab v = builtin_vocab(240);
+    const auto n_real = static_cast<int64_t>(v.tokens.size());
+    for (int64_t i = n_real; i < o.n_vocab; ++i) {
+      v.tokens.push_back("<|unused_" + std::to_string(i - n_real) + "|>");
+      v.types.push_back(5);  // unused
+    }
+    n_vocab = static_cast<int64_t>(v.tokens.size());
+    const auto eot = static_cast<uint32_t>(n_real - 3);
+    w.set("tokenizer.ggml.model", Value::string("gpt2"));
+    w.set("tokenizer.ggml.pre", Value::string("default"));
+    w.set("tokenizer.ggml.tokens", Value::string_array(std::move(v.tokens)));
+    w.set("tokenizer.ggml.token_type", Value::i32_array(std::move(v.types)));
+    w.set("tokenizer.ggml.merges", Value::string_array(std::move(v.merges)));
+    w.set("tokenizer.ggml.bos_token_id", Value::u32(eot));
+    w.set("tokenizer.ggml.eos_token_id", Value::u32(eot + 2));  // <|im_end|>
+    w.set("tokenizer.ggml.padding_token_id", Value::u32(eot));
+    w.set("tokenizer.ggml.add_bos_token", Value::boolean(false));
+    w.set("tokenizer.chat_template", Value::string(std::string(kChatMlTemplate)));
+  }
+  if (o.n_vocab > 0 && o.n_vocab < n_vocab) {
+    return invalid("--vocab " + std::to_string(o.n_vocab) + " is smaller than the vocabulary (" +
+                   std::to_string(n_vocab) + ")");
+  }
+  w.set(a + ".vocab_size", Value::u32(static_cast<uint32_t>(n_vocab)));
+
+  std::mt19937_64 rng(o.seed);
+  auto normal = [&](int64_t count, double mean, double stddev) {
+    std::normal_distribution<float> dist(static_cast<float>(mean), static_cast<float>(stddev));
+    std::vector<float> v(static_cast<size_t>(count));
+    for (auto& x : v) x = dist(rng);
+    return v;
+  };
+  const int n_layers = static_cast<int>(o.n_layer);
+  Status status;
+  // shape = {ne0 (row length), ne1 (rows)}; 1-D when rows == 0.
+  auto add = [&](const std::string& name, int64_t ne0, int64_t ne1, double mean, double stddev) {
+    if (!status) return;
+    const int n_dims = ne1 > 0 ? 2 : 1;
+    const auto values = normal(ne0 * std::max<int64_t>(ne1, 1), mean, stddev);
+    const TensorType type =
+        choose_tensor_type(*target, name, ne0, n_dims, layer_of(name), n_layers);
+    std::vector<int64_t> shape{ne0};
+    if (ne1 > 0) shape.push_back(ne1);
+    status = w.add_tensor(name, type, std::move(shape), encode(type, values, ne0));
+  };
+  const int64_t q_dim = o.n_head * head_dim, kv_dim = o.n_head_kv * head_dim;
+  const double in_scale = 1.0 / std::sqrt(static_cast<double>(o.n_embd));
+  add("token_embd.weight", o.n_embd, n_vocab, 0.0, 1.0);
+  for (int i = 0; i < n_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    add(p + "attn_norm.weight", o.n_embd, 0, 1.0, 0.1);
+    add(p + "attn_q.weight", o.n_embd, q_dim, 0.0, in_scale);
+    add(p + "attn_k.weight", o.n_embd, kv_dim, 0.0, in_scale);
+    add(p + "attn_v.weight", o.n_embd, kv_dim, 0.0, in_scale);
+    if (o.arch == "qwen2") {
+      add(p + "attn_q.bias", q_dim, 0, 0.0, 0.1);
+      add(p + "attn_k.bias", kv_dim, 0, 0.0, 0.1);
+      add(p + "attn_v.bias", kv_dim, 0, 0.0, 0.1);
+    }
+    if (o.arch == "qwen3") {
+      add(p + "attn_q_norm.weight", head_dim, 0, 1.0, 0.1);
+      add(p + "attn_k_norm.weight", head_dim, 0, 1.0, 0.1);
+    }
+    add(p + "attn_output.weight", q_dim, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(q_dim)));
+    add(p + "ffn_norm.weight", o.n_embd, 0, 1.0, 0.1);
+    add(p + "ffn_gate.weight", o.n_embd, o.n_ff, 0.0, in_scale);
+    add(p + "ffn_up.weight", o.n_embd, o.n_ff, 0.0, in_scale);
+    add(p + "ffn_down.weight", o.n_ff, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(o.n_ff)));
+  }
+  add("output_norm.weight", o.n_embd, 0, 1.0, 0.1);
+  if (!o.tied_output) add("output.weight", o.n_embd, n_vocab, 0.0, 2.0 * in_scale);
+  if (!status) return status.error();
+  return w;
+}
+
+Status write_synth_model(const SynthOptions& options, const std::string& out_path) {
+  auto w = build_synth_model(options);
+  if (!w) return w.error();
+  return w->write_file(out_path);
+}
+
+Status quantize_model(const std::string& in_path, const std::string& out_path,
+                      const QuantTarget& target, kernels::ThreadPool* pool) {
+  auto in = GgufFile::open(in_path);
+  if (!in) return in.error();
+  const GgufFile& src = **in;
+  const std::string arch(src.architecture());
+  const int n_layers = static_cast<int>(src.get_uint(arch + ".block_count").value_or(0));
+  GgufWriter w;
+  for (const auto& [key, value] : src.metadata()) w.set(key, value);
+  w.set("general.file_type", Value::u32(file_type_of(target)));
+  w.set("general.quantization_version", Value::u32(2));
+  for (const TensorInfo& t : src.tensors()) {
+    const int n_dims = static_cast<int>(t.shape.size());
+    const bool matrix = n_dims >= 2 && ends_with(t.name, ".weight");
+    const TensorType type = matrix ? choose_tensor_type(target, t.name, t.shape[0], n_dims,
+                                                        layer_of(t.name), n_layers)
+                                   : t.type;
+    std::vector<uint8_t> bytes;
+    if (type == t.type) {
+      bytes.assign(t.data, t.data + t.n_bytes);
+    } else {
+      const auto* from = kernels::kernels_for(t.type);
+      const auto* to = kernels::kernels_for(type);
+      if (!from) {
+        return invalid(in_path + ": tensor '" + t.name + "' has type " +
+                       std::string(kernels::tensor_type_name(t.type)) + ", which ferry cannot read");
+      }
+      const int64_t ne0 = t.shape[0];
+      const int64_t rows = ne0 == 0 ? 0 : static_cast<int64_t>(t.n_elements) / ne0;
+      const size_t in_rb = static_cast<size_t>(kernels::row_bytes(t.type, ne0).value());
+      const size_t out_rb = static_cast<size_t>(kernels::row_bytes(type, ne0).value());
+      bytes.resize(out_rb * static_cast<size_t>(rows));
+      auto work = [&](int64_t begin, int64_t end) {
+        std::vector<float> row(static_cast<size_t>(ne0));
+        for (int64_t r = begin; r < end; ++r) {
+          from->to_float(t.data + static_cast<size_t>(r) * in_rb, row.data(), ne0);
+          to->from_float(row.data(), bytes.data() + static_cast<size_t>(r) * out_rb, ne0);
+        }
+      };
+      if (pool) {
+        pool->parallel_for(rows, 8, work);
+      } else {
+        work(0, rows);
+      }
+    }
+    if (Status s = w.add_tensor(t.name, type, t.shape, std::move(bytes)); !s) return s;
+  }
+  return w.write_file(out_path);
+}
+
+}  // namespace ferry::gguf

@@ -1,0 +1,73 @@
+// Model-level tools over GGUF files: synthetic models of the supported architectures (random
+// weights of sane scale, real tensor names and metadata, a real vocabulary) and requantization
+// with the Q4_K_M / Q5_K_M mixes. Used by `ferry model synth/quantize`, tests and benchmarks.
+// Stateless functions; safe to call from several threads on different files.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+#include "gguf/gguf_writer.h"
+#include "local_engine/kernels/tensor_type.h"
+
+namespace ferry::kernels {
+class ThreadPool;
+}
+
+namespace ferry::gguf {
+
+// What a model is quantized to: one tensor type for every matrix, or a named mix.
+struct QuantTarget {
+  std::string name;                                    // "Q8_0", "Q4_K_M", "F16", ...
+  kernels::TensorType base = kernels::TensorType::kF16;  // most matrices
+  bool mix_m = false;                                  // the _M mix (Q6_K on the sensitive ones)
+};
+// Parses "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M",
+// and "Q4_K_S"/"Q5_K_S" (= plain Q4_K/Q5_K), case-insensitive.
+std::optional<QuantTarget> parse_quant_target(std::string_view name);
+
+// The type a tensor gets under `target`. 1-D tensors (norms, biases) stay F32. A matrix whose
+// row length is not a whole number of the chosen type's blocks falls back to Q8_0, then F16.
+// The _M mixes: output.weight -> Q6_K; attn_v and ffn_down -> Q6_K on the first and last
+// eighth of the layers and every third layer between, the base type elsewhere.
+kernels::TensorType choose_tensor_type(const QuantTarget& target, std::string_view name,
+                                       int64_t row_length, int n_dims, int layer, int n_layers);
+// llama.cpp's general.file_type number for a target (informational metadata).
+uint32_t file_type_of(const QuantTarget& target);
+
+struct SynthOptions {
+  std::string arch = "llama";  // llama | qwen2 | qwen3
+  int64_t n_embd = 256;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t n_head_kv = 2;
+  int64_t head_dim = 0;        // 0: n_embd / n_head
+  int64_t n_ff = 512;
+  int64_t n_ctx = 512;
+  int64_t n_vocab = 0;         // 0: the vocabulary's size; larger pads with unused tokens
+  double rope_theta = 0;       // 0: 10000 for llama, 1000000 for qwen2/qwen3
+  double rms_eps = 0;          // 0: 1e-5 for llama, 1e-6 for qwen2/qwen3
+  bool tied_output = false;    // no output.weight: the token embedding is reused
+  std::string type = "F16";    // a QuantTarget name
+  std::string vocab_from;      // copy tokenizer.* metadata from this GGUF file
+  uint64_t seed = 1;
+  std::string name = "ferry-synth";
+};
+
+// Named shapes for benchmarks: "smollm2-360m" (hidden 960, 32 layers, 15 heads, 5 kv heads,
+// ffn 2560, vocab 49152, tied), "tiny" (the defaults). Returns false for an unknown name.
+bool apply_synth_preset(std::string_view preset, SynthOptions& options);
+
+// Builds the model in memory (weights deterministic in the seed) / writes it to a file.
+Result<GgufWriter> build_synth_model(const SynthOptions& options);
+Status write_synth_model(const SynthOptions& options, const std::string& out_path);
+
+// Requantizes every matrix of `in_path` to `target` (from any type ferry runs), copying the
+// metadata and the 1-D tensors; sets general.file_type. pool may be null (one thread).
+Status quantize_model(const std::string& in_path, const std::string& out_path,
+                      const QuantTarget& target, kernels::ThreadPool* pool);
+
+}  // namespace ferry::gguf

@@ -1,0 +1,230 @@
+#include "ledger/budgets.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/yaml_util.h"
+
+namespace ferry::ledger {
+
+std::string_view budget_scope_name(BudgetScope scope) {
+  switch (scope) {
+    case BudgetScope::kKey: return "key";
+    case BudgetScope::kTeam: return "team";
+    case BudgetScope::kProject: return "project";
+  }
+  return "?";
+}
+
+std::string_view budget_period_name(BudgetPeriod period) {
+  switch (period) {
+    case BudgetPeriod::kDay: return "day";
+    case BudgetPeriod::kWeek: return "week";
+    case BudgetPeriod::kMonth: return "month";
+  }
+  return "?";
+}
+
+std::vector<BudgetDef> parse_budgets(const YAML::Node& budgets, const std::string& file) {
+  std::vector<BudgetDef> out;
+  if (!budgets || budgets.IsNull()) return out;
+  if (!budgets.IsSequence()) {
+    throw yaml::YamlError(file, budgets.Mark(), "budgets must be a list of budget entries");
+  }
+  std::set<std::string> names;
+  for (const auto& item : budgets) {
+    yaml::Map map(item, file, "budget");
+    map.allow_only({"name", "scope", "match", "amount", "period", "timezone", "mode"});
+    BudgetDef def;
+    def.name = map.str("name");
+    if (def.name.empty()) map.fail("name", "must not be empty");
+    if (!names.insert(def.name).second) map.fail("name", "duplicate budget name '" + def.name + "'");
+    std::string scope = map.str("scope");
+    if (scope == "key") {
+      def.scope = BudgetScope::kKey;
+    } else if (scope == "team") {
+      def.scope = BudgetScope::kTeam;
+    } else if (scope == "project") {
+      def.scope = BudgetScope::kProject;
+    } else {
+      map.fail("scope", "must be key, team or project, found '" + scope + "'");
+    }
+    def.match = map.str("match");
+    std::string amount = map.str("amount");
+    auto money = Money::parse(amount);
+    if (!money || money->micros() < 0) {
+      map.fail("amount", "must be a non-negative decimal amount with at most 6 fractional digits");
+    }
+    def.amount = *money;
+    std::string period = map.str("period");
+    if (period == "day") {
+      def.period = BudgetPeriod::kDay;
+    } else if (period == "week") {
+      def.period = BudgetPeriod::kWeek;
+    } else if (period == "month") {
+      def.period = BudgetPeriod::kMonth;
+    } else {
+      map.fail("period", "must be day, week or month, found '" + period + "'");
+    }
+    if (auto tz = map.opt_str("timezone")) {
+      auto zone = TimeZone::load(*tz);
+      if (!zone) map.fail("timezone", zone.error().message);
+      def.zone = *zone;
+    }
+    std::string mode = map.opt_str("mode").value_or("hard");
+    if (mode != "hard" && mode != "soft") map.fail("mode", "must be hard or soft");
+    def.hard = mode == "hard";
+    out.push_back(std::move(def));
+  }
+  return out;
+}
+
+bool budget_applies(const BudgetDef& def, const Subject& subject) {
+  switch (def.scope) {
+    case BudgetScope::kKey: return subject.key_id == def.match;
+    case BudgetScope::kTeam: return subject.team == def.match;
+    case BudgetScope::kProject: return subject.project == def.match;
+  }
+  return false;
+}
+
+PeriodBounds budget_period_at(const BudgetDef& def, int64_t at_us) {
+  CivilDate today = def.zone.local_date(at_us);
+  CivilDate first = today;
+  CivilDate next = today;
+  switch (def.period) {
+    case BudgetPeriod::kDay:
+      next = civil_from_days(days_from_civil(today) + 1);
+      break;
+    case BudgetPeriod::kWeek: {
+      int64_t days = days_from_civil(today);
+      // 1970-01-01 was a Thursday; weekday 0 = Monday.
+      int64_t weekday = floor_div(days + 3, 7) * -7 + days + 3;
+      first = civil_from_days(days - weekday);
+      next = civil_from_days(days - weekday + 7);
+      break;
+    }
+    case BudgetPeriod::kMonth:
+      first.day = 1;
+      next = CivilDate{today.month == 12 ? today.year + 1 : today.year,
+                       today.month == 12 ? 1 : today.month + 1, 1};
+      break;
+  }
+  return PeriodBounds{def.zone.local_midnight(first), def.zone.local_midnight(next)};
+}
+
+BudgetBook::BudgetBook(std::vector<BudgetDef> defs) : defs_(std::move(defs)) {
+  states_.resize(defs_.size());
+  for (size_t i = 0; i < defs_.size(); ++i) states_[i].def = &defs_[i];
+}
+
+void BudgetBook::roll(size_t index, int64_t now_us) {
+  BudgetState& state = states_[index];
+  if (state.bounds.end_us != 0 && now_us >= state.bounds.start_us && now_us < state.bounds.end_us) {
+    return;
+  }
+  PeriodBounds bounds = budget_period_at(defs_[index], now_us);
+  if (bounds.start_us != state.bounds.start_us) {
+    state.bounds = bounds;
+    state.spent = Money();
+  }
+}
+
+double BudgetBook::left_pct_locked(size_t index) const {
+  const BudgetState& state = states_[index];
+  int64_t amount = defs_[index].amount.micros();
+  if (amount <= 0) return 0.0;
+  int64_t left = amount - state.spent.micros() - state.reserved.micros();
+  double pct = 100.0 * static_cast<double>(left) / static_cast<double>(amount);
+  return std::clamp(pct, 0.0, 100.0);
+}
+
+Result<Reservation> BudgetBook::reserve(const Subject& subject, Money worst_case, int64_t now_us) {
+  Reservation reservation;
+  reservation.amount = worst_case;
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < defs_.size(); ++i) {
+    if (!budget_applies(defs_[i], subject)) continue;
+    roll(i, now_us);
+    const BudgetState& state = states_[i];
+    bool over = state.spent + state.reserved + worst_case > defs_[i].amount;
+    if (over && defs_[i].hard) {
+      const BudgetDef& def = defs_[i];
+      Error error = Error::make(
+          ErrorCode::kRateLimited,
+          "budget '" + def.name + "' (" + std::string(budget_scope_name(def.scope)) + " " +
+              def.match + ", " + std::string(budget_period_name(def.period)) +
+              ") is exhausted: spent " + state.spent.to_string() + " and reserved " +
+              state.reserved.to_string() + " of " + def.amount.to_string() +
+              "; this request may cost up to " + worst_case.to_string() + "; resets at " +
+              format_local_time(state.bounds.end_us, def.zone),
+          def.name, "budget_exceeded");
+      return error;
+    }
+    if (over) reservation.soft_exceeded.push_back(defs_[i].name);
+    reservation.budgets.push_back(static_cast<uint32_t>(i));
+  }
+  for (uint32_t i : reservation.budgets) states_[i].reserved += worst_case;
+  for (uint32_t i : reservation.budgets) {
+    double pct = left_pct_locked(i);
+    if (!reservation.left_pct || pct < *reservation.left_pct) reservation.left_pct = pct;
+  }
+  return reservation;
+}
+
+void BudgetBook::settle(const Reservation& reservation, Money actual, int64_t cost_at_us,
+                        int64_t now_us) {
+  std::lock_guard lock(mu_);
+  for (uint32_t i : reservation.budgets) {
+    roll(i, now_us);
+    BudgetState& state = states_[i];
+    state.reserved -= reservation.amount;
+    if (cost_at_us >= state.bounds.start_us && cost_at_us < state.bounds.end_us) {
+      state.spent += actual;
+    }
+  }
+}
+
+void BudgetBook::release(const Reservation& reservation) {
+  std::lock_guard lock(mu_);
+  for (uint32_t i : reservation.budgets) states_[i].reserved -= reservation.amount;
+}
+
+void BudgetBook::add_spent(const Subject& subject, Money amount, int64_t cost_at_us,
+                           int64_t now_us) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < defs_.size(); ++i) {
+    if (!budget_applies(defs_[i], subject)) continue;
+    roll(i, now_us);
+    BudgetState& state = states_[i];
+    if (cost_at_us >= state.bounds.start_us && cost_at_us < state.bounds.end_us) {
+      state.spent += amount;
+    }
+  }
+}
+
+void BudgetBook::set_spent(size_t index, PeriodBounds bounds, Money spent) {
+  std::lock_guard lock(mu_);
+  states_[index].bounds = bounds;
+  states_[index].spent = spent;
+}
+
+std::optional<double> BudgetBook::left_pct(const Subject& subject, int64_t now_us) {
+  std::optional<double> lowest;
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < defs_.size(); ++i) {
+    if (!budget_applies(defs_[i], subject)) continue;
+    roll(i, now_us);
+    double pct = left_pct_locked(i);
+    if (!lowest || pct < *lowest) lowest = pct;
+  }
+  return lowest;
+}
+
+std::vector<BudgetState> BudgetBook::snapshot(int64_t now_us) {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < defs_.size(); ++i) roll(i, now_us);
+  return states_;
+}
+
+}  // namespace ferry::ledger

@@ -1,0 +1,360 @@
+#include "ledger/ledger.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/clock.h"
+#include "common/ids.h"
+#include "common/yaml_util.h"
+#include "ledger/store.h"
+
+namespace ferry::ledger {
+
+namespace detail {
+
+// State shared by the ledger and the admissions it handed out (which may outlive it).
+struct Core {
+  explicit Core(std::vector<BudgetDef> defs) : book(std::move(defs)) {}
+  BudgetBook book;
+  std::atomic<int64_t> pending{0};
+  std::atomic<int64_t> hard_refusals{0};
+  std::atomic<int64_t> soft_exceeded{0};
+};
+
+}  // namespace detail
+
+struct Ledger::Item {
+  LedgerEntry entry;
+  std::optional<Reservation> reservation;
+  DurableCallback on_durable;
+};
+
+LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file) {
+  yaml::Map map(node, file, "ledger");
+  map.allow_only({"path", "currency", "reference_model", "queue_capacity", "max_batch", "retry_ms"});
+  LedgerConfig config;
+  config.path = map.str("path");
+  if (config.path.empty()) map.fail("path", "must not be empty");
+  config.currency = map.opt_str("currency").value_or("");
+  config.reference_model = map.opt_str("reference_model").value_or("");
+  config.queue_capacity = map.integer_or("queue_capacity", config.queue_capacity, 1, 1 << 24);
+  config.max_batch = map.integer_or("max_batch", config.max_batch, 1, 1 << 20);
+  config.retry_ms = map.integer_or("retry_ms", config.retry_ms, 1, 60000);
+  return config;
+}
+
+Admission& Admission::operator=(Admission&& other) noexcept {
+  if (this != &other) {
+    give_back();
+    core_ = std::move(other.core_);
+    reservation_ = std::move(other.reservation_);
+  }
+  return *this;
+}
+
+Admission::~Admission() { give_back(); }
+
+void Admission::give_back() {
+  if (!core_) return;
+  core_->book.release(reservation_);
+  core_->pending.fetch_sub(1);
+  core_.reset();
+}
+
+Ledger::Ledger(LedgerConfig config, PriceCatalog prices)
+    : config_(std::move(config)), prices_(std::move(prices)) {}
+
+Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog prices,
+                                             std::vector<BudgetDef> budgets) {
+  auto store = Store::open(config.path, config.currency);
+  if (!store) return store.error();
+  if (auto st = store->sync_prices(prices); !st) return st.error();
+  std::unique_ptr<Ledger> ledger(new Ledger(std::move(config), std::move(prices)));
+  ledger->currency_ = store->currency();
+  ledger->core_ = std::make_shared<detail::Core>(std::move(budgets));
+  // Budget state is rebuilt from the ledger: the cost of every row that ended in each
+  // budget's current period.
+  int64_t now = unix_micros_now();
+  const auto& defs = ledger->core_->book.defs();
+  for (size_t i = 0; i < defs.size(); ++i) {
+    PeriodBounds bounds = budget_period_at(defs[i], now);
+    auto spent = store->spent_between(defs[i].scope, defs[i].match, bounds.start_us, bounds.end_us);
+    if (!spent) return spent.error();
+    ledger->core_->book.set_spent(i, bounds, *spent);
+  }
+  ledger->store_ = std::make_unique<Store>(std::move(*store));
+  ledger->writer_ = std::thread([raw = ledger.get()] { raw->writer_loop(); });
+  return ledger;
+}
+
+Ledger::~Ledger() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+Money Ledger::worst_case(const std::vector<std::string>& targets, int64_t prompt_tokens,
+                         int64_t max_tokens) const {
+  int64_t now = unix_micros_now();
+  Money worst;
+  for (const auto& target : targets) {
+    auto cost = prices_.worst_case(target, prompt_tokens, max_tokens, now);
+    if (cost && *cost > worst) worst = *cost;
+  }
+  return worst;
+}
+
+Result<Admission> Ledger::admit(const Subject& subject, Money worst_case) {
+  if (auto st = health(); !st) return st.error();
+  if (core_->pending.fetch_add(1) >= config_.queue_capacity) {
+    core_->pending.fetch_sub(1);
+    return Error::make(ErrorCode::kUnavailable,
+                       "ledger queue is full (" + std::to_string(config_.queue_capacity) +
+                           " requests not yet recorded); refusing unbilled traffic",
+                       "", "ledger_unavailable");
+  }
+  auto reservation = core_->book.reserve(subject, worst_case, unix_micros_now());
+  if (!reservation) {
+    core_->pending.fetch_sub(1);
+    core_->hard_refusals.fetch_add(1);
+    return reservation.error();
+  }
+  if (!reservation->soft_exceeded.empty()) core_->soft_exceeded.fetch_add(1);
+  Admission admission;
+  admission.core_ = core_;
+  admission.reservation_ = std::move(*reservation);
+  return admission;
+}
+
+namespace {
+
+TokenSource weaker(TokenSource a, TokenSource b) {
+  auto rank = [](TokenSource s) {
+    switch (s) {
+      case TokenSource::kNone: return 0;
+      case TokenSource::kBackend: return 1;
+      case TokenSource::kTokenizer: return 2;
+      case TokenSource::kEstimate: return 3;
+    }
+    return 0;
+  };
+  return rank(a) >= rank(b) ? a : b;
+}
+
+void add_count(TokenCount& sum, const TokenCount& part) {
+  sum.count += part.count;
+  sum.source = weaker(sum.source, part.source);
+}
+
+bool has_tokens(const Tokens& t) {
+  return t.input.count + t.cached_input.count + t.output.count + t.reasoning.count > 0;
+}
+
+// Prices a request; with attempts, the request's tokens and cost are the sums of theirs.
+LedgerEntry price_request(RequestRecord record, const PriceCatalog& prices,
+                          const std::string& reference_model) {
+  LedgerEntry entry;
+  int64_t at = record.started_us;
+  if (record.attempts.empty()) {
+    entry.cost = prices.price(record.target, record.tokens, at);
+  } else {
+    Tokens sum;
+    Cost total;
+    bool any_unpriced = false;
+    bool all_internal = true;
+    std::vector<std::string> versions;
+    for (const auto& attempt : record.attempts) {
+      Cost cost = prices.price(attempt.target, attempt.tokens, at);
+      add_count(sum.input, attempt.tokens.input);
+      add_count(sum.cached_input, attempt.tokens.cached_input);
+      add_count(sum.output, attempt.tokens.output);
+      add_count(sum.reasoning, attempt.tokens.reasoning);
+      if (cost.pricing == Pricing::kUnpriced) {
+        // No tokens at an unknown price is still exactly nothing.
+        any_unpriced = any_unpriced || has_tokens(attempt.tokens);
+      } else {
+        total.input += cost.input;
+        total.cached_input += cost.cached_input;
+        total.output += cost.output;
+        total.reasoning += cost.reasoning;
+        all_internal = all_internal && cost.pricing == Pricing::kInternal;
+        if (std::find(versions.begin(), versions.end(), cost.price_version) == versions.end()) {
+          versions.push_back(cost.price_version);
+        }
+      }
+      entry.attempt_costs.push_back(std::move(cost));
+    }
+    record.tokens = sum;
+    if (any_unpriced) {
+      total = Cost{};
+    } else {
+      total.pricing = versions.empty() || !all_internal ? Pricing::kPriced : Pricing::kInternal;
+      for (const auto& v : versions) total.price_version += (total.price_version.empty() ? "" : ",") + v;
+    }
+    entry.cost = std::move(total);
+  }
+  if (!reference_model.empty() && entry.kind == EntryKind::kRequest) {
+    Cost reference = prices.price(reference_model, record.tokens, at);
+    if (reference.pricing != Pricing::kUnpriced && entry.cost.pricing != Pricing::kUnpriced) {
+      entry.avoided = reference.total();
+      entry.avoided_version = reference.price_version;
+    }
+  }
+  entry.record = std::move(record);
+  return entry;
+}
+
+}  // namespace
+
+std::string Ledger::record(RequestRecord record, Admission admission, DurableCallback on_durable) {
+  if (record.id.empty()) record.id = make_uuid_v7();
+  Item item;
+  item.entry = price_request(std::move(record), prices_, config_.reference_model);
+  item.on_durable = std::move(on_durable);
+  if (admission.valid()) {
+    item.reservation = std::move(admission.reservation_);
+    admission.core_.reset();  // the queue slot moves to the item
+  } else {
+    core_->pending.fetch_add(1);
+  }
+  return enqueue(std::move(item));
+}
+
+std::string Ledger::record(RequestRecord record, DurableCallback on_durable) {
+  return this->record(std::move(record), Admission(), std::move(on_durable));
+}
+
+std::string Ledger::adjust(Adjustment adjustment, DurableCallback on_durable) {
+  Item item;
+  LedgerEntry& entry = item.entry;
+  entry.kind = EntryKind::kAdjustment;
+  entry.adjusts_id = std::move(adjustment.adjusts_id);
+  entry.note = std::move(adjustment.note);
+  entry.record.id = adjustment.id.empty() ? make_uuid_v7() : std::move(adjustment.id);
+  int64_t at = adjustment.at_us != 0 ? adjustment.at_us : unix_micros_now();
+  entry.record.started_us = at;
+  entry.record.ended_us = at;
+  entry.record.http_status = 0;
+  entry.cost.pricing = Pricing::kPriced;
+  entry.cost.input = adjustment.input;
+  entry.cost.cached_input = adjustment.cached_input;
+  entry.cost.output = adjustment.output;
+  entry.cost.reasoning = adjustment.reasoning;
+  item.on_durable = std::move(on_durable);
+  core_->pending.fetch_add(1);
+  return enqueue(std::move(item));
+}
+
+std::string Ledger::enqueue(Item item) {
+  std::string id = item.entry.record.id;
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(item));
+  }
+  wake_.notify_one();
+  return id;
+}
+
+void Ledger::writer_loop() {
+  std::vector<Item> taken;
+  std::vector<LedgerEntry*> entries;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) break;  // stopping and drained
+      taken.swap(queue_);
+      writing_ = true;
+    }
+    for (size_t begin = 0; begin < taken.size();
+         begin += static_cast<size_t>(config_.max_batch)) {
+      size_t end = std::min(taken.size(), begin + static_cast<size_t>(config_.max_batch));
+      entries.clear();
+      for (size_t i = begin; i < end; ++i) entries.push_back(&taken[i].entry);
+      Result<std::vector<Status>> result = std::vector<Status>{};
+      int failures_while_stopping = 0;
+      for (;;) {
+        int inject = inject_failures_.load();
+        bool fail = inject > 0 && inject_failures_.compare_exchange_strong(inject, inject - 1);
+        result = store_->append(entries, fail);
+        if (result) break;
+        write_failures_.fetch_add(1);
+        {
+          std::lock_guard lock(mu_);
+          unhealthy_reason_ = result.error().message;
+          healthy_.store(false);
+          if (stopping_ && ++failures_while_stopping >= 3) break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(config_.retry_ms));
+      }
+      if (result) healthy_.store(true);
+      batches_.fetch_add(1);
+      int64_t now = unix_micros_now();
+      for (size_t i = begin; i < end; ++i) {
+        Item& item = taken[i];
+        Status status = result ? (*result)[i - begin] : Status(result.error());
+        const RequestRecord& r = item.entry.record;
+        Money actual =
+            item.entry.cost.pricing == Pricing::kUnpriced ? Money() : item.entry.cost.total();
+        // Money was spent upstream whether or not the row could be kept: budgets count it.
+        if (item.reservation) {
+          core_->book.settle(*item.reservation, actual, r.ended_us, now);
+        } else if (status) {
+          core_->book.add_spent(Subject{r.key_id, r.team, r.project}, actual, r.ended_us, now);
+        }
+        (status ? rows_committed_ : rows_refused_).fetch_add(1);
+        core_->pending.fetch_sub(1);
+        if (item.on_durable) item.on_durable(status);
+      }
+    }
+    taken.clear();
+    {
+      std::lock_guard lock(mu_);
+      writing_ = false;
+    }
+    idle_.notify_all();
+  }
+  {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+  }
+  idle_.notify_all();
+}
+
+std::optional<double> Ledger::budget_left_pct(const Subject& subject) {
+  return core_->book.left_pct(subject, unix_micros_now());
+}
+
+std::vector<BudgetState> Ledger::budgets() { return core_->book.snapshot(unix_micros_now()); }
+
+Status Ledger::health() const {
+  if (healthy_.load()) return {};
+  std::lock_guard lock(mu_);
+  return Error::make(ErrorCode::kUnavailable,
+                     "the ledger cannot record requests (" + unhealthy_reason_ +
+                         "); refusing unbilled traffic",
+                     "", "ledger_unavailable");
+}
+
+LedgerStats Ledger::stats() const {
+  LedgerStats s;
+  s.rows_committed = rows_committed_.load();
+  s.rows_refused = rows_refused_.load();
+  s.batches = batches_.load();
+  s.write_failures = write_failures_.load();
+  s.pending = core_->pending.load();
+  s.hard_refusals = core_->hard_refusals.load();
+  s.soft_exceeded = core_->soft_exceeded.load();
+  s.healthy = healthy_.load();
+  return s;
+}
+
+void Ledger::flush() {
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [&] { return queue_.empty() && !writing_; });
+}
+
+}  // namespace ferry::ledger

@@ -1,0 +1,183 @@
+// ferry::ledger::Ledger: the gateway's one entry point to the cost ledger. Admission
+// (worst-case budget reservation, queue slot), recording (pricing, then one writer thread
+// with a bounded queue and group commit in SQLite WAL, synchronous=FULL), adjustments, budget
+// facts for policies. Thread-safe: every method may be called from any thread; none blocks on
+// SQLite except flush() and the destructor. Durable callbacks run on the writer thread.
+//
+// YAML (the `ledger:` mapping of the server config; see ledger/ledger.example.yaml):
+//   ledger:
+//     path: /var/lib/ferry/ledger.db  # required
+//     currency: USD                  # optional; fixed when the file is created
+//     reference_model: gpu-large     # optional; avoided cost = this model's price for the tokens
+//     queue_capacity: 8192           # rows admitted but not yet durable; beyond it: 503
+//     max_batch: 4096                # rows per group commit
+//     retry_ms: 200                  # wait between retries of a failed commit
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "common/error.h"
+#include "common/money.h"
+#include "ledger/budgets.h"
+#include "ledger/prices.h"
+#include "ledger/types.h"
+
+namespace ferry::ledger {
+
+struct LedgerConfig {
+  std::string path;
+  std::string currency;         // "" = the file's currency (USD for a new file)
+  std::string reference_model;  // "" = no avoided cost
+  int64_t queue_capacity = 8192;
+  int64_t max_batch = 4096;
+  int64_t retry_ms = 200;
+};
+
+// Parses the `ledger:` mapping. Throws ferry::yaml::YamlError (control plane).
+LedgerConfig parse_ledger_config(const YAML::Node& ledger, const std::string& file);
+
+// Called once, on the writer thread, when a row is durable (ok) or cannot be written (error).
+// Must not block: post onto your own executor.
+using DurableCallback = std::function<void(const Status&)>;
+
+// A correction of an earlier request: amounts are deltas (negative for refunds).
+struct Adjustment {
+  std::string adjusts_id;  // the request row being corrected
+  Money input;
+  Money cached_input;
+  Money output;
+  Money reasoning;
+  std::string note;  // why; kept in the row
+  std::string id;    // "" = a new UUIDv7
+  int64_t at_us = 0; // 0 = now
+};
+
+struct LedgerStats {
+  int64_t rows_committed = 0;
+  int64_t rows_refused = 0;  // single rows the store refused (duplicate id, unknown original)
+  int64_t batches = 0;       // group commits
+  int64_t write_failures = 0;
+  int64_t pending = 0;       // admitted or queued, not yet durable
+  int64_t hard_refusals = 0; // 429s from hard budgets
+  int64_t soft_exceeded = 0; // admissions past a soft budget
+  bool healthy = true;
+};
+
+class Store;
+
+namespace detail {
+struct Core;
+}
+
+// A request's place in the ledger: a queue slot and the worst case reserved against its
+// budgets. Move-only; destroying it without record() gives both back.
+class Admission {
+ public:
+  Admission() = default;
+  Admission(Admission&& other) noexcept = default;
+  Admission& operator=(Admission&& other) noexcept;
+  Admission(const Admission&) = delete;
+  Admission& operator=(const Admission&) = delete;
+  ~Admission();
+
+  bool valid() const { return core_ != nullptr; }
+  Money reserved() const { return reservation_.amount; }
+  // Soft budgets this request goes past: the gateway sets a header and counts a metric.
+  const std::vector<std::string>& soft_exceeded() const { return reservation_.soft_exceeded; }
+  // Lowest budget_left_pct among the applying budgets after this reservation.
+  std::optional<double> budget_left_pct() const { return reservation_.left_pct; }
+
+ private:
+  friend class Ledger;
+  void give_back();
+  std::shared_ptr<detail::Core> core_;
+  Reservation reservation_;
+};
+
+class Ledger {
+ public:
+  // Opens (creating or migrating) the file, records the price versions, rebuilds budget
+  // state from the rows of each budget's current period and starts the writer thread.
+  static Result<std::unique_ptr<Ledger>> open(LedgerConfig config, PriceCatalog prices,
+                                              std::vector<BudgetDef> budgets);
+  ~Ledger();  // drains the queue (every accepted row is written) and stops the writer
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // The worst case over the candidate targets: prompt tokens at the input price plus
+  // max_tokens at the output price of the most expensive one. Unpriced targets count zero.
+  Money worst_case(const std::vector<std::string>& targets, int64_t prompt_tokens,
+                   int64_t max_tokens) const;
+
+  // Takes a queue slot and reserves `worst_case` against every applying budget, atomically.
+  // kUnavailable (503) when the ledger cannot write or its queue is full; kRateLimited (429,
+  // type_code "budget_exceeded", param = budget name) past a hard budget. Non-blocking.
+  Result<Admission> admit(const Subject& subject, Money worst_case);
+
+  // Prices the record and queues it; `on_durable` runs once it is committed. Settles the
+  // admission's reservation to the actual cost at commit. Returns the row id. Non-blocking.
+  std::string record(RequestRecord record, Admission admission, DurableCallback on_durable);
+  // The same without an admission (e.g. a request refused before admission).
+  std::string record(RequestRecord record, DurableCallback on_durable);
+
+  // Queues an adjustment row pointing at an earlier request. Returns its id.
+  std::string adjust(Adjustment adjustment, DurableCallback on_durable);
+
+  // The policy fact: lowest remaining share (0..100) of the budgets that apply, or nullopt.
+  std::optional<double> budget_left_pct(const Subject& subject);
+  std::vector<BudgetState> budgets();
+
+  // Ok, or kUnavailable with the reason the ledger cannot write.
+  Status health() const;
+  LedgerStats stats() const;
+
+  // Blocks until every queued row is durable. Not for I/O threads (tests, CLI, shutdown).
+  void flush();
+
+  const PriceCatalog& prices() const { return prices_; }
+  const LedgerConfig& config() const { return config_; }
+  const std::string& currency() const { return currency_; }
+
+  // Fault injection for tests: the next `count` group commits fail and are retried.
+  void inject_commit_failures(int count) { inject_failures_.store(count); }
+
+ private:
+  struct Item;
+  Ledger(LedgerConfig config, PriceCatalog prices);
+  std::string enqueue(Item item);
+  void writer_loop();
+
+  LedgerConfig config_;
+  PriceCatalog prices_;
+  std::string currency_;
+  std::shared_ptr<detail::Core> core_;
+  std::unique_ptr<Store> store_;  // used by the writer thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  std::vector<Item> queue_;  // guarded by mu_
+  bool writing_ = false;    // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  std::string unhealthy_reason_;  // guarded by mu_
+  std::atomic<bool> healthy_{true};
+  std::atomic<int> inject_failures_{0};
+  std::atomic<int64_t> rows_committed_{0};
+  std::atomic<int64_t> rows_refused_{0};
+  std::atomic<int64_t> batches_{0};
+  std::atomic<int64_t> write_failures_{0};
+  std::thread writer_;
+};
+
+}  // namespace ferry::ledger

@@ -1,0 +1,405 @@
+#include "ledger/report.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "ledger/sqlite_db.h"
+#include "ledger/store.h"
+
+namespace ferry::ledger {
+
+namespace {
+
+struct ByInfo {
+  ReportBy by;
+  const char* name;
+  const char* raw_expr;    // over `requests`
+  const char* daily_expr;  // over `daily`; nullptr: needs the rows
+};
+
+constexpr ByInfo kBy[] = {
+    {ReportBy::kTask, "task", "task_id", nullptr},
+    {ReportBy::kTeam, "team", "team", "team"},
+    {ReportBy::kProject, "project", "project", "project"},
+    {ReportBy::kKey, "key", "key_id", "key_id"},
+    {ReportBy::kModel, "model", "upstream_model", "model"},
+    {ReportBy::kTarget, "target", "target", "target"},
+    {ReportBy::kRule, "rule", "rule_id", "rule_id"},
+    {ReportBy::kDay, "day", "day", "day"},
+    {ReportBy::kMonth, "month", "substr(day,1,7)", "substr(day,1,7)"},
+};
+
+const ByInfo& info(ReportBy by) {
+  for (const auto& i : kBy) {
+    if (i.by == by) return i;
+  }
+  return kBy[1];
+}
+
+std::string day_text(CivilDate d) {
+  int64_t us = days_from_civil(d) * kMicrosPerDay;
+  return utc_day(us);
+}
+
+// Appends "AND column = ?" fragments for the filters present; values go to `params`.
+void add_filters(const ReportFilter& f, bool raw, std::string& sql, std::vector<Value>& params) {
+  auto eq = [&](const std::optional<std::string>& value, const char* column) {
+    if (!value) return;
+    sql += std::string(" AND ") + column + " = ?";
+    params.emplace_back(*value);
+  };
+  eq(f.key_id, "key_id");
+  eq(f.team, "team");
+  eq(f.project, "project");
+  eq(f.task_id, "task_id");
+  eq(f.model, raw ? "upstream_model" : "model");
+  eq(f.target, "target");
+  eq(f.rule_id, "rule_id");
+  if (f.from) {
+    sql += " AND day >= ?";
+    params.emplace_back(day_text(*f.from));
+  }
+  if (f.to) {
+    sql += " AND day <= ?";
+    params.emplace_back(day_text(*f.to));
+  }
+}
+
+Money rounded_div(Money total, int64_t count) {
+  if (count <= 0) return Money();
+  int64_t q = total.micros() / count;
+  int64_t r = total.micros() % count;
+  if (r * 2 >= count) ++q;
+  if (r * 2 <= -count) --q;
+  return Money::from_micros(q);
+}
+
+}  // namespace
+
+std::string_view report_by_name(ReportBy by) { return info(by).name; }
+
+std::optional<ReportBy> parse_report_by(std::string_view name) {
+  for (const auto& i : kBy) {
+    if (name == i.name) return i.by;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<ReportBy>> parse_report_by_list(std::string_view names) {
+  std::vector<ReportBy> out;
+  size_t pos = 0;
+  while (pos <= names.size()) {
+    size_t comma = names.find(',', pos);
+    if (comma == std::string_view::npos) comma = names.size();
+    auto by = parse_report_by(names.substr(pos, comma - pos));
+    if (!by || std::find(out.begin(), out.end(), *by) != out.end()) return std::nullopt;
+    out.push_back(*by);
+    pos = comma + 1;
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+std::optional<ReportFormat> parse_report_format(std::string_view name) {
+  if (name == "table") return ReportFormat::kTable;
+  if (name == "csv") return ReportFormat::kCsv;
+  if (name == "json") return ReportFormat::kJson;
+  return std::nullopt;
+}
+
+Money ReportRow::average() const { return rounded_div(total, requests); }
+
+void ReportRow::add(const ReportRow& o) {
+  if (o.requests > 0 || o.first_us != 0) {
+    first_us = first_us == 0 ? o.first_us : std::min(first_us, o.first_us);
+    last_us = std::max(last_us, o.last_us);
+  }
+  requests += o.requests;
+  unpriced_requests += o.unpriced_requests;
+  input_tokens += o.input_tokens;
+  cached_tokens += o.cached_tokens;
+  output_tokens += o.output_tokens;
+  reasoning_tokens += o.reasoning_tokens;
+  cost_input += o.cost_input;
+  cost_cached += o.cost_cached;
+  cost_output += o.cost_output;
+  cost_reasoning += o.cost_reasoning;
+  total += o.total;
+  avoided += o.avoided;
+  avoided_base += o.avoided_base;
+}
+
+Result<Report> run_report(const std::string& db_path, const ReportQuery& query) {
+  if (query.by.empty()) {
+    return Error::make(ErrorCode::kInvalidRequest, "report: at least one --by dimension", "by");
+  }
+  bool raw = query.force_raw || query.filter.task_id.has_value();
+  for (ReportBy by : query.by) raw = raw || info(by).daily_expr == nullptr;
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  Report report;
+  report.by = query.by;
+  report.from_aggregate = !raw;
+  {
+    auto cur = db->prepare("SELECT value FROM meta WHERE key='currency'");
+    if (!cur) return cur.error();
+    auto found = cur->step();
+    if (!found) return found.error();
+    report.currency = *found ? cur->text_at(0) : "";
+  }
+  std::string select;
+  std::string group;
+  for (size_t i = 0; i < query.by.size(); ++i) {
+    const ByInfo& b = info(query.by[i]);
+    select += std::string(raw ? b.raw_expr : b.daily_expr) + ",";
+    group += (i == 0 ? "" : ",") + std::to_string(i + 1);
+  }
+  std::string sql;
+  if (raw) {
+    sql = "SELECT " + select +
+          "SUM(kind='request'), SUM(kind='request' AND pricing='unpriced'), "
+          "SUM(input_tokens), SUM(cached_tokens), SUM(output_tokens), SUM(reasoning_tokens), "
+          "SUM(COALESCE(cost_input,0)), SUM(COALESCE(cost_cached,0)), "
+          "SUM(COALESCE(cost_output,0)), SUM(COALESCE(cost_reasoning,0)), "
+          "SUM(COALESCE(cost_total,0)), SUM(COALESCE(avoided_cost,0)), "
+          "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END), "
+          "MIN(started_us), MAX(ended_us) FROM requests WHERE 1=1";
+  } else {
+    sql = "SELECT " + select +
+          "SUM(requests), SUM(unpriced), SUM(input_tokens), SUM(cached_tokens), "
+          "SUM(output_tokens), SUM(reasoning_tokens), SUM(cost_input), SUM(cost_cached), "
+          "SUM(cost_output), SUM(cost_reasoning), SUM(cost_total), SUM(avoided_total), "
+          "SUM(avoided_base), MIN(first_us), MAX(last_us) FROM daily WHERE 1=1";
+  }
+  std::vector<Value> params;
+  add_filters(query.filter, raw, sql, params);
+  sql += " GROUP BY " + group + " ORDER BY " + group;
+  auto stmt = db->prepare(sql);
+  if (!stmt) return stmt.error();
+  for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
+  int n = static_cast<int>(query.by.size());
+  for (;;) {
+    auto has = stmt->step();
+    if (!has) return has.error();
+    if (!*has) break;
+    ReportRow row;
+    for (int i = 0; i < n; ++i) row.group.push_back(stmt->text_at(i));
+    row.requests = stmt->int_at(n);
+    row.unpriced_requests = stmt->int_at(n + 1);
+    row.input_tokens = stmt->int_at(n + 2);
+    row.cached_tokens = stmt->int_at(n + 3);
+    row.output_tokens = stmt->int_at(n + 4);
+    row.reasoning_tokens = stmt->int_at(n + 5);
+    row.cost_input = Money::from_micros(stmt->int_at(n + 6));
+    row.cost_cached = Money::from_micros(stmt->int_at(n + 7));
+    row.cost_output = Money::from_micros(stmt->int_at(n + 8));
+    row.cost_reasoning = Money::from_micros(stmt->int_at(n + 9));
+    row.total = Money::from_micros(stmt->int_at(n + 10));
+    row.avoided = Money::from_micros(stmt->int_at(n + 11));
+    row.avoided_base = Money::from_micros(stmt->int_at(n + 12));
+    row.first_us = stmt->int_at(n + 13);
+    row.last_us = stmt->int_at(n + 14);
+    report.totals.add(row);
+    report.rows.push_back(std::move(row));
+  }
+  return report;
+}
+
+std::string csv_field(std::string_view text, bool is_text) {
+  std::string value(text);
+  if (is_text && !value.empty() &&
+      (value[0] == '=' || value[0] == '+' || value[0] == '-' || value[0] == '@' ||
+       value[0] == '\t' || value[0] == '\r')) {
+    value.insert(value.begin(), '\'');
+  }
+  if (value.find_first_of(",\"\r\n") == std::string::npos) return value;
+  std::string out = "\"";
+  for (char c : value) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+namespace {
+
+struct Column {
+  std::string name;
+  std::string (*get)(const ReportRow&);
+  bool savings_only;
+};
+
+std::string time_or_empty(int64_t us) { return us == 0 ? "" : format_utc_micros(us); }
+
+const std::vector<Column>& value_columns() {
+  static const std::vector<Column> kColumns = {
+      {"requests", [](const ReportRow& r) { return std::to_string(r.requests); }, false},
+      {"unpriced_requests", [](const ReportRow& r) { return std::to_string(r.unpriced_requests); }, false},
+      {"input_tokens", [](const ReportRow& r) { return std::to_string(r.input_tokens); }, false},
+      {"cached_input_tokens", [](const ReportRow& r) { return std::to_string(r.cached_tokens); }, false},
+      {"output_tokens", [](const ReportRow& r) { return std::to_string(r.output_tokens); }, false},
+      {"reasoning_tokens", [](const ReportRow& r) { return std::to_string(r.reasoning_tokens); }, false},
+      {"cost_input", [](const ReportRow& r) { return r.cost_input.to_string(); }, false},
+      {"cost_cached_input", [](const ReportRow& r) { return r.cost_cached.to_string(); }, false},
+      {"cost_output", [](const ReportRow& r) { return r.cost_output.to_string(); }, false},
+      {"cost_reasoning", [](const ReportRow& r) { return r.cost_reasoning.to_string(); }, false},
+      {"cost_total", [](const ReportRow& r) { return r.total.to_string(); }, false},
+      {"avg_per_request", [](const ReportRow& r) { return r.average().to_string(); }, false},
+      {"first_request", [](const ReportRow& r) { return time_or_empty(r.first_us); }, false},
+      {"last_request", [](const ReportRow& r) { return time_or_empty(r.last_us); }, false},
+      {"actual_compared", [](const ReportRow& r) { return r.avoided_base.to_string(); }, true},
+      {"avoided_cost", [](const ReportRow& r) { return r.avoided.to_string(); }, true},
+      {"saved", [](const ReportRow& r) { return r.saved().to_string(); }, true},
+  };
+  return kColumns;
+}
+
+}  // namespace
+
+std::string format_report(const Report& report, ReportFormat format, bool savings) {
+  std::vector<const Column*> columns;
+  for (const auto& c : value_columns()) {
+    if (!c.savings_only || savings) columns.push_back(&c);
+  }
+  if (format == ReportFormat::kJson) {
+    auto row_json = [&](const ReportRow& r, bool with_group) {
+      nlohmann::ordered_json j;
+      if (with_group) {
+        for (size_t i = 0; i < report.by.size(); ++i) {
+          j[std::string(report_by_name(report.by[i]))] = r.group[i];
+        }
+      }
+      j["requests"] = r.requests;
+      j["unpriced_requests"] = r.unpriced_requests;
+      j["tokens"] = {{"input", r.input_tokens},
+                     {"cached_input", r.cached_tokens},
+                     {"output", r.output_tokens},
+                     {"reasoning", r.reasoning_tokens}};
+      j["cost"] = {{"input", r.cost_input.to_string()},
+                   {"cached_input", r.cost_cached.to_string()},
+                   {"output", r.cost_output.to_string()},
+                   {"reasoning", r.cost_reasoning.to_string()},
+                   {"total", r.total.to_string()}};
+      j["avg_per_request"] = r.average().to_string();
+      j["first_request"] = time_or_empty(r.first_us);
+      j["last_request"] = time_or_empty(r.last_us);
+      if (savings) {
+        j["savings"] = {{"actual_compared", r.avoided_base.to_string()},
+                        {"avoided_cost", r.avoided.to_string()},
+                        {"saved", r.saved().to_string()}};
+      }
+      return j;
+    };
+    nlohmann::ordered_json out;
+    out["currency"] = report.currency;
+    nlohmann::ordered_json by = nlohmann::ordered_json::array();
+    for (ReportBy b : report.by) by.push_back(std::string(report_by_name(b)));
+    out["by"] = by;
+    out["groups"] = nlohmann::ordered_json::array();
+    for (const auto& r : report.rows) out["groups"].push_back(row_json(r, true));
+    out["totals"] = row_json(report.totals, false);
+    return out.dump(2) + "\n";
+  }
+  // Table and CSV share the cells.
+  std::vector<std::vector<std::string>> cells;
+  std::vector<std::string> header;
+  for (ReportBy b : report.by) header.emplace_back(report_by_name(b));
+  for (const Column* c : columns) header.push_back(c->name);
+  cells.push_back(header);
+  auto add_row = [&](const ReportRow& r, bool is_total) {
+    std::vector<std::string> line;
+    for (size_t i = 0; i < report.by.size(); ++i) {
+      line.push_back(is_total ? (i == 0 ? "TOTAL" : "") : r.group[i]);
+    }
+    for (const Column* c : columns) line.push_back(c->get(r));
+    cells.push_back(std::move(line));
+  };
+  for (const auto& r : report.rows) add_row(r, false);
+  add_row(report.totals, true);
+  std::string out;
+  if (format == ReportFormat::kCsv) {
+    size_t dims = report.by.size();
+    for (const auto& line : cells) {
+      for (size_t i = 0; i < line.size(); ++i) {
+        out += (i == 0 ? "" : ",") + csv_field(line[i], i < dims);
+      }
+      out += "\n";
+    }
+    return out;
+  }
+  std::vector<size_t> widths(header.size(), 0);
+  for (const auto& line : cells) {
+    for (size_t i = 0; i < line.size(); ++i) widths[i] = std::max(widths[i], line[i].size());
+  }
+  for (size_t li = 0; li < cells.size(); ++li) {
+    const auto& line = cells[li];
+    for (size_t i = 0; i < line.size(); ++i) {
+      bool left = i < report.by.size();
+      std::string pad(widths[i] - line[i].size(), ' ');
+      out += (i == 0 ? "" : "  ") + (left ? line[i] + pad : pad + line[i]);
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += "\n";
+    if (li == 0 || li + 2 == cells.size()) {
+      size_t total = 0;
+      for (size_t w : widths) total += w + 2;
+      out += std::string(total - 2, '-') + "\n";
+    }
+  }
+  out += "currency: " + report.currency + "\n";
+  return out;
+}
+
+Status export_csv(const std::string& db_path, const ReportFilter& filter,
+                  const std::function<bool(std::string_view chunk)>& sink, size_t chunk_bytes) {
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  static const std::set<std::string> kMoney = {"cost_input", "cost_cached", "cost_output",
+                                               "cost_reasoning", "cost_total", "avoided_cost"};
+  std::vector<std::string> columns = {"seq"};
+  for (const auto& c : request_columns()) columns.push_back(c);
+  columns.push_back("hash");
+  std::string sql = "SELECT ";
+  for (size_t i = 0; i < columns.size(); ++i) sql += (i == 0 ? "" : ",") + columns[i];
+  sql += " FROM requests WHERE 1=1";
+  std::vector<Value> params;
+  add_filters(filter, true, sql, params);
+  sql += " ORDER BY seq";
+  auto stmt = db->prepare(sql);
+  if (!stmt) return stmt.error();
+  for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
+  std::string buffer;
+  buffer.reserve(chunk_bytes + 4096);
+  for (size_t i = 0; i < columns.size(); ++i) buffer += (i == 0 ? "" : ",") + columns[i];
+  buffer += "\n";
+  for (;;) {
+    auto has = stmt->step();
+    if (!has) return has.error();
+    if (!*has) break;
+    for (size_t i = 0; i < columns.size(); ++i) {
+      if (i != 0) buffer += ',';
+      int col = static_cast<int>(i);
+      if (stmt->is_null(col)) continue;
+      Value v = stmt->value_at(col);
+      if (const auto* n = std::get_if<int64_t>(&v)) {
+        buffer += kMoney.count(columns[i]) ? Money::from_micros(*n).to_string() : std::to_string(*n);
+      } else {
+        buffer += csv_field(std::get<std::string>(v), true);
+      }
+    }
+    buffer += '\n';
+    if (buffer.size() >= chunk_bytes) {
+      if (!sink(buffer)) return {};
+      buffer.clear();
+    }
+  }
+  if (!buffer.empty()) sink(buffer);
+  return {};
+}
+
+}  // namespace ferry::ledger

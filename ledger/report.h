@@ -1,0 +1,93 @@
+// Reports and exports over a ledger file: requests, tokens and cost by kind grouped by task,
+// team, project, key, model, target, rule, day or month, with savings against the reference
+// model; and a streaming CSV export of the rows. Each call opens its own read-only connection
+// (WAL readers never block the writer); safe from any worker thread, never an I/O thread.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/money.h"
+#include "ledger/time_util.h"
+
+namespace ferry::ledger {
+
+enum class ReportBy : uint8_t { kTask, kTeam, kProject, kKey, kModel, kTarget, kRule, kDay, kMonth };
+std::string_view report_by_name(ReportBy by);
+std::optional<ReportBy> parse_report_by(std::string_view name);
+// "team,day" -> {kTeam, kDay}; nullopt on an unknown or repeated name.
+std::optional<std::vector<ReportBy>> parse_report_by_list(std::string_view names);
+
+// Every value is bound as a parameter; none is ever part of the SQL text.
+struct ReportFilter {
+  std::optional<std::string> key_id;
+  std::optional<std::string> team;
+  std::optional<std::string> project;
+  std::optional<std::string> task_id;
+  std::optional<std::string> model;  // the upstream model that answered
+  std::optional<std::string> target;
+  std::optional<std::string> rule_id;
+  std::optional<CivilDate> from;  // first UTC day included
+  std::optional<CivilDate> to;    // last UTC day included
+};
+
+struct ReportQuery {
+  std::vector<ReportBy> by = {ReportBy::kTeam};
+  ReportFilter filter;
+  bool force_raw = false;  // read the rows, not the daily aggregate (used to cross-check)
+};
+
+struct ReportRow {
+  std::vector<std::string> group;  // one value per ReportQuery::by
+  int64_t requests = 0;
+  int64_t unpriced_requests = 0;  // their cost is unknown and not in the sums
+  int64_t input_tokens = 0;
+  int64_t cached_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t reasoning_tokens = 0;
+  Money cost_input;
+  Money cost_cached;
+  Money cost_output;
+  Money cost_reasoning;
+  Money total;          // = the four parts, exactly
+  Money avoided;        // what the reference model would have charged
+  Money avoided_base;   // actual cost of the rows that have an avoided cost
+  int64_t first_us = 0; // first request's start
+  int64_t last_us = 0;  // last request's end
+
+  Money average() const;  // total / requests, rounded half away from zero to the micro-unit
+  Money saved() const { return avoided - avoided_base; }
+  void add(const ReportRow& other);
+};
+
+struct Report {
+  std::vector<ReportBy> by;
+  std::string currency;
+  bool from_aggregate = false;
+  std::vector<ReportRow> rows;  // ordered by group
+  ReportRow totals;             // the sum of the rows, to the micro-unit
+};
+
+Result<Report> run_report(const std::string& db_path, const ReportQuery& query);
+
+enum class ReportFormat : uint8_t { kTable, kCsv, kJson };
+std::optional<ReportFormat> parse_report_format(std::string_view name);
+// Money in CSV and JSON is an exact decimal string ("12.345678").
+std::string format_report(const Report& report, ReportFormat format, bool savings);
+
+// Streams every row matching the filter as CSV (header first, in chain order), in chunks of
+// about `chunk_bytes`. `sink` returns false to stop early (client gone): the export then ends
+// with an ok status.
+Status export_csv(const std::string& db_path, const ReportFilter& filter,
+                  const std::function<bool(std::string_view chunk)>& sink,
+                  size_t chunk_bytes = 64 * 1024);
+
+// CSV field quoting; text that a spreadsheet would run as a formula gets a leading quote.
+std::string csv_field(std::string_view text, bool is_text);
+
+}  // namespace ferry::ledger

@@ -1,0 +1,84 @@
+// The ledger's SQLite file: versioned schema and migrations, the append path (request rows,
+// attempt rows, adjustment rows, the daily aggregate and the hash chain), and the canonical
+// row encoding the chain hashes. A Store is used by one thread at a time (the writer thread,
+// or a CLI/bench/test thread that owns it).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/money.h"
+#include "ledger/budgets.h"
+#include "ledger/prices.h"
+#include "ledger/sqlite_db.h"
+#include "ledger/types.h"
+
+namespace ferry::ledger {
+
+constexpr int kSchemaVersion = 1;
+constexpr const char* kGenesisHash =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+enum class EntryKind : uint8_t { kRequest, kAdjustment };
+
+// A row ready to append: the record plus everything the ledger computed for it.
+struct LedgerEntry {
+  EntryKind kind = EntryKind::kRequest;
+  RequestRecord record;            // for adjustments the store fills the dimensions in
+  std::string adjusts_id;          // adjustments: the original request's id
+  std::string note;                // adjustments: why
+  Cost cost;                       // the request's cost (sum of its attempts when it has some)
+  std::vector<Cost> attempt_costs; // one per record.attempts
+  std::optional<Money> avoided;    // what the reference target would have charged
+  std::string avoided_version;     // the reference price version used
+};
+
+// The column lists, in insert and hash order (the hash column itself excluded).
+const std::vector<std::string>& request_columns();
+const std::vector<std::string>& attempt_columns();
+
+// The canonical encoding of one row's values: each value as N; I<int>; or T<len>:<bytes>;
+std::string canonical_values(const std::vector<Value>& values);
+// hash = sha256(tag + canonical(request) + "A" + canonical(attempt) ...), lower-case hex.
+std::string row_hash(const std::vector<Value>& request,
+                     const std::vector<std::vector<Value>>& attempts);
+
+class Store {
+ public:
+  // Opens or creates the file and migrates it to kSchemaVersion. `currency` "" keeps the
+  // file's currency (USD for a new file); a different non-empty currency is refused.
+  static Result<Store> open(const std::string& path, const std::string& currency);
+
+  const std::string& currency() const { return currency_; }
+  Db& db() { return db_; }
+
+  // Records every price version of the catalog (each once) so past periods can be re-priced.
+  Status sync_prices(const PriceCatalog& catalog);
+
+  // Appends the entries in one transaction (BEGIN IMMEDIATE ... COMMIT). Err: the
+  // transaction failed and nothing was written. Ok: one Status per entry (an entry can be
+  // refused alone, e.g. a duplicate id or an adjustment of an unknown request).
+  // `fail_commit` rolls back instead of committing (fault injection for tests).
+  Result<std::vector<Status>> append(std::vector<LedgerEntry*>& entries, bool fail_commit = false);
+
+  // Sum of cost_total of rows whose ended_us lies in [start, end) for a budget's scope.
+  Result<Money> spent_between(BudgetScope scope, const std::string& match, int64_t start_us,
+                              int64_t end_us);
+
+ private:
+  Status prepare_statements();
+  Status append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq);
+
+  Db db_;
+  std::string currency_;
+  Stmt insert_request_;
+  Stmt insert_attempt_;
+  Stmt upsert_daily_;
+  Stmt find_original_;
+  Stmt head_;
+  Stmt set_head_;
+};
+
+}  // namespace ferry::ledger

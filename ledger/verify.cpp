@@ -1,0 +1,208 @@
+#include "ledger/verify.h"
+
+#include <array>
+
+#include "ledger/sqlite_db.h"
+#include "ledger/store.h"
+
+namespace ferry::ledger {
+
+namespace {
+
+constexpr size_t kMaxProblems = 50;
+
+class Checker {
+ public:
+  explicit Checker(VerifyResult& result) : result_(result) {}
+  void problem(const std::string& text) {
+    ++result_.problem_count;
+    if (result_.problems.size() < kMaxProblems) result_.problems.push_back(text);
+  }
+
+ private:
+  VerifyResult& result_;
+};
+
+int column_index(const std::vector<std::string>& columns, const char* name) {
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (columns[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool is_null(const Value& v) { return std::holds_alternative<std::monostate>(v); }
+int64_t as_int(const Value& v) {
+  const auto* i = std::get_if<int64_t>(&v);
+  return i != nullptr ? *i : 0;
+}
+std::string as_text(const Value& v) {
+  const auto* s = std::get_if<std::string>(&v);
+  return s != nullptr ? *s : "";
+}
+
+constexpr std::array<const char*, 4> kCostParts = {"cost_input", "cost_cached", "cost_output",
+                                                   "cost_reasoning"};
+constexpr std::array<const char*, 4> kTokenKinds = {"input_tokens", "cached_tokens",
+                                                    "output_tokens", "reasoning_tokens"};
+
+// Checks the cost columns of one row (request or attempt): all NULL when unpriced, otherwise
+// all set and the total equal to the parts.
+void check_costs(const std::vector<std::string>& columns, const std::vector<Value>& values,
+                 const std::string& what, Checker& check) {
+  std::string pricing = as_text(values[column_index(columns, "pricing")]);
+  const Value& total = values[column_index(columns, "cost_total")];
+  if (pricing == "unpriced") {
+    bool all_null = is_null(total);
+    for (const char* part : kCostParts) all_null = all_null && is_null(values[column_index(columns, part)]);
+    if (!all_null) check.problem(what + ": unpriced but has a cost");
+    return;
+  }
+  if (pricing != "priced" && pricing != "internal") {
+    check.problem(what + ": unknown pricing '" + pricing + "'");
+    return;
+  }
+  int64_t sum = 0;
+  for (const char* part : kCostParts) {
+    const Value& v = values[column_index(columns, part)];
+    if (is_null(v)) check.problem(what + ": priced but " + part + " is missing");
+    sum += as_int(v);
+  }
+  if (is_null(total) || as_int(total) != sum) {
+    check.problem(what + ": cost_total " + std::to_string(as_int(total)) +
+                  " != sum of parts " + std::to_string(sum));
+  }
+}
+
+}  // namespace
+
+Result<VerifyResult> verify_ledger(const std::string& db_path) {
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  VerifyResult result;
+  Checker check(result);
+  // One read transaction: a consistent snapshot even while ferry is writing.
+  if (auto st = db->exec("BEGIN"); !st) return st.error();
+  const auto& rcols = request_columns();
+  const auto& acols = attempt_columns();
+  std::string select = "SELECT seq,hash";
+  for (const auto& c : rcols) select += "," + c;
+  auto rows = db->prepare(select + " FROM requests ORDER BY seq");
+  if (!rows) return rows.error();
+  std::string aselect = "SELECT ";
+  for (size_t i = 0; i < acols.size(); ++i) aselect += (i == 0 ? "" : ",") + acols[i];
+  auto attempts = db->prepare(aselect + " FROM attempts WHERE request_id=? ORDER BY attempt");
+  if (!attempts) return attempts.error();
+  auto original = db->prepare("SELECT seq FROM requests WHERE id=? AND kind='request'");
+  if (!original) return original.error();
+
+  std::string prev_hash = kGenesisHash;
+  int64_t last_seq = 0;
+  const int id_col = column_index(rcols, "id");
+  for (;;) {
+    auto has = rows->step();
+    if (!has) return has.error();
+    if (!*has) break;
+    ++result.rows;
+    int64_t seq = rows->int_at(0);
+    std::string hash = rows->text_at(1);
+    std::vector<Value> values;
+    values.reserve(rcols.size());
+    for (size_t i = 0; i < rcols.size(); ++i) values.push_back(rows->value_at(static_cast<int>(i + 2)));
+    std::string id = as_text(values[id_col]);
+    std::string what = "row " + std::to_string(seq) + " (" + id + ")";
+    if (as_text(values[column_index(rcols, "prev_hash")]) != prev_hash) {
+      check.problem(what + ": prev_hash does not match the previous row's hash (row missing, "
+                           "reordered or altered)");
+    }
+    // Attempts, in order.
+    std::vector<std::vector<Value>> attempt_values;
+    attempts->bind(1, id);
+    for (;;) {
+      auto ahas = attempts->step();
+      if (!ahas) return ahas.error();
+      if (!*ahas) break;
+      std::vector<Value> av;
+      for (size_t i = 0; i < acols.size(); ++i) av.push_back(attempts->value_at(static_cast<int>(i)));
+      attempt_values.push_back(std::move(av));
+    }
+    attempts->reset();
+    result.attempts += static_cast<int64_t>(attempt_values.size());
+    if (row_hash(values, attempt_values) != hash) {
+      check.problem(what + ": hash mismatch (the row or its attempts were altered)");
+    }
+    check_costs(rcols, values, what, check);
+    if (!attempt_values.empty()) {
+      for (size_t a = 0; a < attempt_values.size(); ++a) {
+        check_costs(acols, attempt_values[a], what + " attempt " + std::to_string(a + 1), check);
+      }
+      for (const char* kind : kTokenKinds) {
+        int64_t sum = 0;
+        for (const auto& av : attempt_values) sum += as_int(av[column_index(acols, kind)]);
+        if (sum != as_int(values[column_index(rcols, kind)])) {
+          check.problem(what + ": " + kind + " != sum over its attempts");
+        }
+      }
+      if (as_text(values[column_index(rcols, "pricing")]) != "unpriced") {
+        for (const char* part : kCostParts) {
+          int64_t sum = 0;
+          for (const auto& av : attempt_values) sum += as_int(av[column_index(acols, part)]);
+          if (sum != as_int(values[column_index(rcols, part)])) {
+            check.problem(what + ": " + part + " != sum over its attempts");
+          }
+        }
+      }
+    }
+    if (as_text(values[column_index(rcols, "kind")]) == "adjustment") {
+      ++result.adjustments;
+      original->bind(1, as_text(values[column_index(rcols, "adjusts_id")]));
+      auto found = original->step();
+      if (!found) return found.error();
+      if (!*found || original->int_at(0) >= seq) {
+        check.problem(what + ": adjusts a request that does not precede it");
+      }
+      original->reset();
+    }
+    prev_hash = hash;
+    last_seq = seq;
+  }
+  result.head = std::to_string(last_seq) + ":" + prev_hash;
+  if (result.rows > 0) {
+    auto head = db->prepare("SELECT value FROM meta WHERE key='chain_head'");
+    if (!head) return head.error();
+    auto found = head->step();
+    if (!found) return found.error();
+    if (!*found || head->text_at(0) != result.head) {
+      check.problem("chain head recorded at the last commit (" +
+                    (*found ? head->text_at(0) : std::string("none")) +
+                    ") differs from the last row (" + result.head + "): rows were removed");
+    }
+  }
+  // The daily aggregate must equal the rows, group by group.
+  const char* kRawDaily =
+      "SELECT day,key_id,team,project,upstream_model,target,rule_id,SUM(kind='request'),"
+      "SUM(kind='request' AND pricing='unpriced'),SUM(input_tokens),SUM(cached_tokens),"
+      "SUM(output_tokens),SUM(reasoning_tokens),SUM(COALESCE(cost_input,0)),"
+      "SUM(COALESCE(cost_cached,0)),SUM(COALESCE(cost_output,0)),"
+      "SUM(COALESCE(cost_reasoning,0)),SUM(COALESCE(cost_total,0)),"
+      "SUM(COALESCE(avoided_cost,0)),"
+      "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END) "
+      "FROM requests GROUP BY day,key_id,team,project,upstream_model,target,rule_id";
+  const char* kDaily =
+      "SELECT day,key_id,team,project,model,target,rule_id,requests,unpriced,input_tokens,"
+      "cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,cost_output,"
+      "cost_reasoning,cost_total,avoided_total,avoided_base FROM daily";
+  auto diff = db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + kRawDaily + " EXCEPT " +
+                          kDaily + ")) + (SELECT COUNT(*) FROM (" + kDaily + " EXCEPT " +
+                          kRawDaily + "))");
+  if (!diff) return diff.error();
+  auto got = diff->step();
+  if (!got) return got.error();
+  if (diff->int_at(0) != 0) {
+    check.problem("daily aggregate differs from the rows in " + std::to_string(diff->int_at(0)) +
+                  " group(s)");
+  }
+  (void)db->exec("COMMIT");
+  return result;
+}
+
+}  // namespace ferry::ledger

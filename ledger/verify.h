@@ -1,0 +1,27 @@
+// `ferry ledger verify`: checks a ledger file's hash chain, that every total equals the sum
+// of its parts (cost kinds, attempts), that adjustments point at earlier requests, and that
+// the daily aggregate matches the rows. Opens its own read-only connection; any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace ferry::ledger {
+
+struct VerifyResult {
+  int64_t rows = 0;
+  int64_t attempts = 0;
+  int64_t adjustments = 0;
+  int64_t problem_count = 0;
+  std::vector<std::string> problems;  // the first ones, each naming the row
+  std::string head;                   // "seq:hash" of the last row
+  bool ok() const { return problem_count == 0; }
+};
+
+// Err only when the file cannot be read; a broken ledger is an ok result with problems.
+Result<VerifyResult> verify_ledger(const std::string& db_path);
+
+}  // namespace ferry::ledger

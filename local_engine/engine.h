@@ -1,0 +1,72 @@
+// The forward pass: a batch of (sequence, position, token) entries through the model, with a
+// per-sequence KV cache, returning logits for the entries that ask for them. One thread drives
+// an Engine (the scheduler thread); the engine uses its own compute pool inside forward().
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/error.h"
+#include "local_engine/kernels/thread_pool.h"
+#include "local_engine/kv_cache.h"
+#include "local_engine/model.h"
+
+namespace ferry::engine {
+
+using TokenId = int32_t;
+
+struct EngineOptions {
+  int n_threads = 0;     // 0: hardware concurrency
+  int64_t n_ctx = 0;     // per-sequence context; 0: the model's training context (capped at 8192)
+};
+
+// One token of one sequence. Entries of a sequence must come in order of position, starting
+// at the sequence's current length; sequences may be mixed freely in one batch.
+struct BatchEntry {
+  SeqId seq = 0;
+  int64_t pos = 0;
+  TokenId token = 0;
+  bool logits = false;  // return this entry's next-token logits
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Model> model, const EngineOptions& options);
+
+  const Model& model() const { return *model_; }
+  const ModelConfig& config() const { return model_->config(); }
+  int64_t n_ctx() const { return kv_.n_ctx(); }
+  int n_threads() const { return pool_.n_threads(); }
+  KvCache& kv() { return kv_; }
+  const KvCache& kv() const { return kv_; }
+
+  // Runs the batch; on success `logits` holds n_vocab floats per entry with logits == true, in
+  // batch order. On error nothing changed in the cache.
+  Status forward(std::span<const BatchEntry> batch, std::vector<float>& logits);
+
+ private:
+  Status check_batch(std::span<const BatchEntry> batch) const;
+  void attention(std::span<const BatchEntry> batch, int64_t layer);
+  // Attention for the given batch entries straight from the F16 cache (few queries).
+  void attend_f16(std::span<const BatchEntry> batch, const std::vector<int64_t>& entries,
+                  int64_t layer);
+  // y_i = W_i x for several weights sharing the input: the activations are quantized once per
+  // activation type and all rows are split over the pool in one pass (one sync, not one each).
+  struct MatmulJob {
+    const WeightView* w;
+    float* y;
+  };
+  void matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int64_t n);
+
+  std::unique_ptr<Model> model_;
+  kernels::ThreadPool pool_;
+  KvCache kv_;
+  // Scratch, reused between calls: (n, n_embd), (n, q_dim), (n, kv_dim), (n, n_ff).
+  std::vector<float> x_, h_, q_, k_, v_, att_, tmp_, gate_, up_;
+  std::vector<float> kt_, vf_;  // one sequence's cached keys (transposed) and values, as F32
+};
+
+}  // namespace ferry::engine

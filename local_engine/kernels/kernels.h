@@ -1,0 +1,72 @@
+// The kernel table: per tensor type, row conversion to/from float and the dot product of a
+// weight row with an activation row (quantized to the type's vec_dot_type), for one ISA.
+// Tables are immutable after start-up; every function is thread-safe (no shared state).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "local_engine/kernels/tensor_type.h"
+
+namespace ferry::kernels {
+
+// Instruction sets with a kernel table. kScalar runs everywhere and is the reference.
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+
+std::string_view isa_name(Isa isa);
+// The best ISA this CPU supports (CPUID via __builtin_cpu_supports): kAvx512 needs
+// AVX512F+BW+VL+VNNI, kAvx2 needs AVX2+FMA+F16C.
+Isa detect_isa();
+// True when this CPU can run `isa`'s table.
+bool isa_supported(Isa isa);
+// The ISA the default table uses: detect_isa(), or lower when the environment variable
+// FERRY_ISA=scalar|avx2|avx512 asks for it (never higher than supported). Fixed at first call.
+Isa active_isa();
+
+// Converts n elements (a whole number of blocks) of a row.
+using ToFloatFn = void (*)(const void* src, float* dst, int64_t n);
+using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);
+// Dot product of n elements: a weight row `w` of the table's type with an activation row `a`
+// of its vec_dot_type. n is a whole number of blocks of both types.
+using VecDotFn = float (*)(int64_t n, const void* w, const void* a);
+// Dot products of one weight row with n_act activation rows (rows act_stride bytes apart):
+// out[j * out_stride] = vec_dot(n, w, a + j * act_stride). Batched so weights are loaded once.
+using VecDotBatchFn = void (*)(int64_t n, const void* w, const void* a, int64_t act_stride,
+                               int64_t n_act, float* out, int64_t out_stride);
+
+// Tile form, optional (nullptr where a type has none): for w < n_w weight rows (w_stride bytes
+// apart) and r < n_a activation rows, out[r * out_stride + w] = vec_dot(n, w_row, a_row),
+// bit-identical to vec_dot. Prefill uses it when present.
+using GemmFn = void (*)(int64_t n, const void* w, int64_t w_stride, int64_t n_w, const void* a,
+                        int64_t a_stride, int64_t n_a, float* out, int64_t out_stride);
+
+struct TypeKernels {
+  TensorType type = TensorType::kF32;
+  ToFloatFn to_float = nullptr;      // dequantize
+  FromFloatFn from_float = nullptr;  // quantize (reference quality, deterministic)
+  TensorType vec_dot_type = TensorType::kF32;  // what activations are quantized to
+  VecDotFn vec_dot = nullptr;
+  VecDotBatchFn vec_dot_batch = nullptr;
+  GemmFn gemm = nullptr;
+};
+
+// The table entry for `type` on the active ISA; nullptr for a type ferry does not run.
+const TypeKernels* kernels_for(TensorType type);
+// The table entry for `type` on a given ISA (for tests and benchmarks); nullptr when the type
+// does not run or the CPU lacks the ISA.
+const TypeKernels* kernels_for(TensorType type, Isa isa);
+
+// Scalar reference quantizers of the activation types, exported for tests.
+void quantize_row_q8_0_ref(const float* x, void* y, int64_t n);
+void quantize_row_q8_k_ref(const float* x, void* y, int64_t n);
+
+// Vector helpers for the forward pass (attention over an F16 KV cache and the like), on the
+// active ISA.
+float dot_f32(int64_t n, const float* a, const float* b);
+float dot_f16_f32(int64_t n, const uint16_t* a, const float* b);
+// y[i] += alpha * float(x[i])
+void axpy_f16(int64_t n, float alpha, const uint16_t* x, float* y);
+void fp32_to_fp16_row(const float* src, uint16_t* dst, int64_t n);
+void fp16_to_fp32_row(const uint16_t* src, float* dst, int64_t n);
+
+}  // namespace ferry::kernels

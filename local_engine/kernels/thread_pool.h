@@ -1,0 +1,43 @@
+// A persistent pool of compute threads for data-parallel kernels (matmul and friends).
+// run() must be called from one thread at a time (the pool's owner); workers spin briefly
+// between jobs, then sleep, so back-to-back decode steps pay no wake-up latency.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace ferry::kernels {
+
+class ThreadPool {
+ public:
+  // n_threads counts the calling thread; 0 means std::thread::hardware_concurrency().
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int n_threads() const { return n_threads_; }
+
+  // Calls fn(thread_index, n_threads) once on every thread (the caller is index 0) and
+  // returns when all have returned. fn must not throw.
+  void run(const std::function<void(int, int)>& fn);
+
+  // Splits [0, n) into n_threads contiguous ranges (multiples of `grain` except the last)
+  // and calls fn(begin, end) for each non-empty one.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void worker_loop(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int, int)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace ferry::kernels

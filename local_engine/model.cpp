@@ -1,0 +1,215 @@
+#include "local_engine/model.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace ferry::engine {
+namespace {
+
+Error load_error(std::string message) {
+  return Error::make(ErrorCode::kInvalidRequest, "model: " + std::move(message));
+}
+
+class Loader {
+ public:
+  explicit Loader(const ModelSource& source) : source_(source) {}
+
+  // A tensor with exactly the given shape (cols, rows); rows == 0 means 1-D of `cols`.
+  Result<WeightView> get(const std::string& name, int64_t cols, int64_t rows,
+                         bool optional = false) const {
+    const SourceTensor* t = source_.tensor(name);
+    if (t == nullptr) {
+      if (optional) return WeightView{};
+      return load_error("missing tensor '" + name + "'");
+    }
+    const auto type = static_cast<WeightType>(t->ggml_type);
+    if (!kernels::tensor_type_known(t->ggml_type) || !kernels::tensor_type_runs(type)) {
+      const std::string_view type_name = kernels::tensor_type_name(type);
+      return load_error("tensor '" + name + "' has unsupported type " +
+                        (type_name == "?" ? std::to_string(t->ggml_type) : std::string(type_name)));
+    }
+    const bool is_1d = rows == 0;
+    const size_t want_dims = is_1d ? 1 : 2;
+    bool shape_ok = t->dims.size() >= want_dims && t->dims[0] == cols &&
+                    (is_1d || t->dims[1] == rows);
+    for (size_t i = want_dims; shape_ok && i < t->dims.size(); ++i) shape_ok = t->dims[i] == 1;
+    if (!shape_ok) {
+      std::string got;
+      for (int64_t d : t->dims) got += (got.empty() ? "" : "x") + std::to_string(d);
+      return load_error("tensor '" + name + "' has shape [" + got + "], expected [" +
+                        std::to_string(cols) + (is_1d ? "" : "x" + std::to_string(rows)) + "]");
+    }
+    WeightView view;
+    view.type = type;
+    view.cols = cols;
+    view.rows = is_1d ? 1 : rows;
+    view.row_bytes = static_cast<size_t>(kernels::row_bytes(type, cols).value_or(0));
+    if (view.row_bytes == 0) {
+      return load_error("tensor '" + name + "': row of " + std::to_string(cols) +
+                        " elements is not a whole number of " +
+                        std::string(kernels::tensor_type_name(type)) + " blocks");
+    }
+    if (t->data == nullptr || t->n_bytes < view.row_bytes * static_cast<size_t>(view.rows)) {
+      return load_error("tensor '" + name + "' is shorter than its shape");
+    }
+    view.data = t->data;
+    return view;
+  }
+
+  // Norm weights and biases are used as float vectors by the forward pass.
+  Result<WeightView> get_f32(const std::string& name, int64_t n, bool optional = false) const {
+    auto view = get(name, n, 0, optional);
+    if (!view) return view;
+    if (view->data != nullptr && view->type != WeightType::kF32) {
+      return load_error("tensor '" + name + "' must be F32, is " +
+                        std::string(kernels::tensor_type_name(view->type)));
+    }
+    return view;
+  }
+
+ private:
+  const ModelSource& source_;
+};
+
+Result<ModelConfig> read_config(const ModelSource& source) {
+  ModelConfig c;
+  const auto arch = source.get_string("general.architecture");
+  if (!arch) return load_error("missing general.architecture");
+  c.arch_name = *arch;
+  if (*arch == "llama") {
+    c.arch = Arch::kLlama;
+    c.rope_layout = RopeLayout::kNormal;
+  } else if (*arch == "qwen2") {
+    c.arch = Arch::kQwen2;
+    c.rope_layout = RopeLayout::kNeox;
+  } else if (*arch == "qwen3") {
+    c.arch = Arch::kQwen3;
+    c.rope_layout = RopeLayout::kNeox;
+  } else {
+    return load_error("unsupported architecture '" + *arch + "' (supported: llama, qwen2, qwen3)");
+  }
+  const std::string p = *arch + ".";
+  auto need = [&](const std::string& key, int64_t& out, int64_t max) -> Status {
+    const auto v = source.get_int(p + key);
+    if (!v) return load_error("missing " + p + key);
+    if (*v <= 0 || *v > max) return load_error(p + key + " out of range: " + std::to_string(*v));
+    out = *v;
+    return {};
+  };
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  if (auto s = need("embedding_length", c.n_embd, kMaxDim); !s) return s.error();
+  if (auto s = need("block_count", c.n_layer, 4096); !s) return s.error();
+  if (auto s = need("feed_forward_length", c.n_ff, kMaxDim); !s) return s.error();
+  if (auto s = need("attention.head_count", c.n_head, 4096); !s) return s.error();
+  c.n_head_kv = source.get_int(p + "attention.head_count_kv").value_or(c.n_head);
+  if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) {
+    return load_error("attention.head_count_kv " + std::to_string(c.n_head_kv) +
+                      " does not divide head_count " + std::to_string(c.n_head));
+  }
+  c.head_dim = source.get_int(p + "attention.key_length").value_or(c.n_embd / c.n_head);
+  const int64_t value_length = source.get_int(p + "attention.value_length").value_or(c.head_dim);
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0 || c.head_dim > 4096 || value_length != c.head_dim) {
+    return load_error("unsupported head size (key " + std::to_string(c.head_dim) + ", value " +
+                      std::to_string(value_length) + ")");
+  }
+  c.n_ctx_train = source.get_int(p + "context_length").value_or(4096);
+  if (c.n_ctx_train <= 0) return load_error("context_length must be positive");
+  c.rope_dim = source.get_int(p + "rope.dimension_count").value_or(c.head_dim);
+  if (c.rope_dim <= 0 || c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
+    return load_error("rope.dimension_count out of range: " + std::to_string(c.rope_dim));
+  }
+  c.rms_eps = static_cast<float>(
+      source.get_float(p + "attention.layer_norm_rms_epsilon").value_or(c.arch == Arch::kLlama
+                                                                             ? 1e-5
+                                                                             : 1e-6));
+  if (!(c.rms_eps > 0.0f)) return load_error("layer_norm_rms_epsilon must be positive");
+  c.rope_theta = static_cast<float>(source.get_float(p + "rope.freq_base").value_or(10000.0));
+  if (!(c.rope_theta > 0.0f)) return load_error("rope.freq_base must be positive");
+  const auto scaling_type = source.get_string(p + "rope.scaling.type");
+  double factor = source.get_float(p + "rope.scaling.factor").value_or(0.0);
+  if (factor == 0.0) factor = source.get_float(p + "rope.scale_linear").value_or(0.0);
+  if (scaling_type && *scaling_type != "none" && *scaling_type != "linear") {
+    return load_error("unsupported rope scaling '" + *scaling_type + "'");
+  }
+  if (factor > 0.0 && (!scaling_type || *scaling_type == "linear")) {
+    c.rope_freq_scale = static_cast<float>(1.0 / factor);
+  }
+  return c;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelSource> source) {
+  if (!source) return load_error("no source");
+  auto config = read_config(*source);
+  if (!config) return std::move(config).error();
+  auto model = std::unique_ptr<Model>(new Model());
+  model->source_ = std::move(source);
+  ModelConfig& c = model->config_;
+  c = std::move(config).value();
+  const ModelSource& src = *model->source_;
+
+  const SourceTensor* embd = src.tensor("token_embd.weight");
+  if (embd == nullptr || embd->dims.size() < 2) return load_error("missing token_embd.weight");
+  c.n_vocab = embd->dims[1];
+  if (c.n_vocab <= 0 || c.n_vocab > (int64_t{1} << 24)) return load_error("bad vocabulary size");
+
+  Loader loader(src);
+#define FERRY_LOAD(dst, expr)                      \
+  do {                                             \
+    auto loaded = (expr);                          \
+    if (!loaded) return std::move(loaded).error(); \
+    dst = loaded.value();                          \
+  } while (0)
+  FERRY_LOAD(model->token_embd, loader.get("token_embd.weight", c.n_embd, c.n_vocab));
+  FERRY_LOAD(model->output_norm, loader.get_f32("output_norm.weight", c.n_embd));
+  FERRY_LOAD(model->output, loader.get("output.weight", c.n_embd, c.n_vocab, true));
+  if (model->output.data == nullptr) {
+    model->output = model->token_embd;
+    c.tied_output = true;
+  }
+  const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  model->layers.resize(static_cast<size_t>(c.n_layer));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    LayerWeights& l = model->layers[static_cast<size_t>(i)];
+    const std::string b = "blk." + std::to_string(i) + ".";
+    FERRY_LOAD(l.attn_norm, loader.get_f32(b + "attn_norm.weight", c.n_embd));
+    FERRY_LOAD(l.wq, loader.get(b + "attn_q.weight", c.n_embd, q_dim));
+    FERRY_LOAD(l.wk, loader.get(b + "attn_k.weight", c.n_embd, kv_dim));
+    FERRY_LOAD(l.wv, loader.get(b + "attn_v.weight", c.n_embd, kv_dim));
+    FERRY_LOAD(l.wo, loader.get(b + "attn_output.weight", q_dim, c.n_embd));
+    const bool bias_required = c.arch == Arch::kQwen2;
+    FERRY_LOAD(l.bq, loader.get_f32(b + "attn_q.bias", q_dim, !bias_required));
+    FERRY_LOAD(l.bk, loader.get_f32(b + "attn_k.bias", kv_dim, !bias_required));
+    FERRY_LOAD(l.bv, loader.get_f32(b + "attn_v.bias", kv_dim, !bias_required));
+    const bool qk_norm = c.arch == Arch::kQwen3;
+    FERRY_LOAD(l.q_norm, loader.get_f32(b + "attn_q_norm.weight", c.head_dim, !qk_norm));
+    FERRY_LOAD(l.k_norm, loader.get_f32(b + "attn_k_norm.weight", c.head_dim, !qk_norm));
+    FERRY_LOAD(l.ffn_norm, loader.get_f32(b + "ffn_norm.weight", c.n_embd));
+    FERRY_LOAD(l.w_gate, loader.get(b + "ffn_gate.weight", c.n_embd, c.n_ff));
+    FERRY_LOAD(l.w_up, loader.get(b + "ffn_up.weight", c.n_embd, c.n_ff));
+    FERRY_LOAD(l.w_down, loader.get(b + "ffn_down.weight", c.n_ff, c.n_embd));
+  }
+
+  // RoPE inverse frequencies, with Llama 3's per-frequency factors when the file carries them.
+  const int64_t n_freq = c.rope_dim / 2;
+  WeightView factors;
+  FERRY_LOAD(factors, loader.get_f32("rope_freqs.weight", n_freq, true));
+#undef FERRY_LOAD
+  model->rope_inv_freq.resize(static_cast<size_t>(n_freq));
+  for (int64_t i = 0; i < n_freq; ++i) {
+    double inv = std::pow(static_cast<double>(c.rope_theta),
+                          -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dim));
+    inv *= c.rope_freq_scale;
+    if (factors.data != nullptr) {
+      float f;
+      std::memcpy(&f, factors.row(0) + i * sizeof(float), sizeof(f));
+      if (!(f > 0.0f)) return load_error("rope_freqs.weight has a non-positive factor");
+      inv /= f;
+    }
+    model->rope_inv_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
+  }
+  return model;
+}
+
+}  // namespace ferry::engine

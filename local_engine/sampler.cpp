@@ -1,0 +1,114 @@
+#include "local_engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace ferry::engine {
+
+Sampler::Sampler(SamplingParams params)
+    : params_(std::move(params)), rng_state_(params_.seed ^ 0x9e3779b97f4a7c15ull) {}
+
+void Sampler::accept(int32_t token) { history_.push_back(token); }
+
+double Sampler::next_uniform() {
+  // splitmix64: tiny, fast, and fully specified here, so a seed means the same draws everywhere.
+  uint64_t z = (rng_state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int32_t Sampler::sample(std::span<float> logits) {
+  const auto n_vocab = static_cast<int32_t>(logits.size());
+  for (const auto& [token, bias] : params_.logit_bias) {
+    if (token >= 0 && token < n_vocab) logits[static_cast<size_t>(token)] += bias;
+  }
+
+  const bool penalize = params_.repetition_penalty != 1.0f || params_.frequency_penalty != 0.0f ||
+                        params_.presence_penalty != 0.0f;
+  if (penalize && !history_.empty()) {
+    size_t first = 0;
+    if (params_.penalty_last_n >= 0 &&
+        history_.size() > static_cast<size_t>(params_.penalty_last_n)) {
+      first = history_.size() - static_cast<size_t>(params_.penalty_last_n);
+    }
+    std::unordered_map<int32_t, int> counts;
+    for (size_t i = first; i < history_.size(); ++i) ++counts[history_[i]];
+    for (const auto& [token, count] : counts) {
+      if (token < 0 || token >= n_vocab) continue;
+      float& l = logits[static_cast<size_t>(token)];
+      if (params_.repetition_penalty != 1.0f) {
+        l = l > 0.0f ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+      }
+      l -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
+    }
+  }
+
+  if (params_.temperature <= 0.0f) {
+    // Greedy: the first of the largest logits.
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+
+  candidates_.clear();
+  for (int32_t i = 0; i < n_vocab; ++i) {
+    const float l = logits[static_cast<size_t>(i)];
+    if (l != -std::numeric_limits<float>::infinity()) candidates_.emplace_back(l, i);
+  }
+  if (candidates_.empty()) return 0;
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  size_t keep = candidates_.size();
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
+    keep = static_cast<size_t>(params_.top_k);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep),
+                      candidates_.end(), by_logit);
+    candidates_.resize(keep);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+
+  // Softmax with temperature, as probabilities in place of logits.
+  const float max_logit = candidates_.front().first;
+  double sum = 0.0;
+  std::vector<double> probs(candidates_.size());
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    probs[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit) /
+                        static_cast<double>(params_.temperature));
+    sum += probs[i];
+  }
+  for (double& p : probs) p /= sum;
+
+  // top-p: the smallest prefix whose mass reaches p (at least one token).
+  size_t n = probs.size();
+  if (params_.top_p < 1.0f) {
+    double mass = 0.0;
+    for (size_t i = 0; i < probs.size(); ++i) {
+      mass += probs[i];
+      if (mass >= static_cast<double>(params_.top_p)) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  // min-p: drop tokens below min_p times the most likely one.
+  if (params_.min_p > 0.0f) {
+    const double floor = probs[0] * static_cast<double>(params_.min_p);
+    size_t kept = 1;
+    while (kept < n && probs[kept] >= floor) ++kept;
+    n = kept;
+  }
+
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) total += probs[i];
+  double r = next_uniform() * total;
+  for (size_t i = 0; i < n; ++i) {
+    r -= probs[i];
+    if (r < 0.0) return candidates_[i].second;
+  }
+  return candidates_[n - 1].second;
+}
+
+}  // namespace ferry::engine

@@ -1,0 +1,262 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ledger/report.h"
+#include "ledger/sqlite_db.h"
+#include "test_util.h"
+
+namespace ferry::ledger {
+namespace {
+
+using testing::catalog_from;
+using testing::kJune15;
+using testing::simple_record;
+using testing::TempDir;
+using testing::tokens_of;
+
+const char* kPrices = R"(
+- {model: gpu-large, effective_from: 2026-01-01, input: 3.00, cached_input: 0.30, output: 15.00, reasoning: 17.00}
+- {model: gpu-mid, effective_from: 2026-01-01, input: 0.70, output: 2.10}
+- {model: local-small, effective_from: 2026-01-01, internal: true, input: 0.013, output: 0.027}
+)";
+
+// A ledger of varied rows: 4 teams, 3 days, 4 targets (one unpriced), tasks, attempts.
+class ReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.file("l.db");
+    LedgerConfig config;
+    config.path = path_;
+    config.reference_model = "gpu-large";
+    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    ASSERT_TRUE(ledger);
+    const char* targets[] = {"gpu-large", "gpu-mid", "local-small", "unpriced-model"};
+    uint64_t seed = 12345;
+    auto next = [&seed](int64_t mod) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      return static_cast<int64_t>((seed >> 33) % static_cast<uint64_t>(mod));
+    };
+    for (int i = 0; i < 400; ++i) {
+      int64_t t = kJune15 + (i % 3) * kMicrosPerDay + i * 1000;
+      RequestRecord r = simple_record(targets[next(4)],
+                                      tokens_of(next(5000), next(3000), next(2000), next(700)), t);
+      r.team = "team-" + std::to_string(next(4));
+      r.key_id = "key-" + std::to_string(next(6));
+      r.task_id = "task-" + std::to_string(i % 7);
+      r.rule_id = i % 2 == 0 ? "cheap-first" : "default";
+      if (i % 25 == 0) {
+        AttemptRecord a1;
+        a1.target = "gpu-mid";
+        a1.tokens = tokens_of(100, 0, 7, 0);
+        AttemptRecord a2;
+        a2.target = "gpu-large";
+        a2.tokens = tokens_of(100, 50, 9, 3);
+        r.target = "gpu-large";
+        r.attempts = {a1, a2};
+      }
+      (*ledger)->record(std::move(r), [](const Status& st) { EXPECT_TRUE(st); });
+    }
+    (*ledger)->flush();
+  }
+
+  int64_t db_sum(const std::string& sql) {
+    auto db = Db::open(path_, true);
+    auto stmt = db->prepare(sql);
+    EXPECT_TRUE(stmt);
+    auto has = stmt->step();
+    EXPECT_TRUE(has && *has);
+    return stmt->int_at(0);
+  }
+
+  TempDir dir_;
+  std::string path_;
+};
+
+void expect_same(const Report& a, const Report& b) {
+  ASSERT_EQ(a.rows.size(), b.rows.size());
+  for (size_t i = 0; i < a.rows.size(); ++i) {
+    EXPECT_EQ(a.rows[i].group, b.rows[i].group);
+    EXPECT_EQ(a.rows[i].requests, b.rows[i].requests);
+    EXPECT_EQ(a.rows[i].unpriced_requests, b.rows[i].unpriced_requests);
+    EXPECT_EQ(a.rows[i].input_tokens, b.rows[i].input_tokens);
+    EXPECT_EQ(a.rows[i].reasoning_tokens, b.rows[i].reasoning_tokens);
+    EXPECT_EQ(a.rows[i].total, b.rows[i].total);
+    EXPECT_EQ(a.rows[i].cost_cached, b.rows[i].cost_cached);
+    EXPECT_EQ(a.rows[i].avoided, b.rows[i].avoided);
+    EXPECT_EQ(a.rows[i].first_us, b.rows[i].first_us);
+    EXPECT_EQ(a.rows[i].last_us, b.rows[i].last_us);
+  }
+}
+
+TEST_F(ReportTest, GroupsReconcileToTheMicroUnit) {
+  int64_t ledger_total = db_sum("SELECT SUM(cost_total) FROM requests");
+  int64_t ledger_output = db_sum("SELECT SUM(COALESCE(cost_output,0)) FROM requests");
+  int64_t unpriced = db_sum("SELECT COUNT(*) FROM requests WHERE pricing='unpriced'");
+  ASSERT_GT(unpriced, 0);
+  for (const char* by : {"team", "key", "project", "model", "target", "rule", "day", "month",
+                         "task", "team,day", "day,team,model"}) {
+    ReportQuery query;
+    query.by = *parse_report_by_list(by);
+    auto report = run_report(path_, query);
+    ASSERT_TRUE(report) << report.error().message;
+    Money sum;
+    int64_t requests = 0;
+    for (const auto& row : report->rows) {
+      sum += row.total;
+      requests += row.requests;
+      EXPECT_EQ(row.total, row.cost_input + row.cost_cached + row.cost_output + row.cost_reasoning);
+    }
+    EXPECT_EQ(sum.micros(), ledger_total) << by;
+    EXPECT_EQ(report->totals.total.micros(), ledger_total) << by;
+    EXPECT_EQ(report->totals.cost_output.micros(), ledger_output) << by;
+    EXPECT_EQ(report->totals.unpriced_requests, unpriced) << by;
+    EXPECT_EQ(requests, 400) << by;
+    // The daily aggregate and the rows agree.
+    query.force_raw = true;
+    auto raw = run_report(path_, query);
+    ASSERT_TRUE(raw);
+    expect_same(*report, *raw);
+  }
+}
+
+TEST_F(ReportTest, TaskReportHasFirstAndLastRequest) {
+  ReportQuery query;
+  query.by = {ReportBy::kTask};
+  auto report = run_report(path_, query);
+  ASSERT_TRUE(report);
+  ASSERT_EQ(report->rows.size(), 7u);
+  EXPECT_FALSE(report->from_aggregate);
+  const ReportRow& task0 = report->rows[0];
+  EXPECT_EQ(task0.group[0], "task-0");
+  EXPECT_EQ(task0.first_us, db_sum("SELECT MIN(started_us) FROM requests WHERE task_id='task-0'"));
+  EXPECT_EQ(task0.last_us, db_sum("SELECT MAX(ended_us) FROM requests WHERE task_id='task-0'"));
+  EXPECT_GT(task0.last_us, task0.first_us);
+}
+
+TEST_F(ReportTest, FiltersAndDates) {
+  ReportQuery query;
+  query.by = {ReportBy::kDay};
+  query.filter.team = "team-1";
+  query.filter.from = CivilDate{2026, 6, 16};
+  query.filter.to = CivilDate{2026, 6, 16};
+  auto report = run_report(path_, query);
+  ASSERT_TRUE(report);
+  ASSERT_EQ(report->rows.size(), 1u);
+  EXPECT_EQ(report->rows[0].group[0], "2026-06-16");
+  EXPECT_EQ(report->totals.total.micros(),
+            db_sum("SELECT COALESCE(SUM(cost_total),0) FROM requests WHERE team='team-1' AND "
+                   "day='2026-06-16'"));
+}
+
+TEST_F(ReportTest, FiltersAreParameterisedNotSql) {
+  const char* attacks[] = {
+      "team-1' OR '1'='1",
+      "team-1\" OR \"1\"=\"1",
+      "x'; DROP TABLE requests; --",
+      "') UNION SELECT name,1,1,1,1,1,1,1,1,1,1,1,1,1,1 FROM sqlite_master --",
+      "%",
+  };
+  for (const char* attack : attacks) {
+    for (bool raw : {false, true}) {
+      ReportQuery query;
+      query.by = {ReportBy::kTeam};
+      query.force_raw = raw;
+      query.filter.team = attack;
+      query.filter.key_id = attack;
+      auto report = run_report(path_, query);
+      ASSERT_TRUE(report) << attack;
+      EXPECT_TRUE(report->rows.empty()) << attack;
+      EXPECT_EQ(report->totals.requests, 0);
+      std::vector<std::string> chunks;
+      ReportFilter filter;
+      filter.task_id = attack;
+      ASSERT_TRUE(export_csv(path_, filter, [&](std::string_view c) {
+        chunks.emplace_back(c);
+        return true;
+      }));
+      ASSERT_EQ(chunks.size(), 1u);  // the header only
+    }
+  }
+  EXPECT_EQ(db_sum("SELECT COUNT(*) FROM requests"), 400);
+}
+
+TEST_F(ReportTest, MoneyIsExactDecimalTextInJsonAndCsv) {
+  ReportQuery query;
+  query.by = {ReportBy::kTeam};
+  auto report = run_report(path_, query);
+  ASSERT_TRUE(report);
+  auto json = nlohmann::json::parse(format_report(*report, ReportFormat::kJson, true));
+  EXPECT_EQ(json["currency"], "USD");
+  ASSERT_EQ(json["groups"].size(), report->rows.size());
+  Money sum;
+  for (const auto& group : json["groups"]) {
+    ASSERT_TRUE(group["cost"]["total"].is_string());
+    ASSERT_TRUE(group["avg_per_request"].is_string());
+    ASSERT_TRUE(group["savings"]["saved"].is_string());
+    auto total = Money::parse(group["cost"]["total"].get<std::string>());
+    ASSERT_TRUE(total);
+    sum += *total;
+  }
+  EXPECT_EQ(json["totals"]["cost"]["total"].get<std::string>(), sum.to_string());
+  EXPECT_EQ(sum, report->totals.total);
+  std::string csv = format_report(*report, ReportFormat::kCsv, false);
+  EXPECT_EQ(csv.rfind("team,requests,unpriced_requests,", 0), 0u);
+  EXPECT_NE(csv.find("TOTAL,400,"), std::string::npos);
+  EXPECT_NE(csv.find("," + report->totals.total.to_string() + ","), std::string::npos);
+  std::string table = format_report(*report, ReportFormat::kTable, true);
+  EXPECT_NE(table.find("saved"), std::string::npos);
+  EXPECT_NE(table.find(report->totals.total.to_string()), std::string::npos);
+}
+
+TEST_F(ReportTest, SavingsCompareActualWithTheReferenceModel) {
+  ReportQuery query;
+  query.by = {ReportBy::kTarget};
+  auto report = run_report(path_, query);
+  ASSERT_TRUE(report);
+  for (const auto& row : report->rows) {
+    EXPECT_GE(row.avoided, Money());
+    if (row.group[0] == "gpu-mid" || row.group[0] == "local-small") {
+      EXPECT_GT(row.saved(), Money()) << row.group[0];
+    }
+    if (row.group[0] == "unpriced-model") {
+      EXPECT_EQ(row.avoided, Money());
+    }
+  }
+}
+
+TEST_F(ReportTest, ExportStreamsInChunks) {
+  std::vector<std::string> chunks;
+  ASSERT_TRUE(export_csv(path_, ReportFilter{}, [&](std::string_view c) {
+    chunks.emplace_back(c);
+    return true;
+  }, 4096));
+  EXPECT_GT(chunks.size(), 10u);
+  std::string all;
+  for (const auto& c : chunks) {
+    EXPECT_LE(c.size(), 4096u + 4096u);
+    all += c;
+  }
+  EXPECT_EQ(std::count(all.begin(), all.end(), '\n'), 401);
+  EXPECT_EQ(all.rfind("seq,id,kind,", 0), 0u);
+  // Unpriced rows have empty cost cells, never 0.
+  EXPECT_NE(all.find(",unpriced,,,,,,,"), std::string::npos);
+  // A sink that stops ends the export early.
+  int calls = 0;
+  ASSERT_TRUE(export_csv(path_, ReportFilter{}, [&](std::string_view) { return ++calls < 2; }, 1024));
+  EXPECT_EQ(calls, 2);
+}
+
+TEST(ReportFormat, CsvFieldsAreQuotedAndDefused) {
+  EXPECT_EQ(csv_field("plain", true), "plain");
+  EXPECT_EQ(csv_field("a,b", true), "\"a,b\"");
+  EXPECT_EQ(csv_field("say \"hi\"", true), "\"say \"\"hi\"\"\"");
+  EXPECT_EQ(csv_field("=HYPERLINK(1)", true), "'=HYPERLINK(1)");
+  EXPECT_EQ(csv_field("-1.500000", false), "-1.500000");
+  EXPECT_FALSE(parse_report_by_list("team,team"));
+  EXPECT_FALSE(parse_report_by_list("team;drop"));
+  EXPECT_FALSE(parse_report_by_list(""));
+}
+
+}  // namespace
+}  // namespace ferry::ledger

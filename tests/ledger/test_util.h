@@ -1,0 +1,83 @@
+// Helpers for the ledger tests: a temporary directory and small record builders.
+// Single-threaded use per test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <string>
+
+#include "common/yaml_util.h"
+#include "ledger/ledger.h"
+
+namespace ferry::ledger::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "ferry_ledger_XXXXXX").string();
+    char* made = mkdtemp(pattern.data());
+    EXPECT_NE(made, nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline PriceCatalog catalog_from(const std::string& yaml_text) {
+  return PriceCatalog::from_yaml(yaml::parse(yaml_text, "test.yaml"), "test.yaml");
+}
+
+inline std::vector<BudgetDef> budgets_from(const std::string& yaml_text) {
+  return parse_budgets(yaml::parse(yaml_text, "test.yaml"), "test.yaml");
+}
+
+// 2026-06-15T12:00:00Z
+constexpr int64_t kJune15 = 1781524800LL * 1000000;
+
+inline RequestRecord simple_record(const std::string& target, Tokens tokens,
+                                   int64_t started_us = kJune15) {
+  RequestRecord r;
+  r.started_us = started_us;
+  r.ended_us = started_us + 1500000;
+  r.key_id = "key-a";
+  r.team = "team-a";
+  r.project = "proj-a";
+  r.requested_model = target;
+  r.target = target;
+  r.upstream_model = target + "-upstream";
+  r.rule_id = "default";
+  r.policy_version = "p1";
+  r.tokens = tokens;
+  r.timings = Timings{10, 20, 300, 1500000};
+  return r;
+}
+
+inline Tokens tokens_of(int64_t input, int64_t cached, int64_t output, int64_t reasoning,
+                        TokenSource source = TokenSource::kBackend) {
+  Tokens t;
+  t.input = {input, source};
+  t.cached_input = {cached, source};
+  t.output = {output, source};
+  t.reasoning = {reasoning, source};
+  return t;
+}
+
+// Records and waits until durable.
+inline Status record_durably(Ledger& ledger, RequestRecord record, std::string* id = nullptr) {
+  std::promise<Status> done;
+  auto fut = done.get_future();
+  std::string got = ledger.record(std::move(record), [&done](const Status& st) { done.set_value(st); });
+  if (id != nullptr) *id = got;
+  return fut.get();
+}
+
+}  // namespace ferry::ledger::testing

@@ -1,0 +1,137 @@
+#include <gtest/gtest.h>
+
+#include "ledger/sqlite_db.h"
+#include "ledger/verify.h"
+#include "test_util.h"
+
+namespace ferry::ledger {
+namespace {
+
+using testing::catalog_from;
+using testing::record_durably;
+using testing::simple_record;
+using testing::TempDir;
+using testing::tokens_of;
+
+const char* kPrices = R"(
+- {model: gpu-large, effective_from: 2026-01-01, input: 3.00, output: 15.00}
+)";
+
+class VerifyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.file("l.db");
+    write_rows(5);
+  }
+
+  void write_rows(int count) {
+    LedgerConfig config;
+    config.path = path_;
+    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    ASSERT_TRUE(ledger);
+    for (int i = 0; i < count; ++i) {
+      RequestRecord r = simple_record(i == 2 ? "nope" : "gpu-large", tokens_of(100 + i, 0, 10, 0));
+      if (i == 1) {
+        AttemptRecord a;
+        a.target = "gpu-large";
+        a.tokens = r.tokens;
+        r.attempts = {a, a};
+      }
+      std::string id;
+      ASSERT_TRUE(record_durably(**ledger, r, &id));
+      ids_.push_back(id);
+    }
+    Adjustment adj;
+    adj.adjusts_id = ids_[0];
+    adj.output = Money::from_micros(-5);
+    std::promise<Status> done;
+    (*ledger)->adjust(adj, [&](const Status& st) { done.set_value(st); });
+    ASSERT_TRUE(done.get_future().get());
+  }
+
+  // Tampering needs the append-only triggers out of the way first.
+  void tamper(const std::string& sql) {
+    auto db = Db::open(path_, false);
+    ASSERT_TRUE(db);
+    ASSERT_TRUE(db->exec("DROP TRIGGER requests_no_update; DROP TRIGGER requests_no_delete;"
+                         "DROP TRIGGER attempts_no_update;" + sql));
+  }
+
+  VerifyResult verify() {
+    auto result = verify_ledger(path_);
+    EXPECT_TRUE(result) << result.error().message;
+    return result ? *result : VerifyResult{};
+  }
+
+  static bool mentions(const VerifyResult& r, const std::string& text) {
+    for (const auto& p : r.problems) {
+      if (p.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  TempDir dir_;
+  std::string path_;
+  std::vector<std::string> ids_;
+};
+
+TEST_F(VerifyTest, CleanLedgerPasses) {
+  VerifyResult r = verify();
+  EXPECT_TRUE(r.ok()) << (r.problems.empty() ? "" : r.problems[0]);
+  EXPECT_EQ(r.rows, 6);
+  EXPECT_EQ(r.attempts, 2);
+  EXPECT_EQ(r.adjustments, 1);
+}
+
+TEST_F(VerifyTest, DetectsATamperedRow) {
+  tamper("UPDATE requests SET output_tokens = output_tokens - 1 WHERE id = '" + ids_[3] + "'");
+  VerifyResult r = verify();
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(mentions(r, "hash mismatch"));
+  EXPECT_TRUE(mentions(r, ids_[3]));
+}
+
+TEST_F(VerifyTest, DetectsABrokenTotal) {
+  tamper("UPDATE requests SET cost_total = cost_total + 1 WHERE id = '" + ids_[4] + "'");
+  VerifyResult r = verify();
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(mentions(r, "cost_total"));
+  EXPECT_TRUE(mentions(r, "daily aggregate"));
+}
+
+TEST_F(VerifyTest, DetectsATamperedAttempt) {
+  tamper("UPDATE attempts SET cost_output = cost_output + 7, cost_total = cost_total + 7 "
+         "WHERE attempt = 2");
+  VerifyResult r = verify();
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(mentions(r, "hash mismatch"));
+  EXPECT_TRUE(mentions(r, "cost_output != sum over its attempts"));
+}
+
+TEST_F(VerifyTest, DetectsRemovedRows) {
+  tamper("DELETE FROM requests WHERE id = '" + ids_[2] + "'");
+  VerifyResult middle = verify();
+  EXPECT_TRUE(mentions(middle, "prev_hash"));
+}
+
+TEST_F(VerifyTest, DetectsATruncatedTail) {
+  tamper("DELETE FROM requests WHERE seq = (SELECT MAX(seq) FROM requests)");
+  VerifyResult r = verify();
+  EXPECT_TRUE(mentions(r, "chain head"));
+}
+
+TEST_F(VerifyTest, ChainContinuesAfterReopen) {
+  std::string head_before = verify().head;
+  write_rows(3);
+  VerifyResult r = verify();
+  EXPECT_TRUE(r.ok()) << (r.problems.empty() ? "" : r.problems[0]);
+  EXPECT_EQ(r.rows, 10);
+  auto db = Db::open(path_, true);
+  auto stmt = db->prepare("SELECT prev_hash FROM requests WHERE seq = 7");
+  ASSERT_TRUE(stmt);
+  ASSERT_TRUE(*stmt->step());
+  EXPECT_EQ(stmt->text_at(0), head_before.substr(head_before.find(':') + 1));
+}
+
+}  // namespace
+}  // namespace ferry::ledger

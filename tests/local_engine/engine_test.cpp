@@ -1,0 +1,247 @@
+// The engine's forward pass against the plain float reference in test_model.cpp, for each
+// architecture and weight type, plus batching, multi-sequence and model-loading checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "local_engine/engine.h"
+#include "tests/local_engine/test_model.h"
+
+namespace ferry::engine {
+namespace {
+
+using testing::TinyShape;
+
+std::unique_ptr<Engine> make_engine(std::shared_ptr<testing::MemorySource> src, int threads = 2) {
+  auto model = Model::load(src);
+  EXPECT_TRUE(model.has_value()) << (model ? "" : model.error().message);
+  if (!model) return nullptr;
+  return std::make_unique<Engine>(std::move(model).value(), EngineOptions{threads, 64});
+}
+
+// Runs the whole prompt as one batch with logits for every position.
+std::vector<float> engine_logits(Engine& engine, const std::vector<int32_t>& tokens,
+                                 SeqId seq = 0) {
+  EXPECT_TRUE(engine.kv().seq_add(seq).has_value());
+  std::vector<BatchEntry> batch;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    batch.push_back({seq, static_cast<int64_t>(i), tokens[i], true});
+  }
+  std::vector<float> logits;
+  const Status s = engine.forward(batch, logits);
+  EXPECT_TRUE(s.has_value()) << (s ? "" : s.error().message);
+  return logits;
+}
+
+// Largest absolute difference, relative to the reference's largest magnitude.
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double max_diff = 0, max_ref = 1e-6;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[i] - want[i])));
+    max_ref = std::max(max_ref, static_cast<double>(std::fabs(want[i])));
+  }
+  return max_diff / max_ref;
+}
+
+const std::vector<int32_t> kPrompt = {1, 17, 42, 5, 88, 63, 9, 30, 71, 3, 50, 12};
+
+struct Case {
+  std::string arch;
+  WeightType type;
+  double tolerance;  // F16 KV cache; quantized weights also get quantized activations
+};
+
+class ForwardVsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ForwardVsReference, LogitsMatchThePlainFloatForwardPass) {
+  const Case& c = GetParam();
+  TinyShape shape;
+  shape.arch = c.arch;
+  const bool k_quant = c.type == WeightType::kQ4_K || c.type == WeightType::kQ5_K ||
+                       c.type == WeightType::kQ6_K;
+  if (k_quant) {  // rows must be whole 256-element super-blocks
+    shape.n_embd = 256;
+    shape.n_head = 8;
+    shape.n_head_kv = 2;
+    shape.head_dim = 32;
+    shape.n_ff = 512;
+  }
+  auto src = testing::make_tiny_model(shape, c.type, 7);
+  auto engine = make_engine(src);
+  ASSERT_TRUE(engine);
+  const auto want = testing::reference_logits(*src, shape, kPrompt);
+  const auto got = engine_logits(*engine, kPrompt);
+  EXPECT_LT(relative_error(got, want), c.tolerance) << c.arch << " " << kernels::tensor_type_name(c.type);
+  // The same greedy choice at every position.
+  const auto n_vocab = static_cast<size_t>(shape.n_vocab);
+  for (size_t t = 0; t < kPrompt.size(); ++t) {
+    auto argmax = [&](const std::vector<float>& v) {
+      return std::max_element(v.begin() + t * n_vocab, v.begin() + (t + 1) * n_vocab) -
+             (v.begin() + t * n_vocab);
+    };
+    const auto top = static_cast<size_t>(argmax(want));
+    // Allow a tie-level difference only.
+    EXPECT_NEAR(got[t * n_vocab + static_cast<size_t>(argmax(got))], got[t * n_vocab + top],
+                c.tolerance * 4)
+        << "position " << t;
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.arch + "_" + std::string(kernels::tensor_type_name(info.param.type));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Archs, ForwardVsReference,
+    ::testing::Values(Case{"llama", WeightType::kF32, 2e-3}, Case{"llama", WeightType::kF16, 2e-3},
+                      Case{"llama", WeightType::kBF16, 2e-3}, Case{"llama", WeightType::kQ8_0, 3e-2},
+                      Case{"llama", WeightType::kQ4_0, 3e-2}, Case{"llama", WeightType::kQ4_K, 3e-2},
+                      Case{"llama", WeightType::kQ5_K, 3e-2}, Case{"llama", WeightType::kQ6_K, 3e-2},
+                      Case{"qwen2", WeightType::kF32, 2e-3}, Case{"qwen2", WeightType::kF16, 2e-3},
+                      Case{"qwen2", WeightType::kQ8_0, 3e-2}, Case{"qwen2", WeightType::kQ4_K, 3e-2},
+                      Case{"qwen3", WeightType::kF32, 2e-3}, Case{"qwen3", WeightType::kF16, 2e-3},
+                      Case{"qwen3", WeightType::kQ8_0, 3e-2}, Case{"qwen3", WeightType::kQ6_K, 3e-2}),
+    case_name);
+
+TEST(Forward, TiedOutputAndLlama3RopeFactors) {
+  TinyShape shape;
+  shape.tied_output = true;
+  shape.llama3_rope_factors = true;
+  shape.rope_theta = 500000.0;
+  auto src = testing::make_tiny_model(shape, WeightType::kF32, 11);
+  auto engine = make_engine(src);
+  ASSERT_TRUE(engine);
+  EXPECT_TRUE(engine->config().tied_output);
+  const auto want = testing::reference_logits(*src, shape, kPrompt);
+  EXPECT_LT(relative_error(engine_logits(*engine, kPrompt), want), 2e-3);
+}
+
+TEST(Forward, TokenByTokenEqualsOneBatch) {
+  TinyShape shape;
+  auto src = testing::make_tiny_model(shape, WeightType::kQ8_0, 3);
+  auto engine = make_engine(src);
+  ASSERT_TRUE(engine);
+  const auto batched = engine_logits(*engine, kPrompt, 0);
+  ASSERT_TRUE(engine->kv().seq_add(1).has_value());
+  std::vector<float> stepped, logits;
+  for (size_t i = 0; i < kPrompt.size(); ++i) {
+    const BatchEntry e{1, static_cast<int64_t>(i), kPrompt[i], true};
+    ASSERT_TRUE(engine->forward(std::span<const BatchEntry>(&e, 1), logits).has_value());
+    stepped.insert(stepped.end(), logits.begin(), logits.end());
+  }
+  EXPECT_LT(relative_error(stepped, batched), 1e-4);
+}
+
+TEST(Forward, InterleavedSequencesInOneBatchMatchSeparateRuns) {
+  TinyShape shape;
+  auto src = testing::make_tiny_model(shape, WeightType::kF16, 5);
+  auto engine = make_engine(src, 1);
+  ASSERT_TRUE(engine);
+  const std::vector<int32_t> a = {4, 8, 15, 16, 23, 42};
+  const std::vector<int32_t> b = {7, 7, 9, 1};
+  const auto want_a = testing::reference_logits(*src, shape, a);
+  const auto want_b = testing::reference_logits(*src, shape, b);
+  ASSERT_TRUE(engine->kv().seq_add(10).has_value());
+  ASSERT_TRUE(engine->kv().seq_add(20).has_value());
+  std::vector<BatchEntry> batch;
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i < a.size()) batch.push_back({10, static_cast<int64_t>(i), a[i], i + 1 == a.size()});
+    if (i < b.size()) batch.push_back({20, static_cast<int64_t>(i), b[i], i + 1 == b.size()});
+  }
+  std::vector<float> logits;
+  ASSERT_TRUE(engine->forward(batch, logits).has_value());
+  const auto n_vocab = static_cast<size_t>(shape.n_vocab);
+  ASSERT_EQ(logits.size(), 2 * n_vocab);
+  // b ends first in batch order.
+  const std::vector<float> got_b(logits.begin(), logits.begin() + n_vocab);
+  const std::vector<float> got_a(logits.begin() + n_vocab, logits.end());
+  EXPECT_LT(relative_error(got_a, std::vector<float>(want_a.end() - n_vocab, want_a.end())), 2e-3);
+  EXPECT_LT(relative_error(got_b, std::vector<float>(want_b.end() - n_vocab, want_b.end())), 2e-3);
+  EXPECT_EQ(engine->kv().seq_len(10), 6);
+  EXPECT_EQ(engine->kv().seq_len(20), 4);
+}
+
+TEST(Forward, PrefixCopyAndTruncateReuseTheCache) {
+  TinyShape shape;
+  auto src = testing::make_tiny_model(shape, WeightType::kF32, 9);
+  auto engine = make_engine(src);
+  ASSERT_TRUE(engine);
+  const auto full = engine_logits(*engine, kPrompt, 0);
+  // A second sequence shares the first 8 positions, then computes the rest.
+  ASSERT_TRUE(engine->kv().seq_copy(0, 1, 8).has_value());
+  std::vector<BatchEntry> rest;
+  for (size_t i = 8; i < kPrompt.size(); ++i) {
+    rest.push_back({1, static_cast<int64_t>(i), kPrompt[i], true});
+  }
+  std::vector<float> logits;
+  ASSERT_TRUE(engine->forward(rest, logits).has_value());
+  const auto n_vocab = static_cast<size_t>(shape.n_vocab);
+  EXPECT_LT(relative_error(logits, std::vector<float>(full.begin() + 8 * n_vocab, full.end())),
+            1e-5);
+  // Truncating and recomputing the last token gives the same logits again.
+  engine->kv().seq_truncate(0, kPrompt.size() - 1);
+  const BatchEntry last{0, static_cast<int64_t>(kPrompt.size() - 1), kPrompt.back(), true};
+  ASSERT_TRUE(engine->forward(std::span<const BatchEntry>(&last, 1), logits).has_value());
+  EXPECT_LT(relative_error(logits, std::vector<float>(full.end() - n_vocab, full.end())), 1e-5);
+}
+
+TEST(Forward, RejectsBadBatchesWithoutTouchingTheCache) {
+  TinyShape shape;
+  auto src = testing::make_tiny_model(shape, WeightType::kF32, 1);
+  auto engine = make_engine(src);
+  ASSERT_TRUE(engine);
+  ASSERT_TRUE(engine->kv().seq_add(0).has_value());
+  std::vector<float> logits;
+  const BatchEntry bad_token{0, 0, static_cast<int32_t>(shape.n_vocab), true};
+  EXPECT_FALSE(engine->forward(std::span<const BatchEntry>(&bad_token, 1), logits).has_value());
+  const BatchEntry gap{0, 3, 1, true};
+  EXPECT_FALSE(engine->forward(std::span<const BatchEntry>(&gap, 1), logits).has_value());
+  const BatchEntry unknown{5, 0, 1, true};
+  EXPECT_FALSE(engine->forward(std::span<const BatchEntry>(&unknown, 1), logits).has_value());
+  EXPECT_EQ(engine->kv().seq_len(0), 0);
+  // A full context is an error, not a crash.
+  std::vector<BatchEntry> many;
+  for (int64_t i = 0; i <= engine->n_ctx(); ++i) many.push_back({0, i, 1, false});
+  const Status s = engine->forward(many, logits);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().code, ErrorCode::kContextOverflow);
+}
+
+TEST(ModelLoad, RefusesUnsupportedArchitectureByName) {
+  TinyShape shape;
+  auto src = testing::make_tiny_model(shape, WeightType::kF32, 1);
+  src->set_string("general.architecture", "gpt2");
+  auto model = Model::load(src);
+  ASSERT_FALSE(model.has_value());
+  EXPECT_NE(model.error().message.find("gpt2"), std::string::npos);
+}
+
+TEST(ModelLoad, RefusesMissingTensorsAndWrongShapes) {
+  TinyShape shape;
+  auto src = testing::make_tiny_model(shape, WeightType::kF32, 1);
+  src->remove_tensor("blk.1.ffn_up.weight");
+  auto model = Model::load(src);
+  ASSERT_FALSE(model.has_value());
+  EXPECT_NE(model.error().message.find("blk.1.ffn_up.weight"), std::string::npos);
+
+  auto src2 = testing::make_tiny_model(shape, WeightType::kF32, 1);
+  src2->add_tensor("blk.0.attn_k.weight", WeightType::kF32, shape.n_embd, 8,
+                   std::vector<float>(static_cast<size_t>(shape.n_embd * 8), 0.0f));
+  auto model2 = Model::load(src2);
+  ASSERT_FALSE(model2.has_value());
+  EXPECT_NE(model2.error().message.find("shape"), std::string::npos);
+
+  auto src3 = testing::make_tiny_model(shape, WeightType::kF32, 1);
+  src3->set_int("llama.attention.head_count_kv", 3);
+  EXPECT_FALSE(Model::load(src3).has_value());
+
+  TinyShape qwen;
+  qwen.arch = "qwen2";
+  auto src4 = testing::make_tiny_model(qwen, WeightType::kF32, 1);
+  src4->remove_tensor("blk.0.attn_q.bias");
+  EXPECT_FALSE(Model::load(src4).has_value());
+}
+
+}  // namespace
+}  // namespace ferry::engine

@@ -1,0 +1,72 @@
+#include "local_engine/kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "local_engine/kernels/kernels.h"
+#include "local_engine/kernels/thread_pool.h"
+#include "tests/local_engine/kernels/test_util.h"
+
+namespace ferry::kernels {
+namespace {
+
+using testing::quantize;
+using testing::random_row;
+
+// matmul equals the per-row dot products of the quantized activations exactly, whatever the
+// thread count and batch size (tiling must not change results), and is close to the float
+// product of the dequantized weights.
+TEST(Matmul, EqualsRowDotsForEveryTypeThreadCountAndBatch) {
+  const int64_t rows = 37, cols = 512;
+  ThreadPool pool1(1), pool3(3);
+  for (TensorType t : testing::kWeightTypes) {
+    const auto wf = random_row(rows * cols, 5, 0.05f);
+    const auto w = quantize(t, wf);
+    const MatrixView view = make_matrix_view(t, rows, cols, w.data());
+    ASSERT_EQ(view.row_bytes * rows, w.size());
+    const TypeKernels* k = kernels_for(t);
+    for (int64_t n_tokens : {1, 3, 70}) {
+      const auto x = random_row(n_tokens * cols, 6);
+      std::vector<float> y1(static_cast<size_t>(n_tokens * rows)), y3(y1.size());
+      matmul(view, x.data(), n_tokens, y1.data(), pool1);
+      matmul(view, x.data(), n_tokens, y3.data(), pool3);
+      const QuantizedActivations qa = quantize_activations(t, x.data(), n_tokens, cols);
+      std::vector<float> wrow(cols);
+      for (int64_t tok = 0; tok < n_tokens; ++tok) {
+        const auto* act = static_cast<const uint8_t*>(qa.data) + tok * qa.row_stride;
+        for (int64_t r = 0; r < rows; ++r) {
+          const size_t at = static_cast<size_t>(tok * rows + r);
+          const float expect = k->vec_dot(cols, view.row(r), act);
+          ASSERT_EQ(y1[at], expect) << tensor_type_name(t) << " tok " << tok << " row " << r;
+          ASSERT_EQ(y3[at], expect) << tensor_type_name(t) << " tok " << tok << " row " << r;
+          dequantize_row(view, r, wrow.data());
+          double exact = 0, scale = 0;
+          for (int64_t i = 0; i < cols; ++i) {
+            exact += static_cast<double>(wrow[i]) * x[tok * cols + i];
+            scale += std::fabs(static_cast<double>(wrow[i]) * x[tok * cols + i]);
+          }
+          // Activation quantization (8-bit) bounds the difference.
+          ASSERT_NEAR(y1[at], exact, 0.02 * scale + 1e-5) << tensor_type_name(t);
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, TwoStepApiOnCallerThreads) {
+  const int64_t rows = 20, cols = 256;
+  const auto w = quantize(TensorType::kQ4_K, random_row(rows * cols, 8, 0.05f));
+  const MatrixView view = make_matrix_view(TensorType::kQ4_K, rows, cols, w.data());
+  const auto x = random_row(2 * cols, 9);
+  const QuantizedActivations qa = quantize_activations(view.type, x.data(), 2, cols);
+  EXPECT_EQ(qa.type, TensorType::kQ8_K);
+  std::vector<float> a(2 * rows), b(2 * rows);
+  matmul_rows(view, qa, a.data(), 0, rows);
+  matmul_rows(view, qa, b.data(), 0, 7);
+  matmul_rows(view, qa, b.data(), 7, rows);
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace ferry::kernels

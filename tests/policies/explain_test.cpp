@@ -1,0 +1,160 @@
+// Explain: facts, every clause's value, the chosen rule, route and parameter changes.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/policies/test_util.h"
+
+namespace ferry::policies {
+namespace {
+
+const char* kPolicy = R"(targets: { small: local-m, large: gpu-m }
+models: [auto]
+rules:
+  - id: short
+    when: { prompt_tokens: { lte: 1500 }, tools: absent }
+    route: [small, large]
+  - id: research
+    when:
+      team: research
+      any: [ { stream: true }, { not: { tags: premium } } ]
+    set: { max_tokens: { at_most: 4096 } }
+    route: [large, small]
+    shadow: small
+default: { route: [large] }
+)";
+
+Facts research_facts() {
+  Facts f;
+  f.model = "auto";
+  f.prompt_tokens = 2000;
+  f.max_tokens = 9000;
+  f.team = "research";
+  f.role = "app";
+  f.targets.push_back({.ref = "local-m", .prompt_tokens = 2100, .context_length = 8192});
+  return f;
+}
+
+TEST(Explain, TracesEveryClauseOfEveryRule) {
+  auto p = testing::must_load(kPolicy);
+  ASSERT_TRUE(p);
+  Explanation ex = p->explain(research_facts());
+  ASSERT_EQ(ex.rules.size(), 3u);  // two rules and the default
+  const RuleTrace& shortr = ex.rules[0];
+  EXPECT_FALSE(shortr.matched);
+  ASSERT_EQ(shortr.clauses.size(), 2u);  // no short-circuit in explain
+  EXPECT_EQ(shortr.clauses[0].label, "prompt_tokens <= 1500");
+  EXPECT_FALSE(shortr.clauses[0].value);
+  EXPECT_EQ(shortr.clauses[1].label, "tools absent");
+  EXPECT_TRUE(shortr.clauses[1].value);
+
+  const RuleTrace& research = ex.rules[1];
+  EXPECT_TRUE(research.matched);
+  EXPECT_TRUE(research.chosen);
+  ASSERT_EQ(research.clauses.size(), 5u);
+  EXPECT_EQ(research.clauses[0].label, "team == research");
+  EXPECT_EQ(research.clauses[1].label, "any");
+  EXPECT_TRUE(research.clauses[1].value);
+  EXPECT_EQ(research.clauses[2].label, "stream == true");
+  EXPECT_EQ(research.clauses[2].depth, 1);
+  EXPECT_EQ(research.clauses[3].label, "not");
+  EXPECT_EQ(research.clauses[4].label, "tags contains premium");
+  EXPECT_EQ(research.clauses[4].depth, 2);
+  EXPECT_FALSE(research.clauses[4].value);
+
+  EXPECT_FALSE(ex.rules[2].chosen);
+  EXPECT_EQ(ex.decision.rule_id, "research");
+  EXPECT_EQ(ex.decision.params.max_tokens, 4096);
+  // explain and decide agree
+  Decision d = p->decide(research_facts());
+  EXPECT_EQ(d.rule_id, ex.decision.rule_id);
+  EXPECT_EQ(d.route.size(), ex.decision.route.size());
+}
+
+TEST(Explain, StreamLabelMatchesOperand) {
+  auto p = testing::must_load(kPolicy);
+  ASSERT_TRUE(p);
+  // the YAML says `stream: true`; the label shows the operand, the value the outcome
+  Explanation ex = p->explain(research_facts());
+  EXPECT_NE(ex.rules[1].clauses[2].label.find("true"), std::string::npos)
+      << ex.rules[1].clauses[2].label;
+}
+
+TEST(Explain, TextNamesTheChosenRuleRouteAndChanges) {
+  auto p = testing::must_load(kPolicy);
+  ASSERT_TRUE(p);
+  std::string text = explanation_to_text(p->explain(research_facts()));
+  EXPECT_NE(text.find("=> research (line 7): matches"), std::string::npos) << text;
+  EXPECT_NE(text.find("false  prompt_tokens <= 1500"), std::string::npos) << text;
+  EXPECT_NE(text.find("route: large (gpu-m) -> small (local-m)"), std::string::npos) << text;
+  EXPECT_NE(text.find("set max_tokens: 9000 -> 4096"), std::string::npos) << text;
+  EXPECT_NE(text.find("shadow: small (local-m)"), std::string::npos) << text;
+  EXPECT_NE(text.find("fits small = no: 11100 of 8192"), std::string::npos) << text;
+  EXPECT_NE(text.find("policy " + p->short_version()), std::string::npos) << text;
+}
+
+TEST(Explain, JsonCarriesFactsRulesAndDecision) {
+  auto p = testing::must_load(kPolicy);
+  ASSERT_TRUE(p);
+  nlohmann::json j = explanation_to_json(p->explain(research_facts()));
+  EXPECT_EQ(j["policy_version"], p->short_version());
+  EXPECT_EQ(j["facts"]["team"], "research");
+  EXPECT_EQ(j["rules"].size(), 3u);
+  EXPECT_EQ(j["rules"][1]["chosen"], true);
+  EXPECT_EQ(j["rules"][0]["clauses"][0]["clause"], "prompt_tokens <= 1500");
+  EXPECT_EQ(j["rules"][0]["clauses"][0]["value"], false);
+  EXPECT_EQ(j["decision"]["rule"], "research");
+  EXPECT_EQ(j["decision"]["route"][0]["target"], "large");
+  EXPECT_EQ(j["decision"]["params"]["max_tokens"], 4096);
+  EXPECT_EQ(j["decision"]["params_changed"][0], "max_tokens");
+  EXPECT_EQ(j["decision"]["shadow"]["ref"], "local-m");
+  EXPECT_TRUE(j["decision"]["reject"].is_null());
+}
+
+TEST(Explain, DefaultIsChosenWhenNothingMatches) {
+  auto p = testing::must_load(kPolicy);
+  ASSERT_TRUE(p);
+  Facts f = research_facts();
+  f.team = "ops";
+  Explanation ex = p->explain(f);
+  EXPECT_TRUE(ex.rules.back().chosen);
+  EXPECT_EQ(ex.decision.rule_id, "default");
+}
+
+TEST(FactsJson, RoundTrip) {
+  Facts f = research_facts();
+  f.temperature = 0.5;
+  f.stream = true;
+  f.tags = {"a"};
+  f.claimed_tags = {"b", "c"};
+  f.unix_seconds = 1764446400;
+  f.budget_left_pct = 12.5;
+  f.split = 0xFFFFFFFFFFFFFFFFull;
+  f.targets.push_back({.ref = "gpu-m", .healthy = false, .queue_depth = 3, .est_wait_ms = 4,
+                       .p90_ttft_ms = 5, .error_rate = 0.5});
+  auto back = facts_from_json(facts_to_json(f));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(facts_to_json(*back), facts_to_json(f));
+  EXPECT_EQ(back->split, f.split);
+  EXPECT_EQ(back->targets[1].queue_depth, 3);
+  EXPECT_FALSE(back->targets[0].queue_depth);
+}
+
+TEST(FactsJson, RefusesUnknownKeysAndWrongTypes) {
+  using nlohmann::json;
+  EXPECT_TRUE(facts_from_json(json::object()));
+  auto e1 = facts_from_json(json{{"prompt_tokenz", 1}});
+  ASSERT_FALSE(e1);
+  EXPECT_EQ(e1.error().param, "prompt_tokenz");
+  auto e2 = facts_from_json(json{{"prompt_tokens", "many"}});
+  ASSERT_FALSE(e2);
+  EXPECT_NE(e2.error().message.find("integer"), std::string::npos);
+  auto e3 = facts_from_json(json{{"targets", json::array({json{{"ref", "x"}, {"healthy", 1}}})}});
+  ASSERT_FALSE(e3);
+  EXPECT_EQ(e3.error().param, "targets[0].healthy");
+  EXPECT_FALSE(facts_from_json(json::array()));
+  EXPECT_FALSE(facts_from_json(json{{"targets", json::array({json{{"healthy", true}}})}}));
+}
+
+}  // namespace
+}  // namespace ferry::policies

@@ -1,0 +1,161 @@
+#include "tokenizer/chat_template.h"
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/jinja.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferry::tokenizer {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const Json& messages_of(const Json& request) {
+  if (request.is_object() && request.contains("messages")) return request["messages"];
+  return request;
+}
+
+// Text of an OpenAI content value: a string, or the text parts of a parts array joined by
+// newlines (as vLLM presents parts to text-only templates).
+Json content_text(const Json& content) {
+  if (!content.is_array()) return content;
+  std::string text;
+  bool first = true;
+  for (const Json& part : content) {
+    if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string()) {
+      if (!first) text += "\n";
+      text += part["text"].get<std::string>();
+      first = false;
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+ChatFormatter::~ChatFormatter() = default;
+
+Result<std::shared_ptr<const ChatFormatter>> ChatFormatter::create(std::shared_ptr<const Tokenizer> tokenizer,
+                                                                   std::string_view template_source) {
+  if (!tokenizer) return Error::make(ErrorCode::kInternal, "chat: no tokenizer");
+  std::shared_ptr<ChatFormatter> f(new ChatFormatter());
+  f->tokenizer_ = std::move(tokenizer);
+  std::string_view source = template_source.empty() ? std::string_view(f->tokenizer_->chat_template()) : template_source;
+  if (source.empty()) {
+    const std::string& name = f->tokenizer_->name();
+    if (name == "cl100k_base" || name == "o200k_base") return std::shared_ptr<const ChatFormatter>(f);
+    return Error::make(ErrorCode::kInvalidRequest,
+                       "chat: tokenizer '" + name + "' ships no chat template and none was configured");
+  }
+  auto parsed = jinja::Template::parse(source);
+  if (!parsed) return std::move(parsed).error();
+  f->template_ = std::make_shared<const jinja::Template>(std::move(*parsed));
+  return std::shared_ptr<const ChatFormatter>(f);
+}
+
+Json ChatFormatter::template_context(const Json& request, bool add_generation_prompt) const {
+  Json ctx = Json::object();
+  Json messages = Json::array();
+  for (const Json& m : messages_of(request)) {
+    Json msg = m;
+    if (msg.is_object() && msg.contains("content")) msg["content"] = content_text(msg["content"]);
+    // Tool-call arguments arrive as JSON text; templates expect the object (as vLLM passes).
+    if (msg.is_object() && msg.contains("tool_calls") && msg["tool_calls"].is_array()) {
+      for (Json& call : msg["tool_calls"]) {
+        if (call.is_object() && call.contains("function") && call["function"].is_object()) {
+          Json& fn = call["function"];
+          if (fn.contains("arguments") && fn["arguments"].is_string()) {
+            Json parsed = Json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+            if (!parsed.is_discarded()) fn["arguments"] = std::move(parsed);
+          }
+        }
+      }
+    }
+    messages.push_back(std::move(msg));
+  }
+  ctx["messages"] = std::move(messages);
+  ctx["tools"] = request.is_object() && request.contains("tools") ? request["tools"] : Json();
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  const auto bos = tokenizer_->bos_id();
+  const auto eos = tokenizer_->eos_id();
+  ctx["bos_token"] = bos ? tokenizer_->token_text(*bos) : std::string();
+  ctx["eos_token"] = eos ? tokenizer_->token_text(*eos) : std::string();
+  if (request.is_object() && request.contains("chat_template_kwargs") && request["chat_template_kwargs"].is_object()) {
+    for (auto it = request["chat_template_kwargs"].begin(); it != request["chat_template_kwargs"].end(); ++it) {
+      ctx[it.key()] = it.value();
+    }
+  }
+  return ctx;
+}
+
+Result<std::string> ChatFormatter::render(const Json& request, bool add_generation_prompt) const {
+  const Json& messages = messages_of(request);
+  if (!messages.is_array()) return Error::make(ErrorCode::kInvalidRequest, "'messages' must be an array", "messages");
+  if (!template_) {
+    // OpenAI models: the documented accounting has no text form; show the ChatML-like shape.
+    std::string out;
+    for (const Json& m : messages) {
+      out += "<|im_start|>" + m.value("role", std::string()) + "\n";
+      const Json c = content_text(m.value("content", Json()));
+      if (c.is_string()) out += c.get<std::string>();
+      out += "<|im_end|>\n";
+    }
+    if (add_generation_prompt) out += "<|im_start|>assistant\n";
+    return out;
+  }
+  return template_->render(template_context(request, add_generation_prompt));
+}
+
+Result<std::size_t> ChatFormatter::count(const Json& request, bool add_generation_prompt) const {
+  if (!template_) return count_openai(request);
+  auto text = render(request, add_generation_prompt);
+  if (!text) return std::move(text).error();
+  return tokenizer_->count(*text, Specials::kParse);
+}
+
+Result<std::size_t> ChatFormatter::count_json(std::string_view request_json, bool add_generation_prompt) const {
+  Json request = Json::parse(request_json, nullptr, false);
+  if (request.is_discarded()) return Error::make(ErrorCode::kInvalidRequest, "chat: request is not valid JSON");
+  return count(request, add_generation_prompt);
+}
+
+// OpenAI's documented accounting (openai-cookbook, "How to count tokens with tiktoken"):
+// 3 tokens a message, the tokens of every string field, 1 more for a `name`, 3 to prime the
+// reply. Content parts count their text; tool calls and tool definitions count their JSON
+// text, which OpenAI does not document exactly.
+Result<std::size_t> ChatFormatter::count_openai(const Json& request) const {
+  const Json& messages = messages_of(request);
+  if (!messages.is_array()) return Error::make(ErrorCode::kInvalidRequest, "'messages' must be an array", "messages");
+  std::size_t total = 0;
+  for (const Json& m : messages) {
+    if (!m.is_object()) return Error::make(ErrorCode::kInvalidRequest, "a message must be an object", "messages");
+    total += 3;
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      const Json& v = it.value();
+      if (it.key() == "content") {
+        const Json c = content_text(v);
+        if (c.is_string()) total += tokenizer_->count(c.get<std::string>());
+      } else if (it.key() == "tool_calls" && v.is_array()) {
+        for (const Json& call : v) {
+          if (!call.contains("function")) continue;
+          const Json& fn = call["function"];
+          total += tokenizer_->count(fn.value("name", std::string()));
+          if (fn.contains("arguments")) {
+            total += tokenizer_->count(fn["arguments"].is_string() ? fn["arguments"].get<std::string>()
+                                                                   : fn["arguments"].dump());
+          }
+        }
+      } else if (v.is_string()) {
+        total += tokenizer_->count(v.get<std::string>());
+        if (it.key() == "name") total += 1;
+      }
+    }
+  }
+  total += 3;
+  if (request.is_object() && request.contains("tools") && request["tools"].is_array() && !request["tools"].empty()) {
+    total += tokenizer_->count(request["tools"].dump());
+  }
+  return total;
+}
+
+}  // namespace ferry::tokenizer

