@@ -13,6 +13,89 @@ constexpr auto kWriterPeriod = std::chrono::milliseconds(50);
 constexpr size_t kWakeBatch = 512;
 }
 
+namespace {
+
+void append_escaped(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c < 0x20) {
+        out += "\\u00";
+        out += kHex[c >> 4];
+        out += kHex[c & 0xf];
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // A multi-byte sequence: copy it when it is well-formed UTF-8, else write U+FFFD.
+    size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+    bool ok = len != 0 && c <= 0xf4 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) {
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    }
+    if (ok && len >= 3) {
+      auto c1 = static_cast<unsigned char>(s[i + 1]);
+      ok = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0) && !(c == 0xf0 && c1 < 0x90) &&
+           !(c == 0xf4 && c1 >= 0x90);
+    }
+    if (ok) {
+      out.append(s.data() + i, len);
+      i += len;
+    } else {
+      out += "\xef\xbf\xbd";
+      ++i;
+    }
+  }
+}
+
+}  // namespace
+
+void JsonLine::key(std::string_view key) {
+  if (out_.size() > 1) out_ += ',';
+  out_ += '"';
+  out_ += key;
+  out_ += "\":";
+}
+
+JsonLine& JsonLine::str(std::string_view k, std::string_view value) {
+  key(k);
+  out_ += '"';
+  append_escaped(out_, value);
+  out_ += '"';
+  return *this;
+}
+
+JsonLine& JsonLine::integer(std::string_view k, int64_t value) {
+  key(k);
+  out_ += std::to_string(value);
+  return *this;
+}
+
+JsonLine& JsonLine::millis(std::string_view k, int64_t micros) {
+  key(k);
+  if (micros < 0) {
+    out_ += '-';
+    micros = -micros;
+  }
+  out_ += std::to_string(micros / 1000);
+  char frac[8];
+  std::snprintf(frac, sizeof frac, ".%03d", static_cast<int>(micros % 1000));
+  out_ += frac;
+  return *this;
+}
+
+JsonLine& JsonLine::boolean(std::string_view k, bool value) {
+  key(k);
+  out_ += value ? "true" : "false";
+  return *this;
+}
+
 AccessLog::AccessLog(const std::string& target) {
   if (target == "off") return;
   if (target == "stdout") {

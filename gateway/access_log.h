@@ -3,13 +3,31 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 namespace ferry::gateway {
+
+// Builds one JSON object on one line without a DOM: the access log writes one per request.
+// Strings are escaped as JSON requires; bytes that are not valid UTF-8 become U+FFFD.
+class JsonLine {
+ public:
+  JsonLine() { out_.reserve(384); out_ = "{"; }
+  JsonLine& str(std::string_view key, std::string_view value);
+  JsonLine& integer(std::string_view key, int64_t value);
+  JsonLine& millis(std::string_view key, int64_t micros);  // micros as decimal milliseconds
+  JsonLine& boolean(std::string_view key, bool value);
+  std::string finish() { return std::move(out_) + "}"; }
+
+ private:
+  void key(std::string_view key);
+  std::string out_;
+};
 
 class AccessLog {
  public:

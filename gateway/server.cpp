@@ -99,24 +99,25 @@ struct RequestRecord {
 };
 
 std::string access_log_line(const RequestRecord& r, int64_t latency_us) {
-  nlohmann::json j = {{"ts", format_utc_micros(unix_micros_now())},
-                      {"request_id", r.request_id},
-                      {"method", r.method},
-                      {"path", r.path},
-                      {"status", r.status},
-                      {"latency_ms", static_cast<double>(latency_us) / 1000.0}};
-  if (!r.key_id.empty()) j["key_id"] = r.key_id;
-  if (!r.model.empty()) j["model"] = r.model;
-  if (!r.backend.empty()) j["backend"] = r.backend;
-  if (!r.path.starts_with("/v1/")) return j.dump();
-  j["stream"] = r.stream;
-  if (r.usage.prompt_tokens >= 0) j["prompt_tokens"] = r.usage.prompt_tokens;
-  if (r.usage.completion_tokens >= 0) j["completion_tokens"] = r.usage.completion_tokens;
-  if (r.usage.cached_tokens > 0) j["cached_tokens"] = r.usage.cached_tokens;
-  if (r.ttft_us >= 0) j["ttft_ms"] = static_cast<double>(r.ttft_us) / 1000.0;
-  if (!r.finish_reason.empty()) j["finish_reason"] = r.finish_reason;
-  if (!r.error.empty()) j["error"] = r.error;
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  JsonLine j;
+  j.str("ts", format_utc_micros(unix_micros_now()))
+      .str("request_id", r.request_id)
+      .str("method", r.method)
+      .str("path", r.path)
+      .integer("status", r.status)
+      .millis("latency_ms", latency_us);
+  if (!r.key_id.empty()) j.str("key_id", r.key_id);
+  if (!r.model.empty()) j.str("model", r.model);
+  if (!r.backend.empty()) j.str("backend", r.backend);
+  if (!r.path.starts_with("/v1/")) return j.finish();
+  j.boolean("stream", r.stream);
+  if (r.usage.prompt_tokens >= 0) j.integer("prompt_tokens", r.usage.prompt_tokens);
+  if (r.usage.completion_tokens >= 0) j.integer("completion_tokens", r.usage.completion_tokens);
+  if (r.usage.cached_tokens > 0) j.integer("cached_tokens", r.usage.cached_tokens);
+  if (r.ttft_us >= 0) j.millis("ttft_ms", r.ttft_us);
+  if (!r.finish_reason.empty()) j.str("finish_reason", r.finish_reason);
+  if (!r.error.empty()) j.str("error", r.error);
+  return j.finish();
 }
 
 const char* backend_error_kind(ErrorCode code) {

@@ -68,3 +68,35 @@ TEST(AccessLog, OffWritesNothingAndBadPathThrows) {
 
 }  // namespace
 }  // namespace ferry::gateway
+
+#include <nlohmann/json.hpp>
+
+namespace ferry::gateway {
+namespace {
+
+TEST(JsonLine, ProducesValidJsonWithEscapesAndMillis) {
+  std::string line = JsonLine()
+                         .str("path", "/v1/\"q\"\\\n\x01")
+                         .integer("status", 200)
+                         .millis("latency_ms", 1234567)
+                         .millis("tiny", 5)
+                         .boolean("stream", false)
+                         .str("utf8", "h\xc3\xa9llo \xf0\x9f\x98\x80")
+                         .finish();
+  auto j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["path"], "/v1/\"q\"\\\n\x01");
+  EXPECT_EQ(j["status"], 200);
+  EXPECT_DOUBLE_EQ(j["latency_ms"].get<double>(), 1234.567);
+  EXPECT_DOUBLE_EQ(j["tiny"].get<double>(), 0.005);
+  EXPECT_EQ(j["stream"], false);
+  EXPECT_EQ(j["utf8"], "h\xc3\xa9llo \xf0\x9f\x98\x80");
+}
+
+TEST(JsonLine, InvalidUtf8BecomesReplacementCharacters) {
+  std::string line = JsonLine().str("p", "a\xff\xc3(\xed\xa0\x80z").finish();
+  auto j = nlohmann::json::parse(line);  // would throw on invalid UTF-8
+  EXPECT_EQ(j["p"], "a\xef\xbf\xbd\xef\xbf\xbd(\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdz");
+}
+
+}  // namespace
+}  // namespace ferry::gateway
