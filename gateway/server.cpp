@@ -178,6 +178,22 @@ struct Server::Impl {
     for (const auto& b : cfg.backends) {
       backends.emplace(b.name, std::make_unique<adapters::HttpBackend>(ioc.get_executor(), b));
     }
+    // Pool reuse and log drops are counted where they happen; /metrics reads them here.
+    metrics.add_collector([this](std::string& out) {
+      out += "# HELP ferry_backend_connections_total Upstream connections by backend, opened "
+             "or reused from the keep-alive pool.\n"
+             "# TYPE ferry_backend_connections_total counter\n";
+      for (const auto& [name, b] : backends) {
+        const auto& st = b->stats();
+        out += "ferry_backend_connections_total{backend=\"" + name + "\",how=\"opened\"} " +
+               std::to_string(st.connections_opened.load()) + "\n";
+        out += "ferry_backend_connections_total{backend=\"" + name + "\",how=\"reused\"} " +
+               std::to_string(st.connections_reused.load()) + "\n";
+      }
+      out += "# HELP ferry_access_log_dropped_total Access-log lines dropped because the "
+             "writer fell behind.\n# TYPE ferry_access_log_dropped_total counter\n"
+             "ferry_access_log_dropped_total " + std::to_string(access_log.dropped()) + "\n";
+    });
     nlohmann::json data = nlohmann::json::array();
     for (const auto& m : cfg.models) {
       data.push_back({{"id", m.name}, {"object", "model"}, {"created", 0}, {"owned_by", "ferry"}});
