@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cassert>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,10 +36,11 @@ struct Error {
   std::string param;       // the offending request field, if any
   std::string type_code;   // OpenAI's `code` field (e.g. "model_not_found"), optional
   int upstream_status = 0; // status the backend returned, when it did
+  int64_t retry_after_s = 0; // > 0: the client may retry after this many seconds (Retry-After)
 
   static Error make(ErrorCode code, std::string message, std::string param = {},
                     std::string type_code = {}) {
-    return Error{code, std::move(message), std::move(param), std::move(type_code), 0};
+    return Error{code, std::move(message), std::move(param), std::move(type_code), 0, 0};
   }
 };
 

@@ -38,6 +38,11 @@ const ModelConfig* Config::find_model(std::string_view name) const {
   return nullptr;
 }
 
+std::string Config::resolve_path(const std::string& path) const {
+  if (path.empty() || path.front() == '/' || base_dir.empty() || base_dir == ".") return path;
+  return base_dir + "/" + path;
+}
+
 Result<std::pair<std::string, uint16_t>> parse_host_port(std::string_view text) {
   std::string host;
   std::string_view port_text;
@@ -139,7 +144,13 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
     throw YamlError(file, YAML::Mark::null_mark(), "the config is empty");
   }
   Map root(root_node, file, "the config");
-  root.allow_only({"server", "limits", "auth", "backends", "models", "log"});
+  root.allow_only({"server", "limits", "auth", "backends", "models", "log", "policy", "ledger",
+                   "prices", "budgets"});
+  if (auto slash = file.rfind('/'); slash != std::string::npos && file != "<embedded default>") {
+    cfg.base_dir = file.substr(0, slash);
+  } else if (file != "<embedded default>") {
+    cfg.base_dir = ".";
+  }
 
   if (auto server = root.opt_map("server")) {
     server->allow_only({"listen", "io_threads", "tls", "shutdown_grace_ms"});
@@ -206,25 +217,45 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
   std::set<std::string> backend_names;
   for (const auto& node : root.seq_or_empty("backends")) {
     Map bm(node, file, "a backend");
-    bm.allow_only({"name", "kind", "base_url", "ca_file", "verify_peer", "api_key",
-                   "api_key_env", "timeouts", "max_idle_connections"});
     BackendConfig b;
     b.name = bm.str("name");
     if (!backend_names.insert(b.name).second) bm.fail("name", "duplicate backend '" + b.name + "'");
-    std::string kind = bm.opt_str("kind").value_or("openai");
-    if (kind != "openai") bm.fail("kind", "must be 'openai' (an OpenAI-compatible server)");
-    b.base_url = bm.str("base_url");
-    parse_base_url(bm, b);
-    b.ca_file = bm.opt_str("ca_file");
-    b.verify_peer = bm.boolean_or("verify_peer", true);
-    if (bm.has("api_key") && bm.has("api_key_env")) {
-      bm.fail("api_key_env", "give api_key or api_key_env, not both");
-    }
-    b.api_key = bm.opt_str("api_key");
-    if (auto env = bm.opt_str("api_key_env")) {
-      const char* v = std::getenv(env->c_str());
-      if (v == nullptr) bm.fail("api_key_env", "environment variable '" + *env + "' is not set");
-      b.api_key = std::string(v);
+    b.kind = bm.opt_str("kind").value_or("openai");
+    if (b.kind == "local") {
+      bm.allow_only({"name", "kind", "model", "threads", "context_length", "max_sequences",
+                     "max_queue", "kv_budget_mb", "prefill_chunk", "prefix_cache",
+                     "chat_template", "timeouts"});
+      LocalEngineConfig l;
+      l.model_path = bm.str("model");
+      l.threads = static_cast<int>(bm.integer_or("threads", 0, 0, 1024));
+      l.context_length = bm.integer_or("context_length", 0, 0, 1 << 20);
+      l.max_sequences = bm.integer_or("max_sequences", l.max_sequences, 1, 1024);
+      l.max_queue = bm.integer_or("max_queue", l.max_queue, 0, 1 << 20);
+      l.kv_budget_mb = bm.integer_or("kv_budget_mb", 0, 0, 1 << 24);
+      l.prefill_chunk = bm.integer_or("prefill_chunk", l.prefill_chunk, 1, 1 << 16);
+      l.prefix_cache = bm.boolean_or("prefix_cache", true);
+      l.chat_template = bm.opt_str("chat_template").value_or("");
+      b.local = std::move(l);
+    } else if (b.kind == "openai") {
+      bm.allow_only({"name", "kind", "base_url", "ca_file", "verify_peer", "api_key",
+                     "api_key_env", "timeouts", "max_idle_connections"});
+      b.base_url = bm.str("base_url");
+      parse_base_url(bm, b);
+      b.ca_file = bm.opt_str("ca_file");
+      b.verify_peer = bm.boolean_or("verify_peer", true);
+      if (bm.has("api_key") && bm.has("api_key_env")) {
+        bm.fail("api_key_env", "give api_key or api_key_env, not both");
+      }
+      b.api_key = bm.opt_str("api_key");
+      if (auto env = bm.opt_str("api_key_env")) {
+        const char* v = std::getenv(env->c_str());
+        if (v == nullptr) bm.fail("api_key_env", "environment variable '" + *env + "' is not set");
+        b.api_key = std::string(v);
+      }
+      b.max_idle_connections = bm.integer_or("max_idle_connections", 32, 0, 100000);
+    } else {
+      bm.fail("kind", "must be 'openai' (an OpenAI-compatible HTTP server) or 'local' (the "
+                      "in-process engine); found '" + b.kind + "'");
     }
     if (auto t = bm.opt_map("timeouts")) {
       t->allow_only({"connect_ms", "first_byte_ms", "idle_ms", "total_ms"});
@@ -234,7 +265,6 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
       b.timeouts.idle_ms = t->integer_or("idle_ms", b.timeouts.idle_ms, 1, 3600000);
       b.timeouts.total_ms = t->integer_or("total_ms", b.timeouts.total_ms, 1, 86400000);
     }
-    b.max_idle_connections = bm.integer_or("max_idle_connections", 32, 0, 100000);
     cfg.backends.push_back(std::move(b));
   }
 
@@ -258,6 +288,20 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
   if (auto log = root.opt_map("log")) {
     log->allow_only({"access_log"});
     cfg.log.access_log = log->opt_str("access_log").value_or("stdout");
+  }
+  if (auto policy = root.opt_map("policy")) {
+    policy->allow_only({"file", "watch", "debounce_ms"});
+    PolicyConfig p;
+    p.file = cfg.resolve_path(policy->str("file"));
+    p.watch = policy->boolean_or("watch", true);
+    p.debounce_ms = policy->integer_or("debounce_ms", p.debounce_ms, 0, 600000);
+    cfg.policy = std::move(p);
+  }
+  cfg.ledger.node = root.raw("ledger");
+  cfg.prices.node = root.raw("prices");
+  cfg.budgets.node = root.raw("budgets");
+  for (auto& b : cfg.backends) {
+    if (b.local) b.local->model_path = cfg.resolve_path(b.local->model_path);
   }
   return cfg;
 }

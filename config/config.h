@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <yaml-cpp/yaml.h>
+
 #include "common/error.h"
 
 namespace ferry::config {
@@ -61,8 +63,23 @@ struct BackendTimeouts {
   int64_t total_ms = 600000;      // whole exchange
 };
 
+// The in-process engine as a backend (`kind: local`).
+struct LocalEngineConfig {
+  std::string model_path;       // the GGUF file (relative paths: to the config file's folder)
+  int threads = 0;              // compute threads; 0 = all cores
+  int64_t context_length = 0;   // per sequence; 0 = the model's own (capped at 8192)
+  int64_t max_sequences = 16;   // sequences decoded together (continuous batching)
+  int64_t max_queue = 64;       // requests waiting for a sequence slot; beyond: 503
+  int64_t kv_budget_mb = 0;     // KV cache memory for running + cached prefixes; 0 = auto
+  int64_t prefill_chunk = 256;  // prompt tokens per step, interleaved with decode steps
+  bool prefix_cache = true;     // reuse KV of shared prompt prefixes across requests
+  std::string chat_template;    // "" = the model's own template; else a Jinja template
+};
+
 struct BackendConfig {
   std::string name;
+  std::string kind = "openai";  // openai (an HTTP server) | local (the in-process engine)
+  std::optional<LocalEngineConfig> local;  // kind == local
   std::string base_url;  // http(s)://host[:port][/prefix], e.g. http://127.0.0.1:8000/v1
   // Parsed parts of base_url.
   bool tls = false;
@@ -88,6 +105,19 @@ struct LogConfig {
   std::string access_log = "stdout";  // stdout, stderr, off, or a file path
 };
 
+struct PolicyConfig {
+  std::string file;          // policies YAML (relative paths: to the config file's folder)
+  bool watch = true;         // reload on file change (inotify, debounced)
+  int64_t debounce_ms = 300;
+};
+
+// Sections owned by other modules, kept as located YAML and validated by their module when
+// the server starts (ledger: parse_ledger_config, PriceCatalog::from_yaml, parse_budgets).
+struct RawSection {
+  YAML::Node node;  // undefined when the section is absent
+  bool present() const { return node.IsDefined() && !node.IsNull(); }
+};
+
 struct Config {
   std::string source;  // file path, or "<embedded default>"
   ServerConfig server;
@@ -96,6 +126,14 @@ struct Config {
   std::vector<BackendConfig> backends;
   std::vector<ModelConfig> models;
   LogConfig log;
+  std::optional<PolicyConfig> policy;
+  RawSection ledger;   // `ledger:`
+  RawSection prices;   // `prices:`
+  RawSection budgets;  // `budgets:`
+  std::string base_dir;  // folder of the config file ("" for the embedded default)
+
+  // A path from the config, made absolute against base_dir when relative.
+  std::string resolve_path(const std::string& path) const;
 
   const BackendConfig* find_backend(std::string_view name) const;
   const ModelConfig* find_model(std::string_view name) const;
