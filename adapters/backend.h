@@ -72,10 +72,19 @@ class CancelSignal {
   std::function<void()> hook_;
 };
 
+// What a backend knows about its own load, for routing facts (-1 / 0 = unknown).
+struct BackendLoad {
+  int64_t queue_depth = -1;     // requests waiting
+  int64_t est_wait_ms = -1;     // estimated queueing delay
+  int64_t context_length = 0;   // the model's context window, when the backend knows it
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const std::string& name() const = 0;
+  // Thread-safe, cheap: read at routing time for every request.
+  virtual BackendLoad load_facts() const { return {}; }
   // Runs one request. For streams, chunks go to `sink` as they arrive; an Error returned after
   // the sink was written to means the stream broke midway. `cancel` may be triggered while the
   // call is suspended.

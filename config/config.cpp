@@ -297,9 +297,9 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
     p.debounce_ms = policy->integer_or("debounce_ms", p.debounce_ms, 0, 600000);
     cfg.policy = std::move(p);
   }
-  cfg.ledger.node = root.raw("ledger");
-  cfg.prices.node = root.raw("prices");
-  cfg.budgets.node = root.raw("budgets");
+  if (root.has("ledger")) cfg.ledger.node = root.raw("ledger");
+  if (root.has("prices")) cfg.prices.node = root.raw("prices");
+  if (root.has("budgets")) cfg.budgets.node = root.raw("budgets");
   for (auto& b : cfg.backends) {
     if (b.local) b.local->model_path = cfg.resolve_path(b.local->model_path);
   }

@@ -210,12 +210,35 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_vie
   if (auto e = check_integer(b, "seed", INT64_MIN, nullptr)) return *e;
   if (auto e = check_number(b, "temperature", 0, 2)) return *e;
   if (auto e = check_number(b, "top_p", 0, 1)) return *e;
+  if (auto t = field(b, "temperature")) out.temperature = t->get_double().value_unsafe();
+  if (auto t = field(b, "top_p")) out.top_p = t->get_double().value_unsafe();
   if (auto e = check_number(b, "presence_penalty", -2, 2)) return *e;
   if (auto e = check_number(b, "frequency_penalty", -2, 2)) return *e;
   if (auto e = check_type(b, "tools", element_type::ARRAY, "an array")) return *e;
   if (auto e = check_type(b, "response_format", element_type::OBJECT, "an object")) return *e;
   if (auto e = check_type(b, "logit_bias", element_type::OBJECT, "an object")) return *e;
   if (auto e = check_type(b, "metadata", element_type::OBJECT, "an object")) return *e;
+  if (auto e = check_type(b, "functions", element_type::ARRAY, "an array")) return *e;
+  out.tools = field(b, "tools").has_value() || field(b, "functions").has_value();
+  out.response_format = field(b, "response_format").has_value();
+  if (auto md = field(b, "metadata")) {
+    simdjson::dom::object meta = md->get_object().value_unsafe();
+    std::string_view text;
+    if (auto task = field(meta, "task_id")) {
+      if (task->get_string().get(text) != simdjson::SUCCESS || text.size() > 256) {
+        return invalid("'metadata.task_id' must be a string of at most 256 bytes",
+                       "metadata.task_id");
+      }
+      out.task_id = std::string(text);
+    }
+    if (auto tags = field(meta, "tags")) {
+      if (tags->get_string().get(text) != simdjson::SUCCESS) {
+        return invalid("'metadata.tags' must be a string of comma-separated tags",
+                       "metadata.tags");
+      }
+      out.claimed_tags = split_tags(text);
+    }
+  }
   if (auto stop = field(b, "stop")) {
     bool ok = stop->is_string();
     if (!ok && stop->is_array()) {
@@ -264,7 +287,11 @@ struct Span {
 // Finds the value spans of the top-level keys `model` and `stream_options`, and the index of
 // the object's closing brace. Returns false on anything unexpected (then the caller falls back
 // to re-serialising). The last occurrence of a duplicated key wins, as in the parsed DOM.
-bool top_level_spans(std::string_view s, Span& model, Span& stream_options, size_t& close) {
+struct Spans {
+  Span model, stream_options, max_tokens, max_completion_tokens, temperature, top_p;
+};
+
+bool top_level_spans(std::string_view s, Spans& spans, size_t& close) {
   size_t i = skip_ws(s, 0);
   if (i >= s.size() || s[i] != '{') return false;
   i = skip_ws(s, i + 1);
@@ -278,24 +305,47 @@ bool top_level_spans(std::string_view s, Span& model, Span& stream_options, size
     if (i >= s.size()) return false;
     size_t end = value_end(s, i);
     if (end == std::string_view::npos || end > s.size()) return false;
-    if (key == "model") model = {i, end};
-    if (key == "stream_options") stream_options = {i, end};
+    if (key == "model") spans.model = {i, end};
+    if (key == "stream_options") spans.stream_options = {i, end};
+    if (key == "max_tokens") spans.max_tokens = {i, end};
+    if (key == "max_completion_tokens") spans.max_completion_tokens = {i, end};
+    if (key == "temperature") spans.temperature = {i, end};
+    if (key == "top_p") spans.top_p = {i, end};
     i = skip_ws(s, end);
     if (i < s.size() && s[i] == ',') i = skip_ws(s, i + 1);
   }
   if (i >= s.size()) return false;
   close = i;
-  return model.begin != std::string_view::npos;
+  return spans.model.begin != std::string_view::npos;
 }
 
 }  // namespace
 
-std::string upstream_body(const ParsedRequest& request, const std::string& upstream_model) {
+std::vector<std::string> split_tags(std::string_view text) {
+  std::vector<std::string> tags;
+  while (!text.empty() && tags.size() < 32) {
+    size_t comma = text.find(',');
+    std::string_view tag = text.substr(0, comma);
+    while (!tag.empty() && (tag.front() == ' ' || tag.front() == '\t')) tag.remove_prefix(1);
+    while (!tag.empty() && (tag.back() == ' ' || tag.back() == '\t')) tag.remove_suffix(1);
+    if (!tag.empty() && tag.size() <= 64 &&
+        std::find(tags.begin(), tags.end(), tag) == tags.end()) {
+      tags.emplace_back(tag);
+    }
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return tags;
+}
+
+std::string upstream_body(const ParsedRequest& request, const std::string& upstream_model,
+                          const BodyOverrides& overrides) {
   std::string_view raw = request.raw;
-  Span model;
-  Span options;
+  Spans spans;
   size_t close = 0;
-  if (top_level_spans(raw, model, options, close)) {
+  if (top_level_spans(raw, spans, close)) {
+    const Span& model = spans.model;
+    const Span& options = spans.stream_options;
     std::string quoted_model = json(upstream_model).dump();
     std::string out;
     out.reserve(raw.size() + quoted_model.size() + 48);
@@ -318,7 +368,27 @@ std::string upstream_body(const ParsedRequest& request, const std::string& upstr
         edits.push_back({close, close, ",\"stream_options\":{\"include_usage\":true}"});
       }
     }
-    std::sort(edits.begin(), edits.end(), [](const Edit& a, const Edit& b) { return a.begin < b.begin; });
+    auto set_value = [&](const Span& span, const char* key, std::string text) {
+      if (span.begin != std::string_view::npos) {
+        edits.push_back({span.begin, span.end, std::move(text)});
+      } else {
+        edits.push_back({close, close, std::string(",\"") + key + "\":" + text});
+      }
+    };
+    if (overrides.max_tokens) {
+      std::string n = std::to_string(*overrides.max_tokens);
+      if (spans.max_completion_tokens.begin != std::string_view::npos) {
+        set_value(spans.max_completion_tokens, "max_completion_tokens", n);
+      }
+      if (spans.max_tokens.begin != std::string_view::npos ||
+          spans.max_completion_tokens.begin == std::string_view::npos) {
+        set_value(spans.max_tokens, "max_tokens", n);
+      }
+    }
+    if (overrides.temperature) set_value(spans.temperature, "temperature", json(*overrides.temperature).dump());
+    if (overrides.top_p) set_value(spans.top_p, "top_p", json(*overrides.top_p).dump());
+    std::stable_sort(edits.begin(), edits.end(),
+                     [](const Edit& a, const Edit& b) { return a.begin < b.begin; });
     size_t at = 0;
     for (const Edit& e : edits) {
       out.append(raw.substr(at, e.begin - at));
@@ -333,6 +403,9 @@ std::string upstream_body(const ParsedRequest& request, const std::string& upstr
   if (!body.is_object()) return request.raw;
   body["model"] = upstream_model;
   if (request.stream) body["stream_options"]["include_usage"] = true;
+  if (overrides.max_tokens) body["max_tokens"] = *overrides.max_tokens;
+  if (overrides.temperature) body["temperature"] = *overrides.temperature;
+  if (overrides.top_p) body["top_p"] = *overrides.top_p;
   return body.dump(-1, ' ', false, json::error_handler_t::strict);
 }
 

@@ -2,7 +2,9 @@
 // Stateless functions over values; thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "adapters/backend.h"
@@ -17,6 +19,20 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage as the client sent it
   int64_t max_tokens = -1;     // max_completion_tokens or max_tokens; -1 when absent
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  bool tools = false;            // tools or functions present
+  bool response_format = false;  // response_format present
+  std::string task_id;           // metadata.task_id (the x-ferry-task header wins)
+  std::vector<std::string> claimed_tags;  // metadata.tags, comma-separated (untrusted)
+};
+
+// Parameter changes a routing rule made (`set`); absent = keep the client's value.
+struct BodyOverrides {
+  std::optional<int64_t> max_tokens;
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  bool any() const { return max_tokens || temperature || top_p; }
 };
 
 // Parses and validates a request body for the endpoint.
@@ -26,6 +42,10 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_vie
 // stream_options.include_usage forced on so usage always comes back. Every other byte is
 // passed through untouched (the client's text is spliced, not re-serialised: cheaper, and
 // numbers and key order reach the backend exactly as sent).
-std::string upstream_body(const ParsedRequest& request, const std::string& upstream_model);
+std::string upstream_body(const ParsedRequest& request, const std::string& upstream_model,
+                          const BodyOverrides& overrides = {});
+
+// Splits "a, b,c" into trimmed, non-empty tags (at most 32, each at most 64 bytes).
+std::vector<std::string> split_tags(std::string_view text);
 
 }  // namespace ferry::gateway

@@ -12,6 +12,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -19,6 +20,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -32,10 +36,13 @@
 #include "common/clock.h"
 #include "common/ids.h"
 #include "gateway/access_log.h"
+#include "gateway/admin.h"
 #include "gateway/auth.h"
 #include "gateway/errors.h"
 #include "gateway/metrics.h"
 #include "gateway/openai_request.h"
+#include "gateway/router.h"
+#include "policies/store.h"
 
 namespace ferry::gateway {
 
@@ -89,12 +96,18 @@ struct RequestRecord {
   std::string key_id;
   std::string model;
   std::string backend;
+  std::string target;
+  std::string rule;
+  std::string ledger_id;
+  int attempts = 0;
+  int64_t prompt_tokens_counted = -1;
   int status = 0;
   bool stream = false;
   adapters::Usage usage;
   std::string finish_reason;
   std::string error;
   Clock::time_point started;
+  int64_t started_unix_us = 0;
   int64_t ttft_us = -1;
 };
 
@@ -109,11 +122,16 @@ std::string access_log_line(const RequestRecord& r, int64_t latency_us) {
   if (!r.key_id.empty()) j.str("key_id", r.key_id);
   if (!r.model.empty()) j.str("model", r.model);
   if (!r.backend.empty()) j.str("backend", r.backend);
+  if (!r.target.empty()) j.str("target", r.target);
+  if (!r.rule.empty()) j.str("rule", r.rule);
+  if (r.attempts > 1) j.integer("attempts", r.attempts);
+  if (!r.ledger_id.empty()) j.str("ledger_id", r.ledger_id);
   if (!r.path.starts_with("/v1/")) return j.finish();
   j.boolean("stream", r.stream);
   if (r.usage.prompt_tokens >= 0) j.integer("prompt_tokens", r.usage.prompt_tokens);
   if (r.usage.completion_tokens >= 0) j.integer("completion_tokens", r.usage.completion_tokens);
   if (r.usage.cached_tokens > 0) j.integer("cached_tokens", r.usage.cached_tokens);
+  if (r.prompt_tokens_counted >= 0) j.integer("prompt_tokens_counted", r.prompt_tokens_counted);
   if (r.ttft_us >= 0) j.millis("ttft_ms", r.ttft_us);
   if (!r.finish_reason.empty()) j.str("finish_reason", r.finish_reason);
   if (!r.error.empty()) j.str("error", r.error);
@@ -129,6 +147,50 @@ const char* backend_error_kind(ErrorCode code) {
     default: return "error";
   }
 }
+
+void set_header(std::vector<std::pair<std::string, std::string>>& headers, std::string_view name,
+                std::string value) {
+  for (auto& [k, v] : headers) {
+    if (k == name) {
+      v = std::move(value);
+      return;
+    }
+  }
+  headers.emplace_back(std::string(name), std::move(value));
+}
+
+// Wakes one coroutine, on its own executor, from any thread. Shared so that a late notify()
+// from a worker after the coroutine finished is harmless.
+class Notifier : public std::enable_shared_from_this<Notifier> {
+ public:
+  explicit Notifier(const asio::any_io_executor& ex) : timer_(ex, Clock::time_point::max()) {}
+  void notify() {
+    asio::post(timer_.get_executor(), [self = shared_from_this()] {
+      ++self->signals_;
+      self->timer_.cancel();
+    });
+  }
+  // Returns once notify() has been called (since the last wait) and its post has run.
+  asio::awaitable<void> wait() {
+    while (signals_ == 0) co_await timer_.async_wait(kAwait);
+    signals_ = 0;
+  }
+
+ private:
+  asio::steady_timer timer_;
+  int signals_ = 0;  // touched only on the timer's executor
+};
+
+// CSV export chunks handed from the worker thread to the connection, with back-pressure.
+struct ChunkPipe {
+  std::mutex mu;
+  std::condition_variable space;
+  std::deque<std::string> chunks;  // guarded by mu
+  bool done = false;               // guarded by mu
+  bool cancelled = false;          // guarded by mu
+  Status status;                   // guarded by mu; set with done
+  std::shared_ptr<Notifier> notifier;
+};
 
 // True when the peer has closed (or reset) a socket that select()ed readable.
 bool peer_closed(int fd) {
@@ -148,8 +210,13 @@ struct Server::Impl {
   Authenticator auth;
   Metrics metrics;
   AccessLog access_log;
-  std::map<std::string, std::unique_ptr<adapters::HttpBackend>, std::less<>> backends;
-  std::string models_json;  // GET /v1/models, built once
+  std::map<std::string, std::unique_ptr<adapters::Backend>, std::less<>> backends;
+  std::vector<adapters::HttpBackend*> http_backends;
+  std::unique_ptr<Router> router;
+  // Blocking control-plane work (policy reloads, ledger reports and exports): never on an
+  // I/O thread.
+  asio::thread_pool workers{1};
+  asio::signal_set hup{ioc, SIGHUP};
   std::atomic<bool> draining{false};
   std::atomic<bool> stopped{false};
 
@@ -176,14 +243,40 @@ struct Server::Impl {
       }
     }
     for (const auto& b : cfg.backends) {
-      backends.emplace(b.name, std::make_unique<adapters::HttpBackend>(ioc.get_executor(), b));
+      if (b.local) {
+        throw std::runtime_error("backend '" + b.name + "': kind 'local' is not available in "
+                                 "this build");
+      }
+      auto http = std::make_unique<adapters::HttpBackend>(ioc.get_executor(), b);
+      http_backends.push_back(http.get());
+      backends.emplace(b.name, std::move(http));
+    }
+    std::map<std::string, adapters::Backend*> by_name;
+    for (const auto& [name, b] : backends) by_name.emplace(name, b.get());
+    auto r = Router::create(cfg, by_name);
+    if (!r) throw std::runtime_error(r.error().message);
+    router = std::move(*r);
+    if (auto* store = router->policy_store()) {
+      store->set_listener([this](const policies::ReloadOutcome& o) {
+        if (o.unchanged) return;
+        JsonLine j;
+        j.str("ts", format_utc_micros(unix_micros_now()))
+            .str("event", o.applied ? "policy_reloaded" : "policy_rejected")
+            .str("trigger", o.trigger)
+            .str("version", o.version);
+        std::string errors;
+        for (const auto& d : o.errors) errors += (errors.empty() ? "" : "\n") + d.to_string();
+        if (!errors.empty()) j.str("errors", errors);
+        if (access_log.enabled()) access_log.write(j.finish());
+      });
     }
     // Pool reuse and log drops are counted where they happen; /metrics reads them here.
     metrics.add_collector([this](std::string& out) {
       out += "# HELP ferry_backend_connections_total Upstream connections by backend, opened "
              "or reused from the keep-alive pool.\n"
              "# TYPE ferry_backend_connections_total counter\n";
-      for (const auto& [name, b] : backends) {
+      for (const auto* b : http_backends) {
+        const auto& name = b->name();
         const auto& st = b->stats();
         out += "ferry_backend_connections_total{backend=\"" + name + "\",how=\"opened\"} " +
                std::to_string(st.connections_opened.load()) + "\n";
@@ -193,13 +286,11 @@ struct Server::Impl {
       out += "# HELP ferry_access_log_dropped_total Access-log lines dropped because the "
              "writer fell behind.\n# TYPE ferry_access_log_dropped_total counter\n"
              "ferry_access_log_dropped_total " + std::to_string(access_log.dropped()) + "\n";
+      router->render_metrics(out);
     });
-    nlohmann::json data = nlohmann::json::array();
-    for (const auto& m : cfg.models) {
-      data.push_back({{"id", m.name}, {"object", "model"}, {"created", 0}, {"owned_by", "ferry"}});
-    }
-    models_json = nlohmann::json{{"object", "list"}, {"data", data}}.dump();
   }
+
+  ~Impl() { workers.join(); }
 
   // ---- responses -------------------------------------------------------------------------
 
@@ -224,11 +315,16 @@ struct Server::Impl {
   template <typename Stream>
   class SseSink final : public adapters::StreamSink {
    public:
-    SseSink(Impl& server, Stream& stream, const std::string& rid, RequestRecord& record)
-        : server_(server), stream_(stream), rid_(rid), record_(record) {}
+    SseSink(Impl& server, Stream& stream, const std::string& rid, RequestRecord& record,
+            const std::vector<std::pair<std::string, std::string>>* headers = nullptr)
+        : server_(server), stream_(stream), rid_(rid), record_(record), headers_(headers) {}
 
     bool started() const { return started_; }
     bool broken() const { return broken_; }
+    // Every byte sent since the last take, for counting the answer when usage is missing.
+    std::string take_captured() { return std::exchange(captured_, {}); }
+
+    void set_content_type(std::string type) { content_type_ = std::move(type); }
 
     asio::awaitable<bool> write(std::string_view bytes) override {
       if (broken_) co_return false;
@@ -237,9 +333,12 @@ struct Server::Impl {
         record_.ttft_us = micros_between(record_.started, Clock::now());
         http::response<http::empty_body> res{http::status::ok, 11};
         res.set(http::field::server, "ferry");
-        res.set(http::field::content_type, "text/event-stream");
+        res.set(http::field::content_type, content_type_);
         res.set(http::field::cache_control, "no-cache");
         res.set("x-request-id", rid_);
+        if (headers_ != nullptr) {
+          for (const auto& [k, v] : *headers_) res.set(k, v);
+        }
         res.keep_alive(!server_.draining.load());
         res.chunked(true);
         http::response_serializer<http::empty_body> sr{res};
@@ -247,6 +346,8 @@ struct Server::Impl {
         auto [ec, n] = co_await http::async_write_header(stream_, sr, kAwait);
         if (ec) co_return fail();
       }
+      if (bytes.empty()) co_return true;  // an empty chunk would end the body
+      captured_.append(bytes);
       arm();
       auto chunk = http::make_chunk(asio::buffer(bytes));
       auto [ec, n] = co_await asio::async_write(stream_, chunk, kAwait);
@@ -259,6 +360,12 @@ struct Server::Impl {
       if (broken_) co_return;
       std::string tail = error ? "data: " + error_json(*error) + "\n\n" : "data: [DONE]\n\n";
       if (!(co_await write(tail))) co_return;
+      co_await finish_plain();
+    }
+
+    // Ends the chunked body without an SSE tail.
+    asio::awaitable<void> finish_plain() {
+      if (broken_) co_return;
       arm();
       auto last = http::make_chunk_last();
       auto [ec, n] = co_await asio::async_write(stream_, last, kAwait);
@@ -278,16 +385,39 @@ struct Server::Impl {
     Stream& stream_;
     const std::string& rid_;
     RequestRecord& record_;
+    const std::vector<std::pair<std::string, std::string>>* headers_;
+    std::string captured_;
+    std::string content_type_ = "text/event-stream";
     bool started_ = false;
     bool broken_ = false;
   };
 
+  // Swallows a shadow copy's stream.
+  class DiscardSink final : public adapters::StreamSink {
+   public:
+    asio::awaitable<bool> write(std::string_view bytes) override {
+      if (!started_) {
+        started_ = true;
+        first_byte = Clock::now();
+      }
+      captured.append(bytes);
+      co_return true;
+    }
+    bool started_ = false;
+    Clock::time_point first_byte;
+    std::string captured;
+  };
+
   // ---- the API ---------------------------------------------------------------------------
 
-  // What to do with a request once routed: answer at once, or proxy to a backend.
-  struct ProxyPlan {
-    adapters::Backend* backend = nullptr;
-    adapters::BackendRequest request;
+  // What to do with a request once routed: proxy it along its plan, or run an admin job.
+  struct Job {
+    enum class Kind { kNone, kProxy, kAdmin, kExport } kind = Kind::kNone;
+    RequestContext ctx;
+    std::optional<Plan> plan;
+    AdminRoute admin = AdminRoute::kNone;
+    std::string query;
+    ledger::ReportFilter filter;
   };
 
   static Reply text_reply(http::status status, std::string content_type, std::string body) {
@@ -300,15 +430,21 @@ struct Server::Impl {
 
   Reply fail(RequestRecord& rec, const Error& e) {
     rec.error = e.message;
-    return error_reply(e);
+    Reply r = error_reply(e);
+    if (e.retry_after_s > 0) r.headers.emplace_back("retry-after", std::to_string(e.retry_after_s));
+    return r;
   }
 
   // Routes a request without any I/O. Returns the reply for everything that needs no backend;
   // otherwise fills `plan` and returns nullopt. (Kept apart from the coroutine on purpose:
   // plain code, and no temporaries inside co_await expressions, which g++ 12 miscompiles.)
-  std::optional<Reply> route(const Request& req, RequestRecord& rec, ProxyPlan& plan) {
+  std::optional<Reply> route(const Request& req, RequestRecord& rec, Job& job) {
     std::string_view target = req.target();
-    if (auto q = target.find('?'); q != std::string_view::npos) target = target.substr(0, q);
+    std::string_view query;
+    if (auto q = target.find('?'); q != std::string_view::npos) {
+      query = target.substr(q + 1);
+      target = target.substr(0, q);
+    }
     rec.path = std::string(target);
     rec.method = std::string(req.method_string());
     bool is_get = req.method() == http::verb::get;
@@ -327,6 +463,39 @@ struct Server::Impl {
     bool completions = target == "/v1/completions";
     bool models = target == "/v1/models";
     bool one_model = target.starts_with("/v1/models/");
+    bool method_ok = false;
+    AdminRoute admin = admin_route(req.method_string(), target, method_ok);
+    if (admin != AdminRoute::kNone) {
+      if (!method_ok) {
+        Reply r = fail(rec, Error::make(ErrorCode::kInvalidRequest,
+                                        "Method " + rec.method + " is not allowed on " + rec.path,
+                                        "", "method_not_allowed"));
+        r.status = http::status::method_not_allowed;
+        r.headers.emplace_back("allow", admin_allowed_method(admin));
+        return r;
+      }
+      auto principal = auth.authenticate(req[http::field::authorization]);
+      if (!principal) return fail(rec, principal.error());
+      rec.key_id = principal->key_id;
+      if (auto ok = authorize_admin(admin, *principal); !ok) return fail(rec, ok.error());
+      job.admin = admin;
+      job.query = std::string(query);
+      job.ctx.request_id = rec.request_id;
+      job.ctx.principal = std::move(*principal);
+      if (admin == AdminRoute::kLedgerExport) {
+        if (router->ledger() == nullptr) {
+          return fail(rec, Error::make(ErrorCode::kNotFound,
+                                       "no ledger is configured (config key 'ledger')"));
+        }
+        auto filter = export_filter(query);
+        if (!filter) return fail(rec, filter.error());
+        job.filter = std::move(*filter);
+        job.kind = Job::Kind::kExport;
+      } else {
+        job.kind = Job::Kind::kAdmin;
+      }
+      return std::nullopt;
+    }
     if (!chat && !completions && !models && !one_model) {
       return fail(rec, Error::make(ErrorCode::kNotFound,
                                    "Unknown request URL: " + rec.method + " " + rec.path, "",
@@ -344,16 +513,12 @@ struct Server::Impl {
     if (!principal) return fail(rec, principal.error());
     rec.key_id = principal->key_id;
 
-    if (models) return text_reply(http::status::ok, "application/json", models_json);
+    if (models) return text_reply(http::status::ok, "application/json", router->models_json());
     if (one_model) {
       std::string id(target.substr(std::string_view("/v1/models/").size()));
-      const auto* m = cfg.find_model(id);
-      if (m == nullptr) {
-        return fail(rec, Error::make(ErrorCode::kNotFound, "The model '" + id + "' does not exist",
-                                     "model", "model_not_found"));
-      }
-      nlohmann::json j = {{"id", m->name}, {"object", "model"}, {"created", 0}, {"owned_by", "ferry"}};
-      return text_reply(http::status::ok, "application/json", j.dump());
+      auto m = router->model_json(id);
+      if (!m) return fail(rec, m.error());
+      return text_reply(http::status::ok, "application/json", std::move(*m));
     }
 
     auto endpoint = chat ? adapters::Endpoint::kChatCompletions : adapters::Endpoint::kCompletions;
@@ -361,27 +526,21 @@ struct Server::Impl {
     if (!parsed) return fail(rec, parsed.error());
     rec.model = parsed->model;
     rec.stream = parsed->stream;
-    const config::ModelConfig* model = cfg.find_model(parsed->model);
-    if (model == nullptr) {
-      std::string names;
-      for (const auto& m : cfg.models) names += (names.empty() ? "" : ", ") + m.name;
-      return fail(rec, Error::make(ErrorCode::kNotFound,
-                                   "The model '" + parsed->model +
-                                       "' does not exist. Available models: " + names,
-                                   "model", "model_not_found"));
+    job.ctx.request_id = rec.request_id;
+    job.ctx.principal = std::move(*principal);
+    job.ctx.task_header = std::string(req["x-ferry-task"]);
+    job.ctx.tags_header = std::string(req["x-ferry-tags"]);
+    job.ctx.started_us = rec.started_unix_us;
+    auto planned = router->plan(job.ctx, *parsed);
+    if (!planned) return fail(rec, planned.error());
+    rec.rule = planned->rule_id;
+    if (planned->refusal) {
+      Reply r = fail(rec, *planned->refusal);
+      for (const auto& h : planned->headers) r.headers.push_back(h);
+      return r;
     }
-    auto backend_it = backends.find(model->backend);
-    if (backend_it == backends.end()) {
-      return fail(rec, Error::make(ErrorCode::kUnavailable,
-                                   "no backend available for model '" + model->name + "'"));
-    }
-    plan.backend = backend_it->second.get();
-    rec.backend = plan.backend->name();
-    plan.request.endpoint = endpoint;
-    plan.request.stream = parsed->stream;
-    plan.request.client_wants_usage = parsed->include_usage;
-    plan.request.request_id = rec.request_id;
-    plan.request.body = upstream_body(*parsed, model->upstream_model);
+    job.plan = std::move(*planned);
+    job.kind = Job::Kind::kProxy;
     return std::nullopt;
   }
 
@@ -389,46 +548,258 @@ struct Server::Impl {
   template <typename Stream>
   asio::awaitable<bool> handle(Stream& stream, Request& req, RequestRecord& rec) {
     bool keep_alive = req.keep_alive() && !draining.load();
-    ProxyPlan plan;
-    std::optional<Reply> direct = route(req, rec, plan);
+    Job job;
+    std::optional<Reply> direct = route(req, rec, job);
     if (direct) {
       rec.status = static_cast<int>(direct->status);
       bool ok = co_await write_reply(stream, *direct, rec.request_id, keep_alive);
       co_return ok && keep_alive;
     }
-    co_return co_await proxy(stream, plan, rec, keep_alive);
+    if (job.kind == Job::Kind::kAdmin) co_return co_await run_admin_job(stream, job, req, rec, keep_alive);
+    if (job.kind == Job::Kind::kExport) co_return co_await run_export(stream, job, rec, keep_alive);
+    co_return co_await proxy(stream, job, rec, keep_alive);
+  }
+
+  // Runs `fn` on the worker thread and resumes here with its result.
+  template <typename T>
+  asio::awaitable<T> offload(std::function<T()> fn) {
+    auto notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
+    auto result = std::make_shared<std::optional<T>>();
+    asio::post(workers, [notifier, result, fn = std::move(fn)] {
+      *result = fn();
+      notifier->notify();
+    });
+    co_await notifier->wait();
+    co_return std::move(**result);
   }
 
   template <typename Stream>
-  asio::awaitable<bool> proxy(Stream& stream, ProxyPlan& plan, RequestRecord& rec,
-                              bool keep_alive) {
+  asio::awaitable<bool> run_admin_job(Stream& stream, Job& job, Request& req, RequestRecord& rec,
+                                      bool keep_alive) {
+    std::string body = std::move(req.body());
+    std::function<AdminReply()> fn = [this, &job, body = std::move(body)] {
+      return run_admin(*router, job.admin, job.ctx.principal, job.query, body,
+                       job.ctx.request_id);
+    };
+    AdminReply ar = co_await offload<AdminReply>(std::move(fn));
+    Reply r;
+    r.status = static_cast<http::status>(ar.status);
+    r.content_type = std::move(ar.content_type);
+    r.body = std::move(ar.body);
+    rec.status = ar.status;
+    bool ok = co_await write_reply(stream, r, rec.request_id, keep_alive);
+    co_return ok && keep_alive;
+  }
+
+  // GET /v1/ledger/export.csv: the worker reads the ledger in chunks; each chunk goes out as it
+  // comes, with at most a few chunks in between (back-pressure from a slow client).
+  template <typename Stream>
+  asio::awaitable<bool> run_export(Stream& stream, Job& job, RequestRecord& rec, bool keep_alive) {
+    auto pipe = std::make_shared<ChunkPipe>();
+    pipe->notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
+    std::string path = router->ledger()->config().path;
+    asio::post(workers, [pipe, path, filter = job.filter, this] {
+      Status st = ledger::export_csv(path, filter, [&](std::string_view chunk) {
+        std::unique_lock lock(pipe->mu);
+        while (pipe->chunks.size() >= 4 && !pipe->cancelled && !stopped.load()) {
+          pipe->space.wait_for(lock, std::chrono::milliseconds(100));
+        }
+        if (pipe->cancelled || stopped.load()) return false;
+        pipe->chunks.emplace_back(chunk);
+        lock.unlock();
+        pipe->notifier->notify();
+        return true;
+      });
+      {
+        std::lock_guard lock(pipe->mu);
+        pipe->done = true;
+        pipe->status = st;
+      }
+      pipe->notifier->notify();
+    });
+    std::vector<std::pair<std::string, std::string>> headers = {
+        {"content-disposition", "attachment; filename=\"ferry-ledger.csv\""}};
+    SseSink<Stream> sink(*this, stream, rec.request_id, rec, &headers);
+    sink.set_content_type("text/csv; charset=utf-8");
+    bool ok = true;
+    for (;;) {
+      std::deque<std::string> ready;
+      bool done = false;
+      Status status;
+      {
+        std::lock_guard lock(pipe->mu);
+        ready.swap(pipe->chunks);
+        done = pipe->done;
+        status = pipe->status;
+      }
+      pipe->space.notify_all();
+      for (auto& chunk : ready) {
+        if (ok) ok = co_await sink.write(chunk);
+      }
+      if (!ok) {
+        std::lock_guard lock(pipe->mu);
+        pipe->cancelled = true;
+      }
+      if (done || !ok) {
+        if (ok && !status) {
+          // Headers may already be out: end the body short; the client sees a cut transfer.
+          rec.error = status.error().message;
+          if (!sink.started()) {
+            Reply r = fail(rec, status.error());
+            rec.status = static_cast<int>(r.status);
+            bool w = co_await write_reply(stream, r, rec.request_id, keep_alive);
+            co_return w && keep_alive;
+          }
+          co_return false;
+        }
+        break;
+      }
+      co_await pipe->notifier->wait();
+    }
+    if (!ok) {
+      pipe->space.notify_all();
+      rec.status = 499;
+      co_return false;
+    }
+    rec.status = 200;
+    if (!sink.started()) {
+      bool w = co_await sink.write("");
+      if (!w) co_return false;
+    }
+    co_await sink.finish_plain();
+    co_return !sink.broken() && keep_alive;
+  }
+
+  // Sends a shadow copy beside the real request; its answer is discarded, its cost recorded.
+  asio::awaitable<void> run_shadow(RequestContext ctx, std::shared_ptr<Plan> plan) {
+    PlannedHop& hop = *plan->shadow;
+    AttemptOutcome o;
+    o.hop = &hop;
+    o.started_us = unix_micros_now();
+    auto t0 = Clock::now();
     adapters::CancelSignal cancel;
-    SseSink<Stream> sink(*this, stream, rec.request_id, rec);
+    DiscardSink sink;
+    bool streaming = hop.request.stream;
+    auto result = co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
+    o.ended_us = unix_micros_now();
+    if (result) {
+      o.ok = true;
+      o.usage = result->usage;
+      o.finish_reason = result->finish_reason;
+      o.http_status = result->status;
+      if (!o.usage.reported()) {
+        extract_answer_text(streaming ? std::string_view(sink.captured) : std::string_view(result->body),
+                            streaming, o.generated_text, o.reasoning_text);
+      }
+      if (sink.started_) o.ttft_us = micros_between(t0, sink.first_byte);
+    } else {
+      o.error = result.error();
+      o.http_status = http_status_for(result.error());
+    }
+    router->note_attempt(o);
+    router->finish_shadow(ctx, *plan, o);
+  }
+
+  template <typename Stream>
+  asio::awaitable<bool> proxy(Stream& stream, Job& job, RequestRecord& rec, bool keep_alive) {
+    Plan& plan = *job.plan;
+    if (plan.shadow) {
+      auto copy = std::make_shared<Plan>(Router::copy_for_shadow(plan));
+      copy->shadow = plan.shadow;
+      asio::co_spawn(co_await asio::this_coro::executor, run_shadow(job.ctx, copy), asio::detached);
+    }
+    std::vector<std::pair<std::string, std::string>> headers = plan.headers;
+    SseSink<Stream> sink(*this, stream, rec.request_id, rec, &headers);
+    std::vector<AttemptOutcome> attempts;
+    attempts.reserve(plan.hops.size());
     Result<adapters::BackendReply> result = Error::make(ErrorCode::kInternal, "not run");
-    bool streaming = plan.request.stream;
+    bool streaming = plan.stream;
     int fd = beast::get_lowest_layer(stream).socket().native_handle();
-    auto call = [&]() -> asio::awaitable<void> {
-      result = co_await plan.backend->send(plan.request, streaming ? &sink : nullptr, cancel);
-    };
-    // Runs beside the backend call: when the client hangs up, cancel the upstream request.
-    // It never finishes first; the call finishing cancels it.
-    auto watch = [&]() -> asio::awaitable<void> {
-      auto& sock = beast::get_lowest_layer(stream).socket();
-      auto [ec] = co_await sock.async_wait(tcp::socket::wait_read, kAwait);
-      if (ec) co_return;  // cancelled: the call finished
-      // Closed, or a pipelined request is waiting (then we cannot tell and stop looking).
-      if (peer_closed(fd)) cancel.cancel();
-      asio::steady_timer forever(co_await asio::this_coro::executor, Clock::time_point::max());
-      co_await forever.async_wait(kAwait);
-    };
-    co_await (call() || watch());
+    for (size_t i = 0; i < plan.hops.size(); ++i) {
+      PlannedHop& hop = plan.hops[i];
+      if (hop.target->breaker && !hop.target->breaker->allow_request()) {
+        result = Error::make(ErrorCode::kUnavailable,
+                             "target '" + hop.name + "' is unavailable (circuit open after " +
+                                 "repeated failures)");
+        plan.skipped.push_back(hop.name + ": circuit open");
+        continue;
+      }
+      set_header(headers, "x-ferry-target", hop.name);
+      set_header(headers, "x-ferry-attempts", std::to_string(attempts.size() + 1));
+      AttemptOutcome& a = attempts.emplace_back();
+      a.hop = &hop;
+      a.started_us = unix_micros_now();
+      auto t0 = Clock::now();
+      rec.backend = hop.target->backend->name();
+      rec.target = hop.name;
+      adapters::CancelSignal cancel;
+      auto call = [&]() -> asio::awaitable<void> {
+        result = co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
+      };
+      // Runs beside the backend call: when the client hangs up, cancel the upstream request.
+      // It never finishes first; the call finishing cancels it.
+      auto watch = [&]() -> asio::awaitable<void> {
+        auto& sock = beast::get_lowest_layer(stream).socket();
+        auto [ec] = co_await sock.async_wait(tcp::socket::wait_read, kAwait);
+        if (ec) co_return;  // cancelled: the call finished
+        // Closed, or a pipelined request is waiting (then we cannot tell and stop looking).
+        if (peer_closed(fd)) cancel.cancel();
+        asio::steady_timer forever(co_await asio::this_coro::executor, Clock::time_point::max());
+        co_await forever.async_wait(kAwait);
+      };
+      co_await (call() || watch());
+      a.ended_us = unix_micros_now();
+      a.sent_to_client = sink.started();
+      if (result) {
+        a.ok = true;
+        a.usage = result->usage;
+        a.finish_reason = result->finish_reason;
+        a.http_status = result->status;
+        a.ttft_us = streaming ? rec.ttft_us : micros_between(t0, Clock::now());
+      } else {
+        const Error& e = result.error();
+        a.error = e;
+        a.client_gone = e.code == ErrorCode::kCancelled || sink.broken();
+        a.http_status = a.client_gone ? 499 : (sink.started() ? 200 : http_status_for(e));
+        if (!a.client_gone && e.code != ErrorCode::kInvalidRequest) {
+          metrics.backend_errors.inc({rec.backend, backend_error_kind(e.code)});
+        }
+      }
+      if (!a.usage.reported() && (a.ok || a.sent_to_client)) {
+        std::string captured = sink.take_captured();
+        std::string_view answer = captured;
+        if (!streaming && result) answer = result->body;
+        extract_answer_text(answer, streaming, a.generated_text, a.reasoning_text);
+      }
+      router->note_attempt(a);
+      if (result || a.client_gone || sink.started() || !retryable(result.error())) break;
+    }
+    rec.attempts = static_cast<int>(attempts.size());
+    if (!attempts.empty()) {
+      auto it = plan.prompt_counts.find(attempts.back().hop->target);
+      if (it != plan.prompt_counts.end()) rec.prompt_tokens_counted = it->second.tokens;
+    }
+
+    bool client_gone = !attempts.empty() && attempts.back().client_gone;
+    // The ledger row is durable before the last byte of the answer leaves.
+    Status durable;
+    if (router->ledger() != nullptr && !client_gone) {
+      auto notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
+      auto status = std::make_shared<Status>();
+      ledger::DurableCallback cb = [notifier, status](const Status& st) {
+        *status = st;
+        notifier->notify();
+      };
+      rec.ledger_id = router->finish(job.ctx, plan, attempts, std::move(cb));
+      co_await notifier->wait();
+      durable = *status;
+    } else {
+      rec.ledger_id = router->finish(job.ctx, plan, attempts, nullptr);
+    }
 
     if (!result) {
       const Error& e = result.error();
-      if (e.code != ErrorCode::kCancelled && e.code != ErrorCode::kInvalidRequest) {
-        metrics.backend_errors.inc({rec.backend, backend_error_kind(e.code)});
-      }
-      if (e.code == ErrorCode::kCancelled || sink.broken()) {
+      if (client_gone) {
         rec.status = 499;
         rec.error = "client closed the connection";
         co_return false;
@@ -441,6 +812,7 @@ struct Server::Impl {
         co_return false;  // the stream was cut: do not reuse the connection
       }
       Reply r = fail(rec, e);
+      for (const auto& h : headers) r.headers.push_back(h);
       rec.status = static_cast<int>(r.status);
       bool ok = co_await write_reply(stream, r, rec.request_id, keep_alive);
       co_return ok && keep_alive;
@@ -448,6 +820,22 @@ struct Server::Impl {
     adapters::BackendReply& reply = result.value();
     rec.usage = reply.usage;
     rec.finish_reason = reply.finish_reason;
+    if (!durable) {
+      Error e = Error::make(ErrorCode::kUnavailable,
+                            "the answer could not be recorded in the cost ledger: " +
+                                durable.error().message);
+      rec.error = e.message;
+      if (streaming) {
+        rec.status = 200;
+        std::optional<Error> cut = e;
+        co_await sink.finish(cut);
+        co_return false;
+      }
+      Reply r = fail(rec, e);
+      rec.status = static_cast<int>(r.status);
+      bool ok = co_await write_reply(stream, r, rec.request_id, keep_alive);
+      co_return ok && keep_alive;
+    }
     if (streaming) {
       rec.status = 200;
       std::optional<Error> none;
@@ -458,6 +846,7 @@ struct Server::Impl {
     Reply r;
     r.status = static_cast<http::status>(reply.status);
     r.body = std::move(reply.body);
+    r.headers = std::move(headers);
     rec.status = reply.status;
     bool ok = co_await write_reply(stream, r, rec.request_id, keep_alive);
     co_return ok && keep_alive;
@@ -498,6 +887,7 @@ struct Server::Impl {
       auto [hec, hn] = co_await http::async_read_header(stream, buffer, parser, kAwait);
       RequestRecord rec;
       rec.started = Clock::now();
+      rec.started_unix_us = unix_micros_now();
       rec.request_id = make_request_id();
       if (hec == http::error::body_limit) {
         // The Content-Length alone is over the limit: refuse without reading the body.
@@ -680,10 +1070,21 @@ struct Server::Impl {
       tick.expires_after(std::chrono::milliseconds(20));
       co_await tick.async_wait(kAwait);
     }
-    for (auto& [name, b] : backends) b->close_idle();
+    for (auto* b : http_backends) b->close_idle();
     access_log.flush();
     stopped = true;
     ioc.stop();
+  }
+
+  // SIGHUP re-reads the policy file on the worker thread (the old policy serves meanwhile).
+  void arm_hup() {
+    hup.async_wait([this](const beast::error_code& ec, int) {
+      if (ec) return;
+      if (auto* store = router->policy_store()) {
+        asio::post(workers, [store] { store->reload("SIGHUP"); });
+      }
+      arm_hup();
+    });
   }
 
   void begin_shutdown() {
@@ -691,6 +1092,7 @@ struct Server::Impl {
     beast::error_code ec;
     if (acceptor) acceptor->close(ec);
     signals.cancel(ec);
+    hup.cancel(ec);
     asio::co_spawn(ioc, drain_then_stop(), asio::detached);
   }
 };
@@ -733,6 +1135,7 @@ void Server::run() {
   im.signals.async_wait([&im](const beast::error_code& ec, int) {
     if (!ec) im.begin_shutdown();
   });
+  im.arm_hup();
   asio::co_spawn(im.ioc, im.accept_loop(), asio::detached);
   std::vector<std::thread> threads;
   for (int i = 1; i < im.cfg.server.io_threads; ++i) threads.emplace_back([&im] { im.ioc.run(); });

@@ -1,0 +1,65 @@
+// The admin and finance HTTP endpoints, apart from the socket code: which path needs which
+// role (decided on the I/O thread), and the handlers themselves, which block (policy files,
+// SQLite reports) and therefore run on the server's worker thread, never an I/O thread.
+//
+//   GET  /admin/policy           admin    active version, load time, last rejected attempt
+//   PUT  /admin/policy           admin    body = policy YAML; ?persist=false keeps the file
+//   POST /admin/route/explain    admin    body = an OpenAI request; ?key=ID routes as that key
+//   POST /admin/policy/reload    admin    re-read the policy file
+//   GET  /v1/ledger/report       finance  ?by=team,day&from=&to=&format=json|csv|table&savings=1
+//   GET  /v1/ledger/export.csv   finance  ?from=&to=&team=&project=&key=&task=&model=&target=&rule=
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "gateway/auth.h"
+#include "ledger/report.h"
+
+namespace ferry::gateway {
+
+class Router;
+
+enum class AdminRoute {
+  kNone,  // not an admin path
+  kPolicyGet,
+  kPolicyPut,
+  kPolicyReload,
+  kRouteExplain,
+  kLedgerReport,
+  kLedgerExport,
+};
+
+// kNone for paths that are not admin/ledger endpoints. A known path with the wrong method
+// returns the route with `method_ok` false (405).
+AdminRoute admin_route(std::string_view method, std::string_view path, bool& method_ok);
+const char* admin_allowed_method(AdminRoute route);
+
+// 403 unless the principal's role may use the route (finance or admin for the ledger,
+// admin for the rest).
+Status authorize_admin(AdminRoute route, const Principal& principal);
+
+struct AdminReply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+// Runs a (blocking) admin request. Errors come back as OpenAI-style error replies.
+AdminReply run_admin(Router& router, AdminRoute route, const Principal& principal,
+                     std::string_view query, const std::string& body,
+                     const std::string& request_id);
+
+// Query strings: "a=1&b=x%20y" -> {a: 1, b: "x y"}. Repeated keys: the last wins.
+std::map<std::string, std::string> parse_query(std::string_view query);
+
+// The export's filter from its query string (400 naming the bad field).
+Result<ledger::ReportFilter> export_filter(std::string_view query);
+
+}  // namespace ferry::gateway

@@ -1,0 +1,331 @@
+// Routing policies through the real server: aliases, fallbacks with the attempts visible in
+// headers, rejects, parameter clamps, admin reloads (PUT, SIGHUP, file change) that swap
+// atomically under traffic, explain, and admin endpoints refusing non-admin keys.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "tests/integration/ferry_test_base.h"
+
+namespace ferry::itest {
+namespace {
+
+constexpr const char* kPolicyA = R"(
+targets:
+  good: gpt-test
+  other: chunky
+  fail: fail-500
+  dead: dead-model
+  tight: no-usage
+models: [auto, broken-first, rejectme, clamp]
+rules:
+  - id: reject-it
+    when: { model: rejectme }
+    reject: { status: 400, message: "no thanks" }
+  - id: fallback
+    when: { model: broken-first }
+    route: [fail, dead, good]
+  - id: clamp
+    when: { model: clamp }
+    set: { max_tokens: { at_most: 7 } }
+    route: [tight]
+default: { route: [good] }
+)";
+
+std::string policy_b() {
+  // Same aliases; the default goes to `other` instead.
+  std::string p = kPolicyA;
+  auto at = p.find("default: { route: [good] }");
+  p.replace(at, std::string("default: { route: [good] }").size(), "default: { route: [other] }");
+  return p;
+}
+
+class RoutingTest : public ::testing::Test {
+ protected:
+  void SetUp() override { upstream_ = start_upstream(); }
+  void TearDown() override {
+    if (ferry_.process) {
+      int status = ferry_.process->stop(Ms(15000));
+      EXPECT_EQ(status, 0) << "ferry did not exit cleanly";
+      if (HasFailure()) std::cerr << "---- ferry stderr ----\n" << ferry_.process->stderr_text();
+    }
+    if (upstream_.process) upstream_.process->stop();
+  }
+
+  void start(bool watch = false) {
+    policy_path_ = dir_.write("policies.yaml", kPolicyA);
+    std::string cfg = standard_config(upstream_.address) + "policy:\n  file: " + policy_path_ +
+                      "\n  watch: " + (watch ? "true" : "false") + "\n  debounce_ms: 50\n";
+    ferry_ = start_ferry(dir_, cfg);
+  }
+
+  static std::string header(const Response& r, const char* name) {
+    return r.header(name).value_or("<none>");
+  }
+
+  std::string active_version() {
+    auto r = http_request(ferry_.address, "GET", "/admin/policy", "", auth_headers(kAdminKey));
+    if (!r || r->status != 200) return "";
+    json j = r->body_json();
+    return j.value("version", "");
+  }
+
+  TempDir dir_;
+  Server upstream_;
+  Server ferry_;
+  std::string policy_path_;
+};
+
+TEST_F(RoutingTest, ModelsAreThePolicyAliasesAndUnknownAliasesAre404) {
+  start();
+  auto r = http_request(ferry_.address, "GET", "/v1/models", "", auth_headers());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::set<std::string> ids;
+  json models = r->body_json();
+  for (const auto& m : models["data"]) ids.insert(m["id"].get<std::string>());
+  EXPECT_EQ(ids, (std::set<std::string>{"auto", "broken-first", "rejectme", "clamp"})) << r->body;
+  auto bad = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "x"));
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 404);
+  EXPECT_TRUE(is_openai_error(*bad));
+  EXPECT_NE(bad->body.find("auto, broken-first, rejectme, clamp"), std::string::npos) << bad->body;
+}
+
+TEST_F(RoutingTest, ResponsesCarryTargetRulePolicyAndAttempts) {
+  start();
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("auto", "hi"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->body_json()["choices"][0]["message"]["content"], "echo: hi");
+  EXPECT_EQ(header(*r, "x-ferry-target"), "good");
+  EXPECT_EQ(header(*r, "x-ferry-rule"), "default");
+  EXPECT_EQ(header(*r, "x-ferry-attempts"), "1");
+  EXPECT_EQ(header(*r, "x-ferry-policy").size(), 12u) << header(*r, "x-ferry-policy");
+}
+
+TEST_F(RoutingTest, FailingHopsFallBackBeforeAnythingIsSent) {
+  start();
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("broken-first", "fb"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->body_json()["choices"][0]["message"]["content"], "echo: fb");
+  EXPECT_EQ(header(*r, "x-ferry-target"), "good");
+  EXPECT_EQ(header(*r, "x-ferry-rule"), "fallback");
+  EXPECT_EQ(header(*r, "x-ferry-attempts"), "3");  // fail-500, dead (refused), good
+
+  // Streaming: the headers go out with the first byte, after the fallbacks.
+  auto s = stream_request(ferry_.address, "/v1/chat/completions",
+                          chat_body("broken-first", "streamed", true));
+  ASSERT_TRUE(s.head);
+  EXPECT_EQ(s.head->status, 200);
+  EXPECT_EQ(s.content(), "echo: streamed");
+  EXPECT_TRUE(s.saw_done);
+  EXPECT_EQ(header(*s.head, "x-ferry-attempts"), "3");
+  EXPECT_EQ(header(*s.head, "x-ferry-target"), "good");
+
+  auto metrics = http_request(ferry_.address, "GET", "/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("ferry_route_fallbacks_total{from=\"fail\",to=\"dead\"} 2"),
+            std::string::npos)
+      << metrics->body;
+}
+
+TEST_F(RoutingTest, RejectAnswersWithTheRulesStatusAndMessage) {
+  start();
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("rejectme", "x"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_TRUE(is_openai_error(*r));
+  EXPECT_EQ(r->body_json()["error"]["message"], "no thanks");
+  EXPECT_EQ(header(*r, "x-ferry-rule"), "reject-it");
+  EXPECT_EQ(upstream_stats(upstream_.address).value("requests", 0), 0) << "no backend is called";
+}
+
+TEST_F(RoutingTest, SetClampsMaxTokensUpstream) {
+  start();
+  json body = chat_body("clamp", "x");
+  body["max_tokens"] = 500;
+  auto r = post_json(ferry_.address, "/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json seen = upstream_last_request(upstream_.address);
+  EXPECT_EQ(seen["body"]["max_tokens"], 7) << seen.dump();
+  EXPECT_EQ(seen["body"]["model"], "no-usage");
+}
+
+TEST_F(RoutingTest, AdminEndpointsRefuseAppKeys) {
+  start();
+  for (auto [method, path] : {std::pair{"GET", "/admin/policy"}, std::pair{"PUT", "/admin/policy"},
+                              std::pair{"POST", "/admin/route/explain"},
+                              std::pair{"GET", "/v1/ledger/report"}}) {
+    auto r = http_request(ferry_.address, method, path, "{}", auth_headers(kAppKey));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 403) << method << " " << path << ": " << r->body;
+    EXPECT_TRUE(is_openai_error(*r));
+    auto anon = http_request(ferry_.address, method, path, "{}");
+    ASSERT_TRUE(anon);
+    EXPECT_EQ(anon->status, 401) << method << " " << path;
+  }
+}
+
+TEST_F(RoutingTest, PutPolicySwapsOrRejectsAndGetShowsIt) {
+  start();
+  std::string v1 = active_version();
+  ASSERT_FALSE(v1.empty());
+  // A broken policy is rejected with located errors; the old one keeps serving.
+  auto bad = http_request(ferry_.address, "PUT", "/admin/policy",
+                          "targets: { good: gpt-test }\nrules: []\n", auth_headers(kAdminKey));
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 422) << bad->body;
+  EXPECT_NE(bad->body.find("default"), std::string::npos) << bad->body;
+  EXPECT_EQ(active_version(), v1);
+  auto status = http_request(ferry_.address, "GET", "/admin/policy", "", auth_headers(kAdminKey));
+  ASSERT_TRUE(status);
+  EXPECT_FALSE(status->body_json()["last_rejected"].is_null()) << status->body;
+  auto still = post_json(ferry_.address, "/v1/chat/completions", chat_body("auto", "x"));
+  ASSERT_TRUE(still);
+  EXPECT_EQ(still->status, 200);
+
+  auto good = http_request(ferry_.address, "PUT", "/admin/policy", policy_b(),
+                           auth_headers(kAdminKey));
+  ASSERT_TRUE(good);
+  ASSERT_EQ(good->status, 200) << good->body;
+  std::string v2 = active_version();
+  EXPECT_NE(v2, v1);
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("auto", "x"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(header(*r, "x-ferry-target"), "other");
+  EXPECT_TRUE(v2.starts_with(header(*r, "x-ferry-policy")));
+  // Persisted: the file now holds the new policy.
+  std::ifstream in(policy_path_);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("route: [other]"), std::string::npos);
+}
+
+TEST_F(RoutingTest, SighupReloadsTheFile) {
+  start(/*watch=*/false);
+  std::string v1 = active_version();
+  dir_.write("policies.yaml", policy_b());
+  ferry_.process->send_signal(SIGHUP);
+  std::string v2;
+  for (int i = 0; i < 200 && (v2.empty() || v2 == v1); ++i) {
+    std::this_thread::sleep_for(Ms(25));
+    v2 = active_version();
+  }
+  EXPECT_NE(v2, v1);
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("auto", "x"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(header(*r, "x-ferry-target"), "other");
+}
+
+TEST_F(RoutingTest, FileChangeReloadsWhenWatching) {
+  start(/*watch=*/true);
+  std::string v1 = active_version();
+  dir_.write("policies.yaml", policy_b());
+  std::string v2;
+  for (int i = 0; i < 400 && (v2.empty() || v2 == v1); ++i) {
+    std::this_thread::sleep_for(Ms(25));
+    v2 = active_version();
+  }
+  EXPECT_NE(v2, v1);
+  // A broken edit is rejected; the last good policy keeps serving.
+  dir_.write("policies.yaml", "rules: [\n");
+  std::this_thread::sleep_for(Ms(500));
+  EXPECT_EQ(active_version(), v2);
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("auto", "x"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(RoutingTest, ReloadUnderTrafficNeverMixesVersions) {
+  start();
+  std::string va = active_version();
+  // Learn policy B's version, then go back to A.
+  ASSERT_EQ(http_request(ferry_.address, "PUT", "/admin/policy?persist=false", policy_b(),
+                         auth_headers(kAdminKey))->status, 200);
+  std::string vb = active_version();
+  ASSERT_EQ(http_request(ferry_.address, "PUT", "/admin/policy?persist=false", kPolicyA,
+                         auth_headers(kAdminKey))->status, 200);
+  ASSERT_NE(va, vb);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::atomic<int> mixed{0};
+  std::atomic<int> done{0};
+  std::set<std::string> seen;
+  std::mutex seen_mu;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&] {
+      for (int i = 0; i < 40; ++i) {
+        auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("auto", "t"));
+        if (!r || r->status != 200) {
+          ++failures;
+          continue;
+        }
+        std::string v = header(*r, "x-ferry-policy");
+        std::string target = header(*r, "x-ferry-target");
+        bool a = va.starts_with(v) && target == "good";
+        bool b = vb.starts_with(v) && target == "other";
+        if (!a && !b) ++mixed;
+        std::lock_guard lock(seen_mu);
+        seen.insert(v);
+        ++done;
+      }
+    });
+  }
+  std::thread admin([&] {
+    for (int i = 0; i < 20; ++i) {
+      auto r = http_request(ferry_.address, "PUT", "/admin/policy?persist=false",
+                            i % 2 == 0 ? policy_b() : std::string(kPolicyA),
+                            auth_headers(kAdminKey));
+      if (!r || r->status != 200) ++failures;
+      std::this_thread::sleep_for(Ms(10));
+    }
+  });
+  for (auto& c : clients) c.join();
+  admin.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(mixed.load(), 0);
+  EXPECT_EQ(done.load(), 160);
+  EXPECT_GE(seen.size(), 1u);
+}
+
+TEST_F(RoutingTest, ExplainShowsFactsClausesAndTheDecision) {
+  start();
+  auto r = http_request(ferry_.address, "POST", "/admin/route/explain",
+                        chat_body("broken-first", "why").dump(), auth_headers(kAdminKey));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = r->body_json();
+  EXPECT_EQ(j["decision"]["rule"], "fallback");
+  EXPECT_EQ(j["decision"]["route"][0]["target"], "fail");
+  EXPECT_EQ(j["facts"]["team"], "ops");
+  EXPECT_EQ(upstream_stats(upstream_.address).value("requests", 0), 0) << "no backend is called";
+  // As another key would be routed.
+  auto as_app = http_request(ferry_.address, "POST", "/admin/route/explain?key=app-key",
+                             chat_body("auto", "why").dump(), auth_headers(kAdminKey));
+  ASSERT_TRUE(as_app);
+  EXPECT_EQ(as_app->body_json()["facts"]["team"], "team-a") << as_app->body;
+}
+
+TEST(RoutingStartup, InvalidPolicyRefusesToStart) {
+  TempDir dir;
+  std::string policy = dir.write("policies.yaml", "targets: { good: no-such-model }\n");
+  auto upstream = start_upstream();
+  std::string cfg = standard_config(upstream.address) + "policy:\n  file: " + policy + "\n";
+  std::string path = dir.write("ferry.yaml", cfg);
+  Process p({ferry_binary(), "serve", "--config", path, "--listen", "127.0.0.1:0"});
+  auto code = p.wait_exit(Ms(15000));
+  ASSERT_TRUE(code);
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(p.stderr_text().find("policies.yaml:"), std::string::npos) << p.stderr_text();
+  upstream.process->stop();
+}
+
+}  // namespace
+}  // namespace ferry::itest
