@@ -1,0 +1,339 @@
+// The ledger through the real server: every request priced exactly (backend usage, or ferry's
+// own count when usage is missing or a stream is cut), reports and exports over HTTP for
+// finance/admin keys only, hard budgets under 200 concurrent requests, and a SIGKILL under
+// load after which every answer a client fully received has its row and the chain verifies.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "tests/integration/ferry_test_base.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferry::itest {
+namespace {
+
+using Row = std::map<std::string, std::string>;
+
+// RFC 4180 CSV into rows keyed by the header's names.
+std::vector<Row> parse_csv(const std::string& text) {
+  std::vector<std::vector<std::string>> lines;
+  std::vector<std::string> fields;
+  std::string field;
+  bool quoted = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.push_back(std::move(field));
+      field.clear();
+    } else if (c == '\n') {
+      fields.push_back(std::move(field));
+      field.clear();
+      lines.push_back(std::move(fields));
+      fields.clear();
+    } else if (c != '\r') {
+      field += c;
+    }
+  }
+  std::vector<Row> rows;
+  if (lines.empty()) return rows;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    Row r;
+    for (size_t j = 0; j < lines[0].size() && j < lines[i].size(); ++j) r[lines[0][j]] = lines[i][j];
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+// "12.345678" -> 12345678 micro-units (exact).
+int64_t micros(const std::string& decimal) {
+  if (decimal.empty()) return 0;
+  bool neg = decimal[0] == '-';
+  std::string s = neg ? decimal.substr(1) : decimal;
+  auto dot = s.find('.');
+  std::string whole = s.substr(0, dot);
+  std::string frac = dot == std::string::npos ? "" : s.substr(dot + 1);
+  frac.resize(6, '0');
+  int64_t v = std::stoll(whole.empty() ? "0" : whole) * 1000000 + std::stoll(frac);
+  return neg ? -v : v;
+}
+
+class LedgerHttpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    upstream_ = start_upstream();
+    db_ = (dir_.path() / "ledger.db").string();
+  }
+  void TearDown() override {
+    if (ferry_.process) {
+      int status = ferry_.process->stop(Ms(15000));
+      EXPECT_EQ(status, 0) << "ferry did not exit cleanly";
+      if (HasFailure()) std::cerr << "---- ferry stderr ----\n" << ferry_.process->stderr_text();
+    }
+    if (upstream_.process) upstream_.process->stop();
+  }
+
+  std::string config(const std::string& budget_amount = "") {
+    std::string cfg = standard_config(upstream_.address);
+    // Exact counting for the models whose usage is missing or cut.
+    for (const char* m : {"no-usage", "close-mid-stream", "gpt-test", "slow"}) {
+      std::string from = std::string("{name: ") + m + ",";
+      auto at = cfg.find(from);
+      cfg.insert(at + 1, "tokenizer: cl100k_base, ");
+    }
+    cfg += "ledger:\n  path: " + db_ + "\n";
+    cfg += "prices:\n";
+    for (const char* m : {"gpt-test", "no-usage", "close-mid-stream", "slow"}) {
+      cfg += std::string("  - { model: ") + m +
+             ", effective_from: 2026-01-01, input: 1.50, output: 10.00 }\n";
+    }
+    if (!budget_amount.empty()) {
+      cfg += "budgets:\n  - { name: team-a-daily, scope: team, match: team-a, amount: " +
+             budget_amount + ", period: day, mode: hard }\n";
+    }
+    return cfg;
+  }
+
+  std::vector<Row> export_rows(const char* key = kAdminKey) {
+    auto r = http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "", auth_headers(key));
+    EXPECT_TRUE(r);
+    if (!r) return {};
+    EXPECT_EQ(r->status, 200) << r->body;
+    return parse_csv(r->body);
+  }
+
+  static std::map<std::string, Row> by_task(const std::vector<Row>& rows) {
+    std::map<std::string, Row> m;
+    for (const auto& r : rows) m[r.at("task_id")] = r;
+    return m;
+  }
+
+  int64_t metric(const std::string& series) {
+    auto r = http_request(ferry_.address, "GET", "/metrics");
+    if (!r) return -1;
+    auto at = r->body.find(series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stoll(r->body.substr(at + series.size() + 1));
+  }
+
+  TempDir dir_;
+  Server upstream_;
+  Server ferry_;
+  std::string db_;
+};
+
+std::vector<std::string> task_headers(const std::string& task, const char* key = kAppKey) {
+  auto h = auth_headers(key);
+  h.push_back("x-ferry-task: " + task);
+  return h;
+}
+
+TEST_F(LedgerHttpTest, EveryRequestHasAnExactlyPricedRow) {
+  ferry_ = start_ferry(dir_, config());
+  auto ns = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "one two"),
+                      task_headers("t-plain"));
+  ASSERT_TRUE(ns);
+  ASSERT_EQ(ns->status, 200);
+  auto s = stream_request(ferry_.address, "/v1/chat/completions",
+                          chat_body("gpt-test", "three four", true), task_headers("t-stream"));
+  ASSERT_TRUE(s.saw_done);
+  auto nu = stream_request(ferry_.address, "/v1/chat/completions",
+                           chat_body("no-usage", "five six seven", true), task_headers("t-nousage"));
+  ASSERT_TRUE(nu.saw_done);
+  auto cut = stream_request(ferry_.address, "/v1/chat/completions",
+                            chat_body("close-mid-stream", "eight nine", true), task_headers("t-cut"));
+  ASSERT_TRUE(cut.head);
+  EXPECT_FALSE(cut.saw_done);
+
+  auto rows = by_task(export_rows());
+  ASSERT_EQ(rows.count("t-plain"), 1u);
+  const Row& plain = rows["t-plain"];
+  EXPECT_EQ(plain.at("status"), "ok");
+  EXPECT_EQ(plain.at("input_source"), "backend");
+  EXPECT_EQ(plain.at("key_id"), "app-key");
+  EXPECT_EQ(plain.at("team"), "team-a");
+  // The upstream's usage, priced at 1.50 / 10.00 per million.
+  json usage = ns->body_json()["usage"];
+  int64_t in = usage["prompt_tokens"].get<int64_t>();
+  int64_t out = usage["completion_tokens"].get<int64_t>();
+  EXPECT_EQ(std::stoll(plain.at("input_tokens")), in);
+  EXPECT_EQ(std::stoll(plain.at("output_tokens")), out);
+  // Each kind is tokens * price-per-million / 1e6, rounded half away from zero to the
+  // micro-unit; the total is the sum of the kinds.
+  int64_t cost_in = (in * 1500000 + 500000) / 1000000;
+  int64_t cost_out = (out * 10000000 + 500000) / 1000000;
+  EXPECT_EQ(micros(plain.at("cost_input")), cost_in);
+  EXPECT_EQ(micros(plain.at("cost_output")), cost_out);
+  EXPECT_EQ(micros(plain.at("cost_total")), cost_in + cost_out);
+
+  ASSERT_EQ(rows.count("t-stream"), 1u);
+  EXPECT_EQ(rows["t-stream"].at("stream"), "1");
+  EXPECT_EQ(rows["t-stream"].at("input_source"), "backend");
+  EXPECT_NE(micros(rows["t-stream"].at("cost_total")), 0);
+
+  // No usage from the backend: ferry counted the prompt and the streamed text itself.
+  ASSERT_EQ(rows.count("t-nousage"), 1u);
+  const Row& nou = rows["t-nousage"];
+  EXPECT_EQ(nou.at("input_source"), "tokenizer");
+  EXPECT_EQ(nou.at("output_source"), "tokenizer");
+  auto tok = tokenizer::load_tokenizer("cl100k_base");
+  ASSERT_TRUE(tok);
+  EXPECT_EQ(std::stoll(nou.at("output_tokens")),
+            static_cast<int64_t>((*tok)->count(nu.content())));
+  EXPECT_NE(nou.at("pricing"), "unpriced");
+
+  // A stream the backend cut short: what was generated is counted and priced.
+  ASSERT_EQ(rows.count("t-cut"), 1u);
+  EXPECT_EQ(rows["t-cut"].at("status"), "upstream_cut");
+  EXPECT_EQ(std::stoll(rows["t-cut"].at("output_tokens")),
+            static_cast<int64_t>((*tok)->count(cut.content())));
+
+  // The report over HTTP reconciles with the rows to the micro-unit.
+  auto rep = http_request(ferry_.address, "GET", "/v1/ledger/report?by=task&format=json", "",
+                          auth_headers(kAdminKey));
+  ASSERT_TRUE(rep);
+  ASSERT_EQ(rep->status, 200) << rep->body;
+  json j = rep->body_json();
+  int64_t sum = 0;
+  for (const auto& [task, row] : rows) sum += micros(row.at("cost_total"));
+  EXPECT_EQ(micros(j["totals"]["cost"]["total"].get<std::string>()), sum) << rep->body;
+  EXPECT_EQ(j["totals"]["requests"], 4);
+
+  // App keys may not read the ledger; injection through a filter is just a value.
+  auto app = http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "", auth_headers(kAppKey));
+  ASSERT_TRUE(app);
+  EXPECT_EQ(app->status, 403);
+  auto inj = http_request(ferry_.address, "GET",
+                          "/v1/ledger/export.csv?team=x%27%20OR%20%271%27%3D%271", "",
+                          auth_headers(kAdminKey));
+  ASSERT_TRUE(inj);
+  EXPECT_EQ(inj->status, 200);
+  EXPECT_EQ(parse_csv(inj->body).size(), 0u) << inj->body;
+}
+
+TEST_F(LedgerHttpTest, HardBudgetHoldsUnder200ConcurrentRequests) {
+  // Worst case per request: ~9 prompt tokens at 1.50/M + 100 output tokens at 10.00/M, about
+  // 0.001 014: the budget fits 10 of them at once. The upstream holds each request 300 ms, so
+  // the 200 requests overlap and the reservations race.
+  ferry_ = start_ferry(dir_, config("0.010200"));
+  std::atomic<int> ok{0}, limited{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 50; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 4; ++i) {
+        json body = chat_body("slow", "budget race");
+        body["max_tokens"] = 100;
+        auto r = post_json(ferry_.address, "/v1/chat/completions", body,
+                           task_headers("race-" + std::to_string(t) + "-" + std::to_string(i)));
+        if (!r) {
+          ++other;
+        } else if (r->status == 200) {
+          ++ok;
+        } else if (r->status == 429) {
+          ++limited;
+          EXPECT_NE(r->body.find("team-a-daily"), std::string::npos) << r->body;
+        } else {
+          ++other;
+          ADD_FAILURE() << r->status << " " << r->body;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok + limited + other, 200);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GE(ok.load(), 10);
+  EXPECT_GT(limited.load(), 0);
+
+  auto rows = export_rows();
+  int64_t spent = 0;
+  int ok_rows = 0;
+  for (const auto& r : rows) {
+    if (r.at("team") != "team-a") continue;
+    spent += micros(r.at("cost_total"));
+    if (r.at("status") == "ok") ++ok_rows;
+  }
+  EXPECT_EQ(ok_rows, ok.load()) << "one row per answered request";
+  EXPECT_LE(spent, 10200) << "hard budget overspent";
+  EXPECT_EQ(metric("ferry_budget_spent_micros{budget=\"team-a-daily\"}"), spent);
+
+  // After a restart the budget is rebuilt from the ledger.
+  ASSERT_EQ(ferry_.process->stop(Ms(15000)), 0);
+  ferry_ = start_ferry(dir_, config("0.010200"), "ferry2.yaml");
+  EXPECT_EQ(metric("ferry_budget_spent_micros{budget=\"team-a-daily\"}"), spent);
+}
+
+TEST_F(LedgerHttpTest, SigkillUnderLoadLosesNoAnsweredRequest) {
+  std::string cfg = config();
+  ferry_ = start_ferry(dir_, cfg);
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::set<std::string> received;  // tasks whose answer arrived completely
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        std::string task = "crash-" + std::to_string(t) + "-" + std::to_string(i);
+        bool complete = false;
+        if (t % 2 == 0) {
+          auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "k"),
+                             task_headers(task));
+          complete = r && r->status == 200 && r->body_json().contains("choices");
+        } else {
+          auto s = stream_request(ferry_.address, "/v1/chat/completions",
+                                  chat_body("gpt-test", "k", true), task_headers(task));
+          complete = s.saw_done;
+        }
+        if (complete) {
+          std::lock_guard lock(mu);
+          received.insert(task);
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(Ms(1500));
+  ferry_.process->send_signal(SIGKILL);
+  ferry_.process->wait_exit(Ms(5000));
+  stop = true;
+  for (auto& c : clients) c.join();
+  ferry_.process.reset();
+  ASSERT_GT(received.size(), 10u) << "the load did not get going";
+
+  EXPECT_EQ(run_command(ferry_binary() + " ledger verify --db " + db_ + " > /dev/null"), 0);
+  std::string csv_path = (dir_.path() / "after-kill.csv").string();
+  ASSERT_EQ(run_command(ferry_binary() + " ledger export --db " + db_ + " --out " + csv_path), 0);
+  std::ifstream in(csv_path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::set<std::string> recorded;
+  for (const auto& r : parse_csv(text)) recorded.insert(r.at("task_id"));
+  for (const auto& task : received) EXPECT_EQ(recorded.count(task), 1u) << task << " has no row";
+
+  // After a restart the chain continues.
+  ferry_ = start_ferry(dir_, cfg, "ferry-restarted.yaml");
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "again"),
+                     task_headers("after-restart"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  ASSERT_EQ(ferry_.process->stop(Ms(15000)), 0);
+  ferry_.process.reset();
+  EXPECT_EQ(run_command(ferry_binary() + " ledger verify --db " + db_ + " > /dev/null"), 0);
+}
+
+}  // namespace
+}  // namespace ferry::itest
