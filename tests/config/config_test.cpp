@@ -98,6 +98,61 @@ TEST(Config, ExampleFileLoads) {
   EXPECT_EQ(cfg->auth.keys.size(), 1u);
   EXPECT_EQ(cfg->backends[0].timeouts.first_byte_ms, 60000);
   EXPECT_EQ(cfg->models[0].upstream_model, "meta-llama/Llama-3.1-8B-Instruct");
+  ASSERT_EQ(cfg->backends.size(), 2u);
+  ASSERT_TRUE(cfg->backends[1].local);
+  EXPECT_EQ(cfg->backends[1].local->model_path,
+            std::string(FERRY_SOURCE_DIR) + "/config/models/qwen2.5-0.5b-instruct-q8_0.gguf");
+  ASSERT_TRUE(cfg->policy);
+  EXPECT_EQ(cfg->policy->file, std::string(FERRY_SOURCE_DIR) + "/config/policies.yaml");
+  EXPECT_TRUE(cfg->ledger.present());
+  EXPECT_TRUE(cfg->prices.present());
+  EXPECT_TRUE(cfg->budgets.present());
+}
+
+TEST(Config, LocalBackendKeys) {
+  auto cfg = load_config_text(R"(
+backends:
+  - { name: cpu, kind: local, model: /m/x.gguf, threads: 2, max_sequences: 8, max_queue: 3,
+      kv_budget_mb: 512, prefill_chunk: 64, prefix_cache: false, context_length: 2048 }
+models:
+  - { name: small, backend: cpu }
+)", "t.yaml");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  const auto& l = *cfg->backends[0].local;
+  EXPECT_EQ(cfg->backends[0].kind, "local");
+  EXPECT_EQ(l.model_path, "/m/x.gguf");
+  EXPECT_EQ(l.threads, 2);
+  EXPECT_EQ(l.max_sequences, 8);
+  EXPECT_EQ(l.max_queue, 3);
+  EXPECT_EQ(l.kv_budget_mb, 512);
+  EXPECT_EQ(l.prefill_chunk, 64);
+  EXPECT_FALSE(l.prefix_cache);
+  EXPECT_EQ(l.context_length, 2048);
+  EXPECT_FALSE(cfg->ledger.present());
+  EXPECT_FALSE(cfg->policy);
+}
+
+TEST(Config, LocalBackendRefusesHttpKeysAndUnknownKinds) {
+  auto cfg = load_config_text("backends:\n  - { name: cpu, kind: local, model: x.gguf, base_url: http://a/v1 }\n",
+                              "t.yaml");
+  ASSERT_FALSE(cfg);
+  EXPECT_NE(cfg.error().message.find("t.yaml:2:"), std::string::npos) << cfg.error().message;
+  EXPECT_NE(cfg.error().message.find("base_url"), std::string::npos) << cfg.error().message;
+  auto kind = load_config_text("backends:\n  - { name: x, kind: grpc, base_url: http://a/v1 }\n", "t.yaml");
+  ASSERT_FALSE(kind);
+  EXPECT_NE(kind.error().message.find("'local'"), std::string::npos) << kind.error().message;
+  auto missing = load_config_text("backends:\n  - { name: cpu, kind: local }\n", "t.yaml");
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("model"), std::string::npos);
+}
+
+TEST(Config, PolicyPathIsRelativeToTheConfigFile) {
+  auto cfg = load_config_text("policy: { file: p.yaml, watch: false }\n", "/etc/ferry/ferry.yaml");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  EXPECT_EQ(cfg->policy->file, "/etc/ferry/p.yaml");
+  EXPECT_FALSE(cfg->policy->watch);
+  auto bad = load_config_text("policy: { path: p.yaml }\n", "/etc/ferry/ferry.yaml");
+  ASSERT_FALSE(bad);
 }
 
 }  // namespace
