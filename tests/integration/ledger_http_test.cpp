@@ -182,6 +182,11 @@ TEST_F(LedgerHttpTest, EveryRequestHasAnExactlyPricedRow) {
   EXPECT_EQ(micros(plain.at("cost_output")), cost_out);
   EXPECT_EQ(micros(plain.at("cost_total")), cost_in + cost_out);
 
+  // ferry's own count was compared with the backend's (the fault upstream counts words, so
+  // the two differ and the mismatch is counted).
+  EXPECT_EQ(metric("ferry_prompt_tokens_checked_total{model=\"gpt-test\"}"), 2);
+  EXPECT_EQ(metric("ferry_prompt_tokens_mismatch_total{model=\"gpt-test\"}"), 2);
+
   ASSERT_EQ(rows.count("t-stream"), 1u);
   EXPECT_EQ(rows["t-stream"].at("stream"), "1");
   EXPECT_EQ(rows["t-stream"].at("input_source"), "backend");
