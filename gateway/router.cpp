@@ -560,6 +560,16 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
     if (!admission) {
       Error e = admission.error();
       counters_->rejected.inc({e.code == ErrorCode::kRateLimited ? "budget" : "ledger"});
+      if (e.code == ErrorCode::kRateLimited && e.retry_after_s == 0) {
+        // Retry-After: when the exhausted budget's period resets.
+        for (const auto& b : ledger_->budgets()) {
+          if (b.def == nullptr || b.def->name != e.param) continue;
+          int64_t wait_us = b.bounds.end_us - unix_micros_now();
+          e.retry_after_s = std::max<int64_t>(1, (wait_us + 999999) / 1000000);
+        }
+      } else if (e.code == ErrorCode::kUnavailable && e.retry_after_s == 0) {
+        e.retry_after_s = 1;
+      }
       if (e.code == ErrorCode::kRateLimited) record_refusal(ctx, p, e);
       p.refusal = std::move(e);
       return p;

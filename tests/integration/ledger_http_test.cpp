@@ -253,6 +253,8 @@ TEST_F(LedgerHttpTest, HardBudgetHoldsUnder200ConcurrentRequests) {
         } else if (r->status == 429) {
           ++limited;
           EXPECT_NE(r->body.find("team-a-daily"), std::string::npos) << r->body;
+          auto retry = r->header("retry-after");
+          EXPECT_TRUE(retry && std::stoll(*retry) > 0 && std::stoll(*retry) <= 86400);
         } else {
           ++other;
           ADD_FAILURE() << r->status << " " << r->body;
