@@ -54,6 +54,110 @@ size_t find_key_value(std::string_view s, std::string_view quoted_key, bool last
   return std::string_view::npos;
 }
 
+// Reads the flat members of one JSON object (the text is valid JSON from a backend): integer
+// members and nested objects' spans, without building a DOM. Returns false on anything
+// unexpected, so that the caller can fall back to a full parse.
+struct UsageScan {
+  int64_t prompt = -1, completion = -1, total = -1, cached = 0, reasoning = 0;
+};
+
+bool scan_int(std::string_view s, size_t& i, int64_t& out) {
+  size_t start = i;
+  bool neg = i < s.size() && s[i] == '-';
+  if (neg) ++i;
+  int64_t v = 0;
+  size_t digits = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9' && digits < 18) {
+    v = v * 10 + (s[i] - '0');
+    ++i;
+    ++digits;
+  }
+  if (digits == 0 || (i < s.size() && (s[i] == '.' || s[i] == 'e' || s[i] == 'E' ||
+                                      (s[i] >= '0' && s[i] <= '9')))) {
+    i = start;
+    return false;
+  }
+  out = neg ? -v : v;
+  return true;
+}
+
+// Calls on_member(key, value_start) for each member of the object at `open`; on_member
+// returns the index one past the value, or npos to give up.
+template <typename F>
+bool for_each_member(std::string_view s, size_t open, F&& on_member) {
+  size_t i = skip_ws(s, open + 1);
+  while (i < s.size() && s[i] != '}') {
+    if (s[i] != '"') return false;
+    size_t key_end = s.find('"', i + 1);
+    if (key_end == std::string_view::npos) return false;
+    std::string_view key = s.substr(i + 1, key_end - i - 1);
+    if (key.find('\\') != std::string_view::npos) return false;
+    i = skip_ws(s, key_end + 1);
+    if (i >= s.size() || s[i] != ':') return false;
+    i = skip_ws(s, i + 1);
+    size_t end = on_member(key, i);
+    if (end == std::string_view::npos || end > s.size()) return false;
+    i = skip_ws(s, end);
+    if (i < s.size() && s[i] == ',') i = skip_ws(s, i + 1);
+  }
+  return i < s.size();
+}
+
+// One past the end of a scalar or structured value starting at i.
+size_t skip_value(std::string_view s, size_t i) {
+  if (i >= s.size()) return std::string_view::npos;
+  if (s[i] == '{' || s[i] == '[') return json_value_end(s, i);
+  if (s[i] == '"') {
+    for (size_t j = i + 1; j < s.size(); ++j) {
+      if (s[j] == '\\') {
+        ++j;
+      } else if (s[j] == '"') {
+        return j + 1;
+      }
+    }
+    return std::string_view::npos;
+  }
+  size_t j = i;
+  while (j < s.size() && s[j] != ',' && s[j] != '}' && s[j] != ']' && s[j] != ' ' &&
+         s[j] != '\n' && s[j] != '\r' && s[j] != '\t') {
+    ++j;
+  }
+  return j;
+}
+
+bool scan_usage(std::string_view s, size_t open, UsageScan& u) {
+  auto member = [&](std::string_view key, size_t at) -> size_t {
+    int64_t* slot = key == "prompt_tokens"       ? &u.prompt
+                    : key == "completion_tokens" ? &u.completion
+                    : key == "total_tokens"      ? &u.total
+                                                 : nullptr;
+    if (slot != nullptr && at < s.size() && s[at] != 'n') {
+      size_t i = at;
+      if (!scan_int(s, i, *slot)) return std::string_view::npos;
+      return i;
+    }
+    bool prompt_details = key == "prompt_tokens_details";
+    bool completion_details = key == "completion_tokens_details";
+    if ((prompt_details || completion_details) && at < s.size() && s[at] == '{') {
+      size_t end = json_value_end(s, at);
+      if (end == std::string_view::npos) return end;
+      const char* want = prompt_details ? "cached_tokens" : "reasoning_tokens";
+      int64_t* out = prompt_details ? &u.cached : &u.reasoning;
+      bool ok = for_each_member(s.substr(0, end), at, [&](std::string_view k, size_t v) -> size_t {
+        if (k == want && v < s.size() && s[v] != 'n') {
+          size_t i = v;
+          if (!scan_int(s, i, *out)) return std::string_view::npos;
+          return i;
+        }
+        return skip_value(s, v);
+      });
+      return ok ? end : std::string_view::npos;
+    }
+    return skip_value(s, at);
+  };
+  return for_each_member(s, open, member);
+}
+
 int64_t int_or(const nlohmann::json& j, const char* key, int64_t fallback) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number_integer()) return fallback;
@@ -67,6 +171,17 @@ std::optional<Usage> find_usage(std::string_view json) {
   if (v == std::string_view::npos || v >= json.size() || json[v] != '{') return std::nullopt;
   size_t end = json_value_end(json, v);
   if (end == std::string_view::npos) return std::nullopt;
+  UsageScan scan;
+  if (scan_usage(json.substr(0, end), v, scan)) {
+    Usage u;
+    u.prompt_tokens = scan.prompt;
+    u.completion_tokens = scan.completion;
+    u.total_tokens = scan.total;
+    u.cached_tokens = scan.cached;
+    u.reasoning_tokens = scan.reasoning;
+    return u;
+  }
+  // Anything the scanner does not expect (escaped keys, odd numbers): the full parser decides.
   auto obj = nlohmann::json::parse(json.substr(v, end - v), nullptr, /*allow_exceptions=*/false);
   if (!obj.is_object()) return std::nullopt;
   Usage u;

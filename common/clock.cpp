@@ -11,10 +11,31 @@ std::string format_utc_micros(int64_t unix_micros) {
   std::time_t t = static_cast<std::time_t>(secs);
   std::tm tm{};
   gmtime_r(&t, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
-  return buf;
+  // "YYYY-MM-DDTHH:MM:SS.ffffffZ", digits written directly (this runs once per request).
+  char buf[28];
+  auto put = [&buf](int at, int value, int width) {
+    for (int i = width - 1; i >= 0; --i) {
+      buf[at + i] = static_cast<char>('0' + value % 10);
+      value /= 10;
+    }
+  };
+  int year = tm.tm_year + 1900;
+  if (year < 0 || year > 9999) year = 0;
+  put(0, year, 4);
+  buf[4] = '-';
+  put(5, tm.tm_mon + 1, 2);
+  buf[7] = '-';
+  put(8, tm.tm_mday, 2);
+  buf[10] = 'T';
+  put(11, tm.tm_hour, 2);
+  buf[13] = ':';
+  put(14, tm.tm_min, 2);
+  buf[16] = ':';
+  put(17, tm.tm_sec, 2);
+  buf[19] = '.';
+  put(20, frac, 6);
+  buf[26] = 'Z';
+  return std::string(buf, 27);
 }
 
 }  // namespace ferry

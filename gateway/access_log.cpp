@@ -18,6 +18,18 @@ namespace {
 void append_escaped(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   for (size_t i = 0; i < s.size();) {
+    // Plain printable ASCII is copied a run at a time.
+    size_t run = i;
+    while (run < s.size()) {
+      auto r = static_cast<unsigned char>(s[run]);
+      if (r < 0x20 || r >= 0x80 || r == '"' || r == '\\') break;
+      ++run;
+    }
+    if (run > i) {
+      out.append(s.data() + i, run - i);
+      i = run;
+      continue;
+    }
     auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
       if (c == '"' || c == '\\') {
@@ -84,9 +96,10 @@ JsonLine& JsonLine::millis(std::string_view k, int64_t micros) {
     micros = -micros;
   }
   out_ += std::to_string(micros / 1000);
-  char frac[8];
-  std::snprintf(frac, sizeof frac, ".%03d", static_cast<int>(micros % 1000));
-  out_ += frac;
+  int ms = static_cast<int>(micros % 1000);
+  char frac[4] = {'.', static_cast<char>('0' + ms / 100), static_cast<char>('0' + ms / 10 % 10),
+                  static_cast<char>('0' + ms % 10)};
+  out_.append(frac, 4);
   return *this;
 }
 

@@ -27,10 +27,17 @@ Result<Principal> Authenticator::authenticate(std::string_view authorization) co
   while (!key.empty() && key.back() == ' ') key.remove_suffix(1);
   // The map lookup compares digests, not keys: equal-length hashes of secret input, so the
   // comparison reveals nothing useful about the key.
+  {
+    std::lock_guard lock(cache_mu_);
+    if (auto hit = cache_.find(std::string(key)); hit != cache_.end()) return *hit->second;
+  }
   auto it = by_hash_.find(sha256_hex(key));
   if (it == by_hash_.end()) {
     return Error::make(ErrorCode::kUnauthorized, "Incorrect API key provided.");
   }
+  std::lock_guard lock(cache_mu_);
+  if (cache_.size() >= kCacheMax) cache_.clear();
+  cache_.emplace(std::string(key), &it->second);
   return it->second;
 }
 

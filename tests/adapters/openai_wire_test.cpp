@@ -16,6 +16,28 @@ TEST(OpenAiWire, FindsUsageInBody) {
   EXPECT_EQ(u->reasoning_tokens, 2);
 }
 
+TEST(OpenAiWire, UsageShapesBackendsSend) {
+  // Spaces, nulls, extra members, nested details with other keys, members in any order.
+  auto u = find_usage(R"({"usage" : { "total_tokens" : 30 , "extra": {"a": [1, {"b": "}"}]},
+    "completion_tokens_details": {"accepted_prediction_tokens": 0, "reasoning_tokens": 7},
+    "prompt_tokens": 20, "completion_tokens": 10, "prompt_tokens_details": null }})");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->prompt_tokens, 20);
+  EXPECT_EQ(u->completion_tokens, 10);
+  EXPECT_EQ(u->total_tokens, 30);
+  EXPECT_EQ(u->cached_tokens, 0);
+  EXPECT_EQ(u->reasoning_tokens, 7);
+  // A member that is not an integer is not taken as one.
+  auto f = find_usage(R"({"usage":{"prompt_tokens":1.5,"completion_tokens":3}})");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->prompt_tokens, -1);
+  EXPECT_EQ(f->completion_tokens, 3);
+  auto n = find_usage(R"({"usage":{"prompt_tokens":null,"completion_tokens":"4"}})");
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->prompt_tokens, -1);
+  EXPECT_EQ(n->completion_tokens, -1);
+}
+
 TEST(OpenAiWire, NullOrMissingUsage) {
   EXPECT_FALSE(find_usage(R"({"usage":null})"));
   EXPECT_FALSE(find_usage(R"({"choices":[]})"));

@@ -32,6 +32,24 @@ TEST(Auth, MissingMalformedOrWrongKeysAreRefused) {
   EXPECT_EQ(a.authenticate("Bearer sk-nope").error().code, ErrorCode::kUnauthorized);
 }
 
+TEST(Auth, RepeatedKeysKeepTheirPrincipalAndWrongKeysStayRefused) {
+  config::AuthConfig cfg;
+  cfg.keys.push_back(config::ApiKey{"k1", sha256_hex("secret-one"), "t1", "p1", config::Role::kApp, {}});
+  cfg.keys.push_back(config::ApiKey{"k2", sha256_hex("secret-two"), "t2", "p2", config::Role::kAdmin, {}});
+  Authenticator auth(cfg);
+  for (int i = 0; i < 3; ++i) {
+    auto a = auth.authenticate("Bearer secret-one");
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->key_id, "k1");
+    auto b = auth.authenticate("Bearer secret-two");
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->key_id, "k2");
+    EXPECT_EQ(b->role, config::Role::kAdmin);
+    EXPECT_FALSE(auth.authenticate("Bearer secret-one2"));
+    EXPECT_FALSE(auth.authenticate("Bearer secret-on"));
+  }
+}
+
 TEST(Auth, NoKeysMeansAnonymous) {
   Authenticator a(config::AuthConfig{});
   EXPECT_FALSE(a.enabled());
