@@ -1,13 +1,20 @@
 // Ledger benchmarks (never run by the tests):
 //   ferry_ledger_bench writer [--rows N] [--clients C] [--window W] [--db PATH]
-//       durable rows/s through the real writer (group commit, WAL, synchronous=FULL)
-//   ferry_ledger_bench report [--rows N] [--db PATH]
-//       fills a ledger with N rows through the store's bulk path (synchronous=OFF, same
-//       append code), then times `report --by team,day` (best of 5)
-//       (--sql-bulk 1: generate the rows with one SQL statement instead, for 10M rows)
-//   ferry_ledger_bench cpu [--requests N]
+//                             [--random-tasks 0|1] [--facts 0|1|2]
+//       durable rows/s through the real writer (group commit, WAL, synchronous=FULL);
+//       --random-tasks scatters task ids over the task index as UUIDs do, --facts adds the
+//       routing facts the gateway records with each row (1: facts_to_json, 2: compact)
+//   ferry_ledger_bench report [--rows N] [--db PATH] [--sql-bulk 0|1] [--raw 0|1]
+//                             [--days D --keys K --teams T --projects P --rules R]
+//       fills a ledger with N rows (default 10M) under /tmp, times reports by team, day,
+//       team+day, month and key+rule from the daily aggregate and, as the reference, by
+//       team+day from the rows; deletes the file unless --db names it. --sql-bulk 1 (the
+//       default above 2M rows) generates the rows in SQL; 0 appends them through the store
+//       (synchronous=OFF, the writer's code, real hashes).
+//   ferry_ledger_bench cpu [--requests N] [--facts 0|1|2]
 //       CPU time per request on the calling (gateway) thread: worst_case + admit + record
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +31,7 @@
 #include "common/yaml_util.h"
 #include "ledger/ledger.h"
 #include "ledger/report.h"
+#include "ledger/sqlite_db.h"
 #include "ledger/store.h"
 
 using namespace ferry;
@@ -68,6 +76,63 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// Task ids: sequential ("task-<n/8>", neighbours in the task index) or, with --random-tasks 1,
+// scattered over the index as real UUID task ids are.
+bool g_random_tasks = false;
+
+std::string task_id_for(uint64_t n) {
+  if (!g_random_tasks) return "task-" + std::to_string(n / 8);
+  uint64_t h = (n / 8 + 1) * 0x9E3779B97F4A7C15ULL;
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ULL;
+  h ^= h >> 29;
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "task-%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// With --facts 1, each row carries routing facts as the gateway records them: the JSON of
+// policies::facts_to_json for a request with three targets (about 750 bytes); --facts 2, the
+// same facts in policies::facts_to_compact_json form (defaults left out, about 450 bytes).
+int g_facts = 0;
+
+std::string facts_for(uint64_t n, int64_t at_us, const std::string& team) {
+  char buf[1024];
+  int key = static_cast<int>(n % 100);
+  int project = static_cast<int>(n % 5);
+  int prompt = static_cast<int>(200 + n % 3000);
+  auto split = static_cast<unsigned long long>(n * 2654435761ULL);
+  auto seconds = static_cast<long long>(at_us / 1000000);
+  if (g_facts == 2) {
+    std::snprintf(
+        buf, sizeof buf,
+        R"({"key":"key-%d","max_tokens":512,"model":"auto","project":"project-%d",)"
+        R"("prompt_tokens":%d,"role":"app","split":%llu,"stream":true,"tags":["env:prod"],)"
+        R"("targets":[{"context_length":32768,"prompt_tokens":%d,"queue_depth":3,)"
+        R"("ref":"local-small"},{"context_length":131072,"error_rate":0.01,"est_wait_ms":120,)"
+        R"("p90_ttft_ms":350,"prompt_tokens":%d,"queue_depth":12,"ref":"gpu-large"},)"
+        R"({"context_length":32768,"ref":"gpu-mid"}],"task_id":true,"team":"%s",)"
+        R"("unix_seconds":%lld})",
+        key, project, prompt, split, prompt + 10, prompt, team.c_str(), seconds);
+    return buf;
+  }
+  std::snprintf(
+      buf, sizeof buf,
+      R"({"budget_left_pct":null,"claimed_tags":[],"key":"key-%d","max_tokens":512,)"
+      R"("model":"auto","project":"project-%d","prompt_tokens":%d,"response_format":false,)"
+      R"("role":"app","split":%llu,"stream":true,"tags":["env:prod"],"task_id":true,)"
+      R"("targets":[{"context_length":32768,"error_rate":null,"est_wait_ms":null,)"
+      R"("healthy":true,"p90_ttft_ms":null,"prompt_tokens":%d,"queue_depth":3,)"
+      R"("ref":"local-small"},{"context_length":131072,"error_rate":0.01,"est_wait_ms":120,)"
+      R"("healthy":true,"p90_ttft_ms":350,"prompt_tokens":%d,"queue_depth":12,)"
+      R"("ref":"gpu-large"},{"context_length":32768,"error_rate":null,"est_wait_ms":null,)"
+      R"("healthy":true,"p90_ttft_ms":null,"prompt_tokens":null,"queue_depth":null,)"
+      R"("ref":"gpu-mid"}],"team":"%s","temperature":null,"tools":false,"top_p":null,)"
+      R"("unix_seconds":%lld})",
+      key, project, prompt, split, prompt + 10, prompt, team.c_str(), seconds);
+  return buf;
+}
+
 RequestRecord make_record(uint64_t n, int64_t at_us) {
   RequestRecord r;
   r.started_us = at_us;
@@ -76,7 +141,7 @@ RequestRecord make_record(uint64_t n, int64_t at_us) {
   r.key_id = "key-" + std::to_string(key);
   r.team = "team-" + std::to_string(key % 20);
   r.project = "project-" + std::to_string(key % 5);
-  r.task_id = "task-" + std::to_string(n / 8);
+  r.task_id = task_id_for(n);
   r.trusted_tags = {"env:prod"};
   r.requested_model = "auto";
   r.target = kTargets[n % 4];
@@ -89,6 +154,7 @@ RequestRecord make_record(uint64_t n, int64_t at_us) {
                                 static_cast<int64_t>(50 + n % 700), static_cast<int64_t>(n % 40),
                                 TokenSource::kBackend);
   r.timings = Timings{120, 40, 180000, 900000};
+  if (g_facts != 0) r.facts_json = facts_for(n, at_us, r.team);
   return r;
 }
 
@@ -110,6 +176,17 @@ int bench_writer(int argc, char** argv) {
   }
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> durable{0};
+  // The WAL's largest size during the run: checkpoints must keep it bounded.
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> max_wal{0};
+  std::thread wal_watch([&] {
+    while (!done.load()) {
+      std::error_code ec;
+      auto size = static_cast<int64_t>(std::filesystem::file_size(path + "-wal", ec));
+      if (!ec && size > max_wal.load()) max_wal.store(size);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
   auto t0 = std::chrono::steady_clock::now();
   double cpu0 = process_cpu_seconds();
   std::vector<std::thread> threads;
@@ -139,6 +216,8 @@ int bench_writer(int argc, char** argv) {
   for (auto& t : threads) t.join();
   double wall = seconds_since(t0);
   double cpu = process_cpu_seconds() - cpu0;
+  done.store(true);
+  wal_watch.join();
   LedgerStats stats = (*ledger)->stats();
   std::printf("writer: %lld durable rows in %.3f s = %.0f rows/s (synchronous=FULL, WAL), "
               "%lld group commits (%.1f rows/commit), %.1f us CPU/row (whole process)\n",
@@ -146,6 +225,8 @@ int bench_writer(int argc, char** argv) {
               static_cast<long long>(stats.batches),
               static_cast<double>(stats.rows_committed) / static_cast<double>(std::max<int64_t>(1, stats.batches)),
               cpu * 1e6 / static_cast<double>(rows));
+  std::printf("writer: largest WAL during the run %.1f MiB\n",
+              static_cast<double>(max_wal.load()) / (1024.0 * 1024.0));
   return 0;
 }
 
@@ -196,11 +277,22 @@ int generate_rows(const std::string& tmp_path, int64_t rows) {
   return 0;
 }
 
+// How many distinct values each dimension takes in generated rows. The daily aggregate has
+// one row per (day, key, team, project, model, target, rule) seen, so these, not the row
+// count, decide how much a report reads.
+struct Shape {
+  int64_t days = 90;
+  int64_t keys = 500;
+  int64_t teams = 25;     // team = key % teams
+  int64_t projects = 10;  // project = key % projects
+  int64_t rules = 12;
+};
+
 // Fills `tmp_path` with `rows` synthetic rows in SQL (one INSERT ... SELECT over a recursive
 // counter; indexes rebuilt afterwards, the daily aggregate built with one GROUP BY, hash
-// columns left as filler). Much faster than the append path; used to reach 10M rows. The
-// report reads the same tables either way.
-int generate_rows_sql(const std::string& tmp_path, int64_t rows) {
+// columns left as filler: `verify` fails on such a file). Much faster than the append path;
+// used to reach 10M rows. The report reads the same tables either way.
+int generate_rows_sql(const std::string& tmp_path, int64_t rows, const Shape& shape) {
   auto store = Store::open(tmp_path, "USD");
   if (!store) {
     std::fprintf(stderr, "%s\n", store.error().message.c_str());
@@ -208,15 +300,15 @@ int generate_rows_sql(const std::string& tmp_path, int64_t rows) {
   }
   auto t0 = std::chrono::steady_clock::now();
   int64_t start = *parse_utc_time("2026-03-01");
-  int64_t span = 90 * kMicrosPerDay;
+  int64_t span = shape.days * kMicrosPerDay;
+  auto n = [](int64_t v) { return std::to_string(v); };
   std::string sql =
       "PRAGMA synchronous=OFF; PRAGMA journal_mode=OFF; PRAGMA cache_size=-262144;"
       "DROP INDEX requests_task; DROP INDEX requests_ended; BEGIN;"
       "WITH RECURSIVE c(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM c WHERE k < " +
-      std::to_string(rows - 1) +
-      "), r AS (SELECT k, " + std::to_string(start) + " + (k * " + std::to_string(span) + ") / " +
-      std::to_string(rows) +
-      " AS t, k % 100 AS key, CASE k % 4 WHEN 1 THEN 'gpu-mid' WHEN 2 THEN 'local-small' ELSE "
+      n(rows - 1) + "), r AS (SELECT k, " + n(start) + " + (k * " + n(span) + ") / " + n(rows) +
+      " AS t, (k * 7919) % " + n(shape.keys) +
+      " AS key, CASE (k / 3) % 4 WHEN 1 THEN 'gpu-mid' WHEN 2 THEN 'local-small' ELSE "
       "'gpu-large' END AS target, 200 + k % 3000 - k % 128 AS inp, k % 128 AS cached, "
       "50 + k % 700 - k % 40 AS outp, k % 40 AS reas FROM c), "
       "p AS (SELECT r.*, CASE target WHEN 'gpu-mid' THEN 700000 WHEN 'local-small' THEN 10000 "
@@ -230,9 +322,11 @@ int generate_rows_sql(const std::string& tmp_path, int64_t rows) {
       "reasoning_source,pricing,price_version,cost_input,cost_cached,cost_output,"
       "cost_reasoning,cost_total,avoided_cost,avoided_version,queue_us,routing_us,ttft_us,"
       "total_us,prev_hash,hash) SELECT printf('r%010d', k),'request',t,t+900000,"
-      "strftime('%Y-%m-%d', t / 1000000, 'unixepoch'),'key-'||key,'team-'||(key % 20),"
-      "'project-'||(key % 5),'task-'||(k / 8),'[\"env:prod\"]','[]','auto',target,"
-      "target||'-v1','rule-'||(k % 3),'v7',1,'ok',200,'',k % 2,'stop',inp,'backend',cached,"
+      "strftime('%Y-%m-%d', t / 1000000, 'unixepoch'),'key-'||key,'team-'||(key % " +
+      n(shape.teams) + "),'project-'||(key % " + n(shape.projects) +
+      "),'task-'||(k / 8),'[\"env:prod\"]','[]','auto',target,"
+      "target||'-v1','rule-'||((k / 7) % " + n(shape.rules) +
+      "),'v7',1,'ok',200,'',k % 2,'stop',inp,'backend',cached,"
       "'backend',outp,'backend',reas,'backend',"
       "CASE target WHEN 'local-small' THEN 'internal' ELSE 'priced' END,target||'@bulk',"
       "(inp*pi+500000)/1000000,(cached*pc+500000)/1000000,(outp*po+500000)/1000000,"
@@ -252,6 +346,11 @@ int generate_rows_sql(const std::string& tmp_path, int64_t rows) {
       "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END),"
       "MIN(started_us),MAX(ended_us) FROM requests "
       "GROUP BY day,key_id,team,project,upstream_model,target,rule_id;"
+      "INSERT INTO daily_team SELECT day,team,project,model,target,SUM(requests),SUM(unpriced),"
+      "SUM(input_tokens),SUM(cached_tokens),SUM(output_tokens),SUM(reasoning_tokens),"
+      "SUM(cost_input),SUM(cost_cached),SUM(cost_output),SUM(cost_reasoning),SUM(cost_total),"
+      "SUM(avoided_total),SUM(avoided_base),MIN(first_us),MAX(last_us) FROM daily "
+      "GROUP BY day,team,project,model,target;"
       "COMMIT; PRAGMA journal_mode=WAL;";
   if (auto st = store->db().exec(sql); !st) {
     std::fprintf(stderr, "%s\n", st.error().message.c_str());
@@ -262,43 +361,87 @@ int generate_rows_sql(const std::string& tmp_path, int64_t rows) {
   return 0;
 }
 
-int bench_report(int argc, char** argv) {
-  int64_t rows = arg(argc, argv, "--rows", 1000000);
-  bool sql_bulk = arg(argc, argv, "--sql-bulk", 0) != 0;
-  std::string path = arg_str(argc, argv, "--db", "/tmp/ferry_ledger_bench_report_" +
-                                                     std::to_string(rows) +
-                                                     (sql_bulk ? "_sql" : "") + ".db");
-  if (!std::filesystem::exists(path)) {
-    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + ".tmp" + suffix);
-    int rc = sql_bulk ? generate_rows_sql(path + ".tmp", rows) : generate_rows(path + ".tmp", rows);
-    if (rc != 0) return rc;
-    std::filesystem::rename(path + ".tmp", path);
-    for (const char* suffix : {"-wal", "-shm"}) std::filesystem::remove(path + ".tmp" + suffix);
-  }
+int64_t count_rows(const std::string& path, const char* table) {
+  auto db = Db::open(path, true);
+  if (!db) return -1;
+  auto stmt = db->prepare(std::string("SELECT COUNT(*) FROM ") + table);
+  if (!stmt || !stmt->step()) return -1;
+  return stmt->int_at(0);
+}
+
+// Best of `runs` (and the first, cold, run) of one report.
+enum class From { kBest, kDaily, kRows };  // the table run_report picks, `daily`, the rows
+
+void time_report(const std::string& path, const std::vector<ReportBy>& by, From from, int runs,
+                 const char* label) {
   ReportQuery query;
-  query.by = {ReportBy::kTeam, ReportBy::kDay};
+  query.by = by;
+  query.force_full_aggregate = from == From::kDaily;
+  query.force_raw = from == From::kRows;
   double best = 1e9;
+  double first = 0;
   size_t groups = 0;
   Money total;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < runs; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     auto report = run_report(path, query);
     double s = seconds_since(t0);
     if (!report) {
       std::fprintf(stderr, "%s\n", report.error().message.c_str());
-      return 1;
+      return;
     }
+    if (i == 0) first = s;
     best = std::min(best, s);
     groups = report->rows.size();
     total = report->totals.total;
   }
-  std::printf("report --by team,day over %lld rows: %zu groups, total %s, best of 5: %.3f s\n",
-              static_cast<long long>(rows), groups, total.to_string().c_str(), best);
-  query.by = {ReportBy::kMonth};
-  auto t0 = std::chrono::steady_clock::now();
-  auto month = run_report(path, query);
-  std::printf("report --by month: %.3f s (total %s)\n", seconds_since(t0),
-              month ? month->totals.total.to_string().c_str() : "error");
+  std::printf("  %-28s %6zu groups  total %s  first %.3f s  best of %d %.3f s\n", label, groups,
+              total.to_string().c_str(), first, runs, best);
+}
+
+int bench_report(int argc, char** argv) {
+  int64_t rows = arg(argc, argv, "--rows", 10000000);
+  bool sql_bulk = arg(argc, argv, "--sql-bulk", rows > 2000000 ? 1 : 0) != 0;
+  Shape shape;
+  shape.days = arg(argc, argv, "--days", shape.days);
+  shape.keys = arg(argc, argv, "--keys", shape.keys);
+  shape.teams = arg(argc, argv, "--teams", shape.teams);
+  shape.projects = arg(argc, argv, "--projects", shape.projects);
+  shape.rules = arg(argc, argv, "--rules", shape.rules);
+  bool raw_too = arg(argc, argv, "--raw", 1) != 0;
+  // A file named with --db is kept (and reused when it exists); the default one is deleted.
+  std::string given = arg_str(argc, argv, "--db", "");
+  std::string path = given.empty()
+                         ? "/tmp/ferry_ledger_bench_report_" + std::to_string(::getpid()) + ".db"
+                         : given;
+  if (!std::filesystem::exists(path)) {
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + ".tmp" + suffix);
+    int rc = sql_bulk ? generate_rows_sql(path + ".tmp", rows, shape)
+                      : generate_rows(path + ".tmp", rows);
+    if (rc != 0) return rc;
+    std::filesystem::rename(path + ".tmp", path);
+    for (const char* suffix : {"-wal", "-shm"}) std::filesystem::remove(path + ".tmp" + suffix);
+  }
+  std::printf("report over %lld rows (aggregates: %lld daily rows, %lld daily_team rows; "
+              "%.0f MiB file):\n",
+              static_cast<long long>(count_rows(path, "requests")),
+              static_cast<long long>(count_rows(path, "daily")),
+              static_cast<long long>(count_rows(path, "daily_team")),
+              static_cast<double>(std::filesystem::file_size(path)) / (1024.0 * 1024.0));
+  time_report(path, {ReportBy::kTeam}, From::kBest, 5, "--by team");
+  time_report(path, {ReportBy::kDay}, From::kBest, 5, "--by day");
+  time_report(path, {ReportBy::kTeam, ReportBy::kDay}, From::kBest, 5, "--by team,day");
+  time_report(path, {ReportBy::kMonth}, From::kBest, 5, "--by month");
+  time_report(path, {ReportBy::kKey, ReportBy::kRule}, From::kBest, 3, "--by key,rule");
+  // References, which must give the same totals: the same report from the full daily
+  // aggregate (key and rule kept), and summed from the rows.
+  time_report(path, {ReportBy::kTeam, ReportBy::kDay}, From::kDaily, 3, "--by team,day (daily)");
+  if (raw_too) {
+    time_report(path, {ReportBy::kTeam, ReportBy::kDay}, From::kRows, 1, "--by team,day (rows)");
+  }
+  if (given.empty()) {
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+  }
   return 0;
 }
 
@@ -350,6 +493,8 @@ int bench_cpu(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
+  g_random_tasks = arg(argc, argv, "--random-tasks", 0) != 0;
+  g_facts = static_cast<int>(arg(argc, argv, "--facts", 0));
   if (mode == "writer") return bench_writer(argc, argv);
   if (mode == "report") return bench_report(argc, argv);
   if (mode == "cpu") return bench_cpu(argc, argv);

@@ -1,5 +1,6 @@
 // ferry policy subcommands: `check` validates a policy file (optionally against a server
-// config), `explain` shows how a request would be routed without calling any backend.
+// config), `explain` shows how a request would be routed without calling any backend,
+// `replay` re-decides the requests recorded in a ledger with a new policy.
 // Single-threaded: runs once from main().
 #include <CLI/CLI.hpp>
 
@@ -10,14 +11,18 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "config/config.h"
 #include "gateway/cli_commands.h"
+#include "ledger/prices.h"
+#include "ledger/time_util.h"
 #include "policies/loader.h"
 #include "policies/policy.h"
+#include "policies/replay.h"
 
 namespace ferry::cli {
 
@@ -28,6 +33,15 @@ using nlohmann::json;
 struct CheckArgs {
   std::string file;
   std::string config;
+};
+
+struct ReplayArgs {
+  std::string config;
+  std::string policy;
+  std::string ledger;
+  std::string from;
+  std::string to;
+  std::string format = "table";
 };
 
 struct ExplainArgs {
@@ -224,10 +238,70 @@ int run_explain(const ExplainArgs& args) {
   return 0;
 }
 
+// `--from`/`--to` days (UTC, both included) as the range of the requests' ends.
+bool replay_range(const ReplayArgs& args, policies::ReplayOptions& options) {
+  for (auto [text, name, is_to] : {std::tuple{&args.from, "--from", false},
+                                   std::tuple{&args.to, "--to", true}}) {
+    if (text->empty()) continue;
+    auto date = ledger::parse_civil_date(*text);
+    if (!date) {
+      std::cerr << "ferry policy replay: " << name << " must be YYYY-MM-DD, got '" << *text
+                << "'\n";
+      return false;
+    }
+    int64_t midnight = ledger::days_from_civil(*date) * ledger::kMicrosPerDay;
+    if (is_to) {
+      options.to_us = midnight + ledger::kMicrosPerDay;
+    } else {
+      options.from_us = midnight;
+    }
+  }
+  return true;
+}
+
+int run_replay(const ReplayArgs& args) {
+  if (args.format != "table" && args.format != "json") {
+    std::cerr << "ferry policy replay: --format must be table or json\n";
+    return 2;
+  }
+  policies::ReplayOptions options;
+  if (!replay_range(args, options)) return 2;
+  std::optional<config::Config> cfg;
+  if (!load_config(args.config, cfg)) return 2;
+  policies::LoadResult r = policies::load_policy_file(args.policy, options_for(cfg));
+  if (!r.ok()) {
+    std::cerr << r.errors_text();
+    return 1;
+  }
+  // Current prices: the config's `prices:` section, as the server would load it.
+  ledger::PriceCatalog prices;
+  if (cfg->prices.present()) {
+    try {
+      prices = ledger::PriceCatalog::from_yaml(cfg->prices.node, cfg->source);
+    } catch (const std::exception& e) {
+      std::cerr << e.what() << "\n";
+      return 2;
+    }
+  } else {
+    std::cerr << "note: " << cfg->source << " has no prices: every cost is unpriced\n";
+  }
+  auto result = policies::replay_ledger(*r.policy, args.ledger, prices, options);
+  if (!result) {
+    std::cerr << "ferry policy replay: " << result.error().message << "\n";
+    return 1;
+  }
+  if (args.format == "json") {
+    std::cout << policies::replay_to_json(*result).dump(2) << "\n";
+  } else {
+    std::cout << policies::replay_to_text(*result);
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_policy_commands(CLI::App& app, int& exit_code) {
-  CLI::App* policy = app.add_subcommand("policy", "check and explain routing policies");
+  CLI::App* policy = app.add_subcommand("policy", "check, explain and replay routing policies");
   policy->require_subcommand(1);
 
   auto check = std::make_shared<CheckArgs>();
@@ -253,6 +327,19 @@ void add_policy_commands(CLI::App& app, int& exit_code) {
   explain_cmd->add_option("--at", explain->at, "evaluate at this time (seconds since the epoch)");
   explain_cmd->add_flag("--json", explain->json_output, "print JSON instead of text");
   explain_cmd->callback([explain, &exit_code] { exit_code = run_explain(*explain); });
+
+  auto replay = std::make_shared<ReplayArgs>();
+  CLI::App* replay_cmd = policy->add_subcommand(
+      "replay", "re-decide the requests recorded in a ledger with a new policy: how many would "
+                "move, from which target to which, and the cost difference at current prices");
+  replay_cmd->add_option("--config", replay->config, "server config (models and prices)")
+      ->required();
+  replay_cmd->add_option("--policy", replay->policy, "the new policies.yaml")->required();
+  replay_cmd->add_option("--ledger", replay->ledger, "the ledger file")->required();
+  replay_cmd->add_option("--from", replay->from, "first UTC day included (YYYY-MM-DD)");
+  replay_cmd->add_option("--to", replay->to, "last UTC day included (YYYY-MM-DD)");
+  replay_cmd->add_option("--format", replay->format, "table|json");
+  replay_cmd->callback([replay, &exit_code] { exit_code = run_replay(*replay); });
 }
 
 }  // namespace ferry::cli

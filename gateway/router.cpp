@@ -486,7 +486,7 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
     p.headers.emplace_back("x-ferry-policy", d.policy_version);
     p.tags = d.tags;
     for (const auto& s : d.skipped) p.skipped.push_back(s.hop.target + ": " + s.reason);
-    p.facts_json = policies::facts_to_json(*facts).dump();
+    p.facts_json = policies::facts_to_compact_json(*facts).dump();
     if (d.reject) {
       Error e = Error::make(code_for_status(d.reject->status), d.reject->message, "",
                             "rejected_by_policy");
@@ -651,7 +651,7 @@ std::string Router::finish(const RequestContext& ctx, Plan& plan,
   r.rule_id = plan.rule_id;
   r.policy_version = plan.policy_version;
   r.stream = plan.stream;
-  // TODO(lead): r.facts_json = plan.facts_json; once the ledger column lands
+  r.facts_json = plan.facts_json;
   r.timings.routing_us = plan.routing_us;
   r.timings.total_us = r.ended_us - r.started_us;
   for (const auto& a : attempts) {
@@ -726,7 +726,7 @@ void Router::record_refusal(const RequestContext& ctx, const Plan& plan, const E
   r.rule_id = plan.rule_id;
   r.policy_version = plan.policy_version;
   r.stream = plan.stream;
-  // TODO(lead): r.facts_json = plan.facts_json; once the ledger column lands
+  r.facts_json = plan.facts_json;
   r.status = ledger::RequestStatus::kRefused;
   r.http_status = status_for(error);
   r.error_code = error_code_text(error);

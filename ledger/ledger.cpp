@@ -6,6 +6,7 @@
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/yaml_util.h"
+#include "ledger/sqlite_db.h"
 #include "ledger/store.h"
 
 namespace ferry::ledger {
@@ -83,7 +84,9 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
     ledger->core_->book.set_spent(i, bounds, *spent);
   }
   ledger->store_ = std::make_unique<Store>(std::move(*store));
+  ledger->store_->take_over_checkpoints();
   ledger->writer_ = std::thread([raw = ledger.get()] { raw->writer_loop(); });
+  ledger->checkpointer_ = std::thread([raw = ledger.get()] { raw->checkpointer_loop(); });
   return ledger;
 }
 
@@ -93,7 +96,9 @@ Ledger::~Ledger() {
     stopping_ = true;
   }
   wake_.notify_all();
+  checkpoint_wake_.notify_all();
   if (writer_.joinable()) writer_.join();
+  if (checkpointer_.joinable()) checkpointer_.join();
 }
 
 Money Ledger::worst_case(const std::vector<std::string>& targets, int64_t prompt_tokens,
@@ -211,11 +216,11 @@ LedgerEntry price_request(RequestRecord record, const PriceCatalog& prices,
 
 std::string Ledger::record(RequestRecord record, Admission admission, DurableCallback on_durable) {
   if (record.id.empty()) record.id = make_uuid_v7();
-  Item item;
-  item.entry = price_request(std::move(record), prices_, config_.reference_model);
-  item.on_durable = std::move(on_durable);
+  auto item = std::make_unique<Item>();
+  item->entry = price_request(std::move(record), prices_, config_.reference_model);
+  item->on_durable = std::move(on_durable);
   if (admission.valid()) {
-    item.reservation = std::move(admission.reservation_);
+    item->reservation = std::move(admission.reservation_);
     admission.core_.reset();  // the queue slot moves to the item
   } else {
     core_->pending.fetch_add(1);
@@ -228,8 +233,8 @@ std::string Ledger::record(RequestRecord record, DurableCallback on_durable) {
 }
 
 std::string Ledger::adjust(Adjustment adjustment, DurableCallback on_durable) {
-  Item item;
-  LedgerEntry& entry = item.entry;
+  auto item = std::make_unique<Item>();
+  LedgerEntry& entry = item->entry;
   entry.kind = EntryKind::kAdjustment;
   entry.adjusts_id = std::move(adjustment.adjusts_id);
   entry.note = std::move(adjustment.note);
@@ -243,13 +248,13 @@ std::string Ledger::adjust(Adjustment adjustment, DurableCallback on_durable) {
   entry.cost.cached_input = adjustment.cached_input;
   entry.cost.output = adjustment.output;
   entry.cost.reasoning = adjustment.reasoning;
-  item.on_durable = std::move(on_durable);
+  item->on_durable = std::move(on_durable);
   core_->pending.fetch_add(1);
   return enqueue(std::move(item));
 }
 
-std::string Ledger::enqueue(Item item) {
-  std::string id = item.entry.record.id;
+std::string Ledger::enqueue(std::unique_ptr<Item> item) {
+  std::string id = item->entry.record.id;
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(item));
@@ -259,7 +264,7 @@ std::string Ledger::enqueue(Item item) {
 }
 
 void Ledger::writer_loop() {
-  std::vector<Item> taken;
+  std::vector<std::unique_ptr<Item>> taken;
   std::vector<LedgerEntry*> entries;
   for (;;) {
     {
@@ -273,7 +278,7 @@ void Ledger::writer_loop() {
          begin += static_cast<size_t>(config_.max_batch)) {
       size_t end = std::min(taken.size(), begin + static_cast<size_t>(config_.max_batch));
       entries.clear();
-      for (size_t i = begin; i < end; ++i) entries.push_back(&taken[i].entry);
+      for (size_t i = begin; i < end; ++i) entries.push_back(&taken[i]->entry);
       Result<std::vector<Status>> result = std::vector<Status>{};
       int failures_while_stopping = 0;
       for (;;) {
@@ -290,11 +295,14 @@ void Ledger::writer_loop() {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(config_.retry_ms));
       }
-      if (result) healthy_.store(true);
+      if (result) {
+        healthy_.store(true);
+        after_commit();
+      }
       batches_.fetch_add(1);
       int64_t now = unix_micros_now();
       for (size_t i = begin; i < end; ++i) {
-        Item& item = taken[i];
+        Item& item = *taken[i];
         Status status = result ? (*result)[i - begin] : Status(result.error());
         const RequestRecord& r = item.entry.record;
         Money actual =
@@ -322,6 +330,47 @@ void Ledger::writer_loop() {
     writing_ = false;
   }
   idle_.notify_all();
+}
+
+namespace {
+// WAL frames (pages) after which the checkpointer thread copies them into the database file:
+// SQLite's own auto-checkpoint size.
+constexpr int64_t kCheckpointFrames = 1000;
+// WAL frames after which the writer checkpoints itself: the checkpointer never empties the
+// WAL while commits keep coming, and only an empty WAL starts over (about 64 MiB).
+constexpr int64_t kCatchUpFrames = 16384;
+}  // namespace
+
+void Ledger::after_commit() {
+  int64_t frames = store_->wal_frames();
+  if (frames >= kCatchUpFrames) {
+    // Waits for a running background pass, then copies the rest: the WAL is then complete
+    // in the database file and the next transaction writes it from the start again.
+    std::lock_guard checkpointing(checkpoint_mu_);
+    (void)store_->checkpoint();  // a failed checkpoint loses nothing; the next one retries
+  } else if (frames >= kCheckpointFrames) {
+    {
+      std::lock_guard lock(mu_);
+      checkpoint_due_ = true;
+    }
+    checkpoint_wake_.notify_one();
+  }
+}
+
+void Ledger::checkpointer_loop() {
+  auto db = Db::open(config_.path, false);
+  if (!db) return;  // the writer's catch-up checkpoints still bound the WAL
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      checkpoint_wake_.wait(lock, [&] { return stopping_ || checkpoint_due_; });
+      if (stopping_) return;
+      checkpoint_due_ = false;
+    }
+    std::lock_guard checkpointing(checkpoint_mu_);
+    (void)sqlite3_wal_checkpoint_v2(db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
+                                    nullptr);
+  }
 }
 
 std::optional<double> Ledger::budget_left_pct(const Subject& subject) {

@@ -155,8 +155,10 @@ class Ledger {
  private:
   struct Item;
   Ledger(LedgerConfig config, PriceCatalog prices);
-  std::string enqueue(Item item);
+  std::string enqueue(std::unique_ptr<Item> item);
   void writer_loop();
+  void checkpointer_loop();
+  void after_commit();
 
   LedgerConfig config_;
   PriceCatalog prices_;
@@ -167,7 +169,8 @@ class Ledger {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable idle_;
-  std::vector<Item> queue_;  // guarded by mu_
+  // Items are heap-allocated so that queueing moves a pointer, not a record, under mu_.
+  std::vector<std::unique_ptr<Item>> queue_;  // guarded by mu_
   bool writing_ = false;    // guarded by mu_
   bool stopping_ = false;   // guarded by mu_
   std::string unhealthy_reason_;  // guarded by mu_
@@ -178,6 +181,13 @@ class Ledger {
   std::atomic<int64_t> batches_{0};
   std::atomic<int64_t> write_failures_{0};
   std::thread writer_;
+  // Checkpoints run on their own thread and connection (WAL frames into the database file),
+  // so commits do not wait for them; the writer catches up itself when the WAL grows past a
+  // bound (see after_commit()).
+  std::condition_variable checkpoint_wake_;
+  bool checkpoint_due_ = false;  // guarded by mu_
+  std::mutex checkpoint_mu_;     // held while either connection checkpoints
+  std::thread checkpointer_;
 };
 
 }  // namespace ferry::ledger

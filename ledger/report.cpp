@@ -19,19 +19,24 @@ struct ByInfo {
   const char* name;
   const char* raw_expr;    // over `requests`
   const char* daily_expr;  // over `daily`; nullptr: needs the rows
+  bool in_daily_team;      // `daily_team` has it (same expression as over `daily`)
 };
 
 constexpr ByInfo kBy[] = {
-    {ReportBy::kTask, "task", "task_id", nullptr},
-    {ReportBy::kTeam, "team", "team", "team"},
-    {ReportBy::kProject, "project", "project", "project"},
-    {ReportBy::kKey, "key", "key_id", "key_id"},
-    {ReportBy::kModel, "model", "upstream_model", "model"},
-    {ReportBy::kTarget, "target", "target", "target"},
-    {ReportBy::kRule, "rule", "rule_id", "rule_id"},
-    {ReportBy::kDay, "day", "day", "day"},
-    {ReportBy::kMonth, "month", "substr(day,1,7)", "substr(day,1,7)"},
+    {ReportBy::kTask, "task", "task_id", nullptr, false},
+    {ReportBy::kTeam, "team", "team", "team", true},
+    {ReportBy::kProject, "project", "project", "project", true},
+    {ReportBy::kKey, "key", "key_id", "key_id", false},
+    {ReportBy::kModel, "model", "upstream_model", "model", true},
+    {ReportBy::kTarget, "target", "target", "target", true},
+    {ReportBy::kRule, "rule", "rule_id", "rule_id", false},
+    {ReportBy::kDay, "day", "day", "day", true},
+    {ReportBy::kMonth, "month", "substr(day,1,7)", "substr(day,1,7)", true},
 };
+
+// The smallest table that can answer: daily_team (no key, rule or task), daily (no task),
+// or the rows.
+enum class Source : uint8_t { kRows, kDaily, kDailyTeam };
 
 const ByInfo& info(ReportBy by) {
   for (const auto& i : kBy) {
@@ -139,8 +144,19 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
   }
   bool raw = query.force_raw || query.filter.task_id.has_value();
   for (ReportBy by : query.by) raw = raw || info(by).daily_expr == nullptr;
+  bool team_ok = !raw && !query.force_full_aggregate && !query.filter.key_id &&
+                 !query.filter.rule_id;
+  for (ReportBy by : query.by) team_ok = team_ok && info(by).in_daily_team;
   auto db = Db::open(db_path, true);
   if (!db) return db.error();
+  if (team_ok) {  // a file not yet migrated to schema 2 has no daily_team
+    auto has = db->prepare("SELECT 1 FROM sqlite_master WHERE type='table' AND name='daily_team'");
+    if (!has) return has.error();
+    auto found = has->step();
+    if (!found) return found.error();
+    team_ok = *found;
+  }
+  Source source = raw ? Source::kRows : team_ok ? Source::kDailyTeam : Source::kDaily;
   Report report;
   report.by = query.by;
   report.from_aggregate = !raw;
@@ -173,7 +189,8 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
           "SUM(requests), SUM(unpriced), SUM(input_tokens), SUM(cached_tokens), "
           "SUM(output_tokens), SUM(reasoning_tokens), SUM(cost_input), SUM(cost_cached), "
           "SUM(cost_output), SUM(cost_reasoning), SUM(cost_total), SUM(avoided_total), "
-          "SUM(avoided_base), MIN(first_us), MAX(last_us) FROM daily WHERE 1=1";
+          "SUM(avoided_base), MIN(first_us), MAX(last_us) FROM " +
+          (source == Source::kDailyTeam ? "daily_team" : "daily") + " WHERE 1=1";
   }
   std::vector<Value> params;
   add_filters(query.filter, raw, sql, params);

@@ -39,7 +39,9 @@ struct ReportFilter {
 struct ReportQuery {
   std::vector<ReportBy> by = {ReportBy::kTeam};
   ReportFilter filter;
-  bool force_raw = false;  // read the rows, not the daily aggregate (used to cross-check)
+  bool force_raw = false;  // read the rows, not the daily aggregates (used to cross-check)
+  // Read `daily`, never the smaller `daily_team` (used to cross-check).
+  bool force_full_aggregate = false;
 };
 
 struct ReportRow {

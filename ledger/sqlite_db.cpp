@@ -48,6 +48,17 @@ Stmt& Stmt::bind_value(int index, const Value& value) {
   return bind_null(index);
 }
 
+Stmt& Stmt::bind_ref(int index, const ValueRef& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return bind(index, *i);
+  if (const auto* s = std::get_if<std::string_view>(&value)) {
+    // A non-null pointer even for "": a null pointer would bind NULL.
+    sqlite3_bind_text(stmt_, index, s->empty() ? "" : s->data(), static_cast<int>(s->size()),
+                      SQLITE_STATIC);
+    return *this;
+  }
+  return bind_null(index);
+}
+
 Result<bool> Stmt::step() {
   last_rc_ = sqlite3_step(stmt_);
   if (last_rc_ == SQLITE_ROW) return true;

@@ -17,6 +17,8 @@ namespace ferry::ledger {
 
 // A column value: NULL, an integer or text.
 using Value = std::variant<std::monostate, int64_t, std::string>;
+// The same, referring to text owned elsewhere.
+using ValueRef = std::variant<std::monostate, int64_t, std::string_view>;
 
 class Stmt {
  public:
@@ -33,6 +35,7 @@ class Stmt {
   Stmt& bind_null(int index);
   // Binds without copying: `value` must stay alive until the statement is reset.
   Stmt& bind_value(int index, const Value& value);
+  Stmt& bind_ref(int index, const ValueRef& value);
 
   // Steps once: true when a row is available, false when done. Errors become Error values.
   Result<bool> step();

@@ -1,6 +1,8 @@
 #include "ledger/store.h"
 
-#include <nlohmann/json.hpp>
+#include <algorithm>
+#include <charconv>
+#include <map>
 
 #include "common/clock.h"
 #include "common/sha256.h"
@@ -8,7 +10,35 @@
 
 namespace ferry::ledger {
 
+namespace detail {
+
+// One row's column values as references into the entry and the strings here (no copies).
+struct RowScratch {
+  std::string day;
+  std::string trusted_tags;
+  std::string claimed_tags;
+  std::string hash_text;  // the bytes the row hash covers
+  std::vector<ValueRef> values;
+  std::vector<std::vector<ValueRef>> attempts;  // grown, never shrunk: reused across rows
+};
+
+// The daily aggregate's deltas of one batch, one per group, upserted once per group at the
+// end of the batch (in the same transaction) rather than once per row.
+struct DailyDelta {
+  std::string day, key_id, team, project, model, target, rule_id;
+  int64_t requests = 0, unpriced = 0;
+  int64_t input_tokens = 0, cached_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
+  int64_t cost_input = 0, cost_cached = 0, cost_output = 0, cost_reasoning = 0, cost_total = 0;
+  int64_t avoided_total = 0, avoided_base = 0;
+  int64_t first_us = 0, last_us = 0;
+};
+
+}  // namespace detail
+
 namespace {
+
+using detail::DailyDelta;
+using detail::RowScratch;
 
 // Migration i brings the schema from version i to i + 1. Never edit a shipped migration;
 // append a new one.
@@ -73,6 +103,31 @@ CREATE TRIGGER attempts_no_update BEFORE UPDATE ON attempts
 CREATE TRIGGER attempts_no_delete BEFORE DELETE ON attempts
   BEGIN SELECT RAISE(ABORT, 'ledger rows are append-only'); END;
 )sql",
+    // 2: the routing facts of a request (policies::facts_to_json), for `ferry policy replay`.
+    // NULL for rows recorded without facts (every row before this version); the hash chain
+    // covers the column only where it is set, so rows without facts hash as they always did.
+    // Also: `daily_team`, the daily aggregate without key and rule, kept beside it in the same
+    // transactions. Reports that need neither read it: a few rows a day where `daily` may
+    // hold one per key, target and rule (and nearly one per request at worst).
+    R"sql(
+ALTER TABLE requests ADD COLUMN facts TEXT;
+CREATE TABLE daily_team (
+  day TEXT NOT NULL, team TEXT NOT NULL, project TEXT NOT NULL, model TEXT NOT NULL,
+  target TEXT NOT NULL,
+  requests INTEGER NOT NULL, unpriced INTEGER NOT NULL,
+  input_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+  cost_input INTEGER NOT NULL, cost_cached INTEGER NOT NULL, cost_output INTEGER NOT NULL,
+  cost_reasoning INTEGER NOT NULL, cost_total INTEGER NOT NULL,
+  avoided_total INTEGER NOT NULL, avoided_base INTEGER NOT NULL,
+  first_us INTEGER NOT NULL, last_us INTEGER NOT NULL,
+  PRIMARY KEY (day, team, project, model, target)) WITHOUT ROWID;
+INSERT INTO daily_team SELECT day, team, project, model, target, SUM(requests), SUM(unpriced),
+  SUM(input_tokens), SUM(cached_tokens), SUM(output_tokens), SUM(reasoning_tokens),
+  SUM(cost_input), SUM(cost_cached), SUM(cost_output), SUM(cost_reasoning), SUM(cost_total),
+  SUM(avoided_total), SUM(avoided_base), MIN(first_us), MAX(last_us)
+  FROM daily GROUP BY day, team, project, model, target;
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -90,93 +145,304 @@ std::string join_names(const std::vector<std::string>& names) {
   return out;
 }
 
-Value money_or_null(const Cost& cost, Money part) {
+// ---------------------------------------------------------------------------------------
+// The canonical encoding, shared by the append path (values that point into the entry) and
+// verification (values read back from the file), so both hash exactly the same bytes.
+
+void encode_int(std::string& out, int64_t value) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  (void)ec;  // 24 bytes always hold an int64
+  out.append(buf, end);
+}
+
+void encode_value(std::string& out, const ValueRef& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) {
+    out += 'I';
+    encode_int(out, *i);
+  } else if (const auto* s = std::get_if<std::string_view>(&value)) {
+    out += 'T';
+    encode_int(out, static_cast<int64_t>(s->size()));
+    out += ':';
+    out.append(*s);
+  } else {
+    out += 'N';
+  }
+  out += ';';
+}
+
+ValueRef ref_of(const Value& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return *i;
+  if (const auto* s = std::get_if<std::string>(&value)) return std::string_view(*s);
+  return std::monostate{};
+}
+
+constexpr std::string_view kHashTag = "ferry-ledger-v1\n";
+
+// ---------------------------------------------------------------------------------------
+// Tags as a JSON array of strings. Byte for byte what nlohmann::json::dump() writes for
+// valid UTF-8; invalid UTF-8 (a client's header can carry any bytes) becomes U+FFFD instead
+// of an exception on the writer thread.
+
+// Length of the valid UTF-8 sequence at text[pos], or 0 when it is invalid there.
+size_t utf8_sequence_length(std::string_view text, size_t pos) {
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  unsigned char b0 = byte(pos);
+  size_t need = 0;
+  unsigned char lo = 0x80;
+  unsigned char hi = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    need = 1;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    need = 2;
+    if (b0 == 0xE0) lo = 0xA0;  // overlong
+    if (b0 == 0xED) hi = 0x9F;  // surrogates
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    need = 3;
+    if (b0 == 0xF0) lo = 0x90;  // overlong
+    if (b0 == 0xF4) hi = 0x8F;  // beyond U+10FFFF
+  } else {
+    return 0;
+  }
+  if (pos + need >= text.size()) return 0;  // truncated
+  unsigned char b1 = byte(pos + 1);
+  if (b1 < lo || b1 > hi) return 0;
+  for (size_t i = 2; i <= need; ++i) {
+    unsigned char b = byte(pos + i);
+    if (b < 0x80 || b > 0xBF) return 0;
+  }
+  return need + 1;
+}
+
+void append_json_string(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  for (size_t i = 0; i < text.size();) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      size_t len = utf8_sequence_length(text, i);
+      if (len == 0) {
+        out += "\xEF\xBF\xBD";
+        ++i;
+      } else {
+        out.append(text.substr(i, len));
+        i += len;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out += kHex[c >> 4];
+          out += kHex[c & 0xf];
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+    ++i;
+  }
+  out += '"';
+}
+
+void tags_json(std::string& out, const std::vector<std::string>& tags) {
+  out.clear();
+  out += '[';
+  for (size_t i = 0; i < tags.size(); ++i) {
+    if (i != 0) out += ',';
+    append_json_string(out, tags[i]);
+  }
+  out += ']';
+}
+
+// ---------------------------------------------------------------------------------------
+// One row's column values (see RowScratch).
+
+ValueRef money_or_null(const Cost& cost, Money part) {
   if (cost.pricing == Pricing::kUnpriced) return std::monostate{};
   return part.micros();
 }
 
-void push_tokens(std::vector<Value>& v, const Tokens& t) {
+void push_tokens(std::vector<ValueRef>& v, const Tokens& t) {
   for (const TokenCount* c : {&t.input, &t.cached_input, &t.output, &t.reasoning}) {
     v.emplace_back(c->count);
-    v.emplace_back(std::string(token_source_name(c->source)));
+    v.emplace_back(token_source_name(c->source));
   }
 }
 
-void push_cost(std::vector<Value>& v, const Cost& cost) {
-  v.emplace_back(std::string(pricing_name(cost.pricing)));
-  v.emplace_back(cost.price_version);
+void push_cost(std::vector<ValueRef>& v, const Cost& cost, int64_t& total_out) {
+  v.emplace_back(pricing_name(cost.pricing));
+  v.emplace_back(std::string_view(cost.price_version));
   v.push_back(money_or_null(cost, cost.input));
   v.push_back(money_or_null(cost, cost.cached_input));
   v.push_back(money_or_null(cost, cost.output));
   v.push_back(money_or_null(cost, cost.reasoning));
+  total_out = cost.total().micros();
   v.push_back(money_or_null(cost, cost.total()));
 }
 
-std::vector<Value> request_values(const LedgerEntry& e, const std::string& prev_hash) {
+// In request_columns() order; `facts`, when the entry has some, is appended after them.
+void request_values(const LedgerEntry& e, std::string_view prev_hash, RowScratch& s) {
   const RequestRecord& r = e.record;
-  std::vector<Value> v;
-  v.reserve(request_columns().size());
-  v.emplace_back(r.id);
-  v.emplace_back(std::string(e.kind == EntryKind::kRequest ? "request" : "adjustment"));
+  std::vector<ValueRef>& v = s.values;
+  v.clear();
+  v.emplace_back(std::string_view(r.id));
+  v.emplace_back(std::string_view(e.kind == EntryKind::kRequest ? "request" : "adjustment"));
   if (e.kind == EntryKind::kAdjustment) {
-    v.emplace_back(e.adjusts_id);
-    v.emplace_back(e.note);
+    v.emplace_back(std::string_view(e.adjusts_id));
+    v.emplace_back(std::string_view(e.note));
   } else {
     v.emplace_back(std::monostate{});
     v.emplace_back(std::monostate{});
   }
   v.emplace_back(r.started_us);
   v.emplace_back(r.ended_us);
-  v.emplace_back(utc_day(r.started_us));
-  v.emplace_back(r.key_id);
-  v.emplace_back(r.team);
-  v.emplace_back(r.project);
-  v.emplace_back(r.task_id);
-  v.emplace_back(nlohmann::json(r.trusted_tags).dump());
-  v.emplace_back(nlohmann::json(r.claimed_tags).dump());
-  v.emplace_back(r.requested_model);
-  v.emplace_back(r.target);
-  v.emplace_back(r.upstream_model);
-  v.emplace_back(r.rule_id);
-  v.emplace_back(r.policy_version);
+  s.day = utc_day(r.started_us);
+  v.emplace_back(std::string_view(s.day));
+  v.emplace_back(std::string_view(r.key_id));
+  v.emplace_back(std::string_view(r.team));
+  v.emplace_back(std::string_view(r.project));
+  v.emplace_back(std::string_view(r.task_id));
+  tags_json(s.trusted_tags, r.trusted_tags);
+  v.emplace_back(std::string_view(s.trusted_tags));
+  tags_json(s.claimed_tags, r.claimed_tags);
+  v.emplace_back(std::string_view(s.claimed_tags));
+  v.emplace_back(std::string_view(r.requested_model));
+  v.emplace_back(std::string_view(r.target));
+  v.emplace_back(std::string_view(r.upstream_model));
+  v.emplace_back(std::string_view(r.rule_id));
+  v.emplace_back(std::string_view(r.policy_version));
   v.emplace_back(static_cast<int64_t>(std::max<size_t>(1, r.attempts.size())));
-  v.emplace_back(std::string(request_status_name(r.status)));
+  v.emplace_back(request_status_name(r.status));
   v.emplace_back(static_cast<int64_t>(r.http_status));
-  v.emplace_back(r.error_code);
+  v.emplace_back(std::string_view(r.error_code));
   v.emplace_back(static_cast<int64_t>(r.stream ? 1 : 0));
-  v.emplace_back(r.finish_reason);
+  v.emplace_back(std::string_view(r.finish_reason));
   push_tokens(v, r.tokens);
-  push_cost(v, e.cost);
+  int64_t total = 0;
+  push_cost(v, e.cost, total);
   if (e.avoided) {
     v.emplace_back(e.avoided->micros());
   } else {
     v.emplace_back(std::monostate{});
   }
-  v.emplace_back(e.avoided_version);
+  v.emplace_back(std::string_view(e.avoided_version));
   v.emplace_back(r.timings.queue_us);
   v.emplace_back(r.timings.routing_us);
   v.emplace_back(r.timings.ttft_us);
   v.emplace_back(r.timings.total_us);
   v.emplace_back(prev_hash);
-  return v;
+  if (!r.facts_json.empty()) v.emplace_back(std::string_view(r.facts_json));
 }
 
-std::vector<Value> attempt_values(const std::string& request_id, size_t index,
-                                  const AttemptRecord& a, const Cost& cost) {
-  std::vector<Value> v;
-  v.reserve(attempt_columns().size());
+void attempt_values(std::string_view request_id, size_t index, const AttemptRecord& a,
+                    const Cost& cost, std::vector<ValueRef>& v) {
+  v.clear();
   v.emplace_back(request_id);
   v.emplace_back(static_cast<int64_t>(index + 1));
-  v.emplace_back(a.target);
-  v.emplace_back(a.upstream_model);
-  v.emplace_back(std::string(request_status_name(a.status)));
+  v.emplace_back(std::string_view(a.target));
+  v.emplace_back(std::string_view(a.upstream_model));
+  v.emplace_back(request_status_name(a.status));
   v.emplace_back(static_cast<int64_t>(a.http_status));
-  v.emplace_back(a.error_code);
+  v.emplace_back(std::string_view(a.error_code));
   v.emplace_back(a.started_us);
   v.emplace_back(a.ended_us);
   push_tokens(v, a.tokens);
-  push_cost(v, cost);
-  return v;
+  int64_t total = 0;
+  push_cost(v, cost, total);
+}
+
+void hash_text(const std::vector<ValueRef>& request, const std::vector<ValueRef>* attempts,
+               size_t attempt_count, std::string& out) {
+  out.clear();
+  out.append(kHashTag);
+  for (const ValueRef& value : request) encode_value(out, value);
+  for (size_t a = 0; a < attempt_count; ++a) {
+    out += 'A';
+    for (const ValueRef& value : attempts[a]) encode_value(out, value);
+  }
+}
+
+// The aggregates' group columns; the sums follow them in every aggregate table.
+constexpr const char* kDailyKey = "day,key_id,team,project,model,target,rule_id";
+constexpr const char* kDailyTeamKey = "day,team,project,model,target";
+constexpr const char* kSumColumns[] = {
+    "requests", "unpriced", "input_tokens", "cached_tokens", "output_tokens",
+    "reasoning_tokens", "cost_input", "cost_cached", "cost_output", "cost_reasoning",
+    "cost_total", "avoided_total", "avoided_base"};
+
+std::string daily_upsert_sql(const char* table, const char* key) {
+  std::string columns = key;
+  size_t count = static_cast<size_t>(std::count(columns.begin(), columns.end(), ',')) + 1;
+  std::string update;
+  for (const char* c : kSumColumns) {
+    columns += std::string(",") + c;
+    update += std::string(update.empty() ? "" : ", ") + c + "=" + c + "+excluded." + c;
+  }
+  columns += ",first_us,last_us";
+  count += std::size(kSumColumns) + 2;
+  return std::string("INSERT INTO ") + table + "(" + columns + ") VALUES(" +
+         join_placeholders(count) + ") ON CONFLICT(" + key + ") DO UPDATE SET " + update +
+         ", first_us=min(first_us,excluded.first_us), last_us=max(last_us,excluded.last_us)";
+}
+
+// Each part length-prefixed, so that distinct groups never share a key.
+void daily_key(std::string& key, std::initializer_list<std::string_view> parts) {
+  key.clear();
+  for (std::string_view part : parts) {
+    encode_int(key, static_cast<int64_t>(part.size()));
+    key += ':';
+    key.append(part);
+  }
+}
+
+// Adds one appended row to its group's delta (`key_id`/`rule_id` "" for daily_team).
+void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& key,
+                  const std::string& day, const LedgerEntry& entry, const std::string& key_id,
+                  const std::string& rule_id) {
+  const RequestRecord& r = entry.record;
+  auto [it, inserted] = deltas.try_emplace(key);
+  DailyDelta& d = it->second;
+  if (inserted) {
+    d.day = day;
+    d.key_id = key_id;
+    d.team = r.team;
+    d.project = r.project;
+    d.model = r.upstream_model;
+    d.target = r.target;
+    d.rule_id = rule_id;
+    d.first_us = r.started_us;
+    d.last_us = r.ended_us;
+  }
+  bool is_request = entry.kind == EntryKind::kRequest;
+  bool unpriced = entry.cost.pricing == Pricing::kUnpriced;
+  int64_t total = unpriced ? 0 : entry.cost.total().micros();
+  d.requests += is_request ? 1 : 0;
+  d.unpriced += is_request && unpriced ? 1 : 0;
+  d.input_tokens += r.tokens.input.count;
+  d.cached_tokens += r.tokens.cached_input.count;
+  d.output_tokens += r.tokens.output.count;
+  d.reasoning_tokens += r.tokens.reasoning.count;
+  if (!unpriced) {
+    d.cost_input += entry.cost.input.micros();
+    d.cost_cached += entry.cost.cached_input.micros();
+    d.cost_output += entry.cost.output.micros();
+    d.cost_reasoning += entry.cost.reasoning.micros();
+  }
+  d.cost_total += total;
+  if (entry.avoided) {
+    d.avoided_total += entry.avoided->micros();
+    d.avoided_base += total;
+  }
+  d.first_us = std::min(d.first_us, r.started_us);
+  d.last_us = std::max(d.last_us, r.ended_us);
 }
 
 }  // namespace
@@ -207,29 +473,17 @@ const std::vector<std::string>& attempt_columns() {
 std::string canonical_values(const std::vector<Value>& values) {
   std::string out;
   out.reserve(512);
-  for (const Value& value : values) {
-    if (const auto* i = std::get_if<int64_t>(&value)) {
-      out += 'I';
-      out += std::to_string(*i);
-    } else if (const auto* s = std::get_if<std::string>(&value)) {
-      out += 'T';
-      out += std::to_string(s->size());
-      out += ':';
-      out += *s;
-    } else {
-      out += 'N';
-    }
-    out += ';';
-  }
+  for (const Value& value : values) encode_value(out, ref_of(value));
   return out;
 }
 
 std::string row_hash(const std::vector<Value>& request,
                      const std::vector<std::vector<Value>>& attempts) {
-  std::string text = "ferry-ledger-v1\n" + canonical_values(request);
+  std::string text(kHashTag);
+  for (const Value& value : request) encode_value(text, ref_of(value));
   for (const auto& attempt : attempts) {
     text += 'A';
-    text += canonical_values(attempt);
+    for (const Value& value : attempt) encode_value(text, ref_of(value));
   }
   return sha256_hex(text);
 }
@@ -289,34 +543,21 @@ Result<Store> Store::open(const std::string& path, const std::string& currency) 
 }
 
 Status Store::prepare_statements() {
-  auto ins = db_.prepare("INSERT INTO requests(" + join_names(request_columns()) +
-                         ",hash) VALUES(" + join_placeholders(request_columns().size() + 1) + ")");
+  auto ins = db_.prepare("INSERT INTO requests(" + join_names(request_columns()) + "," +
+                         kFactsColumn + ",hash) VALUES(" +
+                         join_placeholders(request_columns().size() + 2) + ")");
   if (!ins) return ins.error();
   insert_request_ = std::move(*ins);
   auto att = db_.prepare("INSERT INTO attempts(" + join_names(attempt_columns()) + ") VALUES(" +
                          join_placeholders(attempt_columns().size()) + ")");
   if (!att) return att.error();
   insert_attempt_ = std::move(*att);
-  auto daily = db_.prepare(
-      "INSERT INTO daily(day,key_id,team,project,model,target,rule_id,requests,unpriced,"
-      "input_tokens,cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,"
-      "cost_output,cost_reasoning,cost_total,avoided_total,avoided_base,first_us,last_us) "
-      "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-      "ON CONFLICT(day,key_id,team,project,model,target,rule_id) DO UPDATE SET "
-      "requests=requests+excluded.requests, unpriced=unpriced+excluded.unpriced, "
-      "input_tokens=input_tokens+excluded.input_tokens, "
-      "cached_tokens=cached_tokens+excluded.cached_tokens, "
-      "output_tokens=output_tokens+excluded.output_tokens, "
-      "reasoning_tokens=reasoning_tokens+excluded.reasoning_tokens, "
-      "cost_input=cost_input+excluded.cost_input, cost_cached=cost_cached+excluded.cost_cached, "
-      "cost_output=cost_output+excluded.cost_output, "
-      "cost_reasoning=cost_reasoning+excluded.cost_reasoning, "
-      "cost_total=cost_total+excluded.cost_total, "
-      "avoided_total=avoided_total+excluded.avoided_total, "
-      "avoided_base=avoided_base+excluded.avoided_base, "
-      "first_us=min(first_us,excluded.first_us), last_us=max(last_us,excluded.last_us)");
+  auto daily = db_.prepare(daily_upsert_sql("daily", kDailyKey));
   if (!daily) return daily.error();
   upsert_daily_ = std::move(*daily);
+  auto daily_team = db_.prepare(daily_upsert_sql("daily_team", kDailyTeamKey));
+  if (!daily_team) return daily_team.error();
+  upsert_daily_team_ = std::move(*daily_team);
   auto orig = db_.prepare(
       "SELECT key_id,team,project,task_id,requested_model,target,upstream_model,rule_id,"
       "policy_version FROM requests WHERE id=? AND kind='request'");
@@ -352,7 +593,10 @@ Status Store::sync_prices(const PriceCatalog& catalog) {
   return db_.exec("COMMIT");
 }
 
-Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq) {
+Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq,
+                         detail::RowScratch& scratch,
+                         std::map<std::string, detail::DailyDelta>& daily,
+                         std::map<std::string, detail::DailyDelta>& daily_team) {
   RequestRecord& r = entry.record;
   if (entry.kind == EntryKind::kAdjustment) {
     find_original_.bind(1, entry.adjusts_id);
@@ -374,16 +618,28 @@ Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& la
     r.policy_version = find_original_.text_at(8);
     find_original_.reset();
   }
-  std::vector<Value> values = request_values(entry, prev_hash);
-  std::vector<std::vector<Value>> attempts;
-  for (size_t i = 0; i < r.attempts.size(); ++i) {
-    attempts.push_back(attempt_values(r.id, i, r.attempts[i], entry.attempt_costs[i]));
+  request_values(entry, prev_hash, scratch);
+  size_t attempt_count = r.attempts.size();
+  if (scratch.attempts.size() < attempt_count) scratch.attempts.resize(attempt_count);
+  for (size_t i = 0; i < attempt_count; ++i) {
+    attempt_values(r.id, i, r.attempts[i], entry.attempt_costs[i], scratch.attempts[i]);
   }
-  std::string hash = row_hash(values, attempts);
-  for (size_t i = 0; i < values.size(); ++i) insert_request_.bind_value(static_cast<int>(i + 1), values[i]);
-  insert_request_.bind(static_cast<int>(values.size() + 1), hash);
+  hash_text(scratch.values, scratch.attempts.data(), attempt_count, scratch.hash_text);
+  std::string hash = sha256_hex(scratch.hash_text);
+
+  // Every parameter is bound for every row (no clear_bindings needed); the views stay valid
+  // until the statement has run.
+  const size_t columns = request_columns().size();
+  for (size_t i = 0; i < columns; ++i) {
+    insert_request_.bind_ref(static_cast<int>(i + 1), scratch.values[i]);
+  }
+  if (r.facts_json.empty()) {
+    insert_request_.bind_null(static_cast<int>(columns + 1));
+  } else {
+    insert_request_.bind_ref(static_cast<int>(columns + 1), std::string_view(r.facts_json));
+  }
+  insert_request_.bind_ref(static_cast<int>(columns + 2), std::string_view(hash));
   auto st = insert_request_.run();
-  insert_request_.reset();
   if (!st) {
     // A constraint (duplicate id) refuses this row alone; anything else fails the batch.
     if ((insert_request_.last_error_code() & 0xff) == SQLITE_CONSTRAINT) {
@@ -393,44 +649,41 @@ Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& la
     }
     return st;
   }
-  for (const auto& attempt : attempts) {
-    for (size_t i = 0; i < attempt.size(); ++i) insert_attempt_.bind_value(static_cast<int>(i + 1), attempt[i]);
-    auto ast = insert_attempt_.run();
-    insert_attempt_.reset();
-    if (!ast) return ast;
+  for (size_t a = 0; a < attempt_count; ++a) {
+    const auto& values = scratch.attempts[a];
+    for (size_t i = 0; i < values.size(); ++i) {
+      insert_attempt_.bind_ref(static_cast<int>(i + 1), values[i]);
+    }
+    if (auto ast = insert_attempt_.run(); !ast) return ast;
   }
-  bool is_request = entry.kind == EntryKind::kRequest;
-  bool unpriced = entry.cost.pricing == Pricing::kUnpriced;
-  Money total = unpriced ? Money() : entry.cost.total();
-  int p = 1;
-  upsert_daily_.bind(p++, std::get<std::string>(values[6]));
-  upsert_daily_.bind(p++, r.key_id);
-  upsert_daily_.bind(p++, r.team);
-  upsert_daily_.bind(p++, r.project);
-  upsert_daily_.bind(p++, r.upstream_model);
-  upsert_daily_.bind(p++, r.target);
-  upsert_daily_.bind(p++, r.rule_id);
-  upsert_daily_.bind(p++, int64_t{is_request ? 1 : 0});
-  upsert_daily_.bind(p++, int64_t{is_request && unpriced ? 1 : 0});
-  upsert_daily_.bind(p++, r.tokens.input.count);
-  upsert_daily_.bind(p++, r.tokens.cached_input.count);
-  upsert_daily_.bind(p++, r.tokens.output.count);
-  upsert_daily_.bind(p++, r.tokens.reasoning.count);
-  upsert_daily_.bind(p++, unpriced ? 0 : entry.cost.input.micros());
-  upsert_daily_.bind(p++, unpriced ? 0 : entry.cost.cached_input.micros());
-  upsert_daily_.bind(p++, unpriced ? 0 : entry.cost.output.micros());
-  upsert_daily_.bind(p++, unpriced ? 0 : entry.cost.reasoning.micros());
-  upsert_daily_.bind(p++, total.micros());
-  upsert_daily_.bind(p++, entry.avoided ? entry.avoided->micros() : 0);
-  upsert_daily_.bind(p++, entry.avoided ? total.micros() : 0);
-  upsert_daily_.bind(p++, r.started_us);
-  upsert_daily_.bind(p++, r.ended_us);
-  auto dst = upsert_daily_.run();
-  upsert_daily_.reset();
-  if (!dst) return dst;
-  prev_hash = hash;
+
+  std::string& key = scratch.hash_text;  // reused as the group key
+  daily_key(key, {scratch.day, r.key_id, r.team, r.project, r.upstream_model, r.target,
+                  r.rule_id});
+  add_to_daily(daily, key, scratch.day, entry, r.key_id, r.rule_id);
+  daily_key(key, {scratch.day, r.team, r.project, r.upstream_model, r.target});
+  add_to_daily(daily_team, key, scratch.day, entry, "", "");
+  prev_hash = std::move(hash);
   ++last_seq;
   return {};
+}
+
+Status Store::upsert_daily(Stmt& upsert, const detail::DailyDelta& d, bool with_key_and_rule) {
+  int p = 1;
+  upsert.bind_ref(p++, std::string_view(d.day));
+  if (with_key_and_rule) upsert.bind_ref(p++, std::string_view(d.key_id));
+  upsert.bind_ref(p++, std::string_view(d.team));
+  upsert.bind_ref(p++, std::string_view(d.project));
+  upsert.bind_ref(p++, std::string_view(d.model));
+  upsert.bind_ref(p++, std::string_view(d.target));
+  if (with_key_and_rule) upsert.bind_ref(p++, std::string_view(d.rule_id));
+  for (int64_t v : {d.requests, d.unpriced, d.input_tokens, d.cached_tokens, d.output_tokens,
+                    d.reasoning_tokens, d.cost_input, d.cost_cached, d.cost_output,
+                    d.cost_reasoning, d.cost_total, d.avoided_total, d.avoided_base, d.first_us,
+                    d.last_us}) {
+    upsert.bind(p++, v);
+  }
+  return upsert.run();
 }
 
 Result<std::vector<Status>> Store::append(std::vector<LedgerEntry*>& entries, bool fail_commit) {
@@ -449,12 +702,23 @@ Result<std::vector<Status>> Store::append(std::vector<LedgerEntry*>& entries, bo
     prev_hash = head_.text_at(1);
   }
   head_.reset();
+  detail::RowScratch scratch;
+  std::map<std::string, detail::DailyDelta> daily;
+  std::map<std::string, detail::DailyDelta> daily_team;
   std::vector<Status> results;
   results.reserve(entries.size());
   for (LedgerEntry* entry : entries) {
-    auto st = append_one(*entry, prev_hash, last_seq);
+    auto st = append_one(*entry, prev_hash, last_seq, scratch, daily, daily_team);
     if (!st && st.error().code == ErrorCode::kUnavailable) return rollback(st.error());
     results.push_back(std::move(st));
+  }
+  for (const auto& [key, delta] : daily) {
+    if (auto st = upsert_daily(upsert_daily_, delta, true); !st) return rollback(st.error());
+  }
+  for (const auto& [key, delta] : daily_team) {
+    if (auto st = upsert_daily(upsert_daily_team_, delta, false); !st) {
+      return rollback(st.error());
+    }
   }
   set_head_.bind(1, std::to_string(last_seq) + ":" + prev_hash);
   if (auto st = set_head_.run(); !st) return rollback(st.error());
@@ -464,6 +728,27 @@ Result<std::vector<Status>> Store::append(std::vector<LedgerEntry*>& entries, bo
   }
   if (auto st = db_.exec("COMMIT"); !st) return rollback(st.error());
   return results;
+}
+
+void Store::take_over_checkpoints() {
+  if (!wal_frames_) wal_frames_ = std::make_unique<std::atomic<int64_t>>(0);
+  // Once emptied, the WAL file is cut back to 64 MiB rather than kept at its largest size.
+  (void)db_.exec("PRAGMA journal_size_limit=67108864");
+  // Replaces SQLite's auto-checkpoint hook (which is itself a WAL hook).
+  sqlite3_wal_hook(
+      db_.raw(),
+      [](void* arg, sqlite3*, const char*, int frames) {
+        static_cast<std::atomic<int64_t>*>(arg)->store(frames);
+        return SQLITE_OK;
+      },
+      wal_frames_.get());
+}
+
+Status Store::checkpoint() {
+  int rc = sqlite3_wal_checkpoint_v2(db_.raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
+                                     nullptr);
+  if (rc == SQLITE_OK || rc == SQLITE_BUSY || rc == SQLITE_LOCKED) return {};
+  return sqlite_error(db_.raw(), rc, "checkpoint");
 }
 
 Result<Money> Store::spent_between(BudgetScope scope, const std::string& match, int64_t start_us,

@@ -1,9 +1,12 @@
 // The ledger's SQLite file: versioned schema and migrations, the append path (request rows,
-// attempt rows, adjustment rows, the daily aggregate and the hash chain), and the canonical
+// attempt rows, adjustment rows, the daily aggregates and the hash chain), and the canonical
 // row encoding the chain hashes. A Store is used by one thread at a time (the writer thread,
 // or a CLI/bench/test thread that owns it).
 #pragma once
 
+#include <atomic>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,7 +20,8 @@
 
 namespace ferry::ledger {
 
-constexpr int kSchemaVersion = 1;
+// 1: the first schema; 2: requests.facts (the routing facts, for replay) and daily_team.
+constexpr int kSchemaVersion = 2;
 constexpr const char* kGenesisHash =
     "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -38,12 +42,21 @@ struct LedgerEntry {
 // The column lists, in insert and hash order (the hash column itself excluded).
 const std::vector<std::string>& request_columns();
 const std::vector<std::string>& attempt_columns();
+// The request's routing facts (JSON), or NULL. Not in request_columns(): a row hashes it
+// after them, and only when it is set, so rows without facts hash as in schema version 1.
+constexpr const char* kFactsColumn = "facts";
 
 // The canonical encoding of one row's values: each value as N; I<int>; or T<len>:<bytes>;
 std::string canonical_values(const std::vector<Value>& values);
 // hash = sha256(tag + canonical(request) + "A" + canonical(attempt) ...), lower-case hex.
+// `request` is the request_columns() values, then the facts when the row has them.
 std::string row_hash(const std::vector<Value>& request,
                      const std::vector<std::vector<Value>>& attempts);
+
+namespace detail {
+struct RowScratch;
+struct DailyDelta;
+}  // namespace detail
 
 class Store {
  public:
@@ -63,22 +76,38 @@ class Store {
   // `fail_commit` rolls back instead of committing (fault injection for tests).
   Result<std::vector<Status>> append(std::vector<LedgerEntry*>& entries, bool fail_commit = false);
 
+  // Checkpoints become the caller's job: SQLite stops checkpointing after commits on this
+  // connection (the ledger runs them on a thread of their own, so that copying pages into
+  // the database file does not stall the writer), and wal_frames() says how many frames the
+  // WAL holds after the last commit.
+  void take_over_checkpoints();
+  int64_t wal_frames() const { return wal_frames_ ? wal_frames_->load() : 0; }
+  // A passive checkpoint on this connection: copies what it can without waiting. Ok when
+  // another connection is checkpointing (busy).
+  Status checkpoint();
+
   // Sum of cost_total of rows whose ended_us lies in [start, end) for a budget's scope.
   Result<Money> spent_between(BudgetScope scope, const std::string& match, int64_t start_us,
                               int64_t end_us);
 
  private:
   Status prepare_statements();
-  Status append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq);
+  Status append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq,
+                    detail::RowScratch& scratch, std::map<std::string, detail::DailyDelta>& daily,
+                    std::map<std::string, detail::DailyDelta>& daily_team);
+  static Status upsert_daily(Stmt& upsert, const detail::DailyDelta& delta,
+                             bool with_key_and_rule);
 
   Db db_;
   std::string currency_;
   Stmt insert_request_;
   Stmt insert_attempt_;
   Stmt upsert_daily_;
+  Stmt upsert_daily_team_;
   Stmt find_original_;
   Stmt head_;
   Stmt set_head_;
+  std::unique_ptr<std::atomic<int64_t>> wal_frames_;  // heap: the WAL hook keeps its address
 };
 
 }  // namespace ferry::ledger

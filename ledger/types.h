@@ -96,6 +96,9 @@ struct RequestRecord {
   Tokens tokens;                        // used when `attempts` is empty
   std::vector<AttemptRecord> attempts;  // one per try when fallbacks or retries happened
   Timings timings;
+  // The routing facts the policy decided on (policies::facts_to_json, as JSON text), so that
+  // `ferry policy replay` can re-decide the request; "" when none were recorded.
+  std::string facts_json;
 };
 
 // How a row was priced.

@@ -84,7 +84,17 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   if (auto st = db->exec("BEGIN"); !st) return st.error();
   const auto& rcols = request_columns();
   const auto& acols = attempt_columns();
-  std::string select = "SELECT seq,hash";
+  // A file not yet migrated to version 2 (verify never writes) has no facts column and no
+  // daily_team table.
+  bool has_facts = false;
+  {
+    auto version = db->prepare("PRAGMA user_version");
+    if (!version) return version.error();
+    auto got = version->step();
+    if (!got) return got.error();
+    has_facts = *got && version->int_at(0) >= 2;
+  }
+  std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL");
   for (const auto& c : rcols) select += "," + c;
   auto rows = db->prepare(select + " FROM requests ORDER BY seq");
   if (!rows) return rows.error();
@@ -106,8 +116,10 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     int64_t seq = rows->int_at(0);
     std::string hash = rows->text_at(1);
     std::vector<Value> values;
-    values.reserve(rcols.size());
-    for (size_t i = 0; i < rcols.size(); ++i) values.push_back(rows->value_at(static_cast<int>(i + 2)));
+    values.reserve(rcols.size() + 1);
+    for (size_t i = 0; i < rcols.size(); ++i) values.push_back(rows->value_at(static_cast<int>(i + 3)));
+    // The facts, where set, are hashed after the columns (see store.h).
+    if (!rows->is_null(2)) values.push_back(rows->value_at(2));
     std::string id = as_text(values[id_col]);
     std::string what = "row " + std::to_string(seq) + " (" + id + ")";
     if (as_text(values[column_index(rcols, "prev_hash")]) != prev_hash) {
@@ -200,6 +212,29 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   if (diff->int_at(0) != 0) {
     check.problem("daily aggregate differs from the rows in " + std::to_string(diff->int_at(0)) +
                   " group(s)");
+  }
+  // daily_team (schema 2) must equal the daily aggregate without key and rule.
+  if (has_facts) {
+    const char* kFromDaily =
+        "SELECT day,team,project,model,target,SUM(requests),SUM(unpriced),SUM(input_tokens),"
+        "SUM(cached_tokens),SUM(output_tokens),SUM(reasoning_tokens),SUM(cost_input),"
+        "SUM(cost_cached),SUM(cost_output),SUM(cost_reasoning),SUM(cost_total),"
+        "SUM(avoided_total),SUM(avoided_base),MIN(first_us),MAX(last_us) FROM daily "
+        "GROUP BY day,team,project,model,target";
+    const char* kTeam =
+        "SELECT day,team,project,model,target,requests,unpriced,input_tokens,cached_tokens,"
+        "output_tokens,reasoning_tokens,cost_input,cost_cached,cost_output,cost_reasoning,"
+        "cost_total,avoided_total,avoided_base,first_us,last_us FROM daily_team";
+    auto team_diff = db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + kFromDaily +
+                                 " EXCEPT " + kTeam + ")) + (SELECT COUNT(*) FROM (" + kTeam +
+                                 " EXCEPT " + kFromDaily + "))");
+    if (!team_diff) return team_diff.error();
+    auto team_got = team_diff->step();
+    if (!team_got) return team_got.error();
+    if (team_diff->int_at(0) != 0) {
+      check.problem("daily_team aggregate differs from the daily aggregate in " +
+                    std::to_string(team_diff->int_at(0)) + " group(s)");
+    }
   }
   (void)db->exec("COMMIT");
   return result;

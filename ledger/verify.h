@@ -1,6 +1,6 @@
 // `ferry ledger verify`: checks a ledger file's hash chain, that every total equals the sum
 // of its parts (cost kinds, attempts), that adjustments point at earlier requests, and that
-// the daily aggregate matches the rows. Opens its own read-only connection; any thread.
+// the daily aggregates match the rows. Opens its own read-only connection; any thread.
 #pragma once
 
 #include <cstdint>

@@ -147,6 +147,51 @@ json facts_to_json(const Facts& f) {
   return j;
 }
 
+json facts_to_compact_json(const Facts& f) {
+  json j = json::object();
+  auto put = [&j](const char* key, const auto& value, bool is_default) {
+    if (!is_default) j[key] = value;
+  };
+  auto put_opt_if = [](json& into, const char* key, const auto& value) {
+    if (value) into[key] = *value;
+  };
+  put("model", f.model, f.model.empty());
+  put("prompt_tokens", f.prompt_tokens, f.prompt_tokens == 0);
+  put_opt_if(j, "max_tokens", f.max_tokens);
+  put_opt_if(j, "temperature", f.temperature);
+  put_opt_if(j, "top_p", f.top_p);
+  put("stream", f.stream, !f.stream);
+  put("tools", f.tools, !f.tools);
+  put("response_format", f.response_format, !f.response_format);
+  put("task_id", f.task_id, !f.task_id);
+  put("key", f.key, f.key.empty());
+  put("team", f.team, f.team.empty());
+  put("project", f.project, f.project.empty());
+  put("role", f.role, f.role.empty());
+  put("tags", f.tags, f.tags.empty());
+  put("claimed_tags", f.claimed_tags, f.claimed_tags.empty());
+  put("unix_seconds", f.unix_seconds, f.unix_seconds == 0);
+  put_opt_if(j, "budget_left_pct", f.budget_left_pct);
+  put("split", f.split, f.split == 0);
+  if (!f.targets.empty()) {
+    json targets = json::array();
+    for (const auto& t : f.targets) {
+      json tj;
+      tj["ref"] = t.ref;
+      put_opt_if(tj, "prompt_tokens", t.prompt_tokens);
+      if (t.context_length != 0) tj["context_length"] = t.context_length;
+      if (!t.healthy) tj["healthy"] = false;
+      put_opt_if(tj, "queue_depth", t.queue_depth);
+      put_opt_if(tj, "est_wait_ms", t.est_wait_ms);
+      put_opt_if(tj, "p90_ttft_ms", t.p90_ttft_ms);
+      put_opt_if(tj, "error_rate", t.error_rate);
+      targets.push_back(std::move(tj));
+    }
+    j["targets"] = std::move(targets);
+  }
+  return j;
+}
+
 Result<Facts> facts_from_json(const json& j) {
   Facts f;
   Reader r(j, "");

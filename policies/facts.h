@@ -69,6 +69,10 @@ struct Facts {
 // JSON round trip, for explain output, the ledger's recorded facts and replay. Reading
 // refuses unknown keys and wrong types (kInvalidRequest naming the field).
 nlohmann::json facts_to_json(const Facts& facts);
+// The same without the fields at their defaults (absent, false, 0, "", [], healthy): about a
+// third smaller, for the ledger, which keeps the facts of every request for replay.
+// facts_from_json reads it back to equal facts.
+nlohmann::json facts_to_compact_json(const Facts& facts);
 Result<Facts> facts_from_json(const nlohmann::json& json);
 
 }  // namespace ferry::policies

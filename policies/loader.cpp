@@ -9,6 +9,7 @@
 
 #include "common/sha256.h"
 #include "common/yaml_util.h"
+#include "policies/yaml_tree.h"
 
 namespace ferry::policies {
 
@@ -48,10 +49,10 @@ class PolicyBuilder {
   PolicyBuilder(std::string file, const LoadOptions& options, LoadResult& out)
       : file_(std::move(file)), options_(options), out_(out) {}
 
-  void build(const YAML::Node& root, const std::string& text);
+  void build(const ytree::Node& root, const std::string& text);
 
  private:
-  using Node = YAML::Node;
+  using Node = ytree::Node;
 
   enum class Kind { kInt, kNumber, kTime, kBool, kPresence, kString, kList, kTargetBool };
 
@@ -145,14 +146,15 @@ bool valid_name(const std::string& s) {
   return true;
 }
 
-const char* type_name(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Null: return "null";
-    case YAML::NodeType::Scalar: return "a scalar";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a mapping";
-    default: return "nothing";
+const char* type_name(const ytree::Node& n) {
+  switch (n.type()) {
+    case ytree::Type::kNull: return "null";
+    case ytree::Type::kScalar: return "a scalar";
+    case ytree::Type::kSequence: return "a list";
+    case ytree::Type::kMap: return "a mapping";
+    case ytree::Type::kUndefined: break;
   }
+  return "nothing";
 }
 
 std::string op_symbol(Op op) {
@@ -293,17 +295,23 @@ std::string PolicyBuilder::fact_list(const std::vector<FactInfo>& list) {
 void PolicyBuilder::check_keys(const Node& map, const std::string& what,
                                std::initializer_list<const char*> allowed) const {
   if (!map.IsMap()) fail(map, what + " must be a mapping, found " + type_name(map));
-  std::set<std::string> seen;
-  for (const auto& kv : map) {
-    std::string key = scalar(kv.first, what + " key");
-    bool ok = false;
-    for (const char* a : allowed) ok = ok || key == a;
-    if (!ok) {
+  uint64_t seen = 0;  // bit i: allowed[i] was seen (the lists are short)
+  for (const auto& kv : map.entries()) {
+    if (!kv.first.IsScalar()) scalar(kv.first, what + " key");  // fails, naming the type
+    const std::string& key = kv.first.Scalar();
+    size_t index = 0;
+    for (const char* a : allowed) {
+      if (key == a) break;
+      ++index;
+    }
+    if (index == allowed.size()) {
       std::string list;
       for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
       fail(kv.first, "unknown key '" + key + "' in " + what + " (allowed: " + list + ")");
     }
-    if (!seen.insert(key).second) fail(kv.first, "duplicate key '" + key + "' in " + what);
+    uint64_t bit = uint64_t{1} << (index % 64);
+    if ((seen & bit) != 0) fail(kv.first, "duplicate key '" + key + "' in " + what);
+    seen |= bit;
   }
 }
 
@@ -313,7 +321,19 @@ std::string PolicyBuilder::scalar(const Node& node, const std::string& what) con
 }
 
 int64_t PolicyBuilder::integer(const Node& node, const std::string& what) const {
-  return yaml::scalar_int(node, file_, what);
+  if (!node.IsScalar()) fail(node, what + " must be an integer, found " + type_name(node));
+  const std::string& s = node.Scalar();
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(s, &used, 10);
+  } catch (...) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size()) {
+    fail(node, what + " must be an integer, found '" + s + "'");
+  }
+  return v;
 }
 
 double PolicyBuilder::number(const Node& node, const std::string& what) const {
@@ -395,7 +415,7 @@ void PolicyBuilder::parse_targets(const Node& node) {
     fail(node, "targets must be a non-empty mapping of NAME: CONFIG_MODEL");
   }
   std::set<std::string> seen;
-  for (const auto& kv : node) {
+  for (const auto& kv : node.entries()) {
     std::string name = scalar(kv.first, "target name");
     if (!valid_name(name)) {
       fail(kv.first, "target name '" + name + "' may use only letters, digits and _ - . : /");
@@ -425,7 +445,7 @@ void PolicyBuilder::parse_aliases(const Node& node) {
     fail(node, "models must be a non-empty list of aliases (NAME or {name, description})");
   }
   std::set<std::string> seen;
-  for (const auto& item : node) {
+  for (const auto& item : node.items()) {
     Alias alias;
     if (item.IsMap()) {
       check_keys(item, "a model alias", {"name", "description"});
@@ -449,7 +469,7 @@ void PolicyBuilder::parse_rules(const Node& node) {
     return;
   }
   std::unordered_map<std::string, int> ids;
-  for (const auto& item : node) {
+  for (const auto& item : node.items()) {
     guarded([&] {
       Rule rule = parse_rule(item);
       auto [it, inserted] = ids.emplace(rule.id, rule.line);
@@ -525,7 +545,7 @@ Action PolicyBuilder::parse_action(const Node& map, const std::string& what, boo
   if (map["tag"] && !map["tag"].IsNull()) {
     const Node& t = map["tag"];
     if (t.IsSequence()) {
-      for (const auto& item : t) action.tags.push_back(scalar(item, "tag"));
+      for (const auto& item : t.items()) action.tags.push_back(scalar(item, "tag"));
     } else {
       action.tags.push_back(scalar(t, "tag"));
     }
@@ -541,7 +561,7 @@ void PolicyBuilder::parse_route(const Node& node, Action& action) {
   if (node.IsScalar()) {
     items.push_back(node);
   } else if (node.IsSequence()) {
-    for (const auto& item : node) items.push_back(item);
+    for (const auto& item : node.items()) items.push_back(item);
   } else {
     fail(node, std::string("route must be a list of targets, found ") + type_name(node));
   }
@@ -618,7 +638,7 @@ Condition PolicyBuilder::parse_mapping(const Node& node, int depth, bool top) {
   all.line = node.Mark().line + 1;
   all.column = node.Mark().column + 1;
   std::set<std::string> seen;
-  for (const auto& kv : node) {
+  for (const auto& kv : node.entries()) {
     std::string key = scalar(kv.first, "a condition key");
     if (!seen.insert(key).second) fail(kv.first, "duplicate key '" + key + "' in a condition");
     parse_clause(kv.first, kv.second, depth, all.children);
@@ -638,7 +658,9 @@ void PolicyBuilder::parse_clause(const Node& key_node, const Node& value, int de
     group.label = key;
     group.line = key_node.Mark().line + 1;
     group.column = key_node.Mark().column + 1;
-    for (const auto& item : value) group.children.push_back(parse_mapping(item, depth + 1, false));
+    for (const auto& item : value.items()) {
+      group.children.push_back(parse_mapping(item, depth + 1, false));
+    }
     out.push_back(std::move(group));
     return;
   }
@@ -654,14 +676,14 @@ void PolicyBuilder::parse_clause(const Node& key_node, const Node& value, int de
   }
   if (key == "state") {
     if (!value.IsMap()) fail(value, "state must be a mapping of TARGET: {FACT: CONDITION}");
-    for (const auto& kv : value) {
+    for (const auto& kv : value.entries()) {
       int target = target_ref(kv.first, "state");
       std::string target_name = kv.first.Scalar();
       if (!kv.second.IsMap()) {
         fail(kv.second, "state of '" + target_name + "' must be a mapping of " +
                             fact_list(state_facts()) + " to conditions");
       }
-      for (const auto& fk : kv.second) {
+      for (const auto& fk : kv.second.entries()) {
         std::string fname = scalar(fk.first, "a state fact");
         const FactInfo* info = nullptr;
         for (const auto& f : state_facts()) {
@@ -681,7 +703,7 @@ void PolicyBuilder::parse_clause(const Node& key_node, const Node& value, int de
     if (info.kind == Kind::kTargetBool) {  // fits: small / healthy: [small, large]
       std::vector<Node> names;
       if (value.IsSequence()) {
-        for (const auto& item : value) names.push_back(item);
+        for (const auto& item : value.items()) names.push_back(item);
       } else {
         names.push_back(value);
       }
@@ -747,7 +769,7 @@ void PolicyBuilder::parse_fact(const FactInfo& info, int target, const std::stri
                                          "gt, gte, eq, ne, in, matches)");
   }
   std::set<std::string> seen;
-  for (const auto& kv : value) {
+  for (const auto& kv : value.entries()) {
     std::string op_text = scalar(kv.first, "an operator");
     auto op = parse_op(op_text);
     if (!op) {
@@ -789,7 +811,7 @@ Condition PolicyBuilder::make_test(const FactInfo& info, int target,
       fail(operand, "in needs a non-empty list");
     }
     std::vector<std::string> parts;
-    for (const auto& item : operand) {
+    for (const auto& item : operand.items()) {
       Condition one;
       std::string item_shown;
       set_operand(info, one, item, item_shown);
@@ -965,15 +987,11 @@ void PolicyBuilder::analyse() {
 LoadResult load_policy_text(const std::string& text, const std::string& source,
                             const LoadOptions& options) {
   LoadResult out;
-  YAML::Node root;
+  std::unique_ptr<ytree::Document> doc;
   try {
-    root = yaml::parse(text, source);
-  } catch (const yaml::YamlError& e) {
-    std::string what = e.what();
-    std::string prefix = source + ":" + std::to_string(e.line()) + ":" +
-                         std::to_string(e.column()) + ": ";
-    if (what.starts_with(prefix)) what = what.substr(prefix.size());
-    out.errors.push_back({source, e.line(), e.column(), what});
+    doc = ytree::Document::parse(text);
+  } catch (const YAML::Exception& e) {
+    out.errors.push_back({source, e.mark.line + 1, e.mark.column + 1, "invalid YAML: " + e.msg});
     return out;
   } catch (const std::exception& e) {
     out.errors.push_back({source, 0, 0, std::string("invalid YAML: ") + e.what()});
@@ -981,7 +999,7 @@ LoadResult load_policy_text(const std::string& text, const std::string& source,
   }
   PolicyBuilder builder(source, options, out);
   try {
-    builder.build(root, text);
+    builder.build(doc->root(), text);
   } catch (const yaml::YamlError& e) {
     out.policy.reset();
     out.errors.push_back({source, e.line(), e.column(), e.what()});
