@@ -28,6 +28,21 @@ console.log(JSON.stringify({messages: [
   {role: "user", content: para.repeat(6) + "When is the last crossing?"},
   {role: "assistant", content: para.repeat(4)},
   {role: "user", content: para.repeat(6) + "And on Sundays?"}]}))' > "$data/chat.json"
-"$BUILD_DIR/bench/tokenizer_bench" "$data/realistic.txt" "$data/pathological.txt" "$data/chat.json" \
-  tests/tokenizer/templates/llama3.jinja "$data/pathological_1mb.txt"
-node bench/tokenizer_tiktoken_bench.js "$data/realistic.txt" "$data/pathological.txt"
+ferry=$("$BUILD_DIR/bench/tokenizer_bench" "$data/realistic.txt" "$data/pathological.txt" "$data/chat.json" \
+  tests/tokenizer/templates/llama3.jinja "$data/pathological_1mb.txt")
+echo "$ferry"
+tiktoken=$(node bench/tokenizer_tiktoken_bench.js "$data/realistic.txt" "$data/pathological.txt")
+echo "$tiktoken"
+# ferry against tiktoken, both measured above.
+field_after() { awk -v enc="$2" -v word="$3" '$1 == "'"$1"'" && $2 == enc && /realistic/ {
+  for (i = 1; i <= NF; i++) if ($i == word) { print $(i + 1); exit } }'; }
+for enc in cl100k_base o200k_base; do
+  fr=$(echo "$ferry" | field_after ferry "$enc" realistic)
+  fp=$(echo "$ferry" | field_after ferry "$enc" pathological)
+  ff=$(echo "$ferry" | awk -v enc="$enc" '$1 == "ferry" && $2 == enc && /fresh/ {
+    for (i = 1; i <= NF; i++) if ($i == "fresh") { print $(i - 4); exit } }')
+  tr=$(echo "$tiktoken" | field_after tiktoken "$enc" realistic)
+  tp=$(echo "$tiktoken" | field_after tiktoken "$enc" pathological)
+  awk -v enc="$enc" -v fr="$fr" -v ff="$ff" -v fp="$fp" -v tr="$tr" -v tp="$tp" 'BEGIN {
+    printf "ferry/tiktoken %-11s realistic %.1fx (fresh thread %.1fx), pathological %.0fx\n", enc, fr / tr, ff / tr, fp / tp }'
+done

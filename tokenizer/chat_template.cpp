@@ -53,38 +53,82 @@ Result<std::shared_ptr<const ChatFormatter>> ChatFormatter::create(std::shared_p
   return std::shared_ptr<const ChatFormatter>(f);
 }
 
-Json ChatFormatter::template_context(const Json& request, bool add_generation_prompt) const {
-  Json ctx = Json::object();
-  Json messages = Json::array();
-  for (const Json& m : messages_of(request)) {
-    Json msg = m;
-    if (msg.is_object() && msg.contains("content")) msg["content"] = content_text(msg["content"]);
-    // Tool-call arguments arrive as JSON text; templates expect the object (as vLLM passes).
-    if (msg.is_object() && msg.contains("tool_calls") && msg["tool_calls"].is_array()) {
-      for (Json& call : msg["tool_calls"]) {
-        if (call.is_object() && call.contains("function") && call["function"].is_object()) {
-          Json& fn = call["function"];
-          if (fn.contains("arguments") && fn["arguments"].is_string()) {
-            Json parsed = Json::parse(fn["arguments"].get<std::string>(), nullptr, false);
-            if (!parsed.is_discarded()) fn["arguments"] = std::move(parsed);
-          }
+namespace {
+
+// Whether a message needs normalising for templates: content parts joined into text, tool-call
+// arguments (JSON text) parsed into objects, as vLLM passes them.
+bool needs_normalizing(const Json& m) {
+  if (!m.is_object()) return false;
+  if (const auto c = m.find("content"); c != m.end() && c->is_array()) return true;
+  if (const auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
+    for (const Json& call : *calls) {
+      if (call.is_object() && call.contains("function") && call["function"].is_object()) {
+        const Json& fn = call["function"];
+        if (fn.contains("arguments") && fn["arguments"].is_string()) return true;
+      }
+    }
+  }
+  return false;
+}
+
+Json normalized_message(const Json& m) {
+  Json msg = m;
+  if (msg.is_object() && msg.contains("content")) msg["content"] = content_text(msg["content"]);
+  if (msg.is_object() && msg.contains("tool_calls") && msg["tool_calls"].is_array()) {
+    for (Json& call : msg["tool_calls"]) {
+      if (call.is_object() && call.contains("function") && call["function"].is_object()) {
+        Json& fn = call["function"];
+        if (fn.contains("arguments") && fn["arguments"].is_string()) {
+          Json parsed = Json::parse(fn["arguments"].get<std::string>(), nullptr, false);
+          if (!parsed.is_discarded()) fn["arguments"] = std::move(parsed);
         }
       }
     }
-    messages.push_back(std::move(msg));
   }
-  ctx["messages"] = std::move(messages);
-  ctx["tools"] = request.is_object() && request.contains("tools") ? request["tools"] : Json();
-  ctx["add_generation_prompt"] = add_generation_prompt;
+  return msg;
+}
+
+}  // namespace
+
+// The variables a request renders with, pointing into `request` where it can be used as it is
+// and into `storage` (filled here, completely, before any pointer into it is taken: an object
+// moves its members when it grows) where not. Later variables of the same name win.
+std::vector<jinja::Template::Variable> ChatFormatter::template_variables(const Json& request, bool add_generation_prompt,
+                                                                         Json& storage) const {
+  static const Json kNull;
+  const Json& messages = messages_of(request);
+  storage = Json::object();
+  bool normalize = false;
+  for (const Json& m : messages) normalize = normalize || needs_normalizing(m);
+  if (normalize) {
+    Json normalized = Json::array();
+    for (const Json& m : messages) normalized.push_back(needs_normalizing(m) ? normalized_message(m) : m);
+    storage["messages"] = std::move(normalized);
+  }
+  storage["add_generation_prompt"] = add_generation_prompt;
   const auto bos = tokenizer_->bos_id();
   const auto eos = tokenizer_->eos_id();
-  ctx["bos_token"] = bos ? tokenizer_->token_text(*bos) : std::string();
-  ctx["eos_token"] = eos ? tokenizer_->token_text(*eos) : std::string();
+  storage["bos_token"] = bos ? tokenizer_->token_text(*bos) : std::string();
+  storage["eos_token"] = eos ? tokenizer_->token_text(*eos) : std::string();
+  const bool has_tools = request.is_object() && request.contains("tools");
+  std::vector<jinja::Template::Variable> vars{
+      {"messages", normalize ? &storage["messages"] : &messages},
+      {"tools", has_tools ? &request["tools"] : &kNull},
+      {"add_generation_prompt", &storage["add_generation_prompt"]},
+      {"bos_token", &storage["bos_token"]},
+      {"eos_token", &storage["eos_token"]},
+  };
   if (request.is_object() && request.contains("chat_template_kwargs") && request["chat_template_kwargs"].is_object()) {
-    for (auto it = request["chat_template_kwargs"].begin(); it != request["chat_template_kwargs"].end(); ++it) {
-      ctx[it.key()] = it.value();
-    }
+    const Json& kwargs = request["chat_template_kwargs"];
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) vars.push_back({it.key(), &it.value()});
   }
+  return vars;
+}
+
+Json ChatFormatter::template_context(const Json& request, bool add_generation_prompt) const {
+  Json storage;
+  Json ctx = Json::object();
+  for (const auto& v : template_variables(request, add_generation_prompt, storage)) ctx[std::string(v.name)] = *v.value;
   return ctx;
 }
 
@@ -103,7 +147,16 @@ Result<std::string> ChatFormatter::render(const Json& request, bool add_generati
     if (add_generation_prompt) out += "<|im_start|>assistant\n";
     return out;
   }
-  return template_->render(template_context(request, add_generation_prompt));
+  // The prompt is about as long as the messages' text plus the template's own.
+  std::size_t hint = 1024;
+  for (const Json& m : messages) {
+    if (const auto c = m.find("content"); m.is_object() && c != m.end() && c->is_string()) {
+      hint += c->get_ref<const std::string&>().size() + 64;
+    }
+  }
+  Json storage;
+  const auto vars = template_variables(request, add_generation_prompt, storage);
+  return template_->render(vars, hint);
 }
 
 Result<std::size_t> ChatFormatter::count(const Json& request, bool add_generation_prompt) const {

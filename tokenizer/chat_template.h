@@ -7,18 +7,16 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/error.h"
+#include "tokenizer/jinja.h"
 
 namespace ferry::tokenizer {
 
 class Tokenizer;
-
-namespace jinja {
-class Template;
-}
 
 class ChatFormatter {
  public:
@@ -47,6 +45,9 @@ class ChatFormatter {
  private:
   ChatFormatter() = default;
   Result<std::size_t> count_openai(const nlohmann::ordered_json& request) const;
+  std::vector<jinja::Template::Variable> template_variables(const nlohmann::ordered_json& request,
+                                                            bool add_generation_prompt,
+                                                            nlohmann::ordered_json& storage) const;
 
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<const jinja::Template> template_;

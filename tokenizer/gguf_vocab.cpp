@@ -44,6 +44,8 @@ std::optional<SplitPattern> pattern_for_pre(std::string_view pre, bool& ignore_m
   }
   if (pre == "qwen2" || pre == "deepseek-r1-qwen") return SplitPattern::kQwen2;
   if (pre == "gpt2" || pre == "gpt-2") return SplitPattern::kGpt2;
+  // llama.cpp's fallback, also what it uses when the key is absent (with a warning).
+  if (pre == "default") return SplitPattern::kLlamaDefault;
   return std::nullopt;
 }
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <unordered_map>
+#include <string_view>
 #include <vector>
 
 namespace ferry::tokenizer::jinja {
@@ -19,13 +19,45 @@ using ValueList = std::vector<Value>;
 struct ValueDict;
 struct Callable;
 
+// An immutable string that copies without copying its text: a view of a shared buffer, or of
+// text the render's JSON context owns (it outlives the render). Message contents pass through
+// lookups, loops and filters like trim without a copy.
+class Str {
+ public:
+  Str() = default;
+  explicit Str(std::string text) {
+    if (text.empty()) return;
+    owner_ = std::make_shared<const std::string>(std::move(text));
+    view_ = *owner_;
+  }
+  static Str borrow(std::string_view text) {
+    Str s;
+    s.view_ = text;
+    return s;
+  }
+  // [pos, pos + n) of this string, sharing its buffer.
+  Str sub(std::size_t pos, std::size_t n) const {
+    Str s = *this;
+    s.view_ = view_.substr(pos, n);
+    return s;
+  }
+  std::string_view view() const { return view_; }
+  std::string str() const { return std::string(view_); }
+  bool empty() const { return view_.empty(); }
+  std::size_t size() const { return view_.size(); }
+
+ private:
+  std::shared_ptr<const std::string> owner_;
+  std::string_view view_;
+};
+
 struct Value {
   enum Kind : std::uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunc };
   Kind kind = kUndefined;
   bool b = false;
   std::int64_t i = 0;
   double f = 0;
-  std::string s;
+  Str s;
   std::shared_ptr<ValueList> list;
   std::shared_ptr<ValueDict> dict;
   std::shared_ptr<Callable> fn;
@@ -35,7 +67,8 @@ struct Value {
   static Value boolean(bool x) { Value v; v.kind = kBool; v.b = x; return v; }
   static Value integer(std::int64_t x) { Value v; v.kind = kInt; v.i = x; return v; }
   static Value real(double x) { Value v; v.kind = kFloat; v.f = x; return v; }
-  static Value string(std::string x) { Value v; v.kind = kString; v.s = std::move(x); return v; }
+  static Value string(std::string x) { Value v; v.kind = kString; v.s = Str(std::move(x)); return v; }
+  static Value string(Str x) { Value v; v.kind = kString; v.s = std::move(x); return v; }
   static Value new_list() { Value v; v.kind = kList; v.list = std::make_shared<ValueList>(); return v; }
   static Value new_dict();
 };
@@ -94,7 +127,7 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::number_integer:
     case nlohmann::ordered_json::value_t::number_unsigned: return Value::integer(j.get<std::int64_t>());
     case nlohmann::ordered_json::value_t::number_float: return Value::real(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::string: return Value::string(Str::borrow(j.get_ref<const std::string&>()));
     case nlohmann::ordered_json::value_t::array: {
       Value v = Value::new_list();
       for (const auto& e : j) v.list->push_back(from_json(e));
@@ -140,7 +173,7 @@ std::string float_text(double f) {
   return buf;
 }
 
-void json_string(std::string& out, const std::string& s) {
+void json_string(std::string& out, std::string_view s) {
   out.push_back('"');
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
@@ -185,7 +218,7 @@ void to_json(std::string& out, const Value& v, int indent, int depth) {
       }
       break;
     }
-    case Value::kString: json_string(out, v.s); break;
+    case Value::kString: json_string(out, v.s.view()); break;
     case Value::kList: {
       out.push_back('[');
       for (std::size_t k = 0; k < v.list->size(); ++k) {
@@ -222,7 +255,7 @@ std::string to_string(const Value& v) {
     case Value::kBool: return v.b ? "True" : "False";
     case Value::kInt: return std::to_string(v.i);
     case Value::kFloat: return float_text(v.f);
-    case Value::kString: return v.s;
+    case Value::kString: return v.s.str();
     case Value::kList:
     case Value::kDict: {
       std::string out;
@@ -250,7 +283,7 @@ bool equal(const Value& a, const Value& b) {
   switch (a.kind) {
     case Value::kUndefined:
     case Value::kNone: return true;
-    case Value::kString: return a.s == b.s;
+    case Value::kString: return a.s.view() == b.s.view();
     case Value::kList: {
       if (a.list->size() != b.list->size()) return false;
       for (std::size_t k = 0; k < a.list->size(); ++k) {
@@ -989,19 +1022,34 @@ class Interpreter {
   }
 
  private:
-  using Scope = std::unordered_map<std::string, Value>;
+  // Variables of one scope: few (a loop's target and `loop`, a macro's parameters, the
+  // globals), so a flat list searched from the end beats a hash map that allocates per entry.
+  struct Scope {
+    std::vector<std::pair<std::string, Value>> vars;
+    const std::pair<std::string, Value>* find(const std::string& name) const {
+      for (auto it = vars.rbegin(); it != vars.rend(); ++it) {
+        if (it->first == name) return &*it;
+      }
+      return nullptr;
+    }
+    std::pair<std::string, Value>* find(const std::string& name) {
+      return const_cast<std::pair<std::string, Value>*>(static_cast<const Scope*>(this)->find(name));
+    }
+    Value& operator[](const std::string& name) {
+      if (auto* v = find(name)) return v->second;
+      return vars.emplace_back(name, Value()).second;
+    }
+  };
 
   const Value* lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-      const auto f = it->find(name);
-      if (f != it->end()) return &f->second;
+      if (const auto* f = it->find(name)) return &f->second;
     }
     return nullptr;
   }
   Value* lookup_mut(const std::string& name) {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
-      const auto f = it->find(name);
-      if (f != it->end()) return &f->second;
+      if (auto* f = it->find(name)) return &f->second;
     }
     return nullptr;
   }
@@ -1009,7 +1057,15 @@ class Interpreter {
   Flow exec(const AstNode& n) {
     switch (n.kind) {
       case AstNode::kText: *out_ += n.text; return Flow::kNormal;
-      case AstNode::kOutput: *out_ += to_string(eval(*n.expr)); return Flow::kNormal;
+      case AstNode::kOutput: {
+        const Value v = eval(*n.expr);
+        if (v.kind == Value::kString) {
+          out_->append(v.s.view());
+        } else {
+          *out_ += to_string(v);
+        }
+        return Flow::kNormal;
+      }
       case AstNode::kIf:
         for (const auto& [cond, body] : n.branches) {
           if (!cond || truthy(eval(*cond))) return run(body);
@@ -1078,7 +1134,7 @@ class Interpreter {
     } else if (iterable.kind == Value::kDict) {
       for (const auto& [k, v] : iterable.dict->items) items.push_back(Value::string(k));
     } else if (iterable.kind == Value::kString) {
-      for (const char ch : iterable.s) items.push_back(Value::string(std::string(1, ch)));
+      for (const char ch : iterable.s.view()) items.push_back(Value::string(std::string(1, ch)));
     } else if (iterable.kind == Value::kUndefined || iterable.kind == Value::kNone) {
       // Iterating nothing.
     } else {
@@ -1109,16 +1165,17 @@ class Interpreter {
       Scope scope;
       bind(scope, items[k]);
       Value loop = Value::new_dict();
-      auto& d = *loop.dict;
-      d.set("index", Value::integer(static_cast<std::int64_t>(k + 1)));
-      d.set("index0", Value::integer(static_cast<std::int64_t>(k)));
-      d.set("revindex", Value::integer(static_cast<std::int64_t>(count - k)));
-      d.set("revindex0", Value::integer(static_cast<std::int64_t>(count - k - 1)));
-      d.set("first", Value::boolean(k == 0));
-      d.set("last", Value::boolean(k + 1 == count));
-      d.set("length", Value::integer(static_cast<std::int64_t>(count)));
-      d.set("previtem", k > 0 ? items[k - 1] : Value());
-      d.set("nextitem", k + 1 < count ? items[k + 1] : Value());
+      auto& d = loop.dict->items;
+      d.reserve(9);
+      d.emplace_back("index", Value::integer(static_cast<std::int64_t>(k + 1)));
+      d.emplace_back("index0", Value::integer(static_cast<std::int64_t>(k)));
+      d.emplace_back("revindex", Value::integer(static_cast<std::int64_t>(count - k)));
+      d.emplace_back("revindex0", Value::integer(static_cast<std::int64_t>(count - k - 1)));
+      d.emplace_back("first", Value::boolean(k == 0));
+      d.emplace_back("last", Value::boolean(k + 1 == count));
+      d.emplace_back("length", Value::integer(static_cast<std::int64_t>(count)));
+      d.emplace_back("previtem", k > 0 ? items[k - 1] : Value());
+      d.emplace_back("nextitem", k + 1 < count ? items[k + 1] : Value());
       scope["loop"] = std::move(loop);
       scopes_.push_back(std::move(scope));
       const Flow f = run(n.body);
@@ -1234,27 +1291,28 @@ class Interpreter {
     return m;
   }
 
-  static std::string strip_chars(const std::string& s, const Value* chars, bool left, bool right) {
-    const std::string set = chars && chars->kind == Value::kString ? chars->s : std::string(" \t\n\r\f\v");
+  static Str strip_chars(const Str& str, const Value* chars, bool left, bool right) {
+    const std::string_view s = str.view();
+    const std::string_view set = chars && chars->kind == Value::kString ? chars->s.view() : " \t\n\r\f\v";
     std::size_t b = 0;
     std::size_t e = s.size();
     if (left) {
-      while (b < e && set.find(s[b]) != std::string::npos) ++b;
+      while (b < e && set.find(s[b]) != std::string_view::npos) ++b;
     }
     if (right) {
-      while (e > b && set.find(s[e - 1]) != std::string::npos) --e;
+      while (e > b && set.find(s[e - 1]) != std::string_view::npos) --e;
     }
-    return s.substr(b, e - b);
+    return str.sub(b, e - b);
   }
 
-  static Value call_method(const Value& self, const std::string& name, Args& args) {
+  static Value call_method(const Value& self, std::string_view name, Args& args) {
     if (self.kind == Value::kString) {
-      const std::string& s = self.s;
-      if (name == "strip") return Value::string(strip_chars(s, args.get(0, "chars"), true, true));
-      if (name == "lstrip") return Value::string(strip_chars(s, args.get(0, "chars"), true, false));
-      if (name == "rstrip") return Value::string(strip_chars(s, args.get(0, "chars"), false, true));
+      const std::string_view s = self.s.view();
+      if (name == "strip") return Value::string(strip_chars(self.s, args.get(0, "chars"), true, true));
+      if (name == "lstrip") return Value::string(strip_chars(self.s, args.get(0, "chars"), true, false));
+      if (name == "rstrip") return Value::string(strip_chars(self.s, args.get(0, "chars"), false, true));
       if (name == "upper" || name == "lower") {
-        std::string r = s;
+        std::string r(s);
         for (char& c : r) c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c))
                                                                  : std::tolower(static_cast<unsigned char>(c)));
         return Value::string(std::move(r));
@@ -1262,9 +1320,10 @@ class Interpreter {
       if (name == "title" || name == "capitalize") return apply_text_filter(name, self);
       if (name == "startswith" || name == "endswith") {
         const Value* p = args.get(0, "prefix");
-        if (!p || p->kind != Value::kString) fail(name + " needs a string");
-        const bool r = name == "startswith" ? s.rfind(p->s, 0) == 0
-                                            : s.size() >= p->s.size() && s.compare(s.size() - p->s.size(), p->s.size(), p->s) == 0;
+        if (!p || p->kind != Value::kString) fail(std::string(name) + " needs a string");
+        const std::string_view x = p->s.view();
+        const bool r = name == "startswith" ? s.substr(0, x.size()) == x
+                                            : s.size() >= x.size() && s.substr(s.size() - x.size()) == x;
         return Value::boolean(r);
       }
       if (name == "split") {
@@ -1284,22 +1343,23 @@ class Interpreter {
             } else {
               while (j < s.size() && !std::isspace(static_cast<unsigned char>(s[j]))) ++j;
             }
-            out.list->push_back(Value::string(s.substr(i, j - i)));
+            out.list->push_back(Value::string(self.s.sub(i, j - i)));
             if (maxsplit > 0) --maxsplit;
             i = j;
           }
           return out;
         }
-        if (sep->s.empty()) fail("empty separator");
+        const std::string_view separator = sep->s.view();
+        if (separator.empty()) fail("empty separator");
         std::size_t start = 0;
         while (true) {
-          const std::size_t at = maxsplit == 0 ? std::string::npos : s.find(sep->s, start);
-          if (at == std::string::npos) {
-            out.list->push_back(Value::string(s.substr(start)));
+          const std::size_t at = maxsplit == 0 ? std::string_view::npos : s.find(separator, start);
+          if (at == std::string_view::npos) {
+            out.list->push_back(Value::string(self.s.sub(start, s.size() - start)));
             break;
           }
-          out.list->push_back(Value::string(s.substr(start, at - start)));
-          start = at + sep->s.size();
+          out.list->push_back(Value::string(self.s.sub(start, at - start)));
+          start = at + separator.size();
           if (maxsplit > 0) --maxsplit;
         }
         return out;
@@ -1308,12 +1368,12 @@ class Interpreter {
         const Value* a = args.get(0, "old");
         const Value* b = args.get(1, "new");
         if (!a || !b) fail("replace needs two arguments");
-        return Value::string(replace_all(s, to_string(*a), to_string(*b)));
+        return Value::string(replace_all(std::string(s), to_string(*a), to_string(*b)));
       }
       if (name == "find") {
         const Value* a = args.get(0, "sub");
-        const std::size_t at = a ? s.find(to_string(*a)) : std::string::npos;
-        return Value::integer(at == std::string::npos ? -1 : static_cast<std::int64_t>(at));
+        const std::size_t at = a ? s.find(to_string(*a)) : std::string_view::npos;
+        return Value::integer(at == std::string_view::npos ? -1 : static_cast<std::int64_t>(at));
       }
       if (name == "format") fail("str.format is not supported");
     }
@@ -1347,7 +1407,7 @@ class Interpreter {
       self.list->push_back(args.positional[0]);
       return Value::none();
     }
-    fail("unknown method '" + name + "'");
+    fail("unknown method '" + std::string(name) + "'");
   }
 
   static std::string replace_all(std::string s, const std::string& from, const std::string& to) {
@@ -1371,7 +1431,7 @@ class Interpreter {
       std::int64_t k = key.i < 0 ? key.i + n : key.i;
       if (k < 0 || k >= n) return Value();
       if (obj.kind == Value::kList) return (*obj.list)[static_cast<std::size_t>(k)];
-      return Value::string(std::string(1, obj.s[static_cast<std::size_t>(k)]));
+      return Value::string(obj.s.sub(static_cast<std::size_t>(k), 1));
     }
     if (obj.kind == Value::kDict) {
       if (const Value* v = obj.dict->find(to_string(key))) return *v;
@@ -1416,7 +1476,7 @@ class Interpreter {
       return out;
     }
     std::string out;
-    for (const std::int64_t k : picks) out.push_back(obj.s[static_cast<std::size_t>(k)]);
+    for (const std::int64_t k : picks) out.push_back(obj.s.view()[static_cast<std::size_t>(k)]);
     return Value::string(std::move(out));
   }
 
@@ -1435,7 +1495,7 @@ class Interpreter {
     return fn.fn->call(args);
   }
 
-  Value call_global(const std::string& name, Args& args) {
+  Value call_global(std::string_view name, Args& args) {
     if (name == "raise_exception") {
       fail("template raised: " + (args.positional.empty() ? std::string() : to_string(args.positional[0])));
     }
@@ -1459,10 +1519,10 @@ class Interpreter {
       for (std::int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.list->push_back(Value::integer(k));
       return out;
     }
-    fail("unknown function '" + name + "'");
+    fail("unknown function '" + std::string(name) + "'");
   }
 
-  static Value apply_text_filter(const std::string& name, const Value& v) {
+  static Value apply_text_filter(std::string_view name, const Value& v) {
     std::string s = to_string(v);
     if (name == "upper") {
       for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -1483,8 +1543,10 @@ class Interpreter {
     return Value::string(std::move(s));
   }
 
-  Value apply_filter(const std::string& name, const Value& v, Args& args) {
-    if (name == "trim") return Value::string(strip_chars(to_string(v), args.get(0, "chars"), true, true));
+  Value apply_filter(std::string_view name, const Value& v, Args& args) {
+    if (name == "trim") {
+      return Value::string(strip_chars(v.kind == Value::kString ? v.s : Str(to_string(v)), args.get(0, "chars"), true, true));
+    }
     if (name == "tojson") {
       const Value* indent = args.get(0, "indent");
       std::string out;
@@ -1496,7 +1558,7 @@ class Interpreter {
       if (v.kind == Value::kDict) return Value::integer(static_cast<std::int64_t>(v.dict->items.size()));
       if (v.kind == Value::kString) {
         std::int64_t n = 0;
-        for (const char c : v.s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+        for (const char c : v.s.view()) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
         return Value::integer(n);
       }
       fail("length of a value without one");
@@ -1513,9 +1575,9 @@ class Interpreter {
       }
       if (v.kind == Value::kString) {
         if (v.s.empty()) return Value();
-        return Value::string(std::string(1, name == "first" ? v.s.front() : v.s.back()));
+        return Value::string(v.s.sub(name == "first" ? 0 : v.s.size() - 1, 1));
       }
-      fail(name + " of a value that is not a sequence");
+      fail(std::string(name) + " of a value that is not a sequence");
     }
     if (name == "join") {
       const Value* sep = args.get(0, "d");
@@ -1540,7 +1602,7 @@ class Interpreter {
       if (v.kind == Value::kList) return v;
       Value out = Value::new_list();
       if (v.kind == Value::kString) {
-        for (const char c : v.s) out.list->push_back(Value::string(std::string(1, c)));
+        for (const char c : v.s.view()) out.list->push_back(Value::string(std::string(1, c)));
       } else if (v.kind == Value::kDict) {
         for (const auto& [k, val] : v.dict->items) out.list->push_back(Value::string(k));
       }
@@ -1552,14 +1614,14 @@ class Interpreter {
         out.list->assign(v.list->rbegin(), v.list->rend());
         return out;
       }
-      if (v.kind == Value::kString) return Value::string(std::string(v.s.rbegin(), v.s.rend()));
+      if (v.kind == Value::kString) return Value::string(std::string(v.s.view().rbegin(), v.s.view().rend()));
       fail("reverse of a value that is not a sequence");
     }
     if (name == "int") {
-      if (v.kind == Value::kString) return Value::integer(std::strtoll(v.s.c_str(), nullptr, 10));
+      if (v.kind == Value::kString) return Value::integer(std::strtoll(v.s.str().c_str(), nullptr, 10));
       return Value::integer(static_cast<std::int64_t>(v.kind == Value::kUndefined || v.kind == Value::kNone ? 0 : as_number(v)));
     }
-    if (name == "float") return Value::real(v.kind == Value::kString ? std::strtod(v.s.c_str(), nullptr) : as_number(v));
+    if (name == "float") return Value::real(v.kind == Value::kString ? std::strtod(v.s.str().c_str(), nullptr) : as_number(v));
     if (name == "abs") return v.kind == Value::kInt ? Value::integer(v.i < 0 ? -v.i : v.i) : Value::real(std::fabs(as_number(v)));
     if (name == "replace") {
       const Value* a = args.get(0, "old");
@@ -1583,9 +1645,9 @@ class Interpreter {
       return Value::string(std::move(out));
     }
     if (name == "selectattr" || name == "rejectattr") {
-      if (v.kind != Value::kList) fail(name + " of a value that is not a list");
+      if (v.kind != Value::kList) fail(std::string(name) + " of a value that is not a list");
       const Value* attr = args.get(0, "attr");
-      if (!attr) fail(name + " needs an attribute");
+      if (!attr) fail(std::string(name) + " needs an attribute");
       Value out = Value::new_list();
       for (const Value& item : *v.list) {
         const Value field = attribute(item, to_string(*attr));
@@ -1625,10 +1687,10 @@ class Interpreter {
       }
       return out;
     }
-    fail("unknown filter '" + name + "'");
+    fail("unknown filter '" + std::string(name) + "'");
   }
 
-  static bool apply_test(const std::string& name, const Value& v, Args& args) {
+  static bool apply_test(std::string_view name, const Value& v, Args& args) {
     if (name == "defined") return v.kind != Value::kUndefined;
     if (name == "undefined") return v.kind == Value::kUndefined;
     if (name == "none") return v.kind == Value::kNone;
@@ -1644,7 +1706,7 @@ class Interpreter {
     if (name == "sequence") return v.kind == Value::kList || v.kind == Value::kString;
     if (name == "callable") return v.kind == Value::kFunc;
     if (name == "odd" || name == "even") {
-      if (v.kind != Value::kInt) fail(name + " of a value that is not an integer");
+      if (v.kind != Value::kInt) fail(std::string(name) + " of a value that is not an integer");
       return (v.i % 2 != 0) == (name == "odd");
     }
     if (name == "equalto" || name == "eq" || name == "==" || name == "sameas") {
@@ -1653,18 +1715,18 @@ class Interpreter {
     }
     if (name == "lower" || name == "upper") {
       if (v.kind != Value::kString) return false;
-      for (const char c : v.s) {
+      for (const char c : v.s.view()) {
         if (name == "lower" ? std::isupper(static_cast<unsigned char>(c)) : std::islower(static_cast<unsigned char>(c))) {
           return false;
         }
       }
       return true;
     }
-    fail("unknown test '" + name + "'");
+    fail("unknown test '" + std::string(name) + "'");
   }
 
   static bool contains(const Value& container, const Value& item) {
-    if (container.kind == Value::kString) return container.s.find(to_string(item)) != std::string::npos;
+    if (container.kind == Value::kString) return container.s.view().find(to_string(item)) != std::string_view::npos;
     if (container.kind == Value::kList) {
       for (const Value& v : *container.list) {
         if (equal(v, item)) return true;
@@ -1676,7 +1738,7 @@ class Interpreter {
     return false;
   }
 
-  static Value binary(const std::string& op, const Value& a, const Value& b) {
+  static Value binary(std::string_view op, const Value& a, const Value& b) {
     if (op == "==") return Value::boolean(equal(a, b));
     if (op == "!=") return Value::boolean(!equal(a, b));
     if (op == "in") return Value::boolean(contains(b, a));
@@ -1685,7 +1747,7 @@ class Interpreter {
     if (op == "<" || op == ">" || op == "<=" || op == ">=") {
       int cmp;
       if (a.kind == Value::kString && b.kind == Value::kString) {
-        cmp = a.s.compare(b.s);
+        cmp = a.s.view().compare(b.s.view());
       } else {
         const double x = as_number(a);
         const double y = as_number(b);
@@ -1697,7 +1759,13 @@ class Interpreter {
       return Value::boolean(cmp >= 0);
     }
     if (op == "+") {
-      if (a.kind == Value::kString && b.kind == Value::kString) return Value::string(a.s + b.s);
+      if (a.kind == Value::kString && b.kind == Value::kString) {
+        std::string out;
+        out.reserve(a.s.size() + b.s.size());
+        out.append(a.s.view());
+        out.append(b.s.view());
+        return Value::string(std::move(out));
+      }
       if (a.kind == Value::kList && b.kind == Value::kList) {
         Value out = Value::new_list();
         *out.list = *a.list;
@@ -1715,7 +1783,7 @@ class Interpreter {
     if (op == "*") {
       if (a.kind == Value::kString && b.kind == Value::kInt) {
         std::string out;
-        for (std::int64_t k = 0; k < b.i; ++k) out += a.s;
+        for (std::int64_t k = 0; k < b.i; ++k) out += a.s.view();
         return Value::string(std::move(out));
       }
       if (a.kind == Value::kInt && b.kind == Value::kInt) return Value::integer(a.i * b.i);
@@ -1740,7 +1808,7 @@ class Interpreter {
       }
       fail("% needs integers");
     }
-    fail("unknown operator " + op);
+    fail("unknown operator " + std::string(op));
   }
 
   std::string* out_;
@@ -1770,12 +1838,19 @@ Result<Template> Template::parse(std::string_view source) {
 }
 
 Result<std::string> Template::render(const nlohmann::ordered_json& context) const {
+  std::vector<Variable> variables;
+  if (context.is_object()) {
+    for (auto it = context.begin(); it != context.end(); ++it) variables.push_back(Variable{it.key(), &it.value()});
+  }
+  return render(variables);
+}
+
+Result<std::string> Template::render(std::span<const Variable> variables, std::size_t size_hint) const {
   std::string out;
+  out.reserve(size_hint);
   try {
     Interpreter interp(out);
-    if (context.is_object()) {
-      for (auto it = context.begin(); it != context.end(); ++it) interp.set_global(it.key(), from_json(it.value()));
-    }
+    for (const Variable& v : variables) interp.set_global(std::string(v.name), from_json(*v.value));
     interp.run(root_->body);
   } catch (const RenderError& e) {
     return Error::make(ErrorCode::kInvalidRequest, "chat template: " + e.message);

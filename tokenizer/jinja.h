@@ -4,7 +4,9 @@
 // immutable; render() is const and thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -23,6 +25,14 @@ class Template {
   // Renders with the JSON object's members as variables. raise_exception() and type errors
   // come back as errors.
   Result<std::string> render(const nlohmann::ordered_json& context) const;
+  // The same with the variables given one by one (a later one of the same name wins), so that
+  // a caller need not copy its JSON into one object. The JSON must outlive the call: strings
+  // are read in place. `size_hint`: the expected length of the output.
+  struct Variable {
+    std::string_view name;
+    const nlohmann::ordered_json* value;
+  };
+  Result<std::string> render(std::span<const Variable> variables, std::size_t size_hint = 0) const;
 
  private:
   std::shared_ptr<const Node> root_;

@@ -153,6 +153,68 @@ std::size_t piece_gpt2(const Text& t, std::size_t pos) {
   return whitespace_piece(t, pos, false);
 }
 
+// The character set of llama.cpp's default first regex, [\p{P}\$\+<=>\^~\|].
+bool default_punct(const Cp& c) {
+  if (c.props & kP) return true;
+  return c.cp == '$' || c.cp == '+' || c.cp == '<' || c.cp == '=' || c.cp == '>' || c.cp == '^' || c.cp == '~' ||
+         c.cp == '|';
+}
+
+std::size_t piece_llama_default(const Text& t, std::size_t pos) {
+  // 1. [\p{P}\$\+<=>\^~\|]+: runs of those characters, and the text between them, are the
+  // pieces the next regexes split further. A run holds only "other" characters, so GPT-2's
+  // regex keeps it whole, and \p{N}+ and [0-9]{3} find nothing in it.
+  const Cp c = t.at(pos);
+  if (default_punct(c)) {
+    std::size_t end = pos + c.len;
+    while (end < t.size()) {
+      const Cp d = t.at(end);
+      if (!default_punct(d)) break;
+      end += d.len;
+    }
+    return end;
+  }
+  // 2. GPT-2's regex over the text up to the next run. Run over the whole text it differs only
+  // where it read a run's character: an "other" run that went into it stops before it, and a
+  // white-space run that ends right before it is taken whole (\s+(?!\S) at the end of text).
+  std::size_t end = piece_gpt2(t, pos);
+  for (std::size_t q = pos; q < end;) {
+    const Cp d = t.at(q);
+    if (default_punct(d)) {
+      end = q;
+      break;
+    }
+    q += d.len;
+  }
+  if (end < t.size() && (c.props & kWhiteSpace)) {
+    const Cp last = t.at(end);
+    bool spaces_only = true;
+    for (std::size_t q = pos; q < end && spaces_only; q += t.at(q).len) spaces_only = t.at(q).props & kWhiteSpace;
+    if (spaces_only && (last.props & kWhiteSpace)) {  // \s+(?!\S) left the run's last character
+      const std::size_t after = end + last.len;
+      if (after < t.size() && default_punct(t.at(after))) end = after;
+    }
+  }
+  // 3. \p{N}+: runs of numbers and the text between them.
+  const bool number = c.props & kN;
+  std::size_t run = pos;
+  while (run < end) {
+    const Cp d = t.at(run);
+    if (static_cast<bool>(d.props & kN) != number) break;
+    run += d.len;
+  }
+  // 4. [0-9][0-9][0-9]: the leftmost three ASCII digits, and the text before them.
+  const auto three_digits = [&](std::size_t q) {
+    return q + 3 <= run && t.byte(q) >= '0' && t.byte(q) <= '9' && t.byte(q + 1) >= '0' && t.byte(q + 1) <= '9' &&
+           t.byte(q + 2) >= '0' && t.byte(q + 2) <= '9';
+  };
+  if (three_digits(pos)) return pos + 3;
+  for (std::size_t q = pos + 1; q + 3 <= run; ++q) {
+    if (three_digits(q)) return q;
+  }
+  return run;
+}
+
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)? after a letter run.
 std::size_t with_suffix(const Text& t, std::size_t end) { return end + contraction(t, end, true); }
 
@@ -214,15 +276,149 @@ std::size_t piece_o200k(const Text& t, std::size_t pos) {
   return whitespace_piece(t, pos, true);
 }
 
+// ---- ASCII fast paths ---------------------------------------------------------------------
+// The same matchers over bytes for text that is ASCII where the piece is decided. Each returns
+// the piece's end, or kUndecided when a byte >= 0x80 could change the answer (the code-point
+// matcher then decides).
+
+using ascii::class_of;
+
+constexpr std::size_t kUndecided = std::string_view::npos;
+
+// End of the run of bytes whose class intersects `mask`, from p; kUndecided if a byte >= 0x80
+// ends it.
+std::size_t ascii_run(std::string_view s, std::size_t p, std::uint8_t mask) {
+  while (p < s.size()) {
+    const std::uint8_t k = class_of(s[p]);
+    if (!(k & mask)) return (k & ascii::kHigh) ? kUndecided : p;
+    ++p;
+  }
+  return p;
+}
+
+// whitespace_piece() over ASCII white space.
+std::size_t ascii_whitespace(std::string_view s, std::size_t pos, bool newline_rule) {
+  std::size_t end = pos;
+  std::size_t after_newline = 0;
+  while (end < s.size()) {
+    const std::uint8_t k = class_of(s[end]);
+    if (!(k & ascii::kSpace)) {
+      if (k & ascii::kHigh) return kUndecided;  // U+0085, U+00A0, ... may continue the run
+      break;
+    }
+    ++end;
+    if (k & ascii::kNewline) after_newline = end;
+  }
+  if (newline_rule && after_newline != 0) return after_newline;
+  if (end == s.size()) return end;
+  return end - pos >= 2 ? end - 1 : end;
+}
+
+// Up to max_digits ASCII digits from pos (s[pos] is one).
+std::size_t ascii_digits(std::string_view s, std::size_t pos, std::size_t max_digits) {
+  std::size_t end = pos + 1;
+  for (std::size_t k = 1; k < max_digits && end < s.size(); ++k) {
+    const std::uint8_t c = class_of(s[end]);
+    if (c & ascii::kHigh) return kUndecided;
+    if (!(c & ascii::kDigit)) break;
+    ++end;
+  }
+  return end;
+}
+
+// " ?[^\s\p{L}\p{N}]+" from p (s[p] is "other"), then any of \r \n (and / with `slash`).
+std::size_t ascii_other(std::string_view s, std::size_t p, bool slash) {
+  std::size_t end = ascii_run(s, p + 1, ascii::kOther);
+  if (end == kUndecided) return kUndecided;
+  while (end < s.size() && (s[end] == '\r' || s[end] == '\n' || (slash && s[end] == '/'))) ++end;
+  return end;
+}
+
+std::size_t fast_cl100k(std::string_view s, std::size_t pos, std::size_t max_digits) {
+  const char ch = s[pos];
+  const std::uint8_t k = class_of(ch);
+  if ((k & ascii::kHigh) || ch == '\'') return kUndecided;
+  if (k & ascii::kLetter) return ascii_run(s, pos + 1, ascii::kLetter);
+  if (k & ascii::kDigit) return ascii_digits(s, pos, max_digits);
+  const std::size_t next = pos + 1;
+  const std::uint8_t kn = next < s.size() ? class_of(s[next]) : 0;
+  if (kn & ascii::kHigh) return kUndecided;
+  if (!(k & ascii::kNewline) && (kn & ascii::kLetter)) return ascii_run(s, next + 1, ascii::kLetter);
+  if (ch == ' ' && (kn & ascii::kOther)) return ascii_other(s, next, false);
+  if (k & ascii::kOther) return ascii_other(s, pos, false);
+  return ascii_whitespace(s, pos, true);
+}
+
+// o200k's letter alternatives from s[from] (an ASCII letter), the optional prefix already
+// taken: [A-Z]*[a-z]+ or [A-Z]+, then a contraction suffix.
+std::size_t fast_o200k_letters(std::string_view s, const Text& t, std::size_t from) {
+  const std::size_t upper_end = ascii_run(s, from, ascii::kUpper);
+  if (upper_end == kUndecided) return kUndecided;
+  std::size_t end = upper_end;
+  if (upper_end < s.size() && (class_of(s[upper_end]) & ascii::kLower)) {
+    end = ascii_run(s, upper_end, ascii::kLower);
+    if (end == kUndecided) return kUndecided;
+  }
+  return with_suffix(t, end);
+}
+
+std::size_t fast_o200k(std::string_view s, std::size_t pos) {
+  const char ch = s[pos];
+  const std::uint8_t k = class_of(ch);
+  if (k & ascii::kHigh) return kUndecided;
+  const Text t(s);
+  if (k & ascii::kLetter) return fast_o200k_letters(s, t, pos);
+  if (k & ascii::kDigit) return ascii_digits(s, pos, 3);
+  const std::size_t next = pos + 1;
+  const std::uint8_t kn = next < s.size() ? class_of(s[next]) : 0;
+  if (kn & ascii::kHigh) return kUndecided;
+  if (!(k & ascii::kNewline) && (kn & ascii::kLetter)) return fast_o200k_letters(s, t, next);
+  if (ch == ' ' && (kn & ascii::kOther)) return ascii_other(s, next, true);
+  if (k & ascii::kOther) return ascii_other(s, pos, true);
+  return ascii_whitespace(s, pos, true);
+}
+
+std::size_t fast_gpt2(std::string_view s, std::size_t pos) {
+  const char ch = s[pos];
+  std::uint8_t k = class_of(ch);
+  if ((k & ascii::kHigh) || ch == '\'') return kUndecided;
+  std::size_t p = pos;
+  if (ch == ' ' && pos + 1 < s.size()) {
+    const std::uint8_t kn = class_of(s[pos + 1]);
+    if (kn & ascii::kHigh) return kUndecided;
+    if (!(kn & ascii::kSpace)) {
+      p = pos + 1;
+      k = kn;
+    }
+  }
+  if (k & ascii::kLetter) return ascii_run(s, p + 1, ascii::kLetter);
+  if (k & ascii::kDigit) return ascii_run(s, p + 1, ascii::kDigit);
+  if (k & ascii::kOther) return ascii_run(s, p + 1, ascii::kOther);
+  return ascii_whitespace(s, pos, false);
+}
+
 }  // namespace
 
 std::size_t next_piece(SplitPattern pattern, std::string_view text, std::size_t pos) {
+  std::size_t end = kUndecided;
+  switch (pattern) {
+    case SplitPattern::kGpt2: end = fast_gpt2(text, pos); break;
+    case SplitPattern::kCl100k: end = fast_cl100k(text, pos, 3); break;
+    case SplitPattern::kQwen2: end = fast_cl100k(text, pos, 1); break;
+    case SplitPattern::kO200k: end = fast_o200k(text, pos); break;
+    case SplitPattern::kLlamaDefault: break;
+  }
+  return end != kUndecided ? end : next_piece_by_code_points(pattern, text, pos);
+}
+
+std::size_t next_piece_by_code_points(SplitPattern pattern, std::string_view text, std::size_t pos) {
   const Text t(text);
   switch (pattern) {
     case SplitPattern::kGpt2: return piece_gpt2(t, pos);
     case SplitPattern::kCl100k: return piece_cl100k(t, pos, 3);
     case SplitPattern::kQwen2: return piece_cl100k(t, pos, 1);
     case SplitPattern::kO200k: return piece_o200k(t, pos);
+    case SplitPattern::kLlamaDefault: return piece_llama_default(t, pos);
   }
   return text.size();
 }
@@ -249,6 +445,7 @@ std::string_view split_pattern_name(SplitPattern pattern) {
     case SplitPattern::kCl100k: return "cl100k";
     case SplitPattern::kQwen2: return "qwen2";
     case SplitPattern::kO200k: return "o200k";
+    case SplitPattern::kLlamaDefault: return "llama.cpp default";
   }
   return "?";
 }

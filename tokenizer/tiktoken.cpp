@@ -90,6 +90,9 @@ Result<std::unique_ptr<TokenizerImpl>> load_tiktoken_text(std::string name, std:
       return Error::make(ErrorCode::kInvalidRequest, impl->name + ": byte " + std::to_string(b) + " has no token");
     }
   }
+  if (!impl->bpe.prepare_rank_merge()) {
+    return Error::make(ErrorCode::kInvalidRequest, impl->name + ": a byte has no token");
+  }
   impl->merge_by_rank = true;
   impl->vocab_size = static_cast<std::size_t>(max_id) + 1;
   return impl;

@@ -105,6 +105,10 @@ void TokenizerImpl::encode_piece(std::string_view piece, std::vector<TokenId>& o
       return;
     }
   }
+  encode_merged(piece, out);
+}
+
+void TokenizerImpl::encode_merged(std::string_view piece, std::vector<TokenId>& out) const {
   if (merge_by_rank) {
     bpe.merge_by_rank(piece, out);
     return;
@@ -132,6 +136,37 @@ void TokenizerImpl::encode_piece(std::string_view piece, std::vector<TokenId>& o
     }
   }
   bpe.merge(ids, out);
+}
+
+void TokenizerImpl::encode_split_pieces(std::string_view text, std::vector<TokenId>& out) const {
+  // Most pieces are tokens whole, found by one lookup in an index of megabytes: split a batch
+  // of pieces and start all their lookups before waiting on the first, rather than missing the
+  // cache one piece at a time.
+  constexpr std::size_t kBatch = 16;
+  std::uint32_t ends[kBatch + 1];
+  BytesIndex::Probe probes[kBatch];
+  const BytesIndex& index = bpe.index();
+  for (std::size_t pos = 0; pos < text.size();) {
+    std::size_t count = 0;
+    ends[0] = static_cast<std::uint32_t>(pos);
+    for (std::size_t p = pos; count < kBatch && p < text.size(); ++count) {
+      const std::size_t end = next_piece(pattern, text, p);
+      probes[count] = BytesIndex::probe(text.substr(p, end - p));
+      index.prefetch(probes[count]);
+      ends[count + 1] = static_cast<std::uint32_t>(end);
+      p = end;
+    }
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::string_view piece = text.substr(ends[k], ends[k + 1] - ends[k]);
+      const TokenId id = index.find(piece, probes[k]);
+      if (id != kNoToken) {
+        out.push_back(id);
+      } else {
+        encode_merged(piece, out);
+      }
+    }
+    pos = ends[count];
+  }
 }
 
 void TokenizerImpl::encode_segment(std::string_view text, bool first_segment, std::vector<TokenId>& out) const {
@@ -183,6 +218,10 @@ void TokenizerImpl::encode_segment(std::string_view text, bool first_segment, st
       encode_piece(view, out);
       break;
     case PreKind::kSplit:
+      if (whole_piece_first) {
+        encode_split_pieces(view, out);
+        break;
+      }
       for (std::size_t pos = 0; pos < view.size();) {
         const std::size_t end = next_piece(pattern, view, pos);
         encode_piece(view.substr(pos, end - pos), out);

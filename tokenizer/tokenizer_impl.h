@@ -104,6 +104,10 @@ struct TokenizerImpl {
   // Encodes a segment that contains no special token.
   void encode_segment(std::string_view text, bool first_segment, std::vector<TokenId>& out) const;
   void encode_piece(std::string_view piece, std::vector<TokenId>& out) const;
+  // encode_piece without the whole-piece lookup.
+  void encode_merged(std::string_view piece, std::vector<TokenId>& out) const;
+  // A segment split by `pattern`, with the whole-piece lookups batched (whole_piece_first).
+  void encode_split_pieces(std::string_view text, std::vector<TokenId>& out) const;
   void encode_spm(std::string_view text, std::vector<TokenId>& out) const;
   std::string_view output_bytes(TokenId id) const;
 };

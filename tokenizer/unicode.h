@@ -20,7 +20,48 @@ inline constexpr std::uint16_t kLm = 1u << 5;
 inline constexpr std::uint16_t kLo = 1u << 6;
 inline constexpr std::uint16_t kM = 1u << 7;   // \p{M}
 inline constexpr std::uint16_t kWhiteSpace = 1u << 8;  // \s: Unicode White_Space
+inline constexpr std::uint16_t kP = 1u << 9;   // \p{P}
 }  // namespace uprop
+
+// Classes of a byte for the pre-tokenizers' ASCII fast paths; kHigh for every byte >= 0x80
+// (the start or middle of a multi-byte character, or an invalid byte). Agrees with
+// code_point_props() on ASCII (tested).
+namespace ascii {
+inline constexpr std::uint8_t kLetter = 1;
+inline constexpr std::uint8_t kDigit = 2;
+inline constexpr std::uint8_t kSpace = 4;    // \t \n \v \f \r and ' ' (White_Space)
+inline constexpr std::uint8_t kNewline = 8;  // \r \n
+inline constexpr std::uint8_t kUpper = 16;
+inline constexpr std::uint8_t kLower = 32;
+inline constexpr std::uint8_t kOther = 64;   // none of letter, digit, white space
+inline constexpr std::uint8_t kHigh = 128;
+struct ClassTable {
+  std::uint8_t c[256];
+};
+constexpr ClassTable make_class_table() {
+  ClassTable t{};
+  for (int b = 0; b < 256; ++b) {
+    std::uint8_t k = kOther;
+    if (b >= 0x80) {
+      k = kHigh;
+    } else if (b >= 'A' && b <= 'Z') {
+      k = kLetter | kUpper;
+    } else if (b >= 'a' && b <= 'z') {
+      k = kLetter | kLower;
+    } else if (b >= '0' && b <= '9') {
+      k = kDigit;
+    } else if (b == '\r' || b == '\n') {
+      k = kSpace | kNewline;
+    } else if ((b >= 0x09 && b <= 0x0D) || b == ' ') {
+      k = kSpace;
+    }
+    t.c[b] = k;
+  }
+  return t;
+}
+inline constexpr ClassTable kClasses = make_class_table();
+inline std::uint8_t class_of(char c) { return kClasses.c[static_cast<unsigned char>(c)]; }
+}  // namespace ascii
 
 namespace unicode_detail {
 extern const std::uint16_t kBlockIndex[0x110000 / 256];

@@ -1,6 +1,7 @@
 // GGUF vocabularies: identical ids to llama.cpp's tokenizer (node-llama-cpp 3.21.1) for a
 // SentencePiece vocabulary (the shared llama-2-tiny-random.gguf) and for byte-level BPE
-// vocabularies with the llama3, qwen2 and gpt2 pre-tokenizers (GGUF files written here).
+// vocabularies with the llama3, qwen2, gpt2 and llama.cpp "default" pre-tokenizers (GGUF files
+// written here).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -134,7 +135,7 @@ TEST_P(GgufBpeConformance, SameIdsAsLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Pre, GgufBpeConformance,
                          ::testing::Values(std::make_pair("llama3", "llama-bpe"), std::make_pair("qwen2", "qwen2"),
-                                           std::make_pair("gpt2", "gpt-2")));
+                                           std::make_pair("gpt2", "gpt-2"), std::make_pair("gpt2", "default")));
 
 }  // namespace
 }  // namespace ferry::tokenizer

@@ -1,12 +1,14 @@
 // Unit tests of the tokenizer library that need no reference implementation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "gguf/model_tools.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/pretokenizer.h"
@@ -69,6 +71,61 @@ TEST(Pretokenizer, InvalidBytesArePieces) {
   EXPECT_EQ(total, s.size());
 }
 
+TEST(Pretokenizer, AsciiClassesAgreeWithTheUnicodeTables) {
+  for (int b = 0; b < 128; ++b) {
+    const std::uint8_t k = ascii::class_of(static_cast<char>(b));
+    const std::uint16_t props = code_point_props(static_cast<std::uint32_t>(b));
+    EXPECT_EQ(static_cast<bool>(k & ascii::kLetter), static_cast<bool>(props & uprop::kL)) << b;
+    EXPECT_EQ(static_cast<bool>(k & ascii::kUpper), static_cast<bool>(props & uprop::kLu)) << b;
+    EXPECT_EQ(static_cast<bool>(k & ascii::kLower), static_cast<bool>(props & uprop::kLl)) << b;
+    EXPECT_EQ(static_cast<bool>(k & ascii::kDigit), static_cast<bool>(props & uprop::kN)) << b;
+    EXPECT_EQ(static_cast<bool>(k & ascii::kSpace), static_cast<bool>(props & uprop::kWhiteSpace)) << b;
+    EXPECT_EQ(static_cast<bool>(k & ascii::kOther), !(props & (uprop::kL | uprop::kN | uprop::kWhiteSpace))) << b;
+    EXPECT_FALSE(props & uprop::kM) << b;
+  }
+}
+
+// next_piece's ASCII fast paths against the plain code-point matchers, piece by piece, on text
+// that is mostly ASCII with the characters that make the fast paths give up mixed in.
+TEST(Pretokenizer, FastPathsMatchTheCodePointMatchers) {
+  static const char* const kAtoms[] = {
+      "a", "b", "Z", "Q", "s", "t", "S", "T", "e", "l", "1", "2", "9", " ", " ", " ", "  ", "\t", "\n", "\r\n",
+      "\v", "\f", "'", "'s", "'LL", "'re", ".", ",", "!", "/", "//", "$", "+", "<", "`", "_", "-", "\"", "\x1F",
+      "\x7F", "\xC2\xA0", "\xC2\x85", "\xC5\xBF", "\xC3\xA9", "\xC3\x89", "\xC7\x85", "\xCC\x81",
+      "\xD9\xA3", "\xC2\xBD", "\xE2\x80\x99", "\xE3\x80\x80", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80",
+      "\xEF\xBB\xBF", "\xFF", "\xC3"};
+  std::mt19937 rng(11);
+  for (int round = 0; round < 4000; ++round) {
+    std::string text;
+    const int atoms = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < atoms; ++i) text += kAtoms[rng() % std::size(kAtoms)];
+    for (const SplitPattern p : {SplitPattern::kGpt2, SplitPattern::kCl100k, SplitPattern::kQwen2,
+                                 SplitPattern::kO200k, SplitPattern::kLlamaDefault}) {
+      for (std::size_t pos = 0; pos < text.size();) {
+        const std::size_t want = next_piece_by_code_points(p, text, pos);
+        ASSERT_EQ(next_piece(p, text, pos), want)
+            << split_pattern_name(p) << " at " << pos << " of \"" << text << "\"";
+        ASSERT_GT(want, pos);
+        pos = want;
+      }
+    }
+  }
+}
+
+TEST(Pretokenizer, LlamaCppDefault) {
+  // [\p{P}$+<=>^~|]+ first, then GPT-2's regex inside each part, then \p{N}+, then [0-9]{3}.
+  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "Hello, world! 12345 x"),
+            (V{"Hello", ",", " world", "!", " ", "123", "45", " x"}));
+  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "a   !b"), (V{"a", "   ", "!", "b"}));
+  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "a   `b"), (V{"a", "  ", " `", "b"}));
+  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "don't"), (V{"don", "'", "t"}));
+  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "x+=1;"), (V{"x", "+=", "1", ";"}));
+  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "ab12cd 1234567"), (V{"ab", "12", "cd", " ", "123", "456", "7"}));
+  // U+00BD is \p{N} but not [0-9]; U+2019 is \p{P}.
+  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "\xC2\xBD" "1234 it\xE2\x80\x99s"),
+            (V{"\xC2\xBD", "123", "4", " it", "\xE2\x80\x99", "s"}));
+}
+
 TEST(Tiktoken, KnownIds) {
   auto cl = load_tokenizer("cl100k_base");
   ASSERT_TRUE(cl) << cl.error().message;
@@ -112,6 +169,78 @@ TEST(Tiktoken, HostileInputsStayLinear) {
   for (char& c : letters) c = static_cast<char>('a' + rng() % 26);
   const auto ids = (*cl)->encode(letters);
   EXPECT_EQ((*cl)->decode(ids), letters);
+}
+
+// tiktoken's byte pair merge as its reference implementation writes it: adjacent parts merge
+// when their concatenation is a token, lowest rank (= id) first, leftmost on ties. Quadratic;
+// for checking the library's merge loops on long pieces.
+constexpr TokenId kNoRank = 0xFFFFFFFFu;
+
+std::vector<TokenId> reference_encode(const Tokenizer& tok, SplitPattern pattern, std::string_view text) {
+  std::vector<TokenId> out;
+  const auto rank = [&](std::string_view bytes) { return tok.token_id(bytes).value_or(kNoRank); };
+  for (std::size_t pos = 0; pos < text.size();) {
+    const std::size_t end = next_piece_by_code_points(pattern, text, pos);
+    const std::string_view piece = text.substr(pos, end - pos);
+    pos = end;
+    if (const auto whole = tok.token_id(piece)) {
+      out.push_back(*whole);
+      continue;
+    }
+    std::vector<std::size_t> starts(piece.size() + 1);
+    for (std::size_t i = 0; i <= piece.size(); ++i) starts[i] = i;
+    std::vector<TokenId> ranks(piece.size() - 1);
+    for (std::size_t i = 0; i + 1 < piece.size(); ++i) ranks[i] = rank(piece.substr(i, 2));
+    while (!ranks.empty()) {
+      const auto best = static_cast<std::size_t>(std::min_element(ranks.begin(), ranks.end()) - ranks.begin());
+      if (ranks[best] == kNoRank) break;
+      starts.erase(starts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+      ranks.erase(ranks.begin() + static_cast<std::ptrdiff_t>(best));
+      const auto part_rank = [&](std::size_t i) {
+        return rank(piece.substr(starts[i], starts[i + 2] - starts[i]));
+      };
+      if (best + 2 < starts.size()) ranks[best] = part_rank(best);
+      if (best > 0) ranks[best - 1] = part_rank(best - 1);
+    }
+    for (std::size_t i = 0; i + 1 < starts.size(); ++i) {
+      out.push_back(*tok.token_id(piece.substr(starts[i], starts[i + 1] - starts[i])));
+    }
+  }
+  return out;
+}
+
+TEST(Tiktoken, LongPiecesMergeAsTiktokenDoes) {
+  std::mt19937 rng(5);
+  const auto random_text = [&](std::string_view alphabet, std::size_t chars, std::size_t char_bytes) {
+    std::string s;
+    for (std::size_t i = 0; i < chars; ++i) s += alphabet.substr(rng() % (alphabet.size() / char_bytes) * char_bytes, char_bytes);
+    return s;
+  };
+  std::vector<std::string> texts;
+  for (const std::size_t n : {49, 50, 64, 100, 333, 1000, 2500}) {
+    texts.push_back(random_text("abcdefghijklmnopqrstuvwxyz", n, 1));
+    texts.push_back(random_text("ab", n, 1));
+    texts.push_back(random_text("eeeeeeeeet", n, 1));
+    texts.push_back(std::string(n, 'a'));
+    texts.push_back(std::string(n, '='));
+    texts.push_back(" " + random_text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", n, 1));
+    texts.push_back(random_text("\xE4\xB8\xAD\xE6\x96\x87\xE7\x9A\x84\xE6\x98\xAF\xE4\xB8\x80\xE4\xBA\x86", n / 3, 3));
+    texts.push_back(random_text("\xD0\xB0\xD0\xB1\xD0\xB2\xD0\xB3\xD0\xB4\xD0\xB5\xD0\xBE\xD1\x82", n / 2, 2));
+    texts.push_back(random_text("!@#$%^&*()[]{}<>?/|~-_+=.,;:", n, 1));
+    std::string bytes(n, '\0');
+    for (char& c : bytes) c = static_cast<char>(0x80 + rng() % 0x80);  // invalid UTF-8: "other" bytes
+    texts.push_back(bytes);
+  }
+  for (const char* name : {"cl100k_base", "o200k_base"}) {
+    auto tok = load_tokenizer(name);
+    ASSERT_TRUE(tok) << tok.error().message;
+    const SplitPattern pattern = std::string_view(name) == "o200k_base" ? SplitPattern::kO200k : SplitPattern::kCl100k;
+    for (const std::string& text : texts) {
+      const auto want = reference_encode(**tok, pattern, text);
+      ASSERT_EQ((*tok)->encode(text), want) << name << " on \"" << text.substr(0, 60) << "\" (" << text.size() << " bytes)";
+      ASSERT_EQ((*tok)->count(text), want.size());
+    }
+  }
 }
 
 TEST(StreamDecoder, HoldsBackSplitCharacters) {
@@ -195,6 +324,53 @@ TEST(ChatFormatter, TemplateCountIsTheRenderedPromptsCount) {
   EXPECT_FALSE(ChatFormatter::create(*cl, "{% for %}"));
 }
 
+// ChatFormatter renders from the request in place (no copy of the messages unless they need
+// normalising); it must give what rendering its documented context gives (the context the
+// conformance tests hold to @huggingface/jinja).
+TEST(ChatFormatter, RendersWhatItsContextRenders) {
+  const std::string dir = std::string(FERRY_TOKENIZER_TEST_DIR) + "/templates";
+  std::ifstream in(dir + "/conversations.json");
+  ASSERT_TRUE(in) << dir;
+  const auto conversations = nlohmann::ordered_json::parse(in);
+  auto cl = load_tokenizer("cl100k_base");
+  ASSERT_TRUE(cl);
+  std::vector<nlohmann::ordered_json> requests;
+  for (const auto& conv : conversations) {
+    nlohmann::ordered_json req;
+    req["messages"] = conv["messages"];
+    if (conv.contains("tools")) req["tools"] = conv["tools"];
+    if (conv.contains("kwargs")) req["chat_template_kwargs"] = conv["kwargs"];
+    requests.push_back(req);
+  }
+  // Content parts, and tool-call arguments as JSON text, go through the normalising path.
+  requests.push_back(nlohmann::ordered_json::parse(R"({"messages": [
+    {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+    {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}},
+                                 {"type": "text", "text": "b"}]},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+      "function": {"name": "get", "arguments": "{\"city\": \"Oslo\"}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "cold"}],
+    "chat_template_kwargs": {"enable_thinking": false, "add_generation_prompt": false}})"));
+  for (const char* family : {"llama3", "qwen2.5", "qwen3", "smollm2", "mistral", "phi3", "gemma2", "gemma3"}) {
+    std::ifstream t(dir + "/" + family + ".jinja");
+    const std::string source((std::istreambuf_iterator<char>(t)), std::istreambuf_iterator<char>());
+    auto f = ChatFormatter::create(*cl, source);
+    ASSERT_TRUE(f) << family << ": " << f.error().message;
+    auto tpl = jinja::Template::parse(source);
+    ASSERT_TRUE(tpl);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      for (const bool gen : {true, false}) {
+        const auto want = tpl->render((*f)->template_context(requests[i], gen));
+        const auto got = (*f)->render(requests[i], gen);
+        ASSERT_EQ(static_cast<bool>(got), static_cast<bool>(want)) << family << " #" << i;
+        if (want) {
+          EXPECT_EQ(*got, *want) << family << " #" << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(HfTokenizerJson, UnsupportedPiecesAreLoadErrors) {
   const auto dir = std::filesystem::temp_directory_path() / "ferry_tok_unit_hf";
   std::filesystem::create_directories(dir);
@@ -215,6 +391,42 @@ TEST(HfTokenizerJson, UnsupportedPiecesAreLoadErrors) {
   auto ok = load_tokenizer(path);
   ASSERT_TRUE(ok) << ok.error().message;
   EXPECT_EQ((*ok)->encode("abab<x>a", Specials::kParse), (std::vector<TokenId>{2, 2, 3, 0}));
+  std::filesystem::remove_all(dir);
+}
+
+// `ferry model synth` writes tokenizer.ggml.pre "default", llama.cpp's fallback: it loads, and
+// splits as llama.cpp's default pre-tokenizer does.
+TEST(GgufVocab, SynthModelsLoadWithTheDefaultPreTokenizer) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("ferry_tok_synth_" + std::to_string(std::random_device{}()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/synth.gguf";
+  gguf::SynthOptions options;
+  options.n_embd = 32;
+  options.n_layer = 1;
+  options.n_head = 2;
+  options.n_head_kv = 1;
+  options.n_ff = 64;
+  const auto written = gguf::write_synth_model(options, path);
+  ASSERT_TRUE(written) << written.error().message;
+  auto tok = load_tokenizer(path);
+  ASSERT_TRUE(tok) << tok.error().message;
+  const std::string text = "Hello, world! 12345 don't\n\nx+=1;";
+  const auto ids = (*tok)->encode(text);
+  EXPECT_FALSE(ids.empty());
+  EXPECT_EQ((*tok)->decode(ids), text);
+  // No token spans two pieces of the default pre-tokenizer.
+  std::vector<std::size_t> cuts;
+  for (std::size_t pos = 0; pos < text.size(); pos = next_piece(SplitPattern::kLlamaDefault, text, pos)) cuts.push_back(pos);
+  std::size_t at = 0;
+  for (const TokenId id : ids) {
+    const std::size_t len = (*tok)->token_bytes(id).size();
+    const auto next_cut = std::upper_bound(cuts.begin(), cuts.end(), at);
+    if (next_cut != cuts.end()) {
+      EXPECT_LE(at + len, *next_cut) << "token " << id << " at byte " << at;
+    }
+    at += len;
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -30,7 +30,7 @@ function members(pattern) {
 // Bit order matters: tokenizer/unicode.h names the same bits.
 const props = [
   ['kL', '\\p{L}'], ['kN', '\\p{N}'], ['kLu', '\\p{Lu}'], ['kLl', '\\p{Ll}'], ['kLt', '\\p{Lt}'],
-  ['kLm', '\\p{Lm}'], ['kLo', '\\p{Lo}'], ['kM', '\\p{M}'], ['kWhiteSpace', '\\s'],
+  ['kLm', '\\p{Lm}'], ['kLo', '\\p{Lo}'], ['kM', '\\p{M}'], ['kWhiteSpace', '\\s'], ['kP', '\\p{P}'],
 ];
 const flags = new Uint16Array(0x110000);
 props.forEach(([_, pat], bit) => { for (const cp of members(pat)) flags[cp] |= (1 << bit); });
