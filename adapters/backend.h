@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -85,6 +86,11 @@ class Backend {
   virtual const std::string& name() const = 0;
   // Thread-safe, cheap: read at routing time for every request.
   virtual BackendLoad load_facts() const { return {}; }
+  // The exact prompt tokens this backend would run `body` with, when it knows its own
+  // tokenizer and template (the in-process engine); nullopt otherwise.
+  virtual std::optional<int64_t> exact_prompt_tokens(Endpoint, std::string_view /*body*/) const {
+    return std::nullopt;
+  }
   // Runs one request. For streams, chunks go to `sink` as they arrive; an Error returned after
   // the sink was written to means the stream broke midway. `cancel` may be triggered while the
   // call is suspended.

@@ -38,7 +38,7 @@ int serve(const ServeOptions& opts) {
   }
   if (opts.config_path.empty()) {
     std::cerr << "ferry: no --config given; using the embedded default config (model 'default' "
-                 "forwarded to an OpenAI-compatible server at http://127.0.0.1:8000/v1)\n";
+                 "served in-process from var/demo/model.gguf)\n";
   }
   if (cfg->auth.keys.empty()) {
     std::cerr << "ferry: no API keys configured: authentication is off\n";

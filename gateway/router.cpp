@@ -321,13 +321,17 @@ void Router::count_prompts(const ParsedRequest& request, const std::vector<Targe
     if (t == nullptr || counts.count(t) != 0) continue;
     auto key = std::make_pair(static_cast<const void*>(t->tokenizer.get()),
                               static_cast<const void*>(t->chat.get()));
+    if (t->backend_config->local) key.first = t->backend;  // counted by the backend itself
     if (auto it = by_tokenizer.find(key); it != by_tokenizer.end()) {
       counts[t] = it->second;
       continue;
     }
     PromptCount c{estimate_tokens(request.raw.size()), ledger::TokenSource::kEstimate};
     bool chat = request.endpoint == adapters::Endpoint::kChatCompletions;
-    if (t->tokenizer && (!chat || t->chat)) {
+    if (auto exact = t->backend->exact_prompt_tokens(request.endpoint, request.raw)) {
+      // The in-process engine counts with exactly what it will run (template, BOS, ...).
+      c = {*exact, ledger::TokenSource::kTokenizer};
+    } else if (t->tokenizer && (!chat || t->chat)) {
       if (!body) {
         body = ordered_json::parse(request.raw, nullptr, /*allow_exceptions=*/false);
       }

@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "adapters/http_backend.h"
+#include "adapters/local_backend.h"
 #include "common/clock.h"
 #include "common/ids.h"
 #include "gateway/access_log.h"
@@ -212,6 +213,7 @@ struct Server::Impl {
   AccessLog access_log;
   std::map<std::string, std::unique_ptr<adapters::Backend>, std::less<>> backends;
   std::vector<adapters::HttpBackend*> http_backends;
+  std::vector<const adapters::LocalBackend*> local_backends;
   std::unique_ptr<Router> router;
   // Blocking control-plane work (policy reloads, ledger reports and exports): never on an
   // I/O thread.
@@ -244,8 +246,12 @@ struct Server::Impl {
     }
     for (const auto& b : cfg.backends) {
       if (b.local) {
-        throw std::runtime_error("backend '" + b.name + "': kind 'local' is not available in "
-                                 "this build");
+        // Loads the model and starts its scheduler thread (the engine never runs on I/O threads).
+        auto local = adapters::LocalBackend::open(b);
+        if (!local) throw std::runtime_error("backend '" + b.name + "': " + local.error().message);
+        local_backends.push_back(local->get());
+        backends.emplace(b.name, std::move(*local));
+        continue;
       }
       auto http = std::make_unique<adapters::HttpBackend>(ioc.get_executor(), b);
       http_backends.push_back(http.get());
@@ -287,6 +293,7 @@ struct Server::Impl {
              "writer fell behind.\n# TYPE ferry_access_log_dropped_total counter\n"
              "ferry_access_log_dropped_total " + std::to_string(access_log.dropped()) + "\n";
       router->render_metrics(out);
+      if (!local_backends.empty()) adapters::LocalBackend::render_metrics(local_backends, out);
     });
   }
 

@@ -342,9 +342,11 @@ Decision build_decision(const Policy& policy, const Facts& facts, const Action& 
   }
   for (auto& hop : demoted) d.route.push_back(std::move(hop));
   if (d.route.empty()) {
+    std::string why;
+    for (const auto& s : d.skipped) why += (why.empty() ? "" : "; ") + s.hop.target + ": " + s.reason;
     d.reject = Reject{400, "the request (" + std::to_string(facts.prompt_tokens) +
                                " prompt tokens) does not fit the context of any target of "
-                               "rule '" + rule_id + "'"};
+                               "rule '" + rule_id + "' (" + why + ")"};
   }
   if (action.shadow >= 0) d.shadow = hop_of(action.shadow);
   return d;

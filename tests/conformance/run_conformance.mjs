@@ -3,18 +3,15 @@
 // `ferry serve` on port 0 with a temporary config, runs the node:test files against ferry, and
 // stops both servers. Usage (ctest passes the binaries' paths from CMake):
 //   node run_conformance.mjs --ferry PATH --upstream PATH [test files...]
-import { spawn, spawnSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
+import { closed_port, ensure_node_modules, print_tail, run_test_file, start_server,
+         stop_server } from './servers.mjs';
+
 const kHere = path.dirname(fileURLToPath(import.meta.url));
-const kStartTimeoutMs = 20000;
-const kStopTimeoutMs = 8000;
 const kApiKey = 'sk-ferry-conformance-app';
 
 function parse_args(argv) {
@@ -33,129 +30,6 @@ function parse_args(argv) {
         .map((f) => path.join(kHere, f));
   }
   return args;
-}
-
-// ---------------------------------------------------------------------------------------------
-// npm ci, only when needed. A marker in node_modules records the lock file it was installed
-// from; a directory lock serialises concurrent runs (several build dirs share this folder).
-
-function sha256_of_files(files) {
-  const h = createHash('sha256');
-  for (const f of files) h.update(fs.readFileSync(f));
-  return h.digest('hex');
-}
-
-function sleep_ms(ms) {
-  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-}
-
-function ensure_node_modules() {
-  const lock_hash = sha256_of_files([path.join(kHere, 'package.json'),
-                                     path.join(kHere, 'package-lock.json')]);
-  const marker = path.join(kHere, 'node_modules', '.ferry-lock-sha256');
-  const installed = () => fs.existsSync(marker) && fs.readFileSync(marker, 'utf8').trim() === lock_hash;
-  if (installed()) return;
-
-  const lock_dir = path.join(os.tmpdir(),
-      'ferry-conformance-npm-' + createHash('sha256').update(kHere).digest('hex').slice(0, 12));
-  const deadline = Date.now() + 240000;
-  for (;;) {
-    try {
-      fs.mkdirSync(lock_dir);
-      break;
-    } catch (e) {
-      if (e.code !== 'EEXIST') throw e;
-      const age_ms = Date.now() - fs.statSync(lock_dir, { throwIfNoEntry: false })?.mtimeMs;
-      if (age_ms > 600000) fs.rmSync(lock_dir, { recursive: true, force: true });  // stale
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock_dir}`);
-      sleep_ms(500);
-    }
-  }
-  try {
-    if (installed()) return;
-    console.log('conformance: node_modules missing or stale, running npm ci');
-    const npm = process.env.FERRY_NPM || 'npm';
-    const r = spawnSync(npm, ['ci', '--no-audit', '--no-fund', '--loglevel=error'],
-                        { cwd: kHere, stdio: 'inherit', timeout: 200000 });
-    if (r.error || r.status !== 0) {
-      throw new Error(`npm ci failed in ${kHere}: ${r.error ?? 'exit ' + r.status}`);
-    }
-    fs.writeFileSync(marker, lock_hash + '\n');
-  } finally {
-    fs.rmSync(lock_dir, { recursive: true, force: true });
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Child servers.
-
-// Starts `bin args...`, resolves with the URL of its `listening on URL` line. Everything it
-// writes is appended to log_file.
-function start_server(name, bin, args, log_file) {
-  const out = fs.createWriteStream(log_file);
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  child.stderr.pipe(out, { end: false });
-  const lines = readline.createInterface({ input: child.stdout });
-  return new Promise((resolve, reject) => {
-    let url = null;
-    const timer = setTimeout(() => {
-      reject(new Error(`${name} printed no 'listening on' line in ${kStartTimeoutMs} ms`));
-    }, kStartTimeoutMs);
-    lines.on('line', (line) => {
-      out.write(line + '\n');
-      const m = /^listening on (https?:\/\/\S+)$/.exec(line);
-      if (!url && m) {
-        url = m[1];
-        clearTimeout(timer);
-        resolve({ name, child, url, log_file });
-      }
-    });
-    child.on('error', (e) => {
-      clearTimeout(timer);
-      reject(new Error(`${name} could not start: ${e.message}`));
-    });
-    child.on('exit', (code, signal) => {
-      if (!url) {
-        clearTimeout(timer);
-        reject(new Error(`${name} exited before listening (code ${code}, signal ${signal})`));
-      }
-    });
-  });
-}
-
-function stop_server(server) {
-  return new Promise((resolve) => {
-    const child = server.child;
-    if (child.exitCode !== null || child.signalCode !== null) {
-      resolve({ code: child.exitCode, signal: child.signalCode });
-      return;
-    }
-    const kill_timer = setTimeout(() => child.kill('SIGKILL'), kStopTimeoutMs);
-    child.on('exit', (code, signal) => {
-      clearTimeout(kill_timer);
-      resolve({ code, signal });
-    });
-    child.kill('SIGTERM');
-  });
-}
-
-// A loopback port that nothing listens on (bound, then closed), for a backend that is down.
-function closed_port() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = srv.address().port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-function print_tail(file, max_lines) {
-  if (!fs.existsSync(file)) return;
-  const lines = fs.readFileSync(file, 'utf8').split('\n');
-  console.log(`---- last lines of ${file} ----`);
-  console.log(lines.slice(-max_lines).join('\n'));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -205,19 +79,6 @@ ${model('no-usage', 'upstream', 'no-usage')}${model('fail-500', 'upstream', 'fai
 ${model('fail-429', 'upstream', 'fail-429')}${model('reset-mid-stream', 'upstream', 'reset-mid-stream')}\
 ${model('malformed-sse', 'upstream', 'malformed-sse')}${model('hang', 'upstream-impatient', 'hang')}\
 ${model('down', 'nowhere', 'echo')}`;
-}
-
-function run_test_file(file, env) {
-  return new Promise((resolve) => {
-    const tests = spawn(process.execPath, ['--test', '--test-reporter=spec', file],
-                        { cwd: kHere, env, stdio: 'inherit' });
-    const timer = setTimeout(() => tests.kill('SIGKILL'), 120000);
-    tests.on('error', (e) => console.error(`conformance: node --test failed: ${e.message}`));
-    tests.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve(code ?? 1);
-    });
-  });
 }
 
 // ---------------------------------------------------------------------------------------------

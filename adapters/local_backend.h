@@ -1,0 +1,60 @@
+// The in-process engine as a Backend: OpenAI chat completions and completions answered by a
+// local GGUF model through the continuous-batching scheduler (local_engine/scheduler.h), with
+// the model's chat template, SSE streaming, exact usage (cached tokens included) and logprobs.
+// Thread-safe: one instance serves every I/O thread. No engine work runs on the caller's thread:
+// the scheduler thread hands tokens over through a queue and wakes the caller's executor.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "adapters/backend.h"
+#include "config/config.h"
+#include "local_engine/scheduler.h"
+
+namespace ferry::adapters {
+
+class LocalBackend final : public Backend {
+ public:
+  // Loads the GGUF model (config.local->model_path), its tokenizer and chat template (or
+  // config.local->chat_template) and starts the scheduler. Errors: not a local backend, a file
+  // that cannot be read or a model ferry cannot run.
+  static Result<std::unique_ptr<LocalBackend>> open(const config::BackendConfig& config);
+  ~LocalBackend() override;
+
+  const std::string& name() const override;
+  // Queue depth, estimated wait and context length, from the scheduler's load snapshot.
+  BackendLoad load_facts() const override;
+  // count_prompt() for routing; nullopt when the body cannot be counted (send() will say why).
+  std::optional<int64_t> exact_prompt_tokens(Endpoint endpoint, std::string_view body) const override;
+  // Chat completions (messages through the chat template) and completions (a prompt string or
+  // token ids), streamed as OpenAI SSE chunks without "data: [DONE]" or answered as one JSON
+  // body. Errors: kInvalidRequest (bad or unsupported parameters, n > 1), kContextOverflow
+  // (prompt + max_tokens beyond the context, with the numbers), kUnavailable + retry_after_s
+  // (queue full), kTimeout (timeouts.total_ms), kCancelled (client gone).
+  boost::asio::awaitable<Result<BackendReply>> send(const BackendRequest& request, StreamSink* sink,
+                                                    CancelSignal& cancel) override;
+
+  // Tokens per sequence (prompt + completion).
+  int64_t context_length() const;
+  // The exact number of prompt tokens `body` would run with (chat template applied).
+  Result<int64_t> count_prompt(Endpoint endpoint, std::string_view body) const;
+  engine::LoadSnapshot load() const;
+
+  // Appends this backend's load gauges as Prometheus text (HELP/TYPE lines included).
+  void render_metrics(std::string& out) const;
+  // The same for several local backends, each metric family written once.
+  static void render_metrics(std::span<const LocalBackend* const> backends, std::string& out);
+
+ private:
+  struct Impl;
+  explicit LocalBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::adapters

@@ -1,0 +1,141 @@
+// The serving core of the local engine: one thread owns the Engine (model and KV cache) and runs
+// many requests together by continuous batching. Each step is one Engine::forward holding one
+// decode token for every running sequence plus, budget permitting, a chunk of a prompt being
+// prefilled; a prefix cache keeps the KV of prompt prefixes for later requests. Bounded by a
+// number of sequences, a KV memory budget and a waiting queue; requests can be cancelled and
+// carry deadlines. submit(), cancel() and load() are thread-safe; the callbacks of a request run
+// on the scheduler thread and must return quickly without blocking.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "local_engine/engine.h"
+#include "local_engine/generate.h"
+#include "local_engine/sampler.h"
+
+namespace ferry::engine {
+
+// What one step did, for SchedulerOptions::on_step.
+struct StepStats {
+  int64_t decode_tokens = 0;   // running sequences that got a token's forward this step
+  int64_t prefill_tokens = 0;  // prompt tokens computed this step
+  int64_t prefill_sequences = 0;
+  double seconds = 0;  // the forward pass
+};
+
+struct SchedulerOptions {
+  int64_t max_sequences = 16;   // sequences decoded together
+  int64_t max_queue = 64;       // requests waiting beyond the free sequence slots
+  int64_t kv_budget_bytes = 0;  // KV of running sequences + cached prefixes; 0: auto
+  int64_t prefill_chunk = 256;  // prompt tokens prefilled per step (whole prefix blocks)
+  bool prefix_cache = true;     // keep and reuse the KV of prompt prefixes
+  // Prompt tokens per prefix-cache block. Prompts are prefilled in whole blocks and the last
+  // partial block on its own, so a token's KV is computed the same way with or without a cache
+  // hit and however requests are batched (greedy output does not depend on either). At least 8.
+  int64_t prefix_block = 16;
+  // Called on the scheduler thread after every step (tests and benchmarks).
+  std::function<void(const StepStats&)> on_step;
+};
+
+struct TopLogprob {
+  TokenId token = 0;
+  float logprob = 0;
+};
+
+// One generated token as the request's on_token callback sees it.
+struct TokenEvent {
+  TokenId token = -1;     // -1: text that was held back until the end (no token of its own)
+  std::string_view text;  // text that became safe to show (whole UTF-8 characters; may be "")
+  float logprob = 0;      // the token's log-probability under the model (when asked)
+  std::span<const TopLogprob> top_logprobs;  // the most likely tokens at this step (when asked)
+};
+
+// How a request ended, delivered once by on_done.
+struct Completion {
+  FinishReason finish = FinishReason::kLength;
+  std::optional<Error> error;  // cancelled (kCancelled), past its deadline (kTimeout), ...
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;      // prompt tokens whose KV came from the prefix cache
+  int64_t completion_tokens = 0;  // generated tokens, without the end-of-generation token
+  int64_t queued_us = 0;          // submit -> given a sequence slot
+  int64_t first_token_us = -1;    // submit -> first token (-1: none)
+  int64_t total_us = 0;
+};
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;
+  int64_t max_tokens = 128;       // >= 1; prompt + max_tokens must fit the context
+  SamplingParams sampling;        // the penalties look at generated tokens only
+  std::vector<std::string> stop;  // stop strings (not part of the output)
+  bool stop_at_eog = true;        // end at the model's end-of-generation tokens
+  int32_t top_logprobs = -1;      // < 0: no logprobs; else each token's + this many best
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::function<void(const TokenEvent&)> on_token;
+  std::function<void(const Completion&)> on_done;  // exactly once, after the last on_token
+};
+
+using RequestId = uint64_t;
+
+// A consistent view of the scheduler's load, refreshed every step.
+struct LoadSnapshot {
+  int64_t queue_depth = 0;  // submitted, not yet given a sequence slot
+  int64_t active_sequences = 0;
+  int64_t max_sequences = 0;
+  int64_t kv_bytes_used = 0;  // allocated KV: running sequences + cached prefixes
+  int64_t kv_budget_bytes = 0;
+  int64_t prefix_cache_bytes = 0;
+  int64_t prefix_cache_entries = 0;
+  int64_t est_wait_ms = 0;            // estimated wait for a slot, for a request arriving now
+  double tokens_per_second = 0;       // generated tokens/s over the last ~10 s
+  double prefix_cache_hit_ratio = 0;  // prompt tokens reused / prompt tokens, since start
+  int64_t prompt_tokens_total = 0;
+  int64_t cached_tokens_total = 0;
+  int64_t completion_tokens_total = 0;
+  int64_t requests_completed = 0;
+  int64_t sequences_cancelled = 0;  // cancelled or past their deadline, since start
+};
+
+class Scheduler {
+ public:
+  // Starts the scheduler thread. `piece` gives a token's bytes (may be empty: no text, no stop
+  // strings); `eog_tokens` end a generation when a request has stop_at_eog.
+  Scheduler(std::unique_ptr<Engine> engine, SchedulerOptions options, TokenPieceFn piece,
+            std::vector<TokenId> eog_tokens);
+  // Stops the thread; requests still queued or running end with kUnavailable.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. Fails at once (callbacks never called) with kInvalidRequest (empty prompt,
+  // bad token, max_tokens < 1), kContextOverflow (prompt + max_tokens beyond the context, or more
+  // KV than the whole budget) or kUnavailable with retry_after_s (queue full, shutting down).
+  Result<RequestId> submit(GenerationRequest request);
+  // Stops a queued or running request within one step and frees its KV; its on_done gets
+  // kCancelled. Unknown or finished ids are ignored.
+  void cancel(RequestId id);
+  LoadSnapshot load() const;
+
+  int64_t n_ctx() const;
+  const ModelConfig& model_config() const;
+  int64_t kv_budget_bytes() const;
+  int64_t kv_bytes_per_token() const;
+
+  // "this model's context is N tokens; the prompt is P tokens and max_tokens is M".
+  static std::string context_overflow_message(int64_t n_ctx, int64_t n_prompt,
+                                              std::optional<int64_t> max_tokens);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::engine

@@ -1,0 +1,415 @@
+// The serving scheduler on a small random model: batched output equals solo output, prefix-cache
+// hits change nothing but the work done, cancellation and deadlines free the KV, a full queue
+// refuses at once, long prompts are prefilled in chunks between decode steps.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <random>
+
+#include "local_engine/scheduler.h"
+#include "tests/local_engine/test_model.h"
+
+namespace ferry::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kCtx = 512;
+
+// What one request produced, filled by its callbacks on the scheduler thread.
+struct Outcome {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TokenId> tokens;
+  std::string text;
+  std::vector<float> logprobs;
+  std::vector<std::vector<TopLogprob>> tops;
+  std::optional<Completion> done;
+
+  Completion wait() {
+    std::unique_lock lock(mu);
+    const bool ok = cv.wait_for(lock, std::chrono::seconds(60), [&] { return done.has_value(); });
+    EXPECT_TRUE(ok) << "request did not finish";
+    return done.value_or(Completion{});
+  }
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  // F16 weights: activations are not quantized, so any difference in how a token's attention
+  // was computed would show in the logits (with Q8_0 it is often rounded away).
+  void SetUp() override { src_ = testing::make_tiny_model(shape_, WeightType::kF16, 33); }
+
+  std::unique_ptr<Scheduler> make(SchedulerOptions options, std::vector<TokenId> eog = {}) {
+    auto model = Model::load(src_);
+    EXPECT_TRUE(model.has_value());
+    auto engine = std::make_unique<Engine>(std::move(model).value(), EngineOptions{2, kCtx});
+    return std::make_unique<Scheduler>(std::move(engine), std::move(options), piece_,
+                                       std::move(eog));
+  }
+
+  // Fills the callbacks of `request` so they record into the returned Outcome.
+  static std::shared_ptr<Outcome> attach(GenerationRequest& request) {
+    auto out = std::make_shared<Outcome>();
+    auto user_token = std::move(request.on_token);
+    request.on_token = [out, user_token](const TokenEvent& ev) {
+      {
+        std::lock_guard lock(out->mu);
+        if (ev.token >= 0) {
+          out->tokens.push_back(ev.token);
+          out->logprobs.push_back(ev.logprob);
+          out->tops.emplace_back(ev.top_logprobs.begin(), ev.top_logprobs.end());
+        }
+        out->text += ev.text;
+      }
+      if (user_token) user_token(ev);
+    };
+    request.on_done = [out](const Completion& c) {
+      std::lock_guard lock(out->mu);
+      out->done = c;
+      out->cv.notify_all();
+    };
+    return out;
+  }
+
+  static std::shared_ptr<Outcome> submit(Scheduler& s, GenerationRequest request) {
+    auto out = attach(request);
+    auto id = s.submit(std::move(request));
+    EXPECT_TRUE(id.has_value()) << (id ? "" : id.error().message);
+    if (!id) {
+      std::lock_guard lock(out->mu);
+      out->done = Completion{};
+    }
+    return out;
+  }
+
+  static GenerationRequest greedy(std::vector<TokenId> prompt, int64_t max_tokens) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    return r;
+  }
+
+  std::vector<TokenId> random_prompt(size_t n, uint32_t seed) const {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<TokenId> pick(0, static_cast<TokenId>(shape_.n_vocab - 1));
+    std::vector<TokenId> out(n);
+    for (auto& t : out) t = pick(rng);
+    return out;
+  }
+
+  testing::TinyShape shape_;
+  std::shared_ptr<testing::MemorySource> src_;
+  TokenPieceFn piece_ = [](TokenId id) { return "<" + std::to_string(id) + ">"; };
+};
+
+// One gate a callback can block on until the test opens it.
+struct Gate {
+  std::promise<void> opened;
+  std::shared_future<void> wait_for_open = opened.get_future().share();
+  void open() { opened.set_value(); }
+};
+
+TEST_F(SchedulerTest, SixteenBatchedSequencesMatchTheirSoloRuns) {
+  // Lengths around the block size (16) and its multiples; half greedy, half seeded sampling.
+  const size_t lengths[16] = {3, 7, 8, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48, 50, 63, 70};
+  std::vector<GenerationRequest> requests;
+  for (size_t i = 0; i < 16; ++i) {
+    GenerationRequest r = greedy(random_prompt(lengths[i], 100 + static_cast<uint32_t>(i)), 24);
+    r.top_logprobs = 0;  // each token's log-probability: compared bit for bit
+    if (i % 2 == 1) {
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 7 + i;
+    }
+    requests.push_back(std::move(r));
+  }
+  SchedulerOptions options;
+  options.prefix_cache = false;
+  options.prefill_chunk = 32;
+  std::vector<std::vector<TokenId>> solo;
+  std::vector<std::vector<float>> solo_logprobs;
+  {
+    auto s = make(options);
+    for (const auto& r : requests) {
+      auto out = submit(*s, r);
+      const Completion c = out->wait();
+      EXPECT_FALSE(c.error.has_value());
+      EXPECT_EQ(c.completion_tokens, 24);
+      solo.push_back(out->tokens);
+      solo_logprobs.push_back(out->logprobs);
+    }
+  }
+  int64_t max_decode = 0;
+  std::mutex steps_mu;
+  options.on_step = [&](const StepStats& st) {
+    std::lock_guard lock(steps_mu);
+    max_decode = std::max(max_decode, st.decode_tokens);
+  };
+  auto s = make(options);
+  std::vector<std::shared_ptr<Outcome>> outs;
+  for (const auto& r : requests) outs.push_back(submit(*s, r));
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Completion c = outs[i]->wait();
+    EXPECT_FALSE(c.error.has_value());
+    EXPECT_EQ(outs[i]->tokens, solo[i]) << "request " << i << " (prompt of " << lengths[i] << ")";
+    // Not just the same tokens: the same logits, bit for bit.
+    EXPECT_EQ(outs[i]->logprobs, solo_logprobs[i]) << "request " << i;
+  }
+  std::lock_guard lock(steps_mu);
+  EXPECT_GE(max_decode, 8) << "the requests did not run together";
+}
+
+TEST_F(SchedulerTest, PrefixCacheHitGivesTheSameOutputAndCountsCachedTokens) {
+  SchedulerOptions options;  // prefill_chunk 256: a whole prompt fits one step
+  auto cached = make(options);
+  options.prefix_cache = false;
+  auto uncached = make(options);
+
+  const auto x = random_prompt(100, 1);
+  std::vector<TokenId> y(x.begin(), x.begin() + 64);  // shares 4 blocks with x
+  for (TokenId t : random_prompt(21, 2)) y.push_back(t);
+  const std::vector<TokenId> z(x.begin(), x.begin() + 96);  // a whole number of blocks
+
+  auto request = [](const std::vector<TokenId>& p) {
+    GenerationRequest r = greedy(p, 16);
+    r.top_logprobs = 0;
+    return r;
+  };
+  auto want = [&](const std::vector<TokenId>& p) {
+    auto out = submit(*uncached, request(p));
+    EXPECT_EQ(out->wait().cached_tokens, 0);
+    return std::pair{out->tokens, out->logprobs};
+  };
+  struct Case {
+    const std::vector<TokenId>* prompt;
+    int64_t cached;
+  };
+  // x fills the cache; x again reuses 96 of its 100 tokens; y its 64 shared ones; z (96 tokens)
+  // all but its last block.
+  const Case cases[] = {{&x, 0}, {&x, 96}, {&y, 64}, {&z, 80}, {&z, 80}};
+  for (const Case& c : cases) {
+    auto out = submit(*cached, request(*c.prompt));
+    const Completion done = out->wait();
+    EXPECT_FALSE(done.error.has_value());
+    EXPECT_EQ(done.prompt_tokens, static_cast<int64_t>(c.prompt->size()));
+    EXPECT_EQ(done.cached_tokens, c.cached);
+    const auto [tokens, logprobs] = want(*c.prompt);
+    EXPECT_EQ(out->tokens, tokens);
+    EXPECT_EQ(out->logprobs, logprobs);  // bit for bit
+  }
+  const LoadSnapshot load = cached->load();
+  EXPECT_EQ(load.cached_tokens_total, 96 + 64 + 80 + 80);
+  EXPECT_EQ(load.prompt_tokens_total, 100 + 100 + 85 + 96 + 96);
+  EXPECT_NEAR(load.prefix_cache_hit_ratio, 320.0 / 477.0, 1e-9);
+  EXPECT_GT(load.prefix_cache_bytes, 0);
+  EXPECT_EQ(load.kv_bytes_used, load.prefix_cache_bytes);  // nothing running
+}
+
+TEST_F(SchedulerTest, PrefixCacheStaysWithinTheBudget) {
+  SchedulerOptions options;
+  auto probe = make(options);
+  // Room for one running sequence (64 positions) and two cached prefixes (64 each).
+  options.kv_budget_bytes = probe->kv_bytes_per_token() * (64 + 2 * 64 + 10);
+  probe.reset();
+  auto s = make(options);
+  for (uint32_t i = 0; i < 6; ++i) {
+    auto out = submit(*s, greedy(random_prompt(40, 50 + i), 8));
+    EXPECT_FALSE(out->wait().error.has_value());
+    const LoadSnapshot load = s->load();
+    EXPECT_LE(load.kv_bytes_used, load.kv_budget_bytes);
+    EXPECT_LE(load.prefix_cache_entries, 2);
+  }
+  EXPECT_EQ(s->load().prefix_cache_entries, 2);
+}
+
+TEST_F(SchedulerTest, CancelStopsWithinOneStepAndFreesTheKv) {
+  SchedulerOptions options;
+  options.prefix_cache = false;
+  auto s = make(options);
+  std::atomic<RequestId> id{0};
+  GenerationRequest r = greedy(random_prompt(10, 3), 400);
+  int seen = 0;
+  r.on_token = [&](const TokenEvent&) {
+    // Cancelled from inside its own callback at the 5th token (as soon as the id is known).
+    if (++seen >= 5 && id.load() != 0) s->cancel(id.load());
+  };
+  auto out = attach(r);
+  auto submitted = s->submit(std::move(r));
+  ASSERT_TRUE(submitted.has_value());
+  id = submitted.value();
+  const Completion c = out->wait();
+  ASSERT_TRUE(c.error.has_value());
+  EXPECT_EQ(c.error->code, ErrorCode::kCancelled);
+  EXPECT_EQ(c.completion_tokens, seen) << "tokens were generated after the cancel";
+  EXPECT_LT(c.completion_tokens, 400);
+  const LoadSnapshot load = s->load();
+  EXPECT_EQ(load.active_sequences, 0);
+  EXPECT_EQ(load.kv_bytes_used, 0);
+  EXPECT_EQ(load.sequences_cancelled, 1);
+}
+
+TEST_F(SchedulerTest, FullQueueRefusesAtOnceWithRetryAfter) {
+  SchedulerOptions options;
+  options.max_sequences = 1;
+  options.max_queue = 1;
+  auto s = make(options);
+  Gate first_token, release;
+  GenerationRequest a = greedy(random_prompt(10, 4), 400);
+  bool blocked = false;
+  a.on_token = [&](const TokenEvent&) {
+    if (blocked) return;
+    blocked = true;
+    first_token.open();
+    release.wait_for_open.wait();  // holds the scheduler thread: a stays running
+  };
+  auto out_a = attach(a);
+  auto id_a = s->submit(std::move(a));
+  ASSERT_TRUE(id_a.has_value());
+  first_token.wait_for_open.wait();
+  auto out_b = submit(*s, greedy(random_prompt(10, 5), 4));  // waits for the slot
+  auto refused = s->submit(greedy(random_prompt(10, 6), 4));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+  EXPECT_GE(refused.error().retry_after_s, 1);
+  EXPECT_EQ(s->load().queue_depth, 1);
+  s->cancel(id_a.value());
+  release.open();
+  const Completion a_done = out_a->wait();
+  ASSERT_TRUE(a_done.error.has_value());
+  EXPECT_EQ(a_done.error->code, ErrorCode::kCancelled);
+  const Completion b = out_b->wait();
+  EXPECT_FALSE(b.error.has_value());
+  EXPECT_EQ(b.completion_tokens, 4);
+}
+
+TEST_F(SchedulerTest, DeadlineEndsRunningAndQueuedRequests) {
+  SchedulerOptions options;
+  options.prefix_cache = false;
+  auto s = make(options);
+  GenerationRequest slow = greedy(random_prompt(10, 7), 400);
+  slow.deadline = Clock::now() + std::chrono::milliseconds(30);
+  slow.on_token = [](const TokenEvent&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  };
+  auto out = submit(*s, std::move(slow));
+  const Completion c = out->wait();
+  ASSERT_TRUE(c.error.has_value());
+  EXPECT_EQ(c.error->code, ErrorCode::kTimeout);
+  EXPECT_LT(c.completion_tokens, 400);
+
+  GenerationRequest late = greedy(random_prompt(10, 8), 4);
+  late.deadline = Clock::now() - std::chrono::milliseconds(1);
+  auto out_late = submit(*s, std::move(late));
+  const Completion l = out_late->wait();
+  ASSERT_TRUE(l.error.has_value());
+  EXPECT_EQ(l.error->code, ErrorCode::kTimeout);
+  EXPECT_EQ(l.completion_tokens, 0);
+  const LoadSnapshot load = s->load();
+  EXPECT_EQ(load.kv_bytes_used, 0);
+  EXPECT_EQ(load.sequences_cancelled, 2);
+}
+
+TEST_F(SchedulerTest, LongPromptIsPrefilledInChunksBetweenDecodeSteps) {
+  SchedulerOptions options;
+  options.prefix_cache = false;
+  options.prefill_chunk = 32;
+  std::mutex steps_mu;
+  std::vector<StepStats> steps;
+  options.on_step = [&](const StepStats& st) {
+    std::lock_guard lock(steps_mu);
+    steps.push_back(st);
+  };
+  auto s = make(options);
+  Gate first_token, b_submitted;
+  GenerationRequest a = greedy(random_prompt(5, 9), 300);
+  bool once = false;
+  a.on_token = [&](const TokenEvent&) {
+    if (once) return;
+    once = true;
+    first_token.open();
+    b_submitted.wait_for_open.wait();
+  };
+  auto out_a = attach(a);
+  auto id_a = s->submit(std::move(a));
+  ASSERT_TRUE(id_a.has_value());
+  first_token.wait_for_open.wait();
+  auto out_b = submit(*s, greedy(random_prompt(256, 10), 4));
+  b_submitted.open();
+  EXPECT_FALSE(out_b->wait().error.has_value());
+  s->cancel(id_a.value());
+  out_a->wait();
+  std::lock_guard lock(steps_mu);
+  int64_t mixed = 0;
+  for (const StepStats& st : steps) {
+    EXPECT_LE(st.prefill_tokens, 32);
+    if (st.prefill_tokens > 0 && st.decode_tokens > 0) ++mixed;
+  }
+  // b's 256 prompt tokens took 8 steps, each also decoding a.
+  EXPECT_EQ(mixed, 8);
+}
+
+TEST_F(SchedulerTest, StopStringsEogAndLogprobs) {
+  auto s = make(SchedulerOptions{});
+  GenerationRequest r = greedy(random_prompt(12, 11), 12);
+  r.top_logprobs = 3;
+  auto out = submit(*s, r);
+  ASSERT_FALSE(out->wait().error.has_value());
+  const std::vector<TokenId> tokens = out->tokens;
+  ASSERT_EQ(tokens.size(), 12u);
+  std::string text;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    text += piece_(tokens[i]);
+    EXPECT_LE(out->logprobs[i], 0.0f);
+    ASSERT_EQ(out->tops[i].size(), 3u);
+    EXPECT_EQ(out->tops[i][0].token, tokens[i]);  // greedy picks the most likely token
+    EXPECT_FLOAT_EQ(out->tops[i][0].logprob, out->logprobs[i]);
+    EXPECT_GE(out->tops[i][0].logprob, out->tops[i][1].logprob);
+    EXPECT_GE(out->tops[i][1].logprob, out->tops[i][2].logprob);
+  }
+  EXPECT_EQ(out->text, text);
+
+  // A stop string: the text of the 4th token (or of its first occurrence).
+  const size_t first =
+      static_cast<size_t>(std::find(tokens.begin(), tokens.end(), tokens[3]) - tokens.begin());
+  GenerationRequest stop = greedy(r.prompt, 12);
+  stop.stop = {piece_(tokens[3])};
+  auto out_stop = submit(*s, stop);
+  Completion c = out_stop->wait();
+  EXPECT_EQ(c.finish, FinishReason::kStop);
+  EXPECT_EQ(c.completion_tokens, static_cast<int64_t>(first + 1));
+  std::string before;
+  for (size_t i = 0; i < first; ++i) before += piece_(tokens[i]);
+  EXPECT_EQ(out_stop->text, before);
+
+  // An end-of-generation token ends the output without being part of it.
+  auto eog_sched = make(SchedulerOptions{}, {tokens[3]});
+  auto out_eog = submit(*eog_sched, greedy(r.prompt, 12));
+  c = out_eog->wait();
+  EXPECT_EQ(c.finish, FinishReason::kStop);
+  EXPECT_EQ(c.completion_tokens, static_cast<int64_t>(first));
+  EXPECT_EQ(out_eog->tokens, std::vector<TokenId>(tokens.begin(), tokens.begin() + first));
+}
+
+TEST_F(SchedulerTest, RefusesRequestsThatCannotFit) {
+  auto s = make(SchedulerOptions{});
+  auto overflow = s->submit(greedy(random_prompt(500, 12), 100));
+  ASSERT_FALSE(overflow.has_value());
+  EXPECT_EQ(overflow.error().code, ErrorCode::kContextOverflow);
+  EXPECT_EQ(overflow.error().message,
+            "this model's context is 512 tokens; the prompt is 500 tokens and max_tokens is 100");
+  EXPECT_EQ(s->submit(greedy({}, 4)).error().code, ErrorCode::kInvalidRequest);
+  EXPECT_EQ(s->submit(greedy({1, 2}, 0)).error().code, ErrorCode::kInvalidRequest);
+  EXPECT_EQ(s->submit(greedy({1, 1000}, 4)).error().code, ErrorCode::kInvalidRequest);
+  // Exactly the context is fine, and ends by length.
+  auto out = submit(*s, greedy(random_prompt(500, 13), 12));
+  const Completion c = out->wait();
+  EXPECT_FALSE(c.error.has_value());
+  EXPECT_EQ(c.finish, FinishReason::kLength);
+  EXPECT_EQ(c.completion_tokens, 12);
+}
+
+}  // namespace
+}  // namespace ferry::engine
