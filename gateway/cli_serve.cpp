@@ -1,6 +1,8 @@
 // ferry serve: load and validate the config, bind, announce, serve until SIGTERM/SIGINT.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -39,6 +41,15 @@ int serve(const ServeOptions& opts) {
   if (opts.config_path.empty()) {
     std::cerr << "ferry: no --config given; using the embedded default config (model 'default' "
                  "served in-process from var/demo/model.gguf)\n";
+    for (const auto& b : cfg->backends) {
+      if (b.local && ::access(b.local->model_path.c_str(), R_OK) != 0) {
+        std::cerr << "ferry: the embedded default config serves " << b.local->model_path
+                  << " (relative to the working directory), which is not there. Run "
+                     "scripts/run.sh from the repository (it makes a demo model), or give "
+                     "--config with a GGUF model of yours (README: 'A real model').\n";
+        return 2;
+      }
+    }
   }
   if (cfg->auth.keys.empty()) {
     std::cerr << "ferry: no API keys configured: authentication is off\n";

@@ -2,6 +2,8 @@
 // "listening on" contract of `ferry serve`.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "tests/integration/fixtures.h"
 
 namespace ferry::itest {
@@ -62,6 +64,40 @@ TEST(CliTest, ServePrintsExactlyOneListeningLine) {
   for (const auto& l : lines) listening += l.starts_with("listening on ") ? 1 : 0;
   EXPECT_EQ(listening, 1);
   EXPECT_EQ(lines.size(), 1u) << "access_log: off prints no access lines";
+}
+
+TEST(CliTest, EmbeddedDefaultServesTheDemoModelOrSaysHowToGetOne) {
+  TempDir dir;
+  std::string cd = "cd '" + dir.path().string() + "' && exec " + ferry_binary() +
+                   " serve --listen 127.0.0.1:0";
+  {
+    Process p({"/bin/sh", "-c", cd});
+    auto status = p.wait_exit(Ms(15000));
+    ASSERT_TRUE(status) << "ferry serve started without a model";
+    EXPECT_NE(*status, 0);
+    EXPECT_NE(p.stderr_text().find("var/demo/model.gguf"), std::string::npos) << p.stderr_text();
+    EXPECT_NE(p.stderr_text().find("scripts/run.sh"), std::string::npos) << p.stderr_text();
+  }
+  std::filesystem::create_directories(dir.path() / "var" / "demo");
+  ASSERT_EQ(run_command(ferry_binary() + " model synth --preset tiny --type Q8_0 --seed 1 '" +
+                        (dir.path() / "var" / "demo" / "model.gguf").string() + "' > /dev/null"),
+            0);
+  Server s = start_server({"/bin/sh", "-c", cd});
+  auto models = http_request(s.address, "GET", "/v1/models");
+  ASSERT_TRUE(models);
+  json listed = models->body_json();
+  ASSERT_EQ(listed["data"].size(), 1u) << models->body;
+  EXPECT_EQ(listed["data"][0]["id"], "default");
+  json body = chat_body("default", "hello");
+  body["max_tokens"] = 5;
+  auto r = http_request(s.address, "POST", "/v1/chat/completions", body.dump(),
+                        {"Content-Type: application/json"});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json answer = r->body_json();
+  EXPECT_TRUE(answer["choices"][0]["message"]["content"].is_string());
+  EXPECT_LE(answer["usage"]["completion_tokens"].get<int>(), 5);
+  EXPECT_EQ(s.process->stop(Ms(15000)), 0);
 }
 
 }  // namespace
