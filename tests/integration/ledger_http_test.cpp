@@ -186,6 +186,17 @@ TEST_F(LedgerHttpTest, EveryRequestHasAnExactlyPricedRow) {
   // the two differ and the mismatch is counted).
   EXPECT_EQ(metric("ferry_prompt_tokens_checked_total{model=\"gpt-test\"}"), 2);
   EXPECT_EQ(metric("ferry_prompt_tokens_mismatch_total{model=\"gpt-test\"}"), 2);
+  // The access log carries ferry's own count beside the backend's.
+  bool logged = false;
+  for (const auto& line : ferry_.process->stdout_lines()) {
+    if (line.find("\"model\":\"gpt-test\"") == std::string::npos) continue;
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("prompt_tokens_counted")) continue;
+    EXPECT_GT(j["prompt_tokens_counted"].get<int64_t>(), 0);
+    EXPECT_NE(j["prompt_tokens_counted"], j["prompt_tokens"]);  // the upstream counts words
+    logged = true;
+  }
+  EXPECT_TRUE(logged) << "no access-log line with prompt_tokens_counted";
 
   ASSERT_EQ(rows.count("t-stream"), 1u);
   EXPECT_EQ(rows["t-stream"].at("stream"), "1");
