@@ -187,16 +187,13 @@ TEST_F(LedgerHttpTest, EveryRequestHasAnExactlyPricedRow) {
   EXPECT_EQ(metric("ferry_prompt_tokens_checked_total{model=\"gpt-test\"}"), 2);
   EXPECT_EQ(metric("ferry_prompt_tokens_mismatch_total{model=\"gpt-test\"}"), 2);
   // The access log carries ferry's own count beside the backend's.
-  bool logged = false;
-  for (const auto& line : ferry_.process->stdout_lines()) {
-    if (line.find("\"model\":\"gpt-test\"") == std::string::npos) continue;
-    json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("prompt_tokens_counted")) continue;
-    EXPECT_GT(j["prompt_tokens_counted"].get<int64_t>(), 0);
-    EXPECT_NE(j["prompt_tokens_counted"], j["prompt_tokens"]);  // the upstream counts words
-    logged = true;
-  }
-  EXPECT_TRUE(logged) << "no access-log line with prompt_tokens_counted";
+  // (The log thread writes in batches: wait for the line.)
+  auto line = ferry_.process->wait_for_line_containing("\"prompt_tokens_counted\"", Ms(10000));
+  ASSERT_TRUE(line) << "no access-log line with prompt_tokens_counted";
+  json logged = json::parse(*line, nullptr, false);
+  ASSERT_FALSE(logged.is_discarded()) << *line;
+  EXPECT_GT(logged["prompt_tokens_counted"].get<int64_t>(), 0);
+  EXPECT_NE(logged["prompt_tokens_counted"], logged["prompt_tokens"]);  // the upstream counts words
 
   ASSERT_EQ(rows.count("t-stream"), 1u);
   EXPECT_EQ(rows["t-stream"].at("stream"), "1");
@@ -351,6 +348,46 @@ TEST_F(LedgerHttpTest, SigkillUnderLoadLosesNoAnsweredRequest) {
   ASSERT_EQ(ferry_.process->stop(Ms(15000)), 0);
   ferry_.process.reset();
   EXPECT_EQ(run_command(ferry_binary() + " ledger verify --db " + db_ + " > /dev/null"), 0);
+}
+
+TEST_F(LedgerHttpTest, FullLedgerQueueRefusesWith503AndSoftBudgetsWarn) {
+  // Room for 2 requests between admission and durability; the upstream holds each 500 ms.
+  std::string cfg = config();
+  cfg.replace(cfg.find("ledger:\n  path: "), std::string("ledger:\n").size(),
+              "ledger:\n  queue_capacity: 2\n");
+  cfg += "budgets:\n  - { name: team-a-soft, scope: team, match: team-a, amount: 0.000001, "
+         "period: day, mode: soft }\n";
+  ferry_ = start_ferry(dir_, cfg);
+  std::atomic<int> ok{0}, unavailable{0};
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::string refusal;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("slow", "q"));
+      if (r && r->status == 200) ++ok;
+      if (r && r->status == 503) {
+        ++unavailable;
+        std::lock_guard lock(mu);
+        refusal = r->body;
+        EXPECT_TRUE(r->header("retry-after").has_value());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_GE(ok.load(), 2);
+  EXPECT_GT(unavailable.load(), 0);
+  EXPECT_EQ(ok + unavailable, 8);
+  EXPECT_NE(refusal.find("ledger"), std::string::npos) << refusal;
+  // Once the queue drained, requests are admitted again; past the soft budget they carry a
+  // warning header and count in a metric.
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "again"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  auto warning = r->header("x-ferry-budget-warning");
+  ASSERT_TRUE(warning);
+  EXPECT_NE(warning->find("team-a-soft"), std::string::npos);
+  EXPECT_GE(metric("ferry_budget_soft_exceeded_total{budget=\"team-a-soft\"}"), 1);
 }
 
 }  // namespace

@@ -20,8 +20,15 @@ targets:
   fail: fail-500
   dead: dead-model
   tight: no-usage
-models: [auto, broken-first, rejectme, clamp]
+models: [auto, broken-first, rejectme, clamp, shadowed, breaker]
 rules:
+  - id: shadowed
+    when: { model: shadowed }
+    route: [good]
+    shadow: other
+  - id: breaker
+    when: { model: breaker }
+    route: [fail, good]
   - id: reject-it
     when: { model: rejectme }
     reject: { status: 400, message: "no thanks" }
@@ -66,6 +73,16 @@ class RoutingTest : public ::testing::Test {
     return r.header(name).value_or("<none>");
   }
 
+  json wait_for_requests(int64_t n) {
+    json stats;
+    for (int i = 0; i < 250; ++i) {
+      stats = upstream_stats(upstream_.address);
+      if (stats.value("requests", 0) >= n) break;
+      std::this_thread::sleep_for(Ms(20));
+    }
+    return stats;
+  }
+
   std::string active_version() {
     auto r = http_request(ferry_.address, "GET", "/admin/policy", "", auth_headers(kAdminKey));
     if (!r || r->status != 200) return "";
@@ -87,12 +104,16 @@ TEST_F(RoutingTest, ModelsAreThePolicyAliasesAndUnknownAliasesAre404) {
   std::set<std::string> ids;
   json models = r->body_json();
   for (const auto& m : models["data"]) ids.insert(m["id"].get<std::string>());
-  EXPECT_EQ(ids, (std::set<std::string>{"auto", "broken-first", "rejectme", "clamp"})) << r->body;
+  EXPECT_EQ(ids, (std::set<std::string>{"auto", "broken-first", "rejectme", "clamp", "shadowed",
+                                        "breaker"}))
+      << r->body;
   auto bad = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "x"));
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 404);
   EXPECT_TRUE(is_openai_error(*bad));
-  EXPECT_NE(bad->body.find("auto, broken-first, rejectme, clamp"), std::string::npos) << bad->body;
+  EXPECT_NE(bad->body.find("auto, broken-first, rejectme, clamp, shadowed, breaker"),
+            std::string::npos)
+      << bad->body;
 }
 
 TEST_F(RoutingTest, ResponsesCarryTargetRulePolicyAndAttempts) {
@@ -311,6 +332,55 @@ TEST_F(RoutingTest, ExplainShowsFactsClausesAndTheDecision) {
                              chat_body("auto", "why").dump(), auth_headers(kAdminKey));
   ASSERT_TRUE(as_app);
   EXPECT_EQ(as_app->body_json()["facts"]["team"], "team-a") << as_app->body;
+}
+
+TEST_F(RoutingTest, ShadowCopiesGoToTheShadowTargetAndAreDiscarded) {
+  start();
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("shadowed", "twice"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->body_json()["choices"][0]["message"]["content"], "echo: twice");
+  EXPECT_EQ(header(*r, "x-ferry-target"), "good");
+  json stats = wait_for_requests(2);
+  EXPECT_EQ(stats.value("requests", 0), 2) << stats.dump();  // the answer and its shadow
+  std::string m;
+  for (int i = 0; i < 200; ++i) {
+    auto metrics = http_request(ferry_.address, "GET", "/metrics");
+    m = metrics ? metrics->body : "";
+    if (m.find("ferry_shadow_requests_total{target=\"other\",outcome=\"ok\"} 1") != std::string::npos) break;
+    std::this_thread::sleep_for(Ms(20));
+  }
+  EXPECT_NE(m.find("ferry_shadow_requests_total{target=\"other\",outcome=\"ok\"} 1"),
+            std::string::npos)
+      << m;
+}
+
+TEST_F(RoutingTest, CircuitBreakerOpensAfterRepeatedFailuresAndSkipsTheBackend) {
+  start();
+  // The first five requests try `fail` (500) and then `good`; the breaker then opens and
+  // later requests skip `fail` for its cool-down.
+  for (int i = 0; i < 5; ++i) {
+    auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("breaker", "b"));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(header(*r, "x-ferry-attempts"), "2");
+  }
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("breaker", "b"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(header(*r, "x-ferry-attempts"), "1");
+  EXPECT_EQ(header(*r, "x-ferry-target"), "good");
+  auto metrics = http_request(ferry_.address, "GET", "/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("ferry_backend_healthy{target=\"fail-500\"} 0"), std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("ferry_breaker_opened_total{target=\"fail-500\"} 1"),
+            std::string::npos);
+  // Routing sees it as a fact, too.
+  auto ex = http_request(ferry_.address, "POST", "/admin/route/explain",
+                         chat_body("breaker", "b").dump(), auth_headers(kAdminKey));
+  ASSERT_TRUE(ex);
+  EXPECT_NE(ex->body.find("unhealthy"), std::string::npos) << ex->body;
 }
 
 TEST(RoutingStartup, InvalidPolicyRefusesToStart) {
