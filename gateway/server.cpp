@@ -110,6 +110,7 @@ struct RequestRecord {
   Clock::time_point started;
   int64_t started_unix_us = 0;
   int64_t ttft_us = -1;
+  int64_t backend_ttft_us = -1;  // the backend's own time to its first byte (or token)
 };
 
 std::string access_log_line(const RequestRecord& r, int64_t latency_us) {
@@ -134,6 +135,7 @@ std::string access_log_line(const RequestRecord& r, int64_t latency_us) {
   if (r.usage.cached_tokens > 0) j.integer("cached_tokens", r.usage.cached_tokens);
   if (r.prompt_tokens_counted >= 0) j.integer("prompt_tokens_counted", r.prompt_tokens_counted);
   if (r.ttft_us >= 0) j.millis("ttft_ms", r.ttft_us);
+  if (r.backend_ttft_us >= 0) j.millis("backend_ttft_ms", r.backend_ttft_us);
   if (!r.finish_reason.empty()) j.str("finish_reason", r.finish_reason);
   if (!r.error.empty()) j.str("error", r.error);
   return j.finish();
@@ -763,6 +765,7 @@ struct Server::Impl {
         a.finish_reason = result->finish_reason;
         a.http_status = result->status;
         a.ttft_us = streaming ? rec.ttft_us : micros_between(t0, Clock::now());
+        rec.backend_ttft_us = result->first_byte_us;
       } else {
         const Error& e = result.error();
         a.error = e;
