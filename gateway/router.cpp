@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "common/yaml_util.h"
+#include "gateway/errors.h"
 #include "gateway/metrics.h"
 #include "ledger/budgets.h"
 #include "ledger/prices.h"
@@ -49,24 +50,6 @@ ErrorCode code_for_status(int status) {
   }
 }
 
-int status_for(const Error& e) {
-  switch (e.code) {
-    case ErrorCode::kInvalidRequest:
-    case ErrorCode::kContextOverflow: return 400;
-    case ErrorCode::kUnauthorized: return 401;
-    case ErrorCode::kForbidden: return 403;
-    case ErrorCode::kNotFound: return 404;
-    case ErrorCode::kPayloadTooLarge: return 413;
-    case ErrorCode::kRateLimited: return 429;
-    case ErrorCode::kBackendError: return 502;
-    case ErrorCode::kUnavailable: return 503;
-    case ErrorCode::kTimeout: return 504;
-    case ErrorCode::kCancelled: return 499;
-    case ErrorCode::kInternal: return 500;
-  }
-  return 500;
-}
-
 std::string error_code_text(const Error& e) {
   if (!e.type_code.empty()) return e.type_code;
   return std::string(error_code_name(e.code));
@@ -92,6 +75,28 @@ void collect_text(const nlohmann::json& chunk, std::string& text, std::string& r
       }
     }
   }
+}
+
+// The fields every row of a request shares: who, what, which rule, which task.
+ledger::RequestRecord base_record(const RequestContext& ctx, const Plan& plan, bool rule_tags) {
+  ledger::RequestRecord r;
+  r.started_us = ctx.started_us;
+  r.ended_us = unix_micros_now();
+  r.key_id = ctx.principal.key_id;
+  r.team = ctx.principal.team;
+  r.project = ctx.principal.project;
+  r.task_id = plan.task_id;
+  r.trusted_tags = ctx.principal.tags;
+  if (rule_tags) {
+    for (const auto& t : plan.tags) r.trusted_tags.push_back(t);
+  }
+  r.claimed_tags = plan.claimed_tags;
+  r.requested_model = plan.requested_model;
+  r.rule_id = plan.rule_id;
+  r.policy_version = plan.policy_version;
+  r.stream = plan.stream;
+  r.facts_json = plan.facts_json;
+  return r;
 }
 
 }  // namespace
@@ -641,21 +646,7 @@ std::string Router::finish(const RequestContext& ctx, Plan& plan,
     if (on_durable) on_durable(Status{});
     return "";
   }
-  ledger::RequestRecord r;
-  r.started_us = ctx.started_us;
-  r.ended_us = unix_micros_now();
-  r.key_id = ctx.principal.key_id;
-  r.team = ctx.principal.team;
-  r.project = ctx.principal.project;
-  r.task_id = plan.task_id;
-  r.trusted_tags = ctx.principal.tags;
-  for (const auto& t : plan.tags) r.trusted_tags.push_back(t);
-  r.claimed_tags = plan.claimed_tags;
-  r.requested_model = plan.requested_model;
-  r.rule_id = plan.rule_id;
-  r.policy_version = plan.policy_version;
-  r.stream = plan.stream;
-  r.facts_json = plan.facts_json;
+  ledger::RequestRecord r = base_record(ctx, plan, /*rule_tags=*/true);
   r.timings.routing_us = plan.routing_us;
   r.timings.total_us = r.ended_us - r.started_us;
   for (const auto& a : attempts) {
@@ -717,22 +708,9 @@ std::string Router::finish(const RequestContext& ctx, Plan& plan,
 
 void Router::record_refusal(const RequestContext& ctx, const Plan& plan, const Error& error) {
   if (!ledger_) return;
-  ledger::RequestRecord r;
-  r.started_us = ctx.started_us;
-  r.ended_us = unix_micros_now();
-  r.key_id = ctx.principal.key_id;
-  r.team = ctx.principal.team;
-  r.project = ctx.principal.project;
-  r.task_id = plan.task_id;
-  r.trusted_tags = ctx.principal.tags;
-  r.claimed_tags = plan.claimed_tags;
-  r.requested_model = plan.requested_model;
-  r.rule_id = plan.rule_id;
-  r.policy_version = plan.policy_version;
-  r.stream = plan.stream;
-  r.facts_json = plan.facts_json;
+  ledger::RequestRecord r = base_record(ctx, plan, /*rule_tags=*/false);
   r.status = ledger::RequestStatus::kRefused;
-  r.http_status = status_for(error);
+  r.http_status = http_status_for(error);
   r.error_code = error_code_text(error);
   r.timings.total_us = r.ended_us - r.started_us;
   ledger_->record(std::move(r), nullptr);
@@ -742,23 +720,12 @@ void Router::finish_shadow(const RequestContext& ctx, const Plan& plan,
                            const AttemptOutcome& o) {
   counters_->shadows.inc({o.hop ? o.hop->name : "", o.ok ? "ok" : "error"});
   if (!ledger_ || o.hop == nullptr) return;
-  ledger::RequestRecord r;
+  ledger::RequestRecord r = base_record(ctx, plan, /*rule_tags=*/true);
   r.started_us = o.started_us;
   r.ended_us = o.ended_us;
-  r.key_id = ctx.principal.key_id;
-  r.team = ctx.principal.team;
-  r.project = ctx.principal.project;
-  r.task_id = plan.task_id;
-  r.trusted_tags = ctx.principal.tags;
-  for (const auto& t : plan.tags) r.trusted_tags.push_back(t);
   r.trusted_tags.push_back("shadow");
-  r.claimed_tags = plan.claimed_tags;
-  r.requested_model = plan.requested_model;
   r.target = o.hop->target->model->name;
   r.upstream_model = o.hop->target->model->upstream_model;
-  r.rule_id = plan.rule_id;
-  r.policy_version = plan.policy_version;
-  r.stream = plan.stream;
   r.status = o.ok ? ledger::RequestStatus::kOk : ledger::RequestStatus::kError;
   r.http_status = o.http_status;
   if (o.error) r.error_code = error_code_text(*o.error);
