@@ -342,7 +342,8 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::open(const config::BackendCo
   }
   const std::vector<TokenId> eog = engine::eog_tokens_from_source(*source.value());
   auto eng = std::make_unique<engine::Engine>(std::move(model).value(),
-                                              engine::EngineOptions{lc.threads, lc.context_length});
+                                              engine::EngineOptions{lc.threads, lc.context_length,
+                                                                    /*batch_invariant=*/true});
   engine::SchedulerOptions options;
   options.max_sequences = lc.max_sequences;
   options.max_queue = lc.max_queue;

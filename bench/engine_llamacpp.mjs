@@ -2,18 +2,20 @@
 // prebuilt llama.cpp (CPU only), measured the way `ferry engine bench` measures ferry: a
 // prompt of P random tokens in batches of 512, then N single-token decode steps from an empty
 // context. Run by bench/engine_bench.sh; see bench/README.md.
-//   LLREF_DIR=/tmp/llref node bench/engine_llamacpp.mjs MODEL.gguf [threads] [P] [N]
+//   LLREF_DIR=/tmp/llref node bench/engine_llamacpp.mjs MODEL.gguf [threads] [P] [N] [FA]
+// FA: flash attention "off" (default), "on" or "auto" (node-llama-cpp's own default).
 import {createRequire} from "node:module";
 import path from "node:path";
 
-const [modelPath, threadsArg = "2", pArg = "512", nArg = "128"] = process.argv.slice(2);
+const [modelPath, threadsArg = "2", pArg = "512", nArg = "128", faArg = "off"] = process.argv.slice(2);
+const flashAttention = faArg === "auto" ? "auto" : faArg === "on";
 const threads = Number(threadsArg), nPrompt = Number(pArg), nGen = Number(nArg);
 const require = createRequire(path.join(process.env.LLREF_DIR ?? process.cwd(), "package.json"));
 const {getLlama} = await import(require.resolve("node-llama-cpp"));
 const llama = await getLlama({gpu: false, logLevel: "error"});
 const model = await llama.loadModel({modelPath, gpuLayers: 0});
 const context = await model.createContext({contextSize: nPrompt + nGen + 8, threads,
-  batchSize: 512, flashAttention: false});
+  batchSize: 512, flashAttention});
 
 let seed = 1234;
 const rand = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
@@ -37,7 +39,7 @@ for (let rep = 0; rep < 2; rep++) {
   tg = Math.max(tg, nGen / (Number(process.hrtime.bigint() - start) / 1e9));
   seq.dispose();
 }
-console.log(`llama.cpp (node-llama-cpp 3.21.1 prebuilt, ${llama.cpuMathCores ?? "?"} cores): ` +
+console.log(`llama.cpp (node-llama-cpp 3.21.1 prebuilt, ${llama.cpuMathCores ?? "?"} cores, fa ${faArg}): ` +
   `pp${nPrompt}: ${pp.toFixed(2)} t/s  tg${nGen}: ${tg.toFixed(2)} t/s`);
 await context.dispose();
 await model.dispose();

@@ -54,7 +54,7 @@ std::unique_ptr<engine::Scheduler> make_scheduler(const std::string& path, int t
     std::exit(1);
   }
   auto eng = std::make_unique<engine::Engine>(std::move(model).value(),
-                                              engine::EngineOptions{threads, n_ctx});
+                                              engine::EngineOptions{threads, n_ctx, /*batch_invariant=*/true});
   return std::make_unique<engine::Scheduler>(
       std::move(eng), std::move(options), engine::TokenPieceFn(), std::vector<engine::TokenId>());
 }

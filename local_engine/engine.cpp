@@ -7,47 +7,22 @@
 #include <unordered_map>
 
 #include "local_engine/kernels/kernels.h"
+#include "local_engine/kernels/ops.h"
+#include "local_engine/kernels/trace.h"
 
 namespace ferry::engine {
 namespace {
 
 constexpr int64_t kDefaultCtxCap = 8192;
-// A sequence with at least this many queries in a batch gets its cache converted to F32 first.
-constexpr int64_t kConvertMinEntries = 8;
-
 Error batch_error(std::string message) {
   return Error::make(ErrorCode::kInvalidRequest, "forward: " + std::move(message));
 }
 
-// out = x / rms(x) * weight, row by row.
+// out = x / rms(x) * weight, row by row (llama.cpp's numerics: kernels/ops.h).
 void rms_norm(const float* x, const WeightView& weight, float eps, int64_t n, int64_t dim,
               float* out) {
   const auto* w = static_cast<const float*>(weight.data);
-  for (int64_t t = 0; t < n; ++t) {
-    const float* xr = x + t * dim;
-    float* yr = out + t * dim;
-    const float sum = kernels::dot_f32(dim, xr, xr);
-    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * scale * w[i];
-  }
-}
-
-// y += a * x, sixteen lanes at a time (GCC vector extension), cloned per ISA and chosen at load
-// time by the dynamic loader; no reduction, so every clone gives the same result.
-using Float16Lanes = float __attribute__((vector_size(64)));
-
-__attribute__((target_clones("avx512f", "avx2", "default"))) void axpy_f32(int64_t n, float a,
-                                                                          const float* x,
-                                                                          float* y) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    Float16Lanes xv, yv;
-    std::memcpy(&xv, x + i, sizeof(xv));
-    std::memcpy(&yv, y + i, sizeof(yv));
-    yv += a * xv;
-    std::memcpy(y + i, &yv, sizeof(yv));
-  }
-  for (; i < n; ++i) y[i] += a * x[i];
+  for (int64_t t = 0; t < n; ++t) kernels::rms_norm_row(dim, x + t * dim, w, eps, out + t * dim);
 }
 
 void add_bias(float* y, const WeightView& bias, int64_t n, int64_t dim) {
@@ -65,27 +40,25 @@ void head_norm(float* y, const WeightView& weight, float eps, int64_t n, int64_t
   rms_norm(y, weight, eps, n * n_heads, head_dim, y);
 }
 
-void rope(float* y, int64_t n_heads, int64_t head_dim, int64_t pos, const Model& model) {
+// RoPE (cos, sin) tables of the batch's positions, rope_dim floats each; the same in every layer.
+std::vector<float> rope_tables(std::span<const BatchEntry> batch, const Model& model) {
   const ModelConfig& c = model.config();
-  const int64_t n_freq = c.rope_dim / 2;
-  for (int64_t i = 0; i < n_freq; ++i) {
-    const float angle = static_cast<float>(pos) * model.rope_inv_freq[static_cast<size_t>(i)];
-    const float cos_a = std::cos(angle), sin_a = std::sin(angle);
-    for (int64_t h = 0; h < n_heads; ++h) {
-      float* head = y + h * head_dim;
-      const int64_t a = c.rope_layout == RopeLayout::kNormal ? 2 * i : i;
-      const int64_t b = c.rope_layout == RopeLayout::kNormal ? 2 * i + 1 : i + n_freq;
-      const float x0 = head[a], x1 = head[b];
-      head[a] = x0 * cos_a - x1 * sin_a;
-      head[b] = x0 * sin_a + x1 * cos_a;
-    }
+  const float theta_scale = kernels::rope_theta_scale(c.rope_theta, c.rope_dim);
+  const float* factors = model.rope_freq_factors.empty() ? nullptr : model.rope_freq_factors.data();
+  std::vector<float> tables(batch.size() * static_cast<size_t>(c.rope_dim));
+  for (size_t t = 0; t < batch.size(); ++t) {
+    kernels::rope_cache(batch[t].pos, c.rope_dim, theta_scale, c.rope_freq_scale, factors,
+                        tables.data() + t * static_cast<size_t>(c.rope_dim));
   }
+  return tables;
 }
 
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
     : model_(std::move(model)),
+      forms_(options.batch_invariant ? kernels::BatchForms::kInvariant
+                                     : kernels::BatchForms::kLlamaCpp),
       pool_(options.n_threads),
       kv_(model_->config().n_layer, model_->config().kv_dim(),
           options.n_ctx > 0 ? options.n_ctx
@@ -135,51 +108,87 @@ Status Engine::forward(std::span<const BatchEntry> batch, std::vector<float>& lo
   fit(gate_, n * c.n_ff);
   fit(up_, n * c.n_ff);
 
+  // Intermediate tensors for op-by-op comparisons with llama.cpp (off unless FERRY_TRACE_DIR).
+  const bool tracing = kernels::trace_enabled();
+  auto trace = [tracing](const char* name, int64_t layer, const float* p, int64_t rows,
+                         int64_t cols) {
+    if (tracing) kernels::trace_tensor(name, layer, p, rows, cols);
+  };
+  if (tracing) kernels::trace_next_step();
   for (int64_t t = 0; t < n; ++t) kernels::dequantize_row(m.token_embd, batch[t].token, x_.data() + t * d);
+  trace("embd", -1, x_.data(), n, d);
   for (const BatchEntry& e : batch) kv_.seq_extend(e.seq, e.pos + 1);
+  const std::vector<float> rope_tab = rope_tables(batch, m);
+  const bool neox = c.rope_layout == RopeLayout::kNeox;
 
   for (int64_t layer = 0; layer < c.n_layer; ++layer) {
     const LayerWeights& w = m.layers[static_cast<size_t>(layer)];
     rms_norm(x_.data(), w.attn_norm, c.rms_eps, n, d, h_.data());
+    trace("attn_norm", layer, h_.data(), n, d);
     matmuls({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, h_.data(), n);
     add_bias(q_.data(), w.bq, n, q_dim);
     add_bias(k_.data(), w.bk, n, kv_dim);
     add_bias(v_.data(), w.bv, n, kv_dim);
     head_norm(q_.data(), w.q_norm, c.rms_eps, n, c.n_head, c.head_dim);
     head_norm(k_.data(), w.k_norm, c.rms_eps, n, c.n_head_kv, c.head_dim);
+    trace("Qcur", layer, q_.data(), n, q_dim);
+    trace("Kcur", layer, k_.data(), n, kv_dim);
+    trace("Vcur", layer, v_.data(), n, kv_dim);
     for (int64_t t = 0; t < n; ++t) {
-      rope(q_.data() + t * q_dim, c.n_head, c.head_dim, batch[t].pos, m);
-      rope(k_.data() + t * kv_dim, c.n_head_kv, c.head_dim, batch[t].pos, m);
+      const float* cs = rope_tab.data() + t * c.rope_dim;
+      kernels::rope_apply(cs, c.rope_dim, neox, c.n_head, c.head_dim, q_.data() + t * q_dim);
+      kernels::rope_apply(cs, c.rope_dim, neox, c.n_head_kv, c.head_dim, k_.data() + t * kv_dim);
       kernels::fp32_to_fp16_row(k_.data() + t * kv_dim, kv_.k(batch[t].seq, layer, batch[t].pos),
                                 kv_dim);
       kernels::fp32_to_fp16_row(v_.data() + t * kv_dim, kv_.v(batch[t].seq, layer, batch[t].pos),
                                 kv_dim);
     }
+    trace("Qrope", layer, q_.data(), n, q_dim);
+    trace("Krope", layer, k_.data(), n, kv_dim);
     attention(batch, layer);
-    kernels::matmul(w.wo, att_.data(), n, tmp_.data(), pool_);
+    trace("attn", layer, att_.data(), n, q_dim);
+    kernels::matmul(w.wo, att_.data(), n, tmp_.data(), pool_, forms_);
+    trace("attn_out", layer, tmp_.data(), n, d);
     for (int64_t i = 0; i < n * d; ++i) x_[i] += tmp_[i];
-
-    rms_norm(x_.data(), w.ffn_norm, c.rms_eps, n, d, h_.data());
-    matmuls({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, h_.data(), n);
-    for (int64_t i = 0; i < n * c.n_ff; ++i) {
-      const float g = gate_[i];
-      gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
+    // The last layer's feed-forward only matters for the entries that want logits: like
+    // llama.cpp, keep just those rows (in batch order) from here on. Besides saving work, this
+    // gives its matrix products the same batch shape as llama.cpp's (which picks kernels by it).
+    int64_t rows = n;
+    if (layer == c.n_layer - 1) {
+      rows = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        if (!batch[t].logits) continue;
+        if (rows != t) std::copy_n(x_.data() + t * d, d, x_.data() + rows * d);
+        ++rows;
+      }
     }
-    kernels::matmul(w.w_down, gate_.data(), n, tmp_.data(), pool_);
-    for (int64_t i = 0; i < n * d; ++i) x_[i] += tmp_[i];
+    trace("ffn_inp", layer, x_.data(), rows, d);
+
+    rms_norm(x_.data(), w.ffn_norm, c.rms_eps, rows, d, h_.data());
+    trace("ffn_norm", layer, h_.data(), rows, d);
+    matmuls({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, h_.data(), rows);
+    trace("ffn_gate", layer, gate_.data(), rows, c.n_ff);
+    trace("ffn_up", layer, up_.data(), rows, c.n_ff);
+    for (int64_t t = 0; t < rows; ++t) {
+      kernels::swiglu_row(c.n_ff, gate_.data() + t * c.n_ff, up_.data() + t * c.n_ff,
+                          gate_.data() + t * c.n_ff);
+    }
+    trace("ffn_swiglu", layer, gate_.data(), rows, c.n_ff);
+    kernels::matmul(w.w_down, gate_.data(), rows, tmp_.data(), pool_, forms_);
+    trace("ffn_out", layer, tmp_.data(), rows, d);
+    for (int64_t i = 0; i < rows * d; ++i) x_[i] += tmp_[i];
+    trace("l_out", layer, x_.data(), rows, d);
   }
 
-  // Final norm and output projection, only for the entries that want logits.
+  // Final norm and output projection; x_ holds just the rows that want logits now.
   int64_t n_out = 0;
-  for (int64_t t = 0; t < n; ++t) {
-    if (!batch[t].logits) continue;
-    std::copy_n(x_.data() + t * d, d, h_.data() + n_out * d);
-    ++n_out;
-  }
+  for (const BatchEntry& e : batch) n_out += e.logits ? 1 : 0;
   logits.resize(static_cast<size_t>(n_out * c.n_vocab));
   if (n_out == 0) return {};
-  rms_norm(h_.data(), m.output_norm, c.rms_eps, n_out, d, tmp_.data());
-  kernels::matmul(m.output, tmp_.data(), n_out, logits.data(), pool_);
+  rms_norm(x_.data(), m.output_norm, c.rms_eps, n_out, d, tmp_.data());
+  trace("result_norm", -1, tmp_.data(), n_out, d);
+  kernels::matmul(m.output, tmp_.data(), n_out, logits.data(), pool_, forms_);
+  trace("result_output", -1, logits.data(), n_out, c.n_vocab);
   return {};
 }
 
@@ -212,7 +221,8 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
       const int64_t lo = std::max(begin, part.first_row);
       const int64_t hi = std::min(end, part.first_row + part.w->rows);
       if (lo < hi) {
-        kernels::matmul_rows(*part.w, *part.qa, part.y, lo - part.first_row, hi - part.first_row);
+        kernels::matmul_rows(*part.w, *part.qa, part.y, lo - part.first_row, hi - part.first_row,
+                             forms_);
       }
     }
   });
@@ -226,34 +236,15 @@ void Engine::attend_f16(std::span<const BatchEntry> batch, const std::vector<int
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_tasks = static_cast<int64_t>(entries.size()) * c.n_head;
   pool_.parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t = entries[static_cast<size_t>(task / c.n_head)];
       const int64_t head = task % c.n_head;
       const int64_t kv_off = (head / group) * hd;
       const BatchEntry& e = batch[static_cast<size_t>(t)];
-      const float* q = q_.data() + t * q_dim + head * hd;
-      const int64_t n_keys = e.pos + 1;
-      scores.resize(static_cast<size_t>(n_keys));
-      const uint16_t* keys = kv_.k(e.seq, layer, 0) + kv_off;
-      float max_score = -INFINITY;
-      for (int64_t p = 0; p < n_keys; ++p) {
-        const float s = kernels::dot_f16_f32(hd, keys + p * kv_dim, q) * scale;
-        scores[static_cast<size_t>(p)] = s;
-        max_score = std::max(max_score, s);
-      }
-      float sum = 0.0f;
-      for (float& s : scores) {
-        s = std::exp(s - max_score);
-        sum += s;
-      }
-      float* out = att_.data() + t * q_dim + head * hd;
-      std::fill_n(out, hd, 0.0f);
-      const float inv_sum = 1.0f / sum;
-      const uint16_t* values = kv_.v(e.seq, layer, 0) + kv_off;
-      for (int64_t p = 0; p < n_keys; ++p) {
-        kernels::axpy_f16(hd, scores[static_cast<size_t>(p)] * inv_sum, values + p * kv_dim, out);
-      }
+      kernels::attend_head_f16(hd, q_.data() + t * q_dim + head * hd,
+                               kv_.k(e.seq, layer, 0) + kv_off, kv_dim,
+                               kv_.v(e.seq, layer, 0) + kv_off, kv_dim, e.pos + 1, scale,
+                               att_.data() + t * q_dim + head * hd);
     }
   });
 }
@@ -265,10 +256,11 @@ void Engine::attention(std::span<const BatchEntry> batch, int64_t layer) {
   const int64_t group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
-  // One sequence at a time. With many queries (prefill), its cached keys become F32 transposed
-  // per head (kt_: kv_head, dim, position) and its values F32 (vf_: position, kv_dim), so both
-  // inner loops are long, reduction-free vector updates; with few (decode), the queries read
-  // the F16 cache directly.
+  // One sequence at a time, with llama.cpp's two flash-attention forms (kernels/ops.h): for
+  // batches of 64 queries or more the tiled one, for which the sequence's cached keys become F32
+  // transposed per head (kt_: kv_head, dim, position) and its values F32 (vf_: position,
+  // kv_dim); below that, the queries read the F16 cache directly.
+  const bool tiled = forms_ == kernels::BatchForms::kLlamaCpp && kernels::attend_tiled_ok(n, hd);
   std::vector<SeqId> seqs;
   for (const BatchEntry& e : batch) {
     if (std::find(seqs.begin(), seqs.end(), e.seq) == seqs.end()) seqs.push_back(e.seq);
@@ -282,7 +274,7 @@ void Engine::attention(std::span<const BatchEntry> batch, int64_t layer) {
       entries.push_back(t);
       len = std::max(len, batch[static_cast<size_t>(t)].pos + 1);
     }
-    if (static_cast<int64_t>(entries.size()) < kConvertMinEntries) {
+    if (!tiled) {
       attend_f16(batch, entries, layer);
       continue;
     }
@@ -298,34 +290,27 @@ void Engine::attention(std::span<const BatchEntry> batch, int64_t layer) {
         kernels::fp16_to_fp32_row(kv_.v(seq, layer, p), vf_.data() + p * kv_dim, kv_dim);
       }
     });
-    const int64_t n_tasks = static_cast<int64_t>(entries.size()) * c.n_head;
-    pool_.parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores(static_cast<size_t>(len));
+    // A task: one KV head's query heads for a block of entries, so the key and value tiles
+    // are read once for all of them.
+    constexpr int64_t kEntriesPerTask = 8;
+    const int64_t n_blocks = (static_cast<int64_t>(entries.size()) + kEntriesPerTask - 1) / kEntriesPerTask;
+    pool_.parallel_for(n_blocks * c.n_head_kv, 1, [&](int64_t begin, int64_t end) {
+      std::vector<kernels::TiledRow> rows;
       for (int64_t task = begin; task < end; ++task) {
-        const int64_t t = entries[static_cast<size_t>(task / c.n_head)];
-        const int64_t head = task % c.n_head;
-        const int64_t kv_head = head / group;
-        const float* q = q_.data() + t * q_dim + head * hd;
-        const int64_t n_keys = batch[static_cast<size_t>(t)].pos + 1;
-        // scores[p] = q . k_p, as hd updates of the whole score row.
-        std::fill_n(scores.begin(), n_keys, 0.0f);
-        const float* kt = kt_.data() + kv_head * hd * len;
-        for (int64_t i = 0; i < hd; ++i) axpy_f32(n_keys, q[i] * scale, kt + i * len, scores.data());
-        float max_score = -INFINITY;
-        for (int64_t p = 0; p < n_keys; ++p) max_score = std::max(max_score, scores[static_cast<size_t>(p)]);
-        float sum = 0.0f;
-        for (int64_t p = 0; p < n_keys; ++p) {
-          const float e = std::exp(scores[static_cast<size_t>(p)] - max_score);
-          scores[static_cast<size_t>(p)] = e;
-          sum += e;
+        const int64_t kv_head = task % c.n_head_kv;
+        const int64_t first = (task / c.n_head_kv) * kEntriesPerTask;
+        const int64_t last = std::min<int64_t>(first + kEntriesPerTask, static_cast<int64_t>(entries.size()));
+        rows.clear();
+        for (int64_t j = first; j < last; ++j) {
+          const int64_t t = entries[static_cast<size_t>(j)];
+          for (int64_t head = kv_head * group; head < (kv_head + 1) * group; ++head) {
+            rows.push_back({q_.data() + t * q_dim + head * hd, batch[static_cast<size_t>(t)].pos + 1,
+                            att_.data() + t * q_dim + head * hd});
+          }
         }
-        float* out = att_.data() + t * q_dim + head * hd;
-        std::fill_n(out, hd, 0.0f);
-        const float inv_sum = 1.0f / sum;
-        const float* v = vf_.data() + kv_head * hd;
-        for (int64_t p = 0; p < n_keys; ++p) {
-          axpy_f32(hd, scores[static_cast<size_t>(p)] * inv_sum, v + p * kv_dim, out);
-        }
+        kernels::attend_rows_tiled(hd, static_cast<int64_t>(rows.size()), rows.data(),
+                                   kt_.data() + kv_head * hd * len, len,
+                                   vf_.data() + kv_head * hd, kv_dim, scale);
       }
     });
   }

@@ -21,6 +21,12 @@ using TokenId = int32_t;
 struct EngineOptions {
   int n_threads = 0;     // 0: hardware concurrency
   int64_t n_ctx = 0;     // per-sequence context; 0: the model's training context (capped at 8192)
+  // false: llama.cpp's numerics, which pick some kernels by batch shape (attention form for
+  // batches of >= 64 entries, Q4_0/Q4_K/F16 multi-row products): a single sequence matches
+  // llama.cpp bit for bit. true: every entry computed as if alone in its batch (short-batch
+  // attention, lone-row products), so results never depend on the rest of the batch or on
+  // how a prompt was split (continuous batching, prefix cache); prefill attention is slower.
+  bool batch_invariant = false;
 };
 
 // One token of one sequence. Entries of a sequence must come in order of position, starting
@@ -62,6 +68,7 @@ class Engine {
   void matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int64_t n);
 
   std::unique_ptr<Model> model_;
+  kernels::BatchForms forms_ = kernels::BatchForms::kLlamaCpp;
   kernels::ThreadPool pool_;
   KvCache kv_;
   // Scratch, reused between calls: (n, n_embd), (n, q_dim), (n, kv_dim), (n, n_ff).

@@ -132,7 +132,7 @@ Result<ModelConfig> read_config(const ModelSource& source) {
     return load_error("unsupported rope scaling '" + *scaling_type + "'");
   }
   if (factor > 0.0 && (!scaling_type || *scaling_type == "linear")) {
-    c.rope_freq_scale = static_cast<float>(1.0 / factor);
+    c.rope_freq_scale = 1.0f / static_cast<float>(factor);  // in float, as llama.cpp does
   }
   return c;
 }
@@ -191,6 +191,20 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelSource> so
     FERRY_LOAD(l.w_down, loader.get(b + "ffn_down.weight", c.n_ff, c.n_embd));
   }
 
+  // llama.cpp repacks Q4_0 and Q4_K matrices of a multiple of 8 rows (all but the token
+  // embedding, which it also reads by row) into 8-row interleaved blocks, whose kernels sum each
+  // output in one accumulator: use the same float order for them (kernels::DotOrder).
+  auto mark_repacked = [](WeightView& w) {
+    const bool repacked_type = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ4_K;
+    if (repacked_type && w.rows % 8 == 0) w.order = kernels::DotOrder::kSerial;
+  };
+  for (LayerWeights& l : model->layers) {
+    for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      mark_repacked(*w);
+    }
+  }
+  if (!c.tied_output) mark_repacked(model->output);
+
   // RoPE inverse frequencies, with Llama 3's per-frequency factors when the file carries them.
   const int64_t n_freq = c.rope_dim / 2;
   WeightView factors;
@@ -206,6 +220,7 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelSource> so
       std::memcpy(&f, factors.row(0) + i * sizeof(float), sizeof(f));
       if (!(f > 0.0f)) return load_error("rope_freqs.weight has a non-positive factor");
       inv /= f;
+      model->rope_freq_factors.push_back(f);
     }
     model->rope_inv_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
   }

@@ -64,6 +64,7 @@ class Model {
   WeightView output_norm;         // (n_embd)
   WeightView output;              // (n_vocab, n_embd); token_embd when tied
   std::vector<float> rope_inv_freq;  // (rope_dim / 2): theta^(-2i/d) * freq_scale / factor_i
+  std::vector<float> rope_freq_factors;  // (rope_dim / 2) from rope_freqs.weight; empty when none
   std::vector<LayerWeights> layers;
 
  private:

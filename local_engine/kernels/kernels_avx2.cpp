@@ -3,7 +3,10 @@
 // AVX2 code can be picked for an inline function shared with other translation units.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "local_engine/kernels/blocks.h"
 #include "local_engine/kernels/kernels_internal.h"
@@ -33,6 +36,26 @@ void fp32_to_fp16_row_avx2(const float* src, uint16_t* dst, int64_t n) {
 }
 void fp16_to_fp32_row_avx2(const uint16_t* src, float* dst, int64_t n) {
   fp16_to_fp32_row_simd(src, dst, n);
+}
+float dot_f16_f16_avx2(int64_t n, const uint16_t* x, const uint16_t* y) {
+  return dot_f16_f16_simd(n, x, y);
+}
+void swiglu_row_avx2(int64_t n, const float* gate, const float* up, float* out) {
+  swiglu_row_simd(n, gate, up, out);
+}
+void rope_apply_avx2(const float* cache, int64_t n_dims, bool neox, int64_t n_heads,
+                     int64_t head_dim, float* heads) {
+  rope_apply_simd(cache, n_dims, neox, n_heads, head_dim, heads);
+}
+void attend_rows_tiled_avx2(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
+                            const float* keys_t, int64_t kt_stride, const float* values,
+                            int64_t value_stride, float scale) {
+  attend_rows_tiled_simd(head_dim, n_rows, rows, keys_t, kt_stride, values, value_stride, scale);
+}
+void attend_head_f16_avx2(int64_t head_dim, const float* q, const uint16_t* keys,
+                          int64_t key_stride, const uint16_t* values, int64_t value_stride,
+                          int64_t n_keys, float scale, float* out) {
+  attend_head_f16_simd(head_dim, q, keys, key_stride, values, value_stride, n_keys, scale, out);
 }
 
 }  // namespace detail

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "local_engine/kernels/kernels.h"
+#include "local_engine/kernels/ops.h"
 
 namespace ferry::kernels::detail {
 
@@ -27,5 +28,20 @@ float dot_f16_f32_avx2(int64_t n, const uint16_t* a, const float* b);
 void axpy_f16_avx2(int64_t n, float alpha, const uint16_t* x, float* y);
 void fp32_to_fp16_row_avx2(const float* src, uint16_t* dst, int64_t n);
 void fp16_to_fp32_row_avx2(const uint16_t* src, float* dst, int64_t n);
+
+// ops.h on AVX2 + FMA + F16C (used by the AVX-512 table too); bit-identical to ops.cpp's.
+float dot_f16_f16_avx2(int64_t n, const uint16_t* x, const uint16_t* y);
+void swiglu_row_avx2(int64_t n, const float* gate, const float* up, float* out);
+void rope_apply_avx2(const float* cache, int64_t n_dims, bool neox, int64_t n_heads,
+                     int64_t head_dim, float* heads);
+void attend_rows_tiled_avx512(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
+                              const float* keys_t, int64_t kt_stride, const float* values,
+                              int64_t value_stride, float scale);
+void attend_rows_tiled_avx2(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
+                            const float* keys_t, int64_t kt_stride, const float* values,
+                            int64_t value_stride, float scale);
+void attend_head_f16_avx2(int64_t head_dim, const float* q, const uint16_t* keys,
+                          int64_t key_stride, const uint16_t* values, int64_t value_stride,
+                          int64_t n_keys, float scale, float* out);
 
 }  // namespace ferry::kernels::detail

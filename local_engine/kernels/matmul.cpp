@@ -32,6 +32,31 @@ void dequantize_row(const MatrixView& w, int64_t index, float* out) {
 
 namespace {
 
+// Spare activation buffers of this thread, kept at their largest size (resizing down and back
+// up within that size neither frees nor clears memory).
+thread_local std::vector<std::vector<uint8_t>> t_spare_storage;
+constexpr size_t kMaxSpares = 8;
+
+std::vector<uint8_t> take_storage(size_t bytes) {
+  std::vector<uint8_t> v;
+  if (!t_spare_storage.empty()) {
+    v = std::move(t_spare_storage.back());
+    t_spare_storage.pop_back();
+  }
+  if (v.size() < bytes) v.resize(bytes);
+  return v;
+}
+
+}  // namespace
+
+QuantizedActivations::~QuantizedActivations() {
+  if (!storage.empty() && t_spare_storage.size() < kMaxSpares) {
+    t_spare_storage.push_back(std::move(storage));
+  }
+}
+
+namespace {
+
 // Sets up qa (type, strides, storage) without quantizing; true when rows must be quantized.
 bool prepare_activations(TensorType weight_type, const float* x, int64_t n_tokens, int64_t cols,
                          QuantizedActivations& qa) {
@@ -45,7 +70,7 @@ bool prepare_activations(TensorType weight_type, const float* x, int64_t n_token
     return false;
   }
   qa.row_stride = static_cast<size_t>(row_bytes(qa.type, cols).value_or(0));
-  qa.storage.resize(qa.row_stride * static_cast<size_t>(n_tokens));
+  qa.storage = take_storage(qa.row_stride * static_cast<size_t>(n_tokens));
   qa.data = qa.storage.data();
   return true;
 }
@@ -68,29 +93,50 @@ QuantizedActivations quantize_activations(TensorType weight_type, const float* x
 }
 
 void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y, int64_t row_begin,
-                 int64_t row_end) {
+                 int64_t row_end, BatchForms forms) {
   const TypeKernels* k = kernels_for(w.type);
   const auto* act = static_cast<const uint8_t*>(qa.data);
   const auto stride = static_cast<int64_t>(qa.row_stride);
-  if (qa.n_tokens == 1) {
-    for (int64_t r = row_begin; r < row_end; ++r) y[r] = k->vec_dot(w.cols, w.row(r), act);
+  const bool serial = w.order == DotOrder::kSerial && k->vec_dot_serial != nullptr;
+  // F16 batches take llama.cpp's tinyBLAS order (vec_dot_batch) only where it has one.
+  const bool invariant = forms == BatchForms::kInvariant;
+  const bool per_token = w.type == TensorType::kF16 &&
+                         (invariant || w.rows % 4 != 0 || w.cols % 16 != 0);
+  const VecDotFn dot = serial ? k->vec_dot_serial : k->vec_dot;
+  const VecDotBatchFn dot_batch = serial ? k->vec_dot_batch_serial : k->vec_dot_batch;
+  if (qa.n_tokens == 1 || per_token) {
+    for (int64_t t = 0; t < qa.n_tokens; ++t) {
+      for (int64_t r = row_begin; r < row_end; ++r) {
+        y[t * w.rows + r] = dot(w.cols, w.row(r), act + t * stride);
+      }
+    }
     return;
   }
+  // Serial order: tokens of whole groups of 4 take llama.cpp's gemm form, the rest its gemv form.
+  const int64_t n_group4 = serial && !invariant ? qa.n_tokens - qa.n_tokens % 4 : 0;
   for (int64_t t0 = 0; t0 < qa.n_tokens; t0 += kTokenTile) {
     const int64_t nt = std::min(kTokenTile, qa.n_tokens - t0);
-    if (k->gemm) {
+    if (k->gemm && !serial) {
       k->gemm(w.cols, w.row(row_begin), static_cast<int64_t>(w.row_bytes), row_end - row_begin,
               act + t0 * stride, stride, nt, y + t0 * w.rows + row_begin, w.rows);
       continue;
     }
+    const int64_t n4 = std::clamp(n_group4 - t0, int64_t{0}, nt);
     for (int64_t r = row_begin; r < row_end; ++r) {
-      k->vec_dot_batch(w.cols, w.row(r), act + t0 * stride, stride, nt, y + t0 * w.rows + r,
-                       w.rows);
+      if (n4 > 0) {
+        k->vec_dot_batch_serial4(w.cols, w.row(r), act + t0 * stride, stride, n4,
+                                 y + t0 * w.rows + r, w.rows);
+      }
+      if (nt > n4) {
+        dot_batch(w.cols, w.row(r), act + (t0 + n4) * stride, stride, nt - n4,
+                  y + (t0 + n4) * w.rows + r, w.rows);
+      }
     }
   }
 }
 
-void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
+void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+            BatchForms forms) {
   if (n_tokens <= 0 || w.rows <= 0) return;
   QuantizedActivations qa;
   if (prepare_activations(w.type, x, n_tokens, w.cols, qa)) {
@@ -102,7 +148,7 @@ void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Thr
     }
   }
   pool.parallel_for(w.rows, kRowGrain,
-                    [&](int64_t begin, int64_t end) { matmul_rows(w, qa, y, begin, end); });
+                    [&](int64_t begin, int64_t end) { matmul_rows(w, qa, y, begin, end, forms); });
 }
 
 }  // namespace ferry::kernels

@@ -15,17 +15,31 @@ class ThreadPool;
 
 // A 2-D weight: `rows` rows (output features, GGUF ne[1]) of `cols` elements each (input
 // features, GGUF ne[0]), row-major, rows `row_bytes` apart (row_bytes(type, cols) when packed).
+// How a quantized dot product accumulates its blocks in float. kLanes: eight lanes per row,
+// summed at the end (llama.cpp's vec_dot kernels); kSerial: one accumulator per row (llama.cpp's
+// repacked "8x8" kernels, which it uses for Q4_0 and Q4_K matrices of a multiple of 8 rows).
+// Same integers, different float roundings; matching llama.cpp needs the one it uses.
+enum class DotOrder : uint8_t { kLanes = 0, kSerial = 1 };
+
 struct MatrixView {
   TensorType type = TensorType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
   size_t row_bytes = 0;
+  DotOrder order = DotOrder::kLanes;  // kSerial only where the type has serial kernels
 
   const uint8_t* row(int64_t index) const {
     return static_cast<const uint8_t*>(data) + static_cast<size_t>(index) * row_bytes;
   }
 };
+
+// llama.cpp picks some kernels by the shape of the batch: for Q4_0 / Q4_K (repacked) and F16
+// matrices, a row of a multi-row batch gets a different float order than a lone row (see
+// TypeKernels). kLlamaCpp follows llama.cpp (ferry then matches it bit for bit, batch for
+// batch); kInvariant gives every row the lone-row order, so a row's result never depends on
+// what else is in the batch (continuous batching, prefix caching).
+enum class BatchForms : uint8_t { kLlamaCpp = 0, kInvariant = 1 };
 
 // A packed view over GGUF tensor bytes (ne0 = cols, ne1 = rows).
 MatrixView make_matrix_view(TensorType type, int64_t rows, int64_t cols, const void* data);
@@ -35,7 +49,8 @@ void dequantize_row(const MatrixView& w, int64_t index, float* out);
 
 // y[t * w.rows + r] = sum_i W[r][i] * x[t * w.cols + i] for t < n_tokens, r < w.rows.
 // w.type must run (tensor_type_runs) and w.cols be a whole number of its blocks.
-void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool);
+void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+            BatchForms forms = BatchForms::kLlamaCpp);
 
 // The same split in two steps, for callers that run their own threads:
 //   QuantizedActivations qa = quantize_activations(w.type, x, n_tokens, w.cols);  // once
@@ -46,11 +61,18 @@ struct QuantizedActivations {
   int64_t cols = 0;
   size_t row_stride = 0;  // bytes between tokens
   const void* data = nullptr;  // points into storage (or at the caller's floats for F32)
+  // At least n_tokens * row_stride bytes. Taken from, and on destruction given back to, a small
+  // per-thread pool, so prefill does not fault in fresh pages for every matrix product.
   std::vector<uint8_t> storage;
+
+  QuantizedActivations() = default;
+  QuantizedActivations(QuantizedActivations&&) = default;
+  QuantizedActivations& operator=(QuantizedActivations&&) = default;
+  ~QuantizedActivations();
 };
 QuantizedActivations quantize_activations(TensorType weight_type, const float* x,
                                           int64_t n_tokens, int64_t cols);
 void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y,
-                 int64_t row_begin, int64_t row_end);
+                 int64_t row_begin, int64_t row_end, BatchForms forms = BatchForms::kLlamaCpp);
 
 }  // namespace ferry::kernels

@@ -7,11 +7,31 @@
 #include "local_engine/kernels/blocks.h"
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/kernels_internal.h"
+#include "local_engine/kernels/ops.h"
 
 namespace ferry::kernels {
 namespace {
 
 int nearest_int(float x) { return static_cast<int>(std::nearbyint(x)); }
+
+// The dot products below follow llama.cpp's x86 kernels operation for operation (ggml-cpu,
+// arch/x86/quants.c and repack.cpp, AVX2/AVX-512 builds), so the SIMD versions and llama.cpp
+// give the same bits: integer partial sums in eight 32-bit lanes (lane k holds the products of
+// bytes 4k..4k+3 of each 32-byte group), converted to float and accumulated per lane with a
+// fused multiply-add per block, the lanes summed in hsum8's order at the end.
+
+// ggml's hsum_float_8: upper half onto lower, then pairs.
+float hsum8(const float* v) {
+  float r[4];
+  for (int i = 0; i < 4; ++i) r[i] = v[4 + i] + v[i];
+  return (r[0] + r[2]) + (r[1] + r[3]);
+}
+
+// Integer dot of 4 consecutive elements: one 32-bit lane of vpdpbusd / maddubs+madd.
+template <typename A, typename B>
+int32_t dot4(const A* a, const B* b) {
+  return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3];
+}
 
 // ---- plain float types ----
 
@@ -41,9 +61,29 @@ void bf16_from_float(const float* src, void* dst, int64_t n) {
 float f32_dot(int64_t n, const void* w, const void* a) {
   return detail::dot_f32_ref(n, static_cast<const float*>(w), static_cast<const float*>(a));
 }
+// F16 weights take F16 activations, as in llama.cpp: ggml_vec_dot_f16's order for one
+// activation row (the 4 x 16 lane tree of ops.h), and for batches of several rows the order of
+// llama.cpp's tinyBLAS F16 GEMM (one 16-lane chain of fused multiply-adds over the row, then
+// the 16 lanes reduced like _mm512_reduce_add_ps), which it uses when the matrix has a multiple
+// of 4 rows and of 16 columns (matmul.cpp decides).
 float f16_dot(int64_t n, const void* w, const void* a) {
-  return detail::dot_f16_f32_ref(n, static_cast<const uint16_t*>(w),
-                                 static_cast<const float*>(a));
+  return detail::dot_f16_f16_ref(n, static_cast<const uint16_t*>(w),
+                                 static_cast<const uint16_t*>(a));
+}
+
+float f16_dot_tiled(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const uint16_t*>(w);
+  const auto* y = static_cast<const uint16_t*>(a);
+  float lanes[16] = {};
+  for (int64_t i = 0; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) {
+      lanes[l] = std::fma(fp16_to_fp32(x[i + l]), fp16_to_fp32(y[i + l]), lanes[l]);
+    }
+  }
+  float t3[8], t6[4];
+  for (int i = 0; i < 8; ++i) t3[i] = lanes[8 + i] + lanes[i];
+  for (int i = 0; i < 4; ++i) t6[i] = t3[4 + i] + t3[i];
+  return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
 float bf16_dot(int64_t n, const void* w, const void* a) {
   const auto* h = static_cast<const uint16_t*>(w);
@@ -63,6 +103,8 @@ void q8_0_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
+// As quantize_row_q8_0 of ggml's x86 build (also its activation quantizer): d = amax / 127,
+// q = round-to-nearest-even(x * (127 / amax)).
 void q8_0_from_float(const float* src, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ8_0*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i) {
@@ -70,7 +112,7 @@ void q8_0_from_float(const float* src, void* dst, int64_t n) {
     float amax = 0;
     for (int l = 0; l < kQK; ++l) amax = std::max(amax, std::fabs(x[l]));
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     b[i].d = fp32_to_fp16(d);
     for (int l = 0; l < kQK; ++l) {
       b[i].qs[l] = static_cast<int8_t>(std::clamp(nearest_int(x[l] * id), -127, 127));
@@ -81,13 +123,14 @@ void q8_0_from_float(const float* src, void* dst, int64_t n) {
 float q8_0_dot_q8_0(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ8_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  float sum = 0;
+  float acc[8] = {};
   for (int64_t i = 0; i < n / kQK; ++i) {
-    int32_t isum = 0;
-    for (int l = 0; l < kQK; ++l) isum += x[i].qs[l] * y[i].qs[l];
-    sum += fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d) * static_cast<float>(isum);
+    const float d = fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d);
+    for (int k = 0; k < 8; ++k) {
+      acc[k] = std::fma(d, static_cast<float>(dot4(x[i].qs + 4 * k, y[i].qs + 4 * k)), acc[k]);
+    }
   }
-  return sum;
+  return hsum8(acc);
 }
 
 // ---- Q4_0 ----
@@ -126,19 +169,43 @@ void q4_0_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
+// The 32 values (q - 8) of a Q4_0 block in element order.
+void q4_0_values(const BlockQ4_0& b, int8_t* v) {
+  for (int l = 0; l < kQK / 2; ++l) {
+    v[l] = static_cast<int8_t>((b.qs[l] & 0xF) - 8);
+    v[l + kQK / 2] = static_cast<int8_t>((b.qs[l] >> 4) - 8);
+  }
+}
+
 float q4_0_dot_q8_0(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ4_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  float sum = 0;
+  float acc[8] = {};
+  int8_t v[kQK];
   for (int64_t i = 0; i < n / kQK; ++i) {
-    int32_t isum = 0;
-    for (int l = 0; l < kQK / 2; ++l) {
-      isum += ((x[i].qs[l] & 0xF) - 8) * y[i].qs[l];
-      isum += ((x[i].qs[l] >> 4) - 8) * y[i].qs[l + kQK / 2];
+    q4_0_values(x[i], v);
+    const float d = fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d);
+    for (int k = 0; k < 8; ++k) {
+      acc[k] = std::fma(d, static_cast<float>(dot4(v + 4 * k, y[i].qs + 4 * k)), acc[k]);
     }
-    sum += fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d) * static_cast<float>(isum);
   }
-  return sum;
+  return hsum8(acc);
+}
+
+// llama.cpp's repacked Q4_0 kernels (q4_0_8x8 gemv/gemm): one accumulator per output, one
+// fused multiply-add per block of the block's whole integer dot.
+float q4_0_dot_q8_0_serial(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float acc = 0.0f;
+  int8_t v[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    q4_0_values(x[i], v);
+    int32_t isum = 0;
+    for (int l = 0; l < kQK; ++l) isum += v[l] * y[i].qs[l];
+    acc = std::fma(static_cast<float>(isum), fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d), acc);
+  }
+  return acc;
 }
 
 // ---- Q8_K (activations of the K-quants) ----
@@ -271,26 +338,108 @@ void q4_k_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
+// The 256 values of a Q4_K / Q5_K block (0..15 / 0..31) in element order, and its scales/mins.
+void q4_k_values(const BlockQ4_K& b, uint8_t* v, uint8_t* sc, uint8_t* mn) {
+  for (int j = 0; j < 8; ++j) {
+    unpack_scale_min_k4(j, b.scales, &sc[j], &mn[j]);
+    const uint8_t* qs = b.qs + 32 * (j / 2);
+    const int shift = (j % 2) * 4;
+    for (int l = 0; l < 32; ++l) v[32 * j + l] = static_cast<uint8_t>((qs[l] >> shift) & 0xF);
+  }
+}
+void q5_k_values(const BlockQ5_K& b, uint8_t* v, uint8_t* sc, uint8_t* mn) {
+  for (int j = 0; j < 8; ++j) {
+    unpack_scale_min_k4(j, b.scales, &sc[j], &mn[j]);
+    const uint8_t* qs = b.qs + 32 * (j / 2);
+    const int shift = (j % 2) * 4;
+    for (int l = 0; l < 32; ++l) {
+      v[32 * j + l] = static_cast<uint8_t>(((qs[l] >> shift) & 0xF) | (((b.qh[l] >> j) & 1) << 4));
+    }
+  }
+}
+
+// Lane sums of a K-quant super-block with one scale per 32 elements: lane k gets, from each
+// 32-element sub-block j, sc[j] * (dot of its elements 4k..4k+3).
+void k_lane_sums(const uint8_t* v, const uint8_t* sc, const int8_t* q8, int32_t* lanes) {
+  for (int k = 0; k < 8; ++k) {
+    lanes[k] = 0;
+    for (int j = 0; j < 8; ++j) lanes[k] += sc[j] * dot4(v + 32 * j + 4 * k, q8 + 32 * j + 4 * k);
+  }
+}
+
+// The mins' products in ggml's four lanes: lane m = mn[2m] * s(2m) + mn[2m+1] * s(2m+1), with
+// s(j) the sum of the activations of sub-block j.
+void k_min_lanes(const uint8_t* mn, const int16_t* bsums, int32_t* lanes) {
+  for (int m = 0; m < 4; ++m) {
+    lanes[m] = mn[2 * m] * (bsums[4 * m] + bsums[4 * m + 1]) +
+               mn[2 * m + 1] * (bsums[4 * m + 2] + bsums[4 * m + 3]);
+  }
+}
+
 float q4_k_dot_q8_k(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ4_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sum = 0;
+  float acc[8] = {}, acc_m[4] = {};
+  uint8_t v[kQKK], sc[8], mn[8];
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    int32_t isum = 0, msum = 0;
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      unpack_scale_min_k4(j, x[i].scales, &sc, &m);
-      const uint8_t* qs = x[i].qs + 32 * (j / 2);
-      const int shift = (j % 2) * 4;
-      int32_t dot = 0;
-      for (int l = 0; l < 32; ++l) dot += ((qs[l] >> shift) & 0xF) * y[i].qs[32 * j + l];
-      isum += sc * dot;
-      msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-    }
-    sum += y[i].d * (fp16_to_fp32(x[i].d) * static_cast<float>(isum) -
-                     fp16_to_fp32(x[i].dmin) * static_cast<float>(msum));
+    q4_k_values(x[i], v, sc, mn);
+    const float d = y[i].d * fp16_to_fp32(x[i].d);
+    const float dmin = -y[i].d * fp16_to_fp32(x[i].dmin);
+    int32_t lanes[8], mins[4];
+    k_min_lanes(mn, y[i].bsums, mins);
+    for (int m = 0; m < 4; ++m) acc_m[m] = std::fma(dmin, static_cast<float>(mins[m]), acc_m[m]);
+    k_lane_sums(v, sc, y[i].qs, lanes);
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
   }
-  return sum;
+  return hsum8(acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]));
+}
+
+// llama.cpp's repacked Q4_K kernels (q4_K_8x8): per output, the scaled sum and the mins' sum
+// each in one accumulator, one fused multiply-add per super-block, subtracted at the end.
+float q4_k_dot_q8_k_serial(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc = 0.0f, acc_m = 0.0f;
+  uint8_t v[kQKK], sc[8], mn[8];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    q4_k_values(x[i], v, sc, mn);
+    int32_t isum = 0, imin = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t dot = 0;
+      for (int l = 0; l < 32; ++l) dot += v[32 * j + l] * y[i].qs[32 * j + l];
+      isum += sc[j] * dot;
+      imin += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+    }
+    acc = std::fma(static_cast<float>(isum), fp16_to_fp32(x[i].d) * y[i].d, acc);
+    acc_m = std::fma(static_cast<float>(imin), fp16_to_fp32(x[i].dmin) * y[i].d, acc_m);
+  }
+  return acc - acc_m;
+}
+
+// The gemm form of llama.cpp's repacked Q4_K kernel: the same, but one fused multiply-add per
+// 64 elements (a pair of sub-blocks).
+float q4_k_dot_q8_k_serial4(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc = 0.0f, acc_m = 0.0f;
+  uint8_t v[kQKK], sc[8], mn[8];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    q4_k_values(x[i], v, sc, mn);
+    const float dx = fp16_to_fp32(x[i].d) * y[i].d;
+    const float dmx = fp16_to_fp32(x[i].dmin) * y[i].d;
+    for (int p = 0; p < 4; ++p) {
+      int32_t isum = 0, imin = 0;
+      for (int j = 2 * p; j < 2 * p + 2; ++j) {
+        int32_t dot = 0;
+        for (int l = 0; l < 32; ++l) dot += v[32 * j + l] * y[i].qs[32 * j + l];
+        isum += sc[j] * dot;
+        imin += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+      }
+      acc = std::fma(static_cast<float>(isum), dx, acc);
+      acc_m = std::fma(static_cast<float>(imin), dmx, acc_m);
+    }
+  }
+  return acc - acc_m;
 }
 
 // ---- Q5_K ----
@@ -333,26 +482,20 @@ void q5_k_from_float(const float* src, void* dst, int64_t n) {
 float q5_k_dot_q8_k(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ5_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sum = 0;
+  float acc[8] = {};
+  float summs = 0.0f;
+  uint8_t v[kQKK], sc[8], mn[8];
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    int32_t isum = 0, msum = 0;
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      unpack_scale_min_k4(j, x[i].scales, &sc, &m);
-      const uint8_t* qs = x[i].qs + 32 * (j / 2);
-      const int shift = (j % 2) * 4;
-      int32_t dot = 0;
-      for (int l = 0; l < 32; ++l) {
-        const int q = ((qs[l] >> shift) & 0xF) | (((x[i].qh[l] >> j) & 1) << 4);
-        dot += q * y[i].qs[32 * j + l];
-      }
-      isum += sc * dot;
-      msum += m * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
-    }
-    sum += y[i].d * (fp16_to_fp32(x[i].d) * static_cast<float>(isum) -
-                     fp16_to_fp32(x[i].dmin) * static_cast<float>(msum));
+    q5_k_values(x[i], v, sc, mn);
+    const float d = y[i].d * fp16_to_fp32(x[i].d);
+    const float dmin = -y[i].d * fp16_to_fp32(x[i].dmin);
+    int32_t lanes[8], mins[4];
+    k_min_lanes(mn, y[i].bsums, mins);
+    summs = std::fma(dmin, static_cast<float>((mins[0] + mins[1]) + (mins[2] + mins[3])), summs);
+    k_lane_sums(v, sc, y[i].qs, lanes);
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
   }
-  return sum;
+  return hsum8(acc) + summs;
 }
 
 // ---- Q6_K ----
@@ -423,19 +566,25 @@ void q6_k_from_float(const float* src, void* dst, int64_t n) {
 float q6_k_dot_q8_k(int64_t n, const void* w, const void* a) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sum = 0;
+  float acc[8] = {};
+  uint8_t v[kQKK];
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    int32_t isum = 0;
-    for (int j = 0; j < 16; ++j) {
-      int32_t dot = 0;
-      for (int l = 0; l < 16; ++l) {
-        dot += (q6_k_value(x[i], 16 * j + l) - 32) * y[i].qs[16 * j + l];
+    for (int e = 0; e < kQKK; ++e) v[e] = static_cast<uint8_t>(q6_k_value(x[i], e));
+    const int8_t* sc = x[i].scales;
+    const float d = y[i].d * fp16_to_fp32(x[i].d);
+    int32_t lanes[8];
+    for (int k = 0; k < 8; ++k) {
+      // q is stored as q + 32 (0..63): the products use it unsigned and the 32 * scale *
+      // (sum of activations) comes off per lane, lane m taking sub-blocks 2m and 2m+1.
+      lanes[k] = -32 * (y[i].bsums[2 * k] * sc[2 * k] + y[i].bsums[2 * k + 1] * sc[2 * k + 1]);
+      for (int g = 0; g < 8; ++g) {  // 32-element groups; bytes 0..15 use scale 2g, 16..31 2g+1
+        const int s = sc[2 * g + (k >= 4 ? 1 : 0)];
+        lanes[k] += s * dot4(v + 32 * g + 4 * k, y[i].qs + 32 * g + 4 * k);
       }
-      isum += x[i].scales[j] * dot;
     }
-    sum += y[i].d * fp16_to_fp32(x[i].d) * static_cast<float>(isum);
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
   }
-  return sum;
+  return hsum8(acc);
 }
 
 template <VecDotFn kDot>
@@ -448,31 +597,41 @@ void batch_from_dot(int64_t n, const void* w, const void* a, int64_t act_stride,
 void set(TypeKernels* table, TensorType type, ToFloatFn to, FromFloatFn from, TensorType dot_type,
          VecDotFn dot, VecDotBatchFn batch) {
   TypeKernels& k = table[static_cast<int>(type)];
-  k = TypeKernels{type, to, from, dot_type, dot, batch, nullptr};
+  k = TypeKernels{type, to, from, dot_type, dot, batch, nullptr, nullptr, nullptr, nullptr};
 }
 
 }  // namespace
 
 void quantize_row_q8_0_ref(const float* x, void* y, int64_t n) { q8_0_from_float(x, y, n); }
 
+// As ggml's quantize_row_q8_K_ref: the element of largest magnitude (the first, on ties) maps
+// to -127; d = 1 / iscale carries the sign; q = round-to-nearest-even(iscale * x).
 void quantize_row_q8_k_ref(const float* x, void* y, int64_t n) {
   auto* b = static_cast<BlockQ8_K*>(y);
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float* v = x + i * kQKK;
-    float amax = 0;
-    for (int l = 0; l < kQKK; ++l) amax = std::max(amax, std::fabs(v[l]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    b[i].d = d;
+    float amax = 0, max = 0;
+    for (int l = 0; l < kQKK; ++l) {
+      if (std::fabs(v[l]) > amax) {
+        amax = std::fabs(v[l]);
+        max = v[l];
+      }
+    }
+    if (amax == 0.0f) {
+      b[i] = BlockQ8_K{};
+      continue;
+    }
+    const float iscale = -127.0f / max;
     for (int j = 0; j < 16; ++j) {
       int sum = 0;
       for (int l = 0; l < 16; ++l) {
-        const int q = std::clamp(nearest_int(v[16 * j + l] * id), -127, 127);
+        const int q = std::min(127, nearest_int(iscale * v[16 * j + l]));
         b[i].qs[16 * j + l] = static_cast<int8_t>(q);
         sum += q;
       }
       b[i].bsums[j] = static_cast<int16_t>(sum);
     }
+    b[i].d = 1 / iscale;
   }
 }
 
@@ -497,7 +656,8 @@ void axpy_f16_ref(int64_t n, float alpha, const uint16_t* x, float* y) {
 void fill_scalar_table(TypeKernels* table) {
   using T = TensorType;
   set(table, T::kF32, f32_to_float, f32_from_float, T::kF32, f32_dot, batch_from_dot<f32_dot>);
-  set(table, T::kF16, f16_to_float, f16_from_float, T::kF32, f16_dot, batch_from_dot<f16_dot>);
+  set(table, T::kF16, f16_to_float, f16_from_float, T::kF16, f16_dot,
+      batch_from_dot<f16_dot_tiled>);
   set(table, T::kBF16, bf16_to_float, bf16_from_float, T::kF32, bf16_dot,
       batch_from_dot<bf16_dot>);
   set(table, T::kQ8_0, q8_0_to_float, q8_0_from_float, T::kQ8_0, q8_0_dot_q8_0,
@@ -506,6 +666,12 @@ void fill_scalar_table(TypeKernels* table) {
       batch_from_dot<q4_0_dot_q8_0>);
   set(table, T::kQ4_K, q4_k_to_float, q4_k_from_float, T::kQ8_K, q4_k_dot_q8_k,
       batch_from_dot<q4_k_dot_q8_k>);
+  table[static_cast<int>(T::kQ4_0)].vec_dot_serial = q4_0_dot_q8_0_serial;
+  table[static_cast<int>(T::kQ4_0)].vec_dot_batch_serial = batch_from_dot<q4_0_dot_q8_0_serial>;
+  table[static_cast<int>(T::kQ4_K)].vec_dot_serial = q4_k_dot_q8_k_serial;
+  table[static_cast<int>(T::kQ4_K)].vec_dot_batch_serial = batch_from_dot<q4_k_dot_q8_k_serial>;
+  table[static_cast<int>(T::kQ4_0)].vec_dot_batch_serial4 = batch_from_dot<q4_0_dot_q8_0_serial>;
+  table[static_cast<int>(T::kQ4_K)].vec_dot_batch_serial4 = batch_from_dot<q4_k_dot_q8_k_serial4>;
   set(table, T::kQ5_K, q5_k_to_float, q5_k_from_float, T::kQ8_K, q5_k_dot_q8_k,
       batch_from_dot<q5_k_dot_q8_k>);
   set(table, T::kQ6_K, q6_k_to_float, q6_k_from_float, T::kQ8_K, q6_k_dot_q8_k,

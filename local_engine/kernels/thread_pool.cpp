@@ -1,6 +1,7 @@
 #include "local_engine/kernels/thread_pool.h"
 
 #include <algorithm>
+#include <atomic>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -90,12 +91,17 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  const int64_t chunks = (n + grain - 1) / grain;
-  run([&](int ith, int nth) {
-    const int64_t per = (chunks + nth - 1) / nth;
-    const int64_t begin = std::min(n, ith * per * grain);
-    const int64_t end = std::min(n, (ith + 1) * per * grain);
-    if (begin < end) fn(begin, end);
+  // About four chunks per thread, claimed in order from a shared counter: a thread that runs
+  // late (a busy machine) takes fewer, instead of holding back the whole step with its share.
+  const int64_t grains = (n + grain - 1) / grain;
+  const int64_t per_chunk = std::max<int64_t>(1, grains / (4 * static_cast<int64_t>(n_threads_))) * grain;
+  const int64_t chunks = (n + per_chunk - 1) / per_chunk;
+  std::atomic<int64_t> next{0};
+  run([&](int, int) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed)) {
+      fn(c * per_chunk, std::min(n, (c + 1) * per_chunk));
+    }
   });
 }
 

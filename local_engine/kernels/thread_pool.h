@@ -25,8 +25,9 @@ class ThreadPool {
   // returns when all have returned. fn must not throw.
   void run(const std::function<void(int, int)>& fn);
 
-  // Splits [0, n) into n_threads contiguous ranges (multiples of `grain` except the last)
-  // and calls fn(begin, end) for each non-empty one.
+  // Splits [0, n) into contiguous ranges (multiples of `grain` except the last; about four per
+  // thread) and calls fn(begin, end) once for each, the threads taking them in order as they
+  // come free; returns when all are done.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:

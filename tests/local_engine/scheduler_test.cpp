@@ -45,7 +45,8 @@ class SchedulerTest : public ::testing::Test {
   std::unique_ptr<Scheduler> make(SchedulerOptions options, std::vector<TokenId> eog = {}) {
     auto model = Model::load(src_);
     EXPECT_TRUE(model.has_value());
-    auto engine = std::make_unique<Engine>(std::move(model).value(), EngineOptions{2, kCtx});
+    auto engine = std::make_unique<Engine>(std::move(model).value(),
+                                           EngineOptions{2, kCtx, /*batch_invariant=*/true});
     return std::make_unique<Scheduler>(std::move(engine), std::move(options), piece_,
                                        std::move(eog));
   }

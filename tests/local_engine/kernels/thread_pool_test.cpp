@@ -30,6 +30,8 @@ TEST(ThreadPool, ParallelForCoversTheRangeExactlyOnce) {
       std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
       pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
         EXPECT_LT(b, e);
+        EXPECT_EQ(b % grain, 0);
+        EXPECT_TRUE(e == n || e % grain == 0);
         for (int64_t i = b; i < e; ++i) seen[static_cast<size_t>(i)].fetch_add(1);
       });
       for (auto& s : seen) ASSERT_EQ(s.load(), 1) << n << " " << grain;
