@@ -8,28 +8,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { closed_port, ensure_node_modules, print_tail, run_test_file, start_server,
-         stop_server } from './servers.mjs';
+import { closed_port, ensure_node_modules, parse_runner_args, print_tail, run_test_file,
+         start_server, stop_server } from './servers.mjs';
 
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kApiKey = 'sk-ferry-conformance-app';
 
 function parse_args(argv) {
-  const args = { ferry: null, upstream: null, files: [] };
-  for (let i = 0; i < argv.length; i++) {
-    if (argv[i] === '--ferry') args.ferry = argv[++i];
-    else if (argv[i] === '--upstream') args.upstream = argv[++i];
-    else args.files.push(argv[i]);
-  }
-  if (!args.ferry || !args.upstream) {
-    console.error('usage: node run_conformance.mjs --ferry PATH --upstream PATH [test files...]');
-    process.exit(2);
-  }
-  if (args.files.length === 0) {
-    args.files = fs.readdirSync(kHere).filter((f) => f.endsWith('.test.mjs')).sort()
-        .map((f) => path.join(kHere, f));
-  }
-  return args;
+  return parse_runner_args(
+      argv, 'usage: node run_conformance.mjs --ferry PATH --upstream PATH [test files...]', kHere);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -149,3 +149,23 @@ export function run_test_file(file, env) {
   });
 }
 
+
+// `--ferry PATH --upstream PATH [test files...]`; without files, every *.test.mjs in
+// `default_dir`. Exits with 2 and the usage line when a binary is missing.
+export function parse_runner_args(argv, usage, default_dir) {
+  const args = { ferry: null, upstream: null, files: [] };
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === '--ferry') args.ferry = argv[++i];
+    else if (argv[i] === '--upstream') args.upstream = argv[++i];
+    else args.files.push(argv[i]);
+  }
+  if (!args.ferry || !args.upstream) {
+    console.error(usage);
+    process.exit(2);
+  }
+  if (args.files.length === 0) {
+    args.files = fs.readdirSync(default_dir).filter((f) => f.endsWith('.test.mjs')).sort()
+        .map((f) => path.join(default_dir, f));
+  }
+  return args;
+}
