@@ -403,7 +403,7 @@ Result<policies::Facts> Router::build_facts(const RequestContext& ctx,
   f.claimed_tags = claimed_tags;
   f.unix_seconds = ctx.started_us / 1000000;
   f.split = fnv1a(ctx.request_id);
-  if (ledger_) {
+  if (ledger_ && policy != nullptr) {  // a fact only rules read: no lock without a policy
     f.budget_left_pct = ledger_->budget_left_pct(
         ledger::Subject{ctx.principal.key_id, ctx.principal.team, ctx.principal.project});
   }
