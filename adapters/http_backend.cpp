@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -21,6 +22,7 @@
 
 #include "adapters/openai_wire.h"
 #include "adapters/sse_parser.h"
+#include "adapters/timed_socket.h"
 
 namespace ferry::adapters {
 
@@ -37,17 +39,19 @@ constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMaxResponseBytes = 64 << 20;   // a non-streaming answer
 constexpr size_t kMaxErrorBodyBytes = 1 << 20;   // an error body we read to explain it
 constexpr auto kMaxIdleAge = std::chrono::seconds(30);
+constexpr auto kPeekAfter = std::chrono::milliseconds(1000);
 
-using PlainStream = beast::tcp_stream;
-using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+using PlainStream = TimedSocket;
+using TlsStream = beast::ssl_stream<TimedSocket>;
 
 // One upstream connection: a plain or TLS stream plus its read buffer.
 struct Connection {
   std::variant<std::unique_ptr<PlainStream>, std::unique_ptr<TlsStream>> stream;
   beast::flat_buffer buffer;
   Clock::time_point idle_since;
+  const asio::execution_context* loop = nullptr;  // the event loop its socket belongs to
 
-  beast::tcp_stream& tcp() {
+  TimedSocket& tcp() {
     if (auto* p = std::get_if<0>(&stream)) return **p;
     return beast::get_lowest_layer(*std::get<1>(stream));
   }
@@ -56,10 +60,15 @@ struct Connection {
     tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
     tcp().socket().close(ec);
   }
-  // True when the peer closed or sent unexpected bytes while the connection sat idle.
+  // True when the peer closed or sent unexpected bytes while the connection sat idle. A
+  // connection idle for less than kPeekAfter is not probed (a system call per request under
+  // load): servers close idle connections after seconds, and a request that finds the
+  // connection closed all the same is retried on a fresh one before any answer byte (send()).
   bool stale() {
-    if (Clock::now() - idle_since > kMaxIdleAge) return true;
+    auto idle = Clock::now() - idle_since;
+    if (idle > kMaxIdleAge) return true;
     if (buffer.size() != 0) return true;
+    if (idle < kPeekAfter) return false;
     char byte = 0;
     ssize_t n = ::recv(tcp().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
@@ -148,11 +157,14 @@ struct HttpBackend::Impl {
     }
   }
 
-  std::unique_ptr<Connection> take_idle() {
+  // The most recently used idle connection of the caller's event loop (connections never
+  // move between loops, so their completions never cross threads).
+  std::unique_ptr<Connection> take_idle(const asio::execution_context* loop) {
     std::lock_guard lock(mu);
-    while (!idle.empty()) {
-      auto conn = std::move(idle.back());
-      idle.pop_back();
+    for (size_t i = idle.size(); i-- > 0;) {
+      if (idle[i]->loop != loop) continue;
+      auto conn = std::move(idle[i]);
+      idle.erase(idle.begin() + static_cast<std::ptrdiff_t>(i));
       if (!conn->stale()) return conn;
       conn->close();
     }
@@ -161,6 +173,7 @@ struct HttpBackend::Impl {
 
   void give_back(std::unique_ptr<Connection> conn) {
     conn->idle_since = Clock::now();
+    conn->tcp().expires_never();
     std::lock_guard lock(mu);
     if (closing || static_cast<int64_t>(idle.size()) >= cfg.max_idle_connections) {
       conn->close();
@@ -175,13 +188,14 @@ struct HttpBackend::Impl {
 
   asio::awaitable<Result<std::unique_ptr<Connection>>> connect(Clock::time_point total,
                                                                CancelSignal& cancel) {
+    asio::any_io_executor loop_ex = co_await asio::this_coro::executor;
     std::optional<tcp::resolver::results_type> eps;
     {
       std::lock_guard lock(mu);
       eps = endpoints;
     }
     if (!eps) {
-      tcp::resolver resolver(executor);
+      tcp::resolver resolver(loop_ex);
       std::string port = std::to_string(cfg.port);
       auto [ec, results] = co_await resolver.async_resolve(cfg.host, port, kAwait);
       if (ec) {
@@ -193,10 +207,11 @@ struct HttpBackend::Impl {
       endpoints = results;
     }
     auto conn = std::make_unique<Connection>();
+    conn->loop = &asio::query(loop_ex, asio::execution::context);
     if (tls) {
-      conn->stream = std::make_unique<TlsStream>(executor, *tls);
+      conn->stream = std::make_unique<TlsStream>(loop_ex, *tls);
     } else {
-      conn->stream = std::make_unique<PlainStream>(executor);
+      conn->stream = std::make_unique<PlainStream>(loop_ex);
     }
     Connection* raw = conn.get();
     cancel.set_hook([raw] { raw->close(); });
@@ -243,8 +258,7 @@ struct HttpBackend::Impl {
 
   template <typename Stream>
   asio::awaitable<Exchange> exchange(Stream& stream, Connection& conn,
-                                     http::request<http::string_body>& req,
-                                     const BackendRequest& request, StreamSink* sink,
+                                     const std::string& head, const BackendRequest& request, StreamSink* sink,
                                      CancelSignal& cancel, bool reused, Clock::time_point total,
                                      Clock::time_point started) {
     Exchange out;
@@ -267,7 +281,16 @@ struct HttpBackend::Impl {
     };
 
     conn.tcp().expires_at(step_deadline(cfg.timeouts.idle_ms, total));
-    auto [wec, written] = co_await http::async_write(stream, req, kAwait);
+    // The request head is prebuilt text; head and body go out in one gathered write.
+    std::array<asio::const_buffer, 2> out_bufs{asio::buffer(head), asio::buffer(request.body)};
+    beast::error_code wec;
+    size_t written = write_now(stream, out_bufs, wec);
+    if (!wec && written < asio::buffer_size(out_bufs)) {
+      beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(out_bufs);
+      rest.consume(written);
+      auto [aec, an] = co_await asio::async_write(stream, rest, kAwait);
+      wec = aec;
+    }
     if (wec) {
       if (reused && !cancel.cancelled()) co_return out;  // stale keep-alive: retry fresh
       co_return io_error(wec, "sending the request");
@@ -310,9 +333,47 @@ struct HttpBackend::Impl {
     while (!parser.is_done()) {
       res.body().data = buf;
       res.body().size = sizeof buf;
-      conn.tcp().expires_at(step_deadline(cfg.timeouts.idle_ms, total));
-      auto [rec, rn] = co_await http::async_read_some(stream, conn.buffer, parser, kAwait);
-      if (rec == http::error::need_buffer) rec = {};
+      // Parse what is buffered; read from the socket only when the parser needs more. (Beast's
+      // composed read costs an event-loop turn per chunk piece even when the bytes are here.)
+      beast::error_code rec;
+      bool need_read = conn.buffer.size() == 0;
+      if (!need_read) {
+        size_t used = parser.put(conn.buffer.data(), rec);
+        conn.buffer.consume(used);
+        if (rec == http::error::need_more) {
+          rec = {};
+          need_read = true;
+        } else if (rec == http::error::need_buffer) {
+          rec = {};
+        }
+      }
+      if (!rec && need_read && res.body().size == sizeof buf && !parser.is_done()) {
+        // Everything buffered is parsed: forward its events in one write, then wait for more.
+        if (!to_client.empty()) {
+          bool sent = co_await sink->write(to_client);
+          to_client.clear();
+          if (!sent) {
+            out.result = Error::make(ErrorCode::kCancelled, "client went away");
+            co_return out;
+          }
+        }
+        conn.tcp().expires_at(step_deadline(cfg.timeouts.idle_ms, total));
+        auto space = conn.buffer.prepare(sizeof buf);
+        auto [xec, xn] = co_await stream.async_read_some(space, kAwait);
+        conn.buffer.commit(xn);
+        if (xec == asio::error::eof || xec == ssl::error::stream_truncated) {
+          // The server closed: that ends a body delimited by the close, anything else is cut.
+          if (parser.got_some()) {
+            parser.put_eof(rec);
+          } else {
+            rec = http::error::end_of_stream;
+          }
+        } else if (xec) {
+          rec = xec;
+        } else {
+          continue;  // parse what came
+        }
+      }
       if (rec && rec != http::error::end_of_stream) {
         if (streaming) {
           if (cancel.cancelled()) co_return io_error(rec, "");
@@ -333,7 +394,6 @@ struct HttpBackend::Impl {
         }
         body.append(buf, got);
       } else if (got > 0) {
-        to_client.clear();
         bool malformed = false;
         bool ok = sse.feed(std::string_view(buf, got), [&](std::string_view, std::string_view data) {
           if (saw_done || malformed) return;
@@ -367,12 +427,17 @@ struct HttpBackend::Impl {
               backend_error(ErrorCode::kBackendError, cfg.name, "sent a malformed stream event");
           break;
         }
-        if (!to_client.empty() && !(co_await sink->write(to_client))) {
-          out.result = Error::make(ErrorCode::kCancelled, "client went away");
-          co_return out;
-        }
       }
       if (rec == http::error::end_of_stream) break;
+    }
+    // The events parsed since the last write (before the end, or before a broken event).
+    if (streaming && !to_client.empty()) {
+      bool sent = co_await sink->write(to_client);
+      to_client.clear();
+      if (!sent) {
+        out.result = Error::make(ErrorCode::kCancelled, "client went away");
+        co_return out;
+      }
     }
 
     if (!ok_status) {
@@ -416,29 +481,43 @@ void HttpBackend::close_idle() {
   impl_->idle.clear();
 }
 
+// g++ 12 reports a false -Wmismatched-new-delete on this coroutine's frame (Asio's frame
+// allocator pairs its own operator new and delete); the pairing is Asio's and is correct.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 asio::awaitable<Result<BackendReply>> HttpBackend::send(const BackendRequest& request,
                                                         StreamSink* sink, CancelSignal& cancel) {
   Impl& im = *impl_;
   auto started = Clock::now();
   auto total = started + std::chrono::milliseconds(im.cfg.timeouts.total_ms);
 
-  http::request<http::string_body> req{
-      http::verb::post,
-      im.cfg.path_prefix +
-          (request.endpoint == Endpoint::kChatCompletions ? "/chat/completions" : "/completions"),
-      11};
-  req.set(http::field::host, im.host_header);
-  req.set(http::field::user_agent, "ferry");
-  req.set(http::field::content_type, "application/json");
-  req.set(http::field::accept, request.stream ? "text/event-stream" : "application/json");
-  if (im.cfg.api_key) req.set(http::field::authorization, "Bearer " + *im.cfg.api_key);
-  if (!request.request_id.empty()) req.set("x-request-id", request.request_id);
-  req.keep_alive(true);
-  req.body() = request.body;
-  req.prepare_payload();
+  // The request head, written by hand (a serializer costs more than the rest of the call).
+  std::string head;
+  head.reserve(256 + im.host_header.size() + im.cfg.path_prefix.size());
+  head.append("POST ");
+  head.append(im.cfg.path_prefix);
+  head.append(request.endpoint == Endpoint::kChatCompletions ? "/chat/completions"
+                                                             : "/completions");
+  head.append(" HTTP/1.1\r\nHost: ");
+  head.append(im.host_header);
+  head.append("\r\nUser-Agent: ferry\r\nContent-Type: application/json\r\nAccept: ");
+  head.append(request.stream ? "text/event-stream" : "application/json");
+  if (im.cfg.api_key) {
+    head.append("\r\nAuthorization: Bearer ");
+    head.append(*im.cfg.api_key);
+  }
+  if (!request.request_id.empty()) {
+    head.append("\r\nx-request-id: ");
+    head.append(request.request_id);
+  }
+  head.append("\r\nContent-Length: ");
+  head.append(std::to_string(request.body.size()));
+  head.append("\r\n\r\n");
 
+  asio::any_io_executor loop_ex = co_await asio::this_coro::executor;
+  const asio::execution_context* loop = &asio::query(loop_ex, asio::execution::context);
   for (int attempt = 0; attempt < 2; ++attempt) {
-    std::unique_ptr<Connection> conn = attempt == 0 ? im.take_idle() : nullptr;
+    std::unique_ptr<Connection> conn = attempt == 0 ? im.take_idle(loop) : nullptr;
     bool reused = conn != nullptr;
     if (reused) {
       im.stats.connections_reused.fetch_add(1, std::memory_order_relaxed);
@@ -454,9 +533,9 @@ asio::awaitable<Result<BackendReply>> HttpBackend::send(const BackendRequest& re
     }
     Impl::Exchange ex;
     if (auto* p = std::get_if<0>(&conn->stream)) {
-      ex = co_await im.exchange(**p, *conn, req, request, sink, cancel, reused, total, started);
+      ex = co_await im.exchange(**p, *conn, head, request, sink, cancel, reused, total, started);
     } else {
-      ex = co_await im.exchange(*std::get<1>(conn->stream), *conn, req, request, sink, cancel,
+      ex = co_await im.exchange(*std::get<1>(conn->stream), *conn, head, request, sink, cancel,
                                 reused, total, started);
     }
     cancel.clear_hook();
@@ -473,5 +552,7 @@ asio::awaitable<Result<BackendReply>> HttpBackend::send(const BackendRequest& re
   }
   co_return backend_error(ErrorCode::kBackendError, im.cfg.name, "dropped the connection");
 }
+
+#pragma GCC diagnostic pop
 
 }  // namespace ferry::adapters

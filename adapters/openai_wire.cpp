@@ -221,6 +221,16 @@ ChunkAction inspect_stream_chunk(std::string_view data, bool client_wants_usage)
   if (v == std::string_view::npos || v >= data.size() || data[v] != '{') return action;
   action.usage = find_usage(data);
   if (client_wants_usage) return action;
+  // The usual case, the final usage chunk with `"choices": []`, is dropped without a parse.
+  // (A quoted key cannot occur inside a JSON string, where quotes are escaped.)
+  size_t c = find_key_value(data, "\"choices\"", /*last=*/false);
+  if (c != std::string_view::npos && c < data.size() && data[c] == '[') {
+    size_t close = skip_ws(data, c + 1);
+    if (close < data.size() && data[close] == ']') {
+      action.forward = false;
+      return action;
+    }
+  }
   auto chunk = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
   if (!chunk.is_object()) return action;
   auto choices = chunk.find("choices");

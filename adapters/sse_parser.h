@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -43,13 +44,24 @@ class SseParser {
         continue;
       }
       // Copy the run of ordinary bytes up to the next line end at once.
-      size_t end = bytes.find_first_of("\r\n", i);
-      if (end == std::string_view::npos) end = bytes.size();
+      size_t end = line_end(bytes, i);
       line_.append(bytes.data() + i, end - i);
       if (line_.size() > max_event_bytes_) return fail("an SSE line exceeds the size limit");
       i = end;
     }
     return true;
+  }
+
+  // The index of the first CR or LF at or after `from` (bytes.size() when none): two memchr
+  // scans (string_view::find_first_of calls memchr once per byte of the haystack).
+  static size_t line_end(std::string_view bytes, size_t from) {
+    const char* begin = bytes.data() + from;
+    size_t n = bytes.size() - from;
+    const void* lf = std::memchr(begin, '\n', n);
+    size_t end = lf != nullptr ? static_cast<size_t>(static_cast<const char*>(lf) - begin) : n;
+    const void* cr = std::memchr(begin, '\r', end);
+    if (cr != nullptr) end = static_cast<size_t>(static_cast<const char*>(cr) - begin);
+    return from + end;
   }
 
   // True when bytes of an unfinished event are buffered (a stream that ends here was cut).

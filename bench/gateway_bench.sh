@@ -5,7 +5,11 @@
 # Environment: FERRY_BUILD_DIR (default build), FERRY_CPU (0), UPSTREAM_CPU (1), LOADGEN_CPU (1),
 #   FERRY_IO_THREADS (1), FERRY_ACCESS_LOG (a file in the run's temp dir; "off" to disable),
 #   BENCH_NICE (unset; e.g. -10 runs all three processes at that nice level, as root, so that
-#   builds running beside the benchmark on a shared machine disturb it less).
+#   builds running beside the benchmark on a shared machine disturb it less),
+#   BENCH_NGINX (default: on when `nginx` is installed; "off" to skip): nginx as a plain
+#   reverse proxy (one worker, upstream keep-alive, no buffering) in front of the same
+#   upstream on FERRY_CPU, measured in the same rounds as the reference for ferry's figures
+#   (`apt-get install nginx-light`; not needed by anything else).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -101,12 +105,53 @@ ferry_pid=$!
 pids+=("$ferry_pid")
 ferry_url=$(wait_listening "$work/ferry.out" ferry)
 
+reference_args=()
+if [ "${BENCH_NGINX:-on}" != off ] && command -v nginx >/dev/null 2>&1; then
+  mkdir -p "$work/nginx"
+  nginx_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  cat >"$work/nginx/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+master_process off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log;
+events { worker_connections 4096; }
+http {
+  access_log $work/nginx/access.log;
+  client_body_temp_path $work/nginx;
+  proxy_temp_path $work/nginx;
+  upstream up { server ${upstream_url#http://}; keepalive 64; }
+  server {
+    listen 127.0.0.1:$nginx_port;
+    client_max_body_size 16m;
+    client_body_buffer_size 64k;
+    location / {
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+EOF
+  "${pin_ferry[@]}" nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.out" 2>&1 &
+  nginx_pid=$!
+  pids+=("$nginx_pid")
+  for _ in $(seq 1 50); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$nginx_port") 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  reference_args=(--reference "http://127.0.0.1:$nginx_port" --reference-pid "$nginx_pid"
+    --reference-name nginx)
+fi
+
 echo "ferry $("$ferry_bin" --version 2>/dev/null | head -1) on CPU $FERRY_CPU ($IO_THREADS I/O" \
   "threads), upstream on CPU $UPSTREAM_CPU, loadgen on CPU $LOADGEN_CPU, nice ${BENCH_NICE:-0};" \
   "access log: $access_log; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
 "${pin_loadgen[@]}" "$loadgen_bin" --direct "$upstream_url" --ferry "$ferry_url" \
-  --api-key "$api_key" --ferry-pid "$ferry_pid" --upstream-pid "$upstream_pid" "$@" || status=$?
+  --api-key "$api_key" --ferry-pid "$ferry_pid" --upstream-pid "$upstream_pid" \
+  "${reference_args[@]}" "$@" || status=$?
 if [ "$status" -ne 0 ]; then
   echo "gateway_bench: ferry_loadgen exited with $status (errors above); last lines of ferry's output:"
   tail -n 20 "$work/ferry.out"

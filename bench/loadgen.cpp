@@ -315,7 +315,9 @@ std::string make_chat_body(const std::string& model, bool stream, int64_t bytes,
                      words(content * 55 / 100, 3) + "\"},{\"role\":\"user\",\"content\":\"" +
                      words(content * 45 / 100, 11) +
                      "\"}],\"max_tokens\":" + std::to_string(max_tokens) + ",\"temperature\":0.7";
-  if (stream) body += ",\"stream\":true";
+  // Streams ask for usage: ferry always asks its upstream for it (the ledger needs it), so
+  // with this the upstream sends the same events whether called directly or through ferry.
+  if (stream) body += ",\"stream\":true,\"stream_options\":{\"include_usage\":true}";
   body += "}";
   return body;
 }
@@ -653,6 +655,9 @@ struct Options {
   int rounds = 1;
   std::string json_file;
   std::string only;  // run only scenarios whose name contains this
+  std::string reference_url;  // optional third target (another proxy, e.g. nginx)
+  int reference_pid = 0;
+  std::string reference_name = "nginx";
 };
 
 std::string fmt(const char* format, double value) {
@@ -728,6 +733,12 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.json_file = value;
     else if (arg == "--only")
       o.only = value;
+    else if (arg == "--reference")
+      o.reference_url = value;
+    else if (arg == "--reference-pid")
+      o.reference_pid = std::stoi(value);
+    else if (arg == "--reference-name")
+      o.reference_name = value;
     else {
       std::fprintf(stderr, "loadgen: unknown option %s\n", argv[i - 1]);
       return std::nullopt;
@@ -738,7 +749,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
                  "usage: ferry_loadgen --direct URL --ferry URL [--ferry-pid PID] "
                  "[--upstream-pid PID] [--api-key KEY] [--concurrency N] [--rate R] "
                  "[--duration S] [--warmup S] [--body-bytes B] [--max-tokens T] "
-                 "[--slow-stream-ms MS] [--rounds N] [--json FILE] [--only TEXT]\n");
+                 "[--slow-stream-ms MS] [--rounds N] [--json FILE] [--only TEXT] "
+                 "[--reference URL --reference-pid PID --reference-name NAME]\n");
     return std::nullopt;
   }
   return o;
@@ -757,6 +769,18 @@ int run_all(int argc, char** argv) {
   direct->pid = o.upstream_pid;
   ferry->pid = o.ferry_pid;
   ferry->api_key = o.api_key;
+  // An optional third target: another proxy in front of the same upstream (e.g. nginx),
+  // measured in the same rounds so that ferry's figures have a reference from the same minute.
+  std::optional<Target> reference;
+  if (!o.reference_url.empty()) {
+    reference = parse_url(o.reference_name, o.reference_url);
+    if (!reference) {
+      std::fprintf(stderr, "loadgen: URLs must be http://HOST:PORT\n");
+      return 2;
+    }
+    reference->pid = o.reference_pid;
+    reference->api_key = o.api_key;
+  }
 
   std::string slow = "stream-slow-" + std::to_string(o.slow_stream_ms);
   std::string c = std::to_string(o.concurrency);
@@ -783,10 +807,11 @@ int run_all(int argc, char** argv) {
     std::string body = make_chat_body(scenario.model, scenario.stream, o.body_bytes, o.max_tokens);
     // Rounds alternate direct and ferry, so that a drift in the machine's load hits both; the
     // summary pools the samples of every round.
-    std::optional<RunStats> pair[2];
-    const Target* targets[2] = {&*direct, &*ferry};
+    std::optional<RunStats> pair[3];
+    const Target* targets[3] = {&*direct, &*ferry, reference ? &*reference : nullptr};
+    const int n_targets = reference ? 3 : 2;
     for (int round = 0; round < o.rounds; ++round) {
-      for (int t = 0; t < 2; ++t) {
+      for (int t = 0; t < n_targets; ++t) {
         Runner runner(*targets[t], scenario, make_http_request(*targets[t], body), o.upstream_pid);
         auto stats = runner.run();
         if (!stats) return 1;
@@ -802,12 +827,14 @@ int run_all(int argc, char** argv) {
     }
     if (o.rounds > 1) {
       for (auto& p : pair) {
+        if (!p) continue;
         p->target += " all";
         print_row(*p);
       }
     }
-    all.push_back(*pair[0]);
-    all.push_back(*pair[1]);
+    for (auto& p : pair) {
+      if (p) all.push_back(*p);
+    }
     const RunStats& d = *pair[0];
     const RunStats& f = *pair[1];
     std::string line =
@@ -822,6 +849,26 @@ int run_all(int argc, char** argv) {
     if (f.server_cpu_us) line += "; ferry CPU " + fmt("%.1f", *f.server_cpu_us) + " us/request";
     if (scenario.rate <= 0) line += "; throughput " + fmt("%.2f", f.rps() / d.rps()) + "x direct";
     summary.push_back(line);
+    if (pair[2]) {
+      const RunStats& n = *pair[2];
+      std::string ref = scenario.name + ": " + o.reference_name + " adds p50 " +
+                        fmt("%.3f", percentile_ms(n.latency_ns, 0.5) - percentile_ms(d.latency_ns, 0.5)) +
+                        " ms, p90 " +
+                        fmt("%.3f", percentile_ms(n.latency_ns, 0.9) - percentile_ms(d.latency_ns, 0.9)) +
+                        " ms";
+      if (scenario.stream) {
+        ref += ", first byte p50 " +
+               fmt("%.3f", percentile_ms(n.first_ns, 0.5) - percentile_ms(d.first_ns, 0.5)) + " ms";
+      }
+      if (n.server_cpu_us) {
+        ref += "; " + o.reference_name + " CPU " + fmt("%.1f", *n.server_cpu_us) + " us/request";
+        if (f.server_cpu_us) {
+          ref += "; ferry/" + o.reference_name + " CPU " +
+                 fmt("%.2f", *f.server_cpu_us / *n.server_cpu_us) + "x";
+        }
+      }
+      summary.push_back(ref);
+    }
   }
   std::printf("\n");
   for (const auto& line : summary) std::printf("%s\n", line.c_str());

@@ -5,19 +5,18 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -34,12 +33,14 @@
 
 #include "adapters/http_backend.h"
 #include "adapters/local_backend.h"
+#include "adapters/timed_socket.h"
 #include "common/clock.h"
 #include "common/ids.h"
 #include "gateway/access_log.h"
 #include "gateway/admin.h"
 #include "gateway/auth.h"
 #include "gateway/errors.h"
+#include "gateway/http_wire.h"
 #include "gateway/metrics.h"
 #include "gateway/openai_request.h"
 #include "gateway/router.h"
@@ -53,7 +54,6 @@ namespace http = beast::http;
 namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
-using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
@@ -196,17 +196,23 @@ struct ChunkPipe {
 };
 
 // True when the peer has closed (or reset) a socket that select()ed readable.
-bool peer_closed(int fd) {
+// The client-disconnect watch of one backend call (see proxy()).
+struct ClientWatch {
+  bool done = false;
+  adapters::CancelSignal* cancel = nullptr;
   char byte = 0;
-  ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
+};
 
 }  // namespace
 
 struct Server::Impl {
   config::Config cfg;
+  // One event loop per I/O thread: a connection lives on one loop for its whole life, so its
+  // handlers never need a strand or another thread's wake-up. ioc is the first loop (signals,
+  // accepting, shutdown); more_iocs are the others.
   asio::io_context ioc;
+  std::vector<std::unique_ptr<asio::io_context>> more_iocs;
+  size_t next_ioc = 0;
   std::optional<ssl::context> tls;
   std::optional<tcp::acceptor> acceptor;
   asio::signal_set signals{ioc, SIGTERM, SIGINT};
@@ -226,9 +232,12 @@ struct Server::Impl {
 
   explicit Impl(config::Config c)
       : cfg(std::move(c)),
-        ioc(cfg.server.io_threads),
+        ioc(1),
         auth(cfg.auth),
         access_log(cfg.log.access_log) {
+    for (int i = 1; i < cfg.server.io_threads; ++i) {
+      more_iocs.push_back(std::make_unique<asio::io_context>(1));
+    }
     if (cfg.server.tls) {
       tls.emplace(ssl::context::tls_server);
       tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
@@ -299,24 +308,40 @@ struct Server::Impl {
     });
   }
 
-  ~Impl() { workers.join(); }
+  ~Impl() {
+    workers.join();
+    // Pooled upstream sockets belong to the loops: close them while the loops exist, then let
+    // each loop destroy what it still holds while everything its handlers use is alive.
+    for (auto* b : http_backends) b->close_idle();
+    more_iocs.clear();
+  }
 
   // ---- responses -------------------------------------------------------------------------
 
   template <typename Stream>
   asio::awaitable<bool> write_reply(Stream& stream, const Reply& reply, const std::string& rid,
                                     bool keep_alive) {
-    http::response<http::string_body> res{reply.status, 11};
-    res.set(http::field::server, "ferry");
-    res.set(http::field::content_type, reply.content_type);
-    res.set("x-request-id", rid);
-    for (const auto& [k, v] : reply.headers) res.set(k, v);
-    res.keep_alive(keep_alive);
-    res.body() = reply.body;
-    res.prepare_payload();
+    // The head is written by hand and goes out with the body in one gathered write.
+    std::string head;
+    head.reserve(256);
+    ResponseHead h;
+    h.status = static_cast<int>(reply.status);
+    h.content_type = reply.content_type;
+    h.request_id = rid;
+    h.headers = &reply.headers;
+    h.content_length = reply.body.size();
+    h.keep_alive = keep_alive;
+    append_response_head(head, h);
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(reply.body)};
     beast::get_lowest_layer(stream).expires_after(
         std::chrono::milliseconds(cfg.limits.write_timeout_ms));
-    auto [ec, n] = co_await http::async_write(stream, res, kAwait);
+    beast::error_code now_ec;
+    size_t done = adapters::write_now(stream, bufs, now_ec);
+    if (now_ec) co_return false;
+    if (done == asio::buffer_size(bufs)) co_return true;
+    beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(bufs);
+    rest.consume(done);
+    auto [ec, n] = co_await asio::async_write(stream, rest, kAwait);
     co_return !ec;
   }
 
@@ -336,52 +361,70 @@ struct Server::Impl {
     void set_content_type(std::string type) { content_type_ = std::move(type); }
 
     asio::awaitable<bool> write(std::string_view bytes) override {
-      if (broken_) co_return false;
-      if (!started_) {
-        started_ = true;
-        record_.ttft_us = micros_between(record_.started, Clock::now());
-        http::response<http::empty_body> res{http::status::ok, 11};
-        res.set(http::field::server, "ferry");
-        res.set(http::field::content_type, content_type_);
-        res.set(http::field::cache_control, "no-cache");
-        res.set("x-request-id", rid_);
-        if (headers_ != nullptr) {
-          for (const auto& [k, v] : *headers_) res.set(k, v);
-        }
-        res.keep_alive(!server_.draining.load());
-        res.chunked(true);
-        http::response_serializer<http::empty_body> sr{res};
-        arm();
-        auto [ec, n] = co_await http::async_write_header(stream_, sr, kAwait);
-        if (ec) co_return fail();
-      }
-      if (bytes.empty()) co_return true;  // an empty chunk would end the body
-      captured_.append(bytes);
-      arm();
-      auto chunk = http::make_chunk(asio::buffer(bytes));
-      auto [ec, n] = co_await asio::async_write(stream_, chunk, kAwait);
-      if (ec) co_return fail();
-      co_return true;
+      co_return co_await send(bytes, false);
     }
 
-    // Ends the stream: [DONE] after success, an error event after a failure.
+    // Ends the stream: [DONE] after success, an error event after a failure; the tail and the
+    // last chunk go out in one write.
     asio::awaitable<void> finish(const std::optional<Error>& error) {
       if (broken_) co_return;
       std::string tail = error ? "data: " + error_json(*error) + "\n\n" : "data: [DONE]\n\n";
-      if (!(co_await write(tail))) co_return;
-      co_await finish_plain();
+      co_await send(tail, true);
     }
 
     // Ends the chunked body without an SSE tail.
     asio::awaitable<void> finish_plain() {
       if (broken_) co_return;
-      arm();
-      auto last = http::make_chunk_last();
-      auto [ec, n] = co_await asio::async_write(stream_, last, kAwait);
-      if (ec) fail();
+      std::string_view nothing;
+      co_await send(nothing, true);
     }
 
    private:
+    // One gathered write: the response head (first call only), `bytes` as one chunk (when not
+    // empty: an empty chunk would end the body) and, when `last`, the last chunk.
+    asio::awaitable<bool> send(std::string_view bytes, bool last) {
+      if (broken_) co_return false;
+      framing_.clear();
+      if (!started_) {
+        started_ = true;
+        record_.ttft_us = micros_between(record_.started, Clock::now());
+        ResponseHead h;
+        h.status = 200;
+        h.content_type = content_type_;
+        h.no_cache = true;
+        h.request_id = rid_;
+        h.headers = headers_;
+        h.keep_alive = !server_.draining.load();
+        append_response_head(framing_, h);
+      }
+      if (!bytes.empty()) {
+        captured_.append(bytes);
+        append_chunk_prefix(framing_, bytes.size());
+      } else if (framing_.empty() && !last) {
+        co_return true;  // nothing to send
+      }
+      std::array<asio::const_buffer, 3> bufs{
+          asio::buffer(framing_),
+          asio::buffer(bytes.data(), bytes.size()),
+          asio::buffer(kChunkEnd.data(), bytes.empty() ? 0 : kChunkEnd.size())};
+      if (last) {
+        // The last chunk follows the chunk end; both are constant text.
+        tail_.assign(bytes.empty() ? "" : kChunkEnd);
+        tail_.append(kLastChunk);
+        bufs[2] = asio::buffer(tail_);
+      }
+      beast::error_code now_ec;
+      size_t done = adapters::write_now(stream_, bufs, now_ec);
+      if (now_ec) co_return fail();
+      if (done == asio::buffer_size(bufs)) co_return true;
+      beast::buffers_suffix<std::array<asio::const_buffer, 3>> rest(bufs);
+      rest.consume(done);
+      arm();
+      auto [ec, n] = co_await asio::async_write(stream_, rest, kAwait);
+      if (ec) co_return fail();
+      co_return true;
+    }
+
     void arm() {
       beast::get_lowest_layer(stream_).expires_after(
           std::chrono::milliseconds(server_.cfg.limits.write_timeout_ms));
@@ -396,6 +439,8 @@ struct Server::Impl {
     RequestRecord& record_;
     const std::vector<std::pair<std::string, std::string>>* headers_;
     std::string captured_;
+    std::string framing_;  // head and chunk-size line of the write in progress
+    std::string tail_;     // chunk end and last chunk of the final write
     std::string content_type_ = "text/event-stream";
     bool started_ = false;
     bool broken_ = false;
@@ -723,7 +768,6 @@ struct Server::Impl {
     attempts.reserve(plan.hops.size());
     Result<adapters::BackendReply> result = Error::make(ErrorCode::kInternal, "not run");
     bool streaming = plan.stream;
-    int fd = beast::get_lowest_layer(stream).socket().native_handle();
     for (size_t i = 0; i < plan.hops.size(); ++i) {
       PlannedHop& hop = plan.hops[i];
       if (hop.target->breaker && !hop.target->breaker->allow_request()) {
@@ -742,21 +786,22 @@ struct Server::Impl {
       rec.backend = hop.target->backend->name();
       rec.target = hop.name;
       adapters::CancelSignal cancel;
-      auto call = [&]() -> asio::awaitable<void> {
-        result = co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
-      };
-      // Runs beside the backend call: when the client hangs up, cancel the upstream request.
-      // It never finishes first; the call finishing cancels it.
-      auto watch = [&]() -> asio::awaitable<void> {
-        auto& sock = beast::get_lowest_layer(stream).socket();
-        auto [ec] = co_await sock.async_wait(tcp::socket::wait_read, kAwait);
-        if (ec) co_return;  // cancelled: the call finished
-        // Closed, or a pipelined request is waiting (then we cannot tell and stop looking).
-        if (peer_closed(fd)) cancel.cancel();
-        asio::steady_timer forever(co_await asio::this_coro::executor, Clock::time_point::max());
-        co_await forever.async_wait(kAwait);
-      };
-      co_await (call() || watch());
+      // While the backend works, a peek at the client socket notices a hang-up (end of stream
+      // or reset) and cancels the upstream request. Pipelined bytes end the watch (we cannot
+      // tell then). The peek needs no extra system call to start (the socket is registered
+      // with the reactor already) and is cancelled when the call returns.
+      auto watch = std::make_shared<ClientWatch>();
+      watch->cancel = &cancel;
+      auto& sock = beast::get_lowest_layer(stream).socket();
+      sock.async_receive(asio::buffer(&watch->byte, 1), tcp::socket::message_peek,
+                         [watch](const beast::error_code& ec, size_t n) {
+                           if (watch->done || ec == asio::error::operation_aborted) return;
+                           if (ec || n == 0) watch->cancel->cancel();
+                         });
+      result = co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
+      watch->done = true;
+      beast::error_code cancel_ec;
+      sock.cancel(cancel_ec);
       a.ended_us = unix_micros_now();
       a.sent_to_client = sink.started();
       if (result) {
@@ -1015,7 +1060,7 @@ struct Server::Impl {
   template <typename Stream>
   asio::awaitable<void> graceful_close(Stream& stream) {
     beast::error_code ec;
-    if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
+    if constexpr (!std::is_same_v<Stream, adapters::TimedSocket>) {
       beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(1));
       co_await stream.async_shutdown(kAwait);
     }
@@ -1031,11 +1076,11 @@ struct Server::Impl {
     beast::error_code ec;
     socket.set_option(tcp::no_delay(true), ec);
     if (!tls) {
-      beast::tcp_stream stream(std::move(socket));
+      adapters::TimedSocket stream(std::move(socket));
       co_await serve_connection(stream);
       co_return;
     }
-    beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *tls);
+    beast::ssl_stream<adapters::TimedSocket> stream(std::move(socket), *tls);
     beast::get_lowest_layer(stream).expires_after(
         std::chrono::milliseconds(cfg.limits.header_timeout_ms));
     auto [hec] = co_await stream.async_handshake(ssl::stream_base::server, kAwait);
@@ -1046,7 +1091,7 @@ struct Server::Impl {
   asio::awaitable<void> refuse_connection(tcp::socket socket) {
     Reply r = error_reply(Error::make(ErrorCode::kUnavailable,
                                       "ferry is at its connection limit; retry shortly"));
-    beast::tcp_stream stream(std::move(socket));
+    adapters::TimedSocket stream(std::move(socket));
     std::string rid = make_request_id();
     if (!tls) co_await write_reply(stream, r, rid, false);
     beast::error_code ec;
@@ -1055,7 +1100,8 @@ struct Server::Impl {
 
   asio::awaitable<void> accept_loop() {
     for (;;) {
-      auto [ec, socket] = co_await acceptor->async_accept(asio::make_strand(ioc), kAwait);
+      asio::io_context& loop = pick_loop();
+      auto [ec, socket] = co_await acceptor->async_accept(loop, kAwait);
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
         // EMFILE and friends: back off briefly instead of spinning.
@@ -1073,6 +1119,17 @@ struct Server::Impl {
     }
   }
 
+  // Round robin over the I/O threads' loops.
+  asio::io_context& pick_loop() {
+    size_t i = next_ioc++ % (more_iocs.size() + 1);
+    return i == 0 ? ioc : *more_iocs[i - 1];
+  }
+
+  void stop_loops() {
+    ioc.stop();
+    for (auto& l : more_iocs) l->stop();
+  }
+
   asio::awaitable<void> drain_then_stop() {
     auto deadline = Clock::now() + std::chrono::milliseconds(cfg.server.shutdown_grace_ms);
     asio::steady_timer tick(ioc);
@@ -1083,7 +1140,7 @@ struct Server::Impl {
     for (auto* b : http_backends) b->close_idle();
     access_log.flush();
     stopped = true;
-    ioc.stop();
+    stop_loops();
   }
 
   // SIGHUP re-reads the policy file on the worker thread (the old policy serves meanwhile).
@@ -1148,8 +1205,14 @@ void Server::run() {
   im.arm_hup();
   asio::co_spawn(im.ioc, im.accept_loop(), asio::detached);
   std::vector<std::thread> threads;
-  for (int i = 1; i < im.cfg.server.io_threads; ++i) threads.emplace_back([&im] { im.ioc.run(); });
+  for (auto& loop : im.more_iocs) {
+    threads.emplace_back([l = loop.get()] {
+      auto guard = asio::make_work_guard(*l);  // idle until stopped, even with no connection
+      l->run();
+    });
+  }
   im.ioc.run();
+  im.stop_loops();
   for (auto& t : threads) t.join();
   im.access_log.flush();
 }

@@ -68,6 +68,19 @@ TEST(OpenAiWire, UsageOnlyChunkDroppedWhenNotAsked) {
   EXPECT_FALSE(shown.rewritten);
 }
 
+TEST(OpenAiWire, UsageOnlyChunkWithSpacesDroppedAndQuotedKeysInTextIgnored) {
+  // Pretty-printed empty choices; and a content text that spells a choices key (escaped).
+  auto spaced = inspect_stream_chunk(
+      R"({"choices" : [ ] , "usage": {"prompt_tokens": 3, "completion_tokens": 4}})", false);
+  EXPECT_FALSE(spaced.forward);
+  std::string tricky =
+      R"({"x":"\"choices\": []","choices":[{"delta":{"content":"a"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}})";
+  auto kept = inspect_stream_chunk(tricky, false);
+  EXPECT_TRUE(kept.forward);
+  ASSERT_TRUE(kept.rewritten);
+  EXPECT_EQ(kept.rewritten->find("\"usage\""), std::string::npos);
+}
+
 TEST(OpenAiWire, UsageStrippedFromContentChunkWhenNotAsked) {
   std::string chunk =
       R"({"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}})";

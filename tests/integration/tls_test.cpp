@@ -96,7 +96,12 @@ TEST_F(TlsTest, FerryListenerServesHttps) {
 
 TEST_F(TlsTest, HttpsBackendWithCaFile) {
   upstream_ = start_upstream(cert_, key_);
-  ferry_ = start_ferry(dir_, config(false, "https", cert_));
+  // One I/O thread: each event loop keeps its own upstream pool, and the two requests below
+  // come on two client connections, which more loops would spread over different pools.
+  std::string yaml = config(false, "https", cert_);
+  std::string server = "server:\n";
+  yaml.replace(yaml.find(server), server.size(), server + "  io_threads: 1\n");
+  ferry_ = start_ferry(dir_, yaml);
   auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "to https"));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;

@@ -1,0 +1,61 @@
+#include "gateway/http_wire.h"
+
+#include <gtest/gtest.h>
+
+namespace ferry::gateway {
+namespace {
+
+TEST(HttpWire, FixedLengthHeadHasEveryFieldAndEndsWithBlankLine) {
+  HeaderList extra = {{"x-ferry-target", "gpu"}, {"retry-after", "3"}};
+  ResponseHead h;
+  h.status = 429;
+  h.content_type = "application/json";
+  h.request_id = "req-1";
+  h.headers = &extra;
+  h.content_length = 42;
+  std::string out;
+  append_response_head(out, h);
+  EXPECT_EQ(out,
+            "HTTP/1.1 429 Too Many Requests\r\nServer: ferry\r\nContent-Type: application/json\r\n"
+            "x-request-id: req-1\r\nx-ferry-target: gpu\r\nretry-after: 3\r\n"
+            "Content-Length: 42\r\n\r\n");
+}
+
+TEST(HttpWire, ChunkedHeadClosesWhenAsked) {
+  ResponseHead h;
+  h.content_type = "text/event-stream";
+  h.no_cache = true;
+  h.keep_alive = false;
+  std::string out;
+  append_response_head(out, h);
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\nServer: ferry\r\nContent-Type: text/event-stream\r\n"
+            "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+}
+
+TEST(HttpWire, HeadersThatWouldSplitTheResponseAreLeftOut) {
+  HeaderList extra = {{"x-a", "ok"}, {"x-b", "bad\r\nSet-Cookie: x"}, {"x-c\n", "v"},
+                      {"x-d", std::string("nul\0x", 5)}};
+  ResponseHead h;
+  h.status = 200;
+  h.headers = &extra;
+  h.request_id = "id\r\nx";
+  h.content_length = 0;
+  std::string out;
+  append_response_head(out, h);
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nServer: ferry\r\nx-a: ok\r\nContent-Length: 0\r\n\r\n");
+}
+
+TEST(HttpWire, ReasonPhrasesAndChunkPrefixes) {
+  EXPECT_EQ(reason_phrase(404), "Not Found");
+  EXPECT_EQ(reason_phrase(504), "Gateway Timeout");
+  EXPECT_EQ(reason_phrase(299), "Unknown");
+  std::string p;
+  append_chunk_prefix(p, 1);
+  append_chunk_prefix(p, 255);
+  append_chunk_prefix(p, 4096);
+  EXPECT_EQ(p, "1\r\nff\r\n1000\r\n");
+}
+
+}  // namespace
+}  // namespace ferry::gateway
