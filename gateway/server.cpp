@@ -922,6 +922,39 @@ struct Server::Impl {
 
   // ---- connections -----------------------------------------------------------------------
 
+  // Feeds the buffered bytes to `parser` until `enough(parser)`, reading from the socket only
+  // when the parser needs more; errors as Beast's reads report them. (Beast's composed reads
+  // take an event-loop turn per call even when the whole request is already buffered.)
+  template <typename Stream, typename Parser, typename Enough>
+  asio::awaitable<beast::error_code> read_until(Stream& stream, beast::flat_buffer& buffer,
+                                                Parser& parser, const Enough& enough) {
+    for (;;) {
+      if (buffer.size() != 0) {
+        beast::error_code ec;
+        size_t used = parser.put(buffer.data(), ec);
+        buffer.consume(used);
+        if (ec && ec != http::error::need_more) co_return ec;
+        if (enough(parser)) co_return beast::error_code{};
+        if (!ec && used != 0) continue;
+      } else if (enough(parser)) {
+        co_return beast::error_code{};
+      }
+      size_t room = std::min<size_t>(64 * 1024, buffer.max_size() - buffer.size());
+      if (room == 0) co_return beast::error_code(http::error::header_limit);
+      auto [rec, n] = co_await stream.async_read_some(buffer.prepare(room), kAwait);
+      buffer.commit(n);
+      if (rec == asio::error::eof || rec == ssl::error::stream_truncated) {
+        if (!parser.got_some() && buffer.size() == 0) co_return beast::error_code(http::error::end_of_stream);
+        if (buffer.size() != 0) continue;
+        beast::error_code ec;
+        parser.put_eof(ec);
+        if (ec) co_return ec;
+        continue;
+      }
+      if (rec) co_return rec;
+    }
+  }
+
   template <typename Stream>
   asio::awaitable<void> serve_connection(Stream& stream) {
     beast::flat_buffer buffer(static_cast<size_t>(cfg.limits.max_header_bytes) + 4096);
@@ -939,7 +972,8 @@ struct Server::Impl {
       parser.header_limit(static_cast<uint32_t>(lim.max_header_bytes));
       parser.body_limit(static_cast<uint64_t>(lim.max_body_bytes));
       beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.header_timeout_ms));
-      auto [hec, hn] = co_await http::async_read_header(stream, buffer, parser, kAwait);
+      auto header_done = [](const auto& p) { return p.is_header_done(); };
+      beast::error_code hec = co_await read_until(stream, buffer, parser, header_done);
       RequestRecord rec;
       rec.started = Clock::now();
       rec.started_unix_us = unix_micros_now();
@@ -995,7 +1029,8 @@ struct Server::Impl {
       }
       if (!parser.is_done()) {
         beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.body_timeout_ms));
-        auto [bec, bn] = co_await http::async_read(stream, buffer, parser, kAwait);
+        auto message_done = [](const auto& p) { return p.is_done(); };
+        beast::error_code bec = co_await read_until(stream, buffer, parser, message_done);
         if (bec == http::error::body_limit) {
           co_await reject_body_too_large(stream, rec);
           co_return;
