@@ -1,6 +1,7 @@
 #include "gateway/server.h"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -1135,8 +1136,9 @@ struct Server::Impl {
 
   asio::awaitable<void> accept_loop() {
     for (;;) {
-      asio::io_context& loop = pick_loop();
-      auto [ec, socket] = co_await acceptor->async_accept(loop, kAwait);
+      // Accepted on this loop, then handed to the next loop in turn (an accept pending on
+      // this loop never refers to another loop, which may be gone first at shutdown).
+      auto [ec, accepted] = co_await acceptor->async_accept(kAwait);
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor->is_open()) co_return;
         // EMFILE and friends: back off briefly instead of spinning.
@@ -1144,6 +1146,8 @@ struct Server::Impl {
         co_await pause.async_wait(kAwait);
         continue;
       }
+      tcp::socket socket = move_to(pick_loop(), std::move(accepted));
+      if (!socket.is_open()) continue;
       auto ex = socket.get_executor();
       if (metrics.connections.load() >= cfg.limits.max_connections) {
         metrics.rejected.inc({"connection_limit"});
@@ -1152,6 +1156,20 @@ struct Server::Impl {
       }
       asio::co_spawn(ex, run_session(std::move(socket)), asio::detached);
     }
+  }
+
+  // The same connection as a socket of `loop` (closed when the move fails).
+  tcp::socket move_to(asio::io_context& loop, tcp::socket socket) {
+    if (&loop == &ioc) return socket;
+    beast::error_code ec;
+    auto protocol = socket.local_endpoint(ec).protocol();
+    tcp::socket moved(loop);
+    if (ec) return moved;
+    auto fd = socket.release(ec);
+    if (ec) return moved;
+    moved.assign(protocol, fd, ec);
+    if (ec) ::close(fd);
+    return moved;
   }
 
   // Round robin over the I/O threads' loops.
