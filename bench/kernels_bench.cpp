@@ -140,13 +140,17 @@ void BM_Prefill(benchmark::State& state, TensorType type) {
 }
 
 // Compute-bound kernel forms on cache-resident data (one thread): 256 weight rows x 64
-// tokens of 960, through vec_dot_batch (one weight row at a time) or the gemm tile form.
-void BM_KernelForm(benchmark::State& state, TensorType type, bool use_gemm) {
+// tokens of 1024, through vec_dot_batch (one weight row at a time) or the gemm tile form, or
+// for the repacked-order types (Q4_K) vec_dot_batch_serial4 row by row or gemm_serial4.
+enum class Form { kBatch, kGemm, kSerial4Batch, kSerial4Gemm };
+
+void BM_KernelForm(benchmark::State& state, TensorType type, Form form) {
   const int64_t rows = 256, cols = 1024, tokens = 64;
   const Matrix m = make_matrix(type, rows, cols, 7);
   const auto* k = ferry::kernels::kernels_for(type);
-  if (use_gemm && !k->gemm) {
-    state.SkipWithError("no gemm for this type");
+  if ((form == Form::kGemm && !k->gemm) || (form == Form::kSerial4Gemm && !k->gemm_serial4) ||
+      (form == Form::kSerial4Batch && !k->vec_dot_batch_serial4)) {
+    state.SkipWithError("no such form for this type");
     return;
   }
   std::vector<float> x(static_cast<size_t>(tokens * cols), 0.3f);
@@ -154,13 +158,22 @@ void BM_KernelForm(benchmark::State& state, TensorType type, bool use_gemm) {
   std::vector<float> y(static_cast<size_t>(tokens * rows));
   const auto* act = static_cast<const uint8_t*>(qa.data);
   const auto stride = static_cast<int64_t>(qa.row_stride);
+  const auto row_bytes = static_cast<int64_t>(m.view.row_bytes);
   for (auto _ : state) {
-    if (use_gemm) {
-      k->gemm(cols, m.view.data, static_cast<int64_t>(m.view.row_bytes), rows, act, stride, tokens,
-              y.data(), rows);
-    } else {
-      for (int64_t r = 0; r < rows; ++r) {
-        k->vec_dot_batch(cols, m.view.row(r), act, stride, tokens, y.data() + r, rows);
+    switch (form) {
+      case Form::kGemm:
+        k->gemm(cols, m.view.data, row_bytes, rows, act, stride, tokens, y.data(), rows);
+        break;
+      case Form::kSerial4Gemm:
+        k->gemm_serial4(cols, m.view.data, row_bytes, rows, act, stride, tokens, y.data(), rows);
+        break;
+      case Form::kBatch:
+      case Form::kSerial4Batch: {
+        const auto batch = form == Form::kBatch ? k->vec_dot_batch : k->vec_dot_batch_serial4;
+        for (int64_t r = 0; r < rows; ++r) {
+          batch(cols, m.view.row(r), act, stride, tokens, y.data() + r, rows);
+        }
+        break;
       }
     }
     benchmark::DoNotOptimize(y.data());
@@ -168,11 +181,15 @@ void BM_KernelForm(benchmark::State& state, TensorType type, bool use_gemm) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * tokens / 1e9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK_CAPTURE(BM_KernelForm, Q8_0_batch, TensorType::kQ8_0, false);
-BENCHMARK_CAPTURE(BM_KernelForm, Q8_0_gemm, TensorType::kQ8_0, true);
-BENCHMARK_CAPTURE(BM_KernelForm, Q4_0_batch, TensorType::kQ4_0, false);
-BENCHMARK_CAPTURE(BM_KernelForm, Q4_0_gemm, TensorType::kQ4_0, true);
-BENCHMARK_CAPTURE(BM_KernelForm, Q4_K_batch, TensorType::kQ4_K, false);
+BENCHMARK_CAPTURE(BM_KernelForm, Q8_0_batch, TensorType::kQ8_0, Form::kBatch);
+BENCHMARK_CAPTURE(BM_KernelForm, Q8_0_gemm, TensorType::kQ8_0, Form::kGemm);
+BENCHMARK_CAPTURE(BM_KernelForm, Q4_0_batch, TensorType::kQ4_0, Form::kBatch);
+BENCHMARK_CAPTURE(BM_KernelForm, Q4_0_gemm, TensorType::kQ4_0, Form::kGemm);
+BENCHMARK_CAPTURE(BM_KernelForm, Q4_K_batch, TensorType::kQ4_K, Form::kBatch);
+BENCHMARK_CAPTURE(BM_KernelForm, Q4_K_serial4_batch, TensorType::kQ4_K, Form::kSerial4Batch);
+BENCHMARK_CAPTURE(BM_KernelForm, Q4_K_serial4_gemm, TensorType::kQ4_K, Form::kSerial4Gemm);
+BENCHMARK_CAPTURE(BM_KernelForm, Q6_K_batch, TensorType::kQ6_K, Form::kBatch);
+BENCHMARK_CAPTURE(BM_KernelForm, Q6_K_gemm, TensorType::kQ6_K, Form::kGemm);
 
 BENCHMARK_CAPTURE(BM_Decode, Q8_0, TensorType::kQ8_0)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Decode, Q4_K, TensorType::kQ4_K)->Unit(benchmark::kMillisecond)->MinTime(2.0);
@@ -180,6 +197,7 @@ BENCHMARK_CAPTURE(BM_Decode, Q4_0, TensorType::kQ4_0)->Unit(benchmark::kMillisec
 BENCHMARK_CAPTURE(BM_Decode, F16, TensorType::kF16)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Prefill, Q8_0, TensorType::kQ8_0)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Prefill, Q4_K, TensorType::kQ4_K)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Prefill, Q6_K, TensorType::kQ6_K)->Arg(512)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -4,8 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <unordered_map>
 
+#include "local_engine/kernels/attend_invariant.h"
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/ops.h"
 #include "local_engine/kernels/trace.h"
@@ -55,6 +58,20 @@ std::vector<float> rope_tables(std::span<const BatchEntry> batch, const Model& m
 
 }  // namespace
 
+namespace {
+
+// Asks the kernel to reclaim the whole pages inside [data, data + bytes) (MADV_PAGEOUT never
+// changes what the memory reads: file pages are dropped, anonymous ones swapped or kept).
+void release_pages(const void* data, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  auto begin = reinterpret_cast<uintptr_t>(data);
+  uintptr_t first = (begin + page - 1) / page * page;
+  uintptr_t last = (begin + bytes) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
+}
+
+}  // namespace
+
 Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
     : model_(std::move(model)),
       forms_(options.batch_invariant ? kernels::BatchForms::kInvariant
@@ -62,7 +79,40 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
       pool_(options.n_threads),
       kv_(model_->config().n_layer, model_->config().kv_dim(),
           options.n_ctx > 0 ? options.n_ctx
-                            : std::min(model_->config().n_ctx_train, kDefaultCtxCap)) {}
+                            : std::min(model_->config().n_ctx_train, kDefaultCtxCap)) {
+  if (forms_ != kernels::BatchForms::kInvariant || !kernels::q8_0_packed_supported()) return;
+  auto pack = [this](const WeightView& w) {
+    if (kernels::q8_0_packable(w) && !packed_.contains(w.data)) {
+      packed_.emplace(w.data, std::make_unique<kernels::PackedQ8_0>(w, &pool_));
+    }
+  };
+  for (const LayerWeights& l : model_->layers) {
+    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      pack(*w);
+    }
+  }
+  pack(model_->output);
+  // The packed copies are what the matrix products read now: let the kernel reclaim the
+  // original bytes (file-backed pages are dropped and re-read if ever touched again; other
+  // memory keeps its contents), so resident memory stays near one copy of the weights.
+  for (const auto& [data, packed] : packed_) {
+    (void)packed;
+    for (const LayerWeights& l : model_->layers) {
+      for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+        if (w->data == data) release_pages(w->data, static_cast<size_t>(w->rows) * w->row_bytes);
+      }
+    }
+    if (model_->output.data == data) {
+      release_pages(data, static_cast<size_t>(model_->output.rows) * model_->output.row_bytes);
+    }
+  }
+}
+
+const kernels::PackedQ8_0* Engine::packed(const WeightView& w) const {
+  if (packed_.empty()) return nullptr;
+  const auto it = packed_.find(w.data);
+  return it == packed_.end() ? nullptr : it->second.get();
+}
 
 Status Engine::check_batch(std::span<const BatchEntry> batch) const {
   const ModelConfig& c = config();
@@ -147,7 +197,7 @@ Status Engine::forward(std::span<const BatchEntry> batch, std::vector<float>& lo
     trace("Krope", layer, k_.data(), n, kv_dim);
     attention(batch, layer);
     trace("attn", layer, att_.data(), n, q_dim);
-    kernels::matmul(w.wo, att_.data(), n, tmp_.data(), pool_, forms_);
+    project(w.wo, att_.data(), n, tmp_.data());
     trace("attn_out", layer, tmp_.data(), n, d);
     for (int64_t i = 0; i < n * d; ++i) x_[i] += tmp_[i];
     // The last layer's feed-forward only matters for the entries that want logits: like
@@ -174,7 +224,7 @@ Status Engine::forward(std::span<const BatchEntry> batch, std::vector<float>& lo
                           gate_.data() + t * c.n_ff);
     }
     trace("ffn_swiglu", layer, gate_.data(), rows, c.n_ff);
-    kernels::matmul(w.w_down, gate_.data(), rows, tmp_.data(), pool_, forms_);
+    project(w.w_down, gate_.data(), rows, tmp_.data());
     trace("ffn_out", layer, tmp_.data(), rows, d);
     for (int64_t i = 0; i < rows * d; ++i) x_[i] += tmp_[i];
     trace("l_out", layer, x_.data(), rows, d);
@@ -187,17 +237,27 @@ Status Engine::forward(std::span<const BatchEntry> batch, std::vector<float>& lo
   if (n_out == 0) return {};
   rms_norm(x_.data(), m.output_norm, c.rms_eps, n_out, d, tmp_.data());
   trace("result_norm", -1, tmp_.data(), n_out, d);
-  kernels::matmul(m.output, tmp_.data(), n_out, logits.data(), pool_, forms_);
+  project(m.output, tmp_.data(), n_out, logits.data());
   trace("result_output", -1, logits.data(), n_out, c.n_vocab);
   return {};
 }
 
+void Engine::project(const WeightView& w, const float* x, int64_t n, float* y) {
+  if (packed(w) != nullptr) {
+    matmuls({{&w, y}}, x, n);
+  } else {
+    kernels::matmul(w, x, n, y, pool_, forms_);
+  }
+}
+
 void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int64_t n) {
+  if (n <= 0) return;
   struct Part {
     const WeightView* w;
     float* y;
     const kernels::QuantizedActivations* qa;
     int64_t first_row;  // in the combined row range
+    const kernels::PackedQ8_0* packed;
   };
   std::vector<kernels::QuantizedActivations> quantized;
   quantized.reserve(jobs.size());
@@ -213,14 +273,22 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
       quantized.push_back(kernels::quantize_activations(job.w->type, x, n, job.w->cols));
       qa = &quantized.back();
     }
-    parts.push_back({job.w, job.y, qa, total_rows});
+    const kernels::PackedQ8_0* p = packed(*job.w);
+    // A packed part starts on a multiple of the grain (16 rows: one group of the packing).
+    constexpr int64_t kGroup = kernels::kPackRows;
+    if (p != nullptr) total_rows = (total_rows + kGroup - 1) / kGroup * kGroup;
+    parts.push_back({job.w, job.y, qa, total_rows, p});
     total_rows += job.w->rows;
   }
   pool_.parallel_for(total_rows, 16, [&](int64_t begin, int64_t end) {
     for (const Part& part : parts) {
       const int64_t lo = std::max(begin, part.first_row);
       const int64_t hi = std::min(end, part.first_row + part.w->rows);
-      if (lo < hi) {
+      if (lo >= hi) continue;
+      if (part.packed != nullptr) {
+        kernels::q8_0_packed_rows(*part.packed, *part.qa, part.y, part.w->rows,
+                                  lo - part.first_row, hi - part.first_row);
+      } else {
         kernels::matmul_rows(*part.w, *part.qa, part.y, lo - part.first_row, hi - part.first_row,
                              forms_);
       }
@@ -234,6 +302,23 @@ void Engine::attend_f16(std::span<const BatchEntry> batch, const std::vector<int
   const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
   const int64_t group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (forms_ == kernels::BatchForms::kInvariant && kernels::attend_invariant_supported(hd)) {
+    // A task: one entry's query heads that share a KV head.
+    const int64_t n_groups = static_cast<int64_t>(entries.size()) * c.n_head_kv;
+    pool_.parallel_for(n_groups, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t t = entries[static_cast<size_t>(task / c.n_head_kv)];
+        const int64_t kv_head = task % c.n_head_kv;
+        const BatchEntry& e = batch[static_cast<size_t>(t)];
+        const int64_t q_off = t * q_dim + kv_head * group * hd;
+        kernels::attend_group_invariant(hd, group, q_.data() + q_off, hd,
+                                        kv_.k(e.seq, layer, 0) + kv_head * hd, kv_dim,
+                                        kv_.v(e.seq, layer, 0) + kv_head * hd, kv_dim, e.pos + 1,
+                                        scale, att_.data() + q_off, hd);
+      }
+    });
+    return;
+  }
   const int64_t n_tasks = static_cast<int64_t>(entries.size()) * c.n_head;
   pool_.parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
@@ -256,16 +341,21 @@ void Engine::attention(std::span<const BatchEntry> batch, int64_t layer) {
   const int64_t group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
-  // One sequence at a time, with llama.cpp's two flash-attention forms (kernels/ops.h): for
-  // batches of 64 queries or more the tiled one, for which the sequence's cached keys become F32
+  // llama.cpp's two flash-attention forms (kernels/ops.h): for batches of 64 queries or more
+  // the tiled one, one sequence at a time, for which the sequence's cached keys become F32
   // transposed per head (kt_: kv_head, dim, position) and its values F32 (vf_: position,
   // kv_dim); below that, the queries read the F16 cache directly.
   const bool tiled = forms_ == kernels::BatchForms::kLlamaCpp && kernels::attend_tiled_ok(n, hd);
+  std::vector<int64_t> entries;
+  if (!tiled) {  // every (entry, head) on its own: all sequences in one pass over the pool
+    for (int64_t t = 0; t < n; ++t) entries.push_back(t);
+    attend_f16(batch, entries, layer);
+    return;
+  }
   std::vector<SeqId> seqs;
   for (const BatchEntry& e : batch) {
     if (std::find(seqs.begin(), seqs.end(), e.seq) == seqs.end()) seqs.push_back(e.seq);
   }
-  std::vector<int64_t> entries;
   for (const SeqId seq : seqs) {
     entries.clear();
     int64_t len = 0;
@@ -273,10 +363,6 @@ void Engine::attention(std::span<const BatchEntry> batch, int64_t layer) {
       if (batch[static_cast<size_t>(t)].seq != seq) continue;
       entries.push_back(t);
       len = std::max(len, batch[static_cast<size_t>(t)].pos + 1);
-    }
-    if (!tiled) {
-      attend_f16(batch, entries, layer);
-      continue;
     }
     if (static_cast<int64_t>(kt_.size()) < len * kv_dim) {
       kt_.resize(static_cast<size_t>(len * kv_dim));

@@ -7,9 +7,11 @@
 #include <initializer_list>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "common/error.h"
+#include "local_engine/kernels/q8_0_packed.h"
 #include "local_engine/kernels/thread_pool.h"
 #include "local_engine/kv_cache.h"
 #include "local_engine/model.h"
@@ -26,6 +28,11 @@ struct EngineOptions {
   // llama.cpp bit for bit. true: every entry computed as if alone in its batch (short-batch
   // attention, lone-row products), so results never depend on the rest of the batch or on
   // how a prompt was split (continuous batching, prefix cache); prefill attention is slower.
+  // With true, on AVX-512 VNNI, Q8_0 matrices are also repacked (kernels/q8_0_packed.h: a
+  // copy of their bytes) and multiplied in the serial block order, which costs a few tokens
+  // about what one costs (batched decode runs near the speed of prefill), and attention runs
+  // in F32 with vector exps (kernels/attend_invariant.h). Invariant for a given ISA: the
+  // numbers differ in the last bits between AVX-512 and other machines.
   bool batch_invariant = false;
 };
 
@@ -56,7 +63,8 @@ class Engine {
  private:
   Status check_batch(std::span<const BatchEntry> batch) const;
   void attention(std::span<const BatchEntry> batch, int64_t layer);
-  // Attention for the given batch entries straight from the F16 cache (few queries).
+  // Attention for the given batch entries straight from the F16 cache (few queries; in a
+  // batch-invariant engine on AVX-512, kernels/attend_invariant.h's F32 form).
   void attend_f16(std::span<const BatchEntry> batch, const std::vector<int64_t>& entries,
                   int64_t layer);
   // y_i = W_i x for several weights sharing the input: the activations are quantized once per
@@ -66,6 +74,10 @@ class Engine {
     float* y;
   };
   void matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int64_t n);
+  // y = W x for one weight (matmuls when W is packed, else kernels::matmul).
+  void project(const WeightView& w, const float* x, int64_t n, float* y);
+  // The packed copy of a Q8_0 weight (batch-invariant engines only), or nullptr.
+  const kernels::PackedQ8_0* packed(const WeightView& w) const;
 
   std::unique_ptr<Model> model_;
   kernels::BatchForms forms_ = kernels::BatchForms::kLlamaCpp;
@@ -74,6 +86,8 @@ class Engine {
   // Scratch, reused between calls: (n, n_embd), (n, q_dim), (n, kv_dim), (n, n_ff).
   std::vector<float> x_, h_, q_, k_, v_, att_, tmp_, gate_, up_;
   std::vector<float> kt_, vf_;  // one sequence's cached keys (transposed) and values, as F32
+  // Packed Q8_0 weights by their data pointer (a tied output shares token_embd's).
+  std::unordered_map<const void*, std::unique_ptr<kernels::PackedQ8_0>> packed_;
 };
 
 }  // namespace ferry::engine

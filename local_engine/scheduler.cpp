@@ -103,6 +103,9 @@ struct Scheduler::Impl {
     int64_t cached = 0;
     std::vector<uint64_t> hashes;  // of the prompt's whole blocks
     bool decoding = false;
+    // Prefilled, its prompt's blocks not yet in the prefix cache: they go in after the first
+    // token is out (or when the request ends with it), so the copy does not delay that token.
+    bool prefix_pending = false;
     TokenId next_token = -1;
     int64_t generated = 0;
     int64_t first_token_us = -1;
@@ -267,9 +270,13 @@ struct Scheduler::Impl {
                            static_cast<size_t>(n_vocab));
       if (!r.decoding) {
         r.decoding = true;
-        insert_prefix(r);
+        r.prefix_pending = true;
       }
       sample_and_emit(r, row);
+      if (r.prefix_pending && !r.done) {
+        r.prefix_pending = false;
+        insert_prefix(r);
+      }
     }
     if (stats.decode_tokens > 0) {
       const double ms = stats.seconds * 1000.0;
@@ -491,6 +498,10 @@ struct Scheduler::Impl {
         ev.text = rest;
         r.req.on_token(ev);
       }
+    }
+    if (r.prefix_pending) {
+      r.prefix_pending = false;
+      insert_prefix(r);
     }
     if (r.started) engine->kv().seq_remove(r.seq);
     reserved -= r.reserved_bytes;

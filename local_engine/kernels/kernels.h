@@ -55,6 +55,10 @@ struct TypeKernels {
   VecDotFn vec_dot_serial = nullptr;
   VecDotBatchFn vec_dot_batch_serial = nullptr;
   VecDotBatchFn vec_dot_batch_serial4 = nullptr;
+  // vec_dot_batch_serial / vec_dot_batch_serial4 for many weight rows at once (GemmFn's
+  // layout), bit-identical to them; optional (nullptr: matmul goes row by row).
+  GemmFn gemm_serial = nullptr;
+  GemmFn gemm_serial4 = nullptr;
 };
 
 // The table entry for `type` on the active ISA; nullptr for a type ferry does not run.

@@ -114,6 +114,21 @@ void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y, 
   }
   // Serial order: tokens of whole groups of 4 take llama.cpp's gemm form, the rest its gemv form.
   const int64_t n_group4 = serial && !invariant ? qa.n_tokens - qa.n_tokens % 4 : 0;
+  if (serial && k->gemm_serial4 && k->gemm_serial) {
+    // Each form's tokens in one call: the tile rearranges each group of weight rows once and
+    // reuses it for every token.
+    const auto row_stride = static_cast<int64_t>(w.row_bytes);
+    if (n_group4 > 0) {
+      k->gemm_serial4(w.cols, w.row(row_begin), row_stride, row_end - row_begin, act, stride,
+                      n_group4, y + row_begin, w.rows);
+    }
+    if (qa.n_tokens > n_group4) {
+      k->gemm_serial(w.cols, w.row(row_begin), row_stride, row_end - row_begin,
+                     act + n_group4 * stride, stride, qa.n_tokens - n_group4,
+                     y + n_group4 * w.rows + row_begin, w.rows);
+    }
+    return;
+  }
   for (int64_t t0 = 0; t0 < qa.n_tokens; t0 += kTokenTile) {
     const int64_t nt = std::min(kTokenTile, qa.n_tokens - t0);
     if (k->gemm && !serial) {

@@ -101,6 +101,8 @@ class SchedulerTest : public ::testing::Test {
     return out;
   }
 
+  void expect_batched_equal_solo();
+
   testing::TinyShape shape_;
   std::shared_ptr<testing::MemorySource> src_;
   TokenPieceFn piece_ = [](TokenId id) { return "<" + std::to_string(id) + ">"; };
@@ -113,7 +115,9 @@ struct Gate {
   void open() { opened.set_value(); }
 };
 
-TEST_F(SchedulerTest, SixteenBatchedSequencesMatchTheirSoloRuns) {
+// Sixteen requests run one at a time, then all together: the same tokens and log-probabilities
+// bit for bit.
+void SchedulerTest::expect_batched_equal_solo() {
   // Lengths around the block size (16) and its multiples; half greedy, half seeded sampling.
   const size_t lengths[16] = {3, 7, 8, 15, 16, 17, 24, 31, 32, 33, 40, 47, 48, 50, 63, 70};
   std::vector<GenerationRequest> requests;
@@ -161,6 +165,15 @@ TEST_F(SchedulerTest, SixteenBatchedSequencesMatchTheirSoloRuns) {
   }
   std::lock_guard lock(steps_mu);
   EXPECT_GE(max_decode, 8) << "the requests did not run together";
+}
+
+TEST_F(SchedulerTest, SixteenBatchedSequencesMatchTheirSoloRuns) { expect_batched_equal_solo(); }
+
+// Q8_0 weights take the packed serial-order products on AVX-512 (kernels/q8_0_packed.h), the
+// lane-order ones elsewhere: either way a sequence's logits do not depend on its batch.
+TEST_F(SchedulerTest, SixteenBatchedSequencesMatchTheirSoloRunsWithQ8_0Weights) {
+  src_ = testing::make_tiny_model(shape_, WeightType::kQ8_0, 33);
+  expect_batched_equal_solo();
 }
 
 TEST_F(SchedulerTest, PrefixCacheHitGivesTheSameOutputAndCountsCachedTokens) {

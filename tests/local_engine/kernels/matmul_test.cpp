@@ -68,5 +68,46 @@ TEST(Matmul, TwoStepApiOnCallerThreads) {
   EXPECT_EQ(a, b);
 }
 
+// The serial (repacked) order: in llama.cpp's batch forms, tokens of whole groups of 4 take the
+// gemm form and the rest the gemv form; batch-invariant forms give every token the gemv form.
+// Whatever the kernels (tiles or row by row), thread count and row split, every output is the
+// scalar reference's.
+TEST(Matmul, SerialOrderFollowsTheBatchForms) {
+  const int64_t rows = 40, cols = 512;
+  ThreadPool pool1(1), pool3(3);
+  for (TensorType t : {TensorType::kQ4_0, TensorType::kQ4_K}) {
+    const auto w = quantize(t, random_row(rows * cols, 11, 0.05f));
+    MatrixView view = make_matrix_view(t, rows, cols, w.data());
+    view.order = DotOrder::kSerial;
+    const TypeKernels* ref = kernels_for(t, Isa::kScalar);
+    for (int64_t n_tokens : {1, 3, 6, 70}) {
+      const auto x = random_row(n_tokens * cols, 12);
+      const QuantizedActivations qa = quantize_activations(t, x.data(), n_tokens, cols);
+      for (BatchForms forms : {BatchForms::kLlamaCpp, BatchForms::kInvariant}) {
+        const int64_t n4 = forms == BatchForms::kLlamaCpp && n_tokens > 1 ? n_tokens / 4 * 4 : 0;
+        std::vector<float> want(static_cast<size_t>(n_tokens * rows));
+        for (int64_t r = 0; r < rows; ++r) {
+          const auto* act = static_cast<const uint8_t*>(qa.data);
+          if (n4 > 0) {
+            ref->vec_dot_batch_serial4(cols, view.row(r), act, static_cast<int64_t>(qa.row_stride),
+                                       n4, want.data() + r, rows);
+          }
+          ref->vec_dot_batch_serial(cols, view.row(r), act + n4 * qa.row_stride,
+                                    static_cast<int64_t>(qa.row_stride), n_tokens - n4,
+                                    want.data() + n4 * rows + r, rows);
+        }
+        for (ThreadPool* pool : {&pool1, &pool3}) {
+          std::vector<float> got(want.size(), -1.0f);
+          matmul(view, x.data(), n_tokens, got.data(), *pool, forms);
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_EQ(got[i], want[i]) << tensor_type_name(t) << " tokens " << n_tokens << " at "
+                                       << i << (forms == BatchForms::kLlamaCpp ? "" : " invariant");
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ferry::kernels

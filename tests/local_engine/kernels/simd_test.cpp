@@ -1,6 +1,7 @@
 // Every SIMD kernel against the scalar reference, per type, with explicit tolerances.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 
 #include "local_engine/kernels/fp16.h"
@@ -112,6 +113,56 @@ TEST_P(SimdVsScalar, GemmEqualsVecDot) {
         }
       }
     }
+  }
+}
+
+// The serial tile forms (Q4_K on AVX-512: gemv and gemm orders) give exactly the scalar
+// reference's vec_dot_batch_serial / _serial4 results for every row and token remainder, and
+// write nothing else.
+TEST_P(SimdVsScalar, GemmSerialFormsEqualRowForms) {
+  const int64_t n = 768;
+  int tested = 0;
+  for (TensorType t : testing::kWeightTypes) {
+    const TypeKernels* k = kernels_for(t, GetParam());
+    if (!k->gemm_serial4 && !k->gemm_serial) continue;
+    ASSERT_TRUE(k->gemm_serial4 && k->gemm_serial) << tensor_type_name(t) << ": both or neither";
+    ++tested;
+    const TypeKernels* ref = kernels_for(t, Isa::kScalar);
+    const int64_t w_stride = static_cast<int64_t>(row_bytes(t, n).value());
+    const int64_t a_stride = static_cast<int64_t>(row_bytes(k->vec_dot_type, n).value());
+    std::vector<uint8_t> w, a;
+    for (int64_t i = 0; i < 35; ++i) {
+      const auto row = quantize(t, random_row(n, 500 + static_cast<uint32_t>(i), 0.05f));
+      w.insert(w.end(), row.begin(), row.end());
+    }
+    for (int64_t i = 0; i < 9; ++i) {
+      const auto act = quantize(k->vec_dot_type, random_row(n, 600 + static_cast<uint32_t>(i)));
+      a.insert(a.end(), act.begin(), act.end());
+    }
+    for (int form = 0; form < 2; ++form) {
+      const GemmFn gemm = form == 0 ? k->gemm_serial : k->gemm_serial4;
+      const VecDotBatchFn rows = form == 0 ? ref->vec_dot_batch_serial : ref->vec_dot_batch_serial4;
+      for (int64_t n_w : {1, 5, 16, 17, 35}) {
+        for (int64_t n_a : {1, 3, 4, 5, 9}) {
+          const int64_t out_stride = 37;
+          std::vector<float> out(static_cast<size_t>(n_a * out_stride), -7.0f);
+          gemm(n, w.data(), w_stride, n_w, a.data(), a_stride, n_a, out.data(), out_stride);
+          for (int64_t c = 0; c < out_stride; ++c) {
+            std::vector<float> want(static_cast<size_t>(n_a), -7.0f);
+            if (c < n_w) rows(n, w.data() + c * w_stride, a.data(), a_stride, n_a, want.data(), 1);
+            for (int64_t r = 0; r < n_a; ++r) {
+              ASSERT_EQ(std::bit_cast<uint32_t>(out[static_cast<size_t>(r * out_stride + c)]),
+                        std::bit_cast<uint32_t>(want[r]))
+                  << tensor_type_name(t) << (form == 0 ? " gemv" : " gemm") << " w " << c << "/"
+                  << n_w << " a " << r << "/" << n_a;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (GetParam() == Isa::kAvx512) {
+    EXPECT_GT(tested, 0) << "Q4_K has serial tiles on AVX-512";
   }
 }
 

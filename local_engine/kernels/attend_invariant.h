@@ -1,0 +1,33 @@
+// Attention for the batch-invariant engine (BatchForms::kInvariant) on AVX-512: the query heads
+// that share one KV head against that head's F16 cache, each query on its own (its result
+// depends on its query, the keys and values and nothing else), computed in F32 in two passes
+// (all scores, then softmax weights and the weighted sum of values) with vector exps, instead
+// of llama.cpp's key-by-key online softmax with F16 accumulation (ops.h, attend_head_f16). Pure
+// functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+
+namespace ferry::kernels {
+
+// True when the active ISA has attend_group_invariant (AVX-512) and head_dim fits it (a
+// multiple of 16); elsewhere the invariant engine keeps attend_head_f16.
+bool attend_invariant_supported(int64_t head_dim);
+
+// For h < n_q: out[h * out_stride + d] = sum_p softmax_p(s_hp) * value_p[d], with
+// s_hp = (q[h * q_stride ..] . key_p) * scale, key_p at keys + p * key_stride and value_p at
+// values + p * value_stride (F16), p < n_keys. The order of every sum is fixed by head_dim and
+// n_keys alone. Requires attend_invariant_supported(head_dim).
+void attend_group_invariant(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
+                            const uint16_t* keys, int64_t key_stride, const uint16_t* values,
+                            int64_t value_stride, int64_t n_keys, float scale, float* out,
+                            int64_t out_stride);
+
+namespace detail {
+void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q,
+                                   int64_t q_stride, const uint16_t* keys, int64_t key_stride,
+                                   const uint16_t* values, int64_t value_stride, int64_t n_keys,
+                                   float scale, float* out, int64_t out_stride);
+}  // namespace detail
+
+}  // namespace ferry::kernels

@@ -1,0 +1,130 @@
+// The packed Q8_0 product (q8_0_packed.h) with 512-bit VNNI dots. Compiled with AVX-512 flags;
+// called only when q8_0_packed_supported(). Per block of 32 columns, 16 rows and one token:
+// 8 vpdpbusd (4 columns of all 16 rows each, the token's 4 bytes broadcast), one conversion,
+// one scale product and one fused multiply-add, each lane one row: the bits of
+// q8_0_dot_serial_ref.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "local_engine/kernels/blocks.h"
+#include "local_engine/kernels/q8_0_packed.h"
+
+namespace ferry::kernels::detail {
+namespace {
+
+// GCC 12 reports the _mm512_undefined_* inside its own intrinsics as uninitialized (GCC bug
+// 105593); nothing here reads an undefined lane.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+inline __m512i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+// Tokens' per-block scales (float) and corrections (-128 * sum of the block's quants: the
+// weights are stored + 128), nb per token.
+struct TokenBlocks {
+  std::vector<const BlockQ8_0*> rows;
+  std::vector<float> d;
+  std::vector<int32_t> corr;
+};
+
+// How far ahead of the dots the weights are fetched (bytes; about 15 blocks). The hardware
+// prefetcher alone leaves the dots waiting on memory once a block serves several tokens.
+constexpr int64_t kPrefetchAhead = 8192;
+
+// NR tokens times one group of 16 rows: out[r * out_stride + j] for r < NR, j < 16.
+template <int NR>
+void tile(int64_t nb, const uint8_t* quants, const uint16_t* scales, const BlockQ8_0* const* act,
+          const float* ad, const int32_t* corr, float* out, int64_t out_stride, bool prefetch) {
+  __m512 acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* block = quants + i * kQK * kPackRows;
+    if (prefetch) {
+      // The weights stream once through the cache: fetch them well ahead of the dots (the
+      // next groups follow this one in memory), so memory and arithmetic overlap.
+      for (int k = 0; k < 8; ++k)
+        _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchAhead + 64 * k), _MM_HINT_T0);
+      if (i % 2 == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(scales + i * kPackRows) + kPrefetchAhead,
+                     _MM_HINT_T0);
+    }
+    const int8_t* qs[NR];
+    __m512i sum[NR], odd[NR];
+    for (int r = 0; r < NR; ++r) {
+      qs[r] = act[r][i].qs;
+      sum[r] = _mm512_set1_epi32(corr[r * nb + i]);
+      odd[r] = _mm512_setzero_si512();
+    }
+    // Each 4-column chunk of the 16 rows is loaded once for all NR tokens; with few tokens the
+    // odd chunks go to a second chain, so the dots' latency overlaps.
+    for (int k = 0; k < 8; ++k) {
+      const __m512i wq = _mm512_load_si512(block + 64 * k);
+      for (int r = 0; r < NR; ++r) {
+        if (NR <= 2 && k % 2 == 1) {
+          odd[r] = _mm512_dpbusd_epi32(odd[r], wq, broadcast4(qs[r] + 4 * k));
+        } else {
+          sum[r] = _mm512_dpbusd_epi32(sum[r], wq, broadcast4(qs[r] + 4 * k));
+        }
+      }
+    }
+    const __m512 wd = _mm512_cvtph_ps(
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(scales + i * kPackRows)));
+    for (int r = 0; r < NR; ++r) {
+      if (NR <= 2) sum[r] = _mm512_add_epi32(sum[r], odd[r]);
+      const __m512 scale = _mm512_mul_ps(wd, _mm512_set1_ps(ad[r * nb + i]));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r]), scale, acc[r]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) _mm512_storeu_ps(out + r * out_stride, acc[r]);
+}
+
+using TileFn = void (*)(int64_t, const uint8_t*, const uint16_t*, const BlockQ8_0* const*,
+                        const float*, const int32_t*, float*, int64_t, bool);
+constexpr int kMaxTile = 8;
+constexpr TileFn kTiles[kMaxTile + 1] = {nullptr, tile<1>, tile<2>, tile<3>, tile<4>,
+                                         tile<5>, tile<6>, tile<7>, tile<8>};
+
+#pragma GCC diagnostic pop
+
+}  // namespace
+
+void q8_0_packed_rows_avx512(const PackedQ8_0& w, const QuantizedActivations& qa, float* y,
+                             int64_t y_stride, int64_t row_begin, int64_t row_end) {
+  const int64_t nb = w.cols() / kQK;
+  const int64_t nt = qa.n_tokens;
+  thread_local TokenBlocks tb;
+  tb.rows.resize(static_cast<size_t>(nt));
+  tb.d.resize(static_cast<size_t>(nt * nb));
+  tb.corr.resize(static_cast<size_t>(nt * nb));
+  const auto* act = static_cast<const uint8_t*>(qa.data);
+  for (int64_t t = 0; t < nt; ++t) {
+    const auto* blocks =
+        reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(t) * qa.row_stride);
+    tb.rows[static_cast<size_t>(t)] = blocks;
+    for (int64_t i = 0; i < nb; ++i) {
+      int32_t sum = 0;
+      for (int l = 0; l < kQK; ++l) sum += blocks[i].qs[l];
+      tb.d[static_cast<size_t>(t * nb + i)] = _cvtsh_ss(blocks[i].d);
+      tb.corr[static_cast<size_t>(t * nb + i)] = -128 * sum;
+    }
+  }
+  for (int64_t g = row_begin / kPackRows; g < row_end / kPackRows; ++g) {
+    const uint8_t* quants = w.group(g);
+    const auto* scales = reinterpret_cast<const uint16_t*>(quants + nb * kQK * kPackRows);
+    for (int64_t t0 = 0; t0 < nt; t0 += kMaxTile) {
+      const int64_t n = std::min<int64_t>(kMaxTile, nt - t0);
+      kTiles[n](nb, quants, scales, tb.rows.data() + t0, tb.d.data() + t0 * nb,
+                tb.corr.data() + t0 * nb, y + t0 * y_stride + g * kPackRows, y_stride, t0 == 0);
+    }
+  }
+}
+
+}  // namespace ferry::kernels::detail

@@ -1,0 +1,67 @@
+#include "local_engine/kernels/attend_invariant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "local_engine/kernels/fp16.h"
+#include "tests/local_engine/kernels/test_util.h"
+
+namespace ferry::kernels {
+namespace {
+
+using testing::random_row;
+
+std::vector<uint16_t> to_f16(const std::vector<float>& x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = fp32_to_fp16(x[i]);
+  return out;
+}
+
+// Softmax attention in double on the same F16 keys and values; a group of query heads gives
+// each head exactly what it gets alone, so grouping (and batching) cannot change a bit.
+TEST(AttendInvariant, MatchesSoftmaxAttentionAndEachHeadAlone) {
+  for (const int64_t head_dim : {16, 64, 80, 128}) {
+    if (!attend_invariant_supported(head_dim)) GTEST_SKIP() << "needs AVX-512";
+    const int64_t n_q = 3, stride = 2 * head_dim;  // keys / values of two KV heads interleaved
+    for (const int64_t n_keys : {1, 15, 16, 17, 100}) {
+      const auto q = random_row(n_q * head_dim, 40 + static_cast<uint32_t>(n_keys));
+      const auto keys = to_f16(random_row(n_keys * stride, 41, 0.5f));
+      const auto values = to_f16(random_row(n_keys * stride, 42));
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      std::vector<float> group(static_cast<size_t>(n_q * head_dim)), alone(group.size());
+      attend_group_invariant(head_dim, n_q, q.data(), head_dim, keys.data(), stride, values.data(),
+                             stride, n_keys, scale, group.data(), head_dim);
+      for (int64_t h = 0; h < n_q; ++h) {
+        attend_group_invariant(head_dim, 1, q.data() + h * head_dim, head_dim, keys.data(), stride,
+                               values.data(), stride, n_keys, scale, alone.data() + h * head_dim,
+                               head_dim);
+        std::vector<double> s(static_cast<size_t>(n_keys));
+        double max_s = -INFINITY;
+        for (int64_t p = 0; p < n_keys; ++p) {
+          double dot = 0;
+          for (int64_t d = 0; d < head_dim; ++d) {
+            dot += static_cast<double>(q[h * head_dim + d]) * fp16_to_fp32(keys[p * stride + d]);
+          }
+          s[p] = dot * scale;
+          max_s = std::max(max_s, s[p]);
+        }
+        double sum = 0;
+        for (auto& v : s) sum += (v = std::exp(v - max_s));
+        for (int64_t d = 0; d < head_dim; ++d) {
+          double expect = 0;
+          for (int64_t p = 0; p < n_keys; ++p) expect += s[p] * fp16_to_fp32(values[p * stride + d]);
+          expect /= sum;
+          const size_t at = static_cast<size_t>(h * head_dim + d);
+          ASSERT_NEAR(group[at], expect, 1e-5 + 1e-5 * std::fabs(expect))
+              << "head_dim " << head_dim << " keys " << n_keys << " h " << h << " d " << d;
+        }
+      }
+      EXPECT_EQ(group, alone) << "head_dim " << head_dim << " keys " << n_keys;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry::kernels
