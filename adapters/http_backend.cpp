@@ -122,7 +122,6 @@ Error upstream_status_error(const std::string& backend, unsigned status, std::st
 }  // namespace
 
 struct HttpBackend::Impl {
-  asio::any_io_executor executor;
   config::BackendConfig cfg;
   std::optional<ssl::context> tls;
   std::string host_header;
@@ -133,8 +132,7 @@ struct HttpBackend::Impl {
   std::optional<tcp::resolver::results_type> endpoints;
   bool closing = false;
 
-  Impl(asio::any_io_executor ex, config::BackendConfig c)
-      : executor(std::move(ex)), cfg(std::move(c)) {
+  explicit Impl(config::BackendConfig c) : cfg(std::move(c)) {
     bool ipv6 = cfg.host.find(':') != std::string::npos;
     host_header = ipv6 ? "[" + cfg.host + "]" : cfg.host;
     if (cfg.port != (cfg.tls ? 443 : 80)) host_header += ":" + std::to_string(cfg.port);
@@ -465,8 +463,8 @@ struct HttpBackend::Impl {
   }
 };
 
-HttpBackend::HttpBackend(asio::any_io_executor executor, config::BackendConfig config)
-    : impl_(std::make_unique<Impl>(std::move(executor), std::move(config))) {}
+HttpBackend::HttpBackend(config::BackendConfig config)
+    : impl_(std::make_unique<Impl>(std::move(config))) {}
 
 HttpBackend::~HttpBackend() { close_idle(); }
 

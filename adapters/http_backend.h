@@ -1,9 +1,8 @@
 // An OpenAI-compatible HTTP/1.1 backend (vLLM, SGLang, TGI, llama.cpp server, ...) over plain
-// TCP or TLS, with a keep-alive connection pool. Thread-safe: one instance serves every I/O
-// thread; each call runs on the caller's executor. Boost.Beast stays inside the .cpp.
+// TCP or TLS, with a keep-alive connection pool per event loop. Thread-safe: one instance
+// serves every I/O thread; each call runs on, and connects from, the caller's executor.
+// Boost.Beast stays inside the .cpp.
 #pragma once
-
-#include <boost/asio/any_io_executor.hpp>
 
 #include <atomic>
 #include <memory>
@@ -21,7 +20,7 @@ struct HttpBackendStats {
 class HttpBackend final : public Backend {
  public:
   // Throws std::runtime_error when the TLS context cannot be set up (start-up only).
-  HttpBackend(boost::asio::any_io_executor executor, config::BackendConfig config);
+  explicit HttpBackend(config::BackendConfig config);
   ~HttpBackend() override;
 
   const std::string& name() const override;

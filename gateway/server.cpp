@@ -265,7 +265,7 @@ struct Server::Impl {
         backends.emplace(b.name, std::move(*local));
         continue;
       }
-      auto http = std::make_unique<adapters::HttpBackend>(ioc.get_executor(), b);
+      auto http = std::make_unique<adapters::HttpBackend>(b);
       http_backends.push_back(http.get());
       backends.emplace(b.name, std::move(http));
     }
@@ -945,11 +945,14 @@ struct Server::Impl {
       auto [rec, n] = co_await stream.async_read_some(buffer.prepare(room), kAwait);
       buffer.commit(n);
       if (rec == asio::error::eof || rec == ssl::error::stream_truncated) {
-        if (!parser.got_some() && buffer.size() == 0) co_return beast::error_code(http::error::end_of_stream);
-        if (buffer.size() != 0) continue;
+        // Nothing more will come: what the parser has, and has not taken, is all there is.
+        if (!parser.got_some() && buffer.size() == 0) {
+          co_return beast::error_code(http::error::end_of_stream);
+        }
         beast::error_code ec;
         parser.put_eof(ec);
         if (ec) co_return ec;
+        if (!enough(parser)) co_return beast::error_code(http::error::partial_message);
         continue;
       }
       if (rec) co_return rec;

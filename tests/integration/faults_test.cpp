@@ -273,6 +273,20 @@ TEST_F(FaultTest, SlowHeadersAreCutByTheHeaderTimeout) {
   expect_serving();
 }
 
+TEST_F(FaultTest, RequestCutMidHeaderIsDroppedAndTheConnectionClosed) {
+  // The client stops sending half-way through a header line and shuts its side down: ferry
+  // must give up on the request (not wait for bytes that cannot come) and close.
+  auto c = Connection::open(ferry_.address.host, ferry_.address.port);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le"));
+  ASSERT_EQ(::shutdown(c->fd(), SHUT_WR), 0);
+  auto r = c->read_response(Ms(10000));
+  ASSERT_TRUE(r) << "no answer to the cut request (ferry waited for bytes that cannot come)";
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_TRUE(c->wait_closed(Ms(10000))) << "ferry kept the half-closed connection open";
+  expect_serving();
+}
+
 TEST_F(FaultTest, BodyThatNeverArrivesIsCutByTheBodyTimeout) {
   // body_timeout_ms is 5000 in the test config: 10 of the 100 announced bytes, then silence.
   auto c = Connection::open(ferry_.address.host, ferry_.address.port);
