@@ -13,11 +13,20 @@
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/detail/bind_handler.hpp>
+#include <boost/asio/detail/fenced_block.hpp>
+#include <boost/asio/detail/handler_alloc_helpers.hpp>
+#include <boost/asio/detail/handler_cont_helpers.hpp>
+#include <boost/asio/detail/handler_work.hpp>
+#include <boost/asio/detail/reactor.hpp>
+#include <boost/asio/detail/reactor_op.hpp>
+#include <boost/asio/detail/socket_ops.hpp>
 #include <boost/beast/core/error.hpp>
 
 #include <chrono>
@@ -27,6 +36,95 @@
 namespace ferry::adapters {
 
 class DeadlineSweep;
+
+#if defined(BOOST_ASIO_HAS_EPOLL) && !defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT)
+#define FERRY_DRAINING_READS 1
+
+namespace drain {
+
+namespace ad = boost::asio::detail;
+
+// A receive that tells the reactor when it emptied the socket.
+//
+// Asio's epoll reactor tries every read at once (a "speculative" recv) before it waits for
+// readiness, unless the last operation reported the socket exhausted; its receive reports that
+// only at end of stream. On a request/response connection most reads are started when nothing
+// can be there yet (the answer to a request just sent, the client's next request), so each
+// costs a recv that fails with EAGAIN. A stream socket that returned fewer bytes than asked had
+// nothing more queued at that moment, and anything arriving later raises a new edge-triggered
+// event, which makes the reactor try again. Reporting such short reads as exhausted lets the
+// next read be queued without a system call.
+template <typename Handler, typename IoExecutor>
+class RecvOp : public ad::reactor_op {
+ public:
+  BOOST_ASIO_DEFINE_HANDLER_PTR(RecvOp);
+
+  RecvOp(int fd, void* data, std::size_t size, Handler& handler, const IoExecutor& io_ex)
+      : reactor_op(boost::system::error_code(), &RecvOp::do_perform, &RecvOp::do_complete),
+        fd_(fd),
+        data_(data),
+        size_(size),
+        handler_(std::move(handler)),
+        work_(handler_, io_ex) {}
+
+  static status do_perform(reactor_op* base) {
+    auto* o = static_cast<RecvOp*>(base);
+    if (!ad::socket_ops::non_blocking_recv1(o->fd_, o->data_, o->size_, 0, /*is_stream=*/true,
+                                            o->ec_, o->bytes_transferred_)) {
+      return not_done;  // EAGAIN: wait for readiness
+    }
+    if (!o->ec_ && o->bytes_transferred_ < o->size_) return done_and_exhausted;
+    return done;
+  }
+
+  static void do_complete(void* owner, ad::operation* base, const boost::system::error_code&,
+                          std::size_t) {
+    auto* o = static_cast<RecvOp*>(base);
+    ptr p = {std::addressof(o->handler_), o, o};
+    ad::handler_work<Handler, IoExecutor> w(std::move(o->work_));
+    // The handler may own the operation's memory: move it out before freeing.
+    ad::binder2<Handler, boost::system::error_code, std::size_t> handler(o->handler_, o->ec_,
+                                                                        o->bytes_transferred_);
+    p.h = std::addressof(handler.handler_);
+    p.reset();
+    if (owner != nullptr) {
+      ad::fenced_block b(ad::fenced_block::half);
+      w.complete(handler, handler.handler_);
+    }
+  }
+
+ private:
+  int fd_;
+  void* data_;
+  std::size_t size_;
+  Handler handler_;
+  ad::handler_work<Handler, IoExecutor> work_;
+};
+
+// Per-operation cancellation, as Asio's own socket operations offer it.
+struct Cancel {
+  ad::reactor* reactor;
+  ad::reactor::per_descriptor_data* data;
+  int fd;
+  void operator()(boost::asio::cancellation_type_t type) {
+    using boost::asio::cancellation_type;
+    if (!!(type & (cancellation_type::terminal | cancellation_type::partial |
+                   cancellation_type::total))) {
+      reactor->cancel_ops_by_key(fd, *data, ad::reactor::read_op, this);
+    }
+  }
+};
+
+// tcp::socket with its reactor state reachable (Asio keeps it protected).
+class Socket : public boost::asio::ip::tcp::socket {
+ public:
+  using boost::asio::ip::tcp::socket::basic_stream_socket;
+  explicit Socket(boost::asio::ip::tcp::socket&& s) : boost::asio::ip::tcp::socket(std::move(s)) {}
+  auto& implementation() noexcept { return impl_.get_implementation(); }
+};
+
+}  // namespace drain
+#endif
 
 class TimedSocket {
  public:
@@ -100,18 +198,22 @@ class TimedSocket {
   struct ReadOp {
     B buffers;
     template <typename H>
-    void start(boost::asio::ip::tcp::socket& s, H&& h) {
+    void start(TimedSocket& self, H&& h) {
       B b = buffers;  // the handler that holds `buffers` moves into the operation
-      s.async_read_some(b, std::forward<H>(h));
+#ifdef FERRY_DRAINING_READS
+      boost::asio::mutable_buffer first = *boost::asio::buffer_sequence_begin(b);
+      if (first.size() != 0) return self.start_draining_read(first, std::forward<H>(h));
+#endif
+      self.socket_.async_read_some(b, std::forward<H>(h));
     }
   };
   template <typename B>
   struct WriteOp {
     B buffers;
     template <typename H>
-    void start(boost::asio::ip::tcp::socket& s, H&& h) {
+    void start(TimedSocket& self, H&& h) {
       B b = buffers;
-      s.async_write_some(b, std::forward<H>(h));
+      self.socket_.async_write_some(b, std::forward<H>(h));
     }
   };
   // Starts the socket operation, then reports its result, with a close by the sweep reported
@@ -132,7 +234,7 @@ class TimedSocket {
                                    [op = std::move(op), ec]() mutable { op.complete(ec, 0); });
         }
         ++self->pending_;
-        return start.start(self->socket_, std::move(op));
+        return start.start(*self, std::move(op));
       }
       --self->pending_;
       if (ec && self->timed_out_) ec = boost::beast::error::timeout;
@@ -161,7 +263,42 @@ class TimedSocket {
 
   void expire();  // called by the sweep
 
+#ifdef FERRY_DRAINING_READS
+  template <typename Handler>
+  void start_draining_read(boost::asio::mutable_buffer buffer, Handler&& h) {
+    namespace ad = boost::asio::detail;
+    using H = std::decay_t<Handler>;
+    using Op = drain::RecvOp<H, executor_type>;
+    H handler(std::forward<Handler>(h));
+    if (reactor_ == nullptr) {
+      reactor_ = &boost::asio::use_service<ad::reactor>(
+          boost::asio::query(socket_.get_executor(), boost::asio::execution::context));
+    }
+    auto& impl = socket_.implementation();
+    bool is_continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
+    auto slot = boost::asio::get_associated_cancellation_slot(handler);
+    typename Op::ptr p = {std::addressof(handler), Op::ptr::allocate(handler), nullptr};
+    p.p = new (p.v) Op(impl.socket_, buffer.data(), buffer.size(), handler, socket_.get_executor());
+    if (slot.is_connected()) {
+      p.p->cancellation_key_ =
+          &slot.template emplace<drain::Cancel>(drain::Cancel{reactor_, &impl.reactor_data_, impl.socket_});
+    }
+    Op* op = p.p;
+    p.v = p.p = nullptr;
+    if ((impl.state_ & ad::socket_ops::non_blocking) != 0 ||
+        ad::socket_ops::set_internal_non_blocking(impl.socket_, impl.state_, true, op->ec_)) {
+      reactor_->start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, op,
+                         is_continuation, /*allow_speculative=*/true);
+    } else {
+      reactor_->post_immediate_completion(op, is_continuation);
+    }
+  }
+
+  drain::Socket socket_;
+  boost::asio::detail::reactor* reactor_ = nullptr;
+#else
   boost::asio::ip::tcp::socket socket_;
+#endif
   DeadlineSweep* sweep_ = nullptr;  // the loop's sweep, found on first use
   Clock::time_point deadline_ = Clock::time_point::max();
   int pending_ = 0;  // operations started through this object and not yet complete
