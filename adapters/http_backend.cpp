@@ -37,6 +37,7 @@ namespace {
 
 constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
 constexpr size_t kMaxResponseBytes = 64 << 20;   // a non-streaming answer
+constexpr size_t kReadChunk = 16 * 1024;         // room for one read from the backend
 constexpr size_t kMaxErrorBodyBytes = 1 << 20;   // an error body we read to explain it
 constexpr auto kMaxIdleAge = std::chrono::seconds(30);
 constexpr auto kPeekAfter = std::chrono::milliseconds(1000);
@@ -298,6 +299,10 @@ struct HttpBackend::Impl {
     parser.body_limit(boost::none);
     parser.header_limit(64 * 1024);
     conn.tcp().expires_at(step_deadline(cfg.timeouts.first_byte_ms, total));
+    // Beast reads into the buffer's free capacity (at least 512 bytes): make room for a whole
+    // typical answer, so that it takes one recv.
+    if (conn.buffer.capacity() < kReadChunk) conn.buffer.reserve(kReadChunk);
+    conn.tcp().expect_silence();  // nothing comes before the request is answered
     auto [hec, hn] = co_await http::async_read_header(stream, conn.buffer, parser, kAwait);
     if (hec) {
       bool nothing_read = conn.buffer.size() == 0 && hn == 0;

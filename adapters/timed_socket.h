@@ -51,19 +51,27 @@ namespace ad = boost::asio::detail;
 // only at end of stream. On a request/response connection most reads are started when nothing
 // can be there yet (the answer to a request just sent, the client's next request), so each
 // costs a recv that fails with EAGAIN. A stream socket that returned fewer bytes than asked had
-// nothing more queued at that moment, and anything arriving later raises a new edge-triggered
-// event, which makes the reactor try again. Reporting such short reads as exhausted lets the
-// next read be queued without a system call.
+// no more data queued at that moment, and data arriving later raises a new edge-triggered
+// event, which makes the reactor try again. This receive reports such short reads as
+// exhausted (and sets *drained), so that the next read can be queued without a system call.
+//
+// One thing a short read does not rule out: an end of stream (or reset) that arrived with the
+// data. It raises no new event. So only a read that expects the peer to be silent (the next
+// request, the answer to a request just sent) may be queued blindly on a drained socket; one
+// that continues a message re-arms the socket's readiness first (TimedSocket does this), which
+// costs one epoll_ctl, as much as the recv it replaces.
 template <typename Handler, typename IoExecutor>
 class RecvOp : public ad::reactor_op {
  public:
   BOOST_ASIO_DEFINE_HANDLER_PTR(RecvOp);
 
-  RecvOp(int fd, void* data, std::size_t size, Handler& handler, const IoExecutor& io_ex)
+  RecvOp(int fd, void* data, std::size_t size, bool* drained, Handler& handler,
+         const IoExecutor& io_ex)
       : reactor_op(boost::system::error_code(), &RecvOp::do_perform, &RecvOp::do_complete),
         fd_(fd),
         data_(data),
         size_(size),
+        drained_(drained),
         handler_(std::move(handler)),
         work_(handler_, io_ex) {}
 
@@ -73,8 +81,10 @@ class RecvOp : public ad::reactor_op {
                                             o->ec_, o->bytes_transferred_)) {
       return not_done;  // EAGAIN: wait for readiness
     }
-    if (!o->ec_ && o->bytes_transferred_ < o->size_) return done_and_exhausted;
-    return done;
+    // (The socket is open while the reactor performs its operations, and *drained lives as
+    // long as the socket.)
+    *o->drained_ = !o->ec_ && o->bytes_transferred_ < o->size_;
+    return *o->drained_ ? done_and_exhausted : done;
   }
 
   static void do_complete(void* owner, ad::operation* base, const boost::system::error_code&,
@@ -97,6 +107,7 @@ class RecvOp : public ad::reactor_op {
   int fd_;
   void* data_;
   std::size_t size_;
+  bool* drained_;
   Handler handler_;
   ad::handler_work<Handler, IoExecutor> work_;
 };
@@ -172,11 +183,39 @@ class TimedSocket {
     return socket_.write_some(buffers, ec);
   }
 
+  // Reads what is there, or waits for it. See drain::RecvOp for how reads avoid a recv that
+  // finds nothing.
   template <typename MutableBuffers, typename Token>
   auto async_read_some(const MutableBuffers& buffers, Token&& token) {
     return boost::asio::async_compose<Token, void(boost::system::error_code, std::size_t)>(
         Op<ReadOp<MutableBuffers>>{this, ReadOp<MutableBuffers>{buffers}}, token, socket_);
   }
+
+  // Says that the next read started through this socket expects the peer to be silent until
+  // it is spoken to (the next request on an idle connection, the answer to a request just
+  // sent): on a socket that the last read drained, it is queued without trying a recv, and an
+  // end of stream that came with the last data is only noticed with the next event (our write
+  // being reset, new data, the deadline).
+  void expect_silence() noexcept { expect_silence_ = true; }
+
+  // A read that expects silence (see above) and that the deadline does not apply to (it is
+  // not "pending" for the sweep): for watching a connection while other work runs. It notices
+  // a hang-up, and its bytes are the start of what comes next. `handler` is called as
+  // handler(error_code, bytes) from the event loop.
+  template <typename Handler>
+  void async_read_some_untimed(boost::asio::mutable_buffer buffer, Handler&& handler) {
+#ifdef FERRY_DRAINING_READS
+    if (buffer.size() != 0) {
+      expect_silence_ = true;
+      return start_draining_read(buffer, std::forward<Handler>(handler));
+    }
+#endif
+    socket_.async_read_some(buffer, std::forward<Handler>(handler));
+  }
+
+  // While set, the socket counts as having an operation pending, so the deadline applies:
+  // for a caller that waits on the result of an untimed read.
+  void count_as_pending(bool on) noexcept { pending_ += on ? 1 : -1; }
 
   template <typename ConstBuffers, typename Token>
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
@@ -266,10 +305,22 @@ class TimedSocket {
 #ifdef FERRY_DRAINING_READS
   template <typename Handler>
   void start_draining_read(boost::asio::mutable_buffer buffer, Handler&& h) {
+    using Op = drain::RecvOp<std::decay_t<Handler>, executor_type>;
+    // A read that continues a message on a drained socket must not wait for an event that an
+    // end of stream already queued will not raise: re-arm (epoll_ctl) instead of queueing.
+    bool rearm = drained_ && !expect_silence_;
+    expect_silence_ = false;
+    start_reactor_op<Op>(std::forward<Handler>(h), !rearm, socket_.implementation().socket_,
+                         buffer.data(), buffer.size(), &drained_);
+  }
+
+  // Allocates `Op` (constructed from `args..., handler, executor`) with the handler's
+  // allocator and hands it to the reactor as a read, the way Asio's socket service does.
+  // Without `speculative`, the reactor re-arms the socket's readiness instead of trying.
+  template <typename Op, typename Handler, typename... Args>
+  void start_reactor_op(Handler&& h, bool speculative, Args... args) {
     namespace ad = boost::asio::detail;
-    using H = std::decay_t<Handler>;
-    using Op = drain::RecvOp<H, executor_type>;
-    H handler(std::forward<Handler>(h));
+    std::decay_t<Handler> handler(std::forward<Handler>(h));
     if (reactor_ == nullptr) {
       reactor_ = &boost::asio::use_service<ad::reactor>(
           boost::asio::query(socket_.get_executor(), boost::asio::execution::context));
@@ -278,7 +329,7 @@ class TimedSocket {
     bool is_continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
     auto slot = boost::asio::get_associated_cancellation_slot(handler);
     typename Op::ptr p = {std::addressof(handler), Op::ptr::allocate(handler), nullptr};
-    p.p = new (p.v) Op(impl.socket_, buffer.data(), buffer.size(), handler, socket_.get_executor());
+    p.p = new (p.v) Op(args..., handler, socket_.get_executor());
     if (slot.is_connected()) {
       p.p->cancellation_key_ =
           &slot.template emplace<drain::Cancel>(drain::Cancel{reactor_, &impl.reactor_data_, impl.socket_});
@@ -288,7 +339,7 @@ class TimedSocket {
     if ((impl.state_ & ad::socket_ops::non_blocking) != 0 ||
         ad::socket_ops::set_internal_non_blocking(impl.socket_, impl.state_, true, op->ec_)) {
       reactor_->start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, op,
-                         is_continuation, /*allow_speculative=*/true);
+                         is_continuation, speculative);
     } else {
       reactor_->post_immediate_completion(op, is_continuation);
     }
@@ -296,9 +347,11 @@ class TimedSocket {
 
   drain::Socket socket_;
   boost::asio::detail::reactor* reactor_ = nullptr;
+  bool drained_ = false;  // the last read here was short (see drain::RecvOp)
 #else
   boost::asio::ip::tcp::socket socket_;
 #endif
+  bool expect_silence_ = false;  // for the next read (see expect_silence())
   DeadlineSweep* sweep_ = nullptr;  // the loop's sweep, found on first use
   Clock::time_point deadline_ = Clock::time_point::max();
   int pending_ = 0;  // operations started through this object and not yet complete

@@ -2,3 +2,6 @@
 # bench/gateway_bench.sh starts the servers and runs it; see bench/README.md.
 add_executable(ferry_loadgen ${CMAKE_CURRENT_LIST_DIR}/loadgen.cpp)
 target_link_libraries(ferry_loadgen PRIVATE ferry_options)
+# The floor of any proxy here: a byte relay making only the unavoidable system calls.
+add_executable(ferry_bench_relay ${CMAKE_CURRENT_LIST_DIR}/relay.cpp)
+target_link_libraries(ferry_bench_relay PRIVATE ferry_options)

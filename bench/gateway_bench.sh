@@ -10,6 +10,9 @@
 #   reverse proxy (one worker, upstream keep-alive, no buffering) in front of the same
 #   upstream on FERRY_CPU, measured in the same rounds as the reference for ferry's figures
 #   (`apt-get install nginx-light`; not needed by anything else).
+#   BENCH_RELAY (default on; "off" to skip): ferry_bench_relay, a byte relay that makes only
+#   the system calls every proxy must (recv and send per message and direction, epoll_wait),
+#   on FERRY_CPU in front of the same upstream: the kernel's floor for a proxied request here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -21,9 +24,11 @@ IO_THREADS=${FERRY_IO_THREADS:-1}
 ferry_bin=$BUILD_DIR/gateway/ferry
 upstream_bin=$BUILD_DIR/tests/integration/ferry_test_upstream
 loadgen_bin=$BUILD_DIR/bench/ferry_loadgen
-if [ ! -x "$ferry_bin" ] || [ ! -x "$upstream_bin" ] || [ ! -x "$loadgen_bin" ]; then
+relay_bin=$BUILD_DIR/bench/ferry_bench_relay
+if [ ! -x "$ferry_bin" ] || [ ! -x "$upstream_bin" ] || [ ! -x "$loadgen_bin" ] ||
+  [ ! -x "$relay_bin" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja >/dev/null
-  cmake --build "$BUILD_DIR" --target ferry ferry_test_upstream ferry_loadgen
+  cmake --build "$BUILD_DIR" --target ferry ferry_test_upstream ferry_loadgen ferry_bench_relay
 fi
 
 # taskset execs the command, so $! below is the server's own pid (for /proc/<pid>/stat).
@@ -143,6 +148,14 @@ EOF
   done
   reference_args=(--reference "http://127.0.0.1:$nginx_port" --reference-pid "$nginx_pid"
     --reference-name nginx)
+fi
+if [ "${BENCH_RELAY:-on}" != off ]; then
+  "${pin_ferry[@]}" "$relay_bin" --listen 127.0.0.1:0 --upstream "${upstream_url#http://}" \
+    >"$work/relay.out" 2>&1 &
+  relay_pid=$!
+  pids+=("$relay_pid")
+  relay_url=$(wait_listening "$work/relay.out" ferry_bench_relay)
+  reference_args+=(--reference "$relay_url" --reference-pid "$relay_pid" --reference-name relay)
 fi
 
 echo "ferry $("$ferry_bin" --version 2>/dev/null | head -1) on CPU $FERRY_CPU ($IO_THREADS I/O" \

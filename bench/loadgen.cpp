@@ -655,9 +655,11 @@ struct Options {
   int rounds = 1;
   std::string json_file;
   std::string only;  // run only scenarios whose name contains this
-  std::string reference_url;  // optional third target (another proxy, e.g. nginx)
-  int reference_pid = 0;
-  std::string reference_name = "nginx";
+  // Optional further targets: other proxies in front of the same upstream (e.g. nginx), each
+  // given as --reference URL [--reference-pid PID] [--reference-name NAME], in that order.
+  std::vector<std::string> reference_urls;
+  std::vector<int> reference_pids;
+  std::vector<std::string> reference_names;
 };
 
 std::string fmt(const char* format, double value) {
@@ -733,12 +735,14 @@ std::optional<Options> parse_options(int argc, char** argv) {
       o.json_file = value;
     else if (arg == "--only")
       o.only = value;
-    else if (arg == "--reference")
-      o.reference_url = value;
-    else if (arg == "--reference-pid")
-      o.reference_pid = std::stoi(value);
-    else if (arg == "--reference-name")
-      o.reference_name = value;
+    else if (arg == "--reference") {
+      o.reference_urls.push_back(value);
+      o.reference_pids.resize(o.reference_urls.size(), 0);
+      o.reference_names.resize(o.reference_urls.size(), "ref" + std::to_string(o.reference_urls.size()));
+    } else if (arg == "--reference-pid" && !o.reference_urls.empty())
+      o.reference_pids.back() = std::stoi(value);
+    else if (arg == "--reference-name" && !o.reference_urls.empty())
+      o.reference_names.back() = value;
     else {
       std::fprintf(stderr, "loadgen: unknown option %s\n", argv[i - 1]);
       return std::nullopt;
@@ -750,7 +754,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
                  "[--upstream-pid PID] [--api-key KEY] [--concurrency N] [--rate R] "
                  "[--duration S] [--warmup S] [--body-bytes B] [--max-tokens T] "
                  "[--slow-stream-ms MS] [--rounds N] [--json FILE] [--only TEXT] "
-                 "[--reference URL --reference-pid PID --reference-name NAME]\n");
+                 "[--reference URL [--reference-pid PID] [--reference-name NAME]]...\n");
     return std::nullopt;
   }
   return o;
@@ -769,17 +773,18 @@ int run_all(int argc, char** argv) {
   direct->pid = o.upstream_pid;
   ferry->pid = o.ferry_pid;
   ferry->api_key = o.api_key;
-  // An optional third target: another proxy in front of the same upstream (e.g. nginx),
-  // measured in the same rounds so that ferry's figures have a reference from the same minute.
-  std::optional<Target> reference;
-  if (!o.reference_url.empty()) {
-    reference = parse_url(o.reference_name, o.reference_url);
+  // Optional further targets: other proxies in front of the same upstream (e.g. nginx),
+  // measured in the same rounds so that ferry's figures have references from the same minute.
+  std::vector<Target> references;
+  for (size_t i = 0; i < o.reference_urls.size(); ++i) {
+    auto reference = parse_url(o.reference_names[i], o.reference_urls[i]);
     if (!reference) {
       std::fprintf(stderr, "loadgen: URLs must be http://HOST:PORT\n");
       return 2;
     }
-    reference->pid = o.reference_pid;
+    reference->pid = o.reference_pids[i];
     reference->api_key = o.api_key;
+    references.push_back(*reference);
   }
 
   std::string slow = "stream-slow-" + std::to_string(o.slow_stream_ms);
@@ -807,11 +812,11 @@ int run_all(int argc, char** argv) {
     std::string body = make_chat_body(scenario.model, scenario.stream, o.body_bytes, o.max_tokens);
     // Rounds alternate direct and ferry, so that a drift in the machine's load hits both; the
     // summary pools the samples of every round.
-    std::optional<RunStats> pair[3];
-    const Target* targets[3] = {&*direct, &*ferry, reference ? &*reference : nullptr};
-    const int n_targets = reference ? 3 : 2;
+    std::vector<const Target*> targets = {&*direct, &*ferry};
+    for (const auto& ref : references) targets.push_back(&ref);
+    std::vector<std::optional<RunStats>> pair(targets.size());
     for (int round = 0; round < o.rounds; ++round) {
-      for (int t = 0; t < n_targets; ++t) {
+      for (size_t t = 0; t < targets.size(); ++t) {
         Runner runner(*targets[t], scenario, make_http_request(*targets[t], body), o.upstream_pid);
         auto stats = runner.run();
         if (!stats) return 1;
@@ -849,9 +854,10 @@ int run_all(int argc, char** argv) {
     if (f.server_cpu_us) line += "; ferry CPU " + fmt("%.1f", *f.server_cpu_us) + " us/request";
     if (scenario.rate <= 0) line += "; throughput " + fmt("%.2f", f.rps() / d.rps()) + "x direct";
     summary.push_back(line);
-    if (pair[2]) {
-      const RunStats& n = *pair[2];
-      std::string ref = scenario.name + ": " + o.reference_name + " adds p50 " +
+    for (size_t t = 2; t < pair.size(); ++t) {
+      const RunStats& n = *pair[t];
+      const std::string& name = targets[t]->name;
+      std::string ref = scenario.name + ": " + name + " adds p50 " +
                         fmt("%.3f", percentile_ms(n.latency_ns, 0.5) - percentile_ms(d.latency_ns, 0.5)) +
                         " ms, p90 " +
                         fmt("%.3f", percentile_ms(n.latency_ns, 0.9) - percentile_ms(d.latency_ns, 0.9)) +
@@ -861,9 +867,9 @@ int run_all(int argc, char** argv) {
                fmt("%.3f", percentile_ms(n.first_ns, 0.5) - percentile_ms(d.first_ns, 0.5)) + " ms";
       }
       if (n.server_cpu_us) {
-        ref += "; " + o.reference_name + " CPU " + fmt("%.1f", *n.server_cpu_us) + " us/request";
+        ref += "; " + name + " CPU " + fmt("%.1f", *n.server_cpu_us) + " us/request";
         if (f.server_cpu_us) {
-          ref += "; ferry/" + o.reference_name + " CPU " +
+          ref += "; ferry/" + name + " CPU " +
                  fmt("%.2f", *f.server_cpu_us / *n.server_cpu_us) + "x";
         }
       }

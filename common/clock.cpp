@@ -1,19 +1,18 @@
 #include "common/clock.h"
 
-#include <cstdio>
+#include <cstring>
 #include <ctime>
 
 namespace ferry {
 
-std::string format_utc_micros(int64_t unix_micros) {
-  int64_t secs = unix_micros >= 0 ? unix_micros / 1000000 : (unix_micros - 999999) / 1000000;
-  auto frac = static_cast<int>(unix_micros - secs * 1000000);
+namespace {
+
+// "YYYY-MM-DDTHH:MM:SS" for a whole second, digits written directly.
+void put_utc_seconds(int64_t secs, char* buf) {
   std::time_t t = static_cast<std::time_t>(secs);
   std::tm tm{};
   gmtime_r(&t, &tm);
-  // "YYYY-MM-DDTHH:MM:SS.ffffffZ", digits written directly (this runs once per request).
-  char buf[28];
-  auto put = [&buf](int at, int value, int width) {
+  auto put = [buf](int at, int value, int width) {
     for (int i = width - 1; i >= 0; --i) {
       buf[at + i] = static_cast<char>('0' + value % 10);
       value /= 10;
@@ -32,10 +31,36 @@ std::string format_utc_micros(int64_t unix_micros) {
   put(14, tm.tm_min, 2);
   buf[16] = ':';
   put(17, tm.tm_sec, 2);
-  buf[19] = '.';
-  put(20, frac, 6);
-  buf[26] = 'Z';
-  return std::string(buf, 27);
+}
+
+}  // namespace
+
+void write_utc_micros(int64_t unix_micros, char* out) {
+  int64_t secs = unix_micros >= 0 ? unix_micros / 1000000 : (unix_micros - 999999) / 1000000;
+  auto frac = static_cast<int>(unix_micros - secs * 1000000);
+  // Requests come many a second: the calendar part is worked out once a second per thread.
+  struct Cache {
+    int64_t secs = INT64_MIN;
+    char text[19];
+  };
+  thread_local Cache cache;
+  if (cache.secs != secs) {
+    put_utc_seconds(secs, cache.text);
+    cache.secs = secs;
+  }
+  std::memcpy(out, cache.text, 19);
+  out[19] = '.';
+  for (int i = 25; i >= 20; --i) {
+    out[i] = static_cast<char>('0' + frac % 10);
+    frac /= 10;
+  }
+  out[26] = 'Z';
+}
+
+std::string format_utc_micros(int64_t unix_micros) {
+  char buf[kUtcMicrosChars];
+  write_utc_micros(unix_micros, buf);
+  return std::string(buf, sizeof buf);
 }
 
 }  // namespace ferry

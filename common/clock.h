@@ -1,7 +1,8 @@
-// Time helpers shared by every module. Stateless; thread-safe.
+// Time helpers shared by every module. Thread-safe: the only state is a per-thread cache.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -21,5 +22,10 @@ inline int64_t micros_between(SteadyTime from, SteadyTime to) {
 
 // RFC 3339 UTC with microseconds: "2026-11-29T21:35:04.123456Z".
 std::string format_utc_micros(int64_t unix_micros);
+
+// The same text written to `out`: exactly kUtcMicrosChars bytes, no terminator. The calendar
+// part is remembered per thread for the last second, so most calls only write the fraction.
+inline constexpr size_t kUtcMicrosChars = 27;
+void write_utc_micros(int64_t unix_micros, char* out);
 
 }  // namespace ferry

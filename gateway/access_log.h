@@ -2,31 +2,117 @@
 // ever blocks on a file. Thread-safe: write() may be called from any thread.
 #pragma once
 
+#include <charconv>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
-#include <deque>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 
+#include "common/clock.h"
+
 namespace ferry::gateway {
 
 // Builds one JSON object on one line without a DOM: the access log writes one per request.
 // Strings are escaped as JSON requires; bytes that are not valid UTF-8 become U+FFFD.
+// Each field is written straight into a buffer sized ahead for its worst case; the small field
+// writers are inline so that constant keys are copied with constant-size copies.
 class JsonLine {
  public:
-  JsonLine() { out_.reserve(384); out_ = "{"; }
-  JsonLine& str(std::string_view key, std::string_view value);
-  JsonLine& integer(std::string_view key, int64_t value);
-  JsonLine& millis(std::string_view key, int64_t micros);  // micros as decimal milliseconds
-  JsonLine& boolean(std::string_view key, bool value);
-  std::string finish() { return std::move(out_) + "}"; }
+  // Starts with a buffer left by an earlier JsonLine on this thread when there is one.
+  JsonLine();
+  ~JsonLine();
+  JsonLine(JsonLine&&) = default;
+  JsonLine& operator=(JsonLine&&) = delete;
+
+  JsonLine& str(std::string_view k, std::string_view value) {
+    char* p = key(k, value.size() * kMaxEscapedPerByte + 2 + kEscapeSlack);
+    *p = '"';
+    p = escape(p + 1, value);
+    *p = '"';
+    return commit(p + 1);
+  }
+  JsonLine& integer(std::string_view k, int64_t value) {
+    char* p = key(k, 20);
+    return commit(std::to_chars(p, p + 20, value).ptr);
+  }
+  // micros as decimal milliseconds: "1234.567".
+  JsonLine& millis(std::string_view k, int64_t micros) {
+    char* p = key(k, 25);
+    if (micros < 0) {
+      *p++ = '-';
+      micros = -micros;
+    }
+    p = std::to_chars(p, p + 20, micros / 1000).ptr;
+    auto ms = static_cast<int>(micros % 1000);
+    p[0] = '.';
+    p[1] = static_cast<char>('0' + ms / 100);
+    p[2] = static_cast<char>('0' + ms / 10 % 10);
+    p[3] = static_cast<char>('0' + ms % 10);
+    return commit(p + 4);
+  }
+  JsonLine& boolean(std::string_view k, bool value) {
+    char* p = key(k, 5);
+    std::memcpy(p, value ? "true" : "false", 5);  // "true" is followed by its terminator
+    return commit(p + (value ? 4 : 5));
+  }
+  // A string in format_utc_micros' form ("2026-11-29T21:35:04.123456Z").
+  JsonLine& utc_micros(std::string_view k, int64_t unix_micros) {
+    char* p = key(k, kUtcMicrosChars + 2);
+    *p = '"';
+    write_utc_micros(unix_micros, p + 1);
+    p[kUtcMicrosChars + 1] = '"';
+    return commit(p + kUtcMicrosChars + 2);
+  }
+  // The line; call once, last.
+  std::string finish() {
+    *reserve(1) = '}';
+    out_.resize(size_ + 1);
+    return std::move(out_);
+  }
+  // The line without a copy, valid while this JsonLine lives; call once, last. Its buffer then
+  // goes on to the next JsonLine made on this thread.
+  std::string_view close() {
+    *reserve(1) = '}';
+    return {out_.data(), size_ + 1};
+  }
 
  private:
-  void key(std::string_view key);
-  std::string out_;
+  static constexpr size_t kInitialBytes = 512;
+  static constexpr size_t kMaxSpareBytes = 64 << 10;  // a larger buffer is not kept
+  static constexpr size_t kMaxEscapedPerByte = 6;     // a control character becomes \u00XX
+  static constexpr size_t kEscapeSlack = 8;           // escape() stores 8 bytes at a time
+
+  // Writes `s` escaped at `out`, which has room for 6 bytes per byte of `s` plus 8, and returns
+  // the end.
+  static char* escape(char* out, std::string_view s);
+  void grow(size_t more);
+  // Room for `more` bytes past the end; returns where they go.
+  char* reserve(size_t more) {
+    if (out_.size() - size_ < more) grow(more);
+    return out_.data() + size_;
+  }
+  // Writes `,"key":` (no comma first) with room after it for `value_bytes`.
+  char* key(std::string_view k, size_t value_bytes) {
+    char* p = reserve(k.size() + 4 + value_bytes);
+    if (size_ > 1) *p++ = ',';
+    *p = '"';
+    std::memcpy(p + 1, k.data(), k.size());
+    p += k.size() + 1;
+    p[0] = '"';
+    p[1] = ':';
+    return p + 2;
+  }
+  JsonLine& commit(char* end) {
+    size_ = static_cast<size_t>(end - out_.data());
+    return *this;
+  }
+
+  std::string out_;  // out_[0, size_) is the line so far; the rest is room
+  size_t size_ = 1;
 };
 
 class AccessLog {
@@ -38,8 +124,8 @@ class AccessLog {
   AccessLog& operator=(const AccessLog&) = delete;
 
   bool enabled() const { return out_ != nullptr; }
-  // Queues one line (without the trailing newline).
-  void write(std::string line);
+  // Queues one line (without the trailing newline). Copies it: the caller keeps its buffer.
+  void write(std::string_view line);
   // Writes everything queued so far (used at shutdown and by tests).
   void flush();
   int64_t dropped() const;
@@ -52,7 +138,8 @@ class AccessLog {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable drained_;
-  std::deque<std::string> queue_;
+  std::string queue_;  // queued lines, each ended by '\n'
+  size_t queued_lines_ = 0;
   bool stopping_ = false;
   bool writing_ = false;
   bool flush_requested_ = false;

@@ -1,6 +1,9 @@
 #include "gateway/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <random>
 
 namespace ferry::gateway {
 
@@ -58,25 +61,64 @@ std::string micros_as_seconds(int64_t micros) {
   return buf;
 }
 
+// Label lists compared as std::vector<std::string>'s operator< compares them.
+template <typename A, typename B>
+bool labels_less(const A& a, const B& b) {
+  return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                      [](std::string_view x, std::string_view y) { return x < y; });
+}
+
+// A quick hash for short label values: 8 bytes a step, multiply and fold.
+uint64_t hash_mix(uint64_t h, std::string_view s) {
+  constexpr uint64_t kMul = 0x9e3779b97f4a7c15ULL;
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * kMul;
+    h ^= h >> 29;
+  }
+  uint64_t tail = s.size();
+  for (; i < s.size(); ++i) tail = (tail << 8) | static_cast<unsigned char>(s[i]);
+  h = (h ^ tail) * kMul;
+  return h ^ (h >> 29);
+}
 }  // namespace
+
+bool LabelsLess::operator()(const std::vector<std::string>& a,
+                            std::span<const std::string_view> b) const {
+  return labels_less(a, b);
+}
+
+bool LabelsLess::operator()(std::span<const std::string_view> a,
+                            const std::vector<std::string>& b) const {
+  return labels_less(a, b);
+}
 
 CounterFamily::CounterFamily(std::string name, std::string help, std::vector<std::string> labels)
     : name_(std::move(name)), help_(std::move(help)), labels_(std::move(labels)) {}
 
-void CounterFamily::inc(const std::vector<std::string>& label_values, int64_t by) {
-  std::atomic<int64_t>* counter = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    auto& slot = series_[label_values];
-    if (!slot) slot = std::make_unique<std::atomic<int64_t>>(0);
-    counter = slot.get();
+std::atomic<int64_t>* CounterFamily::series(LabelValues label_values) {
+  std::span<const std::string_view> key(label_values.begin(), label_values.size());
+  std::lock_guard lock(mu_);
+  auto it = series_.find(key);
+  if (it == series_.end()) {
+    it = series_
+             .emplace(std::vector<std::string>(key.begin(), key.end()),
+                      std::make_unique<std::atomic<int64_t>>(0))
+             .first;
   }
-  counter->fetch_add(by, std::memory_order_relaxed);
+  return it->second.get();
 }
 
-int64_t CounterFamily::value(const std::vector<std::string>& label_values) const {
+void CounterFamily::inc(LabelValues label_values, int64_t by) {
+  series(label_values)->fetch_add(by, std::memory_order_relaxed);
+}
+
+int64_t CounterFamily::value(LabelValues label_values) const {
+  std::span<const std::string_view> key(label_values.begin(), label_values.size());
   std::lock_guard lock(mu_);
-  auto it = series_.find(label_values);
+  auto it = series_.find(key);
   return it == series_.end() ? 0 : it->second->load(std::memory_order_relaxed);
 }
 
@@ -101,20 +143,29 @@ HistogramFamily::HistogramFamily(std::string name, std::string help,
   for (double b : bounds_seconds_) bounds_micros_.push_back(static_cast<int64_t>(b * 1e6));
 }
 
-void HistogramFamily::observe_micros(const std::vector<std::string>& label_values,
-                                     int64_t micros) {
-  Series* s = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    auto& slot = series_[label_values];
-    if (!slot) slot = std::make_unique<Series>(bounds_micros_.size() + 1);
-    s = slot.get();
+HistogramFamily::Series* HistogramFamily::series(LabelValues label_values) {
+  std::span<const std::string_view> key(label_values.begin(), label_values.size());
+  std::lock_guard lock(mu_);
+  auto it = series_.find(key);
+  if (it == series_.end()) {
+    it = series_
+             .emplace(std::vector<std::string>(key.begin(), key.end()),
+                      std::make_unique<Series>(bounds_micros_.size() + 1))
+             .first;
   }
+  return it->second.get();
+}
+
+void HistogramFamily::observe_micros(LabelValues label_values, int64_t micros) {
+  observe_micros(*series(label_values), micros);
+}
+
+void HistogramFamily::observe_micros(Series& s, int64_t micros) {
   size_t i = 0;
   while (i < bounds_micros_.size() && micros > bounds_micros_[i]) ++i;
-  s->counts[i].fetch_add(1, std::memory_order_relaxed);
-  s->sum_micros.fetch_add(micros, std::memory_order_relaxed);
-  s->count.fetch_add(1, std::memory_order_relaxed);
+  s.counts[i].fetch_add(1, std::memory_order_relaxed);
+  s.sum_micros.fetch_add(micros, std::memory_order_relaxed);
+  s.count.fetch_add(1, std::memory_order_relaxed);
 }
 
 void HistogramFamily::render(std::string& out) const {
@@ -154,7 +205,37 @@ Metrics::Metrics()
               {"model"}, kLatencyBuckets),
       ttft("ferry_time_to_first_token_seconds",
            "Time from request read to the first streamed chunk sent.", {"model"},
-           kLatencyBuckets) {}
+           kLatencyBuckets),
+      request_series_(16, RequestKeyHash{(uint64_t{std::random_device{}()} << 32) ^
+                                         std::random_device{}()}) {}
+
+size_t Metrics::RequestKeyHash::operator()(const RequestKeyView& k) const {
+  return hash_mix(hash_mix(seed ^ static_cast<uint64_t>(k.status), k.model), k.backend);
+}
+
+void Metrics::observe_request(std::string_view model, std::string_view backend, int status,
+                              int64_t latency_micros, int64_t ttft_micros) {
+  bool want_ttft = ttft_micros >= 0 && !model.empty();
+  RequestSeries s;
+  {
+    std::lock_guard lock(request_series_mu_);
+    auto it = request_series_.find(RequestKeyView{model, backend, status});
+    if (it == request_series_.end()) {
+      RequestSeries created;
+      std::string status_text = std::to_string(status);
+      created.requests = requests.series({model, backend, status_text});
+      if (!model.empty()) created.latency = latency.series({model});
+      RequestKey key{std::string(model), std::string(backend), status};
+      it = request_series_.emplace(std::move(key), created).first;
+    }
+    // Like the ttft family itself, the series exists only once something was observed in it.
+    if (want_ttft && it->second.ttft == nullptr) it->second.ttft = ttft.series({model});
+    s = it->second;
+  }
+  s.requests->fetch_add(1, std::memory_order_relaxed);
+  if (s.latency != nullptr) latency.observe_micros(*s.latency, latency_micros);
+  if (want_ttft) ttft.observe_micros(*s.ttft, ttft_micros);
+}
 
 void Metrics::add_collector(std::function<void(std::string&)> collector) {
   std::lock_guard lock(collectors_mu_);

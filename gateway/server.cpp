@@ -19,8 +19,10 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <map>
@@ -114,9 +116,9 @@ struct RequestRecord {
   int64_t backend_ttft_us = -1;  // the backend's own time to its first byte (or token)
 };
 
-std::string access_log_line(const RequestRecord& r, int64_t latency_us) {
+JsonLine access_log_line(const RequestRecord& r, int64_t latency_us) {
   JsonLine j;
-  j.str("ts", format_utc_micros(unix_micros_now()))
+  j.utc_micros("ts", unix_micros_now())
       .str("request_id", r.request_id)
       .str("method", r.method)
       .str("path", r.path)
@@ -129,7 +131,7 @@ std::string access_log_line(const RequestRecord& r, int64_t latency_us) {
   if (!r.rule.empty()) j.str("rule", r.rule);
   if (r.attempts > 1) j.integer("attempts", r.attempts);
   if (!r.ledger_id.empty()) j.str("ledger_id", r.ledger_id);
-  if (!r.path.starts_with("/v1/")) return j.finish();
+  if (!r.path.starts_with("/v1/")) return j;
   j.boolean("stream", r.stream);
   if (r.usage.prompt_tokens >= 0) j.integer("prompt_tokens", r.usage.prompt_tokens);
   if (r.usage.completion_tokens >= 0) j.integer("completion_tokens", r.usage.completion_tokens);
@@ -139,7 +141,7 @@ std::string access_log_line(const RequestRecord& r, int64_t latency_us) {
   if (r.backend_ttft_us >= 0) j.millis("backend_ttft_ms", r.backend_ttft_us);
   if (!r.finish_reason.empty()) j.str("finish_reason", r.finish_reason);
   if (!r.error.empty()) j.str("error", r.error);
-  return j.finish();
+  return j;
 }
 
 const char* backend_error_kind(ErrorCode code) {
@@ -202,6 +204,38 @@ struct ClientWatch {
   bool done = false;
   adapters::CancelSignal* cancel = nullptr;
   char byte = 0;
+};
+
+// On a plain connection, the read of the client's next bytes starts as soon as a request goes
+// to the backend. While the backend works it notices a hang-up (end of stream or reset: the
+// upstream request is cancelled); afterwards it is the next request's read. So the connection
+// never cancels a watch (a posted completion, an extra event-loop turn) and never reads twice.
+// It costs no system call to start: the request read left the socket drained, so the reactor
+// queues it without trying. Pipelined bytes it reads end the hang-up watch (we cannot tell
+// then); they are handed to the request parser like any other. The bytes live here, not in the
+// connection's buffer, so a read still pending when the connection ends writes nothing freed.
+struct EarlyRead {
+  std::array<char, 4096> bytes{};
+  bool fired = false;
+  beast::error_code ec;
+  size_t n = 0;
+  adapters::CancelSignal* cancel = nullptr;  // set while a backend call runs
+
+  // The idle connection's coroutine, resumed when the read completes. (Type-erased by hand:
+  // Boost 1.81's any_completion_handler recurses when moved from an lvalue of itself.)
+  struct Waiter {
+    virtual ~Waiter() = default;
+    virtual void resume(beast::error_code ec, size_t n) = 0;
+  };
+  template <typename Handler>
+  struct WaiterFor final : Waiter {
+    explicit WaiterFor(Handler h) : handler(std::move(h)) {}
+    void resume(beast::error_code ec, size_t n) override { std::move(handler)(ec, n); }
+    Handler handler;
+  };
+  std::unique_ptr<Waiter> waiter;
+
+  bool hung_up() const { return fired && (ec || n == 0); }
 };
 
 }  // namespace
@@ -601,7 +635,8 @@ struct Server::Impl {
 
   // Handles one request. Returns whether the connection may be kept alive.
   template <typename Stream>
-  asio::awaitable<bool> handle(Stream& stream, Request& req, RequestRecord& rec) {
+  asio::awaitable<bool> handle(Stream& stream, Request& req, RequestRecord& rec,
+                               std::shared_ptr<EarlyRead>& early) {
     bool keep_alive = req.keep_alive() && !draining.load();
     Job job;
     std::optional<Reply> direct = route(req, rec, job);
@@ -612,7 +647,7 @@ struct Server::Impl {
     }
     if (job.kind == Job::Kind::kAdmin) co_return co_await run_admin_job(stream, job, req, rec, keep_alive);
     if (job.kind == Job::Kind::kExport) co_return co_await run_export(stream, job, rec, keep_alive);
-    co_return co_await proxy(stream, job, rec, keep_alive);
+    co_return co_await proxy(stream, job, rec, keep_alive, early);
   }
 
   // Runs `fn` on the worker thread and resumes here with its result.
@@ -756,7 +791,8 @@ struct Server::Impl {
   }
 
   template <typename Stream>
-  asio::awaitable<bool> proxy(Stream& stream, Job& job, RequestRecord& rec, bool keep_alive) {
+  asio::awaitable<bool> proxy(Stream& stream, Job& job, RequestRecord& rec, bool keep_alive,
+                              std::shared_ptr<EarlyRead>& early) {
     Plan& plan = *job.plan;
     if (plan.shadow) {
       auto copy = std::make_shared<Plan>(Router::copy_for_shadow(plan));
@@ -787,22 +823,42 @@ struct Server::Impl {
       rec.backend = hop.target->backend->name();
       rec.target = hop.name;
       adapters::CancelSignal cancel;
-      // While the backend works, a peek at the client socket notices a hang-up (end of stream
-      // or reset) and cancels the upstream request. Pipelined bytes end the watch (we cannot
-      // tell then). The peek needs no extra system call to start (the socket is registered
-      // with the reactor already) and is cancelled when the call returns.
-      auto watch = std::make_shared<ClientWatch>();
-      watch->cancel = &cancel;
-      auto& sock = beast::get_lowest_layer(stream).socket();
-      sock.async_receive(asio::buffer(&watch->byte, 1), tcp::socket::message_peek,
-                         [watch](const beast::error_code& ec, size_t n) {
-                           if (watch->done || ec == asio::error::operation_aborted) return;
-                           if (ec || n == 0) watch->cancel->cancel();
-                         });
-      result = co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
-      watch->done = true;
-      beast::error_code cancel_ec;
-      sock.cancel(cancel_ec);
+      if constexpr (std::is_same_v<Stream, adapters::TimedSocket>) {
+        if (!early) {
+          early = std::make_shared<EarlyRead>();
+          stream.async_read_some_untimed(
+              asio::buffer(early->bytes), [e = early](const beast::error_code& ec, size_t n) {
+                e->fired = true;
+                e->ec = ec;
+                e->n = n;
+                if (e->waiter) {
+                  std::unique_ptr<EarlyRead::Waiter> waiter = std::move(e->waiter);
+                  waiter->resume(ec, n);
+                } else if (e->cancel != nullptr && e->hung_up()) {
+                  e->cancel->cancel();
+                }
+              });
+        }
+        if (early->hung_up()) cancel.cancel();  // gone during an earlier attempt
+        early->cancel = &cancel;
+        result = co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
+        early->cancel = nullptr;
+      } else {
+        // TLS: the bytes under the TLS layer are not ours to read, so a peek at the socket
+        // watches for a hang-up while the backend works; it is cancelled when the call returns.
+        auto watch = std::make_shared<ClientWatch>();
+        watch->cancel = &cancel;
+        auto& sock = beast::get_lowest_layer(stream).socket();
+        sock.async_receive(asio::buffer(&watch->byte, 1), tcp::socket::message_peek,
+                           [watch](const beast::error_code& ec, size_t n) {
+                             if (watch->done || ec == asio::error::operation_aborted) return;
+                             if (ec || n == 0) watch->cancel->cancel();
+                           });
+        result = co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
+        watch->done = true;
+        beast::error_code cancel_ec;
+        sock.cancel(cancel_ec);
+      }
       a.ended_us = unix_micros_now();
       a.sent_to_client = sink.started();
       if (result) {
@@ -910,15 +966,11 @@ struct Server::Impl {
 
   void finish_record(const RequestRecord& rec) {
     int64_t latency = micros_between(rec.started, Clock::now());
-    std::string status = std::to_string(rec.status);
     if (rec.path.starts_with("/v1/")) {
-      metrics.requests.inc({rec.model, rec.backend, status});
-      if (!rec.model.empty()) {
-        metrics.latency.observe_micros({rec.model}, latency);
-        if (rec.ttft_us >= 0 && rec.stream) metrics.ttft.observe_micros({rec.model}, rec.ttft_us);
-      }
+      metrics.observe_request(rec.model, rec.backend, rec.status, latency,
+                              rec.stream ? rec.ttft_us : -1);
     }
-    if (access_log.enabled()) access_log.write(access_log_line(rec, latency));
+    if (access_log.enabled()) access_log.write(access_log_line(rec, latency).close());
   }
 
   // ---- connections -----------------------------------------------------------------------
@@ -963,10 +1015,34 @@ struct Server::Impl {
   asio::awaitable<void> serve_connection(Stream& stream) {
     beast::flat_buffer buffer(static_cast<size_t>(cfg.limits.max_header_bytes) + 4096);
     const auto& lim = cfg.limits;
+    std::shared_ptr<EarlyRead> early;  // plain connections: see EarlyRead
     for (;;) {
       // Idle: wait for the first byte of the next request.
+      if (early && !early->fired && buffer.size() == 0) {
+        auto& timed = beast::get_lowest_layer(stream);
+        timed.expires_after(std::chrono::milliseconds(lim.idle_timeout_ms));
+        timed.count_as_pending(true);  // the idle timeout applies to the early read
+        EarlyRead* e = early.get();
+        auto wait = [e](auto handler) {
+          e->waiter = std::make_unique<EarlyRead::WaiterFor<decltype(handler)>>(std::move(handler));
+        };
+        co_await asio::async_initiate<decltype(kAwait), void(beast::error_code, size_t)>(wait,
+                                                                                          kAwait);
+        timed.count_as_pending(false);
+      }
+      if (early && early->fired) {
+        if (early->n != 0 && !early->ec) {
+          auto room = buffer.prepare(early->n);
+          std::memcpy(room.data(), early->bytes.data(), early->n);
+          buffer.commit(early->n);
+          early.reset();
+        } else if (buffer.size() == 0) {
+          co_return;  // closed, reset or timed out
+        }
+      }
       if (buffer.size() == 0) {
         beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.idle_timeout_ms));
+        beast::get_lowest_layer(stream).expect_silence();
         auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), kAwait);
         if (ec) co_return;
         buffer.commit(n);
@@ -1055,7 +1131,7 @@ struct Server::Impl {
         }
       }
       Request req = parser.release();
-      bool keep = co_await handle(stream, req, rec);
+      bool keep = co_await handle(stream, req, rec, early);
       finish_record(rec);
       if (!keep) {
         co_await graceful_close(stream);

@@ -137,6 +137,22 @@ TEST(TimedSocket, PeerCloseAfterADrainedReadIsEndOfStream) {
   EXPECT_EQ(second->ec, asio::error::eof);
 }
 
+TEST(TimedSocket, EndOfStreamThatCameWithTheDataIsSeenByTheNextRead) {
+  // The data and the end of stream arrive before the loop looks: one readiness event for
+  // both. The first read is short (the data); the second must still see the end of stream,
+  // although no new event will come.
+  Pair p;
+  p.send("partial");
+  p.peer->shutdown(tcp::socket::shutdown_send);
+  p.turn();
+  auto first = p.start_read(64);
+  p.run_until(first);
+  ASSERT_EQ(first->bytes, "partial");
+  auto second = p.start_read(64);
+  p.run_until(second);
+  EXPECT_EQ(second->ec, asio::error::eof) << second->ec.message();
+}
+
 TEST(TimedSocket, AQueuedReadTimesOut) {
   Pair p;
   p.send("x");
@@ -179,6 +195,55 @@ TEST(TimedSocket, AQueuedReadCanBeCancelledThroughItsSlot) {
   auto next = p.start_read(16);
   p.run_until(next);
   EXPECT_EQ(next->bytes, "after");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TimedSocket, AnUntimedReadIgnoresTheDeadlineUntilCountedAsPending) {
+  Pair p;
+  p.send("req");
+  auto first = p.start_read(64);
+  p.run_until(first);
+  ASSERT_EQ(first->bytes, "req");
+  bool fired = false;
+  boost::system::error_code got;
+  std::array<char, 64> buf{};
+  size_t got_n = 0;
+  p.ours->async_read_some_untimed(asio::buffer(buf), [&](boost::system::error_code ec, size_t n) {
+    fired = true;
+    got = ec;
+    got_n = n;
+  });
+  // A passed deadline does not touch a socket whose only operation is untimed.
+  p.ours->expires_after(std::chrono::milliseconds(1));
+  p.turn();
+  p.turn();
+  p.turn();
+  p.turn();
+  EXPECT_FALSE(fired);
+  p.send("next");
+  p.ctx.restart();
+  for (int i = 0; i < 100 && !fired; ++i) p.ctx.run_one_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(fired);
+  EXPECT_FALSE(got);
+  EXPECT_EQ(std::string(buf.data(), got_n), "next");
+
+  // Counted as pending, it is closed at the deadline.
+  bool second_fired = false;
+  p.ours->async_read_some_untimed(asio::buffer(buf), [&](boost::system::error_code ec, size_t) {
+    second_fired = true;
+    got = ec;
+  });
+  p.ours->count_as_pending(true);
+  p.ours->expires_after(std::chrono::milliseconds(1));
+  p.ctx.restart();
+  for (int i = 0; i < 100 && !second_fired; ++i) p.ctx.run_one_for(std::chrono::milliseconds(50));
+  p.ours->count_as_pending(false);
+  ASSERT_TRUE(second_fired);
+  EXPECT_TRUE(p.ours->timed_out());
+  EXPECT_EQ(got, asio::error::operation_aborted);
 }
 
 }  // namespace

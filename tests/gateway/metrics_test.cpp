@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -40,6 +42,105 @@ TEST(Metrics, ConcurrentIncrementsAreNotLost) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(m.requests.value({"a", "b", "200"}), 40000);
+}
+
+// observe_request must leave exactly what the three family calls it replaces leave.
+TEST(Metrics, ObserveRequestRendersLikeTheFamilyCalls) {
+  struct Req {
+    const char* model;
+    const char* backend;
+    int status;
+    int64_t latency;
+    int64_t ttft;
+  };
+  const std::vector<Req> reqs = {
+      {"gpt", "gpu", 200, 3000, 1500},        {"gpt", "gpu", 200, 9000, -1},
+      {"gpt", "cpu", 502, 200, -1},           {"", "gpu", 404, 100, 50},
+      {"we\"ird\n", "b\\k", 200, 2000000, 7}, {"gpt", "gpu", 429, 10, 0},
+      {"claude", "", 200, 150000000, 1000},   {"gpt", "gpu", 200, 4000, 2000},
+  };
+  Metrics by_family;
+  Metrics by_request;
+  for (const auto& r : reqs) {
+    by_family.requests.inc({r.model, r.backend, std::to_string(r.status)});
+    if (r.model[0] != '\0') {
+      by_family.latency.observe_micros({r.model}, r.latency);
+      if (r.ttft >= 0) by_family.ttft.observe_micros({r.model}, r.ttft);
+    }
+    by_request.observe_request(r.model, r.backend, r.status, r.latency, r.ttft);
+  }
+  EXPECT_EQ(by_request.render(), by_family.render());
+  // No ttft series for a model that never had one.
+  EXPECT_EQ(by_request.render().find("ferry_time_to_first_token_seconds_count{model=\"\"}"),
+            std::string::npos);
+}
+
+// Threads that meet a new (model, backend, status) at the same moment must share one series.
+TEST(Metrics, ObserveRequestCreatesEachSeriesOnceUnderRaces) {
+  Metrics m;
+  constexpr int kThreads = 4;
+  constexpr int kKeys = 40;
+  constexpr int kRounds = 50;
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) {
+      }
+      for (int round = 0; round < kRounds; ++round) {
+        for (int k = 0; k < kKeys; ++k) {
+          m.observe_request("model-" + std::to_string(k), "b", 200 + k % 3, 1000, 500);
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::string text = m.render();
+  for (int k = 0; k < kKeys; ++k) {
+    std::string model = "model-" + std::to_string(k);
+    std::string status = std::to_string(200 + k % 3);
+    EXPECT_EQ(m.requests.value({model, "b", status}), kThreads * kRounds) << model;
+    std::string series =
+        "ferry_requests_total{model=\"" + model + "\",backend=\"b\",status=\"" + status + "\"} ";
+    size_t at = text.find(series);
+    ASSERT_NE(at, std::string::npos) << series;
+    EXPECT_EQ(text.find(series, at + 1), std::string::npos) << "twice: " << series;
+    std::string count = "ferry_request_duration_seconds_count{model=\"" + model + "\"} " +
+                        std::to_string(kThreads * kRounds) + "\n";
+    EXPECT_NE(text.find(count), std::string::npos) << count;
+    count = "ferry_time_to_first_token_seconds_count{model=\"" + model + "\"} " +
+            std::to_string(kThreads * kRounds) + "\n";
+    EXPECT_NE(text.find(count), std::string::npos) << count;
+  }
+}
+
+// Series are found by views without building a vector: the lookup must tell apart label lists
+// that concatenate alike, and render in the order of the label lists as vectors of strings.
+TEST(Metrics, SeriesLookupByViewsKeepsLabelsApartAndOrdered) {
+  CounterFamily f("f_total", "help", {"a", "b"});
+  f.inc({"ab", ""});
+  f.inc({"a", "b"}, 2);
+  f.inc({"a", "zz"}, 3);
+  f.inc({"", "ab"}, 4);
+  f.inc({"a", "b"}, 5);
+  EXPECT_EQ(f.value({"a", "b"}), 7);
+  EXPECT_EQ(f.value({"ab", ""}), 1);
+  EXPECT_EQ(f.value({"a", "zz"}), 3);
+  EXPECT_EQ(f.value({"", "ab"}), 4);
+  EXPECT_EQ(f.value({"a", "bb"}), 0);
+  EXPECT_EQ(f.value({"a"}), 0);
+  EXPECT_EQ(f.series({"a", "b"}), f.series({"a", "b"}));
+  f.series({"a", "b"})->fetch_add(1);
+  EXPECT_EQ(f.value({"a", "b"}), 8);
+  std::string out;
+  f.render(out);
+  EXPECT_EQ(out,
+            "# HELP f_total help\n# TYPE f_total counter\n"
+            "f_total{a=\"\",b=\"ab\"} 4\n"
+            "f_total{a=\"a\",b=\"b\"} 8\n"
+            "f_total{a=\"a\",b=\"zz\"} 3\n"
+            "f_total{a=\"ab\",b=\"\"} 1\n");
 }
 
 }  // namespace
