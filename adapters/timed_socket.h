@@ -3,11 +3,14 @@
 //
 // beast::tcp_stream arms an Asio timer for every read and write (a timer-queue insert, often a
 // timerfd_settime, and a later wake-up for the cancelled timer): two per streamed event on
-// each side. Here, each event loop has one sweep (DeadlineSweep, an Asio service) that wakes
-// every kSweepInterval while some deadline is set and closes the sockets whose deadline has
-// passed; their pending operations then complete with beast::error::timeout, as they would on
-// a beast::tcp_stream. Setting a deadline links the socket into its loop's list (once);
-// moving it is a store. Deadlines fire up to kSweepInterval late.
+// each side. Here, each event loop has one sweep (DeadlineSweep, an Asio service) with one
+// timer. It wakes at the earliest deadline of a socket with an operation pending, but at least
+// every kMaxSweepSleep while any is, and closes the sockets whose deadline has passed; their
+// pending operations then complete with beast::error::timeout, as they would on a
+// beast::tcp_stream. Setting a deadline links the socket into its loop's list (once); moving
+// it is a store. Starting an operation compares its deadline with the sweep's next wake-up and
+// brings the wake-up forward only when the deadline is earlier (in practice: deadlines under
+// kMaxSweepSleep). A loop with nothing pending does not wake at all.
 //
 // Use from the socket's own event loop only (one thread per loop; see gateway/server.cpp).
 #pragma once
@@ -141,7 +144,7 @@ class TimedSocket {
  public:
   using Clock = std::chrono::steady_clock;
   using executor_type = boost::asio::any_io_executor;
-  static constexpr auto kSweepInterval = std::chrono::milliseconds(50);
+  static constexpr auto kMaxSweepSleep = std::chrono::seconds(1);
 
   explicit TimedSocket(const executor_type& executor);
   explicit TimedSocket(boost::asio::ip::tcp::socket socket);
@@ -215,7 +218,13 @@ class TimedSocket {
 
   // While set, the socket counts as having an operation pending, so the deadline applies:
   // for a caller that waits on the result of an untimed read.
-  void count_as_pending(bool on) noexcept { pending_ += on ? 1 : -1; }
+  void count_as_pending(bool on) noexcept {
+    if (on) {
+      started();
+    } else {
+      --pending_;
+    }
+  }
 
   template <typename ConstBuffers, typename Token>
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
@@ -272,7 +281,7 @@ class TimedSocket {
           return boost::asio::post(self->socket_.get_executor(),
                                    [op = std::move(op), ec]() mutable { op.complete(ec, 0); });
         }
-        ++self->pending_;
+        self->started();
         return start.start(*self, std::move(op));
       }
       --self->pending_;
@@ -290,7 +299,7 @@ class TimedSocket {
                     typename Endpoints::endpoint_type ep = {}) {
       if (!started) {
         started = true;
-        ++self->pending_;
+        self->started();
         Endpoints eps = endpoints;
         return boost::asio::async_connect(self->socket_, eps, std::move(op));
       }
@@ -301,6 +310,13 @@ class TimedSocket {
   };
 
   void expire();  // called by the sweep
+
+  // An operation starts: the sweep must wake by this socket's deadline.
+  void started() noexcept {
+    ++pending_;
+    if (sweep_wakes_at_ != nullptr && deadline_ < *sweep_wakes_at_) wake_sweep_by_deadline();
+  }
+  void wake_sweep_by_deadline();
 
 #ifdef FERRY_DRAINING_READS
   template <typename Handler>
@@ -353,6 +369,7 @@ class TimedSocket {
 #endif
   bool expect_silence_ = false;  // for the next read (see expect_silence())
   DeadlineSweep* sweep_ = nullptr;  // the loop's sweep, found on first use
+  const Clock::time_point* sweep_wakes_at_ = nullptr;  // its next wake-up (max: none)
   Clock::time_point deadline_ = Clock::time_point::max();
   int pending_ = 0;  // operations started through this object and not yet complete
   bool timed_out_ = false;
