@@ -2,30 +2,39 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 namespace ferry::adapters {
 
-size_t json_value_end(std::string_view text, size_t open) {
-  int depth = 0;
+size_t json_string_end(std::string_view text, size_t open_quote) {
   const char* begin = text.data();
   const char* end = begin + text.size();
-  for (const char* p = begin + open; p < end; ++p) {
-    char c = *p;
+  const char* p = begin + open_quote;
+  // Jump from quote to quote: memchr runs at memory speed over long string contents.
+  for (;;) {
+    const char* q =
+        static_cast<const char*>(std::memchr(p + 1, '"', static_cast<size_t>(end - p - 1)));
+    if (q == nullptr) return std::string_view::npos;
+    size_t backslashes = 0;
+    for (const char* b = q - 1; b > p && *b == '\\'; --b) ++backslashes;
+    if (backslashes % 2 == 0) return static_cast<size_t>(q - begin) + 1;  // not escaped
+    p = q;
+  }
+}
+
+size_t json_value_end(std::string_view text, size_t open) {
+  int depth = 0;
+  for (size_t i = open; i < text.size(); ++i) {
+    char c = text[i];
     if (c == '"') {
-      // Jump to the closing quote: memchr runs at memory speed over long string contents.
-      for (;;) {
-        const char* q = static_cast<const char*>(std::memchr(p + 1, '"', static_cast<size_t>(end - p - 1)));
-        if (q == nullptr) return std::string_view::npos;
-        size_t backslashes = 0;
-        for (const char* b = q - 1; b > p && *b == '\\'; --b) ++backslashes;
-        p = q;
-        if (backslashes % 2 == 0) break;  // not escaped
-      }
+      size_t end = json_string_end(text, i);
+      if (end == std::string_view::npos) return end;
+      i = end - 1;
     } else if (c == '{' || c == '[') {
       ++depth;
     } else if (c == '}' || c == ']') {
-      if (--depth == 0) return static_cast<size_t>(p - begin) + 1;
+      if (--depth == 0) return i + 1;
     }
   }
   return std::string_view::npos;
@@ -38,15 +47,32 @@ size_t skip_ws(std::string_view s, size_t i) {
   return i;
 }
 
+// The last index at or before `from` where `needle` (two bytes or more) occurs, or npos.
+// memrchr jumps to each earlier occurrence of needle[1] (a quoted key's first letter: rarer
+// than quotes); string_view::rfind would compare the whole needle at every position.
+size_t rfind_from(std::string_view s, std::string_view needle, size_t from) {
+  if (needle.size() < 2 || s.size() < needle.size()) return std::string_view::npos;
+  // Candidates for needle[1] lie in [1, limit).
+  size_t limit = std::min(from, s.size() - needle.size()) + 2;
+  while (limit > 1) {
+    const void* hit = memrchr(s.data() + 1, needle[1], limit - 1);
+    if (hit == nullptr) return std::string_view::npos;
+    size_t pos = static_cast<size_t>(static_cast<const char*>(hit) - s.data()) - 1;
+    if (s.compare(pos, needle.size(), needle) == 0) return pos;
+    limit = pos + 1;
+  }
+  return std::string_view::npos;
+}
+
 // Index of the value after `"key"` + ':' (searching from the end when `last`), or npos.
 size_t find_key_value(std::string_view s, std::string_view quoted_key, bool last) {
-  size_t pos = last ? s.rfind(quoted_key) : s.find(quoted_key);
+  size_t pos = last ? rfind_from(s, quoted_key, s.size()) : s.find(quoted_key);
   while (pos != std::string_view::npos) {
     size_t i = skip_ws(s, pos + quoted_key.size());
     if (i < s.size() && s[i] == ':') return skip_ws(s, i + 1);
     if (last) {
       if (pos == 0) break;
-      pos = s.rfind(quoted_key, pos - 1);
+      pos = rfind_from(s, quoted_key, pos - 1);
     } else {
       pos = s.find(quoted_key, pos + 1);
     }
@@ -54,9 +80,9 @@ size_t find_key_value(std::string_view s, std::string_view quoted_key, bool last
   return std::string_view::npos;
 }
 
-// Reads the flat members of one JSON object (the text is valid JSON from a backend): integer
-// members and nested objects' spans, without building a DOM. Returns false on anything
-// unexpected, so that the caller can fall back to a full parse.
+// The usage members, read by a scanner over the text (valid JSON from a backend) without
+// building a DOM; the scanner gives up on anything unexpected, and the caller falls back to a
+// full parse.
 struct UsageScan {
   int64_t prompt = -1, completion = -1, total = -1, cached = 0, reasoning = 0;
 };
@@ -82,68 +108,61 @@ bool scan_int(std::string_view s, size_t& i, int64_t& out) {
 }
 
 // Calls on_member(key, value_start) for each member of the object at `open`; on_member
-// returns the index one past the value, or npos to give up.
+// returns the index one past the value, or npos to give up. Returns the index one past the
+// object's closing brace, or npos.
 template <typename F>
-bool for_each_member(std::string_view s, size_t open, F&& on_member) {
+size_t for_each_member(std::string_view s, size_t open, F&& on_member) {
   size_t i = skip_ws(s, open + 1);
   while (i < s.size() && s[i] != '}') {
-    if (s[i] != '"') return false;
+    if (s[i] != '"') return std::string_view::npos;
     size_t key_end = s.find('"', i + 1);
-    if (key_end == std::string_view::npos) return false;
+    if (key_end == std::string_view::npos) return std::string_view::npos;
     std::string_view key = s.substr(i + 1, key_end - i - 1);
-    if (key.find('\\') != std::string_view::npos) return false;
+    if (key.find('\\') != std::string_view::npos) return std::string_view::npos;
     i = skip_ws(s, key_end + 1);
-    if (i >= s.size() || s[i] != ':') return false;
+    if (i >= s.size() || s[i] != ':') return std::string_view::npos;
     i = skip_ws(s, i + 1);
     size_t end = on_member(key, i);
-    if (end == std::string_view::npos || end > s.size()) return false;
+    if (end == std::string_view::npos || end > s.size()) return std::string_view::npos;
     i = skip_ws(s, end);
     if (i < s.size() && s[i] == ',') i = skip_ws(s, i + 1);
   }
-  return i < s.size();
+  return i < s.size() ? i + 1 : std::string_view::npos;
 }
 
-// One past the end of a scalar or structured value starting at i.
+// One past the end of a scalar or structured value starting at i. A scalar is a number,
+// true, false or null: whatever else follows it makes the caller give up.
 size_t skip_value(std::string_view s, size_t i) {
   if (i >= s.size()) return std::string_view::npos;
   if (s[i] == '{' || s[i] == '[') return json_value_end(s, i);
-  if (s[i] == '"') {
-    for (size_t j = i + 1; j < s.size(); ++j) {
-      if (s[j] == '\\') {
-        ++j;
-      } else if (s[j] == '"') {
-        return j + 1;
-      }
-    }
-    return std::string_view::npos;
-  }
+  if (s[i] == '"') return json_string_end(s, i);
   size_t j = i;
-  while (j < s.size() && s[j] != ',' && s[j] != '}' && s[j] != ']' && s[j] != ' ' &&
-         s[j] != '\n' && s[j] != '\r' && s[j] != '\t') {
+  while (j < s.size() && ((s[j] >= 'a' && s[j] <= 'z') || (s[j] >= '0' && s[j] <= '9') ||
+                          s[j] == '-' || s[j] == '+' || s[j] == '.' || s[j] == 'E')) {
     ++j;
   }
   return j;
 }
 
-bool scan_usage(std::string_view s, size_t open, UsageScan& u) {
+// Reads the usage object at `open`; returns the index one past it, or npos when the scanner
+// does not expect what it finds.
+size_t scan_usage(std::string_view s, size_t open, UsageScan& u) {
   auto member = [&](std::string_view key, size_t at) -> size_t {
-    int64_t* slot = key == "prompt_tokens"       ? &u.prompt
-                    : key == "completion_tokens" ? &u.completion
-                    : key == "total_tokens"      ? &u.total
-                                                 : nullptr;
+    int64_t* slot = key_is(key, "prompt_tokens")       ? &u.prompt
+                    : key_is(key, "completion_tokens") ? &u.completion
+                    : key_is(key, "total_tokens")      ? &u.total
+                                                       : nullptr;
     if (slot != nullptr && at < s.size() && s[at] != 'n') {
       size_t i = at;
       if (!scan_int(s, i, *slot)) return std::string_view::npos;
       return i;
     }
-    bool prompt_details = key == "prompt_tokens_details";
-    bool completion_details = key == "completion_tokens_details";
+    bool prompt_details = key_is(key, "prompt_tokens_details");
+    bool completion_details = key_is(key, "completion_tokens_details");
     if ((prompt_details || completion_details) && at < s.size() && s[at] == '{') {
-      size_t end = json_value_end(s, at);
-      if (end == std::string_view::npos) return end;
       const char* want = prompt_details ? "cached_tokens" : "reasoning_tokens";
       int64_t* out = prompt_details ? &u.cached : &u.reasoning;
-      bool ok = for_each_member(s.substr(0, end), at, [&](std::string_view k, size_t v) -> size_t {
+      return for_each_member(s, at, [&](std::string_view k, size_t v) -> size_t {
         if (k == want && v < s.size() && s[v] != 'n') {
           size_t i = v;
           if (!scan_int(s, i, *out)) return std::string_view::npos;
@@ -151,7 +170,6 @@ bool scan_usage(std::string_view s, size_t open, UsageScan& u) {
         }
         return skip_value(s, v);
       });
-      return ok ? end : std::string_view::npos;
     }
     return skip_value(s, at);
   };
@@ -164,15 +182,11 @@ int64_t int_or(const nlohmann::json& j, const char* key, int64_t fallback) {
   return it->get<int64_t>();
 }
 
-}  // namespace
-
-std::optional<Usage> find_usage(std::string_view json) {
-  size_t v = find_key_value(json, "\"usage\"", /*last=*/true);
+// The usage object whose value starts at `v` (just after `"usage":`), or nullopt.
+std::optional<Usage> usage_at(std::string_view json, size_t v) {
   if (v == std::string_view::npos || v >= json.size() || json[v] != '{') return std::nullopt;
-  size_t end = json_value_end(json, v);
-  if (end == std::string_view::npos) return std::nullopt;
   UsageScan scan;
-  if (scan_usage(json.substr(0, end), v, scan)) {
+  if (scan_usage(json, v, scan) != std::string_view::npos) {
     Usage u;
     u.prompt_tokens = scan.prompt;
     u.completion_tokens = scan.completion;
@@ -181,6 +195,8 @@ std::optional<Usage> find_usage(std::string_view json) {
     u.reasoning_tokens = scan.reasoning;
     return u;
   }
+  size_t end = json_value_end(json, v);
+  if (end == std::string_view::npos) return std::nullopt;
   // Anything the scanner does not expect (escaped keys, odd numbers): the full parser decides.
   auto obj = nlohmann::json::parse(json.substr(v, end - v), nullptr, /*allow_exceptions=*/false);
   if (!obj.is_object()) return std::nullopt;
@@ -195,6 +211,12 @@ std::optional<Usage> find_usage(std::string_view json) {
     u.reasoning_tokens = int_or(*d, "reasoning_tokens", 0);
   }
   return u;
+}
+
+}  // namespace
+
+std::optional<Usage> find_usage(std::string_view json) {
+  return usage_at(json, find_key_value(json, "\"usage\"", /*last=*/true));
 }
 
 std::string find_finish_reason(std::string_view json) {
@@ -219,7 +241,7 @@ ChunkAction inspect_stream_chunk(std::string_view data, bool client_wants_usage)
   size_t v = find_key_value(data, "\"usage\"", /*last=*/true);
   // `"usage": null` (sent on every chunk by some servers) needs nothing: clients ignore it.
   if (v == std::string_view::npos || v >= data.size() || data[v] != '{') return action;
-  action.usage = find_usage(data);
+  action.usage = usage_at(data, v);
   if (client_wants_usage) return action;
   // The usual case, the final usage chunk with `"choices": []`, is dropped without a parse.
   // (A quoted key cannot occur inside a JSON string, where quotes are escaped.)

@@ -2,6 +2,7 @@
 // finding usage in a body or chunk, and rewriting a stream chunk. Stateless; thread-safe.
 #pragma once
 
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +14,17 @@ namespace ferry::adapters {
 // Given text and the index of a '{' or '[', returns the index one past its matching close,
 // honouring JSON strings and escapes; npos when unbalanced.
 size_t json_value_end(std::string_view text, size_t open);
+
+// Given text and the index of a string's opening '"', returns the index one past its closing
+// quote (an unescaped '"'); npos when unterminated. Runs at memchr speed over the contents.
+size_t json_string_end(std::string_view text, size_t open_quote);
+
+// text == name for a string literal: a length check, then a fixed-size compare that the
+// compiler inlines (string_view's operator== stays an out-of-line call on hot paths).
+template <size_t N>
+bool key_is(std::string_view text, const char (&name)[N]) {
+  return text.size() == N - 1 && std::memcmp(text.data(), name, N - 1) == 0;
+}
 
 // Finds the top-level-ish `"usage": {...}` object in an OpenAI response body or chunk (the
 // last occurrence) and parses it. nullopt when absent or null.

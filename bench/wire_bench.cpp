@@ -1,12 +1,19 @@
 // Microbenchmarks of the gateway's per-request CPU work outside the network: parsing and
-// validating an OpenAI request, rewriting it for the backend, finding usage in the answer.
+// validating an OpenAI request, rewriting it for the backend, routing it without a policy,
+// finding usage in the answer.
 // Run: build/bench/ferry_wire_bench
+// Instructions per call (load-independent): valgrind --tool=callgrind with a fixed iteration
+// count, e.g. --benchmark_filter=BM_RouterPlanNoPolicy --benchmark_min_time=2000x.
 #include <benchmark/benchmark.h>
 
+#include <map>
+#include <memory>
 #include <string>
 
 #include "adapters/openai_wire.h"
+#include "config/config.h"
 #include "gateway/openai_request.h"
+#include "gateway/router.h"
 
 namespace {
 
@@ -20,10 +27,30 @@ std::string chat_body(size_t approx_bytes) {
          R"("stream":false,"user":"u-123","metadata":{"task":"t-9"}})";
 }
 
+// The shape the gateway's end-to-end profile proxies: a system and a user message, 16 tokens.
+// `model_last`: the key order of OpenAI's Python SDK (messages first).
+std::string small_chat_body(const std::string& model, bool model_last = false) {
+  std::string content;
+  while (content.size() < 1200) content += "Tell me something short about the sea and ships. ";
+  std::string messages = R"("messages":[{"role":"system","content":"You are a helpful assistant."},)"
+                         R"({"role":"user","content":")" + content + R"("}])";
+  std::string model_member = R"("model":")" + model + "\"";
+  return model_last ? "{" + messages + "," + model_member + R"(,"max_tokens":16})"
+                    : "{" + model_member + "," + messages + R"(,"max_tokens":16})";
+}
+
 const std::string kAnswer =
     R"({"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,)"
     R"("message":{"role":"assistant","content":"Three bullet points about the north."},)"
     R"("finish_reason":"stop"}],"usage":{"prompt_tokens":312,"completion_tokens":9,"total_tokens":321}})";
+
+// As vLLM answers: usage with details and a trailing member after it.
+const std::string kAnswerDetails =
+    R"({"id":"chatcmpl-2","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,)"
+    R"("message":{"role":"assistant","content":"Three bullet points about the north.",)"
+    R"("tool_calls":[]},"logprobs":null,"finish_reason":"stop","stop_reason":null}],)"
+    R"("usage":{"prompt_tokens":312,"total_tokens":321,"completion_tokens":9,)"
+    R"("prompt_tokens_details":{"cached_tokens":128}},"prompt_logprobs":null})";
 
 void BM_ParseRequest(benchmark::State& state) {
   std::string body = chat_body(static_cast<size_t>(state.range(0)));
@@ -35,6 +62,16 @@ void BM_ParseRequest(benchmark::State& state) {
 }
 BENCHMARK(BM_ParseRequest)->Arg(1024)->Arg(2048);
 
+void BM_ParseRequestSmallChat(benchmark::State& state) {
+  std::string body = small_chat_body("m");
+  for (auto _ : state) {
+    auto r = ferry::gateway::parse_request(ferry::adapters::Endpoint::kChatCompletions, body);
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body.size()));
+}
+BENCHMARK(BM_ParseRequestSmallChat);
+
 void BM_UpstreamBody(benchmark::State& state) {
   std::string body = chat_body(static_cast<size_t>(state.range(0)));
   auto r = ferry::gateway::parse_request(ferry::adapters::Endpoint::kChatCompletions, body);
@@ -45,6 +82,67 @@ void BM_UpstreamBody(benchmark::State& state) {
 }
 BENCHMARK(BM_UpstreamBody)->Arg(1024)->Arg(2048);
 
+// Arg: 0 = model first, 1 = model after the messages; 2 = model first, streamed.
+void BM_UpstreamBodySmallChat(benchmark::State& state) {
+  std::string body = small_chat_body("m", state.range(0) == 1);
+  if (state.range(0) == 2) body.insert(body.size() - 1, R"(,"stream":true)");
+  auto r = ferry::gateway::parse_request(ferry::adapters::Endpoint::kChatCompletions, body);
+  for (auto _ : state) {
+    auto out = ferry::gateway::upstream_body(*r, "org/upstream-model");
+    benchmark::DoNotOptimize(out);
+  }
+}
+BENCHMARK(BM_UpstreamBodySmallChat)->Arg(0)->Arg(1)->Arg(2);
+
+// A backend that is never called: routing only asks it for load facts and exact counts.
+class IdleBackend final : public ferry::adapters::Backend {
+ public:
+  const std::string& name() const override { return name_; }
+  boost::asio::awaitable<ferry::Result<ferry::adapters::BackendReply>> send(
+      const ferry::adapters::BackendRequest&, ferry::adapters::StreamSink*,
+      ferry::adapters::CancelSignal&) override {
+    co_return ferry::Error::make(ferry::ErrorCode::kInternal, "not called by the benchmark");
+  }
+
+ private:
+  std::string name_ = "gpu";
+};
+
+// Router::plan for a model routed straight to an HTTP backend: no policy, no ledger, no
+// tokenizer (prompt counts are estimates), as `ferry serve` with a plain model list.
+void BM_RouterPlanNoPolicy(benchmark::State& state) {
+  const std::string yaml = R"(
+backends:
+  - { name: gpu, base_url: "http://127.0.0.1:9/v1" }
+models:
+  - { name: m, backend: gpu, upstream_model: org/upstream-model }
+)";
+  auto cfg = ferry::config::load_config_text(yaml, "/tmp/ferry-wire-bench.yaml");
+  if (!cfg) {
+    state.SkipWithError(cfg.error().message.c_str());
+    return;
+  }
+  IdleBackend backend;
+  std::map<std::string, ferry::adapters::Backend*> backends = {{"gpu", &backend}};
+  auto router = ferry::gateway::Router::create(*cfg, backends);
+  if (!router) {
+    state.SkipWithError(router.error().message.c_str());
+    return;
+  }
+  auto request = ferry::gateway::parse_request(ferry::adapters::Endpoint::kChatCompletions,
+                                               small_chat_body("m"));
+  ferry::gateway::RequestContext ctx;
+  ctx.request_id = "0123456789abcdef01234567";  // as long as the server's ids
+  ctx.principal.key_id = "key-1";
+  ctx.principal.team = "team-a";
+  ctx.started_us = 1'780'000'000'000'000;
+  for (auto _ : state) {
+    auto plan = (*router)->plan(ctx, *request);
+    benchmark::DoNotOptimize(plan);
+  }
+}
+BENCHMARK(BM_RouterPlanNoPolicy);
+
 void BM_FindUsage(benchmark::State& state) {
   for (auto _ : state) {
     auto u = ferry::adapters::find_usage(kAnswer);
@@ -52,6 +150,26 @@ void BM_FindUsage(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_FindUsage);
+
+void BM_FindUsageDetails(benchmark::State& state) {
+  for (auto _ : state) {
+    auto u = ferry::adapters::find_usage(kAnswerDetails);
+    benchmark::DoNotOptimize(u);
+  }
+}
+BENCHMARK(BM_FindUsageDetails);
+
+// One token of a streamed answer, as vLLM sends it: inspected for usage on every chunk.
+void BM_InspectStreamChunk(benchmark::State& state) {
+  const std::string chunk =
+      R"({"id":"chatcmpl-3","object":"chat.completion.chunk","created":1,"model":"m",)"
+      R"("choices":[{"index":0,"delta":{"content":" the"},"logprobs":null,"finish_reason":null}]})";
+  for (auto _ : state) {
+    auto a = ferry::adapters::inspect_stream_chunk(chunk, /*client_wants_usage=*/false);
+    benchmark::DoNotOptimize(a);
+  }
+}
+BENCHMARK(BM_InspectStreamChunk);
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "adapters/openai_wire.h"
@@ -48,11 +49,81 @@ std::optional<element> field(const simdjson::dom::object& obj, std::string_view 
   return v;
 }
 
+// The top-level members parse_request reads.
+enum Member : uint8_t {
+  kModel, kMessages, kPrompt, kStream, kStreamOptions, kMaxTokens, kMaxCompletionTokens, kN,
+  kSeed, kTemperature, kTopP, kPresencePenalty, kFrequencyPenalty, kTools, kResponseFormat,
+  kLogitBias, kMetadata, kFunctions, kStop, kMemberCount, kOther = kMemberCount
+};
+
+Member member_of(std::string_view key) {
+  using adapters::key_is;
+  switch (key.size()) {
+    case 1: return key_is(key, "n") ? kN : kOther;
+    case 4: return key_is(key, "seed") ? kSeed : key_is(key, "stop") ? kStop : kOther;
+    case 5:
+      return key_is(key, "model") ? kModel
+             : key_is(key, "top_p") ? kTopP
+             : key_is(key, "tools") ? kTools
+                                    : kOther;
+    case 6: return key_is(key, "prompt") ? kPrompt : key_is(key, "stream") ? kStream : kOther;
+    case 8:
+      return key_is(key, "messages") ? kMessages : key_is(key, "metadata") ? kMetadata : kOther;
+    case 9: return key_is(key, "functions") ? kFunctions : kOther;
+    case 10:
+      return key_is(key, "max_tokens")   ? kMaxTokens
+             : key_is(key, "logit_bias") ? kLogitBias
+                                         : kOther;
+    case 11: return key_is(key, "temperature") ? kTemperature : kOther;
+    case 14: return key_is(key, "stream_options") ? kStreamOptions : kOther;
+    case 15: return key_is(key, "response_format") ? kResponseFormat : kOther;
+    case 16: return key_is(key, "presence_penalty") ? kPresencePenalty : kOther;
+    case 17: return key_is(key, "frequency_penalty") ? kFrequencyPenalty : kOther;
+    case 21: return key_is(key, "max_completion_tokens") ? kMaxCompletionTokens : kOther;
+    default: return kOther;
+  }
+}
+
+// The body's members, read in one walk over the object instead of one linear at_key() per
+// field. A member that ferry reads may appear once: JSON parsers disagree on which of two
+// occurrences wins (simdjson's at_key() the first, Python's json and most backends the last),
+// so a duplicate would let ferry validate, price and route one value while the backend runs
+// the other ("max_tokens":5,"max_tokens":100000). Other keys pass through untouched.
+class Members {
+ public:
+  explicit Members(const simdjson::dom::object& body) {
+    for (auto [key, value] : body) {
+      Member m = member_of(key);
+      if (m == kModel) ++model_keys_;
+      if (m == kOther) continue;
+      if (seen_[m]) {
+        if (duplicate_.empty()) duplicate_ = key;
+        continue;
+      }
+      seen_[m] = true;
+      values_[m] = value;
+    }
+  }
+  int model_keys() const { return model_keys_; }
+  // The first member ferry reads that occurs twice (as decoded); empty when none.
+  std::string_view duplicate() const { return duplicate_; }
+  // The member's value, or nullopt when it is absent or null (both mean "not given").
+  std::optional<element> operator[](Member m) const {
+    if (!seen_[m] || values_[m].is_null()) return std::nullopt;
+    return values_[m];
+  }
+
+ private:
+  bool seen_[kMemberCount] = {};
+  element values_[kMemberCount];
+  int model_keys_ = 0;
+  std::string_view duplicate_;
+};
+
 std::string number_text(double v) { return json(v).dump(); }
 
-std::optional<Error> check_number(const simdjson::dom::object& body, const char* key, double min,
+std::optional<Error> check_number(const std::optional<element>& v, const char* key, double min,
                                   double max) {
-  auto v = field(body, key);
   if (!v) return std::nullopt;
   if (!is_number(*v)) {
     return invalid(std::string("'") + key + "' must be a number, got " + kind_of(*v), key);
@@ -66,9 +137,8 @@ std::optional<Error> check_number(const simdjson::dom::object& body, const char*
   return std::nullopt;
 }
 
-std::optional<Error> check_integer(const simdjson::dom::object& body, const char* key,
-                                   int64_t min, int64_t* out) {
-  auto v = field(body, key);
+std::optional<Error> check_integer(const std::optional<element>& v, const char* key, int64_t min,
+                                   int64_t* out) {
   if (!v) return std::nullopt;
   int64_t n = 0;
   if (!is_integer(*v) || v->get_int64().get(n) != simdjson::SUCCESS) {
@@ -83,17 +153,15 @@ std::optional<Error> check_integer(const simdjson::dom::object& body, const char
   return std::nullopt;
 }
 
-std::optional<Error> check_type(const simdjson::dom::object& body, const char* key,
+std::optional<Error> check_type(const std::optional<element>& v, const char* key,
                                 element_type type, const char* expected) {
-  auto v = field(body, key);
   if (v && v->type() != type) {
     return invalid(std::string("'") + key + "' must be " + expected + ", got " + kind_of(*v), key);
   }
   return std::nullopt;
 }
 
-std::optional<Error> check_messages(const simdjson::dom::object& body) {
-  auto v = field(body, "messages");
+std::optional<Error> check_messages(const std::optional<element>& v) {
   if (!v) return invalid("'messages' is required", "messages");
   simdjson::dom::array messages;
   if (v->get_array().get(messages) != simdjson::SUCCESS) {
@@ -102,34 +170,45 @@ std::optional<Error> check_messages(const simdjson::dom::object& body) {
   if (messages.size() == 0) return invalid("'messages' must contain at least one message", "messages");
   size_t i = 0;
   for (element m : messages) {
-    std::string where = "messages[" + std::to_string(i++) + "]";
+    auto where = [i] { return "messages[" + std::to_string(i) + "]"; };  // built on errors only
+    ++i;
     simdjson::dom::object msg;
     if (m.get_object().get(msg) != simdjson::SUCCESS) {
-      return invalid("'" + where + "' must be an object, got " + kind_of(m), where);
+      return invalid("'" + where() + "' must be an object, got " + kind_of(m), where());
+    }
+    // One walk over the message; the first occurrence of a key counts, as with at_key().
+    std::optional<element> r, content;
+    bool seen_role = false, seen_content = false;
+    for (auto [key, value] : msg) {
+      if (!seen_role && adapters::key_is(key, "role")) {
+        seen_role = true;
+        if (!value.is_null()) r = value;
+      } else if (!seen_content && adapters::key_is(key, "content")) {
+        seen_content = true;
+        if (!value.is_null()) content = value;
+      }
     }
     std::string_view role;
-    auto r = field(msg, "role");
     if (!r || r->get_string().get(role) != simdjson::SUCCESS) {
-      return invalid("'" + where + ".role' is required and must be a string", where + ".role");
+      return invalid("'" + where() + ".role' is required and must be a string", where() + ".role");
     }
-    if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
-        role != "developer" && role != "function") {
-      return invalid("'" + where + ".role' must be one of system, developer, user, assistant, "
+    using adapters::key_is;
+    if (!key_is(role, "system") && !key_is(role, "user") && !key_is(role, "assistant") &&
+        !key_is(role, "tool") && !key_is(role, "developer") && !key_is(role, "function")) {
+      return invalid("'" + where() + ".role' must be one of system, developer, user, assistant, "
                      "tool, function; got '" + std::string(role) + "'",
-                     where + ".role");
+                     where() + ".role");
     }
-    auto content = field(msg, "content");
     if (content && !content->is_string() && !content->is_array()) {
-      return invalid("'" + where + ".content' must be a string or an array of parts, got " +
+      return invalid("'" + where() + ".content' must be a string or an array of parts, got " +
                          kind_of(*content),
-                     where + ".content");
+                     where() + ".content");
     }
   }
   return std::nullopt;
 }
 
-std::optional<Error> check_prompt(const simdjson::dom::object& body) {
-  auto v = field(body, "prompt");
+std::optional<Error> check_prompt(const std::optional<element>& v) {
   if (!v) return invalid("'prompt' is required", "prompt");
   if (v->is_string()) return std::nullopt;
   bool ok = v->is_array();
@@ -151,13 +230,13 @@ std::optional<Error> check_prompt(const simdjson::dom::object& body) {
 
 }  // namespace
 
-Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_view body_text) {
+Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string body) {
   // One parser per thread: its buffers are reused across requests, so parsing allocates
   // nothing in the steady state. Elements point into it and never outlive this call.
   thread_local simdjson::dom::parser parser;
   ParsedRequest out;
   out.endpoint = endpoint;
-  out.raw = std::string(body_text);
+  out.raw = std::move(body);
   element doc;
   auto err = parser.parse(out.raw.data(), out.raw.size(), /*realloc_if_needed=*/true).get(doc);
   if (err != simdjson::SUCCESS) {
@@ -174,21 +253,27 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_vie
   if (doc.get_object().get(b) != simdjson::SUCCESS) {
     return invalid(std::string("the request body must be a JSON object, got ") + kind_of(doc), "");
   }
-  auto model = field(b, "model");
+  const Members f(b);
+  if (!f.duplicate().empty()) {
+    std::string key(f.duplicate());
+    return invalid("'" + key + "' appears more than once in the request body", key);
+  }
+  auto model = f[kModel];
   if (!model) return invalid("'model' is required", "model");
   std::string_view model_name;
   if (model->get_string().get(model_name) != simdjson::SUCCESS) {
     return invalid(std::string("'model' must be a string, got ") + kind_of(*model), "model");
   }
   out.model = std::string(model_name);
+  out.model_keys = f.model_keys();
 
-  if (auto e = endpoint == adapters::Endpoint::kChatCompletions ? check_messages(b)
-                                                                : check_prompt(b)) {
+  if (auto e = endpoint == adapters::Endpoint::kChatCompletions ? check_messages(f[kMessages])
+                                                                : check_prompt(f[kPrompt])) {
     return *e;
   }
-  if (auto e = check_type(b, "stream", element_type::BOOL, "a boolean")) return *e;
-  if (auto st = field(b, "stream")) out.stream = st->get_bool().value_unsafe();
-  if (auto so = field(b, "stream_options")) {
+  if (auto e = check_type(f[kStream], "stream", element_type::BOOL, "a boolean")) return *e;
+  if (auto st = f[kStream]) out.stream = st->get_bool().value_unsafe();
+  if (auto so = f[kStreamOptions]) {
     simdjson::dom::object options;
     if (so->get_object().get(options) != simdjson::SUCCESS) {
       return invalid(std::string("'stream_options' must be an object, got ") + kind_of(*so),
@@ -203,25 +288,32 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_vie
     }
   }
   int64_t max_tokens = -1;
-  if (auto e = check_integer(b, "max_tokens", 1, &max_tokens)) return *e;
-  if (auto e = check_integer(b, "max_completion_tokens", 1, &max_tokens)) return *e;
+  if (auto e = check_integer(f[kMaxTokens], "max_tokens", 1, &max_tokens)) return *e;
+  if (auto e = check_integer(f[kMaxCompletionTokens], "max_completion_tokens", 1, &max_tokens)) {
+    return *e;
+  }
   out.max_tokens = max_tokens;
-  if (auto e = check_integer(b, "n", 1, nullptr)) return *e;
-  if (auto e = check_integer(b, "seed", INT64_MIN, nullptr)) return *e;
-  if (auto e = check_number(b, "temperature", 0, 2)) return *e;
-  if (auto e = check_number(b, "top_p", 0, 1)) return *e;
-  if (auto t = field(b, "temperature")) out.temperature = t->get_double().value_unsafe();
-  if (auto t = field(b, "top_p")) out.top_p = t->get_double().value_unsafe();
-  if (auto e = check_number(b, "presence_penalty", -2, 2)) return *e;
-  if (auto e = check_number(b, "frequency_penalty", -2, 2)) return *e;
-  if (auto e = check_type(b, "tools", element_type::ARRAY, "an array")) return *e;
-  if (auto e = check_type(b, "response_format", element_type::OBJECT, "an object")) return *e;
-  if (auto e = check_type(b, "logit_bias", element_type::OBJECT, "an object")) return *e;
-  if (auto e = check_type(b, "metadata", element_type::OBJECT, "an object")) return *e;
-  if (auto e = check_type(b, "functions", element_type::ARRAY, "an array")) return *e;
-  out.tools = field(b, "tools").has_value() || field(b, "functions").has_value();
-  out.response_format = field(b, "response_format").has_value();
-  if (auto md = field(b, "metadata")) {
+  if (auto e = check_integer(f[kN], "n", 1, nullptr)) return *e;
+  if (auto e = check_integer(f[kSeed], "seed", INT64_MIN, nullptr)) return *e;
+  if (auto e = check_number(f[kTemperature], "temperature", 0, 2)) return *e;
+  if (auto e = check_number(f[kTopP], "top_p", 0, 1)) return *e;
+  if (auto t = f[kTemperature]) out.temperature = t->get_double().value_unsafe();
+  if (auto t = f[kTopP]) out.top_p = t->get_double().value_unsafe();
+  if (auto e = check_number(f[kPresencePenalty], "presence_penalty", -2, 2)) return *e;
+  if (auto e = check_number(f[kFrequencyPenalty], "frequency_penalty", -2, 2)) return *e;
+  if (auto e = check_type(f[kTools], "tools", element_type::ARRAY, "an array")) return *e;
+  if (auto e = check_type(f[kResponseFormat], "response_format", element_type::OBJECT,
+                          "an object")) {
+    return *e;
+  }
+  if (auto e = check_type(f[kLogitBias], "logit_bias", element_type::OBJECT, "an object")) {
+    return *e;
+  }
+  if (auto e = check_type(f[kMetadata], "metadata", element_type::OBJECT, "an object")) return *e;
+  if (auto e = check_type(f[kFunctions], "functions", element_type::ARRAY, "an array")) return *e;
+  out.tools = f[kTools].has_value() || f[kFunctions].has_value();
+  out.response_format = f[kResponseFormat].has_value();
+  if (auto md = f[kMetadata]) {
     simdjson::dom::object meta = md->get_object().value_unsafe();
     std::string_view text;
     if (auto task = field(meta, "task_id")) {
@@ -239,7 +331,7 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_vie
       out.claimed_tags = split_tags(text);
     }
   }
-  if (auto stop = field(b, "stop")) {
+  if (auto stop = f[kStop]) {
     bool ok = stop->is_string();
     if (!ok && stop->is_array()) {
       ok = true;
@@ -258,19 +350,11 @@ size_t skip_ws(std::string_view s, size_t i) {
   return i;
 }
 
-// One past the end of the JSON value starting at `i` (the text is known to be valid JSON).
+// One past the end of the JSON value starting at `i` (the text is known to be valid JSON);
+// npos when it is cut short.
 size_t value_end(std::string_view s, size_t i) {
   if (s[i] == '{' || s[i] == '[') return adapters::json_value_end(s, i);
-  if (s[i] == '"') {
-    for (size_t j = i + 1; j < s.size(); ++j) {
-      if (s[j] == '\\') {
-        ++j;
-      } else if (s[j] == '"') {
-        return j + 1;
-      }
-    }
-    return s.size();
-  }
+  if (s[i] == '"') return adapters::json_string_end(s, i);
   size_t j = i;
   while (j < s.size() && s[j] != ',' && s[j] != '}' && s[j] != ']' && s[j] != ' ' &&
          s[j] != '\n' && s[j] != '\r' && s[j] != '\t') {
@@ -282,22 +366,30 @@ size_t value_end(std::string_view s, size_t i) {
 struct Span {
   size_t begin = std::string_view::npos;
   size_t end = 0;
+  bool found() const { return begin != std::string_view::npos; }
 };
 
-// Finds the value spans of the top-level keys `model` and `stream_options`, and the index of
-// the object's closing brace. Returns false on anything unexpected (then the caller falls back
-// to re-serialising). The last occurrence of a duplicated key wins, as in the parsed DOM.
+// The value spans of the top-level keys upstream_body rewrites.
 struct Spans {
   Span model, stream_options, max_tokens, max_completion_tokens, temperature, top_p;
 };
 
-bool top_level_spans(std::string_view s, Spans& spans, size_t& close) {
+// Finds the spans and the index of the object's closing brace, in one pass that jumps over
+// string contents. Returns false on anything unexpected (then the caller falls back to
+// re-serialising). Keys are compared as written; the last occurrence of a duplicated key wins.
+// With `model_only`, stops at the body's `model_keys`-th `model` key, leaving the other spans
+// and `close` unset: parse_request counted every key that decodes to "model", so no later key
+// is written "model".
+bool top_level_spans(std::string_view s, int model_keys, bool model_only, Spans& spans,
+                     size_t& close) {
+  int models_seen = 0;
   size_t i = skip_ws(s, 0);
   if (i >= s.size() || s[i] != '{') return false;
   i = skip_ws(s, i + 1);
   while (i < s.size() && s[i] != '}') {
     if (s[i] != '"') return false;
-    size_t key_end = value_end(s, i);
+    size_t key_end = adapters::json_string_end(s, i);
+    if (key_end == std::string_view::npos) return false;
     std::string_view key = s.substr(i + 1, key_end - i - 2);
     i = skip_ws(s, key_end);
     if (i >= s.size() || s[i] != ':') return false;
@@ -305,19 +397,46 @@ bool top_level_spans(std::string_view s, Spans& spans, size_t& close) {
     if (i >= s.size()) return false;
     size_t end = value_end(s, i);
     if (end == std::string_view::npos || end > s.size()) return false;
-    if (key == "model") spans.model = {i, end};
-    if (key == "stream_options") spans.stream_options = {i, end};
-    if (key == "max_tokens") spans.max_tokens = {i, end};
-    if (key == "max_completion_tokens") spans.max_completion_tokens = {i, end};
-    if (key == "temperature") spans.temperature = {i, end};
-    if (key == "top_p") spans.top_p = {i, end};
+    using adapters::key_is;
+    Span* span = key_is(key, "model")                   ? &spans.model
+                 : key_is(key, "stream_options")        ? &spans.stream_options
+                 : key_is(key, "max_tokens")            ? &spans.max_tokens
+                 : key_is(key, "max_completion_tokens") ? &spans.max_completion_tokens
+                 : key_is(key, "temperature")           ? &spans.temperature
+                 : key_is(key, "top_p")                 ? &spans.top_p
+                                                        : nullptr;
+    if (span != nullptr) *span = {i, end};
+    if (span == &spans.model && model_only && ++models_seen == model_keys) return true;
     i = skip_ws(s, end);
     if (i < s.size() && s[i] == ',') i = skip_ws(s, i + 1);
   }
   if (i >= s.size()) return false;
   close = i;
-  return spans.model.begin != std::string_view::npos;
+  return spans.model.found();
 }
+
+// Appends `text` as a JSON string. Printable ASCII without quotes or backslashes (every model
+// name in practice) is copied between quotes; anything else is escaped by nlohmann's dump.
+void append_json_string(std::string& out, std::string_view text) {
+  bool plain = std::all_of(text.begin(), text.end(),
+                           [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
+  if (!plain) {
+    out += json(std::string(text)).dump();
+    return;
+  }
+  out += '"';
+  out.append(text);
+  out += '"';
+}
+
+// One change to the client's text: [begin, end) replaced by prefix + text.
+struct Edit {
+  size_t begin = 0;
+  size_t end = 0;
+  std::string_view prefix;  // `,"key":` when the member is added before the closing brace
+  std::string_view text;
+  bool as_string = false;   // text is written as a JSON string
+};
 
 }  // namespace
 
@@ -343,56 +462,75 @@ std::string upstream_body(const ParsedRequest& request, const std::string& upstr
   std::string_view raw = request.raw;
   Spans spans;
   size_t close = 0;
-  if (top_level_spans(raw, spans, close)) {
-    const Span& model = spans.model;
-    const Span& options = spans.stream_options;
-    std::string quoted_model = json(upstream_model).dump();
-    std::string out;
-    out.reserve(raw.size() + quoted_model.size() + 48);
-    // Edits in text order: the model value, the stream_options value, the closing brace.
-    struct Edit {
-      size_t begin;
-      size_t end;
-      std::string text;
-    };
-    std::vector<Edit> edits;
-    edits.push_back({model.begin, model.end, quoted_model});
+  // Without a stream or overrides, only the model is rewritten: the scan may stop early.
+  bool model_only = !request.stream && !overrides.any();
+  if (top_level_spans(raw, request.model_keys, model_only, spans, close)) {
+    // At most one edit per rewritten key, plus max_tokens written under both of its names.
+    std::array<Edit, 6> edits;
+    size_t n_edits = 0;
+    edits[n_edits++] = {spans.model.begin, spans.model.end, {}, upstream_model, true};
+    std::string options_text;  // the texts the edits point to
     if (request.stream) {
-      if (options.begin != std::string_view::npos) {
+      const Span& options = spans.stream_options;
+      if (options.found()) {
         json opts = json::parse(raw.substr(options.begin, options.end - options.begin), nullptr,
                                 /*allow_exceptions=*/false);
         if (!opts.is_object()) opts = json::object();
         opts["include_usage"] = true;
-        edits.push_back({options.begin, options.end, opts.dump()});
+        options_text = opts.dump();
+        edits[n_edits++] = {options.begin, options.end, {}, options_text};
       } else {
-        edits.push_back({close, close, ",\"stream_options\":{\"include_usage\":true}"});
+        edits[n_edits++] = {close, close, {}, ",\"stream_options\":{\"include_usage\":true}"};
       }
     }
-    auto set_value = [&](const Span& span, const char* key, std::string text) {
-      if (span.begin != std::string_view::npos) {
-        edits.push_back({span.begin, span.end, std::move(text)});
+    auto set_value = [&](const Span& span, std::string_view prefix, std::string_view text) {
+      if (span.found()) {
+        edits[n_edits++] = {span.begin, span.end, {}, text};
       } else {
-        edits.push_back({close, close, std::string(",\"") + key + "\":" + text});
+        edits[n_edits++] = {close, close, prefix, text};
       }
     };
+    std::string max_tokens_text, temperature_text, top_p_text;
     if (overrides.max_tokens) {
-      std::string n = std::to_string(*overrides.max_tokens);
-      if (spans.max_completion_tokens.begin != std::string_view::npos) {
-        set_value(spans.max_completion_tokens, "max_completion_tokens", n);
+      max_tokens_text = std::to_string(*overrides.max_tokens);
+      if (spans.max_completion_tokens.found()) {
+        set_value(spans.max_completion_tokens, ",\"max_completion_tokens\":", max_tokens_text);
       }
-      if (spans.max_tokens.begin != std::string_view::npos ||
-          spans.max_completion_tokens.begin == std::string_view::npos) {
-        set_value(spans.max_tokens, "max_tokens", n);
+      if (spans.max_tokens.found() || !spans.max_completion_tokens.found()) {
+        set_value(spans.max_tokens, ",\"max_tokens\":", max_tokens_text);
       }
     }
-    if (overrides.temperature) set_value(spans.temperature, "temperature", json(*overrides.temperature).dump());
-    if (overrides.top_p) set_value(spans.top_p, "top_p", json(*overrides.top_p).dump());
-    std::stable_sort(edits.begin(), edits.end(),
-                     [](const Edit& a, const Edit& b) { return a.begin < b.begin; });
+    if (overrides.temperature) {
+      temperature_text = json(*overrides.temperature).dump();
+      set_value(spans.temperature, ",\"temperature\":", temperature_text);
+    }
+    if (overrides.top_p) {
+      top_p_text = json(*overrides.top_p).dump();
+      set_value(spans.top_p, ",\"top_p\":", top_p_text);
+    }
+    // Text order; edits at the same place (additions before the brace) keep their order.
+    for (size_t k = 1; k < n_edits; ++k) {
+      for (size_t j = k; j > 0 && edits[j - 1].begin > edits[j].begin; --j) {
+        std::swap(edits[j - 1], edits[j]);
+      }
+    }
+    size_t out_size = raw.size();
+    for (size_t k = 0; k < n_edits; ++k) {
+      const Edit& e = edits[k];
+      out_size += e.prefix.size() + e.text.size() + (e.as_string ? 2 : 0) - (e.end - e.begin);
+    }
+    std::string out;
+    out.reserve(out_size);
     size_t at = 0;
-    for (const Edit& e : edits) {
+    for (size_t k = 0; k < n_edits; ++k) {
+      const Edit& e = edits[k];
       out.append(raw.substr(at, e.begin - at));
-      out.append(e.text);
+      out.append(e.prefix);
+      if (e.as_string) {
+        append_json_string(out, e.text);
+      } else {
+        out.append(e.text);
+      }
       at = e.end;
     }
     out.append(raw.substr(at));

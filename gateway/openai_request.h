@@ -25,6 +25,9 @@ struct ParsedRequest {
   bool response_format = false;  // response_format present
   std::string task_id;           // metadata.task_id (the x-ferry-task header wins)
   std::vector<std::string> claimed_tags;  // metadata.tags, comma-separated (untrusted)
+  // Top-level members named "model" (escapes decoded), for upstream_body to stop scanning
+  // once it has passed them all; 0 when unknown (a request not made by parse_request).
+  int model_keys = 0;
 };
 
 // Parameter changes a routing rule made (`set`); absent = keep the client's value.
@@ -35,8 +38,9 @@ struct BodyOverrides {
   bool any() const { return max_tokens || temperature || top_p; }
 };
 
-// Parses and validates a request body for the endpoint.
-Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string_view body);
+// Parses and validates a request body for the endpoint. The body becomes ParsedRequest::raw:
+// pass it with std::move when the caller no longer needs it (no copy then).
+Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string body);
 
 // The body to send upstream: `model` replaced by the backend's name for it and, for streams,
 // stream_options.include_usage forced on so usage always comes back. Every other byte is

@@ -99,6 +99,27 @@ ledger::RequestRecord base_record(const RequestContext& ctx, const Plan& plan, b
   return r;
 }
 
+// Targets with the same key count a prompt alike: the same tokenizer and chat template, or
+// the same in-process backend (which counts with what it will run).
+std::pair<const void*, const void*> count_key(const Target* t) {
+  std::pair<const void*, const void*> key(t->tokenizer.get(), t->chat.get());
+  if (t->backend_config->local) key.first = t->backend;
+  return key;
+}
+
+// The labels a request's row carries: its task (the x-ferry-task header wins over
+// metadata.task_id) and its claimed tags (the header's first, then metadata.tags).
+void request_labels(const RequestContext& ctx, const ParsedRequest& request, std::string& task_id,
+                    std::vector<std::string>& claimed_tags) {
+  task_id = !ctx.task_header.empty() ? ctx.task_header : request.task_id;
+  claimed_tags = split_tags(ctx.tags_header);
+  for (const auto& t : request.claimed_tags) {
+    if (std::find(claimed_tags.begin(), claimed_tags.end(), t) == claimed_tags.end()) {
+      claimed_tags.push_back(t);
+    }
+  }
+}
+
 }  // namespace
 
 void extract_answer_text(std::string_view bytes, bool sse, std::string& text,
@@ -318,17 +339,18 @@ Target* Router::find_target(std::string_view model_name) {
   return it == targets_.end() ? nullptr : it->second.get();
 }
 
-void Router::count_prompts(const ParsedRequest& request, const std::vector<Target*>& targets,
+void Router::count_prompts(const ParsedRequest& request, std::span<Target* const> targets,
                            std::map<const Target*, PromptCount>& counts) const {
   std::optional<ordered_json> body;  // parsed once, only when some target counts exactly
-  std::map<std::pair<const void*, const void*>, PromptCount> by_tokenizer;
   for (const Target* t : targets) {
     if (t == nullptr || counts.count(t) != 0) continue;
-    auto key = std::make_pair(static_cast<const void*>(t->tokenizer.get()),
-                              static_cast<const void*>(t->chat.get()));
-    if (t->backend_config->local) key.first = t->backend;  // counted by the backend itself
-    if (auto it = by_tokenizer.find(key); it != by_tokenizer.end()) {
-      counts[t] = it->second;
+    // Targets that count alike share one count (a handful of targets: a linear search).
+    auto key = count_key(t);
+    auto same = std::find_if(counts.begin(), counts.end(),
+                             [&](const auto& counted) { return count_key(counted.first) == key; });
+    if (same != counts.end()) {
+      PromptCount shared = same->second;
+      counts.emplace(t, shared);
       continue;
     }
     PromptCount c{estimate_tokens(request.raw.size()), ledger::TokenSource::kEstimate};
@@ -368,8 +390,7 @@ void Router::count_prompts(const ParsedRequest& request, const std::vector<Targe
         }
       }
     }
-    by_tokenizer[key] = c;
-    counts[t] = c;
+    counts.emplace(t, c);
   }
 }
 
@@ -387,19 +408,13 @@ Result<policies::Facts> Router::build_facts(const RequestContext& ctx,
   f.stream = request.stream;
   f.tools = request.tools;
   f.response_format = request.response_format;
-  task_id = !ctx.task_header.empty() ? ctx.task_header : request.task_id;
+  request_labels(ctx, request, task_id, claimed_tags);
   f.task_id = !task_id.empty();
   f.key = ctx.principal.key_id;
   f.team = ctx.principal.team;
   f.project = ctx.principal.project;
   f.role = std::string(config::role_name(ctx.principal.role));
   f.tags = ctx.principal.tags;
-  claimed_tags = split_tags(ctx.tags_header);
-  for (const auto& t : request.claimed_tags) {
-    if (std::find(claimed_tags.begin(), claimed_tags.end(), t) == claimed_tags.end()) {
-      claimed_tags.push_back(t);
-    }
-  }
   f.claimed_tags = claimed_tags;
   f.unix_seconds = ctx.started_us / 1000000;
   f.split = fnv1a(ctx.request_id);
@@ -446,7 +461,8 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
   p.policy = store_ ? store_->current() : nullptr;
   const policies::Policy* policy = p.policy.get();
 
-  std::vector<Target*> candidates;
+  std::vector<Target*> candidates;  // the policy's targets
+  Target* direct = nullptr;         // without a policy: the model's own target
   if (policy != nullptr) {
     if (!policy->has_alias(request.model)) {
       std::string names;
@@ -458,8 +474,8 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
     }
     for (const auto& t : policy->targets()) candidates.push_back(find_target(t.ref));
   } else {
-    Target* t = find_target(request.model);
-    if (t == nullptr) {
+    direct = find_target(request.model);
+    if (direct == nullptr) {
       std::string names;
       for (const auto& m : config_.models) names += (names.empty() ? "" : ", ") + m.name;
       return Error::make(ErrorCode::kNotFound,
@@ -467,11 +483,11 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
                              names,
                          "model", "model_not_found");
     }
-    candidates.push_back(t);
   }
-  count_prompts(request, candidates, p.prompt_counts);
-  auto facts = build_facts(ctx, request, policy, p.prompt_counts, p.task_id, p.claimed_tags);
-  if (!facts) return facts.error();
+  count_prompts(request,
+                policy != nullptr ? std::span<Target* const>(candidates)
+                                  : std::span<Target* const>(&direct, 1),
+                p.prompt_counts);
 
   BodyOverrides overrides;
   int64_t max_tokens = request.max_tokens;
@@ -488,6 +504,8 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
   };
 
   if (policy != nullptr) {
+    auto facts = build_facts(ctx, request, policy, p.prompt_counts, p.task_id, p.claimed_tags);
+    if (!facts) return facts.error();
     policies::Decision d = policy->decide(*facts);
     p.rule_id = d.rule_id;
     p.policy_version = d.policy_version;
@@ -527,7 +545,9 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
       return p;
     }
   } else {
-    Target* t = candidates.front();
+    // No rule reads the routing facts: only the row's labels are needed.
+    request_labels(ctx, request, p.task_id, p.claimed_tags);
+    Target* t = direct;
     int64_t ctx_len = t->context_length();
     int64_t prompt = p.prompt_counts[t].tokens;
     if (ctx_len > 0 && p.prompt_counts[t].source == ledger::TokenSource::kTokenizer &&

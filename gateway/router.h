@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -184,7 +185,7 @@ class Router {
 
  private:
   Router(const config::Config& config);
-  void count_prompts(const ParsedRequest& request, const std::vector<Target*>& targets,
+  void count_prompts(const ParsedRequest& request, std::span<Target* const> targets,
                      std::map<const Target*, PromptCount>& counts) const;
   Result<policies::Facts> build_facts(const RequestContext& context, const ParsedRequest& request,
                                       const policies::Policy* policy,

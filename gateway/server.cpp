@@ -216,7 +216,8 @@ struct ClientWatch {
 // connection's buffer, so a read still pending when the connection ends writes nothing freed.
 struct EarlyRead {
   std::array<char, 4096> bytes{};
-  bool fired = false;
+  bool pending = false;  // the read is under way
+  bool fired = false;    // it completed; its result (ec, n, bytes) is not consumed yet
   beast::error_code ec;
   size_t n = 0;
   adapters::CancelSignal* cancel = nullptr;  // set while a backend call runs
@@ -611,7 +612,7 @@ struct Server::Impl {
     }
 
     auto endpoint = chat ? adapters::Endpoint::kChatCompletions : adapters::Endpoint::kCompletions;
-    auto parsed = parse_request(endpoint, req.body());
+    auto parsed = parse_request(endpoint, std::move(req.body()));
     if (!parsed) return fail(rec, parsed.error());
     rec.model = parsed->model;
     rec.stream = parsed->stream;
@@ -824,10 +825,12 @@ struct Server::Impl {
       rec.target = hop.name;
       adapters::CancelSignal cancel;
       if constexpr (std::is_same_v<Stream, adapters::TimedSocket>) {
-        if (!early) {
-          early = std::make_shared<EarlyRead>();
+        if (!early) early = std::make_shared<EarlyRead>();  // one per connection, reused
+        if (!early->pending && !early->fired) {
+          early->pending = true;
           stream.async_read_some_untimed(
               asio::buffer(early->bytes), [e = early](const beast::error_code& ec, size_t n) {
+                e->pending = false;
                 e->fired = true;
                 e->ec = ec;
                 e->n = n;
@@ -1018,7 +1021,7 @@ struct Server::Impl {
     std::shared_ptr<EarlyRead> early;  // plain connections: see EarlyRead
     for (;;) {
       // Idle: wait for the first byte of the next request.
-      if (early && !early->fired && buffer.size() == 0) {
+      if (early && early->pending && buffer.size() == 0) {
         auto& timed = beast::get_lowest_layer(stream);
         timed.expires_after(std::chrono::milliseconds(lim.idle_timeout_ms));
         timed.count_as_pending(true);  // the idle timeout applies to the early read
@@ -1035,7 +1038,7 @@ struct Server::Impl {
           auto room = buffer.prepare(early->n);
           std::memcpy(room.data(), early->bytes.data(), early->n);
           buffer.commit(early->n);
-          early.reset();
+          early->fired = false;
         } else if (buffer.size() == 0) {
           co_return;  // closed, reset or timed out
         }

@@ -100,3 +100,56 @@ TEST(OpenAiWire, OrdinaryChunkUntouched) {
 
 }  // namespace
 }  // namespace ferry::adapters
+
+namespace ferry::adapters {
+namespace {
+
+TEST(OpenAiWire, JsonStringEndFindsTheUnescapedQuote) {
+  auto end_of = [](std::string_view s) { return json_string_end(s, s.find('"')); };
+  EXPECT_EQ(end_of(R"("abc" tail)"), 5u);
+  EXPECT_EQ(end_of(R"("" tail)"), 2u);
+  EXPECT_EQ(end_of(R"("a\"b" tail)"), 6u);     // escaped quote
+  EXPECT_EQ(end_of(R"("a\\" tail)"), 5u);      // escaped backslash, then the closing quote
+  EXPECT_EQ(end_of(R"("a\\\"b" tail)"), 8u);   // backslash, escaped quote
+  std::string long_text = "\"" + std::string(300, 'x') + "\\\"" + std::string(40, 'y') + "\" tail";
+  EXPECT_EQ(end_of(long_text), long_text.find(" tail"));
+  EXPECT_EQ(end_of(R"("never closed)"), std::string_view::npos);
+  EXPECT_EQ(end_of(R"("ends in an escape\")"), std::string_view::npos);
+}
+
+TEST(OpenAiWire, LastUsageKeyWinsAndStringsSpellingItAreSkipped) {
+  // A later string value "usage" is no key; the usage object before it is found.
+  auto u = find_usage(
+      R"({"usage":{"prompt_tokens":2,"completion_tokens":1},"note":"usage","x":["usage"]})");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->prompt_tokens, 2);
+  // The last usage key decides, even when it is null.
+  EXPECT_FALSE(find_usage(R"({"usage":{"prompt_tokens":2},"choices":[],"usage":null})"));
+  auto last = find_usage(R"({"usage":{"prompt_tokens":2},"usage" :{"prompt_tokens":3}})");
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->prompt_tokens, 3);
+  // Members after the counts, with braces and quotes inside strings.
+  auto tail = find_usage(
+      R"({"usage":{"prompt_tokens":5,"note":"}\"{","completion_tokens":6,"x":[{"y":"]"}]},"z":1})");
+  ASSERT_TRUE(tail);
+  EXPECT_EQ(tail->prompt_tokens, 5);
+  EXPECT_EQ(tail->completion_tokens, 6);
+  // An escaped key is left to the full parser, which reads it.
+  auto escaped = find_usage(R"({"usage":{"prompt_\u0074okens":7,"completion_tokens":8}})");
+  ASSERT_TRUE(escaped);
+  EXPECT_EQ(escaped->prompt_tokens, 7);
+  EXPECT_EQ(escaped->completion_tokens, 8);
+}
+
+TEST(OpenAiWire, UsageChunkInspectedOnceFindsTheCounts) {
+  auto a = inspect_stream_chunk(
+      R"({"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11,)"
+      R"("prompt_tokens_details":{"cached_tokens":4}}})",
+      true);
+  ASSERT_TRUE(a.usage);
+  EXPECT_EQ(a.usage->total_tokens, 11);
+  EXPECT_EQ(a.usage->cached_tokens, 4);
+}
+
+}  // namespace
+}  // namespace ferry::adapters

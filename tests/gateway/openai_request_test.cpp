@@ -120,9 +120,109 @@ TEST(OpenAiRequest, StreamOptionsAddedOrMerged) {
   EXPECT_EQ(merged["model"], "up/m");
 }
 
-TEST(OpenAiRequest, DuplicateModelKeyUsesTheLastLikeTheParser) {
-  auto j = rewritten(R"({"model":"first","messages":[{"role":"user","content":"x"}],"model":"second"})");
-  EXPECT_EQ(j["model"], "up/m");
+}  // namespace
+}  // namespace ferry::gateway
+
+namespace ferry::gateway {
+namespace {
+
+constexpr const char* kUserX = R"("messages":[{"role":"user","content":"x"}])";
+
+ParsedRequest parsed_chat(const std::string& body) {
+  auto r = parse_request(adapters::Endpoint::kChatCompletions, body);
+  EXPECT_TRUE(r) << body << ": " << (r ? "" : r.error().message);
+  return r ? *r : ParsedRequest{};
+}
+
+TEST(OpenAiRequest, AKeyFerryReadsMayNotAppearTwice) {
+  // Parsers disagree on which occurrence wins; ferry must not validate or price one value
+  // while the backend runs the other.
+  Error e = expect_error(Endpoint::kChatCompletions, std::string(R"({"model":"m",)") + kUserX +
+                                                         R"(,"max_tokens":5,"max_tokens":100000})");
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_NE(e.message.find("more than once"), std::string::npos) << e.message;
+  EXPECT_EQ(expect_error(Endpoint::kChatCompletions,
+                         std::string(R"({"model":"m","model":"other",)") + kUserX + "}")
+                .param,
+            "model");
+  // Spelled with an escape, it is still the same key.
+  EXPECT_EQ(expect_error(Endpoint::kChatCompletions, std::string(R"({"model":"m",)") + kUserX +
+                                                         R"(,"n":1,"\u006e":100})")
+                .param,
+            "n");
+  EXPECT_EQ(expect_error(Endpoint::kCompletions,
+                         R"({"model":"m","prompt":"a","stream":false,"stream":true})")
+                .param,
+            "stream");
+  // Keys ferry does not read pass through as sent, duplicates included.
+  auto other = parsed_chat(std::string(R"({"model":"m",)") + kUserX + R"(,"x_vendor":1,"x_vendor":2})");
+  EXPECT_EQ(upstream_body(other, "up/m"),
+            std::string(R"({"model":"up/m",)") + kUserX + R"(,"x_vendor":1,"x_vendor":2})");
+  // Inside a message, the first occurrence is the one validated (as before).
+  auto role = parsed_chat(R"({"model":"m","messages":[{"role":"user","role":7,"content":"x"}]})");
+  EXPECT_EQ(role.model, "m");
+}
+
+TEST(OpenAiRequest, EscapedKeysAreReadAsTheKeysTheySpell) {
+  Error e = expect_error(
+      Endpoint::kChatCompletions,
+      R"({"mod\u0065l":"m","m\u0065ssages":[{"r\u006fle":"user","content":"x"}],"max_tok\u0065ns":0})");
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_EQ(e.message, "'max_tokens' must be at least 1, got 0");
+  // The splice compares keys as written, so an escaped `model` key is re-serialised instead.
+  auto r = parsed_chat(std::string(R"({"mod\u0065l":"m",)") + kUserX + "}");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(upstream_body(r, "up/m"), R"({"messages":[{"content":"x","role":"user"}],"model":"up/m"})");
+}
+
+TEST(OpenAiRequest, MessageErrorsNameTheirIndex) {
+  Error content = expect_error(
+      Endpoint::kChatCompletions,
+      R"({"model":"m","messages":[{"role":"user","content":"x"},{"role":"user","content":5}]})");
+  EXPECT_EQ(content.param, "messages[1].content");
+  EXPECT_EQ(content.message,
+            "'messages[1].content' must be a string or an array of parts, got an integer");
+  Error not_object = expect_error(
+      Endpoint::kChatCompletions,
+      R"({"model":"m","messages":[{"role":"user","content":"x"},{"role":"user"},"hi"]})");
+  EXPECT_EQ(not_object.param, "messages[2]");
+  EXPECT_EQ(not_object.message, "'messages[2]' must be an object, got a string");
+  Error role = expect_error(Endpoint::kChatCompletions,
+                            R"({"model":"m","messages":[{"role":"robot","content":"x"}]})");
+  EXPECT_EQ(role.param, "messages[0].role");
+  EXPECT_EQ(role.message,
+            "'messages[0].role' must be one of system, developer, user, assistant, tool, "
+            "function; got 'robot'");
+}
+
+TEST(OpenAiRequest, SplicedRewriteWithStreamAndOverridesIsExact) {
+  auto r = parsed_chat(std::string(R"({"model":"pub",)") + kUserX +
+                       R"(,"max_completion_tokens":9,"stream":true})");
+  BodyOverrides o;
+  o.max_tokens = 5;
+  o.temperature = 0.5;
+  // Replaced in place where present; added before the closing brace in a fixed order.
+  EXPECT_EQ(upstream_body(r, "up/m", o),
+            std::string(R"({"model":"up/m",)") + kUserX +
+                R"(,"max_completion_tokens":5,"stream":true,"stream_options":{"include_usage":true},"temperature":0.5})");
+  // Whitespace everywhere, a key spelled inside a string, an existing stream_options.
+  std::string spaced =
+      " \n{ \"messages\" :\t[ { \"role\" : \"user\" , \"content\" : \"a \\\"model\\\": 1\" } ] ,\n"
+      " \"model\"\t:\n\"pub\" , \"stream\" : true , \"stream_options\" : { \"include_usage\" : false } }\n";
+  auto s = parsed_chat(spaced);
+  EXPECT_EQ(upstream_body(s, "up/m", o),
+            " \n{ \"messages\" :\t[ { \"role\" : \"user\" , \"content\" : \"a \\\"model\\\": 1\" } ] ,\n"
+            " \"model\"\t:\n\"up/m\" , \"stream\" : true , \"stream_options\" : "
+            "{\"include_usage\":true} ,\"max_tokens\":5,\"temperature\":0.5}\n");
+}
+
+TEST(OpenAiRequest, UpstreamModelNamesAreEscapedAsJson) {
+  auto r = parsed_chat(std::string(R"({"model":"pub",)") + kUserX + "}");
+  for (std::string name :
+       {"plain/model-7b", "caf\xc3\xa9", "tab\there", "back\\slash", "q\"uote", ""}) {
+    auto j = nlohmann::json::parse(upstream_body(r, name));
+    EXPECT_EQ(j["model"], name);
+  }
 }
 
 }  // namespace

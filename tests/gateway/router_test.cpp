@@ -56,17 +56,14 @@ class RouterTest : public ::testing::Test {
     return path;
   }
 
-  // Two HTTP backends, three models; extra YAML is appended at the top level.
+  // Two HTTP backends, three models (unless a test sets models_); extra YAML is appended at
+  // the top level.
   void start(const std::string& extra = "") {
     std::string yaml = R"(
 backends:
   - { name: gpu, base_url: "http://127.0.0.1:9/v1" }
   - { name: other, base_url: "http://127.0.0.1:9/v1" }
-models:
-  - { name: big, backend: gpu, upstream_model: big-upstream, tokenizer: cl100k_base, context_length: 100000 }
-  - { name: tiny, backend: other, upstream_model: tiny-upstream, tokenizer: o200k_base, context_length: 40 }
-  - { name: blind, backend: other, upstream_model: blind-upstream }
-)" + extra;
+)" + models_ + extra;
     auto cfg = config::load_config_text(yaml, write("ferry.yaml", yaml));
     ASSERT_TRUE(cfg) << cfg.error().message;
     cfg_ = std::make_unique<config::Config>(std::move(*cfg));
@@ -94,6 +91,11 @@ models:
   }
 
   std::filesystem::path dir_;
+  std::string models_ = R"(models:
+  - { name: big, backend: gpu, upstream_model: big-upstream, tokenizer: cl100k_base, context_length: 100000 }
+  - { name: tiny, backend: other, upstream_model: tiny-upstream, tokenizer: o200k_base, context_length: 40 }
+  - { name: blind, backend: other, upstream_model: blind-upstream }
+)";
   FakeBackend gpu_{"gpu"};
   FakeBackend other_{"other"};
   std::unique_ptr<config::Config> cfg_;
@@ -119,6 +121,63 @@ TEST_F(RouterTest, WithoutPolicyTheModelNameRoutesToItsBackendWithTheUpstreamNam
   const auto& count = plan->prompt_counts.at(plan->hops[0].target);
   EXPECT_EQ(count.tokens, static_cast<int64_t>(*expected));
   EXPECT_EQ(count.source, ledger::TokenSource::kTokenizer);
+}
+
+TEST_F(RouterTest, WithoutPolicyThePlanCarriesTheTaskAndClaimedTagsButNoFacts) {
+  start();
+  RequestContext ctx = context();
+  ctx.tags_header = "a, b";
+  auto plan = router_->plan(
+      ctx, chat("big", "hi", R"(,"metadata":{"task_id":"t-meta","tags":"b, c"},"max_tokens":3)"));
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_FALSE(plan->refusal);
+  EXPECT_EQ(plan->task_id, "t-meta");
+  EXPECT_EQ(plan->claimed_tags, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(plan->requested_model, "big");
+  EXPECT_TRUE(plan->rule_id.empty());
+  EXPECT_TRUE(plan->facts_json.empty());  // only a policy's decision is recorded for replay
+  EXPECT_TRUE(plan->headers.empty());
+  EXPECT_EQ(plan->hops[0].name, "big");
+  EXPECT_EQ(plan->hops[0].request.request_id, ctx.request_id);
+  // The x-ferry-task header wins over metadata.task_id.
+  ctx.task_header = "t-header";
+  auto header = router_->plan(ctx, chat("big", "hi", R"(,"metadata":{"task_id":"t-meta"})"));
+  ASSERT_TRUE(header);
+  EXPECT_EQ(header->task_id, "t-header");
+}
+
+TEST_F(RouterTest, EveryPolicyTargetIsCountedAndTargetsCountingAlikeAgree) {
+  models_ = R"(models:
+  - { name: big, backend: gpu, upstream_model: big-upstream, tokenizer: cl100k_base }
+  - { name: twin, backend: other, upstream_model: twin-upstream, tokenizer: cl100k_base }
+  - { name: blind, backend: other, upstream_model: blind-upstream }
+  - { name: blind2, backend: gpu, upstream_model: blind2-upstream }
+)";
+  std::string policy = write("policies.yaml", R"(
+targets:
+  one: big
+  two: twin
+  three: blind
+  four: blind2
+models: [auto]
+default: { route: [one, two, three, four] }
+)");
+  start("policy: { file: " + policy + ", watch: false }\n");
+  auto plan = router_->plan(context(), chat("auto", "hello there, how are you?"));
+  ASSERT_TRUE(plan) << plan.error().message;
+  ASSERT_EQ(plan->hops.size(), 4u);
+  ASSERT_EQ(plan->prompt_counts.size(), 4u);
+  const PromptCount& big = plan->prompt_counts.at(plan->hops[0].target);
+  const PromptCount& twin = plan->prompt_counts.at(plan->hops[1].target);
+  const PromptCount& blind = plan->prompt_counts.at(plan->hops[2].target);
+  const PromptCount& blind2 = plan->prompt_counts.at(plan->hops[3].target);
+  EXPECT_EQ(big.source, ledger::TokenSource::kTokenizer);
+  EXPECT_EQ(twin.source, ledger::TokenSource::kTokenizer);
+  EXPECT_EQ(twin.tokens, big.tokens);
+  EXPECT_EQ(blind.source, ledger::TokenSource::kEstimate);
+  EXPECT_EQ(blind2.source, ledger::TokenSource::kEstimate);
+  EXPECT_EQ(blind2.tokens, blind.tokens);
+  EXPECT_NE(blind.tokens, big.tokens);
 }
 
 TEST_F(RouterTest, UnknownModelIsA404NamingTheModels) {
