@@ -61,8 +61,9 @@ namespace ad = boost::asio::detail;
 // One thing a short read does not rule out: an end of stream (or reset) that arrived with the
 // data. It raises no new event. So only a read that expects the peer to be silent (the next
 // request, the answer to a request just sent) may be queued blindly on a drained socket; one
-// that continues a message re-arms the socket's readiness first (TimedSocket does this), which
-// costs one epoll_ctl, as much as the recv it replaces.
+// that continues a message tries a recv first (TimedSocket does this), as Asio would have.
+// (Re-arming the socket with epoll_ctl instead would cost that call and, for a socket also
+// registered for writing, a spurious "writable" wake-up.)
 template <typename Handler, typename IoExecutor>
 class RecvOp : public ad::reactor_op {
  public:
@@ -323,18 +324,19 @@ class TimedSocket {
   void start_draining_read(boost::asio::mutable_buffer buffer, Handler&& h) {
     using Op = drain::RecvOp<std::decay_t<Handler>, executor_type>;
     // A read that continues a message on a drained socket must not wait for an event that an
-    // end of stream already queued will not raise: re-arm (epoll_ctl) instead of queueing.
-    bool rearm = drained_ && !expect_silence_;
+    // end of stream already queued will not raise: it tries a recv first.
+    bool try_first = drained_ && !expect_silence_;
     expect_silence_ = false;
-    start_reactor_op<Op>(std::forward<Handler>(h), !rearm, socket_.implementation().socket_,
+    start_reactor_op<Op>(std::forward<Handler>(h), try_first, socket_.implementation().socket_,
                          buffer.data(), buffer.size(), &drained_);
   }
 
   // Allocates `Op` (constructed from `args..., handler, executor`) with the handler's
   // allocator and hands it to the reactor as a read, the way Asio's socket service does.
-  // Without `speculative`, the reactor re-arms the socket's readiness instead of trying.
+  // With `try_first`, the operation is performed once before it is queued, whatever the
+  // reactor's own "try at once" state.
   template <typename Op, typename Handler, typename... Args>
-  void start_reactor_op(Handler&& h, bool speculative, Args... args) {
+  void start_reactor_op(Handler&& h, bool try_first, Args... args) {
     namespace ad = boost::asio::detail;
     std::decay_t<Handler> handler(std::forward<Handler>(h));
     if (reactor_ == nullptr) {
@@ -354,8 +356,12 @@ class TimedSocket {
     p.v = p.p = nullptr;
     if ((impl.state_ & ad::socket_ops::non_blocking) != 0 ||
         ad::socket_ops::set_internal_non_blocking(impl.socket_, impl.state_, true, op->ec_)) {
+      if (try_first && op->perform() != ad::reactor_op::not_done) {
+        reactor_->post_immediate_completion(op, is_continuation);
+        return;
+      }
       reactor_->start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, op,
-                         is_continuation, speculative);
+                         is_continuation, /*allow_speculative=*/true);
     } else {
       reactor_->post_immediate_completion(op, is_continuation);
     }
