@@ -13,9 +13,11 @@ namespace ferry::gateway {
 
 namespace {
 constexpr size_t kMaxQueuedLines = 1 << 16;
-// The writer wakes on its own this often; producers wake it early only for a large batch, so a
-// request costs no futex call (a wake-up per request was measurable in the gateway benchmark).
-constexpr auto kWriterPeriod = std::chrono::milliseconds(50);
+// While lines come, the writer wakes on its own this often; producers wake it early only for a
+// large batch, so a request costs no futex call (a wake-up per request was measurable in the
+// gateway benchmark). After a period with no line it sleeps until the next line, whose
+// producer wakes it: an idle ferry does not wake for its log.
+constexpr auto kWriterPeriod = std::chrono::milliseconds(100);
 constexpr size_t kWakeBatch = 512;
 // Lines are queued as bytes in one buffer (a copy per line, no allocation per line once the
 // buffer has grown); the writer hands back its buffer after a batch, keeping at most this much.
@@ -195,7 +197,8 @@ void AccessLog::write(std::string_view line) {
     }
     queue_.append(line);
     queue_ += '\n';
-    wake = ++queued_lines_ == kWakeBatch;
+    ++queued_lines_;
+    wake = queued_lines_ == kWakeBatch || (writer_idle_ && queued_lines_ == 1);
   }
   if (wake) cv_.notify_one();
 }
@@ -225,6 +228,10 @@ void AccessLog::run() {
       if (queue_.empty() && stopping_) return;
       if (queue_.empty()) {
         drained_.notify_all();
+        // A whole period without a line: sleep until one comes (its producer wakes us).
+        writer_idle_ = true;
+        cv_.wait(lock, [this] { return stopping_ || flush_requested_ || !queue_.empty(); });
+        writer_idle_ = false;
         continue;
       }
       batch.swap(queue_);  // producers go on appending into batch's old (empty) buffer

@@ -143,6 +143,7 @@ class AccessLog {
   bool stopping_ = false;
   bool writing_ = false;
   bool flush_requested_ = false;
+  bool writer_idle_ = false;  // the writer waits for a line, without a timeout
   int64_t dropped_ = 0;
   std::thread thread_;
 };
