@@ -43,7 +43,7 @@ auth:
     - { id: local-admin, key: ${kAdminKey}, team: ops, role: admin }
 backends:
 ${local_backend('cpu', model, '    max_sequences: 16\n    max_queue: 16\n')}\
-${local_backend('cpu-small', model, '    max_sequences: 1\n    max_queue: 0\n    context_length: 256\n')}\
+${local_backend('cpu-small', model, '    max_sequences: 1\n    max_queue: 0\n    context_length: 2048\n')}\
 ${local_backend('cpu-nocache', model, '    prefix_cache: false\n')}\
   - { name: b, base_url: "${b_url}/v1" }
   - { name: up, base_url: "${upstream_url}/v1" }

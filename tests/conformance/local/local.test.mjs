@@ -142,9 +142,10 @@ test('a client that hangs up mid-stream frees its sequence while others continue
 });
 
 test('a full local engine answers 503 at once, and a route falls back to the next target', async () => {
-  // `small` has one sequence slot and no queue.
+  // `small` has one sequence slot and no queue. The hog must outlast the two requests below:
+  // the tiny model makes 200 tokens in ~12 ms, so it asks for 2000.
   const hog = await client.chat.completions.create(
-      { ...chat('small', 'hold the slot', { max_tokens: 200, ignore_eos: true }), stream: true });
+      { ...chat('small', 'hold the slot', { max_tokens: 2000, ignore_eos: true }), stream: true });
   const it = hog[Symbol.asyncIterator]();
   await it.next();  // the slot is taken
   const err = await client.chat.completions.create(chat('small', 'me too')).catch((e) => e);
@@ -158,10 +159,10 @@ test('a full local engine answers 503 at once, and a route falls back to the nex
 });
 
 test('a prompt that does not fit the context gets a 400 naming the numbers', async () => {
-  const long = 'word '.repeat(400);
+  const long = 'word '.repeat(2200);
   const err = await client.chat.completions.create(chat('small', long, { max_tokens: 10 })).catch((e) => e);
   assert.equal(err.status, 400, String(err));
-  assert.match(err.message, /256/);
+  assert.match(err.message, /2048/);
 });
 
 test('the prefix cache reuses a shared system prompt and changes nothing in the output', async () => {
