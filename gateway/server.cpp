@@ -239,6 +239,37 @@ struct EarlyRead {
   bool hung_up() const { return fired && (ec || n == 0); }
 };
 
+// The early read's completion handler.
+class EarlyReadDone {
+ public:
+  explicit EarlyReadDone(std::shared_ptr<EarlyRead> e) : e_(std::move(e)) {}
+  EarlyReadDone(EarlyReadDone&& other) noexcept : e_(std::move(other.e_)) {}
+  EarlyReadDone& operator=(EarlyReadDone&&) = delete;
+  // Destroyed without being called: the event loop is being torn down with the read pending.
+  // The waiting coroutine's frame is owned by `waiter`, and it owns the EarlyRead in turn:
+  // drop it here, or neither would ever be freed.
+  ~EarlyReadDone() {
+    if (e_) e_->waiter.reset();
+  }
+
+  void operator()(const beast::error_code& ec, size_t n) {
+    std::shared_ptr<EarlyRead> e = std::move(e_);
+    e->pending = false;
+    e->fired = true;
+    e->ec = ec;
+    e->n = n;
+    if (e->waiter) {
+      std::unique_ptr<EarlyRead::Waiter> waiter = std::move(e->waiter);
+      waiter->resume(ec, n);
+    } else if (e->cancel != nullptr && e->hung_up()) {
+      e->cancel->cancel();
+    }
+  }
+
+ private:
+  std::shared_ptr<EarlyRead> e_;
+};
+
 }  // namespace
 
 struct Server::Impl {
@@ -828,19 +859,7 @@ struct Server::Impl {
         if (!early) early = std::make_shared<EarlyRead>();  // one per connection, reused
         if (!early->pending && !early->fired) {
           early->pending = true;
-          stream.async_read_some_untimed(
-              asio::buffer(early->bytes), [e = early](const beast::error_code& ec, size_t n) {
-                e->pending = false;
-                e->fired = true;
-                e->ec = ec;
-                e->n = n;
-                if (e->waiter) {
-                  std::unique_ptr<EarlyRead::Waiter> waiter = std::move(e->waiter);
-                  waiter->resume(ec, n);
-                } else if (e->cancel != nullptr && e->hung_up()) {
-                  e->cancel->cancel();
-                }
-              });
+          stream.async_read_some_untimed(asio::buffer(early->bytes), EarlyReadDone(early));
         }
         if (early->hung_up()) cancel.cancel();  // gone during an earlier attempt
         early->cancel = &cancel;
