@@ -95,20 +95,27 @@ bool LabelsLess::operator()(std::span<const std::string_view> a,
   return labels_less(a, b);
 }
 
+namespace {
+
+// The series of `label_values` in a family's map (its mutex held), made by `make` when new.
+template <typename Map, typename Make>
+auto* find_or_add(Map& series, LabelValues label_values, const Make& make) {
+  std::span<const std::string_view> key(label_values.begin(), label_values.size());
+  auto it = series.find(key);
+  if (it == series.end()) {
+    it = series.emplace(std::vector<std::string>(key.begin(), key.end()), make()).first;
+  }
+  return it->second.get();
+}
+
+}  // namespace
+
 CounterFamily::CounterFamily(std::string name, std::string help, std::vector<std::string> labels)
     : name_(std::move(name)), help_(std::move(help)), labels_(std::move(labels)) {}
 
 std::atomic<int64_t>* CounterFamily::series(LabelValues label_values) {
-  std::span<const std::string_view> key(label_values.begin(), label_values.size());
   std::lock_guard lock(mu_);
-  auto it = series_.find(key);
-  if (it == series_.end()) {
-    it = series_
-             .emplace(std::vector<std::string>(key.begin(), key.end()),
-                      std::make_unique<std::atomic<int64_t>>(0))
-             .first;
-  }
-  return it->second.get();
+  return find_or_add(series_, label_values, [] { return std::make_unique<std::atomic<int64_t>>(0); });
 }
 
 void CounterFamily::inc(LabelValues label_values, int64_t by) {
@@ -144,16 +151,9 @@ HistogramFamily::HistogramFamily(std::string name, std::string help,
 }
 
 HistogramFamily::Series* HistogramFamily::series(LabelValues label_values) {
-  std::span<const std::string_view> key(label_values.begin(), label_values.size());
   std::lock_guard lock(mu_);
-  auto it = series_.find(key);
-  if (it == series_.end()) {
-    it = series_
-             .emplace(std::vector<std::string>(key.begin(), key.end()),
-                      std::make_unique<Series>(bounds_micros_.size() + 1))
-             .first;
-  }
-  return it->second.get();
+  return find_or_add(series_, label_values,
+                     [this] { return std::make_unique<Series>(bounds_micros_.size() + 1); });
 }
 
 void HistogramFamily::observe_micros(LabelValues label_values, int64_t micros) {
