@@ -302,7 +302,11 @@ struct HttpBackend::Impl {
     // Beast reads into the buffer's free capacity (at least 512 bytes): make room for a whole
     // typical answer, so that it takes one recv.
     if (conn.buffer.capacity() < kReadChunk) conn.buffer.reserve(kReadChunk);
-    conn.tcp().expect_silence();  // nothing comes before the request is answered
+    if constexpr (std::is_same_v<Stream, TimedSocket>) {
+      // Nothing comes before the request is answered, and with nothing buffered the header
+      // read below reads from this socket.
+      if (conn.buffer.size() == 0) stream.expect_silence();
+    }
     auto [hec, hn] = co_await http::async_read_header(stream, conn.buffer, parser, kAwait);
     if (hec) {
       bool nothing_read = conn.buffer.size() == 0 && hn == 0;

@@ -199,7 +199,9 @@ class TimedSocket {
   // it is spoken to (the next request on an idle connection, the answer to a request just
   // sent): on a socket that the last read drained, it is queued without trying a recv, and an
   // end of stream that came with the last data is only noticed with the next event (our write
-  // being reset, new data, the deadline).
+  // being reset, new data, the deadline). Call it right before a read that is sure to reach
+  // this socket (not through a TLS layer, which may answer from its own buffer): a flag left
+  // over would apply to a later read that continues a message.
   void expect_silence() noexcept { expect_silence_ = true; }
 
   // A read that expects silence (see above) and that the deadline does not apply to (it is
@@ -320,25 +322,19 @@ class TimedSocket {
   void wake_sweep_by_deadline();
 
 #ifdef FERRY_DRAINING_READS
+  // Starts a drain::RecvOp into `buffer`, the way Asio's socket service starts its receive
+  // (handler allocator, per-operation cancellation, internal non-blocking mode).
   template <typename Handler>
   void start_draining_read(boost::asio::mutable_buffer buffer, Handler&& h) {
-    using Op = drain::RecvOp<std::decay_t<Handler>, executor_type>;
+    namespace ad = boost::asio::detail;
+    using H = std::decay_t<Handler>;
+    using Op = drain::RecvOp<H, executor_type>;
     // A read that continues a message on a drained socket must not wait for an event that an
-    // end of stream already queued will not raise: it tries a recv first.
+    // end of stream already queued will not raise: it tries a recv first, whatever the
+    // reactor's own "try at once" state.
     bool try_first = drained_ && !expect_silence_;
     expect_silence_ = false;
-    start_reactor_op<Op>(std::forward<Handler>(h), try_first, socket_.implementation().socket_,
-                         buffer.data(), buffer.size(), &drained_);
-  }
-
-  // Allocates `Op` (constructed from `args..., handler, executor`) with the handler's
-  // allocator and hands it to the reactor as a read, the way Asio's socket service does.
-  // With `try_first`, the operation is performed once before it is queued, whatever the
-  // reactor's own "try at once" state.
-  template <typename Op, typename Handler, typename... Args>
-  void start_reactor_op(Handler&& h, bool try_first, Args... args) {
-    namespace ad = boost::asio::detail;
-    std::decay_t<Handler> handler(std::forward<Handler>(h));
+    H handler(std::forward<Handler>(h));
     if (reactor_ == nullptr) {
       reactor_ = &boost::asio::use_service<ad::reactor>(
           boost::asio::query(socket_.get_executor(), boost::asio::execution::context));
@@ -347,10 +343,11 @@ class TimedSocket {
     bool is_continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
     auto slot = boost::asio::get_associated_cancellation_slot(handler);
     typename Op::ptr p = {std::addressof(handler), Op::ptr::allocate(handler), nullptr};
-    p.p = new (p.v) Op(args..., handler, socket_.get_executor());
+    p.p = new (p.v) Op(impl.socket_, buffer.data(), buffer.size(), &drained_, handler,
+                       socket_.get_executor());
     if (slot.is_connected()) {
-      p.p->cancellation_key_ =
-          &slot.template emplace<drain::Cancel>(drain::Cancel{reactor_, &impl.reactor_data_, impl.socket_});
+      p.p->cancellation_key_ = &slot.template emplace<drain::Cancel>(
+          drain::Cancel{reactor_, &impl.reactor_data_, impl.socket_});
     }
     Op* op = p.p;
     p.v = p.p = nullptr;

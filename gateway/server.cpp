@@ -46,6 +46,7 @@
 #include "gateway/http_wire.h"
 #include "gateway/metrics.h"
 #include "gateway/openai_request.h"
+#include "gateway/request_record.h"
 #include "gateway/router.h"
 #include "policies/store.h"
 
@@ -90,58 +91,6 @@ std::string request_id_from(const Request& req) {
     if (ok) return std::string(v);
   }
   return make_request_id();
-}
-
-// Everything one request leaves behind for the access log and metrics.
-struct RequestRecord {
-  std::string request_id;
-  std::string method;
-  std::string path;
-  std::string key_id;
-  std::string model;
-  std::string backend;
-  std::string target;
-  std::string rule;
-  std::string ledger_id;
-  int attempts = 0;
-  int64_t prompt_tokens_counted = -1;
-  int status = 0;
-  bool stream = false;
-  adapters::Usage usage;
-  std::string finish_reason;
-  std::string error;
-  Clock::time_point started;
-  int64_t started_unix_us = 0;
-  int64_t ttft_us = -1;
-  int64_t backend_ttft_us = -1;  // the backend's own time to its first byte (or token)
-};
-
-JsonLine access_log_line(const RequestRecord& r, int64_t latency_us) {
-  JsonLine j;
-  j.utc_micros("ts", unix_micros_now())
-      .str("request_id", r.request_id)
-      .str("method", r.method)
-      .str("path", r.path)
-      .integer("status", r.status)
-      .millis("latency_ms", latency_us);
-  if (!r.key_id.empty()) j.str("key_id", r.key_id);
-  if (!r.model.empty()) j.str("model", r.model);
-  if (!r.backend.empty()) j.str("backend", r.backend);
-  if (!r.target.empty()) j.str("target", r.target);
-  if (!r.rule.empty()) j.str("rule", r.rule);
-  if (r.attempts > 1) j.integer("attempts", r.attempts);
-  if (!r.ledger_id.empty()) j.str("ledger_id", r.ledger_id);
-  if (!r.path.starts_with("/v1/")) return j;
-  j.boolean("stream", r.stream);
-  if (r.usage.prompt_tokens >= 0) j.integer("prompt_tokens", r.usage.prompt_tokens);
-  if (r.usage.completion_tokens >= 0) j.integer("completion_tokens", r.usage.completion_tokens);
-  if (r.usage.cached_tokens > 0) j.integer("cached_tokens", r.usage.cached_tokens);
-  if (r.prompt_tokens_counted >= 0) j.integer("prompt_tokens_counted", r.prompt_tokens_counted);
-  if (r.ttft_us >= 0) j.millis("ttft_ms", r.ttft_us);
-  if (r.backend_ttft_us >= 0) j.millis("backend_ttft_ms", r.backend_ttft_us);
-  if (!r.finish_reason.empty()) j.str("finish_reason", r.finish_reason);
-  if (!r.error.empty()) j.str("error", r.error);
-  return j;
 }
 
 const char* backend_error_kind(ErrorCode code) {
@@ -344,7 +293,7 @@ struct Server::Impl {
       store->set_listener([this](const policies::ReloadOutcome& o) {
         if (o.unchanged) return;
         JsonLine j;
-        j.str("ts", format_utc_micros(unix_micros_now()))
+        j.utc_micros("ts", unix_micros_now())
             .str("event", o.applied ? "policy_reloaded" : "policy_rejected")
             .str("trigger", o.trigger)
             .str("version", o.version);
@@ -1064,7 +1013,7 @@ struct Server::Impl {
       }
       if (buffer.size() == 0) {
         beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.idle_timeout_ms));
-        beast::get_lowest_layer(stream).expect_silence();
+        if constexpr (std::is_same_v<Stream, adapters::TimedSocket>) stream.expect_silence();
         auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), kAwait);
         if (ec) co_return;
         buffer.commit(n);
