@@ -1,6 +1,6 @@
-#include "policies/health.h"
+#include "adapters/health.h"
 
-namespace ferry::policies {
+namespace ferry::adapters {
 
 std::string_view breaker_state_name(BreakerState state) {
   switch (state) {
@@ -92,4 +92,4 @@ BreakerSnapshot CircuitBreaker::snapshot() const {
   return s;
 }
 
-}  // namespace ferry::policies
+}  // namespace ferry::adapters

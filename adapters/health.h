@@ -10,7 +10,7 @@
 
 #include "common/clock.h"
 
-namespace ferry::policies {
+namespace ferry::adapters {
 
 struct BreakerOptions {
   int failure_threshold = 5;                     // consecutive failures that open it
@@ -59,4 +59,4 @@ class CircuitBreaker {
   BreakerSnapshot counters_;
 };
 
-}  // namespace ferry::policies
+}  // namespace ferry::adapters

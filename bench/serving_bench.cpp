@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "gguf/model_tools.h"
 #include "local_engine/gguf_source.h"
 #include "local_engine/scheduler.h"
+#include "model_tools/model_tools.h"
 
 namespace {
 
@@ -238,9 +238,9 @@ int main(int argc, char** argv) {
   }
   std::filesystem::path temp;
   if (a.model.empty()) {
-    gguf::SynthOptions o;
+    model_tools::SynthOptions o;
     o.type = a.type;
-    gguf::apply_synth_preset("smollm2-360m", o);
+    model_tools::apply_synth_preset("smollm2-360m", o);
     o.seed = 1;
     a.model = a.save.empty()
                   ? (temp = std::filesystem::temp_directory_path() /
@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
                         .string()
                   : a.save;
     const auto t0 = Clock::now();
-    if (auto s = gguf::write_synth_model(o, a.model); !s) {
+    if (auto s = model_tools::write_synth_model(o, a.model); !s) {
       std::fprintf(stderr, "synth: %s\n", s.error().message.c_str());
       return 1;
     }

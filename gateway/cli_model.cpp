@@ -10,9 +10,9 @@
 
 #include "gateway/cli_commands.h"
 #include "gguf/gguf_reader.h"
-#include "gguf/model_tools.h"
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/thread_pool.h"
+#include "model_tools/model_tools.h"
 
 namespace ferry::cli {
 namespace {
@@ -70,7 +70,7 @@ int model_info(const std::string& path, bool list_tensors, bool all_metadata) {
   std::map<std::string, std::pair<int, uint64_t>> by_type;
   uint64_t total_bytes = 0, total_params = 0;
   for (const auto& t : f.tensors()) {
-    auto& e = by_type[std::string(kernels::tensor_type_name(t.type))];
+    auto& e = by_type[std::string(model_format::tensor_type_name(t.type))];
     ++e.first;
     e.second += t.n_bytes;
     total_bytes += t.n_bytes;
@@ -112,7 +112,7 @@ int model_info(const std::string& path, bool list_tensors, bool all_metadata) {
     std::cout << "tensor list:\n";
     for (const auto& t : f.tensors()) {
       std::printf("  %-40s %-6s %-22s %s\n", t.name.c_str(),
-                  std::string(kernels::tensor_type_name(t.type)).c_str(),
+                  std::string(model_format::tensor_type_name(t.type)).c_str(),
                   shape_string(t.shape).c_str(), human_bytes(t.n_bytes).c_str());
     }
   }
@@ -136,7 +136,7 @@ void add_model_commands(CLI::App& app, int& exit_code) {
   info->callback([=, &exit_code] { exit_code = model_info(*info_path, *info_tensors, *info_metadata); });
 
   // ferry model synth ...
-  auto so = std::make_shared<gguf::SynthOptions>();
+  auto so = std::make_shared<model_tools::SynthOptions>();
   auto preset = std::make_shared<std::string>();
   auto synth_out = std::make_shared<std::string>();
   CLI::App* synth = model->add_subcommand("synth", "Write a model with random weights and a real vocabulary");
@@ -159,11 +159,11 @@ void add_model_commands(CLI::App& app, int& exit_code) {
   synth->add_option("--name", so->name, "general.name");
   synth->add_option("out", *synth_out, "Output GGUF file")->required();
   synth->callback([=, &exit_code] {
-    gguf::SynthOptions options = *so;
+    model_tools::SynthOptions options = *so;
     if (!preset->empty()) {
       // The preset sets the shape; explicitly given options win.
-      gguf::SynthOptions base = options;
-      if (!gguf::apply_synth_preset(*preset, base)) {
+      model_tools::SynthOptions base = options;
+      if (!model_tools::apply_synth_preset(*preset, base)) {
         std::cerr << "ferry model synth: unknown preset '" << *preset << "'\n";
         exit_code = 2;
         return;
@@ -181,7 +181,7 @@ void add_model_commands(CLI::App& app, int& exit_code) {
       if (!given("--rope-theta")) options.rope_theta = base.rope_theta;
       if (!given("--name")) options.name = base.name;
     }
-    if (Status s = gguf::write_synth_model(options, *synth_out); !s) {
+    if (Status s = model_tools::write_synth_model(options, *synth_out); !s) {
       std::cerr << "ferry model synth: " << s.error().message << "\n";
       exit_code = 1;
       return;
@@ -200,14 +200,14 @@ void add_model_commands(CLI::App& app, int& exit_code) {
   quant->add_option("type", *q_type, "Target type or mix")->required();
   quant->add_option("--threads", *q_threads, "Threads (0: all cores)");
   quant->callback([=, &exit_code] {
-    const auto target = gguf::parse_quant_target(*q_type);
+    const auto target = model_tools::parse_quant_target(*q_type);
     if (!target) {
       std::cerr << "ferry model quantize: unknown or unsupported type '" << *q_type << "'\n";
       exit_code = 2;
       return;
     }
     kernels::ThreadPool pool(*q_threads);
-    if (Status s = gguf::quantize_model(*q_in, *q_out, *target, &pool); !s) {
+    if (Status s = model_tools::quantize_model(*q_in, *q_out, *target, &pool); !s) {
       std::cerr << "ferry model quantize: " << s.error().message << "\n";
       exit_code = 1;
       return;

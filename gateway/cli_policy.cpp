@@ -22,7 +22,7 @@
 #include "ledger/time_util.h"
 #include "policies/loader.h"
 #include "policies/policy.h"
-#include "policies/replay.h"
+#include "replay/replay.h"
 
 namespace ferry::cli {
 
@@ -239,7 +239,7 @@ int run_explain(const ExplainArgs& args) {
 }
 
 // `--from`/`--to` days (UTC, both included) as the range of the requests' ends.
-bool replay_range(const ReplayArgs& args, policies::ReplayOptions& options) {
+bool replay_range(const ReplayArgs& args, replay::ReplayOptions& options) {
   for (auto [text, name, is_to] : {std::tuple{&args.from, "--from", false},
                                    std::tuple{&args.to, "--to", true}}) {
     if (text->empty()) continue;
@@ -264,7 +264,7 @@ int run_replay(const ReplayArgs& args) {
     std::cerr << "ferry policy replay: --format must be table or json\n";
     return 2;
   }
-  policies::ReplayOptions options;
+  replay::ReplayOptions options;
   if (!replay_range(args, options)) return 2;
   std::optional<config::Config> cfg;
   if (!load_config(args.config, cfg)) return 2;
@@ -285,15 +285,15 @@ int run_replay(const ReplayArgs& args) {
   } else {
     std::cerr << "note: " << cfg->source << " has no prices: every cost is unpriced\n";
   }
-  auto result = policies::replay_ledger(*r.policy, args.ledger, prices, options);
+  auto result = replay::replay_ledger(*r.policy, args.ledger, prices, options);
   if (!result) {
     std::cerr << "ferry policy replay: " << result.error().message << "\n";
     return 1;
   }
   if (args.format == "json") {
-    std::cout << policies::replay_to_json(*result).dump(2) << "\n";
+    std::cout << replay::replay_to_json(*result).dump(2) << "\n";
   } else {
-    std::cout << policies::replay_to_text(*result);
+    std::cout << replay::replay_to_text(*result);
   }
   return 0;
 }

@@ -265,7 +265,7 @@ Result<std::unique_ptr<Router>> Router::create(
       if (spec.empty()) spec = t->backend_config->local->model_path;
       chat_template = t->backend_config->local->chat_template;
     } else {
-      t->breaker = std::make_unique<policies::CircuitBreaker>();
+      t->breaker = std::make_unique<adapters::CircuitBreaker>();
     }
     if (!spec.empty()) {
       if (!spec.starts_with("cl100k_base") && !spec.starts_with("o200k_base") &&

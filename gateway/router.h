@@ -21,13 +21,13 @@
 #include <vector>
 
 #include "adapters/backend.h"
+#include "adapters/health.h"
 #include "common/error.h"
 #include "config/config.h"
 #include "gateway/auth.h"
 #include "gateway/openai_request.h"
 #include "ledger/ledger.h"
 #include "policies/facts.h"
-#include "policies/health.h"
 #include "policies/policy.h"
 
 namespace ferry::tokenizer {
@@ -67,7 +67,7 @@ struct Target {
   adapters::Backend* backend = nullptr;  // owned by the server
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null: counts are estimates
   std::shared_ptr<const tokenizer::ChatFormatter> chat;   // null: chats are estimated
-  std::unique_ptr<policies::CircuitBreaker> breaker;       // HTTP backends only
+  std::unique_ptr<adapters::CircuitBreaker> breaker;       // HTTP backends only
   RecentStats recent;
   int64_t context_length() const;
 };

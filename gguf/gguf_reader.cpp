@@ -333,18 +333,18 @@ Status GgufFile::parse(const ReadLimits& limits) {
     const auto type_id = c.read<uint32_t>("tensor type");
     t.offset = c.read<uint64_t>("tensor offset");
     if (!c.ok()) return *c.error();
-    if (!kernels::tensor_type_known(type_id)) {
+    if (!model_format::tensor_type_known(type_id)) {
       return file_error(name_, at, "tensor '" + t.name + "': unknown type " + std::to_string(type_id));
     }
     t.type = static_cast<TensorType>(type_id);
-    const auto row = kernels::row_bytes(t.type, t.shape[0]);
-    if (!row && t.shape[0] % kernels::block_elems(t.type) == 0) {
+    const auto row = model_format::row_bytes(t.type, t.shape[0]);
+    if (!row && t.shape[0] % model_format::block_elems(t.type) == 0) {
       return file_error(name_, at, "tensor '" + t.name + "': size overflows");
     }
     if (!row) {
       return file_error(name_, at, "tensor '" + t.name + "': row of " + std::to_string(t.shape[0]) +
                                        " is not a whole number of " +
-                                       std::string(kernels::tensor_type_name(t.type)) + " blocks");
+                                       std::string(model_format::tensor_type_name(t.type)) + " blocks");
     }
     const uint64_t n_rows = t.shape[0] == 0 ? 0 : n_elements / static_cast<uint64_t>(t.shape[0]);
     if (n_rows != 0 && *row > std::numeric_limits<uint64_t>::max() / n_rows) {

@@ -15,11 +15,11 @@
 
 #include "common/error.h"
 #include "gguf/gguf_value.h"
-#include "local_engine/kernels/tensor_type.h"
+#include "model_format/tensor_type.h"
 
 namespace ferry::gguf {
 
-using kernels::TensorType;
+using model_format::TensorType;
 
 inline constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 inline constexpr uint64_t kDefaultAlignment = 32;

@@ -115,12 +115,12 @@ void GgufWriter::remove(const std::string& key) {
   }
 }
 
-Status GgufWriter::add_tensor(std::string name, kernels::TensorType type,
+Status GgufWriter::add_tensor(std::string name, model_format::TensorType type,
                               std::vector<int64_t> shape, std::vector<uint8_t> data) {
   if (shape.empty() || shape.size() > static_cast<size_t>(kMaxDims)) {
     return Error::make(ErrorCode::kInvalidRequest, name + ": 1 to 4 dimensions required");
   }
-  const auto row = kernels::row_bytes(type, shape[0]);
+  const auto row = model_format::row_bytes(type, shape[0]);
   if (!row) {
     return Error::make(ErrorCode::kInvalidRequest,
                        name + ": row length is not a whole number of blocks");

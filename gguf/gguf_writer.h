@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "gguf/gguf_value.h"
-#include "local_engine/kernels/tensor_type.h"
+#include "model_format/tensor_type.h"
 
 namespace ferry::gguf {
 
@@ -26,7 +26,7 @@ class GgufWriter {
 
   // Adds a tensor; `data` must be row_bytes(type, shape[0]) * (product of other dims) bytes.
   // shape[0] is the row length (GGUF order).
-  Status add_tensor(std::string name, kernels::TensorType type, std::vector<int64_t> shape,
+  Status add_tensor(std::string name, model_format::TensorType type, std::vector<int64_t> shape,
                     std::vector<uint8_t> data);
   size_t tensor_count() const { return tensors_.size(); }
 
@@ -37,7 +37,7 @@ class GgufWriter {
  private:
   struct PendingTensor {
     std::string name;
-    kernels::TensorType type;
+    model_format::TensorType type;
     std::vector<int64_t> shape;
     std::vector<uint8_t> data;
   };

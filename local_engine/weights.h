@@ -3,7 +3,7 @@
 #pragma once
 
 #include "local_engine/kernels/matmul.h"
-#include "local_engine/kernels/tensor_type.h"
+#include "model_format/tensor_type.h"
 
 namespace ferry::engine {
 

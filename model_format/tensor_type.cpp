@@ -1,10 +1,10 @@
-#include "local_engine/kernels/tensor_type.h"
+#include "model_format/tensor_type.h"
 
 #include <array>
 #include <cctype>
 #include <limits>
 
-namespace ferry::kernels {
+namespace ferry::model_format {
 namespace {
 
 struct TypeInfo {
@@ -90,4 +90,4 @@ std::optional<uint64_t> row_bytes(TensorType type, int64_t n) {
   return blocks * per;
 }
 
-}  // namespace ferry::kernels
+}  // namespace ferry::model_format

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string_view>
 
-namespace ferry::kernels {
+namespace ferry::model_format {
 
 // Every id a GGUF file may carry. Only the ones marked "runs" have kernels; the others are
 // known so that a reader can size and describe them (and refuse them by name).
@@ -60,4 +60,4 @@ int64_t block_bytes(TensorType type);
 // or the type is unknown. Overflow-safe for any int64 n.
 std::optional<uint64_t> row_bytes(TensorType type, int64_t n);
 
-}  // namespace ferry::kernels
+}  // namespace ferry::model_format

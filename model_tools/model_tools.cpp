@@ -1,4 +1,4 @@
-#include "gguf/model_tools.h"
+#include "model_tools/model_tools.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,10 +11,14 @@
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/thread_pool.h"
 
-namespace ferry::gguf {
+namespace ferry::model_tools {
 namespace {
 
-using kernels::TensorType;
+using gguf::GgufFile;
+using gguf::GgufWriter;
+using gguf::TensorInfo;
+using gguf::Value;
+using model_format::TensorType;
 
 Error invalid(std::string message) { return Error::make(ErrorCode::kInvalidRequest, std::move(message)); }
 
@@ -25,7 +29,7 @@ std::string upper(std::string_view s) {
 }
 
 bool fits(TensorType type, int64_t row_length) {
-  return row_length % kernels::block_elems(type) == 0;
+  return row_length % model_format::block_elems(type) == 0;
 }
 
 // Layer index from "blk.N.xxx", or -1.
@@ -157,7 +161,7 @@ constexpr std::string_view kChatMlTemplate =
 std::vector<uint8_t> encode(TensorType type, const std::vector<float>& values, int64_t row_length) {
   const auto* k = kernels::kernels_for(type);
   const int64_t rows = static_cast<int64_t>(values.size()) / row_length;
-  const size_t rb = static_cast<size_t>(kernels::row_bytes(type, row_length).value());
+  const size_t rb = static_cast<size_t>(model_format::row_bytes(type, row_length).value());
   std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     k->from_float(values.data() + r * row_length, out.data() + static_cast<size_t>(r) * rb, row_length);
@@ -180,8 +184,8 @@ std::optional<QuantTarget> parse_quant_target(std::string_view name) {
     t.base = u == "Q4_K_S" ? TensorType::kQ4_K : TensorType::kQ5_K;
     return t;
   }
-  const auto type = kernels::tensor_type_from_name(u);
-  if (!type || !kernels::tensor_type_runs(*type)) return std::nullopt;
+  const auto type = model_format::tensor_type_from_name(u);
+  if (!type || !model_format::tensor_type_runs(*type)) return std::nullopt;
   t.base = *type;
   return t;
 }
@@ -400,12 +404,12 @@ Status quantize_model(const std::string& in_path, const std::string& out_path,
       const auto* to = kernels::kernels_for(type);
       if (!from) {
         return invalid(in_path + ": tensor '" + t.name + "' has type " +
-                       std::string(kernels::tensor_type_name(t.type)) + ", which ferry cannot read");
+                       std::string(model_format::tensor_type_name(t.type)) + ", which ferry cannot read");
       }
       const int64_t ne0 = t.shape[0];
       const int64_t rows = ne0 == 0 ? 0 : static_cast<int64_t>(t.n_elements) / ne0;
-      const size_t in_rb = static_cast<size_t>(kernels::row_bytes(t.type, ne0).value());
-      const size_t out_rb = static_cast<size_t>(kernels::row_bytes(type, ne0).value());
+      const size_t in_rb = static_cast<size_t>(model_format::row_bytes(t.type, ne0).value());
+      const size_t out_rb = static_cast<size_t>(model_format::row_bytes(type, ne0).value());
       bytes.resize(out_rb * static_cast<size_t>(rows));
       auto work = [&](int64_t begin, int64_t end) {
         std::vector<float> row(static_cast<size_t>(ne0));
@@ -425,4 +429,4 @@ Status quantize_model(const std::string& in_path, const std::string& out_path,
   return w.write_file(out_path);
 }
 
-}  // namespace ferry::gguf
+}  // namespace ferry::model_tools

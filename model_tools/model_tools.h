@@ -11,18 +11,18 @@
 
 #include "common/error.h"
 #include "gguf/gguf_writer.h"
-#include "local_engine/kernels/tensor_type.h"
+#include "model_format/tensor_type.h"
 
 namespace ferry::kernels {
 class ThreadPool;
 }
 
-namespace ferry::gguf {
+namespace ferry::model_tools {
 
 // What a model is quantized to: one tensor type for every matrix, or a named mix.
 struct QuantTarget {
   std::string name;                                    // "Q8_0", "Q4_K_M", "F16", ...
-  kernels::TensorType base = kernels::TensorType::kF16;  // most matrices
+  model_format::TensorType base = model_format::TensorType::kF16;  // most matrices
   bool mix_m = false;                                  // the _M mix (Q6_K on the sensitive ones)
 };
 // Parses "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M",
@@ -33,7 +33,7 @@ std::optional<QuantTarget> parse_quant_target(std::string_view name);
 // row length is not a whole number of the chosen type's blocks falls back to Q8_0, then F16.
 // The _M mixes: output.weight -> Q6_K; attn_v and ffn_down -> Q6_K on the first and last
 // eighth of the layers and every third layer between, the base type elsewhere.
-kernels::TensorType choose_tensor_type(const QuantTarget& target, std::string_view name,
+model_format::TensorType choose_tensor_type(const QuantTarget& target, std::string_view name,
                                        int64_t row_length, int n_dims, int layer, int n_layers);
 // llama.cpp's general.file_type number for a target (informational metadata).
 uint32_t file_type_of(const QuantTarget& target);
@@ -62,7 +62,7 @@ struct SynthOptions {
 bool apply_synth_preset(std::string_view preset, SynthOptions& options);
 
 // Builds the model in memory (weights deterministic in the seed) / writes it to a file.
-Result<GgufWriter> build_synth_model(const SynthOptions& options);
+Result<gguf::GgufWriter> build_synth_model(const SynthOptions& options);
 Status write_synth_model(const SynthOptions& options, const std::string& out_path);
 
 // Requantizes every matrix of `in_path` to `target` (from any type ferry runs), copying the
@@ -70,4 +70,4 @@ Status write_synth_model(const SynthOptions& options, const std::string& out_pat
 Status quantize_model(const std::string& in_path, const std::string& out_path,
                       const QuantTarget& target, kernels::ThreadPool* pool);
 
-}  // namespace ferry::gguf
+}  // namespace ferry::model_tools

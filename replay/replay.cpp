@@ -1,4 +1,4 @@
-#include "policies/replay.h"
+#include "replay/replay.h"
 
 #include <algorithm>
 #include <map>
@@ -9,9 +9,12 @@
 #include "common/clock.h"
 #include "ledger/history.h"
 
-namespace ferry::policies {
+namespace ferry::replay {
 
 namespace {
+
+using policies::Decision;
+using policies::Facts;
 
 struct CellKey {
   std::string from;
@@ -34,7 +37,7 @@ std::optional<Money> cost_on(const std::string& target, const ledger::RecordedRe
 
 }  // namespace
 
-Result<ReplayResult> replay_ledger(const Policy& policy, const std::string& ledger_path,
+Result<ReplayResult> replay_ledger(const policies::Policy& policy, const std::string& ledger_path,
                                    const ledger::PriceCatalog& prices,
                                    const ReplayOptions& options) {
   ReplayResult result;
@@ -58,7 +61,7 @@ Result<ReplayResult> replay_ledger(const Policy& policy, const std::string& ledg
     Result<Facts> facts =
         parsed.is_discarded()
             ? Result<Facts>(Error::make(ErrorCode::kInvalidRequest, "facts: not valid JSON"))
-            : facts_from_json(parsed);
+            : policies::facts_from_json(parsed);
     if (!facts) {
       if (result.unreadable_facts++ == 0) {
         result.first_facts_error = r.id + ": " + facts.error().message;
@@ -182,4 +185,4 @@ std::string replay_to_text(const ReplayResult& r) {
   return out;
 }
 
-}  // namespace ferry::policies
+}  // namespace ferry::replay

@@ -16,7 +16,7 @@
 #include "ledger/prices.h"
 #include "policies/policy.h"
 
-namespace ferry::policies {
+namespace ferry::replay {
 
 // The pseudo-target of requests that were, or would be, refused before running.
 inline constexpr const char* kReplayRejected = "(rejected)";
@@ -61,7 +61,7 @@ struct ReplayResult {
 };
 
 // Err when the ledger cannot be read.
-Result<ReplayResult> replay_ledger(const Policy& policy, const std::string& ledger_path,
+Result<ReplayResult> replay_ledger(const policies::Policy& policy, const std::string& ledger_path,
                                    const ledger::PriceCatalog& prices,
                                    const ReplayOptions& options = {});
 
@@ -69,4 +69,4 @@ Result<ReplayResult> replay_ledger(const Policy& policy, const std::string& ledg
 nlohmann::json replay_to_json(const ReplayResult& result);
 std::string replay_to_text(const ReplayResult& result);
 
-}  // namespace ferry::policies
+}  // namespace ferry::replay

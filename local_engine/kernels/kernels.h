@@ -6,9 +6,20 @@
 #include <cstdint>
 #include <string_view>
 
-#include "local_engine/kernels/tensor_type.h"
+#include "model_format/tensor_type.h"
 
 namespace ferry::kernels {
+
+// The tables are indexed by the file format's tensor types (model_format/, below both the GGUF
+// reader and the kernels).
+using model_format::block_bytes;
+using model_format::block_elems;
+using model_format::row_bytes;
+using model_format::tensor_type_from_name;
+using model_format::tensor_type_known;
+using model_format::tensor_type_name;
+using model_format::tensor_type_runs;
+using model_format::TensorType;
 
 // Instruction sets with a kernel table. kScalar runs everywhere and is the reference.
 enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "local_engine/kernels/tensor_type.h"
+#include "local_engine/kernels/kernels.h"
 
 namespace ferry::kernels {
 

@@ -1,9 +1,9 @@
 // Circuit breaker: opens after consecutive failures, one probe after the cool-down.
 #include <gtest/gtest.h>
 
-#include "policies/health.h"
+#include "adapters/health.h"
 
-namespace ferry::policies {
+namespace ferry::adapters {
 namespace {
 
 class FakeClock {
@@ -105,4 +105,4 @@ TEST(CircuitBreaker, LateSuccessWhileOpenDoesNotClose) {
 }
 
 }  // namespace
-}  // namespace ferry::policies
+}  // namespace ferry::adapters

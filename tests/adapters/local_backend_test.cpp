@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gguf/model_tools.h"
+#include "model_tools/model_tools.h"
 
 namespace ferry::adapters {
 namespace {
@@ -58,7 +58,7 @@ class LocalBackendTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() /
            ("ferry-local-backend-test-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
-    gguf::SynthOptions o;
+    model_tools::SynthOptions o;
     o.n_embd = 128;
     o.n_layer = 2;
     o.n_head = 4;
@@ -67,7 +67,7 @@ class LocalBackendTest : public ::testing::Test {
     o.n_ctx = 512;
     o.type = "Q8_0";
     o.seed = 5;
-    ASSERT_TRUE(gguf::write_synth_model(o, (dir_ / "tiny.gguf").string()).has_value());
+    ASSERT_TRUE(model_tools::write_synth_model(o, (dir_ / "tiny.gguf").string()).has_value());
   }
   static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
 

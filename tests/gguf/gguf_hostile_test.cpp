@@ -12,7 +12,7 @@
 namespace ferry::gguf {
 namespace {
 
-using kernels::TensorType;
+using model_format::TensorType;
 
 // Raw little-endian byte building for files the writer would never produce.
 struct Bytes {

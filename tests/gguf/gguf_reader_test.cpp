@@ -13,7 +13,7 @@
 namespace ferry::gguf {
 namespace {
 
-using kernels::TensorType;
+using model_format::TensorType;
 
 Value scalar(ValueType t, uint64_t u, int64_t i = 0, double f = 0) {
   Value v;

@@ -7,18 +7,18 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "gguf/model_tools.h"
 #include "local_engine/engine.h"
 #include "local_engine/generate.h"
 #include "local_engine/gguf_source.h"
 #include "local_engine/kernels/matmul.h"
+#include "model_tools/model_tools.h"
 #include "tests/local_engine/test_model.h"
 
 namespace ferry::engine {
 namespace {
 
-std::shared_ptr<GgufSource> synth_source(const gguf::SynthOptions& options) {
-  auto writer = gguf::build_synth_model(options);
+std::shared_ptr<GgufSource> synth_source(const model_tools::SynthOptions& options) {
+  auto writer = model_tools::build_synth_model(options);
   EXPECT_TRUE(writer.has_value()) << (writer ? "" : writer.error().message);
   if (!writer) return nullptr;
   const std::vector<uint8_t> bytes = writer->to_bytes();
@@ -66,7 +66,7 @@ class SynthVsReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SynthVsReference, EngineOnGgufMatchesTheReference) {
   const Case& c = GetParam();
-  gguf::SynthOptions options;
+  model_tools::SynthOptions options;
   options.arch = c.arch;
   options.n_embd = 256;
   options.n_layer = 2;

@@ -1,6 +1,6 @@
 // Synthetic models and requantization: real names and metadata per architecture, sane
 // weights, the _M mixes, and a quantize -> read round trip.
-#include "gguf/model_tools.h"
+#include "model_tools/model_tools.h"
 
 #include <gtest/gtest.h>
 
@@ -11,10 +11,13 @@
 #include "gguf/gguf_reader.h"
 #include "local_engine/kernels/kernels.h"
 
-namespace ferry::gguf {
+namespace ferry::model_tools {
 namespace {
 
-using kernels::TensorType;
+using gguf::GgufFile;
+using gguf::TensorInfo;
+using gguf::Value;
+using model_format::TensorType;
 
 std::unique_ptr<GgufFile> build(const SynthOptions& o) {
   auto w = build_synth_model(o);
@@ -28,7 +31,7 @@ std::unique_ptr<GgufFile> build(const SynthOptions& o) {
 
 std::vector<float> row_floats(const TensorInfo& t, int64_t row) {
   std::vector<float> out(static_cast<size_t>(t.shape[0]));
-  const size_t rb = static_cast<size_t>(kernels::row_bytes(t.type, t.shape[0]).value());
+  const size_t rb = static_cast<size_t>(model_format::row_bytes(t.type, t.shape[0]).value());
   kernels::kernels_for(t.type)->to_float(t.data + static_cast<size_t>(row) * rb, out.data(),
                                          t.shape[0]);
   return out;
@@ -193,4 +196,4 @@ TEST(Quantize, RequantizesEveryMatrixAndKeepsTheRest) {
 }
 
 }  // namespace
-}  // namespace ferry::gguf
+}  // namespace ferry::model_tools

@@ -12,13 +12,17 @@
 
 #include "common/yaml_util.h"
 #include "ledger/ledger.h"
-#include "policies/replay.h"
+#include "replay/replay.h"
 #include "tests/policies/test_util.h"
 
-namespace ferry::policies {
+namespace ferry::replay {
 namespace {
 
-using testing::must_load;
+using policies::Decision;
+using policies::Facts;
+using policies::Policy;
+using policies::TargetFacts;
+using policies::testing::must_load;
 
 // 2026-06-15T12:00:00Z
 constexpr int64_t kJune15 = 1781524800LL * 1000000;
@@ -317,4 +321,4 @@ TEST(FactsJson, CompactFormRoundTripsExactly) {
 }
 
 }  // namespace
-}  // namespace ferry::policies
+}  // namespace ferry::replay

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "gguf/model_tools.h"
+#include "model_tools/model_tools.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/pretokenizer.h"
@@ -401,13 +401,13 @@ TEST(GgufVocab, SynthModelsLoadWithTheDefaultPreTokenizer) {
       (std::filesystem::temp_directory_path() / ("ferry_tok_synth_" + std::to_string(std::random_device{}()))).string();
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/synth.gguf";
-  gguf::SynthOptions options;
+  model_tools::SynthOptions options;
   options.n_embd = 32;
   options.n_layer = 1;
   options.n_head = 2;
   options.n_head_kv = 1;
   options.n_ff = 64;
-  const auto written = gguf::write_synth_model(options, path);
+  const auto written = model_tools::write_synth_model(options, path);
   ASSERT_TRUE(written) << written.error().message;
   auto tok = load_tokenizer(path);
   ASSERT_TRUE(tok) << tok.error().message;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "local_engine/kernels/kernels.h"
-#include "local_engine/kernels/tensor_type.h"
+#include "model_format/tensor_type.h"
 
 namespace ferry::kernels::testing {
 
