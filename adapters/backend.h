@@ -1,5 +1,5 @@
-// The Backend interface every target implements (HTTP backends now; the in-process engine
-// later): one request in, a reply or an Error out, streaming through a sink. Implementations
+// The Backend interface every target implements (HTTP backends and the in-process engine,
+// local_backend.h): one request in, a reply or an Error out, streaming through a sink. Implementations
 // are shared by all I/O threads and must be thread-safe; one call runs on the caller's
 // executor (the client connection's strand).
 #pragma once

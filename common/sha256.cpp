@@ -41,9 +41,4 @@ std::string sha256_hex(std::string_view data) {
   return out;
 }
 
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
 }  // namespace ferry

@@ -9,7 +9,4 @@ namespace ferry {
 // Lower-case hex SHA-256 of the bytes.
 std::string sha256_hex(std::string_view data);
 
-// Compares two strings in time independent of where they differ.
-bool constant_time_equal(std::string_view a, std::string_view b);
-
 }  // namespace ferry

@@ -125,22 +125,6 @@ int64_t Map::integer_or(const char* key, int64_t fallback, int64_t min, int64_t 
   return integer(key, min, max);
 }
 
-double Map::number_or(const char* key, double fallback) const {
-  YAML::Node n = node_[key];
-  if (!n) return fallback;
-  if (!n.IsScalar()) fail(key, "must be a number");
-  try {
-    size_t used = 0;
-    double v = std::stod(n.Scalar(), &used);
-    if (used != n.Scalar().size()) fail(key, "must be a number, found '" + n.Scalar() + "'");
-    return v;
-  } catch (const YamlError&) {
-    throw;
-  } catch (...) {
-    fail(key, "must be a number, found '" + n.Scalar() + "'");
-  }
-}
-
 bool Map::boolean_or(const char* key, bool fallback) const {
   YAML::Node n = node_[key];
   if (!n) return fallback;

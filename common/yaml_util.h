@@ -45,7 +45,6 @@ class Map {
   std::optional<std::string> opt_str(const char* key) const;
   int64_t integer(const char* key, int64_t min, int64_t max) const;  // required
   int64_t integer_or(const char* key, int64_t fallback, int64_t min, int64_t max) const;
-  double number_or(const char* key, double fallback) const;
   bool boolean_or(const char* key, bool fallback) const;
   std::vector<std::string> str_list_or_empty(const char* key) const;
   Map map(const char* key) const;             // required mapping

@@ -1,5 +1,6 @@
 // API-key authentication: a bearer token is hashed (SHA-256) and looked up among the
-// configured keys. Immutable after construction; thread-safe.
+// configured keys. The key table is immutable after construction; a small cache of recently
+// seen valid keys sits beside it under its own mutex. Thread-safe.
 #pragma once
 
 #include <mutex>

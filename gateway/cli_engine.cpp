@@ -2,6 +2,7 @@
 // `bench` (prompt-processing and generation tokens/s, like llama-bench).
 // Single-threaded CLI glue; the engine uses its own compute pool.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -11,10 +12,10 @@
 #include <sstream>
 
 #include "gateway/cli_commands.h"
-#include "local_engine/chat_format.h"
 #include "local_engine/engine.h"
 #include "local_engine/generate.h"
 #include "local_engine/gguf_source.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferry::cli {
@@ -119,14 +120,24 @@ int run_generate(const GenerateArgs& args) {
   if (args.prompt_ids.empty()) {
     std::string text = args.prompt;
     auto specials = tokenizer::Specials::kAsText;
-    if (args.chat) {
-      text = engine::format_single_turn_chat(tok->chat_template(), args.prompt);
+    if (args.chat) {  // the model's own chat template, as the server renders it
+      auto chat = tokenizer::ChatFormatter::create(tok);
+      auto rendered = chat ? chat.value()->render(nlohmann::ordered_json{
+                                 {"messages", {{{"role", "user"}, {"content", args.prompt}}}}})
+                           : Result<std::string>(chat.error());
+      if (!rendered) {
+        std::cerr << "ferry engine generate: --chat: " << rendered.error().message << "\n";
+        return 1;
+      }
+      text = std::move(rendered).value();
       specials = tokenizer::Specials::kParse;
     }
-    if (tok->add_bos() && tok->bos_id()) prompt.push_back(static_cast<engine::TokenId>(*tok->bos_id()));
-    for (tokenizer::TokenId id : tok->encode(text, specials)) {
-      prompt.push_back(static_cast<engine::TokenId>(id));
+    const std::vector<tokenizer::TokenId> ids = tok->encode(text, specials);
+    const auto bos = tok->bos_id();
+    if (tok->add_bos() && bos && (ids.empty() || ids.front() != *bos)) {
+      prompt.push_back(static_cast<engine::TokenId>(*bos));
     }
+    for (tokenizer::TokenId id : ids) prompt.push_back(static_cast<engine::TokenId>(id));
   }
 
   if (args.logprobs > 0) {

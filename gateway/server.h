@@ -1,6 +1,7 @@
 // The HTTP(S) server: accepts connections, reads bounded requests, serves the OpenAI API,
-// health, metrics, and proxies to backends. Thread-safe: run() drives the io_context on
-// server.io_threads threads; request_shutdown() may be called from any thread.
+// health, metrics, and proxies to backends. Thread-safe: run() drives one io_context per I/O
+// thread (server.io_threads; each connection stays on one loop, docs/ARCHITECTURE.md);
+// request_shutdown() may be called from any thread.
 #pragma once
 
 #include <memory>

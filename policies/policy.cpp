@@ -9,36 +9,6 @@
 
 namespace ferry::policies {
 
-std::string_view fact_name(Fact fact) {
-  switch (fact) {
-    case Fact::kPromptTokens: return "prompt_tokens";
-    case Fact::kMaxTokens: return "max_tokens";
-    case Fact::kTotalTokens: return "total_tokens";
-    case Fact::kModel: return "model";
-    case Fact::kStream: return "stream";
-    case Fact::kTools: return "tools";
-    case Fact::kResponseFormat: return "response_format";
-    case Fact::kTaskId: return "task_id";
-    case Fact::kKey: return "key";
-    case Fact::kTeam: return "team";
-    case Fact::kProject: return "project";
-    case Fact::kRole: return "role";
-    case Fact::kTags: return "tags";
-    case Fact::kClaimedTags: return "claimed_tags";
-    case Fact::kHour: return "hour";
-    case Fact::kTime: return "time";
-    case Fact::kWeekday: return "weekday";
-    case Fact::kBudgetLeftPct: return "budget_left_pct";
-    case Fact::kFits: return "fits";
-    case Fact::kHealthy: return "healthy";
-    case Fact::kQueueDepth: return "queue_depth";
-    case Fact::kEstWaitMs: return "est_wait_ms";
-    case Fact::kP90TtftMs: return "p90_ttft_ms";
-    case Fact::kErrorRate: return "error_rate";
-  }
-  return "?";
-}
-
 std::string_view op_name(Op op) {
   switch (op) {
     case Op::kLt: return "lt";

@@ -65,7 +65,6 @@ enum class Fact : uint8_t {
   kTaskId, kKey, kTeam, kProject, kRole, kTags, kClaimedTags, kHour, kTime, kWeekday,
   kBudgetLeftPct, kFits, kHealthy, kQueueDepth, kEstWaitMs, kP90TtftMs, kErrorRate,
 };
-std::string_view fact_name(Fact fact);
 
 enum class Op : uint8_t { kLt, kLte, kGt, kGte, kEq, kNe, kIn, kMatches, kPresent, kAbsent };
 std::string_view op_name(Op op);

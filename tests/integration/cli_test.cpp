@@ -100,5 +100,20 @@ TEST(CliTest, EmbeddedDefaultServesTheDemoModelOrSaysHowToGetOne) {
   EXPECT_EQ(s.process->stop(Ms(15000)), 0);
 }
 
+// `engine generate --chat` renders the prompt with the model's own chat template (the one the
+// server uses); the synthetic model ships ChatML.
+TEST(CliTest, EngineGenerateChatRendersWithTheModelsTemplate) {
+  TempDir dir;
+  const std::string model = (dir.path() / "tiny.gguf").string();
+  ASSERT_EQ(run_command(ferry_binary() + " model synth --preset tiny --type Q8_0 --seed 1 '" +
+                        model + "' > /dev/null"),
+            0);
+  Process p({ferry_binary(), "engine", "generate", "--model", model, "--chat", "--prompt",
+             "hello", "--max-tokens", "3", "--temperature", "0", "--ids"});
+  auto status = p.wait_exit(Ms(60000));
+  ASSERT_TRUE(status) << "ferry engine generate --chat did not finish";
+  EXPECT_EQ(*status, 0) << p.stderr_text();
+}
+
 }  // namespace
 }  // namespace ferry::itest
