@@ -25,11 +25,16 @@ TEST_F(FaultTest, Backend500Is502) {
   expect_serving();
 }
 
-TEST_F(FaultTest, Backend429IsRateLimitOrBadGateway) {
+// A backend's 429 (with no other target to fall back to) is the client's 429, in OpenAI's
+// rate-limit shape, with ferry's message naming the backend that refused.
+TEST_F(FaultTest, Backend429IsRateLimit) {
   auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("fail-429", "x"));
   ASSERT_TRUE(r);
-  EXPECT_TRUE(r->status == 429 || r->status == 502 || r->status == 503) << r->status;
-  EXPECT_TRUE(is_openai_error(*r));
+  EXPECT_EQ(r->status, 429) << r->body;
+  ASSERT_TRUE(is_openai_error(*r)) << r->body;
+  const json error = r->body_json()["error"];
+  EXPECT_EQ(error.value("type", ""), "rate_limit_error") << r->body;
+  EXPECT_NE(error.value("message", "").find("rate limiting"), std::string::npos) << r->body;
   expect_serving();
 }
 

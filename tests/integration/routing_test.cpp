@@ -252,10 +252,29 @@ TEST_F(RoutingTest, FileChangeReloadsWhenWatching) {
     std::this_thread::sleep_for(Ms(25));
     v2 = active_version();
   }
-  EXPECT_NE(v2, v1);
-  // A broken edit is rejected; the last good policy keeps serving.
+  ASSERT_NE(v2, v1) << "the watcher never applied the changed file";
+  // A broken edit is rejected; the last good policy keeps serving. Wait until the watcher has
+  // seen it (a new rejected attempt, triggered by the file change), so that the version check
+  // below cannot pass merely because the watcher never ran.
+  auto policy_status = [&] {
+    auto r = http_request(ferry_.address, "GET", "/admin/policy", "", auth_headers(kAdminKey));
+    return (r && r->status == 200) ? r->body_json() : json();
+  };
+  const int64_t rejected_before = policy_status().value("reloads_rejected", int64_t{-1});
+  ASSERT_GE(rejected_before, 0);
   dir_.write("policies.yaml", "rules: [\n");
-  std::this_thread::sleep_for(Ms(500));
+  json status;
+  for (int i = 0; i < 400; ++i) {
+    status = policy_status();
+    if (status.value("reloads_rejected", int64_t{0}) > rejected_before) break;
+    std::this_thread::sleep_for(Ms(25));
+  }
+  ASSERT_GT(status.value("reloads_rejected", int64_t{0}), rejected_before)
+      << "the watcher never saw the broken edit: " << status.dump();
+  ASSERT_TRUE(status["last_rejected"].is_object()) << status.dump();
+  EXPECT_EQ(status["last_rejected"].value("trigger", ""), "file change") << status.dump();
+  EXPECT_FALSE(status["last_rejected"]["errors"].empty()) << status.dump();
+  EXPECT_EQ(status.value("version", ""), v2);
   EXPECT_EQ(active_version(), v2);
   auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("auto", "x"));
   ASSERT_TRUE(r);
