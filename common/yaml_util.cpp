@@ -39,8 +39,8 @@ const char* type_name(const YAML::Node& n) {
 }
 }  // namespace
 
-Map::Map(YAML::Node node, std::string file, const std::string& what)
-    : node_(std::move(node)), file_(std::move(file)) {
+Map::Map(const YAML::Node& node, std::string file, const std::string& what)
+    : node_(node), file_(std::move(file)) {
   if (!node_.IsMap()) {
     throw YamlError(file_, node_.Mark(), what + " must be a mapping, found " + type_name(node_));
   }

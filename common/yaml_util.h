@@ -33,7 +33,7 @@ YAML::Node parse_file(const std::string& path);
 // A cursor over one mapping that remembers which file it came from.
 class Map {
  public:
-  Map(YAML::Node node, std::string file, const std::string& what);
+  Map(const YAML::Node& node, std::string file, const std::string& what);
 
   // Refuses any key not in `allowed`, naming the key and listing the allowed ones.
   void allow_only(std::initializer_list<const char*> allowed) const;

@@ -105,6 +105,7 @@ uint64_t scalar_size(ValueType t) {
 void read_scalar(Cursor& c, ValueType t, Value& v, const ReadLimits& limits) {
   switch (t) {
     case ValueType::kUint8: v.uint_value = c.read<uint8_t>("u8"); break;
+    // NOLINTNEXTLINE(bugprone-signed-char-misuse): an int8 value, sign-extended on purpose
     case ValueType::kInt8: v.int_value = c.read<int8_t>("i8"); break;
     case ValueType::kUint16: v.uint_value = c.read<uint16_t>("u16"); break;
     case ValueType::kInt16: v.int_value = c.read<int16_t>("i16"); break;

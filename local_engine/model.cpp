@@ -159,7 +159,7 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelSource> so
   do {                                             \
     auto loaded = (expr);                          \
     if (!loaded) return std::move(loaded).error(); \
-    dst = loaded.value();                          \
+    (dst) = loaded.value();                        \
   } while (0)
   FERRY_LOAD(model->token_embd, loader.get("token_embd.weight", c.n_embd, c.n_vocab));
   FERRY_LOAD(model->output_norm, loader.get_f32("output_norm.weight", c.n_embd));

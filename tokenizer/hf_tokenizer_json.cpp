@@ -386,7 +386,7 @@ std::string byte_level_to_bytes(std::string_view text, bool& ok) {
   return out;
 }
 
-Result<std::unique_ptr<TokenizerImpl>> load_hf_tokenizer_json(std::string name, std::string_view json_text) {
+Result<std::unique_ptr<TokenizerImpl>> load_hf_tokenizer_json(const std::string& name, std::string_view json_text) {
   try {
     const json root = json::parse(json_text);
     auto impl = build(name, root);

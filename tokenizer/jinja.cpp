@@ -202,7 +202,7 @@ void to_json(std::string& out, const Value& v, int indent, int depth) {
   const std::string item_sep = indent > 0 ? "," : ", ";
   auto pad = [&](int d) {
     out.push_back('\n');
-    out.append(static_cast<std::size_t>(indent * d), ' ');
+    out.append(static_cast<std::size_t>(indent) * static_cast<std::size_t>(d), ' ');
   };
   switch (v.kind) {
     case Value::kUndefined:
@@ -1222,7 +1222,7 @@ class Interpreter {
         return Value::boolean(e.negate ? !r : r);
       }
       case Expr::kUnary: {
-        const Value v = eval(*e.a);
+        Value v = eval(*e.a);
         if (e.name == "not") return Value::boolean(!truthy(v));
         if (e.name == "-") {
           if (v.kind == Value::kInt) return Value::integer(-v.i);
@@ -1286,8 +1286,7 @@ class Interpreter {
     Value m;
     m.kind = Value::kFunc;
     m.fn = std::make_shared<Callable>();
-    Value self = obj;
-    m.fn->call = [self, name](Args& args) { return call_method(self, name, args); };
+    m.fn->call = [self = obj, name](Args& args) { return call_method(self, name, args); };
     return m;
   }
 

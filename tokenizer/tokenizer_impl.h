@@ -116,7 +116,7 @@ struct TokenizerImpl {
 Result<std::unique_ptr<TokenizerImpl>> load_tiktoken_text(std::string name, std::string_view ranks,
                                                           SplitPattern pattern);
 Result<std::unique_ptr<TokenizerImpl>> load_embedded_encoding(std::string_view name);
-Result<std::unique_ptr<TokenizerImpl>> load_hf_tokenizer_json(std::string name, std::string_view json_text);
+Result<std::unique_ptr<TokenizerImpl>> load_hf_tokenizer_json(const std::string& name, std::string_view json_text);
 Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path);
 
 // Shared helpers.

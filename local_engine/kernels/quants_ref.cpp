@@ -514,6 +514,7 @@ void q6_k_to_float(const void* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float d = fp16_to_fp32(b[i].d);
     for (int e = 0; e < kQKK; ++e) {
+      // NOLINTNEXTLINE(bugprone-integer-division): e / 16 is the sub-block index, not a value
       dst[i * kQKK + e] = d * b[i].scales[e / 16] * static_cast<float>(q6_k_value(b[i], e) - 32);
     }
   }
@@ -578,6 +579,7 @@ float q6_k_dot_q8_k(int64_t n, const void* w, const void* a) {
       // (sum of activations) comes off per lane, lane m taking sub-blocks 2m and 2m+1.
       lanes[k] = -32 * (y[i].bsums[2 * k] * sc[2 * k] + y[i].bsums[2 * k + 1] * sc[2 * k + 1]);
       for (int g = 0; g < 8; ++g) {  // 32-element groups; bytes 0..15 use scale 2g, 16..31 2g+1
+        // NOLINTNEXTLINE(bugprone-signed-char-misuse): Q6_K scales are int8, sign-extended
         const int s = sc[2 * g + (k >= 4 ? 1 : 0)];
         lanes[k] += s * dot4(v + 32 * g + 4 * k, y[i].qs + 32 * g + 4 * k);
       }
