@@ -147,7 +147,9 @@ Result<Reservation> BudgetBook::reserve(const Subject& subject, Money worst_case
     if (!budget_applies(defs_[i], subject)) continue;
     roll(i, now_us);
     const BudgetState& state = states_[i];
-    bool over = state.spent + state.reserved + worst_case > defs_[i].amount;
+    // Money saturates: a worst case too large to hold (Money::max()) is over every budget.
+    bool over = worst_case >= Money::max() ||
+                state.spent + state.reserved + worst_case > defs_[i].amount;
     if (over && defs_[i].hard) {
       const BudgetDef& def = defs_[i];
       Error error = Error::make(
