@@ -423,8 +423,8 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
   auto body = im.parse_body(request.body);
   if (!body) co_return std::move(body).error();
   Params params;
-  if (Status s = parse_params(body.value(), request.endpoint,
-                              im.scheduler->model_config().n_vocab, params);
+  if (Status s = parse_params(body.value(), request.endpoint, im.scheduler->model_config().n_vocab,
+                              params);
       !s) {
     co_return s.error();
   }

@@ -35,12 +35,14 @@ class Money {
   // Saturating: an overflowing sum or difference is clamped to max() or min().
   constexpr Money operator+(Money other) const {
     int64_t sum = 0;
-    if (__builtin_add_overflow(micros_, other.micros_, &sum)) return other.micros_ > 0 ? max() : min();
+    if (__builtin_add_overflow(micros_, other.micros_, &sum))
+      return other.micros_ > 0 ? max() : min();
     return Money(sum);
   }
   constexpr Money operator-(Money other) const {
     int64_t diff = 0;
-    if (__builtin_sub_overflow(micros_, other.micros_, &diff)) return other.micros_ < 0 ? max() : min();
+    if (__builtin_sub_overflow(micros_, other.micros_, &diff))
+      return other.micros_ < 0 ? max() : min();
     return Money(diff);
   }
   constexpr Money& operator+=(Money other) { return *this = *this + other; }

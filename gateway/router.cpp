@@ -159,8 +159,7 @@ std::string usage_problem(const Plan& plan, const AttemptOutcome& o) {
     return "cached_tokens " + n(u.cached_tokens) + " is outside 0.." + n(u.prompt_tokens);
   }
   if (u.reasoning_tokens < 0 || u.reasoning_tokens > u.completion_tokens) {
-    return "reasoning_tokens " + n(u.reasoning_tokens) + " is outside 0.." +
-           n(u.completion_tokens);
+    return "reasoning_tokens " + n(u.reasoning_tokens) + " is outside 0.." + n(u.completion_tokens);
   }
   const Target* t = o.hop != nullptr ? o.hop->target : nullptr;
   auto counted = t != nullptr ? plan.prompt_counts.find(t) : plan.prompt_counts.end();
@@ -183,7 +182,9 @@ std::string usage_problem(const Plan& plan, const AttemptOutcome& o) {
   const int64_t most_completion = saturating_add(saturating_mul(per_choice, choices), choices);
   if (u.completion_tokens > most_completion) {
     return "completion_tokens " + n(u.completion_tokens) + " exceeds " +
-           (plan.max_tokens > 0 ? "max_tokens " : ctx_len > 0 ? "the context " : "the limit ") +
+           (plan.max_tokens > 0 ? "max_tokens "
+            : ctx_len > 0       ? "the context "
+                                : "the limit ") +
            n(per_choice) + (choices > 1 ? " x n " + n(choices) : "");
   }
   return "";
@@ -204,17 +205,16 @@ void note_usage_problem(std::string& out, size_t attempt, const AttemptOutcome& 
   auto source = [](const ledger::TokenCount& c) {
     return std::string(ledger::token_source_name(c.source));
   };
-  nlohmann::json note = {
-      {"attempt", attempt + 1},
-      {"problem", problem},
-      {"reported", std::move(reported)},
-      {"billed",
-       {{"input_tokens", billed.input.count},
-        {"input_source", source(billed.input)},
-        {"output_tokens", billed.output.count},
-        {"output_source", source(billed.output)},
-        {"reasoning_tokens", billed.reasoning.count},
-        {"reasoning_source", source(billed.reasoning)}}}};
+  nlohmann::json note = {{"attempt", attempt + 1},
+                         {"problem", problem},
+                         {"reported", std::move(reported)},
+                         {"billed",
+                          {{"input_tokens", billed.input.count},
+                           {"input_source", source(billed.input)},
+                           {"output_tokens", billed.output.count},
+                           {"output_source", source(billed.output)},
+                           {"reasoning_tokens", billed.reasoning.count},
+                           {"reasoning_source", source(billed.reasoning)}}}};
   out += out.empty() ? '[' : ',';
   out += note.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -671,9 +671,9 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
       int64_t hop_prompt = p.prompt_counts[hop.target].tokens;
       prompt = std::max(prompt, hop_prompt);
       int64_t ctx_len = hop.target->context_length();
-      int64_t most = max_tokens > 0  ? max_tokens
-                     : ctx_len > 0   ? std::max<int64_t>(ctx_len - hop_prompt, 1)
-                                     : kUnboundedOutputTokens;
+      int64_t most = max_tokens > 0 ? max_tokens
+                     : ctx_len > 0  ? std::max<int64_t>(ctx_len - hop_prompt, 1)
+                                    : kUnboundedOutputTokens;
       out = std::max(out, saturating_mul(most, std::max<int64_t>(request.n, 1)));
     }
     Money worst = ledger_->worst_case(refs, prompt, out);
@@ -783,8 +783,8 @@ std::string Router::finish(const RequestContext& ctx, Plan& plan,
     const std::string problem = usage_problem(plan, a);
     if (a.usage.reported() && problem.empty()) {
       ar.tokens = ledger::split_openai_usage(a.usage.prompt_tokens, a.usage.cached_tokens,
-                                            a.usage.completion_tokens, a.usage.reasoning_tokens,
-                                            ledger::TokenSource::kBackend);
+                                             a.usage.completion_tokens, a.usage.reasoning_tokens,
+                                             ledger::TokenSource::kBackend);
     } else if (a.ok || a.sent_to_client || !a.generated_text.empty()) {
       // No usage from the backend (it omits it, or the stream was cut short by either side):
       // ferry counts the prompt it sent and the text that was actually generated.
@@ -851,8 +851,8 @@ void Router::finish_shadow(const RequestContext& ctx, const Plan& plan,
   const std::string problem = usage_problem(plan, o);
   if (o.usage.reported() && problem.empty()) {
     r.tokens = ledger::split_openai_usage(o.usage.prompt_tokens, o.usage.cached_tokens,
-                                         o.usage.completion_tokens, o.usage.reasoning_tokens,
-                                         ledger::TokenSource::kBackend);
+                                          o.usage.completion_tokens, o.usage.reasoning_tokens,
+                                          ledger::TokenSource::kBackend);
   } else if (o.ok) {
     auto it = plan.prompt_counts.find(o.hop->target);
     PromptCount pc = it != plan.prompt_counts.end() ? it->second : PromptCount{};

@@ -147,8 +147,8 @@ bool retryable(const Error& error);
 // kPromptTokensLowSlack; over twice it, or the body's bytes, plus kPromptTokensSlack), or
 // completion tokens beyond max_tokens (or the context) times n, plus one per choice. The
 // router then bills ferry's own counts and records the discrepancy.
-constexpr int64_t kPromptTokensSlack = 16384;   // images and tool schemas the count cannot see
-constexpr int64_t kPromptTokensLowSlack = 16;   // template differences on short prompts
+constexpr int64_t kPromptTokensSlack = 16384;  // images and tool schemas the count cannot see
+constexpr int64_t kPromptTokensLowSlack = 16;  // template differences on short prompts
 std::string usage_problem(const Plan& plan, const AttemptOutcome& o);
 // The backend's usage is present and plausible: bill it (else ferry counts the answer's text).
 inline bool usage_billable(const Plan& plan, const AttemptOutcome& o) {

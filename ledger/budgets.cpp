@@ -148,8 +148,8 @@ Result<Reservation> BudgetBook::reserve(const Subject& subject, Money worst_case
     roll(i, now_us);
     const BudgetState& state = states_[i];
     // Money saturates: a worst case too large to hold (Money::max()) is over every budget.
-    bool over = worst_case >= Money::max() ||
-                state.spent + state.reserved + worst_case > defs_[i].amount;
+    bool over =
+        worst_case >= Money::max() || state.spent + state.reserved + worst_case > defs_[i].amount;
     if (over && defs_[i].hard) {
       const BudgetDef& def = defs_[i];
       Error error = Error::make(

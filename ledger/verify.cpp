@@ -72,8 +72,7 @@ void check_costs(const std::vector<std::string>& columns, const std::vector<Valu
     sum += as_int(v);
   }
   if (is_null(total) || as_int(total) != sum) {
-    check.problem(what + ": cost_total " + std::to_string(as_int(total)) +
-                  " != sum of parts" +
+    check.problem(what + ": cost_total " + std::to_string(as_int(total)) + " != sum of parts" +
                   (sum >= INT64_MIN && sum <= INT64_MAX
                        ? " " + std::to_string(static_cast<int64_t>(sum))
                        : std::string(" (beyond int64)")));
@@ -106,8 +105,8 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     has_facts = *got && version->int_at(0) >= 2;
     has_usage_check = *got && version->int_at(0) >= 3;
   }
-  std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL") +
-                       "," + (has_usage_check ? kUsageCheckColumn : "NULL");
+  std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL") + "," +
+                       (has_usage_check ? kUsageCheckColumn : "NULL");
   for (const auto& c : rcols) select += "," + c;
   auto rows = db->prepare(select + " FROM requests ORDER BY seq");
   if (!rows) return rows.error();
@@ -130,7 +129,8 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     std::string hash = rows->text_at(1);
     std::vector<Value> values;
     values.reserve(rcols.size() + 1);
-    for (size_t i = 0; i < rcols.size(); ++i) values.push_back(rows->value_at(static_cast<int>(i + 4)));
+    for (size_t i = 0; i < rcols.size(); ++i)
+      values.push_back(rows->value_at(static_cast<int>(i + 4)));
     // The facts and the usage check, where set, are hashed after the columns (see store.h).
     if (!rows->is_null(2)) values.push_back(rows->value_at(2));
     if (!rows->is_null(3)) {

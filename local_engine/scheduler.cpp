@@ -232,8 +232,9 @@ struct Scheduler::Impl {
       if (pos + 1 > r.reserve_tokens) {
         // Never write KV past what the sequence reserved (submit and the stop checks keep it
         // within; this guards the budget's arithmetic, not a path taken).
-        finish(r, FinishReason::kCancelled,
-               Error::make(ErrorCode::kInternal, "local engine: sequence reached its KV reservation"));
+        finish(
+            r, FinishReason::kCancelled,
+            Error::make(ErrorCode::kInternal, "local engine: sequence reached its KV reservation"));
         continue;
       }
       grow(r, pos + 1);

@@ -423,8 +423,8 @@ Explanation Policy::explain(const Facts& facts) const {
     const TargetFacts* tf = facts.find_target(t.ref);
     std::string fit = "yes (context unknown)";
     if (tf && tf->context_length > 0) {
-      int64_t needed =
-          saturating_add(tf->prompt_tokens.value_or(facts.prompt_tokens), facts.max_tokens.value_or(1));
+      int64_t needed = saturating_add(tf->prompt_tokens.value_or(facts.prompt_tokens),
+                                      facts.max_tokens.value_or(1));
       fit = (needed <= tf->context_length ? "yes: " : "no: ") + std::to_string(needed) +
             " of " + std::to_string(tf->context_length);
     }
