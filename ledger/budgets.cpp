@@ -134,7 +134,8 @@ double BudgetBook::left_pct_locked(size_t index) const {
   const BudgetState& state = states_[index];
   int64_t amount = defs_[index].amount.micros();
   if (amount <= 0) return 0.0;
-  int64_t left = amount - state.spent.micros() - state.reserved.micros();
+  // In Money: saturating, since a reservation may be Money::max().
+  int64_t left = (defs_[index].amount - state.spent - state.reserved).micros();
   double pct = 100.0 * static_cast<double>(left) / static_cast<double>(amount);
   return std::clamp(pct, 0.0, 100.0);
 }
