@@ -134,7 +134,7 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     // The facts and the usage check, where set, are hashed after the columns (see store.h).
     if (!rows->is_null(2)) values.push_back(rows->value_at(2));
     if (!rows->is_null(3)) {
-      values.push_back(Value(std::string(kUsageCheckColumn)));
+      values.emplace_back(std::in_place_type<std::string>, kUsageCheckColumn);
       values.push_back(rows->value_at(3));
     }
     std::string id = as_text(values[id_col]);
