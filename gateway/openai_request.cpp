@@ -272,10 +272,12 @@ std::optional<Error> check_prompt(const std::optional<element>& v) {
     return invalid("'prompt' must be a string, an array of strings, or token arrays", "prompt");
   }
   // Token ids must be ids: 4294967301 is not token 5.
-  for (element p : v->get_array().value_unsafe()) {
+  simdjson::dom::array prompts = v->get_array().value_unsafe();
+  for (element p : prompts) {
     if (p.is_string()) continue;
     if (p.is_array()) {
-      for (element t : p.get_array().value_unsafe()) {
+      simdjson::dom::array tokens = p.get_array().value_unsafe();
+      for (element t : tokens) {
         if (!is_token_id(t)) return bad_token_id(t);
       }
     } else if (!is_token_id(p)) {
