@@ -76,7 +76,9 @@ TEST(OpenAiWire, UsageIntegersOverTheirExtremes) {
                           : std::string_view(member) == "completion_tokens" ? u->completion_tokens
                           : std::string_view(member) == "cached_tokens"     ? u->cached_tokens
                                                                             : u->reasoning_tokens;
-      if (is_int64) EXPECT_EQ(got, v);  // kept as sent (negatives too) for the router to judge
+      if (is_int64) {
+        EXPECT_EQ(got, v);  // kept as sent (negatives too) for the router to judge
+      }
     }
   }
 }

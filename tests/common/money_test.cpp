@@ -73,9 +73,9 @@ TEST(Money, CostOfTokensNeverWrapsOverTheExtremes) {
       const __int128 exact = static_cast<__int128>(tokens) * price;  // micro-units * 1e6
       const Money cost = cost_of_tokens(tokens, Money::from_micros(price));
       // The sign is never flipped by overflow: a charge is never a credit.
-      if (exact > 0) EXPECT_GE(cost.micros(), 0);
-      if (exact < 0) EXPECT_LE(cost.micros(), 0);
-      if (exact == 0) EXPECT_EQ(cost.micros(), 0);
+      if (exact > 0) { EXPECT_GE(cost.micros(), 0); }
+      if (exact < 0) { EXPECT_LE(cost.micros(), 0); }
+      if (exact == 0) { EXPECT_EQ(cost.micros(), 0); }
       const __int128 whole = exact / 1000000;  // truncated; the result is within one of it
       if (whole >= INT64_MAX) {
         EXPECT_EQ(cost, Money::max());

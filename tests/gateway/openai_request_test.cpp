@@ -293,7 +293,7 @@ TEST(OpenAiRequest, IntegerFieldsAcceptExactlyTheirRangeAndNeverWrap) {
         if (in_range && (std::string_view(f.name).starts_with("max_"))) {
           EXPECT_EQ(r->max_tokens, static_cast<int64_t>(*v));
         }
-        if (in_range && std::string_view(f.name) == "n") EXPECT_EQ(r->n, static_cast<int64_t>(*v));
+        if (in_range && std::string_view(f.name) == "n") { EXPECT_EQ(r->n, static_cast<int64_t>(*v)); }
         continue;
       }
       ASSERT_FALSE(r);
@@ -337,7 +337,7 @@ TEST(OpenAiRequest, LogitBiasKeysAreTokenIdsAndValuesWithinAHundred) {
                                        std::string(R"("logit_bias":{")") + text + R"(":1})"));
       const bool ok = v && *v >= 0 && *v <= kMaxTokenId && text[0] != '-';
       EXPECT_EQ(static_cast<bool>(r), ok);
-      if (!r) EXPECT_EQ(r.error().param, "logit_bias");
+      if (!r) { EXPECT_EQ(r.error().param, "logit_bias"); }
     }
     // As a value.
     SCOPED_TRACE(std::string("value ") + text);
