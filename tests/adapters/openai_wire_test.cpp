@@ -48,21 +48,35 @@ TEST(OpenAiWire, UsageShapesBackendsSend) {
 
 TEST(OpenAiWire, UsageIntegersOverTheirExtremes) {
   // Every member through both readers (the scanner gives up past 18 digits and on fractions).
-  const char* const texts[] = {"0", "1", "-1", "-11", "999999999999999999", "9007199254740993",
-                               "9223372036854775807", "-9223372036854775808",
-                               "9223372036854775808", "18446744073709551615", "1e300", "1.0",
-                               "\"11\"", "true", "[]", "{}"};
+  const char* const texts[] = {"0",
+                               "1",
+                               "-1",
+                               "-11",
+                               "999999999999999999",
+                               "9007199254740993",
+                               "9223372036854775807",
+                               "-9223372036854775808",
+                               "9223372036854775808",
+                               "18446744073709551615",
+                               "1e300",
+                               "1.0",
+                               "\"11\"",
+                               "true",
+                               "[]",
+                               "{}"};
   for (const char* text : texts) {
-    for (const char* member : {"prompt_tokens", "completion_tokens", "cached_tokens",
-                               "reasoning_tokens"}) {
+    for (const char* member :
+         {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"}) {
       const bool details = member[0] == 'c' ? std::string_view(member) == "cached_tokens"
                                             : std::string_view(member) == "reasoning_tokens";
       const std::string inner = std::string("\"") + member + "\":" + text;
       const std::string usage =
           !details ? "{" + inner + "}"
           : std::string_view(member) == "cached_tokens"
-              ? R"({"prompt_tokens":1,"completion_tokens":1,"prompt_tokens_details":{)" + inner + "}}"
-              : R"({"prompt_tokens":1,"completion_tokens":1,"completion_tokens_details":{)" + inner + "}}";
+              ? R"({"prompt_tokens":1,"completion_tokens":1,"prompt_tokens_details":{)" + inner +
+                    "}}"
+              : R"({"prompt_tokens":1,"completion_tokens":1,"completion_tokens_details":{)" +
+                    inner + "}}";
       SCOPED_TRACE(usage);
       auto u = find_usage("{\"usage\":" + usage + "}");
       ASSERT_TRUE(u);

@@ -65,17 +65,23 @@ constexpr int64_t kTokenExtremes[] = {INT64_MIN,
                                       INT64_MAX};
 
 TEST(Money, CostOfTokensNeverWrapsOverTheExtremes) {
-  const int64_t prices[] = {INT64_MIN, -15000000, -1, 0, 1, 3000000, 15000000, 999999,
-                            1000000, INT64_MAX / 2, INT64_MAX};
+  const int64_t prices[] = {INT64_MIN, -15000000,     -1,       0, 1, 3000000, 15000000, 999999,
+                            1000000,   INT64_MAX / 2, INT64_MAX};
   for (int64_t tokens : kTokenExtremes) {
     for (int64_t price : prices) {
       SCOPED_TRACE("tokens " + std::to_string(tokens) + " price " + std::to_string(price));
       const __int128 exact = static_cast<__int128>(tokens) * price;  // micro-units * 1e6
       const Money cost = cost_of_tokens(tokens, Money::from_micros(price));
       // The sign is never flipped by overflow: a charge is never a credit.
-      if (exact > 0) { EXPECT_GE(cost.micros(), 0); }
-      if (exact < 0) { EXPECT_LE(cost.micros(), 0); }
-      if (exact == 0) { EXPECT_EQ(cost.micros(), 0); }
+      if (exact > 0) {
+        EXPECT_GE(cost.micros(), 0);
+      }
+      if (exact < 0) {
+        EXPECT_LE(cost.micros(), 0);
+      }
+      if (exact == 0) {
+        EXPECT_EQ(cost.micros(), 0);
+      }
       const __int128 whole = exact / 1000000;  // truncated; the result is within one of it
       if (whole >= INT64_MAX) {
         EXPECT_EQ(cost, Money::max());

@@ -234,16 +234,32 @@ TEST(OpenAiRequest, UpstreamModelNamesAreEscapedAsJson) {
 // ---- integer fields over their extremes ------------------------------------------------------
 
 // JSON texts at the edges of every integer type a client can send.
-const char* const kIntegerExtremes[] = {
-    "9223372036854775807",  "-9223372036854775808", "9223372036854775808",
-    "18446744073709551615", "4611686018427387904",  "9007199254740993",
-    "4294967301",           "2147483648",           "2147483647",
-    "129",                  "128",                  "21",
-    "20",                   "6",                    "5",
-    "1",                    "0",                    "-1",
-    "1e300",                "1.0",                  "-0.5",
-    "\"1\"",                "true",                 "null",
-    "[1]",                  "{}"};
+const char* const kIntegerExtremes[] = {"9223372036854775807",
+                                        "-9223372036854775808",
+                                        "9223372036854775808",
+                                        "18446744073709551615",
+                                        "4611686018427387904",
+                                        "9007199254740993",
+                                        "4294967301",
+                                        "2147483648",
+                                        "2147483647",
+                                        "129",
+                                        "128",
+                                        "21",
+                                        "20",
+                                        "6",
+                                        "5",
+                                        "1",
+                                        "0",
+                                        "-1",
+                                        "1e300",
+                                        "1.0",
+                                        "-0.5",
+                                        "\"1\"",
+                                        "true",
+                                        "null",
+                                        "[1]",
+                                        "{}"};
 
 // The integer the text spells when it is a plain JSON integer (no fraction, no exponent).
 std::optional<__int128> integer_value(std::string_view text) {
@@ -284,7 +300,8 @@ TEST(OpenAiRequest, IntegerFieldsAcceptExactlyTheirRangeAndNeverWrap) {
   for (const IntegerField& f : fields) {
     for (const char* text : kIntegerExtremes) {
       SCOPED_TRACE(std::string(f.name) + "=" + text);
-      auto r = parse_request(f.endpoint, body_with(f.endpoint, "\"" + std::string(f.name) + "\":" + text));
+      auto r = parse_request(f.endpoint,
+                             body_with(f.endpoint, "\"" + std::string(f.name) + "\":" + text));
       const auto v = integer_value(text);
       const bool absent = std::string_view(text) == "null";
       const bool in_range = v && *v >= f.min && *v <= f.max;
@@ -293,7 +310,9 @@ TEST(OpenAiRequest, IntegerFieldsAcceptExactlyTheirRangeAndNeverWrap) {
         if (in_range && (std::string_view(f.name).starts_with("max_"))) {
           EXPECT_EQ(r->max_tokens, static_cast<int64_t>(*v));
         }
-        if (in_range && std::string_view(f.name) == "n") { EXPECT_EQ(r->n, static_cast<int64_t>(*v)); }
+        if (in_range && std::string_view(f.name) == "n") {
+          EXPECT_EQ(r->n, static_cast<int64_t>(*v));
+        }
         continue;
       }
       ASSERT_FALSE(r);
@@ -309,8 +328,9 @@ TEST(OpenAiRequest, IntegerFieldsAcceptExactlyTheirRangeAndNeverWrap) {
 TEST(OpenAiRequest, ChatLogprobsIsABoolean) {
   for (const char* text : kIntegerExtremes) {
     SCOPED_TRACE(text);
-    auto r = parse_request(Endpoint::kChatCompletions,
-                           body_with(Endpoint::kChatCompletions, std::string("\"logprobs\":") + text));
+    auto r =
+        parse_request(Endpoint::kChatCompletions,
+                      body_with(Endpoint::kChatCompletions, std::string("\"logprobs\":") + text));
     if (std::string_view(text) == "true" || std::string_view(text) == "null") {
       EXPECT_TRUE(r) << r.error().message;
     } else {
@@ -337,13 +357,15 @@ TEST(OpenAiRequest, LogitBiasKeysAreTokenIdsAndValuesWithinAHundred) {
                                        std::string(R"("logit_bias":{")") + text + R"(":1})"));
       const bool ok = v && *v >= 0 && *v <= kMaxTokenId && text[0] != '-';
       EXPECT_EQ(static_cast<bool>(r), ok);
-      if (!r) { EXPECT_EQ(r.error().param, "logit_bias"); }
+      if (!r) {
+        EXPECT_EQ(r.error().param, "logit_bias");
+      }
     }
     // As a value.
     SCOPED_TRACE(std::string("value ") + text);
-    auto r = parse_request(Endpoint::kChatCompletions,
-                           body_with(Endpoint::kChatCompletions,
-                                     std::string(R"("logit_bias":{"5":)") + text + "}"));
+    auto r = parse_request(
+        Endpoint::kChatCompletions,
+        body_with(Endpoint::kChatCompletions, std::string(R"("logit_bias":{"5":)") + text + "}"));
     const double d = std::strtod(text, nullptr);
     const bool number = std::string_view(text).find_first_of("\"tn[{") == std::string_view::npos;
     const bool ok = number && d >= -100 && d <= 100;
@@ -371,10 +393,10 @@ TEST(OpenAiRequest, CompletionPromptTokenIdsAreTokenIds) {
   for (const char* text : kIntegerExtremes) {
     const auto v = integer_value(text);
     const bool is_string = text[0] == '"';
-    for (const std::string& prompt : {"[" + std::string(text) + "]", "[[7," + std::string(text) + "]]"}) {
+    for (const std::string& prompt :
+         {"[" + std::string(text) + "]", "[[7," + std::string(text) + "]]"}) {
       SCOPED_TRACE(prompt);
-      auto r = parse_request(Endpoint::kCompletions,
-                             R"({"model":"m","prompt":)" + prompt + "}");
+      auto r = parse_request(Endpoint::kCompletions, R"({"model":"m","prompt":)" + prompt + "}");
       // ["1"] is a prompt of one string; inside a token array a string is not an id.
       const bool ok = (v && *v >= 0 && *v <= kMaxTokenId) || (is_string && prompt[1] != '[');
       EXPECT_EQ(static_cast<bool>(r), ok) << (r ? "" : r.error().message);

@@ -161,7 +161,8 @@ TEST_F(VerifyTest, UsageCheckIsHashedAndOlderFilesMigrate) {
     config.path = path_;
     auto ledger = Ledger::open(config, catalog_from(kPrices), {});
     ASSERT_TRUE(ledger) << ledger.error().message;
-    RequestRecord checked = simple_record("gpu-large", tokens_of(11, 0, 4, 0, TokenSource::kTokenizer));
+    RequestRecord checked =
+        simple_record("gpu-large", tokens_of(11, 0, 4, 0, TokenSource::kTokenizer));
     checked.usage_check = R"([{"attempt":1,"problem":"prompt_tokens -5 is negative or missing"}])";
     std::string id;
     ASSERT_TRUE(record_durably(**ledger, checked, &id));
