@@ -228,9 +228,6 @@ TEST(OpenAiRequest, UpstreamModelNamesAreEscapedAsJson) {
   }
 }
 
-}  // namespace
-}  // namespace ferry::gateway
-
 // ---- integer fields over their extremes ------------------------------------------------------
 
 // JSON texts at the edges of every integer type a client can send.
@@ -409,3 +406,6 @@ TEST(OpenAiRequest, CompletionPromptTokenIdsAreTokenIds) {
   Error e = expect_error(Endpoint::kCompletions, R"({"model":"m","prompt":[4294967301]})");
   EXPECT_NE(e.message.find("4294967301"), std::string::npos) << e.message;
 }
+
+}  // namespace
+}  // namespace ferry::gateway
