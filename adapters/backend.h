@@ -23,6 +23,10 @@ struct Usage {
   int64_t total_tokens = -1;
   int64_t cached_tokens = 0;     // prompt_tokens_details.cached_tokens
   int64_t reasoning_tokens = 0;  // completion_tokens_details.reasoning_tokens
+  // A member above was present but not an integer that fits in int64 (a float, a string,
+  // 1e300, 2^64): its field keeps its default and the usage must not be billed as reported.
+  // Negative integers are kept as sent, for the router's plausibility check to refuse.
+  bool malformed = false;
   bool reported() const { return prompt_tokens >= 0 || completion_tokens >= 0; }
 };
 

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "adapters/openai_wire.h"
 #include "local_engine/gguf_source.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -30,7 +31,8 @@ using engine::TokenId;
 namespace {
 
 constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
-constexpr int32_t kMaxTopLogprobs = 20;
+constexpr int32_t kMaxTopLogprobs = 20;        // chat: top_logprobs
+constexpr int32_t kMaxCompletionLogprobs = 5;  // completions: logprobs (OpenAI's limit)
 
 // Wakes the waiting send() coroutine: try_send from the scheduler thread never blocks, and a
 // full buffer means a wake-up is already pending.
@@ -88,15 +90,27 @@ Result<std::optional<double>> number(const Json& body, const char* key, double l
   return std::optional<double>(v);
 }
 
+// An integer that fits in int64: a float (1e300), a string or a uint64 above INT64_MAX is an
+// error naming the field, never a wrapped value.
 Result<std::optional<int64_t>> integer(const Json& body, const char* key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::optional<int64_t>();
-  if (it->is_number_unsigned()) {
-    return std::optional<int64_t>(static_cast<int64_t>(it->get<uint64_t>()));
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return invalid(std::string("'") + key + "' is out of range", key);
   }
   if (!it->is_number_integer())
     return invalid(std::string("'") + key + "' must be an integer", key);
   return std::optional<int64_t>(it->get<int64_t>());
+}
+
+// A token id of this model: an integer in [0, n_vocab).
+std::optional<TokenId> token_id(const Json& v, int64_t n_vocab) {
+  if (!v.is_number_integer()) return std::nullopt;
+  if (v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(n_vocab)
+                             : (v.get<int64_t>() < 0 || v.get<int64_t>() >= n_vocab)) {
+    return std::nullopt;
+  }
+  return static_cast<TokenId>(v.get<int64_t>());
 }
 
 uint64_t random_seed() {
@@ -105,7 +119,7 @@ uint64_t random_seed() {
 }
 
 // Sampling, limits, stop strings and logprobs from the body (the prompt is separate).
-Status parse_params(const Json& body, Endpoint endpoint, Params& p) {
+Status parse_params(const Json& body, Endpoint endpoint, int64_t n_vocab, Params& p) {
   if (auto n = integer(body, "n"); !n) {
     return n.error();
   } else if (n.value() && *n.value() != 1) {
@@ -155,14 +169,15 @@ Status parse_params(const Json& body, Endpoint endpoint, Params& p) {
   if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return invalid("'logit_bias' must be an object", "logit_bias");
     for (auto b = it->begin(); b != it->end(); ++b) {
-      int32_t token = 0;
-      try {
-        size_t used = 0;
-        token = static_cast<int32_t>(std::stol(b.key(), &used));
-        if (used != b.key().size()) throw std::invalid_argument("trailing");
-      } catch (const std::exception&) {
-        return invalid("'logit_bias' keys must be token ids", "logit_bias");
+      // A decimal token id of this model: no sign, no spaces, below the vocabulary size.
+      const std::string& key = b.key();
+      const std::optional<int64_t> id = parse_token_id_key(key);
+      if (!id || *id >= n_vocab) {
+        return invalid("'logit_bias' keys must be token ids below the vocabulary size " +
+                           std::to_string(n_vocab) + ", got '" + key + "'",
+                       "logit_bias");
       }
+      const auto token = static_cast<TokenId>(*id);
       if (!b->is_number() || b->get<double>() < -100 || b->get<double>() > 100) {
         return invalid("'logit_bias' values must be numbers between -100 and 100", "logit_bias");
       }
@@ -187,6 +202,9 @@ Status parse_params(const Json& body, Endpoint endpoint, Params& p) {
   }
   if (endpoint == Endpoint::kChatCompletions) {
     auto it = body.find("logprobs");
+    if (it != body.end() && !it->is_null() && !it->is_boolean()) {
+      return invalid("'logprobs' must be a boolean", "logprobs");
+    }
     const bool want = it != body.end() && it->is_boolean() && it->get<bool>();
     auto top = integer(body, "top_logprobs");
     if (!top) return top.error();
@@ -200,8 +218,8 @@ Status parse_params(const Json& body, Endpoint endpoint, Params& p) {
     auto n = integer(body, "logprobs");
     if (!n) return n.error();
     if (n.value()) {
-      if (*n.value() < 0 || *n.value() > kMaxTopLogprobs) {
-        return invalid("'logprobs' must be between 0 and 20", "logprobs");
+      if (*n.value() < 0 || *n.value() > kMaxCompletionLogprobs) {
+        return invalid("'logprobs' must be between 0 and 5", "logprobs");
       }
       p.top_logprobs = static_cast<int32_t>(*n.value());
     }
@@ -280,10 +298,15 @@ struct LocalBackend::Impl {
         tok->encode(prompt->get<std::string>(), ids, tokenizer::Specials::kParse);
         with_bos();
       } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) {
+        const int64_t n_vocab = scheduler->model_config().n_vocab;
         for (const auto& t : *prompt) {
-          if (!t.is_number_integer())
-            return invalid("'prompt' token ids must be integers", "prompt");
-          ids.push_back(static_cast<tokenizer::TokenId>(t.get<int64_t>()));
+          auto id = token_id(t, n_vocab);
+          if (!id) {
+            return invalid("'prompt' token ids must be integers between 0 and " +
+                               std::to_string(n_vocab - 1) + " (the vocabulary), got " + t.dump(),
+                           "prompt");
+          }
+          ids.push_back(static_cast<tokenizer::TokenId>(*id));
         }
       } else if (prompt->is_array() && prompt->size() > 1) {
         return invalid("the local engine takes one prompt per request", "prompt");
@@ -400,14 +423,19 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
   auto body = im.parse_body(request.body);
   if (!body) co_return std::move(body).error();
   Params params;
-  if (Status s = parse_params(body.value(), request.endpoint, params); !s) co_return s.error();
+  if (Status s = parse_params(body.value(), request.endpoint, im.scheduler->model_config().n_vocab,
+                              params);
+      !s) {
+    co_return s.error();
+  }
   auto prompt = im.prompt_tokens(request.endpoint, body.value());
   if (!prompt) co_return std::move(prompt).error();
   params.prompt = std::move(prompt).value();
   const int64_t n_ctx = im.scheduler->n_ctx();
   const auto n_prompt = static_cast<int64_t>(params.prompt.size());
   const char* prompt_param = chat ? "messages" : "prompt";
-  if (n_prompt + params.max_tokens.value_or(1) > n_ctx) {
+  // Compared without adding: prompt + max_tokens would overflow for a max_tokens near INT64_MAX.
+  if (n_prompt > n_ctx - params.max_tokens.value_or(1)) {
     co_return Error::make(
         ErrorCode::kContextOverflow,
         engine::Scheduler::context_overflow_message(n_ctx, n_prompt, params.max_tokens),

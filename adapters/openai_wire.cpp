@@ -176,9 +176,16 @@ size_t scan_usage(std::string_view s, size_t open, UsageScan& u) {
   return for_each_member(s, open, member);
 }
 
-int64_t int_or(const nlohmann::json& j, const char* key, int64_t fallback) {
+// The integer member `key`, or `fallback` when absent or null; `malformed` is set when it is
+// present but not an integer within int64 (a float, a string, a uint64 above INT64_MAX).
+int64_t int_or(const nlohmann::json& j, const char* key, int64_t fallback, bool& malformed) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) return fallback;
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+    malformed = true;
+    return fallback;
+  }
   return it->get<int64_t>();
 }
 
@@ -201,19 +208,30 @@ std::optional<Usage> usage_at(std::string_view json, size_t v) {
   auto obj = nlohmann::json::parse(json.substr(v, end - v), nullptr, /*allow_exceptions=*/false);
   if (!obj.is_object()) return std::nullopt;
   Usage u;
-  u.prompt_tokens = int_or(obj, "prompt_tokens", -1);
-  u.completion_tokens = int_or(obj, "completion_tokens", -1);
-  u.total_tokens = int_or(obj, "total_tokens", -1);
+  u.prompt_tokens = int_or(obj, "prompt_tokens", -1, u.malformed);
+  u.completion_tokens = int_or(obj, "completion_tokens", -1, u.malformed);
+  u.total_tokens = int_or(obj, "total_tokens", -1, u.malformed);
   if (auto d = obj.find("prompt_tokens_details"); d != obj.end() && d->is_object()) {
-    u.cached_tokens = int_or(*d, "cached_tokens", 0);
+    u.cached_tokens = int_or(*d, "cached_tokens", 0, u.malformed);
   }
   if (auto d = obj.find("completion_tokens_details"); d != obj.end() && d->is_object()) {
-    u.reasoning_tokens = int_or(*d, "reasoning_tokens", 0);
+    u.reasoning_tokens = int_or(*d, "reasoning_tokens", 0, u.malformed);
   }
   return u;
 }
 
 }  // namespace
+
+std::optional<int64_t> parse_token_id_key(std::string_view key) {
+  if (key.empty() || key.size() > 10) return std::nullopt;
+  int64_t id = 0;
+  for (char c : key) {
+    if (c < '0' || c > '9') return std::nullopt;
+    id = id * 10 + (c - '0');
+  }
+  if (id > INT32_MAX) return std::nullopt;
+  return id;
+}
 
 std::optional<Usage> find_usage(std::string_view json) {
   return usage_at(json, find_key_value(json, "\"usage\"", /*last=*/true));

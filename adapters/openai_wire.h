@@ -26,6 +26,10 @@ bool key_is(std::string_view text, const char (&name)[N]) {
   return text.size() == N - 1 && std::memcmp(text.data(), name, N - 1) == 0;
 }
 
+// A logit_bias key as a token id: decimal digits only (no sign, space or exponent), at most
+// INT32_MAX; nullopt otherwise. The caller checks it against a vocabulary when it has one.
+std::optional<int64_t> parse_token_id_key(std::string_view key);
+
 // Finds the top-level-ish `"usage": {...}` object in an OpenAI response body or chunk (the
 // last occurrence) and parses it. nullopt when absent or null.
 std::optional<Usage> find_usage(std::string_view json);

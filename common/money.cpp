@@ -65,6 +65,9 @@ Money cost_of_tokens(int64_t tokens, Money price_per_million) {
   __int128 remainder = product % 1000000;
   if (remainder * 2 >= 1000000) ++quotient;
   if (remainder * 2 <= -1000000) --quotient;
+  // |product| < 2^126, so the quotient is exact; only its narrowing can overflow.
+  if (quotient > INT64_MAX) return Money::max();
+  if (quotient < INT64_MIN) return Money::min();
   return Money::from_micros(static_cast<int64_t>(quotient));
 }
 

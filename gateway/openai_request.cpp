@@ -53,7 +53,8 @@ std::optional<element> field(const simdjson::dom::object& obj, std::string_view 
 enum Member : uint8_t {
   kModel, kMessages, kPrompt, kStream, kStreamOptions, kMaxTokens, kMaxCompletionTokens, kN,
   kSeed, kTemperature, kTopP, kPresencePenalty, kFrequencyPenalty, kTools, kResponseFormat,
-  kLogitBias, kMetadata, kFunctions, kStop, kMemberCount, kOther = kMemberCount
+  kLogitBias, kMetadata, kFunctions, kStop, kLogprobs, kTopLogprobs, kMemberCount,
+  kOther = kMemberCount
 };
 
 Member member_of(std::string_view key) {
@@ -68,13 +69,17 @@ Member member_of(std::string_view key) {
                                     : kOther;
     case 6: return key_is(key, "prompt") ? kPrompt : key_is(key, "stream") ? kStream : kOther;
     case 8:
-      return key_is(key, "messages") ? kMessages : key_is(key, "metadata") ? kMetadata : kOther;
+      return key_is(key, "messages")   ? kMessages
+             : key_is(key, "metadata") ? kMetadata
+             : key_is(key, "logprobs") ? kLogprobs
+                                       : kOther;
     case 9: return key_is(key, "functions") ? kFunctions : kOther;
     case 10:
       return key_is(key, "max_tokens")   ? kMaxTokens
              : key_is(key, "logit_bias") ? kLogitBias
                                          : kOther;
     case 11: return key_is(key, "temperature") ? kTemperature : kOther;
+    case 12: return key_is(key, "top_logprobs") ? kTopLogprobs : kOther;
     case 14: return key_is(key, "stream_options") ? kStreamOptions : kOther;
     case 15: return key_is(key, "response_format") ? kResponseFormat : kOther;
     case 16: return key_is(key, "presence_penalty") ? kPresencePenalty : kOther;
@@ -137,19 +142,52 @@ std::optional<Error> check_number(const std::optional<element>& v, const char* k
   return std::nullopt;
 }
 
+// An integer in [min, max]: never a float (1e300, 2.0), a string ("1") or a value beyond int64.
 std::optional<Error> check_integer(const std::optional<element>& v, const char* key, int64_t min,
-                                   int64_t* out) {
+                                   int64_t max, int64_t* out) {
   if (!v) return std::nullopt;
+  auto range = [&] {
+    return std::string("'") + key + "' must be an integer between " + std::to_string(min) +
+           " and " + std::to_string(max);
+  };
+  if (!is_integer(*v)) return invalid(range() + ", got " + kind_of(*v), key);
   int64_t n = 0;
-  if (!is_integer(*v) || v->get_int64().get(n) != simdjson::SUCCESS) {
-    return invalid(std::string("'") + key + "' must be an integer, got " + kind_of(*v), key);
+  if (v->get_int64().get(n) != simdjson::SUCCESS) {  // a uint64 above INT64_MAX
+    return invalid(range() + ", got " + std::to_string(v->get_uint64().value_unsafe()), key);
   }
-  if (n < min) {
-    return invalid(std::string("'") + key + "' must be at least " + std::to_string(min) +
-                       ", got " + std::to_string(n),
-                   key);
-  }
+  if (n < min || n > max) return invalid(range() + ", got " + std::to_string(n), key);
   if (out != nullptr) *out = n;
+  return std::nullopt;
+}
+
+// A token id as a JSON integer: 0..kMaxTokenId.
+bool is_token_id(const element& v) {
+  int64_t id = 0;
+  return v.type() != element_type::DOUBLE && v.get_int64().get(id) == simdjson::SUCCESS &&
+         id >= 0 && id <= kMaxTokenId;
+}
+
+// logit_bias: {"<token id>": bias in [-100, 100]}, keys decimal token ids (OpenAI's rules).
+std::optional<Error> check_logit_bias(const std::optional<element>& v) {
+  if (!v) return std::nullopt;
+  simdjson::dom::object bias;
+  if (v->get_object().get(bias) != simdjson::SUCCESS) {
+    return invalid(std::string("'logit_bias' must be an object, got ") + kind_of(*v),
+                   "logit_bias");
+  }
+  for (auto [key, value] : bias) {
+    if (!adapters::parse_token_id_key(key)) {
+      return invalid("'logit_bias' keys must be token ids (integers 0.." +
+                         std::to_string(kMaxTokenId) + "), got '" + std::string(key) + "'",
+                     "logit_bias");
+    }
+    double d = 0;
+    if (!is_number(value) || (d = value.get_double().value_unsafe(), !(d >= -100 && d <= 100))) {
+      return invalid("'logit_bias' values must be numbers between -100 and 100 (token " +
+                         std::string(key) + ")",
+                     "logit_bias");
+    }
+  }
   return std::nullopt;
 }
 
@@ -208,6 +246,12 @@ std::optional<Error> check_messages(const std::optional<element>& v) {
   return std::nullopt;
 }
 
+Error bad_token_id(const element& t) {
+  return invalid("'prompt' token ids must be integers between 0 and " +
+                     std::to_string(kMaxTokenId) + ", got " + simdjson::to_string(t),
+                 "prompt");
+}
+
 std::optional<Error> check_prompt(const std::optional<element>& v) {
   if (!v) return invalid("'prompt' is required", "prompt");
   if (v->is_string()) return std::nullopt;
@@ -224,8 +268,23 @@ std::optional<Error> check_prompt(const std::optional<element>& v) {
       for (element t : tokens) ok = ok && is_integer(t);
     }
   }
-  if (ok) return std::nullopt;
-  return invalid("'prompt' must be a string, an array of strings, or token arrays", "prompt");
+  if (!ok) {
+    return invalid("'prompt' must be a string, an array of strings, or token arrays", "prompt");
+  }
+  // Token ids must be ids: 4294967301 is not token 5.
+  simdjson::dom::array prompts = v->get_array().value_unsafe();
+  for (element p : prompts) {
+    if (p.is_string()) continue;
+    if (p.is_array()) {
+      simdjson::dom::array tokens = p.get_array().value_unsafe();
+      for (element t : tokens) {
+        if (!is_token_id(t)) return bad_token_id(t);
+      }
+    } else if (!is_token_id(p)) {
+      return bad_token_id(p);
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -288,13 +347,23 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
     }
   }
   int64_t max_tokens = -1;
-  if (auto e = check_integer(f[kMaxTokens], "max_tokens", 1, &max_tokens)) return *e;
-  if (auto e = check_integer(f[kMaxCompletionTokens], "max_completion_tokens", 1, &max_tokens)) {
+  if (auto e = check_integer(f[kMaxTokens], "max_tokens", 1, kMaxTokensLimit, &max_tokens)) {
+    return *e;
+  }
+  if (auto e = check_integer(f[kMaxCompletionTokens], "max_completion_tokens", 1,
+                             kMaxTokensLimit, &max_tokens)) {
     return *e;
   }
   out.max_tokens = max_tokens;
-  if (auto e = check_integer(f[kN], "n", 1, nullptr)) return *e;
-  if (auto e = check_integer(f[kSeed], "seed", INT64_MIN, nullptr)) return *e;
+  if (auto e = check_integer(f[kN], "n", 1, kMaxChoices, &out.n)) return *e;
+  if (auto e = check_integer(f[kSeed], "seed", INT64_MIN, INT64_MAX, nullptr)) return *e;
+  if (endpoint == adapters::Endpoint::kChatCompletions) {
+    if (auto e = check_type(f[kLogprobs], "logprobs", element_type::BOOL, "a boolean")) return *e;
+    if (auto e = check_integer(f[kTopLogprobs], "top_logprobs", 0, 20, nullptr)) return *e;
+  } else {
+    if (auto e = check_integer(f[kLogprobs], "logprobs", 0, 5, nullptr)) return *e;
+  }
+  if (auto e = check_logit_bias(f[kLogitBias])) return *e;
   if (auto e = check_number(f[kTemperature], "temperature", 0, 2)) return *e;
   if (auto e = check_number(f[kTopP], "top_p", 0, 1)) return *e;
   if (auto t = f[kTemperature]) out.temperature = t->get_double().value_unsafe();
@@ -304,9 +373,6 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
   if (auto e = check_type(f[kTools], "tools", element_type::ARRAY, "an array")) return *e;
   if (auto e = check_type(f[kResponseFormat], "response_format", element_type::OBJECT,
                           "an object")) {
-    return *e;
-  }
-  if (auto e = check_type(f[kLogitBias], "logit_bias", element_type::OBJECT, "an object")) {
     return *e;
   }
   if (auto e = check_type(f[kMetadata], "metadata", element_type::OBJECT, "an object")) return *e;

@@ -2,15 +2,25 @@
 // Stateless functions over values; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 #include "adapters/backend.h"
 #include "common/error.h"
 
 namespace ferry::gateway {
+
+// The largest max_tokens / max_completion_tokens accepted at the edge: more than any model's
+// context holds, small enough that no token or money arithmetic on it can overflow int64.
+constexpr int64_t kMaxTokensLimit = INT32_MAX;
+// The most choices (`n`) a request may ask for (OpenAI's limit).
+constexpr int64_t kMaxChoices = 128;
+// Token ids (logit_bias keys, completions prompt arrays) are non-negative int32 values; a local
+// target further checks them against its vocabulary.
+constexpr int64_t kMaxTokenId = INT32_MAX;
 
 struct ParsedRequest {
   adapters::Endpoint endpoint = adapters::Endpoint::kChatCompletions;
@@ -19,6 +29,7 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage as the client sent it
   int64_t max_tokens = -1;     // max_completion_tokens or max_tokens; -1 when absent
+  int64_t n = 1;               // choices asked for, 1..kMaxChoices
   std::optional<double> temperature;
   std::optional<double> top_p;
   bool tools = false;            // tools or functions present

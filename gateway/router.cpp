@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
+#include "common/saturating.h"
 #include "common/yaml_util.h"
 #include "gateway/errors.h"
 #include "gateway/metrics.h"
@@ -21,6 +22,9 @@ namespace {
 
 using ordered_json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
+
+// The output reserved for a request without max_tokens to a target of unknown context.
+constexpr int64_t kUnboundedOutputTokens = 4096;
 
 uint64_t fnv1a(std::string_view s) {
   uint64_t h = 1469598103934665603ULL;
@@ -142,6 +146,81 @@ void extract_answer_text(std::string_view bytes, bool sse, std::string& text,
   }
 }
 
+std::string usage_problem(const Plan& plan, const AttemptOutcome& o) {
+  const adapters::Usage& u = o.usage;
+  if (u.malformed) return "a usage member is not an integer within int64";
+  if (u.prompt_tokens == -1 && u.completion_tokens == -1) return "";  // absent: ferry counts
+  auto n = [](int64_t v) { return std::to_string(v); };
+  if (u.prompt_tokens < 0) return "prompt_tokens " + n(u.prompt_tokens) + " is negative or missing";
+  if (u.completion_tokens < 0) {
+    return "completion_tokens " + n(u.completion_tokens) + " is negative or missing";
+  }
+  if (u.cached_tokens < 0 || u.cached_tokens > u.prompt_tokens) {
+    return "cached_tokens " + n(u.cached_tokens) + " is outside 0.." + n(u.prompt_tokens);
+  }
+  if (u.reasoning_tokens < 0 || u.reasoning_tokens > u.completion_tokens) {
+    return "reasoning_tokens " + n(u.reasoning_tokens) + " is outside 0.." + n(u.completion_tokens);
+  }
+  const Target* t = o.hop != nullptr ? o.hop->target : nullptr;
+  auto counted = t != nullptr ? plan.prompt_counts.find(t) : plan.prompt_counts.end();
+  const bool exact = counted != plan.prompt_counts.end() &&
+                     counted->second.source == ledger::TokenSource::kTokenizer;
+  const int64_t ours = counted != plan.prompt_counts.end() ? counted->second.tokens : 0;
+  const int64_t most_prompt =
+      saturating_add(std::max(saturating_mul(ours, 2), plan.body_bytes), kPromptTokensSlack);
+  // Backends count templates a little differently: only a figure far below is refused.
+  const int64_t least_prompt = exact ? ours / 4 - kPromptTokensLowSlack : 0;
+  if (u.prompt_tokens > most_prompt || u.prompt_tokens < least_prompt) {
+    return "prompt_tokens " + n(u.prompt_tokens) + " is far from ferry's count of " + n(ours);
+  }
+  const int64_t ctx_len = t != nullptr ? t->context_length() : 0;
+  const int64_t per_choice = plan.max_tokens > 0 ? plan.max_tokens
+                             : ctx_len > 0       ? ctx_len
+                                                 : kMaxTokensLimit;
+  const int64_t choices = std::max<int64_t>(plan.n, 1);
+  // One token of slack per choice: some servers count the end-of-generation token.
+  const int64_t most_completion = saturating_add(saturating_mul(per_choice, choices), choices);
+  if (u.completion_tokens > most_completion) {
+    return "completion_tokens " + n(u.completion_tokens) + " exceeds " +
+           (plan.max_tokens > 0 ? "max_tokens "
+            : ctx_len > 0       ? "the context "
+                                : "the limit ") +
+           n(per_choice) + (choices > 1 ? " x n " + n(choices) : "");
+  }
+  return "";
+}
+
+namespace {
+
+// Appends one attempt's usage discrepancy to `out`, a JSON array being built (the caller
+// closes it): the figures the backend reported, what was billed instead, and why.
+void note_usage_problem(std::string& out, size_t attempt, const AttemptOutcome& o,
+                        const ledger::Tokens& billed, const std::string& problem) {
+  const adapters::Usage& u = o.usage;
+  nlohmann::json reported = {{"prompt_tokens", u.prompt_tokens},
+                             {"completion_tokens", u.completion_tokens},
+                             {"cached_tokens", u.cached_tokens},
+                             {"reasoning_tokens", u.reasoning_tokens}};
+  if (u.malformed) reported["malformed"] = true;
+  auto source = [](const ledger::TokenCount& c) {
+    return std::string(ledger::token_source_name(c.source));
+  };
+  nlohmann::json note = {{"attempt", attempt + 1},
+                         {"problem", problem},
+                         {"reported", std::move(reported)},
+                         {"billed",
+                          {{"input_tokens", billed.input.count},
+                           {"input_source", source(billed.input)},
+                           {"output_tokens", billed.output.count},
+                           {"output_source", source(billed.output)},
+                           {"reasoning_tokens", billed.reasoning.count},
+                           {"reasoning_source", source(billed.reasoning)}}}};
+  out += out.empty() ? '[' : ',';
+  out += note.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
 Plan Router::copy_for_shadow(const Plan& p) {
   Plan c;
   c.policy = p.policy;
@@ -153,6 +232,9 @@ Plan Router::copy_for_shadow(const Plan& p) {
   c.task_id = p.task_id;
   c.claimed_tags = p.claimed_tags;
   c.stream = p.stream;
+  c.max_tokens = p.max_tokens;
+  c.n = p.n;
+  c.body_bytes = p.body_bytes;
   return c;
 }
 
@@ -231,6 +313,10 @@ struct Router::Counters {
   CounterFamily prompt_checked{"ferry_prompt_tokens_checked_total",
                                "Requests whose prompt count could be compared with the backend's.",
                                {"model"}};
+  CounterFamily usage_rejected{
+      "ferry_usage_rejected_total",
+      "Attempts whose backend usage was implausible or malformed, so ferry billed its own count.",
+      {"model"}};
   CounterFamily soft_budget{"ferry_budget_soft_exceeded_total",
                             "Requests admitted past a soft budget.", {"budget"}};
   CounterFamily shadows{"ferry_shadow_requests_total", "Shadow copies sent, by target and outcome.",
@@ -491,6 +577,8 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
 
   BodyOverrides overrides;
   int64_t max_tokens = request.max_tokens;
+  p.n = request.n;
+  p.body_bytes = static_cast<int64_t>(request.raw.size());
   auto make_hop = [&](const std::string& name, Target* t) {
     PlannedHop hop;
     hop.name = name;
@@ -550,14 +638,16 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
     Target* t = direct;
     int64_t ctx_len = t->context_length();
     int64_t prompt = p.prompt_counts[t].tokens;
+    // Saturating: a prompt plus a huge max_tokens must not wrap below the context length.
+    int64_t completion = std::max<int64_t>(max_tokens, 0);
+    int64_t requested = saturating_add(prompt, completion);
     if (ctx_len > 0 && p.prompt_counts[t].source == ledger::TokenSource::kTokenizer &&
-        prompt + std::max<int64_t>(max_tokens, 0) > ctx_len) {
+        requested > ctx_len) {
       Error e = Error::make(
           ErrorCode::kContextOverflow,
           "This model's maximum context length is " + std::to_string(ctx_len) +
-              " tokens. However, you requested " + std::to_string(prompt + std::max<int64_t>(max_tokens, 0)) +
-              " tokens (" + std::to_string(prompt) + " in the messages, " +
-              std::to_string(std::max<int64_t>(max_tokens, 0)) +
+              " tokens. However, you requested " + std::to_string(requested) + " tokens (" +
+              std::to_string(prompt) + " in the messages, " + std::to_string(completion) +
               " in the completion). Please reduce the length of the messages or completion.",
           "messages", "context_length_exceeded");
       counters_->rejected.inc({"context"});
@@ -568,20 +658,23 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
     p.hops.push_back(make_hop(t->model->name, t));
   }
 
+  p.max_tokens = max_tokens;
   if (ledger_) {
     // The worst case over the route: the largest prompt count at the input price plus the
-    // most output the request can produce at the output price of the dearest target.
+    // most output the request can produce (per choice, times `n`) at the output price of the
+    // dearest target. Saturating: a worst case too large to hold refuses against any budget.
     std::vector<std::string> refs;
     int64_t prompt = 0;
     int64_t out = 0;
     for (const auto& hop : p.hops) {
       refs.push_back(hop.target->model->name);
-      prompt = std::max(prompt, p.prompt_counts[hop.target].tokens);
+      int64_t hop_prompt = p.prompt_counts[hop.target].tokens;
+      prompt = std::max(prompt, hop_prompt);
       int64_t ctx_len = hop.target->context_length();
       int64_t most = max_tokens > 0 ? max_tokens
-                                    : (ctx_len > 0 ? std::max<int64_t>(ctx_len - p.prompt_counts[hop.target].tokens, 1)
-                                                   : 4096);
-      out = std::max(out, most);
+                     : ctx_len > 0  ? std::max<int64_t>(ctx_len - hop_prompt, 1)
+                                    : kUnboundedOutputTokens;
+      out = std::max(out, saturating_mul(most, std::max<int64_t>(request.n, 1)));
     }
     Money worst = ledger_->worst_case(refs, prompt, out);
     auto admission = ledger_->admit(
@@ -687,11 +780,11 @@ std::string Router::finish(const RequestContext& ctx, Plan& plan,
       ar.status = ledger::RequestStatus::kError;
     }
     if (a.error) ar.error_code = error_code_text(*a.error);
-    if (a.usage.reported()) {
-      ar.tokens = ledger::split_openai_usage(std::max<int64_t>(a.usage.prompt_tokens, 0),
-                                            a.usage.cached_tokens,
-                                            std::max<int64_t>(a.usage.completion_tokens, 0),
-                                            a.usage.reasoning_tokens, ledger::TokenSource::kBackend);
+    const std::string problem = usage_problem(plan, a);
+    if (a.usage.reported() && problem.empty()) {
+      ar.tokens = ledger::split_openai_usage(a.usage.prompt_tokens, a.usage.cached_tokens,
+                                             a.usage.completion_tokens, a.usage.reasoning_tokens,
+                                             ledger::TokenSource::kBackend);
     } else if (a.ok || a.sent_to_client || !a.generated_text.empty()) {
       // No usage from the backend (it omits it, or the stream was cut short by either side):
       // ferry counts the prompt it sent and the text that was actually generated.
@@ -705,6 +798,10 @@ std::string Router::finish(const RequestContext& ctx, Plan& plan,
         PromptCount rc = count_output(t, reasoning);
         ar.tokens.reasoning = {rc.tokens, rc.source};
       }
+    }
+    if (!problem.empty()) {
+      if (t != nullptr) counters_->usage_rejected.inc({t->model->name});
+      note_usage_problem(r.usage_check, r.attempts.size(), a, ar.tokens, problem);
     }
     r.attempts.push_back(std::move(ar));
   }
@@ -723,6 +820,7 @@ std::string Router::finish(const RequestContext& ctx, Plan& plan,
     r.tokens = r.attempts.front().tokens;
     r.attempts.clear();
   }
+  if (!r.usage_check.empty()) r.usage_check += ']';
   return ledger_->record(std::move(r), std::move(plan.admission), std::move(on_durable));
 }
 
@@ -750,17 +848,22 @@ void Router::finish_shadow(const RequestContext& ctx, const Plan& plan,
   r.http_status = o.http_status;
   if (o.error) r.error_code = error_code_text(*o.error);
   r.finish_reason = o.finish_reason;
-  if (o.usage.reported()) {
-    r.tokens = ledger::split_openai_usage(std::max<int64_t>(o.usage.prompt_tokens, 0),
-                                         o.usage.cached_tokens,
-                                         std::max<int64_t>(o.usage.completion_tokens, 0),
-                                         o.usage.reasoning_tokens, ledger::TokenSource::kBackend);
+  const std::string problem = usage_problem(plan, o);
+  if (o.usage.reported() && problem.empty()) {
+    r.tokens = ledger::split_openai_usage(o.usage.prompt_tokens, o.usage.cached_tokens,
+                                          o.usage.completion_tokens, o.usage.reasoning_tokens,
+                                          ledger::TokenSource::kBackend);
   } else if (o.ok) {
     auto it = plan.prompt_counts.find(o.hop->target);
     PromptCount pc = it != plan.prompt_counts.end() ? it->second : PromptCount{};
     PromptCount out = count_output(o.hop->target, o);
     r.tokens.input = {pc.tokens, pc.source};
     r.tokens.output = {out.tokens, out.tokens > 0 ? out.source : ledger::TokenSource::kNone};
+  }
+  if (!problem.empty()) {
+    counters_->usage_rejected.inc({o.hop->target->model->name});
+    note_usage_problem(r.usage_check, 0, o, r.tokens, problem);
+    r.usage_check += ']';
   }
   r.timings.total_us = o.ended_us - o.started_us;
   r.timings.ttft_us = o.ttft_us;
@@ -819,6 +922,7 @@ void Router::render_metrics(std::string& out) const {
   counters_->rejected.render(out);
   counters_->prompt_checked.render(out);
   counters_->prompt_mismatch.render(out);
+  counters_->usage_rejected.render(out);
   counters_->soft_budget.render(out);
   counters_->shadows.render(out);
   bool any_breaker = false;

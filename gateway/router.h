@@ -107,6 +107,11 @@ struct Plan {
   std::string task_id;
   std::vector<std::string> claimed_tags;
   bool stream = false;
+  // What the answer can be at most, for checking a backend's usage: the max_tokens sent
+  // (after a rule's `set`; -1 when none), the choices asked for and the body's size.
+  int64_t max_tokens = -1;
+  int64_t n = 1;
+  int64_t body_bytes = 0;
   std::string facts_json;  // the routing facts, for replay
   int64_t routing_us = 0;
   // Headers every response to this request carries (x-ferry-rule, x-ferry-policy, budget).
@@ -135,6 +140,20 @@ struct AttemptOutcome {
 
 // Whether routing may try the next hop after this failure (nothing was sent to the client).
 bool retryable(const Error& error);
+
+// Why the attempt's usage cannot be billed as reported, or "" when it can or is absent: a
+// member that is not an integer, a negative count, cached > prompt or reasoning > completion,
+// a prompt far from ferry's own count (under a quarter of its exact count less
+// kPromptTokensLowSlack; over twice it, or the body's bytes, plus kPromptTokensSlack), or
+// completion tokens beyond max_tokens (or the context) times n, plus one per choice. The
+// router then bills ferry's own counts and records the discrepancy.
+constexpr int64_t kPromptTokensSlack = 16384;  // images and tool schemas the count cannot see
+constexpr int64_t kPromptTokensLowSlack = 16;  // template differences on short prompts
+std::string usage_problem(const Plan& plan, const AttemptOutcome& o);
+// The backend's usage is present and plausible: bill it (else ferry counts the answer's text).
+inline bool usage_billable(const Plan& plan, const AttemptOutcome& o) {
+  return o.usage.reported() && usage_problem(plan, o).empty();
+}
 
 // Appends the answer's text (content) and reasoning text found in a non-streamed JSON body or
 // in SSE bytes (`data: {...}` events), for counting when the backend reported no usage.

@@ -758,7 +758,7 @@ struct Server::Impl {
       o.usage = result->usage;
       o.finish_reason = result->finish_reason;
       o.http_status = result->status;
-      if (!o.usage.reported()) {
+      if (!usage_billable(*plan, o)) {
         extract_answer_text(streaming ? std::string_view(sink.captured) : std::string_view(result->body),
                             streaming, o.generated_text, o.reasoning_text);
       }
@@ -848,7 +848,7 @@ struct Server::Impl {
           metrics.backend_errors.inc({rec.backend, backend_error_kind(e.code)});
         }
       }
-      if (!a.usage.reported() && (a.ok || a.sent_to_client)) {
+      if (!usage_billable(plan, a) && (a.ok || a.sent_to_client)) {
         std::string captured = sink.take_captured();
         std::string_view answer = captured;
         if (!streaming && result) answer = result->body;

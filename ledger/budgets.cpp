@@ -134,7 +134,8 @@ double BudgetBook::left_pct_locked(size_t index) const {
   const BudgetState& state = states_[index];
   int64_t amount = defs_[index].amount.micros();
   if (amount <= 0) return 0.0;
-  int64_t left = amount - state.spent.micros() - state.reserved.micros();
+  // In Money: saturating, since a reservation may be Money::max().
+  int64_t left = (defs_[index].amount - state.spent - state.reserved).micros();
   double pct = 100.0 * static_cast<double>(left) / static_cast<double>(amount);
   return std::clamp(pct, 0.0, 100.0);
 }
@@ -147,7 +148,9 @@ Result<Reservation> BudgetBook::reserve(const Subject& subject, Money worst_case
     if (!budget_applies(defs_[i], subject)) continue;
     roll(i, now_us);
     const BudgetState& state = states_[i];
-    bool over = state.spent + state.reserved + worst_case > defs_[i].amount;
+    // Money saturates: a worst case too large to hold (Money::max()) is over every budget.
+    bool over =
+        worst_case >= Money::max() || state.spent + state.reserved + worst_case > defs_[i].amount;
     if (over && defs_[i].hard) {
       const BudgetDef& def = defs_[i];
       Error error = Error::make(

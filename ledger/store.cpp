@@ -128,6 +128,11 @@ INSERT INTO daily_team SELECT day, team, project, model, target, SUM(requests), 
   SUM(avoided_total), SUM(avoided_base), MIN(first_us), MAX(last_us)
   FROM daily GROUP BY day, team, project, model, target;
 )sql",
+    // 3: why a backend's usage was not billed as reported (RequestRecord::usage_check). NULL
+    // for rows whose usage was trusted (every row before this version): they hash as before.
+    R"sql(
+ALTER TABLE requests ADD COLUMN usage_check TEXT;
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -340,6 +345,10 @@ void request_values(const LedgerEntry& e, std::string_view prev_hash, RowScratch
   v.emplace_back(r.timings.total_us);
   v.emplace_back(prev_hash);
   if (!r.facts_json.empty()) v.emplace_back(std::string_view(r.facts_json));
+  if (!r.usage_check.empty()) {
+    v.emplace_back(std::string_view(kUsageCheckColumn));
+    v.emplace_back(std::string_view(r.usage_check));
+  }
 }
 
 void attempt_values(std::string_view request_id, size_t index, const AttemptRecord& a,
@@ -544,8 +553,8 @@ Result<Store> Store::open(const std::string& path, const std::string& currency) 
 
 Status Store::prepare_statements() {
   auto ins = db_.prepare("INSERT INTO requests(" + join_names(request_columns()) + "," +
-                         kFactsColumn + ",hash) VALUES(" +
-                         join_placeholders(request_columns().size() + 2) + ")");
+                         kFactsColumn + "," + kUsageCheckColumn + ",hash) VALUES(" +
+                         join_placeholders(request_columns().size() + 3) + ")");
   if (!ins) return ins.error();
   insert_request_ = std::move(*ins);
   auto att = db_.prepare("INSERT INTO attempts(" + join_names(attempt_columns()) + ") VALUES(" +
@@ -638,7 +647,12 @@ Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& la
   } else {
     insert_request_.bind_ref(static_cast<int>(columns + 1), std::string_view(r.facts_json));
   }
-  insert_request_.bind_ref(static_cast<int>(columns + 2), std::string_view(hash));
+  if (r.usage_check.empty()) {
+    insert_request_.bind_null(static_cast<int>(columns + 2));
+  } else {
+    insert_request_.bind_ref(static_cast<int>(columns + 2), std::string_view(r.usage_check));
+  }
+  insert_request_.bind_ref(static_cast<int>(columns + 3), std::string_view(hash));
   auto st = insert_request_.run();
   if (!st) {
     // A constraint (duplicate id) refuses this row alone; anything else fails the batch.

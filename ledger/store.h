@@ -20,8 +20,9 @@
 
 namespace ferry::ledger {
 
-// 1: the first schema; 2: requests.facts (the routing facts, for replay) and daily_team.
-constexpr int kSchemaVersion = 2;
+// 1: the first schema; 2: requests.facts (the routing facts, for replay) and daily_team;
+// 3: requests.usage_check (backend usage ferry did not bill as reported).
+constexpr int kSchemaVersion = 3;
 constexpr const char* kGenesisHash =
     "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -45,11 +46,15 @@ const std::vector<std::string>& attempt_columns();
 // The request's routing facts (JSON), or NULL. Not in request_columns(): a row hashes it
 // after them, and only when it is set, so rows without facts hash as in schema version 1.
 constexpr const char* kFactsColumn = "facts";
+// RequestRecord::usage_check, or NULL. Like the facts, hashed only where set: after the facts,
+// behind the marker value kUsageCheckColumn (so a row without facts cannot be mistaken for one).
+constexpr const char* kUsageCheckColumn = "usage_check";
 
 // The canonical encoding of one row's values: each value as N; I<int>; or T<len>:<bytes>;
 std::string canonical_values(const std::vector<Value>& values);
 // hash = sha256(tag + canonical(request) + "A" + canonical(attempt) ...), lower-case hex.
-// `request` is the request_columns() values, then the facts when the row has them.
+// `request` is the request_columns() values, then the facts when the row has them, then
+// kUsageCheckColumn and the usage check when it has one.
 std::string row_hash(const std::vector<Value>& request,
                      const std::vector<std::vector<Value>>& attempts);
 

@@ -99,6 +99,11 @@ struct RequestRecord {
   // The routing facts the policy decided on (policies::facts_to_json, as JSON text), so that
   // `ferry policy replay` can re-decide the request; "" when none were recorded.
   std::string facts_json;
+  // Set when a backend's usage could not be billed as reported (negative, not an integer, or
+  // beyond what the request could produce): JSON text naming each such attempt, the figures
+  // it reported, ferry's own counts that were billed instead, and why. "" when usage was
+  // trusted or absent.
+  std::string usage_check;
 };
 
 // How a row was priced.

@@ -46,9 +46,10 @@ constexpr std::array<const char*, 4> kTokenKinds = {"input_tokens", "cached_toke
                                                     "output_tokens", "reasoning_tokens"};
 
 // Checks the cost columns of one row (request or attempt): all NULL when unpriced, otherwise
-// all set and the total equal to the parts.
+// all set and the total equal to the parts. Only adjustments may be negative (a credit): a
+// request that cost less than nothing is a defect (e.g. an overflowed price x tokens).
 void check_costs(const std::vector<std::string>& columns, const std::vector<Value>& values,
-                 const std::string& what, Checker& check) {
+                 const std::string& what, bool credit_allowed, Checker& check) {
   std::string pricing = as_text(values[column_index(columns, "pricing")]);
   const Value& total = values[column_index(columns, "cost_total")];
   if (pricing == "unpriced") {
@@ -61,15 +62,23 @@ void check_costs(const std::vector<std::string>& columns, const std::vector<Valu
     check.problem(what + ": unknown pricing '" + pricing + "'");
     return;
   }
-  int64_t sum = 0;
+  __int128 sum = 0;  // four int64 parts cannot overflow it
   for (const char* part : kCostParts) {
     const Value& v = values[column_index(columns, part)];
     if (is_null(v)) check.problem(what + ": priced but " + part + " is missing");
+    if (!credit_allowed && as_int(v) < 0) {
+      check.problem(what + ": negative " + part + " " + std::to_string(as_int(v)));
+    }
     sum += as_int(v);
   }
   if (is_null(total) || as_int(total) != sum) {
-    check.problem(what + ": cost_total " + std::to_string(as_int(total)) +
-                  " != sum of parts " + std::to_string(sum));
+    check.problem(what + ": cost_total " + std::to_string(as_int(total)) + " != sum of parts" +
+                  (sum >= INT64_MIN && sum <= INT64_MAX
+                       ? " " + std::to_string(static_cast<int64_t>(sum))
+                       : std::string(" (beyond int64)")));
+  }
+  if (!credit_allowed && as_int(total) < 0) {
+    check.problem(what + ": negative cost_total " + std::to_string(as_int(total)));
   }
 }
 
@@ -85,16 +94,19 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   const auto& rcols = request_columns();
   const auto& acols = attempt_columns();
   // A file not yet migrated to version 2 (verify never writes) has no facts column and no
-  // daily_team table.
+  // daily_team table; before version 3, no usage_check column.
   bool has_facts = false;
+  bool has_usage_check = false;
   {
     auto version = db->prepare("PRAGMA user_version");
     if (!version) return version.error();
     auto got = version->step();
     if (!got) return got.error();
     has_facts = *got && version->int_at(0) >= 2;
+    has_usage_check = *got && version->int_at(0) >= 3;
   }
-  std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL");
+  std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL") + "," +
+                       (has_usage_check ? kUsageCheckColumn : "NULL");
   for (const auto& c : rcols) select += "," + c;
   auto rows = db->prepare(select + " FROM requests ORDER BY seq");
   if (!rows) return rows.error();
@@ -117,9 +129,14 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     std::string hash = rows->text_at(1);
     std::vector<Value> values;
     values.reserve(rcols.size() + 1);
-    for (size_t i = 0; i < rcols.size(); ++i) values.push_back(rows->value_at(static_cast<int>(i + 3)));
-    // The facts, where set, are hashed after the columns (see store.h).
+    for (size_t i = 0; i < rcols.size(); ++i)
+      values.push_back(rows->value_at(static_cast<int>(i + 4)));
+    // The facts and the usage check, where set, are hashed after the columns (see store.h).
     if (!rows->is_null(2)) values.push_back(rows->value_at(2));
+    if (!rows->is_null(3)) {
+      values.emplace_back(std::in_place_type<std::string>, kUsageCheckColumn);
+      values.push_back(rows->value_at(3));
+    }
     std::string id = as_text(values[id_col]);
     std::string what = "row " + std::to_string(seq) + " (" + id + ")";
     if (as_text(values[column_index(rcols, "prev_hash")]) != prev_hash) {
@@ -142,10 +159,12 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     if (row_hash(values, attempt_values) != hash) {
       check.problem(what + ": hash mismatch (the row or its attempts were altered)");
     }
-    check_costs(rcols, values, what, check);
+    const bool adjustment = as_text(values[column_index(rcols, "kind")]) == "adjustment";
+    check_costs(rcols, values, what, adjustment, check);
     if (!attempt_values.empty()) {
       for (size_t a = 0; a < attempt_values.size(); ++a) {
-        check_costs(acols, attempt_values[a], what + " attempt " + std::to_string(a + 1), check);
+        check_costs(acols, attempt_values[a], what + " attempt " + std::to_string(a + 1),
+                    adjustment, check);
       }
       for (const char* kind : kTokenKinds) {
         int64_t sum = 0;

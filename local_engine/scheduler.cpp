@@ -142,6 +142,16 @@ struct Scheduler::Impl {
     return std::min(n_ctx, std::max(len, kMinCapacity));
   }
 
+  // The KV bytes a request holds while it runs: its prompt and max_tokens, within the context.
+  // Saturating: a max_tokens near INT64_MAX must not wrap to a small reservation.
+  int64_t reservation_tokens(const GenerationRequest& req) const {
+    int64_t len = 0;
+    if (__builtin_add_overflow(static_cast<int64_t>(req.prompt.size()), req.max_tokens, &len)) {
+      len = INT64_MAX;
+    }
+    return capacity_tokens(len);
+  }
+
   // ------------------------------------------------------------ the scheduler thread
 
   void run() {
@@ -198,9 +208,8 @@ struct Scheduler::Impl {
   void admit(Clock::time_point now) {
     while (!waiting.empty() && static_cast<int64_t>(active.size()) < opt.max_sequences) {
       Waiting& w = waiting.front();
-      const int64_t tokens =
-          capacity_tokens(static_cast<int64_t>(w.req.prompt.size()) + w.req.max_tokens);
-      const int64_t need = tokens * bytes_per_token;
+      const int64_t tokens = reservation_tokens(w.req);
+      const int64_t need = tokens * bytes_per_token;  // tokens <= n_ctx: checked at submit
       if (reserved + need > budget) break;  // wait for running sequences to finish (FIFO)
       while (reserved + cache_bytes + need > budget && !cache.empty()) evict_lru();
       auto r = std::make_unique<Running>(std::move(w), now);
@@ -218,8 +227,16 @@ struct Scheduler::Impl {
     StepStats stats;
     for (auto& rp : active) {
       Running& r = *rp;
-      if (!r.decoding) continue;
+      if (!r.decoding || r.done) continue;
       const int64_t pos = engine->kv().seq_len(r.seq);
+      if (pos + 1 > r.reserve_tokens) {
+        // Never write KV past what the sequence reserved (submit and the stop checks keep it
+        // within; this guards the budget's arithmetic, not a path taken).
+        finish(
+            r, FinishReason::kCancelled,
+            Error::make(ErrorCode::kInternal, "local engine: sequence reached its KV reservation"));
+        continue;
+      }
       grow(r, pos + 1);
       batch.push_back({r.seq, pos, r.next_token, true});
       rows.push_back(&r);
@@ -691,12 +708,16 @@ Result<RequestId> Scheduler::submit(GenerationRequest request) {
   if (request.max_tokens < 1) {
     return Error::make(ErrorCode::kInvalidRequest, "max_tokens must be at least 1", "max_tokens");
   }
-  if (n + request.max_tokens > im.n_ctx) {
+  // Compared without adding: n + max_tokens overflows for a max_tokens near INT64_MAX.
+  if (request.max_tokens > im.n_ctx - n) {
     return Error::make(ErrorCode::kContextOverflow,
                        context_overflow_message(im.n_ctx, n, request.max_tokens), "messages",
                        "context_length_exceeded");
   }
-  const int64_t need = im.capacity_tokens(n + request.max_tokens) * im.bytes_per_token;
+  int64_t need = 0;
+  if (__builtin_mul_overflow(im.reservation_tokens(request), im.bytes_per_token, &need)) {
+    need = INT64_MAX;
+  }
   if (need > im.budget) {
     return Error::make(ErrorCode::kContextOverflow,
                        "the prompt and max_tokens need " + std::to_string(need >> 20) +

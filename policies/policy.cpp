@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/saturating.h"
+
 namespace ferry::policies {
 
 std::string_view op_name(Op op) {
@@ -171,7 +173,7 @@ class Evaluator {
     const TargetFacts* tf = target_facts(target);
     if (!tf || tf->context_length <= 0) return true;
     int64_t prompt = tf->prompt_tokens.value_or(facts_.prompt_tokens);
-    return prompt + facts_.max_tokens.value_or(1) <= tf->context_length;
+    return saturating_add(prompt, facts_.max_tokens.value_or(1)) <= tf->context_length;
   }
 
   static std::optional<double> opt_num(const std::optional<int64_t>& v) {
@@ -295,7 +297,7 @@ Decision build_decision(const Policy& policy, const Facts& facts, const Action& 
     Hop hop = hop_of(index);
     const TargetFacts* tf = facts.find_target(hop.ref);
     if (tf && tf->context_length > 0) {
-      int64_t needed = tf->prompt_tokens.value_or(facts.prompt_tokens) + generate;
+      int64_t needed = saturating_add(tf->prompt_tokens.value_or(facts.prompt_tokens), generate);
       if (needed > tf->context_length) {
         d.skipped.push_back({hop, "does not fit: " + std::to_string(needed) +
                                       " tokens needed, context " +
@@ -391,8 +393,8 @@ Explanation Policy::explain(const Facts& facts) const {
     const TargetFacts* tf = facts.find_target(t.ref);
     std::string fit = "yes (context unknown)";
     if (tf && tf->context_length > 0) {
-      int64_t needed = tf->prompt_tokens.value_or(facts.prompt_tokens) +
-                       facts.max_tokens.value_or(1);
+      int64_t needed = saturating_add(tf->prompt_tokens.value_or(facts.prompt_tokens),
+                                      facts.max_tokens.value_or(1));
       fit = (needed <= tf->context_length ? "yes: " : "no: ") + std::to_string(needed) +
             " of " + std::to_string(tf->context_length);
     }

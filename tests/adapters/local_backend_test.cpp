@@ -285,6 +285,68 @@ TEST_F(LocalBackendTest, ContextOverflowNamesTheNumbers) {
   EXPECT_EQ(backend_->context_length(), 512);
 }
 
+TEST_F(LocalBackendTest, HugeMaxTokensIsAContextOverflowNotAWrap) {
+  for (int64_t max_tokens : {INT64_MAX, INT64_MAX - 3, int64_t{1} << 62, int64_t{513}}) {
+    SCOPED_TRACE(max_tokens);
+    Json body = hello(4);
+    body["max_tokens"] = max_tokens;
+    auto reply = run(chat(body));
+    ASSERT_FALSE(reply.has_value());
+    EXPECT_EQ(reply.error().code, ErrorCode::kContextOverflow);
+  }
+  Json body = hello(4);
+  body["max_tokens"] = UINT64_MAX;  // 2^64 - 1 wrapped to -1 before
+  EXPECT_EQ(run(chat(body)).error().param, "max_tokens");
+  auto ok = run(chat(hello(3)));  // and it still serves
+  ASSERT_TRUE(ok.has_value()) << ok.error().message;
+  EXPECT_EQ(ok->usage.completion_tokens, 3);
+}
+
+TEST_F(LocalBackendTest, TokenIdsMustBeInTheVocabulary) {
+  auto completion = [](Json prompt) {
+    Json body = {{"model", "tiny"}, {"prompt", std::move(prompt)}, {"max_tokens", 2}};
+    BackendRequest r;
+    r.endpoint = Endpoint::kCompletions;
+    r.body = body.dump();
+    return r;
+  };
+  // 4294967301 = 2^32 + 5 was read as token 5.
+  for (Json id : {Json(4294967301LL), Json(-1), Json(UINT64_MAX), Json(INT64_MIN), Json(1 << 20)}) {
+    SCOPED_TRACE(id.dump());
+    auto reply = run(completion(Json::array({1, id})));
+    ASSERT_FALSE(reply.has_value());
+    EXPECT_EQ(reply.error().param, "prompt");
+    Json body = hello(2);
+    body["logit_bias"] = {{id.dump(), 1}};
+    auto biased = run(chat(body));
+    ASSERT_FALSE(biased.has_value());
+    EXPECT_EQ(biased.error().param, "logit_bias");
+  }
+  EXPECT_TRUE(run(completion(Json::array({1, 5}))).has_value());
+  Json body = hello(2);
+  body["logit_bias"] = {{"99999999999", 1}};  // wrapped to an int32 before
+  EXPECT_EQ(run(chat(body)).error().param, "logit_bias");
+  body["logit_bias"] = {{"5", 1}};
+  EXPECT_TRUE(run(chat(body)).has_value());
+}
+
+TEST_F(LocalBackendTest, LogprobsTypesFollowOpenAi) {
+  for (Json v : {Json("yes"), Json(3), Json(1.0)}) {
+    SCOPED_TRACE(v.dump());
+    Json body = hello(2);
+    body["logprobs"] = v;
+    EXPECT_EQ(run(chat(body)).error().param, "logprobs");
+  }
+  for (Json v : {Json(6), Json(-1), Json("3"), Json(true)}) {
+    SCOPED_TRACE(v.dump());
+    Json body = {{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 2}, {"logprobs", v}};
+    BackendRequest r;
+    r.endpoint = Endpoint::kCompletions;
+    r.body = body.dump();
+    EXPECT_EQ(run(r).error().param, "logprobs");
+  }
+}
+
 TEST_F(LocalBackendTest, BadParametersAreInvalidRequests) {
   Json body = hello(4);
   body["n"] = 2;

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstdlib>
+
 namespace ferry::adapters {
 namespace {
 
@@ -32,10 +35,66 @@ TEST(OpenAiWire, UsageShapesBackendsSend) {
   ASSERT_TRUE(f);
   EXPECT_EQ(f->prompt_tokens, -1);
   EXPECT_EQ(f->completion_tokens, 3);
+  EXPECT_TRUE(f->malformed);
   auto n = find_usage(R"({"usage":{"prompt_tokens":null,"completion_tokens":"4"}})");
   ASSERT_TRUE(n);
   EXPECT_EQ(n->prompt_tokens, -1);
   EXPECT_EQ(n->completion_tokens, -1);
+  EXPECT_TRUE(n->malformed);
+  auto ok = find_usage(R"({"usage":{"prompt_tokens":null,"completion_tokens":4}})");
+  ASSERT_TRUE(ok);
+  EXPECT_FALSE(ok->malformed);  // null is "not given", not malformed
+}
+
+TEST(OpenAiWire, UsageIntegersOverTheirExtremes) {
+  // Every member through both readers (the scanner gives up past 18 digits and on fractions).
+  const char* const texts[] = {"0",
+                               "1",
+                               "-1",
+                               "-11",
+                               "999999999999999999",
+                               "9007199254740993",
+                               "9223372036854775807",
+                               "-9223372036854775808",
+                               "9223372036854775808",
+                               "18446744073709551615",
+                               "1e300",
+                               "1.0",
+                               "\"11\"",
+                               "true",
+                               "[]",
+                               "{}"};
+  for (const char* text : texts) {
+    for (const char* member :
+         {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"}) {
+      const bool details = member[0] == 'c' ? std::string_view(member) == "cached_tokens"
+                                            : std::string_view(member) == "reasoning_tokens";
+      const std::string inner = std::string("\"") + member + "\":" + text;
+      const std::string usage =
+          !details ? "{" + inner + "}"
+          : std::string_view(member) == "cached_tokens"
+              ? R"({"prompt_tokens":1,"completion_tokens":1,"prompt_tokens_details":{)" + inner +
+                    "}}"
+              : R"({"prompt_tokens":1,"completion_tokens":1,"completion_tokens_details":{)" +
+                    inner + "}}";
+      SCOPED_TRACE(usage);
+      auto u = find_usage("{\"usage\":" + usage + "}");
+      ASSERT_TRUE(u);
+      // The text as an int64, when it is one.
+      errno = 0;
+      char* end = nullptr;
+      const long long v = std::strtoll(text, &end, 10);
+      const bool is_int64 = *end == '\0' && errno == 0;
+      EXPECT_EQ(u->malformed, !is_int64);
+      const int64_t got = std::string_view(member) == "prompt_tokens"       ? u->prompt_tokens
+                          : std::string_view(member) == "completion_tokens" ? u->completion_tokens
+                          : std::string_view(member) == "cached_tokens"     ? u->cached_tokens
+                                                                            : u->reasoning_tokens;
+      if (is_int64) {
+        EXPECT_EQ(got, v);  // kept as sent (negatives too) for the router to judge
+      }
+    }
+  }
 }
 
 TEST(OpenAiWire, NullOrMissingUsage) {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+#include <optional>
+
 namespace ferry::gateway {
 namespace {
 
@@ -168,7 +171,7 @@ TEST(OpenAiRequest, EscapedKeysAreReadAsTheKeysTheySpell) {
       Endpoint::kChatCompletions,
       R"({"mod\u0065l":"m","m\u0065ssages":[{"r\u006fle":"user","content":"x"}],"max_tok\u0065ns":0})");
   EXPECT_EQ(e.param, "max_tokens");
-  EXPECT_EQ(e.message, "'max_tokens' must be at least 1, got 0");
+  EXPECT_EQ(e.message, "'max_tokens' must be an integer between 1 and 2147483647, got 0");
   // The splice compares keys as written, so an escaped `model` key is re-serialised instead.
   auto r = parsed_chat(std::string(R"({"mod\u0065l":"m",)") + kUserX + "}");
   EXPECT_EQ(r.model, "m");
@@ -223,6 +226,188 @@ TEST(OpenAiRequest, UpstreamModelNamesAreEscapedAsJson) {
     auto j = nlohmann::json::parse(upstream_body(r, name));
     EXPECT_EQ(j["model"], name);
   }
+}
+
+// ---- integer fields over their extremes ------------------------------------------------------
+
+// JSON texts at the edges of every integer type a client can send.
+const char* const kIntegerExtremes[] = {"9223372036854775807",
+                                        "-9223372036854775808",
+                                        "9223372036854775808",
+                                        "18446744073709551615",
+                                        "4611686018427387904",
+                                        "9007199254740993",
+                                        "4294967301",
+                                        "2147483648",
+                                        "2147483647",
+                                        "129",
+                                        "128",
+                                        "21",
+                                        "20",
+                                        "6",
+                                        "5",
+                                        "1",
+                                        "0",
+                                        "-1",
+                                        "1e300",
+                                        "1.0",
+                                        "-0.5",
+                                        "\"1\"",
+                                        "true",
+                                        "null",
+                                        "[1]",
+                                        "{}"};
+
+// The integer the text spells when it is a plain JSON integer (no fraction, no exponent).
+std::optional<__int128> integer_value(std::string_view text) {
+  size_t i = text.starts_with('-') ? 1 : 0;
+  if (i == text.size()) return std::nullopt;
+  __int128 v = 0;
+  for (size_t k = i; k < text.size(); ++k) {
+    if (text[k] < '0' || text[k] > '9' || k - i > 30) return std::nullopt;
+    v = v * 10 + (text[k] - '0');
+  }
+  return i == 1 ? -v : v;
+}
+
+struct IntegerField {
+  Endpoint endpoint;
+  const char* name;
+  int64_t min;
+  int64_t max;
+};
+
+std::string body_with(Endpoint ep, const std::string& member) {
+  return ep == Endpoint::kChatCompletions
+             ? R"({"model":"m","messages":[{"role":"user","content":"x"}],)" + member + "}"
+             : R"({"model":"m","prompt":"x",)" + member + "}";
+}
+
+TEST(OpenAiRequest, IntegerFieldsAcceptExactlyTheirRangeAndNeverWrap) {
+  const IntegerField fields[] = {
+      {Endpoint::kChatCompletions, "max_tokens", 1, kMaxTokensLimit},
+      {Endpoint::kChatCompletions, "max_completion_tokens", 1, kMaxTokensLimit},
+      {Endpoint::kCompletions, "max_tokens", 1, kMaxTokensLimit},
+      {Endpoint::kChatCompletions, "n", 1, kMaxChoices},
+      {Endpoint::kCompletions, "n", 1, kMaxChoices},
+      {Endpoint::kChatCompletions, "seed", INT64_MIN, INT64_MAX},
+      {Endpoint::kChatCompletions, "top_logprobs", 0, 20},
+      {Endpoint::kCompletions, "logprobs", 0, 5},
+  };
+  for (const IntegerField& f : fields) {
+    for (const char* text : kIntegerExtremes) {
+      SCOPED_TRACE(std::string(f.name) + "=" + text);
+      auto r = parse_request(f.endpoint,
+                             body_with(f.endpoint, "\"" + std::string(f.name) + "\":" + text));
+      const auto v = integer_value(text);
+      const bool absent = std::string_view(text) == "null";
+      const bool in_range = v && *v >= f.min && *v <= f.max;
+      if (absent || in_range) {
+        ASSERT_TRUE(r) << r.error().message;
+        if (in_range && (std::string_view(f.name).starts_with("max_"))) {
+          EXPECT_EQ(r->max_tokens, static_cast<int64_t>(*v));
+        }
+        if (in_range && std::string_view(f.name) == "n") {
+          EXPECT_EQ(r->n, static_cast<int64_t>(*v));
+        }
+        continue;
+      }
+      ASSERT_FALSE(r);
+      EXPECT_EQ(r.error().code, ErrorCode::kInvalidRequest);
+      // Integers beyond 64 bits fail JSON parsing itself; everything else names the field.
+      if (!v || (*v >= INT64_MIN && *v <= static_cast<__int128>(UINT64_MAX))) {
+        EXPECT_EQ(r.error().param, f.name) << r.error().message;
+      }
+    }
+  }
+}
+
+TEST(OpenAiRequest, ChatLogprobsIsABoolean) {
+  for (const char* text : kIntegerExtremes) {
+    SCOPED_TRACE(text);
+    auto r =
+        parse_request(Endpoint::kChatCompletions,
+                      body_with(Endpoint::kChatCompletions, std::string("\"logprobs\":") + text));
+    if (std::string_view(text) == "true" || std::string_view(text) == "null") {
+      EXPECT_TRUE(r) << r.error().message;
+    } else {
+      ASSERT_FALSE(r);
+      EXPECT_EQ(r.error().param, "logprobs");
+    }
+  }
+  EXPECT_EQ(expect_error(Endpoint::kChatCompletions,
+                         body_with(Endpoint::kChatCompletions, R"("logprobs":"yes")"))
+                .param,
+            "logprobs");
+  EXPECT_TRUE(parse_request(Endpoint::kChatCompletions,
+                            body_with(Endpoint::kChatCompletions, R"("logprobs":false)")));
+}
+
+TEST(OpenAiRequest, LogitBiasKeysAreTokenIdsAndValuesWithinAHundred) {
+  for (const char* text : kIntegerExtremes) {
+    const auto v = integer_value(text);
+    // As a key (a JSON string holding the text).
+    if (std::string_view(text).find('"') == std::string_view::npos) {
+      SCOPED_TRACE(std::string("key ") + text);
+      auto r = parse_request(Endpoint::kChatCompletions,
+                             body_with(Endpoint::kChatCompletions,
+                                       std::string(R"("logit_bias":{")") + text + R"(":1})"));
+      const bool ok = v && *v >= 0 && *v <= kMaxTokenId && text[0] != '-';
+      EXPECT_EQ(static_cast<bool>(r), ok);
+      if (!r) {
+        EXPECT_EQ(r.error().param, "logit_bias");
+      }
+    }
+    // As a value.
+    SCOPED_TRACE(std::string("value ") + text);
+    auto r = parse_request(
+        Endpoint::kChatCompletions,
+        body_with(Endpoint::kChatCompletions, std::string(R"("logit_bias":{"5":)") + text + "}"));
+    const double d = std::strtod(text, nullptr);
+    const bool number = std::string_view(text).find_first_of("\"tn[{") == std::string_view::npos;
+    const bool ok = number && d >= -100 && d <= 100;
+    EXPECT_EQ(static_cast<bool>(r), ok) << (r ? "" : r.error().message);
+    if (!r && number && v && *v <= static_cast<__int128>(UINT64_MAX)) {
+      EXPECT_EQ(r.error().param, "logit_bias");
+    }
+  }
+  // The issue's key: 99999999999 does not fit a token id (it wrapped to an int32 before).
+  EXPECT_EQ(expect_error(Endpoint::kChatCompletions,
+                         body_with(Endpoint::kChatCompletions, R"("logit_bias":{"99999999999":1})"))
+                .param,
+            "logit_bias");
+  for (const char* key : {"", "-1", "+5", " 5", "5 ", "0x10", "1.5"}) {
+    SCOPED_TRACE(key);
+    EXPECT_EQ(expect_error(Endpoint::kChatCompletions,
+                           body_with(Endpoint::kChatCompletions,
+                                     std::string(R"("logit_bias":{")") + key + R"(":1})"))
+                  .param,
+              "logit_bias");
+  }
+}
+
+TEST(OpenAiRequest, CompletionPromptTokenIdsAreTokenIds) {
+  for (const char* text : kIntegerExtremes) {
+    const auto v = integer_value(text);
+    const bool is_string = text[0] == '"';
+    for (const std::string& prompt :
+         {"[" + std::string(text) + "]", "[[7," + std::string(text) + "]]"}) {
+      SCOPED_TRACE(prompt);
+      auto r = parse_request(Endpoint::kCompletions, R"({"model":"m","prompt":)" + prompt + "}");
+      // ["1"] is a prompt of one string and [[1]] one token array; inside a token array
+      // neither is an id.
+      const bool ok =
+          (v && *v >= 0 && *v <= kMaxTokenId) ||
+          ((is_string || std::string_view(text) == "[1]") && !prompt.starts_with("[[7,"));
+      EXPECT_EQ(static_cast<bool>(r), ok) << (r ? "" : r.error().message);
+      if (!r && !(v && (*v > static_cast<__int128>(UINT64_MAX) || *v < INT64_MIN))) {
+        EXPECT_EQ(r.error().param, "prompt");
+      }
+    }
+  }
+  // 4294967301 = 2^32 + 5: refused, never read as token 5.
+  Error e = expect_error(Endpoint::kCompletions, R"({"model":"m","prompt":[4294967301]})");
+  EXPECT_NE(e.message.find("4294967301"), std::string::npos) << e.message;
 }
 
 }  // namespace

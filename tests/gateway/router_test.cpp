@@ -345,7 +345,8 @@ TEST_F(RouterTest, FinishRecordsTheRowWithBackendUsageBeforeTheCallback) {
   start(ledger_yaml(db, "100"));
   RequestContext ctx = context();
   ctx.task_header = "task-77";
-  auto plan = router_->plan(ctx, chat("big", "hello", R"(,"max_tokens":10)"));
+  // max_tokens 100: a backend's 100 completion tokens are plausible (more would not be).
+  auto plan = router_->plan(ctx, chat("big", "hello", R"(,"max_tokens":100)"));
   ASSERT_TRUE(plan);
   ASSERT_FALSE(plan->refusal);
   AttemptOutcome a;

@@ -56,6 +56,29 @@ class FerryTest : public ::testing::Test {
   Server ferry_;
 };
 
+// A fresh ferry_test_upstream and a ledger path; the test starts ferry on its own config into
+// ferry_. Both are stopped after the test, and ferry must exit cleanly.
+class OwnConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    upstream_ = start_upstream();
+    db_ = (dir_.path() / "ledger.db").string();
+  }
+  void TearDown() override {
+    if (ferry_.process) {
+      int status = ferry_.process->stop(Ms(15000));
+      EXPECT_EQ(status, 0) << "ferry did not exit cleanly";
+      if (HasFailure()) std::cerr << "---- ferry stderr ----\n" << ferry_.process->stderr_text();
+    }
+    if (upstream_.process) upstream_.process->stop();
+  }
+
+  TempDir dir_;
+  Server upstream_;
+  Server ferry_;
+  std::string db_;
+};
+
 // Checks the OpenAI error shape {"error":{"message","type","param","code"}}.
 inline ::testing::AssertionResult is_openai_error(const Response& r) {
   json j = r.body_json();

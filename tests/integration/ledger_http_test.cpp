@@ -74,21 +74,8 @@ int64_t micros(const std::string& decimal) {
   return neg ? -v : v;
 }
 
-class LedgerHttpTest : public ::testing::Test {
+class LedgerHttpTest : public OwnConfigTest {
  protected:
-  void SetUp() override {
-    upstream_ = start_upstream();
-    db_ = (dir_.path() / "ledger.db").string();
-  }
-  void TearDown() override {
-    if (ferry_.process) {
-      int status = ferry_.process->stop(Ms(15000));
-      EXPECT_EQ(status, 0) << "ferry did not exit cleanly";
-      if (HasFailure()) std::cerr << "---- ferry stderr ----\n" << ferry_.process->stderr_text();
-    }
-    if (upstream_.process) upstream_.process->stop();
-  }
-
   std::string config(const std::string& budget_amount = "") {
     std::string cfg = standard_config(upstream_.address);
     // Exact counting for the models whose usage is missing or cut.
@@ -131,11 +118,6 @@ class LedgerHttpTest : public ::testing::Test {
     if (at == std::string::npos) return -1;
     return std::stoll(r->body.substr(at + series.size() + 1));
   }
-
-  TempDir dir_;
-  Server upstream_;
-  Server ferry_;
-  std::string db_;
 };
 
 std::vector<std::string> task_headers(const std::string& task, const char* key = kAppKey) {

@@ -15,6 +15,8 @@
 //   hang-after-first   stream the first chunk, then never send anything else
 //   no-usage           never send usage, even when stream_options.include_usage is set
 //   chunky             write the response in tiny pieces (1-5 bytes), each its own HTTP chunk
+// A request body member "x_test_usage" (a string holding JSON) is sent as the usage object
+// instead of the counted one, e.g. "{\"prompt_tokens\":-5,\"completion_tokens\":1e300}".
 // Introspection: GET /_last_request (method, target, headers, body of the last /v1 request),
 // GET /_stats (connections, api_connections, requests, completed, cancelled, in_flight),
 // POST /_reset (zero the counters).
@@ -205,6 +207,16 @@ json usage_json(const Answer& a, int64_t n) {
   return {{"prompt_tokens", a.prompt_tokens},
           {"completion_tokens", completion},
           {"total_tokens", a.prompt_tokens + completion}};
+}
+
+// The usage to send: the body's x_test_usage when it holds JSON, else the counted one.
+json usage_for(const json& body, const Answer& a, int64_t n) {
+  auto it = body.find("x_test_usage");
+  if (it != body.end() && it->is_string()) {
+    json chosen = json::parse(it->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (!chosen.is_discarded()) return chosen;
+  }
+  return usage_json(a, n);
 }
 
 std::string join(const std::vector<std::string>& pieces) {
@@ -414,7 +426,7 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
                 {"created", 1700000000},
                 {"model", model},
                 {"choices", std::move(choices)}};
-    if (!b.no_usage) out["usage"] = usage_json(answer, n);
+    if (!b.no_usage) out["usage"] = usage_for(body, answer, n);
     if (!co_await send_json(stream, 200, out, keep_alive, b.chunky, rng)) {
       ++g_stats.cancelled;
       co_return Reply{false};
@@ -457,7 +469,7 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
               {"created", 1700000000},
               {"model", model},
               {"choices", json::array()},
-              {"usage", usage_json(answer, n)}};
+              {"usage", usage_for(body, answer, n)}};
     events.push_back(sse(u));
   }
   events.push_back("data: [DONE]\n\n");

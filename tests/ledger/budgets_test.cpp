@@ -103,5 +103,34 @@ TEST(Budgets, HardRefusesSoftWarns) {
   EXPECT_NEAR(*book.left_pct(Subject{"other", "t", ""}, kJune15 + kMicrosPerDay), 100.0, 1e-9);
 }
 
+TEST(Budgets, ASaturatedWorstCaseIsOverEveryHardBudget) {
+  // The largest budget Money holds, and a small one with room left: a worst case that saturated
+  // (too large to hold) is refused by both, however little was spent.
+  auto defs = budgets_from(R"(
+- {name: huge, scope: team, match: t, amount: 9223372036854.775807, period: day}
+- {name: small, scope: key, match: k, amount: 0.004000, period: day, mode: soft}
+)");
+  BudgetBook book(std::move(defs));
+  Subject s{"k", "t", "p"};
+  auto spent = book.reserve(s, Money::from_micros(3850), kJune15);
+  ASSERT_TRUE(spent);
+  for (Money worst : {Money::max(), Money::from_micros(INT64_MAX - 1) + Money::from_micros(5)}) {
+    auto r = book.reserve(s, worst, kJune15);
+    ASSERT_FALSE(r) << worst.to_string();
+    EXPECT_EQ(r.error().param, "huge");
+  }
+  // A soft budget only warns; its left percentage stays defined (no int64 overflow).
+  auto soft_only = budgets_from(R"(
+- {name: small, scope: key, match: k, amount: 0.004000, period: day, mode: soft}
+)");
+  BudgetBook soft(std::move(soft_only));
+  auto warned = soft.reserve(s, Money::max(), kJune15);
+  ASSERT_TRUE(warned);
+  ASSERT_EQ(warned->soft_exceeded.size(), 1u);
+  EXPECT_NEAR(*warned->left_pct, 0.0, 1e-9);
+  soft.release(*warned);
+  EXPECT_NEAR(*soft.left_pct(s, kJune15), 100.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace ferry::ledger

@@ -171,7 +171,7 @@ TEST(LedgerHistory, SchemaOneFileMigratesAndTheChainContinues) {
     auto db = Db::open(path, false);
     ASSERT_TRUE(
         db->exec("ALTER TABLE requests DROP COLUMN facts; DROP TABLE daily_team; "
-                 "PRAGMA user_version=1"));
+                 "ALTER TABLE requests DROP COLUMN usage_check; PRAGMA user_version=1"));
   }
   auto old = verify_ledger(path);  // read-only: no migration
   ASSERT_TRUE(old);

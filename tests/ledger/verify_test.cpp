@@ -133,5 +133,63 @@ TEST_F(VerifyTest, ChainContinuesAfterReopen) {
   EXPECT_EQ(stmt->text_at(0), head_before.substr(head_before.find(':') + 1));
 }
 
+TEST_F(VerifyTest, FlagsANegativeCostOnARequestButNotOnAnAdjustment) {
+  // What an overflowed price x tokens (or a negative usage figure) used to leave behind: a
+  // request that cost less than nothing. Its hash is intact; verify must still refuse it.
+  {
+    LedgerConfig config;
+    config.path = path_;
+    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    ASSERT_TRUE(ledger);
+    ASSERT_TRUE(record_durably(**ledger, simple_record("gpu-large", tokens_of(-7, 0, -3, 0))));
+  }
+  VerifyResult r = verify();
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(mentions(r, "negative cost_input"));
+  EXPECT_TRUE(mentions(r, "negative cost_output"));
+  EXPECT_TRUE(mentions(r, "negative cost_total"));
+  EXPECT_FALSE(mentions(r, "hash mismatch"));
+  EXPECT_EQ(r.problems.size(), 3u) << "the -5 adjustment is a credit, not a defect";
+}
+
+TEST_F(VerifyTest, UsageCheckIsHashedAndOlderFilesMigrate) {
+  // A version 2 file (before usage_check) with rows in it: verify reads it as it is, and opening
+  // it migrates it without touching the rows' hashes.
+  tamper("ALTER TABLE requests DROP COLUMN usage_check; PRAGMA user_version=2;");
+  EXPECT_TRUE(verify().ok());
+  {
+    LedgerConfig config;
+    config.path = path_;
+    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    ASSERT_TRUE(ledger) << ledger.error().message;
+    RequestRecord checked =
+        simple_record("gpu-large", tokens_of(11, 0, 4, 0, TokenSource::kTokenizer));
+    checked.usage_check = R"([{"attempt":1,"problem":"prompt_tokens -5 is negative or missing"}])";
+    std::string id;
+    ASSERT_TRUE(record_durably(**ledger, checked, &id));
+    ids_.push_back(id);
+    // A row without facts or a check hashes as before.
+    ASSERT_TRUE(record_durably(**ledger, simple_record("gpu-large", tokens_of(1, 0, 1, 0))));
+  }
+  VerifyResult r = verify();
+  EXPECT_TRUE(r.ok()) << (r.problems.empty() ? "" : r.problems[0]);
+  EXPECT_EQ(r.rows, 8);
+  {
+    auto db = Db::open(path_, true);
+    auto stmt = db->prepare("SELECT usage_check FROM requests WHERE id = '" + ids_.back() + "'");
+    ASSERT_TRUE(stmt);
+    ASSERT_TRUE(*stmt->step());
+    EXPECT_NE(stmt->text_at(0).find("negative or missing"), std::string::npos);
+  }
+  {
+    auto db = Db::open(path_, false);  // the triggers went with the first tamper()
+    ASSERT_TRUE(db);
+    ASSERT_TRUE(db->exec("UPDATE requests SET usage_check = NULL WHERE id = '" + ids_.back() + "'"));
+  }
+  VerifyResult tampered = verify();
+  EXPECT_TRUE(mentions(tampered, "hash mismatch"));
+  EXPECT_TRUE(mentions(tampered, ids_.back()));
+}
+
 }  // namespace
 }  // namespace ferry::ledger

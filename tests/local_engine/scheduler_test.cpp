@@ -425,5 +425,24 @@ TEST_F(SchedulerTest, RefusesRequestsThatCannotFit) {
   EXPECT_EQ(c.completion_tokens, 12);
 }
 
+TEST_F(SchedulerTest, HugeMaxTokensIsRefusedNotWrapped) {
+  // prompt + max_tokens overflows int64 for these: the check must not pass by wrapping, and the
+  // KV reservation must not wrap to a small size while generation runs to the context.
+  auto s = make(SchedulerOptions{});
+  for (int64_t max_tokens : {INT64_MAX, INT64_MAX - 1, INT64_MAX - 9, int64_t{1} << 62,
+                             (int64_t{1} << 53) + 1, int64_t{513}}) {
+    SCOPED_TRACE(max_tokens);
+    auto refused = s->submit(greedy(random_prompt(10, 14), max_tokens));
+    ASSERT_FALSE(refused.has_value());
+    EXPECT_EQ(refused.error().code, ErrorCode::kContextOverflow);
+  }
+  EXPECT_EQ(s->submit(greedy({1, 2}, INT64_MIN)).error().code, ErrorCode::kInvalidRequest);
+  // The scheduler still serves: a request that fits runs to its max_tokens.
+  auto out = submit(*s, greedy(random_prompt(10, 15), 6));
+  const Completion c = out->wait();
+  EXPECT_FALSE(c.error.has_value());
+  EXPECT_EQ(c.completion_tokens, 6);
+}
+
 }  // namespace
 }  // namespace ferry::engine
