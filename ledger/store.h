@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -20,8 +21,9 @@
 
 namespace ferry::ledger {
 
-// 1: the first schema; 2: requests.facts (the routing facts, for replay) and daily_team.
-constexpr int kSchemaVersion = 2;
+// 1: the first schema; 2: requests.facts (the routing facts, for replay) and daily_team;
+// 3: requests.request_id (the gateway's x-request-id) and its index.
+constexpr int kSchemaVersion = 3;
 constexpr const char* kGenesisHash =
     "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -45,13 +47,18 @@ const std::vector<std::string>& attempt_columns();
 // The request's routing facts (JSON), or NULL. Not in request_columns(): a row hashes it
 // after them, and only when it is set, so rows without facts hash as in schema version 1.
 constexpr const char* kFactsColumn = "facts";
+// The gateway's request id, or NULL. Like the facts, not in request_columns(): a row that has
+// one hashes it last, after an 'R' marker, so rows without one hash as in schema version 2.
+constexpr const char* kRequestIdColumn = "request_id";
 
 // The canonical encoding of one row's values: each value as N; I<int>; or T<len>:<bytes>;
 std::string canonical_values(const std::vector<Value>& values);
 // hash = sha256(tag + canonical(request) + "A" + canonical(attempt) ...), lower-case hex.
-// `request` is the request_columns() values, then the facts when the row has them.
+// `request` is the request_columns() values, then the facts when the row has them;
+// `request_id` is "" when the row has none.
 std::string row_hash(const std::vector<Value>& request,
-                     const std::vector<std::vector<Value>>& attempts);
+                     const std::vector<std::vector<Value>>& attempts,
+                     std::string_view request_id = "");
 
 namespace detail {
 struct RowScratch;

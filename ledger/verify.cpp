@@ -86,15 +86,19 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   const auto& acols = attempt_columns();
   // A file not yet migrated to version 2 (verify never writes) has no facts column and no
   // daily_team table.
+  // Likewise a file before version 3 has no request_id column.
   bool has_facts = false;
+  bool has_request_id = false;
   {
     auto version = db->prepare("PRAGMA user_version");
     if (!version) return version.error();
     auto got = version->step();
     if (!got) return got.error();
     has_facts = *got && version->int_at(0) >= 2;
+    has_request_id = *got && version->int_at(0) >= 3;
   }
-  std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL");
+  std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL") + "," +
+                       (has_request_id ? kRequestIdColumn : "NULL");
   for (const auto& c : rcols) select += "," + c;
   auto rows = db->prepare(select + " FROM requests ORDER BY seq");
   if (!rows) return rows.error();
@@ -117,9 +121,12 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     std::string hash = rows->text_at(1);
     std::vector<Value> values;
     values.reserve(rcols.size() + 1);
-    for (size_t i = 0; i < rcols.size(); ++i) values.push_back(rows->value_at(static_cast<int>(i + 3)));
-    // The facts, where set, are hashed after the columns (see store.h).
+    for (size_t i = 0; i < rcols.size(); ++i) {
+      values.push_back(rows->value_at(static_cast<int>(i + 4)));
+    }
+    // The facts, where set, are hashed after the columns, then the request id (see store.h).
     if (!rows->is_null(2)) values.push_back(rows->value_at(2));
+    std::string request_id = rows->is_null(3) ? "" : rows->text_at(3);
     std::string id = as_text(values[id_col]);
     std::string what = "row " + std::to_string(seq) + " (" + id + ")";
     if (as_text(values[column_index(rcols, "prev_hash")]) != prev_hash) {
@@ -139,7 +146,7 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     }
     attempts->reset();
     result.attempts += static_cast<int64_t>(attempt_values.size());
-    if (row_hash(values, attempt_values) != hash) {
+    if (row_hash(values, attempt_values, request_id) != hash) {
       check.problem(what + ": hash mismatch (the row or its attempts were altered)");
     }
     check_costs(rcols, values, what, check);

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build ccache pkg-config git ca-certificates
   libboost1.81-dev libyaml-cpp-dev nlohmann-json3-dev libsimdjson-dev libssl-dev libsqlite3-dev sqlite3
-  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev openssl)
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev openssl libre2-dev)
 
 missing=()
 for p in "${packages[@]}"; do

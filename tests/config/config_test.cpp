@@ -62,6 +62,24 @@ TEST(Config, BrokenYamlIsRefused) {
   EXPECT_NE(cfg.error().message.find("invalid YAML"), std::string::npos);
 }
 
+// An alias bomb anywhere in the config (here under a key the config keeps for the ledger,
+// whose parser walks it later) is refused at load with its position, before any walk.
+TEST(Config, AliasBombIsRefusedWithItsPosition) {
+  std::string bomb = "ledger:\n  a: &a [x,x,x,x,x,x,x,x,x]\n";
+  for (char level = 'b'; level <= 'i'; ++level) {
+    bomb += std::string("  ") + level + ": &" + level + " [";
+    for (int i = 0; i < 9; ++i) bomb += std::string(i == 0 ? "*" : ",*") + char(level - 1);
+    bomb += "]\n";
+  }
+  auto cfg = load_config_text(bomb, "c.yaml");
+  ASSERT_FALSE(cfg);
+  EXPECT_NE(cfg.error().message.find("c.yaml:7:"), std::string::npos) << cfg.error().message;
+  EXPECT_NE(cfg.error().message.find("more than 200000 nodes"), std::string::npos);
+  auto cycle = load_config_text("ledger: &x { a: *x }\n", "c.yaml");
+  ASSERT_FALSE(cycle);
+  EXPECT_NE(cycle.error().message.find("c.yaml:1:"), std::string::npos) << cycle.error().message;
+}
+
 TEST(Config, KeysAreHashedAndRolesChecked) {
   auto cfg = load_config_text(R"(
 auth:

@@ -170,7 +170,8 @@ TEST(LedgerHistory, SchemaOneFileMigratesAndTheChainContinues) {
     // Back to schema 1 as a file written before version 2 looks.
     auto db = Db::open(path, false);
     ASSERT_TRUE(
-        db->exec("ALTER TABLE requests DROP COLUMN facts; DROP TABLE daily_team; "
+        db->exec("DROP INDEX requests_request_id; ALTER TABLE requests DROP COLUMN request_id; "
+                 "ALTER TABLE requests DROP COLUMN facts; DROP TABLE daily_team; "
                  "PRAGMA user_version=1"));
   }
   auto old = verify_ledger(path);  // read-only: no migration
