@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/alias_bomb.h"
+
 namespace ferry::config {
 namespace {
 
@@ -65,13 +67,7 @@ TEST(Config, BrokenYamlIsRefused) {
 // An alias bomb anywhere in the config (here under a key the config keeps for the ledger,
 // whose parser walks it later) is refused at load with its position, before any walk.
 TEST(Config, AliasBombIsRefusedWithItsPosition) {
-  std::string bomb = "ledger:\n  a: &a [x,x,x,x,x,x,x,x,x]\n";
-  for (char level = 'b'; level <= 'i'; ++level) {
-    bomb += std::string("  ") + level + ": &" + level + " [";
-    for (int i = 0; i < 9; ++i) bomb += std::string(i == 0 ? "*" : ",*") + char(level - 1);
-    bomb += "]\n";
-  }
-  auto cfg = load_config_text(bomb, "c.yaml");
+  auto cfg = load_config_text("ledger:\n" + ferry::testing::alias_bomb("  "), "c.yaml");
   ASSERT_FALSE(cfg);
   EXPECT_NE(cfg.error().message.find("c.yaml:7:"), std::string::npos) << cfg.error().message;
   EXPECT_NE(cfg.error().message.find("more than 200000 nodes"), std::string::npos);

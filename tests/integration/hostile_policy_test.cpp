@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/common/alias_bomb.h"
 #include "tests/integration/fixtures.h"
 
 namespace ferry::itest {
@@ -22,18 +23,6 @@ rules:
     route: [other]
 default: { route: [good] }
 )";
-
-// 9 levels of 9 aliases each: 9^9 strings once expanded, from about 700 bytes.
-std::string alias_bomb() {
-  std::string text = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n";
-  for (char level = 'b'; level <= 'i'; ++level) {
-    std::string prev(1, static_cast<char>(level - 1));
-    text += std::string(1, level) + ": &" + level + " [";
-    for (int i = 0; i < 9; ++i) text += (i == 0 ? "*" : ",*") + prev;
-    text += "]\n";
-  }
-  return text;
-}
 
 // The peak resident memory of a process, in KiB (VmHWM); -1 when unreadable.
 int64_t peak_rss_kib(pid_t pid) {
@@ -114,8 +103,8 @@ TEST_F(HostilePolicyTest, PatternsRe2RefusesAre422AtPut) {
 TEST_F(HostilePolicyTest, AliasBombAtPutIs422AndMemoryStaysSmall) {
   std::string v1 = active_version();
   ASSERT_FALSE(v1.empty());
-  auto r = http_request(ferry_.address, "PUT", "/admin/policy?persist=false", alias_bomb(),
-                        auth_headers(kAdminKey));
+  auto r = http_request(ferry_.address, "PUT", "/admin/policy?persist=false",
+                        ferry::testing::alias_bomb(), auth_headers(kAdminKey));
   ASSERT_TRUE(r) << "no answer to the bomb";
   EXPECT_EQ(r->status, 422) << r->body;
   json error = r->body_json()["error"];

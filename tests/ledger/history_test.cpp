@@ -189,10 +189,7 @@ TEST(LedgerHistory, SchemaOneFileMigratesAndTheChainContinues) {
     r.facts_json = R"({"model":"auto"})";
     ASSERT_TRUE(record_durably(*ledger, r));
   }
-  auto db = Db::open(path, true);
-  auto version = db->prepare("PRAGMA user_version");
-  ASSERT_TRUE(version->step());
-  EXPECT_EQ(version->int_at(0), kSchemaVersion);
+  EXPECT_EQ(testing::schema_version(path), kSchemaVersion);
   auto migrated = verify_ledger(path);
   ASSERT_TRUE(migrated);
   EXPECT_TRUE(migrated->ok()) << migrated->problems.front();

@@ -197,12 +197,7 @@ TEST(LedgerRequestId, SchemaTwoFileReadsMigratesAndStillVerifies) {
   EXPECT_EQ(report->totals.requests, 0);
 
   record_rows(path, {"abc-123"}, 50);  // migrates, then appends to the same chain
-  {
-    auto db = Db::open(path, true);
-    auto version = db->prepare("PRAGMA user_version");
-    ASSERT_TRUE(version->step());
-    EXPECT_EQ(version->int_at(0), kSchemaVersion);
-  }
+  EXPECT_EQ(testing::schema_version(path), kSchemaVersion);
   auto migrated = verify_ledger(path);
   ASSERT_TRUE(migrated);
   EXPECT_TRUE(migrated->ok()) << migrated->problems.front();

@@ -9,6 +9,7 @@
 #include "policies/loader.h"
 #include "policies/yaml_tree.h"
 #include "test_util.h"
+#include "tests/common/alias_bomb.h"
 
 namespace ferry::policies {
 namespace {
@@ -88,20 +89,8 @@ TEST(PolicyRegex, PatternsRe2CannotRunSafelyAreRefusedAtLoad) {
   EXPECT_NE(e.find("bad.yaml:5:30: regular expression is too long"), std::string::npos) << e;
 }
 
-// 9 levels of 9 aliases each: 9^9 (387 million) strings once expanded, from 700 bytes.
-std::string alias_bomb() {
-  std::string text = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n";
-  for (char level = 'b'; level <= 'i'; ++level) {
-    std::string prev(1, static_cast<char>(level - 1));
-    text += std::string(1, level) + ": &" + level + " [";
-    for (int i = 0; i < 9; ++i) text += (i == 0 ? "*" : ",*") + prev;
-    text += "]\n";
-  }
-  return text;
-}
-
 TEST(PolicyYaml, AliasBombIsRefusedWithAPosition) {
-  LoadResult r = load_policy_text(alias_bomb(), "bomb.yaml");
+  LoadResult r = load_policy_text(ferry::testing::alias_bomb(), "bomb.yaml");
   ASSERT_FALSE(r.ok());
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_EQ(r.errors[0].file, "bomb.yaml");
@@ -110,8 +99,8 @@ TEST(PolicyYaml, AliasBombIsRefusedWithAPosition) {
   EXPECT_NE(r.errors[0].message.find("more than 200000 nodes"), std::string::npos)
       << r.errors_text();
   // Expanded into a tree, the same document would be 9^9 nodes: a tree is never built.
-  EXPECT_THROW(ytree::Document::parse(alias_bomb()), YAML::Exception);
-  EXPECT_THROW(yaml::parse(alias_bomb(), "bomb.yaml"), yaml::YamlError);
+  EXPECT_THROW(ytree::Document::parse(ferry::testing::alias_bomb()), YAML::Exception);
+  EXPECT_THROW(yaml::parse(ferry::testing::alias_bomb(), "bomb.yaml"), yaml::YamlError);
 }
 
 TEST(PolicyYaml, LimitsCountExpandedNodesAndDepth) {
