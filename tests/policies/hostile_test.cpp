@@ -128,6 +128,31 @@ TEST(PolicyYaml, LimitsCountExpandedNodesAndDepth) {
   EXPECT_NE(errors_of(big).find("bytes, more than"), std::string::npos);
 }
 
+// Without aliases the fast path builds the tree itself; past the node budget it leaves the
+// document to the yaml-cpp path, which refuses it with a position.
+TEST(PolicyYaml, TheFastPathKeepsTheNodeBudget) {
+  std::string list = "a: [1";
+  for (int i = 0; i < 200'000; ++i) list += ",1";
+  list += "]\n";  // 1 map, 1 key, 1 list and 200,001 items
+  EXPECT_EQ(ytree::Document::parse_fast(list), nullptr);
+  auto unbounded = ytree::Document::parse_fast(list, int64_t{1} << 40);
+  ASSERT_NE(unbounded, nullptr);
+  EXPECT_EQ(unbounded->node_count(), 200'004u);
+  try {
+    ytree::Document::parse(list);
+    ADD_FAILURE() << "a document of 200,004 nodes passed a budget of 200,000";
+  } catch (const YAML::Exception& e) {
+    EXPECT_NE(e.msg.find("more than 200000 nodes"), std::string::npos) << e.msg;
+    EXPECT_EQ(e.mark.line, 0);
+  }
+  std::string fits = "a: [1";
+  for (int i = 0; i < 1000; ++i) fits += ",1";
+  fits += "]\n";
+  auto doc = ytree::Document::parse(fits);
+  ASSERT_NE(doc, nullptr);
+  EXPECT_TRUE(doc->parsed_fast());
+}
+
 TEST(PolicyYaml, AliasCyclesAreRefused) {
   EXPECT_NE(errors_of("a: &x [1, *x]\n").find("an alias refers to a node that contains it"),
             std::string::npos);
