@@ -1,7 +1,11 @@
 #include "common/yaml_util.h"
 
+#include <yaml-cpp/eventhandler.h>
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 namespace ferry::yaml {
 
@@ -11,9 +15,115 @@ YamlError::YamlError(const std::string& file, const YAML::Mark& mark, const std:
       line_(mark.line + 1),
       column_(mark.column + 1) {}
 
+namespace {
+
+// Counts a document's nodes and depth from its parse events, an alias as the size and height
+// of the node it names (recorded when that node ends), so the count is what a walk of the
+// loaded tree would meet, in time and memory linear in the text.
+class LimitCounter : public YAML::EventHandler {
+ public:
+  explicit LimitCounter(const Limits& limits) : limits_(limits) {}
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { leaf(mark, anchor); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    leaf(mark, anchor);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    auto it = anchors_.find(anchor);
+    if (it == anchors_.end() || it->second.nodes < 0) {
+      throw YAML::ParserException(mark, "an alias refers to a node that contains it");
+    }
+    add(mark, it->second.nodes, depth() + it->second.height);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    open(mark, anchor);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    open(mark, anchor);
+  }
+  void OnMapEnd() override { close(); }
+
+ private:
+  struct Open {
+    YAML::anchor_t anchor;
+    int64_t first;  // count_ before this node
+    int depth;      // this node's
+    int deepest;    // the deepest node in it so far
+  };
+  struct Anchored {
+    int64_t nodes = -1;  // -1 while the node is still open
+    int height = 0;
+  };
+
+  int depth() const { return static_cast<int>(stack_.size()); }
+
+  // `nodes` more nodes, the deepest of them at depth `deepest`.
+  void add(const YAML::Mark& mark, int64_t nodes, int deepest) {
+    if (nodes > limits_.max_nodes - count_) {
+      throw YAML::ParserException(mark, "the document has more than " +
+                                            std::to_string(limits_.max_nodes) +
+                                            " nodes (each alias counts as the nodes it repeats)");
+    }
+    count_ += nodes;
+    if (deepest > limits_.max_depth) {
+      throw YAML::ParserException(mark, "the document nests more than " +
+                                            std::to_string(limits_.max_depth) +
+                                            " levels deep (aliases included)");
+    }
+    if (!stack_.empty()) stack_.back().deepest = std::max(stack_.back().deepest, deepest);
+  }
+  void leaf(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    add(mark, 1, depth());
+    if (anchor != YAML::NullAnchor) anchors_[anchor] = Anchored{1, 0};
+  }
+  void open(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    add(mark, 1, depth());
+    stack_.push_back(Open{anchor, count_ - 1, depth(), depth()});
+    if (anchor != YAML::NullAnchor) anchors_[anchor] = Anchored{};
+  }
+  void close() {
+    Open node = stack_.back();
+    stack_.pop_back();
+    if (node.anchor != YAML::NullAnchor) {
+      anchors_[node.anchor] = Anchored{count_ - node.first, node.deepest - node.depth};
+    }
+    if (!stack_.empty()) stack_.back().deepest = std::max(stack_.back().deepest, node.deepest);
+  }
+
+  const Limits& limits_;
+  int64_t count_ = 0;
+  std::vector<Open> stack_;
+  std::unordered_map<YAML::anchor_t, Anchored> anchors_;
+};
+
+}  // namespace
+
+void check_limits(const std::string& text, const Limits& limits) {
+  if (text.size() > limits.max_bytes) {
+    YAML::Mark start;  // line 1, column 1
+    throw YAML::ParserException(start, "the document has " + std::to_string(text.size()) +
+                                           " bytes, more than " + std::to_string(limits.max_bytes));
+  }
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  LimitCounter counter(limits);
+  parser.HandleNextDocument(counter);
+}
+
+YAML::Node load(const std::string& text, const Limits& limits) {
+  check_limits(text, limits);
+  return YAML::Load(text);
+}
+
 YAML::Node parse(const std::string& text, const std::string& file) {
   try {
-    return YAML::Load(text);
+    return load(text);
   } catch (const YAML::Exception& e) {
     throw YamlError(file, e.mark, "invalid YAML: " + e.msg);
   }

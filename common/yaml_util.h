@@ -24,7 +24,25 @@ class YamlError : public std::runtime_error {
   int column_ = 0;
 };
 
-// Parses text into a node, turning yaml-cpp parse errors into YamlError.
+// Bounds on a YAML document read from a user (config, policy file, PUT /admin/policy), so
+// that an alias bomb (aliases of aliases, each repeating what it refers to) or a deep nest
+// is refused before anything walks it. Nodes and depth count aliases as what they expand to.
+struct Limits {
+  size_t max_bytes = 4 << 20;
+  int64_t max_nodes = 200'000;
+  int max_depth = 100;  // the root is depth 0
+};
+
+// Reads the first document's events (no tree is built) and throws YAML::ParserException,
+// marked where the limit is crossed, when the text breaks a limit or is not valid YAML. An
+// alias of a node from inside that node (a cycle) is refused too.
+void check_limits(const std::string& text, const Limits& limits = {});
+
+// check_limits, then YAML::Load. Throws YAML::Exception.
+YAML::Node load(const std::string& text, const Limits& limits = {});
+
+// Parses text into a node (within the default Limits), turning yaml-cpp parse errors and
+// broken limits into YamlError.
 YAML::Node parse(const std::string& text, const std::string& file);
 
 // Reads a file and parses it. Throws YamlError (with line 0) when the file cannot be read.

@@ -147,8 +147,9 @@ std::map<std::string, std::string> parse_query(std::string_view query) {
 Result<ledger::ReportFilter> export_filter(std::string_view query) {
   auto q = parse_query(query);
   ledger::ReportFilter f;
-  static const char* kKnown[] = {"from", "to",    "team", "project", "key",    "task",
-                                 "model", "target", "rule", "by",     "format", "savings"};
+  static const char* kKnown[] = {"from", "to",     "team",   "project", "key",
+                                 "task", "model",  "target", "rule",    "request_id",
+                                 "by",   "format", "savings"};
   for (const auto& [k, v] : q) {
     bool known = false;
     for (const char* n : kKnown) known = known || k == n;
@@ -166,6 +167,7 @@ Result<ledger::ReportFilter> export_filter(std::string_view query) {
   f.model = opt("model");
   f.target = opt("target");
   f.rule_id = opt("rule");
+  f.request_id = opt("request_id");
   for (auto [name, slot] : {std::pair{"from", &f.from}, std::pair{"to", &f.to}}) {
     if (auto text = opt(name)) {
       auto d = ledger::parse_civil_date(*text);

@@ -29,6 +29,7 @@ struct FilterArgs {
   std::string model;
   std::string target;
   std::string rule;
+  std::string request_id;
 };
 
 void add_filter_options(CLI::App* cmd, FilterArgs& f) {
@@ -41,6 +42,7 @@ void add_filter_options(CLI::App* cmd, FilterArgs& f) {
   cmd->add_option("--model", f.model, "only this upstream model");
   cmd->add_option("--target", f.target, "only this target");
   cmd->add_option("--rule", f.rule, "only this policy rule");
+  cmd->add_option("--request-id", f.request_id, "only the row of this x-request-id");
 }
 
 // Builds the filter; prints the problem and returns nullopt on a bad date.
@@ -57,6 +59,7 @@ std::optional<ledger::ReportFilter> make_filter(const FilterArgs& f) {
   filter.model = opt(f.model);
   filter.target = opt(f.target);
   filter.rule_id = opt(f.rule);
+  filter.request_id = opt(f.request_id);
   for (auto [text, slot, name] : {std::tuple{&f.from, &filter.from, "--from"},
                                   std::tuple{&f.to, &filter.to, "--to"}}) {
     if (text->empty()) continue;

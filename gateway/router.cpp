@@ -84,6 +84,7 @@ void collect_text(const nlohmann::json& chunk, std::string& text, std::string& r
 // The fields every row of a request shares: who, what, which rule, which task.
 ledger::RequestRecord base_record(const RequestContext& ctx, const Plan& plan, bool rule_tags) {
   ledger::RequestRecord r;
+  r.request_id = ctx.request_id;
   r.started_us = ctx.started_us;
   r.ended_us = unix_micros_now();
   r.key_id = ctx.principal.key_id;

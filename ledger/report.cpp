@@ -50,8 +50,21 @@ std::string day_text(CivilDate d) {
   return utc_day(us);
 }
 
+// The rows' request id column; NULL in a file before schema version 3 (read-only here, so
+// never migrated), whose rows have none.
+Result<std::string> request_id_expr(Db& db) {
+  auto has = db.prepare(std::string("SELECT 1 FROM pragma_table_info('requests') WHERE name='") +
+                        kRequestIdColumn + "'");
+  if (!has) return has.error();
+  auto found = has->step();
+  if (!found) return found.error();
+  return std::string(*found ? kRequestIdColumn : "NULL");
+}
+
 // Appends "AND column = ?" fragments for the filters present; values go to `params`.
-void add_filters(const ReportFilter& f, bool raw, std::string& sql, std::vector<Value>& params) {
+// A request id filter needs the rows (`raw`) and `request_id` (request_id_expr).
+void add_filters(const ReportFilter& f, bool raw, std::string& sql, std::vector<Value>& params,
+                 const std::string& request_id = kRequestIdColumn) {
   auto eq = [&](const std::optional<std::string>& value, const char* column) {
     if (!value) return;
     sql += std::string(" AND ") + column + " = ?";
@@ -64,6 +77,7 @@ void add_filters(const ReportFilter& f, bool raw, std::string& sql, std::vector<
   eq(f.model, raw ? "upstream_model" : "model");
   eq(f.target, "target");
   eq(f.rule_id, "rule_id");
+  eq(f.request_id, request_id.c_str());
   if (f.from) {
     sql += " AND day >= ?";
     params.emplace_back(day_text(*f.from));
@@ -142,7 +156,8 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
   if (query.by.empty()) {
     return Error::make(ErrorCode::kInvalidRequest, "report: at least one --by dimension", "by");
   }
-  bool raw = query.force_raw || query.filter.task_id.has_value();
+  bool raw =
+      query.force_raw || query.filter.task_id.has_value() || query.filter.request_id.has_value();
   for (ReportBy by : query.by) raw = raw || info(by).daily_expr == nullptr;
   bool team_ok = !raw && !query.force_full_aggregate && !query.filter.key_id &&
                  !query.filter.rule_id;
@@ -193,7 +208,13 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
           (source == Source::kDailyTeam ? "daily_team" : "daily") + " WHERE 1=1";
   }
   std::vector<Value> params;
-  add_filters(query.filter, raw, sql, params);
+  std::string request_id = kRequestIdColumn;
+  if (query.filter.request_id) {
+    auto expr = request_id_expr(*db);
+    if (!expr) return expr.error();
+    request_id = *expr;
+  }
+  add_filters(query.filter, raw, sql, params, request_id);
   sql += " GROUP BY " + group + " ORDER BY " + group;
   auto stmt = db->prepare(sql);
   if (!stmt) return stmt.error();
@@ -378,14 +399,17 @@ Status export_csv(const std::string& db_path, const ReportFilter& filter,
   if (!db) return db.error();
   static const std::set<std::string> kMoney = {"cost_input", "cost_cached", "cost_output",
                                                "cost_reasoning", "cost_total", "avoided_cost"};
+  auto request_id = request_id_expr(*db);
+  if (!request_id) return request_id.error();
   std::vector<std::string> columns = {"seq"};
   for (const auto& c : request_columns()) columns.push_back(c);
   columns.push_back("hash");
+  columns.push_back(kRequestIdColumn);
   std::string sql = "SELECT ";
-  for (size_t i = 0; i < columns.size(); ++i) sql += (i == 0 ? "" : ",") + columns[i];
-  sql += " FROM requests WHERE 1=1";
+  for (size_t i = 0; i + 1 < columns.size(); ++i) sql += (i == 0 ? "" : ",") + columns[i];
+  sql += "," + *request_id + " FROM requests WHERE 1=1";
   std::vector<Value> params;
-  add_filters(filter, true, sql, params);
+  add_filters(filter, true, sql, params, *request_id);
   sql += " ORDER BY seq";
   auto stmt = db->prepare(sql);
   if (!stmt) return stmt.error();

@@ -32,6 +32,7 @@ struct ReportFilter {
   std::optional<std::string> model;  // the upstream model that answered
   std::optional<std::string> target;
   std::optional<std::string> rule_id;
+  std::optional<std::string> request_id;  // the gateway's x-request-id (reads the rows)
   std::optional<CivilDate> from;  // first UTC day included
   std::optional<CivilDate> to;    // last UTC day included
 };
@@ -82,7 +83,8 @@ std::optional<ReportFormat> parse_report_format(std::string_view name);
 // Money in CSV and JSON is an exact decimal string ("12.345678").
 std::string format_report(const Report& report, ReportFormat format, bool savings);
 
-// Streams every row matching the filter as CSV (header first, in chain order), in chunks of
+// Streams every row matching the filter as CSV (header first, in chain order; the columns
+// are seq, request_columns(), hash, then request_id, empty where a row has none), in chunks of
 // about `chunk_bytes`. `sink` returns false to stop early (client gone): the export then ends
 // with an ok status.
 Status export_csv(const std::string& db_path, const ReportFilter& filter,

@@ -133,6 +133,12 @@ INSERT INTO daily_team SELECT day, team, project, model, target, SUM(requests), 
     R"sql(
 ALTER TABLE requests ADD COLUMN usage_check TEXT;
 )sql",
+    // 4: the gateway's request id (x-request-id), so that a row can be found from the
+    // client's id or the access log. NULL for rows recorded before; hashed only where set.
+    R"sql(
+ALTER TABLE requests ADD COLUMN request_id TEXT;
+CREATE INDEX requests_request_id ON requests(request_id);
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -368,11 +374,17 @@ void attempt_values(std::string_view request_id, size_t index, const AttemptReco
   push_cost(v, cost, total);
 }
 
-void hash_text(const std::vector<ValueRef>& request, const std::vector<ValueRef>* attempts,
-               size_t attempt_count, std::string& out) {
+// The request id follows an 'R' (never the first byte of a value), so it cannot be taken for
+// the facts or an attempt.
+void hash_text(const std::vector<ValueRef>& request, std::string_view request_id,
+               const std::vector<ValueRef>* attempts, size_t attempt_count, std::string& out) {
   out.clear();
   out.append(kHashTag);
   for (const ValueRef& value : request) encode_value(out, value);
+  if (!request_id.empty()) {
+    out += 'R';
+    encode_value(out, request_id);
+  }
   for (size_t a = 0; a < attempt_count; ++a) {
     out += 'A';
     for (const ValueRef& value : attempts[a]) encode_value(out, value);
@@ -487,13 +499,17 @@ std::string canonical_values(const std::vector<Value>& values) {
 }
 
 std::string row_hash(const std::vector<Value>& request,
-                     const std::vector<std::vector<Value>>& attempts) {
-  std::string text(kHashTag);
-  for (const Value& value : request) encode_value(text, ref_of(value));
+                     const std::vector<std::vector<Value>>& attempts, std::string_view request_id) {
+  std::vector<ValueRef> request_refs;
+  request_refs.reserve(request.size());
+  for (const Value& value : request) request_refs.push_back(ref_of(value));
+  std::vector<std::vector<ValueRef>> attempt_refs;
   for (const auto& attempt : attempts) {
-    text += 'A';
-    for (const Value& value : attempt) encode_value(text, ref_of(value));
+    auto& refs = attempt_refs.emplace_back();
+    for (const Value& value : attempt) refs.push_back(ref_of(value));
   }
+  std::string text;
+  hash_text(request_refs, request_id, attempt_refs.data(), attempt_refs.size(), text);
   return sha256_hex(text);
 }
 
@@ -553,8 +569,9 @@ Result<Store> Store::open(const std::string& path, const std::string& currency) 
 
 Status Store::prepare_statements() {
   auto ins = db_.prepare("INSERT INTO requests(" + join_names(request_columns()) + "," +
-                         kFactsColumn + "," + kUsageCheckColumn + ",hash) VALUES(" +
-                         join_placeholders(request_columns().size() + 3) + ")");
+                         kFactsColumn + "," + kUsageCheckColumn + "," + kRequestIdColumn +
+                         ",hash) VALUES(" +
+                         join_placeholders(request_columns().size() + 4) + ")");
   if (!ins) return ins.error();
   insert_request_ = std::move(*ins);
   auto att = db_.prepare("INSERT INTO attempts(" + join_names(attempt_columns()) + ") VALUES(" +
@@ -633,7 +650,8 @@ Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& la
   for (size_t i = 0; i < attempt_count; ++i) {
     attempt_values(r.id, i, r.attempts[i], entry.attempt_costs[i], scratch.attempts[i]);
   }
-  hash_text(scratch.values, scratch.attempts.data(), attempt_count, scratch.hash_text);
+  hash_text(scratch.values, r.request_id, scratch.attempts.data(), attempt_count,
+            scratch.hash_text);
   std::string hash = sha256_hex(scratch.hash_text);
 
   // Every parameter is bound for every row (no clear_bindings needed); the views stay valid
@@ -652,7 +670,12 @@ Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& la
   } else {
     insert_request_.bind_ref(static_cast<int>(columns + 2), std::string_view(r.usage_check));
   }
-  insert_request_.bind_ref(static_cast<int>(columns + 3), std::string_view(hash));
+  if (r.request_id.empty()) {
+    insert_request_.bind_null(static_cast<int>(columns + 3));
+  } else {
+    insert_request_.bind_ref(static_cast<int>(columns + 3), std::string_view(r.request_id));
+  }
+  insert_request_.bind_ref(static_cast<int>(columns + 4), std::string_view(hash));
   auto st = insert_request_.run();
   if (!st) {
     // A constraint (duplicate id) refuses this row alone; anything else fails the batch.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -22,7 +23,8 @@ namespace ferry::ledger {
 
 // 1: the first schema; 2: requests.facts (the routing facts, for replay) and daily_team;
 // 3: requests.usage_check (backend usage ferry did not bill as reported).
-constexpr int kSchemaVersion = 3;
+// 4: requests.request_id (the gateway's x-request-id) and its index.
+constexpr int kSchemaVersion = 4;
 constexpr const char* kGenesisHash =
     "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -49,14 +51,19 @@ constexpr const char* kFactsColumn = "facts";
 // RequestRecord::usage_check, or NULL. Like the facts, hashed only where set: after the facts,
 // behind the marker value kUsageCheckColumn (so a row without facts cannot be mistaken for one).
 constexpr const char* kUsageCheckColumn = "usage_check";
+// The gateway's request id, or NULL. Like the facts, not in request_columns(): a row that has
+// one hashes it last, after an 'R' marker, so rows without one hash as before.
+constexpr const char* kRequestIdColumn = "request_id";
 
 // The canonical encoding of one row's values: each value as N; I<int>; or T<len>:<bytes>;
 std::string canonical_values(const std::vector<Value>& values);
 // hash = sha256(tag + canonical(request) + "A" + canonical(attempt) ...), lower-case hex.
 // `request` is the request_columns() values, then the facts when the row has them, then
 // kUsageCheckColumn and the usage check when it has one.
+// `request_id` is "" when the row has none.
 std::string row_hash(const std::vector<Value>& request,
-                     const std::vector<std::vector<Value>>& attempts);
+                     const std::vector<std::vector<Value>>& attempts,
+                     std::string_view request_id = "");
 
 namespace detail {
 struct RowScratch;

@@ -75,6 +75,9 @@ struct Timings {
 // What the gateway hands the ledger when a request ends.
 struct RequestRecord {
   std::string id;  // empty: the ledger makes a UUIDv7
+  // The gateway's request id (the client's x-request-id, or the one ferry made), as in the
+  // access log and the response's x-request-id; "" when none (stored as NULL).
+  std::string request_id;
   int64_t started_us = 0;
   int64_t ended_us = 0;
   std::string key_id;

@@ -94,9 +94,10 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   const auto& rcols = request_columns();
   const auto& acols = attempt_columns();
   // A file not yet migrated to version 2 (verify never writes) has no facts column and no
-  // daily_team table; before version 3, no usage_check column.
+  // daily_team table; before version 3, no usage_check column; before 4, no request_id.
   bool has_facts = false;
   bool has_usage_check = false;
+  bool has_request_id = false;
   {
     auto version = db->prepare("PRAGMA user_version");
     if (!version) return version.error();
@@ -104,9 +105,11 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     if (!got) return got.error();
     has_facts = *got && version->int_at(0) >= 2;
     has_usage_check = *got && version->int_at(0) >= 3;
+    has_request_id = *got && version->int_at(0) >= 4;
   }
   std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL") + "," +
-                       (has_usage_check ? kUsageCheckColumn : "NULL");
+                       (has_usage_check ? kUsageCheckColumn : "NULL") + "," +
+                       (has_request_id ? kRequestIdColumn : "NULL");
   for (const auto& c : rcols) select += "," + c;
   auto rows = db->prepare(select + " FROM requests ORDER BY seq");
   if (!rows) return rows.error();
@@ -129,14 +132,17 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     std::string hash = rows->text_at(1);
     std::vector<Value> values;
     values.reserve(rcols.size() + 1);
-    for (size_t i = 0; i < rcols.size(); ++i)
-      values.push_back(rows->value_at(static_cast<int>(i + 4)));
-    // The facts and the usage check, where set, are hashed after the columns (see store.h).
+    for (size_t i = 0; i < rcols.size(); ++i) {
+      values.push_back(rows->value_at(static_cast<int>(i + 5)));
+    }
+    // The facts and the usage check, where set, are hashed after the columns, then the
+    // request id (see store.h).
     if (!rows->is_null(2)) values.push_back(rows->value_at(2));
     if (!rows->is_null(3)) {
       values.emplace_back(std::in_place_type<std::string>, kUsageCheckColumn);
       values.push_back(rows->value_at(3));
     }
+    std::string request_id = rows->is_null(4) ? "" : rows->text_at(4);
     std::string id = as_text(values[id_col]);
     std::string what = "row " + std::to_string(seq) + " (" + id + ")";
     if (as_text(values[column_index(rcols, "prev_hash")]) != prev_hash) {
@@ -156,7 +162,7 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     }
     attempts->reset();
     result.attempts += static_cast<int64_t>(attempt_values.size());
-    if (row_hash(values, attempt_values) != hash) {
+    if (row_hash(values, attempt_values, request_id) != hash) {
       check.problem(what + ": hash mismatch (the row or its attempts were altered)");
     }
     const bool adjustment = as_text(values[column_index(rcols, "kind")]) == "adjustment";

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include <re2/re2.h>
+
 #include "common/sha256.h"
 #include "common/yaml_util.h"
 #include "policies/yaml_tree.h"
@@ -134,7 +136,25 @@ class PolicyBuilder {
 namespace {
 
 constexpr int kMaxDepth = 16;
-constexpr size_t kMaxRegexLength = 512;
+
+// RE2's syntax (Perl-like, without backreferences or lookaround), so every match runs in
+// time linear in the value; the memory cap bounds the compiled program (e.g. nested counted
+// repetitions) and the matcher's cache.
+std::shared_ptr<const re2::RE2> compile_regex(const std::string& pattern, std::string& error) {
+  RE2::Options options;
+  options.set_log_errors(false);
+  options.set_max_mem(kMaxPatternMemory);
+  auto re = std::make_shared<const re2::RE2>(pattern, options);
+  if (!re->ok()) {
+    error = re->error_code() == RE2::ErrorPatternTooLarge
+                ? "it compiles to more than " + std::to_string(kMaxPatternMemory >> 10) +
+                      " KiB; simplify it (fewer or smaller counted repetitions)"
+                : re->error() +
+                      " (RE2 syntax: no backreferences or lookaround, so matching stays linear)";
+    return nullptr;
+  }
+  return re;
+}
 
 bool valid_name(const std::string& s) {
   if (s.empty() || s.size() > 128) return false;
@@ -825,14 +845,13 @@ Condition PolicyBuilder::make_test(const FactInfo& info, int target,
     shown = quote_list(parts);
   } else if (op == Op::kMatches) {
     std::string pattern = scalar(operand, "a regular expression");
-    if (pattern.size() > kMaxRegexLength) fail(operand, "regular expression is too long");
-    try {
-      // Plain ECMAScript: `optimize` makes compiling several times slower for no gain on
-      // the short values (team, project, tags) that rules match.
-      c.regex = std::make_shared<const std::regex>(pattern, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      fail(operand, "invalid regular expression '" + pattern + "': " + e.what());
+    if (pattern.size() > kMaxPatternBytes) {
+      fail(operand, "regular expression is too long (at most " + std::to_string(kMaxPatternBytes) +
+                        " bytes)");
     }
+    std::string why;
+    c.regex = compile_regex(pattern, why);
+    if (!c.regex) fail(operand, "invalid regular expression '" + pattern + "': " + why);
     c.text = pattern;
     shown = "/" + pattern + "/";
   } else {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include <re2/re2.h>
 #include <nlohmann/json.hpp>
 
 #include "common/saturating.h"
@@ -140,7 +141,8 @@ class Evaluator {
       case Op::kEq: return s == c.text;
       case Op::kNe: return s != c.text;
       case Op::kIn: return std::find(c.texts.begin(), c.texts.end(), s) != c.texts.end();
-      case Op::kMatches: return std::regex_match(s, *c.regex);
+      case Op::kMatches:
+        return s.size() <= kMaxMatchedBytes && RE2::FullMatch(s, *c.regex);
       default: return false;
     }
   }

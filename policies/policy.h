@@ -6,12 +6,15 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "policies/facts.h"
+
+namespace re2 {
+class RE2;
+}  // namespace re2
 
 namespace ferry::policies {
 
@@ -69,6 +72,15 @@ enum class Fact : uint8_t {
 enum class Op : uint8_t { kLt, kLte, kGt, kGte, kEq, kNe, kIn, kMatches, kPresent, kAbsent };
 std::string_view op_name(Op op);
 
+// `matches` runs RE2 (time linear in the value, no backtracking) on the whole value. The
+// loader refuses a pattern longer than kMaxPatternBytes, one RE2 rejects (backreferences,
+// lookaround) and one whose compiled form needs more than kMaxPatternMemory; a value longer
+// than kMaxMatchedBytes never matches (no fact ferry sets is that long but the model name a
+// client sends).
+constexpr size_t kMaxPatternBytes = 512;
+constexpr int64_t kMaxPatternMemory = 1 << 20;
+constexpr size_t kMaxMatchedBytes = 4096;
+
 struct Condition {
   enum class Kind : uint8_t { kAll, kAny, kNot, kTest };
   Kind kind = Kind::kAll;
@@ -83,7 +95,7 @@ struct Condition {
   std::string text;                  // string operand
   std::vector<std::string> texts;    // `in` operand
   std::vector<double> numbers;       // `in` operand for numeric facts
-  std::shared_ptr<const std::regex> regex;  // `matches`, compiled at load time
+  std::shared_ptr<const re2::RE2> regex;  // `matches`, compiled at load time (linear time)
 
   std::string label;  // canonical text, e.g. "prompt_tokens <= 1500"
   int line = 0;       // 1-based position in the policy file

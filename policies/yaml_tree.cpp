@@ -43,7 +43,8 @@ NodeData* Document::make(Type type, const YAML::Mark& mark) {
 
 class FastParser {
  public:
-  FastParser(const std::string& text, Document& doc) : t_(text), doc_(doc) {}
+  FastParser(const std::string& text, Document& doc, int64_t max_nodes)
+      : t_(text), doc_(doc), max_nodes_(max_nodes) {}
 
   const NodeData* run() {
     try {
@@ -186,7 +187,7 @@ class FastParser {
     if (end == start) bail();
     std::string_view text(t_.data() + start, end - start);
     bool null = text == "~" || text == "null" || text == "Null" || text == "NULL";
-    NodeData* node = doc_.make(null ? Type::kNull : Type::kScalar, at);
+    NodeData* node = make(null ? Type::kNull : Type::kScalar, at);
     node->scalar.assign(text);
     return node;
   }
@@ -196,12 +197,12 @@ class FastParser {
   NodeData* null_here() {
     YAML::Mark at = mark();
     if (eof()) at.column = 0;
-    return doc_.make(Type::kNull, at);
+    return make(Type::kNull, at);
   }
 
   // 'single' or "double" quoted, on one line.
   NodeData* quoted() {
-    NodeData* node = doc_.make(Type::kScalar, mark());
+    NodeData* node = make(Type::kScalar, mark());
     char quote = peek();
     ++pos_;
     for (;;) {
@@ -320,7 +321,7 @@ class FastParser {
 
   const NodeData* parse_block_map(int indent) {
     Nest nest(depth_);
-    NodeData* map = doc_.make(Type::kMap, mark());
+    NodeData* map = make(Type::kMap, mark());
     for (;;) {
       if (is_seq_entry()) bail();
       const NodeData* key = parse_key();
@@ -335,7 +336,7 @@ class FastParser {
 
   const NodeData* parse_block_seq(int indent) {
     Nest nest(depth_);
-    NodeData* seq = doc_.make(Type::kSequence, mark());
+    NodeData* seq = make(Type::kSequence, mark());
     for (;;) {
       ++pos_;  // the '-'
       if (at_line_end()) {
@@ -414,7 +415,7 @@ class FastParser {
   }
 
   const NodeData* parse_flow_seq(int parent_indent) {
-    NodeData* seq = doc_.make(Type::kSequence, mark());
+    NodeData* seq = make(Type::kSequence, mark());
     ++pos_;
     skip_flow_space(parent_indent);
     if (peek() == ']') {
@@ -437,7 +438,7 @@ class FastParser {
   }
 
   const NodeData* parse_flow_map(int parent_indent) {
-    NodeData* map = doc_.make(Type::kMap, mark());
+    NodeData* map = make(Type::kMap, mark());
     ++pos_;
     skip_flow_space(parent_indent);
     if (peek() == '}') {
@@ -469,17 +470,24 @@ class FastParser {
     }
   }
 
+  // Every node is made here; past the budget yaml-cpp's path refuses the document with a mark.
+  NodeData* make(Type type, const YAML::Mark& at) {
+    if (static_cast<int64_t>(doc_.node_count()) >= max_nodes_) bail();
+    return doc_.make(type, at);
+  }
+
   const std::string& t_;
   Document& doc_;
+  int64_t max_nodes_;
   size_t pos_ = 0;
   int line_ = 0;
   size_t line_start_ = 0;
   int depth_ = 0;
 };
 
-std::unique_ptr<Document> Document::parse_fast(const std::string& text) {
+std::unique_ptr<Document> Document::parse_fast(const std::string& text, int64_t max_nodes) {
   auto doc = std::make_unique<Document>();
-  FastParser parser(text, *doc);
+  FastParser parser(text, *doc, max_nodes);
   const NodeData* root = parser.run();
   if (root == nullptr) return nullptr;
   doc->root_ = root;
@@ -525,9 +533,11 @@ std::unique_ptr<Document> Document::from_yaml_cpp(const YAML::Node& root) {
   return doc;
 }
 
-std::unique_ptr<Document> Document::parse(const std::string& text) {
-  if (auto fast = parse_fast(text)) return fast;
-  return from_yaml_cpp(YAML::Load(text));
+std::unique_ptr<Document> Document::parse(const std::string& text, const yaml::Limits& limits) {
+  if (text.size() <= limits.max_bytes) {
+    if (auto fast = parse_fast(text, limits.max_nodes)) return fast;
+  }
+  return from_yaml_cpp(yaml::load(text, limits));
 }
 
 }  // namespace ferry::policies::ytree

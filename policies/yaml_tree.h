@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/yaml_util.h"
+
 namespace ferry::policies::ytree {
 
 enum class Type : uint8_t { kUndefined, kNull, kScalar, kSequence, kMap };
@@ -109,11 +111,13 @@ class Node {
 class Document {
  public:
   // Parses `text`. Throws YAML::Exception (yaml-cpp's error, with its mark) when it is not
-  // valid YAML. An empty document is a null root.
-  static std::unique_ptr<Document> parse(const std::string& text);
-  // The fast path alone: nullptr when the text uses anything it does not read (the caller
-  // then needs yaml-cpp). For tests and benchmarks.
-  static std::unique_ptr<Document> parse_fast(const std::string& text);
+  // valid YAML or breaks `limits` (bytes, nodes and depth, aliases expanded: see
+  // common/yaml_util.h). An empty document is a null root.
+  static std::unique_ptr<Document> parse(const std::string& text, const yaml::Limits& limits = {});
+  // The fast path alone: nullptr when the text uses anything it does not read, or has more
+  // than `max_nodes` nodes (the caller then needs yaml-cpp). For tests and benchmarks.
+  static std::unique_ptr<Document> parse_fast(const std::string& text,
+                                              int64_t max_nodes = yaml::Limits{}.max_nodes);
   // yaml-cpp's tree, converted.
   static std::unique_ptr<Document> from_yaml_cpp(const YAML::Node& root);
 
@@ -121,6 +125,7 @@ class Document {
   bool parsed_fast() const { return fast_; }
 
   NodeData* make(Type type, const YAML::Mark& mark);  // for the builders
+  size_t node_count() const { return nodes_.size(); }
 
  private:
   std::deque<NodeData> nodes_;

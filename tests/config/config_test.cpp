@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/alias_bomb.h"
+
 namespace ferry::config {
 namespace {
 
@@ -60,6 +62,18 @@ TEST(Config, BrokenYamlIsRefused) {
   auto cfg = load_config_text("server: [unclosed\n", "c.yaml");
   ASSERT_FALSE(cfg);
   EXPECT_NE(cfg.error().message.find("invalid YAML"), std::string::npos);
+}
+
+// An alias bomb anywhere in the config (here under a key the config keeps for the ledger,
+// whose parser walks it later) is refused at load with its position, before any walk.
+TEST(Config, AliasBombIsRefusedWithItsPosition) {
+  auto cfg = load_config_text("ledger:\n" + ferry::testing::alias_bomb("  "), "c.yaml");
+  ASSERT_FALSE(cfg);
+  EXPECT_NE(cfg.error().message.find("c.yaml:7:"), std::string::npos) << cfg.error().message;
+  EXPECT_NE(cfg.error().message.find("more than 200000 nodes"), std::string::npos);
+  auto cycle = load_config_text("ledger: &x { a: *x }\n", "c.yaml");
+  ASSERT_FALSE(cycle);
+  EXPECT_NE(cycle.error().message.find("c.yaml:1:"), std::string::npos) << cycle.error().message;
 }
 
 TEST(Config, KeysAreHashedAndRolesChecked) {

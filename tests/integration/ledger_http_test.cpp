@@ -332,6 +332,74 @@ TEST_F(LedgerHttpTest, SigkillUnderLoadLosesNoAnsweredRequest) {
   EXPECT_EQ(run_command(ferry_binary() + " ledger verify --db " + db_ + " > /dev/null"), 0);
 }
 
+// Each row stores the request id the client sent (or the one ferry made and answered with),
+// so the export, the report and `ferry ledger report --request-id` find exactly that row.
+TEST_F(LedgerHttpTest, RowsCarryTheRequestIdAndFiltersFindThem) {
+  ferry_ = start_ferry(dir_, config());
+  auto with_id = [](const std::string& task, const std::string& id) {
+    auto h = task_headers(task);
+    h.push_back("x-request-id: " + id);
+    return h;
+  };
+  for (const auto& [task, id] : {std::pair{"t-mine", "abc-123"}, std::pair{"t-near", "abc-1234"},
+                                 std::pair{"t-bad", "has space"}}) {
+    auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "one"),
+                       with_id(task, id));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  auto made = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "two"),
+                        task_headers("t-made"));
+  ASSERT_TRUE(made);
+  std::string made_id = made->header("x-request-id").value_or("");
+  ASSERT_FALSE(made_id.empty());
+
+  auto rows = by_task(export_rows());
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows["t-mine"].at("request_id"), "abc-123");
+  EXPECT_EQ(rows["t-made"].at("request_id"), made_id);
+  // An id the gateway does not honour (a space) was replaced by one it made; that is stored.
+  EXPECT_NE(rows["t-bad"].at("request_id"), "has space");
+  EXPECT_FALSE(rows["t-bad"].at("request_id").empty());
+
+  auto only = http_request(ferry_.address, "GET", "/v1/ledger/export.csv?request_id=abc-123", "",
+                           auth_headers(kAdminKey));
+  ASSERT_TRUE(only);
+  ASSERT_EQ(only->status, 200) << only->body;
+  auto found = parse_csv(only->body);
+  ASSERT_EQ(found.size(), 1u) << only->body;
+  EXPECT_EQ(found[0].at("request_id"), "abc-123");
+  EXPECT_EQ(found[0].at("task_id"), "t-mine");
+  EXPECT_EQ(found[0].at("id"), rows["t-mine"].at("id"));
+  auto generated =
+      http_request(ferry_.address, "GET", "/v1/ledger/export.csv?request_id=" + made_id, "",
+                   auth_headers(kAdminKey));
+  ASSERT_TRUE(generated);
+  ASSERT_EQ(parse_csv(generated->body).size(), 1u) << generated->body;
+  EXPECT_EQ(parse_csv(generated->body)[0].at("task_id"), "t-made");
+
+  auto rep = http_request(ferry_.address, "GET",
+                          "/v1/ledger/report?by=task&format=json&request_id=abc-1234", "",
+                          auth_headers(kAdminKey));
+  ASSERT_TRUE(rep);
+  ASSERT_EQ(rep->status, 200) << rep->body;
+  json j = rep->body_json();
+  EXPECT_EQ(j["totals"]["requests"], 1) << rep->body;
+  ASSERT_EQ(j["groups"].size(), 1u) << rep->body;
+  EXPECT_EQ(j["groups"][0]["task"], "t-near");
+
+  std::string out = (dir_.path() / "report.json").string();
+  ASSERT_EQ(run_command(ferry_binary() + " ledger report --db " + db_ +
+                        " --by task --format json --request-id abc-123 > " + out),
+            0);
+  std::ifstream in(out);
+  json cli = json::parse(in, nullptr, false);
+  ASSERT_FALSE(cli.is_discarded());
+  EXPECT_EQ(cli["totals"]["requests"], 1);
+  ASSERT_EQ(cli["groups"].size(), 1u);
+  EXPECT_EQ(cli["groups"][0]["task"], "t-mine");
+}
+
 TEST_F(LedgerHttpTest, FullLedgerQueueRefusesWith503AndSoftBudgetsWarn) {
   // Room for 2 requests between admission and durability; the upstream holds each 500 ms.
   std::string cfg = config();

@@ -11,6 +11,7 @@
 
 #include "common/yaml_util.h"
 #include "ledger/ledger.h"
+#include "ledger/sqlite_db.h"
 
 namespace ferry::ledger::testing {
 
@@ -78,6 +79,16 @@ inline Status record_durably(Ledger& ledger, RequestRecord record, std::string* 
   std::string got = ledger.record(std::move(record), [&done](const Status& st) { done.set_value(st); });
   if (id != nullptr) *id = got;
   return fut.get();
+}
+
+// The file's schema version (PRAGMA user_version); -1 when it cannot be read.
+inline int64_t schema_version(const std::string& path) {
+  auto db = Db::open(path, true);
+  if (!db) return -1;
+  auto version = db->prepare("PRAGMA user_version");
+  if (!version) return -1;
+  auto has = version->step();
+  return has && *has ? version->int_at(0) : -1;
 }
 
 }  // namespace ferry::ledger::testing
