@@ -168,16 +168,16 @@ TEST(LedgerRequestId, TheChainCoversIt) {
   EXPECT_FALSE(verify_ledger(path)->ok());
 }
 
-TEST(LedgerRequestId, SchemaTwoFileReadsMigratesAndStillVerifies) {
+TEST(LedgerRequestId, SchemaThreeFileReadsMigratesAndStillVerifies) {
   TempDir dir;
   std::string path = dir.file("l.db");
   record_rows(path, {"", ""});
   {
-    // Back to schema 2, as a file written before version 3 looks.
+    // Back to schema 3, as a file written before version 4 looks.
     auto db = Db::open(path, false);
     ASSERT_TRUE(
         db->exec("DROP INDEX requests_request_id; ALTER TABLE requests DROP COLUMN "
-                 "request_id; PRAGMA user_version=2"));
+                 "request_id; PRAGMA user_version=3"));
   }
   // Read-only tools on the old file: verify, export (an empty request_id column) and a filter
   // that nothing matches.
