@@ -5,7 +5,8 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build ccache pkg-config git ca-certificates
   libboost1.81-dev libyaml-cpp-dev nlohmann-json3-dev libsimdjson-dev libssl-dev libsqlite3-dev sqlite3
-  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev openssl)
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev openssl
+  clang libclang-rt-14-dev)  # clang and libFuzzer + sanitizer runtimes: scripts/fuzz.sh
 
 missing=()
 for p in "${packages[@]}"; do
