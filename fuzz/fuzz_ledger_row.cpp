@@ -3,14 +3,14 @@
 // thread, the SQLite append and its hash chain) and `ferry ledger verify` must then find the
 // file intact: every value read back hashes as it was written. Every row must become durable
 // (nothing lost), and the canonical encoding itself must decode back to the values it
-// encodes (two different rows never hash the same text). The ledger file is started afresh
-// every kRowsPerFile inputs so the verification stays cheap.
+// encodes (two different rows never hash the same text).
 #include <fuzzer/FuzzedDataProvider.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <variant>
@@ -139,69 +139,71 @@ RequestRecord record(FuzzedDataProvider& in, int64_t now_us) {
   return r;
 }
 
-// The ledger under test and its file, started afresh every kRowsPerFile inputs.
-struct Session {
-  std::string path;
-  std::unique_ptr<Ledger> ledger;
-  std::vector<std::string> ids;
-  int rows = 0;
+// The ledger file, started afresh every kRowsPerFile inputs. The Ledger itself is opened for
+// each input and closed after it, so that no allocation outlives an input (libFuzzer runs a
+// leak check after every input whose allocations and frees do not balance).
+const char* ledger_path() {
+  static char path[64] = {0};
+  if (path[0] == 0) {
+    // In memory when there is a tmpfs: the ledger syncs every commit (synchronous=FULL).
+    const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    std::snprintf(path, sizeof path, "%s/ferry-fuzz-ledger-%d.db", dir, static_cast<int>(getpid()));
+  }
+  return path;
+}
 
-  ~Session() { remove_files(); }
-  void remove_files() {
-    for (const char* suffix : {"", "-wal", "-shm"}) unlink((path + suffix).c_str());
+void remove_ledger_files() {
+  char name[80];
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::snprintf(name, sizeof name, "%s%s", ledger_path(), suffix);
+    unlink(name);
   }
-  Ledger& get() {
-    if (ledger != nullptr && rows < kRowsPerFile) return *ledger;
-    ledger.reset();
-    if (path.empty()) path = "/tmp/ferry-fuzz-ledger-" + std::to_string(getpid()) + ".db";
-    remove_files();
-    ids.clear();
-    rows = 0;
-    LedgerConfig config;
-    config.path = path;
-    config.reference_model = "priced";
-    PriceCatalog prices;
-    PriceEntry entry;
-    entry.model = "priced";
-    entry.input = *Money::parse("2.5");
-    entry.cached_input = *Money::parse("1.25");
-    entry.output = *Money::parse("10");
-    entry.reasoning = *Money::parse("10");
-    prices.add(entry);
-    auto opened = Ledger::open(config, std::move(prices), {});
-    if (!opened) __builtin_trap();
-    ledger = std::move(*opened);
-    return *ledger;
-  }
-};
+}
+
+std::unique_ptr<Ledger> open_ledger() {
+  static int rows = 0;
+  if (rows++ % kRowsPerFile == 0) remove_ledger_files();
+  LedgerConfig config;
+  config.path = ledger_path();
+  config.reference_model = "priced";
+  PriceCatalog prices;
+  PriceEntry entry;
+  entry.model = "priced";
+  entry.input = *Money::parse("2.5");
+  entry.cached_input = *Money::parse("1.25");
+  entry.output = *Money::parse("10");
+  entry.reasoning = *Money::parse("10");
+  prices.add(entry);
+  auto opened = Ledger::open(config, std::move(prices), {});
+  if (!opened) __builtin_trap();
+  return std::move(*opened);
+}
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static Session session;
   FuzzedDataProvider in(data, size);
   check_canonical(in);
 
-  Ledger& ledger = session.get();
   std::atomic<int> lost{0};
   auto durable = [&lost](const Status& st) {
     if (!st) lost.fetch_add(1);
   };
   constexpr int64_t kNow = int64_t{1'790'000'000} * 1'000'000;
-  session.ids.push_back(ledger.record(record(in, kNow), durable));
-  ++session.rows;
-  if (in.ConsumeBool()) {
-    Adjustment adj;
-    adj.adjusts_id = session.ids[in.ConsumeIntegralInRange<size_t>(0, session.ids.size() - 1)];
-    adj.input = Money::from_micros(in.ConsumeIntegralInRange<int64_t>(-1'000'000, 1'000'000));
-    adj.output = Money::from_micros(in.ConsumeIntegralInRange<int64_t>(-1'000'000, 1'000'000));
-    adj.note = in.ConsumeRandomLengthString(32);
-    ledger.adjust(std::move(adj), durable);
-    ++session.rows;
-  }
-  ledger.flush();
+  {
+    std::unique_ptr<Ledger> ledger = open_ledger();
+    std::string id = ledger->record(record(in, kNow), durable);
+    if (in.ConsumeBool()) {
+      Adjustment adj;
+      adj.adjusts_id = id;
+      adj.input = Money::from_micros(in.ConsumeIntegralInRange<int64_t>(-1'000'000, 1'000'000));
+      adj.output = Money::from_micros(in.ConsumeIntegralInRange<int64_t>(-1'000'000, 1'000'000));
+      adj.note = in.ConsumeRandomLengthString(32);
+      ledger->adjust(std::move(adj), durable);
+    }
+  }  // closing drains the queue: every accepted row is written
   if (lost.load() != 0) __builtin_trap();  // a row was not written
-  auto verified = verify_ledger(session.path);
+  auto verified = verify_ledger(ledger_path());
   if (!verified || !verified->ok()) __builtin_trap();  // the chain or a total does not check
   return 0;
 }
