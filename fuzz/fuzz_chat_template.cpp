@@ -28,6 +28,12 @@ const std::shared_ptr<const tokenizer::Tokenizer>& cl100k() {
 
 }  // namespace
 
+// The tokenizer loads once, before the first input (its time is not an input's).
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)cl100k();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), size);
   std::string_view source = input;

@@ -47,6 +47,12 @@ void use_head(const http::request<http::string_body>& req) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)default_config();
+  (void)authenticator();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const size_t piece = static_cast<size_t>(data[0]) + 1;

@@ -6,6 +6,8 @@
 # build-fuzz/artifacts/ (reproduce: build-fuzz/fuzz/fuzz_TARGET FILE).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   (SECONDS per target, default 60; default all targets)
 # FERRY_JOBS: build parallelism (default nproc). FERRY_FUZZ_NICE: niceness of the runs (10).
+# FERRY_FUZZ_TIMEOUT: seconds one input may take before it counts as a hang (default 60: wall
+# time, and a niced run on a busy machine waits long for the CPU).
 # New inputs a run finds go to build-fuzz/fuzz-work/TARGET, never into the repository; copy
 # one into fuzz/corpus/TARGET/ by hand to keep it as a seed.
 set -euo pipefail
@@ -41,8 +43,8 @@ printf '%-16s %12s %8s %8s %6s  %s\n' target executions cov ft corpus result
 for t in "${targets[@]}"; do
   work="$dir/fuzz-work/$t"
   mkdir -p "$work"
-  args=(-max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10
-    -print_final_stats=1 -artifact_prefix="$dir/artifacts/$t-")
+  args=(-max_total_time="$seconds" -timeout="${FERRY_FUZZ_TIMEOUT:-60}" -rss_limit_mb=2048
+    -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$dir/artifacts/$t-")
   [ -f "fuzz/$t.dict" ] && args+=(-dict="fuzz/$t.dict")
   log="$dir/logs/$t.log"
   status=ok
