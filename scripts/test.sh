@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what is missing, checks that module dependencies point
-# one way (docs/ARCHITECTURE.md), builds, runs every ctest test (unit and integration tiers, and
-# the conformance tests with the official openai client). FERRY_LINT_BASE=main also runs
-# clang-tidy over the .cpp files changed since that base (scripts/lint.sh; not by default: the
-# whole tree takes far longer than the tests' budget).
+# one way (docs/ARCHITECTURE.md), builds, runs a short smoke pass of every fuzz target
+# (scripts/fuzz.sh; FERRY_FUZZ_SECONDS per target, default 10; 0 skips it), then every ctest
+# test (unit and integration tiers, and the conformance tests with the official openai client;
+# last, so that ctest's summary closes the output). FERRY_LINT_BASE=main also runs clang-tidy
+# over the .cpp files changed since that base (scripts/lint.sh; not by default: the whole tree
+# takes far longer than the tests' budget).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 /usr/bin/python3 scripts/check_includes.py
 scripts/build.sh
 if [ -n "${FERRY_LINT_BASE:-}" ]; then scripts/lint.sh --base "$FERRY_LINT_BASE"; fi
+if [ "${FERRY_FUZZ_SECONDS:-10}" != 0 ]; then scripts/fuzz.sh "${FERRY_FUZZ_SECONDS:-10}"; fi
 cd "${FERRY_BUILD_DIR:-build}"
 ctest --output-on-failure -j "${FERRY_JOBS:-$(nproc)}" --timeout 600 "$@"

@@ -1,0 +1,42 @@
+// Fuzzes the OpenAI request parser (gateway/openai_request: parse_request) and, for a body it
+// accepts, the upstream rewrite (upstream_body), which splices the client's text instead of
+// re-serialising it: the rewritten body must still be JSON, with the backend's model name,
+// include_usage forced on for streams, and a rule's overrides in place. The first input byte
+// picks the endpoint and the overrides; the rest is the body.
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "gateway/openai_request.h"
+
+using namespace ferry;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const uint8_t mode = data[0];
+  std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  auto endpoint =
+      (mode & 1) != 0 ? adapters::Endpoint::kCompletions : adapters::Endpoint::kChatCompletions;
+  auto parsed = gateway::parse_request(endpoint, std::move(body));
+  if (!parsed) return 0;
+
+  gateway::BodyOverrides overrides;
+  if ((mode & 2) != 0) overrides.max_tokens = 77;
+  if ((mode & 4) != 0) overrides.temperature = 0.25;
+  if ((mode & 8) != 0) overrides.top_p = 0.5;
+  const std::string upstream = gateway::upstream_body(*parsed, "fuzz-upstream", overrides);
+  auto out = nlohmann::json::parse(upstream, nullptr, /*allow_exceptions=*/false);
+  if (out.is_discarded() || !out.is_object()) __builtin_trap();  // the splice broke the JSON
+  if (out.value("model", std::string()) != "fuzz-upstream") __builtin_trap();
+  if (parsed->stream) {
+    auto options = out.find("stream_options");
+    if (options == out.end() || !options->is_object() ||
+        options->value("include_usage", false) != true) {
+      __builtin_trap();
+    }
+  }
+  if (overrides.temperature && out.value("temperature", -1.0) != 0.25) __builtin_trap();
+  if (overrides.top_p && out.value("top_p", -1.0) != 0.5) __builtin_trap();
+  return 0;
+}
