@@ -372,6 +372,11 @@ def grad_check():
 
 # --------------------------------------------------------------------------------------- GGUF
 
+# Per-layer parameter names here -> GGUF tensor names (blk.N.<name>.weight).
+TENSOR_NAMES = {"an": "attn_norm", "q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_output",
+                "fn": "ffn_norm", "g": "ffn_gate", "u": "ffn_up", "d": "ffn_down"}
+
+
 def write_gguf(path, c, p, bpe, meta):
     def s(x):
         b = x.encode()
@@ -420,10 +425,8 @@ def write_gguf(path, c, p, bpe, meta):
     st("tokenizer.chat_template", CHAT_TEMPLATE)
 
     tensors = [("token_embd.weight", p["tok"], 1), ("output_norm.weight", p["norm_f"], 0)]
-    names = {"an": "attn_norm", "q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_output",
-             "fn": "ffn_norm", "g": "ffn_gate", "u": "ffn_up", "d": "ffn_down"}
     for l in range(c.n_layer):
-        for short, long in names.items():
+        for short, long in TENSOR_NAMES.items():
             a = p["%d.%s" % (l, short)]
             tensors.append(("blk.%d.%s.weight" % (l, long), a, 0 if a.ndim == 1 else 1))
     infos, blobs, off = [], [], 0

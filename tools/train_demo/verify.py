@@ -84,11 +84,9 @@ def load(path):
                   n_kv_head=kv[a + ".attention.head_count_kv"], ff=kv[a + ".feed_forward_length"],
                   ctx=kv[a + ".context_length"], theta=kv[a + ".rope.freq_base"],
                   eps=kv[a + ".attention.layer_norm_rms_epsilon"])
-    names = {"an": "attn_norm", "q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_output",
-             "fn": "ffn_norm", "g": "ffn_gate", "u": "ffn_up", "d": "ffn_down"}
     p = {"tok": t["token_embd.weight"], "norm_f": t["output_norm.weight"]}
     for l in range(c.n_layer):
-        for short, long in names.items():
+        for short, long in td.TENSOR_NAMES.items():
             p["%d.%s" % (l, short)] = t["blk.%d.%s.weight" % (l, long)]
     merges = [tuple(m.split(" ", 1)) for m in kv["tokenizer.ggml.merges"]]
     return c, p, td.Bpe(kv["tokenizer.ggml.tokens"], merges)
