@@ -40,13 +40,13 @@ int serve(const ServeOptions& opts) {
   }
   if (opts.config_path.empty()) {
     std::cerr << "ferry: no --config given; using the embedded default config (model 'default' "
-                 "served in-process from var/demo/model.gguf)\n";
+                 "served in-process from models/ferry-demo-1m.gguf, the demo model)\n";
     for (const auto& b : cfg->backends) {
       if (b.local && ::access(b.local->model_path.c_str(), R_OK) != 0) {
         std::cerr << "ferry: the embedded default config serves " << b.local->model_path
-                  << " (relative to the working directory), which is not there. Run "
-                     "scripts/run.sh from the repository (it makes a demo model), or give "
-                     "--config with a GGUF model of yours (README: 'A real model').\n";
+                  << " (relative to the working directory), which is not there. Run it from "
+                     "the repository's top folder (scripts/run.sh does), or give --config with "
+                     "a GGUF model of yours (README: 'A real model').\n";
         return 2;
       }
     }

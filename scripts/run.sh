@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds, and starts ferry: on its embedded default config (one
-# in-process model, var/demo/model.gguf) or on the config given as the first argument.
-# When the default config's model file is missing, a demo model is made with `ferry model
-# synth` (random weights, real shapes and vocabulary), and this says so.
+# in-process model, the committed demo model models/ferry-demo-1m.gguf) or on the config given
+# as the first argument.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -10,13 +9,12 @@ scripts/build.sh
 if [ $# -gt 0 ]; then
   exec build/gateway/ferry serve --config "$1"
 fi
-model=var/demo/model.gguf
+model=models/ferry-demo-1m.gguf
 if [ ! -f "$model" ]; then
-  echo "run.sh: no model at $model: making a demo model with 'ferry model synth'" \
-       "(SmolLM2-360M shape, Q8_0, random weights: it answers with random text)." \
-       "For real answers, see README.md, 'A real model'."
-  mkdir -p var/demo
-  build/gateway/ferry model synth --preset smollm2-360m --type Q8_0 --seed 1 "$model.part"
-  mv "$model.part" "$model"
+  echo "run.sh: the demo model $model is missing (it is part of the repository:" \
+       "'git checkout -- $model' restores it; tools/train_demo retrains it)." \
+       "A random-weights stand-in: build/gateway/ferry model synth --preset smollm2-360m" \
+       "--type Q8_0 $model (it answers with random text)." >&2
+  exit 1
 fi
 exec build/gateway/ferry serve
