@@ -408,11 +408,8 @@ struct HttpBackend::Impl {
             saw_done = true;
             return;
           }
-          std::string_view trimmed = data;
-          while (!trimmed.empty() && (trimmed.back() == ' ' || trimmed.back() == '\n')) {
-            trimmed.remove_suffix(1);
-          }
-          if (trimmed.empty() || trimmed.front() != '{' || trimmed.back() != '}') {
+          // Every event is an OpenAI chunk: anything else is a broken stream, never forwarded.
+          if (!is_json_object(data)) {
             malformed = true;
             return;
           }
@@ -462,6 +459,12 @@ struct HttpBackend::Impl {
       }
     } else {
       if (!parser.is_done()) co_return fail(ErrorCode::kBackendError, "sent a truncated response");
+      if (!is_openai_answer(body)) {
+        out.reusable = parser.keep_alive();  // the exchange was whole; only the answer is bad
+        co_return fail(ErrorCode::kBackendError,
+                       "answered with a body that is not an OpenAI JSON answer (valid JSON with a "
+                       "'choices' array)");
+      }
       if (auto u = find_usage(body)) reply.usage = *u;
       reply.finish_reason = find_finish_reason(body);
       reply.body = std::move(body);

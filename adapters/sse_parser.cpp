@@ -1,5 +1,7 @@
 #include "adapters/sse_parser.h"
 
+#include <simdjson.h>
+
 namespace ferry::adapters {
 
 bool SseParser::take_line() {
@@ -21,6 +23,27 @@ bool SseParser::take_line() {
     event_.assign(value);
   }
   return true;
+}
+
+namespace {
+
+// The object `text` holds, valid until the next call on this thread; an error when `text` is
+// not exactly one valid JSON object.
+simdjson::simdjson_result<simdjson::dom::object> parse_object(std::string_view text) {
+  thread_local simdjson::dom::parser parser;
+  return parser.parse(text.data(), text.size(), /*realloc_if_needed=*/true).get_object();
+}
+
+}  // namespace
+
+bool is_json_object(std::string_view text) {
+  return parse_object(text).error() == simdjson::SUCCESS;
+}
+
+bool is_openai_answer(std::string_view text) {
+  simdjson::dom::object obj;
+  if (parse_object(text).get(obj) != simdjson::SUCCESS) return false;
+  return obj["choices"].is_array();
 }
 
 }  // namespace ferry::adapters

@@ -1,5 +1,6 @@
-// Incremental Server-Sent Events parser: feed it bytes split anywhere, get whole events.
-// Not thread-safe: one parser per stream.
+// Incremental Server-Sent Events parser: feed it bytes split anywhere, get whole events; and the
+// JSON checks of what an upstream sends. Not thread-safe: one parser per stream (the checks are
+// thread-safe).
 #pragma once
 
 #include <cstddef>
@@ -83,5 +84,12 @@ class SseParser {
   bool has_data_ = false;
   bool skip_lf_ = false;
 };
+
+// Checks of what an upstream sends, by simdjson's validating parse (UTF-8, syntax, exactly one
+// value) on one parser per thread whose buffers are reused: cheap enough for every stream event.
+// True when `text` is one valid JSON object (an SSE event's data must be).
+bool is_json_object(std::string_view text);
+// True when `text` is one valid JSON object with a "choices" array (a non-stream answer).
+bool is_openai_answer(std::string_view text);
 
 }  // namespace ferry::adapters

@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "gateway/errors.h"
+#include "gateway/http_wire.h"
 #include "gateway/openai_request.h"
 #include "gateway/router.h"
 #include "ledger/ledger.h"
@@ -42,6 +43,11 @@ std::string url_decode(std::string_view s) {
   return out;
 }
 
+// Pretty JSON; bytes that are not UTF-8 (a policy file can hold any) become U+FFFD.
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 nlohmann::json diagnostics_json(const std::vector<policies::Diagnostic>& ds) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& d : ds) {
@@ -66,7 +72,7 @@ AdminReply reload_reply(const policies::ReloadOutcome& o) {
                   {"param", nullptr},
                   {"code", "invalid_policy"}};
   }
-  r.body = j.dump(2);
+  r.body = dump_json(j);
   return r;
 }
 
@@ -144,7 +150,21 @@ std::map<std::string, std::string> parse_query(std::string_view query) {
   return out;
 }
 
+Status check_utf8_input(std::string_view query, std::string_view body) {
+  for (const auto& [k, v] : parse_query(query)) {
+    if (!is_valid_utf8(k)) {
+      return bad_param("query", "a query parameter name is not valid UTF-8 once percent-decoded");
+    }
+    if (!is_valid_utf8(v)) {
+      return bad_param(k, "query parameter '" + k + "' is not valid UTF-8 once percent-decoded");
+    }
+  }
+  if (!is_valid_utf8(body)) return bad_param("body", "the request body is not valid UTF-8");
+  return {};
+}
+
 Result<ledger::ReportFilter> export_filter(std::string_view query) {
+  if (auto ok = check_utf8_input(query, {}); !ok) return ok.error();
   auto q = parse_query(query);
   ledger::ReportFilter f;
   static const char* kKnown[] = {"from", "to",     "team",   "project", "key",
@@ -181,6 +201,8 @@ Result<ledger::ReportFilter> export_filter(std::string_view query) {
 AdminReply run_admin(Router& router, AdminRoute route, const Principal& principal,
                      std::string_view query, const std::string& body,
                      const std::string& request_id) {
+  // Nothing that is not UTF-8 reaches a policy, the ledger or a JSON answer.
+  if (auto ok = check_utf8_input(query, body); !ok) return error_reply(ok.error());
   auto* store = router.policy_store();
   switch (route) {
     case AdminRoute::kPolicyGet:
@@ -190,7 +212,7 @@ AdminReply run_admin(Router& router, AdminRoute route, const Principal& principa
         return error_reply(Error::make(ErrorCode::kNotFound,
                                        "no routing policy is configured (config key 'policy')"));
       }
-      if (route == AdminRoute::kPolicyGet) return AdminReply{200, "application/json", store->status_json().dump(2)};
+      if (route == AdminRoute::kPolicyGet) return AdminReply{200, "application/json", dump_json(store->status_json())};
       if (route == AdminRoute::kPolicyReload) return reload_reply(store->reload("POST /admin/policy/reload"));
       auto q = parse_query(query);
       bool persist = q.count("persist") == 0 || (q["persist"] != "false" && q["persist"] != "0");

@@ -59,6 +59,9 @@ AdminReply run_admin(Router& router, AdminRoute route, const Principal& principa
 // Query strings: "a=1&b=x%20y" -> {a: 1, b: "x y"}. Repeated keys: the last wins.
 std::map<std::string, std::string> parse_query(std::string_view query);
 
+// 400 naming the field when a percent-decoded query parameter or the body is not UTF-8.
+Status check_utf8_input(std::string_view query, std::string_view body);
+
 // The export's filter from its query string (400 naming the bad field).
 Result<ledger::ReportFilter> export_filter(std::string_view query);
 

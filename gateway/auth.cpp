@@ -17,8 +17,13 @@ Result<Principal> Authenticator::authenticate(std::string_view authorization) co
     return Error::make(ErrorCode::kUnauthorized,
                        "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'.");
   }
-  if (authorization.size() <= kBearer.size() ||
-      authorization.substr(0, kBearer.size()) != kBearer) {
+  // The scheme is case-insensitive (RFC 9110 section 11.1): "bearer KEY" is accepted too.
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+  bool bearer = authorization.size() > kBearer.size();
+  for (size_t i = 0; bearer && i < kBearer.size(); ++i) {
+    bearer = lower(authorization[i]) == lower(kBearer[i]);
+  }
+  if (!bearer) {
     return Error::make(ErrorCode::kUnauthorized,
                        "The Authorization header must be 'Bearer KEY'.");
   }

@@ -76,7 +76,9 @@ std::string error_json(const Error& error) {
   } else if (const char* c = default_code(error.code)) {
     e["code"] = c;
   }
-  return nlohmann::json{{"error", std::move(e)}}.dump();
+  // A message can quote client or upstream bytes that are not UTF-8: U+FFFD, never a throw.
+  return nlohmann::json{{"error", std::move(e)}}.dump(-1, ' ', false,
+                                                      nlohmann::json::error_handler_t::replace);
 }
 
 HttpError to_http_error(const Error& error) {

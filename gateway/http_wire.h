@@ -1,6 +1,7 @@
 // HTTP/1.1 response heads and chunk framing, written by hand: the hot path sends each response
-// head, and each streamed chunk with its framing, in one gathered write, without a serializer.
-// Beast-free so it is unit-tested (and compiled) in seconds.
+// head, and each streamed chunk with its framing, in one gathered write, without a serializer;
+// and the checks of request bytes ferry reads (target, header values). Beast-free so it is
+// unit-tested (and compiled) in seconds. Stateless; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -36,5 +37,13 @@ void append_response_head(std::string& out, const ResponseHead& head);
 void append_chunk_prefix(std::string& out, size_t size);
 inline constexpr std::string_view kChunkEnd = "\r\n";
 inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
+
+// True when `text` is well-formed UTF-8 (simdjson's validator: no overlongs, no surrogates,
+// nothing above U+10FFFF).
+bool is_valid_utf8(std::string_view text);
+
+// True when every byte of a request target is printable ASCII (0x21 to 0x7e): anything else
+// must be percent-encoded (RFC 3986), and would otherwise reach logs and error messages raw.
+bool is_clean_target(std::string_view target);
 
 }  // namespace ferry::gateway

@@ -71,6 +71,7 @@ struct Reply {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  bool head_only = false;  // HEAD: the head of the GET answer (its Content-Length), no body
 };
 
 Reply error_reply(const Error& error) {
@@ -91,6 +92,27 @@ std::string request_id_from(const Request& req) {
     if (ok) return std::string(v);
   }
   return make_request_id();
+}
+
+// The routing headers ferry stores in the ledger: UTF-8, and the task as long as
+// metadata.task_id may be.
+constexpr size_t kMaxTaskBytes = 256;
+
+Status check_ferry_headers(std::string_view task, std::string_view tags) {
+  if (task.size() > kMaxTaskBytes) {
+    return Error::make(ErrorCode::kInvalidRequest,
+                       "the x-ferry-task header must be at most " + std::to_string(kMaxTaskBytes) +
+                           " bytes",
+                       "x-ferry-task", "invalid_value");
+  }
+  for (auto [name, value] : {std::pair{"x-ferry-task", task}, std::pair{"x-ferry-tags", tags}}) {
+    if (!is_valid_utf8(value)) {
+      return Error::make(ErrorCode::kInvalidRequest,
+                         std::string("the ") + name + " header is not valid UTF-8", name,
+                         "invalid_value");
+    }
+  }
+  return {};
 }
 
 const char* backend_error_kind(ErrorCode code) {
@@ -163,12 +185,17 @@ struct ClientWatch {
 // queues it without trying. Pipelined bytes it reads end the hang-up watch (we cannot tell
 // then); they are handed to the request parser like any other. The bytes live here, not in the
 // connection's buffer, so a read still pending when the connection ends writes nothing freed.
+// It starts only while the connection's buffer has room for all it can bring (back-pressure on
+// a client that pipelines), and every later read of the connection waits for it first, so bytes
+// are never taken out of order. An end of stream that comes while requests are still buffered
+// is a half-close: the client has sent everything and waits for its answers, which it gets.
 struct EarlyRead {
   std::array<char, 4096> bytes{};
   bool pending = false;  // the read is under way
   bool fired = false;    // it completed; its result (ec, n, bytes) is not consumed yet
   beast::error_code ec;
   size_t n = 0;
+  bool behind = false;  // bytes of later requests were buffered when the read started
   adapters::CancelSignal* cancel = nullptr;  // set while a backend call runs
 
   // The idle connection's coroutine, resumed when the read completes. (Type-erased by hand:
@@ -185,7 +212,21 @@ struct EarlyRead {
   };
   std::unique_ptr<Waiter> waiter;
 
-  bool hung_up() const { return fired && (ec || n == 0); }
+  bool ended() const { return fired && (ec || n == 0); }
+  bool half_closed() const { return ended() && ec == asio::error::eof && behind; }
+  bool hung_up() const { return ended() && !half_closed(); }
+
+  // Moves the completed read's bytes into `buffer` (they fit: the read started only with room
+  // for them). False when the read ended the input instead; it then stays fired, so no read
+  // starts again.
+  bool take(beast::flat_buffer& into) {
+    if (!fired || ended()) return false;
+    auto room = into.prepare(n);
+    std::memcpy(room.data(), bytes.data(), n);
+    into.commit(n);
+    fired = false;
+    return true;
+  }
 };
 
 // The early read's completion handler.
@@ -348,7 +389,8 @@ struct Server::Impl {
     h.content_length = reply.body.size();
     h.keep_alive = keep_alive;
     append_response_head(head, h);
-    std::array<asio::const_buffer, 2> bufs{asio::buffer(head), asio::buffer(reply.body)};
+    std::array<asio::const_buffer, 2> bufs{
+        asio::buffer(head), asio::buffer(reply.body.data(), reply.head_only ? 0 : reply.body.size())};
     beast::get_lowest_layer(stream).expires_after(
         std::chrono::milliseconds(cfg.limits.write_timeout_ms));
     beast::error_code now_ec;
@@ -517,7 +559,14 @@ struct Server::Impl {
     }
     rec.path = std::string(target);
     rec.method = std::string(req.method_string());
-    bool is_get = req.method() == http::verb::get;
+    if (!is_clean_target(req.target())) {
+      return fail(rec, Error::make(ErrorCode::kInvalidRequest,
+                                   "the request target holds bytes that are not printable ASCII; "
+                                   "percent-encode them",
+                                   "", "invalid_target"));
+    }
+    // HEAD is answered as GET (without the body: see handle()) where GET needs no backend.
+    bool is_get = req.method() == http::verb::get || req.method() == http::verb::head;
     bool is_post = req.method() == http::verb::post;
     if (target == "/healthz" && is_get) return text_reply(http::status::ok, "text/plain", "ok\n");
     if (target == "/readyz" && is_get) {
@@ -598,6 +647,9 @@ struct Server::Impl {
     rec.stream = parsed->stream;
     job.ctx.request_id = rec.request_id;
     job.ctx.principal = std::move(*principal);
+    if (auto ok = check_ferry_headers(req["x-ferry-task"], req["x-ferry-tags"]); !ok) {
+      return fail(rec, ok.error());
+    }
     job.ctx.task_header = std::string(req["x-ferry-task"]);
     job.ctx.tags_header = std::string(req["x-ferry-tags"]);
     job.ctx.started_us = rec.started_unix_us;
@@ -617,27 +669,42 @@ struct Server::Impl {
   // Handles one request. Returns whether the connection may be kept alive.
   template <typename Stream>
   asio::awaitable<bool> handle(Stream& stream, Request& req, RequestRecord& rec,
-                               std::shared_ptr<EarlyRead>& early) {
+                               std::shared_ptr<EarlyRead>& early, const beast::flat_buffer& buffer) {
     bool keep_alive = req.keep_alive() && !draining.load();
     Job job;
-    std::optional<Reply> direct = route(req, rec, job);
+    std::optional<Reply> direct;
+    try {
+      direct = route(req, rec, job);
+    } catch (const std::exception& e) {
+      // A defect, not the client's fault: answer it and keep serving.
+      direct = fail(rec, Error::make(ErrorCode::kInternal,
+                                     std::string("internal error: ") + e.what()));
+    }
     if (direct) {
       rec.status = static_cast<int>(direct->status);
+      // Every answer to HEAD is a direct one (HEAD is refused where GET is not served), and
+      // none has a body.
+      direct->head_only = req.method() == http::verb::head;
       bool ok = co_await write_reply(stream, *direct, rec.request_id, keep_alive);
       co_return ok && keep_alive;
     }
     if (job.kind == Job::Kind::kAdmin) co_return co_await run_admin_job(stream, job, req, rec, keep_alive);
     if (job.kind == Job::Kind::kExport) co_return co_await run_export(stream, job, rec, keep_alive);
-    co_return co_await proxy(stream, job, rec, keep_alive, early);
+    co_return co_await proxy(stream, job, rec, keep_alive, early, buffer);
   }
 
-  // Runs `fn` on the worker thread and resumes here with its result.
+  // Runs `fn` on the worker thread and resumes here with its result; an exception `fn` throws
+  // comes back as an internal error (it would end the process on the worker thread).
   template <typename T>
-  asio::awaitable<T> offload(std::function<T()> fn) {
+  asio::awaitable<Result<T>> offload(std::function<T()> fn) {
     auto notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
-    auto result = std::make_shared<std::optional<T>>();
+    auto result = std::make_shared<std::optional<Result<T>>>();
     asio::post(workers, [notifier, result, fn = std::move(fn)] {
-      *result = fn();
+      try {
+        *result = fn();
+      } catch (const std::exception& e) {
+        *result = Error::make(ErrorCode::kInternal, std::string("internal error: ") + e.what());
+      }
       notifier->notify();
     });
     co_await notifier->wait();
@@ -652,14 +719,33 @@ struct Server::Impl {
       return run_admin(*router, job.admin, job.ctx.principal, job.query, body,
                        job.ctx.request_id);
     };
-    AdminReply ar = co_await offload<AdminReply>(std::move(fn));
+    Result<AdminReply> done = co_await offload<AdminReply>(std::move(fn));
     Reply r;
-    r.status = static_cast<http::status>(ar.status);
-    r.content_type = std::move(ar.content_type);
-    r.body = std::move(ar.body);
-    rec.status = ar.status;
+    if (done) {
+      r.status = static_cast<http::status>(done->status);
+      r.content_type = std::move(done->content_type);
+      r.body = std::move(done->body);
+    } else {
+      r = fail(rec, done.error());
+    }
+    rec.status = static_cast<int>(r.status);
     bool ok = co_await write_reply(stream, r, rec.request_id, keep_alive);
     co_return ok && keep_alive;
+  }
+
+  // On the worker thread: the export's CSV chunks into `pipe`, waiting while it is full.
+  Status export_rows(const std::string& path, const ledger::ReportFilter& filter, ChunkPipe& pipe) {
+    return ledger::export_csv(path, filter, [&](std::string_view chunk) {
+      std::unique_lock lock(pipe.mu);
+      while (pipe.chunks.size() >= 4 && !pipe.cancelled && !stopped.load()) {
+        pipe.space.wait_for(lock, std::chrono::milliseconds(100));
+      }
+      if (pipe.cancelled || stopped.load()) return false;
+      pipe.chunks.emplace_back(chunk);
+      lock.unlock();
+      pipe.notifier->notify();
+      return true;
+    });
   }
 
   // GET /v1/ledger/export.csv: the worker reads the ledger in chunks; each chunk goes out as it
@@ -670,17 +756,12 @@ struct Server::Impl {
     pipe->notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
     std::string path = router->ledger()->config().path;
     asio::post(workers, [pipe, path, filter = job.filter, this] {
-      Status st = ledger::export_csv(path, filter, [&](std::string_view chunk) {
-        std::unique_lock lock(pipe->mu);
-        while (pipe->chunks.size() >= 4 && !pipe->cancelled && !stopped.load()) {
-          pipe->space.wait_for(lock, std::chrono::milliseconds(100));
-        }
-        if (pipe->cancelled || stopped.load()) return false;
-        pipe->chunks.emplace_back(chunk);
-        lock.unlock();
-        pipe->notifier->notify();
-        return true;
-      });
+      Status st;
+      try {
+        st = export_rows(path, filter, *pipe);
+      } catch (const std::exception& e) {
+        st = Error::make(ErrorCode::kInternal, std::string("internal error: ") + e.what());
+      }
       {
         std::lock_guard lock(pipe->mu);
         pipe->done = true;
@@ -773,7 +854,7 @@ struct Server::Impl {
 
   template <typename Stream>
   asio::awaitable<bool> proxy(Stream& stream, Job& job, RequestRecord& rec, bool keep_alive,
-                              std::shared_ptr<EarlyRead>& early) {
+                              std::shared_ptr<EarlyRead>& early, const beast::flat_buffer& buffer) {
     Plan& plan = *job.plan;
     if (plan.shadow) {
       auto copy = std::make_shared<Plan>(Router::copy_for_shadow(plan));
@@ -806,8 +887,10 @@ struct Server::Impl {
       adapters::CancelSignal cancel;
       if constexpr (std::is_same_v<Stream, adapters::TimedSocket>) {
         if (!early) early = std::make_shared<EarlyRead>();  // one per connection, reused
-        if (!early->pending && !early->fired) {
+        bool room = buffer.size() + early->bytes.size() <= buffer.max_size();
+        if (!early->pending && !early->fired && room) {
           early->pending = true;
+          early->behind = buffer.size() != 0;
           stream.async_read_some_untimed(asio::buffer(early->bytes), EarlyReadDone(early));
         }
         if (early->hung_up()) cancel.cancel();  // gone during an earlier attempt
@@ -946,12 +1029,28 @@ struct Server::Impl {
 
   // ---- connections -----------------------------------------------------------------------
 
+  // Waits, under the deadline the caller set, for the early read to complete.
+  template <typename Stream>
+  asio::awaitable<void> wait_early(Stream& stream, EarlyRead& e) {
+    if (!e.pending) co_return;
+    auto& timed = beast::get_lowest_layer(stream);
+    timed.count_as_pending(true);  // the deadline applies to the early read
+    EarlyRead* ep = &e;
+    auto wait = [ep](auto handler) {
+      ep->waiter = std::make_unique<EarlyRead::WaiterFor<decltype(handler)>>(std::move(handler));
+    };
+    co_await asio::async_initiate<decltype(kAwait), void(beast::error_code, size_t)>(wait, kAwait);
+    timed.count_as_pending(false);
+  }
+
   // Feeds the buffered bytes to `parser` until `enough(parser)`, reading from the socket only
   // when the parser needs more; errors as Beast's reads report them. (Beast's composed reads
   // take an event-loop turn per call even when the whole request is already buffered.)
+  // `early`: the connection's early read (plain connections), which comes before any other read.
   template <typename Stream, typename Parser, typename Enough>
   asio::awaitable<beast::error_code> read_until(Stream& stream, beast::flat_buffer& buffer,
-                                                Parser& parser, const Enough& enough) {
+                                                Parser& parser, const Enough& enough,
+                                                EarlyRead* early) {
     for (;;) {
       if (buffer.size() != 0) {
         beast::error_code ec;
@@ -963,10 +1062,18 @@ struct Server::Impl {
       } else if (enough(parser)) {
         co_return beast::error_code{};
       }
-      size_t room = std::min<size_t>(64 * 1024, buffer.max_size() - buffer.size());
-      if (room == 0) co_return beast::error_code(http::error::header_limit);
-      auto [rec, n] = co_await stream.async_read_some(buffer.prepare(room), kAwait);
-      buffer.commit(n);
+      beast::error_code rec;
+      if (early != nullptr && (early->pending || early->fired)) {
+        co_await wait_early(stream, *early);
+        if (early->take(buffer)) continue;
+        rec = early->ec ? early->ec : beast::error_code(asio::error::eof);
+      } else {
+        size_t room = std::min<size_t>(64 * 1024, buffer.max_size() - buffer.size());
+        if (room == 0) co_return beast::error_code(http::error::header_limit);
+        auto [ec, n] = co_await stream.async_read_some(buffer.prepare(room), kAwait);
+        buffer.commit(n);
+        rec = ec;
+      }
       if (rec == asio::error::eof || rec == ssl::error::stream_truncated) {
         // Nothing more will come: what the parser has, and has not taken, is all there is.
         if (!parser.got_some() && buffer.size() == 0) {
@@ -990,26 +1097,11 @@ struct Server::Impl {
     for (;;) {
       // Idle: wait for the first byte of the next request.
       if (early && early->pending && buffer.size() == 0) {
-        auto& timed = beast::get_lowest_layer(stream);
-        timed.expires_after(std::chrono::milliseconds(lim.idle_timeout_ms));
-        timed.count_as_pending(true);  // the idle timeout applies to the early read
-        EarlyRead* e = early.get();
-        auto wait = [e](auto handler) {
-          e->waiter = std::make_unique<EarlyRead::WaiterFor<decltype(handler)>>(std::move(handler));
-        };
-        co_await asio::async_initiate<decltype(kAwait), void(beast::error_code, size_t)>(wait,
-                                                                                          kAwait);
-        timed.count_as_pending(false);
+        beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.idle_timeout_ms));
+        co_await wait_early(stream, *early);
       }
-      if (early && early->fired) {
-        if (early->n != 0 && !early->ec) {
-          auto room = buffer.prepare(early->n);
-          std::memcpy(room.data(), early->bytes.data(), early->n);
-          buffer.commit(early->n);
-          early->fired = false;
-        } else if (buffer.size() == 0) {
-          co_return;  // closed, reset or timed out
-        }
+      if (early && early->fired && !early->take(buffer) && buffer.size() == 0) {
+        co_return;  // closed, reset or timed out, and every request sent before was answered
       }
       if (buffer.size() == 0) {
         beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.idle_timeout_ms));
@@ -1024,7 +1116,7 @@ struct Server::Impl {
       parser.body_limit(static_cast<uint64_t>(lim.max_body_bytes));
       beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.header_timeout_ms));
       auto header_done = [](const auto& p) { return p.is_header_done(); };
-      beast::error_code hec = co_await read_until(stream, buffer, parser, header_done);
+      beast::error_code hec = co_await read_until(stream, buffer, parser, header_done, early.get());
       RequestRecord rec;
       rec.started = Clock::now();
       rec.started_unix_us = unix_micros_now();
@@ -1044,7 +1136,9 @@ struct Server::Impl {
                                                 std::to_string(lim.max_header_bytes) + " bytes",
                                             "", "headers_too_large"));
           r.status = http::status::request_header_fields_too_large;
+          rec.error = "request headers too large";
           co_await write_reply(stream, r, rec.request_id, false);
+          finish_record(rec);
           co_await linger_close(stream);
         } else if (hec != beast::error::timeout && hec != http::error::end_of_stream &&
                    hec != asio::error::eof && hec != asio::error::connection_reset &&
@@ -1052,7 +1146,10 @@ struct Server::Impl {
           Reply r = error_reply(Error::make(ErrorCode::kInvalidRequest,
                                             "malformed HTTP request: " + hec.message(), "",
                                             "bad_request"));
+          rec.status = 400;
+          rec.error = "malformed HTTP request: " + hec.message();
           co_await write_reply(stream, r, rec.request_id, false);
+          finish_record(rec);
           co_await linger_close(stream);
         }
         co_return;
@@ -1081,7 +1178,8 @@ struct Server::Impl {
       if (!parser.is_done()) {
         beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.body_timeout_ms));
         auto message_done = [](const auto& p) { return p.is_done(); };
-        beast::error_code bec = co_await read_until(stream, buffer, parser, message_done);
+        beast::error_code bec =
+            co_await read_until(stream, buffer, parser, message_done, early.get());
         if (bec == http::error::body_limit) {
           co_await reject_body_too_large(stream, rec);
           co_return;
@@ -1102,7 +1200,15 @@ struct Server::Impl {
         }
       }
       Request req = parser.release();
-      bool keep = co_await handle(stream, req, rec, early);
+      bool keep = false;
+      try {
+        keep = co_await handle(stream, req, rec, early, buffer);
+      } catch (const std::exception& e) {
+        // A defect: the answer may be half written, so the connection ends; the process and
+        // the other connections carry on.
+        rec.status = 500;
+        rec.error = std::string("internal error: ") + e.what();
+      }
       finish_record(rec);
       if (!keep) {
         co_await graceful_close(stream);
@@ -1251,7 +1357,13 @@ struct Server::Impl {
     hup.async_wait([this](const beast::error_code& ec, int) {
       if (ec) return;
       if (auto* store = router->policy_store()) {
-        asio::post(workers, [store] { store->reload("SIGHUP"); });
+        asio::post(workers, [store] {
+          try {
+            store->reload("SIGHUP");
+          } catch (const std::exception&) {
+            // The old policy keeps serving; a defect must not end the process.
+          }
+        });
       }
       arm_hup();
     });

@@ -341,7 +341,9 @@ std::string format_report(const Report& report, ReportFormat format, bool saving
     out["groups"] = nlohmann::ordered_json::array();
     for (const auto& r : report.rows) out["groups"].push_back(row_json(r, true));
     out["totals"] = row_json(report.totals, false);
-    return out.dump(2) + "\n";
+    // Rows written by an older ferry can hold bytes that are not UTF-8 (a task header stored
+    // unchecked): they are shown as U+FFFD rather than failing the report.
+    return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   }
   // Table and CSV share the cells.
   std::vector<std::vector<std::string>> cells;

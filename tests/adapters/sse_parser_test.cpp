@@ -72,5 +72,21 @@ TEST(SseParser, ReportsPartialEvent) {
   EXPECT_TRUE(parser.has_partial_event());
 }
 
+TEST(UpstreamJson, EventsMustBeOneValidObject) {
+  EXPECT_TRUE(is_json_object(R"({"choices":[{"delta":{"content":"hi"}}]})"));
+  EXPECT_TRUE(is_json_object(" {} "));
+  for (const char* bad : {"{this is not json}", "{\"id\": \"broken\", this is not json", "[]",
+                          "\"text\"", "{} {}", "{\"a\":\"\xff\"}", ""}) {
+    EXPECT_FALSE(is_json_object(bad)) << bad;
+  }
+}
+
+TEST(UpstreamJson, AnAnswerHasAChoicesArray) {
+  EXPECT_TRUE(is_openai_answer(R"({"id":"x","choices":[]})"));
+  EXPECT_FALSE(is_openai_answer(R"({"id":"x"})"));
+  EXPECT_FALSE(is_openai_answer(R"({"choices":{}})"));
+  EXPECT_FALSE(is_openai_answer("this is not json {"));
+}
+
 }  // namespace
 }  // namespace ferry::adapters

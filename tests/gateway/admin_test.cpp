@@ -56,5 +56,21 @@ TEST(AdminQuery, ExportFilterValidatesDatesAndKeys) {
   EXPECT_EQ(unknown.error().param, "teem");
 }
 
+TEST(AdminQuery, InvalidUtf8IsRefusedNamingTheField) {
+  EXPECT_TRUE(check_utf8_input("task=caf%C3%A9&by=task", "{}"));
+  auto name = check_utf8_input("%ff=1", "");
+  ASSERT_FALSE(name);
+  EXPECT_EQ(name.error().param, "query");
+  auto value = check_utf8_input("from=%ff", "");
+  ASSERT_FALSE(value);
+  EXPECT_EQ(value.error().param, "from");
+  auto body = check_utf8_input("", "targets: {}\n# \xff\n");
+  ASSERT_FALSE(body);
+  EXPECT_EQ(body.error().param, "body");
+  auto filter = export_filter("task=%ed%a0%80");  // a surrogate: not UTF-8
+  ASSERT_FALSE(filter);
+  EXPECT_EQ(filter.error().param, "task");
+}
+
 }  // namespace
 }  // namespace ferry::gateway

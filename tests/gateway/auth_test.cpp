@@ -56,5 +56,16 @@ TEST(Auth, NoKeysMeansAnonymous) {
   EXPECT_EQ(a.authenticate("")->key_id, "anonymous");
 }
 
+TEST(Auth, TheBearerSchemeIsCaseInsensitive) {
+  Authenticator a(two_keys());
+  for (const char* h : {"bearer sk-app", "BEARER sk-app", "bEaReR sk-app"}) {
+    auto p = a.authenticate(h);
+    ASSERT_TRUE(p) << h;
+    EXPECT_EQ(p->key_id, "app-1") << h;
+  }
+  EXPECT_FALSE(a.authenticate("bearers sk-app"));
+  EXPECT_FALSE(a.authenticate("bearer"));
+}
+
 }  // namespace
 }  // namespace ferry::gateway

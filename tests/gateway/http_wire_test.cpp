@@ -57,5 +57,23 @@ TEST(HttpWire, ReasonPhrasesAndChunkPrefixes) {
   EXPECT_EQ(p, "1\r\nff\r\n1000\r\n");
 }
 
+TEST(HttpWire, Utf8ValidationRefusesEveryMalformedForm) {
+  EXPECT_TRUE(is_valid_utf8(""));
+  EXPECT_TRUE(is_valid_utf8("plain"));
+  EXPECT_TRUE(is_valid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  for (const char* bad : {"\xff", "\xfe\xff", "\xc3", "\xc0\xaf", "\xed\xa0\x80",
+                          "\xf4\x90\x80\x80", "ok\x80"}) {
+    EXPECT_FALSE(is_valid_utf8(bad)) << bad;
+  }
+}
+
+TEST(HttpWire, CleanTargetsArePrintableAscii) {
+  EXPECT_TRUE(is_clean_target("/v1/models/gpt-4o?x=%ff&y=a+b"));
+  EXPECT_FALSE(is_clean_target("/h\xe9lth"));
+  EXPECT_FALSE(is_clean_target("/v1/models/\xff"));
+  EXPECT_FALSE(is_clean_target("/a b"));
+  EXPECT_FALSE(is_clean_target("/a\x7f"));
+}
+
 }  // namespace
 }  // namespace ferry::gateway

@@ -11,6 +11,10 @@
 //   reset-mid-stream   send the headers and a few chunks, then reset the connection (RST)
 //   close-mid-stream   send the headers and a few chunks, then close cleanly (FIN), no end chunk
 //   malformed-sse      a stream with an event whose data is not JSON, and a line without a field
+//   garbage-body       a 200 "application/json" answer whose body is not JSON
+//   no-choices         a 200 answer that is a JSON object without "choices"
+//   bad-event-first    a stream whose first event is `data: {this is not json}`
+//   bad-event-mid      a stream with `data: {this is not json}` after its first content chunk
 //   hang               never answer (until the client goes away)
 //   hang-after-first   stream the first chunk, then never send anything else
 //   no-usage           never send usage, even when stream_options.include_usage is set
@@ -85,6 +89,10 @@ struct Behaviour {
   bool reset_mid_stream = false;
   bool close_mid_stream = false;
   bool malformed_sse = false;
+  bool garbage_body = false;
+  bool no_choices = false;
+  bool bad_event_first = false;
+  bool bad_event_mid = false;
   bool hang = false;
   bool hang_after_first = false;
   bool no_usage = false;
@@ -119,6 +127,14 @@ Behaviour parse_behaviour(std::string_view model) {
       b.close_mid_stream = true;
     } else if (part == "malformed-sse") {
       b.malformed_sse = true;
+    } else if (part == "garbage-body") {
+      b.garbage_body = true;
+    } else if (part == "no-choices") {
+      b.no_choices = true;
+    } else if (part == "bad-event-first") {
+      b.bad_event_first = true;
+    } else if (part == "bad-event-mid") {
+      b.bad_event_mid = true;
     } else if (part == "hang") {
       b.hang = true;
     } else if (part == "hang-after-first") {
@@ -308,9 +324,8 @@ struct Reply {
 };
 
 template <class Stream>
-awaitable<bool> send_json(Stream& stream, unsigned status, const json& body, bool keep_alive,
+awaitable<bool> send_text(Stream& stream, unsigned status, std::string text, bool keep_alive,
                           bool chunky, Lcg& rng) {
-  std::string text = dump(body);
   if (chunky) {
     std::string head = "HTTP/1.1 " + std::to_string(status) +
                        " X\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n" +
@@ -328,6 +343,12 @@ awaitable<bool> send_json(Stream& stream, unsigned status, const json& body, boo
   auto [ec, n] = co_await http::async_write(stream, res, kTuple);
   (void)n;
   co_return !ec;
+}
+
+template <class Stream>
+awaitable<bool> send_json(Stream& stream, unsigned status, const json& body, bool keep_alive,
+                          bool chunky, Lcg& rng) {
+  co_return co_await send_text(stream, status, dump(body), keep_alive, chunky, rng);
 }
 
 json chunk_json(bool chat, const std::string& id, const std::string& model, int64_t index,
@@ -409,6 +430,16 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
   }
   std::string id = (chat ? "chatcmpl-up-" : "cmpl-up-") + std::to_string(g_stats.requests);
 
+  if (!stream_mode && (b.garbage_body || b.no_choices)) {
+    std::string text = b.garbage_body ? std::string("this is not json {")
+                                      : dump(json{{"id", id}, {"object", "chat.completion"}});
+    if (!co_await send_text(stream, 200, std::move(text), keep_alive, b.chunky, rng)) {
+      ++g_stats.cancelled;
+      co_return Reply{false};
+    }
+    ++g_stats.completed;
+    co_return Reply{keep_alive};
+  }
   if (!stream_mode) {
     json choices = json::array();
     for (int64_t i = 0; i < n; ++i) {
@@ -459,6 +490,11 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
     events.insert(events.begin() + static_cast<std::ptrdiff_t>(first_content),
                   {"data: {\"id\": \"broken\", this is not json\n\n", "no-field-here\n\n"});
   }
+  if (b.bad_event_mid) {
+    events.insert(events.begin() + static_cast<std::ptrdiff_t>(first_content + 1),
+                  "data: {this is not json}\n\n");
+  }
+  if (b.bad_event_first) events.insert(events.begin(), "data: {this is not json}\n\n");
   for (int64_t i = 0; i < n; ++i) {
     json delta = chat ? json::object() : json("");
     events.push_back(sse(chunk_json(chat, id, model, i, delta, answer.finish_reason, null_usage)));
@@ -514,7 +550,8 @@ json models_json() {
   json data = json::array();
   for (const char* name :
        {"echo", "slow-1000", "stream-slow-100", "fail-500", "fail-429", "drop", "reset-mid-stream",
-        "close-mid-stream", "malformed-sse", "hang", "hang-after-first", "no-usage", "chunky"}) {
+        "close-mid-stream", "malformed-sse", "garbage-body", "no-choices", "bad-event-first",
+        "bad-event-mid", "hang", "hang-after-first", "no-usage", "chunky"}) {
     data.push_back(
         {{"id", name}, {"object", "model"}, {"created", 1700000000}, {"owned_by", "test"}});
   }
