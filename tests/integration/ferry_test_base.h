@@ -1,5 +1,6 @@
-// The GoogleTest fixture most integration tests share: a fresh ferry_test_upstream and a fresh
-// `ferry serve` on the standard config, both on port 0, stopped after the test.
+// The GoogleTest fixtures most integration tests share: a fresh ferry_test_upstream and a fresh
+// `ferry serve` (on the standard config, or one the test writes), both on port 0, stopped after
+// the test.
 // One fixture per test; not shared between threads.
 #pragma once
 
@@ -12,13 +13,14 @@
 
 namespace ferry::itest {
 
-class FerryTest : public ::testing::Test {
+// A fresh ferry_test_upstream per test; ferry_ is started by the test (on a config of its own)
+// or by FerryTest. Both are stopped after the test, ferry's stderr shown when it failed.
+class UpstreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_FALSE(ferry_binary().empty()) << "FERRY_BINARY is not set";
     ASSERT_FALSE(upstream_binary().empty()) << "FERRY_TEST_UPSTREAM is not set";
     upstream_ = start_upstream();
-    ferry_ = start_ferry(dir_, standard_config(upstream_.address));
   }
 
   void TearDown() override {
@@ -30,6 +32,19 @@ class FerryTest : public ::testing::Test {
       }
     }
     if (upstream_.process) upstream_.process->stop();
+  }
+
+  TempDir dir_;
+  Server upstream_;
+  Server ferry_;
+};
+
+class FerryTest : public UpstreamTest {
+ protected:
+  void SetUp() override {
+    UpstreamTest::SetUp();
+    if (HasFatalFailure()) return;
+    ferry_ = start_ferry(dir_, standard_config(upstream_.address));
   }
 
   // A normal request on a fresh connection still succeeds: ferry keeps serving.
@@ -50,10 +65,6 @@ class FerryTest : public ::testing::Test {
     }
     return stats;
   }
-
-  TempDir dir_;
-  Server upstream_;
-  Server ferry_;
 };
 
 // Checks the OpenAI error shape {"error":{"message","type","param","code"}}.

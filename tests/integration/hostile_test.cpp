@@ -39,19 +39,11 @@ rules:
 default: { route: [good] }
 )";
 
-class HostileTest : public ::testing::Test {
+class HostileTest : public UpstreamTest {
  protected:
   void SetUp() override {
-    upstream_ = start_upstream();
+    UpstreamTest::SetUp();
     db_ = (dir_.path() / "ledger.db").string();
-  }
-  void TearDown() override {
-    if (ferry_.process) {
-      int status = ferry_.process->stop(Ms(15000));
-      EXPECT_EQ(status, 0) << "ferry did not exit cleanly";
-      if (HasFailure()) std::cerr << "---- ferry stderr ----\n" << ferry_.process->stderr_text();
-    }
-    if (upstream_.process) upstream_.process->stop();
   }
 
   // The standard config plus a finance key, the garbage models, a ledger and (optionally) a
@@ -131,9 +123,6 @@ class HostileTest : public ::testing::Test {
     return h;
   }
 
-  TempDir dir_;
-  Server upstream_;
-  Server ferry_;
   std::string db_;
 };
 
