@@ -1,6 +1,5 @@
-// The GoogleTest fixtures most integration tests share: a fresh ferry_test_upstream and a fresh
-// `ferry serve` (on the standard config, or one the test writes), both on port 0, stopped after
-// the test.
+// The GoogleTest fixture most integration tests share: a fresh ferry_test_upstream and a fresh
+// `ferry serve` on the standard config, both on port 0, stopped after the test.
 // One fixture per test; not shared between threads.
 #pragma once
 
@@ -13,14 +12,13 @@
 
 namespace ferry::itest {
 
-// A fresh ferry_test_upstream per test; ferry_ is started by the test (on a config of its own)
-// or by FerryTest. Both are stopped after the test, ferry's stderr shown when it failed.
-class UpstreamTest : public ::testing::Test {
+class FerryTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_FALSE(ferry_binary().empty()) << "FERRY_BINARY is not set";
     ASSERT_FALSE(upstream_binary().empty()) << "FERRY_TEST_UPSTREAM is not set";
     upstream_ = start_upstream();
+    ferry_ = start_ferry(dir_, standard_config(upstream_.address));
   }
 
   void TearDown() override {
@@ -32,19 +30,6 @@ class UpstreamTest : public ::testing::Test {
       }
     }
     if (upstream_.process) upstream_.process->stop();
-  }
-
-  TempDir dir_;
-  Server upstream_;
-  Server ferry_;
-};
-
-class FerryTest : public UpstreamTest {
- protected:
-  void SetUp() override {
-    UpstreamTest::SetUp();
-    if (HasFatalFailure()) return;
-    ferry_ = start_ferry(dir_, standard_config(upstream_.address));
   }
 
   // A normal request on a fresh connection still succeeds: ferry keeps serving.
@@ -65,6 +50,33 @@ class FerryTest : public UpstreamTest {
     }
     return stats;
   }
+
+  TempDir dir_;
+  Server upstream_;
+  Server ferry_;
+};
+
+// A fresh ferry_test_upstream and a ledger path; the test starts ferry on its own config into
+// ferry_. Both are stopped after the test, and ferry must exit cleanly.
+class OwnConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    upstream_ = start_upstream();
+    db_ = (dir_.path() / "ledger.db").string();
+  }
+  void TearDown() override {
+    if (ferry_.process) {
+      int status = ferry_.process->stop(Ms(15000));
+      EXPECT_EQ(status, 0) << "ferry did not exit cleanly";
+      if (HasFailure()) std::cerr << "---- ferry stderr ----\n" << ferry_.process->stderr_text();
+    }
+    if (upstream_.process) upstream_.process->stop();
+  }
+
+  TempDir dir_;
+  Server upstream_;
+  Server ferry_;
+  std::string db_;
 };
 
 // Checks the OpenAI error shape {"error":{"message","type","param","code"}}.

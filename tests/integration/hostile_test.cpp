@@ -39,13 +39,8 @@ rules:
 default: { route: [good] }
 )";
 
-class HostileTest : public UpstreamTest {
+class HostileTest : public OwnConfigTest {
  protected:
-  void SetUp() override {
-    UpstreamTest::SetUp();
-    db_ = (dir_.path() / "ledger.db").string();
-  }
-
   // The standard config plus a finance key, the garbage models, a ledger and (optionally) a
   // policy whose aliases fall back from a garbage target to a good one.
   std::string config(bool policy) {
@@ -122,8 +117,6 @@ class HostileTest : public UpstreamTest {
     h.push_back("x-ferry-task: " + task);
     return h;
   }
-
-  std::string db_;
 };
 
 void expect_400_naming(const std::optional<Response>& r, const std::string& param) {
