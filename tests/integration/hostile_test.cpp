@@ -39,21 +39,8 @@ rules:
 default: { route: [good] }
 )";
 
-class HostileTest : public ::testing::Test {
+class HostileTest : public OwnConfigTest {
  protected:
-  void SetUp() override {
-    upstream_ = start_upstream();
-    db_ = (dir_.path() / "ledger.db").string();
-  }
-  void TearDown() override {
-    if (ferry_.process) {
-      int status = ferry_.process->stop(Ms(15000));
-      EXPECT_EQ(status, 0) << "ferry did not exit cleanly";
-      if (HasFailure()) std::cerr << "---- ferry stderr ----\n" << ferry_.process->stderr_text();
-    }
-    if (upstream_.process) upstream_.process->stop();
-  }
-
   // The standard config plus a finance key, the garbage models, a ledger and (optionally) a
   // policy whose aliases fall back from a garbage target to a good one.
   std::string config(bool policy) {
@@ -130,11 +117,6 @@ class HostileTest : public ::testing::Test {
     h.push_back("x-ferry-task: " + task);
     return h;
   }
-
-  TempDir dir_;
-  Server upstream_;
-  Server ferry_;
-  std::string db_;
 };
 
 void expect_400_naming(const std::optional<Response>& r, const std::string& param) {
