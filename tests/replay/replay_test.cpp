@@ -20,6 +20,8 @@ namespace {
 
 using policies::Decision;
 using policies::Facts;
+using policies::facts_from_json;
+using policies::facts_to_json;
 using policies::Policy;
 using policies::TargetFacts;
 using policies::testing::must_load;
