@@ -501,7 +501,7 @@ struct Server::Impl {
   Reply fail(RequestRecord& rec, const Error& e) {
     rec.error = e.message;
     Reply r = error_reply(e);
-    if (e.retry_after_s > 0) r.headers.emplace_back("retry-after", std::to_string(e.retry_after_s));
+    for (auto& h : retry_headers(e)) r.headers.push_back(std::move(h));
     return r;
   }
 
@@ -529,6 +529,11 @@ struct Server::Impl {
     if (target == "/metrics" && is_get) {
       return text_reply(http::status::ok, "text/plain; version=0.0.4", metrics.render());
     }
+    if (draining.load()) {
+      Error e = Error::make(ErrorCode::kUnavailable, "ferry is shutting down");
+      e.retry_after_s = 1;
+      return fail(rec, e);
+    }
     bool chat = target == "/v1/chat/completions";
     bool completions = target == "/v1/completions";
     bool models = target == "/v1/models";
@@ -552,7 +557,7 @@ struct Server::Impl {
       job.query = std::string(query);
       job.ctx.request_id = rec.request_id;
       job.ctx.principal = std::move(*principal);
-      if (admin == AdminRoute::kLedgerExport) {
+      if (admin == AdminRoute::kLedgerExport || admin == AdminRoute::kLedgerAttempts) {
         if (router->ledger() == nullptr) {
           return fail(rec, Error::make(ErrorCode::kNotFound,
                                        "no ledger is configured (config key 'ledger')"));
@@ -669,8 +674,10 @@ struct Server::Impl {
     auto pipe = std::make_shared<ChunkPipe>();
     pipe->notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
     std::string path = router->ledger()->config().path;
-    asio::post(workers, [pipe, path, filter = job.filter, this] {
-      Status st = ledger::export_csv(path, filter, [&](std::string_view chunk) {
+    const bool attempts = job.admin == AdminRoute::kLedgerAttempts;
+    asio::post(workers, [pipe, path, filter = job.filter, attempts, this] {
+      auto export_rows = attempts ? ledger::export_attempts_csv : ledger::export_csv;
+      Status st = export_rows(path, filter, [&](std::string_view chunk) {
         std::unique_lock lock(pipe->mu);
         while (pipe->chunks.size() >= 4 && !pipe->cancelled && !stopped.load()) {
           pipe->space.wait_for(lock, std::chrono::milliseconds(100));
@@ -680,7 +687,7 @@ struct Server::Impl {
         lock.unlock();
         pipe->notifier->notify();
         return true;
-      });
+      }, 64 * 1024);
       {
         std::lock_guard lock(pipe->mu);
         pipe->done = true;
@@ -689,7 +696,8 @@ struct Server::Impl {
       pipe->notifier->notify();
     });
     std::vector<std::pair<std::string, std::string>> headers = {
-        {"content-disposition", "attachment; filename=\"ferry-ledger.csv\""}};
+        {"content-disposition", attempts ? "attachment; filename=\"ferry-attempts.csv\""
+                                         : "attachment; filename=\"ferry-ledger.csv\""}};
     SseSink<Stream> sink(*this, stream, rec.request_id, rec, &headers);
     sink.set_content_type("text/csv; charset=utf-8");
     bool ok = true;
@@ -1018,7 +1026,8 @@ struct Server::Impl {
         if (ec) co_return;
         buffer.commit(n);
       }
-      if (draining.load()) co_return;
+      // While draining, a request that reaches an open connection is still answered (with
+      // `connection: close`): /readyz says 503, the API a 503 to retry elsewhere.
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<uint32_t>(lim.max_header_bytes));
       parser.body_limit(static_cast<uint64_t>(lim.max_body_bytes));

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -21,7 +22,9 @@
 namespace ferry::ledger {
 
 // 1: the first schema; 2: requests.facts (the routing facts, for replay) and daily_team.
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
+// The trusted tag of a shadow copy's row; reports count these apart from served requests.
+inline constexpr std::string_view kShadowTag = "shadow";
 constexpr const char* kGenesisHash =
     "0000000000000000000000000000000000000000000000000000000000000000";
 

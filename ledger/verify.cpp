@@ -1,6 +1,7 @@
 #include "ledger/verify.h"
 
 #include <array>
+#include <tuple>
 
 #include "ledger/sqlite_db.h"
 #include "ledger/store.h"
@@ -87,12 +88,14 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   // A file not yet migrated to version 2 (verify never writes) has no facts column and no
   // daily_team table.
   bool has_facts = false;
+  bool has_served = false;  // version 3: daily's refused, shadows and unpriced_served
   {
     auto version = db->prepare("PRAGMA user_version");
     if (!version) return version.error();
     auto got = version->step();
     if (!got) return got.error();
     has_facts = *got && version->int_at(0) >= 2;
+    has_served = *got && version->int_at(0) >= 3;
   }
   std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL");
   for (const auto& c : rcols) select += "," + c;
@@ -212,6 +215,38 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   if (diff->int_at(0) != 0) {
     check.problem("daily aggregate differs from the rows in " + std::to_string(diff->int_at(0)) +
                   " group(s)");
+  }
+  // What was not served (schema 3), group by group, as reports count it.
+  if (has_served) {
+    const char* kRawServed =
+        "SELECT day,key_id,team,project,upstream_model,target,rule_id,"
+        "SUM(kind='request' AND status='refused'),"
+        "SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')>0),"
+        "SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')=0 "
+        "AND pricing='unpriced') "
+        "FROM requests GROUP BY day,key_id,team,project,upstream_model,target,rule_id";
+    const char* kServed =
+        "SELECT day,key_id,team,project,model,target,rule_id,refused,shadows,unpriced_served "
+        "FROM daily";
+    const char* kTeamFromDaily =
+        "SELECT day,team,project,model,target,SUM(refused),SUM(shadows),SUM(unpriced_served) "
+        "FROM daily GROUP BY day,team,project,model,target";
+    const char* kTeamServed =
+        "SELECT day,team,project,model,target,refused,shadows,unpriced_served FROM daily_team";
+    for (auto [a, b, what] : {std::tuple{kRawServed, kServed, "daily aggregate differs from the rows"},
+                              std::tuple{kTeamFromDaily, kTeamServed,
+                                         "daily_team aggregate differs from the daily aggregate"}}) {
+      auto served_diff = db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + a +
+                                     " EXCEPT " + b + ")) + (SELECT COUNT(*) FROM (" + b +
+                                     " EXCEPT " + a + "))");
+      if (!served_diff) return served_diff.error();
+      auto served_got = served_diff->step();
+      if (!served_got) return served_got.error();
+      if (served_diff->int_at(0) != 0) {
+        check.problem(std::string(what) + " in refused/shadow counts in " +
+                      std::to_string(served_diff->int_at(0)) + " group(s)");
+      }
+    }
   }
   // daily_team (schema 2) must equal the daily aggregate without key and rule.
   if (has_facts) {

@@ -5,9 +5,16 @@
 # synth` (random weights, real shapes and vocabulary), and this says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "run.sh: checking the packages ferry needs (scripts/setup.sh; installs only what is missing)" >&2
 scripts/setup.sh
-scripts/build.sh
+# Only the server binary: the tests are built by scripts/test.sh.
+echo "run.sh: building build/gateway/ferry (scripts/build.sh; the first build takes several" \
+     "minutes, later ones only recompile what changed)" >&2
+started=$SECONDS
+FERRY_BUILD_TARGETS=${FERRY_BUILD_TARGETS:-ferry} scripts/build.sh
+echo "run.sh: built in $((SECONDS - started)) s" >&2
 if [ $# -gt 0 ]; then
+  echo "run.sh: starting ferry serve --config $1" >&2
   exec build/gateway/ferry serve --config "$1"
 fi
 model=var/demo/model.gguf
@@ -19,4 +26,5 @@ if [ ! -f "$model" ]; then
   build/gateway/ferry model synth --preset smollm2-360m --type Q8_0 --seed 1 "$model.part"
   mv "$model.part" "$model"
 fi
+echo "run.sh: starting ferry serve on the embedded default config ($model)" >&2
 exec build/gateway/ferry serve

@@ -171,7 +171,8 @@ TEST(LedgerHistory, SchemaOneFileMigratesAndTheChainContinues) {
     auto db = Db::open(path, false);
     ASSERT_TRUE(
         db->exec("ALTER TABLE requests DROP COLUMN facts; DROP TABLE daily_team; "
-                 "PRAGMA user_version=1"));
+                 "ALTER TABLE daily DROP COLUMN refused; ALTER TABLE daily DROP COLUMN shadows; "
+                 "ALTER TABLE daily DROP COLUMN unpriced_served; PRAGMA user_version=1"));
   }
   auto old = verify_ledger(path);  // read-only: no migration
   ASSERT_TRUE(old);
