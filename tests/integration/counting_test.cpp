@@ -55,7 +55,9 @@ class CountingTest : public ::testing::Test {
     upstream_ = start_upstream();
   }
   void TearDown() override {
-    if (ferry_.process) EXPECT_EQ(ferry_.process->stop(Ms(15000)), 0);
+    if (ferry_.process) {
+      EXPECT_EQ(ferry_.process->stop(Ms(15000)), 0);
+    }
     if (upstream_.process) upstream_.process->stop();
   }
 
