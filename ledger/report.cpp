@@ -161,12 +161,12 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
     if (!found) return found.error();
     team_ok = *found;
   }
-  if (!raw) {  // a file not yet migrated to schema 3 cannot tell served from refused
-    auto version = db->prepare("PRAGMA user_version");
-    if (!version) return version.error();
-    auto found = version->step();
+  if (!raw) {  // a file not yet migrated to the `refused` columns cannot tell served rows
+    auto has = db->prepare("SELECT 1 FROM pragma_table_info('daily') WHERE name='refused'");
+    if (!has) return has.error();
+    auto found = has->step();
     if (!found) return found.error();
-    raw = !*found || version->int_at(0) < 3;
+    raw = !*found;
     team_ok = team_ok && !raw;
   }
   Source source = raw ? Source::kRows : team_ok ? Source::kDailyTeam : Source::kDaily;

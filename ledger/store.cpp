@@ -27,7 +27,7 @@ struct RowScratch {
 struct DailyDelta {
   std::string day, key_id, team, project, model, target, rule_id;
   int64_t requests = 0, unpriced = 0;
-  int64_t refused = 0, shadows = 0, unpriced_served = 0;  // schema 3 (see kMigrations[2])
+  int64_t refused = 0, shadows = 0, unpriced_served = 0;  // the migration that added `refused`
   int64_t input_tokens = 0, cached_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
   int64_t cost_input = 0, cost_cached = 0, cost_output = 0, cost_reasoning = 0, cost_total = 0;
   int64_t avoided_total = 0, avoided_base = 0;
@@ -129,7 +129,7 @@ INSERT INTO daily_team SELECT day, team, project, model, target, SUM(requests), 
   SUM(avoided_total), SUM(avoided_base), MIN(first_us), MAX(last_us)
   FROM daily GROUP BY day, team, project, model, target;
 )sql",
-    // 3: what reports count apart. `requests` stays every request row; `refused` (refused
+    // 3: what reports count apart (code finds these columns by name, not by version). `requests` stays every request row; `refused` (refused
     // before running: budget, policy reject, context) and `shadows` (a shadow copy, tagged
     // "shadow") are the rows among them that were not served, and `unpriced_served` the
     // unpriced rows that were. Existing groups are filled from the rows.

@@ -88,14 +88,18 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   // A file not yet migrated to version 2 (verify never writes) has no facts column and no
   // daily_team table.
   bool has_facts = false;
-  bool has_served = false;  // version 3: daily's refused, shadows and unpriced_served
+  bool has_served = false;  // daily's refused, shadows and unpriced_served (a later migration)
   {
     auto version = db->prepare("PRAGMA user_version");
     if (!version) return version.error();
     auto got = version->step();
     if (!got) return got.error();
     has_facts = *got && version->int_at(0) >= 2;
-    has_served = *got && version->int_at(0) >= 3;
+    auto served = db->prepare("SELECT 1 FROM pragma_table_info('daily') WHERE name='refused'");
+    if (!served) return served.error();
+    auto found = served->step();
+    if (!found) return found.error();
+    has_served = *found;
   }
   std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL");
   for (const auto& c : rcols) select += "," + c;
@@ -216,7 +220,7 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     check.problem("daily aggregate differs from the rows in " + std::to_string(diff->int_at(0)) +
                   " group(s)");
   }
-  // What was not served (schema 3), group by group, as reports count it.
+  // What was not served (the `refused` columns), group by group, as reports count it.
   if (has_served) {
     const char* kRawServed =
         "SELECT day,key_id,team,project,upstream_model,target,rule_id,"

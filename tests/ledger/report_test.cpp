@@ -6,6 +6,7 @@
 
 #include "ledger/report.h"
 #include "ledger/sqlite_db.h"
+#include "ledger/store.h"
 #include "ledger/verify.h"
 #include "test_util.h"
 
@@ -185,12 +186,12 @@ TEST_F(ReportTest, RefusalsAndShadowsAreCountedApartFromServedRequests) {
   EXPECT_TRUE(verified->ok()) << (verified->problems.empty() ? "" : verified->problems[0]);
 }
 
-TEST_F(ReportTest, AFileFromSchema2IsMigratedWithItsRefusalsAndShadowsCounted) {
+TEST_F(ReportTest, AnOlderFileIsMigratedWithItsRefusalsAndShadowsCounted) {
   int64_t served_unpriced = db_sum("SELECT COUNT(*) FROM requests WHERE pricing='unpriced'");
   add_refusals_and_shadows(path_);
   int64_t total = db_sum("SELECT SUM(COALESCE(cost_total,0)) FROM requests");
   {
-    // Back to version 2: the aggregates without the new columns.
+    // Back to the version before: the aggregates without the new columns.
     auto db = Db::open(path_, false);
     ASSERT_TRUE(db);
     for (const char* table : {"daily", "daily_team"}) {
@@ -198,7 +199,7 @@ TEST_F(ReportTest, AFileFromSchema2IsMigratedWithItsRefusalsAndShadowsCounted) {
         ASSERT_TRUE(db->exec(std::string("ALTER TABLE ") + table + " DROP COLUMN " + column));
       }
     }
-    ASSERT_TRUE(db->exec("PRAGMA user_version=2"));
+    ASSERT_TRUE(db->exec("PRAGMA user_version=" + std::to_string(kSchemaVersion - 1)));
   }
   // Read-only, the old file is reported from its rows.
   expect_served_counts(path_, served_unpriced, total);
@@ -208,7 +209,7 @@ TEST_F(ReportTest, AFileFromSchema2IsMigratedWithItsRefusalsAndShadowsCounted) {
     auto reopened = Ledger::open(config, catalog_from(kPrices), {});
     ASSERT_TRUE(reopened) << reopened.error().message;
   }
-  EXPECT_EQ(db_sum("PRAGMA user_version"), 3);
+  EXPECT_EQ(db_sum("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(db_sum("SELECT SUM(refused) FROM daily"), 28);
   EXPECT_EQ(db_sum("SELECT SUM(shadows) FROM daily_team"), 5);
   expect_served_counts(path_, served_unpriced, total);
