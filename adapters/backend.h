@@ -38,6 +38,9 @@ struct BackendRequest {
   bool stream = false;
   bool client_wants_usage = false;  // stream_options.include_usage as the client sent it
   std::string request_id;
+  // The model name the client asked for (an alias): every reply's `model` says this, never
+  // the target's or upstream's name, so a client can send it back. Empty: left as it is.
+  std::string reply_model;
 };
 
 // Receives a streamed answer, already formatted as SSE bytes ("data: ...\n\n").

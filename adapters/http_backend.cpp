@@ -415,6 +415,10 @@ struct HttpBackend::Impl {
           }
           ChunkAction action = inspect_stream_chunk(data, request.client_wants_usage);
           if (action.usage) reply.usage = *action.usage;
+          if (!request.reply_model.empty()) {
+            std::string_view current = action.rewritten ? std::string_view(*action.rewritten) : data;
+            if (auto renamed = with_model(current, request.reply_model)) action.rewritten = std::move(renamed);
+          }
           std::string_view payload = action.rewritten ? std::string_view(*action.rewritten) : data;
           if (reply.finish_reason.empty()) reply.finish_reason = find_finish_reason(payload);
           if (!action.forward) return;
@@ -467,6 +471,9 @@ struct HttpBackend::Impl {
       }
       if (auto u = find_usage(body)) reply.usage = *u;
       reply.finish_reason = find_finish_reason(body);
+      if (!request.reply_model.empty()) {
+        if (auto renamed = with_model(body, request.reply_model)) body = std::move(*renamed);
+      }
       reply.body = std::move(body);
     }
     out.reusable = parser.is_done() && parser.keep_alive();

@@ -75,7 +75,21 @@ struct Params {
   std::vector<std::string> stop;
   bool stop_at_eog = true;
   int32_t top_logprobs = -1;  // < 0: no logprobs
+  int64_t n = 1;              // choices, decoded as parallel sequences over one prompt
 };
+
+// OpenAI's limit on `n`.
+constexpr int64_t kMaxChoices = 128;
+
+// Choice i > 0 samples with its own stream: splitmix64 of the request's seed and i, so a fixed
+// seed reproduces every choice and choice 0 is what n = 1 gives.
+uint64_t choice_seed(uint64_t seed, int64_t index) {
+  if (index == 0) return seed;
+  uint64_t z = seed + static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 Result<std::optional<double>> number(const Json& body, const char* key, double lo, double hi) {
   auto it = body.find(key);
@@ -122,8 +136,11 @@ uint64_t random_seed() {
 Status parse_params(const Json& body, Endpoint endpoint, int64_t n_vocab, Params& p) {
   if (auto n = integer(body, "n"); !n) {
     return n.error();
-  } else if (n.value() && *n.value() != 1) {
-    return invalid("the local engine returns one choice: 'n' must be 1", "n");
+  } else if (n.value()) {
+    if (*n.value() < 1 || *n.value() > kMaxChoices) {
+      return invalid("'n' must be between 1 and " + std::to_string(kMaxChoices), "n");
+    }
+    p.n = *n.value();
   }
   if (auto it = body.find("echo"); it != body.end() && it->is_boolean() && it->get<bool>()) {
     return invalid("'echo' is not supported by the local engine", "echo");
@@ -272,11 +289,6 @@ struct LocalBackend::Impl {
   // The prompt's token ids, as the engine will run them.
   Result<std::vector<TokenId>> prompt_tokens(Endpoint endpoint, const Json& body) const {
     std::vector<tokenizer::TokenId> ids;
-    auto with_bos = [&] {
-      const auto bos = tok->bos_id();
-      if (tok->add_bos() && bos && (ids.empty() || ids.front() != *bos))
-        ids.insert(ids.begin(), *bos);
-    };
     if (endpoint == Endpoint::kChatCompletions) {
       if (!chat) return Error::make(ErrorCode::kInvalidRequest, chat_error, "messages");
       auto it = body.find("messages");
@@ -285,8 +297,7 @@ struct LocalBackend::Impl {
       }
       auto text = chat->render(body);
       if (!text) return std::move(text).error();
-      tok->encode(*text, ids, tokenizer::Specials::kParse);
-      with_bos();
+      tokenizer::encode_prompt(*tok, *text, ids);
     } else {
       auto it = body.find("prompt");
       if (it == body.end() || it->is_null()) return invalid("'prompt' is required", "prompt");
@@ -295,8 +306,7 @@ struct LocalBackend::Impl {
         prompt = &(*prompt)[0];
       }
       if (prompt->is_string()) {
-        tok->encode(prompt->get<std::string>(), ids, tokenizer::Specials::kParse);
-        with_bos();
+        tokenizer::encode_prompt(*tok, prompt->get<std::string>(), ids);
       } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) {
         const int64_t n_vocab = scheduler->model_config().n_vocab;
         for (const auto& t : *prompt) {
@@ -443,63 +453,92 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
   }
   if (cancel.cancelled()) co_return Error::make(ErrorCode::kCancelled, "client went away");
 
+  // One sequence per choice. Choice 0 is submitted at once; the others once its first token is
+  // out, when its prompt's KV is in the prefix cache: they copy it instead of prefilling again
+  // (all but the last partial block), and decode alongside it.
   const auto executor = co_await asio::this_coro::executor;
   WakeChannel wake(executor, 1);
-  auto pending = std::make_shared<Pending>();
-  pending->wake = &wake;
-  // Whatever way this coroutine ends (even destroyed mid-way at shutdown), the scheduler thread
-  // must stop touching the channel, and the sequence must not run on.
-  struct Detach {
-    Pending* pending;
-    engine::Scheduler* scheduler;
+  struct Choice {
+    std::shared_ptr<Pending> pending = std::make_shared<Pending>();
     std::optional<engine::RequestId> id;
-    ~Detach() {
-      bool finished = false;
-      {
-        std::lock_guard lock(pending->mu);
-        pending->wake = nullptr;
-        finished = pending->done.has_value();
-      }
-      if (id && !finished) scheduler->cancel(*id);
-    }
-  } detach{pending.get(), im.scheduler.get(), std::nullopt};
-  engine::GenerationRequest gen;
-  gen.prompt = std::move(params.prompt);
-  gen.max_tokens = params.max_tokens.value_or(n_ctx - n_prompt);
-  gen.sampling = std::move(params.sampling);
-  gen.stop = std::move(params.stop);
-  gen.stop_at_eog = params.stop_at_eog;
-  gen.top_logprobs = params.top_logprobs;
-  if (im.cfg.timeouts.total_ms > 0) {
-    gen.deadline = started + std::chrono::milliseconds(im.cfg.timeouts.total_ms);
-  }
-  gen.on_token = [pending](const engine::TokenEvent& ev) {
-    TokenOut t;
-    t.token = ev.token;
-    t.text = std::string(ev.text);
-    t.logprob = ev.logprob;
-    t.top.assign(ev.top_logprobs.begin(), ev.top_logprobs.end());
-    std::lock_guard lock(pending->mu);
-    pending->tokens.push_back(std::move(t));
-    pending->notify_locked();
+    std::optional<engine::Completion> done;
+    std::string content;  // non-streaming: the whole text
+    Json chat_logprobs = Json::array();
+    Json cmpl_tokens = Json::array(), cmpl_logprobs = Json::array(), cmpl_top = Json::array(),
+         cmpl_offsets = Json::array();
+    int64_t text_offset = 0;
+    bool role_sent = false;
   };
-  gen.on_done = [pending](const engine::Completion& c) {
-    std::lock_guard lock(pending->mu);
-    pending->done = c;
-    pending->notify_locked();
-  };
-  auto submitted = im.scheduler->submit(std::move(gen));
-  if (!submitted) co_return im.with_name(std::move(submitted).error());
-  const engine::RequestId id = submitted.value();
+  std::vector<Choice> choices(static_cast<size_t>(params.n));
+  for (Choice& c : choices) c.pending->wake = &wake;
   engine::Scheduler* scheduler = im.scheduler.get();
-  detach.id = id;
-  cancel.set_hook([scheduler, id] { scheduler->cancel(id); });
+  // Whatever way this coroutine ends (even destroyed mid-way at shutdown), the scheduler thread
+  // must stop touching the channel, and the sequences must not run on.
+  struct Detach {
+    std::vector<Choice>* choices;
+    engine::Scheduler* scheduler;
+    ~Detach() {
+      for (Choice& c : *choices) {
+        bool finished = false;
+        {
+          std::lock_guard lock(c.pending->mu);
+          c.pending->wake = nullptr;
+          finished = c.pending->done.has_value();
+        }
+        if (c.id && !finished) scheduler->cancel(*c.id);
+      }
+    }
+  } detach{&choices, scheduler};
+  const uint64_t seed = params.sampling.seed;
+  auto make_request = [&](size_t index) {
+    engine::GenerationRequest gen;
+    gen.prompt = params.prompt;
+    gen.max_tokens = params.max_tokens.value_or(n_ctx - n_prompt);
+    gen.sampling = params.sampling;
+    gen.sampling.seed = choice_seed(seed, static_cast<int64_t>(index));
+    gen.stop = params.stop;
+    gen.stop_at_eog = params.stop_at_eog;
+    gen.top_logprobs = params.top_logprobs;
+    if (im.cfg.timeouts.total_ms > 0) {
+      gen.deadline = started + std::chrono::milliseconds(im.cfg.timeouts.total_ms);
+    }
+    std::shared_ptr<Pending> pending = choices[index].pending;
+    gen.on_token = [pending](const engine::TokenEvent& ev) {
+      TokenOut t;
+      t.token = ev.token;
+      t.text = std::string(ev.text);
+      t.logprob = ev.logprob;
+      t.top.assign(ev.top_logprobs.begin(), ev.top_logprobs.end());
+      std::lock_guard lock(pending->mu);
+      pending->tokens.push_back(std::move(t));
+      pending->notify_locked();
+    };
+    gen.on_done = [pending](const engine::Completion& c) {
+      std::lock_guard lock(pending->mu);
+      pending->done = c;
+      pending->notify_locked();
+    };
+    return gen;
+  };
+  // The ids submitted so far, shared with the cancel hook (which may outlive this frame).
+  auto ids = std::make_shared<std::vector<engine::RequestId>>();
+  auto cancel_all = [ids, scheduler] {
+    for (engine::RequestId id : *ids) scheduler->cancel(id);
+  };
+  auto submitted = scheduler->submit(make_request(0));
+  if (!submitted) co_return im.with_name(std::move(submitted).error());
+  choices[0].id = submitted.value();
+  ids->push_back(submitted.value());
+  cancel.set_hook(cancel_all);
+  bool others_submitted = choices.size() == 1;
+  std::optional<Error> submit_error;  // a later choice the engine refused (queue full, ...)
 
   // The answer's shape.
-  const std::string model = body->value("model", std::string());
+  const std::string model =
+      request.reply_model.empty() ? body->value("model", std::string()) : request.reply_model;
   const std::string id_text =
       (chat ? "chatcmpl-" : "cmpl-") +
-      (request.request_id.empty() ? std::to_string(id) : request.request_id);
+      (request.request_id.empty() ? std::to_string(*choices[0].id) : request.request_id);
   const auto created = static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                                 std::chrono::system_clock::now().time_since_epoch())
                                                 .count());
@@ -533,12 +572,8 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
     e["top_logprobs"] = std::move(top);
     return e;
   };
-  Json chat_logprobs = Json::array();
-  Json cmpl_tokens = Json::array(), cmpl_logprobs = Json::array(), cmpl_top = Json::array(),
-       cmpl_offsets = Json::array();
-  int64_t text_offset = 0;
-  auto add_cmpl_logprob = [&](const TokenOut& t, Json& tokens, Json& lps, Json& tops,
-                              Json& offsets) {
+  auto add_cmpl_logprob = [&](const TokenOut& t, int64_t& text_offset, Json& tokens, Json& lps,
+                              Json& tops, Json& offsets) {
     const std::string text = im.token_text(t.token);
     tokens.push_back(text);
     lps.push_back(t.logprob);
@@ -548,96 +583,128 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
     offsets.push_back(text_offset);
     text_offset += static_cast<int64_t>(text.size());
   };
+  auto role_chunk = [&](size_t index) {
+    return chunk(Json{{"index", index},
+                      {"delta", Json{{"role", "assistant"}, {"content", ""}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}});
+  };
 
   BackendReply reply;
-  std::string content;  // non-streaming: the whole text
-  bool role_sent = false;
   bool client_gone = false;
-  std::optional<engine::Completion> done;
   std::deque<TokenOut> batch;
   std::string out;
-  while (!done) {
-    {
-      std::lock_guard lock(pending->mu);
-      batch.swap(pending->tokens);
-      if (pending->done && pending->tokens.empty()) done = pending->done;
+  auto all_done = [&] {
+    if (!others_submitted) return false;
+    for (const Choice& c : choices) {
+      if (c.id && !c.done) return false;
     }
-    if (!batch.empty() && reply.first_byte_us < 0) {
-      reply.first_byte_us =
-          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
-    }
+    return true;
+  };
+  while (true) {
     out.clear();
-    for (TokenOut& t : batch) {
-      if (!stream) {
-        content += t.text;
-        if (want_logprobs && t.token >= 0) {
-          if (chat) {
-            chat_logprobs.push_back(chat_logprob(t));
+    for (size_t index = 0; index < choices.size(); ++index) {
+      Choice& ch = choices[index];
+      if (!ch.id || ch.done) continue;
+      {
+        std::lock_guard lock(ch.pending->mu);
+        batch.swap(ch.pending->tokens);
+        if (ch.pending->done && ch.pending->tokens.empty()) ch.done = ch.pending->done;
+      }
+      if (!batch.empty() && reply.first_byte_us < 0) {
+        reply.first_byte_us =
+            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
+      }
+      if (index == 0 && !others_submitted && (!batch.empty() || ch.done)) {
+        // Choice 0's prompt is prefilled (and cached): the others start from it.
+        others_submitted = true;
+        for (size_t k = 1; k < choices.size() && !submit_error; ++k) {
+          auto more = scheduler->submit(make_request(k));
+          if (!more) {
+            submit_error = im.with_name(std::move(more).error());
+            cancel_all();
+            break;
+          }
+          choices[k].id = more.value();
+          ids->push_back(more.value());
+        }
+      }
+      for (TokenOut& t : batch) {
+        if (!stream) {
+          ch.content += t.text;
+          if (want_logprobs && t.token >= 0) {
+            if (chat) {
+              ch.chat_logprobs.push_back(chat_logprob(t));
+            } else {
+              add_cmpl_logprob(t, ch.text_offset, ch.cmpl_tokens, ch.cmpl_logprobs, ch.cmpl_top,
+                               ch.cmpl_offsets);
+            }
+          }
+          continue;
+        }
+        const bool with_lp = want_logprobs && t.token >= 0;
+        if (t.text.empty() && !with_lp) continue;
+        if (chat && !ch.role_sent) {
+          out += role_chunk(index);
+          ch.role_sent = true;
+        }
+        Json choice;
+        if (chat) {
+          choice["index"] = index;
+          choice["delta"] = Json{{"content", t.text}};
+          choice["logprobs"] = with_lp ? Json{{"content", Json::array({chat_logprob(t)})}} : Json();
+        } else {
+          choice["text"] = t.text;
+          choice["index"] = index;
+          if (with_lp) {
+            Json tokens = Json::array(), lps = Json::array(), tops = Json::array(),
+                 offsets = Json::array();
+            add_cmpl_logprob(t, ch.text_offset, tokens, lps, tops, offsets);
+            choice["logprobs"] = Json{{"tokens", std::move(tokens)},
+                                      {"token_logprobs", std::move(lps)},
+                                      {"top_logprobs", std::move(tops)},
+                                      {"text_offset", std::move(offsets)}};
           } else {
-            add_cmpl_logprob(t, cmpl_tokens, cmpl_logprobs, cmpl_top, cmpl_offsets);
+            choice["logprobs"] = nullptr;
           }
         }
-        continue;
+        choice["finish_reason"] = nullptr;
+        out += chunk(std::move(choice));
       }
-      const bool with_lp = want_logprobs && t.token >= 0;
-      if (t.text.empty() && !with_lp) continue;
-      if (chat && !role_sent) {
-        out += chunk(Json{{"index", 0},
-                          {"delta", Json{{"role", "assistant"}, {"content", ""}}},
-                          {"logprobs", nullptr},
-                          {"finish_reason", nullptr}});
-        role_sent = true;
-      }
-      Json choice;
-      if (chat) {
-        choice["index"] = 0;
-        choice["delta"] = Json{{"content", t.text}};
-        choice["logprobs"] = with_lp ? Json{{"content", Json::array({chat_logprob(t)})}} : Json();
-      } else {
-        choice["text"] = t.text;
-        choice["index"] = 0;
-        if (with_lp) {
-          Json tokens = Json::array(), lps = Json::array(), tops = Json::array(),
-               offsets = Json::array();
-          add_cmpl_logprob(t, tokens, lps, tops, offsets);
-          choice["logprobs"] = Json{{"tokens", std::move(tokens)},
-                                    {"token_logprobs", std::move(lps)},
-                                    {"top_logprobs", std::move(tops)},
-                                    {"text_offset", std::move(offsets)}};
+      batch.clear();
+      if (ch.done && !ch.done->error && stream && !submit_error) {
+        const std::string finish(engine::finish_reason_name(ch.done->finish));
+        if (chat && !ch.role_sent) {
+          out += role_chunk(index);
+          ch.role_sent = true;
+        }
+        if (chat) {
+          out += chunk(Json{{"index", index},
+                            {"delta", Json::object()},
+                            {"logprobs", nullptr},
+                            {"finish_reason", finish}});
         } else {
-          choice["logprobs"] = nullptr;
+          out += chunk(Json{
+              {"text", ""}, {"index", index}, {"logprobs", nullptr}, {"finish_reason", finish}});
         }
       }
-      choice["finish_reason"] = nullptr;
-      out += chunk(std::move(choice));
     }
-    batch.clear();
-    if (done && !done->error && stream) {
-      const std::string finish(engine::finish_reason_name(done->finish));
-      if (chat && !role_sent) {
-        out += chunk(Json{{"index", 0},
-                          {"delta", Json{{"role", "assistant"}, {"content", ""}}},
-                          {"logprobs", nullptr},
-                          {"finish_reason", nullptr}});
-        role_sent = true;
-      }
-      if (chat) {
-        out += chunk(Json{{"index", 0},
-                          {"delta", Json::object()},
-                          {"logprobs", nullptr},
-                          {"finish_reason", finish}});
-      } else {
-        out += chunk(
-            Json{{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish}});
-      }
-      if (request.client_wants_usage) {
+    const bool finished = all_done();
+    if (finished && stream && request.client_wants_usage && !submit_error) {
+      bool ok_all = true;
+      for (const Choice& c : choices) ok_all = ok_all && c.done && !c.done->error;
+      if (ok_all) {
         Json j;
         j["id"] = id_text;
         j["object"] = chat ? "chat.completion.chunk" : "text_completion";
         j["created"] = created;
         j["model"] = model;
         j["choices"] = Json::array();
-        j["usage"] = usage_json(*done);
+        engine::Completion total = *choices[0].done;
+        for (size_t k = 1; k < choices.size(); ++k) {
+          total.completion_tokens += choices[k].done->completion_tokens;
+        }
+        j["usage"] = usage_json(total);
         out += "data: " + dump(j) + "\n\n";
       }
     }
@@ -645,20 +712,22 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
       const bool ok = co_await sink->write(out);
       if (!ok) {
         client_gone = true;
-        scheduler->cancel(id);  // the sequence ends within a step; its on_done still arrives
+        cancel_all();  // the sequences end within a step; their on_done still arrives
       }
     }
-    if (done) break;
+    if (finished) break;
     auto [ec] = co_await wake.async_receive(kAwait);
     (void)ec;
   }
   cancel.clear_hook();
 
-  const engine::Completion& c = *done;
   if (client_gone || cancel.cancelled()) {
     co_return Error::make(ErrorCode::kCancelled, "client went away");
   }
-  if (c.error) {
+  if (submit_error) co_return *submit_error;
+  for (const Choice& ch : choices) {
+    const engine::Completion& c = *ch.done;
+    if (!c.error) continue;
     if (c.error->code == ErrorCode::kTimeout) {
       co_return Error::make(ErrorCode::kTimeout, "backend '" + im.cfg.name +
                                                      "' did not finish within total_ms=" +
@@ -666,39 +735,51 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
     }
     co_return im.with_name(*c.error);
   }
+  // Billed as one prompt plus every choice's output.
+  engine::Completion total = *choices[0].done;
+  for (size_t k = 1; k < choices.size(); ++k) {
+    total.completion_tokens += choices[k].done->completion_tokens;
+  }
   reply.status = 200;
-  reply.finish_reason = std::string(engine::finish_reason_name(c.finish));
-  reply.usage.prompt_tokens = c.prompt_tokens;
-  reply.usage.completion_tokens = c.completion_tokens;
-  reply.usage.total_tokens = c.prompt_tokens + c.completion_tokens;
-  reply.usage.cached_tokens = c.cached_tokens;
+  reply.finish_reason = std::string(engine::finish_reason_name(total.finish));
+  reply.usage.prompt_tokens = total.prompt_tokens;
+  reply.usage.completion_tokens = total.completion_tokens;
+  reply.usage.total_tokens = total.prompt_tokens + total.completion_tokens;
+  reply.usage.cached_tokens = total.cached_tokens;
   if (reply.first_byte_us < 0) {
     reply.first_byte_us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
   }
   if (!stream) {
-    Json choice;
-    if (chat) {
-      choice["index"] = 0;
-      choice["message"] = Json{{"role", "assistant"}, {"content", content}};
-      choice["logprobs"] = want_logprobs ? Json{{"content", std::move(chat_logprobs)}} : Json();
-    } else {
-      choice["text"] = content;
-      choice["index"] = 0;
-      choice["logprobs"] = want_logprobs ? Json{{"tokens", std::move(cmpl_tokens)},
-                                                {"token_logprobs", std::move(cmpl_logprobs)},
-                                                {"top_logprobs", std::move(cmpl_top)},
-                                                {"text_offset", std::move(cmpl_offsets)}}
-                                         : Json();
+    Json list = Json::array();
+    for (size_t index = 0; index < choices.size(); ++index) {
+      Choice& ch = choices[index];
+      Json choice;
+      if (chat) {
+        choice["index"] = index;
+        choice["message"] = Json{{"role", "assistant"}, {"content", ch.content}};
+        choice["logprobs"] =
+            want_logprobs ? Json{{"content", std::move(ch.chat_logprobs)}} : Json();
+      } else {
+        choice["text"] = ch.content;
+        choice["index"] = index;
+        choice["logprobs"] = want_logprobs
+                                 ? Json{{"tokens", std::move(ch.cmpl_tokens)},
+                                        {"token_logprobs", std::move(ch.cmpl_logprobs)},
+                                        {"top_logprobs", std::move(ch.cmpl_top)},
+                                        {"text_offset", std::move(ch.cmpl_offsets)}}
+                                 : Json();
+      }
+      choice["finish_reason"] = std::string(engine::finish_reason_name(ch.done->finish));
+      list.push_back(std::move(choice));
     }
-    choice["finish_reason"] = reply.finish_reason;
     Json j;
     j["id"] = id_text;
     j["object"] = chat ? "chat.completion" : "text_completion";
     j["created"] = created;
     j["model"] = model;
-    j["choices"] = Json::array({std::move(choice)});
-    j["usage"] = usage_json(c);
+    j["choices"] = std::move(list);
+    j["usage"] = usage_json(total);
     reply.body = dump(j);
   }
   co_return reply;

@@ -254,6 +254,19 @@ std::string find_finish_reason(std::string_view json) {
   return {};
 }
 
+std::optional<std::string> with_model(std::string_view json, std::string_view model) {
+  size_t v = find_key_value(json, "\"model\"", /*last=*/false);
+  if (v == std::string_view::npos || v >= json.size() || json[v] != '"') return std::nullopt;
+  size_t end = json_string_end(json, v);
+  if (end == std::string_view::npos) return std::nullopt;
+  std::string quoted = nlohmann::json(model).dump();
+  if (json.substr(v, end - v) == quoted) return std::nullopt;
+  std::string out;
+  out.reserve(json.size() + quoted.size());
+  out.append(json.substr(0, v)).append(quoted).append(json.substr(end));
+  return out;
+}
+
 ChunkAction inspect_stream_chunk(std::string_view data, bool client_wants_usage) {
   ChunkAction action;
   size_t v = find_key_value(data, "\"usage\"", /*last=*/true);

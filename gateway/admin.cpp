@@ -95,6 +95,7 @@ AdminRoute admin_route(std::string_view method, std::string_view path, bool& met
       {"/admin/route/explain", "POST", AdminRoute::kRouteExplain},
       {"/v1/ledger/report", "GET", AdminRoute::kLedgerReport},
       {"/v1/ledger/export.csv", "GET", AdminRoute::kLedgerExport},
+      {"/v1/ledger/attempts.csv", "GET", AdminRoute::kLedgerAttempts},
   };
   AdminRoute found = AdminRoute::kNone;
   for (const auto& e : kEntries) {
@@ -116,14 +117,16 @@ const char* admin_allowed_method(AdminRoute route) {
     case AdminRoute::kPolicyReload:
     case AdminRoute::kRouteExplain: return "POST";
     case AdminRoute::kLedgerReport:
-    case AdminRoute::kLedgerExport: return "GET";
+    case AdminRoute::kLedgerExport:
+    case AdminRoute::kLedgerAttempts: return "GET";
     case AdminRoute::kNone: return "";
   }
   return "";
 }
 
 Status authorize_admin(AdminRoute route, const Principal& principal) {
-  bool ledger = route == AdminRoute::kLedgerReport || route == AdminRoute::kLedgerExport;
+  bool ledger = route == AdminRoute::kLedgerReport || route == AdminRoute::kLedgerExport ||
+                route == AdminRoute::kLedgerAttempts;
   bool ok = principal.role == config::Role::kAdmin ||
             (ledger && principal.role == config::Role::kFinance);
   if (ok) return {};
@@ -278,6 +281,7 @@ AdminReply run_admin(Router& router, AdminRoute route, const Principal& principa
       return AdminReply{200, type, ledger::format_report(*report, format, savings)};
     }
     case AdminRoute::kLedgerExport:
+    case AdminRoute::kLedgerAttempts:
     case AdminRoute::kNone:
       break;
   }

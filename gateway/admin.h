@@ -8,6 +8,7 @@
 //   POST /admin/policy/reload    admin    re-read the policy file
 //   GET  /v1/ledger/report       finance  ?by=team,day&from=&to=&format=json|csv|table&savings=1
 //   GET  /v1/ledger/export.csv   finance  ?from=&to=&team=&project=&key=&task=&model=&target=&rule=
+//   GET  /v1/ledger/attempts.csv finance  the same filter: every attempt of those requests
 #pragma once
 
 #include <functional>
@@ -34,6 +35,7 @@ enum class AdminRoute {
   kRouteExplain,
   kLedgerReport,
   kLedgerExport,
+  kLedgerAttempts,  // the attempts of the exported requests (failed fallback hops included)
 };
 
 // kNone for paths that are not admin/ledger endpoints. A known path with the wrong method

@@ -2,6 +2,7 @@
 // Single-threaded CLI; each command opens the ledger file itself (read-only where it can).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "common/progress.h"
 #include "gateway/cli_commands.h"
 #include "ledger/ledger.h"
 #include "ledger/report.h"
@@ -140,8 +142,12 @@ void add_ledger_commands(CLI::App& app, int& exit_code) {
     auto db = std::make_shared<std::string>();
     auto out = std::make_shared<std::string>();
     auto filter = std::make_shared<FilterArgs>();
+    auto attempts = std::make_shared<bool>(false);
     cmd->add_option("--db", *db, "ledger file")->required();
     cmd->add_option("--out", *out, "write to this file instead of stdout");
+    cmd->add_flag("--attempts", *attempts,
+                  "export the attempts of the matching requests instead (one row per try on a "
+                  "target, failed fallback hops included)");
     add_filter_options(cmd, *filter);
     cmd->callback([=, &exit_code] {
       auto f = make_filter(*filter);
@@ -160,10 +166,17 @@ void add_ledger_commands(CLI::App& app, int& exit_code) {
         }
         sink = &file;
       }
-      auto st = ledger::export_csv(*db, *f, [&](std::string_view chunk) {
+      auto export_rows = *attempts ? ledger::export_attempts_csv : ledger::export_csv;
+      auto total = ledger::count_export_rows(*db, *f, *attempts);
+      Progress progress("ferry ledger export: rows", total ? static_cast<uint64_t>(*total) : 0);
+      uint64_t lines = 0;  // the header's included: one more than the rows
+      auto st = export_rows(*db, *f, [&](std::string_view chunk) {
         sink->write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+        lines += static_cast<uint64_t>(std::count(chunk.begin(), chunk.end(), '\n'));
+        progress.update(lines > 0 ? lines - 1 : 0);
         return static_cast<bool>(*sink);
-      });
+      }, 64 * 1024);
+      progress.finish();
       sink->flush();
       if (!st || !*sink) {
         std::cerr << "ferry ledger export: " << (st ? "write failed" : st.error().message) << "\n";

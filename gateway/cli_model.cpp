@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "common/progress.h"
 #include "gateway/cli_commands.h"
 #include "gguf/gguf_reader.h"
 #include "local_engine/kernels/kernels.h"
@@ -181,7 +182,14 @@ void add_model_commands(CLI::App& app, int& exit_code) {
       if (!given("--rope-theta")) options.rope_theta = base.rope_theta;
       if (!given("--name")) options.name = base.name;
     }
-    if (Status s = model_tools::write_synth_model(options, *synth_out); !s) {
+    Progress progress("ferry model synth: tensors", 0);
+    options.progress = [&](uint64_t done, uint64_t total) {
+      progress.set_total(total);
+      progress.update(done);
+    };
+    Status s = model_tools::write_synth_model(options, *synth_out);
+    progress.finish();
+    if (!s) {
       std::cerr << "ferry model synth: " << s.error().message << "\n";
       exit_code = 1;
       return;
@@ -207,7 +215,13 @@ void add_model_commands(CLI::App& app, int& exit_code) {
       return;
     }
     kernels::ThreadPool pool(*q_threads);
-    if (Status s = model_tools::quantize_model(*q_in, *q_out, *target, &pool); !s) {
+    Progress progress("ferry model quantize: bytes", 0);
+    Status s = model_tools::quantize_model(*q_in, *q_out, *target, &pool, [&](uint64_t done, uint64_t total) {
+      progress.set_total(total);
+      progress.update(done);
+    });
+    progress.finish();
+    if (!s) {
       std::cerr << "ferry model quantize: " << s.error().message << "\n";
       exit_code = 1;
       return;

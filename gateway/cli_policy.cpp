@@ -16,8 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
+#include "common/progress.h"
 #include "config/config.h"
 #include "gateway/cli_commands.h"
+#include "gateway/prompt_count.h"
+#include "ledger/history.h"
 #include "ledger/prices.h"
 #include "ledger/time_util.h"
 #include "policies/loader.h"
@@ -52,6 +55,7 @@ struct ExplainArgs {
   bool json_output = false;
   std::optional<int64_t> prompt_tokens;
   std::optional<int64_t> at;
+  std::string endpoint = "/v1/chat/completions";
 };
 
 std::optional<std::string> read_text(const std::string& path) {
@@ -104,27 +108,6 @@ int run_check(const CheckArgs& args) {
   return 0;
 }
 
-// Rough count when no tokenizer is wired in: about four bytes a token plus a few tokens of
-// chat-template overhead a message.
-int64_t estimate_prompt_tokens(const json& body) {
-  int64_t bytes = 0;
-  int64_t messages = 0;
-  if (body.contains("messages") && body["messages"].is_array()) {
-    for (const auto& m : body["messages"]) {
-      ++messages;
-      if (!m.is_object() || !m.contains("content")) continue;
-      const json& c = m["content"];
-      if (c.is_string()) {
-        bytes += static_cast<int64_t>(c.get_ref<const std::string&>().size());
-      } else {
-        bytes += static_cast<int64_t>(c.dump().size());
-      }
-    }
-  }
-  if (body.contains("tools")) bytes += static_cast<int64_t>(body["tools"].dump().size());
-  return (bytes + 3) / 4 + 4 * messages + 3;
-}
-
 std::vector<std::string> split_tags(const std::string& text) {
   std::vector<std::string> out;
   std::string cur;
@@ -141,9 +124,12 @@ std::vector<std::string> split_tags(const std::string& text) {
 }
 
 // Facts from an OpenAI chat request body, the principal of --key and the config's models.
-std::optional<policies::Facts> facts_from_request(const json& body, const ExplainArgs& args,
+// Prompt tokens are counted per target as the server counts them (gateway/prompt_count.h);
+// `counted` says whether the home target's count is exact.
+std::optional<policies::Facts> facts_from_request(const json& body, const std::string& raw,
+                                                  const ExplainArgs& args,
                                                   const config::Config& cfg,
-                                                  const policies::Policy& policy) {
+                                                  const policies::Policy& policy, bool& counted) {
   policies::Facts f;
   if (!body.is_object()) {
     std::cerr << args.request << ": the request must be a JSON object\n";
@@ -172,7 +158,6 @@ std::optional<policies::Facts> facts_from_request(const json& body, const Explai
     if (md.contains("task_id")) f.task_id = true;
     if (md.contains("tags") && md["tags"].is_string()) f.claimed_tags = split_tags(md["tags"]);
   }
-  f.prompt_tokens = args.prompt_tokens ? *args.prompt_tokens : estimate_prompt_tokens(body);
   f.role = "app";
   if (!args.key.empty()) {
     const config::ApiKey* found = nullptr;
@@ -190,16 +175,43 @@ std::optional<policies::Facts> facts_from_request(const json& body, const Explai
     f.tags = found->tags;
   }
   f.unix_seconds = args.at ? *args.at : unix_micros_now() / 1000000;
+  auto counters = gateway::load_prompt_counters(cfg);
+  if (!counters) {
+    std::cerr << counters.error().message << "\n";
+    return std::nullopt;
+  }
+  const bool chat = args.endpoint != "/v1/completions";
+  const auto ordered = nlohmann::ordered_json::parse(raw, nullptr, /*allow_exceptions=*/false);
+  auto count_for = [&](const std::string& ref) -> std::optional<int64_t> {
+    auto it = counters->find(ref);
+    return it == counters->end() ? std::nullopt : it->second.count(chat, ordered);
+  };
+  const int64_t estimate = gateway::estimate_prompt_tokens(raw.size());
   for (const auto& ref : policy.target_refs()) {
     policies::TargetFacts t;
     t.ref = ref;
     if (const auto* m = cfg.find_model(ref)) t.context_length = m->context_length;
+    t.prompt_tokens = count_for(ref).value_or(estimate);
     f.targets.push_back(std::move(t));
   }
+  // The request's own count is its home target's: the first hop of the default route.
+  std::optional<int64_t> home;
+  for (const auto& hop : policy.default_action().route) {
+    const std::string& ref = policy.targets()[static_cast<size_t>(hop.target)].ref;
+    if (cfg.find_model(ref) == nullptr) continue;
+    home = count_for(ref);
+    break;
+  }
+  counted = args.prompt_tokens || home.has_value();
+  f.prompt_tokens = args.prompt_tokens ? *args.prompt_tokens : home.value_or(estimate);
   return f;
 }
 
 int run_explain(const ExplainArgs& args) {
+  if (args.endpoint != "/v1/chat/completions" && args.endpoint != "/v1/completions") {
+    std::cerr << "ferry policy explain: --endpoint must be /v1/chat/completions or /v1/completions\n";
+    return 2;
+  }
   std::optional<config::Config> cfg;
   if (!load_config(args.config, cfg)) return 2;
   policies::LoadResult r = policies::load_policy_file(args.policy, options_for(cfg));
@@ -217,7 +229,8 @@ int run_explain(const ExplainArgs& args) {
     std::cerr << args.request << ": not valid JSON\n";
     return 2;
   }
-  auto facts = facts_from_request(body, args, *cfg, *r.policy);
+  bool counted = false;
+  auto facts = facts_from_request(body, *text, args, *cfg, *r.policy, counted);
   if (!facts) return 2;
   if (!facts->model.empty() && !r.policy->has_alias(facts->model)) {
     std::cerr << "note: model '" << facts->model
@@ -226,12 +239,12 @@ int run_explain(const ExplainArgs& args) {
   policies::Explanation ex = r.policy->explain(*facts);
   if (args.json_output) {
     json out = policies::explanation_to_json(ex);
-    out["prompt_tokens_source"] = args.prompt_tokens ? "--prompt-tokens" : "estimate";
+    out["prompt_tokens_source"] = args.prompt_tokens ? "--prompt-tokens" : counted ? "tokenizer" : "estimate";
     std::cout << out.dump(2) << "\n";
   } else {
-    if (!args.prompt_tokens) {
-      std::cout << "(prompt_tokens is an estimate of about 4 bytes a token; pass "
-                   "--prompt-tokens for an exact count)\n";
+    if (!counted) {
+      std::cout << "(prompt_tokens is an estimate of about 4 bytes a token: the home target has "
+                   "no tokenizer; pass --prompt-tokens for an exact count)\n";
     }
     std::cout << policies::explanation_to_text(ex);
   }
@@ -285,7 +298,14 @@ int run_replay(const ReplayArgs& args) {
   } else {
     std::cerr << "note: " << cfg->source << " has no prices: every cost is unpriced\n";
   }
+  ledger::HistoryQuery counted;
+  counted.from_us = options.from_us;
+  counted.to_us = options.to_us;
+  auto rows = ledger::count_requests(args.ledger, counted);
+  Progress progress("ferry policy replay: rows", rows ? static_cast<uint64_t>(*rows) : 0);
+  options.progress = [&](uint64_t read) { progress.update(read); };
   auto result = replay::replay_ledger(*r.policy, args.ledger, prices, options);
+  progress.finish();
   if (!result) {
     std::cerr << "ferry policy replay: " << result.error().message << "\n";
     return 1;
@@ -323,7 +343,10 @@ void add_policy_commands(CLI::App& app, int& exit_code) {
       ->required();
   explain_cmd->add_option("--key", explain->key, "API key id whose team/project/role/tags apply");
   explain_cmd->add_option("--prompt-tokens", explain->prompt_tokens,
-                          "exact prompt token count (default: an estimate)");
+                          "prompt token count to use (default: counted with the config's "
+                          "tokenizers, as the server counts)");
+  explain_cmd->add_option("--endpoint", explain->endpoint,
+                          "/v1/chat/completions (default) or /v1/completions");
   explain_cmd->add_option("--at", explain->at, "evaluate at this time (seconds since the epoch)");
   explain_cmd->add_flag("--json", explain->json_output, "print JSON instead of text");
   explain_cmd->callback([explain, &exit_code] { exit_code = run_explain(*explain); });

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "gateway/cli_commands.h"
 #include "tokenizer/chat_template.h"
@@ -23,6 +24,7 @@ struct TokenizeOptions {
   bool chat = false;
   bool no_generation_prompt = false;
   bool render = false;
+  bool raw = false;
 };
 
 bool read_input(const std::string& input, std::string& out) {
@@ -87,9 +89,15 @@ int run_tokenize(const TokenizeOptions& o) {
       return 0;
     }
   }
-  const auto specials = o.chat ? tokenizer::Specials::kParse : tokenizer::Specials::kAsText;
+  // As the server counts a prompt (tokenizer::encode_prompt: specials parsed, BOS when the
+  // vocabulary adds one), unless --raw asks for the text alone.
+  std::vector<tokenizer::TokenId> ids;
+  if (o.raw) {
+    (*tok)->encode(text, ids, tokenizer::Specials::kAsText);
+  } else {
+    tokenizer::encode_prompt(**tok, text, ids);
+  }
   if (o.ids) {
-    const auto ids = (*tok)->encode(text, specials);
     std::string line;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       if (i) line.push_back(' ');
@@ -97,7 +105,7 @@ int run_tokenize(const TokenizeOptions& o) {
     }
     std::cout << line << "\n";
   } else {
-    std::cout << (*tok)->count(text, specials) << "\n";
+    std::cout << ids.size() << "\n";
   }
   return 0;
 }
@@ -116,6 +124,9 @@ void add_tokenize_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--chat-template", opts->chat_template_file, "With --chat: a Jinja template file to use");
   cmd->add_flag("--no-generation-prompt", opts->no_generation_prompt, "With --chat: no add_generation_prompt");
   cmd->add_flag("--render", opts->render, "With --chat: print the rendered prompt instead of counting");
+  cmd->add_flag("--raw", opts->raw,
+                "Count the text alone: no BOS, special-token text as ordinary text "
+                "(default: as the server counts a prompt)");
   cmd->add_option("input", opts->input, "Text file to read, or - for stdin (default)");
   cmd->callback([opts, &exit_code] { exit_code = run_tokenize(*opts); });
 }

@@ -81,6 +81,16 @@ std::string error_json(const Error& error) {
                                                       nlohmann::json::error_handler_t::replace);
 }
 
+std::vector<std::pair<std::string, std::string>> retry_headers(const Error& error) {
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (error.type_code == "budget_exceeded") {
+    headers.emplace_back("x-should-retry", "false");
+  } else if (error.retry_after_s > 0) {
+    headers.emplace_back("retry-after", std::to_string(error.retry_after_s));
+  }
+  return headers;
+}
+
 HttpError to_http_error(const Error& error) {
   return HttpError{http_status_for(error), error_json(error)};
 }

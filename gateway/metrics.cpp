@@ -215,7 +215,8 @@ size_t Metrics::RequestKeyHash::operator()(const RequestKeyView& k) const {
 
 void Metrics::observe_request(std::string_view model, std::string_view backend, int status,
                               int64_t latency_micros, int64_t ttft_micros) {
-  bool want_ttft = ttft_micros >= 0 && !model.empty();
+  if (model.empty()) model = kNoModel;
+  bool want_ttft = ttft_micros >= 0;
   RequestSeries s;
   {
     std::lock_guard lock(request_series_mu_);
@@ -224,7 +225,7 @@ void Metrics::observe_request(std::string_view model, std::string_view backend, 
       RequestSeries created;
       std::string status_text = std::to_string(status);
       created.requests = requests.series({model, backend, status_text});
-      if (!model.empty()) created.latency = latency.series({model});
+      created.latency = latency.series({model});
       RequestKey key{std::string(model), std::string(backend), status};
       it = request_series_.emplace(std::move(key), created).first;
     }
@@ -233,7 +234,7 @@ void Metrics::observe_request(std::string_view model, std::string_view backend, 
     s = it->second;
   }
   s.requests->fetch_add(1, std::memory_order_relaxed);
-  if (s.latency != nullptr) latency.observe_micros(*s.latency, latency_micros);
+  latency.observe_micros(*s.latency, latency_micros);
   if (want_ttft) ttft.observe_micros(*s.ttft, ttft_micros);
 }
 

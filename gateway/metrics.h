@@ -85,6 +85,8 @@ class Metrics {
  public:
   Metrics();
 
+  static constexpr std::string_view kNoModel = "(none)";
+
   CounterFamily requests;          // ferry_requests_total{model,backend,status}
   CounterFamily backend_errors;    // ferry_backend_errors_total{backend,kind}
   CounterFamily rejected;          // ferry_rejected_requests_total{reason}
@@ -93,8 +95,9 @@ class Metrics {
   std::atomic<int64_t> in_flight{0};
   std::atomic<int64_t> connections{0};
 
-  // One answered request: counts it in `requests`; when `model` is not empty, observes
-  // `latency_micros` in `latency` and, when `ttft_micros` >= 0, `ttft_micros` in `ttft`.
+  // One answered request: counts it in `requests`, observes `latency_micros` in `latency`
+  // and, when `ttft_micros` >= 0, `ttft_micros` in `ttft`. A request refused before its model
+  // was known (bad JSON, no `model`) is labelled model="(none)" (kNoModel) in all three.
   // The same as those three calls, but the series are found once per (model, backend, status)
   // and remembered, so a request costs one hash lookup.
   void observe_request(std::string_view model, std::string_view backend, int status,

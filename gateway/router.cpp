@@ -10,6 +10,7 @@
 #include "common/yaml_util.h"
 #include "gateway/errors.h"
 #include "gateway/metrics.h"
+#include "gateway/prompt_count.h"
 #include "ledger/budgets.h"
 #include "ledger/prices.h"
 #include "policies/store.h"
@@ -58,8 +59,6 @@ std::string error_code_text(const Error& e) {
   if (!e.type_code.empty()) return e.type_code;
   return std::string(error_code_name(e.code));
 }
-
-int64_t estimate_tokens(size_t bytes) { return std::max<int64_t>(1, static_cast<int64_t>(bytes / 4)); }
 
 // The text of a chat or completion answer, from a non-streamed body or from SSE bytes.
 void collect_text(const nlohmann::json& chunk, std::string& text, std::string& reasoning) {
@@ -325,7 +324,7 @@ struct Router::Counters {
 };
 
 Router::Router(const config::Config& config)
-    : config_(config), counters_(std::make_unique<Counters>()) {}
+    : config_(config), counters_(std::make_unique<Counters>()), started_unix_us_(unix_micros_now()) {}
 
 Router::~Router() {
   if (store_) store_->stop_watching();
@@ -334,8 +333,8 @@ Router::~Router() {
 Result<std::unique_ptr<Router>> Router::create(
     const config::Config& config, const std::map<std::string, adapters::Backend*>& backends) {
   std::unique_ptr<Router> r(new Router(config));
-  // Tokenizers are shared between models naming the same spec.
-  std::map<std::string, std::shared_ptr<const tokenizer::Tokenizer>> tokenizers;
+  auto counters = load_prompt_counters(config);
+  if (!counters) return std::move(counters).error();
   for (const auto& m : config.models) {
     auto t = std::make_unique<Target>();
     t->model = &m;
@@ -346,41 +345,10 @@ Result<std::unique_ptr<Router>> Router::create(
                                                    "' was not started");
     }
     t->backend = it->second;
-    std::string spec = m.tokenizer;
-    std::string chat_template;
-    if (t->backend_config->local) {
-      if (spec.empty()) spec = t->backend_config->local->model_path;
-      chat_template = t->backend_config->local->chat_template;
-    } else {
-      t->breaker = std::make_unique<adapters::CircuitBreaker>();
-    }
-    if (!spec.empty()) {
-      if (!spec.starts_with("cl100k_base") && !spec.starts_with("o200k_base") &&
-          spec.front() != '/') {
-        spec = config.resolve_path(spec);
-      }
-      auto& tok = tokenizers[spec];
-      if (!tok) {
-        auto loaded = tokenizer::load_tokenizer(spec);
-        if (!loaded) {
-          return Error::make(ErrorCode::kInvalidRequest,
-                             "model '" + m.name + "': tokenizer '" + spec +
-                                 "': " + loaded.error().message);
-        }
-        tok = *loaded;
-      }
-      t->tokenizer = tok;
-      auto chat = tokenizer::ChatFormatter::create(tok, chat_template);
-      if (chat) {
-        t->chat = *chat;
-      } else if (!chat_template.empty()) {
-        return Error::make(ErrorCode::kInvalidRequest, "model '" + m.name +
-                                                           "': chat template: " +
-                                                           chat.error().message);
-      }
-      // Without a template (a tokenizer file that ships none) chats are estimated; plain
-      // completions are still counted exactly.
-    }
+    if (!t->backend_config->local) t->breaker = std::make_unique<adapters::CircuitBreaker>();
+    const PromptCounter& counter = counters->at(m.name);
+    t->tokenizer = counter.tokenizer;
+    t->chat = counter.chat;
     r->targets_.emplace(m.name, std::move(t));
   }
 
@@ -440,7 +408,7 @@ void Router::count_prompts(const ParsedRequest& request, std::span<Target* const
       counts.emplace(t, shared);
       continue;
     }
-    PromptCount c{estimate_tokens(request.raw.size()), ledger::TokenSource::kEstimate};
+    PromptCount c{estimate_prompt_tokens(request.raw.size()), ledger::TokenSource::kEstimate};
     bool chat = request.endpoint == adapters::Endpoint::kChatCompletions;
     if (auto exact = t->backend->exact_prompt_tokens(request.endpoint, request.raw)) {
       // The in-process engine counts with exactly what it will run (template, BOS, ...).
@@ -449,32 +417,8 @@ void Router::count_prompts(const ParsedRequest& request, std::span<Target* const
       if (!body) {
         body = ordered_json::parse(request.raw, nullptr, /*allow_exceptions=*/false);
       }
-      if (!body->is_discarded()) {
-        if (chat) {
-          auto n = t->chat->count(*body, true);
-          if (n) c = {static_cast<int64_t>(*n), ledger::TokenSource::kTokenizer};
-        } else {
-          const auto& prompt = (*body)["prompt"];
-          int64_t bos = t->tokenizer->add_bos() && t->tokenizer->bos_id() ? 1 : 0;
-          int64_t total = 0;
-          auto one = [&](const ordered_json& p) {
-            if (p.is_string()) {
-              total += static_cast<int64_t>(t->tokenizer->count(p.get_ref<const std::string&>())) + bos;
-            } else if (p.is_array()) {
-              total += static_cast<int64_t>(p.size());  // token ids
-            } else if (p.is_number_integer()) {
-              total += 1;
-            }
-          };
-          if (prompt.is_array() && !prompt.empty() && !prompt[0].is_number_integer()) {
-            for (const auto& p : prompt) one(p);
-          } else if (prompt.is_array()) {
-            total = static_cast<int64_t>(prompt.size());
-          } else {
-            one(prompt);
-          }
-          c = {total, ledger::TokenSource::kTokenizer};
-        }
+      if (auto n = PromptCounter{t->tokenizer, t->chat}.count(chat, *body)) {
+        c = {*n, ledger::TokenSource::kTokenizer};
       }
     }
     counts.emplace(t, c);
@@ -536,7 +480,7 @@ Result<policies::Facts> Router::build_facts(const RequestContext& ctx,
     home = find_target(request.model);
   }
   if (home == nullptr && !counts.empty()) home = counts.begin()->first;
-  f.prompt_tokens = home ? counts[home].tokens : estimate_tokens(request.raw.size());
+  f.prompt_tokens = home ? counts[home].tokens : estimate_prompt_tokens(request.raw.size());
   return f;
 }
 
@@ -588,6 +532,7 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
     hop.request.stream = request.stream;
     hop.request.client_wants_usage = request.include_usage;
     hop.request.request_id = ctx.request_id;
+    hop.request.reply_model = request.model;
     hop.request.body = upstream_body(request, t->model->upstream_model, overrides);
     return hop;
   };
@@ -684,11 +629,11 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
       Error e = admission.error();
       counters_->rejected.inc({e.code == ErrorCode::kRateLimited ? "budget" : "ledger"});
       if (e.code == ErrorCode::kRateLimited && e.retry_after_s == 0) {
-        // Retry-After: when the exhausted budget's period resets.
+        // A spent budget is not transient: the reply says when it resets, not to retry soon
+        // (no Retry-After; errors.cpp adds x-should-retry: false).
         for (const auto& b : ledger_->budgets()) {
           if (b.def == nullptr || b.def->name != e.param) continue;
-          int64_t wait_us = b.bounds.end_us - unix_micros_now();
-          e.retry_after_s = std::max<int64_t>(1, (wait_us + 999999) / 1000000);
+          p.headers.emplace_back("x-ferry-budget-reset", format_utc_micros(b.bounds.end_us));
         }
       } else if (e.code == ErrorCode::kUnavailable && e.retry_after_s == 0) {
         e.retry_after_s = 1;
@@ -733,7 +678,7 @@ PromptCount Router::count_output(const Target* target, const AttemptOutcome& o) 
     return {static_cast<int64_t>(target->tokenizer->count(o.generated_text)),
             ledger::TokenSource::kTokenizer};
   }
-  return {o.generated_text.empty() ? 0 : estimate_tokens(o.generated_text.size()),
+  return {o.generated_text.empty() ? 0 : estimate_prompt_tokens(o.generated_text.size()),
           ledger::TokenSource::kEstimate};
 }
 
@@ -871,19 +816,33 @@ void Router::finish_shadow(const RequestContext& ctx, const Plan& plan,
   ledger_->record(std::move(r), nullptr);
 }
 
+namespace {
+
+// One entry of /v1/models. `created`: when ferry began serving the name (the active policy's
+// load time for an alias, the server's start for a configured model), in unix seconds.
+nlohmann::json model_object(std::string_view id, int64_t created_s) {
+  return {{"id", id}, {"object", "model"}, {"created", created_s}, {"owned_by", "ferry"}};
+}
+
+}  // namespace
+
+int64_t Router::models_created_s() const {
+  int64_t at_us = store_ ? store_->status().loaded_at_unix_micros : started_unix_us_;
+  return std::max<int64_t>(at_us, started_unix_us_) / 1000000;
+}
+
 std::string Router::models_json() const {
   nlohmann::json data = nlohmann::json::array();
   auto policy = store_ ? store_->current() : nullptr;
+  int64_t created_s = models_created_s();
   if (policy) {
     for (const auto& a : policy->aliases()) {
-      nlohmann::json m = {{"id", a.name}, {"object", "model"}, {"created", 0}, {"owned_by", "ferry"}};
+      nlohmann::json m = model_object(a.name, created_s);
       if (!a.description.empty()) m["description"] = a.description;
       data.push_back(std::move(m));
     }
   } else {
-    for (const auto& m : config_.models) {
-      data.push_back({{"id", m.name}, {"object", "model"}, {"created", 0}, {"owned_by", "ferry"}});
-    }
+    for (const auto& m : config_.models) data.push_back(model_object(m.name, created_s));
   }
   return nlohmann::json{{"object", "list"}, {"data", data}}.dump();
 }
@@ -895,7 +854,7 @@ Result<std::string> Router::model_json(std::string_view id) const {
     return Error::make(ErrorCode::kNotFound, "The model '" + std::string(id) + "' does not exist",
                        "model", "model_not_found");
   }
-  return nlohmann::json{{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "ferry"}}.dump();
+  return model_object(id, models_created_s()).dump();
 }
 
 Result<std::string> Router::explain(const RequestContext& ctx, const ParsedRequest& request) {

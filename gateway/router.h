@@ -223,6 +223,8 @@ class Router {
   // Counters for /metrics.
   struct Counters;
   std::unique_ptr<Counters> counters_;
+  int64_t started_unix_us_ = 0;
+  int64_t models_created_s() const;  // /v1/models' `created`
 };
 
 }  // namespace ferry::gateway

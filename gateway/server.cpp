@@ -543,7 +543,7 @@ struct Server::Impl {
   Reply fail(RequestRecord& rec, const Error& e) {
     rec.error = e.message;
     Reply r = error_reply(e);
-    if (e.retry_after_s > 0) r.headers.emplace_back("retry-after", std::to_string(e.retry_after_s));
+    for (auto& h : retry_headers(e)) r.headers.push_back(std::move(h));
     return r;
   }
 
@@ -578,6 +578,11 @@ struct Server::Impl {
     if (target == "/metrics" && is_get) {
       return text_reply(http::status::ok, "text/plain; version=0.0.4", metrics.render());
     }
+    if (draining.load()) {
+      Error e = Error::make(ErrorCode::kUnavailable, "ferry is shutting down");
+      e.retry_after_s = 1;
+      return fail(rec, e);
+    }
     bool chat = target == "/v1/chat/completions";
     bool completions = target == "/v1/completions";
     bool models = target == "/v1/models";
@@ -601,7 +606,7 @@ struct Server::Impl {
       job.query = std::string(query);
       job.ctx.request_id = rec.request_id;
       job.ctx.principal = std::move(*principal);
-      if (admin == AdminRoute::kLedgerExport) {
+      if (admin == AdminRoute::kLedgerExport || admin == AdminRoute::kLedgerAttempts) {
         if (router->ledger() == nullptr) {
           return fail(rec, Error::make(ErrorCode::kNotFound,
                                        "no ledger is configured (config key 'ledger')"));
@@ -733,9 +738,12 @@ struct Server::Impl {
     co_return ok && keep_alive;
   }
 
-  // On the worker thread: the export's CSV chunks into `pipe`, waiting while it is full.
-  Status export_rows(const std::string& path, const ledger::ReportFilter& filter, ChunkPipe& pipe) {
-    return ledger::export_csv(path, filter, [&](std::string_view chunk) {
+  // On the worker thread: the export's CSV chunks (rows, or `attempts`) into `pipe`, waiting
+  // while it is full.
+  Status export_rows(const std::string& path, const ledger::ReportFilter& filter, bool attempts,
+                     ChunkPipe& pipe) {
+    auto export_csv = attempts ? ledger::export_attempts_csv : ledger::export_csv;
+    return export_csv(path, filter, [&](std::string_view chunk) {
       std::unique_lock lock(pipe.mu);
       while (pipe.chunks.size() >= 4 && !pipe.cancelled && !stopped.load()) {
         pipe.space.wait_for(lock, std::chrono::milliseconds(100));
@@ -745,7 +753,7 @@ struct Server::Impl {
       lock.unlock();
       pipe.notifier->notify();
       return true;
-    });
+    }, 64 * 1024);
   }
 
   // GET /v1/ledger/export.csv: the worker reads the ledger in chunks; each chunk goes out as it
@@ -755,10 +763,11 @@ struct Server::Impl {
     auto pipe = std::make_shared<ChunkPipe>();
     pipe->notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
     std::string path = router->ledger()->config().path;
-    asio::post(workers, [pipe, path, filter = job.filter, this] {
+    const bool attempts = job.admin == AdminRoute::kLedgerAttempts;
+    asio::post(workers, [pipe, path, filter = job.filter, attempts, this] {
       Status st;
       try {
-        st = export_rows(path, filter, *pipe);
+        st = export_rows(path, filter, attempts, *pipe);
       } catch (const std::exception& e) {
         st = Error::make(ErrorCode::kInternal, std::string("internal error: ") + e.what());
       }
@@ -770,7 +779,8 @@ struct Server::Impl {
       pipe->notifier->notify();
     });
     std::vector<std::pair<std::string, std::string>> headers = {
-        {"content-disposition", "attachment; filename=\"ferry-ledger.csv\""}};
+        {"content-disposition", attempts ? "attachment; filename=\"ferry-attempts.csv\""
+                                         : "attachment; filename=\"ferry-ledger.csv\""}};
     SseSink<Stream> sink(*this, stream, rec.request_id, rec, &headers);
     sink.set_content_type("text/csv; charset=utf-8");
     bool ok = true;
@@ -1110,7 +1120,8 @@ struct Server::Impl {
         if (ec) co_return;
         buffer.commit(n);
       }
-      if (draining.load()) co_return;
+      // While draining, a request that reaches an open connection is still answered (with
+      // `connection: close`): /readyz says 503, the API a 503 to retry elsewhere.
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<uint32_t>(lim.max_header_bytes));
       parser.body_limit(static_cast<uint64_t>(lim.max_body_bytes));

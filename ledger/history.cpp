@@ -22,7 +22,33 @@ TokenCount token_count(const Stmt& row, int column) {
                     parse_token_source(row.text_at(column + 1)).value_or(TokenSource::kNone)};
 }
 
+// " AND ended_us >= ?" / " AND ended_us < ?" for the bounds the query has (to `params`).
+void add_range(const HistoryQuery& query, std::string& sql, std::vector<int64_t>& params) {
+  if (query.from_us) {
+    sql += " AND ended_us >= ?";
+    params.push_back(*query.from_us);
+  }
+  if (query.to_us) {
+    sql += " AND ended_us < ?";
+    params.push_back(*query.to_us);
+  }
+}
+
 }  // namespace
+
+Result<int64_t> count_requests(const std::string& db_path, const HistoryQuery& query) {
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  std::string sql = "SELECT COUNT(*) FROM requests WHERE kind='request'";
+  std::vector<int64_t> params;
+  add_range(query, sql, params);
+  auto stmt = db->prepare(sql);
+  if (!stmt) return stmt.error();
+  for (size_t i = 0; i < params.size(); ++i) stmt->bind(static_cast<int>(i + 1), params[i]);
+  auto has = stmt->step();
+  if (!has) return has.error();
+  return *has ? stmt->int_at(0) : 0;
+}
 
 Status for_each_request(const std::string& db_path, const HistoryQuery& query,
                         const std::function<bool(const RecordedRequest&)>& visit) {
@@ -39,14 +65,7 @@ Status for_each_request(const std::string& db_path, const HistoryQuery& query,
                         "price_version,cost_input,cost_cached,cost_output,cost_reasoning,") +
                     (*with_facts ? kFactsColumn : "NULL") + " FROM requests WHERE kind='request'";
   std::vector<int64_t> params;
-  if (query.from_us) {
-    sql += " AND ended_us >= ?";
-    params.push_back(*query.from_us);
-  }
-  if (query.to_us) {
-    sql += " AND ended_us < ?";
-    params.push_back(*query.to_us);
-  }
+  add_range(query, sql, params);
   if (query.with_facts_only) sql += std::string(" AND ") + kFactsColumn + " IS NOT NULL";
   sql += " ORDER BY ended_us, seq";  // the order of the requests_ended index: no sort
   auto stmt = db->prepare(sql);

@@ -47,6 +47,10 @@ struct HistoryQuery {
 Status for_each_request(const std::string& db_path, const HistoryQuery& query,
                         const std::function<bool(const RecordedRequest&)>& visit);
 
+// How many request rows for_each_request would visit, ignoring with_facts_only (for
+// progress: one pass over the requests_ended index).
+Result<int64_t> count_requests(const std::string& db_path, const HistoryQuery& query);
+
 // The currency the file is kept in ("" when the file has none recorded).
 Result<std::string> ledger_currency(const std::string& db_path);
 

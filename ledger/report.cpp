@@ -50,7 +50,7 @@ std::string day_text(CivilDate d) {
   return utc_day(us);
 }
 
-// The rows' request id column; NULL in a file before schema version 3 (read-only here, so
+// The rows' request id column; NULL in a file before schema version 4 (read-only here, so
 // never migrated), whose rows have none.
 Result<std::string> request_id_expr(Db& db) {
   auto has = db.prepare(std::string("SELECT 1 FROM pragma_table_info('requests') WHERE name='") +
@@ -61,13 +61,15 @@ Result<std::string> request_id_expr(Db& db) {
   return std::string(*found ? kRequestIdColumn : "NULL");
 }
 
-// Appends "AND column = ?" fragments for the filters present; values go to `params`.
-// A request id filter needs the rows (`raw`) and `request_id` (request_id_expr).
+// Appends "AND column = ?" fragments for the filters present; values go to `params`. Columns
+// are qualified with `table` when given (a join). A request id filter needs the rows (`raw`)
+// and `request_id` (request_id_expr).
 void add_filters(const ReportFilter& f, bool raw, std::string& sql, std::vector<Value>& params,
-                 const std::string& request_id = kRequestIdColumn) {
+                 const std::string& table = "", const std::string& request_id = kRequestIdColumn) {
+  const std::string prefix = table.empty() ? "" : table + ".";
   auto eq = [&](const std::optional<std::string>& value, const char* column) {
     if (!value) return;
-    sql += std::string(" AND ") + column + " = ?";
+    sql += " AND " + prefix + column + " = ?";
     params.emplace_back(*value);
   };
   eq(f.key_id, "key_id");
@@ -77,13 +79,17 @@ void add_filters(const ReportFilter& f, bool raw, std::string& sql, std::vector<
   eq(f.model, raw ? "upstream_model" : "model");
   eq(f.target, "target");
   eq(f.rule_id, "rule_id");
-  eq(f.request_id, request_id.c_str());
+  if (f.request_id) {
+    // NULL (an old file) is no column: it matches nothing and takes no prefix.
+    sql += " AND " + (request_id == "NULL" ? request_id : prefix + request_id) + " = ?";
+    params.emplace_back(*f.request_id);
+  }
   if (f.from) {
-    sql += " AND day >= ?";
+    sql += " AND " + prefix + "day >= ?";
     params.emplace_back(day_text(*f.from));
   }
   if (f.to) {
-    sql += " AND day <= ?";
+    sql += " AND " + prefix + "day <= ?";
     params.emplace_back(day_text(*f.to));
   }
 }
@@ -139,6 +145,8 @@ void ReportRow::add(const ReportRow& o) {
   }
   requests += o.requests;
   unpriced_requests += o.unpriced_requests;
+  refused_requests += o.refused_requests;
+  shadow_requests += o.shadow_requests;
   input_tokens += o.input_tokens;
   cached_tokens += o.cached_tokens;
   output_tokens += o.output_tokens;
@@ -171,6 +179,14 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
     if (!found) return found.error();
     team_ok = *found;
   }
+  if (!raw) {  // a file not yet migrated to the `refused` columns cannot tell served rows
+    auto has = db->prepare("SELECT 1 FROM pragma_table_info('daily') WHERE name='refused'");
+    if (!has) return has.error();
+    auto found = has->step();
+    if (!found) return found.error();
+    raw = !*found;
+    team_ok = team_ok && !raw;
+  }
   Source source = raw ? Source::kRows : team_ok ? Source::kDailyTeam : Source::kDaily;
   Report report;
   report.by = query.by;
@@ -191,20 +207,26 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
   }
   std::string sql;
   if (raw) {
-    sql = "SELECT " + select +
-          "SUM(kind='request'), SUM(kind='request' AND pricing='unpriced'), "
+    // Served = a request row neither refused nor a shadow copy (see ledger/store.cpp).
+    const std::string served =
+        "kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')=0";
+    sql = "SELECT " + select + "SUM(" + served + "), SUM(" + served +
+          " AND pricing='unpriced'), "
           "SUM(input_tokens), SUM(cached_tokens), SUM(output_tokens), SUM(reasoning_tokens), "
           "SUM(COALESCE(cost_input,0)), SUM(COALESCE(cost_cached,0)), "
           "SUM(COALESCE(cost_output,0)), SUM(COALESCE(cost_reasoning,0)), "
           "SUM(COALESCE(cost_total,0)), SUM(COALESCE(avoided_cost,0)), "
           "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END), "
-          "MIN(started_us), MAX(ended_us) FROM requests WHERE 1=1";
+          "MIN(started_us), MAX(ended_us), SUM(kind='request' AND status='refused'), "
+          "SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')>0) "
+          "FROM requests WHERE 1=1";
   } else {
     sql = "SELECT " + select +
-          "SUM(requests), SUM(unpriced), SUM(input_tokens), SUM(cached_tokens), "
+          "SUM(requests)-SUM(refused)-SUM(shadows), SUM(unpriced_served), SUM(input_tokens), "
+          "SUM(cached_tokens), "
           "SUM(output_tokens), SUM(reasoning_tokens), SUM(cost_input), SUM(cost_cached), "
           "SUM(cost_output), SUM(cost_reasoning), SUM(cost_total), SUM(avoided_total), "
-          "SUM(avoided_base), MIN(first_us), MAX(last_us) FROM " +
+          "SUM(avoided_base), MIN(first_us), MAX(last_us), SUM(refused), SUM(shadows) FROM " +
           (source == Source::kDailyTeam ? "daily_team" : "daily") + " WHERE 1=1";
   }
   std::vector<Value> params;
@@ -214,7 +236,7 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
     if (!expr) return expr.error();
     request_id = *expr;
   }
-  add_filters(query.filter, raw, sql, params, request_id);
+  add_filters(query.filter, raw, sql, params, "", request_id);
   sql += " GROUP BY " + group + " ORDER BY " + group;
   auto stmt = db->prepare(sql);
   if (!stmt) return stmt.error();
@@ -241,6 +263,8 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
     row.avoided_base = Money::from_micros(stmt->int_at(n + 12));
     row.first_us = stmt->int_at(n + 13);
     row.last_us = stmt->int_at(n + 14);
+    row.refused_requests = stmt->int_at(n + 15);
+    row.shadow_requests = stmt->int_at(n + 16);
     report.totals.add(row);
     report.rows.push_back(std::move(row));
   }
@@ -278,6 +302,8 @@ const std::vector<Column>& value_columns() {
   static const std::vector<Column> kColumns = {
       {"requests", [](const ReportRow& r) { return std::to_string(r.requests); }, false},
       {"unpriced_requests", [](const ReportRow& r) { return std::to_string(r.unpriced_requests); }, false},
+      {"refused_requests", [](const ReportRow& r) { return std::to_string(r.refused_requests); }, false},
+      {"shadow_requests", [](const ReportRow& r) { return std::to_string(r.shadow_requests); }, false},
       {"input_tokens", [](const ReportRow& r) { return std::to_string(r.input_tokens); }, false},
       {"cached_input_tokens", [](const ReportRow& r) { return std::to_string(r.cached_tokens); }, false},
       {"output_tokens", [](const ReportRow& r) { return std::to_string(r.output_tokens); }, false},
@@ -314,6 +340,8 @@ std::string format_report(const Report& report, ReportFormat format, bool saving
       }
       j["requests"] = r.requests;
       j["unpriced_requests"] = r.unpriced_requests;
+      j["refused_requests"] = r.refused_requests;
+      j["shadow_requests"] = r.shadow_requests;
       j["tokens"] = {{"input", r.input_tokens},
                      {"cached_input", r.cached_tokens},
                      {"output", r.output_tokens},
@@ -395,40 +423,27 @@ std::string format_report(const Report& report, ReportFormat format, bool saving
   return out;
 }
 
-Status export_csv(const std::string& db_path, const ReportFilter& filter,
+namespace {
+
+// Streams the rows of `stmt` (its columns named by `columns`) as CSV after a header line;
+// money columns as exact decimals.
+Status stream_csv(Stmt& stmt, const std::vector<std::string>& columns,
                   const std::function<bool(std::string_view chunk)>& sink, size_t chunk_bytes) {
-  auto db = Db::open(db_path, true);
-  if (!db) return db.error();
   static const std::set<std::string> kMoney = {"cost_input", "cost_cached", "cost_output",
                                                "cost_reasoning", "cost_total", "avoided_cost"};
-  auto request_id = request_id_expr(*db);
-  if (!request_id) return request_id.error();
-  std::vector<std::string> columns = {"seq"};
-  for (const auto& c : request_columns()) columns.push_back(c);
-  columns.push_back("hash");
-  columns.push_back(kRequestIdColumn);
-  std::string sql = "SELECT ";
-  for (size_t i = 0; i + 1 < columns.size(); ++i) sql += (i == 0 ? "" : ",") + columns[i];
-  sql += "," + *request_id + " FROM requests WHERE 1=1";
-  std::vector<Value> params;
-  add_filters(filter, true, sql, params, *request_id);
-  sql += " ORDER BY seq";
-  auto stmt = db->prepare(sql);
-  if (!stmt) return stmt.error();
-  for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
   std::string buffer;
   buffer.reserve(chunk_bytes + 4096);
   for (size_t i = 0; i < columns.size(); ++i) buffer += (i == 0 ? "" : ",") + columns[i];
   buffer += "\n";
   for (;;) {
-    auto has = stmt->step();
+    auto has = stmt.step();
     if (!has) return has.error();
     if (!*has) break;
     for (size_t i = 0; i < columns.size(); ++i) {
       if (i != 0) buffer += ',';
       int col = static_cast<int>(i);
-      if (stmt->is_null(col)) continue;
-      Value v = stmt->value_at(col);
+      if (stmt.is_null(col)) continue;
+      Value v = stmt.value_at(col);
       if (const auto* n = std::get_if<int64_t>(&v)) {
         buffer += kMoney.count(columns[i]) ? Money::from_micros(*n).to_string() : std::to_string(*n);
       } else {
@@ -443,6 +458,73 @@ Status export_csv(const std::string& db_path, const ReportFilter& filter,
   }
   if (!buffer.empty()) sink(buffer);
   return {};
+}
+
+}  // namespace
+
+Status export_csv(const std::string& db_path, const ReportFilter& filter,
+                  const std::function<bool(std::string_view chunk)>& sink, size_t chunk_bytes) {
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  auto request_id = request_id_expr(*db);
+  if (!request_id) return request_id.error();
+  std::vector<std::string> columns = {"seq"};
+  for (const auto& c : request_columns()) columns.push_back(c);
+  columns.push_back("hash");
+  columns.push_back(kRequestIdColumn);
+  std::string sql = "SELECT ";
+  for (size_t i = 0; i + 1 < columns.size(); ++i) sql += (i == 0 ? "" : ",") + columns[i];
+  sql += "," + *request_id + " FROM requests WHERE 1=1";
+  std::vector<Value> params;
+  add_filters(filter, true, sql, params, "", *request_id);
+  sql += " ORDER BY seq";
+  auto stmt = db->prepare(sql);
+  if (!stmt) return stmt.error();
+  for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
+  return stream_csv(*stmt, columns, sink, chunk_bytes);
+}
+
+Status export_attempts_csv(const std::string& db_path, const ReportFilter& filter,
+                           const std::function<bool(std::string_view chunk)>& sink,
+                           size_t chunk_bytes) {
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  // The filter reads the request's columns (qualified: attempts has a target too).
+  std::vector<std::string> columns = {"request_seq"};
+  std::string sql = "SELECT requests.seq";
+  for (const auto& c : attempt_columns()) {
+    columns.push_back(c);
+    sql += ",a." + c;
+  }
+  sql += " FROM attempts AS a JOIN requests ON requests.id = a.request_id WHERE 1=1";
+  auto request_id = request_id_expr(*db);
+  if (!request_id) return request_id.error();
+  std::vector<Value> params;
+  add_filters(filter, true, sql, params, "requests", *request_id);
+  sql += " ORDER BY requests.seq, a.attempt";
+  auto stmt = db->prepare(sql);
+  if (!stmt) return stmt.error();
+  for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
+  return stream_csv(*stmt, columns, sink, chunk_bytes);
+}
+
+Result<int64_t> count_export_rows(const std::string& db_path, const ReportFilter& filter,
+                                  bool attempts) {
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  std::string sql = attempts ? "SELECT COUNT(*) FROM attempts AS a JOIN requests ON "
+                               "requests.id = a.request_id WHERE 1=1"
+                             : "SELECT COUNT(*) FROM requests WHERE 1=1";
+  auto request_id = request_id_expr(*db);
+  if (!request_id) return request_id.error();
+  std::vector<Value> params;
+  add_filters(filter, true, sql, params, "requests", *request_id);
+  auto stmt = db->prepare(sql);
+  if (!stmt) return stmt.error();
+  for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
+  auto has = stmt->step();
+  if (!has) return has.error();
+  return *has ? stmt->int_at(0) : 0;
 }
 
 }  // namespace ferry::ledger

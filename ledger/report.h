@@ -47,8 +47,10 @@ struct ReportQuery {
 
 struct ReportRow {
   std::vector<std::string> group;  // one value per ReportQuery::by
-  int64_t requests = 0;
-  int64_t unpriced_requests = 0;  // their cost is unknown and not in the sums
+  int64_t requests = 0;           // served: neither refused nor a shadow copy
+  int64_t unpriced_requests = 0;  // served ones whose cost is unknown and not in the sums
+  int64_t refused_requests = 0;   // refused before running (budget, policy, context)
+  int64_t shadow_requests = 0;    // shadow copies; their cost is in the sums
   int64_t input_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t output_tokens = 0;
@@ -90,6 +92,17 @@ std::string format_report(const Report& report, ReportFormat format, bool saving
 Status export_csv(const std::string& db_path, const ReportFilter& filter,
                   const std::function<bool(std::string_view chunk)>& sink,
                   size_t chunk_bytes = 64 * 1024);
+
+// The same for the `attempts` rows (one per try on a target, failed fallback hops included)
+// of the requests matching the filter, in chain order of their request.
+Status export_attempts_csv(const std::string& db_path, const ReportFilter& filter,
+                           const std::function<bool(std::string_view chunk)>& sink,
+                           size_t chunk_bytes = 64 * 1024);
+
+// How many rows export_csv (or, with `attempts`, export_attempts_csv) would write: for
+// progress.
+Result<int64_t> count_export_rows(const std::string& db_path, const ReportFilter& filter,
+                                  bool attempts);
 
 // CSV field quoting; text that a spreadsheet would run as a formula gets a leading quote.
 std::string csv_field(std::string_view text, bool is_text);

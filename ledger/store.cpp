@@ -27,6 +27,7 @@ struct RowScratch {
 struct DailyDelta {
   std::string day, key_id, team, project, model, target, rule_id;
   int64_t requests = 0, unpriced = 0;
+  int64_t refused = 0, shadows = 0, unpriced_served = 0;  // the migration that added `refused`
   int64_t input_tokens = 0, cached_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
   int64_t cost_input = 0, cost_cached = 0, cost_output = 0, cost_reasoning = 0, cost_total = 0;
   int64_t avoided_total = 0, avoided_base = 0;
@@ -138,6 +139,35 @@ ALTER TABLE requests ADD COLUMN usage_check TEXT;
     R"sql(
 ALTER TABLE requests ADD COLUMN request_id TEXT;
 CREATE INDEX requests_request_id ON requests(request_id);
+)sql",
+    // 5: what reports count apart (code finds these columns by name, not by version).
+    // `requests` stays every request row; `refused` (refused before running: budget, policy
+    // reject, context) and `shadows` (a shadow copy, tagged "shadow") are the rows among them
+    // that were not served, and `unpriced_served` the unpriced rows that were. Existing groups
+    // are filled from the rows.
+    R"sql(
+ALTER TABLE daily ADD COLUMN refused INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE daily ADD COLUMN shadows INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE daily ADD COLUMN unpriced_served INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE daily_team ADD COLUMN refused INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE daily_team ADD COLUMN shadows INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE daily_team ADD COLUMN unpriced_served INTEGER NOT NULL DEFAULT 0;
+UPDATE daily SET refused = x.refused, shadows = x.shadows, unpriced_served = x.unpriced_served
+  FROM (SELECT day, key_id, team, project, upstream_model AS model, target, rule_id,
+          SUM(kind='request' AND status='refused') AS refused,
+          SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'"shadow"')>0) AS shadows,
+          SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'"shadow"')=0
+              AND pricing='unpriced') AS unpriced_served
+        FROM requests GROUP BY 1,2,3,4,5,6,7) AS x
+  WHERE daily.day=x.day AND daily.key_id=x.key_id AND daily.team=x.team
+    AND daily.project=x.project AND daily.model=x.model AND daily.target=x.target
+    AND daily.rule_id=x.rule_id;
+UPDATE daily_team SET refused = x.refused, shadows = x.shadows, unpriced_served = x.unpriced_served
+  FROM (SELECT day, team, project, model, target, SUM(refused) AS refused,
+          SUM(shadows) AS shadows, SUM(unpriced_served) AS unpriced_served
+        FROM daily GROUP BY 1,2,3,4,5) AS x
+  WHERE daily_team.day=x.day AND daily_team.team=x.team AND daily_team.project=x.project
+    AND daily_team.model=x.model AND daily_team.target=x.target;
 )sql",
 };
 
@@ -397,7 +427,7 @@ constexpr const char* kDailyTeamKey = "day,team,project,model,target";
 constexpr const char* kSumColumns[] = {
     "requests", "unpriced", "input_tokens", "cached_tokens", "output_tokens",
     "reasoning_tokens", "cost_input", "cost_cached", "cost_output", "cost_reasoning",
-    "cost_total", "avoided_total", "avoided_base"};
+    "cost_total", "avoided_total", "avoided_base", "refused", "shadows", "unpriced_served"};
 
 std::string daily_upsert_sql(const char* table, const char* key) {
   std::string columns = key;
@@ -424,6 +454,11 @@ void daily_key(std::string& key, std::initializer_list<std::string_view> parts) 
   }
 }
 
+// A shadow copy's row: the router tags it "shadow" (gateway/router.cpp, finish_shadow).
+bool is_shadow(const RequestRecord& r) {
+  return std::find(r.trusted_tags.begin(), r.trusted_tags.end(), kShadowTag) != r.trusted_tags.end();
+}
+
 // Adds one appended row to its group's delta (`key_id`/`rule_id` "" for daily_team).
 void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& key,
                   const std::string& day, const LedgerEntry& entry, const std::string& key_id,
@@ -445,8 +480,13 @@ void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& 
   bool is_request = entry.kind == EntryKind::kRequest;
   bool unpriced = entry.cost.pricing == Pricing::kUnpriced;
   int64_t total = unpriced ? 0 : entry.cost.total().micros();
+  bool refused = is_request && r.status == RequestStatus::kRefused;
+  bool shadow = is_request && !refused && is_shadow(r);
   d.requests += is_request ? 1 : 0;
   d.unpriced += is_request && unpriced ? 1 : 0;
+  d.refused += refused ? 1 : 0;
+  d.shadows += shadow ? 1 : 0;
+  d.unpriced_served += is_request && !refused && !shadow && unpriced ? 1 : 0;
   d.input_tokens += r.tokens.input.count;
   d.cached_tokens += r.tokens.cached_input.count;
   d.output_tokens += r.tokens.output.count;
@@ -716,8 +756,8 @@ Status Store::upsert_daily(Stmt& upsert, const detail::DailyDelta& d, bool with_
   if (with_key_and_rule) upsert.bind_ref(p++, std::string_view(d.rule_id));
   for (int64_t v : {d.requests, d.unpriced, d.input_tokens, d.cached_tokens, d.output_tokens,
                     d.reasoning_tokens, d.cost_input, d.cost_cached, d.cost_output,
-                    d.cost_reasoning, d.cost_total, d.avoided_total, d.avoided_base, d.first_us,
-                    d.last_us}) {
+                    d.cost_reasoning, d.cost_total, d.avoided_total, d.avoided_base,
+                    d.refused, d.shadows, d.unpriced_served, d.first_us, d.last_us}) {
     upsert.bind(p++, v);
   }
   return upsert.run();

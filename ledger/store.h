@@ -23,8 +23,11 @@ namespace ferry::ledger {
 
 // 1: the first schema; 2: requests.facts (the routing facts, for replay) and daily_team;
 // 3: requests.usage_check (backend usage ferry did not bill as reported).
-// 4: requests.request_id (the gateway's x-request-id) and its index.
-constexpr int kSchemaVersion = 4;
+// 4: requests.request_id (the gateway's x-request-id) and its index;
+// 5: daily/daily_team refused, shadows and unpriced_served (reports count served requests).
+constexpr int kSchemaVersion = 5;
+// The trusted tag of a shadow copy's row; reports count these apart from served requests.
+inline constexpr std::string_view kShadowTag = "shadow";
 constexpr const char* kGenesisHash =
     "0000000000000000000000000000000000000000000000000000000000000000";
 

@@ -1,6 +1,7 @@
 #include "ledger/verify.h"
 
 #include <array>
+#include <tuple>
 
 #include "ledger/sqlite_db.h"
 #include "ledger/store.h"
@@ -98,6 +99,7 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   bool has_facts = false;
   bool has_usage_check = false;
   bool has_request_id = false;
+  bool has_served = false;  // daily's refused, shadows and unpriced_served (a later migration)
   {
     auto version = db->prepare("PRAGMA user_version");
     if (!version) return version.error();
@@ -106,6 +108,11 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     has_facts = *got && version->int_at(0) >= 2;
     has_usage_check = *got && version->int_at(0) >= 3;
     has_request_id = *got && version->int_at(0) >= 4;
+    auto served = db->prepare("SELECT 1 FROM pragma_table_info('daily') WHERE name='refused'");
+    if (!served) return served.error();
+    auto found = served->step();
+    if (!found) return found.error();
+    has_served = *found;
   }
   std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL") + "," +
                        (has_usage_check ? kUsageCheckColumn : "NULL") + "," +
@@ -237,6 +244,38 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   if (diff->int_at(0) != 0) {
     check.problem("daily aggregate differs from the rows in " + std::to_string(diff->int_at(0)) +
                   " group(s)");
+  }
+  // What was not served (the `refused` columns), group by group, as reports count it.
+  if (has_served) {
+    const char* kRawServed =
+        "SELECT day,key_id,team,project,upstream_model,target,rule_id,"
+        "SUM(kind='request' AND status='refused'),"
+        "SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')>0),"
+        "SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')=0 "
+        "AND pricing='unpriced') "
+        "FROM requests GROUP BY day,key_id,team,project,upstream_model,target,rule_id";
+    const char* kServed =
+        "SELECT day,key_id,team,project,model,target,rule_id,refused,shadows,unpriced_served "
+        "FROM daily";
+    const char* kTeamFromDaily =
+        "SELECT day,team,project,model,target,SUM(refused),SUM(shadows),SUM(unpriced_served) "
+        "FROM daily GROUP BY day,team,project,model,target";
+    const char* kTeamServed =
+        "SELECT day,team,project,model,target,refused,shadows,unpriced_served FROM daily_team";
+    for (auto [a, b, what] : {std::tuple{kRawServed, kServed, "daily aggregate differs from the rows"},
+                              std::tuple{kTeamFromDaily, kTeamServed,
+                                         "daily_team aggregate differs from the daily aggregate"}}) {
+      auto served_diff = db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + a +
+                                     " EXCEPT " + b + ")) + (SELECT COUNT(*) FROM (" + b +
+                                     " EXCEPT " + a + "))");
+      if (!served_diff) return served_diff.error();
+      auto served_got = served_diff->step();
+      if (!served_got) return served_got.error();
+      if (served_diff->int_at(0) != 0) {
+        check.problem(std::string(what) + " in refused/shadow counts in " +
+                      std::to_string(served_diff->int_at(0)) + " group(s)");
+      }
+    }
   }
   // daily_team (schema 2) must equal the daily aggregate without key and rule.
   if (has_facts) {

@@ -332,9 +332,14 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
   };
   const int n_layers = static_cast<int>(o.n_layer);
   Status status;
+  const uint64_t per_layer = 9 + (o.arch == "qwen2" ? 3 : 0) + (o.arch == "qwen3" ? 2 : 0);
+  const uint64_t n_tensors = 2 + static_cast<uint64_t>(n_layers) * per_layer + (o.tied_output ? 0 : 1);
+  uint64_t made = 0;
   // shape = {ne0 (row length), ne1 (rows)}; 1-D when rows == 0.
   auto add = [&](const std::string& name, int64_t ne0, int64_t ne1, double mean, double stddev) {
     if (!status) return;
+    if (o.progress) o.progress(made, n_tensors);
+    ++made;
     const int n_dims = ne1 > 0 ? 2 : 1;
     const auto values = normal(ne0 * std::max<int64_t>(ne1, 1), mean, stddev);
     const TensorType type =
@@ -370,6 +375,7 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
   add("output_norm.weight", o.n_embd, 0, 1.0, 0.1);
   if (!o.tied_output) add("output.weight", o.n_embd, n_vocab, 0.0, 2.0 * in_scale);
   if (!status) return status.error();
+  if (o.progress) o.progress(made, n_tensors);
   return w;
 }
 
@@ -380,7 +386,8 @@ Status write_synth_model(const SynthOptions& options, const std::string& out_pat
 }
 
 Status quantize_model(const std::string& in_path, const std::string& out_path,
-                      const QuantTarget& target, kernels::ThreadPool* pool) {
+                      const QuantTarget& target, kernels::ThreadPool* pool,
+                      const std::function<void(uint64_t done, uint64_t total)>& progress) {
   auto in = GgufFile::open(in_path);
   if (!in) return in.error();
   const GgufFile& src = **in;
@@ -390,7 +397,12 @@ Status quantize_model(const std::string& in_path, const std::string& out_path,
   for (const auto& [key, value] : src.metadata()) w.set(key, value);
   w.set("general.file_type", Value::u32(file_type_of(target)));
   w.set("general.quantization_version", Value::u32(2));
+  uint64_t bytes_in = 0;
+  uint64_t bytes_done = 0;
+  for (const TensorInfo& t : src.tensors()) bytes_in += t.n_bytes;
   for (const TensorInfo& t : src.tensors()) {
+    if (progress) progress(bytes_done, bytes_in);
+    bytes_done += t.n_bytes;
     const int n_dims = static_cast<int>(t.shape.size());
     const bool matrix = n_dims >= 2 && ends_with(t.name, ".weight");
     const TensorType type = matrix ? choose_tensor_type(target, t.name, t.shape[0], n_dims,
@@ -426,6 +438,7 @@ Status quantize_model(const std::string& in_path, const std::string& out_path,
     }
     if (Status s = w.add_tensor(t.name, type, t.shape, std::move(bytes)); !s) return s;
   }
+  if (progress) progress(bytes_done, bytes_in);
   return w.write_file(out_path);
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,6 +56,8 @@ struct SynthOptions {
   std::string vocab_from;      // copy tokenizer.* metadata from this GGUF file
   uint64_t seed = 1;
   std::string name = "ferry-synth";
+  // Called after each tensor is made with (tensors made, tensors in all); may be empty.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 // Named shapes for benchmarks: "smollm2-360m" (hidden 960, 32 layers, 15 heads, 5 kv heads,
@@ -67,7 +70,9 @@ Status write_synth_model(const SynthOptions& options, const std::string& out_pat
 
 // Requantizes every matrix of `in_path` to `target` (from any type ferry runs), copying the
 // metadata and the 1-D tensors; sets general.file_type. pool may be null (one thread).
+// `progress`, when given, is called after each tensor with (input bytes done, input bytes).
 Status quantize_model(const std::string& in_path, const std::string& out_path,
-                      const QuantTarget& target, kernels::ThreadPool* pool);
+                      const QuantTarget& target, kernels::ThreadPool* pool,
+                      const std::function<void(uint64_t done, uint64_t total)>& progress = {});
 
 }  // namespace ferry::model_tools

@@ -53,6 +53,7 @@ Result<ReplayResult> replay_ledger(const policies::Policy& policy, const std::st
   query.to_us = options.to_us;
   auto st = ledger::for_each_request(ledger_path, query, [&](const ledger::RecordedRequest& r) {
     ++result.rows;
+    if (options.progress) options.progress(static_cast<uint64_t>(result.rows));
     if (r.facts_json.empty()) {
       ++result.without_facts;
       return true;

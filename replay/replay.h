@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@ struct ReplayOptions {
   std::optional<int64_t> from_us;  // requests that ended at or after (unix micros)
   std::optional<int64_t> to_us;    // requests that ended before
   int64_t prices_at_us = 0;        // the instant whose prices are current; 0 = now
+  std::function<void(uint64_t rows_read)> progress;  // after each row, when set
 };
 
 // The requests recorded on one target that the new policy sends to one target.

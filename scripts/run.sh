@@ -4,9 +4,16 @@
 # as the first argument.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "run.sh: checking the packages ferry needs (scripts/setup.sh; installs only what is missing)" >&2
 scripts/setup.sh
-scripts/build.sh
+# Only the server binary: the tests are built by scripts/test.sh.
+echo "run.sh: building build/gateway/ferry (scripts/build.sh; the first build takes several" \
+     "minutes, later ones only recompile what changed)" >&2
+started=$SECONDS
+FERRY_BUILD_TARGETS=${FERRY_BUILD_TARGETS:-ferry} scripts/build.sh
+echo "run.sh: built in $((SECONDS - started)) s" >&2
 if [ $# -gt 0 ]; then
+  echo "run.sh: starting ferry serve --config $1" >&2
   exec build/gateway/ferry serve --config "$1"
 fi
 model=models/ferry-demo-1m.gguf
@@ -17,4 +24,5 @@ if [ ! -f "$model" ]; then
        "--type Q8_0 $model (it answers with random text)." >&2
   exit 1
 fi
+echo "run.sh: starting ferry serve on the embedded default config ($model)" >&2
 exec build/gateway/ferry serve

@@ -159,11 +159,29 @@ Result<std::string> ChatFormatter::render(const Json& request, bool add_generati
   return template_->render(vars, hint);
 }
 
+void encode_prompt(const Tokenizer& tokenizer, std::string_view text, std::vector<TokenId>& out) {
+  const std::size_t start = out.size();
+  tokenizer.encode(text, out, Specials::kParse);
+  const auto bos = tokenizer.bos_id();
+  if (tokenizer.add_bos() && bos && (out.size() == start || out[start] != *bos)) {
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(start), *bos);
+  }
+}
+
+std::size_t count_prompt(const Tokenizer& tokenizer, std::string_view text) {
+  thread_local std::vector<TokenId> ids;
+  ids.clear();
+  encode_prompt(tokenizer, text, ids);
+  const std::size_t n = ids.size();
+  if (ids.capacity() > (std::size_t{1} << 22)) std::vector<TokenId>().swap(ids);  // do not pin huge buffers
+  return n;
+}
+
 Result<std::size_t> ChatFormatter::count(const Json& request, bool add_generation_prompt) const {
   if (!template_) return count_openai(request);
   auto text = render(request, add_generation_prompt);
   if (!text) return std::move(text).error();
-  return tokenizer_->count(*text, Specials::kParse);
+  return count_prompt(*tokenizer_, *text);  // BOS as the engine runs it
 }
 
 Result<std::size_t> ChatFormatter::count_json(std::string_view request_json, bool add_generation_prompt) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -17,6 +18,13 @@
 namespace ferry::tokenizer {
 
 class Tokenizer;
+using TokenId = std::uint32_t;
+
+// A prompt as ferry runs and counts it everywhere (the local engine, routing and the ledger,
+// `ferry tokenize`, `ferry policy explain`): `text` with special tokens parsed, and BOS in
+// front when the vocabulary adds one (add_bos) and the text does not already begin with it.
+void encode_prompt(const Tokenizer& tokenizer, std::string_view text, std::vector<TokenId>& out);
+std::size_t count_prompt(const Tokenizer& tokenizer, std::string_view text);
 
 class ChatFormatter {
  public:
@@ -31,6 +39,7 @@ class ChatFormatter {
   // `request` is an OpenAI chat request ({"messages": [...], "tools": [...], ...}) or a bare
   // messages array. Parse it with nlohmann::ordered_json: tojson must keep key order.
   Result<std::string> render(const nlohmann::ordered_json& request, bool add_generation_prompt = true) const;
+  // count(): the rendered prompt's tokens as tokenizer::count_prompt counts them (with BOS).
   Result<std::size_t> count(const nlohmann::ordered_json& request, bool add_generation_prompt = true) const;
   // Same, from JSON text.
   Result<std::size_t> count_json(std::string_view request_json, bool add_generation_prompt = true) const;

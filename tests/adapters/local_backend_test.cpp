@@ -349,8 +349,10 @@ TEST_F(LocalBackendTest, LogprobsTypesFollowOpenAi) {
 
 TEST_F(LocalBackendTest, BadParametersAreInvalidRequests) {
   Json body = hello(4);
-  body["n"] = 2;
-  EXPECT_EQ(run(chat(body)).error().code, ErrorCode::kInvalidRequest);
+  body["n"] = 0;
+  EXPECT_EQ(run(chat(body)).error().param, "n");
+  body["n"] = 129;
+  EXPECT_EQ(run(chat(body)).error().param, "n");
   body = hello(4);
   body["temperature"] = "hot";
   EXPECT_EQ(run(chat(body)).error().param, "temperature");

@@ -157,6 +157,20 @@ TEST(OpenAiWire, OrdinaryChunkUntouched) {
   EXPECT_FALSE(a.usage);
 }
 
+TEST(OpenAiWire, WithModelRenamesOnlyTheReplysModel) {
+  const std::string body =
+      R"({"id":"x","model":"big-model","choices":[{"message":{"content":"say \"model\": 1"}}]})";
+  auto renamed = with_model(body, "auto");
+  ASSERT_TRUE(renamed);
+  EXPECT_EQ(*renamed,
+            R"({"id":"x","model":"auto","choices":[{"message":{"content":"say \"model\": 1"}}]})");
+  EXPECT_FALSE(with_model(*renamed, "auto")) << "already says so";
+  EXPECT_FALSE(with_model(R"({"id":"x","choices":[]})", "auto")) << "no model to rename";
+  auto quoted = with_model(R"({"model" : "m"})", "we\"ird");
+  ASSERT_TRUE(quoted);
+  EXPECT_EQ(*quoted, R"({"model" : "we\"ird"})");
+}
+
 }  // namespace
 }  // namespace ferry::adapters
 

@@ -53,15 +53,20 @@ test('completions: streaming without include_usage shows no usage chunk', async 
 
 test('models: list returns the configured public names', async () => {
   const ids = [];
+  const now_s = Math.ceil(Date.now() / 1000);
   for await (const model of client.models.list()) {
     assert.equal(model.object, 'model');
     assert.equal(typeof model.id, 'string');
+    // When ferry began serving it: after 2020, not in the future (not 0).
+    assert.ok(model.created > 1577836800 && model.created <= now_s, `created ${model.created}`);
     ids.push(model.id);
   }
   for (const name of ['echo', 'chunky', 'fail-500', 'hang', 'down']) {
     assert.ok(ids.includes(name), `models.list includes ${name} (got ${ids.join(', ')})`);
   }
   assert.ok(!ids.includes('stream-slow-5'), 'only configured names are listed');
+  const one = await client.models.retrieve('echo');
+  assert.ok(one.created > 1577836800 && one.created <= now_s, `created ${one.created}`);
 });
 
 test('models: the list also answers with a request id', async () => {

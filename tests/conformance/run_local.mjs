@@ -17,6 +17,7 @@ import { closed_port, ensure_node_modules, parse_runner_args, print_tail, run_te
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kAppKey = 'sk-ferry-local-app';
 const kAdminKey = 'sk-ferry-local-admin';
+const kBrokeKey = 'sk-ferry-local-broke';  // its team's monthly hard budget is spent at once
 
 function parse_args(argv) {
   return parse_runner_args(argv, 'usage: node run_local.mjs --ferry PATH --upstream PATH [test files...]',
@@ -41,6 +42,7 @@ auth:
   keys:
     - { id: local-app, key: ${kAppKey}, team: local, project: conformance, role: app }
     - { id: local-admin, key: ${kAdminKey}, team: ops, role: admin }
+    - { id: local-broke, key: ${kBrokeKey}, team: broke, project: conformance, role: app }
 backends:
 ${local_backend('cpu', model, '    max_sequences: 16\n    max_queue: 16\n')}\
 ${local_backend('cpu-small', model, '    max_sequences: 1\n    max_queue: 0\n    context_length: 2048\n')}\
@@ -60,6 +62,8 @@ ledger: { path: ${dir}/ledger.db }
 prices:
   - { model: local, effective_from: 2026-01-01, internal: true, input: 0.01, output: 0.02 }
   - { model: remote, effective_from: 2026-01-01, input: 1.00, output: 2.00 }
+budgets:
+  - { name: broke-monthly, scope: team, match: broke, amount: 0.000001, period: month, mode: hard }
 `;
 }
 
@@ -118,6 +122,7 @@ async function main() {
       FERRY_B_BASE_URL: b.url.replace(/\/+$/, '') + '/v1',
       FERRY_API_KEY: kAppKey,
       FERRY_ADMIN_KEY: kAdminKey,
+      FERRY_BROKE_KEY: kBrokeKey,
       FERRY_UPSTREAM_URL: upstream.url.replace(/\/+$/, ''),
     };
     const failed = [];

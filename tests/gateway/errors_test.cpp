@@ -29,5 +29,18 @@ TEST(Errors, BodyHasOpenAiShape) {
   EXPECT_TRUE(auth["error"]["param"].is_null());
 }
 
+TEST(Errors, ASpentBudgetSaysDoNotRetryAndATransientRefusalSaysWhen) {
+  Error budget = Error::make(ErrorCode::kRateLimited, "spent", "team-daily", "budget_exceeded");
+  auto headers = retry_headers(budget);
+  ASSERT_EQ(headers.size(), 1u);
+  EXPECT_EQ(headers[0], std::make_pair(std::string("x-should-retry"), std::string("false")));
+  Error full = Error::make(ErrorCode::kUnavailable, "queue full");
+  full.retry_after_s = 2;
+  headers = retry_headers(full);
+  ASSERT_EQ(headers.size(), 1u);
+  EXPECT_EQ(headers[0], std::make_pair(std::string("retry-after"), std::string("2")));
+  EXPECT_TRUE(retry_headers(Error::make(ErrorCode::kInvalidRequest, "bad")).empty());
+}
+
 }  // namespace
 }  // namespace ferry::gateway

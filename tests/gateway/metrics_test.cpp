@@ -58,20 +58,26 @@ TEST(Metrics, ObserveRequestRendersLikeTheFamilyCalls) {
       {"gpt", "cpu", 502, 200, -1},           {"", "gpu", 404, 100, 50},
       {"we\"ird\n", "b\\k", 200, 2000000, 7}, {"gpt", "gpu", 429, 10, 0},
       {"claude", "", 200, 150000000, 1000},   {"gpt", "gpu", 200, 4000, 2000},
+      {"bare", "gpu", 200, 100, -1},
   };
   Metrics by_family;
   Metrics by_request;
   for (const auto& r : reqs) {
-    by_family.requests.inc({r.model, r.backend, std::to_string(r.status)});
-    if (r.model[0] != '\0') {
-      by_family.latency.observe_micros({r.model}, r.latency);
-      if (r.ttft >= 0) by_family.ttft.observe_micros({r.model}, r.ttft);
-    }
+    std::string_view model = r.model[0] != '\0' ? std::string_view(r.model) : Metrics::kNoModel;
+    by_family.requests.inc({model, r.backend, std::to_string(r.status)});
+    by_family.latency.observe_micros({model}, r.latency);
+    if (r.ttft >= 0) by_family.ttft.observe_micros({model}, r.ttft);
     by_request.observe_request(r.model, r.backend, r.status, r.latency, r.ttft);
   }
   EXPECT_EQ(by_request.render(), by_family.render());
+  // A request without a model is counted and timed under model="(none)", never model="".
+  std::string text = by_request.render();
+  EXPECT_EQ(text.find("model=\"\""), std::string::npos) << text;
+  EXPECT_NE(text.find("ferry_request_duration_seconds_count{model=\"(none)\"} 1"),
+            std::string::npos)
+      << text;
   // No ttft series for a model that never had one.
-  EXPECT_EQ(by_request.render().find("ferry_time_to_first_token_seconds_count{model=\"\"}"),
+  EXPECT_EQ(text.find("ferry_time_to_first_token_seconds_count{model=\"bare\"}"),
             std::string::npos);
 }
 

@@ -50,6 +50,8 @@ TEST_F(ApiTest, ChatPassesEveryFieldThroughAndRewritesModel) {
   ASSERT_EQ(r->status, 200) << r->body;
   json j = r->body_json();
   ASSERT_EQ(j["choices"].size(), 2u) << r->body;
+  EXPECT_EQ(j["model"], "gpt-test") << "the reply names the model the client asked for";
+  EXPECT_EQ(r->header("x-ferry-target").value_or(""), "gpt-test");
   EXPECT_EQ(j["choices"][0]["message"]["content"], "echo: hello ferry");
   EXPECT_EQ(j["choices"][1]["message"]["content"], "echo: hello ferry");
   // The upstream counts 4 + 3 prompt words and 3 pieces per choice.
@@ -80,6 +82,7 @@ TEST_F(ApiTest, CompletionsNonStreaming) {
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   json j = r->body_json();
+  EXPECT_EQ(j["model"], "gpt-test");
   EXPECT_EQ(j["choices"][0]["text"], "echo: say something");
   EXPECT_EQ(j["usage"]["completion_tokens"], 3);
   json last = upstream_last_request(upstream_.address);
@@ -104,6 +107,7 @@ TEST_F(ApiTest, StreamWithUsageWhenAsked) {
   EXPECT_EQ(s.content(), "echo: a b c");
   int usage_chunks = 0;
   for (const auto& c : s.chunks) {
+    EXPECT_EQ(c.value("model", ""), "gpt-test") << "every chunk names the client's model";
     if (c.contains("usage") && c["usage"].is_object()) {
       ++usage_chunks;
       EXPECT_TRUE(c["choices"].empty()) << c.dump();
@@ -385,6 +389,42 @@ TEST_F(ApiTest, HealthReadyAndMetrics) {
         "ferry_in_flight_requests", "ferry_backend_errors_total{"}) {
     EXPECT_NE(text.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << text;
   }
+}
+
+// Sums the values of every sample line that starts with `prefix`.
+int64_t metric_sum(const std::string& text, const std::string& prefix) {
+  int64_t sum = 0;
+  size_t at = 0;
+  while ((at = text.find("\n" + prefix, at)) != std::string::npos) {
+    size_t eol = text.find('\n', at + 1);
+    std::string line = text.substr(at + 1, eol - at - 1);
+    sum += std::stoll(line.substr(line.rfind(' ') + 1));
+    at = eol;
+  }
+  return sum;
+}
+
+TEST_F(ApiTest, EveryCountedRequestIsTimedAndNamedEvenWhenRefusedBeforeRouting) {
+  ASSERT_TRUE(post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "ok")));
+  auto bad = http_request(ferry_.address, "POST", "/v1/chat/completions", "{not json",
+                          auth_headers());
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  json no_model = chat_body("gpt-test", "x");
+  no_model.erase("model");
+  auto missing = post_json(ferry_.address, "/v1/chat/completions", no_model);
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 400);
+  auto m = http_request(ferry_.address, "GET", "/metrics", {}, auth_headers(kAdminKey));
+  ASSERT_TRUE(m);
+  const std::string& text = m->body;
+  int64_t counted = metric_sum(text, "ferry_requests_total{");
+  EXPECT_EQ(counted, 3) << text;
+  EXPECT_EQ(metric_sum(text, "ferry_request_duration_seconds_count{"), counted) << text;
+  EXPECT_EQ(text.find("model=\"\""), std::string::npos) << text;
+  EXPECT_NE(text.find("ferry_request_duration_seconds_count{model=\"(none)\"} 2"),
+            std::string::npos)
+      << text;
 }
 
 TEST_F(ApiTest, AccessLogHasOneJsonLinePerRequest) {

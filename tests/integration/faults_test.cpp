@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <thread>
+
 #include "tests/integration/ferry_test_base.h"
 
 namespace ferry::itest {
@@ -357,6 +359,54 @@ TEST_F(FaultTest, SigtermLetsTheInFlightStreamFinishThenExitsZero) {
   EXPECT_EQ(*status, 0);
   EXPECT_FALSE(Connection::open(ferry_.address.host, ferry_.address.port))
       << "still accepting after shutdown";
+}
+
+TEST_F(FaultTest, WhileDrainingReadyzAnswers503AndNewRequestsAre503NotDropped) {
+  // A stream keeps ferry draining; two keep-alive connections opened before SIGTERM then ask.
+  auto c = Connection::open(ferry_.address.host, ferry_.address.port);
+  auto probe = Connection::open(ferry_.address.host, ferry_.address.port);
+  auto api = Connection::open(ferry_.address.host, ferry_.address.port);
+  ASSERT_TRUE(c && probe && api);
+  json body = chat_body("stream-slow", "a b c d e f g h", true);
+  ASSERT_TRUE(c->send(make_request("POST", "/v1/chat/completions", body.dump(), auth_headers())));
+  auto head = c->read_head(Ms(20000));
+  ASSERT_TRUE(head);
+  ASSERT_EQ(head->status, 200);
+  for (auto* conn : {probe.get(), api.get()}) {
+    ASSERT_TRUE(conn->send(make_request("GET", "/healthz", "")));
+    auto ok = conn->read_response(Ms(10000));
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+  }
+  ferry_.process->send_signal(SIGTERM);
+  // Draining has begun once the listener is closed.
+  for (int i = 0; i < 400 && Connection::open(ferry_.address.host, ferry_.address.port); ++i) {
+    std::this_thread::sleep_for(Ms(10));
+  }
+  ASSERT_FALSE(Connection::open(ferry_.address.host, ferry_.address.port));
+
+  ASSERT_TRUE(probe->send(make_request("GET", "/readyz", "")));
+  auto ready = probe->read_response(Ms(10000));
+  ASSERT_TRUE(ready) << "the connection was closed instead of answering";
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_EQ(ready->body, "draining\n");
+  EXPECT_EQ(ready->header("connection").value_or(""), "close");
+
+  ASSERT_TRUE(api->send(make_request("POST", "/v1/chat/completions",
+                                     chat_body("gpt-test", "late").dump(), auth_headers())));
+  auto late = api->read_response(Ms(10000));
+  ASSERT_TRUE(late) << "the connection was closed instead of answering";
+  EXPECT_EQ(late->status, 503) << late->body;
+  EXPECT_TRUE(late->header("retry-after").has_value());
+  EXPECT_NE(late->body.find("shutting down"), std::string::npos) << late->body;
+
+  SseEvent e;
+  bool done = false;
+  while (c->read_event(e, Ms(20000)) == ReadStatus::kData) done = done || e.data == "[DONE]";
+  EXPECT_TRUE(done) << "the in-flight stream finished";
+  auto status = ferry_.process->wait_exit(Ms(15000));
+  ASSERT_TRUE(status);
+  EXPECT_EQ(*status, 0);
 }
 
 TEST_F(FaultTest, SigtermWithNothingInFlightExitsPromptly) {

@@ -243,8 +243,12 @@ TEST_F(LedgerHttpTest, HardBudgetHoldsUnder200ConcurrentRequests) {
         } else if (r->status == 429) {
           ++limited;
           EXPECT_NE(r->body.find("team-a-daily"), std::string::npos) << r->body;
-          auto retry = r->header("retry-after");
-          EXPECT_TRUE(retry && std::stoll(*retry) > 0 && std::stoll(*retry) <= 86400);
+          // A spent budget is not worth retrying: no Retry-After, the reset in its own header.
+          EXPECT_FALSE(r->header("retry-after").has_value());
+          EXPECT_EQ(r->header("x-should-retry").value_or(""), "false");
+          EXPECT_NE(r->body.find("\"budget_exceeded\""), std::string::npos) << r->body;
+          auto reset = r->header("x-ferry-budget-reset");
+          EXPECT_TRUE(reset && reset->size() == 27 && reset->back() == 'Z') << reset.value_or("");
         } else {
           ++other;
           ADD_FAILURE() << r->status << " " << r->body;
@@ -268,6 +272,15 @@ TEST_F(LedgerHttpTest, HardBudgetHoldsUnder200ConcurrentRequests) {
   }
   EXPECT_EQ(ok_rows, ok.load()) << "one row per answered request";
   EXPECT_LE(spent, 10200) << "hard budget overspent";
+  // The report counts what was served; the refusals have their own column.
+  auto report = http_request(ferry_.address, "GET", "/v1/ledger/report?by=team&format=json", "",
+                             auth_headers(kAdminKey));
+  ASSERT_TRUE(report);
+  ASSERT_EQ(report->status, 200) << report->body;
+  json totals = report->body_json()["totals"];
+  EXPECT_EQ(totals["requests"], ok.load()) << totals.dump();
+  EXPECT_EQ(totals["refused_requests"], limited.load()) << totals.dump();
+  EXPECT_EQ(totals["unpriced_requests"], 0) << totals.dump();
   EXPECT_EQ(metric("ferry_budget_spent_micros{budget=\"team-a-daily\"}"), spent);
 
   // After a restart the budget is rebuilt from the ledger.

@@ -3,6 +3,7 @@
 // atomically under traffic, explain, and admin endpoints refusing non-admin keys.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <set>
@@ -351,6 +352,57 @@ TEST_F(RoutingTest, ExplainShowsFactsClausesAndTheDecision) {
                              chat_body("auto", "why").dump(), auth_headers(kAdminKey));
   ASSERT_TRUE(as_app);
   EXPECT_EQ(as_app->body_json()["facts"]["team"], "team-a") << as_app->body;
+}
+
+TEST_F(RoutingTest, ReportsCountServedRequestsApartAndTheAttemptsExportHasEveryHop) {
+  policy_path_ = dir_.write("policies.yaml", kPolicyA);
+  std::string cfg = standard_config(upstream_.address) + "policy:\n  file: " + policy_path_ +
+                    "\n  watch: false\nledger:\n  path: " + (dir_.path() / "l.db").string() +
+                    "\n";
+  ferry_ = start_ferry(dir_, cfg);
+  auto fallback = post_json(ferry_.address, "/v1/chat/completions",
+                            chat_body("broken-first", "hops"));
+  ASSERT_TRUE(fallback);
+  ASSERT_EQ(fallback->status, 200) << fallback->body;
+  auto shadowed = post_json(ferry_.address, "/v1/chat/completions", chat_body("shadowed", "twice"));
+  ASSERT_TRUE(shadowed);
+  ASSERT_EQ(shadowed->status, 200) << shadowed->body;
+  auto refused = post_json(ferry_.address, "/v1/chat/completions", chat_body("rejectme", "no"));
+  ASSERT_TRUE(refused);
+  ASSERT_EQ(refused->status, 400) << refused->body;
+
+  // The shadow's and the refusal's rows are queued without waiting for them: wait for both.
+  json totals;
+  for (int i = 0; i < 250; ++i) {
+    auto r = http_request(ferry_.address, "GET", "/v1/ledger/report?by=team&format=json", "",
+                          auth_headers(kAdminKey));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    totals = r->body_json()["totals"];
+    if (totals.value("shadow_requests", 0) == 1 && totals.value("refused_requests", 0) == 1) break;
+    std::this_thread::sleep_for(Ms(20));
+  }
+  EXPECT_EQ(totals["requests"], 2) << totals.dump();  // served: the fallback and the shadowed
+  EXPECT_EQ(totals["refused_requests"], 1) << totals.dump();
+  EXPECT_EQ(totals["shadow_requests"], 1) << totals.dump();
+  EXPECT_EQ(totals["unpriced_requests"], 2) << totals.dump();  // no prices: the served ones
+
+  auto rows = http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "",
+                           auth_headers(kAdminKey));
+  ASSERT_TRUE(rows);
+  EXPECT_EQ(std::count(rows->body.begin(), rows->body.end(), '\n'), 1 + 4) << rows->body;
+  auto attempts = http_request(ferry_.address, "GET", "/v1/ledger/attempts.csv?rule=fallback", "",
+                               auth_headers(kAdminKey));
+  ASSERT_TRUE(attempts);
+  ASSERT_EQ(attempts->status, 200) << attempts->body;
+  EXPECT_EQ(attempts->body.rfind("request_seq,request_id,attempt,target,", 0), 0u)
+      << attempts->body;
+  // fail-500, dead (refused connection), good: one line each after the header.
+  EXPECT_EQ(std::count(attempts->body.begin(), attempts->body.end(), '\n'), 1 + 3)
+      << attempts->body;
+  for (const char* target : {",fail-500,", ",dead-model,", ",gpt-test,"}) {
+    EXPECT_NE(attempts->body.find(target), std::string::npos) << target << attempts->body;
+  }
 }
 
 TEST_F(RoutingTest, ShadowCopiesGoToTheShadowTargetAndAreDiscarded) {

@@ -172,7 +172,9 @@ TEST(LedgerHistory, SchemaOneFileMigratesAndTheChainContinues) {
     ASSERT_TRUE(
         db->exec("DROP INDEX requests_request_id; ALTER TABLE requests DROP COLUMN request_id; "
                  "ALTER TABLE requests DROP COLUMN facts; DROP TABLE daily_team; "
-                 "ALTER TABLE requests DROP COLUMN usage_check; PRAGMA user_version=1"));
+                 "ALTER TABLE requests DROP COLUMN usage_check; "
+                 "ALTER TABLE daily DROP COLUMN refused; ALTER TABLE daily DROP COLUMN shadows; "
+                 "ALTER TABLE daily DROP COLUMN unpriced_served; PRAGMA user_version=1"));
   }
   auto old = verify_ledger(path);  // read-only: no migration
   ASSERT_TRUE(old);

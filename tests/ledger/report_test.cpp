@@ -1,9 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "ledger/report.h"
 #include "ledger/sqlite_db.h"
+#include "ledger/store.h"
+#include "ledger/verify.h"
 #include "test_util.h"
 
 namespace ferry::ledger {
@@ -118,6 +122,122 @@ TEST_F(ReportTest, GroupsReconcileToTheMicroUnit) {
     ASSERT_TRUE(raw);
     expect_same(*report, *raw);
   }
+}
+
+// Adds 28 refused rows (team-0) and 5 shadow copies (team-1) to the 400 served ones.
+void add_refusals_and_shadows(const std::string& path) {
+  LedgerConfig config;
+  config.path = path;
+  config.reference_model = "gpu-large";
+  auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+  ASSERT_TRUE(ledger);
+  for (int i = 0; i < 28; ++i) {
+    RequestRecord r = simple_record("gpu-mid", tokens_of(0, 0, 0, 0), kJune15 + i * 1000);
+    r.team = "team-0";
+    r.target = "";
+    r.upstream_model = "";
+    r.status = RequestStatus::kRefused;
+    r.http_status = 429;
+    (*ledger)->record(std::move(r), [](const Status& st) { EXPECT_TRUE(st); });
+  }
+  for (int i = 0; i < 5; ++i) {
+    RequestRecord r = simple_record("gpu-large", tokens_of(100, 0, 10, 0), kJune15 + i * 1000);
+    r.team = "team-1";
+    r.trusted_tags = {"shadow"};
+    (*ledger)->record(std::move(r), [](const Status& st) { EXPECT_TRUE(st); });
+  }
+  (*ledger)->flush();
+}
+
+void expect_served_counts(const std::string& path, int64_t served_unpriced, int64_t total) {
+  for (const char* by : {"team", "key", "task", "target", "team,day"}) {
+    ReportQuery query;
+    query.by = *parse_report_by_list(by);
+    auto report = run_report(path, query);
+    ASSERT_TRUE(report) << report.error().message;
+    EXPECT_EQ(report->totals.requests, 400) << by;
+    EXPECT_EQ(report->totals.refused_requests, 28) << by;
+    EXPECT_EQ(report->totals.shadow_requests, 5) << by;
+    EXPECT_EQ(report->totals.unpriced_requests, served_unpriced) << by;
+    EXPECT_EQ(report->totals.total.micros(), total) << by << ": every row's cost, shadows too";
+    EXPECT_EQ(report->totals.average(), Money::from_micros((total * 2 + 400) / 800)) << by;
+    query.force_raw = true;
+    auto raw = run_report(path, query);
+    ASSERT_TRUE(raw);
+    expect_same(*report, *raw);
+    for (size_t i = 0; i < raw->rows.size() && i < report->rows.size(); ++i) {
+      EXPECT_EQ(report->rows[i].refused_requests, raw->rows[i].refused_requests) << by;
+      EXPECT_EQ(report->rows[i].shadow_requests, raw->rows[i].shadow_requests) << by;
+    }
+  }
+  std::string csv = format_report(*run_report(path, ReportQuery{}), ReportFormat::kCsv, false);
+  EXPECT_EQ(csv.rfind("team,requests,unpriced_requests,refused_requests,shadow_requests,", 0), 0u)
+      << csv;
+}
+
+TEST_F(ReportTest, RefusalsAndShadowsAreCountedApartFromServedRequests) {
+  int64_t served_unpriced = db_sum("SELECT COUNT(*) FROM requests WHERE pricing='unpriced'");
+  add_refusals_and_shadows(path_);
+  int64_t total = db_sum("SELECT SUM(COALESCE(cost_total,0)) FROM requests");
+  ASSERT_GT(db_sum("SELECT COUNT(*) FROM requests WHERE status='refused' AND pricing='unpriced'"), 0);
+  expect_served_counts(path_, served_unpriced, total);
+  auto verified = verify_ledger(path_);
+  ASSERT_TRUE(verified);
+  EXPECT_TRUE(verified->ok()) << (verified->problems.empty() ? "" : verified->problems[0]);
+}
+
+TEST_F(ReportTest, AnOlderFileIsMigratedWithItsRefusalsAndShadowsCounted) {
+  int64_t served_unpriced = db_sum("SELECT COUNT(*) FROM requests WHERE pricing='unpriced'");
+  add_refusals_and_shadows(path_);
+  int64_t total = db_sum("SELECT SUM(COALESCE(cost_total,0)) FROM requests");
+  {
+    // Back to the version before: the aggregates without the new columns.
+    auto db = Db::open(path_, false);
+    ASSERT_TRUE(db);
+    for (const char* table : {"daily", "daily_team"}) {
+      for (const char* column : {"refused", "shadows", "unpriced_served"}) {
+        ASSERT_TRUE(db->exec(std::string("ALTER TABLE ") + table + " DROP COLUMN " + column));
+      }
+    }
+    ASSERT_TRUE(db->exec("PRAGMA user_version=" + std::to_string(kSchemaVersion - 1)));
+  }
+  // Read-only, the old file is reported from its rows.
+  expect_served_counts(path_, served_unpriced, total);
+  {
+    LedgerConfig config;
+    config.path = path_;
+    auto reopened = Ledger::open(config, catalog_from(kPrices), {});
+    ASSERT_TRUE(reopened) << reopened.error().message;
+  }
+  EXPECT_EQ(db_sum("PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(db_sum("SELECT SUM(refused) FROM daily"), 28);
+  EXPECT_EQ(db_sum("SELECT SUM(shadows) FROM daily_team"), 5);
+  expect_served_counts(path_, served_unpriced, total);
+  auto verified = verify_ledger(path_);
+  ASSERT_TRUE(verified);
+  EXPECT_TRUE(verified->ok()) << (verified->problems.empty() ? "" : verified->problems[0]);
+}
+
+TEST_F(ReportTest, AttemptsExportCarriesEveryHopOfTheMatchingRequests) {
+  int64_t attempts = db_sum("SELECT COUNT(*) FROM attempts");
+  ASSERT_GT(attempts, 0);
+  std::string csv;
+  ASSERT_TRUE(export_attempts_csv(path_, ReportFilter{}, [&](std::string_view chunk) {
+    csv.append(chunk);
+    return true;
+  }));
+  EXPECT_EQ(csv.rfind("request_seq,request_id,attempt,target,", 0), 0u) << csv.substr(0, 200);
+  EXPECT_EQ(static_cast<int64_t>(std::count(csv.begin(), csv.end(), '\n')), attempts + 1);
+  EXPECT_NE(csv.find(",gpu-mid,"), std::string::npos);
+  // The request's filter: a team with no attempts, and one with some.
+  ReportFilter filter;
+  filter.target = "gpu-mid";  // the requests' target (every multi-hop request ended on gpu-large)
+  std::string none;
+  ASSERT_TRUE(export_attempts_csv(path_, filter, [&](std::string_view chunk) {
+    none.append(chunk);
+    return true;
+  }));
+  EXPECT_EQ(std::count(none.begin(), none.end(), '\n'), 1) << none;
 }
 
 TEST_F(ReportTest, TaskReportHasFirstAndLastRequest) {

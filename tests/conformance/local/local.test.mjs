@@ -202,3 +202,74 @@ test('a failing HTTP backend and a dead one fall back to the local model', async
   const local = await client.chat.completions.create(chat('local', 'anyone there?'));
   assert.equal(data.choices[0].message.content, local.choices[0].message.content);
 });
+
+test('every answer names the model the client asked for, and sending it back works', async () => {
+  // `remote` goes to ferry B as `tiny`; `fallback-to-local` ends on the local target `local`.
+  for (const alias of ['remote', 'fallback-to-local', 'local']) {
+    const { data, response } = await client.chat.completions.create(chat(alias, 'name yourself')).withResponse();
+    assert.equal(data.model, alias, `non-stream model for ${alias}`);
+    assert.ok(response.headers.get('x-ferry-target'), 'x-ferry-target says where it went');
+    const models = [];
+    for await (const chunk of await client.chat.completions.create(
+        { ...chat(alias, 'name yourself'), stream: true, stream_options: { include_usage: true } })) {
+      models.push(chunk.model);
+    }
+    assert.ok(models.length > 1);
+    assert.deepEqual([...new Set(models)], [alias], `stream model for ${alias}`);
+    const again = await client.chat.completions.create(chat(data.model, 'name yourself'));
+    assert.equal(again.model, alias);
+    const completion = await client.completions.create({ model: alias, prompt: 'Once', max_tokens: 3 });
+    assert.equal(completion.model, alias);
+  }
+  assert.equal((await client.models.retrieve('remote')).id, 'remote');
+});
+
+test('n = 3 on the local engine: three choices over one prompt, reproducible with a seed', async () => {
+  const ask = { ...chat('local', 'Give me three names for a boat.'), temperature: 1, seed: 42,
+                max_tokens: 8, ignore_eos: true };
+  const one = await client.chat.completions.create(ask);
+  const r = await client.chat.completions.create({ ...ask, n: 3 });
+  assert.equal(r.choices.length, 3);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  for (const c of r.choices) {
+    assert.equal(c.message.role, 'assistant');
+    assert.equal(c.finish_reason, 'length');
+  }
+  // Billed as one prompt plus every choice's output.
+  assert.equal(r.usage.prompt_tokens, one.usage.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, 3 * one.usage.completion_tokens);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  // Choice 0 samples with the request's seed; the others with their own streams.
+  assert.equal(r.choices[0].message.content, one.choices[0].message.content);
+  assert.ok(new Set(r.choices.map((c) => c.message.content)).size > 1, 'the choices differ');
+  const again = await client.chat.completions.create({ ...ask, n: 3 });
+  assert.deepEqual(again.choices.map((c) => c.message.content), r.choices.map((c) => c.message.content));
+
+  // The stream carries the same three choices, each with its role, text and finish.
+  const text = ['', '', ''];
+  const finish = [null, null, null];
+  const roles = [null, null, null];
+  let usage = null;
+  for await (const chunk of await client.chat.completions.create(
+      { ...ask, n: 3, stream: true, stream_options: { include_usage: true } })) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta?.role) roles[c.index] = c.delta.role;
+      if (c.delta?.content) text[c.index] += c.delta.content;
+      if (c.finish_reason) finish[c.index] = c.finish_reason;
+    }
+  }
+  assert.deepEqual(roles, ['assistant', 'assistant', 'assistant']);
+  assert.deepEqual(finish, ['length', 'length', 'length']);
+  assert.deepEqual(text, r.choices.map((c) => c.message.content));
+  assert.deepEqual(usage.prompt_tokens, r.usage.prompt_tokens);
+  assert.deepEqual(usage.completion_tokens, r.usage.completion_tokens);
+
+  // Completions too; and an n the engine cannot take is a clear 400.
+  const cmpl = await client.completions.create({ model: 'local', prompt: 'Once upon a time', n: 2,
+                                                 max_tokens: 4, seed: 7, temperature: 1 });
+  assert.deepEqual(cmpl.choices.map((c) => c.index), [0, 1]);
+  const err = await client.chat.completions.create({ ...ask, n: 500 }).catch((e) => e);
+  assert.equal(err.status, 400);
+  assert.equal(err.param, 'n');
+});

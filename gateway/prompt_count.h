@@ -1,0 +1,45 @@
+// How ferry counts a request's prompt for a model, in one place for the server (routing,
+// admission, the ledger) and the CLIs (`ferry policy explain`): each model's tokenizer and chat
+// template as the config names them (a local model's own GGUF), loaded once, counted with
+// tokenizer::count_prompt (BOS as the engine adds it). Immutable once loaded; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/error.h"
+
+namespace ferry::config {
+struct Config;
+}
+namespace ferry::tokenizer {
+class Tokenizer;
+class ChatFormatter;
+}  // namespace ferry::tokenizer
+
+namespace ferry::gateway {
+
+struct PromptCounter {
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null: every count is an estimate
+  std::shared_ptr<const tokenizer::ChatFormatter> chat;   // null: chats are estimated
+
+  // The exact prompt tokens of a parsed chat (`chat`) or completions request; nullopt when
+  // this model cannot count it (no tokenizer, no template, a body it cannot read).
+  std::optional<int64_t> count(bool chat_request, const nlohmann::ordered_json& body) const;
+};
+
+// One counter a configured model, by model name. Models naming the same tokenizer share it.
+// Errors: a tokenizer that does not load, a configured chat template that does not parse.
+Result<std::map<std::string, PromptCounter, std::less<>>> load_prompt_counters(
+    const config::Config& config);
+
+// The count without a tokenizer: about four bytes a token of the whole body, at least 1.
+int64_t estimate_prompt_tokens(size_t body_bytes);
+
+}  // namespace ferry::gateway
