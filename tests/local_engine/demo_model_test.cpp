@@ -10,10 +10,12 @@
 #include <set>
 #include <sstream>
 
-#include "local_engine/chat_format.h"
+#include <nlohmann/json.hpp>
+
 #include "local_engine/engine.h"
 #include "local_engine/gguf_source.h"
 #include "local_engine/model.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferry::engine {
@@ -180,8 +182,14 @@ TEST_F(DemoModelTest, ContinuationIsNotOneTokenRepeated) {
 TEST_F(DemoModelTest, SampledChatAnswerIsWordsAndEnds) {
   const auto end = tok_->encode("<|im_end|>", tokenizer::Specials::kParse);
   ASSERT_EQ(end.size(), 1u);
+  // The model's own template, as the server renders it.
+  auto chat = tokenizer::ChatFormatter::create(tok_, tok_->chat_template());
+  ASSERT_TRUE(chat) << chat.error().message;
   for (const char* question : {"Who made the heaven and the earth?", "What shall we eat?"}) {
-    const std::string text = format_single_turn_chat(tok_->chat_template(), question);
+    nlohmann::ordered_json request = {{"messages", {{{"role", "user"}, {"content", question}}}}};
+    auto rendered = (*chat)->render(request);
+    ASSERT_TRUE(rendered) << rendered.error().message;
+    const std::string& text = *rendered;
     for (uint32_t seed : {1u, 2u, 3u}) {
       auto out = generate(encode(text, tokenizer::Specials::kParse), 150, 0.8, seed,
                           static_cast<TokenId>(end[0]));
