@@ -155,7 +155,8 @@ TEST_F(VerifyTest, FlagsANegativeCostOnARequestButNotOnAnAdjustment) {
 TEST_F(VerifyTest, UsageCheckIsHashedAndOlderFilesMigrate) {
   // A version 2 file (before usage_check) with rows in it: verify reads it as it is, and opening
   // it migrates it without touching the rows' hashes.
-  tamper("DROP INDEX requests_request_id; ALTER TABLE requests DROP COLUMN request_id; "
+  tamper(std::string(testing::kUndoSchemaFive) +
+         "DROP INDEX requests_request_id; ALTER TABLE requests DROP COLUMN request_id; "
          "ALTER TABLE requests DROP COLUMN usage_check; PRAGMA user_version=2;");
   EXPECT_TRUE(verify().ok());
   {
