@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 namespace ferry {
 
@@ -13,6 +15,12 @@ constexpr auto kRedrawEvery = std::chrono::milliseconds(100);
 constexpr auto kPlainEvery = std::chrono::seconds(30);  // plain lines when the total is unknown
 constexpr int kBarWidth = 30;
 
+// FERRY_PROGRESS=always shows progress however quickly the work ends (scripts, tests).
+bool always_shown() {
+  const char* v = std::getenv("FERRY_PROGRESS");
+  return v != nullptr && std::string_view(v) == "always";
+}
+
 }  // namespace
 
 Progress::Progress(std::string what, uint64_t total, std::FILE* out, int terminal,
@@ -21,7 +29,7 @@ Progress::Progress(std::string what, uint64_t total, std::FILE* out, int termina
       total_(total),
       out_(out),
       terminal_(terminal < 0 ? ::isatty(::fileno(out)) == 1 : terminal != 0),
-      quiet_for_(quiet_for),
+      quiet_for_(always_shown() ? std::chrono::milliseconds(0) : quiet_for),
       started_(Clock::now()),
       last_draw_(started_) {}
 

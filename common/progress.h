@@ -1,7 +1,8 @@
 // Progress of a long command (model synth/quantize, policy replay, ledger report/export) on
 // stderr: on a terminal, one line redrawn in place with a bar, the percentage and the time
 // left; otherwise a plain line at each tenth of the work (and every 30 s when the total is
-// unknown). Work that ends within `quiet_for` (1 s by default) prints nothing at all.
+// unknown). Work that ends within `quiet_for` (1 s by default) prints nothing at all, unless
+// the environment has FERRY_PROGRESS=always.
 // One owner thread calls update(); not thread-safe.
 #pragma once
 

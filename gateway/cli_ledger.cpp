@@ -125,7 +125,13 @@ void add_ledger_commands(CLI::App& app, int& exit_code) {
       ledger::ReportQuery query;
       query.by = *by_list;
       query.filter = *f;
-      auto report = ledger::run_report(*db, query);
+      // Only a report that reads the rows calls back (in chunks); the daily aggregates are quick.
+      Progress progress("ferry ledger report: rows", 0);
+      auto report = ledger::run_report(*db, query, [&progress](int64_t done, int64_t total) {
+        progress.set_total(static_cast<uint64_t>(total));
+        progress.update(static_cast<uint64_t>(done));
+      });
+      progress.finish();
       if (!report) {
         std::cerr << "ferry ledger report: " << report.error().message << "\n";
         exit_code = 1;

@@ -103,6 +103,69 @@ Money rounded_div(Money total, int64_t count) {
   return Money::from_micros(q);
 }
 
+// The groups of a report statement: the `n` group values, then the columns in the order both
+// report SELECTs list them.
+Result<std::vector<ReportRow>> read_groups(Stmt& stmt, int n) {
+  std::vector<ReportRow> rows;
+  for (;;) {
+    auto has = stmt.step();
+    if (!has) return has.error();
+    if (!*has) break;
+    ReportRow row;
+    for (int i = 0; i < n; ++i) row.group.push_back(stmt.text_at(i));
+    row.requests = stmt.int_at(n);
+    row.unpriced_requests = stmt.int_at(n + 1);
+    row.input_tokens = stmt.int_at(n + 2);
+    row.cached_tokens = stmt.int_at(n + 3);
+    row.output_tokens = stmt.int_at(n + 4);
+    row.reasoning_tokens = stmt.int_at(n + 5);
+    row.cost_input = Money::from_micros(stmt.int_at(n + 6));
+    row.cost_cached = Money::from_micros(stmt.int_at(n + 7));
+    row.cost_output = Money::from_micros(stmt.int_at(n + 8));
+    row.cost_reasoning = Money::from_micros(stmt.int_at(n + 9));
+    row.total = Money::from_micros(stmt.int_at(n + 10));
+    row.avoided = Money::from_micros(stmt.int_at(n + 11));
+    row.avoided_base = Money::from_micros(stmt.int_at(n + 12));
+    row.first_us = stmt.int_at(n + 13);
+    row.last_us = stmt.int_at(n + 14);
+    row.refused_requests = stmt.int_at(n + 15);
+    row.shadow_requests = stmt.int_at(n + 16);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// Adds a chunk's partial group into the merged one: every column is a SUM (exact, refused on
+// overflow as SQLite's SUM refuses it), MIN(started_us) or MAX(ended_us); nothing is an average
+// or a distinct count (average() is derived from the sums). False on overflow.
+bool merge_group(ReportRow& into, const ReportRow& part) {
+  bool overflow = false;
+  auto sum = [&overflow](int64_t& a, int64_t b) { overflow |= __builtin_add_overflow(a, b, &a); };
+  auto sum_money = [&sum](Money& a, Money b) {
+    int64_t m = a.micros();
+    sum(m, b.micros());
+    a = Money::from_micros(m);
+  };
+  sum(into.requests, part.requests);
+  sum(into.unpriced_requests, part.unpriced_requests);
+  sum(into.refused_requests, part.refused_requests);
+  sum(into.shadow_requests, part.shadow_requests);
+  sum(into.input_tokens, part.input_tokens);
+  sum(into.cached_tokens, part.cached_tokens);
+  sum(into.output_tokens, part.output_tokens);
+  sum(into.reasoning_tokens, part.reasoning_tokens);
+  sum_money(into.cost_input, part.cost_input);
+  sum_money(into.cost_cached, part.cost_cached);
+  sum_money(into.cost_output, part.cost_output);
+  sum_money(into.cost_reasoning, part.cost_reasoning);
+  sum_money(into.total, part.total);
+  sum_money(into.avoided, part.avoided);
+  sum_money(into.avoided_base, part.avoided_base);
+  into.first_us = std::min(into.first_us, part.first_us);
+  into.last_us = std::max(into.last_us, part.last_us);
+  return !overflow;
+}
+
 }  // namespace
 
 std::string_view report_by_name(ReportBy by) { return info(by).name; }
@@ -160,7 +223,8 @@ void ReportRow::add(const ReportRow& o) {
   avoided_base += o.avoided_base;
 }
 
-Result<Report> run_report(const std::string& db_path, const ReportQuery& query) {
+Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
+                          const ReportProgress& progress) {
   if (query.by.empty()) {
     return Error::make(ErrorCode::kInvalidRequest, "report: at least one --by dimension", "by");
   }
@@ -205,6 +269,9 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
     select += std::string(raw ? b.raw_expr : b.daily_expr) + ",";
     group += (i == 0 ? "" : ",") + std::to_string(i + 1);
   }
+  // Reading the rows in seq ranges (for progress); a task or request-id filter still finds
+  // its rows by index in each range.
+  bool chunked = raw && (query.chunk_rows > 0 || progress);
   std::string sql;
   if (raw) {
     // Served = a request row neither refused nor a shadow copy (see ledger/store.cpp).
@@ -237,37 +304,60 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query) 
     request_id = *expr;
   }
   add_filters(query.filter, raw, sql, params, "", request_id);
-  sql += " GROUP BY " + group + " ORDER BY " + group;
-  auto stmt = db->prepare(sql);
-  if (!stmt) return stmt.error();
-  for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
   int n = static_cast<int>(query.by.size());
-  for (;;) {
-    auto has = stmt->step();
+  const std::string order = " GROUP BY " + group + " ORDER BY " + group;
+  if (!chunked) {
+    auto stmt = db->prepare(sql + order);
+    if (!stmt) return stmt.error();
+    for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
+    auto rows = read_groups(*stmt, n);
+    if (!rows) return rows.error();
+    report.rows = std::move(*rows);
+  } else {
+    // The same aggregate over consecutive seq ranges, merged by group (std::map orders the
+    // groups bytewise, as SQLite's BINARY collation does; the row columns are NOT NULL). One
+    // read transaction: every chunk sees the same snapshot.
+    auto begin = db->exec("BEGIN");
+    if (!begin) return begin.error();
+    auto bounds = db->prepare(  // apart: each is then one b-tree probe, not a scan
+        "SELECT (SELECT MIN(seq) FROM requests), (SELECT MAX(seq) FROM requests)");
+    if (!bounds) return bounds.error();
+    auto has = bounds->step();
     if (!has) return has.error();
-    if (!*has) break;
-    ReportRow row;
-    for (int i = 0; i < n; ++i) row.group.push_back(stmt->text_at(i));
-    row.requests = stmt->int_at(n);
-    row.unpriced_requests = stmt->int_at(n + 1);
-    row.input_tokens = stmt->int_at(n + 2);
-    row.cached_tokens = stmt->int_at(n + 3);
-    row.output_tokens = stmt->int_at(n + 4);
-    row.reasoning_tokens = stmt->int_at(n + 5);
-    row.cost_input = Money::from_micros(stmt->int_at(n + 6));
-    row.cost_cached = Money::from_micros(stmt->int_at(n + 7));
-    row.cost_output = Money::from_micros(stmt->int_at(n + 8));
-    row.cost_reasoning = Money::from_micros(stmt->int_at(n + 9));
-    row.total = Money::from_micros(stmt->int_at(n + 10));
-    row.avoided = Money::from_micros(stmt->int_at(n + 11));
-    row.avoided_base = Money::from_micros(stmt->int_at(n + 12));
-    row.first_us = stmt->int_at(n + 13);
-    row.last_us = stmt->int_at(n + 14);
-    row.refused_requests = stmt->int_at(n + 15);
-    row.shadow_requests = stmt->int_at(n + 16);
-    report.totals.add(row);
-    report.rows.push_back(std::move(row));
+    std::map<std::vector<std::string>, ReportRow> merged;
+    if (*has && !bounds->is_null(0)) {
+      int64_t lo = bounds->int_at(0);
+      int64_t hi = bounds->int_at(1);
+      int64_t total = hi - lo + 1;
+      int64_t size = query.chunk_rows > 0
+                         ? query.chunk_rows
+                         : std::max<int64_t>(1, (total + kReportChunks - 1) / kReportChunks);
+      auto stmt = db->prepare(sql + " AND seq BETWEEN ? AND ?" + order);
+      if (!stmt) return stmt.error();
+      for (int64_t from = lo;;) {
+        int64_t to = hi - from < size ? hi : from + size - 1;
+        stmt->reset();  // clears the bindings too
+        for (size_t i = 0; i < params.size(); ++i) {
+          stmt->bind_value(static_cast<int>(i + 1), params[i]);
+        }
+        stmt->bind(static_cast<int>(params.size() + 1), from);
+        stmt->bind(static_cast<int>(params.size() + 2), to);
+        auto part = read_groups(*stmt, n);
+        if (!part) return part.error();
+        for (auto& row : *part) {
+          auto [it, fresh] = merged.try_emplace(row.group, row);
+          if (!fresh && !merge_group(it->second, row)) {
+            return Error::make(ErrorCode::kUnavailable, "report: integer overflow in a sum");
+          }
+        }
+        if (progress) progress(to - lo + 1, total);
+        if (to == hi) break;
+        from = to + 1;
+      }
+    }
+    for (auto& [key, row] : merged) report.rows.push_back(std::move(row));
   }
+  for (const auto& row : report.rows) report.totals.add(row);
   return report;
 }
 

@@ -43,7 +43,12 @@ struct ReportQuery {
   bool force_raw = false;  // read the rows, not the daily aggregates (used to cross-check)
   // Read `daily`, never the smaller `daily_team` (used to cross-check).
   bool force_full_aggregate = false;
+  // Reading the rows: aggregate `chunk_rows` seq values at a time and merge the groups (0: one
+  // query, or about kReportChunks chunks when progress is asked for). Same result either way.
+  int64_t chunk_rows = 0;
 };
+
+inline constexpr int64_t kReportChunks = 64;
 
 struct ReportRow {
   std::vector<std::string> group;  // one value per ReportQuery::by
@@ -78,7 +83,11 @@ struct Report {
   ReportRow totals;             // the sum of the rows, to the micro-unit
 };
 
-Result<Report> run_report(const std::string& db_path, const ReportQuery& query);
+// `progress(done, total)` after each chunk, counted in seq values (about rows): only a report
+// that reads the rows calls it; the daily aggregates answer in one quick query.
+using ReportProgress = std::function<void(int64_t done, int64_t total)>;
+Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
+                          const ReportProgress& progress = {});
 
 enum class ReportFormat : uint8_t { kTable, kCsv, kJson };
 std::optional<ReportFormat> parse_report_format(std::string_view name);

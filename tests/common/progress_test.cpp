@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,22 @@ TEST(Progress, QuickWorkPrintsNothing) {
   }
   EXPECT_TRUE(lines_of(f).empty());
   std::fclose(f);
+}
+
+TEST(Progress, AlwaysInTheEnvironmentShowsEvenQuickWork) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  ::setenv("FERRY_PROGRESS", "always", 1);
+  {
+    Progress p("replay", 10, f, /*terminal=*/0, std::chrono::hours(1));
+    for (uint64_t done = 0; done <= 10; ++done) p.update(done);
+  }
+  ::unsetenv("FERRY_PROGRESS");
+  auto lines = lines_of(f);
+  std::fclose(f);
+  ASSERT_EQ(lines.size(), 10u);
+  EXPECT_EQ(lines[0].rfind("replay: 10% (1/10)", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[9].rfind("replay: 100% (10/10), done in ", 0), 0u) << lines[9];
 }
 
 TEST(Progress, DurationsReadAsHoursMinutesSeconds) {

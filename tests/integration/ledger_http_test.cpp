@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "tests/integration/ferry_test_base.h"
@@ -411,6 +412,55 @@ TEST_F(LedgerHttpTest, RowsCarryTheRequestIdAndFiltersFindThem) {
   EXPECT_EQ(cli["totals"]["requests"], 1);
   ASSERT_EQ(cli["groups"].size(), 1u);
   EXPECT_EQ(cli["groups"][0]["task"], "t-mine");
+}
+
+// `ferry ledger report` over the rows shows progress on stderr (plain lines when not a
+// terminal; FERRY_PROGRESS=always shows it however quickly the report ends), and the report
+// on stdout is the same as without; a report the daily aggregates answer shows none.
+TEST_F(LedgerHttpTest, LedgerReportOverTheRowsShowsProgressLines) {
+  ferry_ = start_ferry(dir_, config());
+  for (int i = 0; i < 12; ++i) {
+    auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "one"),
+                       task_headers("t-" + std::to_string(i % 5)));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string out = (dir_.path() / "report.csv").string();
+  std::string err = (dir_.path() / "report.err").string();
+  std::string quiet_out = (dir_.path() / "quiet.csv").string();
+  std::string report = ferry_binary() + " ledger report --db " + db_ + " --format csv";
+  ASSERT_EQ(run_command("FERRY_PROGRESS=always " + report + " --by task > " + out + " 2> " + err),
+            0);
+  ASSERT_EQ(run_command(report + " --by task > " + quiet_out + " 2> /dev/null"), 0);
+  EXPECT_EQ(read(out), read(quiet_out));
+  EXPECT_NE(read(out).find("t-4,"), std::string::npos) << read(out);
+  std::istringstream lines(read(err));
+  std::vector<std::string> progress;
+  for (std::string line; std::getline(lines, line);) progress.push_back(line);
+  ASSERT_GE(progress.size(), 2u) << read(err);
+  for (const auto& line : progress) {
+    EXPECT_EQ(line.rfind("ferry ledger report: rows: ", 0), 0u) << line;
+    EXPECT_EQ(line.find('\r'), std::string::npos) << "no redraw when not a terminal: " << line;
+  }
+  EXPECT_NE(progress[0].find("% ("), std::string::npos) << progress[0];
+  EXPECT_NE(progress[0].find(" left"), std::string::npos) << progress[0];
+  const std::string& last = progress.back();
+  auto slash = last.find('/');
+  ASSERT_NE(slash, std::string::npos) << last;
+  std::string done = last.substr(last.find('(') + 1, slash - last.find('(') - 1);
+  EXPECT_EQ(last.rfind("ferry ledger report: rows: 100% (" + done + "/" + done + "), done in ", 0),
+            0u)
+      << last;
+  EXPECT_GE(std::stoll(done), 12);
+
+  ASSERT_EQ(run_command("FERRY_PROGRESS=always " + report + " --by team > " + out + " 2> " + err),
+            0);
+  EXPECT_EQ(read(err), "") << "the daily aggregates answer at once";
+  EXPECT_NE(read(out).find("TOTAL,12,"), std::string::npos) << read(out);
 }
 
 TEST_F(LedgerHttpTest, FullLedgerQueueRefusesWith503AndSoftBudgetsWarn) {

@@ -240,6 +240,90 @@ TEST_F(ReportTest, AttemptsExportCarriesEveryHopOfTheMatchingRequests) {
   EXPECT_EQ(std::count(none.begin(), none.end(), '\n'), 1) << none;
 }
 
+// A report over the rows read in seq chunks (for progress) is the single query's report: the
+// same groups in the same order, every column to the micro-unit, whatever the chunk size.
+TEST_F(ReportTest, ChunkedRowsReportIsTheSingleQueryReport) {
+  add_refusals_and_shadows(path_);
+  {  // groups whose bytewise order is not the alphabetical one, and an empty task
+    LedgerConfig config;
+    config.path = path_;
+    config.reference_model = "gpu-large";
+    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    ASSERT_TRUE(ledger);
+    int i = 0;
+    for (const char* task : {"Task-Z", "task-\xc3\xa9", "task-10", "", "task-0"}) {
+      RequestRecord r = simple_record("gpu-large", tokens_of(1000 + i, 7, 333, 11),
+                                      kJune15 + 2 * kMicrosPerDay + 5000000 + i);
+      r.task_id = task;
+      r.team = "team-" + std::to_string(i++ % 3);
+      (*ledger)->record(std::move(r), [](const Status& st) { EXPECT_TRUE(st); });
+    }
+    (*ledger)->flush();
+  }
+  int64_t rows = db_sum("SELECT COUNT(*) FROM requests");
+  ASSERT_EQ(rows, db_sum("SELECT MAX(seq) - MIN(seq) + 1 FROM requests"));
+  struct Case {
+    const char* by;
+    std::optional<std::string> task;
+  };
+  for (const Case& c : {Case{"task", {}}, Case{"team,day", {}}, Case{"key,rule", {}},
+                        Case{"task,target", {}}, Case{"model", std::string("task-3")}}) {
+    ReportQuery query;
+    query.by = *parse_report_by_list(c.by);
+    query.filter.task_id = c.task;
+    query.force_raw = true;
+    auto single = run_report(path_, query);
+    ASSERT_TRUE(single) << single.error().message;
+    ASSERT_GT(single->rows.size(), 1u) << c.by;
+    ASSERT_FALSE(single->from_aggregate);
+    std::string expected = format_report(*single, ReportFormat::kJson, true);
+    for (int64_t chunk : {int64_t{1}, int64_t{7}, int64_t{13}, rows - 1, rows, rows * 10}) {
+      query.chunk_rows = chunk;
+      std::vector<std::pair<int64_t, int64_t>> calls;
+      auto chunked = run_report(
+          path_, query, [&calls](int64_t done, int64_t total) { calls.emplace_back(done, total); });
+      ASSERT_TRUE(chunked) << chunked.error().message;
+      expect_same(*single, *chunked);
+      EXPECT_EQ(chunked->totals.total, single->totals.total) << c.by << " chunk " << chunk;
+      EXPECT_EQ(chunked->totals.avoided_base, single->totals.avoided_base) << c.by;
+      // Every column (savings and averages included) through the JSON text.
+      EXPECT_EQ(format_report(*chunked, ReportFormat::kJson, true), expected)
+          << c.by << " chunk " << chunk;
+      ASSERT_EQ(static_cast<int64_t>(calls.size()), (rows + chunk - 1) / chunk) << chunk;
+      for (size_t i = 0; i < calls.size(); ++i) {
+        EXPECT_EQ(calls[i].second, rows);
+        EXPECT_EQ(calls[i].first, std::min(rows, chunk * static_cast<int64_t>(i + 1)));
+      }
+    }
+  }
+  // Progress alone chunks the rows (about kReportChunks chunks), with the same result.
+  ReportQuery query;
+  query.by = {ReportBy::kTask};
+  auto single = run_report(path_, query);
+  ASSERT_TRUE(single);
+  int calls = 0;
+  int64_t last = 0;
+  auto chunked = run_report(path_, query, [&](int64_t done, int64_t total) {
+    ++calls;
+    EXPECT_GT(done, last);
+    last = done;
+    EXPECT_EQ(total, rows);
+  });
+  ASSERT_TRUE(chunked);
+  EXPECT_EQ(format_report(*chunked, ReportFormat::kCsv, true),
+            format_report(*single, ReportFormat::kCsv, true));
+  EXPECT_GT(calls, 1);
+  EXPECT_LE(calls, kReportChunks);
+  EXPECT_EQ(last, rows);
+  // The daily aggregates answer in one query: no progress.
+  query.by = {ReportBy::kTeam};
+  calls = 0;
+  auto daily = run_report(path_, query, [&](int64_t, int64_t) { ++calls; });
+  ASSERT_TRUE(daily);
+  EXPECT_TRUE(daily->from_aggregate);
+  EXPECT_EQ(calls, 0);
+}
+
 TEST_F(ReportTest, TaskReportHasFirstAndLastRequest) {
   ReportQuery query;
   query.by = {ReportBy::kTask};
