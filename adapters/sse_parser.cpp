@@ -2,6 +2,9 @@
 
 #include <simdjson.h>
 
+#include <cstring>
+#include <string>
+
 namespace ferry::adapters {
 
 bool SseParser::take_line() {
@@ -31,7 +34,14 @@ namespace {
 // not exactly one valid JSON object.
 simdjson::simdjson_result<simdjson::dom::object> parse_object(std::string_view text) {
   thread_local simdjson::dom::parser parser;
-  return parser.parse(text.data(), text.size(), /*realloc_if_needed=*/true).get_object();
+  // simdjson reads SIMDJSON_PADDING bytes past the end: the text is copied into a padded
+  // buffer reused per thread (realloc_if_needed would allocate and free one per call).
+  thread_local std::string padded;
+  if (padded.size() < text.size() + simdjson::SIMDJSON_PADDING) {
+    padded.resize(text.size() + simdjson::SIMDJSON_PADDING);
+  }
+  std::memcpy(padded.data(), text.data(), text.size());
+  return parser.parse(padded.data(), text.size(), /*realloc_if_needed=*/false).get_object();
 }
 
 }  // namespace
