@@ -328,6 +328,9 @@ struct HttpBackend::Impl {
     SseParser sse;
     std::string to_client;
     bool saw_done = false;
+    // The name the client asked for, quoted once for every chunk's rename.
+    const std::string reply_model =
+        request.reply_model.empty() ? std::string() : quote_model(request.reply_model);
     bool streaming = ok_status && request.stream;
     if (streaming && !is_sse) {
       co_return fail(ErrorCode::kBackendError,
@@ -415,9 +418,11 @@ struct HttpBackend::Impl {
           }
           ChunkAction action = inspect_stream_chunk(data, request.client_wants_usage);
           if (action.usage) reply.usage = *action.usage;
-          if (!request.reply_model.empty()) {
+          if (!reply_model.empty()) {
             std::string_view current = action.rewritten ? std::string_view(*action.rewritten) : data;
-            if (auto renamed = with_model(current, request.reply_model)) action.rewritten = std::move(renamed);
+            if (auto renamed = with_quoted_model(current, reply_model)) {
+              action.rewritten = std::move(renamed);
+            }
           }
           std::string_view payload = action.rewritten ? std::string_view(*action.rewritten) : data;
           if (reply.finish_reason.empty()) reply.finish_reason = find_finish_reason(payload);
@@ -471,8 +476,8 @@ struct HttpBackend::Impl {
       }
       if (auto u = find_usage(body)) reply.usage = *u;
       reply.finish_reason = find_finish_reason(body);
-      if (!request.reply_model.empty()) {
-        if (auto renamed = with_model(body, request.reply_model)) body = std::move(*renamed);
+      if (!reply_model.empty()) {
+        if (auto renamed = with_quoted_model(body, reply_model)) body = std::move(*renamed);
       }
       reply.body = std::move(body);
     }

@@ -254,12 +254,17 @@ std::string find_finish_reason(std::string_view json) {
   return {};
 }
 
+std::string quote_model(std::string_view model) { return nlohmann::json(model).dump(); }
+
 std::optional<std::string> with_model(std::string_view json, std::string_view model) {
+  return with_quoted_model(json, quote_model(model));
+}
+
+std::optional<std::string> with_quoted_model(std::string_view json, std::string_view quoted) {
   size_t v = find_key_value(json, "\"model\"", /*last=*/false);
   if (v == std::string_view::npos || v >= json.size() || json[v] != '"') return std::nullopt;
   size_t end = json_string_end(json, v);
   if (end == std::string_view::npos) return std::nullopt;
-  std::string quoted = nlohmann::json(model).dump();
   if (json.substr(v, end - v) == quoted) return std::nullopt;
   std::string out;
   out.reserve(json.size() + quoted.size());

@@ -37,8 +37,13 @@ std::optional<Usage> find_usage(std::string_view json);
 // The first `"finish_reason": "..."` string value, or "" when absent or null.
 std::string find_finish_reason(std::string_view json);
 
+// `model` as a JSON string literal (quotes and escapes), for with_quoted_model.
+std::string quote_model(std::string_view model);
 // `json` (a response body or stream chunk) with the value of its first `"model"` key replaced
-// by the string `model`; nullopt when it has no string-valued `model` or it already says so.
+// by `quoted` (quote_model's literal, made once per request, not per stream chunk); nullopt when
+// it has no string-valued `model` or it already says so.
+std::optional<std::string> with_quoted_model(std::string_view json, std::string_view quoted);
+// with_quoted_model(json, quote_model(model)).
 std::optional<std::string> with_model(std::string_view json, std::string_view model);
 
 // What to do with one upstream stream chunk (the data of one SSE event).
