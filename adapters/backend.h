@@ -1,7 +1,7 @@
 // The Backend interface every target implements (HTTP backends and the in-process engine,
-// local_backend.h): one request in, a reply or an Error out, streaming through a sink. Implementations
-// are shared by all I/O threads and must be thread-safe; one call runs on the caller's
-// executor (the client connection's strand).
+// local_backend.h): one request in, a reply or an Error out, streaming through a sink.
+// Implementations are shared by all I/O threads and must be thread-safe; one call runs on the
+// caller's executor (the client connection's strand).
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -34,7 +34,7 @@ enum class Endpoint { kChatCompletions, kCompletions };
 
 struct BackendRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;
-  std::string body;   // the JSON body to send, already rewritten for this backend
+  std::string body;  // the JSON body to send, already rewritten for this backend
   bool stream = false;
   bool client_wants_usage = false;  // stream_options.include_usage as the client sent it
   std::string request_id;
@@ -54,9 +54,9 @@ class StreamSink {
 
 struct BackendReply {
   int status = 200;
-  std::string body;          // non-streaming: the backend's JSON body, verbatim
-  Usage usage;               // what the backend reported
-  std::string finish_reason; // of the first choice, when seen
+  std::string body;            // non-streaming: the backend's JSON body, verbatim
+  Usage usage;                 // what the backend reported
+  std::string finish_reason;   // of the first choice, when seen
   int64_t first_byte_us = -1;  // request sent -> first response byte (TTFT for streams)
 };
 
@@ -72,7 +72,9 @@ class CancelSignal {
   }
   // The backend installs what cancelling does (e.g. close its upstream socket).
   template <typename F>
-  void set_hook(F&& f) { hook_ = std::forward<F>(f); }
+  void set_hook(F&& f) {
+    hook_ = std::forward<F>(f);
+  }
   void clear_hook() { hook_ = nullptr; }
 
  private:
@@ -82,9 +84,9 @@ class CancelSignal {
 
 // What a backend knows about its own load, for routing facts (-1 / 0 = unknown).
 struct BackendLoad {
-  int64_t queue_depth = -1;     // requests waiting
-  int64_t est_wait_ms = -1;     // estimated queueing delay
-  int64_t context_length = 0;   // the model's context window, when the backend knows it
+  int64_t queue_depth = -1;    // requests waiting
+  int64_t est_wait_ms = -1;    // estimated queueing delay
+  int64_t context_length = 0;  // the model's context window, when the backend knows it
 };
 
 class Backend {
@@ -102,8 +104,8 @@ class Backend {
   // the sink was written to means the stream broke midway. `cancel` may be triggered while the
   // call is suspended.
   virtual boost::asio::awaitable<Result<BackendReply>> send(const BackendRequest& request,
-                                                           StreamSink* sink,
-                                                           CancelSignal& cancel) = 0;
+                                                            StreamSink* sink,
+                                                            CancelSignal& cancel) = 0;
 };
 
 }  // namespace ferry::adapters

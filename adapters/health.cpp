@@ -4,9 +4,12 @@ namespace ferry::adapters {
 
 std::string_view breaker_state_name(BreakerState state) {
   switch (state) {
-    case BreakerState::kClosed: return "closed";
-    case BreakerState::kOpen: return "open";
-    case BreakerState::kHalfOpen: return "half_open";
+    case BreakerState::kClosed:
+      return "closed";
+    case BreakerState::kOpen:
+      return "open";
+    case BreakerState::kHalfOpen:
+      return "half_open";
   }
   return "closed";
 }
@@ -19,10 +22,13 @@ CircuitBreaker::CircuitBreaker(BreakerOptions options, Clock clock)
 
 bool CircuitBreaker::probe_due(SteadyTime now) const {
   switch (state_) {
-    case BreakerState::kClosed: return false;
-    case BreakerState::kOpen: return now - opened_at_ >= options_.cool_down;
+    case BreakerState::kClosed:
+      return false;
+    case BreakerState::kOpen:
+      return now - opened_at_ >= options_.cool_down;
     // A probe that never reported back (cancelled, lost) is replaced after a cool-down.
-    case BreakerState::kHalfOpen: return now - probe_started_ >= options_.cool_down;
+    case BreakerState::kHalfOpen:
+      return now - probe_started_ >= options_.cool_down;
   }
   return false;
 }

@@ -13,8 +13,8 @@
 namespace ferry::adapters {
 
 struct BreakerOptions {
-  int failure_threshold = 5;                     // consecutive failures that open it
-  std::chrono::milliseconds cool_down{10'000};   // open -> a probe is allowed
+  int failure_threshold = 5;                    // consecutive failures that open it
+  std::chrono::milliseconds cool_down{10'000};  // open -> a probe is allowed
 };
 
 enum class BreakerState { kClosed, kOpen, kHalfOpen };
@@ -23,9 +23,9 @@ std::string_view breaker_state_name(BreakerState state);
 struct BreakerSnapshot {  // for /metrics
   BreakerState state = BreakerState::kClosed;
   int consecutive_failures = 0;
-  uint64_t opened_total = 0;    // times it opened
-  uint64_t refused_total = 0;   // requests refused while open
-  uint64_t probes_total = 0;    // probes granted
+  uint64_t opened_total = 0;   // times it opened
+  uint64_t refused_total = 0;  // requests refused while open
+  uint64_t probes_total = 0;   // probes granted
 };
 
 // The gateway calls allow_request() before sending to the backend, then exactly one of

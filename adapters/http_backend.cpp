@@ -36,9 +36,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
-constexpr size_t kMaxResponseBytes = 64 << 20;   // a non-streaming answer
-constexpr size_t kReadChunk = 16 * 1024;         // room for one read from the backend
-constexpr size_t kMaxErrorBodyBytes = 1 << 20;   // an error body we read to explain it
+constexpr size_t kMaxResponseBytes = 64 << 20;  // a non-streaming answer
+constexpr size_t kReadChunk = 16 * 1024;        // room for one read from the backend
+constexpr size_t kMaxErrorBodyBytes = 1 << 20;  // an error body we read to explain it
 constexpr auto kMaxIdleAge = std::chrono::seconds(30);
 constexpr auto kPeekAfter = std::chrono::milliseconds(1000);
 
@@ -140,8 +140,7 @@ struct HttpBackend::Impl {
     if (cfg.tls) {
       tls.emplace(ssl::context::tls_client);
       tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                       ssl::context::no_tlsv1_1);
+                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
       beast::error_code ec;
       if (cfg.ca_file) {
         tls->load_verify_file(*cfg.ca_file, ec);
@@ -256,8 +255,8 @@ struct HttpBackend::Impl {
   };
 
   template <typename Stream>
-  asio::awaitable<Exchange> exchange(Stream& stream, Connection& conn,
-                                     const std::string& head, const BackendRequest& request, StreamSink* sink,
+  asio::awaitable<Exchange> exchange(Stream& stream, Connection& conn, const std::string& head,
+                                     const BackendRequest& request, StreamSink* sink,
                                      CancelSignal& cancel, bool reused, Clock::time_point total,
                                      Clock::time_point started) {
     Exchange out;
@@ -272,9 +271,9 @@ struct HttpBackend::Impl {
       }
       if (ec == beast::error::timeout) {
         bool total_hit = Clock::now() >= total;
-        return fail(ErrorCode::kTimeout,
-                    total_hit ? "did not finish within total_ms=" + std::to_string(cfg.timeouts.total_ms)
-                              : std::string("timed out ") + during);
+        return fail(ErrorCode::kTimeout, total_hit ? "did not finish within total_ms=" +
+                                                         std::to_string(cfg.timeouts.total_ms)
+                                                   : std::string("timed out ") + during);
       }
       return fail(ErrorCode::kBackendError, std::string("failed ") + during + ": " + ec.message());
     };
@@ -321,7 +320,8 @@ struct HttpBackend::Impl {
     auto& res = parser.get();
     reply.status = static_cast<int>(res.result_int());
     bool ok_status = reply.status >= 200 && reply.status < 300;
-    bool is_sse = res[http::field::content_type].find("text/event-stream") != std::string_view::npos;
+    bool is_sse =
+        res[http::field::content_type].find("text/event-stream") != std::string_view::npos;
 
     char buf[16 * 1024];
     std::string body;
@@ -333,9 +333,9 @@ struct HttpBackend::Impl {
         request.reply_model.empty() ? std::string() : quote_model(request.reply_model);
     bool streaming = ok_status && request.stream;
     if (streaming && !is_sse) {
-      co_return fail(ErrorCode::kBackendError,
-                     "answered a stream request with '" +
-                         std::string(res[http::field::content_type]) + "' instead of an event stream");
+      co_return fail(ErrorCode::kBackendError, "answered a stream request with '" +
+                                                   std::string(res[http::field::content_type]) +
+                                                   "' instead of an event stream");
     }
     size_t limit = ok_status ? kMaxResponseBytes : kMaxErrorBodyBytes;
     std::optional<Error> stream_error;
@@ -399,38 +399,41 @@ struct HttpBackend::Impl {
       size_t got = sizeof buf - res.body().size;
       if (!streaming) {
         if (body.size() + got > limit) {
-          co_return fail(ErrorCode::kBackendError, "sent a response larger than " +
-                                                       std::to_string(limit) + " bytes");
+          co_return fail(ErrorCode::kBackendError,
+                         "sent a response larger than " + std::to_string(limit) + " bytes");
         }
         body.append(buf, got);
       } else if (got > 0) {
         bool malformed = false;
-        bool ok = sse.feed(std::string_view(buf, got), [&](std::string_view, std::string_view data) {
-          if (saw_done || malformed) return;
-          if (data == "[DONE]") {
-            saw_done = true;
-            return;
-          }
-          // Every event is an OpenAI chunk: anything else is a broken stream, never forwarded.
-          if (!is_json_object(data)) {
-            malformed = true;
-            return;
-          }
-          ChunkAction action = inspect_stream_chunk(data, request.client_wants_usage);
-          if (action.usage) reply.usage = *action.usage;
-          if (!reply_model.empty()) {
-            std::string_view current = action.rewritten ? std::string_view(*action.rewritten) : data;
-            if (auto renamed = with_quoted_model(current, reply_model)) {
-              action.rewritten = std::move(renamed);
-            }
-          }
-          std::string_view payload = action.rewritten ? std::string_view(*action.rewritten) : data;
-          if (reply.finish_reason.empty()) reply.finish_reason = find_finish_reason(payload);
-          if (!action.forward) return;
-          to_client.append("data: ");
-          to_client.append(payload);
-          to_client.append("\n\n");
-        });
+        bool ok =
+            sse.feed(std::string_view(buf, got), [&](std::string_view, std::string_view data) {
+              if (saw_done || malformed) return;
+              if (data == "[DONE]") {
+                saw_done = true;
+                return;
+              }
+              // Every event is an OpenAI chunk: anything else is a broken stream, never forwarded.
+              if (!is_json_object(data)) {
+                malformed = true;
+                return;
+              }
+              ChunkAction action = inspect_stream_chunk(data, request.client_wants_usage);
+              if (action.usage) reply.usage = *action.usage;
+              if (!reply_model.empty()) {
+                std::string_view current =
+                    action.rewritten ? std::string_view(*action.rewritten) : data;
+                if (auto renamed = with_quoted_model(current, reply_model)) {
+                  action.rewritten = std::move(renamed);
+                }
+              }
+              std::string_view payload =
+                  action.rewritten ? std::string_view(*action.rewritten) : data;
+              if (reply.finish_reason.empty()) reply.finish_reason = find_finish_reason(payload);
+              if (!action.forward) return;
+              to_client.append("data: ");
+              to_client.append(payload);
+              to_client.append("\n\n");
+            });
         if (!ok) {
           stream_error = backend_error(ErrorCode::kBackendError, cfg.name, sse.error());
           break;
@@ -490,11 +493,17 @@ struct HttpBackend::Impl {
 HttpBackend::HttpBackend(config::BackendConfig config)
     : impl_(std::make_unique<Impl>(std::move(config))) {}
 
-HttpBackend::~HttpBackend() { close_idle(); }
+HttpBackend::~HttpBackend() {
+  close_idle();
+}
 
-const std::string& HttpBackend::name() const { return impl_->cfg.name; }
+const std::string& HttpBackend::name() const {
+  return impl_->cfg.name;
+}
 
-const HttpBackendStats& HttpBackend::stats() const { return impl_->stats; }
+const HttpBackendStats& HttpBackend::stats() const {
+  return impl_->stats;
+}
 
 void HttpBackend::close_idle() {
   std::lock_guard lock(impl_->mu);

@@ -24,9 +24,8 @@ class HttpBackend final : public Backend {
   ~HttpBackend() override;
 
   const std::string& name() const override;
-  boost::asio::awaitable<Result<BackendReply>> send(const BackendRequest& request,
-                                                   StreamSink* sink,
-                                                   CancelSignal& cancel) override;
+  boost::asio::awaitable<Result<BackendReply>> send(const BackendRequest& request, StreamSink* sink,
+                                                    CancelSignal& cancel) override;
 
   // Closes idle pooled connections (at shutdown).
   void close_idle();

@@ -763,12 +763,11 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
       } else {
         choice["text"] = ch.content;
         choice["index"] = index;
-        choice["logprobs"] = want_logprobs
-                                 ? Json{{"tokens", std::move(ch.cmpl_tokens)},
-                                        {"token_logprobs", std::move(ch.cmpl_logprobs)},
-                                        {"top_logprobs", std::move(ch.cmpl_top)},
-                                        {"text_offset", std::move(ch.cmpl_offsets)}}
-                                 : Json();
+        choice["logprobs"] = want_logprobs ? Json{{"tokens", std::move(ch.cmpl_tokens)},
+                                                  {"token_logprobs", std::move(ch.cmpl_logprobs)},
+                                                  {"top_logprobs", std::move(ch.cmpl_top)},
+                                                  {"text_offset", std::move(ch.cmpl_offsets)}}
+                                           : Json();
       }
       choice["finish_reason"] = std::string(engine::finish_reason_name(ch.done->finish));
       list.push_back(std::move(choice));

@@ -31,7 +31,8 @@ class LocalBackend final : public Backend {
   // Queue depth, estimated wait and context length, from the scheduler's load snapshot.
   BackendLoad load_facts() const override;
   // count_prompt() for routing; nullopt when the body cannot be counted (send() will say why).
-  std::optional<int64_t> exact_prompt_tokens(Endpoint endpoint, std::string_view body) const override;
+  std::optional<int64_t> exact_prompt_tokens(Endpoint endpoint,
+                                             std::string_view body) const override;
   // Chat completions (messages through the chat template) and completions (a prompt string or
   // token ids), streamed as OpenAI SSE chunks without "data: [DONE]" or answered as one JSON
   // body. Errors: kInvalidRequest (bad or unsupported parameters, n > 1), kContextOverflow

@@ -99,7 +99,7 @@ bool scan_int(std::string_view s, size_t& i, int64_t& out) {
     ++digits;
   }
   if (digits == 0 || (i < s.size() && (s[i] == '.' || s[i] == 'e' || s[i] == 'E' ||
-                                      (s[i] >= '0' && s[i] <= '9')))) {
+                                       (s[i] >= '0' && s[i] <= '9')))) {
     i = start;
     return false;
   }
@@ -254,7 +254,9 @@ std::string find_finish_reason(std::string_view json) {
   return {};
 }
 
-std::string quote_model(std::string_view model) { return nlohmann::json(model).dump(); }
+std::string quote_model(std::string_view model) {
+  return nlohmann::json(model).dump();
+}
 
 std::optional<std::string> with_model(std::string_view json, std::string_view model) {
   return with_quoted_model(json, quote_model(model));

@@ -48,9 +48,9 @@ std::optional<std::string> with_model(std::string_view json, std::string_view mo
 
 // What to do with one upstream stream chunk (the data of one SSE event).
 struct ChunkAction {
-  bool forward = true;          // send it to the client
+  bool forward = true;                   // send it to the client
   std::optional<std::string> rewritten;  // send this instead of the original
-  std::optional<Usage> usage;   // usage found in the chunk
+  std::optional<Usage> usage;            // usage found in the chunk
 };
 
 // Inspects a chunk: records usage; when the client did not ask for usage, drops a usage-only

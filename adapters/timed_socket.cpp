@@ -45,8 +45,10 @@ class DeadlineSweep : public asio::execution_context::service {
   void unlink(TimedSocket* s) {
     std::lock_guard lock(mu_);
     if (!s->linked_) return;
-    if (s->prev_ != nullptr) s->prev_->next_ = s->next_;
-    else head_ = s->next_;
+    if (s->prev_ != nullptr)
+      s->prev_->next_ = s->next_;
+    else
+      head_ = s->next_;
     if (s->next_ != nullptr) s->next_->prev_ = s->prev_;
     s->prev_ = s->next_ = nullptr;
     s->linked_ = false;

@@ -20,8 +20,6 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/compose.hpp>
 #include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/detail/bind_handler.hpp>
 #include <boost/asio/detail/fenced_block.hpp>
 #include <boost/asio/detail/handler_alloc_helpers.hpp>
@@ -30,6 +28,8 @@
 #include <boost/asio/detail/reactor.hpp>
 #include <boost/asio/detail/reactor_op.hpp>
 #include <boost/asio/detail/socket_ops.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/beast/core/error.hpp>
 
 #include <chrono>
@@ -98,7 +98,7 @@ class RecvOp : public ad::reactor_op {
     ad::handler_work<Handler, IoExecutor> w(std::move(o->work_));
     // The handler may own the operation's memory: move it out before freeing.
     ad::binder2<Handler, boost::system::error_code, std::size_t> handler(o->handler_, o->ec_,
-                                                                        o->bytes_transferred_);
+                                                                         o->bytes_transferred_);
     p.h = std::addressof(handler.handler_);
     p.reset();
     if (owner != nullptr) {
@@ -123,8 +123,8 @@ struct Cancel {
   int fd;
   void operator()(boost::asio::cancellation_type_t type) {
     using boost::asio::cancellation_type;
-    if (!!(type & (cancellation_type::terminal | cancellation_type::partial |
-                   cancellation_type::total))) {
+    if (!!(type &
+           (cancellation_type::terminal | cancellation_type::partial | cancellation_type::total))) {
       reactor->cancel_ops_by_key(fd, *data, ad::reactor::read_op, this);
     }
   }
@@ -343,8 +343,8 @@ class TimedSocket {
     bool is_continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
     auto slot = boost::asio::get_associated_cancellation_slot(handler);
     typename Op::ptr p = {std::addressof(handler), Op::ptr::allocate(handler), nullptr};
-    p.p = new (p.v) Op(impl.socket_, buffer.data(), buffer.size(), &drained_, handler,
-                       socket_.get_executor());
+    p.p = new (p.v)
+        Op(impl.socket_, buffer.data(), buffer.size(), &drained_, handler, socket_.get_executor());
     if (slot.is_connected()) {
       p.p->cancellation_key_ = &slot.template emplace<drain::Cancel>(
           drain::Cancel{reactor_, &impl.reactor_data_, impl.socket_});
@@ -370,8 +370,8 @@ class TimedSocket {
 #else
   boost::asio::ip::tcp::socket socket_;
 #endif
-  bool expect_silence_ = false;  // for the next read (see expect_silence())
-  DeadlineSweep* sweep_ = nullptr;  // the loop's sweep, found on first use
+  bool expect_silence_ = false;                        // for the next read (see expect_silence())
+  DeadlineSweep* sweep_ = nullptr;                     // the loop's sweep, found on first use
   const Clock::time_point* sweep_wakes_at_ = nullptr;  // its next wake-up (max: none)
   Clock::time_point deadline_ = Clock::time_point::max();
   int pending_ = 0;  // operations started through this object and not yet complete

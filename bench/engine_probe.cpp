@@ -20,8 +20,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <ctime>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -113,10 +113,12 @@ int run_steps(int argc, char** argv) {
     double macs_per_token = 0;
     for (const auto* w : mats) macs_per_token += static_cast<double>(w->rows * w->cols);
     const int64_t max_cols = std::max(c.n_embd, c.n_ff);
-    std::vector<float> x(static_cast<size_t>(64 * max_cols)), y(static_cast<size_t>(64 * c.n_vocab));
+    std::vector<float> x(static_cast<size_t>(64 * max_cols)),
+        y(static_cast<size_t>(64 * c.n_vocab));
     for (auto& v : x) v = dist(rng);
-    std::printf("matrix products, %d threads, %.3f G multiply-adds per token (all layers + output)\n",
-                threads, macs_per_token * 1e-9);
+    std::printf(
+        "matrix products, %d threads, %.3f G multiply-adds per token (all layers + output)\n",
+        threads, macs_per_token * 1e-9);
     // The packed Q8_0 form (q8_0_packed.h) where the matrix and the CPU allow it.
     std::vector<std::unique_ptr<kernels::PackedQ8_0>> packed;
     for (const auto* w : mats) {
@@ -160,7 +162,8 @@ int run_steps(int argc, char** argv) {
   engine::Engine e(std::move(model),
                    engine::EngineOptions{threads, 32 + n_steps + 8, /*batch_invariant=*/true});
   std::printf("batch-invariant engine made in %.0f ms (Q8_0 packing included)\n", ms_since(made));
-  std::uniform_int_distribution<engine::TokenId> pick(0, static_cast<engine::TokenId>(c.n_vocab - 1));
+  std::uniform_int_distribution<engine::TokenId> pick(0,
+                                                      static_cast<engine::TokenId>(c.n_vocab - 1));
   std::vector<float> logits;
   std::printf("decode steps (batch-invariant engine), %d threads, prompts of 32 tokens\n", threads);
   std::printf("%6s %10s %10s %10s\n", "seqs", "best ms", "median ms", "tok/s");

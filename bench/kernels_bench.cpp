@@ -126,12 +126,14 @@ void BM_Prefill(benchmark::State& state, TensorType type) {
   for (auto& v : x) v = dist(rng);
   const Layer& layer = model.layers[0];
   double flops = 0;
-  for (const auto& m : layer.mats) flops += 2.0 * static_cast<double>(m.view.rows * m.view.cols * n);
+  for (const auto& m : layer.mats)
+    flops += 2.0 * static_cast<double>(m.view.rows * m.view.cols * n);
   for (auto _ : state) {
     for (const auto& m : layer.mats) ferry::kernels::matmul(m.view, x.data(), n, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   // Tokens per second of the whole 32-layer stack (matmuls only).
   state.counters["model_tok/s"] = benchmark::Counter(static_cast<double>(n) / kLayers,
                                                      benchmark::Counter::kIsIterationInvariantRate);
@@ -195,7 +197,10 @@ BENCHMARK_CAPTURE(BM_Decode, Q8_0, TensorType::kQ8_0)->Unit(benchmark::kMillisec
 BENCHMARK_CAPTURE(BM_Decode, Q4_K, TensorType::kQ4_K)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Decode, Q4_0, TensorType::kQ4_0)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Decode, F16, TensorType::kF16)->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK_CAPTURE(BM_Prefill, Q8_0, TensorType::kQ8_0)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Prefill, Q8_0, TensorType::kQ8_0)
+    ->Arg(64)
+    ->Arg(512)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Prefill, Q4_K, TensorType::kQ4_K)->Arg(512)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Prefill, Q6_K, TensorType::kQ6_K)->Arg(512)->Unit(benchmark::kMillisecond);
 

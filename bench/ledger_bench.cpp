@@ -219,12 +219,14 @@ int bench_writer(int argc, char** argv) {
   done.store(true);
   wal_watch.join();
   LedgerStats stats = (*ledger)->stats();
-  std::printf("writer: %lld durable rows in %.3f s = %.0f rows/s (synchronous=FULL, WAL), "
-              "%lld group commits (%.1f rows/commit), %.1f us CPU/row (whole process)\n",
-              static_cast<long long>(durable.load()), wall, static_cast<double>(durable.load()) / wall,
-              static_cast<long long>(stats.batches),
-              static_cast<double>(stats.rows_committed) / static_cast<double>(std::max<int64_t>(1, stats.batches)),
-              cpu * 1e6 / static_cast<double>(rows));
+  std::printf(
+      "writer: %lld durable rows in %.3f s = %.0f rows/s (synchronous=FULL, WAL), "
+      "%lld group commits (%.1f rows/commit), %.1f us CPU/row (whole process)\n",
+      static_cast<long long>(durable.load()), wall, static_cast<double>(durable.load()) / wall,
+      static_cast<long long>(stats.batches),
+      static_cast<double>(stats.rows_committed) /
+          static_cast<double>(std::max<int64_t>(1, stats.batches)),
+      cpu * 1e6 / static_cast<double>(rows));
   std::printf("writer: largest WAL during the run %.1f MiB\n",
               static_cast<double>(max_wal.load()) / (1024.0 * 1024.0));
   return 0;
@@ -325,7 +327,8 @@ int generate_rows_sql(const std::string& tmp_path, int64_t rows, const Shape& sh
       "strftime('%Y-%m-%d', t / 1000000, 'unixepoch'),'key-'||key,'team-'||(key % " +
       n(shape.teams) + "),'project-'||(key % " + n(shape.projects) +
       "),'task-'||(k / 8),'[\"env:prod\"]','[]','auto',target,"
-      "target||'-v1','rule-'||((k / 7) % " + n(shape.rules) +
+      "target||'-v1','rule-'||((k / 7) % " +
+      n(shape.rules) +
       "),'v7',1,'ok',200,'',k % 2,'stop',inp,'backend',cached,"
       "'backend',outp,'backend',reas,'backend',"
       "CASE target WHEN 'local-small' THEN 'internal' ELSE 'priced' END,target||'@bulk',"
@@ -422,12 +425,13 @@ int bench_report(int argc, char** argv) {
     std::filesystem::rename(path + ".tmp", path);
     for (const char* suffix : {"-wal", "-shm"}) std::filesystem::remove(path + ".tmp" + suffix);
   }
-  std::printf("report over %lld rows (aggregates: %lld daily rows, %lld daily_team rows; "
-              "%.0f MiB file):\n",
-              static_cast<long long>(count_rows(path, "requests")),
-              static_cast<long long>(count_rows(path, "daily")),
-              static_cast<long long>(count_rows(path, "daily_team")),
-              static_cast<double>(std::filesystem::file_size(path)) / (1024.0 * 1024.0));
+  std::printf(
+      "report over %lld rows (aggregates: %lld daily rows, %lld daily_team rows; "
+      "%.0f MiB file):\n",
+      static_cast<long long>(count_rows(path, "requests")),
+      static_cast<long long>(count_rows(path, "daily")),
+      static_cast<long long>(count_rows(path, "daily_team")),
+      static_cast<double>(std::filesystem::file_size(path)) / (1024.0 * 1024.0));
   time_report(path, {ReportBy::kTeam}, From::kBest, 5, "--by team");
   time_report(path, {ReportBy::kDay}, From::kBest, 5, "--by day");
   time_report(path, {ReportBy::kTeam, ReportBy::kDay}, From::kBest, 5, "--by team,day");
@@ -455,16 +459,18 @@ int bench_cpu(int argc, char** argv) {
   config.queue_capacity = requests + 16;
   auto prices = PriceCatalog::from_yaml(yaml::parse(kPrices, "bench"), "bench");
   std::vector<BudgetDef> budgets = parse_budgets(
-      yaml::parse("- {name: t, scope: team, match: team-3, amount: 1000000, period: month}\n"
-                  "- {name: k, scope: key, match: key-3, amount: 1000000, period: day, mode: soft}\n",
-                  "bench"),
+      yaml::parse(
+          "- {name: t, scope: team, match: team-3, amount: 1000000, period: month}\n"
+          "- {name: k, scope: key, match: key-3, amount: 1000000, period: day, mode: soft}\n",
+          "bench"),
       "bench");
   auto ledger = Ledger::open(config, prices, budgets);
   if (!ledger) return 1;
   std::vector<RequestRecord> records;
   records.reserve(static_cast<size_t>(requests));
   int64_t now = unix_micros_now();
-  for (int64_t i = 0; i < requests; ++i) records.push_back(make_record(static_cast<uint64_t>(i), now));
+  for (int64_t i = 0; i < requests; ++i)
+    records.push_back(make_record(static_cast<uint64_t>(i), now));
   std::vector<std::string> route = {"gpu-mid", "gpu-large"};
   std::atomic<int64_t> durable{0};
   // Measured: what the gateway's threads do per request (the record itself is built by the
@@ -482,10 +488,11 @@ int bench_cpu(int argc, char** argv) {
   }
   double cpu = thread_cpu_seconds() - cpu0;
   (*ledger)->flush();
-  std::printf("cpu: %.2f us of gateway-thread CPU per request (worst_case + budget_left_pct + "
-              "admit + record), %lld requests, all durable: %s\n",
-              cpu * 1e6 / static_cast<double>(requests), static_cast<long long>(requests),
-              durable.load() == requests ? "yes" : "no");
+  std::printf(
+      "cpu: %.2f us of gateway-thread CPU per request (worst_case + budget_left_pct + "
+      "admit + record), %lld requests, all durable: %s\n",
+      cpu * 1e6 / static_cast<double>(requests), static_cast<long long>(requests),
+      durable.load() == requests ? "yes" : "no");
   return 0;
 }
 

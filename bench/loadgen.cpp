@@ -738,7 +738,8 @@ std::optional<Options> parse_options(int argc, char** argv) {
     else if (arg == "--reference") {
       o.reference_urls.push_back(value);
       o.reference_pids.resize(o.reference_urls.size(), 0);
-      o.reference_names.resize(o.reference_urls.size(), "ref" + std::to_string(o.reference_urls.size()));
+      o.reference_names.resize(o.reference_urls.size(),
+                               "ref" + std::to_string(o.reference_urls.size()));
     } else if (arg == "--reference-pid" && !o.reference_urls.empty())
       o.reference_pids.back() = std::stoi(value);
     else if (arg == "--reference-name" && !o.reference_urls.empty())
@@ -857,11 +858,11 @@ int run_all(int argc, char** argv) {
     for (size_t t = 2; t < pair.size(); ++t) {
       const RunStats& n = *pair[t];
       const std::string& name = targets[t]->name;
-      std::string ref = scenario.name + ": " + name + " adds p50 " +
-                        fmt("%.3f", percentile_ms(n.latency_ns, 0.5) - percentile_ms(d.latency_ns, 0.5)) +
-                        " ms, p90 " +
-                        fmt("%.3f", percentile_ms(n.latency_ns, 0.9) - percentile_ms(d.latency_ns, 0.9)) +
-                        " ms";
+      std::string ref =
+          scenario.name + ": " + name + " adds p50 " +
+          fmt("%.3f", percentile_ms(n.latency_ns, 0.5) - percentile_ms(d.latency_ns, 0.5)) +
+          " ms, p90 " +
+          fmt("%.3f", percentile_ms(n.latency_ns, 0.9) - percentile_ms(d.latency_ns, 0.9)) + " ms";
       if (scenario.stream) {
         ref += ", first byte p50 " +
                fmt("%.3f", percentile_ms(n.first_ns, 0.5) - percentile_ms(d.first_ns, 0.5)) + " ms";
@@ -869,8 +870,8 @@ int run_all(int argc, char** argv) {
       if (n.server_cpu_us) {
         ref += "; " + name + " CPU " + fmt("%.1f", *n.server_cpu_us) + " us/request";
         if (f.server_cpu_us) {
-          ref += "; ferry/" + name + " CPU " +
-                 fmt("%.2f", *f.server_cpu_us / *n.server_cpu_us) + "x";
+          ref +=
+              "; ferry/" + name + " CPU " + fmt("%.2f", *f.server_cpu_us / *n.server_cpu_us) + "x";
         }
       }
       summary.push_back(ref);

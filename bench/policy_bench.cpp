@@ -23,7 +23,8 @@ using namespace ferry::policies;
 // A policy of `rules` rules mixing every kind of clause; none matches the bench facts, so
 // decide() walks all of them and falls to the default (the worst case).
 std::string make_policy(int rules, const std::string& salt) {
-  std::string t = "# " + salt + "\ntimezone: '+01:00'\n"
+  std::string t = "# " + salt +
+                  "\ntimezone: '+01:00'\n"
                   "targets: { small: qwen, large: llama, mid: mistral }\n"
                   "models: [auto, chat, chat-large]\nrules:\n";
   for (int i = 0; i < rules; ++i) {
@@ -50,8 +51,9 @@ std::string make_policy(int rules, const std::string& salt) {
              "{ target: small, weight: 1 }]\n";
         break;
       default:
-        t += "  - id: " + id + "\n    when: { state: { large: { queue_depth: { gt: " +
-             std::to_string(1000 + i) + " } } }, budget_left_pct: { lt: 1 } }\n"
+        t += "  - id: " + id +
+             "\n    when: { state: { large: { queue_depth: { gt: " + std::to_string(1000 + i) +
+             " } } }, budget_left_pct: { lt: 1 } }\n"
              "    route: [small]\n";
         break;
     }
@@ -76,8 +78,12 @@ Facts bench_facts() {
   f.budget_left_pct = 50;
   f.split = 12345;
   f.targets.push_back({.ref = "qwen", .prompt_tokens = 3100, .context_length = 32768});
-  f.targets.push_back({.ref = "llama", .prompt_tokens = 2990, .context_length = 131072,
-                       .queue_depth = 4, .est_wait_ms = 200, .p90_ttft_ms = 350,
+  f.targets.push_back({.ref = "llama",
+                       .prompt_tokens = 2990,
+                       .context_length = 131072,
+                       .queue_depth = 4,
+                       .est_wait_ms = 200,
+                       .p90_ttft_ms = 350,
                        .error_rate = 0.01});
   f.targets.push_back({.ref = "mistral", .context_length = 32768});
   return f;
@@ -155,8 +161,8 @@ BENCHMARK(BM_YamlParseOnly1000Rules)->Unit(benchmark::kMillisecond);
 // Reload through the store (read, validate, compile, swap) while a thread keeps deciding.
 void BM_Reload1000RulesUnderTraffic(benchmark::State& state) {
   namespace fs = std::filesystem;
-  fs::path path = fs::temp_directory_path() /
-                  ("ferry-policy-bench-" + std::to_string(::getpid()) + ".yaml");
+  fs::path path =
+      fs::temp_directory_path() / ("ferry-policy-bench-" + std::to_string(::getpid()) + ".yaml");
   std::string texts[2] = {make_policy(1000, "a"), make_policy(1000, "b")};
   {
     std::ofstream out(path);

@@ -59,8 +59,10 @@ int main(int argc, char** argv) {
   std::string upstream_at;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string arg = argv[i];
-    if (arg == "--listen") listen_at = argv[i + 1];
-    else if (arg == "--upstream") upstream_at = argv[i + 1];
+    if (arg == "--listen")
+      listen_at = argv[i + 1];
+    else if (arg == "--upstream")
+      upstream_at = argv[i + 1];
   }
   sockaddr_in listen_addr{};
   sockaddr_in upstream_addr{};

@@ -54,8 +54,8 @@ std::unique_ptr<engine::Scheduler> make_scheduler(const std::string& path, int t
     std::fprintf(stderr, "%s\n", model.error().message.c_str());
     std::exit(1);
   }
-  auto eng = std::make_unique<engine::Engine>(std::move(model).value(),
-                                              engine::EngineOptions{threads, n_ctx, /*batch_invariant=*/true});
+  auto eng = std::make_unique<engine::Engine>(
+      std::move(model).value(), engine::EngineOptions{threads, n_ctx, /*batch_invariant=*/true});
   return std::make_unique<engine::Scheduler>(
       std::move(eng), std::move(options), engine::TokenPieceFn(), std::vector<engine::TokenId>());
 }

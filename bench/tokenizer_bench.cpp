@@ -2,7 +2,8 @@
 // pathological text, and the time to count a ~2 KB chat prompt (OpenAI accounting and a Jinja
 // chat template). Single thread. Run through bench/tokenizer_compare.sh, which measures
 // OpenAI's tiktoken (npm) on the same files in the same run.
-// Usage: tokenizer_bench REALISTIC.txt PATHOLOGICAL.txt CHAT.json TEMPLATE.jinja [BIG_PATHOLOGICAL.txt]
+// Usage: tokenizer_bench REALISTIC.txt PATHOLOGICAL.txt CHAT.json TEMPLATE.jinja
+// [BIG_PATHOLOGICAL.txt]
 #include <pthread.h>
 #include <sched.h>
 
@@ -57,7 +58,8 @@ void pin_to(int cpu) {
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s REALISTIC.txt PATHOLOGICAL.txt CHAT.json TEMPLATE.jinja\n", argv[0]);
+    std::fprintf(stderr, "usage: %s REALISTIC.txt PATHOLOGICAL.txt CHAT.json TEMPLATE.jinja\n",
+                 argv[0]);
     return 2;
   }
   const std::string realistic = read_file(argv[1]);
@@ -93,10 +95,12 @@ int main(int argc, char** argv) {
       ids.clear();
       (*tok)->encode(realistic, ids);
     });
-    std::printf("ferry %-11s load %6.1f ms | realistic %7.1f MB/s count (%7.1f MB/s encode, %7.1f MB/s on a fresh "
-                "thread, %zu tokens) | pathological %7.1f MB/s (%zu tokens)\n",
-                name, load_s * 1e3, realistic.size() / real_s / 1e6, realistic.size() / enc_s / 1e6,
-                realistic.size() / fresh_s / 1e6, n_real, pathological.size() / path_s / 1e6, n_path);
+    std::printf(
+        "ferry %-11s load %6.1f ms | realistic %7.1f MB/s count (%7.1f MB/s encode, %7.1f MB/s on "
+        "a fresh "
+        "thread, %zu tokens) | pathological %7.1f MB/s (%zu tokens)\n",
+        name, load_s * 1e3, realistic.size() / real_s / 1e6, realistic.size() / enc_s / 1e6,
+        realistic.size() / fresh_s / 1e6, n_real, pathological.size() / path_s / 1e6, n_path);
 
     auto openai = ferry::tokenizer::ChatFormatter::create(*tok);
     auto jinja = ferry::tokenizer::ChatFormatter::create(*tok, template_source);
@@ -113,15 +117,22 @@ int main(int argc, char** argv) {
     }
     std::size_t c1 = 0, c2 = 0;
     const int iters = 2000;
-    const double openai_s = median_seconds(5, [&] {
-      for (int i = 0; i < iters; ++i) c1 = *(*openai)->count(chat);
-    }) / iters;
-    const double jinja_s = median_seconds(5, [&] {
-      for (int i = 0; i < iters; ++i) c2 = *(*jinja)->count(chat);
-    }) / iters;
-    std::printf("ferry %-11s chat (%zu bytes of content): %.1f us OpenAI accounting (%zu tokens), "
-                "%.1f us with the Jinja template (%zu tokens)\n",
-                name, chat_text.size(), openai_s * 1e6, c1, jinja_s * 1e6, c2);
+    const double openai_s = median_seconds(5,
+                                           [&] {
+                                             for (int i = 0; i < iters; ++i)
+                                               c1 = *(*openai)->count(chat);
+                                           }) /
+                            iters;
+    const double jinja_s = median_seconds(5,
+                                          [&] {
+                                            for (int i = 0; i < iters; ++i)
+                                              c2 = *(*jinja)->count(chat);
+                                          }) /
+                           iters;
+    std::printf(
+        "ferry %-11s chat (%zu bytes of content): %.1f us OpenAI accounting (%zu tokens), "
+        "%.1f us with the Jinja template (%zu tokens)\n",
+        name, chat_text.size(), openai_s * 1e6, c1, jinja_s * 1e6, c2);
   }
   return 0;
 }

@@ -24,7 +24,9 @@ std::string chat_body(size_t approx_bytes) {
     content += "Summarise the quarterly figures for the northern region, in three bullet points. ";
   }
   return R"({"model":"gpt-test","messages":[{"role":"system","content":"You are terse."},)"
-         R"({"role":"user","content":")" + content + R"("}],"temperature":0.2,"max_tokens":256,)"
+         R"({"role":"user","content":")" +
+         content +
+         R"("}],"temperature":0.2,"max_tokens":256,)"
          R"("stream":false,"user":"u-123","metadata":{"task":"t-9"}})";
 }
 
@@ -33,8 +35,10 @@ std::string chat_body(size_t approx_bytes) {
 std::string small_chat_body(const std::string& model, bool model_last = false) {
   std::string content;
   while (content.size() < 1200) content += "Tell me something short about the sea and ships. ";
-  std::string messages = R"("messages":[{"role":"system","content":"You are a helpful assistant."},)"
-                         R"({"role":"user","content":")" + content + R"("}])";
+  std::string messages =
+      R"("messages":[{"role":"system","content":"You are a helpful assistant."},)"
+      R"({"role":"user","content":")" +
+      content + R"("}])";
   std::string model_member = R"("model":")" + model + "\"";
   return model_last ? "{" + messages + "," + model_member + R"(,"max_tokens":16})"
                     : "{" + model_member + "," + messages + R"(,"max_tokens":16})";

@@ -33,10 +33,10 @@ std::string_view error_code_name(ErrorCode code);
 struct Error {
   ErrorCode code = ErrorCode::kInternal;
   std::string message;
-  std::string param;       // the offending request field, if any
-  std::string type_code;   // OpenAI's `code` field (e.g. "model_not_found"), optional
-  int upstream_status = 0; // status the backend returned, when it did
-  int64_t retry_after_s = 0; // > 0: the client may retry after this many seconds (Retry-After)
+  std::string param;          // the offending request field, if any
+  std::string type_code;      // OpenAI's `code` field (e.g. "model_not_found"), optional
+  int upstream_status = 0;    // status the backend returned, when it did
+  int64_t retry_after_s = 0;  // > 0: the client may retry after this many seconds (Retry-After)
 
   static Error make(ErrorCode code, std::string message, std::string param = {},
                     std::string type_code = {}) {
@@ -54,16 +54,31 @@ class [[nodiscard]] Result {
   bool has_value() const { return v_.index() == 0; }
   explicit operator bool() const { return has_value(); }
 
-  T& value() & { assert(has_value()); return std::get<0>(v_); }
-  const T& value() const& { assert(has_value()); return std::get<0>(v_); }
-  T&& value() && { assert(has_value()); return std::get<0>(std::move(v_)); }
+  T& value() & {
+    assert(has_value());
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    assert(has_value());
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    assert(has_value());
+    return std::get<0>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
 
-  const Error& error() const& { assert(!has_value()); return std::get<1>(v_); }
-  Error&& error() && { assert(!has_value()); return std::get<1>(std::move(v_)); }
+  const Error& error() const& {
+    assert(!has_value());
+    return std::get<1>(v_);
+  }
+  Error&& error() && {
+    assert(!has_value());
+    return std::get<1>(std::move(v_));
+  }
 
  private:
   std::variant<T, Error> v_;
@@ -77,7 +92,10 @@ class [[nodiscard]] Result<void> {
   Result(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT
   bool has_value() const { return ok_; }
   explicit operator bool() const { return ok_; }
-  const Error& error() const { assert(!ok_); return error_; }
+  const Error& error() const {
+    assert(!ok_);
+    return error_;
+  }
 
  private:
   Error error_;

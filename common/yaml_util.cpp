@@ -140,11 +140,16 @@ YAML::Node parse_file(const std::string& path) {
 namespace {
 const char* type_name(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Null: return "null";
-    case YAML::NodeType::Scalar: return "a scalar";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a mapping";
-    default: return "nothing";
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Scalar:
+      return "a scalar";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    default:
+      return "nothing";
   }
 }
 }  // namespace
@@ -169,9 +174,13 @@ void Map::allow_only(std::initializer_list<const char*> allowed) const {
   }
 }
 
-bool Map::has(const char* key) const { return static_cast<bool>(node_[key]); }
+bool Map::has(const char* key) const {
+  return static_cast<bool>(node_[key]);
+}
 
-YAML::Node Map::raw(const char* key) const { return node_[key]; }
+YAML::Node Map::raw(const char* key) const {
+  return node_[key];
+}
 
 void Map::fail(const char* key, const std::string& message) const {
   YAML::Node n = node_[key];

@@ -65,7 +65,7 @@ class Map {
   int64_t integer_or(const char* key, int64_t fallback, int64_t min, int64_t max) const;
   bool boolean_or(const char* key, bool fallback) const;
   std::vector<std::string> str_list_or_empty(const char* key) const;
-  Map map(const char* key) const;             // required mapping
+  Map map(const char* key) const;  // required mapping
   std::optional<Map> opt_map(const char* key) const;
   std::vector<YAML::Node> seq_or_empty(const char* key) const;
 

@@ -17,9 +17,12 @@ using yaml::YamlError;
 
 std::string_view role_name(Role role) {
   switch (role) {
-    case Role::kApp: return "app";
-    case Role::kFinance: return "finance";
-    case Role::kAdmin: return "admin";
+    case Role::kApp:
+      return "app";
+    case Role::kFinance:
+      return "finance";
+    case Role::kAdmin:
+      return "admin";
   }
   return "app";
 }
@@ -49,8 +52,8 @@ Result<std::pair<std::string, uint16_t>> parse_host_port(std::string_view text) 
   if (!text.empty() && text.front() == '[') {
     auto close = text.find(']');
     if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      return Error::make(ErrorCode::kInvalidRequest, "expected [IPV6]:PORT, got '" +
-                                                         std::string(text) + "'");
+      return Error::make(ErrorCode::kInvalidRequest,
+                         "expected [IPV6]:PORT, got '" + std::string(text) + "'");
     }
     host = std::string(text.substr(1, close - 1));
     port_text = text.substr(close + 2);
@@ -67,9 +70,9 @@ Result<std::pair<std::string, uint16_t>> parse_host_port(std::string_view text) 
   auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
   if (host.empty() || ec != std::errc{} || ptr != port_text.data() + port_text.size() ||
       port > 65535) {
-    return Error::make(ErrorCode::kInvalidRequest,
-                       "expected HOST:PORT with a port from 0 to 65535, got '" +
-                           std::string(text) + "'");
+    return Error::make(
+        ErrorCode::kInvalidRequest,
+        "expected HOST:PORT with a port from 0 to 65535, got '" + std::string(text) + "'");
   }
   return std::pair<std::string, uint16_t>{host, static_cast<uint16_t>(port)};
 }
@@ -175,10 +178,8 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
                         "max_connections"});
     Limits& l = cfg.limits;
     l.max_body_bytes = limits->integer_or("max_body_bytes", l.max_body_bytes, 1024, 1LL << 32);
-    l.max_header_bytes =
-        limits->integer_or("max_header_bytes", l.max_header_bytes, 1024, 1 << 20);
-    l.header_timeout_ms =
-        limits->integer_or("header_timeout_ms", l.header_timeout_ms, 1, 3600000);
+    l.max_header_bytes = limits->integer_or("max_header_bytes", l.max_header_bytes, 1024, 1 << 20);
+    l.header_timeout_ms = limits->integer_or("header_timeout_ms", l.header_timeout_ms, 1, 3600000);
     l.body_timeout_ms = limits->integer_or("body_timeout_ms", l.body_timeout_ms, 1, 3600000);
     l.idle_timeout_ms = limits->integer_or("idle_timeout_ms", l.idle_timeout_ms, 1, 3600000);
     l.write_timeout_ms = limits->integer_or("write_timeout_ms", l.write_timeout_ms, 1, 3600000);
@@ -195,8 +196,9 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
       key.id = k.str("id");
       if (!ids.insert(key.id).second) k.fail("id", "duplicate key id '" + key.id + "'");
       if (k.has("sha256") == k.has("key")) {
-        k.fail_here("an API key needs exactly one of 'sha256' (hex digest) or 'key' "
-                    "(plain text, for tests only)");
+        k.fail_here(
+            "an API key needs exactly one of 'sha256' (hex digest) or 'key' "
+            "(plain text, for tests only)");
       }
       if (auto hash = k.opt_str("sha256")) {
         if (!is_lower_hex_sha256(*hash)) {
@@ -223,8 +225,8 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
     b.kind = bm.opt_str("kind").value_or("openai");
     if (b.kind == "local") {
       bm.allow_only({"name", "kind", "model", "threads", "context_length", "max_sequences",
-                     "max_queue", "kv_budget_mb", "prefill_chunk", "prefix_cache",
-                     "chat_template", "timeouts"});
+                     "max_queue", "kv_budget_mb", "prefill_chunk", "prefix_cache", "chat_template",
+                     "timeouts"});
       LocalEngineConfig l;
       l.model_path = bm.str("model");
       l.threads = static_cast<int>(bm.integer_or("threads", 0, 0, 1024));
@@ -237,8 +239,8 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
       l.chat_template = bm.opt_str("chat_template").value_or("");
       b.local = std::move(l);
     } else if (b.kind == "openai") {
-      bm.allow_only({"name", "kind", "base_url", "ca_file", "verify_peer", "api_key",
-                     "api_key_env", "timeouts", "max_idle_connections"});
+      bm.allow_only({"name", "kind", "base_url", "ca_file", "verify_peer", "api_key", "api_key_env",
+                     "timeouts", "max_idle_connections"});
       b.base_url = bm.str("base_url");
       parse_base_url(bm, b);
       b.ca_file = bm.opt_str("ca_file");
@@ -254,8 +256,10 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
       }
       b.max_idle_connections = bm.integer_or("max_idle_connections", 32, 0, 100000);
     } else {
-      bm.fail("kind", "must be 'openai' (an OpenAI-compatible HTTP server) or 'local' (the "
-                      "in-process engine); found '" + b.kind + "'");
+      bm.fail("kind",
+              "must be 'openai' (an OpenAI-compatible HTTP server) or 'local' (the "
+              "in-process engine); found '" +
+                  b.kind + "'");
     }
     if (auto t = bm.opt_map("timeouts")) {
       t->allow_only({"connect_ms", "first_byte_ms", "idle_ms", "total_ms"});

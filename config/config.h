@@ -85,7 +85,7 @@ struct BackendConfig {
   bool tls = false;
   std::string host;
   uint16_t port = 0;
-  std::string path_prefix;  // "" or "/v1"
+  std::string path_prefix;             // "" or "/v1"
   std::optional<std::string> ca_file;  // when absent, the system roots are used
   bool verify_peer = true;
   std::optional<std::string> api_key;  // sent upstream as a bearer token
@@ -106,8 +106,8 @@ struct LogConfig {
 };
 
 struct PolicyConfig {
-  std::string file;          // policies YAML (relative paths: to the config file's folder)
-  bool watch = true;         // reload on file change (inotify, debounced)
+  std::string file;   // policies YAML (relative paths: to the config file's folder)
+  bool watch = true;  // reload on file change (inotify, debounced)
   int64_t debounce_ms = 300;
 };
 
@@ -127,9 +127,9 @@ struct Config {
   std::vector<ModelConfig> models;
   LogConfig log;
   std::optional<PolicyConfig> policy;
-  RawSection ledger;   // `ledger:`
-  RawSection prices;   // `prices:`
-  RawSection budgets;  // `budgets:`
+  RawSection ledger;     // `ledger:`
+  RawSection prices;     // `prices:`
+  RawSection budgets;    // `budgets:`
   std::string base_dir;  // folder of the config file ("" for the embedded default)
 
   // A path from the config, made absolute against base_dir when relative.

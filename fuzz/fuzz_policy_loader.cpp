@@ -5,8 +5,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstddef>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 

@@ -221,9 +221,8 @@ void AccessLog::run() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, kWriterPeriod, [this] {
-        return stopping_ || flush_requested_ || queued_lines_ >= kWakeBatch;
-      });
+      cv_.wait_for(lock, kWriterPeriod,
+                   [this] { return stopping_ || flush_requested_ || queued_lines_ >= kWakeBatch; });
       flush_requested_ = false;
       if (queue_.empty() && stopping_) return;
       if (queue_.empty()) {

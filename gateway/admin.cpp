@@ -51,15 +51,20 @@ std::string dump_json(const nlohmann::json& j) {
 nlohmann::json diagnostics_json(const std::vector<policies::Diagnostic>& ds) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& d : ds) {
-    a.push_back({{"file", d.file}, {"line", d.line}, {"column", d.column}, {"message", d.message},
+    a.push_back({{"file", d.file},
+                 {"line", d.line},
+                 {"column", d.column},
+                 {"message", d.message},
                  {"text", d.to_string()}});
   }
   return a;
 }
 
 AdminReply reload_reply(const policies::ReloadOutcome& o) {
-  nlohmann::json j = {{"applied", o.applied},     {"unchanged", o.unchanged},
-                      {"version", o.version},     {"trigger", o.trigger},
+  nlohmann::json j = {{"applied", o.applied},
+                      {"unchanged", o.unchanged},
+                      {"version", o.version},
+                      {"trigger", o.trigger},
                       {"errors", diagnostics_json(o.errors)},
                       {"warnings", diagnostics_json(o.warnings)}};
   AdminReply r;
@@ -113,13 +118,17 @@ AdminRoute admin_route(std::string_view method, std::string_view path, bool& met
 const char* admin_allowed_method(AdminRoute route) {
   switch (route) {
     case AdminRoute::kPolicyGet:
-    case AdminRoute::kPolicyPut: return "GET, PUT";
+    case AdminRoute::kPolicyPut:
+      return "GET, PUT";
     case AdminRoute::kPolicyReload:
-    case AdminRoute::kRouteExplain: return "POST";
+    case AdminRoute::kRouteExplain:
+      return "POST";
     case AdminRoute::kLedgerReport:
     case AdminRoute::kLedgerExport:
-    case AdminRoute::kLedgerAttempts: return "GET";
-    case AdminRoute::kNone: return "";
+    case AdminRoute::kLedgerAttempts:
+      return "GET";
+    case AdminRoute::kNone:
+      return "";
   }
   return "";
 }
@@ -194,7 +203,9 @@ Result<ledger::ReportFilter> export_filter(std::string_view query) {
   for (auto [name, slot] : {std::pair{"from", &f.from}, std::pair{"to", &f.to}}) {
     if (auto text = opt(name)) {
       auto d = ledger::parse_civil_date(*text);
-      if (!d) return bad_param(name, std::string("'") + name + "' must be YYYY-MM-DD, got '" + *text + "'");
+      if (!d)
+        return bad_param(name,
+                         std::string("'") + name + "' must be YYYY-MM-DD, got '" + *text + "'");
       *slot = *d;
     }
   }
@@ -215,11 +226,14 @@ AdminReply run_admin(Router& router, AdminRoute route, const Principal& principa
         return error_reply(Error::make(ErrorCode::kNotFound,
                                        "no routing policy is configured (config key 'policy')"));
       }
-      if (route == AdminRoute::kPolicyGet) return AdminReply{200, "application/json", dump_json(store->status_json())};
-      if (route == AdminRoute::kPolicyReload) return reload_reply(store->reload("POST /admin/policy/reload"));
+      if (route == AdminRoute::kPolicyGet)
+        return AdminReply{200, "application/json", dump_json(store->status_json())};
+      if (route == AdminRoute::kPolicyReload)
+        return reload_reply(store->reload("POST /admin/policy/reload"));
       auto q = parse_query(query);
       bool persist = q.count("persist") == 0 || (q["persist"] != "false" && q["persist"] != "0");
-      return reload_reply(store->apply_text(body, "PUT /admin/policy by " + principal.key_id, persist));
+      return reload_reply(
+          store->apply_text(body, "PUT /admin/policy by " + principal.key_id, persist));
     }
     case AdminRoute::kRouteExplain: {
       auto q = parse_query(query);
@@ -240,7 +254,8 @@ AdminReply run_admin(Router& router, AdminRoute route, const Principal& principa
           ctx.principal = Principal{k.id, k.team, k.project, k.role, k.tags};
           found = true;
         }
-        if (!found) return error_reply(bad_param("key", "no API key with id '" + key->second + "'"));
+        if (!found)
+          return error_reply(bad_param("key", "no API key with id '" + key->second + "'"));
       }
       if (auto t = q.find("task"); t != q.end()) ctx.task_header = t->second;
       if (auto t = q.find("tags"); t != q.end()) ctx.tags_header = t->second;
@@ -251,7 +266,8 @@ AdminReply run_admin(Router& router, AdminRoute route, const Principal& principa
     case AdminRoute::kLedgerReport: {
       auto* ledger = router.ledger();
       if (ledger == nullptr) {
-        return error_reply(Error::make(ErrorCode::kNotFound, "no ledger is configured (config key 'ledger')"));
+        return error_reply(
+            Error::make(ErrorCode::kNotFound, "no ledger is configured (config key 'ledger')"));
       }
       auto filter = export_filter(query);
       if (!filter) return error_reply(filter.error());
@@ -261,8 +277,9 @@ AdminReply run_admin(Router& router, AdminRoute route, const Principal& principa
       if (auto by = q.find("by"); by != q.end()) {
         auto list = ledger::parse_report_by_list(by->second);
         if (!list) {
-          return error_reply(bad_param("by", "'by' must list task, team, project, key, model, "
-                                             "target, rule, day or month (each once)"));
+          return error_reply(bad_param("by",
+                                       "'by' must list task, team, project, key, model, "
+                                       "target, rule, day or month (each once)"));
         }
         rq.by = *list;
       }

@@ -24,8 +24,7 @@ Result<Principal> Authenticator::authenticate(std::string_view authorization) co
     bearer = lower(authorization[i]) == lower(kBearer[i]);
   }
   if (!bearer) {
-    return Error::make(ErrorCode::kUnauthorized,
-                       "The Authorization header must be 'Bearer KEY'.");
+    return Error::make(ErrorCode::kUnauthorized, "The Authorization header must be 'Bearer KEY'.");
   }
   std::string_view key = authorization.substr(kBearer.size());
   while (!key.empty() && key.front() == ' ') key.remove_prefix(1);

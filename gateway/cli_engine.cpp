@@ -207,8 +207,8 @@ int run_generate(const GenerateArgs& args) {
                "[%lld prompt tokens in %.3f s (%.1f t/s); %zu generated in %.3f s (%.1f t/s); "
                "finish: %s]\n",
                static_cast<long long>(r.n_prompt), r.prefill_seconds,
-               static_cast<double>(r.n_prompt) / std::max(r.prefill_seconds, 1e-9),
-               r.tokens.size(), r.decode_seconds,
+               static_cast<double>(r.n_prompt) / std::max(r.prefill_seconds, 1e-9), r.tokens.size(),
+               r.decode_seconds,
                static_cast<double>(r.tokens.size()) / std::max(r.decode_seconds, 1e-9),
                std::string(engine::finish_reason_name(r.finish)).c_str());
   return 0;
@@ -224,7 +224,8 @@ int run_bench(const BenchArgs& args) {
   engine::Engine& e = *eng.value();
   const auto& c = e.config();
   std::mt19937 rng(1234);
-  std::uniform_int_distribution<engine::TokenId> pick(0, static_cast<engine::TokenId>(c.n_vocab - 1));
+  std::uniform_int_distribution<engine::TokenId> pick(0,
+                                                      static_cast<engine::TokenId>(c.n_vocab - 1));
   std::vector<float> logits;
   std::vector<engine::BatchEntry> batch;
   double pp_best = 0, tg_best = 0;
@@ -242,7 +243,8 @@ int run_bench(const BenchArgs& args) {
           return 1;
         }
       }
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       pp_best = std::max(pp_best, static_cast<double>(args.n_prompt) / secs);
     }
     e.kv().seq_remove(0);
@@ -256,7 +258,8 @@ int run_bench(const BenchArgs& args) {
           return 1;
         }
       }
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       tg_best = std::max(tg_best, static_cast<double>(args.n_gen) / secs);
     }
   }
@@ -265,9 +268,12 @@ int run_bench(const BenchArgs& args) {
               static_cast<long long>(c.n_embd), static_cast<long long>(c.n_vocab),
               static_cast<double>(source->file().file_size()) / 1048576.0);
   std::printf("threads: %d\n", e.n_threads());
-  if (args.n_prompt > 0) std::printf("pp%lld: %.2f t/s\n", static_cast<long long>(args.n_prompt), pp_best);
-  if (args.n_gen > 0) std::printf("tg%lld: %.2f t/s\n", static_cast<long long>(args.n_gen), tg_best);
-  std::printf("rss: %.1f MiB (kv cache %.1f MiB)\n", static_cast<double>(resident_bytes()) / 1048576.0,
+  if (args.n_prompt > 0)
+    std::printf("pp%lld: %.2f t/s\n", static_cast<long long>(args.n_prompt), pp_best);
+  if (args.n_gen > 0)
+    std::printf("tg%lld: %.2f t/s\n", static_cast<long long>(args.n_gen), tg_best);
+  std::printf("rss: %.1f MiB (kv cache %.1f MiB)\n",
+              static_cast<double>(resident_bytes()) / 1048576.0,
               static_cast<double>(e.kv().memory_bytes()) / 1048576.0);
   return 0;
 }

@@ -62,8 +62,8 @@ std::optional<ledger::ReportFilter> make_filter(const FilterArgs& f) {
   filter.target = opt(f.target);
   filter.rule_id = opt(f.rule);
   filter.request_id = opt(f.request_id);
-  for (auto [text, slot, name] : {std::tuple{&f.from, &filter.from, "--from"},
-                                  std::tuple{&f.to, &filter.to, "--to"}}) {
+  for (auto [text, slot, name] :
+       {std::tuple{&f.from, &filter.from, "--from"}, std::tuple{&f.to, &filter.to, "--to"}}) {
     if (text->empty()) continue;
     auto date = ledger::parse_civil_date(*text);
     if (!date) {
@@ -176,12 +176,15 @@ void add_ledger_commands(CLI::App& app, int& exit_code) {
       auto total = ledger::count_export_rows(*db, *f, *attempts);
       Progress progress("ferry ledger export: rows", total ? static_cast<uint64_t>(*total) : 0);
       uint64_t lines = 0;  // the header's included: one more than the rows
-      auto st = export_rows(*db, *f, [&](std::string_view chunk) {
-        sink->write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-        lines += static_cast<uint64_t>(std::count(chunk.begin(), chunk.end(), '\n'));
-        progress.update(lines > 0 ? lines - 1 : 0);
-        return static_cast<bool>(*sink);
-      }, 64 * 1024);
+      auto st = export_rows(
+          *db, *f,
+          [&](std::string_view chunk) {
+            sink->write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+            lines += static_cast<uint64_t>(std::count(chunk.begin(), chunk.end(), '\n'));
+            progress.update(lines > 0 ? lines - 1 : 0);
+            return static_cast<bool>(*sink);
+          },
+          64 * 1024);
       progress.finish();
       sink->flush();
       if (!st || !*sink) {
@@ -207,9 +210,8 @@ void add_ledger_commands(CLI::App& app, int& exit_code) {
         return;
       }
       if (result->ok()) {
-        std::cout << "ok: " << result->rows << " rows (" << result->adjustments
-                  << " adjustments), " << result->attempts << " attempt rows; chain head "
-                  << result->head << "\n";
+        std::cout << "ok: " << result->rows << " rows (" << result->adjustments << " adjustments), "
+                  << result->attempts << " attempt rows; chain head " << result->head << "\n";
         exit_code = 0;
         return;
       }
@@ -217,7 +219,8 @@ void add_ledger_commands(CLI::App& app, int& exit_code) {
                 << " rows\n";
       for (const auto& p : result->problems) std::cout << "  " << p << "\n";
       if (result->problem_count > static_cast<int64_t>(result->problems.size())) {
-        std::cout << "  ... and " << result->problem_count - static_cast<int64_t>(result->problems.size())
+        std::cout << "  ... and "
+                  << result->problem_count - static_cast<int64_t>(result->problems.size())
                   << " more\n";
       }
       exit_code = 1;

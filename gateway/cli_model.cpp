@@ -94,7 +94,8 @@ int model_info(const std::string& path, bool list_tensors, bool all_metadata) {
       const auto id = f.get_uint(std::string("tokenizer.ggml.") + key);
       if (!id) continue;
       std::cout << "  " << key << " = " << *id;
-      if (tokens && *id < tokens->strings.size()) std::cout << " " << gguf::Value::string(tokens->strings[*id]).to_display_string();
+      if (tokens && *id < tokens->strings.size())
+        std::cout << " " << gguf::Value::string(tokens->strings[*id]).to_display_string();
       std::cout << "\n";
     }
   }
@@ -130,31 +131,38 @@ void add_model_commands(CLI::App& app, int& exit_code) {
   auto info_path = std::make_shared<std::string>();
   auto info_tensors = std::make_shared<bool>(false);
   auto info_metadata = std::make_shared<bool>(false);
-  CLI::App* info = model->add_subcommand("info", "Architecture, shapes, tensor types, vocabulary, chat template");
+  CLI::App* info = model->add_subcommand(
+      "info", "Architecture, shapes, tensor types, vocabulary, chat template");
   info->add_option("file", *info_path, "GGUF file")->required();
   info->add_flag("--tensors", *info_tensors, "List every tensor");
   info->add_flag("--metadata", *info_metadata, "Print every metadata key");
-  info->callback([=, &exit_code] { exit_code = model_info(*info_path, *info_tensors, *info_metadata); });
+  info->callback(
+      [=, &exit_code] { exit_code = model_info(*info_path, *info_tensors, *info_metadata); });
 
   // ferry model synth ...
   auto so = std::make_shared<model_tools::SynthOptions>();
   auto preset = std::make_shared<std::string>();
   auto synth_out = std::make_shared<std::string>();
-  CLI::App* synth = model->add_subcommand("synth", "Write a model with random weights and a real vocabulary");
+  CLI::App* synth =
+      model->add_subcommand("synth", "Write a model with random weights and a real vocabulary");
   synth->add_option("--arch", so->arch, "llama | qwen2 | qwen3")->capture_default_str();
-  synth->add_option("--preset", *preset, "Named shape: tiny | smollm2-360m (other options override it)");
+  synth->add_option("--preset", *preset,
+                    "Named shape: tiny | smollm2-360m (other options override it)");
   synth->add_option("--embd", so->n_embd, "Hidden size")->capture_default_str();
   synth->add_option("--layers", so->n_layer, "Number of layers")->capture_default_str();
   synth->add_option("--heads", so->n_head, "Attention heads")->capture_default_str();
-  synth->add_option("--kv-heads", so->n_head_kv, "Key/value heads (grouped-query attention)")->capture_default_str();
-  synth->add_option("--head-dim", so->head_dim, "Head size (0: embd / heads)")->capture_default_str();
+  synth->add_option("--kv-heads", so->n_head_kv, "Key/value heads (grouped-query attention)")
+      ->capture_default_str();
+  synth->add_option("--head-dim", so->head_dim, "Head size (0: embd / heads)")
+      ->capture_default_str();
   synth->add_option("--ffn", so->n_ff, "Feed-forward size")->capture_default_str();
   synth->add_option("--ctx", so->n_ctx, "Context length")->capture_default_str();
   synth->add_option("--vocab", so->n_vocab, "Vocabulary size (pads the built-in vocabulary)");
   synth->add_flag("--tied", so->tied_output, "Tie the output projection to the token embedding");
   synth->add_option("--rope-theta", so->rope_theta, "RoPE base (default per architecture)");
   synth->add_option("--rms-eps", so->rms_eps, "RMSNorm epsilon (default per architecture)");
-  synth->add_option("--type", so->type, "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M")->capture_default_str();
+  synth->add_option("--type", so->type, "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M")
+      ->capture_default_str();
   synth->add_option("--vocab-from", so->vocab_from, "Copy the tokenizer from this GGUF file");
   synth->add_option("--seed", so->seed, "Random seed")->capture_default_str();
   synth->add_option("--name", so->name, "general.name");
@@ -202,7 +210,8 @@ void add_model_commands(CLI::App& app, int& exit_code) {
   auto q_out = std::make_shared<std::string>();
   auto q_type = std::make_shared<std::string>();
   auto q_threads = std::make_shared<int>(0);
-  CLI::App* quant = model->add_subcommand("quantize", "Requantize a model: Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M F16 BF16 F32");
+  CLI::App* quant = model->add_subcommand(
+      "quantize", "Requantize a model: Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M F16 BF16 F32");
   quant->add_option("in", *q_in, "Input GGUF file")->required();
   quant->add_option("out", *q_out, "Output GGUF file")->required();
   quant->add_option("type", *q_type, "Target type or mix")->required();
@@ -216,10 +225,11 @@ void add_model_commands(CLI::App& app, int& exit_code) {
     }
     kernels::ThreadPool pool(*q_threads);
     Progress progress("ferry model quantize: bytes", 0);
-    Status s = model_tools::quantize_model(*q_in, *q_out, *target, &pool, [&](uint64_t done, uint64_t total) {
-      progress.set_total(total);
-      progress.update(done);
-    });
+    Status s = model_tools::quantize_model(*q_in, *q_out, *target, &pool,
+                                           [&](uint64_t done, uint64_t total) {
+                                             progress.set_total(total);
+                                             progress.update(done);
+                                           });
     progress.finish();
     if (!s) {
       std::cerr << "ferry model quantize: " << s.error().message << "\n";

@@ -209,7 +209,8 @@ std::optional<policies::Facts> facts_from_request(const json& body, const std::s
 
 int run_explain(const ExplainArgs& args) {
   if (args.endpoint != "/v1/chat/completions" && args.endpoint != "/v1/completions") {
-    std::cerr << "ferry policy explain: --endpoint must be /v1/chat/completions or /v1/completions\n";
+    std::cerr
+        << "ferry policy explain: --endpoint must be /v1/chat/completions or /v1/completions\n";
     return 2;
   }
   std::optional<config::Config> cfg;
@@ -239,7 +240,9 @@ int run_explain(const ExplainArgs& args) {
   policies::Explanation ex = r.policy->explain(*facts);
   if (args.json_output) {
     json out = policies::explanation_to_json(ex);
-    out["prompt_tokens_source"] = args.prompt_tokens ? "--prompt-tokens" : counted ? "tokenizer" : "estimate";
+    out["prompt_tokens_source"] = args.prompt_tokens ? "--prompt-tokens"
+                                  : counted          ? "tokenizer"
+                                                     : "estimate";
     std::cout << out.dump(2) << "\n";
   } else {
     if (!counted) {
@@ -253,8 +256,8 @@ int run_explain(const ExplainArgs& args) {
 
 // `--from`/`--to` days (UTC, both included) as the range of the requests' ends.
 bool replay_range(const ReplayArgs& args, replay::ReplayOptions& options) {
-  for (auto [text, name, is_to] : {std::tuple{&args.from, "--from", false},
-                                   std::tuple{&args.to, "--to", true}}) {
+  for (auto [text, name, is_to] :
+       {std::tuple{&args.from, "--from", false}, std::tuple{&args.to, "--to", true}}) {
     if (text->empty()) continue;
     auto date = ledger::parse_civil_date(*text);
     if (!date) {
@@ -326,17 +329,18 @@ void add_policy_commands(CLI::App& app, int& exit_code) {
 
   auto check = std::make_shared<CheckArgs>();
   CLI::App* check_cmd = policy->add_subcommand(
-      "check", "validate a policy file: errors with file:line:col, warnings for rules that "
-               "can never match");
+      "check",
+      "validate a policy file: errors with file:line:col, warnings for rules that "
+      "can never match");
   check_cmd->add_option("FILE", check->file, "the policies.yaml to check")->required();
-  check_cmd->add_option("--config", check->config,
-                        "server config: targets must name its models");
+  check_cmd->add_option("--config", check->config, "server config: targets must name its models");
   check_cmd->callback([check, &exit_code] { exit_code = run_check(*check); });
 
   auto explain = std::make_shared<ExplainArgs>();
   CLI::App* explain_cmd = policy->add_subcommand(
-      "explain", "show the facts, every rule's clauses, the chosen rule, the route and the "
-                 "parameter changes for one request, without calling any backend");
+      "explain",
+      "show the facts, every rule's clauses, the chosen rule, the route and the "
+      "parameter changes for one request, without calling any backend");
   explain_cmd->add_option("--config", explain->config, "server config")->required();
   explain_cmd->add_option("--policy", explain->policy, "the policies.yaml")->required();
   explain_cmd->add_option("--request", explain->request, "an OpenAI chat request body (JSON)")
@@ -353,8 +357,9 @@ void add_policy_commands(CLI::App& app, int& exit_code) {
 
   auto replay = std::make_shared<ReplayArgs>();
   CLI::App* replay_cmd = policy->add_subcommand(
-      "replay", "re-decide the requests recorded in a ledger with a new policy: how many would "
-                "move, from which target to which, and the cost difference at current prices");
+      "replay",
+      "re-decide the requests recorded in a ledger with a new policy: how many would "
+      "move, from which target to which, and the cost difference at current prices");
   replay_cmd->add_option("--config", replay->config, "server config (models and prices)")
       ->required();
   replay_cmd->add_option("--policy", replay->policy, "the new policies.yaml")->required();

@@ -64,7 +64,8 @@ int run_tokenize(const TokenizeOptions& o) {
     }
     const auto request = nlohmann::ordered_json::parse(text, nullptr, false);
     if (request.is_discarded()) {
-      std::cerr << "ferry tokenize: the input is not JSON (an OpenAI messages array or chat request)\n";
+      std::cerr
+          << "ferry tokenize: the input is not JSON (an OpenAI messages array or chat request)\n";
       return 2;
     }
     const bool gen = !o.no_generation_prompt;
@@ -114,16 +115,22 @@ int run_tokenize(const TokenizeOptions& o) {
 
 void add_tokenize_command(CLI::App& app, int& exit_code) {
   auto opts = std::make_shared<TokenizeOptions>();
-  CLI::App* cmd = app.add_subcommand("tokenize", "Count the tokens of a text (or a chat) for a model's tokenizer");
+  CLI::App* cmd = app.add_subcommand(
+      "tokenize", "Count the tokens of a text (or a chat) for a model's tokenizer");
   cmd->add_option("--tokenizer", opts->tokenizer,
                   "cl100k_base, o200k_base, or a .tiktoken, tokenizer.json or .gguf path")
       ->required();
-  cmd->add_flag("--ids", opts->ids, "Print the token ids (space-separated, one line) instead of the count");
-  cmd->add_flag("--chat", opts->chat,
-                "The input is an OpenAI messages array or chat request: render the model's chat template");
-  cmd->add_option("--chat-template", opts->chat_template_file, "With --chat: a Jinja template file to use");
-  cmd->add_flag("--no-generation-prompt", opts->no_generation_prompt, "With --chat: no add_generation_prompt");
-  cmd->add_flag("--render", opts->render, "With --chat: print the rendered prompt instead of counting");
+  cmd->add_flag("--ids", opts->ids,
+                "Print the token ids (space-separated, one line) instead of the count");
+  cmd->add_flag(
+      "--chat", opts->chat,
+      "The input is an OpenAI messages array or chat request: render the model's chat template");
+  cmd->add_option("--chat-template", opts->chat_template_file,
+                  "With --chat: a Jinja template file to use");
+  cmd->add_flag("--no-generation-prompt", opts->no_generation_prompt,
+                "With --chat: no add_generation_prompt");
+  cmd->add_flag("--render", opts->render,
+                "With --chat: print the rendered prompt instead of counting");
   cmd->add_flag("--raw", opts->raw,
                 "Count the text alone: no BOS, special-token text as ordinary text "
                 "(default: as the server counts a prompt)");

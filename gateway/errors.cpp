@@ -33,15 +33,24 @@ const char* openai_type(ErrorCode code) {
 
 const char* default_code(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kUnauthorized: return "invalid_api_key";
-    case ErrorCode::kNotFound: return "model_not_found";
-    case ErrorCode::kPayloadTooLarge: return "request_too_large";
-    case ErrorCode::kContextOverflow: return "context_length_exceeded";
-    case ErrorCode::kRateLimited: return "rate_limit_exceeded";
-    case ErrorCode::kBackendError: return "backend_error";
-    case ErrorCode::kUnavailable: return "backend_unavailable";
-    case ErrorCode::kTimeout: return "backend_timeout";
-    default: return nullptr;
+    case ErrorCode::kUnauthorized:
+      return "invalid_api_key";
+    case ErrorCode::kNotFound:
+      return "model_not_found";
+    case ErrorCode::kPayloadTooLarge:
+      return "request_too_large";
+    case ErrorCode::kContextOverflow:
+      return "context_length_exceeded";
+    case ErrorCode::kRateLimited:
+      return "rate_limit_exceeded";
+    case ErrorCode::kBackendError:
+      return "backend_error";
+    case ErrorCode::kUnavailable:
+      return "backend_unavailable";
+    case ErrorCode::kTimeout:
+      return "backend_timeout";
+    default:
+      return nullptr;
   }
 }
 
@@ -49,18 +58,30 @@ const char* default_code(ErrorCode code) {
 
 int http_status_for(const Error& error) {
   switch (error.code) {
-    case ErrorCode::kInvalidRequest: return 400;
-    case ErrorCode::kContextOverflow: return 400;
-    case ErrorCode::kUnauthorized: return 401;
-    case ErrorCode::kForbidden: return 403;
-    case ErrorCode::kNotFound: return 404;
-    case ErrorCode::kPayloadTooLarge: return 413;
-    case ErrorCode::kRateLimited: return 429;
-    case ErrorCode::kBackendError: return 502;
-    case ErrorCode::kUnavailable: return 503;
-    case ErrorCode::kTimeout: return 504;
-    case ErrorCode::kCancelled: return 499;  // never sent: the client is gone
-    case ErrorCode::kInternal: return 500;
+    case ErrorCode::kInvalidRequest:
+      return 400;
+    case ErrorCode::kContextOverflow:
+      return 400;
+    case ErrorCode::kUnauthorized:
+      return 401;
+    case ErrorCode::kForbidden:
+      return 403;
+    case ErrorCode::kNotFound:
+      return 404;
+    case ErrorCode::kPayloadTooLarge:
+      return 413;
+    case ErrorCode::kRateLimited:
+      return 429;
+    case ErrorCode::kBackendError:
+      return 502;
+    case ErrorCode::kUnavailable:
+      return 503;
+    case ErrorCode::kTimeout:
+      return 504;
+    case ErrorCode::kCancelled:
+      return 499;  // never sent: the client is gone
+    case ErrorCode::kInternal:
+      return 500;
   }
   return 500;
 }

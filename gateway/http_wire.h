@@ -20,9 +20,9 @@ std::string_view reason_phrase(int status);
 
 struct ResponseHead {
   int status = 200;
-  std::string_view content_type;  // empty: no Content-Type
-  std::string_view request_id;    // empty: no x-request-id
-  const HeaderList* headers = nullptr;  // extra headers, written in order
+  std::string_view content_type;         // empty: no Content-Type
+  std::string_view request_id;           // empty: no x-request-id
+  const HeaderList* headers = nullptr;   // extra headers, written in order
   std::optional<size_t> content_length;  // nullopt: Transfer-Encoding: chunked
   bool keep_alive = true;
   bool no_cache = false;  // Cache-Control: no-cache (event streams)

@@ -115,7 +115,8 @@ CounterFamily::CounterFamily(std::string name, std::string help, std::vector<std
 
 std::atomic<int64_t>* CounterFamily::series(LabelValues label_values) {
   std::lock_guard lock(mu_);
-  return find_or_add(series_, label_values, [] { return std::make_unique<std::atomic<int64_t>>(0); });
+  return find_or_add(series_, label_values,
+                     [] { return std::make_unique<std::atomic<int64_t>>(0); });
 }
 
 void CounterFamily::inc(LabelValues label_values, int64_t by) {
@@ -190,8 +191,8 @@ void HistogramFamily::render(std::string& out) const {
 }
 
 namespace {
-const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                             0.5,   1,     2.5,  5,     10,   30,  60, 120};
+const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                             1,     2.5,   5,    10,    30,   60,  120};
 }
 
 Metrics::Metrics()
@@ -199,15 +200,14 @@ Metrics::Metrics()
                {"model", "backend", "status"}),
       backend_errors("ferry_backend_errors_total", "Backend failures by backend and kind.",
                      {"backend", "kind"}),
-      rejected("ferry_rejected_requests_total",
-               "Requests refused before routing, by reason.", {"reason"}),
+      rejected("ferry_rejected_requests_total", "Requests refused before routing, by reason.",
+               {"reason"}),
       latency("ferry_request_duration_seconds", "Time from request read to last byte sent.",
               {"model"}, kLatencyBuckets),
       ttft("ferry_time_to_first_token_seconds",
-           "Time from request read to the first streamed chunk sent.", {"model"},
-           kLatencyBuckets),
-      request_series_(16, RequestKeyHash{(uint64_t{std::random_device{}()} << 32) ^
-                                         std::random_device{}()}) {}
+           "Time from request read to the first streamed chunk sent.", {"model"}, kLatencyBuckets),
+      request_series_(
+          16, RequestKeyHash{(uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()}) {}
 
 size_t Metrics::RequestKeyHash::operator()(const RequestKeyView& k) const {
   return hash_mix(hash_mix(seed ^ static_cast<uint64_t>(k.status), k.model), k.backend);
@@ -251,12 +251,14 @@ std::string Metrics::render() const {
   rejected.render(out);
   latency.render(out);
   ttft.render(out);
-  out += "# HELP ferry_in_flight_requests Requests being served now.\n"
-         "# TYPE ferry_in_flight_requests gauge\nferry_in_flight_requests " +
-         std::to_string(in_flight.load()) + "\n";
-  out += "# HELP ferry_open_connections Client connections open now.\n"
-         "# TYPE ferry_open_connections gauge\nferry_open_connections " +
-         std::to_string(connections.load()) + "\n";
+  out +=
+      "# HELP ferry_in_flight_requests Requests being served now.\n"
+      "# TYPE ferry_in_flight_requests gauge\nferry_in_flight_requests " +
+      std::to_string(in_flight.load()) + "\n";
+  out +=
+      "# HELP ferry_open_connections Client connections open now.\n"
+      "# TYPE ferry_open_connections gauge\nferry_open_connections " +
+      std::to_string(connections.load()) + "\n";
   std::lock_guard lock(collectors_mu_);
   for (const auto& c : collectors_) c(out);
   return out;

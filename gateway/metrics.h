@@ -87,11 +87,11 @@ class Metrics {
 
   static constexpr std::string_view kNoModel = "(none)";
 
-  CounterFamily requests;          // ferry_requests_total{model,backend,status}
-  CounterFamily backend_errors;    // ferry_backend_errors_total{backend,kind}
-  CounterFamily rejected;          // ferry_rejected_requests_total{reason}
-  HistogramFamily latency;         // ferry_request_duration_seconds{model}
-  HistogramFamily ttft;            // ferry_time_to_first_token_seconds{model}
+  CounterFamily requests;        // ferry_requests_total{model,backend,status}
+  CounterFamily backend_errors;  // ferry_backend_errors_total{backend,kind}
+  CounterFamily rejected;        // ferry_rejected_requests_total{reason}
+  HistogramFamily latency;       // ferry_request_duration_seconds{model}
+  HistogramFamily ttft;          // ferry_time_to_first_token_seconds{model}
   std::atomic<int64_t> in_flight{0};
   std::atomic<int64_t> connections{0};
 

@@ -1,7 +1,7 @@
 #include "gateway/openai_request.h"
 
-#include <nlohmann/json.hpp>
 #include <simdjson.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
@@ -24,14 +24,21 @@ Error invalid(std::string message, std::string param) {
 
 const char* kind_of(const element& v) {
   switch (v.type()) {
-    case element_type::NULL_VALUE: return "null";
-    case element_type::OBJECT: return "an object";
-    case element_type::ARRAY: return "an array";
-    case element_type::STRING: return "a string";
-    case element_type::BOOL: return "a boolean";
+    case element_type::NULL_VALUE:
+      return "null";
+    case element_type::OBJECT:
+      return "an object";
+    case element_type::ARRAY:
+      return "an array";
+    case element_type::STRING:
+      return "a string";
+    case element_type::BOOL:
+      return "a boolean";
     case element_type::INT64:
-    case element_type::UINT64: return "an integer";
-    case element_type::DOUBLE: return "a number";
+    case element_type::UINT64:
+      return "an integer";
+    case element_type::DOUBLE:
+      return "a number";
   }
   return "an unsupported value";
 }
@@ -40,7 +47,9 @@ bool is_integer(const element& v) {
   return v.type() == element_type::INT64 || v.type() == element_type::UINT64;
 }
 
-bool is_number(const element& v) { return is_integer(v) || v.type() == element_type::DOUBLE; }
+bool is_number(const element& v) {
+  return is_integer(v) || v.type() == element_type::DOUBLE;
+}
 
 // The field's value, or nullopt when it is absent or null (both mean "not given").
 std::optional<element> field(const simdjson::dom::object& obj, std::string_view key) {
@@ -51,41 +60,72 @@ std::optional<element> field(const simdjson::dom::object& obj, std::string_view 
 
 // The top-level members parse_request reads.
 enum Member : uint8_t {
-  kModel, kMessages, kPrompt, kStream, kStreamOptions, kMaxTokens, kMaxCompletionTokens, kN,
-  kSeed, kTemperature, kTopP, kPresencePenalty, kFrequencyPenalty, kTools, kResponseFormat,
-  kLogitBias, kMetadata, kFunctions, kStop, kLogprobs, kTopLogprobs, kMemberCount,
+  kModel,
+  kMessages,
+  kPrompt,
+  kStream,
+  kStreamOptions,
+  kMaxTokens,
+  kMaxCompletionTokens,
+  kN,
+  kSeed,
+  kTemperature,
+  kTopP,
+  kPresencePenalty,
+  kFrequencyPenalty,
+  kTools,
+  kResponseFormat,
+  kLogitBias,
+  kMetadata,
+  kFunctions,
+  kStop,
+  kLogprobs,
+  kTopLogprobs,
+  kMemberCount,
   kOther = kMemberCount
 };
 
 Member member_of(std::string_view key) {
   using adapters::key_is;
   switch (key.size()) {
-    case 1: return key_is(key, "n") ? kN : kOther;
-    case 4: return key_is(key, "seed") ? kSeed : key_is(key, "stop") ? kStop : kOther;
+    case 1:
+      return key_is(key, "n") ? kN : kOther;
+    case 4:
+      return key_is(key, "seed") ? kSeed : key_is(key, "stop") ? kStop : kOther;
     case 5:
-      return key_is(key, "model") ? kModel
+      return key_is(key, "model")   ? kModel
              : key_is(key, "top_p") ? kTopP
              : key_is(key, "tools") ? kTools
                                     : kOther;
-    case 6: return key_is(key, "prompt") ? kPrompt : key_is(key, "stream") ? kStream : kOther;
+    case 6:
+      return key_is(key, "prompt") ? kPrompt : key_is(key, "stream") ? kStream : kOther;
     case 8:
       return key_is(key, "messages")   ? kMessages
              : key_is(key, "metadata") ? kMetadata
              : key_is(key, "logprobs") ? kLogprobs
                                        : kOther;
-    case 9: return key_is(key, "functions") ? kFunctions : kOther;
+    case 9:
+      return key_is(key, "functions") ? kFunctions : kOther;
     case 10:
       return key_is(key, "max_tokens")   ? kMaxTokens
              : key_is(key, "logit_bias") ? kLogitBias
                                          : kOther;
-    case 11: return key_is(key, "temperature") ? kTemperature : kOther;
-    case 12: return key_is(key, "top_logprobs") ? kTopLogprobs : kOther;
-    case 14: return key_is(key, "stream_options") ? kStreamOptions : kOther;
-    case 15: return key_is(key, "response_format") ? kResponseFormat : kOther;
-    case 16: return key_is(key, "presence_penalty") ? kPresencePenalty : kOther;
-    case 17: return key_is(key, "frequency_penalty") ? kFrequencyPenalty : kOther;
-    case 21: return key_is(key, "max_completion_tokens") ? kMaxCompletionTokens : kOther;
-    default: return kOther;
+    case 11:
+      return key_is(key, "temperature") ? kTemperature : kOther;
+    case 12:
+      return key_is(key, "top_logprobs") ? kTopLogprobs : kOther;
+    case 14:
+      return key_is(key, "stream_options") ? kStreamOptions : kOther;
+    case 15:
+      return key_is(key, "response_format") ? kResponseFormat : kOther;
+    case 16:
+      return key_is(key, "presence_penalty") ? kPresencePenalty : kOther;
+    case 17:
+      return key_is(key, "frequency_penalty") ? kFrequencyPenalty : kOther;
+    case 21:
+      return key_is(key, "max_completion_tokens") ? kMaxCompletionTokens : kOther;
+    default:
+      return kOther;
   }
 }
 
@@ -125,7 +165,9 @@ class Members {
   std::string_view duplicate_;
 };
 
-std::string number_text(double v) { return json(v).dump(); }
+std::string number_text(double v) {
+  return json(v).dump();
+}
 
 std::optional<Error> check_number(const std::optional<element>& v, const char* key, double min,
                                   double max) {
@@ -172,8 +214,7 @@ std::optional<Error> check_logit_bias(const std::optional<element>& v) {
   if (!v) return std::nullopt;
   simdjson::dom::object bias;
   if (v->get_object().get(bias) != simdjson::SUCCESS) {
-    return invalid(std::string("'logit_bias' must be an object, got ") + kind_of(*v),
-                   "logit_bias");
+    return invalid(std::string("'logit_bias' must be an object, got ") + kind_of(*v), "logit_bias");
   }
   for (auto [key, value] : bias) {
     if (!adapters::parse_token_id_key(key)) {
@@ -191,8 +232,8 @@ std::optional<Error> check_logit_bias(const std::optional<element>& v) {
   return std::nullopt;
 }
 
-std::optional<Error> check_type(const std::optional<element>& v, const char* key,
-                                element_type type, const char* expected) {
+std::optional<Error> check_type(const std::optional<element>& v, const char* key, element_type type,
+                                const char* expected) {
   if (v && v->type() != type) {
     return invalid(std::string("'") + key + "' must be " + expected + ", got " + kind_of(*v), key);
   }
@@ -205,7 +246,8 @@ std::optional<Error> check_messages(const std::optional<element>& v) {
   if (v->get_array().get(messages) != simdjson::SUCCESS) {
     return invalid(std::string("'messages' must be an array, got ") + kind_of(*v), "messages");
   }
-  if (messages.size() == 0) return invalid("'messages' must contain at least one message", "messages");
+  if (messages.size() == 0)
+    return invalid("'messages' must contain at least one message", "messages");
   size_t i = 0;
   for (element m : messages) {
     auto where = [i] { return "messages[" + std::to_string(i) + "]"; };  // built on errors only
@@ -233,8 +275,10 @@ std::optional<Error> check_messages(const std::optional<element>& v) {
     using adapters::key_is;
     if (!key_is(role, "system") && !key_is(role, "user") && !key_is(role, "assistant") &&
         !key_is(role, "tool") && !key_is(role, "developer") && !key_is(role, "function")) {
-      return invalid("'" + where() + ".role' must be one of system, developer, user, assistant, "
-                     "tool, function; got '" + std::string(role) + "'",
+      return invalid("'" + where() +
+                         ".role' must be one of system, developer, user, assistant, "
+                         "tool, function; got '" +
+                         std::string(role) + "'",
                      where() + ".role");
     }
     if (content && !content->is_string() && !content->is_array()) {
@@ -303,10 +347,10 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
       return Error::make(ErrorCode::kInvalidRequest, "the request body is not valid UTF-8", "",
                          "invalid_json");
     }
-    return Error::make(ErrorCode::kInvalidRequest,
-                       std::string("the request body is not valid JSON: ") +
-                           simdjson::error_message(err),
-                       "", "invalid_json");
+    return Error::make(
+        ErrorCode::kInvalidRequest,
+        std::string("the request body is not valid JSON: ") + simdjson::error_message(err), "",
+        "invalid_json");
   }
   simdjson::dom::object b;
   if (doc.get_object().get(b) != simdjson::SUCCESS) {
@@ -350,8 +394,8 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
   if (auto e = check_integer(f[kMaxTokens], "max_tokens", 1, kMaxTokensLimit, &max_tokens)) {
     return *e;
   }
-  if (auto e = check_integer(f[kMaxCompletionTokens], "max_completion_tokens", 1,
-                             kMaxTokensLimit, &max_tokens)) {
+  if (auto e = check_integer(f[kMaxCompletionTokens], "max_completion_tokens", 1, kMaxTokensLimit,
+                             &max_tokens)) {
     return *e;
   }
   out.max_tokens = max_tokens;
@@ -371,8 +415,8 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
   if (auto e = check_number(f[kPresencePenalty], "presence_penalty", -2, 2)) return *e;
   if (auto e = check_number(f[kFrequencyPenalty], "frequency_penalty", -2, 2)) return *e;
   if (auto e = check_type(f[kTools], "tools", element_type::ARRAY, "an array")) return *e;
-  if (auto e = check_type(f[kResponseFormat], "response_format", element_type::OBJECT,
-                          "an object")) {
+  if (auto e =
+          check_type(f[kResponseFormat], "response_format", element_type::OBJECT, "an object")) {
     return *e;
   }
   if (auto e = check_type(f[kMetadata], "metadata", element_type::OBJECT, "an object")) return *e;
@@ -391,8 +435,7 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
     }
     if (auto tags = field(meta, "tags")) {
       if (tags->get_string().get(text) != simdjson::SUCCESS) {
-        return invalid("'metadata.tags' must be a string of comma-separated tags",
-                       "metadata.tags");
+        return invalid("'metadata.tags' must be a string of comma-separated tags", "metadata.tags");
       }
       out.claimed_tags = split_tags(text);
     }
@@ -422,8 +465,8 @@ size_t value_end(std::string_view s, size_t i) {
   if (s[i] == '{' || s[i] == '[') return adapters::json_value_end(s, i);
   if (s[i] == '"') return adapters::json_string_end(s, i);
   size_t j = i;
-  while (j < s.size() && s[j] != ',' && s[j] != '}' && s[j] != ']' && s[j] != ' ' &&
-         s[j] != '\n' && s[j] != '\r' && s[j] != '\t') {
+  while (j < s.size() && s[j] != ',' && s[j] != '}' && s[j] != ']' && s[j] != ' ' && s[j] != '\n' &&
+         s[j] != '\r' && s[j] != '\t') {
     ++j;
   }
   return j;
@@ -501,7 +544,7 @@ struct Edit {
   size_t end = 0;
   std::string_view prefix;  // `,"key":` when the member is added before the closing brace
   std::string_view text;
-  bool as_string = false;   // text is written as a JSON string
+  bool as_string = false;  // text is written as a JSON string
 };
 
 }  // namespace

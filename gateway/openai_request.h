@@ -24,7 +24,7 @@ constexpr int64_t kMaxTokenId = INT32_MAX;
 
 struct ParsedRequest {
   adapters::Endpoint endpoint = adapters::Endpoint::kChatCompletions;
-  std::string raw;             // the body exactly as the client sent it
+  std::string raw;  // the body exactly as the client sent it
   std::string model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage as the client sent it
@@ -32,9 +32,9 @@ struct ParsedRequest {
   int64_t n = 1;               // choices asked for, 1..kMaxChoices
   std::optional<double> temperature;
   std::optional<double> top_p;
-  bool tools = false;            // tools or functions present
-  bool response_format = false;  // response_format present
-  std::string task_id;           // metadata.task_id (the x-ferry-task header wins)
+  bool tools = false;                     // tools or functions present
+  bool response_format = false;           // response_format present
+  std::string task_id;                    // metadata.task_id (the x-ferry-task header wins)
   std::vector<std::string> claimed_tags;  // metadata.tags, comma-separated (untrusted)
   // Top-level members named "model" (escapes decoded), for upstream_body to stop scanning
   // once it has passed them all; 0 when unknown (a request not made by parse_request).

@@ -42,16 +42,26 @@ uint64_t fnv1a(std::string_view s) {
 
 ErrorCode code_for_status(int status) {
   switch (status) {
-    case 401: return ErrorCode::kUnauthorized;
-    case 403: return ErrorCode::kForbidden;
-    case 404: return ErrorCode::kNotFound;
-    case 413: return ErrorCode::kPayloadTooLarge;
-    case 429: return ErrorCode::kRateLimited;
-    case 500: return ErrorCode::kInternal;
-    case 502: return ErrorCode::kBackendError;
-    case 503: return ErrorCode::kUnavailable;
-    case 504: return ErrorCode::kTimeout;
-    default: return status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInvalidRequest;
+    case 401:
+      return ErrorCode::kUnauthorized;
+    case 403:
+      return ErrorCode::kForbidden;
+    case 404:
+      return ErrorCode::kNotFound;
+    case 413:
+      return ErrorCode::kPayloadTooLarge;
+    case 429:
+      return ErrorCode::kRateLimited;
+    case 500:
+      return ErrorCode::kInternal;
+    case 502:
+      return ErrorCode::kBackendError;
+    case 503:
+      return ErrorCode::kUnavailable;
+    case 504:
+      return ErrorCode::kTimeout;
+    default:
+      return status >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInvalidRequest;
   }
 }
 
@@ -74,7 +84,8 @@ void collect_text(const nlohmann::json& chunk, std::string& text, std::string& r
         text += t->get<std::string>();
       }
       for (const char* r : {"reasoning_content", "reasoning"}) {
-        if (auto t = d->find(r); t != d->end() && t->is_string()) reasoning += t->get<std::string>();
+        if (auto t = d->find(r); t != d->end() && t->is_string())
+          reasoning += t->get<std::string>();
       }
     }
   }
@@ -317,14 +328,17 @@ struct Router::Counters {
       "ferry_usage_rejected_total",
       "Attempts whose backend usage was implausible or malformed, so ferry billed its own count.",
       {"model"}};
-  CounterFamily soft_budget{"ferry_budget_soft_exceeded_total",
-                            "Requests admitted past a soft budget.", {"budget"}};
-  CounterFamily shadows{"ferry_shadow_requests_total", "Shadow copies sent, by target and outcome.",
+  CounterFamily soft_budget{
+      "ferry_budget_soft_exceeded_total", "Requests admitted past a soft budget.", {"budget"}};
+  CounterFamily shadows{"ferry_shadow_requests_total",
+                        "Shadow copies sent, by target and outcome.",
                         {"target", "outcome"}};
 };
 
 Router::Router(const config::Config& config)
-    : config_(config), counters_(std::make_unique<Counters>()), started_unix_us_(unix_micros_now()) {}
+    : config_(config),
+      counters_(std::make_unique<Counters>()),
+      started_unix_us_(unix_micros_now()) {}
 
 Router::~Router() {
   if (store_) store_->stop_watching();
@@ -341,8 +355,8 @@ Result<std::unique_ptr<Router>> Router::create(
     t->backend_config = config.find_backend(m.backend);
     auto it = backends.find(m.backend);
     if (it == backends.end() || it->second == nullptr) {
-      return Error::make(ErrorCode::kInternal, "model '" + m.name + "': backend '" + m.backend +
-                                                   "' was not started");
+      return Error::make(ErrorCode::kInternal,
+                         "model '" + m.name + "': backend '" + m.backend + "' was not started");
     }
     t->backend = it->second;
     if (!t->backend_config->local) t->breaker = std::make_unique<adapters::CircuitBreaker>();
@@ -371,9 +385,11 @@ Result<std::unique_ptr<Router>> Router::create(
       auto lc = ledger::parse_ledger_config(config.ledger.node, config.source);
       lc.path = config.resolve_path(lc.path);
       ledger::PriceCatalog prices;
-      if (config.prices.present()) prices = ledger::PriceCatalog::from_yaml(config.prices.node, config.source);
+      if (config.prices.present())
+        prices = ledger::PriceCatalog::from_yaml(config.prices.node, config.source);
       std::vector<ledger::BudgetDef> budgets;
-      if (config.budgets.present()) budgets = ledger::parse_budgets(config.budgets.node, config.source);
+      if (config.budgets.present())
+        budgets = ledger::parse_budgets(config.budgets.node, config.source);
       auto opened = ledger::Ledger::open(std::move(lc), std::move(prices), std::move(budgets));
       if (!opened) return opened.error();
       r->ledger_ = std::move(*opened);
@@ -425,8 +441,7 @@ void Router::count_prompts(const ParsedRequest& request, std::span<Target* const
   }
 }
 
-Result<policies::Facts> Router::build_facts(const RequestContext& ctx,
-                                            const ParsedRequest& request,
+Result<policies::Facts> Router::build_facts(const RequestContext& ctx, const ParsedRequest& request,
                                             const policies::Policy* policy,
                                             std::map<const Target*, PromptCount>& counts,
                                             std::string& task_id,
@@ -498,10 +513,10 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
     if (!policy->has_alias(request.model)) {
       std::string names;
       for (const auto& a : policy->aliases()) names += (names.empty() ? "" : ", ") + a.name;
-      return Error::make(ErrorCode::kNotFound,
-                         "The model '" + request.model + "' does not exist. Available models: " +
-                             names,
-                         "model", "model_not_found");
+      return Error::make(
+          ErrorCode::kNotFound,
+          "The model '" + request.model + "' does not exist. Available models: " + names, "model",
+          "model_not_found");
     }
     for (const auto& t : policy->targets()) candidates.push_back(find_target(t.ref));
   } else {
@@ -509,10 +524,10 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
     if (direct == nullptr) {
       std::string names;
       for (const auto& m : config_.models) names += (names.empty() ? "" : ", ") + m.name;
-      return Error::make(ErrorCode::kNotFound,
-                         "The model '" + request.model + "' does not exist. Available models: " +
-                             names,
-                         "model", "model_not_found");
+      return Error::make(
+          ErrorCode::kNotFound,
+          "The model '" + request.model + "' does not exist. Available models: " + names, "model",
+          "model_not_found");
     }
   }
   count_prompts(request,
@@ -780,8 +795,7 @@ void Router::record_refusal(const RequestContext& ctx, const Plan& plan, const E
   ledger_->record(std::move(r), nullptr);
 }
 
-void Router::finish_shadow(const RequestContext& ctx, const Plan& plan,
-                           const AttemptOutcome& o) {
+void Router::finish_shadow(const RequestContext& ctx, const Plan& plan, const AttemptOutcome& o) {
   counters_->shadows.inc({o.hop ? o.hop->name : "", o.ok ? "ok" : "error"});
   if (!ledger_ || o.hop == nullptr) return;
   ledger::RequestRecord r = base_record(ctx, plan, /*rule_tags=*/true);
@@ -889,16 +903,18 @@ void Router::render_metrics(std::string& out) const {
   for (const auto& [name, t] : targets_) {
     if (!t->breaker) continue;
     if (!any_breaker) {
-      out += "# HELP ferry_backend_healthy 1 when the target's circuit breaker lets requests "
-             "through.\n# TYPE ferry_backend_healthy gauge\n";
+      out +=
+          "# HELP ferry_backend_healthy 1 when the target's circuit breaker lets requests "
+          "through.\n# TYPE ferry_backend_healthy gauge\n";
       any_breaker = true;
     }
     out += "ferry_backend_healthy{target=\"" + name + "\"} " + (t->breaker->healthy() ? "1" : "0") +
            "\n";
   }
   if (any_breaker) {
-    out += "# HELP ferry_breaker_opened_total Times a target's circuit breaker opened.\n"
-           "# TYPE ferry_breaker_opened_total counter\n";
+    out +=
+        "# HELP ferry_breaker_opened_total Times a target's circuit breaker opened.\n"
+        "# TYPE ferry_breaker_opened_total counter\n";
     for (const auto& [name, t] : targets_) {
       if (!t->breaker) continue;
       out += "ferry_breaker_opened_total{target=\"" + name + "\"} " +
@@ -907,34 +923,51 @@ void Router::render_metrics(std::string& out) const {
   }
   if (store_) {
     auto st = store_->status();
-    out += "# HELP ferry_policy_reloads_total Policy reload attempts by outcome.\n"
-           "# TYPE ferry_policy_reloads_total counter\n";
-    out += "ferry_policy_reloads_total{outcome=\"applied\"} " + std::to_string(st.reloads_applied) + "\n";
-    out += "ferry_policy_reloads_total{outcome=\"rejected\"} " + std::to_string(st.reloads_rejected) + "\n";
+    out +=
+        "# HELP ferry_policy_reloads_total Policy reload attempts by outcome.\n"
+        "# TYPE ferry_policy_reloads_total counter\n";
+    out += "ferry_policy_reloads_total{outcome=\"applied\"} " + std::to_string(st.reloads_applied) +
+           "\n";
+    out += "ferry_policy_reloads_total{outcome=\"rejected\"} " +
+           std::to_string(st.reloads_rejected) + "\n";
     if (st.policy) {
-      out += "# HELP ferry_policy_info The active policy version.\n# TYPE ferry_policy_info gauge\n"
-             "ferry_policy_info{version=\"" + st.policy->short_version() + "\"} 1\n";
+      out +=
+          "# HELP ferry_policy_info The active policy version.\n# TYPE ferry_policy_info gauge\n"
+          "ferry_policy_info{version=\"" +
+          st.policy->short_version() + "\"} 1\n";
     }
   }
   if (ledger_) {
     auto s = ledger_->stats();
-    out += "# HELP ferry_ledger_rows_committed_total Ledger rows made durable.\n"
-           "# TYPE ferry_ledger_rows_committed_total counter\n"
-           "ferry_ledger_rows_committed_total " + std::to_string(s.rows_committed) + "\n"
-           "# HELP ferry_ledger_pending Rows admitted or queued, not yet durable.\n"
-           "# TYPE ferry_ledger_pending gauge\nferry_ledger_pending " + std::to_string(s.pending) + "\n"
-           "# HELP ferry_ledger_write_failures_total Group commits that failed (then retried).\n"
-           "# TYPE ferry_ledger_write_failures_total counter\n"
-           "ferry_ledger_write_failures_total " + std::to_string(s.write_failures) + "\n"
-           "# HELP ferry_ledger_healthy 1 when the ledger can write.\n# TYPE ferry_ledger_healthy gauge\n"
-           "ferry_ledger_healthy " + (s.healthy ? "1" : "0") + "\n"
-           "# HELP ferry_budget_hard_refusals_total Requests refused by a hard budget.\n"
-           "# TYPE ferry_budget_hard_refusals_total counter\n"
-           "ferry_budget_hard_refusals_total " + std::to_string(s.hard_refusals) + "\n";
+    out +=
+        "# HELP ferry_ledger_rows_committed_total Ledger rows made durable.\n"
+        "# TYPE ferry_ledger_rows_committed_total counter\n"
+        "ferry_ledger_rows_committed_total " +
+        std::to_string(s.rows_committed) +
+        "\n"
+        "# HELP ferry_ledger_pending Rows admitted or queued, not yet durable.\n"
+        "# TYPE ferry_ledger_pending gauge\nferry_ledger_pending " +
+        std::to_string(s.pending) +
+        "\n"
+        "# HELP ferry_ledger_write_failures_total Group commits that failed (then retried).\n"
+        "# TYPE ferry_ledger_write_failures_total counter\n"
+        "ferry_ledger_write_failures_total " +
+        std::to_string(s.write_failures) +
+        "\n"
+        "# HELP ferry_ledger_healthy 1 when the ledger can write.\n# TYPE ferry_ledger_healthy "
+        "gauge\n"
+        "ferry_ledger_healthy " +
+        (s.healthy ? "1" : "0") +
+        "\n"
+        "# HELP ferry_budget_hard_refusals_total Requests refused by a hard budget.\n"
+        "# TYPE ferry_budget_hard_refusals_total counter\n"
+        "ferry_budget_hard_refusals_total " +
+        std::to_string(s.hard_refusals) + "\n";
     auto budgets = ledger_->budgets();
     if (!budgets.empty()) {
-      out += "# HELP ferry_budget_spent_micros Settled cost in the budget's current period, "
-             "micro-units.\n# TYPE ferry_budget_spent_micros gauge\n";
+      out +=
+          "# HELP ferry_budget_spent_micros Settled cost in the budget's current period, "
+          "micro-units.\n# TYPE ferry_budget_spent_micros gauge\n";
       for (const auto& b : budgets) {
         out += "ferry_budget_spent_micros{budget=\"" + b.def->name + "\"} " +
                std::to_string(b.spent.micros()) + "\n";

@@ -64,10 +64,10 @@ class RecentStats {
 struct Target {
   const config::ModelConfig* model = nullptr;
   const config::BackendConfig* backend_config = nullptr;
-  adapters::Backend* backend = nullptr;  // owned by the server
+  adapters::Backend* backend = nullptr;                   // owned by the server
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null: counts are estimates
   std::shared_ptr<const tokenizer::ChatFormatter> chat;   // null: chats are estimated
-  std::unique_ptr<adapters::CircuitBreaker> breaker;       // HTTP backends only
+  std::unique_ptr<adapters::CircuitBreaker> breaker;      // HTTP backends only
   RecentStats recent;
   int64_t context_length() const;
 };
@@ -97,10 +97,10 @@ struct Plan {
   std::shared_ptr<const policies::Policy> policy;  // the version the request keeps
   std::string rule_id;
   std::string policy_version;
-  std::vector<PlannedHop> hops;  // fallback order
+  std::vector<PlannedHop> hops;      // fallback order
   std::vector<std::string> skipped;  // hops routing dropped, with the reason
   std::optional<PlannedHop> shadow;
-  std::vector<std::string> tags;     // added by the rule
+  std::vector<std::string> tags;  // added by the rule
   ledger::Admission admission;
   std::map<const Target*, PromptCount> prompt_counts;
   std::string requested_model;
@@ -125,14 +125,14 @@ struct Plan {
 struct AttemptOutcome {
   const PlannedHop* hop = nullptr;
   bool ok = false;
-  std::optional<Error> error;       // set when !ok
-  bool client_gone = false;         // the client hung up during it
-  bool sent_to_client = false;      // bytes of this attempt reached the client
-  adapters::Usage usage;            // as the backend reported it
+  std::optional<Error> error;   // set when !ok
+  bool client_gone = false;     // the client hung up during it
+  bool sent_to_client = false;  // bytes of this attempt reached the client
+  adapters::Usage usage;        // as the backend reported it
   std::string finish_reason;
-  std::string generated_text;       // the answer's text (for counting when usage is missing)
+  std::string generated_text;  // the answer's text (for counting when usage is missing)
   std::string reasoning_text;
-  int http_status = 0;              // the status the client got (or would have)
+  int http_status = 0;  // the status the client got (or would have)
   int64_t started_us = 0;
   int64_t ended_us = 0;
   int64_t ttft_us = -1;
@@ -209,8 +209,7 @@ class Router {
   Result<policies::Facts> build_facts(const RequestContext& context, const ParsedRequest& request,
                                       const policies::Policy* policy,
                                       std::map<const Target*, PromptCount>& counts,
-                                      std::string& task_id,
-                                      std::vector<std::string>& claimed_tags);
+                                      std::string& task_id, std::vector<std::string>& claimed_tags);
   PromptCount count_output(const Target* target, const AttemptOutcome& outcome) const;
   // A request refused while planning (policy reject, budget, context) still gets its row.
   void record_refusal(const RequestContext& context, const Plan& plan, const Error& error);

@@ -24,8 +24,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -100,10 +100,10 @@ constexpr size_t kMaxTaskBytes = 256;
 
 Status check_ferry_headers(std::string_view task, std::string_view tags) {
   if (task.size() > kMaxTaskBytes) {
-    return Error::make(ErrorCode::kInvalidRequest,
-                       "the x-ferry-task header must be at most " + std::to_string(kMaxTaskBytes) +
-                           " bytes",
-                       "x-ferry-task", "invalid_value");
+    return Error::make(
+        ErrorCode::kInvalidRequest,
+        "the x-ferry-task header must be at most " + std::to_string(kMaxTaskBytes) + " bytes",
+        "x-ferry-task", "invalid_value");
   }
   for (auto [name, value] : {std::pair{"x-ferry-task", task}, std::pair{"x-ferry-tags", tags}}) {
     if (!is_valid_utf8(value)) {
@@ -117,11 +117,16 @@ Status check_ferry_headers(std::string_view task, std::string_view tags) {
 
 const char* backend_error_kind(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kTimeout: return "timeout";
-    case ErrorCode::kUnavailable: return "unavailable";
-    case ErrorCode::kRateLimited: return "rate_limited";
-    case ErrorCode::kInvalidRequest: return "rejected";
-    default: return "error";
+    case ErrorCode::kTimeout:
+      return "timeout";
+    case ErrorCode::kUnavailable:
+      return "unavailable";
+    case ErrorCode::kRateLimited:
+      return "rate_limited";
+    case ErrorCode::kInvalidRequest:
+      return "rejected";
+    default:
+      return "error";
   }
 }
 
@@ -288,18 +293,15 @@ struct Server::Impl {
   std::atomic<bool> stopped{false};
 
   explicit Impl(config::Config c)
-      : cfg(std::move(c)),
-        ioc(1),
-        auth(cfg.auth),
-        access_log(cfg.log.access_log) {
+      : cfg(std::move(c)), ioc(1), auth(cfg.auth), access_log(cfg.log.access_log) {
     for (int i = 1; i < cfg.server.io_threads; ++i) {
       more_iocs.push_back(std::make_unique<asio::io_context>(1));
     }
     if (cfg.server.tls) {
       tls.emplace(ssl::context::tls_server);
       tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                       ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                       ssl::context::single_dh_use);
       beast::error_code ec;
       tls->use_certificate_chain_file(cfg.server.tls->cert_file, ec);
       if (ec) {
@@ -346,9 +348,10 @@ struct Server::Impl {
     }
     // Pool reuse and log drops are counted where they happen; /metrics reads them here.
     metrics.add_collector([this](std::string& out) {
-      out += "# HELP ferry_backend_connections_total Upstream connections by backend, opened "
-             "or reused from the keep-alive pool.\n"
-             "# TYPE ferry_backend_connections_total counter\n";
+      out +=
+          "# HELP ferry_backend_connections_total Upstream connections by backend, opened "
+          "or reused from the keep-alive pool.\n"
+          "# TYPE ferry_backend_connections_total counter\n";
       for (const auto* b : http_backends) {
         const auto& name = b->name();
         const auto& st = b->stats();
@@ -357,9 +360,11 @@ struct Server::Impl {
         out += "ferry_backend_connections_total{backend=\"" + name + "\",how=\"reused\"} " +
                std::to_string(st.connections_reused.load()) + "\n";
       }
-      out += "# HELP ferry_access_log_dropped_total Access-log lines dropped because the "
-             "writer fell behind.\n# TYPE ferry_access_log_dropped_total counter\n"
-             "ferry_access_log_dropped_total " + std::to_string(access_log.dropped()) + "\n";
+      out +=
+          "# HELP ferry_access_log_dropped_total Access-log lines dropped because the "
+          "writer fell behind.\n# TYPE ferry_access_log_dropped_total counter\n"
+          "ferry_access_log_dropped_total " +
+          std::to_string(access_log.dropped()) + "\n";
       router->render_metrics(out);
       if (!local_backends.empty()) adapters::LocalBackend::render_metrics(local_backends, out);
     });
@@ -390,7 +395,8 @@ struct Server::Impl {
     h.keep_alive = keep_alive;
     append_response_head(head, h);
     std::array<asio::const_buffer, 2> bufs{
-        asio::buffer(head), asio::buffer(reply.body.data(), reply.head_only ? 0 : reply.body.size())};
+        asio::buffer(head),
+        asio::buffer(reply.body.data(), reply.head_only ? 0 : reply.body.size())};
     beast::get_lowest_layer(stream).expires_after(
         std::chrono::milliseconds(cfg.limits.write_timeout_ms));
     beast::error_code now_ec;
@@ -462,8 +468,7 @@ struct Server::Impl {
         co_return true;  // nothing to send
       }
       std::array<asio::const_buffer, 3> bufs{
-          asio::buffer(framing_),
-          asio::buffer(bytes.data(), bytes.size()),
+          asio::buffer(framing_), asio::buffer(bytes.data(), bytes.size()),
           asio::buffer(kChunkEnd.data(), bytes.empty() ? 0 : kChunkEnd.size())};
       if (last) {
         // The last chunk follows the chunk end; both are constant text.
@@ -627,8 +632,8 @@ struct Server::Impl {
     }
     if (((models || one_model) && !is_get) || ((chat || completions) && !is_post)) {
       Reply r = fail(rec, Error::make(ErrorCode::kInvalidRequest,
-                                      "Method " + rec.method + " is not allowed on " + rec.path,
-                                      "", "method_not_allowed"));
+                                      "Method " + rec.method + " is not allowed on " + rec.path, "",
+                                      "method_not_allowed"));
       r.status = http::status::method_not_allowed;
       r.headers.emplace_back("allow", chat || completions ? "POST" : "GET");
       return r;
@@ -674,7 +679,8 @@ struct Server::Impl {
   // Handles one request. Returns whether the connection may be kept alive.
   template <typename Stream>
   asio::awaitable<bool> handle(Stream& stream, Request& req, RequestRecord& rec,
-                               std::shared_ptr<EarlyRead>& early, const beast::flat_buffer& buffer) {
+                               std::shared_ptr<EarlyRead>& early,
+                               const beast::flat_buffer& buffer) {
     bool keep_alive = req.keep_alive() && !draining.load();
     Job job;
     std::optional<Reply> direct;
@@ -682,8 +688,8 @@ struct Server::Impl {
       direct = route(req, rec, job);
     } catch (const std::exception& e) {
       // A defect, not the client's fault: answer it and keep serving.
-      direct = fail(rec, Error::make(ErrorCode::kInternal,
-                                     std::string("internal error: ") + e.what()));
+      direct =
+          fail(rec, Error::make(ErrorCode::kInternal, std::string("internal error: ") + e.what()));
     }
     if (direct) {
       rec.status = static_cast<int>(direct->status);
@@ -691,9 +697,10 @@ struct Server::Impl {
       // none has a body.
       direct->head_only = req.method() == http::verb::head;
       bool ok = co_await write_reply(stream, *direct, rec.request_id, keep_alive);
-      co_return ok && keep_alive;
+      co_return ok&& keep_alive;
     }
-    if (job.kind == Job::Kind::kAdmin) co_return co_await run_admin_job(stream, job, req, rec, keep_alive);
+    if (job.kind == Job::Kind::kAdmin)
+      co_return co_await run_admin_job(stream, job, req, rec, keep_alive);
     if (job.kind == Job::Kind::kExport) co_return co_await run_export(stream, job, rec, keep_alive);
     co_return co_await proxy(stream, job, rec, keep_alive, early, buffer);
   }
@@ -721,8 +728,7 @@ struct Server::Impl {
                                       bool keep_alive) {
     std::string body = std::move(req.body());
     std::function<AdminReply()> fn = [this, &job, body = std::move(body)] {
-      return run_admin(*router, job.admin, job.ctx.principal, job.query, body,
-                       job.ctx.request_id);
+      return run_admin(*router, job.admin, job.ctx.principal, job.query, body, job.ctx.request_id);
     };
     Result<AdminReply> done = co_await offload<AdminReply>(std::move(fn));
     Reply r;
@@ -735,7 +741,7 @@ struct Server::Impl {
     }
     rec.status = static_cast<int>(r.status);
     bool ok = co_await write_reply(stream, r, rec.request_id, keep_alive);
-    co_return ok && keep_alive;
+    co_return ok&& keep_alive;
   }
 
   // On the worker thread: the export's CSV chunks (rows, or `attempts`) into `pipe`, waiting
@@ -743,17 +749,20 @@ struct Server::Impl {
   Status export_rows(const std::string& path, const ledger::ReportFilter& filter, bool attempts,
                      ChunkPipe& pipe) {
     auto export_csv = attempts ? ledger::export_attempts_csv : ledger::export_csv;
-    return export_csv(path, filter, [&](std::string_view chunk) {
-      std::unique_lock lock(pipe.mu);
-      while (pipe.chunks.size() >= 4 && !pipe.cancelled && !stopped.load()) {
-        pipe.space.wait_for(lock, std::chrono::milliseconds(100));
-      }
-      if (pipe.cancelled || stopped.load()) return false;
-      pipe.chunks.emplace_back(chunk);
-      lock.unlock();
-      pipe.notifier->notify();
-      return true;
-    }, 64 * 1024);
+    return export_csv(
+        path, filter,
+        [&](std::string_view chunk) {
+          std::unique_lock lock(pipe.mu);
+          while (pipe.chunks.size() >= 4 && !pipe.cancelled && !stopped.load()) {
+            pipe.space.wait_for(lock, std::chrono::milliseconds(100));
+          }
+          if (pipe.cancelled || stopped.load()) return false;
+          pipe.chunks.emplace_back(chunk);
+          lock.unlock();
+          pipe.notifier->notify();
+          return true;
+        },
+        64 * 1024);
   }
 
   // GET /v1/ledger/export.csv: the worker reads the ledger in chunks; each chunk goes out as it
@@ -810,7 +819,7 @@ struct Server::Impl {
             Reply r = fail(rec, status.error());
             rec.status = static_cast<int>(r.status);
             bool w = co_await write_reply(stream, r, rec.request_id, keep_alive);
-            co_return w && keep_alive;
+            co_return w&& keep_alive;
           }
           co_return false;
         }
@@ -842,7 +851,8 @@ struct Server::Impl {
     adapters::CancelSignal cancel;
     DiscardSink sink;
     bool streaming = hop.request.stream;
-    auto result = co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
+    auto result =
+        co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
     o.ended_us = unix_micros_now();
     if (result) {
       o.ok = true;
@@ -850,8 +860,9 @@ struct Server::Impl {
       o.finish_reason = result->finish_reason;
       o.http_status = result->status;
       if (!usage_billable(*plan, o)) {
-        extract_answer_text(streaming ? std::string_view(sink.captured) : std::string_view(result->body),
-                            streaming, o.generated_text, o.reasoning_text);
+        extract_answer_text(
+            streaming ? std::string_view(sink.captured) : std::string_view(result->body), streaming,
+            o.generated_text, o.reasoning_text);
       }
       if (sink.started_) o.ttft_us = micros_between(t0, sink.first_byte);
     } else {
@@ -880,9 +891,9 @@ struct Server::Impl {
     for (size_t i = 0; i < plan.hops.size(); ++i) {
       PlannedHop& hop = plan.hops[i];
       if (hop.target->breaker && !hop.target->breaker->allow_request()) {
-        result = Error::make(ErrorCode::kUnavailable,
-                             "target '" + hop.name + "' is unavailable (circuit open after " +
-                                 "repeated failures)");
+        result = Error::make(
+            ErrorCode::kUnavailable,
+            "target '" + hop.name + "' is unavailable (circuit open after " + "repeated failures)");
         plan.skipped.push_back(hop.name + ": circuit open");
         continue;
       }
@@ -905,7 +916,8 @@ struct Server::Impl {
         }
         if (early->hung_up()) cancel.cancel();  // gone during an earlier attempt
         early->cancel = &cancel;
-        result = co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
+        result =
+            co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
         early->cancel = nullptr;
       } else {
         // TLS: the bytes under the TLS layer are not ours to read, so a peek at the socket
@@ -918,7 +930,8 @@ struct Server::Impl {
                              if (watch->done || ec == asio::error::operation_aborted) return;
                              if (ec || n == 0) watch->cancel->cancel();
                            });
-        result = co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
+        result =
+            co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, cancel);
         watch->done = true;
         beast::error_code cancel_ec;
         sock.cancel(cancel_ec);
@@ -991,15 +1004,15 @@ struct Server::Impl {
       for (const auto& h : headers) r.headers.push_back(h);
       rec.status = static_cast<int>(r.status);
       bool ok = co_await write_reply(stream, r, rec.request_id, keep_alive);
-      co_return ok && keep_alive;
+      co_return ok&& keep_alive;
     }
     adapters::BackendReply& reply = result.value();
     rec.usage = reply.usage;
     rec.finish_reason = reply.finish_reason;
     if (!durable) {
-      Error e = Error::make(ErrorCode::kUnavailable,
-                            "the answer could not be recorded in the cost ledger: " +
-                                durable.error().message);
+      Error e = Error::make(
+          ErrorCode::kUnavailable,
+          "the answer could not be recorded in the cost ledger: " + durable.error().message);
       rec.error = e.message;
       if (streaming) {
         rec.status = 200;
@@ -1010,7 +1023,7 @@ struct Server::Impl {
       Reply r = fail(rec, e);
       rec.status = static_cast<int>(r.status);
       bool ok = co_await write_reply(stream, r, rec.request_id, keep_alive);
-      co_return ok && keep_alive;
+      co_return ok&& keep_alive;
     }
     if (streaming) {
       rec.status = 200;
@@ -1025,7 +1038,7 @@ struct Server::Impl {
     r.headers = std::move(headers);
     rec.status = reply.status;
     bool ok = co_await write_reply(stream, r, rec.request_id, keep_alive);
-    co_return ok && keep_alive;
+    co_return ok&& keep_alive;
   }
 
   void finish_record(const RequestRecord& rec) {
@@ -1107,14 +1120,16 @@ struct Server::Impl {
     for (;;) {
       // Idle: wait for the first byte of the next request.
       if (early && early->pending && buffer.size() == 0) {
-        beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.idle_timeout_ms));
+        beast::get_lowest_layer(stream).expires_after(
+            std::chrono::milliseconds(lim.idle_timeout_ms));
         co_await wait_early(stream, *early);
       }
       if (early && early->fired && !early->take(buffer) && buffer.size() == 0) {
         co_return;  // closed, reset or timed out, and every request sent before was answered
       }
       if (buffer.size() == 0) {
-        beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.idle_timeout_ms));
+        beast::get_lowest_layer(stream).expires_after(
+            std::chrono::milliseconds(lim.idle_timeout_ms));
         if constexpr (std::is_same_v<Stream, adapters::TimedSocket>) stream.expect_silence();
         auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), kAwait);
         if (ec) co_return;
@@ -1125,7 +1140,8 @@ struct Server::Impl {
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<uint32_t>(lim.max_header_bytes));
       parser.body_limit(static_cast<uint64_t>(lim.max_body_bytes));
-      beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.header_timeout_ms));
+      beast::get_lowest_layer(stream).expires_after(
+          std::chrono::milliseconds(lim.header_timeout_ms));
       auto header_done = [](const auto& p) { return p.is_header_done(); };
       beast::error_code hec = co_await read_until(stream, buffer, parser, header_done, early.get());
       RequestRecord rec;
@@ -1142,10 +1158,10 @@ struct Server::Impl {
       if (hec) {
         if (hec == http::error::header_limit) {
           rec.status = 431;
-          Reply r = error_reply(Error::make(ErrorCode::kInvalidRequest,
-                                            "request headers exceed " +
-                                                std::to_string(lim.max_header_bytes) + " bytes",
-                                            "", "headers_too_large"));
+          Reply r = error_reply(Error::make(
+              ErrorCode::kInvalidRequest,
+              "request headers exceed " + std::to_string(lim.max_header_bytes) + " bytes", "",
+              "headers_too_large"));
           r.status = http::status::request_header_fields_too_large;
           rec.error = "request headers too large";
           co_await write_reply(stream, r, rec.request_id, false);
@@ -1182,12 +1198,14 @@ struct Server::Impl {
       }
       if (beast::iequals(head[http::field::expect], "100-continue")) {
         http::response<http::empty_body> cont{http::status::continue_, 11};
-        beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.write_timeout_ms));
+        beast::get_lowest_layer(stream).expires_after(
+            std::chrono::milliseconds(lim.write_timeout_ms));
         auto [cec, cn] = co_await http::async_write(stream, cont, kAwait);
         if (cec) co_return;
       }
       if (!parser.is_done()) {
-        beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.body_timeout_ms));
+        beast::get_lowest_layer(stream).expires_after(
+            std::chrono::milliseconds(lim.body_timeout_ms));
         auto message_done = [](const auto& p) { return p.is_done(); };
         beast::error_code bec =
             co_await read_until(stream, buffer, parser, message_done, early.get());
@@ -1292,8 +1310,8 @@ struct Server::Impl {
   }
 
   asio::awaitable<void> refuse_connection(tcp::socket socket) {
-    Reply r = error_reply(Error::make(ErrorCode::kUnavailable,
-                                      "ferry is at its connection limit; retry shortly"));
+    Reply r = error_reply(
+        Error::make(ErrorCode::kUnavailable, "ferry is at its connection limit; retry shortly"));
     adapters::TimedSocket stream(std::move(socket));
     std::string rid = make_request_id();
     if (!tls) co_await write_reply(stream, r, rid, false);

@@ -86,17 +86,23 @@ uint64_t scalar_size(ValueType t) {
   switch (t) {
     case ValueType::kUint8:
     case ValueType::kInt8:
-    case ValueType::kBool: return 1;
+    case ValueType::kBool:
+      return 1;
     case ValueType::kUint16:
-    case ValueType::kInt16: return 2;
+    case ValueType::kInt16:
+      return 2;
     case ValueType::kUint32:
     case ValueType::kInt32:
-    case ValueType::kFloat32: return 4;
+    case ValueType::kFloat32:
+      return 4;
     case ValueType::kUint64:
     case ValueType::kInt64:
-    case ValueType::kFloat64: return 8;
-    case ValueType::kString: return 8;  // at least its length
-    case ValueType::kArray: return 12;  // at least its type and count
+    case ValueType::kFloat64:
+      return 8;
+    case ValueType::kString:
+      return 8;  // at least its length
+    case ValueType::kArray:
+      return 12;  // at least its type and count
   }
   return 1;
 }
@@ -104,17 +110,37 @@ uint64_t scalar_size(ValueType t) {
 // Reads one scalar of type t into v (v.type set by the caller for scalars).
 void read_scalar(Cursor& c, ValueType t, Value& v, const ReadLimits& limits) {
   switch (t) {
-    case ValueType::kUint8: v.uint_value = c.read<uint8_t>("u8"); break;
+    case ValueType::kUint8:
+      v.uint_value = c.read<uint8_t>("u8");
+      break;
     // NOLINTNEXTLINE(bugprone-signed-char-misuse): an int8 value, sign-extended on purpose
-    case ValueType::kInt8: v.int_value = c.read<int8_t>("i8"); break;
-    case ValueType::kUint16: v.uint_value = c.read<uint16_t>("u16"); break;
-    case ValueType::kInt16: v.int_value = c.read<int16_t>("i16"); break;
-    case ValueType::kUint32: v.uint_value = c.read<uint32_t>("u32"); break;
-    case ValueType::kInt32: v.int_value = c.read<int32_t>("i32"); break;
-    case ValueType::kUint64: v.uint_value = c.read<uint64_t>("u64"); break;
-    case ValueType::kInt64: v.int_value = c.read<int64_t>("i64"); break;
-    case ValueType::kFloat32: v.float_value = c.read<float>("f32"); break;
-    case ValueType::kFloat64: v.float_value = c.read<double>("f64"); break;
+    case ValueType::kInt8:
+      v.int_value = c.read<int8_t>("i8");
+      break;
+    case ValueType::kUint16:
+      v.uint_value = c.read<uint16_t>("u16");
+      break;
+    case ValueType::kInt16:
+      v.int_value = c.read<int16_t>("i16");
+      break;
+    case ValueType::kUint32:
+      v.uint_value = c.read<uint32_t>("u32");
+      break;
+    case ValueType::kInt32:
+      v.int_value = c.read<int32_t>("i32");
+      break;
+    case ValueType::kUint64:
+      v.uint_value = c.read<uint64_t>("u64");
+      break;
+    case ValueType::kInt64:
+      v.int_value = c.read<int64_t>("i64");
+      break;
+    case ValueType::kFloat32:
+      v.float_value = c.read<float>("f32");
+      break;
+    case ValueType::kFloat64:
+      v.float_value = c.read<double>("f64");
+      break;
     case ValueType::kBool: {
       const uint64_t at = c.offset();
       const auto b = c.read<uint8_t>("bool");
@@ -122,8 +148,12 @@ void read_scalar(Cursor& c, ValueType t, Value& v, const ReadLimits& limits) {
       v.uint_value = b;
       break;
     }
-    case ValueType::kString: v.string_value = c.read_string("string", limits.max_string_bytes); break;
-    case ValueType::kArray: c.fail("array where a scalar was expected"); break;
+    case ValueType::kString:
+      v.string_value = c.read_string("string", limits.max_string_bytes);
+      break;
+    case ValueType::kArray:
+      c.fail("array where a scalar was expected");
+      break;
   }
 }
 
@@ -246,8 +276,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path,
 }
 
 Result<std::unique_ptr<GgufFile>> GgufFile::from_bytes(const void* data, size_t size,
-                                                       std::string name,
-                                                       const ReadLimits& limits) {
+                                                       std::string name, const ReadLimits& limits) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->name_ = std::move(name);
   // Keep the data section as aligned as a mapping would be.
@@ -289,8 +318,8 @@ Status GgufFile::parse(const ReadLimits& limits) {
     const auto type_id = c.read<uint32_t>("metadata value type");
     if (!c.ok()) return *c.error();
     if (!value_type_valid(type_id)) {
-      return file_error(name_, at, "key '" + key + "': unknown value type " +
-                                       std::to_string(type_id));
+      return file_error(name_, at,
+                        "key '" + key + "': unknown value type " + std::to_string(type_id));
     }
     Value value;
     read_value(c, static_cast<ValueType>(type_id), value, limits, 0);
@@ -317,15 +346,17 @@ Status GgufFile::parse(const ReadLimits& limits) {
     const auto n_dims = c.read<uint32_t>("tensor dimension count");
     if (!c.ok()) return *c.error();
     if (n_dims == 0 || n_dims > kMaxDims) {
-      return file_error(name_, at, "tensor '" + t.name + "': " + std::to_string(n_dims) +
-                                       " dimensions (1 to 4 allowed)");
+      return file_error(
+          name_, at,
+          "tensor '" + t.name + "': " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
     }
     uint64_t n_elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const auto ne = c.read<uint64_t>("tensor dimension");
       if (!c.ok()) return *c.error();
       if (ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          (ne != 0 && n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / ne)) {
+          (ne != 0 &&
+           n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / ne)) {
         return file_error(name_, at, "tensor '" + t.name + "': shape overflows");
       }
       n_elements *= ne;
@@ -335,7 +366,8 @@ Status GgufFile::parse(const ReadLimits& limits) {
     t.offset = c.read<uint64_t>("tensor offset");
     if (!c.ok()) return *c.error();
     if (!model_format::tensor_type_known(type_id)) {
-      return file_error(name_, at, "tensor '" + t.name + "': unknown type " + std::to_string(type_id));
+      return file_error(name_, at,
+                        "tensor '" + t.name + "': unknown type " + std::to_string(type_id));
     }
     t.type = static_cast<TensorType>(type_id);
     const auto row = model_format::row_bytes(t.type, t.shape[0]);
@@ -343,9 +375,10 @@ Status GgufFile::parse(const ReadLimits& limits) {
       return file_error(name_, at, "tensor '" + t.name + "': size overflows");
     }
     if (!row) {
-      return file_error(name_, at, "tensor '" + t.name + "': row of " + std::to_string(t.shape[0]) +
-                                       " is not a whole number of " +
-                                       std::string(model_format::tensor_type_name(t.type)) + " blocks");
+      return file_error(name_, at,
+                        "tensor '" + t.name + "': row of " + std::to_string(t.shape[0]) +
+                            " is not a whole number of " +
+                            std::string(model_format::tensor_type_name(t.type)) + " blocks");
     }
     const uint64_t n_rows = t.shape[0] == 0 ? 0 : n_elements / static_cast<uint64_t>(t.shape[0]);
     if (n_rows != 0 && *row > std::numeric_limits<uint64_t>::max() / n_rows) {
@@ -354,9 +387,9 @@ Status GgufFile::parse(const ReadLimits& limits) {
     t.n_elements = n_elements;
     t.n_bytes = *row * n_rows;
     if (t.offset % alignment_ != 0) {
-      return file_error(name_, at, "tensor '" + t.name + "': offset " + std::to_string(t.offset) +
-                                       " is not a multiple of the alignment " +
-                                       std::to_string(alignment_));
+      return file_error(name_, at,
+                        "tensor '" + t.name + "': offset " + std::to_string(t.offset) +
+                            " is not a multiple of the alignment " + std::to_string(alignment_));
     }
     if (!tensor_index_.emplace(t.name, tensors_.size()).second) {
       return file_error(name_, at, "duplicate tensor name '" + t.name + "'");
@@ -374,10 +407,9 @@ Status GgufFile::parse(const ReadLimits& limits) {
   for (auto& t : tensors_) {
     const uint64_t avail = size_ >= data_offset_ ? size_ - data_offset_ : 0;
     if (t.offset > avail || t.n_bytes > avail - t.offset) {
-      return file_error(name_, data_offset_, "tensor '" + t.name + "': data [" +
-                                                 std::to_string(t.offset) + ", +" +
-                                                 std::to_string(t.n_bytes) +
-                                                 ") lies outside the file (truncated?)");
+      return file_error(name_, data_offset_,
+                        "tensor '" + t.name + "': data [" + std::to_string(t.offset) + ", +" +
+                            std::to_string(t.n_bytes) + ") lies outside the file (truncated?)");
     }
     t.data = base_ + data_offset_ + t.offset;
   }

@@ -30,7 +30,7 @@ struct TensorInfo {
   TensorType type = TensorType::kF32;
   // GGUF order: shape[0] is the fastest-varying dimension (row length). 1 to 4 entries.
   std::vector<int64_t> shape;
-  uint64_t offset = 0;      // from the start of the data section (a multiple of alignment)
+  uint64_t offset = 0;  // from the start of the data section (a multiple of alignment)
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // inside the mapping, n_bytes long
@@ -40,8 +40,8 @@ struct TensorInfo {
 
 // Limits a reader enforces besides the file's bounds (a hostile file can claim anything).
 struct ReadLimits {
-  uint64_t max_string_bytes = 1ull << 24;   // 16 MiB per string
-  uint64_t max_array_elems = 1ull << 26;    // 64 Mi elements per array
+  uint64_t max_string_bytes = 1ull << 24;  // 16 MiB per string
+  uint64_t max_array_elems = 1ull << 26;   // 64 Mi elements per array
   uint64_t max_kv = 1ull << 20;
   uint64_t max_tensors = 1ull << 20;
   int max_array_depth = 4;
@@ -90,8 +90,8 @@ class GgufFile {
   std::string name_;
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
-  void* mapping_ = nullptr;       // mmap base when mapped
-  std::vector<uint8_t> owned_;    // the copy when from_bytes
+  void* mapping_ = nullptr;     // mmap base when mapped
+  std::vector<uint8_t> owned_;  // the copy when from_bytes
   uint32_t version_ = 0;
   uint64_t alignment_ = kDefaultAlignment;
   uint64_t data_offset_ = 0;

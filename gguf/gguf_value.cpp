@@ -7,24 +7,39 @@ namespace ferry::gguf {
 
 std::string_view value_type_name(ValueType type) {
   switch (type) {
-    case ValueType::kUint8: return "u8";
-    case ValueType::kInt8: return "i8";
-    case ValueType::kUint16: return "u16";
-    case ValueType::kInt16: return "i16";
-    case ValueType::kUint32: return "u32";
-    case ValueType::kInt32: return "i32";
-    case ValueType::kFloat32: return "f32";
-    case ValueType::kBool: return "bool";
-    case ValueType::kString: return "str";
-    case ValueType::kArray: return "arr";
-    case ValueType::kUint64: return "u64";
-    case ValueType::kInt64: return "i64";
-    case ValueType::kFloat64: return "f64";
+    case ValueType::kUint8:
+      return "u8";
+    case ValueType::kInt8:
+      return "i8";
+    case ValueType::kUint16:
+      return "u16";
+    case ValueType::kInt16:
+      return "i16";
+    case ValueType::kUint32:
+      return "u32";
+    case ValueType::kInt32:
+      return "i32";
+    case ValueType::kFloat32:
+      return "f32";
+    case ValueType::kBool:
+      return "bool";
+    case ValueType::kString:
+      return "str";
+    case ValueType::kArray:
+      return "arr";
+    case ValueType::kUint64:
+      return "u64";
+    case ValueType::kInt64:
+      return "i64";
+    case ValueType::kFloat64:
+      return "f64";
   }
   return "?";
 }
 
-bool value_type_valid(uint32_t id) { return id <= static_cast<uint32_t>(ValueType::kFloat64); }
+bool value_type_valid(uint32_t id) {
+  return id <= static_cast<uint32_t>(ValueType::kFloat64);
+}
 
 Value Value::u32(uint32_t v) {
   Value out;
@@ -108,7 +123,8 @@ std::optional<uint64_t> Value::as_uint() const {
 
 std::optional<int64_t> Value::as_int() const {
   if (is_signed(type)) return int_value;
-  if (is_unsigned(type) && uint_value <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+  if (is_unsigned(type) &&
+      uint_value <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return static_cast<int64_t>(uint_value);
   }
   return std::nullopt;
@@ -161,10 +177,13 @@ std::string number(double v) {
 
 std::string Value::to_display_string(size_t max_items) const {
   switch (type) {
-    case ValueType::kString: return quoted(string_value, 200);
-    case ValueType::kBool: return uint_value ? "true" : "false";
+    case ValueType::kString:
+      return quoted(string_value, 200);
+    case ValueType::kBool:
+      return uint_value ? "true" : "false";
     case ValueType::kFloat32:
-    case ValueType::kFloat64: return number(float_value);
+    case ValueType::kFloat64:
+      return number(float_value);
     case ValueType::kArray: {
       std::string out = "[" + std::string(value_type_name(elem_type)) + " x " +
                         std::to_string(array_size()) + "]";

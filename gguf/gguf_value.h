@@ -36,10 +36,10 @@ bool value_type_valid(uint32_t id);
 // `strings`, nested arrays in `arrays`.
 struct Value {
   ValueType type = ValueType::kUint32;
-  uint64_t uint_value = 0;  // kUint8/16/32/64, kBool (0 or 1)
-  int64_t int_value = 0;    // kInt8/16/32/64
-  double float_value = 0;   // kFloat32/64
-  std::string string_value; // kString
+  uint64_t uint_value = 0;   // kUint8/16/32/64, kBool (0 or 1)
+  int64_t int_value = 0;     // kInt8/16/32/64
+  double float_value = 0;    // kFloat32/64
+  std::string string_value;  // kString
 
   ValueType elem_type = ValueType::kUint8;  // kArray only
   std::vector<uint64_t> uints;

@@ -52,19 +52,44 @@ void put_string(Sink& s, const std::string& str) {
 template <typename Sink>
 void put_scalar(Sink& s, ValueType t, uint64_t u, int64_t i, double f, const std::string* str) {
   switch (t) {
-    case ValueType::kUint8: put(s, static_cast<uint8_t>(u)); break;
-    case ValueType::kInt8: put(s, static_cast<int8_t>(i)); break;
-    case ValueType::kUint16: put(s, static_cast<uint16_t>(u)); break;
-    case ValueType::kInt16: put(s, static_cast<int16_t>(i)); break;
-    case ValueType::kUint32: put(s, static_cast<uint32_t>(u)); break;
-    case ValueType::kInt32: put(s, static_cast<int32_t>(i)); break;
-    case ValueType::kUint64: put(s, static_cast<uint64_t>(u)); break;
-    case ValueType::kInt64: put(s, static_cast<int64_t>(i)); break;
-    case ValueType::kFloat32: put(s, static_cast<float>(f)); break;
-    case ValueType::kFloat64: put(s, f); break;
-    case ValueType::kBool: put(s, static_cast<uint8_t>(u ? 1 : 0)); break;
-    case ValueType::kString: put_string(s, *str); break;
-    case ValueType::kArray: break;
+    case ValueType::kUint8:
+      put(s, static_cast<uint8_t>(u));
+      break;
+    case ValueType::kInt8:
+      put(s, static_cast<int8_t>(i));
+      break;
+    case ValueType::kUint16:
+      put(s, static_cast<uint16_t>(u));
+      break;
+    case ValueType::kInt16:
+      put(s, static_cast<int16_t>(i));
+      break;
+    case ValueType::kUint32:
+      put(s, static_cast<uint32_t>(u));
+      break;
+    case ValueType::kInt32:
+      put(s, static_cast<int32_t>(i));
+      break;
+    case ValueType::kUint64:
+      put(s, static_cast<uint64_t>(u));
+      break;
+    case ValueType::kInt64:
+      put(s, static_cast<int64_t>(i));
+      break;
+    case ValueType::kFloat32:
+      put(s, static_cast<float>(f));
+      break;
+    case ValueType::kFloat64:
+      put(s, f);
+      break;
+    case ValueType::kBool:
+      put(s, static_cast<uint8_t>(u ? 1 : 0));
+      break;
+    case ValueType::kString:
+      put_string(s, *str);
+      break;
+    case ValueType::kArray:
+      break;
   }
 }
 
@@ -128,9 +153,9 @@ Status GgufWriter::add_tensor(std::string name, model_format::TensorType type,
   uint64_t rows = 1;
   for (size_t i = 1; i < shape.size(); ++i) rows *= static_cast<uint64_t>(shape[i]);
   if (*row * rows != data.size()) {
-    return Error::make(ErrorCode::kInvalidRequest,
-                       name + ": " + std::to_string(data.size()) + " bytes given, " +
-                           std::to_string(*row * rows) + " expected");
+    return Error::make(ErrorCode::kInvalidRequest, name + ": " + std::to_string(data.size()) +
+                                                       " bytes given, " +
+                                                       std::to_string(*row * rows) + " expected");
   }
   tensors_.push_back(PendingTensor{std::move(name), type, std::move(shape), std::move(data)});
   return {};

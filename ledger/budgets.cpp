@@ -9,18 +9,24 @@ namespace ferry::ledger {
 
 std::string_view budget_scope_name(BudgetScope scope) {
   switch (scope) {
-    case BudgetScope::kKey: return "key";
-    case BudgetScope::kTeam: return "team";
-    case BudgetScope::kProject: return "project";
+    case BudgetScope::kKey:
+      return "key";
+    case BudgetScope::kTeam:
+      return "team";
+    case BudgetScope::kProject:
+      return "project";
   }
   return "?";
 }
 
 std::string_view budget_period_name(BudgetPeriod period) {
   switch (period) {
-    case BudgetPeriod::kDay: return "day";
-    case BudgetPeriod::kWeek: return "week";
-    case BudgetPeriod::kMonth: return "month";
+    case BudgetPeriod::kDay:
+      return "day";
+    case BudgetPeriod::kWeek:
+      return "week";
+    case BudgetPeriod::kMonth:
+      return "month";
   }
   return "?";
 }
@@ -38,7 +44,8 @@ std::vector<BudgetDef> parse_budgets(const YAML::Node& budgets, const std::strin
     BudgetDef def;
     def.name = map.str("name");
     if (def.name.empty()) map.fail("name", "must not be empty");
-    if (!names.insert(def.name).second) map.fail("name", "duplicate budget name '" + def.name + "'");
+    if (!names.insert(def.name).second)
+      map.fail("name", "duplicate budget name '" + def.name + "'");
     std::string scope = map.str("scope");
     if (scope == "key") {
       def.scope = BudgetScope::kKey;
@@ -81,9 +88,12 @@ std::vector<BudgetDef> parse_budgets(const YAML::Node& budgets, const std::strin
 
 bool budget_applies(const BudgetDef& def, const Subject& subject) {
   switch (def.scope) {
-    case BudgetScope::kKey: return subject.key_id == def.match;
-    case BudgetScope::kTeam: return subject.team == def.match;
-    case BudgetScope::kProject: return subject.project == def.match;
+    case BudgetScope::kKey:
+      return subject.key_id == def.match;
+    case BudgetScope::kTeam:
+      return subject.team == def.match;
+    case BudgetScope::kProject:
+      return subject.project == def.match;
   }
   return false;
 }
@@ -153,15 +163,15 @@ Result<Reservation> BudgetBook::reserve(const Subject& subject, Money worst_case
         worst_case >= Money::max() || state.spent + state.reserved + worst_case > defs_[i].amount;
     if (over && defs_[i].hard) {
       const BudgetDef& def = defs_[i];
-      Error error = Error::make(
-          ErrorCode::kRateLimited,
-          "budget '" + def.name + "' (" + std::string(budget_scope_name(def.scope)) + " " +
-              def.match + ", " + std::string(budget_period_name(def.period)) +
-              ") is exhausted: spent " + state.spent.to_string() + " and reserved " +
-              state.reserved.to_string() + " of " + def.amount.to_string() +
-              "; this request may cost up to " + worst_case.to_string() + "; resets at " +
-              format_local_time(state.bounds.end_us, def.zone),
-          def.name, "budget_exceeded");
+      Error error =
+          Error::make(ErrorCode::kRateLimited,
+                      "budget '" + def.name + "' (" + std::string(budget_scope_name(def.scope)) +
+                          " " + def.match + ", " + std::string(budget_period_name(def.period)) +
+                          ") is exhausted: spent " + state.spent.to_string() + " and reserved " +
+                          state.reserved.to_string() + " of " + def.amount.to_string() +
+                          "; this request may cost up to " + worst_case.to_string() +
+                          "; resets at " + format_local_time(state.bounds.end_us, def.zone),
+                      def.name, "budget_exceeded");
       return error;
     }
     if (over) reservation.soft_exceeded.push_back(defs_[i].name);

@@ -32,7 +32,8 @@ struct Ledger::Item {
 
 LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file) {
   yaml::Map map(node, file, "ledger");
-  map.allow_only({"path", "currency", "reference_model", "queue_capacity", "max_batch", "retry_ms"});
+  map.allow_only(
+      {"path", "currency", "reference_model", "queue_capacity", "max_batch", "retry_ms"});
   LedgerConfig config;
   config.path = map.str("path");
   if (config.path.empty()) map.fail("path", "must not be empty");
@@ -53,7 +54,9 @@ Admission& Admission::operator=(Admission&& other) noexcept {
   return *this;
 }
 
-Admission::~Admission() { give_back(); }
+Admission::~Admission() {
+  give_back();
+}
 
 void Admission::give_back() {
   if (!core_) return;
@@ -139,10 +142,14 @@ namespace {
 TokenSource weaker(TokenSource a, TokenSource b) {
   auto rank = [](TokenSource s) {
     switch (s) {
-      case TokenSource::kNone: return 0;
-      case TokenSource::kBackend: return 1;
-      case TokenSource::kTokenizer: return 2;
-      case TokenSource::kEstimate: return 3;
+      case TokenSource::kNone:
+        return 0;
+      case TokenSource::kBackend:
+        return 1;
+      case TokenSource::kTokenizer:
+        return 2;
+      case TokenSource::kEstimate:
+        return 3;
     }
     return 0;
   };
@@ -197,7 +204,8 @@ LedgerEntry price_request(RequestRecord record, const PriceCatalog& prices,
       total = Cost{};
     } else {
       total.pricing = versions.empty() || !all_internal ? Pricing::kPriced : Pricing::kInternal;
-      for (const auto& v : versions) total.price_version += (total.price_version.empty() ? "" : ",") + v;
+      for (const auto& v : versions)
+        total.price_version += (total.price_version.empty() ? "" : ",") + v;
     }
     entry.cost = std::move(total);
   }
@@ -274,8 +282,7 @@ void Ledger::writer_loop() {
       taken.swap(queue_);
       writing_ = true;
     }
-    for (size_t begin = 0; begin < taken.size();
-         begin += static_cast<size_t>(config_.max_batch)) {
+    for (size_t begin = 0; begin < taken.size(); begin += static_cast<size_t>(config_.max_batch)) {
       size_t end = std::min(taken.size(), begin + static_cast<size_t>(config_.max_batch));
       entries.clear();
       for (size_t i = begin; i < end; ++i) entries.push_back(&taken[i]->entry);
@@ -368,8 +375,7 @@ void Ledger::checkpointer_loop() {
       checkpoint_due_ = false;
     }
     std::lock_guard checkpointing(checkpoint_mu_);
-    (void)sqlite3_wal_checkpoint_v2(db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
-                                    nullptr);
+    (void)sqlite3_wal_checkpoint_v2(db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
   }
 }
 
@@ -377,15 +383,17 @@ std::optional<double> Ledger::budget_left_pct(const Subject& subject) {
   return core_->book.left_pct(subject, unix_micros_now());
 }
 
-std::vector<BudgetState> Ledger::budgets() { return core_->book.snapshot(unix_micros_now()); }
+std::vector<BudgetState> Ledger::budgets() {
+  return core_->book.snapshot(unix_micros_now());
+}
 
 Status Ledger::health() const {
   if (healthy_.load()) return {};
   std::lock_guard lock(mu_);
-  return Error::make(ErrorCode::kUnavailable,
-                     "the ledger cannot record requests (" + unhealthy_reason_ +
-                         "); refusing unbilled traffic",
-                     "", "ledger_unavailable");
+  return Error::make(
+      ErrorCode::kUnavailable,
+      "the ledger cannot record requests (" + unhealthy_reason_ + "); refusing unbilled traffic",
+      "", "ledger_unavailable");
 }
 
 LedgerStats Ledger::stats() const {

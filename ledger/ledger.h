@@ -58,9 +58,9 @@ struct Adjustment {
   Money cached_input;
   Money output;
   Money reasoning;
-  std::string note;  // why; kept in the row
-  std::string id;    // "" = a new UUIDv7
-  int64_t at_us = 0; // 0 = now
+  std::string note;   // why; kept in the row
+  std::string id;     // "" = a new UUIDv7
+  int64_t at_us = 0;  // 0 = now
 };
 
 struct LedgerStats {
@@ -68,9 +68,9 @@ struct LedgerStats {
   int64_t rows_refused = 0;  // single rows the store refused (duplicate id, unknown original)
   int64_t batches = 0;       // group commits
   int64_t write_failures = 0;
-  int64_t pending = 0;       // admitted or queued, not yet durable
-  int64_t hard_refusals = 0; // 429s from hard budgets
-  int64_t soft_exceeded = 0; // admissions past a soft budget
+  int64_t pending = 0;        // admitted or queued, not yet durable
+  int64_t hard_refusals = 0;  // 429s from hard budgets
+  int64_t soft_exceeded = 0;  // admissions past a soft budget
   bool healthy = true;
 };
 
@@ -171,9 +171,9 @@ class Ledger {
   std::condition_variable idle_;
   // Items are heap-allocated so that queueing moves a pointer, not a record, under mu_.
   std::vector<std::unique_ptr<Item>> queue_;  // guarded by mu_
-  bool writing_ = false;    // guarded by mu_
-  bool stopping_ = false;   // guarded by mu_
-  std::string unhealthy_reason_;  // guarded by mu_
+  bool writing_ = false;                      // guarded by mu_
+  bool stopping_ = false;                     // guarded by mu_
+  std::string unhealthy_reason_;              // guarded by mu_
   std::atomic<bool> healthy_{true};
   std::atomic<int> inject_failures_{0};
   std::atomic<int64_t> rows_committed_{0};

@@ -15,8 +15,9 @@ Money money_field(const yaml::Map& map, const char* key) {
   std::string text = yaml::scalar_str(map.raw(key), map.file(), key);
   auto money = Money::parse(text);
   if (!money || money->micros() < 0) {
-    map.fail(key, "must be a non-negative decimal amount with at most 6 fractional digits, found '" +
-                      text + "'");
+    map.fail(key,
+             "must be a non-negative decimal amount with at most 6 fractional digits, found '" +
+                 text + "'");
   }
   return *money;
 }
@@ -31,8 +32,8 @@ PriceCatalog PriceCatalog::from_yaml(const YAML::Node& prices, const std::string
   }
   for (const auto& item : prices) {
     yaml::Map map(item, file, "price entry");
-    map.allow_only({"model", "effective_from", "input", "cached_input", "output", "reasoning",
-                    "internal"});
+    map.allow_only(
+        {"model", "effective_from", "input", "cached_input", "output", "reasoning", "internal"});
     PriceEntry entry;
     entry.model = map.str("model");
     if (entry.model.empty()) map.fail("model", "must not be empty");

@@ -54,8 +54,8 @@ class PriceCatalog {
 
   // The most a request can cost on `model`: prompt tokens at the input price plus max_tokens
   // at the higher of the output and reasoning prices. nullopt when unpriced.
-  std::optional<Money> worst_case(std::string_view model, int64_t prompt_tokens,
-                                  int64_t max_tokens, int64_t at_us) const;
+  std::optional<Money> worst_case(std::string_view model, int64_t prompt_tokens, int64_t max_tokens,
+                                  int64_t at_us) const;
 
   std::vector<PriceEntry> entries() const;  // every version, by model then date
 

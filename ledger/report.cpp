@@ -168,7 +168,9 @@ bool merge_group(ReportRow& into, const ReportRow& part) {
 
 }  // namespace
 
-std::string_view report_by_name(ReportBy by) { return info(by).name; }
+std::string_view report_by_name(ReportBy by) {
+  return info(by).name;
+}
 
 std::optional<ReportBy> parse_report_by(std::string_view name) {
   for (const auto& i : kBy) {
@@ -199,7 +201,9 @@ std::optional<ReportFormat> parse_report_format(std::string_view name) {
   return std::nullopt;
 }
 
-Money ReportRow::average() const { return rounded_div(total, requests); }
+Money ReportRow::average() const {
+  return rounded_div(total, requests);
+}
 
 void ReportRow::add(const ReportRow& o) {
   if (o.requests > 0 || o.first_us != 0) {
@@ -231,8 +235,8 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
   bool raw =
       query.force_raw || query.filter.task_id.has_value() || query.filter.request_id.has_value();
   for (ReportBy by : query.by) raw = raw || info(by).daily_expr == nullptr;
-  bool team_ok = !raw && !query.force_full_aggregate && !query.filter.key_id &&
-                 !query.filter.rule_id;
+  bool team_ok =
+      !raw && !query.force_full_aggregate && !query.filter.key_id && !query.filter.rule_id;
   for (ReportBy by : query.by) team_ok = team_ok && info(by).in_daily_team;
   auto db = Db::open(db_path, true);
   if (!db) return db.error();
@@ -386,18 +390,25 @@ struct Column {
   bool savings_only;
 };
 
-std::string time_or_empty(int64_t us) { return us == 0 ? "" : format_utc_micros(us); }
+std::string time_or_empty(int64_t us) {
+  return us == 0 ? "" : format_utc_micros(us);
+}
 
 const std::vector<Column>& value_columns() {
   static const std::vector<Column> kColumns = {
       {"requests", [](const ReportRow& r) { return std::to_string(r.requests); }, false},
-      {"unpriced_requests", [](const ReportRow& r) { return std::to_string(r.unpriced_requests); }, false},
-      {"refused_requests", [](const ReportRow& r) { return std::to_string(r.refused_requests); }, false},
-      {"shadow_requests", [](const ReportRow& r) { return std::to_string(r.shadow_requests); }, false},
+      {"unpriced_requests", [](const ReportRow& r) { return std::to_string(r.unpriced_requests); },
+       false},
+      {"refused_requests", [](const ReportRow& r) { return std::to_string(r.refused_requests); },
+       false},
+      {"shadow_requests", [](const ReportRow& r) { return std::to_string(r.shadow_requests); },
+       false},
       {"input_tokens", [](const ReportRow& r) { return std::to_string(r.input_tokens); }, false},
-      {"cached_input_tokens", [](const ReportRow& r) { return std::to_string(r.cached_tokens); }, false},
+      {"cached_input_tokens", [](const ReportRow& r) { return std::to_string(r.cached_tokens); },
+       false},
       {"output_tokens", [](const ReportRow& r) { return std::to_string(r.output_tokens); }, false},
-      {"reasoning_tokens", [](const ReportRow& r) { return std::to_string(r.reasoning_tokens); }, false},
+      {"reasoning_tokens", [](const ReportRow& r) { return std::to_string(r.reasoning_tokens); },
+       false},
       {"cost_input", [](const ReportRow& r) { return r.cost_input.to_string(); }, false},
       {"cost_cached_input", [](const ReportRow& r) { return r.cost_cached.to_string(); }, false},
       {"cost_output", [](const ReportRow& r) { return r.cost_output.to_string(); }, false},
@@ -519,8 +530,8 @@ namespace {
 // money columns as exact decimals.
 Status stream_csv(Stmt& stmt, const std::vector<std::string>& columns,
                   const std::function<bool(std::string_view chunk)>& sink, size_t chunk_bytes) {
-  static const std::set<std::string> kMoney = {"cost_input", "cost_cached", "cost_output",
-                                               "cost_reasoning", "cost_total", "avoided_cost"};
+  static const std::set<std::string> kMoney = {"cost_input",     "cost_cached", "cost_output",
+                                               "cost_reasoning", "cost_total",  "avoided_cost"};
   std::string buffer;
   buffer.reserve(chunk_bytes + 4096);
   for (size_t i = 0; i < columns.size(); ++i) buffer += (i == 0 ? "" : ",") + columns[i];
@@ -535,7 +546,8 @@ Status stream_csv(Stmt& stmt, const std::vector<std::string>& columns,
       if (stmt.is_null(col)) continue;
       Value v = stmt.value_at(col);
       if (const auto* n = std::get_if<int64_t>(&v)) {
-        buffer += kMoney.count(columns[i]) ? Money::from_micros(*n).to_string() : std::to_string(*n);
+        buffer +=
+            kMoney.count(columns[i]) ? Money::from_micros(*n).to_string() : std::to_string(*n);
       } else {
         buffer += csv_field(std::get<std::string>(v), true);
       }

@@ -17,7 +17,17 @@
 
 namespace ferry::ledger {
 
-enum class ReportBy : uint8_t { kTask, kTeam, kProject, kKey, kModel, kTarget, kRule, kDay, kMonth };
+enum class ReportBy : uint8_t {
+  kTask,
+  kTeam,
+  kProject,
+  kKey,
+  kModel,
+  kTarget,
+  kRule,
+  kDay,
+  kMonth
+};
 std::string_view report_by_name(ReportBy by);
 std::optional<ReportBy> parse_report_by(std::string_view name);
 // "team,day" -> {kTeam, kDay}; nullopt on an unknown or repeated name.
@@ -33,8 +43,8 @@ struct ReportFilter {
   std::optional<std::string> target;
   std::optional<std::string> rule_id;
   std::optional<std::string> request_id;  // the gateway's x-request-id (reads the rows)
-  std::optional<CivilDate> from;  // first UTC day included
-  std::optional<CivilDate> to;    // last UTC day included
+  std::optional<CivilDate> from;          // first UTC day included
+  std::optional<CivilDate> to;            // last UTC day included
 };
 
 struct ReportQuery {
@@ -52,10 +62,10 @@ inline constexpr int64_t kReportChunks = 64;
 
 struct ReportRow {
   std::vector<std::string> group;  // one value per ReportQuery::by
-  int64_t requests = 0;           // served: neither refused nor a shadow copy
-  int64_t unpriced_requests = 0;  // served ones whose cost is unknown and not in the sums
-  int64_t refused_requests = 0;   // refused before running (budget, policy, context)
-  int64_t shadow_requests = 0;    // shadow copies; their cost is in the sums
+  int64_t requests = 0;            // served: neither refused nor a shadow copy
+  int64_t unpriced_requests = 0;   // served ones whose cost is unknown and not in the sums
+  int64_t refused_requests = 0;    // refused before running (budget, policy, context)
+  int64_t shadow_requests = 0;     // shadow copies; their cost is in the sums
   int64_t input_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t output_tokens = 0;
@@ -64,11 +74,11 @@ struct ReportRow {
   Money cost_cached;
   Money cost_output;
   Money cost_reasoning;
-  Money total;          // = the four parts, exactly
-  Money avoided;        // what the reference model would have charged
-  Money avoided_base;   // actual cost of the rows that have an avoided cost
-  int64_t first_us = 0; // first request's start
-  int64_t last_us = 0;  // last request's end
+  Money total;           // = the four parts, exactly
+  Money avoided;         // what the reference model would have charged
+  Money avoided_base;    // actual cost of the rows that have an avoided cost
+  int64_t first_us = 0;  // first request's start
+  int64_t last_us = 0;   // last request's end
 
   Money average() const;  // total / requests, rounded half away from zero to the micro-unit
   Money saved() const { return avoided - avoided_base; }

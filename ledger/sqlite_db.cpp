@@ -22,7 +22,9 @@ Stmt& Stmt::operator=(Stmt&& other) noexcept {
   return *this;
 }
 
-Stmt::~Stmt() { sqlite3_finalize(stmt_); }
+Stmt::~Stmt() {
+  sqlite3_finalize(stmt_);
+}
 
 Stmt& Stmt::bind(int index, int64_t value) {
   sqlite3_bind_int64(stmt_, index, value);
@@ -81,7 +83,9 @@ void Stmt::reset() {
   sqlite3_clear_bindings(stmt_);
 }
 
-int64_t Stmt::int_at(int column) const { return sqlite3_column_int64(stmt_, column); }
+int64_t Stmt::int_at(int column) const {
+  return sqlite3_column_int64(stmt_, column);
+}
 
 std::string Stmt::text_at(int column) const {
   const auto* text = sqlite3_column_text(stmt_, column);
@@ -89,17 +93,24 @@ std::string Stmt::text_at(int column) const {
   return text == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(text), size);
 }
 
-bool Stmt::is_null(int column) const { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
+bool Stmt::is_null(int column) const {
+  return sqlite3_column_type(stmt_, column) == SQLITE_NULL;
+}
 
 Value Stmt::value_at(int column) const {
   switch (sqlite3_column_type(stmt_, column)) {
-    case SQLITE_NULL: return std::monostate{};
-    case SQLITE_INTEGER: return int_at(column);
-    default: return text_at(column);
+    case SQLITE_NULL:
+      return std::monostate{};
+    case SQLITE_INTEGER:
+      return int_at(column);
+    default:
+      return text_at(column);
   }
 }
 
-int Stmt::column_count() const { return sqlite3_column_count(stmt_); }
+int Stmt::column_count() const {
+  return sqlite3_column_count(stmt_);
+}
 
 std::string Stmt::column_name(int column) const {
   const char* name = sqlite3_column_name(stmt_, column);
@@ -134,7 +145,9 @@ Db& Db::operator=(Db&& other) noexcept {
   return *this;
 }
 
-Db::~Db() { sqlite3_close_v2(db_); }
+Db::~Db() {
+  sqlite3_close_v2(db_);
+}
 
 Status Db::exec(const std::string& sql) {
   char* message = nullptr;
@@ -155,6 +168,8 @@ Result<Stmt> Db::prepare(std::string_view sql) {
   return Stmt(db_, stmt);
 }
 
-std::string Db::last_error() const { return db_ != nullptr ? sqlite3_errmsg(db_) : ""; }
+std::string Db::last_error() const {
+  return db_ != nullptr ? sqlite3_errmsg(db_) : "";
+}
 
 }  // namespace ferry::ledger

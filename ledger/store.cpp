@@ -272,13 +272,27 @@ void append_json_string(std::string& out, std::string_view text) {
       continue;
     }
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           out += "\\u00";
@@ -425,9 +439,10 @@ void hash_text(const std::vector<ValueRef>& request, std::string_view request_id
 constexpr const char* kDailyKey = "day,key_id,team,project,model,target,rule_id";
 constexpr const char* kDailyTeamKey = "day,team,project,model,target";
 constexpr const char* kSumColumns[] = {
-    "requests", "unpriced", "input_tokens", "cached_tokens", "output_tokens",
-    "reasoning_tokens", "cost_input", "cost_cached", "cost_output", "cost_reasoning",
-    "cost_total", "avoided_total", "avoided_base", "refused", "shadows", "unpriced_served"};
+    "requests",      "unpriced",         "input_tokens", "cached_tokens",
+    "output_tokens", "reasoning_tokens", "cost_input",   "cost_cached",
+    "cost_output",   "cost_reasoning",   "cost_total",   "avoided_total",
+    "avoided_base",  "refused",          "shadows",      "unpriced_served"};
 
 std::string daily_upsert_sql(const char* table, const char* key) {
   std::string columns = key;
@@ -456,7 +471,8 @@ void daily_key(std::string& key, std::initializer_list<std::string_view> parts) 
 
 // A shadow copy's row: the router tags it "shadow" (gateway/router.cpp, finish_shadow).
 bool is_shadow(const RequestRecord& r) {
-  return std::find(r.trusted_tags.begin(), r.trusted_tags.end(), kShadowTag) != r.trusted_tags.end();
+  return std::find(r.trusted_tags.begin(), r.trusted_tags.end(), kShadowTag) !=
+         r.trusted_tags.end();
 }
 
 // Adds one appended row to its group's delta (`key_id`/`rule_id` "" for daily_team).
@@ -509,25 +525,62 @@ void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& 
 }  // namespace
 
 const std::vector<std::string>& request_columns() {
-  static const std::vector<std::string> kColumns = {
-      "id", "kind", "adjusts_id", "note", "started_us", "ended_us", "day", "key_id", "team",
-      "project", "task_id", "trusted_tags", "claimed_tags", "requested_model", "target",
-      "upstream_model", "rule_id", "policy_version", "attempts", "status", "http_status",
-      "error_code", "stream", "finish_reason", "input_tokens", "input_source", "cached_tokens",
-      "cached_source", "output_tokens", "output_source", "reasoning_tokens", "reasoning_source",
-      "pricing", "price_version", "cost_input", "cost_cached", "cost_output", "cost_reasoning",
-      "cost_total", "avoided_cost", "avoided_version", "queue_us", "routing_us", "ttft_us",
-      "total_us", "prev_hash"};
+  static const std::vector<std::string> kColumns = {"id",
+                                                    "kind",
+                                                    "adjusts_id",
+                                                    "note",
+                                                    "started_us",
+                                                    "ended_us",
+                                                    "day",
+                                                    "key_id",
+                                                    "team",
+                                                    "project",
+                                                    "task_id",
+                                                    "trusted_tags",
+                                                    "claimed_tags",
+                                                    "requested_model",
+                                                    "target",
+                                                    "upstream_model",
+                                                    "rule_id",
+                                                    "policy_version",
+                                                    "attempts",
+                                                    "status",
+                                                    "http_status",
+                                                    "error_code",
+                                                    "stream",
+                                                    "finish_reason",
+                                                    "input_tokens",
+                                                    "input_source",
+                                                    "cached_tokens",
+                                                    "cached_source",
+                                                    "output_tokens",
+                                                    "output_source",
+                                                    "reasoning_tokens",
+                                                    "reasoning_source",
+                                                    "pricing",
+                                                    "price_version",
+                                                    "cost_input",
+                                                    "cost_cached",
+                                                    "cost_output",
+                                                    "cost_reasoning",
+                                                    "cost_total",
+                                                    "avoided_cost",
+                                                    "avoided_version",
+                                                    "queue_us",
+                                                    "routing_us",
+                                                    "ttft_us",
+                                                    "total_us",
+                                                    "prev_hash"};
   return kColumns;
 }
 
 const std::vector<std::string>& attempt_columns() {
   static const std::vector<std::string> kColumns = {
-      "request_id", "attempt", "target", "upstream_model", "status", "http_status", "error_code",
-      "started_us", "ended_us", "input_tokens", "input_source", "cached_tokens", "cached_source",
-      "output_tokens", "output_source", "reasoning_tokens", "reasoning_source", "pricing",
-      "price_version", "cost_input", "cost_cached", "cost_output", "cost_reasoning",
-      "cost_total"};
+      "request_id",       "attempt",          "target",         "upstream_model", "status",
+      "http_status",      "error_code",       "started_us",     "ended_us",       "input_tokens",
+      "input_source",     "cached_tokens",    "cached_source",  "output_tokens",  "output_source",
+      "reasoning_tokens", "reasoning_source", "pricing",        "price_version",  "cost_input",
+      "cost_cached",      "cost_output",      "cost_reasoning", "cost_total"};
   return kColumns;
 }
 
@@ -567,10 +620,10 @@ Result<Store> Store::open(const std::string& path, const std::string& currency) 
   int64_t version = version_stmt->int_at(0);
   version_stmt->reset();
   if (version > kSchemaVersion) {
-    return Error::make(ErrorCode::kUnavailable,
-                       "ledger database " + path + " has schema version " +
-                           std::to_string(version) + ", newer than this ferry (" +
-                           std::to_string(kSchemaVersion) + ")");
+    return Error::make(ErrorCode::kUnavailable, "ledger database " + path + " has schema version " +
+                                                    std::to_string(version) +
+                                                    ", newer than this ferry (" +
+                                                    std::to_string(kSchemaVersion) + ")");
   }
   for (int64_t v = version; v < kSchemaVersion; ++v) {
     std::string sql = std::string("BEGIN IMMEDIATE;") + kMigrations[v] +
@@ -579,8 +632,8 @@ Result<Store> Store::open(const std::string& path, const std::string& currency) 
     if (!st) {
       (void)store.db_.exec("ROLLBACK");
       return Error::make(ErrorCode::kUnavailable, "ledger migration to version " +
-                                                      std::to_string(v + 1) + " failed: " +
-                                                      st.error().message);
+                                                      std::to_string(v + 1) +
+                                                      " failed: " + st.error().message);
     }
   }
   // Currency: fixed at creation.
@@ -591,9 +644,9 @@ Result<Store> Store::open(const std::string& path, const std::string& currency) 
   if (*found) {
     store.currency_ = get->text_at(0);
     if (!currency.empty() && currency != store.currency_) {
-      return Error::make(ErrorCode::kUnavailable,
-                         "ledger database " + path + " is kept in " + store.currency_ +
-                             ", the config says " + currency);
+      return Error::make(ErrorCode::kUnavailable, "ledger database " + path + " is kept in " +
+                                                      store.currency_ + ", the config says " +
+                                                      currency);
     }
   } else {
     store.currency_ = currency.empty() ? "USD" : currency;
@@ -610,8 +663,7 @@ Result<Store> Store::open(const std::string& path, const std::string& currency) 
 Status Store::prepare_statements() {
   auto ins = db_.prepare("INSERT INTO requests(" + join_names(request_columns()) + "," +
                          kFactsColumn + "," + kUsageCheckColumn + "," + kRequestIdColumn +
-                         ",hash) VALUES(" +
-                         join_placeholders(request_columns().size() + 4) + ")");
+                         ",hash) VALUES(" + join_placeholders(request_columns().size() + 4) + ")");
   if (!ins) return ins.error();
   insert_request_ = std::move(*ins);
   auto att = db_.prepare("INSERT INTO attempts(" + join_names(attempt_columns()) + ") VALUES(" +
@@ -735,8 +787,7 @@ Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& la
   }
 
   std::string& key = scratch.hash_text;  // reused as the group key
-  daily_key(key, {scratch.day, r.key_id, r.team, r.project, r.upstream_model, r.target,
-                  r.rule_id});
+  daily_key(key, {scratch.day, r.key_id, r.team, r.project, r.upstream_model, r.target, r.rule_id});
   add_to_daily(daily, key, scratch.day, entry, r.key_id, r.rule_id);
   daily_key(key, {scratch.day, r.team, r.project, r.upstream_model, r.target});
   add_to_daily(daily_team, key, scratch.day, entry, "", "");
@@ -756,8 +807,8 @@ Status Store::upsert_daily(Stmt& upsert, const detail::DailyDelta& d, bool with_
   if (with_key_and_rule) upsert.bind_ref(p++, std::string_view(d.rule_id));
   for (int64_t v : {d.requests, d.unpriced, d.input_tokens, d.cached_tokens, d.output_tokens,
                     d.reasoning_tokens, d.cost_input, d.cost_cached, d.cost_output,
-                    d.cost_reasoning, d.cost_total, d.avoided_total, d.avoided_base,
-                    d.refused, d.shadows, d.unpriced_served, d.first_us, d.last_us}) {
+                    d.cost_reasoning, d.cost_total, d.avoided_total, d.avoided_base, d.refused,
+                    d.shadows, d.unpriced_served, d.first_us, d.last_us}) {
     upsert.bind(p++, v);
   }
   return upsert.run();
@@ -801,7 +852,8 @@ Result<std::vector<Status>> Store::append(std::vector<LedgerEntry*>& entries, bo
   if (auto st = set_head_.run(); !st) return rollback(st.error());
   set_head_.reset();
   if (fail_commit) {
-    return rollback(Error::make(ErrorCode::kUnavailable, "ledger database: injected write failure"));
+    return rollback(
+        Error::make(ErrorCode::kUnavailable, "ledger database: injected write failure"));
   }
   if (auto st = db_.exec("COMMIT"); !st) return rollback(st.error());
   return results;
@@ -822,8 +874,8 @@ void Store::take_over_checkpoints() {
 }
 
 Status Store::checkpoint() {
-  int rc = sqlite3_wal_checkpoint_v2(db_.raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
-                                     nullptr);
+  int rc =
+      sqlite3_wal_checkpoint_v2(db_.raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
   if (rc == SQLITE_OK || rc == SQLITE_BUSY || rc == SQLITE_LOCKED) return {};
   return sqlite_error(db_.raw(), rc, "checkpoint");
 }

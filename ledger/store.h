@@ -36,13 +36,13 @@ enum class EntryKind : uint8_t { kRequest, kAdjustment };
 // A row ready to append: the record plus everything the ledger computed for it.
 struct LedgerEntry {
   EntryKind kind = EntryKind::kRequest;
-  RequestRecord record;            // for adjustments the store fills the dimensions in
-  std::string adjusts_id;          // adjustments: the original request's id
-  std::string note;                // adjustments: why
-  Cost cost;                       // the request's cost (sum of its attempts when it has some)
-  std::vector<Cost> attempt_costs; // one per record.attempts
-  std::optional<Money> avoided;    // what the reference target would have charged
-  std::string avoided_version;     // the reference price version used
+  RequestRecord record;             // for adjustments the store fills the dimensions in
+  std::string adjusts_id;           // adjustments: the original request's id
+  std::string note;                 // adjustments: why
+  Cost cost;                        // the request's cost (sum of its attempts when it has some)
+  std::vector<Cost> attempt_costs;  // one per record.attempts
+  std::optional<Money> avoided;     // what the reference target would have charged
+  std::string avoided_version;      // the reference price version used
 };
 
 // The column lists, in insert and hash order (the hash column itself excluded).
@@ -110,8 +110,7 @@ class Store {
   Status append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq,
                     detail::RowScratch& scratch, std::map<std::string, detail::DailyDelta>& daily,
                     std::map<std::string, detail::DailyDelta>& daily_team);
-  static Status upsert_daily(Stmt& upsert, const detail::DailyDelta& delta,
-                             bool with_key_and_rule);
+  static Status upsert_daily(Stmt& upsert, const detail::DailyDelta& delta, bool with_key_and_rule);
 
   Db db_;
   std::string currency_;

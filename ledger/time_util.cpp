@@ -164,7 +164,8 @@ Result<TimeZone> TimeZone::load(const std::string& name, const std::string& zone
                                       leapcnt * (time_bytes + 4) + isstdcnt + isutcnt);
     if (data.size() < p + need) return false;
     std::vector<int64_t> times;
-    for (int64_t i = 0; i < timecnt; ++i) times.push_back(read_be(data, p + i * time_bytes, time_bytes));
+    for (int64_t i = 0; i < timecnt; ++i)
+      times.push_back(read_be(data, p + i * time_bytes, time_bytes));
     size_t idx_pos = p + timecnt * time_bytes;
     size_t type_pos = idx_pos + timecnt;
     std::vector<int64_t> type_offsets;

@@ -6,10 +6,14 @@ namespace ferry::ledger {
 
 std::string_view token_source_name(TokenSource source) {
   switch (source) {
-    case TokenSource::kNone: return "none";
-    case TokenSource::kBackend: return "backend";
-    case TokenSource::kTokenizer: return "tokenizer";
-    case TokenSource::kEstimate: return "estimate";
+    case TokenSource::kNone:
+      return "none";
+    case TokenSource::kBackend:
+      return "backend";
+    case TokenSource::kTokenizer:
+      return "tokenizer";
+    case TokenSource::kEstimate:
+      return "estimate";
   }
   return "none";
 }
@@ -28,9 +32,7 @@ Tokens split_openai_usage(int64_t prompt_tokens, int64_t cached_tokens, int64_t 
   completion_tokens = std::max<int64_t>(0, completion_tokens);
   cached_tokens = std::clamp<int64_t>(cached_tokens, 0, prompt_tokens);
   reasoning_tokens = std::clamp<int64_t>(reasoning_tokens, 0, completion_tokens);
-  auto count = [&](int64_t n) {
-    return TokenCount{n, n > 0 ? source : TokenSource::kNone};
-  };
+  auto count = [&](int64_t n) { return TokenCount{n, n > 0 ? source : TokenSource::kNone}; };
   Tokens t;
   t.input = count(prompt_tokens - cached_tokens);
   t.cached_input = count(cached_tokens);
@@ -41,11 +43,16 @@ Tokens split_openai_usage(int64_t prompt_tokens, int64_t cached_tokens, int64_t 
 
 std::string_view request_status_name(RequestStatus status) {
   switch (status) {
-    case RequestStatus::kOk: return "ok";
-    case RequestStatus::kError: return "error";
-    case RequestStatus::kClientCancelled: return "client_cancelled";
-    case RequestStatus::kUpstreamCut: return "upstream_cut";
-    case RequestStatus::kRefused: return "refused";
+    case RequestStatus::kOk:
+      return "ok";
+    case RequestStatus::kError:
+      return "error";
+    case RequestStatus::kClientCancelled:
+      return "client_cancelled";
+    case RequestStatus::kUpstreamCut:
+      return "upstream_cut";
+    case RequestStatus::kRefused:
+      return "refused";
   }
   return "error";
 }
@@ -60,9 +67,12 @@ std::optional<RequestStatus> parse_request_status(std::string_view name) {
 
 std::string_view pricing_name(Pricing pricing) {
   switch (pricing) {
-    case Pricing::kPriced: return "priced";
-    case Pricing::kInternal: return "internal";
-    case Pricing::kUnpriced: return "unpriced";
+    case Pricing::kPriced:
+      return "priced";
+    case Pricing::kInternal:
+      return "internal";
+    case Pricing::kUnpriced:
+      return "unpriced";
   }
   return "unpriced";
 }

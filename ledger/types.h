@@ -83,7 +83,7 @@ struct RequestRecord {
   std::string key_id;
   std::string team;
   std::string project;
-  std::string task_id;  // x-ferry-task header or metadata; "" when none
+  std::string task_id;                    // x-ferry-task header or metadata; "" when none
   std::vector<std::string> trusted_tags;  // from the key's config
   std::vector<std::string> claimed_tags;  // from the client; never used for trust
   std::string requested_model;

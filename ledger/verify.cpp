@@ -31,7 +31,9 @@ int column_index(const std::vector<std::string>& columns, const char* name) {
   return -1;
 }
 
-bool is_null(const Value& v) { return std::holds_alternative<std::monostate>(v); }
+bool is_null(const Value& v) {
+  return std::holds_alternative<std::monostate>(v);
+}
 int64_t as_int(const Value& v) {
   const auto* i = std::get_if<int64_t>(&v);
   return i != nullptr ? *i : 0;
@@ -55,7 +57,8 @@ void check_costs(const std::vector<std::string>& columns, const std::vector<Valu
   const Value& total = values[column_index(columns, "cost_total")];
   if (pricing == "unpriced") {
     bool all_null = is_null(total);
-    for (const char* part : kCostParts) all_null = all_null && is_null(values[column_index(columns, part)]);
+    for (const char* part : kCostParts)
+      all_null = all_null && is_null(values[column_index(columns, part)]);
     if (!all_null) check.problem(what + ": unpriced but has a cost");
     return;
   }
@@ -153,8 +156,9 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
     std::string id = as_text(values[id_col]);
     std::string what = "row " + std::to_string(seq) + " (" + id + ")";
     if (as_text(values[column_index(rcols, "prev_hash")]) != prev_hash) {
-      check.problem(what + ": prev_hash does not match the previous row's hash (row missing, "
-                           "reordered or altered)");
+      check.problem(what +
+                    ": prev_hash does not match the previous row's hash (row missing, "
+                    "reordered or altered)");
     }
     // Attempts, in order.
     std::vector<std::vector<Value>> attempt_values;
@@ -164,7 +168,8 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
       if (!ahas) return ahas.error();
       if (!*ahas) break;
       std::vector<Value> av;
-      for (size_t i = 0; i < acols.size(); ++i) av.push_back(attempts->value_at(static_cast<int>(i)));
+      for (size_t i = 0; i < acols.size(); ++i)
+        av.push_back(attempts->value_at(static_cast<int>(i)));
       attempt_values.push_back(std::move(av));
     }
     attempts->reset();
@@ -235,9 +240,9 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
       "SELECT day,key_id,team,project,model,target,rule_id,requests,unpriced,input_tokens,"
       "cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,cost_output,"
       "cost_reasoning,cost_total,avoided_total,avoided_base FROM daily";
-  auto diff = db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + kRawDaily + " EXCEPT " +
-                          kDaily + ")) + (SELECT COUNT(*) FROM (" + kDaily + " EXCEPT " +
-                          kRawDaily + "))");
+  auto diff =
+      db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + kRawDaily + " EXCEPT " + kDaily +
+                  ")) + (SELECT COUNT(*) FROM (" + kDaily + " EXCEPT " + kRawDaily + "))");
   if (!diff) return diff.error();
   auto got = diff->step();
   if (!got) return got.error();
@@ -262,12 +267,13 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
         "FROM daily GROUP BY day,team,project,model,target";
     const char* kTeamServed =
         "SELECT day,team,project,model,target,refused,shadows,unpriced_served FROM daily_team";
-    for (auto [a, b, what] : {std::tuple{kRawServed, kServed, "daily aggregate differs from the rows"},
-                              std::tuple{kTeamFromDaily, kTeamServed,
-                                         "daily_team aggregate differs from the daily aggregate"}}) {
-      auto served_diff = db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + a +
-                                     " EXCEPT " + b + ")) + (SELECT COUNT(*) FROM (" + b +
-                                     " EXCEPT " + a + "))");
+    for (auto [a, b, what] :
+         {std::tuple{kRawServed, kServed, "daily aggregate differs from the rows"},
+          std::tuple{kTeamFromDaily, kTeamServed,
+                     "daily_team aggregate differs from the daily aggregate"}}) {
+      auto served_diff =
+          db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + a + " EXCEPT " + b +
+                      ")) + (SELECT COUNT(*) FROM (" + b + " EXCEPT " + a + "))");
       if (!served_diff) return served_diff.error();
       auto served_got = served_diff->step();
       if (!served_got) return served_got.error();

@@ -1,11 +1,11 @@
 #include "local_engine/engine.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <unordered_map>
 
 #include "local_engine/kernels/attend_invariant.h"
@@ -165,7 +165,8 @@ Status Engine::forward(std::span<const BatchEntry> batch, std::vector<float>& lo
     if (tracing) kernels::trace_tensor(name, layer, p, rows, cols);
   };
   if (tracing) kernels::trace_next_step();
-  for (int64_t t = 0; t < n; ++t) kernels::dequantize_row(m.token_embd, batch[t].token, x_.data() + t * d);
+  for (int64_t t = 0; t < n; ++t)
+    kernels::dequantize_row(m.token_embd, batch[t].token, x_.data() + t * d);
   trace("embd", -1, x_.data(), n, d);
   for (const BatchEntry& e : batch) kv_.seq_extend(e.seq, e.pos + 1);
   const std::vector<float> rope_tab = rope_tables(batch, m);
@@ -286,8 +287,8 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
       const int64_t hi = std::min(end, part.first_row + part.w->rows);
       if (lo >= hi) continue;
       if (part.packed != nullptr) {
-        kernels::q8_0_packed_rows(*part.packed, *part.qa, part.y, part.w->rows,
-                                  lo - part.first_row, hi - part.first_row);
+        kernels::q8_0_packed_rows(*part.packed, *part.qa, part.y, part.w->rows, lo - part.first_row,
+                                  hi - part.first_row);
       } else {
         kernels::matmul_rows(*part.w, *part.qa, part.y, lo - part.first_row, hi - part.first_row,
                              forms_);
@@ -372,31 +373,35 @@ void Engine::attention(std::span<const BatchEntry> batch, int64_t layer) {
       std::vector<float> row(static_cast<size_t>(kv_dim));
       for (int64_t p = begin; p < end; ++p) {
         kernels::fp16_to_fp32_row(kv_.k(seq, layer, p), row.data(), kv_dim);
-        for (int64_t i = 0; i < kv_dim; ++i) kt_[static_cast<size_t>(i * len + p)] = row[static_cast<size_t>(i)];
+        for (int64_t i = 0; i < kv_dim; ++i)
+          kt_[static_cast<size_t>(i * len + p)] = row[static_cast<size_t>(i)];
         kernels::fp16_to_fp32_row(kv_.v(seq, layer, p), vf_.data() + p * kv_dim, kv_dim);
       }
     });
     // A task: one KV head's query heads for a block of entries, so the key and value tiles
     // are read once for all of them.
     constexpr int64_t kEntriesPerTask = 8;
-    const int64_t n_blocks = (static_cast<int64_t>(entries.size()) + kEntriesPerTask - 1) / kEntriesPerTask;
+    const int64_t n_blocks =
+        (static_cast<int64_t>(entries.size()) + kEntriesPerTask - 1) / kEntriesPerTask;
     pool_.parallel_for(n_blocks * c.n_head_kv, 1, [&](int64_t begin, int64_t end) {
       std::vector<kernels::TiledRow> rows;
       for (int64_t task = begin; task < end; ++task) {
         const int64_t kv_head = task % c.n_head_kv;
         const int64_t first = (task / c.n_head_kv) * kEntriesPerTask;
-        const int64_t last = std::min<int64_t>(first + kEntriesPerTask, static_cast<int64_t>(entries.size()));
+        const int64_t last =
+            std::min<int64_t>(first + kEntriesPerTask, static_cast<int64_t>(entries.size()));
         rows.clear();
         for (int64_t j = first; j < last; ++j) {
           const int64_t t = entries[static_cast<size_t>(j)];
           for (int64_t head = kv_head * group; head < (kv_head + 1) * group; ++head) {
-            rows.push_back({q_.data() + t * q_dim + head * hd, batch[static_cast<size_t>(t)].pos + 1,
+            rows.push_back({q_.data() + t * q_dim + head * hd,
+                            batch[static_cast<size_t>(t)].pos + 1,
                             att_.data() + t * q_dim + head * hd});
           }
         }
         kernels::attend_rows_tiled(hd, static_cast<int64_t>(rows.size()), rows.data(),
-                                   kt_.data() + kv_head * hd * len, len,
-                                   vf_.data() + kv_head * hd, kv_dim, scale);
+                                   kt_.data() + kv_head * hd * len, len, vf_.data() + kv_head * hd,
+                                   kv_dim, scale);
       }
     });
   }

@@ -21,8 +21,8 @@ namespace ferry::engine {
 using TokenId = int32_t;
 
 struct EngineOptions {
-  int n_threads = 0;     // 0: hardware concurrency
-  int64_t n_ctx = 0;     // per-sequence context; 0: the model's training context (capped at 8192)
+  int n_threads = 0;  // 0: hardware concurrency
+  int64_t n_ctx = 0;  // per-sequence context; 0: the model's training context (capped at 8192)
   // false: llama.cpp's numerics, which pick some kernels by batch shape (attention form for
   // batches of >= 64 entries, Q4_0/Q4_K/F16 multi-row products): a single sequence matches
   // llama.cpp bit for bit. true: every entry computed as if alone in its batch (short-batch

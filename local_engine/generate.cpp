@@ -17,9 +17,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 std::string_view finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -64,7 +67,8 @@ Result<GenerateResult> generate(Engine& engine, SeqId seq, std::span<const Token
   const int64_t n_vocab = engine.config().n_vocab;
   result.finish = FinishReason::kLength;
   for (int64_t step = 0; step < options.max_tokens; ++step) {
-    const TokenId token = sampler.sample(std::span<float>(logits.data(), static_cast<size_t>(n_vocab)));
+    const TokenId token =
+        sampler.sample(std::span<float>(logits.data(), static_cast<size_t>(n_vocab)));
     if (std::find(options.eog_tokens.begin(), options.eog_tokens.end(), token) !=
         options.eog_tokens.end()) {
       result.finish = FinishReason::kStop;
@@ -108,9 +112,9 @@ std::vector<TokenId> eog_tokens_from_source(const ModelSource& source) {
   add(source.get_int("tokenizer.ggml.eos_token_id"));
   add(source.get_int("tokenizer.ggml.eot_token_id"));
   add(source.get_int("tokenizer.ggml.eom_token_id"));
-  static constexpr std::string_view kEndMarks[] = {
-      "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|end|>", "<end_of_turn>",
-      "<|end_of_text|>", "</s>"};
+  static constexpr std::string_view kEndMarks[] = {"<|im_end|>",      "<|eot_id|>", "<|eom_id|>",
+                                                   "<|endoftext|>",   "<|end|>",    "<end_of_turn>",
+                                                   "<|end_of_text|>", "</s>"};
   const std::vector<std::string> tokens = source.get_string_array("tokenizer.ggml.tokens");
   for (size_t i = 0; i < tokens.size(); ++i) {
     for (std::string_view mark : kEndMarks) {

@@ -26,9 +26,9 @@ using TokenCallback = std::function<bool(TokenId token, std::string_view text)>;
 struct GenerateOptions {
   int64_t max_tokens = 128;
   SamplingParams sampling;
-  std::vector<std::string> stop;     // stop strings (not part of the output)
-  std::vector<TokenId> eog_tokens;   // end-of-generation tokens (not part of the output)
-  int64_t n_batch = 256;             // prompt tokens per forward during prefill
+  std::vector<std::string> stop;    // stop strings (not part of the output)
+  std::vector<TokenId> eog_tokens;  // end-of-generation tokens (not part of the output)
+  int64_t n_batch = 256;            // prompt tokens per forward during prefill
 };
 
 enum class FinishReason { kStop, kLength, kCancelled };
@@ -38,7 +38,7 @@ struct GenerateResult {
   std::vector<TokenId> tokens;  // generated, without the end-of-generation token
   std::string text;
   FinishReason finish = FinishReason::kLength;
-  int64_t n_prompt = 0;         // prompt tokens computed (not already in the cache)
+  int64_t n_prompt = 0;  // prompt tokens computed (not already in the cache)
   double prefill_seconds = 0;
   double decode_seconds = 0;
 };

@@ -16,7 +16,9 @@ Status KvCache::seq_add(SeqId id) {
   return {};
 }
 
-void KvCache::seq_remove(SeqId id) { seqs_.erase(id); }
+void KvCache::seq_remove(SeqId id) {
+  seqs_.erase(id);
+}
 
 int64_t KvCache::seq_len(SeqId id) const {
   const auto it = seqs_.find(id);

@@ -30,8 +30,8 @@ class Loader {
     }
     const bool is_1d = rows == 0;
     const size_t want_dims = is_1d ? 1 : 2;
-    bool shape_ok = t->dims.size() >= want_dims && t->dims[0] == cols &&
-                    (is_1d || t->dims[1] == rows);
+    bool shape_ok =
+        t->dims.size() >= want_dims && t->dims[0] == cols && (is_1d || t->dims[1] == rows);
     for (size_t i = want_dims; shape_ok && i < t->dims.size(); ++i) shape_ok = t->dims[i] == 1;
     if (!shape_ok) {
       std::string got;
@@ -118,10 +118,8 @@ Result<ModelConfig> read_config(const ModelSource& source) {
   if (c.rope_dim <= 0 || c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
     return load_error("rope.dimension_count out of range: " + std::to_string(c.rope_dim));
   }
-  c.rms_eps = static_cast<float>(
-      source.get_float(p + "attention.layer_norm_rms_epsilon").value_or(c.arch == Arch::kLlama
-                                                                             ? 1e-5
-                                                                             : 1e-6));
+  c.rms_eps = static_cast<float>(source.get_float(p + "attention.layer_norm_rms_epsilon")
+                                     .value_or(c.arch == Arch::kLlama ? 1e-5 : 1e-6));
   if (!(c.rms_eps > 0.0f)) return load_error("layer_norm_rms_epsilon must be positive");
   c.rope_theta = static_cast<float>(source.get_float(p + "rope.freq_base").value_or(10000.0));
   if (!(c.rope_theta > 0.0f)) return load_error("rope.freq_base must be positive");

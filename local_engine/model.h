@@ -26,10 +26,10 @@ struct ModelConfig {
   int64_t n_layer = 0;
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
-  int64_t head_dim = 0;   // attention.key_length (== value_length), default n_embd / n_head
+  int64_t head_dim = 0;  // attention.key_length (== value_length), default n_embd / n_head
   int64_t n_ff = 0;
   int64_t n_ctx_train = 0;
-  int64_t rope_dim = 0;   // rotated dimensions per head (<= head_dim)
+  int64_t rope_dim = 0;  // rotated dimensions per head (<= head_dim)
   float rms_eps = 1e-5f;
   float rope_theta = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
@@ -41,14 +41,14 @@ struct ModelConfig {
 };
 
 struct LayerWeights {
-  WeightView attn_norm;           // (n_embd)
-  WeightView wq, wk, wv;          // (q_dim | kv_dim, n_embd)
-  WeightView bq, bk, bv;          // qwen2 biases (q_dim | kv_dim); rows == 0 when absent
-  WeightView q_norm, k_norm;      // qwen3 per-head RMSNorm (head_dim); rows == 0 when absent
-  WeightView wo;                  // (n_embd, q_dim)
-  WeightView ffn_norm;            // (n_embd)
-  WeightView w_gate, w_up;        // (n_ff, n_embd)
-  WeightView w_down;              // (n_embd, n_ff)
+  WeightView attn_norm;       // (n_embd)
+  WeightView wq, wk, wv;      // (q_dim | kv_dim, n_embd)
+  WeightView bq, bk, bv;      // qwen2 biases (q_dim | kv_dim); rows == 0 when absent
+  WeightView q_norm, k_norm;  // qwen3 per-head RMSNorm (head_dim); rows == 0 when absent
+  WeightView wo;              // (n_embd, q_dim)
+  WeightView ffn_norm;        // (n_embd)
+  WeightView w_gate, w_up;    // (n_ff, n_embd)
+  WeightView w_down;          // (n_embd, n_ff)
 };
 
 class Model {
@@ -60,10 +60,10 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelSource& source() const { return *source_; }
 
-  WeightView token_embd;          // (n_vocab, n_embd)
-  WeightView output_norm;         // (n_embd)
-  WeightView output;              // (n_vocab, n_embd); token_embd when tied
-  std::vector<float> rope_inv_freq;  // (rope_dim / 2): theta^(-2i/d) * freq_scale / factor_i
+  WeightView token_embd;                 // (n_vocab, n_embd)
+  WeightView output_norm;                // (n_embd)
+  WeightView output;                     // (n_vocab, n_embd); token_embd when tied
+  std::vector<float> rope_inv_freq;      // (rope_dim / 2): theta^(-2i/d) * freq_scale / factor_i
   std::vector<float> rope_freq_factors;  // (rope_dim / 2) from rope_freqs.weight; empty when none
   std::vector<LayerWeights> layers;
 

@@ -13,10 +13,10 @@ namespace ferry::engine {
 
 struct SourceTensor {
   std::string name;
-  uint32_t ggml_type = 0;        // GGUF tensor type number
-  std::vector<int64_t> dims;     // ne[0] (innermost, contiguous) first
-  const uint8_t* data = nullptr; // the tensor's bytes, valid while the source lives
-  size_t n_bytes = 0;            // checked against type and dims by the source
+  uint32_t ggml_type = 0;         // GGUF tensor type number
+  std::vector<int64_t> dims;      // ne[0] (innermost, contiguous) first
+  const uint8_t* data = nullptr;  // the tensor's bytes, valid while the source lives
+  size_t n_bytes = 0;             // checked against type and dims by the source
 };
 
 class ModelSource {

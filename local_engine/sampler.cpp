@@ -9,7 +9,9 @@ namespace ferry::engine {
 Sampler::Sampler(SamplingParams params)
     : params_(std::move(params)), rng_state_(params_.seed ^ 0x9e3779b97f4a7c15ull) {}
 
-void Sampler::accept(int32_t token) { history_.push_back(token); }
+void Sampler::accept(int32_t token) {
+  history_.push_back(token);
+}
 
 double Sampler::next_uniform() {
   // splitmix64: tiny, fast, and fully specified here, so a seed means the same draws everywhere.

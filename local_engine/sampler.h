@@ -11,14 +11,14 @@
 namespace ferry::engine {
 
 struct SamplingParams {
-  float temperature = 0.0f;        // <= 0: greedy (argmax)
-  int32_t top_k = 0;               // <= 0: off
-  float top_p = 1.0f;              // >= 1: off
-  float min_p = 0.0f;              // <= 0: off
-  float repetition_penalty = 1.0f; // 1: off; divides positive logits, multiplies negative ones
-  int32_t penalty_last_n = 64;     // tokens of history the penalties look at; -1: all
-  float frequency_penalty = 0.0f;  // minus count * value
-  float presence_penalty = 0.0f;   // minus value when present
+  float temperature = 0.0f;         // <= 0: greedy (argmax)
+  int32_t top_k = 0;                // <= 0: off
+  float top_p = 1.0f;               // >= 1: off
+  float min_p = 0.0f;               // <= 0: off
+  float repetition_penalty = 1.0f;  // 1: off; divides positive logits, multiplies negative ones
+  int32_t penalty_last_n = 64;      // tokens of history the penalties look at; -1: all
+  float frequency_penalty = 0.0f;   // minus count * value
+  float presence_penalty = 0.0f;    // minus value when present
   std::unordered_map<int32_t, float> logit_bias;  // added to the logit; -inf bans
   uint64_t seed = 0;
 };

@@ -210,7 +210,7 @@ struct Scheduler::Impl {
       Waiting& w = waiting.front();
       const int64_t tokens = reservation_tokens(w.req);
       const int64_t need = tokens * bytes_per_token;  // tokens <= n_ctx: checked at submit
-      if (reserved + need > budget) break;  // wait for running sequences to finish (FIFO)
+      if (reserved + need > budget) break;            // wait for running sequences to finish (FIFO)
       while (reserved + cache_bytes + need > budget && !cache.empty()) evict_lru();
       auto r = std::make_unique<Running>(std::move(w), now);
       waiting.pop_front();

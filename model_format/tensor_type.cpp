@@ -64,7 +64,9 @@ std::optional<TensorType> tensor_type_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-bool tensor_type_known(uint32_t id) { return info(id) != nullptr; }
+bool tensor_type_known(uint32_t id) {
+  return info(id) != nullptr;
+}
 
 bool tensor_type_runs(TensorType type) {
   const TypeInfo* t = info(static_cast<uint32_t>(type));

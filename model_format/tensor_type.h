@@ -12,13 +12,13 @@ namespace ferry::model_format {
 // Every id a GGUF file may carry. Only the ones marked "runs" have kernels; the others are
 // known so that a reader can size and describe them (and refuse them by name).
 enum class TensorType : uint32_t {
-  kF32 = 0,    // runs
-  kF16 = 1,    // runs
-  kQ4_0 = 2,   // runs
+  kF32 = 0,   // runs
+  kF16 = 1,   // runs
+  kQ4_0 = 2,  // runs
   kQ4_1 = 3,
   kQ5_0 = 6,
   kQ5_1 = 7,
-  kQ8_0 = 8,   // runs
+  kQ8_0 = 8,  // runs
   kQ8_1 = 9,
   kQ2_K = 10,
   kQ3_K = 11,

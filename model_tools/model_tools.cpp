@@ -20,7 +20,9 @@ using gguf::TensorInfo;
 using gguf::Value;
 using model_format::TensorType;
 
-Error invalid(std::string message) { return Error::make(ErrorCode::kInvalidRequest, std::move(message)); }
+Error invalid(std::string message) {
+  return Error::make(ErrorCode::kInvalidRequest, std::move(message));
+}
 
 std::string upper(std::string_view s) {
   std::string out(s);
@@ -164,7 +166,8 @@ std::vector<uint8_t> encode(TensorType type, const std::vector<float>& values, i
   const size_t rb = static_cast<size_t>(model_format::row_bytes(type, row_length).value());
   std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
-    k->from_float(values.data() + r * row_length, out.data() + static_cast<size_t>(r) * rb, row_length);
+    k->from_float(values.data() + r * row_length, out.data() + static_cast<size_t>(r) * rb,
+                  row_length);
   }
   return out;
 }
@@ -190,8 +193,8 @@ std::optional<QuantTarget> parse_quant_target(std::string_view name) {
   return t;
 }
 
-TensorType choose_tensor_type(const QuantTarget& target, std::string_view name,
-                              int64_t row_length, int n_dims, int layer, int n_layers) {
+TensorType choose_tensor_type(const QuantTarget& target, std::string_view name, int64_t row_length,
+                              int n_dims, int layer, int n_layers) {
   if (n_dims < 2) return TensorType::kF32;
   TensorType type = target.base;
   if (target.mix_m) {
@@ -213,15 +216,24 @@ uint32_t file_type_of(const QuantTarget& target) {
   if (target.name == "Q4_K_M") return 15;
   if (target.name == "Q5_K_M") return 17;
   switch (target.base) {
-    case TensorType::kF32: return 0;
-    case TensorType::kF16: return 1;
-    case TensorType::kQ4_0: return 2;
-    case TensorType::kQ8_0: return 7;
-    case TensorType::kQ4_K: return 14;  // Q4_K_S
-    case TensorType::kQ5_K: return 16;  // Q5_K_S
-    case TensorType::kQ6_K: return 18;
-    case TensorType::kBF16: return 32;
-    default: return 0;
+    case TensorType::kF32:
+      return 0;
+    case TensorType::kF16:
+      return 1;
+    case TensorType::kQ4_0:
+      return 2;
+    case TensorType::kQ8_0:
+      return 7;
+    case TensorType::kQ4_K:
+      return 14;  // Q4_K_S
+    case TensorType::kQ5_K:
+      return 16;  // Q5_K_S
+    case TensorType::kQ6_K:
+      return 18;
+    case TensorType::kBF16:
+      return 32;
+    default:
+      return 0;
   }
 }
 
@@ -257,8 +269,9 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
   if (o.n_embd <= 0 || o.n_layer <= 0 || o.n_head <= 0 || o.n_head_kv <= 0 || o.n_ff <= 0 ||
       head_dim <= 0 || o.n_ctx <= 0 || o.n_head % o.n_head_kv != 0 || o.n_embd > (1 << 16) ||
       o.n_ff > (1 << 18) || o.n_layer > 512 || head_dim % 2 != 0) {
-    return invalid("bad shape: sizes must be positive, n_head a multiple of n_head_kv, "
-                   "head_dim even");
+    return invalid(
+        "bad shape: sizes must be positive, n_head a multiple of n_head_kv, "
+        "head_dim even");
   }
   const bool qwen = o.arch != "llama";
   const double theta = o.rope_theta > 0 ? o.rope_theta : (qwen ? 1e6 : 1e4);
@@ -333,7 +346,8 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
   const int n_layers = static_cast<int>(o.n_layer);
   Status status;
   const uint64_t per_layer = 9 + (o.arch == "qwen2" ? 3 : 0) + (o.arch == "qwen3" ? 2 : 0);
-  const uint64_t n_tensors = 2 + static_cast<uint64_t>(n_layers) * per_layer + (o.tied_output ? 0 : 1);
+  const uint64_t n_tensors =
+      2 + static_cast<uint64_t>(n_layers) * per_layer + (o.tied_output ? 0 : 1);
   uint64_t made = 0;
   // shape = {ne0 (row length), ne1 (rows)}; 1-D when rows == 0.
   auto add = [&](const std::string& name, int64_t ne0, int64_t ne1, double mean, double stddev) {
@@ -366,7 +380,8 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
       add(p + "attn_q_norm.weight", head_dim, 0, 1.0, 0.1);
       add(p + "attn_k_norm.weight", head_dim, 0, 1.0, 0.1);
     }
-    add(p + "attn_output.weight", q_dim, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(q_dim)));
+    add(p + "attn_output.weight", q_dim, o.n_embd, 0.0,
+        0.5 / std::sqrt(static_cast<double>(q_dim)));
     add(p + "ffn_norm.weight", o.n_embd, 0, 1.0, 0.1);
     add(p + "ffn_gate.weight", o.n_embd, o.n_ff, 0.0, in_scale);
     add(p + "ffn_up.weight", o.n_embd, o.n_ff, 0.0, in_scale);
@@ -405,9 +420,9 @@ Status quantize_model(const std::string& in_path, const std::string& out_path,
     bytes_done += t.n_bytes;
     const int n_dims = static_cast<int>(t.shape.size());
     const bool matrix = n_dims >= 2 && ends_with(t.name, ".weight");
-    const TensorType type = matrix ? choose_tensor_type(target, t.name, t.shape[0], n_dims,
-                                                        layer_of(t.name), n_layers)
-                                   : t.type;
+    const TensorType type =
+        matrix ? choose_tensor_type(target, t.name, t.shape[0], n_dims, layer_of(t.name), n_layers)
+               : t.type;
     std::vector<uint8_t> bytes;
     if (type == t.type) {
       bytes.assign(t.data, t.data + t.n_bytes);
@@ -416,7 +431,8 @@ Status quantize_model(const std::string& in_path, const std::string& out_path,
       const auto* to = kernels::kernels_for(type);
       if (!from) {
         return invalid(in_path + ": tensor '" + t.name + "' has type " +
-                       std::string(model_format::tensor_type_name(t.type)) + ", which ferry cannot read");
+                       std::string(model_format::tensor_type_name(t.type)) +
+                       ", which ferry cannot read");
       }
       const int64_t ne0 = t.shape[0];
       const int64_t rows = ne0 == 0 ? 0 : static_cast<int64_t>(t.n_elements) / ne0;

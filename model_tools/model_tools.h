@@ -22,9 +22,9 @@ namespace ferry::model_tools {
 
 // What a model is quantized to: one tensor type for every matrix, or a named mix.
 struct QuantTarget {
-  std::string name;                                    // "Q8_0", "Q4_K_M", "F16", ...
+  std::string name;                                                // "Q8_0", "Q4_K_M", "F16", ...
   model_format::TensorType base = model_format::TensorType::kF16;  // most matrices
-  bool mix_m = false;                                  // the _M mix (Q6_K on the sensitive ones)
+  bool mix_m = false;  // the _M mix (Q6_K on the sensitive ones)
 };
 // Parses "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M",
 // and "Q4_K_S"/"Q5_K_S" (= plain Q4_K/Q5_K), case-insensitive.
@@ -35,7 +35,8 @@ std::optional<QuantTarget> parse_quant_target(std::string_view name);
 // The _M mixes: output.weight -> Q6_K; attn_v and ffn_down -> Q6_K on the first and last
 // eighth of the layers and every third layer between, the base type elsewhere.
 model_format::TensorType choose_tensor_type(const QuantTarget& target, std::string_view name,
-                                       int64_t row_length, int n_dims, int layer, int n_layers);
+                                            int64_t row_length, int n_dims, int layer,
+                                            int n_layers);
 // llama.cpp's general.file_type number for a target (informational metadata).
 uint32_t file_type_of(const QuantTarget& target);
 
@@ -45,15 +46,15 @@ struct SynthOptions {
   int64_t n_layer = 2;
   int64_t n_head = 4;
   int64_t n_head_kv = 2;
-  int64_t head_dim = 0;        // 0: n_embd / n_head
+  int64_t head_dim = 0;  // 0: n_embd / n_head
   int64_t n_ff = 512;
   int64_t n_ctx = 512;
-  int64_t n_vocab = 0;         // 0: the vocabulary's size; larger pads with unused tokens
-  double rope_theta = 0;       // 0: 10000 for llama, 1000000 for qwen2/qwen3
-  double rms_eps = 0;          // 0: 1e-5 for llama, 1e-6 for qwen2/qwen3
-  bool tied_output = false;    // no output.weight: the token embedding is reused
-  std::string type = "F16";    // a QuantTarget name
-  std::string vocab_from;      // copy tokenizer.* metadata from this GGUF file
+  int64_t n_vocab = 0;       // 0: the vocabulary's size; larger pads with unused tokens
+  double rope_theta = 0;     // 0: 10000 for llama, 1000000 for qwen2/qwen3
+  double rms_eps = 0;        // 0: 1e-5 for llama, 1e-6 for qwen2/qwen3
+  bool tied_output = false;  // no output.weight: the token embedding is reused
+  std::string type = "F16";  // a QuantTarget name
+  std::string vocab_from;    // copy tokenizer.* metadata from this GGUF file
   uint64_t seed = 1;
   std::string name = "ferry-synth";
   // Called after each tensor is made with (tensors made, tensors in all); may be empty.

@@ -42,19 +42,28 @@ class Reader {
   void str(const char* key, std::string& out) {
     if (!present(key)) return;
     const json& v = j_.at(key);
-    if (!v.is_string()) { fail(name(key), "must be a string"); return; }
+    if (!v.is_string()) {
+      fail(name(key), "must be a string");
+      return;
+    }
     out = v.get<std::string>();
   }
   void boolean(const char* key, bool& out) {
     if (!present(key)) return;
     const json& v = j_.at(key);
-    if (!v.is_boolean()) { fail(name(key), "must be true or false"); return; }
+    if (!v.is_boolean()) {
+      fail(name(key), "must be true or false");
+      return;
+    }
     out = v.get<bool>();
   }
   void integer(const char* key, int64_t& out) {
     if (!present(key)) return;
     const json& v = j_.at(key);
-    if (!v.is_number_integer()) { fail(name(key), "must be an integer"); return; }
+    if (!v.is_number_integer()) {
+      fail(name(key), "must be an integer");
+      return;
+    }
     out = v.get<int64_t>();
   }
   void opt_integer(const char* key, std::optional<int64_t>& out) {
@@ -66,7 +75,10 @@ class Reader {
   void opt_number(const char* key, std::optional<double>& out) {
     if (!present(key)) return;
     const json& v = j_.at(key);
-    if (!v.is_number()) { fail(name(key), "must be a number"); return; }
+    if (!v.is_number()) {
+      fail(name(key), "must be a number");
+      return;
+    }
     out = v.get<double>();
   }
   void unsigned_integer(const char* key, uint64_t& out) {
@@ -81,9 +93,15 @@ class Reader {
   void str_list(const char* key, std::vector<std::string>& out) {
     if (!present(key)) return;
     const json& v = j_.at(key);
-    if (!v.is_array()) { fail(name(key), "must be a list of strings"); return; }
+    if (!v.is_array()) {
+      fail(name(key), "must be a list of strings");
+      return;
+    }
     for (const auto& item : v) {
-      if (!item.is_string()) { fail(name(key), "must be a list of strings"); return; }
+      if (!item.is_string()) {
+        fail(name(key), "must be a list of strings");
+        return;
+      }
       out.push_back(item.get<std::string>());
     }
   }

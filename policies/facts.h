@@ -17,34 +17,34 @@ namespace ferry::policies {
 // What the gateway knows about one target (a model name from the server config) right now.
 // Every field the gateway cannot fill stays at its "unknown" value.
 struct TargetFacts {
-  std::string ref;                      // the config model name, as in the policy's `targets`
+  std::string ref;                       // the config model name, as in the policy's `targets`
   std::optional<int64_t> prompt_tokens;  // counted with this target's tokenizer and template
-  int64_t context_length = 0;           // 0 = unknown (then `fits` is true)
-  bool healthy = true;                  // circuit breaker closed / active check passing
-  std::optional<int64_t> queue_depth;   // requests waiting
-  std::optional<int64_t> est_wait_ms;   // estimated queueing delay
-  std::optional<int64_t> p90_ttft_ms;   // recent p90 time to first token
-  std::optional<double> error_rate;     // recent fraction of failed requests, 0..1
+  int64_t context_length = 0;            // 0 = unknown (then `fits` is true)
+  bool healthy = true;                   // circuit breaker closed / active check passing
+  std::optional<int64_t> queue_depth;    // requests waiting
+  std::optional<int64_t> est_wait_ms;    // estimated queueing delay
+  std::optional<int64_t> p90_ttft_ms;    // recent p90 time to first token
+  std::optional<double> error_rate;      // recent fraction of failed requests, 0..1
 };
 
 struct Facts {
   // Request.
-  std::string model;                    // the alias the client sent
-  int64_t prompt_tokens = 0;            // exact, with the requested model's tokenizer
-  std::optional<int64_t> max_tokens;    // as requested (max_tokens / max_completion_tokens)
-  std::optional<double> temperature;    // as requested
-  std::optional<double> top_p;          // as requested
+  std::string model;                  // the alias the client sent
+  int64_t prompt_tokens = 0;          // exact, with the requested model's tokenizer
+  std::optional<int64_t> max_tokens;  // as requested (max_tokens / max_completion_tokens)
+  std::optional<double> temperature;  // as requested
+  std::optional<double> top_p;        // as requested
   bool stream = false;
-  bool tools = false;                   // tools / functions present
-  bool response_format = false;         // response_format present
-  bool task_id = false;                 // a task id was sent
+  bool tools = false;            // tools / functions present
+  bool response_format = false;  // response_format present
+  bool task_id = false;          // a task id was sent
 
   // Caller, trusted: from the API key.
-  std::string key;                      // key id
+  std::string key;  // key id
   std::string team;
   std::string project;
-  std::string role;                     // app, finance, admin
-  std::vector<std::string> tags;        // trusted tags from the key's config
+  std::string role;               // app, finance, admin
+  std::vector<std::string> tags;  // trusted tags from the key's config
   // Caller, untrusted: claimed in a header or the request's `metadata`.
   std::vector<std::string> claimed_tags;
 

@@ -27,8 +27,12 @@ std::string join_diagnostics(const std::vector<Diagnostic>& list) {
 }
 }  // namespace
 
-std::string LoadResult::errors_text() const { return join_diagnostics(errors); }
-std::string LoadResult::warnings_text() const { return join_diagnostics(warnings); }
+std::string LoadResult::errors_text() const {
+  return join_diagnostics(errors);
+}
+std::string LoadResult::warnings_text() const {
+  return join_diagnostics(warnings);
+}
 
 std::optional<int> parse_utc_offset(const std::string& text) {
   std::string_view s = text;
@@ -94,8 +98,8 @@ class PolicyBuilder {
   }
   std::string strip_location(const yaml::YamlError& e) const {
     std::string what = e.what();
-    std::string prefix = file_ + ":" + std::to_string(e.line()) + ":" +
-                         std::to_string(e.column()) + ": ";
+    std::string prefix =
+        file_ + ":" + std::to_string(e.line()) + ":" + std::to_string(e.column()) + ": ";
     return what.starts_with(prefix) ? what.substr(prefix.size()) : what;
   }
 
@@ -116,8 +120,7 @@ class PolicyBuilder {
                         bool integral);
 
   Condition parse_mapping(const Node& node, int depth, bool top);
-  void parse_clause(const Node& key, const Node& value, int depth,
-                    std::vector<Condition>& out);
+  void parse_clause(const Node& key, const Node& value, int depth, std::vector<Condition>& out);
   void parse_fact(const FactInfo& info, int target, const std::string& target_name,
                   const Node& value, std::vector<Condition>& out);
   Condition make_test(const FactInfo& info, int target, const std::string& target_name, Op op,
@@ -168,27 +171,42 @@ bool valid_name(const std::string& s) {
 
 const char* type_name(const ytree::Node& n) {
   switch (n.type()) {
-    case ytree::Type::kNull: return "null";
-    case ytree::Type::kScalar: return "a scalar";
-    case ytree::Type::kSequence: return "a list";
-    case ytree::Type::kMap: return "a mapping";
-    case ytree::Type::kUndefined: break;
+    case ytree::Type::kNull:
+      return "null";
+    case ytree::Type::kScalar:
+      return "a scalar";
+    case ytree::Type::kSequence:
+      return "a list";
+    case ytree::Type::kMap:
+      return "a mapping";
+    case ytree::Type::kUndefined:
+      break;
   }
   return "nothing";
 }
 
 std::string op_symbol(Op op) {
   switch (op) {
-    case Op::kLt: return "<";
-    case Op::kLte: return "<=";
-    case Op::kGt: return ">";
-    case Op::kGte: return ">=";
-    case Op::kEq: return "==";
-    case Op::kNe: return "!=";
-    case Op::kIn: return "in";
-    case Op::kMatches: return "matches";
-    case Op::kPresent: return "present";
-    case Op::kAbsent: return "absent";
+    case Op::kLt:
+      return "<";
+    case Op::kLte:
+      return "<=";
+    case Op::kGt:
+      return ">";
+    case Op::kGte:
+      return ">=";
+    case Op::kEq:
+      return "==";
+    case Op::kNe:
+      return "!=";
+    case Op::kIn:
+      return "in";
+    case Op::kMatches:
+      return "matches";
+    case Op::kPresent:
+      return "present";
+    case Op::kAbsent:
+      return "absent";
   }
   return "?";
 }
@@ -206,7 +224,7 @@ std::optional<Op> parse_op(const std::string& s) {
 }
 
 constexpr const char* kWeekdayNames[7][2] = {
-    {"mon", "monday"}, {"tue", "tuesday"}, {"wed", "wednesday"}, {"thu", "thursday"},
+    {"mon", "monday"}, {"tue", "tuesday"},  {"wed", "wednesday"}, {"thu", "thursday"},
     {"fri", "friday"}, {"sat", "saturday"}, {"sun", "sunday"}};
 
 std::optional<std::string> weekday(const std::string& s) {
@@ -227,8 +245,10 @@ std::string quote_list(const std::vector<std::string>& items) {
 // Canonical text of a condition, for comparing rules.
 std::string canon(const Condition& c) {
   switch (c.kind) {
-    case Condition::Kind::kTest: return c.label;
-    case Condition::Kind::kNot: return "not(" + canon(c.children.front()) + ")";
+    case Condition::Kind::kTest:
+      return c.label;
+    case Condition::Kind::kNot:
+      return "not(" + canon(c.children.front()) + ")";
     case Condition::Kind::kAll:
     case Condition::Kind::kAny: {
       std::vector<std::string> parts;
@@ -245,8 +265,10 @@ std::string canon(const Condition& c) {
 bool always_false(const Condition& c);
 bool always_true(const Condition& c) {
   switch (c.kind) {
-    case Condition::Kind::kTest: return false;
-    case Condition::Kind::kNot: return always_false(c.children.front());
+    case Condition::Kind::kTest:
+      return false;
+    case Condition::Kind::kNot:
+      return always_false(c.children.front());
     case Condition::Kind::kAll:
       return std::all_of(c.children.begin(), c.children.end(), always_true);
     case Condition::Kind::kAny:
@@ -256,8 +278,10 @@ bool always_true(const Condition& c) {
 }
 bool always_false(const Condition& c) {
   switch (c.kind) {
-    case Condition::Kind::kTest: return false;
-    case Condition::Kind::kNot: return always_true(c.children.front());
+    case Condition::Kind::kTest:
+      return false;
+    case Condition::Kind::kNot:
+      return always_true(c.children.front());
     case Condition::Kind::kAll:
       return std::any_of(c.children.begin(), c.children.end(), always_false);
     case Condition::Kind::kAny:
@@ -377,8 +401,8 @@ int PolicyBuilder::target_ref(const Node& node, const std::string& what) const {
   if (index < 0) {
     std::vector<std::string> names;
     for (const auto& t : policy_.targets_) names.push_back(t.name);
-    fail(node, "unknown target '" + name + "' in " + what + " (targets: " + quote_list(names) +
-                   ")");
+    fail(node,
+         "unknown target '" + name + "' in " + what + " (targets: " + quote_list(names) + ")");
   }
   return index;
 }
@@ -389,7 +413,8 @@ void PolicyBuilder::build(const Node& root, const std::string& text) {
   policy_.short_version_ = policy_.version_.substr(0, 12);
   if (!root.IsMap()) {
     error(root.Mark(), std::string("a policy must be a mapping with targets, rules and "
-                                   "default, found ") + type_name(root));
+                                   "default, found ") +
+                           type_name(root));
     return;
   }
   if (!guarded([&] {
@@ -403,8 +428,10 @@ void PolicyBuilder::build(const Node& root, const std::string& text) {
     std::string tz = scalar(root["timezone"], "timezone");
     auto offset = parse_utc_offset(tz);
     if (!offset) {
-      fail(root["timezone"], "timezone must be UTC or a fixed offset such as +02:00 or "
-                             "-05:00 (IANA zone names are not supported), found '" + tz + "'");
+      fail(root["timezone"],
+           "timezone must be UTC or a fixed offset such as +02:00 or "
+           "-05:00 (IANA zone names are not supported), found '" +
+               tz + "'");
     }
     policy_.timezone_ = tz;
     policy_.utc_offset_minutes_ = *offset;
@@ -651,8 +678,8 @@ ParamRule PolicyBuilder::parse_param(const Node& node, const std::string& name, 
 
 Condition PolicyBuilder::parse_mapping(const Node& node, int depth, bool top) {
   if (depth > kMaxDepth) fail(node, "conditions are nested too deeply");
-  if (!node.IsMap()) fail(node, std::string("a condition must be a mapping, found ") +
-                                    type_name(node));
+  if (!node.IsMap())
+    fail(node, std::string("a condition must be a mapping, found ") + type_name(node));
   Condition all;
   all.kind = Condition::Kind::kAll;
   all.line = node.Mark().line + 1;
@@ -710,8 +737,8 @@ void PolicyBuilder::parse_clause(const Node& key_node, const Node& value, int de
           if (fname == f.name) info = &f;
         }
         if (!info) {
-          fail(fk.first, "unknown state fact '" + fname + "' (state facts: " +
-                             fact_list(state_facts()) + ")");
+          fail(fk.first, "unknown state fact '" + fname +
+                             "' (state facts: " + fact_list(state_facts()) + ")");
         }
         parse_fact(*info, target, target_name, fk.second, out);
       }
@@ -785,24 +812,25 @@ void PolicyBuilder::parse_fact(const FactInfo& info, int target, const std::stri
     return;
   }
   if (!value.IsMap() || value.size() == 0) {
-    fail(value, std::string(info.name) + " needs a value or a mapping of operators (lt, lte, "
-                                         "gt, gte, eq, ne, in, matches)");
+    fail(value, std::string(info.name) +
+                    " needs a value or a mapping of operators (lt, lte, "
+                    "gt, gte, eq, ne, in, matches)");
   }
   std::set<std::string> seen;
   for (const auto& kv : value.entries()) {
     std::string op_text = scalar(kv.first, "an operator");
     auto op = parse_op(op_text);
     if (!op) {
-      fail(kv.first, "unknown operator '" + op_text +
-                         "' (operators: lt, lte, gt, gte, eq, ne, in, matches)");
+      fail(kv.first,
+           "unknown operator '" + op_text + "' (operators: lt, lte, gt, gte, eq, ne, in, matches)");
     }
     if (!seen.insert(op_text).second) fail(kv.first, "duplicate operator '" + op_text + "'");
     out.push_back(make_test(info, target, target_name, *op, kv.second));
   }
 }
 
-Condition PolicyBuilder::make_test(const FactInfo& info, int target,
-                                   const std::string& target_name, Op op, const Node& operand) {
+Condition PolicyBuilder::make_test(const FactInfo& info, int target, const std::string& target_name,
+                                   Op op, const Node& operand) {
   Condition c;
   c.kind = Condition::Kind::kTest;
   c.fact = info.fact;
@@ -862,10 +890,18 @@ Condition PolicyBuilder::make_test(const FactInfo& info, int target,
     c.label = name + (c.flag == (op == Op::kEq) ? " present" : " absent");
   } else if (info.kind == Kind::kList) {
     switch (op) {
-      case Op::kEq: c.label = name + " contains " + shown; break;
-      case Op::kNe: c.label = name + " does not contain " + shown; break;
-      case Op::kIn: c.label = name + " contains any of " + shown; break;
-      default: c.label = name + " has one matching " + shown; break;
+      case Op::kEq:
+        c.label = name + " contains " + shown;
+        break;
+      case Op::kNe:
+        c.label = name + " does not contain " + shown;
+        break;
+      case Op::kIn:
+        c.label = name + " contains any of " + shown;
+        break;
+      default:
+        c.label = name + " has one matching " + shown;
+        break;
     }
   } else {
     c.label = name + " " + op_symbol(op) + " " + shown;
@@ -935,8 +971,8 @@ void PolicyBuilder::set_operand(const FactInfo& info, Condition& c, const Node& 
           std::vector<std::string> names;
           for (const auto& a : policy_.aliases_) names.push_back(a.name);
           fail(operand, "unknown model alias '" + s + "' (" +
-                            (aliases_declared_ ? "models" : "targets") + ": " +
-                            quote_list(names) + ")");
+                            (aliases_declared_ ? "models" : "targets") + ": " + quote_list(names) +
+                            ")");
         }
       }
       c.text = s;

@@ -30,7 +30,7 @@ struct LoadResult {
   std::vector<Diagnostic> warnings;  // e.g. rules that can never match
 
   bool ok() const { return policy != nullptr; }
-  std::string errors_text() const;    // one diagnostic a line
+  std::string errors_text() const;  // one diagnostic a line
   std::string warnings_text() const;
 };
 

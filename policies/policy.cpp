@@ -14,16 +14,26 @@ namespace ferry::policies {
 
 std::string_view op_name(Op op) {
   switch (op) {
-    case Op::kLt: return "lt";
-    case Op::kLte: return "lte";
-    case Op::kGt: return "gt";
-    case Op::kGte: return "gte";
-    case Op::kEq: return "eq";
-    case Op::kNe: return "ne";
-    case Op::kIn: return "in";
-    case Op::kMatches: return "matches";
-    case Op::kPresent: return "present";
-    case Op::kAbsent: return "absent";
+    case Op::kLt:
+      return "lt";
+    case Op::kLte:
+      return "lte";
+    case Op::kGt:
+      return "gt";
+    case Op::kGte:
+      return "gte";
+    case Op::kEq:
+      return "eq";
+    case Op::kNe:
+      return "ne";
+    case Op::kIn:
+      return "in";
+    case Op::kMatches:
+      return "matches";
+    case Op::kPresent:
+      return "present";
+    case Op::kAbsent:
+      return "absent";
   }
   return "?";
 }
@@ -116,17 +126,26 @@ class Evaluator {
 
   static bool compare(double lhs, const Condition& c) {
     switch (c.op) {
-      case Op::kLt: return lhs < c.number;
-      case Op::kLte: return lhs <= c.number;
-      case Op::kGt: return lhs > c.number;
-      case Op::kGte: return lhs >= c.number;
-      case Op::kEq: return lhs == c.number;
-      case Op::kNe: return lhs != c.number;
+      case Op::kLt:
+        return lhs < c.number;
+      case Op::kLte:
+        return lhs <= c.number;
+      case Op::kGt:
+        return lhs > c.number;
+      case Op::kGte:
+        return lhs >= c.number;
+      case Op::kEq:
+        return lhs == c.number;
+      case Op::kNe:
+        return lhs != c.number;
       case Op::kIn:
         return std::find(c.numbers.begin(), c.numbers.end(), lhs) != c.numbers.end();
-      case Op::kPresent: return true;
-      case Op::kAbsent: return false;
-      case Op::kMatches: return false;
+      case Op::kPresent:
+        return true;
+      case Op::kAbsent:
+        return false;
+      case Op::kMatches:
+        return false;
     }
     return false;
   }
@@ -138,12 +157,16 @@ class Evaluator {
 
   static bool string_match(const std::string& s, const Condition& c) {
     switch (c.op) {
-      case Op::kEq: return s == c.text;
-      case Op::kNe: return s != c.text;
-      case Op::kIn: return std::find(c.texts.begin(), c.texts.end(), s) != c.texts.end();
+      case Op::kEq:
+        return s == c.text;
+      case Op::kNe:
+        return s != c.text;
+      case Op::kIn:
+        return std::find(c.texts.begin(), c.texts.end(), s) != c.texts.end();
       case Op::kMatches:
         return s.size() <= kMaxMatchedBytes && RE2::FullMatch(s, *c.regex);
-      default: return false;
+      default:
+        return false;
     }
   }
 
@@ -155,8 +178,10 @@ class Evaluator {
 
   static bool list_test(const std::vector<std::string>& list, const Condition& c) {
     switch (c.op) {
-      case Op::kPresent: return !list.empty();
-      case Op::kAbsent: return list.empty();
+      case Op::kPresent:
+        return !list.empty();
+      case Op::kAbsent:
+        return list.empty();
       case Op::kNe:
         return std::find(list.begin(), list.end(), c.text) == list.end();
       default:
@@ -186,26 +211,44 @@ class Evaluator {
   bool test(const Condition& c) const {
     const Facts& f = facts_;
     switch (c.fact) {
-      case Fact::kPromptTokens: return compare(static_cast<double>(f.prompt_tokens), c);
-      case Fact::kMaxTokens: return number_test(opt_num(f.max_tokens), c);
-      case Fact::kTotalTokens: return compare(static_cast<double>(f.total_tokens()), c);
-      case Fact::kModel: return string_test(f.model, c);
-      case Fact::kStream: return bool_test(f.stream, c);
-      case Fact::kTools: return bool_test(f.tools, c);
-      case Fact::kResponseFormat: return bool_test(f.response_format, c);
-      case Fact::kTaskId: return bool_test(f.task_id, c);
-      case Fact::kKey: return string_test(f.key, c);
-      case Fact::kTeam: return string_test(f.team, c);
-      case Fact::kProject: return string_test(f.project, c);
-      case Fact::kRole: return string_test(f.role, c);
-      case Fact::kTags: return list_test(f.tags, c);
-      case Fact::kClaimedTags: return list_test(f.claimed_tags, c);
-      case Fact::kHour: return compare(static_cast<double>(now().hour), c);
-      case Fact::kTime: return compare(static_cast<double>(now().minute_of_day), c);
+      case Fact::kPromptTokens:
+        return compare(static_cast<double>(f.prompt_tokens), c);
+      case Fact::kMaxTokens:
+        return number_test(opt_num(f.max_tokens), c);
+      case Fact::kTotalTokens:
+        return compare(static_cast<double>(f.total_tokens()), c);
+      case Fact::kModel:
+        return string_test(f.model, c);
+      case Fact::kStream:
+        return bool_test(f.stream, c);
+      case Fact::kTools:
+        return bool_test(f.tools, c);
+      case Fact::kResponseFormat:
+        return bool_test(f.response_format, c);
+      case Fact::kTaskId:
+        return bool_test(f.task_id, c);
+      case Fact::kKey:
+        return string_test(f.key, c);
+      case Fact::kTeam:
+        return string_test(f.team, c);
+      case Fact::kProject:
+        return string_test(f.project, c);
+      case Fact::kRole:
+        return string_test(f.role, c);
+      case Fact::kTags:
+        return list_test(f.tags, c);
+      case Fact::kClaimedTags:
+        return list_test(f.claimed_tags, c);
+      case Fact::kHour:
+        return compare(static_cast<double>(now().hour), c);
+      case Fact::kTime:
+        return compare(static_cast<double>(now().minute_of_day), c);
       case Fact::kWeekday:
         return string_test(std::string(kWeekdays[now().weekday]), c);
-      case Fact::kBudgetLeftPct: return number_test(f.budget_left_pct, c);
-      case Fact::kFits: return bool_test(fits(c.target), c);
+      case Fact::kBudgetLeftPct:
+        return number_test(f.budget_left_pct, c);
+      case Fact::kFits:
+        return bool_test(fits(c.target), c);
       case Fact::kHealthy: {
         const TargetFacts* tf = target_facts(c.target);
         return bool_test(tf ? tf->healthy : true, c);
@@ -273,7 +316,8 @@ Decision build_decision(const Policy& policy, const Facts& facts, const Action& 
   size_t first = 0;
   if (action.weighted) {
     uint64_t total = 0;
-    for (const auto& h : action.route) total += static_cast<uint64_t>(std::max<int64_t>(h.weight, 0));
+    for (const auto& h : action.route)
+      total += static_cast<uint64_t>(std::max<int64_t>(h.weight, 0));
     if (total > 0) {
       uint64_t r = facts.split % total;
       for (size_t i = 0; i < action.route.size(); ++i) {
@@ -317,10 +361,12 @@ Decision build_decision(const Policy& policy, const Facts& facts, const Action& 
   for (auto& hop : demoted) d.route.push_back(std::move(hop));
   if (d.route.empty()) {
     std::string why;
-    for (const auto& s : d.skipped) why += (why.empty() ? "" : "; ") + s.hop.target + ": " + s.reason;
+    for (const auto& s : d.skipped)
+      why += (why.empty() ? "" : "; ") + s.hop.target + ": " + s.reason;
     d.reject = Reject{400, "the request (" + std::to_string(facts.prompt_tokens) +
                                " prompt tokens) does not fit the context of any target of "
-                               "rule '" + rule_id + "' (" + why + ")"};
+                               "rule '" +
+                               rule_id + "' (" + why + ")"};
   }
   if (action.shadow >= 0) d.shadow = hop_of(action.shadow);
   return d;
@@ -397,8 +443,8 @@ Explanation Policy::explain(const Facts& facts) const {
     if (tf && tf->context_length > 0) {
       int64_t needed = saturating_add(tf->prompt_tokens.value_or(facts.prompt_tokens),
                                       facts.max_tokens.value_or(1));
-      fit = (needed <= tf->context_length ? "yes: " : "no: ") + std::to_string(needed) +
-            " of " + std::to_string(tf->context_length);
+      fit = (needed <= tf->context_length ? "yes: " : "no: ") + std::to_string(needed) + " of " +
+            std::to_string(tf->context_length);
     }
     ex.derived.emplace_back("fits " + t.name, fit);
     ex.derived.emplace_back("healthy " + t.name, (!tf || tf->healthy) ? "true" : "false");
@@ -439,10 +485,10 @@ nlohmann::json decision_to_json(const Decision& d) {
     skipped.push_back({{"target", s.hop.target}, {"ref", s.hop.ref}, {"reason", s.reason}});
   }
   j["skipped"] = skipped;
-  j["reject"] = d.reject ? json{{"status", d.reject->status}, {"message", d.reject->message}}
-                         : json(nullptr);
-  j["shadow"] = d.shadow ? json{{"target", d.shadow->target}, {"ref", d.shadow->ref}}
-                         : json(nullptr);
+  j["reject"] =
+      d.reject ? json{{"status", d.reject->status}, {"message", d.reject->message}} : json(nullptr);
+  j["shadow"] =
+      d.shadow ? json{{"target", d.shadow->target}, {"ref", d.shadow->ref}} : json(nullptr);
   j["tags"] = d.tags;
   json params = json::object();
   if (d.params.max_tokens) params["max_tokens"] = *d.params.max_tokens;
@@ -469,11 +515,14 @@ nlohmann::json explanation_to_json(const Explanation& ex) {
   for (const auto& r : ex.rules) {
     json clauses = json::array();
     for (const auto& c : r.clauses) {
-      clauses.push_back({{"clause", c.label}, {"value", c.value}, {"depth", c.depth},
-                         {"line", c.line}});
+      clauses.push_back(
+          {{"clause", c.label}, {"value", c.value}, {"depth", c.depth}, {"line", c.line}});
     }
-    rules.push_back({{"id", r.id}, {"line", r.line}, {"matched", r.matched},
-                     {"chosen", r.chosen}, {"clauses", clauses}});
+    rules.push_back({{"id", r.id},
+                     {"line", r.line},
+                     {"matched", r.matched},
+                     {"chosen", r.chosen},
+                     {"clauses", clauses}});
   }
   j["rules"] = rules;
   j["decision"] = decision_to_json(ex.decision);
@@ -529,8 +578,8 @@ std::string explanation_to_text(const Explanation& ex) {
   }
   auto param = [&](const char* name, const std::optional<double>& before,
                    const std::optional<double>& after, bool changed) {
-    if (changed) os << "  set " << name << ": " << format_opt(before) << " -> "
-                    << format_opt(after) << "\n";
+    if (changed)
+      os << "  set " << name << ": " << format_opt(before) << " -> " << format_opt(after) << "\n";
   };
   std::optional<double> mt_before, mt_after;
   if (ex.facts.max_tokens) mt_before = static_cast<double>(*ex.facts.max_tokens);

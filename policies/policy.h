@@ -64,9 +64,30 @@ struct Decision {
 // Compiled form. Built only by the loader (policies/loader.h); read-only afterwards.
 
 enum class Fact : uint8_t {
-  kPromptTokens, kMaxTokens, kTotalTokens, kModel, kStream, kTools, kResponseFormat,
-  kTaskId, kKey, kTeam, kProject, kRole, kTags, kClaimedTags, kHour, kTime, kWeekday,
-  kBudgetLeftPct, kFits, kHealthy, kQueueDepth, kEstWaitMs, kP90TtftMs, kErrorRate,
+  kPromptTokens,
+  kMaxTokens,
+  kTotalTokens,
+  kModel,
+  kStream,
+  kTools,
+  kResponseFormat,
+  kTaskId,
+  kKey,
+  kTeam,
+  kProject,
+  kRole,
+  kTags,
+  kClaimedTags,
+  kHour,
+  kTime,
+  kWeekday,
+  kBudgetLeftPct,
+  kFits,
+  kHealthy,
+  kQueueDepth,
+  kEstWaitMs,
+  kP90TtftMs,
+  kErrorRate,
 };
 
 enum class Op : uint8_t { kLt, kLte, kGt, kGte, kEq, kNe, kIn, kMatches, kPresent, kAbsent };
@@ -89,12 +110,12 @@ struct Condition {
   // kTest only.
   Fact fact = Fact::kPromptTokens;
   Op op = Op::kEq;
-  int target = -1;                   // index into Policy::targets() for per-target facts
-  double number = 0;                 // numeric operand (ints are exact up to 2^53)
-  bool flag = false;                 // boolean operand
-  std::string text;                  // string operand
-  std::vector<std::string> texts;    // `in` operand
-  std::vector<double> numbers;       // `in` operand for numeric facts
+  int target = -1;                        // index into Policy::targets() for per-target facts
+  double number = 0;                      // numeric operand (ints are exact up to 2^53)
+  bool flag = false;                      // boolean operand
+  std::string text;                       // string operand
+  std::vector<std::string> texts;         // `in` operand
+  std::vector<double> numbers;            // `in` operand for numeric facts
   std::shared_ptr<const re2::RE2> regex;  // `matches`, compiled at load time (linear time)
 
   std::string label;  // canonical text, e.g. "prompt_tokens <= 1500"
@@ -110,7 +131,7 @@ struct ParamRule {  // one parameter's `set`
 };
 
 struct RouteHop {
-  int target = -1;  // index into Policy::targets()
+  int target = -1;      // index into Policy::targets()
   int64_t weight = -1;  // -1 = unweighted route
 };
 
@@ -150,7 +171,7 @@ struct Alias {
 struct ClauseTrace {
   std::string label;  // "prompt_tokens <= 1500", "any", "not"
   bool value = false;
-  int depth = 0;      // nesting, for indentation
+  int depth = 0;  // nesting, for indentation
   int line = 0;
 };
 
@@ -165,7 +186,7 @@ struct RuleTrace {
 struct Explanation {
   Facts facts;
   std::vector<std::pair<std::string, std::string>> derived;  // computed facts: name, value
-  std::vector<RuleTrace> rules;  // every rule in order, then "default"
+  std::vector<RuleTrace> rules;                              // every rule in order, then "default"
   Decision decision;
 };
 

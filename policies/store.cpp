@@ -49,8 +49,11 @@ bool write_atomically(const std::string& path, const std::string& text) {
 nlohmann::json diagnostics_json(const std::vector<Diagnostic>& list) {
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& d : list) {
-    arr.push_back({{"file", d.file}, {"line", d.line}, {"column", d.column},
-                   {"message", d.message}, {"text", d.to_string()}});
+    arr.push_back({{"file", d.file},
+                   {"line", d.line},
+                   {"column", d.column},
+                   {"message", d.message},
+                   {"text", d.to_string()}});
   }
   return arr;
 }
@@ -60,7 +63,9 @@ nlohmann::json diagnostics_json(const std::vector<Diagnostic>& list) {
 PolicyStore::PolicyStore(std::string path, LoadOptions options)
     : path_(std::move(path)), options_(std::move(options)) {}
 
-PolicyStore::~PolicyStore() { stop_watching(); }
+PolicyStore::~PolicyStore() {
+  stop_watching();
+}
 
 Result<std::unique_ptr<PolicyStore>> PolicyStore::open(const std::string& path,
                                                        LoadOptions options) {
@@ -101,8 +106,7 @@ ReloadOutcome PolicyStore::apply_text(const std::string& text, std::string_view 
   return offer(text, trigger, persist);
 }
 
-ReloadOutcome PolicyStore::offer(const std::string& text, std::string_view trigger,
-                                 bool persist) {
+ReloadOutcome PolicyStore::offer(const std::string& text, std::string_view trigger, bool persist) {
   std::lock_guard lock(reload_mu_);
   ReloadOutcome out;
   out.trigger = std::string(trigger);
@@ -117,14 +121,14 @@ ReloadOutcome PolicyStore::offer(const std::string& text, std::string_view trigg
   LoadResult loaded = load_policy_text(text, path_, options_);
   out.warnings = loaded.warnings;
   if (loaded.ok() && persist && !write_atomically(path_, text)) {
-    out.errors.push_back({path_, 0, 0, std::string("cannot write the policy file: ") +
-                                           std::strerror(errno)});
+    out.errors.push_back(
+        {path_, 0, 0, std::string("cannot write the policy file: ") + std::strerror(errno)});
   }
   if (!loaded.ok()) out.errors = loaded.errors;
   if (!out.errors.empty()) {
     std::lock_guard slock(status_mu_);
-    status_.last_rejected = RejectedAttempt{unix_micros_now(), out.version, out.trigger,
-                                            out.errors};
+    status_.last_rejected =
+        RejectedAttempt{unix_micros_now(), out.version, out.trigger, out.errors};
     ++status_.reloads_rejected;
   } else {
     std::shared_ptr<const Policy> previous;  // freed after the lock, not under it

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what is missing, checks that module dependencies point
-# one way (docs/ARCHITECTURE.md), builds, runs a short smoke pass of every fuzz target
+# one way (docs/ARCHITECTURE.md) and that C++ files follow .clang-format (scripts/check_format.sh),
+# builds, runs a short smoke pass of every fuzz target
 # (scripts/fuzz.sh; FERRY_FUZZ_SECONDS per target, default 10; 0 skips it), then every ctest
 # test (unit and integration tiers, and the conformance tests with the official openai client;
 # last, so that ctest's summary closes the output). FERRY_LINT_BASE=main also runs clang-tidy
@@ -10,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 /usr/bin/python3 scripts/check_includes.py
+scripts/check_format.sh
 scripts/build.sh
 if [ -n "${FERRY_LINT_BASE:-}" ]; then scripts/lint.sh --base "$FERRY_LINT_BASE"; fi
 if [ "${FERRY_FUZZ_SECONDS:-10}" != 0 ]; then scripts/fuzz.sh "${FERRY_FUZZ_SECONDS:-10}"; fi

@@ -41,7 +41,9 @@ class RankMemo {
     thread_local std::unique_ptr<RankMemo[]> memos;
     thread_local std::uint64_t clock = 0;
     if (!memos) memos.reset(new RankMemo[2]);
-    RankMemo* m = memos[0].owner_ == serial ? &memos[0] : memos[1].owner_ == serial ? &memos[1] : nullptr;
+    RankMemo* m = memos[0].owner_ == serial   ? &memos[0]
+                  : memos[1].owner_ == serial ? &memos[1]
+                                              : nullptr;
     if (!m) {
       m = memos[0].last_use_ <= memos[1].last_use_ ? &memos[0] : &memos[1];
       m->owner_ = serial;
@@ -72,8 +74,8 @@ class RankMemo {
     count = e.count;
     return e.ids;
   }
-  void put_piece(std::size_t slot, std::uint64_t lo, std::uint64_t hi, std::uint32_t len, const TokenId* ids,
-                 std::size_t count) {
+  void put_piece(std::size_t slot, std::uint64_t lo, std::uint64_t hi, std::uint32_t len,
+                 const TokenId* ids, std::size_t count) {
     if (count > kPieceIds) return;
     PieceEntry& e = pieces_[slot];
     e.lo = lo;
@@ -107,7 +109,8 @@ class RankMemo {
 std::atomic<std::uint64_t> next_serial{1};
 
 // Keys as words (load_key, BytesIndex::load_short) put byte k at bits 8k.
-static_assert(std::endian::native == std::endian::little, "BPE keys are read as little-endian words");
+static_assert(std::endian::native == std::endian::little,
+              "BPE keys are read as little-endian words");
 
 // The len (1..8) bytes at p as a zero-padded word; p must have 8 readable bytes.
 std::uint64_t load_key(const char* p, std::uint32_t len) {
@@ -156,7 +159,9 @@ void BytesIndex::build(const std::vector<std::string_view>& keys) {
   }
 }
 
-void BpeModel::set_token(TokenId id, std::string_view bytes) { pending_.emplace_back(id, std::string(bytes)); }
+void BpeModel::set_token(TokenId id, std::string_view bytes) {
+  pending_.emplace_back(id, std::string(bytes));
+}
 
 void BpeModel::add_merge(TokenId a, TokenId b, std::uint32_t rank, TokenId merged) {
   pending_merges_.emplace_back(a, b, rank, merged);
@@ -194,7 +199,8 @@ void BpeModel::build_pairs() {
   pair_mask_ = size - 1;
   pair_count_ = 0;
   for (const auto& s : old) {
-    if (s.key != kEmpty) insert_pair(static_cast<TokenId>(s.key >> 32), static_cast<TokenId>(s.key), s.rank, s.merged);
+    if (s.key != kEmpty)
+      insert_pair(static_cast<TokenId>(s.key >> 32), static_cast<TokenId>(s.key), s.rank, s.merged);
   }
   for (const auto& [a, b, rank, merged] : pending_merges_) insert_pair(a, b, rank, merged);
   pending_merges_.clear();
@@ -353,7 +359,8 @@ bool BpeModel::prepare_rank_merge() {
   for (TokenId id = 0; id < id_space(); ++id) {
     const std::string_view bytes = token_bytes(id);
     if (bytes.size() == 2) {
-      TokenId& slot = pair2_[static_cast<unsigned char>(bytes[0]) << 8 | static_cast<unsigned char>(bytes[1])];
+      TokenId& slot =
+          pair2_[static_cast<unsigned char>(bytes[0]) << 8 | static_cast<unsigned char>(bytes[1])];
       slot = std::min(slot, find(bytes));  // find: the id the index keeps for duplicates
     } else if (bytes.size() > 2) {
       ++longer;
@@ -369,7 +376,8 @@ bool BpeModel::prepare_rank_merge() {
     const std::string_view bytes = token_bytes(id);
     if (bytes.size() <= 2) continue;
     const std::uint64_t h = BytesIndex::hash(bytes);
-    filter_[(h >> 40) & filter_mask_] |= (std::uint64_t{1} << (h & 63)) | (std::uint64_t{1} << ((h >> 6) & 63));
+    filter_[(h >> 40) & filter_mask_] |=
+        (std::uint64_t{1} << (h & 63)) | (std::uint64_t{1} << ((h >> 6) & 63));
   }
   serial_ = next_serial.fetch_add(1);
   return true;
@@ -408,7 +416,8 @@ void BpeModel::merge_by_rank(std::string_view piece, std::vector<TokenId>& out) 
     }
   }
   auto rank_of = [&](const char* p, std::uint32_t len) -> TokenId {
-    if (len == 2) return pair2_[static_cast<unsigned char>(p[0]) << 8 | static_cast<unsigned char>(p[1])];
+    if (len == 2)
+      return pair2_[static_cast<unsigned char>(p[0]) << 8 | static_cast<unsigned char>(p[1])];
     if (len > 8) return long_rank_of(p, len);
     const std::uint64_t key = load_key(p, len);
     return memo.rank(key, len, [&] { return short_rank_of(key, len); });
@@ -427,7 +436,8 @@ void BpeModel::merge_by_rank(std::string_view piece, std::vector<TokenId>& out) 
   while (parts > 1) {
     // The lowest rank, leftmost on ties, without a branch per pair.
     std::uint64_t lowest = ~std::uint64_t{0};
-    for (std::size_t i = 0; i + 1 < parts; ++i) lowest = std::min(lowest, std::uint64_t{ranks[i]} << 32 | i);
+    for (std::size_t i = 0; i + 1 < parts; ++i)
+      lowest = std::min(lowest, std::uint64_t{ranks[i]} << 32 | i);
     const TokenId best_rank = static_cast<TokenId>(lowest >> 32);
     const std::size_t best = static_cast<std::uint32_t>(lowest);
     if (best_rank == kNoToken) break;
@@ -436,12 +446,15 @@ void BpeModel::merge_by_rank(std::string_view piece, std::vector<TokenId>& out) 
     for (std::size_t i = best + 1; i + 1 < parts; ++i) {
       starts[i] = starts[i + 1];
       ids[i] = ids[i + 1];
-      ranks[i] = ranks[i + 1];  // the last copy reads ranks[parts - 1]: past the last pair, kNoToken
+      ranks[i] =
+          ranks[i + 1];  // the last copy reads ranks[parts - 1]: past the last pair, kNoToken
     }
     starts[parts - 1] = starts[parts];
     --parts;
-    const TokenId right = best + 1 < parts ? rank_of(s + starts[best], starts[best + 2] - starts[best]) : kNoToken;
-    const TokenId left = best > 0 ? rank_of(s + starts[best - 1], starts[best + 1] - starts[best - 1]) : kNoToken;
+    const TokenId right =
+        best + 1 < parts ? rank_of(s + starts[best], starts[best + 2] - starts[best]) : kNoToken;
+    const TokenId left =
+        best > 0 ? rank_of(s + starts[best - 1], starts[best + 1] - starts[best - 1]) : kNoToken;
     if (best + 1 < parts) ranks[best] = right;
     if (best > 0) ranks[best - 1] = left;
   }
@@ -511,7 +524,8 @@ class RankQueue {
     std::size_t w = r >> 6;
     if (w >= level0_.size()) return kEnd;
     const std::uint64_t bits = level0_[w] & (~std::uint64_t{0} << (r & 63));
-    if (bits) return static_cast<std::uint32_t>((w << 6) | static_cast<std::size_t>(__builtin_ctzll(bits)));
+    if (bits)
+      return static_cast<std::uint32_t>((w << 6) | static_cast<std::size_t>(__builtin_ctzll(bits)));
     const std::size_t w1 = w + 1;
     std::size_t i = w1 >> 6;
     if (i >= level1_.size()) return kEnd;
@@ -521,7 +535,8 @@ class RankQueue {
       summary = level1_[i];
     }
     w = (i << 6) | static_cast<std::size_t>(__builtin_ctzll(summary));
-    return static_cast<std::uint32_t>((w << 6) | static_cast<std::size_t>(__builtin_ctzll(level0_[w])));
+    return static_cast<std::uint32_t>((w << 6) |
+                                      static_cast<std::size_t>(__builtin_ctzll(level0_[w])));
   }
   // Moves the candidates of `rank` into `batch`, by ascending left.
   void drain(TokenId rank, std::vector<Candidate>& batch) {
@@ -541,7 +556,8 @@ class RankQueue {
     if (!level0_[rank >> 6]) level1_[rank >> 12] &= ~(std::uint64_t{1} << ((rank >> 6) & 63));
     std::reverse(batch.begin(), batch.end());  // the initial slice first, then by insertion
     const auto by_left = [](const Candidate& a, const Candidate& b) { return a.left < b.left; };
-    if (!std::is_sorted(batch.begin(), batch.end(), by_left)) std::sort(batch.begin(), batch.end(), by_left);
+    if (!std::is_sorted(batch.begin(), batch.end(), by_left))
+      std::sort(batch.begin(), batch.end(), by_left);
   }
   void release() {
     std::vector<Chunk>().swap(chunks_);
@@ -565,9 +581,9 @@ class RankQueue {
   std::vector<std::uint32_t> initial_end_;    // rank -> end of its slice of initial_
   std::vector<std::uint32_t> initial_count_;  // rank -> size of that slice; 0 once drained
   std::vector<TokenId> touched_;
-  std::vector<std::uint32_t> head_;     // rank -> newest chunk
-  std::vector<std::uint64_t> level0_;   // bit per rank: non-empty
-  std::vector<std::uint64_t> level1_;   // bit per level0_ word: non-zero
+  std::vector<std::uint32_t> head_;    // rank -> newest chunk
+  std::vector<std::uint64_t> level0_;  // bit per rank: non-empty
+  std::vector<std::uint64_t> level1_;  // bit per level0_ word: non-zero
   std::vector<Chunk> chunks_;
 };
 
@@ -596,12 +612,14 @@ void BpeModel::merge_by_rank_large(std::string_view piece, std::vector<TokenId>&
   queue.reset(id_space());
   RankMemo& memo = RankMemo::for_model(serial_);
   auto rank_of = [&](const char* p, std::uint32_t len) -> TokenId {
-    if (len == 2) return pair2_[static_cast<unsigned char>(p[0]) << 8 | static_cast<unsigned char>(p[1])];
+    if (len == 2)
+      return pair2_[static_cast<unsigned char>(p[0]) << 8 | static_cast<unsigned char>(p[1])];
     if (len > 8) return long_rank_of(p, len);
     const std::uint64_t key = load_key(p, len);
     return memo.rank(key, len, [&] { return short_rank_of(key, len); });
   };
-  for (std::uint32_t i = 0; i < n; ++i) nodes[i] = Node{i + 1, i - 1, byte_token_[static_cast<unsigned char>(s[i])]};
+  for (std::uint32_t i = 0; i < n; ++i)
+    nodes[i] = Node{i + 1, i - 1, byte_token_[static_cast<unsigned char>(s[i])]};
   queue.push_initial(n, [&](std::uint32_t i) { return rank_of(s + i, 2); });
   // Queues the candidate of the part at `left` and its successor; returns its rank.
   auto push = [&](std::uint32_t left) -> TokenId {
@@ -623,7 +641,8 @@ void BpeModel::merge_by_rank_large(std::string_view piece, std::vector<TokenId>&
       const RankQueue::Candidate c = batch[k++];
       Node& left = nodes[c.left];
       const std::uint32_t right = left.next;
-      if (right == 0 || right >= n || nodes[right].next != c.end) continue;  // absorbed, or a side changed
+      if (right == 0 || right >= n || nodes[right].next != c.end)
+        continue;  // absorbed, or a side changed
       left.id = rank;
       left.next = c.end;
       nodes[right].next = 0;

@@ -72,7 +72,8 @@ class BytesIndex {
       return std::uint64_t{lo} | (std::uint64_t{hi} << (8 * (n - 4)));
     }
     const auto* u = reinterpret_cast<const unsigned char*>(p);
-    return std::uint64_t{u[0]} | (std::uint64_t{u[n / 2]} << (8 * (n / 2))) | (std::uint64_t{u[n - 1]} << (8 * (n - 1)));
+    return std::uint64_t{u[0]} | (std::uint64_t{u[n / 2]} << (8 * (n / 2))) |
+           (std::uint64_t{u[n - 1]} << (8 * (n - 1)));
   }
   // hash() of a key of 1..8 bytes given as a word: its bytes in memory order, zero-padded.
   static std::uint64_t hash_short(std::uint64_t v, std::size_t n) {
@@ -101,7 +102,9 @@ class BytesIndex {
       if (s.prefix == prefix && s.tag == tag) {
         if (key.size() <= 8) return s.id;  // the prefix and the length in the tag say it all
         const std::string_view k = keys_[s.id];
-        if (k.size() == key.size() && std::memcmp(k.data() + 8, key.data() + 8, key.size() - 8) == 0) return s.id;
+        if (k.size() == key.size() &&
+            std::memcmp(k.data() + 8, key.data() + 8, key.size() - 8) == 0)
+          return s.id;
       }
       slot = (slot + 1) & mask_;
     }
@@ -157,7 +160,8 @@ class BytesIndex {
     return key.empty() ? 0 : load_short(key.data(), key.size() < 8 ? key.size() : 8);
   }
   static std::uint32_t tag_of(std::uint64_t h, std::size_t len) {
-    return static_cast<std::uint32_t>((h >> 32) & 0xFFFFFF00u) | static_cast<std::uint32_t>(len < 255 ? len : 255);
+    return static_cast<std::uint32_t>((h >> 32) & 0xFFFFFF00u) |
+           static_cast<std::uint32_t>(len < 255 ? len : 255);
   }
 
   std::vector<Slot, HugePageAllocator<Slot>> slots_;
@@ -179,8 +183,9 @@ class BpeModel {
   TokenId find(std::string_view bytes) const { return index_.find(bytes); }
   const BytesIndex& index() const { return index_; }
   std::string_view token_bytes(TokenId id) const {
-    return id < offsets_.size() - 1 ? std::string_view(arena_).substr(offsets_[id], offsets_[id + 1] - offsets_[id])
-                                    : std::string_view();
+    return id < offsets_.size() - 1
+               ? std::string_view(arena_).substr(offsets_[id], offsets_[id + 1] - offsets_[id])
+               : std::string_view();
   }
   std::size_t id_space() const { return offsets_.empty() ? 0 : offsets_.size() - 1; }
   std::size_t merge_count() const { return pair_count_; }
@@ -214,7 +219,8 @@ class BpeModel {
   void merge_by_rank_large(std::string_view piece, std::vector<TokenId>& out) const;
   bool filter_may_hold(std::uint64_t h) const {
     const std::uint64_t word = filter_[(h >> 40) & filter_mask_];
-    const std::uint64_t bits = (std::uint64_t{1} << (h & 63)) | (std::uint64_t{1} << ((h >> 6) & 63));
+    const std::uint64_t bits =
+        (std::uint64_t{1} << (h & 63)) | (std::uint64_t{1} << ((h >> 6) & 63));
     return (word & bits) == bits;
   }
   // The id (= rank) of the token whose bytes are [p, p + len), len > 8; kNoToken if none.
@@ -239,8 +245,8 @@ class BpeModel {
   std::vector<std::tuple<TokenId, TokenId, std::uint32_t, TokenId>> pending_merges_;
 
   // merge_by_rank (prepare_rank_merge).
-  std::vector<TokenId> pair2_;          // (b0 << 8 | b1) -> id of that 2-byte token, or kNoToken
-  std::vector<std::uint64_t> filter_;   // Bloom filter (2 bits of one word) of tokens of 3+ bytes
+  std::vector<TokenId> pair2_;         // (b0 << 8 | b1) -> id of that 2-byte token, or kNoToken
+  std::vector<std::uint64_t> filter_;  // Bloom filter (2 bits of one word) of tokens of 3+ bytes
   std::uint64_t filter_mask_ = 0;
   TokenId byte_token_[256] = {};
   std::uint64_t serial_ = 0;  // names this vocabulary in the per-thread lookup memos

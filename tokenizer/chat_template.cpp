@@ -22,7 +22,8 @@ Json content_text(const Json& content) {
   std::string text;
   bool first = true;
   for (const Json& part : content) {
-    if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string()) {
+    if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+        part["text"].is_string()) {
       if (!first) text += "\n";
       text += part["text"].get<std::string>();
       first = false;
@@ -35,17 +36,20 @@ Json content_text(const Json& content) {
 
 ChatFormatter::~ChatFormatter() = default;
 
-Result<std::shared_ptr<const ChatFormatter>> ChatFormatter::create(std::shared_ptr<const Tokenizer> tokenizer,
-                                                                   std::string_view template_source) {
+Result<std::shared_ptr<const ChatFormatter>> ChatFormatter::create(
+    std::shared_ptr<const Tokenizer> tokenizer, std::string_view template_source) {
   if (!tokenizer) return Error::make(ErrorCode::kInternal, "chat: no tokenizer");
   std::shared_ptr<ChatFormatter> f(new ChatFormatter());
   f->tokenizer_ = std::move(tokenizer);
-  std::string_view source = template_source.empty() ? std::string_view(f->tokenizer_->chat_template()) : template_source;
+  std::string_view source =
+      template_source.empty() ? std::string_view(f->tokenizer_->chat_template()) : template_source;
   if (source.empty()) {
     const std::string& name = f->tokenizer_->name();
-    if (name == "cl100k_base" || name == "o200k_base") return std::shared_ptr<const ChatFormatter>(f);
-    return Error::make(ErrorCode::kInvalidRequest,
-                       "chat: tokenizer '" + name + "' ships no chat template and none was configured");
+    if (name == "cl100k_base" || name == "o200k_base")
+      return std::shared_ptr<const ChatFormatter>(f);
+    return Error::make(
+        ErrorCode::kInvalidRequest,
+        "chat: tokenizer '" + name + "' ships no chat template and none was configured");
   }
   auto parsed = jinja::Template::parse(source);
   if (!parsed) return std::move(parsed).error();
@@ -93,7 +97,8 @@ Json normalized_message(const Json& m) {
 // The variables a request renders with, pointing into `request` where it can be used as it is
 // and into `storage` (filled here, completely, before any pointer into it is taken: an object
 // moves its members when it grows) where not. Later variables of the same name win.
-std::vector<jinja::Template::Variable> ChatFormatter::template_variables(const Json& request, bool add_generation_prompt,
+std::vector<jinja::Template::Variable> ChatFormatter::template_variables(const Json& request,
+                                                                         bool add_generation_prompt,
                                                                          Json& storage) const {
   static const Json kNull;
   const Json& messages = messages_of(request);
@@ -102,7 +107,8 @@ std::vector<jinja::Template::Variable> ChatFormatter::template_variables(const J
   for (const Json& m : messages) normalize = normalize || needs_normalizing(m);
   if (normalize) {
     Json normalized = Json::array();
-    for (const Json& m : messages) normalized.push_back(needs_normalizing(m) ? normalized_message(m) : m);
+    for (const Json& m : messages)
+      normalized.push_back(needs_normalizing(m) ? normalized_message(m) : m);
     storage["messages"] = std::move(normalized);
   }
   storage["add_generation_prompt"] = add_generation_prompt;
@@ -118,9 +124,11 @@ std::vector<jinja::Template::Variable> ChatFormatter::template_variables(const J
       {"bos_token", &storage["bos_token"]},
       {"eos_token", &storage["eos_token"]},
   };
-  if (request.is_object() && request.contains("chat_template_kwargs") && request["chat_template_kwargs"].is_object()) {
+  if (request.is_object() && request.contains("chat_template_kwargs") &&
+      request["chat_template_kwargs"].is_object()) {
     const Json& kwargs = request["chat_template_kwargs"];
-    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) vars.push_back({it.key(), &it.value()});
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it)
+      vars.push_back({it.key(), &it.value()});
   }
   return vars;
 }
@@ -128,13 +136,15 @@ std::vector<jinja::Template::Variable> ChatFormatter::template_variables(const J
 Json ChatFormatter::template_context(const Json& request, bool add_generation_prompt) const {
   Json storage;
   Json ctx = Json::object();
-  for (const auto& v : template_variables(request, add_generation_prompt, storage)) ctx[std::string(v.name)] = *v.value;
+  for (const auto& v : template_variables(request, add_generation_prompt, storage))
+    ctx[std::string(v.name)] = *v.value;
   return ctx;
 }
 
 Result<std::string> ChatFormatter::render(const Json& request, bool add_generation_prompt) const {
   const Json& messages = messages_of(request);
-  if (!messages.is_array()) return Error::make(ErrorCode::kInvalidRequest, "'messages' must be an array", "messages");
+  if (!messages.is_array())
+    return Error::make(ErrorCode::kInvalidRequest, "'messages' must be an array", "messages");
   if (!template_) {
     // OpenAI models: the documented accounting has no text form; show the ChatML-like shape.
     std::string out;
@@ -173,7 +183,8 @@ std::size_t count_prompt(const Tokenizer& tokenizer, std::string_view text) {
   ids.clear();
   encode_prompt(tokenizer, text, ids);
   const std::size_t n = ids.size();
-  if (ids.capacity() > (std::size_t{1} << 22)) std::vector<TokenId>().swap(ids);  // do not pin huge buffers
+  if (ids.capacity() > (std::size_t{1} << 22))
+    std::vector<TokenId>().swap(ids);  // do not pin huge buffers
   return n;
 }
 
@@ -184,9 +195,11 @@ Result<std::size_t> ChatFormatter::count(const Json& request, bool add_generatio
   return count_prompt(*tokenizer_, *text);  // BOS as the engine runs it
 }
 
-Result<std::size_t> ChatFormatter::count_json(std::string_view request_json, bool add_generation_prompt) const {
+Result<std::size_t> ChatFormatter::count_json(std::string_view request_json,
+                                              bool add_generation_prompt) const {
   Json request = Json::parse(request_json, nullptr, false);
-  if (request.is_discarded()) return Error::make(ErrorCode::kInvalidRequest, "chat: request is not valid JSON");
+  if (request.is_discarded())
+    return Error::make(ErrorCode::kInvalidRequest, "chat: request is not valid JSON");
   return count(request, add_generation_prompt);
 }
 
@@ -196,10 +209,12 @@ Result<std::size_t> ChatFormatter::count_json(std::string_view request_json, boo
 // text, which OpenAI does not document exactly.
 Result<std::size_t> ChatFormatter::count_openai(const Json& request) const {
   const Json& messages = messages_of(request);
-  if (!messages.is_array()) return Error::make(ErrorCode::kInvalidRequest, "'messages' must be an array", "messages");
+  if (!messages.is_array())
+    return Error::make(ErrorCode::kInvalidRequest, "'messages' must be an array", "messages");
   std::size_t total = 0;
   for (const Json& m : messages) {
-    if (!m.is_object()) return Error::make(ErrorCode::kInvalidRequest, "a message must be an object", "messages");
+    if (!m.is_object())
+      return Error::make(ErrorCode::kInvalidRequest, "a message must be an object", "messages");
     total += 3;
     for (auto it = m.begin(); it != m.end(); ++it) {
       const Json& v = it.value();
@@ -212,8 +227,9 @@ Result<std::size_t> ChatFormatter::count_openai(const Json& request) const {
           const Json& fn = call["function"];
           total += tokenizer_->count(fn.value("name", std::string()));
           if (fn.contains("arguments")) {
-            total += tokenizer_->count(fn["arguments"].is_string() ? fn["arguments"].get<std::string>()
-                                                                   : fn["arguments"].dump());
+            total +=
+                tokenizer_->count(fn["arguments"].is_string() ? fn["arguments"].get<std::string>()
+                                                              : fn["arguments"].dump());
           }
         }
       } else if (v.is_string()) {
@@ -223,7 +239,8 @@ Result<std::size_t> ChatFormatter::count_openai(const Json& request) const {
     }
   }
   total += 3;
-  if (request.is_object() && request.contains("tools") && request["tools"].is_array() && !request["tools"].empty()) {
+  if (request.is_object() && request.contains("tools") && request["tools"].is_array() &&
+      !request["tools"].empty()) {
     total += tokenizer_->count(request["tools"].dump());
   }
   return total;

@@ -32,24 +32,28 @@ class ChatFormatter {
   // the tokenizer file ships (GGUF tokenizer.chat_template, tokenizer_config.json), else
   // OpenAI's accounting for cl100k_base / o200k_base. A template that does not parse, or a
   // tokenizer with no template that is not an OpenAI encoding, is an error here.
-  static Result<std::shared_ptr<const ChatFormatter>> create(std::shared_ptr<const Tokenizer> tokenizer,
-                                                             std::string_view template_source = {});
+  static Result<std::shared_ptr<const ChatFormatter>> create(
+      std::shared_ptr<const Tokenizer> tokenizer, std::string_view template_source = {});
   ~ChatFormatter();
 
   // `request` is an OpenAI chat request ({"messages": [...], "tools": [...], ...}) or a bare
   // messages array. Parse it with nlohmann::ordered_json: tojson must keep key order.
-  Result<std::string> render(const nlohmann::ordered_json& request, bool add_generation_prompt = true) const;
+  Result<std::string> render(const nlohmann::ordered_json& request,
+                             bool add_generation_prompt = true) const;
   // count(): the rendered prompt's tokens as tokenizer::count_prompt counts them (with BOS).
-  Result<std::size_t> count(const nlohmann::ordered_json& request, bool add_generation_prompt = true) const;
+  Result<std::size_t> count(const nlohmann::ordered_json& request,
+                            bool add_generation_prompt = true) const;
   // Same, from JSON text.
-  Result<std::size_t> count_json(std::string_view request_json, bool add_generation_prompt = true) const;
+  Result<std::size_t> count_json(std::string_view request_json,
+                                 bool add_generation_prompt = true) const;
 
   bool uses_openai_accounting() const { return !template_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 
   // The Jinja context a request renders with (messages normalised, tools, bos/eos tokens,
   // add_generation_prompt, chat_template_kwargs); exposed for conformance tests.
-  nlohmann::ordered_json template_context(const nlohmann::ordered_json& request, bool add_generation_prompt) const;
+  nlohmann::ordered_json template_context(const nlohmann::ordered_json& request,
+                                          bool add_generation_prompt) const;
 
  private:
   ChatFormatter() = default;

@@ -6,15 +6,20 @@
 #error "FERRY_TOKENIZER_DATA_DIR must name the folder with the fetched *.tiktoken files"
 #endif
 
-#define FERRY_EMBED(sym, file)                                                 \
-  asm(".pushsection .rodata\n"                                                 \
-      ".balign 16\n"                                                           \
-      ".hidden " #sym "_begin\n"                                               \
-      ".globl " #sym "_begin\n" #sym "_begin:\n"                               \
-      ".incbin \"" FERRY_TOKENIZER_DATA_DIR "/" file "\"\n"                    \
-      ".hidden " #sym "_end\n"                                                 \
-      ".globl " #sym "_end\n" #sym "_end:\n"                                   \
-      ".byte 0\n"                                                              \
+#define FERRY_EMBED(sym, file)                       \
+  asm(".pushsection .rodata\n"                       \
+      ".balign 16\n"                                 \
+      ".hidden " #sym                                \
+      "_begin\n"                                     \
+      ".globl " #sym "_begin\n" #sym                 \
+      "_begin:\n"                                    \
+      ".incbin \"" FERRY_TOKENIZER_DATA_DIR "/" file \
+      "\"\n"                                         \
+      ".hidden " #sym                                \
+      "_end\n"                                       \
+      ".globl " #sym "_end\n" #sym                   \
+      "_end:\n"                                      \
+      ".byte 0\n"                                    \
       ".popsection\n")
 
 FERRY_EMBED(ferry_tokenizer_cl100k, "cl100k_base.tiktoken");
@@ -30,11 +35,13 @@ extern const char ferry_tokenizer_o200k_end[];
 namespace ferry::tokenizer {
 
 std::string_view embedded_cl100k_base() {
-  return {ferry_tokenizer_cl100k_begin, static_cast<std::size_t>(ferry_tokenizer_cl100k_end - ferry_tokenizer_cl100k_begin)};
+  return {ferry_tokenizer_cl100k_begin,
+          static_cast<std::size_t>(ferry_tokenizer_cl100k_end - ferry_tokenizer_cl100k_begin)};
 }
 
 std::string_view embedded_o200k_base() {
-  return {ferry_tokenizer_o200k_begin, static_cast<std::size_t>(ferry_tokenizer_o200k_end - ferry_tokenizer_o200k_begin)};
+  return {ferry_tokenizer_o200k_begin,
+          static_cast<std::size_t>(ferry_tokenizer_o200k_end - ferry_tokenizer_o200k_begin)};
 }
 
 }  // namespace ferry::tokenizer

@@ -14,7 +14,14 @@ namespace {
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";
 
 // llama.cpp token types.
-enum TokenType : int { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+enum TokenType : int {
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
+};
 
 Error invalid(const std::string& path, const std::string& what) {
   return Error::make(ErrorCode::kInvalidRequest, path + ": " + what);
@@ -63,9 +70,12 @@ Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path) 
   }
   const std::size_t n = tokens->strings.size();
   std::vector<int> types(n, kNormal);
-  if (const gguf::Value* t = f.find("tokenizer.ggml.token_type"); t && t->type == gguf::ValueType::kArray) {
-    for (std::size_t i = 0; i < n && i < t->ints.size(); ++i) types[i] = static_cast<int>(t->ints[i]);
-    for (std::size_t i = 0; i < n && i < t->uints.size(); ++i) types[i] = static_cast<int>(t->uints[i]);
+  if (const gguf::Value* t = f.find("tokenizer.ggml.token_type");
+      t && t->type == gguf::ValueType::kArray) {
+    for (std::size_t i = 0; i < n && i < t->ints.size(); ++i)
+      types[i] = static_cast<int>(t->ints[i]);
+    for (std::size_t i = 0; i < n && i < t->uints.size(); ++i)
+      types[i] = static_cast<int>(t->uints[i]);
   }
 
   auto impl = std::make_unique<TokenizerImpl>();
@@ -102,7 +112,8 @@ Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path) 
     const gguf::Value* scores = f.find("tokenizer.ggml.scores");
     t.scores.assign(n, 0.0f);
     if (scores && scores->type == gguf::ValueType::kArray) {
-      for (std::size_t i = 0; i < n && i < scores->floats.size(); ++i) t.scores[i] = static_cast<float>(scores->floats[i]);
+      for (std::size_t i = 0; i < n && i < scores->floats.size(); ++i)
+        t.scores[i] = static_cast<float>(scores->floats[i]);
     }
     for (TokenId id = 0; id < n; ++id) t.bpe.set_token(id, tokens->strings[id]);
     t.bpe.finish();
@@ -110,7 +121,8 @@ Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path) 
     for (TokenId id = 0; id < n; ++id) {
       const std::string& text = tokens->strings[id];
       const int b = types[id] == kByte ? byte_token(text) : -1;
-      t.decoded[id] = b >= 0 ? std::string(1, static_cast<char>(b)) : replace_all(text, kMetaspace, " ");
+      t.decoded[id] =
+          b >= 0 ? std::string(1, static_cast<char>(b)) : replace_all(text, kMetaspace, " ");
     }
     for (int b = 0; b < 256; ++b) {
       char buf[8];
@@ -141,7 +153,8 @@ Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path) 
     }
     t.bpe.finish();
     const gguf::Value* merges = f.find("tokenizer.ggml.merges");
-    if (!merges || merges->type != gguf::ValueType::kArray) return invalid(path, "no tokenizer.ggml.merges");
+    if (!merges || merges->type != gguf::ValueType::kArray)
+      return invalid(path, "no tokenizer.ggml.merges");
     std::uint32_t rank = 0;
     for (const std::string& m : merges->strings) {
       const std::size_t space = m.find(' ', 1);
@@ -161,7 +174,8 @@ Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path) 
     for (int b = 0; b < 256; ++b) t.byte_ids[b] = t.bpe.find(std::string(1, static_cast<char>(b)));
     return impl;
   }
-  return invalid(path, "tokenizer.ggml.model '" + std::string(*model) + "' is not supported (llama, gpt2)");
+  return invalid(
+      path, "tokenizer.ggml.model '" + std::string(*model) + "' is not supported (llama, gpt2)");
 }
 
 // ---- llama.cpp SentencePiece merge ---------------------------------------------------------
@@ -185,11 +199,15 @@ void TokenizerImpl::encode_spm(std::string_view text, std::vector<TokenId>& out)
   heap.clear();
   for (std::size_t pos = 0; pos < text.size();) {
     const auto c = static_cast<unsigned char>(text[pos]);
-    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    std::size_t len = c < 0x80         ? 1
+                      : (c >> 5) == 6  ? 2
+                      : (c >> 4) == 14 ? 3
+                      : (c >> 3) == 30 ? 4
+                                       : 1;
     len = std::min(len, text.size() - pos);
     const int idx = static_cast<int>(symbols.size());
-    symbols.push_back({idx - 1, pos + len == text.size() ? -1 : idx + 1, static_cast<std::uint32_t>(pos),
-                       static_cast<std::uint32_t>(len)});
+    symbols.push_back({idx - 1, pos + len == text.size() ? -1 : idx + 1,
+                       static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(len)});
     pos += len;
   }
   // Highest score first; on ties the leftmost.
@@ -198,13 +216,15 @@ void TokenizerImpl::encode_spm(std::string_view text, std::vector<TokenId>& out)
   };
   const auto try_add = [&](int left, int right) {
     if (left < 0 || right < 0) return;
-    const std::string_view s = text.substr(symbols[left].start, symbols[left].len + symbols[right].len);
+    const std::string_view s =
+        text.substr(symbols[left].start, symbols[left].len + symbols[right].len);
     const TokenId id = bpe.find(s);
     if (id == kNoToken || id >= scores.size()) return;
     heap.push_back({scores[id], left, right, static_cast<std::uint32_t>(s.size())});
     std::push_heap(heap.begin(), heap.end(), less);
   };
-  for (std::size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i - 1), static_cast<int>(i));
+  for (std::size_t i = 1; i < symbols.size(); ++i)
+    try_add(static_cast<int>(i - 1), static_cast<int>(i));
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), less);
     const Bigram b = heap.back();

@@ -32,7 +32,9 @@ struct LoadError {
   std::string message;
 };
 
-[[noreturn]] void fail(const std::string& message) { throw LoadError{message}; }
+[[noreturn]] void fail(const std::string& message) {
+  throw LoadError{message};
+}
 
 std::string str_or(const json& j, const char* key, std::string fallback = {}) {
   if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
@@ -75,7 +77,8 @@ void apply_normalizer(const json& n, Pipeline& p) {
   } else if (type == "NFC") {
     p.nfc = true;
   } else if (type == "Prepend") {
-    if (str_or(n, "prepend") != kMetaspace) fail("Prepend normalizer with anything but U+2581 is not supported");
+    if (str_or(n, "prepend") != kMetaspace)
+      fail("Prepend normalizer with anything but U+2581 is not supported");
     p.prepend_metaspace = true;
   } else if (type == "Replace") {
     const auto [regex, from] = pattern_of(n);
@@ -114,8 +117,10 @@ void apply_pre_tokenizer(const json& n, Pipeline& p) {
       p.pre = PreKind::kSplit;
     }
   } else if (type == "Metaspace") {
-    if (str_or(n, "replacement", std::string(kMetaspace)) != kMetaspace) fail("Metaspace replacement must be U+2581");
-    const std::string scheme = str_or(n, "prepend_scheme", bool_or(n, "add_prefix_space", true) ? "always" : "never");
+    if (str_or(n, "replacement", std::string(kMetaspace)) != kMetaspace)
+      fail("Metaspace replacement must be U+2581");
+    const std::string scheme =
+        str_or(n, "prepend_scheme", bool_or(n, "add_prefix_space", true) ? "always" : "never");
     p.spaces_to_metaspace = true;
     p.prepend_metaspace = scheme != "never";
     p.prepend_first_only = scheme == "first";
@@ -148,7 +153,8 @@ void apply_decoder(const json& n, DecoderInfo& d) {
     if (str_or(n, "content") == " " && n.value("start", 0) == 1) d.strip_leading_space = true;
   } else if (type == "Metaspace") {
     d.metaspace_to_space = true;
-    const std::string scheme = str_or(n, "prepend_scheme", bool_or(n, "add_prefix_space", true) ? "always" : "never");
+    const std::string scheme =
+        str_or(n, "prepend_scheme", bool_or(n, "add_prefix_space", true) ? "always" : "never");
     d.strip_leading_space = scheme != "never";
     d.byte_fallback = true;
   } else {
@@ -172,10 +178,14 @@ int byte_token(std::string_view t) {
   for (std::size_t i = 3; i < 5; ++i) {
     const char c = t[i];
     v *= 16;
-    if (c >= '0' && c <= '9') v += c - '0';
-    else if (c >= 'A' && c <= 'F') v += c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') v += c - 'a' + 10;
-    else return -1;
+    if (c >= '0' && c <= '9')
+      v += c - '0';
+    else if (c >= 'A' && c <= 'F')
+      v += c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      v += c - 'a' + 10;
+    else
+      return -1;
   }
   return v;
 }
@@ -212,8 +222,10 @@ void load_config_sidecar(const std::string& path, TokenizerImpl& t) {
   };
   if (c.contains("bos_token")) t.bos = id_of(c["bos_token"]);
   if (c.contains("eos_token")) t.eos = id_of(c["eos_token"]);
-  if (c.contains("add_bos_token") && c["add_bos_token"].is_boolean()) t.add_bos = c["add_bos_token"].get<bool>();
-  if (c.contains("add_eos_token") && c["add_eos_token"].is_boolean()) t.add_eos = c["add_eos_token"].get<bool>();
+  if (c.contains("add_bos_token") && c["add_bos_token"].is_boolean())
+    t.add_bos = c["add_bos_token"].get<bool>();
+  if (c.contains("add_eos_token") && c["add_eos_token"].is_boolean())
+    t.add_eos = c["add_eos_token"].get<bool>();
 }
 
 std::unique_ptr<TokenizerImpl> build(std::string name, const json& root) {
@@ -223,10 +235,12 @@ std::unique_ptr<TokenizerImpl> build(std::string name, const json& root) {
   const json& model = root.at("model");
   const std::string type = str_or(model, "type", "BPE");
   if (type != "BPE") fail("model type '" + type + "' is not supported (BPE only)");
-  if (!str_or(model, "continuing_subword_prefix").empty() || !str_or(model, "end_of_word_suffix").empty()) {
+  if (!str_or(model, "continuing_subword_prefix").empty() ||
+      !str_or(model, "end_of_word_suffix").empty()) {
     fail("BPE continuing_subword_prefix / end_of_word_suffix are not supported");
   }
-  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0) {
+  if (model.contains("dropout") && !model["dropout"].is_null() &&
+      model["dropout"].get<double>() != 0.0) {
     fail("BPE dropout is not supported");
   }
 
@@ -312,7 +326,8 @@ std::unique_ptr<TokenizerImpl> build(std::string name, const json& root) {
     if (m.is_string()) {
       const std::string s = m.get<std::string>();
       const std::size_t space = s.find(' ');
-      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) fail("bad merge '" + s + "'");
+      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
+        fail("bad merge '" + s + "'");
       a = s.substr(0, space);
       b = s.substr(space + 1);
     } else if (m.is_array() && m.size() == 2) {
@@ -386,7 +401,8 @@ std::string byte_level_to_bytes(std::string_view text, bool& ok) {
   return out;
 }
 
-Result<std::unique_ptr<TokenizerImpl>> load_hf_tokenizer_json(const std::string& name, std::string_view json_text) {
+Result<std::unique_ptr<TokenizerImpl>> load_hf_tokenizer_json(const std::string& name,
+                                                              std::string_view json_text) {
   try {
     const json root = json::parse(json_text);
     auto impl = build(name, root);

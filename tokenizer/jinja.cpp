@@ -63,13 +63,47 @@ struct Value {
   std::shared_ptr<Callable> fn;
   bool is_namespace = false;
 
-  static Value none() { Value v; v.kind = kNone; return v; }
-  static Value boolean(bool x) { Value v; v.kind = kBool; v.b = x; return v; }
-  static Value integer(std::int64_t x) { Value v; v.kind = kInt; v.i = x; return v; }
-  static Value real(double x) { Value v; v.kind = kFloat; v.f = x; return v; }
-  static Value string(std::string x) { Value v; v.kind = kString; v.s = Str(std::move(x)); return v; }
-  static Value string(Str x) { Value v; v.kind = kString; v.s = std::move(x); return v; }
-  static Value new_list() { Value v; v.kind = kList; v.list = std::make_shared<ValueList>(); return v; }
+  static Value none() {
+    Value v;
+    v.kind = kNone;
+    return v;
+  }
+  static Value boolean(bool x) {
+    Value v;
+    v.kind = kBool;
+    v.b = x;
+    return v;
+  }
+  static Value integer(std::int64_t x) {
+    Value v;
+    v.kind = kInt;
+    v.i = x;
+    return v;
+  }
+  static Value real(double x) {
+    Value v;
+    v.kind = kFloat;
+    v.f = x;
+    return v;
+  }
+  static Value string(std::string x) {
+    Value v;
+    v.kind = kString;
+    v.s = Str(std::move(x));
+    return v;
+  }
+  static Value string(Str x) {
+    Value v;
+    v.kind = kString;
+    v.s = std::move(x);
+    return v;
+  }
+  static Value new_list() {
+    Value v;
+    v.kind = kList;
+    v.list = std::make_shared<ValueList>();
+    return v;
+  }
   static Value new_dict();
 };
 
@@ -102,7 +136,9 @@ Value Value::new_dict() {
 struct RenderError {
   std::string message;
 };
-[[noreturn]] void fail(std::string message) { throw RenderError{std::move(message)}; }
+[[noreturn]] void fail(std::string message) {
+  throw RenderError{std::move(message)};
+}
 
 struct Args {
   std::vector<Value> positional;
@@ -122,12 +158,17 @@ struct Callable {
 
 Value from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::none();
-    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
-    case nlohmann::ordered_json::value_t::number_unsigned: return Value::integer(j.get<std::int64_t>());
-    case nlohmann::ordered_json::value_t::number_float: return Value::real(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value::string(Str::borrow(j.get_ref<const std::string&>()));
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value::integer(j.get<std::int64_t>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value::real(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value::string(Str::borrow(j.get_ref<const std::string&>()));
     case nlohmann::ordered_json::value_t::array: {
       Value v = Value::new_list();
       for (const auto& e : j) v.list->push_back(from_json(e));
@@ -135,24 +176,34 @@ Value from_json(const nlohmann::ordered_json& j) {
     }
     case nlohmann::ordered_json::value_t::object: {
       Value v = Value::new_dict();
-      for (auto it = j.begin(); it != j.end(); ++it) v.dict->items.emplace_back(it.key(), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        v.dict->items.emplace_back(it.key(), from_json(it.value()));
       return v;
     }
-    default: return Value();
+    default:
+      return Value();
   }
 }
 
 bool truthy(const Value& v) {
   switch (v.kind) {
     case Value::kUndefined:
-    case Value::kNone: return false;
-    case Value::kBool: return v.b;
-    case Value::kInt: return v.i != 0;
-    case Value::kFloat: return v.f != 0;
-    case Value::kString: return !v.s.empty();
-    case Value::kList: return !v.list->empty();
-    case Value::kDict: return v.is_namespace || !v.dict->items.empty();
-    case Value::kFunc: return true;
+    case Value::kNone:
+      return false;
+    case Value::kBool:
+      return v.b;
+    case Value::kInt:
+      return v.i != 0;
+    case Value::kFloat:
+      return v.f != 0;
+    case Value::kString:
+      return !v.s.empty();
+    case Value::kList:
+      return !v.list->empty();
+    case Value::kDict:
+      return v.is_namespace || !v.dict->items.empty();
+    case Value::kFunc:
+      return true;
   }
   return false;
 }
@@ -178,13 +229,27 @@ void json_string(std::string& out, std::string_view s) {
   for (const char c : s) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (u < 0x20) {
           char buf[8];
@@ -206,9 +271,15 @@ void to_json(std::string& out, const Value& v, int indent, int depth) {
   };
   switch (v.kind) {
     case Value::kUndefined:
-    case Value::kNone: out += "null"; break;
-    case Value::kBool: out += v.b ? "true" : "false"; break;
-    case Value::kInt: out += std::to_string(v.i); break;
+    case Value::kNone:
+      out += "null";
+      break;
+    case Value::kBool:
+      out += v.b ? "true" : "false";
+      break;
+    case Value::kInt:
+      out += std::to_string(v.i);
+      break;
     case Value::kFloat: {
       // JavaScript prints integral floats without ".0".
       if (std::isfinite(v.f) && v.f == std::floor(v.f) && std::fabs(v.f) < 1e16) {
@@ -218,7 +289,9 @@ void to_json(std::string& out, const Value& v, int indent, int depth) {
       }
       break;
     }
-    case Value::kString: json_string(out, v.s.view()); break;
+    case Value::kString:
+      json_string(out, v.s.view());
+      break;
     case Value::kList: {
       out.push_back('[');
       for (std::size_t k = 0; k < v.list->size(); ++k) {
@@ -244,25 +317,34 @@ void to_json(std::string& out, const Value& v, int indent, int depth) {
       out.push_back('}');
       break;
     }
-    case Value::kFunc: out += "null"; break;
+    case Value::kFunc:
+      out += "null";
+      break;
   }
 }
 
 std::string to_string(const Value& v) {
   switch (v.kind) {
-    case Value::kUndefined: return "";
-    case Value::kNone: return "None";
-    case Value::kBool: return v.b ? "True" : "False";
-    case Value::kInt: return std::to_string(v.i);
-    case Value::kFloat: return float_text(v.f);
-    case Value::kString: return v.s.str();
+    case Value::kUndefined:
+      return "";
+    case Value::kNone:
+      return "None";
+    case Value::kBool:
+      return v.b ? "True" : "False";
+    case Value::kInt:
+      return std::to_string(v.i);
+    case Value::kFloat:
+      return float_text(v.f);
+    case Value::kString:
+      return v.s.str();
     case Value::kList:
     case Value::kDict: {
       std::string out;
       to_json(out, v, 0, 0);
       return out;
     }
-    case Value::kFunc: return "<function>";
+    case Value::kFunc:
+      return "<function>";
   }
   return "";
 }
@@ -271,8 +353,12 @@ bool equal(const Value& a, const Value& b) {
   const bool an = a.kind == Value::kInt || a.kind == Value::kFloat || a.kind == Value::kBool;
   const bool bn = b.kind == Value::kInt || b.kind == Value::kFloat || b.kind == Value::kBool;
   if (an && bn) {
-    const double x = a.kind == Value::kInt ? static_cast<double>(a.i) : a.kind == Value::kFloat ? a.f : a.b;
-    const double y = b.kind == Value::kInt ? static_cast<double>(b.i) : b.kind == Value::kFloat ? b.f : b.b;
+    const double x = a.kind == Value::kInt     ? static_cast<double>(a.i)
+                     : a.kind == Value::kFloat ? a.f
+                                               : a.b;
+    const double y = b.kind == Value::kInt     ? static_cast<double>(b.i)
+                     : b.kind == Value::kFloat ? b.f
+                                               : b.b;
     if (a.kind == Value::kBool || b.kind == Value::kBool) return a.kind == b.kind && x == y;
     return x == y;
   }
@@ -282,8 +368,10 @@ bool equal(const Value& a, const Value& b) {
   }
   switch (a.kind) {
     case Value::kUndefined:
-    case Value::kNone: return true;
-    case Value::kString: return a.s.view() == b.s.view();
+    case Value::kNone:
+      return true;
+    case Value::kString:
+      return a.s.view() == b.s.view();
     case Value::kList: {
       if (a.list->size() != b.list->size()) return false;
       for (std::size_t k = 0; k < a.list->size(); ++k) {
@@ -291,8 +379,10 @@ bool equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Value::kDict: return a.dict == b.dict;
-    default: return false;
+    case Value::kDict:
+      return a.dict == b.dict;
+    default:
+      return false;
   }
 }
 
@@ -321,14 +411,16 @@ std::vector<Token> lex_expression(std::string_view src) {
       ++i;
     } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       std::size_t j = i;
-      while (j < src.size() && (std::isalnum(static_cast<unsigned char>(src[j])) || src[j] == '_')) ++j;
+      while (j < src.size() && (std::isalnum(static_cast<unsigned char>(src[j])) || src[j] == '_'))
+        ++j;
       out.push_back({Tok::kName, std::string(src.substr(i, j - i))});
       i = j;
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       std::size_t j = i;
       while (j < src.size() && std::isdigit(static_cast<unsigned char>(src[j]))) ++j;
       bool is_float = false;
-      if (j + 1 < src.size() && src[j] == '.' && std::isdigit(static_cast<unsigned char>(src[j + 1]))) {
+      if (j + 1 < src.size() && src[j] == '.' &&
+          std::isdigit(static_cast<unsigned char>(src[j + 1]))) {
         is_float = true;
         ++j;
         while (j < src.size() && std::isdigit(static_cast<unsigned char>(src[j]))) ++j;
@@ -342,16 +434,36 @@ std::vector<Token> lex_expression(std::string_view src) {
         if (src[j] == '\\' && j + 1 < src.size()) {
           const char e = src[j + 1];
           switch (e) {
-            case 'n': s.push_back('\n'); break;
-            case 't': s.push_back('\t'); break;
-            case 'r': s.push_back('\r'); break;
-            case 'b': s.push_back('\b'); break;
-            case 'f': s.push_back('\f'); break;
-            case 'v': s.push_back('\v'); break;
-            case '\'': s.push_back('\''); break;
-            case '"': s.push_back('"'); break;
-            case '\\': s.push_back('\\'); break;
-            default: s.push_back('\\'); s.push_back(e);
+            case 'n':
+              s.push_back('\n');
+              break;
+            case 't':
+              s.push_back('\t');
+              break;
+            case 'r':
+              s.push_back('\r');
+              break;
+            case 'b':
+              s.push_back('\b');
+              break;
+            case 'f':
+              s.push_back('\f');
+              break;
+            case 'v':
+              s.push_back('\v');
+              break;
+            case '\'':
+              s.push_back('\'');
+              break;
+            case '"':
+              s.push_back('"');
+              break;
+            case '\\':
+              s.push_back('\\');
+              break;
+            default:
+              s.push_back('\\');
+              s.push_back(e);
           }
           j += 2;
         } else {
@@ -362,8 +474,9 @@ std::vector<Token> lex_expression(std::string_view src) {
       out.push_back({Tok::kString, std::move(s)});
       i = j + 1;
     } else {
-      static const char* const kOps[] = {"==", "!=", "<=", ">=", "//", "**", "(", ")", "[", "]", "{", "}", ",", ".",
-                                         ":", "|", "~", "+", "-", "*", "/", "%", "<", ">", "="};
+      static const char* const kOps[] = {"==", "!=", "<=", ">=", "//", "**", "(", ")", "[",
+                                         "]",  "{",  "}",  ",",  ".",  ":",  "|", "~", "+",
+                                         "-",  "*",  "/",  "%",  "<",  ">",  "="};
       bool matched = false;
       for (const char* op : kOps) {
         const std::size_t n = std::strlen(op);
@@ -388,30 +501,45 @@ using ExprPtr = std::shared_ptr<const Expr>;
 
 struct Expr {
   enum Kind {
-    kLiteral, kName, kAttr, kIndex, kSlice, kCall, kFilter, kTest, kUnary, kBinary, kAnd, kOr, kTernary,
-    kList, kDict, kTuple
+    kLiteral,
+    kName,
+    kAttr,
+    kIndex,
+    kSlice,
+    kCall,
+    kFilter,
+    kTest,
+    kUnary,
+    kBinary,
+    kAnd,
+    kOr,
+    kTernary,
+    kList,
+    kDict,
+    kTuple
   };
   Kind kind;
   Value literal;
   std::string name;  // variable, attribute, filter/test name, operator
   ExprPtr a, b, c;
-  std::vector<ExprPtr> items;                            // list/tuple items, call args, dict keys
-  std::vector<ExprPtr> values;                           // dict values
-  std::vector<std::pair<std::string, ExprPtr>> kwargs;   // call/filter keyword arguments
-  bool negate = false;                                   // `is not`
+  std::vector<ExprPtr> items;                           // list/tuple items, call args, dict keys
+  std::vector<ExprPtr> values;                          // dict values
+  std::vector<std::pair<std::string, ExprPtr>> kwargs;  // call/filter keyword arguments
+  bool negate = false;                                  // `is not`
 };
 
 struct AstNode {
   enum Kind { kText, kOutput, kIf, kFor, kSet, kMacro, kBreak, kContinue, kCallStmt, kBlock };
   Kind kind = kBlock;
   std::string text;
-  ExprPtr expr;                                           // output / condition / iterable / value
-  std::vector<std::pair<ExprPtr, std::vector<std::shared_ptr<const AstNode>>>> branches;  // if/elif/else
-  std::vector<std::string> targets;                       // for/set targets
-  std::string attr;                                       // set ns.attr
-  ExprPtr filter;                                         // for ... if cond
+  ExprPtr expr;  // output / condition / iterable / value
+  std::vector<std::pair<ExprPtr, std::vector<std::shared_ptr<const AstNode>>>>
+      branches;                      // if/elif/else
+  std::vector<std::string> targets;  // for/set targets
+  std::string attr;                  // set ns.attr
+  ExprPtr filter;                    // for ... if cond
   std::vector<std::shared_ptr<const AstNode>> body, else_body;
-  std::vector<std::pair<std::string, ExprPtr>> params;    // macro parameters with defaults
+  std::vector<std::pair<std::string, ExprPtr>> params;  // macro parameters with defaults
 };
 using AstNodePtr = std::shared_ptr<const AstNode>;
 
@@ -596,8 +724,9 @@ class ExprParser {
         if (is_op("(")) {
           parse_call_args(e);
         } else if (peek().type == Tok::kString || peek().type == Tok::kInt ||
-                   (peek().type == Tok::kName && !is_name("and") && !is_name("or") && !is_name("else") &&
-                    !is_name("if") && !is_name("in") && !is_name("not") && !is_name("is"))) {
+                   (peek().type == Tok::kName && !is_name("and") && !is_name("or") &&
+                    !is_name("else") && !is_name("if") && !is_name("in") && !is_name("not") &&
+                    !is_name("is"))) {
           e.items.push_back(parse_primary());  // `is equalto 3`, `is sameas x`
         }
         node = make(std::move(e));
@@ -659,7 +788,8 @@ class ExprParser {
     if (t.type == Tok::kInt || t.type == Tok::kFloat) {
       ++p_;
       Expr e{Expr::kLiteral};
-      e.literal = t.type == Tok::kInt ? Value::integer(std::stoll(t.text)) : Value::real(std::stod(t.text));
+      e.literal =
+          t.type == Tok::kInt ? Value::integer(std::stoll(t.text)) : Value::real(std::stod(t.text));
       return make(std::move(e));
     }
     if (t.type == Tok::kName) {
@@ -767,7 +897,9 @@ std::string preprocess(std::string_view source) {
   return trimmed;
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 std::vector<Chunk> split_chunks(std::string_view src) {
   std::vector<Chunk> chunks;
@@ -782,7 +914,8 @@ std::vector<Chunk> split_chunks(std::string_view src) {
     text.clear();
   };
   while (i < src.size()) {
-    if (src[i] == '{' && i + 1 < src.size() && (src[i + 1] == '{' || src[i + 1] == '%' || src[i + 1] == '#')) {
+    if (src[i] == '{' && i + 1 < src.size() &&
+        (src[i + 1] == '{' || src[i + 1] == '%' || src[i + 1] == '#')) {
       const char kind = src[i + 1];
       const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
       std::size_t body = i + 2;
@@ -839,7 +972,8 @@ std::vector<Chunk> split_chunks(std::string_view src) {
       }
       flush_text(strip_left);
       if (kind != '#') {
-        chunks.push_back({kind == '{' ? Chunk::kExpr : Chunk::kStmt, std::string(src.substr(body, body_end - body))});
+        chunks.push_back({kind == '{' ? Chunk::kExpr : Chunk::kStmt,
+                          std::string(src.substr(body, body_end - body))});
       }
       i = end + 2;
       strip_next = strip_right;
@@ -989,8 +1123,8 @@ class TemplateParser {
     } else if (word == "break" || word == "continue") {
       n.kind = word == "break" ? AstNode::kBreak : AstNode::kContinue;
       p.expect_end();
-    } else if (word == "filter" || word == "call" || word == "include" || word == "import" || word == "extends" ||
-               word == "block" || word == "raw" || word == "with") {
+    } else if (word == "filter" || word == "call" || word == "include" || word == "import" ||
+               word == "extends" || word == "block" || word == "raw" || word == "with") {
       fail("{% " + word + " %} is not supported");
     } else {
       fail("unknown statement {% " + word + " %}");
@@ -1033,7 +1167,8 @@ class Interpreter {
       return nullptr;
     }
     std::pair<std::string, Value>* find(const std::string& name) {
-      return const_cast<std::pair<std::string, Value>*>(static_cast<const Scope*>(this)->find(name));
+      return const_cast<std::pair<std::string, Value>*>(
+          static_cast<const Scope*>(this)->find(name));
     }
     Value& operator[](const std::string& name) {
       if (auto* v = find(name)) return v->second;
@@ -1056,7 +1191,9 @@ class Interpreter {
 
   Flow exec(const AstNode& n) {
     switch (n.kind) {
-      case AstNode::kText: *out_ += n.text; return Flow::kNormal;
+      case AstNode::kText:
+        *out_ += n.text;
+        return Flow::kNormal;
       case AstNode::kOutput: {
         const Value v = eval(*n.expr);
         if (v.kind == Value::kString) {
@@ -1071,7 +1208,8 @@ class Interpreter {
           if (!cond || truthy(eval(*cond))) return run(body);
         }
         return Flow::kNormal;
-      case AstNode::kFor: return exec_for(n);
+      case AstNode::kFor:
+        return exec_for(n);
       case AstNode::kSet: {
         Value v;
         if (n.expr) {
@@ -1086,13 +1224,16 @@ class Interpreter {
         }
         if (!n.attr.empty()) {
           Value* ns = lookup_mut(n.targets[0]);
-          if (!ns || ns->kind != Value::kDict) fail("cannot set attribute of '" + n.targets[0] + "'");
+          if (!ns || ns->kind != Value::kDict)
+            fail("cannot set attribute of '" + n.targets[0] + "'");
           ns->dict->set(n.attr, std::move(v));
         } else if (n.targets.size() == 1) {
           scopes_.back()[n.targets[0]] = std::move(v);
         } else {
-          if (v.kind != Value::kList || v.list->size() != n.targets.size()) fail("cannot unpack value in set");
-          for (std::size_t k = 0; k < n.targets.size(); ++k) scopes_.back()[n.targets[k]] = (*v.list)[k];
+          if (v.kind != Value::kList || v.list->size() != n.targets.size())
+            fail("cannot unpack value in set");
+          for (std::size_t k = 0; k < n.targets.size(); ++k)
+            scopes_.back()[n.targets[k]] = (*v.list)[k];
         }
         return Flow::kNormal;
       }
@@ -1120,9 +1261,12 @@ class Interpreter {
         scopes_.back()[n.text] = std::move(fn);
         return Flow::kNormal;
       }
-      case AstNode::kBreak: return Flow::kBreak;
-      case AstNode::kContinue: return Flow::kContinue;
-      default: return run(n.body);
+      case AstNode::kBreak:
+        return Flow::kBreak;
+      case AstNode::kContinue:
+        return Flow::kContinue;
+      default:
+        return run(n.body);
     }
   }
 
@@ -1145,7 +1289,8 @@ class Interpreter {
         scope[n.targets[0]] = item;
         return;
       }
-      if (item.kind != Value::kList || item.list->size() != n.targets.size()) fail("cannot unpack loop item");
+      if (item.kind != Value::kList || item.list->size() != n.targets.size())
+        fail("cannot unpack loop item");
       for (std::size_t k = 0; k < n.targets.size(); ++k) scope[n.targets[k]] = (*item.list)[k];
     };
     if (n.filter) {
@@ -1194,7 +1339,8 @@ class Interpreter {
 
   Value eval(const Expr& e) {
     switch (e.kind) {
-      case Expr::kLiteral: return e.literal;
+      case Expr::kLiteral:
+        return e.literal;
       case Expr::kName: {
         const Value* v = lookup(e.name);
         return v ? *v : Value();
@@ -1208,8 +1354,10 @@ class Interpreter {
         const Value key = eval(*e.b);
         return index(obj, key);
       }
-      case Expr::kSlice: return slice(eval(*e.a), e.items);
-      case Expr::kCall: return call(e);
+      case Expr::kSlice:
+        return slice(eval(*e.a), e.items);
+      case Expr::kCall:
+        return call(e);
       case Expr::kFilter: {
         Value v = eval(*e.a);
         Args args = eval_args(e);
@@ -1243,7 +1391,8 @@ class Interpreter {
       case Expr::kTernary:
         if (truthy(eval(*e.b))) return eval(*e.a);
         return e.c ? eval(*e.c) : Value();
-      case Expr::kBinary: return binary(e.name, eval(*e.a), eval(*e.b));
+      case Expr::kBinary:
+        return binary(e.name, eval(*e.a), eval(*e.b));
       case Expr::kList:
       case Expr::kTuple: {
         Value v = Value::new_list();
@@ -1252,7 +1401,8 @@ class Interpreter {
       }
       case Expr::kDict: {
         Value v = Value::new_dict();
-        for (std::size_t k = 0; k < e.items.size(); ++k) v.dict->set(to_string(eval(*e.items[k])), eval(*e.values[k]));
+        for (std::size_t k = 0; k < e.items.size(); ++k)
+          v.dict->set(to_string(eval(*e.items[k])), eval(*e.values[k]));
         return v;
       }
     }
@@ -1267,12 +1417,13 @@ class Interpreter {
   static Value attribute(const Value& obj, const std::string& name) {
     if (obj.kind == Value::kDict) {
       if (const Value* v = obj.dict->find(name)) return *v;
-      if (name == "items" || name == "keys" || name == "values" || name == "get") return method_value(obj, name);
+      if (name == "items" || name == "keys" || name == "values" || name == "get")
+        return method_value(obj, name);
       return Value();
     }
-    static const char* const kStringMethods[] = {"strip", "lstrip", "rstrip", "upper", "lower", "title",
-                                                 "capitalize", "startswith", "endswith", "split", "replace",
-                                                 "find", "format"};
+    static const char* const kStringMethods[] = {
+        "strip",      "lstrip",   "rstrip", "upper",   "lower", "title", "capitalize",
+        "startswith", "endswith", "split",  "replace", "find",  "format"};
     if (obj.kind == Value::kString) {
       for (const char* m : kStringMethods) {
         if (name == m) return method_value(obj, name);
@@ -1292,7 +1443,8 @@ class Interpreter {
 
   static Str strip_chars(const Str& str, const Value* chars, bool left, bool right) {
     const std::string_view s = str.view();
-    const std::string_view set = chars && chars->kind == Value::kString ? chars->s.view() : " \t\n\r\f\v";
+    const std::string_view set =
+        chars && chars->kind == Value::kString ? chars->s.view() : " \t\n\r\f\v";
     std::size_t b = 0;
     std::size_t e = s.size();
     if (left) {
@@ -1307,13 +1459,17 @@ class Interpreter {
   static Value call_method(const Value& self, std::string_view name, Args& args) {
     if (self.kind == Value::kString) {
       const std::string_view s = self.s.view();
-      if (name == "strip") return Value::string(strip_chars(self.s, args.get(0, "chars"), true, true));
-      if (name == "lstrip") return Value::string(strip_chars(self.s, args.get(0, "chars"), true, false));
-      if (name == "rstrip") return Value::string(strip_chars(self.s, args.get(0, "chars"), false, true));
+      if (name == "strip")
+        return Value::string(strip_chars(self.s, args.get(0, "chars"), true, true));
+      if (name == "lstrip")
+        return Value::string(strip_chars(self.s, args.get(0, "chars"), true, false));
+      if (name == "rstrip")
+        return Value::string(strip_chars(self.s, args.get(0, "chars"), false, true));
       if (name == "upper" || name == "lower") {
         std::string r(s);
-        for (char& c : r) c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c))
-                                                                 : std::tolower(static_cast<unsigned char>(c)));
+        for (char& c : r)
+          c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                                                : std::tolower(static_cast<unsigned char>(c)));
         return Value::string(std::move(r));
       }
       if (name == "title" || name == "capitalize") return apply_text_filter(name, self);
@@ -1321,8 +1477,9 @@ class Interpreter {
         const Value* p = args.get(0, "prefix");
         if (!p || p->kind != Value::kString) fail(std::string(name) + " needs a string");
         const std::string_view x = p->s.view();
-        const bool r = name == "startswith" ? s.substr(0, x.size()) == x
-                                            : s.size() >= x.size() && s.substr(s.size() - x.size()) == x;
+        const bool r = name == "startswith"
+                           ? s.substr(0, x.size()) == x
+                           : s.size() >= x.size() && s.substr(s.size() - x.size()) == x;
         return Value::boolean(r);
       }
       if (name == "split") {
@@ -1389,7 +1546,8 @@ class Interpreter {
       }
       if (name == "keys" || name == "values") {
         Value out = Value::new_list();
-        for (const auto& [k, v] : self.dict->items) out.list->push_back(name == "keys" ? Value::string(k) : v);
+        for (const auto& [k, v] : self.dict->items)
+          out.list->push_back(name == "keys" ? Value::string(k) : v);
         return out;
       }
       if (name == "get") {
@@ -1426,7 +1584,7 @@ class Interpreter {
         fail("string index must be an integer");
       }
       const std::int64_t n = obj.kind == Value::kList ? static_cast<std::int64_t>(obj.list->size())
-                                                        : static_cast<std::int64_t>(obj.s.size());
+                                                      : static_cast<std::int64_t>(obj.s.size());
       std::int64_t k = key.i < 0 ? key.i + n : key.i;
       if (k < 0 || k >= n) return Value();
       if (obj.kind == Value::kList) return (*obj.list)[static_cast<std::size_t>(k)];
@@ -1457,7 +1615,7 @@ class Interpreter {
     if (step == 0) fail("slice step cannot be zero");
     const std::int64_t n = obj.kind == Value::kList ? static_cast<std::int64_t>(obj.list->size())
                            : obj.kind == Value::kString ? static_cast<std::int64_t>(obj.s.size())
-                                                         : -1;
+                                                        : -1;
     if (n < 0) fail("cannot slice this value");
     auto clamp = [&](std::int64_t v, bool given, std::int64_t def_pos, std::int64_t def_neg) {
       if (!given) return step > 0 ? def_pos : def_neg;
@@ -1471,7 +1629,8 @@ class Interpreter {
     for (std::int64_t k = start; step > 0 ? k < stop : k > stop; k += step) picks.push_back(k);
     if (obj.kind == Value::kList) {
       Value out = Value::new_list();
-      for (const std::int64_t k : picks) out.list->push_back((*obj.list)[static_cast<std::size_t>(k)]);
+      for (const std::int64_t k : picks)
+        out.list->push_back((*obj.list)[static_cast<std::size_t>(k)]);
       return out;
     }
     std::string out;
@@ -1496,7 +1655,8 @@ class Interpreter {
 
   Value call_global(std::string_view name, Args& args) {
     if (name == "raise_exception") {
-      fail("template raised: " + (args.positional.empty() ? std::string() : to_string(args.positional[0])));
+      fail("template raised: " +
+           (args.positional.empty() ? std::string() : to_string(args.positional[0])));
     }
     if (name == "namespace") {
       Value ns = Value::new_dict();
@@ -1511,11 +1671,13 @@ class Interpreter {
       } else if (args.positional.size() >= 2) {
         start = static_cast<std::int64_t>(as_number(args.positional[0]));
         stop = static_cast<std::int64_t>(as_number(args.positional[1]));
-        if (args.positional.size() > 2) step = static_cast<std::int64_t>(as_number(args.positional[2]));
+        if (args.positional.size() > 2)
+          step = static_cast<std::int64_t>(as_number(args.positional[2]));
       }
       if (step == 0) fail("range step cannot be zero");
       Value out = Value::new_list();
-      for (std::int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.list->push_back(Value::integer(k));
+      for (std::int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
+        out.list->push_back(Value::integer(k));
       return out;
     }
     fail("unknown function '" + std::string(name) + "'");
@@ -1544,7 +1706,8 @@ class Interpreter {
 
   Value apply_filter(std::string_view name, const Value& v, Args& args) {
     if (name == "trim") {
-      return Value::string(strip_chars(v.kind == Value::kString ? v.s : Str(to_string(v)), args.get(0, "chars"), true, true));
+      return Value::string(strip_chars(v.kind == Value::kString ? v.s : Str(to_string(v)),
+                                       args.get(0, "chars"), true, true));
     }
     if (name == "tojson") {
       const Value* indent = args.get(0, "indent");
@@ -1554,7 +1717,8 @@ class Interpreter {
     }
     if (name == "length" || name == "count") {
       if (v.kind == Value::kList) return Value::integer(static_cast<std::int64_t>(v.list->size()));
-      if (v.kind == Value::kDict) return Value::integer(static_cast<std::int64_t>(v.dict->items.size()));
+      if (v.kind == Value::kDict)
+        return Value::integer(static_cast<std::int64_t>(v.dict->items.size()));
       if (v.kind == Value::kString) {
         std::int64_t n = 0;
         for (const char c : v.s.view()) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
@@ -1613,15 +1777,22 @@ class Interpreter {
         out.list->assign(v.list->rbegin(), v.list->rend());
         return out;
       }
-      if (v.kind == Value::kString) return Value::string(std::string(v.s.view().rbegin(), v.s.view().rend()));
+      if (v.kind == Value::kString)
+        return Value::string(std::string(v.s.view().rbegin(), v.s.view().rend()));
       fail("reverse of a value that is not a sequence");
     }
     if (name == "int") {
-      if (v.kind == Value::kString) return Value::integer(std::strtoll(v.s.str().c_str(), nullptr, 10));
-      return Value::integer(static_cast<std::int64_t>(v.kind == Value::kUndefined || v.kind == Value::kNone ? 0 : as_number(v)));
+      if (v.kind == Value::kString)
+        return Value::integer(std::strtoll(v.s.str().c_str(), nullptr, 10));
+      return Value::integer(static_cast<std::int64_t>(
+          v.kind == Value::kUndefined || v.kind == Value::kNone ? 0 : as_number(v)));
     }
-    if (name == "float") return Value::real(v.kind == Value::kString ? std::strtod(v.s.str().c_str(), nullptr) : as_number(v));
-    if (name == "abs") return v.kind == Value::kInt ? Value::integer(v.i < 0 ? -v.i : v.i) : Value::real(std::fabs(as_number(v)));
+    if (name == "float")
+      return Value::real(v.kind == Value::kString ? std::strtod(v.s.str().c_str(), nullptr)
+                                                  : as_number(v));
+    if (name == "abs")
+      return v.kind == Value::kInt ? Value::integer(v.i < 0 ? -v.i : v.i)
+                                   : Value::real(std::fabs(as_number(v)));
     if (name == "replace") {
       const Value* a = args.get(0, "old");
       const Value* b = args.get(1, "new");
@@ -1631,7 +1802,8 @@ class Interpreter {
     if (name == "indent") {
       const Value* width = args.get(0, "width");
       const Value* first = args.get(1, "first");
-      const std::string pad(width && width->kind == Value::kInt ? static_cast<std::size_t>(width->i) : 4, ' ');
+      const std::string pad(
+          width && width->kind == Value::kInt ? static_cast<std::size_t>(width->i) : 4, ' ');
       const std::string s = to_string(v);
       std::string out;
       bool line_start = first && truthy(*first);
@@ -1653,7 +1825,8 @@ class Interpreter {
         bool r;
         if (args.positional.size() >= 2) {
           Args test_args;
-          for (std::size_t k = 2; k < args.positional.size(); ++k) test_args.positional.push_back(args.positional[k]);
+          for (std::size_t k = 2; k < args.positional.size(); ++k)
+            test_args.positional.push_back(args.positional[k]);
           r = apply_test(to_string(args.positional[1]), field, test_args);
         } else {
           r = truthy(field);
@@ -1701,7 +1874,8 @@ class Interpreter {
     if (name == "true") return v.kind == Value::kBool && v.b;
     if (name == "false") return v.kind == Value::kBool && !v.b;
     if (name == "mapping") return v.kind == Value::kDict;
-    if (name == "iterable") return v.kind == Value::kList || v.kind == Value::kDict || v.kind == Value::kString;
+    if (name == "iterable")
+      return v.kind == Value::kList || v.kind == Value::kDict || v.kind == Value::kString;
     if (name == "sequence") return v.kind == Value::kList || v.kind == Value::kString;
     if (name == "callable") return v.kind == Value::kFunc;
     if (name == "odd" || name == "even") {
@@ -1715,7 +1889,8 @@ class Interpreter {
     if (name == "lower" || name == "upper") {
       if (v.kind != Value::kString) return false;
       for (const char c : v.s.view()) {
-        if (name == "lower" ? std::isupper(static_cast<unsigned char>(c)) : std::islower(static_cast<unsigned char>(c))) {
+        if (name == "lower" ? std::isupper(static_cast<unsigned char>(c))
+                            : std::islower(static_cast<unsigned char>(c))) {
           return false;
         }
       }
@@ -1725,7 +1900,8 @@ class Interpreter {
   }
 
   static bool contains(const Value& container, const Value& item) {
-    if (container.kind == Value::kString) return container.s.view().find(to_string(item)) != std::string_view::npos;
+    if (container.kind == Value::kString)
+      return container.s.view().find(to_string(item)) != std::string_view::npos;
     if (container.kind == Value::kList) {
       for (const Value& v : *container.list) {
         if (equal(v, item)) return true;
@@ -1733,7 +1909,8 @@ class Interpreter {
       return false;
     }
     if (container.kind == Value::kDict) return container.dict->find(to_string(item)) != nullptr;
-    if (container.kind == Value::kUndefined || container.kind == Value::kNone) fail("'in' on an undefined value");
+    if (container.kind == Value::kUndefined || container.kind == Value::kNone)
+      fail("'in' on an undefined value");
     return false;
   }
 
@@ -1772,7 +1949,8 @@ class Interpreter {
         return out;
       }
       if (a.kind == Value::kInt && b.kind == Value::kInt) return Value::integer(a.i + b.i);
-      if (a.kind == Value::kString || b.kind == Value::kString) fail("cannot add a string and a non-string");
+      if (a.kind == Value::kString || b.kind == Value::kString)
+        fail("cannot add a string and a non-string");
       return Value::real(as_number(a) + as_number(b));
     }
     if (op == "-") {
@@ -1839,12 +2017,14 @@ Result<Template> Template::parse(std::string_view source) {
 Result<std::string> Template::render(const nlohmann::ordered_json& context) const {
   std::vector<Variable> variables;
   if (context.is_object()) {
-    for (auto it = context.begin(); it != context.end(); ++it) variables.push_back(Variable{it.key(), &it.value()});
+    for (auto it = context.begin(); it != context.end(); ++it)
+      variables.push_back(Variable{it.key(), &it.value()});
   }
   return render(variables);
 }
 
-Result<std::string> Template::render(std::span<const Variable> variables, std::size_t size_hint) const {
+Result<std::string> Template::render(std::span<const Variable> variables,
+                                     std::size_t size_hint) const {
   std::string out;
   out.reserve(size_hint);
   try {

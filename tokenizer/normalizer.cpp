@@ -33,10 +33,12 @@ struct Tables {
       ccc.emplace(nfc_detail::kCcc[i][0], static_cast<std::uint8_t>(nfc_detail::kCcc[i][1]));
     }
     for (std::uint32_t i = 0; i < nfc_detail::kDecompCount; ++i) {
-      decomp.emplace(nfc_detail::kDecomp[i][0], std::make_pair(nfc_detail::kDecomp[i][1], nfc_detail::kDecomp[i][2]));
+      decomp.emplace(nfc_detail::kDecomp[i][0],
+                     std::make_pair(nfc_detail::kDecomp[i][1], nfc_detail::kDecomp[i][2]));
     }
     for (std::uint32_t i = 0; i < nfc_detail::kComposeCount; ++i) {
-      compose.emplace((static_cast<std::uint64_t>(nfc_detail::kCompose[i][0]) << 32) | nfc_detail::kCompose[i][1],
+      compose.emplace((static_cast<std::uint64_t>(nfc_detail::kCompose[i][0]) << 32) |
+                          nfc_detail::kCompose[i][1],
                       nfc_detail::kCompose[i][2]);
     }
   }
@@ -99,7 +101,9 @@ std::string nfc_normalize(std::string_view text) {
     }
     pos += d.len;
   }
-  auto cls = [&](std::uint32_t cp) -> std::uint8_t { return (cp & 0x80000000u) ? 0 : t.class_of(cp); };
+  auto cls = [&](std::uint32_t cp) -> std::uint8_t {
+    return (cp & 0x80000000u) ? 0 : t.class_of(cp);
+  };
   // Canonical ordering: stable sort of each run of non-starters by class.
   for (std::size_t i = 0; i < cps.size();) {
     if (cls(cps[i]) == 0) {
@@ -108,7 +112,8 @@ std::string nfc_normalize(std::string_view text) {
     }
     std::size_t j = i;
     while (j < cps.size() && cls(cps[j]) != 0) ++j;
-    std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(i), cps.begin() + static_cast<std::ptrdiff_t>(j),
+    std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(i),
+                     cps.begin() + static_cast<std::ptrdiff_t>(j),
                      [&](std::uint32_t a, std::uint32_t b) { return cls(a) < cls(b); });
     i = j;
   }
@@ -126,8 +131,8 @@ std::string nfc_normalize(std::string_view text) {
         std::uint32_t composed = 0;
         if (s >= kLBase && s < kLBase + kLCount && cp >= kVBase && cp < kVBase + kVCount) {
           composed = kSBase + ((s - kLBase) * kVCount + (cp - kVBase)) * kTCount;
-        } else if (s >= kSBase && s < kSBase + kSCount && (s - kSBase) % kTCount == 0 && cp > kTBase &&
-                   cp < kTBase + kTCount) {
+        } else if (s >= kSBase && s < kSBase + kSCount && (s - kSBase) % kTCount == 0 &&
+                   cp > kTBase && cp < kTBase + kTCount) {
           composed = s + (cp - kTBase);
         } else {
           const auto it = t.compose.find((static_cast<std::uint64_t>(s) << 32) | cp);

@@ -53,8 +53,12 @@ class Text {
   std::string_view s_;
 };
 
-bool is_other(std::uint16_t props) { return !(props & (kWhiteSpace | kL | kN)); }
-bool is_newline(std::uint32_t cp) { return cp == '\r' || cp == '\n'; }
+bool is_other(std::uint16_t props) {
+  return !(props & (kWhiteSpace | kL | kN));
+}
+bool is_newline(std::uint32_t cp) {
+  return cp == '\r' || cp == '\n';
+}
 
 // Simple case folding as the regex engine applies it under (?i): s also matches U+017F.
 char fold(std::uint32_t cp) {
@@ -156,8 +160,8 @@ std::size_t piece_gpt2(const Text& t, std::size_t pos) {
 // The character set of llama.cpp's default first regex, [\p{P}\$\+<=>\^~\|].
 bool default_punct(const Cp& c) {
   if (c.props & kP) return true;
-  return c.cp == '$' || c.cp == '+' || c.cp == '<' || c.cp == '=' || c.cp == '>' || c.cp == '^' || c.cp == '~' ||
-         c.cp == '|';
+  return c.cp == '$' || c.cp == '+' || c.cp == '<' || c.cp == '=' || c.cp == '>' || c.cp == '^' ||
+         c.cp == '~' || c.cp == '|';
 }
 
 std::size_t piece_llama_default(const Text& t, std::size_t pos) {
@@ -189,7 +193,8 @@ std::size_t piece_llama_default(const Text& t, std::size_t pos) {
   if (end < t.size() && (c.props & kWhiteSpace)) {
     const Cp last = t.at(end);
     bool spaces_only = true;
-    for (std::size_t q = pos; q < end && spaces_only; q += t.at(q).len) spaces_only = t.at(q).props & kWhiteSpace;
+    for (std::size_t q = pos; q < end && spaces_only; q += t.at(q).len)
+      spaces_only = t.at(q).props & kWhiteSpace;
     if (spaces_only && (last.props & kWhiteSpace)) {  // \s+(?!\S) left the run's last character
       const std::size_t after = end + last.len;
       if (after < t.size() && default_punct(t.at(after))) end = after;
@@ -205,8 +210,8 @@ std::size_t piece_llama_default(const Text& t, std::size_t pos) {
   }
   // 4. [0-9][0-9][0-9]: the leftmost three ASCII digits, and the text before them.
   const auto three_digits = [&](std::size_t q) {
-    return q + 3 <= run && t.byte(q) >= '0' && t.byte(q) <= '9' && t.byte(q + 1) >= '0' && t.byte(q + 1) <= '9' &&
-           t.byte(q + 2) >= '0' && t.byte(q + 2) <= '9';
+    return q + 3 <= run && t.byte(q) >= '0' && t.byte(q) <= '9' && t.byte(q + 1) >= '0' &&
+           t.byte(q + 1) <= '9' && t.byte(q + 2) >= '0' && t.byte(q + 2) <= '9';
   };
   if (three_digits(pos)) return pos + 3;
   for (std::size_t q = pos + 1; q + 3 <= run; ++q) {
@@ -216,7 +221,9 @@ std::size_t piece_llama_default(const Text& t, std::size_t pos) {
 }
 
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)? after a letter run.
-std::size_t with_suffix(const Text& t, std::size_t end) { return end + contraction(t, end, true); }
+std::size_t with_suffix(const Text& t, std::size_t end) {
+  return end + contraction(t, end, true);
+}
 
 // [\p{Lu}...]*[\p{Ll}...]+ from s, or 0 when it does not match.
 std::size_t o200k_lower_run(const Text& t, std::size_t s) {
@@ -270,7 +277,8 @@ std::size_t piece_o200k(const Text& t, std::size_t pos) {
   if (c.cp == ' ' && next < t.size() && is_other(t.at(next).props)) p = next;
   if (p != pos || is_other(c.props)) {
     std::size_t end = t.scan_other(p);
-    while (end < t.size() && (t.byte(end) == '\r' || t.byte(end) == '\n' || t.byte(end) == '/')) ++end;
+    while (end < t.size() && (t.byte(end) == '\r' || t.byte(end) == '\n' || t.byte(end) == '/'))
+      ++end;
     return end;
   }
   return whitespace_piece(t, pos, true);
@@ -343,7 +351,8 @@ std::size_t fast_cl100k(std::string_view s, std::size_t pos, std::size_t max_dig
   const std::size_t next = pos + 1;
   const std::uint8_t kn = next < s.size() ? class_of(s[next]) : 0;
   if (kn & ascii::kHigh) return kUndecided;
-  if (!(k & ascii::kNewline) && (kn & ascii::kLetter)) return ascii_run(s, next + 1, ascii::kLetter);
+  if (!(k & ascii::kNewline) && (kn & ascii::kLetter))
+    return ascii_run(s, next + 1, ascii::kLetter);
   if (ch == ' ' && (kn & ascii::kOther)) return ascii_other(s, next, false);
   if (k & ascii::kOther) return ascii_other(s, pos, false);
   return ascii_whitespace(s, pos, true);
@@ -402,23 +411,38 @@ std::size_t fast_gpt2(std::string_view s, std::size_t pos) {
 std::size_t next_piece(SplitPattern pattern, std::string_view text, std::size_t pos) {
   std::size_t end = kUndecided;
   switch (pattern) {
-    case SplitPattern::kGpt2: end = fast_gpt2(text, pos); break;
-    case SplitPattern::kCl100k: end = fast_cl100k(text, pos, 3); break;
-    case SplitPattern::kQwen2: end = fast_cl100k(text, pos, 1); break;
-    case SplitPattern::kO200k: end = fast_o200k(text, pos); break;
-    case SplitPattern::kLlamaDefault: break;
+    case SplitPattern::kGpt2:
+      end = fast_gpt2(text, pos);
+      break;
+    case SplitPattern::kCl100k:
+      end = fast_cl100k(text, pos, 3);
+      break;
+    case SplitPattern::kQwen2:
+      end = fast_cl100k(text, pos, 1);
+      break;
+    case SplitPattern::kO200k:
+      end = fast_o200k(text, pos);
+      break;
+    case SplitPattern::kLlamaDefault:
+      break;
   }
   return end != kUndecided ? end : next_piece_by_code_points(pattern, text, pos);
 }
 
-std::size_t next_piece_by_code_points(SplitPattern pattern, std::string_view text, std::size_t pos) {
+std::size_t next_piece_by_code_points(SplitPattern pattern, std::string_view text,
+                                      std::size_t pos) {
   const Text t(text);
   switch (pattern) {
-    case SplitPattern::kGpt2: return piece_gpt2(t, pos);
-    case SplitPattern::kCl100k: return piece_cl100k(t, pos, 3);
-    case SplitPattern::kQwen2: return piece_cl100k(t, pos, 1);
-    case SplitPattern::kO200k: return piece_o200k(t, pos);
-    case SplitPattern::kLlamaDefault: return piece_llama_default(t, pos);
+    case SplitPattern::kGpt2:
+      return piece_gpt2(t, pos);
+    case SplitPattern::kCl100k:
+      return piece_cl100k(t, pos, 3);
+    case SplitPattern::kQwen2:
+      return piece_cl100k(t, pos, 1);
+    case SplitPattern::kO200k:
+      return piece_o200k(t, pos);
+    case SplitPattern::kLlamaDefault:
+      return piece_llama_default(t, pos);
   }
   return text.size();
 }
@@ -441,11 +465,16 @@ std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) {
 
 std::string_view split_pattern_name(SplitPattern pattern) {
   switch (pattern) {
-    case SplitPattern::kGpt2: return "gpt2";
-    case SplitPattern::kCl100k: return "cl100k";
-    case SplitPattern::kQwen2: return "qwen2";
-    case SplitPattern::kO200k: return "o200k";
-    case SplitPattern::kLlamaDefault: return "llama.cpp default";
+    case SplitPattern::kGpt2:
+      return "gpt2";
+    case SplitPattern::kCl100k:
+      return "cl100k";
+    case SplitPattern::kQwen2:
+      return "qwen2";
+    case SplitPattern::kO200k:
+      return "o200k";
+    case SplitPattern::kLlamaDefault:
+      return "llama.cpp default";
   }
   return "?";
 }

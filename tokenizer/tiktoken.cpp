@@ -12,8 +12,10 @@ struct Special {
   TokenId id;
 };
 
-constexpr Special kCl100kSpecials[] = {{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258},
-                                       {"<|fim_middle|>", 100259}, {"<|fim_suffix|>", 100260},
+constexpr Special kCl100kSpecials[] = {{"<|endoftext|>", 100257},
+                                       {"<|fim_prefix|>", 100258},
+                                       {"<|fim_middle|>", 100259},
+                                       {"<|fim_suffix|>", 100260},
                                        {"<|endofprompt|>", 100276}};
 constexpr Special kO200kSpecials[] = {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}};
 
@@ -87,7 +89,8 @@ Result<std::unique_ptr<TokenizerImpl>> load_tiktoken_text(std::string name, std:
     const char c = static_cast<char>(b);
     impl->byte_ids[b] = impl->bpe.find(std::string_view(&c, 1));
     if (impl->byte_ids[b] == kNoToken) {
-      return Error::make(ErrorCode::kInvalidRequest, impl->name + ": byte " + std::to_string(b) + " has no token");
+      return Error::make(ErrorCode::kInvalidRequest,
+                         impl->name + ": byte " + std::to_string(b) + " has no token");
     }
   }
   if (!impl->bpe.prepare_rank_merge()) {
@@ -101,7 +104,8 @@ Result<std::unique_ptr<TokenizerImpl>> load_tiktoken_text(std::string name, std:
 Result<std::unique_ptr<TokenizerImpl>> load_embedded_encoding(std::string_view name) {
   const bool o200k = name == "o200k_base";
   const std::string_view data = o200k ? embedded_o200k_base() : embedded_cl100k_base();
-  auto impl = load_tiktoken_text(std::string(name), data, o200k ? SplitPattern::kO200k : SplitPattern::kCl100k);
+  auto impl = load_tiktoken_text(std::string(name), data,
+                                 o200k ? SplitPattern::kO200k : SplitPattern::kCl100k);
   if (!impl) return impl;
   TokenizerImpl& t = **impl;
   auto add = [&](const Special& s) {

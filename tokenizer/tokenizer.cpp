@@ -78,13 +78,14 @@ SpecialMatcher::Match SpecialMatcher::find(std::string_view text, std::size_t fr
       std::size_t start = pos;
       std::size_t end = pos + len;
       if (e.lstrip) {
-        while (start > from && (text[start - 1] == ' ' || text[start - 1] == '\t' || text[start - 1] == '\n' ||
-                                text[start - 1] == '\r')) {
+        while (start > from && (text[start - 1] == ' ' || text[start - 1] == '\t' ||
+                                text[start - 1] == '\n' || text[start - 1] == '\r')) {
           --start;
         }
       }
       if (e.rstrip) {
-        while (end < text.size() && (text[end] == ' ' || text[end] == '\t' || text[end] == '\n' || text[end] == '\r')) {
+        while (end < text.size() &&
+               (text[end] == ' ' || text[end] == '\t' || text[end] == '\n' || text[end] == '\r')) {
           ++end;
         }
       }
@@ -126,7 +127,8 @@ void TokenizerImpl::encode_merged(std::string_view piece, std::vector<TokenId>& 
         ids.push_back(id);
         prev_unk = false;
       } else if (byte_fallback) {
-        for (std::size_t k = 0; k < len; ++k) ids.push_back(byte_ids[static_cast<unsigned char>(piece[pos + k])]);
+        for (std::size_t k = 0; k < len; ++k)
+          ids.push_back(byte_ids[static_cast<unsigned char>(piece[pos + k])]);
         prev_unk = false;
       } else if (unk_id != kNoToken) {
         if (!prev_unk) ids.push_back(unk_id);  // fuse_unk
@@ -169,7 +171,8 @@ void TokenizerImpl::encode_split_pieces(std::string_view text, std::vector<Token
   }
 }
 
-void TokenizerImpl::encode_segment(std::string_view text, bool first_segment, std::vector<TokenId>& out) const {
+void TokenizerImpl::encode_segment(std::string_view text, bool first_segment,
+                                   std::vector<TokenId>& out) const {
   if (text.empty()) return;
   std::string normalized;
   std::string_view view = text;
@@ -200,7 +203,8 @@ void TokenizerImpl::encode_segment(std::string_view text, bool first_segment, st
     m.reserve(view.size() + 8);
     const bool starts_with_space = spaces_to_metaspace ? view.front() == ' ' : false;
     const bool missing = !(starts_with_space || view.substr(0, kMetaspace.size()) == kMetaspace);
-    if (prepend_metaspace && (first_segment || !prepend_first_only) && (missing || !prepend_if_missing)) {
+    if (prepend_metaspace && (first_segment || !prepend_first_only) &&
+        (missing || !prepend_if_missing)) {
       m.append(kMetaspace);
     }
     for (const char c : view) {
@@ -252,7 +256,9 @@ std::string_view TokenizerImpl::output_bytes(TokenId id) const {
 Tokenizer::Tokenizer(std::unique_ptr<TokenizerImpl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
-const std::string& Tokenizer::name() const { return impl_->name; }
+const std::string& Tokenizer::name() const {
+  return impl_->name;
+}
 
 void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Specials specials) const {
   const TokenizerImpl& t = *impl_;
@@ -286,7 +292,8 @@ std::size_t Tokenizer::count(std::string_view text, Specials specials) const {
   std::vector<TokenId>& ids = scratch_ids();
   encode(text, ids, specials);
   const std::size_t n = ids.size();
-  if (ids.capacity() > (std::size_t{1} << 22)) std::vector<TokenId>().swap(ids);  // do not pin huge buffers
+  if (ids.capacity() > (std::size_t{1} << 22))
+    std::vector<TokenId>().swap(ids);  // do not pin huge buffers
   return n;
 }
 
@@ -295,8 +302,10 @@ std::string Tokenizer::decode(std::span<const TokenId> ids) const {
   bool first = true;
   for (const TokenId id : ids) {
     const auto it = impl_->special_text.find(id);
-    std::string_view bytes = it != impl_->special_text.end() ? std::string_view(it->second) : impl_->output_bytes(id);
-    if (first && impl_->strip_leading_space && !bytes.empty() && bytes[0] == ' ') bytes.remove_prefix(1);
+    std::string_view bytes =
+        it != impl_->special_text.end() ? std::string_view(it->second) : impl_->output_bytes(id);
+    if (first && impl_->strip_leading_space && !bytes.empty() && bytes[0] == ' ')
+      bytes.remove_prefix(1);
     first = false;
     out.append(bytes);
   }
@@ -324,16 +333,24 @@ std::optional<TokenId> Tokenizer::token_id(std::string_view token_text) const {
   return std::nullopt;
 }
 
-std::size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+std::size_t Tokenizer::vocab_size() const {
+  return impl_->vocab_size;
+}
 std::optional<TokenId> Tokenizer::bos_id() const {
   return impl_->bos == kNoToken ? std::nullopt : std::optional<TokenId>(impl_->bos);
 }
 std::optional<TokenId> Tokenizer::eos_id() const {
   return impl_->eos == kNoToken ? std::nullopt : std::optional<TokenId>(impl_->eos);
 }
-bool Tokenizer::add_bos() const { return impl_->add_bos; }
-bool Tokenizer::add_eos() const { return impl_->add_eos; }
-const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
+bool Tokenizer::add_bos() const {
+  return impl_->add_bos;
+}
+bool Tokenizer::add_eos() const {
+  return impl_->add_eos;
+}
+const std::string& Tokenizer::chat_template() const {
+  return impl_->chat_template;
+}
 
 // ---- StreamDecoder ----------------------------------------------------------------------
 
@@ -341,7 +358,8 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer)
 
 std::string StreamDecoder::push(TokenId id) {
   std::string bytes = tokenizer_.token_bytes(id);
-  if (first_ && tokenizer_.impl().strip_leading_space && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
+  if (first_ && tokenizer_.impl().strip_leading_space && !bytes.empty() && bytes[0] == ' ')
+    bytes.erase(0, 1);
   first_ = false;
   pending_ += bytes;
   const std::size_t ready = complete_utf8_prefix(pending_);
@@ -412,14 +430,18 @@ Result<std::shared_ptr<const Tokenizer>> load_tokenizer(std::string_view spec) {
     auto text = read_file(std::string(spec));
     if (!text) return text.error();
     const bool o200k = spec.find("o200k") != std::string_view::npos;
-    const bool gpt2 = spec.find("r50k") != std::string_view::npos || spec.find("p50k") != std::string_view::npos ||
+    const bool gpt2 = spec.find("r50k") != std::string_view::npos ||
+                      spec.find("p50k") != std::string_view::npos ||
                       spec.find("gpt2") != std::string_view::npos;
     impl = load_tiktoken_text(std::string(spec), *text,
-                              o200k ? SplitPattern::kO200k : gpt2 ? SplitPattern::kGpt2 : SplitPattern::kCl100k);
+                              o200k  ? SplitPattern::kO200k
+                              : gpt2 ? SplitPattern::kGpt2
+                                     : SplitPattern::kCl100k);
   } else {
-    return Error::make(ErrorCode::kInvalidRequest,
-                       "tokenizer: unknown tokenizer '" + std::string(spec) +
-                           "' (expected cl100k_base, o200k_base, a .tiktoken, tokenizer .json or .gguf path)");
+    return Error::make(
+        ErrorCode::kInvalidRequest,
+        "tokenizer: unknown tokenizer '" + std::string(spec) +
+            "' (expected cl100k_base, o200k_base, a .tiktoken, tokenizer .json or .gguf path)");
   }
   if (!impl) return std::move(impl).error();
   return std::shared_ptr<const Tokenizer>(std::make_shared<Tokenizer>(std::move(*impl)));

@@ -35,7 +35,8 @@ class Tokenizer {
   const std::string& name() const;
 
   // Appends the ids of `text` to `out`. Never adds BOS/EOS (see bos_id/add_bos).
-  void encode(std::string_view text, std::vector<TokenId>& out, Specials specials = Specials::kAsText) const;
+  void encode(std::string_view text, std::vector<TokenId>& out,
+              Specials specials = Specials::kAsText) const;
   std::vector<TokenId> encode(std::string_view text, Specials specials = Specials::kAsText) const;
   // The number of ids encode() would produce, without keeping them.
   std::size_t count(std::string_view text, Specials specials = Specials::kAsText) const;

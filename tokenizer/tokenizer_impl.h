@@ -75,7 +75,7 @@ struct TokenizerImpl {
   // Initial symbols: raw bytes (byte-level) or UTF-8 characters looked up as vocab strings.
   bool byte_level = true;
   bool whole_piece_first = true;  // a piece that is itself a token is that token
-  bool merge_by_rank = false;      // tiktoken: merges by the rank of the concatenated bytes
+  bool merge_by_rank = false;     // tiktoken: merges by the rank of the concatenated bytes
   bool byte_fallback = false;
   TokenId unk_id = kNoToken;
   std::array<TokenId, 256> byte_ids{};  // byte-level symbol or <0xXX> fallback token
@@ -116,7 +116,8 @@ struct TokenizerImpl {
 Result<std::unique_ptr<TokenizerImpl>> load_tiktoken_text(std::string name, std::string_view ranks,
                                                           SplitPattern pattern);
 Result<std::unique_ptr<TokenizerImpl>> load_embedded_encoding(std::string_view name);
-Result<std::unique_ptr<TokenizerImpl>> load_hf_tokenizer_json(const std::string& name, std::string_view json_text);
+Result<std::unique_ptr<TokenizerImpl>> load_hf_tokenizer_json(const std::string& name,
+                                                              std::string_view json_text);
 Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path);
 
 // Shared helpers.

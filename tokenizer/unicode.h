@@ -11,16 +11,16 @@ namespace ferry::tokenizer {
 
 // Property bits, in the order tools/tokenizer/gen_unicode_tables.js writes them.
 namespace uprop {
-inline constexpr std::uint16_t kL = 1u << 0;   // \p{L}
-inline constexpr std::uint16_t kN = 1u << 1;   // \p{N}
+inline constexpr std::uint16_t kL = 1u << 0;  // \p{L}
+inline constexpr std::uint16_t kN = 1u << 1;  // \p{N}
 inline constexpr std::uint16_t kLu = 1u << 2;
 inline constexpr std::uint16_t kLl = 1u << 3;
 inline constexpr std::uint16_t kLt = 1u << 4;
 inline constexpr std::uint16_t kLm = 1u << 5;
 inline constexpr std::uint16_t kLo = 1u << 6;
-inline constexpr std::uint16_t kM = 1u << 7;   // \p{M}
+inline constexpr std::uint16_t kM = 1u << 7;           // \p{M}
 inline constexpr std::uint16_t kWhiteSpace = 1u << 8;  // \s: Unicode White_Space
-inline constexpr std::uint16_t kP = 1u << 9;   // \p{P}
+inline constexpr std::uint16_t kP = 1u << 9;           // \p{P}
 }  // namespace uprop
 
 // Classes of a byte for the pre-tokenizers' ASCII fast paths; kHigh for every byte >= 0x80
@@ -33,7 +33,7 @@ inline constexpr std::uint8_t kSpace = 4;    // \t \n \v \f \r and ' ' (White_Sp
 inline constexpr std::uint8_t kNewline = 8;  // \r \n
 inline constexpr std::uint8_t kUpper = 16;
 inline constexpr std::uint8_t kLower = 32;
-inline constexpr std::uint8_t kOther = 64;   // none of letter, digit, white space
+inline constexpr std::uint8_t kOther = 64;  // none of letter, digit, white space
 inline constexpr std::uint8_t kHigh = 128;
 struct ClassTable {
   std::uint8_t c[256];
@@ -60,7 +60,9 @@ constexpr ClassTable make_class_table() {
   return t;
 }
 inline constexpr ClassTable kClasses = make_class_table();
-inline std::uint8_t class_of(char c) { return kClasses.c[static_cast<unsigned char>(c)]; }
+inline std::uint8_t class_of(char c) {
+  return kClasses.c[static_cast<unsigned char>(c)];
+}
 }  // namespace ascii
 
 namespace unicode_detail {
@@ -94,7 +96,8 @@ inline Decoded decode_utf8(std::string_view text, std::size_t pos) {
     if (cont(pos + 1)) return {((c0 & 0x1Fu) << 6) | (s[pos + 1] & 0x3Fu), 2};
   } else if (c0 >= 0xE0 && c0 <= 0xEF) {
     if (cont(pos + 1) && cont(pos + 2)) {
-      const std::uint32_t cp = ((c0 & 0x0Fu) << 12) | ((s[pos + 1] & 0x3Fu) << 6) | (s[pos + 2] & 0x3Fu);
+      const std::uint32_t cp =
+          ((c0 & 0x0Fu) << 12) | ((s[pos + 1] & 0x3Fu) << 6) | (s[pos + 2] & 0x3Fu);
       if (cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF)) return {cp, 3};
     }
   } else if (c0 >= 0xF0 && c0 <= 0xF4) {

@@ -24,10 +24,10 @@ void attend_group_invariant(int64_t head_dim, int64_t n_q, const float* q, int64
                             int64_t out_stride);
 
 namespace detail {
-void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q,
-                                   int64_t q_stride, const uint16_t* keys, int64_t key_stride,
-                                   const uint16_t* values, int64_t value_stride, int64_t n_keys,
-                                   float scale, float* out, int64_t out_stride);
+void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
+                                   const uint16_t* keys, int64_t key_stride, const uint16_t* values,
+                                   int64_t value_stride, int64_t n_keys, float scale, float* out,
+                                   int64_t out_stride);
 }  // namespace detail
 
 }  // namespace ferry::kernels

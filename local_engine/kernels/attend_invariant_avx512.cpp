@@ -65,7 +65,8 @@ void weighted_sum(int64_t n_keys, const float* w, int64_t w_stride, const float*
   }
   for (int h = 0; h < NH; ++h) {
     for (int c = 0; c < NC; ++c) {
-      _mm512_storeu_ps(out + h * out_stride + 16 * c, _mm512_mul_ps(acc[h][c], _mm512_set1_ps(inv[h])));
+      _mm512_storeu_ps(out + h * out_stride + 16 * c,
+                       _mm512_mul_ps(acc[h][c], _mm512_set1_ps(inv[h])));
     }
   }
 }
@@ -80,10 +81,10 @@ constexpr WeightedSumFn kWeightedSums[4][4] = {
 
 }  // namespace
 
-void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q,
-                                   int64_t q_stride, const uint16_t* keys, int64_t key_stride,
-                                   const uint16_t* values, int64_t value_stride, int64_t n_keys,
-                                   float scale, float* out, int64_t out_stride) {
+void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
+                                   const uint16_t* keys, int64_t key_stride, const uint16_t* values,
+                                   int64_t value_stride, int64_t n_keys, float scale, float* out,
+                                   int64_t out_stride) {
   const int64_t n_chunks = head_dim / 16;
   const int64_t n_pad = (n_keys + 15) / 16 * 16;
   thread_local std::vector<float> w, inv;
@@ -112,7 +113,8 @@ void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q
     __m512 sum = _mm512_setzero_ps();
     for (int64_t p = 0; p < n_keys; p += 16) {
       const __mmask16 m = tail_mask(n_keys - p);
-      const __m512 e = _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_loadu_ps(s + p), max_score)));
+      const __m512 e =
+          _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_loadu_ps(s + p), max_score)));
       _mm512_storeu_ps(s + p, e);
       sum = _mm512_add_ps(sum, e);
     }
@@ -125,8 +127,8 @@ void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q
     for (int64_t c0 = 0; c0 < n_chunks; c0 += 4) {
       const int64_t nc = std::min<int64_t>(4, n_chunks - c0);
       kWeightedSums[nh - 1][nc - 1](n_keys, w.data() + h0 * n_pad, n_pad, inv.data() + h0,
-                                    values + 16 * c0, value_stride,
-                                    out + h0 * out_stride + 16 * c0, out_stride);
+                                    values + 16 * c0, value_stride, out + h0 * out_stride + 16 * c0,
+                                    out_stride);
     }
   }
 }

@@ -77,9 +77,12 @@ const Tables& tables() {
 const Table* table_for(Isa isa) {
   const Tables& t = tables();
   switch (isa) {
-    case Isa::kScalar: return &t.scalar;
-    case Isa::kAvx2: return t.has_avx2 ? &t.avx2 : nullptr;
-    case Isa::kAvx512: return t.has_avx512 ? &t.avx512 : nullptr;
+    case Isa::kScalar:
+      return &t.scalar;
+    case Isa::kAvx2:
+      return t.has_avx2 ? &t.avx2 : nullptr;
+    case Isa::kAvx512:
+      return t.has_avx512 ? &t.avx512 : nullptr;
   }
   return nullptr;
 }
@@ -88,9 +91,12 @@ const Table* table_for(Isa isa) {
 
 std::string_view isa_name(Isa isa) {
   switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "?";
 }
@@ -100,9 +106,13 @@ Isa detect_isa() {
   return t.has_avx512 ? Isa::kAvx512 : t.has_avx2 ? Isa::kAvx2 : Isa::kScalar;
 }
 
-bool isa_supported(Isa isa) { return table_for(isa) != nullptr; }
+bool isa_supported(Isa isa) {
+  return table_for(isa) != nullptr;
+}
 
-Isa active_isa() { return tables().active; }
+Isa active_isa() {
+  return tables().active;
+}
 
 const TypeKernels* kernels_for(TensorType type, Isa isa) {
   const Table* table = table_for(isa);
@@ -112,7 +122,9 @@ const TypeKernels* kernels_for(TensorType type, Isa isa) {
   return k.to_float ? &k : nullptr;
 }
 
-const TypeKernels* kernels_for(TensorType type) { return kernels_for(type, active_isa()); }
+const TypeKernels* kernels_for(TensorType type) {
+  return kernels_for(type, active_isa());
+}
 
 float dot_f32(int64_t n, const float* a, const float* b) {
   return active_isa() != Isa::kScalar ? detail::dot_f32_avx2(n, a, b)

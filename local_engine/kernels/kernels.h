@@ -53,8 +53,8 @@ using GemmFn = void (*)(int64_t n, const void* w, int64_t w_stride, int64_t n_w,
 
 struct TypeKernels {
   TensorType type = TensorType::kF32;
-  ToFloatFn to_float = nullptr;      // dequantize
-  FromFloatFn from_float = nullptr;  // quantize (reference quality, deterministic)
+  ToFloatFn to_float = nullptr;                // dequantize
+  FromFloatFn from_float = nullptr;            // quantize (reference quality, deterministic)
   TensorType vec_dot_type = TensorType::kF32;  // what activations are quantized to
   VecDotFn vec_dot = nullptr;
   VecDotBatchFn vec_dot_batch = nullptr;

@@ -22,9 +22,13 @@ namespace {
 
 namespace detail {
 
-void fill_avx2_table(TypeKernels* table) { fill_simd_table(table); }
+void fill_avx2_table(TypeKernels* table) {
+  fill_simd_table(table);
+}
 
-float dot_f32_avx2(int64_t n, const float* a, const float* b) { return dot_f32_simd(n, a, b); }
+float dot_f32_avx2(int64_t n, const float* a, const float* b) {
+  return dot_f32_simd(n, a, b);
+}
 float dot_f16_f32_avx2(int64_t n, const uint16_t* a, const float* b) {
   return dot_f16_f32_simd(n, a, b);
 }

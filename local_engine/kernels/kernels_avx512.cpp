@@ -28,7 +28,9 @@ namespace {
 
 namespace detail {
 
-void fill_avx512_table(TypeKernels* table) { fill_simd_table(table); }
+void fill_avx512_table(TypeKernels* table) {
+  fill_simd_table(table);
+}
 
 void attend_rows_tiled_avx512(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
                               const float* keys_t, int64_t kt_stride, const float* values,

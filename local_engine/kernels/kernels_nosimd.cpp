@@ -7,7 +7,9 @@ namespace ferry::kernels::detail {
 
 void fill_avx2_table(TypeKernels*) {}
 void fill_avx512_table(TypeKernels*) {}
-float dot_f32_avx2(int64_t n, const float* a, const float* b) { return dot_f32_ref(n, a, b); }
+float dot_f32_avx2(int64_t n, const float* a, const float* b) {
+  return dot_f32_ref(n, a, b);
+}
 float dot_f16_f32_avx2(int64_t n, const uint16_t* a, const float* b) {
   return dot_f16_f32_ref(n, a, b);
 }

@@ -85,8 +85,8 @@ void quantize_rows(const float* x, QuantizedActivations& qa, int64_t begin, int6
 
 }  // namespace
 
-QuantizedActivations quantize_activations(TensorType weight_type, const float* x,
-                                          int64_t n_tokens, int64_t cols) {
+QuantizedActivations quantize_activations(TensorType weight_type, const float* x, int64_t n_tokens,
+                                          int64_t cols) {
   QuantizedActivations qa;
   if (prepare_activations(weight_type, x, n_tokens, cols, qa)) quantize_rows(x, qa, 0, n_tokens);
   return qa;
@@ -100,8 +100,8 @@ void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y, 
   const bool serial = w.order == DotOrder::kSerial && k->vec_dot_serial != nullptr;
   // F16 batches take llama.cpp's tinyBLAS order (vec_dot_batch) only where it has one.
   const bool invariant = forms == BatchForms::kInvariant;
-  const bool per_token = w.type == TensorType::kF16 &&
-                         (invariant || w.rows % 4 != 0 || w.cols % 16 != 0);
+  const bool per_token =
+      w.type == TensorType::kF16 && (invariant || w.rows % 4 != 0 || w.cols % 16 != 0);
   const VecDotFn dot = serial ? k->vec_dot_serial : k->vec_dot;
   const VecDotBatchFn dot_batch = serial ? k->vec_dot_batch_serial : k->vec_dot_batch;
   if (qa.n_tokens == 1 || per_token) {

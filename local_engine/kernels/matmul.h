@@ -59,7 +59,7 @@ struct QuantizedActivations {
   TensorType type = TensorType::kF32;  // the vec_dot_type
   int64_t n_tokens = 0;
   int64_t cols = 0;
-  size_t row_stride = 0;  // bytes between tokens
+  size_t row_stride = 0;       // bytes between tokens
   const void* data = nullptr;  // points into storage (or at the caller's floats for F32)
   // At least n_tokens * row_stride bytes. Taken from, and on destruction given back to, a small
   // per-thread pool, so prefill does not fault in fresh pages for every matrix product.
@@ -70,9 +70,9 @@ struct QuantizedActivations {
   QuantizedActivations& operator=(QuantizedActivations&&) = default;
   ~QuantizedActivations();
 };
-QuantizedActivations quantize_activations(TensorType weight_type, const float* x,
-                                          int64_t n_tokens, int64_t cols);
-void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y,
-                 int64_t row_begin, int64_t row_end, BatchForms forms = BatchForms::kLlamaCpp);
+QuantizedActivations quantize_activations(TensorType weight_type, const float* x, int64_t n_tokens,
+                                          int64_t cols);
+void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y, int64_t row_begin,
+                 int64_t row_end, BatchForms forms = BatchForms::kLlamaCpp);
 
 }  // namespace ferry::kernels

@@ -33,9 +33,9 @@ float ggml_expf_approx(float x) {
   const float n = z - r;
   const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
   const float u = b * b;
-  const float j = std::fma(
-      std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-      u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
   if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : std::numeric_limits<float>::infinity();
   return std::ldexp(j, static_cast<int>(n));
 }
@@ -92,11 +92,11 @@ void attend_head_f16(int64_t head_dim, const float* q, const uint16_t* keys, int
                      const uint16_t* values, int64_t value_stride, int64_t n_keys, float scale,
                      float* out) {
   if (active_isa() != Isa::kScalar) {
-    detail::attend_head_f16_avx2(head_dim, q, keys, key_stride, values, value_stride, n_keys,
-                                 scale, out);
+    detail::attend_head_f16_avx2(head_dim, q, keys, key_stride, values, value_stride, n_keys, scale,
+                                 out);
   } else {
-    detail::attend_head_f16_ref(head_dim, q, keys, key_stride, values, value_stride, n_keys,
-                                scale, out);
+    detail::attend_head_f16_ref(head_dim, q, keys, key_stride, values, value_stride, n_keys, scale,
+                                out);
   }
 }
 
@@ -107,17 +107,16 @@ void attend_head_tiled(int64_t head_dim, const float* q, const float* keys_t, in
   attend_rows_tiled(head_dim, 1, &row, keys_t, kt_stride, values, value_stride, scale);
 }
 
-void attend_rows_tiled(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
-                       const float* keys_t, int64_t kt_stride, const float* values,
-                       int64_t value_stride, float scale) {
+void attend_rows_tiled(int64_t head_dim, int64_t n_rows, const TiledRow* rows, const float* keys_t,
+                       int64_t kt_stride, const float* values, int64_t value_stride, float scale) {
   if (active_isa() == Isa::kAvx512) {
     detail::attend_rows_tiled_avx512(head_dim, n_rows, rows, keys_t, kt_stride, values,
                                      value_stride, scale);
     return;
   }
   if (active_isa() == Isa::kAvx2) {
-    detail::attend_rows_tiled_avx2(head_dim, n_rows, rows, keys_t, kt_stride, values,
-                                   value_stride, scale);
+    detail::attend_rows_tiled_avx2(head_dim, n_rows, rows, keys_t, kt_stride, values, value_stride,
+                                   scale);
     return;
   }
   for (int64_t r = 0; r < n_rows; ++r) {
@@ -128,9 +127,9 @@ void attend_rows_tiled(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
 
 namespace detail {
 
-void attend_head_tiled_ref(int64_t head_dim, const float* q, const float* keys_t,
-                           int64_t kt_stride, const float* values, int64_t value_stride,
-                           int64_t n_keys, float scale, float* out) {
+void attend_head_tiled_ref(int64_t head_dim, const float* q, const float* keys_t, int64_t kt_stride,
+                           const float* values, int64_t value_stride, int64_t n_keys, float scale,
+                           float* out) {
   constexpr int64_t kTile = 64;
   float acc[4096] = {};  // the loader's limit on head_dim
   float max_score = -std::numeric_limits<float>::infinity();
@@ -142,7 +141,8 @@ void attend_head_tiled_ref(int64_t head_dim, const float* q, const float* keys_t
     for (int64_t t = 0; t < kTile; ++t) {
       if (t < nk) {
         float a = 0.0f;
-        for (int64_t d = 0; d < head_dim; ++d) a = std::fma(q[d], keys_t[d * kt_stride + ic + t], a);
+        for (int64_t d = 0; d < head_dim; ++d)
+          a = std::fma(q[d], keys_t[d * kt_stride + ic + t], a);
         s[t] = a * scale;
       } else {
         s[t] = -std::numeric_limits<float>::infinity();
@@ -224,9 +224,9 @@ void swiglu_row_ref(int64_t n, const float* gate, const float* up, float* out) {
   }
 }
 
-void attend_head_f16_ref(int64_t head_dim, const float* q, const uint16_t* keys,
-                         int64_t key_stride, const uint16_t* values, int64_t value_stride,
-                         int64_t n_keys, float scale, float* out) {
+void attend_head_f16_ref(int64_t head_dim, const float* q, const uint16_t* keys, int64_t key_stride,
+                         const uint16_t* values, int64_t value_stride, int64_t n_keys, float scale,
+                         float* out) {
   constexpr int64_t kMaxHead = 4096;  // the loader's limit on head_dim
   uint16_t qh[kMaxHead];
   uint16_t acc[kMaxHead];

@@ -53,13 +53,12 @@ void attend_head_tiled(int64_t head_dim, const float* q, const float* keys_t, in
 // GQA group, several positions): each row gets exactly attend_head_tiled's result, the tiles
 // read once for all of them.
 struct TiledRow {
-  const float* q;   // head_dim floats
-  int64_t n_keys;   // positions 0..n_keys-1 attended
-  float* out;       // head_dim floats
+  const float* q;  // head_dim floats
+  int64_t n_keys;  // positions 0..n_keys-1 attended
+  float* out;      // head_dim floats
 };
-void attend_rows_tiled(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
-                       const float* keys_t, int64_t kt_stride, const float* values,
-                       int64_t value_stride, float scale);
+void attend_rows_tiled(int64_t head_dim, int64_t n_rows, const TiledRow* rows, const float* keys_t,
+                       int64_t kt_stride, const float* values, int64_t value_stride, float scale);
 // Whether llama.cpp would use the tiled form: batches of >= 64 queries, head_dim % 16 == 0.
 inline bool attend_tiled_ok(int64_t n_queries, int64_t head_dim) {
   return n_queries >= 64 && head_dim % 16 == 0;
@@ -75,12 +74,12 @@ float dot_f16_f16_ref(int64_t n, const uint16_t* x, const uint16_t* y);
 void rope_apply_ref(const float* cache, int64_t n_dims, bool neox, int64_t n_heads,
                     int64_t head_dim, float* heads);
 void swiglu_row_ref(int64_t n, const float* gate, const float* up, float* out);
-void attend_head_tiled_ref(int64_t head_dim, const float* q, const float* keys_t,
-                           int64_t kt_stride, const float* values, int64_t value_stride,
-                           int64_t n_keys, float scale, float* out);
-void attend_head_f16_ref(int64_t head_dim, const float* q, const uint16_t* keys,
-                         int64_t key_stride, const uint16_t* values, int64_t value_stride,
-                         int64_t n_keys, float scale, float* out);
+void attend_head_tiled_ref(int64_t head_dim, const float* q, const float* keys_t, int64_t kt_stride,
+                           const float* values, int64_t value_stride, int64_t n_keys, float scale,
+                           float* out);
+void attend_head_f16_ref(int64_t head_dim, const float* q, const uint16_t* keys, int64_t key_stride,
+                         const uint16_t* values, int64_t value_stride, int64_t n_keys, float scale,
+                         float* out);
 }  // namespace detail
 
 }  // namespace ferry::kernels

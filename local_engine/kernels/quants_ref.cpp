@@ -12,7 +12,9 @@
 namespace ferry::kernels {
 namespace {
 
-int nearest_int(float x) { return static_cast<int>(std::nearbyint(x)); }
+int nearest_int(float x) {
+  return static_cast<int>(std::nearbyint(x));
+}
 
 // The dot products below follow llama.cpp's x86 kernels operation for operation (ggml-cpu,
 // arch/x86/quants.c and repack.cpp, AVX2/AVX-512 builds), so the SIMD versions and llama.cpp
@@ -258,7 +260,7 @@ void fit_scale_min(const float* x, int n, int qmax, float* scale_out, float* min
     if (det <= 0) break;
     double s = (n * sqx - sq * sx) / det;
     double m = (sq * sqx - sqq * sx) / det;  // x ~ s q - m  =>  m = (s sq - sx) / n
-    if (m < 0) {  // the constraint binds: min = 0, scale alone
+    if (m < 0) {                             // the constraint binds: min = 0, scale alone
       m = 0;
       s = sqq > 0 ? sqx / sqq : 0;
     }
@@ -604,7 +606,9 @@ void set(TypeKernels* table, TensorType type, ToFloatFn to, FromFloatFn from, Te
 
 }  // namespace
 
-void quantize_row_q8_0_ref(const float* x, void* y, int64_t n) { q8_0_from_float(x, y, n); }
+void quantize_row_q8_0_ref(const float* x, void* y, int64_t n) {
+  q8_0_from_float(x, y, n);
+}
 
 // As ggml's quantize_row_q8_K_ref: the element of largest magnitude (the first, on ties) maps
 // to -127; d = 1 / iscale carries the sign; q = round-to-nearest-even(iscale * x).
@@ -660,8 +664,7 @@ void fill_scalar_table(TypeKernels* table) {
   set(table, T::kF32, f32_to_float, f32_from_float, T::kF32, f32_dot, batch_from_dot<f32_dot>);
   set(table, T::kF16, f16_to_float, f16_from_float, T::kF16, f16_dot,
       batch_from_dot<f16_dot_tiled>);
-  set(table, T::kBF16, bf16_to_float, bf16_from_float, T::kF32, bf16_dot,
-      batch_from_dot<bf16_dot>);
+  set(table, T::kBF16, bf16_to_float, bf16_from_float, T::kF32, bf16_dot, batch_from_dot<bf16_dot>);
   set(table, T::kQ8_0, q8_0_to_float, q8_0_from_float, T::kQ8_0, q8_0_dot_q8_0,
       batch_from_dot<q8_0_dot_q8_0>);
   set(table, T::kQ4_0, q4_0_to_float, q4_0_from_float, T::kQ8_0, q4_0_dot_q8_0,

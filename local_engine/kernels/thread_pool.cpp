@@ -40,7 +40,8 @@ inline bool spin_once(int& spins) {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
-  if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads <= 0)
+    n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -94,7 +95,8 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   // About four chunks per thread, claimed in order from a shared counter: a thread that runs
   // late (a busy machine) takes fewer, instead of holding back the whole step with its share.
   const int64_t grains = (n + grain - 1) / grain;
-  const int64_t per_chunk = std::max<int64_t>(1, grains / (4 * static_cast<int64_t>(n_threads_))) * grain;
+  const int64_t per_chunk =
+      std::max<int64_t>(1, grains / (4 * static_cast<int64_t>(n_threads_))) * grain;
   const int64_t chunks = (n + per_chunk - 1) / per_chunk;
   std::atomic<int64_t> next{0};
   run([&](int, int) {

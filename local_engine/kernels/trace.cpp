@@ -34,7 +34,9 @@ TraceState* state() {
 
 }  // namespace
 
-bool trace_enabled() { return state() != nullptr; }
+bool trace_enabled() {
+  return state() != nullptr;
+}
 
 void trace_next_step() {
   TraceState* s = state();

@@ -106,8 +106,9 @@ TEST(OpenAiWire, NullOrMissingUsage) {
 TEST(OpenAiWire, FinishReason) {
   EXPECT_EQ(find_finish_reason(R"({"choices":[{"finish_reason":"stop"}]})"), "stop");
   EXPECT_EQ(find_finish_reason(R"({"choices":[{"finish_reason":null}]})"), "");
-  EXPECT_EQ(find_finish_reason(R"({"choices":[{"finish_reason": null},{"finish_reason" : "length"}]})"),
-            "length");
+  EXPECT_EQ(
+      find_finish_reason(R"({"choices":[{"finish_reason": null},{"finish_reason" : "length"}]})"),
+      "length");
 }
 
 TEST(OpenAiWire, JsonValueEndHonoursStrings) {
@@ -117,7 +118,8 @@ TEST(OpenAiWire, JsonValueEndHonoursStrings) {
 }
 
 TEST(OpenAiWire, UsageOnlyChunkDroppedWhenNotAsked) {
-  std::string chunk = R"({"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}})";
+  std::string chunk =
+      R"({"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}})";
   auto hidden = inspect_stream_chunk(chunk, /*client_wants_usage=*/false);
   EXPECT_FALSE(hidden.forward);
   ASSERT_TRUE(hidden.usage);
@@ -181,9 +183,9 @@ TEST(OpenAiWire, JsonStringEndFindsTheUnescapedQuote) {
   auto end_of = [](std::string_view s) { return json_string_end(s, s.find('"')); };
   EXPECT_EQ(end_of(R"("abc" tail)"), 5u);
   EXPECT_EQ(end_of(R"("" tail)"), 2u);
-  EXPECT_EQ(end_of(R"("a\"b" tail)"), 6u);     // escaped quote
-  EXPECT_EQ(end_of(R"("a\\" tail)"), 5u);      // escaped backslash, then the closing quote
-  EXPECT_EQ(end_of(R"("a\\\"b" tail)"), 8u);   // backslash, escaped quote
+  EXPECT_EQ(end_of(R"("a\"b" tail)"), 6u);    // escaped quote
+  EXPECT_EQ(end_of(R"("a\\" tail)"), 5u);     // escaped backslash, then the closing quote
+  EXPECT_EQ(end_of(R"("a\\\"b" tail)"), 8u);  // backslash, escaped quote
   std::string long_text = "\"" + std::string(300, 'x') + "\\\"" + std::string(40, 'y') + "\" tail";
   EXPECT_EQ(end_of(long_text), long_text.find(" tail"));
   EXPECT_EQ(end_of(R"("never closed)"), std::string_view::npos);

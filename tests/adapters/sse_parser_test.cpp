@@ -23,7 +23,8 @@ std::vector<std::string> parse_in_pieces(const std::string& text, const std::vec
 }
 
 TEST(SseParser, ParsesEventsAndIgnoresComments) {
-  auto events = parse_in_pieces(": keep-alive\n\ndata: {\"a\":1}\n\nevent: x\ndata: b\ndata: c\n\n", {});
+  auto events =
+      parse_in_pieces(": keep-alive\n\ndata: {\"a\":1}\n\nevent: x\ndata: b\ndata: c\n\n", {});
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0], "{\"a\":1}");
   EXPECT_EQ(events[1], "b\nc");

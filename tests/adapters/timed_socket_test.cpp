@@ -115,7 +115,7 @@ TEST(TimedSocket, DataThatArrivedWhileNoReadWasPendingIsReadAtOnce) {
 TEST(TimedSocket, AFullBufferLeavesTheRestForTheNextRead) {
   Pair p;
   p.send("0123456789");
-  p.turn();  // the only readiness event is used up before the first read
+  p.turn();                      // the only readiness event is used up before the first read
   auto first = p.start_read(4);  // exactly full: more may be queued
   p.run_until(first);
   EXPECT_EQ(first->bytes, "0123");
@@ -176,12 +176,12 @@ TEST(TimedSocket, AQueuedReadCanBeCancelledThroughItsSlot) {
   std::array<char, 16> buf{};
   bool done = false;
   boost::system::error_code got;
-  p.ours->async_read_some(asio::buffer(buf),
-                          asio::bind_cancellation_slot(
-                              signal.slot(), [&](boost::system::error_code ec, size_t) {
-                                done = true;
-                                got = ec;
-                              }));
+  p.ours->async_read_some(
+      asio::buffer(buf),
+      asio::bind_cancellation_slot(signal.slot(), [&](boost::system::error_code ec, size_t) {
+        done = true;
+        got = ec;
+      }));
   p.ctx.restart();
   p.ctx.poll();
   ASSERT_FALSE(done);

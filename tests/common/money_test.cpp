@@ -41,7 +41,7 @@ TEST(Money, RoundTripsThroughText) {
 TEST(Money, CostOfTokensRoundsHalfAwayFromZero) {
   auto price = *Money::parse("2.50");  // per million tokens
   EXPECT_EQ(cost_of_tokens(1000000, price).micros(), 2500000);
-  EXPECT_EQ(cost_of_tokens(1, price).micros(), 3);   // 2.5 micro -> 3
+  EXPECT_EQ(cost_of_tokens(1, price).micros(), 3);                 // 2.5 micro -> 3
   EXPECT_EQ(cost_of_tokens(3, *Money::parse("0.1")).micros(), 0);  // 0.3 micro -> 0
   EXPECT_EQ(cost_of_tokens(0, price).micros(), 0);
   EXPECT_EQ(cost_of_tokens(1, *Money::parse("-2.5")).micros(), -3);

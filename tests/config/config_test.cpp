@@ -24,7 +24,8 @@ backends:
     base_url: http://[::1]/
 models:
   - { name: m, backend: gpu }
-)", "t.yaml");
+)",
+                              "t.yaml");
   ASSERT_TRUE(cfg) << cfg.error().message;
   const auto* gpu = cfg->find_backend("gpu");
   EXPECT_TRUE(gpu->tls);
@@ -81,7 +82,8 @@ TEST(Config, KeysAreHashedAndRolesChecked) {
 auth:
   keys:
     - { id: a, key: secret, team: t, role: finance }
-)", "k.yaml");
+)",
+                              "k.yaml");
   ASSERT_TRUE(cfg) << cfg.error().message;
   EXPECT_EQ(cfg->auth.keys[0].sha256,
             "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b");
@@ -130,7 +132,8 @@ backends:
       kv_budget_mb: 512, prefill_chunk: 64, prefix_cache: false, context_length: 2048 }
 models:
   - { name: small, backend: cpu }
-)", "t.yaml");
+)",
+                              "t.yaml");
   ASSERT_TRUE(cfg) << cfg.error().message;
   const auto& l = *cfg->backends[0].local;
   EXPECT_EQ(cfg->backends[0].kind, "local");
@@ -147,12 +150,14 @@ models:
 }
 
 TEST(Config, LocalBackendRefusesHttpKeysAndUnknownKinds) {
-  auto cfg = load_config_text("backends:\n  - { name: cpu, kind: local, model: x.gguf, base_url: http://a/v1 }\n",
-                              "t.yaml");
+  auto cfg = load_config_text(
+      "backends:\n  - { name: cpu, kind: local, model: x.gguf, base_url: http://a/v1 }\n",
+      "t.yaml");
   ASSERT_FALSE(cfg);
   EXPECT_NE(cfg.error().message.find("t.yaml:2:"), std::string::npos) << cfg.error().message;
   EXPECT_NE(cfg.error().message.find("base_url"), std::string::npos) << cfg.error().message;
-  auto kind = load_config_text("backends:\n  - { name: x, kind: grpc, base_url: http://a/v1 }\n", "t.yaml");
+  auto kind =
+      load_config_text("backends:\n  - { name: x, kind: grpc, base_url: http://a/v1 }\n", "t.yaml");
   ASSERT_FALSE(kind);
   EXPECT_NE(kind.error().message.find("'local'"), std::string::npos) << kind.error().message;
   auto missing = load_config_text("backends:\n  - { name: cpu, kind: local }\n", "t.yaml");

@@ -186,11 +186,30 @@ std::string escaped_by_json_line(std::string_view s) {
 // Every special byte or sequence at every offset of plain strings of 0 to 24 bytes, so each one
 // falls before, inside, across and after 8-byte words and in the padded tail.
 TEST(JsonLine, EscapesLikeTheReferenceAtEveryOffset) {
-  const std::vector<std::string> specials = {
-      "\"", "\\", "\n", std::string(1, '\0'), "\x01", "\x1f", "\x7f", " ", "\xc3\xa9",
-      "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf", "\xff", "\x80", "\xc0\xaf",
-      "\xc1\xbf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf0\x80\x80\xaf", "\xf4\x90\x80\x80",
-      "\xf5\x80\x80\x80", "\xe2\x82", "\xf0\x9f\x98", "\xc3"};
+  const std::vector<std::string> specials = {"\"",
+                                             "\\",
+                                             "\n",
+                                             std::string(1, '\0'),
+                                             "\x01",
+                                             "\x1f",
+                                             "\x7f",
+                                             " ",
+                                             "\xc3\xa9",
+                                             "\xe2\x82\xac",
+                                             "\xf0\x9f\x98\x80",
+                                             "\xf4\x8f\xbf\xbf",
+                                             "\xff",
+                                             "\x80",
+                                             "\xc0\xaf",
+                                             "\xc1\xbf",
+                                             "\xe0\x80\xaf",
+                                             "\xed\xa0\x80",
+                                             "\xf0\x80\x80\xaf",
+                                             "\xf4\x90\x80\x80",
+                                             "\xf5\x80\x80\x80",
+                                             "\xe2\x82",
+                                             "\xf0\x9f\x98",
+                                             "\xc3"};
   for (const auto& special : specials) {
     for (size_t len = 0; len <= 24; ++len) {
       for (size_t at = 0; at <= len; ++at) {

@@ -9,7 +9,8 @@ namespace {
 
 config::AuthConfig two_keys() {
   config::AuthConfig auth;
-  auth.keys.push_back({"app-1", sha256_hex("sk-app"), "search", "p1", config::Role::kApp, {"gold"}});
+  auth.keys.push_back(
+      {"app-1", sha256_hex("sk-app"), "search", "p1", config::Role::kApp, {"gold"}});
   auth.keys.push_back({"fin", sha256_hex("sk-fin"), "finance", "", config::Role::kFinance, {}});
   return auth;
 }
@@ -34,8 +35,10 @@ TEST(Auth, MissingMalformedOrWrongKeysAreRefused) {
 
 TEST(Auth, RepeatedKeysKeepTheirPrincipalAndWrongKeysStayRefused) {
   config::AuthConfig cfg;
-  cfg.keys.push_back(config::ApiKey{"k1", sha256_hex("secret-one"), "t1", "p1", config::Role::kApp, {}});
-  cfg.keys.push_back(config::ApiKey{"k2", sha256_hex("secret-two"), "t2", "p2", config::Role::kAdmin, {}});
+  cfg.keys.push_back(
+      config::ApiKey{"k1", sha256_hex("secret-one"), "t1", "p1", config::Role::kApp, {}});
+  cfg.keys.push_back(
+      config::ApiKey{"k2", sha256_hex("secret-two"), "t2", "p2", config::Role::kAdmin, {}});
   Authenticator auth(cfg);
   for (int i = 0; i < 3; ++i) {
     auto a = auth.authenticate("Bearer secret-one");

@@ -24,7 +24,8 @@ TEST(Errors, BodyHasOpenAiShape) {
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_EQ(j["error"]["param"], "temperature");
   EXPECT_TRUE(j["error"].contains("code"));
-  auto auth = nlohmann::json::parse(to_http_error(Error::make(ErrorCode::kUnauthorized, "no")).body);
+  auto auth =
+      nlohmann::json::parse(to_http_error(Error::make(ErrorCode::kUnauthorized, "no")).body);
   EXPECT_EQ(auth["error"]["code"], "invalid_api_key");
   EXPECT_TRUE(auth["error"]["param"].is_null());
 }

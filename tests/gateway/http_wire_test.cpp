@@ -34,7 +34,9 @@ TEST(HttpWire, ChunkedHeadClosesWhenAsked) {
 }
 
 TEST(HttpWire, HeadersThatWouldSplitTheResponseAreLeftOut) {
-  HeaderList extra = {{"x-a", "ok"}, {"x-b", "bad\r\nSet-Cookie: x"}, {"x-c\n", "v"},
+  HeaderList extra = {{"x-a", "ok"},
+                      {"x-b", "bad\r\nSet-Cookie: x"},
+                      {"x-c\n", "v"},
                       {"x-d", std::string("nul\0x", 5)}};
   ResponseHead h;
   h.status = 200;
@@ -61,8 +63,8 @@ TEST(HttpWire, Utf8ValidationRefusesEveryMalformedForm) {
   EXPECT_TRUE(is_valid_utf8(""));
   EXPECT_TRUE(is_valid_utf8("plain"));
   EXPECT_TRUE(is_valid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
-  for (const char* bad : {"\xff", "\xfe\xff", "\xc3", "\xc0\xaf", "\xed\xa0\x80",
-                          "\xf4\x90\x80\x80", "ok\x80"}) {
+  for (const char* bad :
+       {"\xff", "\xfe\xff", "\xc3", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "ok\x80"}) {
     EXPECT_FALSE(is_valid_utf8(bad)) << bad;
   }
 }

@@ -19,7 +19,8 @@ TEST(Metrics, CountersAndHistogramsRender) {
   m.latency.observe_micros({"gpt"}, 2000000);  // 2 s
   std::string text = m.render();
   EXPECT_NE(text.find("ferry_requests_total{model=\"gpt\",backend=\"gpu\",status=\"200\"} 2"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("model=\"we\\\"ird\""), std::string::npos);
   EXPECT_NE(text.find("ferry_request_duration_seconds_bucket{model=\"gpt\",le=\"0.001\"} 0"),
             std::string::npos);
@@ -28,7 +29,8 @@ TEST(Metrics, CountersAndHistogramsRender) {
   EXPECT_NE(text.find("ferry_request_duration_seconds_bucket{model=\"gpt\",le=\"+Inf\"} 2"),
             std::string::npos);
   EXPECT_NE(text.find("ferry_request_duration_seconds_sum{model=\"gpt\"} 2.003000"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("ferry_in_flight_requests 0"), std::string::npos);
 }
 

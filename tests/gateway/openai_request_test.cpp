@@ -31,32 +31,40 @@ TEST(OpenAiRequest, ParsesAChatRequest) {
 
 TEST(OpenAiRequest, NamesTheBadField) {
   EXPECT_EQ(expect_error(Endpoint::kChatCompletions, R"({"messages":[]})").param, "model");
-  EXPECT_EQ(expect_error(Endpoint::kChatCompletions, R"({"model":3,"messages":[]})").param, "model");
+  EXPECT_EQ(expect_error(Endpoint::kChatCompletions, R"({"model":3,"messages":[]})").param,
+            "model");
   EXPECT_EQ(expect_error(Endpoint::kChatCompletions, R"({"model":"m"})").param, "messages");
-  EXPECT_EQ(expect_error(Endpoint::kChatCompletions, R"({"model":"m","messages":[{"content":"x"}]})").param,
-            "messages[0].role");
-  EXPECT_EQ(expect_error(Endpoint::kChatCompletions,
-                         R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"})")
+  EXPECT_EQ(
+      expect_error(Endpoint::kChatCompletions, R"({"model":"m","messages":[{"content":"x"}]})")
+          .param,
+      "messages[0].role");
+  EXPECT_EQ(expect_error(
+                Endpoint::kChatCompletions,
+                R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"})")
                 .param,
             "temperature");
-  EXPECT_EQ(expect_error(Endpoint::kChatCompletions,
-                         R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0})")
-                .param,
-            "max_tokens");
-  EXPECT_EQ(expect_error(Endpoint::kChatCompletions,
-                         R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})")
-                .param,
-            "stream");
+  EXPECT_EQ(
+      expect_error(Endpoint::kChatCompletions,
+                   R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0})")
+          .param,
+      "max_tokens");
+  EXPECT_EQ(
+      expect_error(Endpoint::kChatCompletions,
+                   R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})")
+          .param,
+      "stream");
   EXPECT_EQ(expect_error(Endpoint::kCompletions, R"({"model":"m"})").param, "prompt");
-  EXPECT_EQ(expect_error(Endpoint::kCompletions, R"({"model":"m","prompt":{"a":1}})").param, "prompt");
+  EXPECT_EQ(expect_error(Endpoint::kCompletions, R"({"model":"m","prompt":{"a":1}})").param,
+            "prompt");
 }
 
 TEST(OpenAiRequest, MalformedJsonAndInvalidUtf8) {
   Error e = expect_error(Endpoint::kChatCompletions, "{\"model\": ");
   EXPECT_EQ(e.code, ErrorCode::kInvalidRequest);
   EXPECT_NE(e.message.find("not valid JSON"), std::string::npos);
-  Error u = expect_error(Endpoint::kChatCompletions,
-                         "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}");
+  Error u =
+      expect_error(Endpoint::kChatCompletions,
+                   "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}");
   EXPECT_NE(u.message.find("UTF-8"), std::string::npos) << u.message;
   EXPECT_NE(expect_error(Endpoint::kChatCompletions, "[1,2]").message.find("JSON object"),
             std::string::npos);
@@ -114,7 +122,8 @@ TEST(OpenAiRequest, SplicedRewriteKeepsTheClientsBytes) {
 }
 
 TEST(OpenAiRequest, StreamOptionsAddedOrMerged) {
-  auto added = rewritten(R"({"model":"a","stream":true,"messages":[{"role":"user","content":"x"}]})");
+  auto added =
+      rewritten(R"({"model":"a","stream":true,"messages":[{"role":"user","content":"x"}]})");
   EXPECT_EQ(added["stream_options"]["include_usage"], true);
   auto merged = rewritten(
       R"({"model":"a","stream":true,"stream_options":{"include_usage":false,"x":1},"messages":[{"role":"user","content":"x"}]})");
@@ -149,8 +158,8 @@ TEST(OpenAiRequest, AKeyFerryReadsMayNotAppearTwice) {
                 .param,
             "model");
   // Spelled with an escape, it is still the same key.
-  EXPECT_EQ(expect_error(Endpoint::kChatCompletions, std::string(R"({"model":"m",)") + kUserX +
-                                                         R"(,"n":1,"\u006e":100})")
+  EXPECT_EQ(expect_error(Endpoint::kChatCompletions,
+                         std::string(R"({"model":"m",)") + kUserX + R"(,"n":1,"\u006e":100})")
                 .param,
             "n");
   EXPECT_EQ(expect_error(Endpoint::kCompletions,
@@ -158,7 +167,8 @@ TEST(OpenAiRequest, AKeyFerryReadsMayNotAppearTwice) {
                 .param,
             "stream");
   // Keys ferry does not read pass through as sent, duplicates included.
-  auto other = parsed_chat(std::string(R"({"model":"m",)") + kUserX + R"(,"x_vendor":1,"x_vendor":2})");
+  auto other =
+      parsed_chat(std::string(R"({"model":"m",)") + kUserX + R"(,"x_vendor":1,"x_vendor":2})");
   EXPECT_EQ(upstream_body(other, "up/m"),
             std::string(R"({"model":"up/m",)") + kUserX + R"(,"x_vendor":1,"x_vendor":2})");
   // Inside a message, the first occurrence is the one validated (as before).
@@ -175,7 +185,8 @@ TEST(OpenAiRequest, EscapedKeysAreReadAsTheKeysTheySpell) {
   // The splice compares keys as written, so an escaped `model` key is re-serialised instead.
   auto r = parsed_chat(std::string(R"({"mod\u0065l":"m",)") + kUserX + "}");
   EXPECT_EQ(r.model, "m");
-  EXPECT_EQ(upstream_body(r, "up/m"), R"({"messages":[{"content":"x","role":"user"}],"model":"up/m"})");
+  EXPECT_EQ(upstream_body(r, "up/m"),
+            R"({"messages":[{"content":"x","role":"user"}],"model":"up/m"})");
 }
 
 TEST(OpenAiRequest, MessageErrorsNameTheirIndex) {
@@ -205,18 +216,21 @@ TEST(OpenAiRequest, SplicedRewriteWithStreamAndOverridesIsExact) {
   o.max_tokens = 5;
   o.temperature = 0.5;
   // Replaced in place where present; added before the closing brace in a fixed order.
-  EXPECT_EQ(upstream_body(r, "up/m", o),
-            std::string(R"({"model":"up/m",)") + kUserX +
-                R"(,"max_completion_tokens":5,"stream":true,"stream_options":{"include_usage":true},"temperature":0.5})");
+  EXPECT_EQ(
+      upstream_body(r, "up/m", o),
+      std::string(R"({"model":"up/m",)") + kUserX +
+          R"(,"max_completion_tokens":5,"stream":true,"stream_options":{"include_usage":true},"temperature":0.5})");
   // Whitespace everywhere, a key spelled inside a string, an existing stream_options.
   std::string spaced =
       " \n{ \"messages\" :\t[ { \"role\" : \"user\" , \"content\" : \"a \\\"model\\\": 1\" } ] ,\n"
-      " \"model\"\t:\n\"pub\" , \"stream\" : true , \"stream_options\" : { \"include_usage\" : false } }\n";
+      " \"model\"\t:\n\"pub\" , \"stream\" : true , \"stream_options\" : { \"include_usage\" : "
+      "false } }\n";
   auto s = parsed_chat(spaced);
-  EXPECT_EQ(upstream_body(s, "up/m", o),
-            " \n{ \"messages\" :\t[ { \"role\" : \"user\" , \"content\" : \"a \\\"model\\\": 1\" } ] ,\n"
-            " \"model\"\t:\n\"up/m\" , \"stream\" : true , \"stream_options\" : "
-            "{\"include_usage\":true} ,\"max_tokens\":5,\"temperature\":0.5}\n");
+  EXPECT_EQ(
+      upstream_body(s, "up/m", o),
+      " \n{ \"messages\" :\t[ { \"role\" : \"user\" , \"content\" : \"a \\\"model\\\": 1\" } ] ,\n"
+      " \"model\"\t:\n\"up/m\" , \"stream\" : true , \"stream_options\" : "
+      "{\"include_usage\":true} ,\"max_tokens\":5,\"temperature\":0.5}\n");
 }
 
 TEST(OpenAiRequest, UpstreamModelNamesAreEscapedAsJson) {

@@ -27,8 +27,8 @@ class FakeBackend final : public adapters::Backend {
   explicit FakeBackend(std::string name) : name_(std::move(name)) {}
   const std::string& name() const override { return name_; }
   boost::asio::awaitable<Result<adapters::BackendReply>> send(const adapters::BackendRequest&,
-                                                             adapters::StreamSink*,
-                                                             adapters::CancelSignal&) override {
+                                                              adapters::StreamSink*,
+                                                              adapters::CancelSignal&) override {
     co_return Error::make(ErrorCode::kInternal, "not used in unit tests");
   }
 
@@ -185,7 +185,8 @@ TEST_F(RouterTest, UnknownModelIsA404NamingTheModels) {
   auto plan = router_->plan(context(), chat("nope", "x"));
   ASSERT_FALSE(plan);
   EXPECT_EQ(plan.error().code, ErrorCode::kNotFound);
-  EXPECT_NE(plan.error().message.find("big, tiny, blind"), std::string::npos) << plan.error().message;
+  EXPECT_NE(plan.error().message.find("big, tiny, blind"), std::string::npos)
+      << plan.error().message;
 }
 
 TEST_F(RouterTest, PromptThatDoesNotFitTheContextIsRefusedWithTheNumbers) {
@@ -255,7 +256,8 @@ TEST_F(RouterTest, FirstMatchingRuleRoutesWithFallbacksAndHeaders) {
   EXPECT_EQ(json::parse(plan->hops[0].request.body)["model"], "tiny-upstream");
   EXPECT_EQ(json::parse(plan->hops[1].request.body)["model"], "big-upstream");
   bool has_rule = false;
-  for (const auto& [k, v] : plan->headers) has_rule = has_rule || (k == "x-ferry-rule" && v == "short-local");
+  for (const auto& [k, v] : plan->headers)
+    has_rule = has_rule || (k == "x-ferry-rule" && v == "short-local");
   EXPECT_TRUE(has_rule);
   // Facts were recorded for replay.
   json facts = json::parse(plan->facts_json);
@@ -332,12 +334,13 @@ struct Durable {
 };
 
 std::string ledger_yaml(const std::string& db, const std::string& budget_amount) {
-  return "ledger: { path: " + db + " }\n"
+  return "ledger: { path: " + db +
+         " }\n"
          "prices:\n"
          "  - { model: big, effective_from: 2026-01-01, input: 2.00, output: 10.00 }\n"
          "budgets:\n"
-         "  - { name: team-a-daily, scope: team, match: team-a, amount: " + budget_amount +
-         ", period: day, mode: hard }\n";
+         "  - { name: team-a-daily, scope: team, match: team-a, amount: " +
+         budget_amount + ", period: day, mode: hard }\n";
 }
 
 TEST_F(RouterTest, FinishRecordsTheRowWithBackendUsageBeforeTheCallback) {
@@ -385,9 +388,10 @@ TEST_F(RouterTest, MissingUsageIsCountedWithTheTokenizer) {
   a.sent_to_client = true;  // a stream cut short after some text
   a.error = Error::make(ErrorCode::kBackendError, "cut");
   a.http_status = 200;
-  extract_answer_text("data: {\"choices\":[{\"delta\":{\"content\":\"Hello wor\"}}]}\n\n"
-                      "data: {\"choices\":[{\"delta\":{\"content\":\"ld, again\"}}]}\n\n",
-                      true, a.generated_text, a.reasoning_text);
+  extract_answer_text(
+      "data: {\"choices\":[{\"delta\":{\"content\":\"Hello wor\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"ld, again\"}}]}\n\n",
+      true, a.generated_text, a.reasoning_text);
   EXPECT_EQ(a.generated_text, "Hello world, again");
   Durable d;
   router_->finish(ctx, *plan, {a}, d.callback());
@@ -398,7 +402,8 @@ TEST_F(RouterTest, MissingUsageIsCountedWithTheTokenizer) {
   ASSERT_TRUE(report);
   ASSERT_EQ(report->rows.size(), 1u);
   auto tok = tokenizer::load_tokenizer("cl100k_base");
-  EXPECT_EQ(report->rows[0].output_tokens, static_cast<int64_t>((*tok)->count("Hello world, again")));
+  EXPECT_EQ(report->rows[0].output_tokens,
+            static_cast<int64_t>((*tok)->count("Hello world, again")));
   EXPECT_EQ(report->rows[0].input_tokens, plan->prompt_counts.at(plan->hops[0].target).tokens);
 }
 
@@ -423,7 +428,8 @@ TEST_F(RouterTest, HardBudgetRefusesPastTheWorstCase) {
   EXPECT_EQ(admitted.size(), 2u);
   EXPECT_EQ(refused, 3);
   // Another team's requests are not limited by team-a's budget.
-  auto other = router_->plan(context("k2", "team-b"), chat("big", "hello", R"(,"max_tokens":1000)"));
+  auto other =
+      router_->plan(context("k2", "team-b"), chat("big", "hello", R"(,"max_tokens":1000)"));
   ASSERT_TRUE(other);
   EXPECT_FALSE(other->refusal);
 }

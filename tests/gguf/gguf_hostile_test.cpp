@@ -17,10 +17,16 @@ using model_format::TensorType;
 // Raw little-endian byte building for files the writer would never produce.
 struct Bytes {
   std::vector<uint8_t> b;
-  Bytes& u8(uint8_t v) { b.push_back(v); return *this; }
+  Bytes& u8(uint8_t v) {
+    b.push_back(v);
+    return *this;
+  }
   Bytes& u32(uint32_t v) { return raw(&v, 4); }
   Bytes& u64(uint64_t v) { return raw(&v, 8); }
-  Bytes& str(std::string_view s) { u64(s.size()); return raw(s.data(), s.size()); }
+  Bytes& str(std::string_view s) {
+    u64(s.size());
+    return raw(s.data(), s.size());
+  }
   Bytes& raw(const void* p, size_t n) {
     const auto* c = static_cast<const uint8_t*>(p);
     b.insert(b.end(), c, c + n);
@@ -45,11 +51,11 @@ std::string refuse(const std::vector<uint8_t>& bytes) {
   return f.error().message;
 }
 
-#define EXPECT_REFUSED(bytes, fragment)                                                  \
-  do {                                                                                   \
-    const std::string msg = refuse(bytes);                                               \
-    EXPECT_FALSE(msg.empty()) << "accepted";                                             \
-    EXPECT_NE(msg.find(fragment), std::string::npos) << msg;                             \
+#define EXPECT_REFUSED(bytes, fragment)                      \
+  do {                                                       \
+    const std::string msg = refuse(bytes);                   \
+    EXPECT_FALSE(msg.empty()) << "accepted";                 \
+    EXPECT_NE(msg.find(fragment), std::string::npos) << msg; \
   } while (0)
 
 std::vector<uint8_t> valid_file() {
@@ -96,7 +102,8 @@ TEST(GgufHostile, ImpossibleCounts) {
   EXPECT_REFUSED(header(0, ~0ull).b, "metadata count");
   EXPECT_REFUSED(header(1ull << 40, 1).b, "tensor count");
   EXPECT_REFUSED(header(0, 2).str("k").u32(4).u32(1).b, "metadata count");
-  EXPECT_REFUSED(header(0, 2).str("k").u32(4).u32(1).raw("\0\0\0\0\0\0\0\0\0\0", 10).b, "truncated");
+  EXPECT_REFUSED(header(0, 2).str("k").u32(4).u32(1).raw("\0\0\0\0\0\0\0\0\0\0", 10).b,
+                 "truncated");
 }
 
 TEST(GgufHostile, StringLengths) {
@@ -121,8 +128,7 @@ TEST(GgufHostile, ValueTypesAndArrays) {
   EXPECT_REFUSED(header(0, 1).str("k").u32(9).u32(4).u64(~0ull).b, "exceeds");
   EXPECT_REFUSED(header(0, 1).str("k").u32(9).u32(4).u64(1ull << 61).u32(1).b, "exceeds");
   EXPECT_REFUSED(header(0, 1).str("k").u32(9).u32(8).u64(1000).str("a").b, "exceeds the file");
-  EXPECT_REFUSED(header(0, 1).str("k").u32(9).u32(8).u64(3).str("a").u64(99).b,
-                 "exceeds the file");
+  EXPECT_REFUSED(header(0, 1).str("k").u32(9).u32(8).u64(3).str("a").u64(99).b, "exceeds the file");
   // Arrays of arrays nested without end.
   Bytes bomb = header(0, 1).str("k").u32(9);
   for (int i = 0; i < 64; ++i) bomb.u32(9).u64(1);
@@ -160,7 +166,7 @@ TEST(GgufHostile, TensorShapesTypesAndOffsets) {
   EXPECT_REFUSED(one_tensor({1ull << 62, 1ull << 62}, 0, 0, 64), "overflows");
   EXPECT_REFUSED(one_tensor({~0ull}, 0, 0, 64), "overflows");
   EXPECT_REFUSED(one_tensor({1ull << 61}, 0, 0, 64), "outside the file");  // 2^63 bytes
-  EXPECT_REFUSED(one_tensor({1ull << 62}, 0, 0, 64), "overflows");  // 2^64 bytes
+  EXPECT_REFUSED(one_tensor({1ull << 62}, 0, 0, 64), "overflows");         // 2^64 bytes
   EXPECT_REFUSED(one_tensor({1ull << 40, 1ull << 20}, 0, 0, 64), "outside the file");
   EXPECT_REFUSED(one_tensor({32, 2}, 8, 8, 68), "alignment");
   EXPECT_REFUSED(one_tensor({32, 2}, 8, 32, 68), "outside the file");
@@ -184,7 +190,8 @@ TEST(GgufHostile, RandomCorruptionNeverCrashes) {
     const int flips = 1 + static_cast<int>(rng() % 4);
     for (int k = 0; k < flips; ++k) {
       const size_t at = rng() % bytes.size();
-      bytes[at] = (rng() % 2) ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>(bytes[at] ^ 0x80);
+      bytes[at] =
+          (rng() % 2) ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>(bytes[at] ^ 0x80);
     }
     auto f = GgufFile::from_bytes(bytes.data(), bytes.size());
     if (!f) continue;

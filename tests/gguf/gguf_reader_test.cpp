@@ -169,8 +169,8 @@ TEST(GgufReader, RewriteIsByteIdentical) {
 }
 
 TEST(GgufReader, OpensFilesThroughMmap) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("ferry_gguf_test_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ferry_gguf_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "model.gguf").string();
   GgufWriter w = every_type_writer(3);

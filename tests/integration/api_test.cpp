@@ -406,8 +406,8 @@ int64_t metric_sum(const std::string& text, const std::string& prefix) {
 
 TEST_F(ApiTest, EveryCountedRequestIsTimedAndNamedEvenWhenRefusedBeforeRouting) {
   ASSERT_TRUE(post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "ok")));
-  auto bad = http_request(ferry_.address, "POST", "/v1/chat/completions", "{not json",
-                          auth_headers());
+  auto bad =
+      http_request(ferry_.address, "POST", "/v1/chat/completions", "{not json", auth_headers());
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
   json no_model = chat_body("gpt-test", "x");

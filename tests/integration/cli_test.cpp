@@ -69,8 +69,8 @@ TEST(CliTest, ServePrintsExactlyOneListeningLine) {
 
 TEST(CliTest, EmbeddedDefaultServesTheDemoModelOrSaysHowToGetOne) {
   TempDir dir;
-  std::string cd = "cd '" + dir.path().string() + "' && exec " + ferry_binary() +
-                   " serve --listen 127.0.0.1:0";
+  std::string cd =
+      "cd '" + dir.path().string() + "' && exec " + ferry_binary() + " serve --listen 127.0.0.1:0";
   {
     Process p({"/bin/sh", "-c", cd});
     auto status = p.wait_exit(Ms(15000));
@@ -119,8 +119,8 @@ TEST(CliTest, EngineGenerateChatRendersWithTheModelsTemplate) {
   ASSERT_EQ(run_command(ferry_binary() + " model synth --preset tiny --type Q8_0 --seed 1 '" +
                         model + "' > /dev/null"),
             0);
-  Process p({ferry_binary(), "engine", "generate", "--model", model, "--chat", "--prompt",
-             "hello", "--max-tokens", "3", "--temperature", "0", "--ids"});
+  Process p({ferry_binary(), "engine", "generate", "--model", model, "--chat", "--prompt", "hello",
+             "--max-tokens", "3", "--temperature", "0", "--ids"});
   auto status = p.wait_exit(Ms(60000));
   ASSERT_TRUE(status) << "ferry engine generate --chat did not finish";
   EXPECT_EQ(*status, 0) << p.stderr_text();

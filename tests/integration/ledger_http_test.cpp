@@ -56,7 +56,8 @@ std::vector<Row> parse_csv(const std::string& text) {
   if (lines.empty()) return rows;
   for (size_t i = 1; i < lines.size(); ++i) {
     Row r;
-    for (size_t j = 0; j < lines[0].size() && j < lines[i].size(); ++j) r[lines[0][j]] = lines[i][j];
+    for (size_t j = 0; j < lines[0].size() && j < lines[i].size(); ++j)
+      r[lines[0][j]] = lines[i][j];
     rows.push_back(std::move(r));
   }
   return rows;
@@ -136,11 +137,13 @@ TEST_F(LedgerHttpTest, EveryRequestHasAnExactlyPricedRow) {
   auto s = stream_request(ferry_.address, "/v1/chat/completions",
                           chat_body("gpt-test", "three four", true), task_headers("t-stream"));
   ASSERT_TRUE(s.saw_done);
-  auto nu = stream_request(ferry_.address, "/v1/chat/completions",
-                           chat_body("no-usage", "five six seven", true), task_headers("t-nousage"));
+  auto nu =
+      stream_request(ferry_.address, "/v1/chat/completions",
+                     chat_body("no-usage", "five six seven", true), task_headers("t-nousage"));
   ASSERT_TRUE(nu.saw_done);
-  auto cut = stream_request(ferry_.address, "/v1/chat/completions",
-                            chat_body("close-mid-stream", "eight nine", true), task_headers("t-cut"));
+  auto cut =
+      stream_request(ferry_.address, "/v1/chat/completions",
+                     chat_body("close-mid-stream", "eight nine", true), task_headers("t-cut"));
   ASSERT_TRUE(cut.head);
   EXPECT_FALSE(cut.saw_done);
 
@@ -190,8 +193,7 @@ TEST_F(LedgerHttpTest, EveryRequestHasAnExactlyPricedRow) {
   EXPECT_EQ(nou.at("output_source"), "tokenizer");
   auto tok = tokenizer::load_tokenizer("cl100k_base");
   ASSERT_TRUE(tok);
-  EXPECT_EQ(std::stoll(nou.at("output_tokens")),
-            static_cast<int64_t>((*tok)->count(nu.content())));
+  EXPECT_EQ(std::stoll(nou.at("output_tokens")), static_cast<int64_t>((*tok)->count(nu.content())));
   EXPECT_NE(nou.at("pricing"), "unpriced");
 
   // A stream the backend cut short: what was generated is counted and priced.
@@ -212,12 +214,13 @@ TEST_F(LedgerHttpTest, EveryRequestHasAnExactlyPricedRow) {
   EXPECT_EQ(j["totals"]["requests"], 4);
 
   // App keys may not read the ledger; injection through a filter is just a value.
-  auto app = http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "", auth_headers(kAppKey));
+  auto app =
+      http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "", auth_headers(kAppKey));
   ASSERT_TRUE(app);
   EXPECT_EQ(app->status, 403);
-  auto inj = http_request(ferry_.address, "GET",
-                          "/v1/ledger/export.csv?team=x%27%20OR%20%271%27%3D%271", "",
-                          auth_headers(kAdminKey));
+  auto inj =
+      http_request(ferry_.address, "GET", "/v1/ledger/export.csv?team=x%27%20OR%20%271%27%3D%271",
+                   "", auth_headers(kAdminKey));
   ASSERT_TRUE(inj);
   EXPECT_EQ(inj->status, 200);
   EXPECT_EQ(parse_csv(inj->body).size(), 0u) << inj->body;
@@ -468,8 +471,9 @@ TEST_F(LedgerHttpTest, FullLedgerQueueRefusesWith503AndSoftBudgetsWarn) {
   std::string cfg = config();
   cfg.replace(cfg.find("ledger:\n  path: "), std::string("ledger:\n").size(),
               "ledger:\n  queue_capacity: 2\n");
-  cfg += "budgets:\n  - { name: team-a-soft, scope: team, match: team-a, amount: 0.000001, "
-         "period: day, mode: soft }\n";
+  cfg +=
+      "budgets:\n  - { name: team-a-soft, scope: team, match: team-a, amount: 0.000001, "
+      "period: day, mode: soft }\n";
   ferry_ = start_ferry(dir_, cfg);
   std::atomic<int> ok{0}, unavailable{0};
   std::vector<std::thread> threads;

@@ -4,8 +4,8 @@
 
 #include <memory>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/fixtures.h"

@@ -181,9 +181,9 @@ TEST_F(RoutingTest, SetClampsMaxTokensUpstream) {
 
 TEST_F(RoutingTest, AdminEndpointsRefuseAppKeys) {
   start();
-  for (auto [method, path] : {std::pair{"GET", "/admin/policy"}, std::pair{"PUT", "/admin/policy"},
-                              std::pair{"POST", "/admin/route/explain"},
-                              std::pair{"GET", "/v1/ledger/report"}}) {
+  for (auto [method, path] :
+       {std::pair{"GET", "/admin/policy"}, std::pair{"PUT", "/admin/policy"},
+        std::pair{"POST", "/admin/route/explain"}, std::pair{"GET", "/v1/ledger/report"}}) {
     auto r = http_request(ferry_.address, method, path, "{}", auth_headers(kAppKey));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 403) << method << " " << path << ": " << r->body;
@@ -212,8 +212,8 @@ TEST_F(RoutingTest, PutPolicySwapsOrRejectsAndGetShowsIt) {
   ASSERT_TRUE(still);
   EXPECT_EQ(still->status, 200);
 
-  auto good = http_request(ferry_.address, "PUT", "/admin/policy", policy_b(),
-                           auth_headers(kAdminKey));
+  auto good =
+      http_request(ferry_.address, "PUT", "/admin/policy", policy_b(), auth_headers(kAdminKey));
   ASSERT_TRUE(good);
   ASSERT_EQ(good->status, 200) << good->body;
   std::string v2 = active_version();
@@ -287,10 +287,14 @@ TEST_F(RoutingTest, ReloadUnderTrafficNeverMixesVersions) {
   std::string va = active_version();
   // Learn policy B's version, then go back to A.
   ASSERT_EQ(http_request(ferry_.address, "PUT", "/admin/policy?persist=false", policy_b(),
-                         auth_headers(kAdminKey))->status, 200);
+                         auth_headers(kAdminKey))
+                ->status,
+            200);
   std::string vb = active_version();
   ASSERT_EQ(http_request(ferry_.address, "PUT", "/admin/policy?persist=false", kPolicyA,
-                         auth_headers(kAdminKey))->status, 200);
+                         auth_headers(kAdminKey))
+                ->status,
+            200);
   ASSERT_NE(va, vb);
 
   std::atomic<bool> stop{false};
@@ -321,9 +325,9 @@ TEST_F(RoutingTest, ReloadUnderTrafficNeverMixesVersions) {
   }
   std::thread admin([&] {
     for (int i = 0; i < 20; ++i) {
-      auto r = http_request(ferry_.address, "PUT", "/admin/policy?persist=false",
-                            i % 2 == 0 ? policy_b() : std::string(kPolicyA),
-                            auth_headers(kAdminKey));
+      auto r =
+          http_request(ferry_.address, "PUT", "/admin/policy?persist=false",
+                       i % 2 == 0 ? policy_b() : std::string(kPolicyA), auth_headers(kAdminKey));
       if (!r || r->status != 200) ++failures;
       std::this_thread::sleep_for(Ms(10));
     }
@@ -357,11 +361,10 @@ TEST_F(RoutingTest, ExplainShowsFactsClausesAndTheDecision) {
 TEST_F(RoutingTest, ReportsCountServedRequestsApartAndTheAttemptsExportHasEveryHop) {
   policy_path_ = dir_.write("policies.yaml", kPolicyA);
   std::string cfg = standard_config(upstream_.address) + "policy:\n  file: " + policy_path_ +
-                    "\n  watch: false\nledger:\n  path: " + (dir_.path() / "l.db").string() +
-                    "\n";
+                    "\n  watch: false\nledger:\n  path: " + (dir_.path() / "l.db").string() + "\n";
   ferry_ = start_ferry(dir_, cfg);
-  auto fallback = post_json(ferry_.address, "/v1/chat/completions",
-                            chat_body("broken-first", "hops"));
+  auto fallback =
+      post_json(ferry_.address, "/v1/chat/completions", chat_body("broken-first", "hops"));
   ASSERT_TRUE(fallback);
   ASSERT_EQ(fallback->status, 200) << fallback->body;
   auto shadowed = post_json(ferry_.address, "/v1/chat/completions", chat_body("shadowed", "twice"));
@@ -387,8 +390,8 @@ TEST_F(RoutingTest, ReportsCountServedRequestsApartAndTheAttemptsExportHasEveryH
   EXPECT_EQ(totals["shadow_requests"], 1) << totals.dump();
   EXPECT_EQ(totals["unpriced_requests"], 2) << totals.dump();  // no prices: the served ones
 
-  auto rows = http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "",
-                           auth_headers(kAdminKey));
+  auto rows =
+      http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "", auth_headers(kAdminKey));
   ASSERT_TRUE(rows);
   EXPECT_EQ(std::count(rows->body.begin(), rows->body.end(), '\n'), 1 + 4) << rows->body;
   auto attempts = http_request(ferry_.address, "GET", "/v1/ledger/attempts.csv?rule=fallback", "",
@@ -418,7 +421,9 @@ TEST_F(RoutingTest, ShadowCopiesGoToTheShadowTargetAndAreDiscarded) {
   for (int i = 0; i < 200; ++i) {
     auto metrics = http_request(ferry_.address, "GET", "/metrics");
     m = metrics ? metrics->body : "";
-    if (m.find("ferry_shadow_requests_total{target=\"other\",outcome=\"ok\"} 1") != std::string::npos) break;
+    if (m.find("ferry_shadow_requests_total{target=\"other\",outcome=\"ok\"} 1") !=
+        std::string::npos)
+      break;
     std::this_thread::sleep_for(Ms(20));
   }
   EXPECT_NE(m.find("ferry_shadow_requests_total{target=\"other\",outcome=\"ok\"} 1"),

@@ -34,8 +34,9 @@ TEST(Budgets, ParsesAndValidates) {
                yaml::YamlError);
   EXPECT_THROW(budgets_from("- name: x\n  scope: team\n  match: a\n  amount: 1\n  period: year\n"),
                yaml::YamlError);
-  EXPECT_THROW(budgets_from("- name: x\n  scope: team\n  match: a\n  amount: 1.5e3\n  period: day\n"),
-               yaml::YamlError);
+  EXPECT_THROW(
+      budgets_from("- name: x\n  scope: team\n  match: a\n  amount: 1.5e3\n  period: day\n"),
+      yaml::YamlError);
   EXPECT_THROW(budgets_from("- name: x\n  scope: team\n  match: a\n  amount: 1\n  period: day\n"
                             "- name: x\n  scope: team\n  match: b\n  amount: 1\n  period: day\n"),
                yaml::YamlError);

@@ -22,7 +22,8 @@ using testing::simple_record;
 using testing::TempDir;
 using testing::tokens_of;
 
-const char* kPrices = "- {model: gpu-large, effective_from: 2026-01-01, input: 3.00, output: 15.00}\n";
+const char* kPrices =
+    "- {model: gpu-large, effective_from: 2026-01-01, input: 3.00, output: 15.00}\n";
 
 [[noreturn]] void child_writer(const std::string& path, int fd) {
   LedgerConfig config;

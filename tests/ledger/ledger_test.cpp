@@ -53,8 +53,12 @@ std::map<std::string, Value> read_row(const std::string& path, const std::string
   return out;
 }
 
-int64_t int_of(const Value& v) { return std::get<int64_t>(v); }
-std::string text_of(const Value& v) { return std::get<std::string>(v); }
+int64_t int_of(const Value& v) {
+  return std::get<int64_t>(v);
+}
+std::string text_of(const Value& v) {
+  return std::get<std::string>(v);
+}
 
 int64_t scalar(const std::string& path, const std::string& sql) {
   auto db = Db::open(path, true);
@@ -123,8 +127,10 @@ TEST(Ledger, PriceVersionFollowsEffectiveDate) {
   int64_t after = *parse_utc_time("2026-07-01T00:00:01Z");
   std::string id1;
   std::string id2;
-  ASSERT_TRUE(record_durably(*ledger, simple_record("gpu-large", tokens_of(1000000, 0, 0, 0), before), &id1));
-  ASSERT_TRUE(record_durably(*ledger, simple_record("gpu-large", tokens_of(1000000, 0, 0, 0), after), &id2));
+  ASSERT_TRUE(record_durably(
+      *ledger, simple_record("gpu-large", tokens_of(1000000, 0, 0, 0), before), &id1));
+  ASSERT_TRUE(record_durably(*ledger,
+                             simple_record("gpu-large", tokens_of(1000000, 0, 0, 0), after), &id2));
   auto r1 = read_row(dir.file("l.db"), id1);
   auto r2 = read_row(dir.file("l.db"), id2);
   EXPECT_EQ(int_of(r1["cost_total"]), 3000000);
@@ -159,7 +165,8 @@ TEST(Ledger, FallbackAttemptsArePricedEachAndSummed) {
   EXPECT_EQ(int_of(row["cost_output"]), 602);
   EXPECT_EQ(int_of(row["cost_total"]), 3612);
   EXPECT_EQ(text_of(row["pricing"]), "priced");
-  EXPECT_EQ(scalar(dir.file("l.db"), "SELECT COUNT(*) FROM attempts WHERE request_id='" + id + "'"), 2);
+  EXPECT_EQ(scalar(dir.file("l.db"), "SELECT COUNT(*) FROM attempts WHERE request_id='" + id + "'"),
+            2);
   EXPECT_EQ(scalar(dir.file("l.db"),
                    "SELECT cost_total FROM attempts WHERE attempt=1 AND request_id='" + id + "'"),
             3600);
@@ -169,11 +176,13 @@ TEST(Ledger, CutShortStreamsKeepTheirCountsAndStatus) {
   TempDir dir;
   auto ledger = open_ledger(dir.file("l.db"));
   // Local engine: the client hung up after 37 tokens; ferry counted them itself.
-  RequestRecord local = simple_record("local-small", tokens_of(120, 0, 37, 0, TokenSource::kTokenizer));
+  RequestRecord local =
+      simple_record("local-small", tokens_of(120, 0, 37, 0, TokenSource::kTokenizer));
   local.status = RequestStatus::kClientCancelled;
   local.stream = true;
   // HTTP backend that never sent usage: counted by ferry's tokenizer.
-  RequestRecord remote = simple_record("gpu-large", tokens_of(120, 0, 55, 0, TokenSource::kTokenizer));
+  RequestRecord remote =
+      simple_record("gpu-large", tokens_of(120, 0, 55, 0, TokenSource::kTokenizer));
   remote.status = RequestStatus::kUpstreamCut;
   remote.stream = true;
   std::string id1;
@@ -391,7 +400,8 @@ TEST(Ledger, SchemaVersionAndCurrencyAreChecked) {
 
 TEST(Ledger, ParsesLedgerConfig) {
   auto config = parse_ledger_config(
-      yaml::parse("path: /tmp/x.db\ncurrency: EUR\nreference_model: gpu\nqueue_capacity: 16\n", "c"),
+      yaml::parse("path: /tmp/x.db\ncurrency: EUR\nreference_model: gpu\nqueue_capacity: 16\n",
+                  "c"),
       "c");
   EXPECT_EQ(config.path, "/tmp/x.db");
   EXPECT_EQ(config.currency, "EUR");

@@ -91,8 +91,8 @@ TEST(Prices, WorstCaseCoversAnySplit) {
   ASSERT_TRUE(worst);
   for (int64_t cached = 0; cached <= 1001; cached += 77) {
     for (int64_t reasoning = 0; reasoning <= 333; reasoning += 37) {
-      Cost c = catalog.price("gpt-big", tokens_of(1001 - cached, cached, 333 - reasoning, reasoning),
-                             kJune15);
+      Cost c = catalog.price("gpt-big",
+                             tokens_of(1001 - cached, cached, 333 - reasoning, reasoning), kJune15);
       EXPECT_LE(c.total(), *worst);
     }
   }
@@ -123,7 +123,8 @@ TEST(Prices, YamlErrorsAreLocated) {
     EXPECT_EQ(e.line(), 3);
     EXPECT_NE(std::string(e.what()).find("input"), std::string::npos);
   }
-  EXPECT_THROW(catalog_from("- model: a\n  effective_from: 2026-01-01\n  input: 1\n"), yaml::YamlError);
+  EXPECT_THROW(catalog_from("- model: a\n  effective_from: 2026-01-01\n  input: 1\n"),
+               yaml::YamlError);
   EXPECT_THROW(catalog_from("- model: a\n  effective_from: 2026-01-01\n  input: 1\n  output: 1\n"
                             "  colour: red\n"),
                yaml::YamlError);

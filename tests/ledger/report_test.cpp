@@ -179,7 +179,8 @@ TEST_F(ReportTest, RefusalsAndShadowsAreCountedApartFromServedRequests) {
   int64_t served_unpriced = db_sum("SELECT COUNT(*) FROM requests WHERE pricing='unpriced'");
   add_refusals_and_shadows(path_);
   int64_t total = db_sum("SELECT SUM(COALESCE(cost_total,0)) FROM requests");
-  ASSERT_GT(db_sum("SELECT COUNT(*) FROM requests WHERE status='refused' AND pricing='unpriced'"), 0);
+  ASSERT_GT(db_sum("SELECT COUNT(*) FROM requests WHERE status='refused' AND pricing='unpriced'"),
+            0);
   expect_served_counts(path_, served_unpriced, total);
   auto verified = verify_ledger(path_);
   ASSERT_TRUE(verified);
@@ -431,10 +432,13 @@ TEST_F(ReportTest, SavingsCompareActualWithTheReferenceModel) {
 
 TEST_F(ReportTest, ExportStreamsInChunks) {
   std::vector<std::string> chunks;
-  ASSERT_TRUE(export_csv(path_, ReportFilter{}, [&](std::string_view c) {
-    chunks.emplace_back(c);
-    return true;
-  }, 4096));
+  ASSERT_TRUE(export_csv(
+      path_, ReportFilter{},
+      [&](std::string_view c) {
+        chunks.emplace_back(c);
+        return true;
+      },
+      4096));
   EXPECT_GT(chunks.size(), 10u);
   std::string all;
   for (const auto& c : chunks) {
@@ -447,7 +451,8 @@ TEST_F(ReportTest, ExportStreamsInChunks) {
   EXPECT_NE(all.find(",unpriced,,,,,,,"), std::string::npos);
   // A sink that stops ends the export early.
   int calls = 0;
-  ASSERT_TRUE(export_csv(path_, ReportFilter{}, [&](std::string_view) { return ++calls < 2; }, 1024));
+  ASSERT_TRUE(export_csv(
+      path_, ReportFilter{}, [&](std::string_view) { return ++calls < 2; }, 1024));
   EXPECT_EQ(calls, 2);
 }
 

@@ -175,10 +175,9 @@ TEST(LedgerRequestId, SchemaThreeFileReadsMigratesAndStillVerifies) {
   {
     // Back to schema 3, as a file written before version 4 looks.
     auto db = Db::open(path, false);
-    ASSERT_TRUE(
-        db->exec(std::string(testing::kUndoSchemaFive) +
-                 "DROP INDEX requests_request_id; ALTER TABLE requests DROP COLUMN "
-                 "request_id; PRAGMA user_version=3"));
+    ASSERT_TRUE(db->exec(std::string(testing::kUndoSchemaFive) +
+                         "DROP INDEX requests_request_id; ALTER TABLE requests DROP COLUMN "
+                         "request_id; PRAGMA user_version=3"));
   }
   // Read-only tools on the old file: verify, export (an empty request_id column) and a filter
   // that nothing matches.

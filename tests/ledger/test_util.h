@@ -84,7 +84,8 @@ inline Tokens tokens_of(int64_t input, int64_t cached, int64_t output, int64_t r
 inline Status record_durably(Ledger& ledger, RequestRecord record, std::string* id = nullptr) {
   std::promise<Status> done;
   auto fut = done.get_future();
-  std::string got = ledger.record(std::move(record), [&done](const Status& st) { done.set_value(st); });
+  std::string got =
+      ledger.record(std::move(record), [&done](const Status& st) { done.set_value(st); });
   if (id != nullptr) *id = got;
   return fut.get();
 }

@@ -53,8 +53,10 @@ class VerifyTest : public ::testing::Test {
   void tamper(const std::string& sql) {
     auto db = Db::open(path_, false);
     ASSERT_TRUE(db);
-    ASSERT_TRUE(db->exec("DROP TRIGGER requests_no_update; DROP TRIGGER requests_no_delete;"
-                         "DROP TRIGGER attempts_no_update;" + sql));
+    ASSERT_TRUE(
+        db->exec("DROP TRIGGER requests_no_update; DROP TRIGGER requests_no_delete;"
+                 "DROP TRIGGER attempts_no_update;" +
+                 sql));
   }
 
   VerifyResult verify() {
@@ -100,8 +102,9 @@ TEST_F(VerifyTest, DetectsABrokenTotal) {
 }
 
 TEST_F(VerifyTest, DetectsATamperedAttempt) {
-  tamper("UPDATE attempts SET cost_output = cost_output + 7, cost_total = cost_total + 7 "
-         "WHERE attempt = 2");
+  tamper(
+      "UPDATE attempts SET cost_output = cost_output + 7, cost_total = cost_total + 7 "
+      "WHERE attempt = 2");
   VerifyResult r = verify();
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(mentions(r, "hash mismatch"));
@@ -186,7 +189,8 @@ TEST_F(VerifyTest, UsageCheckIsHashedAndOlderFilesMigrate) {
   {
     auto db = Db::open(path_, false);  // the triggers went with the first tamper()
     ASSERT_TRUE(db);
-    ASSERT_TRUE(db->exec("UPDATE requests SET usage_check = NULL WHERE id = '" + ids_.back() + "'"));
+    ASSERT_TRUE(
+        db->exec("UPDATE requests SET usage_check = NULL WHERE id = '" + ids_.back() + "'"));
   }
   VerifyResult tampered = verify();
   EXPECT_TRUE(mentions(tampered, "hash mismatch"));

@@ -58,8 +58,8 @@ TEST_P(ForwardVsReference, LogitsMatchThePlainFloatForwardPass) {
   const Case& c = GetParam();
   TinyShape shape;
   shape.arch = c.arch;
-  const bool k_quant = c.type == WeightType::kQ4_K || c.type == WeightType::kQ5_K ||
-                       c.type == WeightType::kQ6_K;
+  const bool k_quant =
+      c.type == WeightType::kQ4_K || c.type == WeightType::kQ5_K || c.type == WeightType::kQ6_K;
   if (k_quant) {  // rows must be whole 256-element super-blocks
     shape.n_embd = 256;
     shape.n_head = 8;
@@ -72,7 +72,8 @@ TEST_P(ForwardVsReference, LogitsMatchThePlainFloatForwardPass) {
   ASSERT_TRUE(engine);
   const auto want = testing::reference_logits(*src, shape, kPrompt);
   const auto got = engine_logits(*engine, kPrompt);
-  EXPECT_LT(relative_error(got, want), c.tolerance) << c.arch << " " << kernels::tensor_type_name(c.type);
+  EXPECT_LT(relative_error(got, want), c.tolerance)
+      << c.arch << " " << kernels::tensor_type_name(c.type);
   // The same greedy choice at every position.
   const auto n_vocab = static_cast<size_t>(shape.n_vocab);
   for (size_t t = 0; t < kPrompt.size(); ++t) {
@@ -94,14 +95,15 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(
     Archs, ForwardVsReference,
-    ::testing::Values(Case{"llama", WeightType::kF32, 2e-3}, Case{"llama", WeightType::kF16, 2e-3},
-                      Case{"llama", WeightType::kBF16, 2e-3}, Case{"llama", WeightType::kQ8_0, 3e-2},
-                      Case{"llama", WeightType::kQ4_0, 3e-2}, Case{"llama", WeightType::kQ4_K, 3e-2},
-                      Case{"llama", WeightType::kQ5_K, 3e-2}, Case{"llama", WeightType::kQ6_K, 3e-2},
-                      Case{"qwen2", WeightType::kF32, 2e-3}, Case{"qwen2", WeightType::kF16, 2e-3},
-                      Case{"qwen2", WeightType::kQ8_0, 3e-2}, Case{"qwen2", WeightType::kQ4_K, 3e-2},
-                      Case{"qwen3", WeightType::kF32, 2e-3}, Case{"qwen3", WeightType::kF16, 2e-3},
-                      Case{"qwen3", WeightType::kQ8_0, 3e-2}, Case{"qwen3", WeightType::kQ6_K, 3e-2}),
+    ::testing::Values(
+        Case{"llama", WeightType::kF32, 2e-3}, Case{"llama", WeightType::kF16, 2e-3},
+        Case{"llama", WeightType::kBF16, 2e-3}, Case{"llama", WeightType::kQ8_0, 3e-2},
+        Case{"llama", WeightType::kQ4_0, 3e-2}, Case{"llama", WeightType::kQ4_K, 3e-2},
+        Case{"llama", WeightType::kQ5_K, 3e-2}, Case{"llama", WeightType::kQ6_K, 3e-2},
+        Case{"qwen2", WeightType::kF32, 2e-3}, Case{"qwen2", WeightType::kF16, 2e-3},
+        Case{"qwen2", WeightType::kQ8_0, 3e-2}, Case{"qwen2", WeightType::kQ4_K, 3e-2},
+        Case{"qwen3", WeightType::kF32, 2e-3}, Case{"qwen3", WeightType::kF16, 2e-3},
+        Case{"qwen3", WeightType::kQ8_0, 3e-2}, Case{"qwen3", WeightType::kQ6_K, 3e-2}),
     case_name);
 
 TEST(Forward, TiedOutputAndLlama3RopeFactors) {

@@ -120,7 +120,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(SharedModel, ThirdPartyTinyLlamaRunsWhenPresent) {
   const char* dir = std::getenv("FERRY_SHARED_DIR");
-  const std::string path = std::string(dir ? dir : "../shared") + "/models/llama-2-tiny-random.gguf";
+  const std::string path =
+      std::string(dir ? dir : "../shared") + "/models/llama-2-tiny-random.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
   auto src = GgufSource::open(path);
   ASSERT_TRUE(src.has_value()) << src.error().message;

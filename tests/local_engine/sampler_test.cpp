@@ -10,7 +10,9 @@
 namespace ferry::engine {
 namespace {
 
-std::vector<float> logits_of(std::initializer_list<float> values) { return values; }
+std::vector<float> logits_of(std::initializer_list<float> values) {
+  return values;
+}
 
 TEST(Sampler, GreedyPicksTheLargestLogitFirstOnTies) {
   Sampler s(SamplingParams{});

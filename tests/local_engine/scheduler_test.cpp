@@ -167,7 +167,9 @@ void SchedulerTest::expect_batched_equal_solo() {
   EXPECT_GE(max_decode, 8) << "the requests did not run together";
 }
 
-TEST_F(SchedulerTest, SixteenBatchedSequencesMatchTheirSoloRuns) { expect_batched_equal_solo(); }
+TEST_F(SchedulerTest, SixteenBatchedSequencesMatchTheirSoloRuns) {
+  expect_batched_equal_solo();
+}
 
 // Q8_0 weights take the packed serial-order products on AVX-512 (kernels/q8_0_packed.h), the
 // lane-order ones elsewhere: either way a sequence's logits do not depend on its batch.

@@ -21,7 +21,9 @@ float half_round(float x, uint16_t& bits) {
   return kernels::fp16_to_fp32(bits);
 }
 
-int nearest(float x) { return static_cast<int>(std::lround(x)); }
+int nearest(float x) {
+  return static_cast<int>(std::lround(x));
+}
 
 void encode_q8_0(const float* x, std::vector<uint8_t>& out, size_t at, float* y) {
   float amax = 0;
@@ -47,7 +49,8 @@ void encode_q4_0(const float* x, std::vector<uint8_t>& out, size_t at, float* y)
     q[i] = d == 0 ? 0 : std::clamp(nearest(x[i] / d), -8, 7);
     y[i] = d * static_cast<float>(q[i]);
   }
-  for (int i = 0; i < 16; ++i) out[at + 2 + i] = static_cast<uint8_t>((q[i] + 8) | ((q[i + 16] + 8) << 4));
+  for (int i = 0; i < 16; ++i)
+    out[at + 2 + i] = static_cast<uint8_t>((q[i] + 8) | ((q[i + 16] + 8) << 4));
 }
 
 // Q4_K (bits = 4) and Q5_K (bits = 5): 8 sub-blocks of 32 with 6-bit scales and mins.
@@ -111,7 +114,8 @@ void encode_q6_k(const float* x, std::vector<uint8_t>& out, size_t at, float* y)
   uint8_t* qh = out.data() + at + 128;
   auto* sc = reinterpret_cast<int8_t*>(out.data() + at + 192);
   put_u16(out, at + 208, bits);
-  for (int s = 0; s < 16; ++s) sc[s] = static_cast<int8_t>(d == 0 ? 0 : std::clamp(nearest(scale[s] / d), 0, 127));
+  for (int s = 0; s < 16; ++s)
+    sc[s] = static_cast<int8_t>(d == 0 ? 0 : std::clamp(nearest(scale[s] / d), 0, 127));
   for (int e = 0; e < 256; ++e) {
     const int half = e / 128, r = e % 128, k = r / 32, l = r % 32;
     const float step = d * sc[half * 8 + r / 16];
@@ -149,19 +153,24 @@ std::vector<uint8_t> encode(WeightType type, const float* x, int64_t n, float* y
       }
       break;
     case WeightType::kQ8_0:
-      for (int64_t b = 0; b < n / 32; ++b) encode_q8_0(x + 32 * b, out, static_cast<size_t>(34 * b), y + 32 * b);
+      for (int64_t b = 0; b < n / 32; ++b)
+        encode_q8_0(x + 32 * b, out, static_cast<size_t>(34 * b), y + 32 * b);
       break;
     case WeightType::kQ4_0:
-      for (int64_t b = 0; b < n / 32; ++b) encode_q4_0(x + 32 * b, out, static_cast<size_t>(18 * b), y + 32 * b);
+      for (int64_t b = 0; b < n / 32; ++b)
+        encode_q4_0(x + 32 * b, out, static_cast<size_t>(18 * b), y + 32 * b);
       break;
     case WeightType::kQ4_K:
-      for (int64_t b = 0; b < n / 256; ++b) encode_qk_asym(x + 256 * b, 4, out, static_cast<size_t>(144 * b), y + 256 * b);
+      for (int64_t b = 0; b < n / 256; ++b)
+        encode_qk_asym(x + 256 * b, 4, out, static_cast<size_t>(144 * b), y + 256 * b);
       break;
     case WeightType::kQ5_K:
-      for (int64_t b = 0; b < n / 256; ++b) encode_qk_asym(x + 256 * b, 5, out, static_cast<size_t>(176 * b), y + 256 * b);
+      for (int64_t b = 0; b < n / 256; ++b)
+        encode_qk_asym(x + 256 * b, 5, out, static_cast<size_t>(176 * b), y + 256 * b);
       break;
     case WeightType::kQ6_K:
-      for (int64_t b = 0; b < n / 256; ++b) encode_q6_k(x + 256 * b, out, static_cast<size_t>(210 * b), y + 256 * b);
+      for (int64_t b = 0; b < n / 256; ++b)
+        encode_q6_k(x + 256 * b, out, static_cast<size_t>(210 * b), y + 256 * b);
       break;
     default:
       throw std::runtime_error("test encoder: unsupported type");
@@ -203,8 +212,8 @@ const SourceTensor* MemorySource::tensor(std::string_view name) const {
   return it == tensors_.end() ? nullptr : &it->second.info;
 }
 
-void MemorySource::add_tensor(const std::string& name, WeightType type, int64_t cols,
-                              int64_t rows, const std::vector<float>& values) {
+void MemorySource::add_tensor(const std::string& name, WeightType type, int64_t cols, int64_t rows,
+                              const std::vector<float>& values) {
   Stored& s = tensors_[name];
   s.bytes.clear();
   std::vector<float>& decoded = decoded_[name];
@@ -303,7 +312,8 @@ Vec mat_vec(const std::vector<float>& w, int64_t rows, int64_t cols, const Vec& 
   Vec y(static_cast<size_t>(rows), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     double s = 0;
-    for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(w[static_cast<size_t>(r * cols + c)]) * x[static_cast<size_t>(c)];
+    for (int64_t c = 0; c < cols; ++c)
+      s += static_cast<double>(w[static_cast<size_t>(r * cols + c)]) * x[static_cast<size_t>(c)];
     y[static_cast<size_t>(r)] = s;
   }
   return y;
@@ -339,7 +349,8 @@ std::vector<float> reference_logits(const MemorySource& src, const TinyShape& sh
   auto rotate = [&](Vec& v, size_t n_heads, size_t pos) {
     for (size_t h = 0; h < n_heads; ++h) {
       for (size_t i = 0; i < hd / 2; ++i) {
-        double freq = std::pow(shape.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+        double freq =
+            std::pow(shape.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
         if (shape.llama3_rope_factors) freq /= 1.0 + static_cast<double>(i % 4);
         const double angle = static_cast<double>(pos) * freq;
         const size_t a = h * hd + (neox ? i : 2 * i);
@@ -355,9 +366,12 @@ std::vector<float> reference_logits(const MemorySource& src, const TinyShape& sh
     std::vector<Vec> q(n), k(n), v(n);
     for (size_t t = 0; t < n; ++t) {
       const Vec h = rms_norm(x[t], src.floats(b + "attn_norm.weight"), shape.rms_eps);
-      q[t] = mat_vec(src.floats(b + "attn_q.weight"), static_cast<int64_t>(n_head * hd), shape.n_embd, h);
-      k[t] = mat_vec(src.floats(b + "attn_k.weight"), static_cast<int64_t>(n_kv * hd), shape.n_embd, h);
-      v[t] = mat_vec(src.floats(b + "attn_v.weight"), static_cast<int64_t>(n_kv * hd), shape.n_embd, h);
+      q[t] = mat_vec(src.floats(b + "attn_q.weight"), static_cast<int64_t>(n_head * hd),
+                     shape.n_embd, h);
+      k[t] = mat_vec(src.floats(b + "attn_k.weight"), static_cast<int64_t>(n_kv * hd), shape.n_embd,
+                     h);
+      v[t] = mat_vec(src.floats(b + "attn_v.weight"), static_cast<int64_t>(n_kv * hd), shape.n_embd,
+                     h);
       if (src.has(b + "attn_q.bias")) {
         for (size_t i = 0; i < q[t].size(); ++i) q[t][i] += src.floats(b + "attn_q.bias")[i];
         for (size_t i = 0; i < k[t].size(); ++i) k[t][i] += src.floats(b + "attn_k.bias")[i];
@@ -365,11 +379,13 @@ std::vector<float> reference_logits(const MemorySource& src, const TinyShape& sh
       }
       if (src.has(b + "attn_q_norm.weight")) {
         for (size_t h2 = 0; h2 < n_head; ++h2) {
-          const Vec y = rms_norm(q[t], src.floats(b + "attn_q_norm.weight"), shape.rms_eps, h2 * hd, hd);
+          const Vec y =
+              rms_norm(q[t], src.floats(b + "attn_q_norm.weight"), shape.rms_eps, h2 * hd, hd);
           std::copy(y.begin(), y.end(), q[t].begin() + static_cast<ptrdiff_t>(h2 * hd));
         }
         for (size_t h2 = 0; h2 < n_kv; ++h2) {
-          const Vec y = rms_norm(k[t], src.floats(b + "attn_k_norm.weight"), shape.rms_eps, h2 * hd, hd);
+          const Vec y =
+              rms_norm(k[t], src.floats(b + "attn_k_norm.weight"), shape.rms_eps, h2 * hd, hd);
           std::copy(y.begin(), y.end(), k[t].begin() + static_cast<ptrdiff_t>(h2 * hd));
         }
       }
@@ -394,7 +410,8 @@ std::vector<float> reference_logits(const MemorySource& src, const TinyShape& sh
           for (size_t i = 0; i < hd; ++i) att[h2 * hd + i] += s[p] / sum * v[p][kvh * hd + i];
         }
       }
-      const Vec o = mat_vec(src.floats(b + "attn_output.weight"), shape.n_embd, static_cast<int64_t>(n_head * hd), att);
+      const Vec o = mat_vec(src.floats(b + "attn_output.weight"), shape.n_embd,
+                            static_cast<int64_t>(n_head * hd), att);
       for (size_t i = 0; i < d; ++i) x[t][i] += o[i];
       const Vec h = rms_norm(x[t], src.floats(b + "ffn_norm.weight"), shape.rms_eps);
       Vec g = mat_vec(src.floats(b + "ffn_gate.weight"), shape.n_ff, shape.n_embd, h);

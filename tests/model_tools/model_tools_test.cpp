@@ -60,7 +60,8 @@ TEST(Synth, EachArchitectureHasItsNamesAndMetadata) {
     EXPECT_TRUE(f->get_string("tokenizer.chat_template").has_value());
     const TensorInfo* emb = f->find_tensor("token_embd.weight");
     ASSERT_NE(emb, nullptr);
-    EXPECT_EQ(emb->shape, (std::vector<int64_t>{256, static_cast<int64_t>(tokens->strings.size())}));
+    EXPECT_EQ(emb->shape,
+              (std::vector<int64_t>{256, static_cast<int64_t>(tokens->strings.size())}));
     EXPECT_EQ(emb->type, TensorType::kQ8_0);
     EXPECT_EQ(f->find_tensor("blk.1.attn_norm.weight")->type, TensorType::kF32);
     EXPECT_EQ(f->find_tensor("blk.0.attn_k.weight")->shape, (std::vector<int64_t>{256, 128}));
@@ -155,8 +156,8 @@ TEST(Quantize, MixesChooseTypesPerTensor) {
 }
 
 TEST(Quantize, RequantizesEveryMatrixAndKeepsTheRest) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("ferry_quant_test_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ferry_quant_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   SynthOptions o;
   o.arch = "qwen2";
@@ -171,7 +172,8 @@ TEST(Quantize, RequantizesEveryMatrixAndKeepsTheRest) {
     auto q = GgufFile::open(out);
     ASSERT_TRUE(q) << q.error().message;
     EXPECT_EQ((*q)->tensors().size(), (*in)->tensors().size());
-    EXPECT_EQ((*q)->get_string("tokenizer.chat_template"), (*in)->get_string("tokenizer.chat_template"));
+    EXPECT_EQ((*q)->get_string("tokenizer.chat_template"),
+              (*in)->get_string("tokenizer.chat_template"));
     for (const auto& ti : (*in)->tensors()) {
       const TensorInfo* tq = (*q)->find_tensor(ti.name);
       ASSERT_NE(tq, nullptr);
@@ -180,8 +182,9 @@ TEST(Quantize, RequantizesEveryMatrixAndKeepsTheRest) {
         EXPECT_EQ(tq->type, TensorType::kF32);
         continue;
       }
-      EXPECT_EQ(tq->type, choose_tensor_type(*t, ti.name, ti.shape[0], 2,
-                                             ti.name.rfind("blk.", 0) == 0 ? ti.name[4] - '0' : -1, 2))
+      EXPECT_EQ(tq->type,
+                choose_tensor_type(*t, ti.name, ti.shape[0], 2,
+                                   ti.name.rfind("blk.", 0) == 0 ? ti.name[4] - '0' : -1, 2))
           << target << " " << ti.name;
       const auto a = row_floats(ti, 1), b = row_floats(*tq, 1);
       double err = 0, sq = 0;

@@ -44,10 +44,10 @@ TEST(Actions, DefaultDecidesWhenNoRuleMatches) {
 }
 
 TEST(Actions, FirstMatchingRuleWins) {
-  auto p = must_load(with_rules(
-      "  - id: a\n    when: { team: x }\n    route: [small]\n"
-      "  - id: b\n    when: { team: x, stream: true }\n    route: [large]\n"
-      "  - id: c\n    when: { stream: true }\n    route: [large, small]\n"));
+  auto p =
+      must_load(with_rules("  - id: a\n    when: { team: x }\n    route: [small]\n"
+                           "  - id: b\n    when: { team: x, stream: true }\n    route: [large]\n"
+                           "  - id: c\n    when: { stream: true }\n    route: [large, small]\n"));
   ASSERT_TRUE(p);
   Facts f;
   f.team = "x";
@@ -116,8 +116,8 @@ TEST(Actions, NoHopFitsIsARejectionNotAnEmptyRoute) {
 }
 
 TEST(Actions, ClampedMaxTokensDecidesTheFit) {
-  auto p = must_load(with_rules(
-      "  - id: r\n    set: { max_tokens: { at_most: 96 } }\n    route: [small]\n"));
+  auto p = must_load(
+      with_rules("  - id: r\n    set: { max_tokens: { at_most: 96 } }\n    route: [small]\n"));
   ASSERT_TRUE(p);
   Facts f;
   f.prompt_tokens = 4000;
@@ -185,10 +185,10 @@ TEST(Actions, WithoutSetParametersPassThrough) {
 }
 
 TEST(Actions, RejectCarriesStatusAndMessage) {
-  auto p = must_load(with_rules(
-      "  - id: no\n    when: { prompt_tokens: { gt: 10 } }\n"
-      "    reject: { status: 413, message: too long }\n    tag: rejected\n"
-      "  - id: plain\n    when: { team: x }\n    reject: { message: go away }\n"));
+  auto p = must_load(
+      with_rules("  - id: no\n    when: { prompt_tokens: { gt: 10 } }\n"
+                 "    reject: { status: 413, message: too long }\n    tag: rejected\n"
+                 "  - id: plain\n    when: { team: x }\n    reject: { message: go away }\n"));
   ASSERT_TRUE(p);
   Facts f;
   f.prompt_tokens = 11;
@@ -206,8 +206,8 @@ TEST(Actions, RejectCarriesStatusAndMessage) {
 }
 
 TEST(Actions, ShadowAndTags) {
-  auto p = must_load(with_rules(
-      "  - id: r\n    route: [large]\n    shadow: small\n    tag: [exp-1, eval]\n"));
+  auto p = must_load(
+      with_rules("  - id: r\n    route: [large]\n    shadow: small\n    tag: [exp-1, eval]\n"));
   ASSERT_TRUE(p);
   Decision d = p->decide(Facts{});
   ASSERT_TRUE(d.shadow);
@@ -227,8 +227,9 @@ TEST(Actions, DefaultMayRejectAndSet) {
   EXPECT_EQ(d.rule_id, "default");
   EXPECT_EQ(d.params.max_tokens, 8);
   EXPECT_EQ(d.tags, std::vector<std::string>{"d"});
-  auto r = must_load("targets: { small: m }\ndefault: { reject: { status: 503, message: "
-                     "closed } }\n");
+  auto r = must_load(
+      "targets: { small: m }\ndefault: { reject: { status: 503, message: "
+      "closed } }\n");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->decide(f).reject->status, 503);
 }

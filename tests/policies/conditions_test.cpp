@@ -124,16 +124,17 @@ TEST(Conditions, TimeOfDayAndWeekdayInTheTimezone) {
   EXPECT_TRUE(matches("{ time: { gte: '19:59', lt: '20:01' } }", f));
   EXPECT_FALSE(matches("{ time: { lt: '20:00' } }", f));
 
-  std::string tz = "timezone: '+05:30'\n" +
-                   testing::with_rules("  - id: r\n    when: { weekday: sun, hour: 1, "
-                                       "time: '01:30' }\n    route: [small]\n");
+  std::string tz = "timezone: '+05:30'\n" + testing::with_rules(
+                                                "  - id: r\n    when: { weekday: sun, hour: 1, "
+                                                "time: '01:30' }\n    route: [small]\n");
   auto policy = testing::must_load(tz);
   ASSERT_TRUE(policy);
   EXPECT_EQ(policy->decide(f).rule_id, "r");  // 20:00 UTC = 01:30 Sunday at +05:30
 
-  std::string west = "timezone: '-08:00'\n" +
-                     testing::with_rules("  - id: r\n    when: { weekday: sat, hour: 12 }\n"
-                                         "    route: [small]\n");
+  std::string west =
+      "timezone: '-08:00'\n" + testing::with_rules(
+                                   "  - id: r\n    when: { weekday: sat, hour: 12 }\n"
+                                   "    route: [small]\n");
   policy = testing::must_load(west);
   ASSERT_TRUE(policy);
   EXPECT_EQ(policy->decide(f).rule_id, "r");
@@ -199,8 +200,10 @@ TEST(Conditions, Combinators) {
   EXPECT_FALSE(matches("{ all: [ { team: ops }, { prompt_tokens: 1 } ] }", f));
   EXPECT_TRUE(matches("{ not: { team: research } }", f));
   EXPECT_FALSE(matches("{ not: { team: ops, prompt_tokens: 1000 } }", f));
-  EXPECT_TRUE(matches("{ not: { any: [ { team: a }, { all: [ { team: ops }, { stream: true } ] "
-                      "} ] } }", f));
+  EXPECT_TRUE(
+      matches("{ not: { any: [ { team: a }, { all: [ { team: ops }, { stream: true } ] "
+              "} ] } }",
+              f));
   EXPECT_TRUE(matches("{ all: [] }", f));
   EXPECT_FALSE(matches("{ any: [] }", f));
 }

@@ -130,8 +130,12 @@ TEST(FactsJson, RoundTrip) {
   f.unix_seconds = 1764446400;
   f.budget_left_pct = 12.5;
   f.split = 0xFFFFFFFFFFFFFFFFull;
-  f.targets.push_back({.ref = "gpu-m", .healthy = false, .queue_depth = 3, .est_wait_ms = 4,
-                       .p90_ttft_ms = 5, .error_rate = 0.5});
+  f.targets.push_back({.ref = "gpu-m",
+                       .healthy = false,
+                       .queue_depth = 3,
+                       .est_wait_ms = 4,
+                       .p90_ttft_ms = 5,
+                       .error_rate = 0.5});
   auto back = facts_from_json(facts_to_json(f));
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(facts_to_json(*back), facts_to_json(f));

@@ -31,11 +31,25 @@ default: { route: [large, small] }
 )";
 
 const char* kTokens[] = {
-    "{", "}", "[", "]", ":", ",", "-", " ", "\n", "  ", "'", "\"", "&a", "*a", "!!str", "?",
-    "|", ">", "#", "targets", "rules", "default", "route", "when", "id", "all", "any", "not",
-    "matches", "'(a|b)*c'", "'[z-a]'", "lt", "in", "small", "large", "1e309", "-1", "0x10",
-    "~", "null", "true", "prompt_tokens", "state", "fits", "set", "max_tokens", "at_most",
-    "reject", "status", "weight", "999999999999999999999", "\t", "%YAML 1.2", "---", "...",
+    "{",          "}",         "[",
+    "]",          ":",         ",",
+    "-",          " ",         "\n",
+    "  ",         "'",         "\"",
+    "&a",         "*a",        "!!str",
+    "?",          "|",         ">",
+    "#",          "targets",   "rules",
+    "default",    "route",     "when",
+    "id",         "all",       "any",
+    "not",        "matches",   "'(a|b)*c'",
+    "'[z-a]'",    "lt",        "in",
+    "small",      "large",     "1e309",
+    "-1",         "0x10",      "~",
+    "null",       "true",      "prompt_tokens",
+    "state",      "fits",      "set",
+    "max_tokens", "at_most",   "reject",
+    "status",     "weight",    "999999999999999999999",
+    "\t",         "%YAML 1.2", "---",
+    "...",
 };
 
 void exercise(const std::string& text) {
@@ -64,15 +78,23 @@ TEST(LoaderFuzz, MutatedPolicies) {
     for (int e = 0; e < edits && !text.empty(); ++e) {
       size_t pos = rng() % text.size();
       switch (rng() % 5) {
-        case 0: text.erase(pos, 1 + rng() % 8); break;
-        case 1: text.insert(pos, kTokens[rng() % std::size(kTokens)]); break;
-        case 2: text[pos] = static_cast<char>(rng() % 256); break;
+        case 0:
+          text.erase(pos, 1 + rng() % 8);
+          break;
+        case 1:
+          text.insert(pos, kTokens[rng() % std::size(kTokens)]);
+          break;
+        case 2:
+          text[pos] = static_cast<char>(rng() % 256);
+          break;
         case 3: {  // duplicate a slice
           size_t len = 1 + rng() % 40;
           text.insert(pos, text.substr(rng() % text.size(), len));
           break;
         }
-        default: std::swap(text[pos], text[rng() % text.size()]); break;
+        default:
+          std::swap(text[pos], text[rng() % text.size()]);
+          break;
       }
     }
     exercise(text);

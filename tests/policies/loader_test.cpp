@@ -77,10 +77,10 @@ TEST(Loader, UnknownOperator) {
 TEST(Loader, UnknownTargetInRouteShadowAndFacts) {
   std::string e = errors_of(std::string(kHead) +
                             "rules:\n"
-                            "  - id: a\n    route: [small, huge]\n"                 // line 4
-                            "  - id: b\n    route: [small]\n    shadow: tiny\n"     // line 7
+                            "  - id: a\n    route: [small, huge]\n"              // line 4
+                            "  - id: b\n    route: [small]\n    shadow: tiny\n"  // line 7
                             "  - id: c\n    when: { fits: medium }\n    route: [small]\n"
-                            "default: { route: [nope] }\n");                       // line 11
+                            "default: { route: [nope] }\n");  // line 11
   EXPECT_NE(e.find("bad.yaml:4:20: unknown target 'huge'"), std::string::npos) << e;
   EXPECT_NE(e.find("bad.yaml:7:13: unknown target 'tiny'"), std::string::npos) << e;
   EXPECT_NE(e.find("bad.yaml:9:19: unknown target 'medium'"), std::string::npos) << e;
@@ -100,7 +100,8 @@ TEST(Loader, TargetsAreCheckedAgainstTheConfigModels) {
   options.known_targets = std::vector<std::string>{"local-m"};
   std::string e = errors_of(std::string(kHead) + "default: { route: [small] }\n", options);
   EXPECT_NE(e.find("bad.yaml:1:35: target 'large' refers to 'gpu-m', which is not a model"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   options.known_targets = std::vector<std::string>{"local-m", "gpu-m"};
   EXPECT_EQ(errors_of(std::string(kHead) + "default: { route: [small] }\n", options), "");
 }
@@ -116,8 +117,7 @@ TEST(Loader, TypeMismatches) {
   EXPECT_NE(rule("{ team: { lt: 5 } }").find("needs a number"), std::string::npos);
   EXPECT_NE(rule("{ prompt_tokens: { matches: '5' } }").find("needs a string fact"),
             std::string::npos);
-  EXPECT_NE(rule("{ budget_left_pct: { lt: lots } }").find("must be a number"),
-            std::string::npos);
+  EXPECT_NE(rule("{ budget_left_pct: { lt: lots } }").find("must be a number"), std::string::npos);
   EXPECT_NE(rule("{ hour: 24 }").find("hour must be 0..23"), std::string::npos);
   EXPECT_NE(rule("{ time: { lt: '9am' } }").find("HH:MM"), std::string::npos);
   EXPECT_NE(rule("{ weekday: funday }").find("mon..sun"), std::string::npos);
@@ -136,8 +136,7 @@ TEST(Loader, InvalidRegularExpressionIsRefusedAtLoad) {
   std::string e = errors_of(std::string(kHead) +
                             "rules:\n  - id: a\n    when: { team: { matches: 'r[a-' } }\n"
                             "    route: [small]\ndefault: { route: [small] }\n");
-  EXPECT_NE(e.find("bad.yaml:4:30: invalid regular expression 'r[a-'"), std::string::npos)
-      << e;
+  EXPECT_NE(e.find("bad.yaml:4:30: invalid regular expression 'r[a-'"), std::string::npos) << e;
 }
 
 TEST(Loader, ActionMistakes) {
@@ -155,8 +154,7 @@ TEST(Loader, ActionMistakes) {
             std::string::npos);
   EXPECT_NE(rule("    route: [{ target: small, weight: 0 }]\n").find("not all be 0"),
             std::string::npos);
-  EXPECT_NE(rule("    reject: { status: 200, message: x }\n").find("400..599"),
-            std::string::npos);
+  EXPECT_NE(rule("    reject: { status: 200, message: x }\n").find("400..599"), std::string::npos);
   EXPECT_NE(rule("    reject: { status: 400 }\n").find("needs a message"), std::string::npos);
   EXPECT_NE(rule("    reject: { message: x }\n    shadow: small\n").find("no effect"),
             std::string::npos);
@@ -246,12 +244,13 @@ std::vector<std::string> warnings_of(const std::string& text) {
 TEST(Loader, WarnsAboutRulesAfterOneThatAlwaysMatches) {
   auto w = warnings_of(std::string(kHead) +
                        "rules:\n"
-                       "  - id: catch-all\n    route: [small]\n"                      // line 3
-                       "  - id: late\n    when: { team: x }\n    route: [large]\n"    // line 5
+                       "  - id: catch-all\n    route: [small]\n"                    // line 3
+                       "  - id: late\n    when: { team: x }\n    route: [large]\n"  // line 5
                        "default: { route: [small] }\n");
   ASSERT_EQ(w.size(), 2u);
-  EXPECT_EQ(w[0], "w.yaml:5:5: rule 'late' can never match: rule 'catch-all' (line 3) before "
-                  "it always matches");
+  EXPECT_EQ(w[0],
+            "w.yaml:5:5: rule 'late' can never match: rule 'catch-all' (line 3) before "
+            "it always matches");
   EXPECT_NE(w[1].find("default is never used"), std::string::npos);
 }
 
@@ -266,7 +265,8 @@ TEST(Loader, WarnsWhenAnEarlierRuleCoversALaterOne) {
                        "default: { route: [small] }\n");
   ASSERT_GE(w.size(), 1u);
   EXPECT_NE(w[0].find("rule 'research-streams' can never match: rule 'research'"),
-            std::string::npos) << w[0];
+            std::string::npos)
+      << w[0];
   bool empty_all = false;
   for (const auto& s : w) empty_all = empty_all || s.find("'empty-all' always") != s.npos;
   EXPECT_TRUE(empty_all);

@@ -78,67 +78,87 @@ TEST_P(PolicyTable, Decides) {
 }
 
 const Case kCases[] = {
-    {"short_request_stays_local", [](Facts&) {}, "short-and-simple-stays-local",
+    {"short_request_stays_local",
+     [](Facts&) {},
+     "short-and-simple-stays-local",
      {"small", "large"}},
     {"tools_go_large", [](Facts& f) { f.tools = true; }, "default", {"large", "small"}},
-    {"long_output_goes_large", [](Facts& f) { f.max_tokens = 2000; }, "default",
+    {"long_output_goes_large",
+     [](Facts& f) { f.max_tokens = 2000; },
+     "default",
      {"large", "small"}},
-    {"no_max_tokens_goes_large", [](Facts& f) { f.max_tokens.reset(); }, "default",
+    {"no_max_tokens_goes_large",
+     [](Facts& f) { f.max_tokens.reset(); },
+     "default",
      {"large", "small"}},
-    {"too_long_is_rejected", [](Facts& f) { f.prompt_tokens = 130000; }, "too-long-for-anyone",
-     {}},
-    {"budget_nearly_gone", [](Facts& f) { f.budget_left_pct = 2; }, "nearly-out-of-budget",
+    {"too_long_is_rejected", [](Facts& f) { f.prompt_tokens = 130000; }, "too-long-for-anyone", {}},
+    {"budget_nearly_gone",
+     [](Facts& f) { f.budget_left_pct = 2; },
+     "nearly-out-of-budget",
      {"small"}},
-    {"budget_fine", [](Facts& f) { f.budget_left_pct = 50; }, "short-and-simple-stays-local",
+    {"budget_fine",
+     [](Facts& f) { f.budget_left_pct = 50; },
+     "short-and-simple-stays-local",
      {"small", "large"}},
-    {"alias_chat_large", [](Facts& f) { f.model = "chat-large"; }, "large-on-request",
+    {"alias_chat_large",
+     [](Facts& f) { f.model = "chat-large"; },
+     "large-on-request",
      {"large", "small"}},
-    {"research_team", [](Facts& f) { f.team = "research"; },
-     "research-team-gets-the-big-model", {"large", "small"}},
+    {"research_team",
+     [](Facts& f) { f.team = "research"; },
+     "research-team-gets-the-big-model",
+     {"large", "small"}},
     {"small_does_not_fit",
      [](Facts& f) {
        f.targets[0].context_length = 1024;  // 820 + 256 > 1024
      },
-     "default", {"large"}},
+     "default",
+     {"large"}},
     {"large_down_falls_back",
      [](Facts& f) {
        f.tools = true;
        f.targets[1].healthy = false;
      },
-     "default", {"small", "large"}},
+     "default",
+     {"small", "large"}},
     {"night_batch_local_time",
      [](Facts& f) {
        f.unix_seconds = 1764378000;  // 01:00 UTC = 02:00 at +01:00
        f.task_id = true;
        f.prompt_tokens = 5000;
      },
-     "night-batch", {"small"}},
+     "night-batch",
+     {"small"}},
     {"night_without_task",
      [](Facts& f) {
        f.unix_seconds = 1764378000;
        f.prompt_tokens = 5000;
      },
-     "default", {"large", "small"}},
+     "default",
+     {"large", "small"}},
     {"busy_gpu_sheds_to_small",
      [](Facts& f) {
        f.prompt_tokens = 5000;
        f.targets[1].queue_depth = 40;
      },
-     "busy-gpu", {"small", "large"}},
+     "busy-gpu",
+     {"small", "large"}},
     {"premium_waits_for_gpu",
      [](Facts& f) {
        f.prompt_tokens = 5000;
        f.targets[1].queue_depth = 40;
        f.tags = {"premium"};
      },
-     "default", {"large", "small"}},
+     "default",
+     {"large", "small"}},
     {"claimed_premium_is_not_trusted",
      [](Facts& f) {
        f.prompt_tokens = 5000;
        f.targets[1].queue_depth = 40;
        f.claimed_tags = {"premium"};
      },
-     "busy-gpu", {"small", "large"}},
+     "busy-gpu",
+     {"small", "large"}},
 };
 
 INSTANTIATE_TEST_SUITE_P(Whole, PolicyTable, ::testing::ValuesIn(kCases),

@@ -21,8 +21,8 @@ namespace fs = std::filesystem;
 std::string policy_text(const std::string& target, int rules) {
   std::string text = "targets: { a: model-a, b: model-b }\nrules:\n";
   for (int i = 0; i < rules; ++i) {
-    text += "  - id: r" + std::to_string(i) + "\n    when: { prompt_tokens: " +
-            std::to_string(i) + " }\n    route: [" + target + "]\n    tag: " + target + "\n";
+    text += "  - id: r" + std::to_string(i) + "\n    when: { prompt_tokens: " + std::to_string(i) +
+            " }\n    route: [" + target + "]\n    tag: " + target + "\n";
   }
   text += "default: { route: [" + target + "], tag: " + target + " }\n";
   return text;
@@ -164,8 +164,7 @@ TEST_F(StoreTest, ConcurrentReadersNeverSeeAMixAndNeverFail) {
   }
   int applied = 0;
   for (int i = 0; i < 40; ++i) {
-    ReloadOutcome out = store.apply_text(policy_text(i % 2 ? "a" : "b", 50 + i % 3), "test",
-                                         false);
+    ReloadOutcome out = store.apply_text(policy_text(i % 2 ? "a" : "b", 50 + i % 3), "test", false);
     applied += out.applied;
     if (i % 10 == 0) {
       EXPECT_FALSE(store.apply_text("targets: {", "broken", false).ok());

@@ -22,7 +22,8 @@ inline std::shared_ptr<const Policy> must_load(const std::string& text,
 inline std::string with_rules(const std::string& rules) {
   return "targets: { small: local-m, large: gpu-m }\n"
          "models: [auto, chat, chat-large]\n"
-         "rules:\n" + rules + "default: { route: [large] }\n";
+         "rules:\n" +
+         rules + "default: { route: [large] }\n";
 }
 
 // Loads a single rule `when: WHEN` routing to small; returns whether it matches `facts`.

@@ -37,11 +37,13 @@ std::vector<std::string> texts_for_gguf() {
 
 void expect_same_as_llama_cpp(const std::string& model, const std::vector<std::string>& texts,
                               bool special = false) {
-  ASSERT_TRUE(testing::refs_installed()) << "reference packages missing: run tests/tokenizer/setup_refs.sh";
+  ASSERT_TRUE(testing::refs_installed())
+      << "reference packages missing: run tests/tokenizer/setup_refs.sh";
   auto tok = load_tokenizer(model);
   ASSERT_TRUE(tok) << tok.error().message;
   const auto ref = testing::run_reference(
-      "llama_ref.js", special ? std::vector<std::string>{model, "special"} : std::vector<std::string>{model},
+      "llama_ref.js",
+      special ? std::vector<std::string>{model, "special"} : std::vector<std::string>{model},
       nlohmann::json(texts));
   ASSERT_TRUE(ref.json) << ref.error;
   int mismatches = 0;
@@ -50,10 +52,13 @@ void expect_same_as_llama_cpp(const std::string& model, const std::vector<std::s
     const auto got = (*tok)->encode(texts[i], special ? Specials::kParse : Specials::kAsText);
     if (got != want && ++mismatches <= 5) {
       std::string g, w;
-      for (std::size_t k = 0; k < std::min<std::size_t>(got.size(), 30); ++k) g += std::to_string(got[k]) + " ";
-      for (std::size_t k = 0; k < std::min<std::size_t>(want.size(), 30); ++k) w += std::to_string(want[k]) + " ";
-      ADD_FAILURE() << model << " differs on #" << i << ": \"" << testing::hex_escape(texts[i].substr(0, 120))
-                    << "\"\n ferry: " << g << "\n llama: " << w;
+      for (std::size_t k = 0; k < std::min<std::size_t>(got.size(), 30); ++k)
+        g += std::to_string(got[k]) + " ";
+      for (std::size_t k = 0; k < std::min<std::size_t>(want.size(), 30); ++k)
+        w += std::to_string(want[k]) + " ";
+      ADD_FAILURE() << model << " differs on #" << i << ": \""
+                    << testing::hex_escape(texts[i].substr(0, 120)) << "\"\n ferry: " << g
+                    << "\n llama: " << w;
     }
   }
   EXPECT_EQ(mismatches, 0) << "of " << texts.size() << " texts";
@@ -67,21 +72,23 @@ TEST(GgufConformance, SentencePieceLlama2) {
 TEST(GgufConformance, SentencePieceLlama2SpecialTokens) {
   if (!std::filesystem::exists(shared_model())) GTEST_SKIP() << shared_model() << " is absent";
   expect_same_as_llama_cpp(shared_model(),
-                           {"<s> [INST] Be brief.\n\nhello world [/INST]", "<s>[INST]x[/INST] ok</s><s>[INST] y",
-                            "a</s>b", "</s>", " <s> "},
+                           {"<s> [INST] Be brief.\n\nhello world [/INST]",
+                            "<s>[INST]x[/INST] ok</s><s>[INST] y", "a</s>b", "</s>", " <s> "},
                            true);
 }
 
 // A byte-level BPE GGUF: the hyper-parameters of the shared model (or minimal ones), with the
 // vocabulary and merges of a tokenizer.json fixture and the given pre-tokenizer name.
-std::string write_bpe_gguf(const std::string& dir, const std::string& fixture, const std::string& pre) {
+std::string write_bpe_gguf(const std::string& dir, const std::string& fixture,
+                           const std::string& pre) {
   std::ifstream in(fixture);
   std::ostringstream ss;
   ss << in.rdbuf();
   const auto j = nlohmann::json::parse(ss.str());
   const auto& vocab = j["model"]["vocab"];
   std::vector<std::string> tokens(vocab.size());
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) tokens[it.value().get<std::size_t>()] = it.key();
+  for (auto it = vocab.begin(); it != vocab.end(); ++it)
+    tokens[it.value().get<std::size_t>()] = it.key();
   std::vector<int64_t> types(tokens.size(), 1);
   for (const auto& a : j["added_tokens"]) {
     const auto id = a["id"].get<std::size_t>();
@@ -121,21 +128,27 @@ std::string write_bpe_gguf(const std::string& dir, const std::string& fixture, c
 class GgufBpeConformance : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(GgufBpeConformance, SameIdsAsLlamaCpp) {
-  ASSERT_TRUE(testing::refs_installed()) << "reference packages missing: run tests/tokenizer/setup_refs.sh";
-  if (!std::filesystem::exists(shared_model())) GTEST_SKIP() << shared_model() << " is absent (model hyper-parameters)";
+  ASSERT_TRUE(testing::refs_installed())
+      << "reference packages missing: run tests/tokenizer/setup_refs.sh";
+  if (!std::filesystem::exists(shared_model()))
+    GTEST_SKIP() << shared_model() << " is absent (model hyper-parameters)";
   const std::string dir =
-      (std::filesystem::temp_directory_path() / ("ferry_gguf_bpe_" + std::to_string(::getpid()))).string();
+      (std::filesystem::temp_directory_path() / ("ferry_gguf_bpe_" + std::to_string(::getpid())))
+          .string();
   std::filesystem::create_directories(dir);
   const std::string cmd = "node '" + testing::refs_dir() + "/make_hf_fixtures.js' '" + dir + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  const std::string model = write_bpe_gguf(dir, dir + "/" + GetParam().first + ".json", GetParam().second);
+  const std::string model =
+      write_bpe_gguf(dir, dir + "/" + GetParam().first + ".json", GetParam().second);
   expect_same_as_llama_cpp(model, texts_for_gguf());
   std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pre, GgufBpeConformance,
-                         ::testing::Values(std::make_pair("llama3", "llama-bpe"), std::make_pair("qwen2", "qwen2"),
-                                           std::make_pair("gpt2", "gpt-2"), std::make_pair("gpt2", "default")));
+                         ::testing::Values(std::make_pair("llama3", "llama-bpe"),
+                                           std::make_pair("qwen2", "qwen2"),
+                                           std::make_pair("gpt2", "gpt-2"),
+                                           std::make_pair("gpt2", "default")));
 
 }  // namespace
 }  // namespace ferry::tokenizer

@@ -19,7 +19,9 @@ class HfConformance : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     if (!testing::refs_installed()) return;
-    dir_ = (std::filesystem::temp_directory_path() / ("ferry_hf_fixtures_" + std::to_string(::getpid()))).string();
+    dir_ = (std::filesystem::temp_directory_path() /
+            ("ferry_hf_fixtures_" + std::to_string(::getpid())))
+               .string();
     const std::string cmd = "node '" + testing::refs_dir() + "/make_hf_fixtures.js' '" + dir_ + "'";
     made_ = std::system(cmd.c_str()) == 0;
   }
@@ -33,7 +35,8 @@ std::string HfConformance::dir_;
 bool HfConformance::made_ = false;
 
 TEST_P(HfConformance, SameIdsAsHuggingFace) {
-  ASSERT_TRUE(testing::refs_installed()) << "reference packages missing: run tests/tokenizer/setup_refs.sh";
+  ASSERT_TRUE(testing::refs_installed())
+      << "reference packages missing: run tests/tokenizer/setup_refs.sh";
   ASSERT_TRUE(made_) << "make_hf_fixtures.js failed";
   const std::string file = dir_ + "/" + GetParam() + ".json";
   std::vector<std::string> texts = testing::conformance_corpus();
@@ -48,8 +51,9 @@ TEST_P(HfConformance, SameIdsAsHuggingFace) {
     const auto want = (*ref.json)[i].get<std::vector<TokenId>>();
     const auto got = (*tok)->encode(texts[i], Specials::kParse);
     if (got != want && ++mismatches <= 5) {
-      ADD_FAILURE() << GetParam() << " differs on #" << i << ": \"" << testing::hex_escape(texts[i].substr(0, 200))
-                    << "\" (" << got.size() << " ids, HF " << want.size() << ")";
+      ADD_FAILURE() << GetParam() << " differs on #" << i << ": \""
+                    << testing::hex_escape(texts[i].substr(0, 200)) << "\" (" << got.size()
+                    << " ids, HF " << want.size() << ")";
     }
   }
   EXPECT_EQ(mismatches, 0) << "of " << texts.size() << " texts";

@@ -27,14 +27,19 @@ struct Family {
 };
 
 constexpr Family kFamilies[] = {
-    {"llama3", "<|begin_of_text|>", "<|eot_id|>"}, {"qwen2.5", "", "<|im_end|>"},
-    {"qwen3", "", "<|im_end|>"},                   {"smollm2", "", "<|im_end|>"},
-    {"mistral", "<s>", "</s>"},                    {"phi3", "<s>", "<|endoftext|>"},
-    {"gemma2", "<bos>", "<eos>"},                  {"gemma3", "<bos>", "<eos>"},
+    {"llama3", "<|begin_of_text|>", "<|eot_id|>"},
+    {"qwen2.5", "", "<|im_end|>"},
+    {"qwen3", "", "<|im_end|>"},
+    {"smollm2", "", "<|im_end|>"},
+    {"mistral", "<s>", "</s>"},
+    {"phi3", "<s>", "<|endoftext|>"},
+    {"gemma2", "<bos>", "<eos>"},
+    {"gemma3", "<bos>", "<eos>"},
 };
 
 TEST(JinjaConformance, SameTextAsHuggingFaceJinja) {
-  ASSERT_TRUE(testing::refs_installed()) << "reference packages missing: run tests/tokenizer/setup_refs.sh";
+  ASSERT_TRUE(testing::refs_installed())
+      << "reference packages missing: run tests/tokenizer/setup_refs.sh";
   const std::string dir = std::string(std::getenv("FERRY_TOKENIZER_SOURCE_DIR")) + "/templates";
   const auto conversations = nlohmann::ordered_json::parse(read_file(dir + "/conversations.json"));
   nlohmann::ordered_json cases = nlohmann::ordered_json::array();
@@ -51,10 +56,12 @@ TEST(JinjaConformance, SameTextAsHuggingFaceJinja) {
         ctx["bos_token"] = f.bos;
         ctx["eos_token"] = f.eos;
         if (conv.contains("kwargs")) {
-          for (auto it = conv["kwargs"].begin(); it != conv["kwargs"].end(); ++it) ctx[it.key()] = it.value();
+          for (auto it = conv["kwargs"].begin(); it != conv["kwargs"].end(); ++it)
+            ctx[it.key()] = it.value();
         }
         cases.push_back({{"template", source}, {"context", ctx}});
-        labels.push_back(std::string(f.file) + "/" + conv["name"].get<std::string>() + (gen ? "/gen" : ""));
+        labels.push_back(std::string(f.file) + "/" + conv["name"].get<std::string>() +
+                         (gen ? "/gen" : ""));
       }
     }
   }
@@ -67,8 +74,9 @@ TEST(JinjaConformance, SameTextAsHuggingFaceJinja) {
     ASSERT_TRUE(tmpl) << labels[i] << ": " << tmpl.error().message;
     auto got = tmpl->render(cases[i]["context"]);
     if (want.contains("error")) {
-      EXPECT_FALSE(got) << labels[i] << ": the reference raised \"" << want["error"].get<std::string>()
-                        << "\" but ferry rendered:\n" << (got ? *got : "");
+      EXPECT_FALSE(got) << labels[i] << ": the reference raised \""
+                        << want["error"].get<std::string>() << "\" but ferry rendered:\n"
+                        << (got ? *got : "");
       continue;
     }
     ASSERT_TRUE(got) << labels[i] << ": " << got.error().message;

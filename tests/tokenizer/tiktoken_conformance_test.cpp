@@ -13,7 +13,8 @@ namespace {
 using testing::hex_escape;
 
 void expect_same_as_tiktoken(const std::string& encoding, const std::vector<std::string>& texts) {
-  ASSERT_TRUE(testing::refs_installed()) << "reference packages missing: run tests/tokenizer/setup_refs.sh";
+  ASSERT_TRUE(testing::refs_installed())
+      << "reference packages missing: run tests/tokenizer/setup_refs.sh";
   const auto ref = testing::run_reference("tiktoken_ref.js", {encoding}, nlohmann::json(texts));
   ASSERT_TRUE(ref.json) << ref.error;
   auto tok = load_tokenizer(encoding);
@@ -24,8 +25,9 @@ void expect_same_as_tiktoken(const std::string& encoding, const std::vector<std:
     const auto want = (*ref.json)[i].get<std::vector<TokenId>>();
     const auto got = (*tok)->encode(texts[i]);
     if (got != want && ++mismatches <= 5) {
-      ADD_FAILURE() << encoding << " differs on #" << i << ": \"" << hex_escape(texts[i].substr(0, 300)) << "\" ("
-                    << got.size() << " ids, tiktoken " << want.size() << ")";
+      ADD_FAILURE() << encoding << " differs on #" << i << ": \""
+                    << hex_escape(texts[i].substr(0, 300)) << "\" (" << got.size()
+                    << " ids, tiktoken " << want.size() << ")";
     }
     ASSERT_EQ((*tok)->count(texts[i]), want.size());
     EXPECT_EQ((*tok)->decode(got), texts[i]);
@@ -33,8 +35,12 @@ void expect_same_as_tiktoken(const std::string& encoding, const std::vector<std:
   EXPECT_EQ(mismatches, 0) << "of " << texts.size() << " texts";
 }
 
-TEST(TiktokenConformance, Cl100kCorpus) { expect_same_as_tiktoken("cl100k_base", testing::conformance_corpus()); }
-TEST(TiktokenConformance, O200kCorpus) { expect_same_as_tiktoken("o200k_base", testing::conformance_corpus()); }
+TEST(TiktokenConformance, Cl100kCorpus) {
+  expect_same_as_tiktoken("cl100k_base", testing::conformance_corpus());
+}
+TEST(TiktokenConformance, O200kCorpus) {
+  expect_same_as_tiktoken("o200k_base", testing::conformance_corpus());
+}
 TEST(TiktokenConformance, Cl100kRandom20k) {
   expect_same_as_tiktoken("cl100k_base", testing::random_strings(1, 20000));
 }
@@ -46,7 +52,8 @@ TEST(TiktokenConformance, O200kRandom20k) {
 // of punctuation, one character repeated.
 std::vector<std::string> long_pieces() {
   std::mt19937 rng(17);
-  const auto random_text = [&](std::string_view alphabet, std::size_t chars, std::size_t char_bytes) {
+  const auto random_text = [&](std::string_view alphabet, std::size_t chars,
+                               std::size_t char_bytes) {
     std::string s;
     for (std::size_t i = 0; i < chars; ++i) {
       s += alphabet.substr(rng() % (alphabet.size() / char_bytes) * char_bytes, char_bytes);
@@ -56,21 +63,30 @@ std::vector<std::string> long_pieces() {
   std::vector<std::string> texts;
   for (const std::size_t n : {49, 60, 97, 200, 511, 1500, 4000}) {
     texts.push_back(random_text("abcdefghijklmnopqrstuvwxyz", n, 1));
-    texts.push_back("x " + random_text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", n, 1) + " y");
+    texts.push_back(
+        "x " + random_text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", n, 1) + " y");
     texts.push_back(random_text("abcd", n, 1));
     texts.push_back(std::string(n, 'z'));
     texts.push_back(std::string(n, '-'));
     texts.push_back(random_text("!@#$%^&*()[]{}<>?/|~-_+=.,;:", n, 1));
-    texts.push_back(random_text("\xE4\xB8\xAD\xE6\x96\x87\xE7\x9A\x84\xE6\x98\xAF\xE4\xB8\x80\xE4\xBA\x86\xE6\x88\x91\xE5\x9C\xA8",
-                                n / 3, 3));
-    texts.push_back(random_text("\xD0\xB0\xD0\xB1\xD0\xB2\xD0\xB3\xD0\xB4\xD0\xB5\xD0\xBE\xD1\x82\xD0\xBD\xD0\xB8", n / 2, 2));
+    texts.push_back(
+        random_text("\xE4\xB8\xAD\xE6\x96\x87\xE7\x9A\x84\xE6\x98\xAF\xE4\xB8\x80\xE4\xBA\x86\xE6"
+                    "\x88\x91\xE5\x9C\xA8",
+                    n / 3, 3));
+    texts.push_back(random_text(
+        "\xD0\xB0\xD0\xB1\xD0\xB2\xD0\xB3\xD0\xB4\xD0\xB5\xD0\xBE\xD1\x82\xD0\xBD\xD0\xB8", n / 2,
+        2));
     texts.push_back(random_text("\xF0\x9F\x98\x80\xF0\x9F\x91\x8D\xF0\x9F\x8E\x89", n / 4, 4));
   }
   return texts;
 }
 
-TEST(TiktokenConformance, Cl100kLongPieces) { expect_same_as_tiktoken("cl100k_base", long_pieces()); }
-TEST(TiktokenConformance, O200kLongPieces) { expect_same_as_tiktoken("o200k_base", long_pieces()); }
+TEST(TiktokenConformance, Cl100kLongPieces) {
+  expect_same_as_tiktoken("cl100k_base", long_pieces());
+}
+TEST(TiktokenConformance, O200kLongPieces) {
+  expect_same_as_tiktoken("o200k_base", long_pieces());
+}
 
 // Hostile input: 10 MB of one character and 1 MB with no space encode without a crash (and in
 // time linear in the input, up to a log factor: see bench/README.md).

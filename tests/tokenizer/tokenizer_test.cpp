@@ -47,7 +47,12 @@ TEST(Pretokenizer, UnicodeWhiteSpaceIsExact) {
   EXPECT_FALSE(code_point_props(0xFEFF) & uprop::kWhiteSpace);
   EXPECT_TRUE(code_point_props(0x3000) & uprop::kWhiteSpace);
   EXPECT_FALSE(code_point_props(0x200B) & uprop::kWhiteSpace);
-  EXPECT_EQ(pieces(SplitPattern::kCl100k, "a\xC2\x85\xC2\x85" "b"), (V{"a", "\xC2\x85", "\xC2\x85" "b"}));
+  EXPECT_EQ(pieces(SplitPattern::kCl100k,
+                   "a\xC2\x85\xC2\x85"
+                   "b"),
+            (V{"a", "\xC2\x85",
+               "\xC2\x85"
+               "b"}));
 }
 
 TEST(Pretokenizer, Qwen2DigitsOneByOne) {
@@ -61,7 +66,8 @@ TEST(Pretokenizer, O200kCaseRuns) {
 }
 
 TEST(Pretokenizer, Gpt2) {
-  EXPECT_EQ(pieces(SplitPattern::kGpt2, "Hello  world's 123"), (V{"Hello", " ", " world", "'s", " 123"}));
+  EXPECT_EQ(pieces(SplitPattern::kGpt2, "Hello  world's 123"),
+            (V{"Hello", " ", " world", "'s", " 123"}));
 }
 
 TEST(Pretokenizer, InvalidBytesArePieces) {
@@ -79,8 +85,11 @@ TEST(Pretokenizer, AsciiClassesAgreeWithTheUnicodeTables) {
     EXPECT_EQ(static_cast<bool>(k & ascii::kUpper), static_cast<bool>(props & uprop::kLu)) << b;
     EXPECT_EQ(static_cast<bool>(k & ascii::kLower), static_cast<bool>(props & uprop::kLl)) << b;
     EXPECT_EQ(static_cast<bool>(k & ascii::kDigit), static_cast<bool>(props & uprop::kN)) << b;
-    EXPECT_EQ(static_cast<bool>(k & ascii::kSpace), static_cast<bool>(props & uprop::kWhiteSpace)) << b;
-    EXPECT_EQ(static_cast<bool>(k & ascii::kOther), !(props & (uprop::kL | uprop::kN | uprop::kWhiteSpace))) << b;
+    EXPECT_EQ(static_cast<bool>(k & ascii::kSpace), static_cast<bool>(props & uprop::kWhiteSpace))
+        << b;
+    EXPECT_EQ(static_cast<bool>(k & ascii::kOther),
+              !(props & (uprop::kL | uprop::kN | uprop::kWhiteSpace)))
+        << b;
     EXPECT_FALSE(props & uprop::kM) << b;
   }
 }
@@ -88,12 +97,62 @@ TEST(Pretokenizer, AsciiClassesAgreeWithTheUnicodeTables) {
 // next_piece's ASCII fast paths against the plain code-point matchers, piece by piece, on text
 // that is mostly ASCII with the characters that make the fast paths give up mixed in.
 TEST(Pretokenizer, FastPathsMatchTheCodePointMatchers) {
-  static const char* const kAtoms[] = {
-      "a", "b", "Z", "Q", "s", "t", "S", "T", "e", "l", "1", "2", "9", " ", " ", " ", "  ", "\t", "\n", "\r\n",
-      "\v", "\f", "'", "'s", "'LL", "'re", ".", ",", "!", "/", "//", "$", "+", "<", "`", "_", "-", "\"", "\x1F",
-      "\x7F", "\xC2\xA0", "\xC2\x85", "\xC5\xBF", "\xC3\xA9", "\xC3\x89", "\xC7\x85", "\xCC\x81",
-      "\xD9\xA3", "\xC2\xBD", "\xE2\x80\x99", "\xE3\x80\x80", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80",
-      "\xEF\xBB\xBF", "\xFF", "\xC3"};
+  static const char* const kAtoms[] = {"a",
+                                       "b",
+                                       "Z",
+                                       "Q",
+                                       "s",
+                                       "t",
+                                       "S",
+                                       "T",
+                                       "e",
+                                       "l",
+                                       "1",
+                                       "2",
+                                       "9",
+                                       " ",
+                                       " ",
+                                       " ",
+                                       "  ",
+                                       "\t",
+                                       "\n",
+                                       "\r\n",
+                                       "\v",
+                                       "\f",
+                                       "'",
+                                       "'s",
+                                       "'LL",
+                                       "'re",
+                                       ".",
+                                       ",",
+                                       "!",
+                                       "/",
+                                       "//",
+                                       "$",
+                                       "+",
+                                       "<",
+                                       "`",
+                                       "_",
+                                       "-",
+                                       "\"",
+                                       "\x1F",
+                                       "\x7F",
+                                       "\xC2\xA0",
+                                       "\xC2\x85",
+                                       "\xC5\xBF",
+                                       "\xC3\xA9",
+                                       "\xC3\x89",
+                                       "\xC7\x85",
+                                       "\xCC\x81",
+                                       "\xD9\xA3",
+                                       "\xC2\xBD",
+                                       "\xE2\x80\x99",
+                                       "\xE3\x80\x80",
+                                       "\xE4\xB8\xAD",
+                                       "\xF0\x9F\x98\x80",
+                                       "\xEF\xBB\xBF",
+                                       "\xFF",
+                                       "\xC3"};
   std::mt19937 rng(11);
   for (int round = 0; round < 4000; ++round) {
     std::string text;
@@ -120,9 +179,12 @@ TEST(Pretokenizer, LlamaCppDefault) {
   EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "a   `b"), (V{"a", "  ", " `", "b"}));
   EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "don't"), (V{"don", "'", "t"}));
   EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "x+=1;"), (V{"x", "+=", "1", ";"}));
-  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "ab12cd 1234567"), (V{"ab", "12", "cd", " ", "123", "456", "7"}));
+  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "ab12cd 1234567"),
+            (V{"ab", "12", "cd", " ", "123", "456", "7"}));
   // U+00BD is \p{N} but not [0-9]; U+2019 is \p{P}.
-  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault, "\xC2\xBD" "1234 it\xE2\x80\x99s"),
+  EXPECT_EQ(pieces(SplitPattern::kLlamaDefault,
+                   "\xC2\xBD"
+                   "1234 it\xE2\x80\x99s"),
             (V{"\xC2\xBD", "123", "4", " it", "\xE2\x80\x99", "s"}));
 }
 
@@ -176,7 +238,8 @@ TEST(Tiktoken, HostileInputsStayLinear) {
 // for checking the library's merge loops on long pieces.
 constexpr TokenId kNoRank = 0xFFFFFFFFu;
 
-std::vector<TokenId> reference_encode(const Tokenizer& tok, SplitPattern pattern, std::string_view text) {
+std::vector<TokenId> reference_encode(const Tokenizer& tok, SplitPattern pattern,
+                                      std::string_view text) {
   std::vector<TokenId> out;
   const auto rank = [&](std::string_view bytes) { return tok.token_id(bytes).value_or(kNoRank); };
   for (std::size_t pos = 0; pos < text.size();) {
@@ -192,7 +255,8 @@ std::vector<TokenId> reference_encode(const Tokenizer& tok, SplitPattern pattern
     std::vector<TokenId> ranks(piece.size() - 1);
     for (std::size_t i = 0; i + 1 < piece.size(); ++i) ranks[i] = rank(piece.substr(i, 2));
     while (!ranks.empty()) {
-      const auto best = static_cast<std::size_t>(std::min_element(ranks.begin(), ranks.end()) - ranks.begin());
+      const auto best =
+          static_cast<std::size_t>(std::min_element(ranks.begin(), ranks.end()) - ranks.begin());
       if (ranks[best] == kNoRank) break;
       starts.erase(starts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
       ranks.erase(ranks.begin() + static_cast<std::ptrdiff_t>(best));
@@ -211,9 +275,11 @@ std::vector<TokenId> reference_encode(const Tokenizer& tok, SplitPattern pattern
 
 TEST(Tiktoken, LongPiecesMergeAsTiktokenDoes) {
   std::mt19937 rng(5);
-  const auto random_text = [&](std::string_view alphabet, std::size_t chars, std::size_t char_bytes) {
+  const auto random_text = [&](std::string_view alphabet, std::size_t chars,
+                               std::size_t char_bytes) {
     std::string s;
-    for (std::size_t i = 0; i < chars; ++i) s += alphabet.substr(rng() % (alphabet.size() / char_bytes) * char_bytes, char_bytes);
+    for (std::size_t i = 0; i < chars; ++i)
+      s += alphabet.substr(rng() % (alphabet.size() / char_bytes) * char_bytes, char_bytes);
     return s;
   };
   std::vector<std::string> texts;
@@ -223,21 +289,27 @@ TEST(Tiktoken, LongPiecesMergeAsTiktokenDoes) {
     texts.push_back(random_text("eeeeeeeeet", n, 1));
     texts.push_back(std::string(n, 'a'));
     texts.push_back(std::string(n, '='));
-    texts.push_back(" " + random_text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", n, 1));
-    texts.push_back(random_text("\xE4\xB8\xAD\xE6\x96\x87\xE7\x9A\x84\xE6\x98\xAF\xE4\xB8\x80\xE4\xBA\x86", n / 3, 3));
-    texts.push_back(random_text("\xD0\xB0\xD0\xB1\xD0\xB2\xD0\xB3\xD0\xB4\xD0\xB5\xD0\xBE\xD1\x82", n / 2, 2));
+    texts.push_back(" " +
+                    random_text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", n, 1));
+    texts.push_back(random_text(
+        "\xE4\xB8\xAD\xE6\x96\x87\xE7\x9A\x84\xE6\x98\xAF\xE4\xB8\x80\xE4\xBA\x86", n / 3, 3));
+    texts.push_back(
+        random_text("\xD0\xB0\xD0\xB1\xD0\xB2\xD0\xB3\xD0\xB4\xD0\xB5\xD0\xBE\xD1\x82", n / 2, 2));
     texts.push_back(random_text("!@#$%^&*()[]{}<>?/|~-_+=.,;:", n, 1));
     std::string bytes(n, '\0');
-    for (char& c : bytes) c = static_cast<char>(0x80 + rng() % 0x80);  // invalid UTF-8: "other" bytes
+    for (char& c : bytes)
+      c = static_cast<char>(0x80 + rng() % 0x80);  // invalid UTF-8: "other" bytes
     texts.push_back(bytes);
   }
   for (const char* name : {"cl100k_base", "o200k_base"}) {
     auto tok = load_tokenizer(name);
     ASSERT_TRUE(tok) << tok.error().message;
-    const SplitPattern pattern = std::string_view(name) == "o200k_base" ? SplitPattern::kO200k : SplitPattern::kCl100k;
+    const SplitPattern pattern =
+        std::string_view(name) == "o200k_base" ? SplitPattern::kO200k : SplitPattern::kCl100k;
     for (const std::string& text : texts) {
       const auto want = reference_encode(**tok, pattern, text);
-      ASSERT_EQ((*tok)->encode(text), want) << name << " on \"" << text.substr(0, 60) << "\" (" << text.size() << " bytes)";
+      ASSERT_EQ((*tok)->encode(text), want)
+          << name << " on \"" << text.substr(0, 60) << "\" (" << text.size() << " bytes)";
       ASSERT_EQ((*tok)->count(text), want.size());
     }
   }
@@ -271,9 +343,11 @@ TEST(Jinja, LoopsNamespacesFiltersAndTests) {
   auto t = jinja::Template::parse(
       "{%- set ns = namespace(n=0) -%}"
       "{%- for m in messages if m.role != 'skip' -%}"
-      "{{ loop.index }}:{{ m.role | upper }}={{ m.content | trim }}{% if not loop.last %},{% endif %}"
+      "{{ loop.index }}:{{ m.role | upper }}={{ m.content | trim }}{% if not loop.last %},{% endif "
+      "%}"
       "{%- set ns.n = ns.n + m.content | length -%}"
-      "{%- endfor %} n={{ ns.n }} {{ messages[::-1][0].role }} {{ x is defined }} {{ {'a': [1, 'b']} | tojson }}");
+      "{%- endfor %} n={{ ns.n }} {{ messages[::-1][0].role }} {{ x is defined }} {{ {'a': [1, "
+      "'b']} | tojson }}");
   ASSERT_TRUE(t) << t.error().message;
   const auto ctx = nlohmann::ordered_json::parse(
       R"({"messages": [{"role": "user", "content": " hi "}, {"role": "skip", "content": "zz"},
@@ -310,8 +384,9 @@ TEST(ChatFormatter, TemplateCountIsTheRenderedPromptsCount) {
   auto cl = load_tokenizer("cl100k_base");
   ASSERT_TRUE(cl);
   auto f = ChatFormatter::create(
-      *cl, "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|endoftext|>{% endfor %}"
-           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
+      *cl,
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|endoftext|>{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
   ASSERT_TRUE(f) << f.error().message;
   const auto req = nlohmann::ordered_json::parse(
       R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]})");
@@ -351,7 +426,8 @@ TEST(ChatFormatter, RendersWhatItsContextRenders) {
       "function": {"name": "get", "arguments": "{\"city\": \"Oslo\"}"}}]},
     {"role": "tool", "tool_call_id": "c1", "content": "cold"}],
     "chat_template_kwargs": {"enable_thinking": false, "add_generation_prompt": false}})"));
-  for (const char* family : {"llama3", "qwen2.5", "qwen3", "smollm2", "mistral", "phi3", "gemma2", "gemma3"}) {
+  for (const char* family :
+       {"llama3", "qwen2.5", "qwen3", "smollm2", "mistral", "phi3", "gemma2", "gemma3"}) {
     std::ifstream t(dir + "/" + family + ".jinja");
     const std::string source((std::istreambuf_iterator<char>(t)), std::istreambuf_iterator<char>());
     auto f = ChatFormatter::create(*cl, source);
@@ -397,8 +473,9 @@ TEST(HfTokenizerJson, UnsupportedPiecesAreLoadErrors) {
 // `ferry model synth` writes tokenizer.ggml.pre "default", llama.cpp's fallback: it loads, and
 // splits as llama.cpp's default pre-tokenizer does.
 TEST(GgufVocab, SynthModelsLoadWithTheDefaultPreTokenizer) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("ferry_tok_synth_" + std::to_string(std::random_device{}()))).string();
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("ferry_tok_synth_" + std::to_string(std::random_device{}())))
+                              .string();
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/synth.gguf";
   model_tools::SynthOptions options;
@@ -417,7 +494,9 @@ TEST(GgufVocab, SynthModelsLoadWithTheDefaultPreTokenizer) {
   EXPECT_EQ((*tok)->decode(ids), text);
   // No token spans two pieces of the default pre-tokenizer.
   std::vector<std::size_t> cuts;
-  for (std::size_t pos = 0; pos < text.size(); pos = next_piece(SplitPattern::kLlamaDefault, text, pos)) cuts.push_back(pos);
+  for (std::size_t pos = 0; pos < text.size();
+       pos = next_piece(SplitPattern::kLlamaDefault, text, pos))
+    cuts.push_back(pos);
   std::size_t at = 0;
   for (const TokenId id : ids) {
     const std::size_t len = (*tok)->token_bytes(id).size();
@@ -432,7 +511,8 @@ TEST(GgufVocab, SynthModelsLoadWithTheDefaultPreTokenizer) {
 
 TEST(GgufVocab, SharedLlama2SentencePiece) {
   const char* shared = std::getenv("FERRY_SHARED_DIR");
-  const std::string path = std::string(shared ? shared : "../shared") + "/models/llama-2-tiny-random.gguf";
+  const std::string path =
+      std::string(shared ? shared : "../shared") + "/models/llama-2-tiny-random.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
   auto t = load_tokenizer(path);
   ASSERT_TRUE(t) << t.error().message;

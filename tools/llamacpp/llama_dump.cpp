@@ -57,8 +57,8 @@ float element(const ggml_tensor* t, int64_t i0, int64_t i1, int64_t i2, int64_t 
 bool on_eval(ggml_tensor* t, bool ask, void* user) {
   auto* st = static_cast<DumpState*>(user);
   if (ask) return true;
-  const bool readable = t->type == GGML_TYPE_F32 || t->type == GGML_TYPE_F16 ||
-                        t->type == GGML_TYPE_I32;
+  const bool readable =
+      t->type == GGML_TYPE_F32 || t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_I32;
   if (!readable || t->data == nullptr || !ggml_backend_buffer_is_host(t->buffer)) return true;
   char file[64];
   std::snprintf(file, sizeof(file), "t%05d.bin", st->serial++);
@@ -102,8 +102,10 @@ int main(int argc, char** argv) {
   const int n_gen = argc > 4 ? std::atoi(argv[4]) : 0;
   const int threads = argc > 5 ? std::atoi(argv[5]) : 2;
   llama_log_set(log_line, nullptr);
-  if (argc > 6) ggml_backend_load_all_from_path(argv[6]);
-  else ggml_backend_load_all();
+  if (argc > 6)
+    ggml_backend_load_all_from_path(argv[6]);
+  else
+    ggml_backend_load_all();
 
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;

@@ -51,7 +51,8 @@ TEST(AttendInvariant, MatchesSoftmaxAttentionAndEachHeadAlone) {
         for (auto& v : s) sum += (v = std::exp(v - max_s));
         for (int64_t d = 0; d < head_dim; ++d) {
           double expect = 0;
-          for (int64_t p = 0; p < n_keys; ++p) expect += s[p] * fp16_to_fp32(values[p * stride + d]);
+          for (int64_t p = 0; p < n_keys; ++p)
+            expect += s[p] * fp16_to_fp32(values[p * stride + d]);
           expect /= sum;
           const size_t at = static_cast<size_t>(h * head_dim + d);
           ASSERT_NEAR(group[at], expect, 1e-5 + 1e-5 * std::fabs(expect))

@@ -16,8 +16,8 @@ TEST(Fp16, KnownValues) {
   EXPECT_EQ(fp32_to_fp16(65504.0f), 0x7BFF);
   EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7C00);  // rounds past the max: infinity
   EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // tie to even
-  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.5f, -24)), 0x0002);  // tie to even, upward
+  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);         // tie to even
+  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.5f, -24)), 0x0002);         // tie to even, upward
   EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie to even
   EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(3.0f, -11)), 0x3C02);
   EXPECT_FLOAT_EQ(fp16_to_fp32(0x3555), 0.333251953125f);

@@ -179,8 +179,8 @@ TEST(Numerics, Q4_KDotOrders) {
 TEST(Numerics, EveryIsaMatchesTheScalarReferenceBitForBit) {
   const int64_t n = 2048;
   const int64_t n_act = 7;  // 4 + 2 + 1: every batched width
-  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
-                       TensorType::kQ5_K, TensorType::kQ6_K}) {
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ5_K,
+                       TensorType::kQ6_K}) {
     const TypeKernels* ref = kernels_for(t, Isa::kScalar);
     const auto w = quantize(t, random_row(n, 31, 0.05f));
     std::vector<uint8_t> acts;
@@ -194,18 +194,24 @@ TEST(Numerics, EveryIsaMatchesTheScalarReferenceBitForBit) {
       if (!isa_supported(isa)) continue;
       const TypeKernels* k = kernels_for(t, isa);
       std::vector<float> want(n_act), got(n_act);
-      ref->vec_dot_batch(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act, want.data(), 1);
-      k->vec_dot_batch(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act, got.data(), 1);
+      ref->vec_dot_batch(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act, want.data(),
+                         1);
+      k->vec_dot_batch(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act, got.data(),
+                       1);
       for (int64_t j = 0; j < n_act; ++j) {
         EXPECT_EQ(bits(got[j]), bits(want[j])) << tensor_type_name(t) << " " << isa_name(isa);
         EXPECT_EQ(bits(k->vec_dot(n, w.data(), acts.data() + j * stride)), bits(want[j]));
       }
       if (ref->vec_dot_serial == nullptr) continue;
-      ref->vec_dot_batch_serial(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act, want.data(), 1);
-      k->vec_dot_batch_serial(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act, got.data(), 1);
+      ref->vec_dot_batch_serial(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act,
+                                want.data(), 1);
+      k->vec_dot_batch_serial(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act,
+                              got.data(), 1);
       for (int64_t j = 0; j < n_act; ++j) EXPECT_EQ(bits(got[j]), bits(want[j])) << "serial";
-      ref->vec_dot_batch_serial4(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act, want.data(), 1);
-      k->vec_dot_batch_serial4(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act, got.data(), 1);
+      ref->vec_dot_batch_serial4(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act,
+                                 want.data(), 1);
+      k->vec_dot_batch_serial4(n, w.data(), acts.data(), static_cast<int64_t>(stride), n_act,
+                               got.data(), 1);
       for (int64_t j = 0; j < n_act; ++j) EXPECT_EQ(bits(got[j]), bits(want[j])) << "serial4";
     }
   }
@@ -275,9 +281,9 @@ TEST(Numerics, RopeAnglesAreAChainOfProductsAndOneProductIsFused) {
 
 TEST(Numerics, SwigluIsAccurateAndTheSameOnEveryIsa) {
   auto gate = random_row(1000, 61, 4.0f);  // 992 through the exp approximation, 8 through expf
-  gate[3] = 150.0f;   // exp(-150) underflows
-  gate[4] = -150.0f;  // exp(150) overflows: silu = -0
-  gate[5] = 95.0f;    // exp(-95) is subnormal
+  gate[3] = 150.0f;                        // exp(-150) underflows
+  gate[4] = -150.0f;                       // exp(150) overflows: silu = -0
+  gate[5] = 95.0f;                         // exp(-95) is subnormal
   const auto up = random_row(1000, 62);
   std::vector<float> want(1000), got(1000);
   detail::swiglu_row_ref(1000, gate.data(), up.data(), want.data());
@@ -301,7 +307,8 @@ TEST(Numerics, DotF16FollowsTheFourBySixteenLaneTree) {
     const float want = detail::dot_f16_f16_ref(n, x.data(), y.data());
     EXPECT_EQ(bits(dot_f16_f16(n, x.data(), y.data())), bits(want)) << n;
     double exact = 0;
-    for (int64_t i = 0; i < n; ++i) exact += static_cast<double>(fp16_to_fp32(x[i])) * fp16_to_fp32(y[i]);
+    for (int64_t i = 0; i < n; ++i)
+      exact += static_cast<double>(fp16_to_fp32(x[i])) * fp16_to_fp32(y[i]);
     EXPECT_NEAR(want, exact, 1e-5 * n);
   }
 }
@@ -324,7 +331,8 @@ TEST(Numerics, AttentionFormsAgreeWithSoftmaxAttention) {
   double max_s = -1e300, sum = 0;
   for (int64_t p = 0; p < n_keys; ++p) {
     double dot = 0;
-    for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(qf[d]) * fp16_to_fp32(k[p * stride + d]);
+    for (int64_t d = 0; d < hd; ++d)
+      dot += static_cast<double>(qf[d]) * fp16_to_fp32(k[p * stride + d]);
     s[p] = dot * scale;
     max_s = std::max(max_s, s[p]);
   }

@@ -32,11 +32,19 @@ std::vector<uint8_t> random_blocks(TensorType type, int64_t n, uint32_t seed) {
     };
     switch (type) {
       case TensorType::kQ8_0:
-      case TensorType::kQ4_0: put(0); break;
+      case TensorType::kQ4_0:
+        put(0);
+        break;
       case TensorType::kQ4_K:
-      case TensorType::kQ5_K: put(0); put(2); break;
-      case TensorType::kQ6_K: put(208); break;
-      default: break;
+      case TensorType::kQ5_K:
+        put(0);
+        put(2);
+        break;
+      case TensorType::kQ6_K:
+        put(208);
+        break;
+      default:
+        break;
     }
   }
   return bytes;
@@ -92,8 +100,8 @@ std::vector<float> spec_q4_k(const uint8_t* p, int64_t n, bool five_bit) {
     const uint8_t* scales = p + 4;
     const uint8_t* qh = p + 16;
     const uint8_t* qs = five_bit ? p + 48 : p + 16;
-    for (int chunk = 0; chunk < 4; ++chunk) {       // 64 elements per 32 bytes of qs
-      for (int half = 0; half < 2; ++half) {        // low nibbles, then high nibbles
+    for (int chunk = 0; chunk < 4; ++chunk) {  // 64 elements per 32 bytes of qs
+      for (int half = 0; half < 2; ++half) {   // low nibbles, then high nibbles
         const int j = 2 * chunk + half;
         int sc, m;
         spec_scale_min(scales, j, &sc, &m);
@@ -196,10 +204,10 @@ TEST(Quants, RoundTripErrorWithinBounds) {
     TensorType type;
     double max_rel_rmse;  // RMSE of the round trip / RMS of the data
   };
-  const Case cases[] = {{TensorType::kF32, 0.0},     {TensorType::kF16, 1e-3},
-                        {TensorType::kBF16, 5e-3},   {TensorType::kQ8_0, 0.01},
-                        {TensorType::kQ6_K, 0.035},  {TensorType::kQ5_K, 0.06},
-                        {TensorType::kQ4_K, 0.12},   {TensorType::kQ4_0, 0.14}};
+  const Case cases[] = {{TensorType::kF32, 0.0},    {TensorType::kF16, 1e-3},
+                        {TensorType::kBF16, 5e-3},  {TensorType::kQ8_0, 0.01},
+                        {TensorType::kQ6_K, 0.035}, {TensorType::kQ5_K, 0.06},
+                        {TensorType::kQ4_K, 0.12},  {TensorType::kQ4_0, 0.14}};
   const auto x = random_row(n, 42, 0.02f);
   double rms = 0;
   for (float v : x) rms += static_cast<double>(v) * v;
@@ -214,7 +222,8 @@ TEST(Quants, RoundTripErrorWithinBounds) {
     // Quantizing the dequantized values again is stable (idempotent up to rounding).
     const auto y2 = dequantize(c.type, quantize(c.type, y), n);
     double drift = 0;
-    for (int64_t i = 0; i < n; ++i) drift = std::max(drift, std::fabs(static_cast<double>(y2[i] - y[i])));
+    for (int64_t i = 0; i < n; ++i)
+      drift = std::max(drift, std::fabs(static_cast<double>(y2[i] - y[i])));
     EXPECT_LE(drift, 0.5 * c.max_rel_rmse * 4 * rms + 1e-7) << tensor_type_name(c.type);
   }
 }

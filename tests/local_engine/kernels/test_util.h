@@ -35,9 +35,8 @@ inline std::vector<float> dequantize(TensorType type, const std::vector<uint8_t>
   return out;
 }
 
-inline const TensorType kWeightTypes[] = {TensorType::kF32,  TensorType::kF16,
-                                          TensorType::kBF16, TensorType::kQ8_0,
-                                          TensorType::kQ4_0, TensorType::kQ4_K,
+inline const TensorType kWeightTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
+                                          TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
                                           TensorType::kQ5_K, TensorType::kQ6_K};
 
 }  // namespace ferry::kernels::testing
