@@ -87,66 +87,6 @@ Error bad_param(const std::string& name, const std::string& message) {
 
 }  // namespace
 
-AdminRoute admin_route(std::string_view method, std::string_view path, bool& method_ok) {
-  struct Entry {
-    std::string_view path;
-    std::string_view method;
-    AdminRoute route;
-  };
-  static constexpr Entry kEntries[] = {
-      {"/admin/policy", "GET", AdminRoute::kPolicyGet},
-      {"/admin/policy", "PUT", AdminRoute::kPolicyPut},
-      {"/admin/policy/reload", "POST", AdminRoute::kPolicyReload},
-      {"/admin/route/explain", "POST", AdminRoute::kRouteExplain},
-      {"/v1/ledger/report", "GET", AdminRoute::kLedgerReport},
-      {"/v1/ledger/export.csv", "GET", AdminRoute::kLedgerExport},
-      {"/v1/ledger/attempts.csv", "GET", AdminRoute::kLedgerAttempts},
-  };
-  AdminRoute found = AdminRoute::kNone;
-  for (const auto& e : kEntries) {
-    if (e.path != path) continue;
-    if (e.method == method) {
-      method_ok = true;
-      return e.route;
-    }
-    found = e.route;
-  }
-  method_ok = false;
-  return found;
-}
-
-const char* admin_allowed_method(AdminRoute route) {
-  switch (route) {
-    case AdminRoute::kPolicyGet:
-    case AdminRoute::kPolicyPut:
-      return "GET, PUT";
-    case AdminRoute::kPolicyReload:
-    case AdminRoute::kRouteExplain:
-      return "POST";
-    case AdminRoute::kLedgerReport:
-    case AdminRoute::kLedgerExport:
-    case AdminRoute::kLedgerAttempts:
-      return "GET";
-    case AdminRoute::kNone:
-      return "";
-  }
-  return "";
-}
-
-Status authorize_admin(AdminRoute route, const Principal& principal) {
-  bool ledger = route == AdminRoute::kLedgerReport || route == AdminRoute::kLedgerExport ||
-                route == AdminRoute::kLedgerAttempts;
-  bool ok = principal.role == config::Role::kAdmin ||
-            (ledger && principal.role == config::Role::kFinance);
-  if (ok) return {};
-  return Error::make(ErrorCode::kForbidden,
-                     std::string("this endpoint needs a key with the ") +
-                         (ledger ? "finance or admin" : "admin") + " role; key '" +
-                         principal.key_id + "' has the role '" +
-                         std::string(config::role_name(principal.role)) + "'",
-                     "", "insufficient_role");
-}
-
 std::map<std::string, std::string> parse_query(std::string_view query) {
   std::map<std::string, std::string> out;
   while (!query.empty()) {

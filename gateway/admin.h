@@ -1,6 +1,7 @@
-// The admin and finance HTTP endpoints, apart from the socket code: which path needs which
-// role (decided on the I/O thread), and the handlers themselves, which block (policy files,
-// SQLite reports) and therefore run on the server's worker thread, never an I/O thread.
+// The admin and finance handlers, apart from the socket code: they block (policy files,
+// SQLite reports) and therefore run on the server's worker thread, never an I/O thread. Which
+// path needs which role is the endpoint table's (gateway/endpoints.cpp); the query helpers are
+// stateless. Thread-safety: run_admin() is called from the one worker thread.
 //
 //   GET  /admin/policy           admin    active version, load time, last rejected attempt
 //   PUT  /admin/policy           admin    body = policy YAML; ?persist=false keeps the file
@@ -37,15 +38,6 @@ enum class AdminRoute {
   kLedgerExport,
   kLedgerAttempts,  // the attempts of the exported requests (failed fallback hops included)
 };
-
-// kNone for paths that are not admin/ledger endpoints. A known path with the wrong method
-// returns the route with `method_ok` false (405).
-AdminRoute admin_route(std::string_view method, std::string_view path, bool& method_ok);
-const char* admin_allowed_method(AdminRoute route);
-
-// 403 unless the principal's role may use the route (finance or admin for the ledger,
-// admin for the rest).
-Status authorize_admin(AdminRoute route, const Principal& principal);
 
 struct AdminReply {
   int status = 200;

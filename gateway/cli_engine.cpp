@@ -90,6 +90,61 @@ Result<std::vector<engine::TokenId>> parse_ids(const std::string& text) {
   return ids;
 }
 
+// Prints the next-token log-probabilities after the prompt, the `logprobs` likeliest (for
+// comparisons with other engines).
+int print_logprobs(engine::Engine& e, const std::vector<engine::TokenId>& prompt, int logprobs) {
+  if (auto s = e.kv().seq_add(0); !s) return 1;
+  std::vector<engine::BatchEntry> batch;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    batch.push_back({0, static_cast<int64_t>(i), prompt[i], i + 1 == prompt.size()});
+  }
+  std::vector<float> logits;
+  if (auto s = e.forward(batch, logits); !s) {
+    std::cerr << "ferry engine generate: " << s.error().message << "\n";
+    return 1;
+  }
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l - max_logit));
+  const double log_sum = std::log(sum) + max_logit;
+  std::vector<int32_t> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  const auto n = std::min<size_t>(static_cast<size_t>(logprobs), order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(n), order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  for (size_t i = 0; i < n; ++i) {
+    std::printf("%d %.6f\n", order[i], static_cast<double>(logits[order[i]]) - log_sum);
+  }
+  return 0;
+}
+
+// Appends the tokens of the text prompt (--prompt, through the chat template with --chat) to
+// `prompt`. Returns the exit code: 0, or 1 after printing why.
+int encode_prompt(const GenerateArgs& args, const std::shared_ptr<const tokenizer::Tokenizer>& tok,
+                  std::vector<engine::TokenId>& prompt) {
+  std::string text = args.prompt;
+  auto specials = tokenizer::Specials::kAsText;
+  if (args.chat) {  // the model's own chat template, as the server renders it
+    auto chat = tokenizer::ChatFormatter::create(tok);
+    auto rendered = chat ? chat.value()->render(nlohmann::ordered_json{
+                               {"messages", {{{"role", "user"}, {"content", args.prompt}}}}})
+                         : Result<std::string>(chat.error());
+    if (!rendered) {
+      std::cerr << "ferry engine generate: --chat: " << rendered.error().message << "\n";
+      return 1;
+    }
+    text = std::move(rendered).value();
+    specials = tokenizer::Specials::kParse;
+  }
+  const std::vector<tokenizer::TokenId> ids = tok->encode(text, specials);
+  const auto bos = tok->bos_id();
+  if (tok->add_bos() && bos && (ids.empty() || ids.front() != *bos)) {
+    prompt.push_back(static_cast<engine::TokenId>(*bos));
+  }
+  for (tokenizer::TokenId id : ids) prompt.push_back(static_cast<engine::TokenId>(id));
+  return 0;
+}
+
 int run_generate(const GenerateArgs& args) {
   std::shared_ptr<engine::GgufSource> source;
   auto eng = open_engine(args.model, args.threads, args.n_ctx, &source);
@@ -118,54 +173,10 @@ int run_generate(const GenerateArgs& args) {
     tok = loaded.value();
   }
   if (args.prompt_ids.empty()) {
-    std::string text = args.prompt;
-    auto specials = tokenizer::Specials::kAsText;
-    if (args.chat) {  // the model's own chat template, as the server renders it
-      auto chat = tokenizer::ChatFormatter::create(tok);
-      auto rendered = chat ? chat.value()->render(nlohmann::ordered_json{
-                                 {"messages", {{{"role", "user"}, {"content", args.prompt}}}}})
-                           : Result<std::string>(chat.error());
-      if (!rendered) {
-        std::cerr << "ferry engine generate: --chat: " << rendered.error().message << "\n";
-        return 1;
-      }
-      text = std::move(rendered).value();
-      specials = tokenizer::Specials::kParse;
-    }
-    const std::vector<tokenizer::TokenId> ids = tok->encode(text, specials);
-    const auto bos = tok->bos_id();
-    if (tok->add_bos() && bos && (ids.empty() || ids.front() != *bos)) {
-      prompt.push_back(static_cast<engine::TokenId>(*bos));
-    }
-    for (tokenizer::TokenId id : ids) prompt.push_back(static_cast<engine::TokenId>(id));
+    if (int code = encode_prompt(args, tok, prompt); code != 0) return code;
   }
 
-  if (args.logprobs > 0) {
-    // Next-token log-probabilities after the prompt (for comparisons with other engines).
-    if (auto s = e.kv().seq_add(0); !s) return 1;
-    std::vector<engine::BatchEntry> batch;
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      batch.push_back({0, static_cast<int64_t>(i), prompt[i], i + 1 == prompt.size()});
-    }
-    std::vector<float> logits;
-    if (auto s = e.forward(batch, logits); !s) {
-      std::cerr << "ferry engine generate: " << s.error().message << "\n";
-      return 1;
-    }
-    const float max_logit = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (float l : logits) sum += std::exp(static_cast<double>(l - max_logit));
-    const double log_sum = std::log(sum) + max_logit;
-    std::vector<int32_t> order(logits.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-    const auto n = std::min<size_t>(static_cast<size_t>(args.logprobs), order.size());
-    std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(n), order.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-    for (size_t i = 0; i < n; ++i) {
-      std::printf("%d %.6f\n", order[i], static_cast<double>(logits[order[i]]) - log_sum);
-    }
-    return 0;
-  }
+  if (args.logprobs > 0) return print_logprobs(e, prompt, args.logprobs);
 
   engine::GenerateOptions options;
   options.max_tokens = args.max_tokens;

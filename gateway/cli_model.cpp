@@ -36,6 +36,44 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
+// The tensors by type: counts, parameters, bytes.
+void print_tensor_types(const gguf::GgufFile& f) {
+  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  uint64_t total_bytes = 0, total_params = 0;
+  for (const auto& t : f.tensors()) {
+    auto& e = by_type[std::string(model_format::tensor_type_name(t.type))];
+    ++e.first;
+    e.second += t.n_bytes;
+    total_bytes += t.n_bytes;
+    total_params += t.n_elements;
+  }
+  std::cout << "tensors:       " << f.tensors().size() << " (" << total_params << " parameters, "
+            << human_bytes(total_bytes) << ")\n";
+  for (const auto& [type, e] : by_type) {
+    std::printf("  %-8s %5d tensors  %s\n", type.c_str(), e.first, human_bytes(e.second).c_str());
+  }
+}
+
+// The vocabulary: model, sizes and special token ids.
+void print_vocabulary(const gguf::GgufFile& f) {
+  if (auto model = f.get_string("tokenizer.ggml.model")) {
+    const gguf::Value* tokens = f.find("tokenizer.ggml.tokens");
+    const gguf::Value* merges = f.find("tokenizer.ggml.merges");
+    std::cout << "vocabulary:    " << *model << ", " << (tokens ? tokens->array_size() : 0)
+              << " tokens, " << (merges ? merges->array_size() : 0) << " merges";
+    if (auto pre = f.get_string("tokenizer.ggml.pre")) std::cout << ", pre " << *pre;
+    std::cout << "\n";
+    for (const char* key : {"bos_token_id", "eos_token_id", "eot_token_id", "padding_token_id"}) {
+      const auto id = f.get_uint(std::string("tokenizer.ggml.") + key);
+      if (!id) continue;
+      std::cout << "  " << key << " = " << *id;
+      if (tokens && *id < tokens->strings.size())
+        std::cout << " " << gguf::Value::string(tokens->strings[*id]).to_display_string();
+      std::cout << "\n";
+    }
+  }
+}
+
 int model_info(const std::string& path, bool list_tensors, bool all_metadata) {
   auto opened = gguf::GgufFile::open(path);
   if (!opened) {
@@ -67,38 +105,8 @@ int model_info(const std::string& path, bool list_tensors, bool all_metadata) {
       std::printf("%-15s%s\n", (std::string(label) + ":").c_str(), v->to_display_string().c_str());
     }
   }
-  // Tensors by type.
-  std::map<std::string, std::pair<int, uint64_t>> by_type;
-  uint64_t total_bytes = 0, total_params = 0;
-  for (const auto& t : f.tensors()) {
-    auto& e = by_type[std::string(model_format::tensor_type_name(t.type))];
-    ++e.first;
-    e.second += t.n_bytes;
-    total_bytes += t.n_bytes;
-    total_params += t.n_elements;
-  }
-  std::cout << "tensors:       " << f.tensors().size() << " (" << total_params << " parameters, "
-            << human_bytes(total_bytes) << ")\n";
-  for (const auto& [type, e] : by_type) {
-    std::printf("  %-8s %5d tensors  %s\n", type.c_str(), e.first, human_bytes(e.second).c_str());
-  }
-  // Vocabulary.
-  if (auto model = f.get_string("tokenizer.ggml.model")) {
-    const gguf::Value* tokens = f.find("tokenizer.ggml.tokens");
-    const gguf::Value* merges = f.find("tokenizer.ggml.merges");
-    std::cout << "vocabulary:    " << *model << ", " << (tokens ? tokens->array_size() : 0)
-              << " tokens, " << (merges ? merges->array_size() : 0) << " merges";
-    if (auto pre = f.get_string("tokenizer.ggml.pre")) std::cout << ", pre " << *pre;
-    std::cout << "\n";
-    for (const char* key : {"bos_token_id", "eos_token_id", "eot_token_id", "padding_token_id"}) {
-      const auto id = f.get_uint(std::string("tokenizer.ggml.") + key);
-      if (!id) continue;
-      std::cout << "  " << key << " = " << *id;
-      if (tokens && *id < tokens->strings.size())
-        std::cout << " " << gguf::Value::string(tokens->strings[*id]).to_display_string();
-      std::cout << "\n";
-    }
-  }
+  print_tensor_types(f);
+  print_vocabulary(f);
   if (auto tmpl = f.get_string("tokenizer.chat_template")) {
     std::cout << "chat template:\n" << *tmpl << "\n";
   } else {
@@ -121,13 +129,8 @@ int model_info(const std::string& path, bool list_tensors, bool all_metadata) {
   return 0;
 }
 
-}  // namespace
-
-void add_model_commands(CLI::App& app, int& exit_code) {
-  CLI::App* model = app.add_subcommand("model", "Inspect, synthesize and quantize GGUF models");
-  model->require_subcommand(1);
-
-  // ferry model info FILE
+// ferry model info FILE
+void add_info_command(CLI::App* model, int& exit_code) {
   auto info_path = std::make_shared<std::string>();
   auto info_tensors = std::make_shared<bool>(false);
   auto info_metadata = std::make_shared<bool>(false);
@@ -138,8 +141,10 @@ void add_model_commands(CLI::App& app, int& exit_code) {
   info->add_flag("--metadata", *info_metadata, "Print every metadata key");
   info->callback(
       [=, &exit_code] { exit_code = model_info(*info_path, *info_tensors, *info_metadata); });
+}
 
-  // ferry model synth ...
+// ferry model synth ...
+void add_synth_command(CLI::App* model, int& exit_code) {
   auto so = std::make_shared<model_tools::SynthOptions>();
   auto preset = std::make_shared<std::string>();
   auto synth_out = std::make_shared<std::string>();
@@ -204,8 +209,10 @@ void add_model_commands(CLI::App& app, int& exit_code) {
     }
     std::cerr << "wrote " << *synth_out << "\n";
   });
+}
 
-  // ferry model quantize IN OUT TYPE
+// ferry model quantize IN OUT TYPE
+void add_quantize_command(CLI::App* model, int& exit_code) {
   auto q_in = std::make_shared<std::string>();
   auto q_out = std::make_shared<std::string>();
   auto q_type = std::make_shared<std::string>();
@@ -238,6 +245,16 @@ void add_model_commands(CLI::App& app, int& exit_code) {
     }
     std::cerr << "wrote " << *q_out << " (" << target->name << ")\n";
   });
+}
+
+}  // namespace
+
+void add_model_commands(CLI::App& app, int& exit_code) {
+  CLI::App* model = app.add_subcommand("model", "Inspect, synthesize and quantize GGUF models");
+  model->require_subcommand(1);
+  add_info_command(model, exit_code);
+  add_synth_command(model, exit_code);
+  add_quantize_command(model, exit_code);
 }
 
 }  // namespace ferry::cli

@@ -830,6 +830,10 @@ void Router::finish_shadow(const RequestContext& ctx, const Plan& plan, const At
   ledger_->record(std::move(r), nullptr);
 }
 
+void Router::skip_shadow(const PlannedHop& shadow) {
+  counters_->shadows.inc({shadow.name, "skipped"});
+}
+
 namespace {
 
 // One entry of /v1/models. `created`: when ferry began serving the name (the active policy's

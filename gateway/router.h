@@ -186,6 +186,8 @@ class Router {
   // A shadow copy's outcome, recorded as its own row tagged "shadow".
   void finish_shadow(const RequestContext& context, const Plan& plan,
                      const AttemptOutcome& outcome);
+  // A shadow copy that was not sent (too many in flight, or shutting down): counted only.
+  void skip_shadow(const PlannedHop& shadow);
 
   // GET /v1/models: the policy's aliases, or the configured models without a policy.
   std::string models_json() const;

@@ -1,37 +1,11 @@
-// Admin endpoints apart from sockets: routes, roles, query strings and export filters.
+// Admin endpoints apart from sockets: query strings and export filters (their routes and
+// roles: endpoints_test.cpp).
 #include "gateway/admin.h"
 
 #include <gtest/gtest.h>
 
 namespace ferry::gateway {
 namespace {
-
-TEST(AdminRoute, KnownPathsAndMethods) {
-  bool ok = false;
-  EXPECT_EQ(admin_route("GET", "/admin/policy", ok), AdminRoute::kPolicyGet);
-  EXPECT_TRUE(ok);
-  EXPECT_EQ(admin_route("PUT", "/admin/policy", ok), AdminRoute::kPolicyPut);
-  EXPECT_TRUE(ok);
-  EXPECT_EQ(admin_route("DELETE", "/admin/policy", ok), AdminRoute::kPolicyPut);
-  EXPECT_FALSE(ok);
-  EXPECT_EQ(admin_route("POST", "/admin/route/explain", ok), AdminRoute::kRouteExplain);
-  EXPECT_TRUE(ok);
-  EXPECT_EQ(admin_route("GET", "/v1/ledger/export.csv", ok), AdminRoute::kLedgerExport);
-  EXPECT_EQ(admin_route("GET", "/v1/chat/completions", ok), AdminRoute::kNone);
-}
-
-TEST(AdminRoute, RolesAreEnforced) {
-  Principal app{"a", "", "", config::Role::kApp, {}};
-  Principal finance{"f", "", "", config::Role::kFinance, {}};
-  Principal admin{"x", "", "", config::Role::kAdmin, {}};
-  EXPECT_FALSE(authorize_admin(AdminRoute::kLedgerReport, app));
-  EXPECT_EQ(authorize_admin(AdminRoute::kLedgerReport, app).error().code, ErrorCode::kForbidden);
-  EXPECT_TRUE(authorize_admin(AdminRoute::kLedgerReport, finance));
-  EXPECT_TRUE(authorize_admin(AdminRoute::kLedgerExport, admin));
-  EXPECT_FALSE(authorize_admin(AdminRoute::kPolicyPut, finance));
-  EXPECT_FALSE(authorize_admin(AdminRoute::kRouteExplain, app));
-  EXPECT_TRUE(authorize_admin(AdminRoute::kPolicyPut, admin));
-}
 
 TEST(AdminQuery, DecodesPercentAndPlus) {
   auto q = parse_query("team=a%20b&by=team,day&x=1+2&empty=&=skip");

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "ledger/sqlite_db.h"
 #include "tests/integration/ferry_test_base.h"
 
 namespace ferry::itest {
@@ -429,6 +430,95 @@ TEST_F(RoutingTest, ShadowCopiesGoToTheShadowTargetAndAreDiscarded) {
   EXPECT_NE(m.find("ferry_shadow_requests_total{target=\"other\",outcome=\"ok\"} 1"),
             std::string::npos)
       << m;
+}
+
+// Shadow copies are tracked: shutdown waits for them within its grace and cancels the rest,
+// and either way the copy's row reaches the ledger. (Untracked, a copy still running when the
+// last request ended was dropped with the event loop, its row lost.)
+constexpr const char* kShadowPolicy = R"(
+targets:
+  good: gpt-test
+  slowpoke: slowpoke
+  hang: hang
+models: [waits, cancelled]
+rules:
+  - id: waits
+    when: { model: waits }
+    route: [good]
+    shadow: slowpoke
+  - id: cancelled
+    when: { model: cancelled }
+    route: [good]
+    shadow: hang
+default: { route: [good] }
+)";
+
+class ShadowShutdownTest : public RoutingTest {
+ protected:
+  void start_with_grace(int grace_ms) {
+    policy_path_ = dir_.write("policies.yaml", kShadowPolicy);
+    db_ = (dir_.path() / "l.db").string();
+    std::string cfg = standard_config(upstream_.address);
+    auto grace = cfg.find("shutdown_grace_ms: 10000");
+    ASSERT_NE(grace, std::string::npos);
+    cfg.replace(grace, std::string("shutdown_grace_ms: 10000").size(),
+                "shutdown_grace_ms: " + std::to_string(grace_ms));
+    auto models = cfg.find("models:\n");
+    ASSERT_NE(models, std::string::npos);
+    cfg.insert(models + 8, "  - {name: slowpoke, backend: up, upstream_model: slow-1500}\n");
+    cfg += "policy:\n  file: " + policy_path_ + "\n  watch: false\nledger:\n  path: " + db_ + "\n";
+    ferry_ = start_ferry(dir_, cfg);
+  }
+
+  // Answers `model` (its shadow starts beside it), then SIGTERM; ferry must exit 0.
+  void answer_then_sigterm(const std::string& model) {
+    auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body(model, "twice"));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(header(*r, "x-ferry-target"), "good");
+    ferry_.process->send_signal(SIGTERM);
+    auto status = ferry_.process->wait_exit(Ms(30000));
+    ASSERT_TRUE(status) << "ferry did not exit after SIGTERM";
+    EXPECT_EQ(*status, 0);
+  }
+
+  // The shadow rows of the ledger: status and error code of each.
+  std::vector<std::pair<std::string, std::string>> shadow_rows() {
+    std::vector<std::pair<std::string, std::string>> rows;
+    auto db = ledger::Db::open(db_, true);
+    EXPECT_TRUE(db) << db.error().message;
+    if (!db) return rows;
+    auto stmt = db->prepare(
+        "SELECT status, error_code FROM requests WHERE kind='request' AND "
+        "instr(trusted_tags,'\"shadow\"')>0 ORDER BY seq");
+    EXPECT_TRUE(stmt);
+    if (!stmt) return rows;
+    for (;;) {
+      auto has = stmt->step();
+      if (!has || !*has) break;
+      rows.emplace_back(std::get<std::string>(stmt->value_at(0)),
+                        std::get<std::string>(stmt->value_at(1)));
+    }
+    return rows;
+  }
+
+  std::string db_;
+};
+
+TEST_F(ShadowShutdownTest, ShutdownWaitsForAShadowCopyWithinTheGrace) {
+  start_with_grace(10000);
+  answer_then_sigterm("waits");
+  EXPECT_EQ(upstream_stats(upstream_.address).value("completed", 0), 2)
+      << "the answer and its shadow both completed";
+  EXPECT_EQ(shadow_rows(), (std::vector<std::pair<std::string, std::string>>{{"ok", ""}}));
+}
+
+TEST_F(ShadowShutdownTest, ShutdownCancelsAShadowCopyStillRunningAfterTheGrace) {
+  start_with_grace(200);  // far below the backend's 2 s first-byte timeout
+  answer_then_sigterm("cancelled");
+  // Cancelled by shutdown (not timed out, not dropped): its row says so.
+  EXPECT_EQ(shadow_rows(),
+            (std::vector<std::pair<std::string, std::string>>{{"error", "cancelled"}}));
 }
 
 TEST_F(RoutingTest, CircuitBreakerOpensAfterRepeatedFailuresAndSkipsTheBackend) {

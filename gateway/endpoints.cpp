@@ -1,0 +1,265 @@
+#include "gateway/endpoints.h"
+
+#include "adapters/backend.h"
+#include "gateway/errors.h"
+#include "gateway/metrics.h"
+#include "gateway/openai_request.h"
+
+namespace ferry::gateway {
+
+namespace {
+
+// ---- the table ------------------------------------------------------------------------------
+
+// Every endpoint ferry serves. A path not here is 404; a path here with another method is 405
+// with `Allow` (the open endpoints excepted: they answer GET and HEAD, anything else there is
+// an unknown URL). HEAD is answered as GET, without the body, where the reply is direct (the
+// open endpoints and the models); elsewhere it is 405.
+constexpr Endpoint kEndpoints[] = {
+    {"GET", "/healthz", Access::kOpen, Handler::kHealthz},
+    {"GET", "/readyz", Access::kOpen, Handler::kReadyz},
+    {"GET", "/metrics", Access::kOpen, Handler::kMetrics},
+    {"POST", "/v1/chat/completions", Access::kApp, Handler::kChatCompletions},
+    {"POST", "/v1/completions", Access::kApp, Handler::kCompletions},
+    {"GET", "/v1/models", Access::kApp, Handler::kModels},
+    {"GET", "/v1/models/", Access::kApp, Handler::kModel},
+    {"GET", "/admin/policy", Access::kAdmin, Handler::kAdmin, AdminRoute::kPolicyGet},
+    {"PUT", "/admin/policy", Access::kAdmin, Handler::kAdmin, AdminRoute::kPolicyPut},
+    {"POST", "/admin/policy/reload", Access::kAdmin, Handler::kAdmin, AdminRoute::kPolicyReload},
+    {"POST", "/admin/route/explain", Access::kAdmin, Handler::kAdmin, AdminRoute::kRouteExplain},
+    {"GET", "/v1/ledger/report", Access::kFinance, Handler::kAdmin, AdminRoute::kLedgerReport},
+    {"GET", "/v1/ledger/export.csv", Access::kFinance, Handler::kExport, AdminRoute::kLedgerExport},
+    {"GET", "/v1/ledger/attempts.csv", Access::kFinance, Handler::kExport,
+     AdminRoute::kLedgerAttempts},
+};
+
+bool path_matches(const Endpoint& e, std::string_view path) {
+  if (e.path.ends_with('/')) return path.starts_with(e.path);
+  return path == e.path;
+}
+
+// HEAD is GET without the body where the reply is direct.
+bool head_as_get(const Endpoint& e) {
+  return e.access == Access::kOpen || e.handler == Handler::kModels || e.handler == Handler::kModel;
+}
+
+bool method_matches(const Endpoint& e, std::string_view method) {
+  return e.method == method || (method == "HEAD" && e.method == "GET" && head_as_get(e));
+}
+
+Reply text_reply(int status, std::string content_type, std::string body) {
+  Reply r;
+  r.status = status;
+  r.content_type = std::move(content_type);
+  r.body = std::move(body);
+  return r;
+}
+
+// The routing headers ferry stores in the ledger: UTF-8, and the task as long as
+// metadata.task_id may be.
+constexpr size_t kMaxTaskBytes = 256;
+
+Status check_ferry_headers(std::string_view task, std::string_view tags) {
+  if (task.size() > kMaxTaskBytes) {
+    return Error::make(
+        ErrorCode::kInvalidRequest,
+        "the x-ferry-task header must be at most " + std::to_string(kMaxTaskBytes) + " bytes",
+        "x-ferry-task", "invalid_value");
+  }
+  for (auto [name, value] : {std::pair{"x-ferry-task", task}, std::pair{"x-ferry-tags", tags}}) {
+    if (!is_valid_utf8(value)) {
+      return Error::make(ErrorCode::kInvalidRequest,
+                         std::string("the ") + name + " header is not valid UTF-8", name,
+                         "invalid_value");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::span<const Endpoint> endpoint_table() {
+  return kEndpoints;
+}
+
+const Endpoint* find_endpoint(std::string_view method, std::string_view path, std::string& allow) {
+  allow.clear();
+  for (const auto& e : kEndpoints) {
+    if (!path_matches(e, path)) continue;
+    if (method_matches(e, method)) return &e;
+    if (e.access == Access::kOpen) continue;  // not offered: see kEndpoints
+    allow += (allow.empty() ? "" : ", ") + std::string(e.method);
+  }
+  return nullptr;
+}
+
+Status authorize(const Endpoint& e, const Principal& principal) {
+  if (e.access == Access::kOpen || e.access == Access::kApp) return {};
+  bool ledger = e.access == Access::kFinance;
+  bool ok = principal.role == config::Role::kAdmin ||
+            (ledger && principal.role == config::Role::kFinance);
+  if (ok) return {};
+  return Error::make(ErrorCode::kForbidden,
+                     std::string("this endpoint needs a key with the ") +
+                         (ledger ? "finance or admin" : "admin") + " role; key '" +
+                         principal.key_id + "' has the role '" +
+                         std::string(config::role_name(principal.role)) + "'",
+                     "", "insufficient_role");
+}
+
+Reply error_reply(const Error& error) {
+  HttpError e = to_http_error(error);
+  Reply r;
+  r.status = e.status;
+  r.body = std::move(e.body);
+  return r;
+}
+
+Reply reply_error(RequestRecord& record, const Error& error) {
+  record.error = error.message;
+  Reply r = error_reply(error);
+  for (auto& h : retry_headers(error)) r.headers.push_back(std::move(h));
+  return r;
+}
+
+// ---- dispatch -------------------------------------------------------------------------------
+
+std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& rec, Job& job) {
+  std::string_view path = req.target;
+  std::string_view query;
+  if (auto q = path.find('?'); q != std::string_view::npos) {
+    query = path.substr(q + 1);
+    path = path.substr(0, q);
+  }
+  rec.path = std::string(path);
+  rec.method = std::string(req.method);
+  if (!is_clean_target(req.target)) {
+    return reply_error(rec, Error::make(ErrorCode::kInvalidRequest,
+                                        "the request target holds bytes that are not printable "
+                                        "ASCII; percent-encode them",
+                                        "", "invalid_target"));
+  }
+  if (auto open = open_endpoint(req, path)) return open;
+  if (draining_.load()) {
+    Error e = Error::make(ErrorCode::kUnavailable, "ferry is shutting down");
+    e.retry_after_s = 1;
+    return reply_error(rec, e);
+  }
+  std::string allow;
+  const Endpoint* endpoint = find_endpoint(req.method, path, allow);
+  if (endpoint == nullptr && allow.empty()) {
+    return reply_error(
+        rec, Error::make(ErrorCode::kNotFound,
+                         "Unknown request URL: " + rec.method + " " + rec.path, "", "unknown_url"));
+  }
+  if (endpoint == nullptr) {
+    Reply r =
+        reply_error(rec, Error::make(ErrorCode::kInvalidRequest,
+                                     "Method " + rec.method + " is not allowed on " + rec.path, "",
+                                     "method_not_allowed"));
+    r.status = 405;
+    r.headers.emplace_back("allow", std::move(allow));
+    return r;
+  }
+  auto principal = auth_.authenticate(req.authorization);
+  if (!principal) return reply_error(rec, principal.error());
+  rec.key_id = principal->key_id;
+  if (auto ok = authorize(*endpoint, *principal); !ok) return reply_error(rec, ok.error());
+  job.ctx.request_id = rec.request_id;
+  job.ctx.principal = std::move(*principal);
+  switch (endpoint->handler) {
+    case Handler::kModels:
+    case Handler::kModel:
+      return models(*endpoint, path, rec);
+    case Handler::kChatCompletions:
+    case Handler::kCompletions:
+      return completion(*endpoint, req, rec, job);
+    case Handler::kAdmin:
+    case Handler::kExport:
+      return worker_job(*endpoint, query, req, rec, job);
+    case Handler::kHealthz:
+    case Handler::kReadyz:
+    case Handler::kMetrics:
+      break;  // open: answered above
+  }
+  return reply_error(rec, Error::make(ErrorCode::kInternal, "no handler for " + rec.path));
+}
+
+// The open endpoints, answered before anything else (while draining too).
+std::optional<Reply> Endpoints::open_endpoint(const HttpRequestView& req, std::string_view path) {
+  std::string allow;
+  const Endpoint* e = find_endpoint(req.method, path, allow);
+  if (e == nullptr || e->access != Access::kOpen) return std::nullopt;
+  switch (e->handler) {
+    case Handler::kHealthz:
+      return text_reply(200, "text/plain", "ok\n");
+    case Handler::kReadyz:
+      if (draining_.load()) return text_reply(503, "text/plain", "draining\n");
+      return text_reply(200, "text/plain", "ready\n");
+    case Handler::kMetrics:
+      return text_reply(200, "text/plain; version=0.0.4", metrics_.render());
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<Reply> Endpoints::models(const Endpoint& endpoint, std::string_view path,
+                                       RequestRecord& rec) {
+  if (endpoint.handler == Handler::kModels) {
+    return text_reply(200, "application/json", router_.models_json());
+  }
+  std::string id(path.substr(endpoint.path.size()));
+  auto m = router_.model_json(id);
+  if (!m) return reply_error(rec, m.error());
+  return text_reply(200, "application/json", std::move(*m));
+}
+
+std::optional<Reply> Endpoints::worker_job(const Endpoint& endpoint, std::string_view query,
+                                           HttpRequestView& req, RequestRecord& rec, Job& job) {
+  job.admin = endpoint.admin;
+  job.query = std::string(query);
+  if (endpoint.handler == Handler::kAdmin) {
+    job.body = std::move(req.body);
+    job.kind = Job::Kind::kAdmin;
+    return std::nullopt;
+  }
+  if (router_.ledger() == nullptr) {
+    return reply_error(
+        rec, Error::make(ErrorCode::kNotFound, "no ledger is configured (config key 'ledger')"));
+  }
+  auto filter = export_filter(query);
+  if (!filter) return reply_error(rec, filter.error());
+  job.filter = std::move(*filter);
+  job.kind = Job::Kind::kExport;
+  return std::nullopt;
+}
+
+// The OpenAI API: parse the body once, plan the route; a refusal is answered here.
+std::optional<Reply> Endpoints::completion(const Endpoint& endpoint, HttpRequestView& req,
+                                           RequestRecord& rec, Job& job) {
+  auto kind = endpoint.handler == Handler::kChatCompletions ? adapters::Endpoint::kChatCompletions
+                                                            : adapters::Endpoint::kCompletions;
+  auto parsed = parse_request(kind, std::move(req.body));
+  if (!parsed) return reply_error(rec, parsed.error());
+  rec.model = parsed->model;
+  rec.stream = parsed->stream;
+  if (auto ok = check_ferry_headers(req.task_header, req.tags_header); !ok) {
+    return reply_error(rec, ok.error());
+  }
+  job.ctx.task_header = std::string(req.task_header);
+  job.ctx.tags_header = std::string(req.tags_header);
+  job.ctx.started_us = rec.started_unix_us;
+  auto planned = router_.plan(job.ctx, *parsed);
+  if (!planned) return reply_error(rec, planned.error());
+  rec.rule = planned->rule_id;
+  if (planned->refusal) {
+    Reply r = reply_error(rec, *planned->refusal);
+    for (const auto& h : planned->headers) r.headers.push_back(h);
+    return r;
+  }
+  job.plan = std::move(*planned);
+  job.kind = Job::Kind::kProxy;
+  return std::nullopt;
+}
+
+}  // namespace ferry::gateway

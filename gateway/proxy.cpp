@@ -1,0 +1,358 @@
+#include "gateway/proxy.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "adapters/backend.h"
+#include "common/clock.h"
+#include "gateway/errors.h"
+#include "gateway/response_writer.h"
+#include "gateway/router.h"
+
+namespace ferry::gateway {
+
+namespace {
+
+const char* backend_error_kind(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kTimeout:
+      return "timeout";
+    case ErrorCode::kUnavailable:
+      return "unavailable";
+    case ErrorCode::kRateLimited:
+      return "rate_limited";
+    case ErrorCode::kInvalidRequest:
+      return "rejected";
+    default:
+      return "error";
+  }
+}
+
+void set_header(HeaderList& headers, std::string_view name, std::string value) {
+  for (auto& [k, v] : headers) {
+    if (k == name) {
+      v = std::move(value);
+      return;
+    }
+  }
+  headers.emplace_back(std::string(name), std::move(value));
+}
+
+// ---- shadows --------------------------------------------------------------------------------
+
+// Swallows a shadow copy's stream.
+class DiscardSink final : public adapters::StreamSink {
+ public:
+  asio::awaitable<bool> write(std::string_view bytes) override {
+    if (!started_) {
+      started_ = true;
+      first_byte = Clock::now();
+    }
+    captured.append(bytes);
+    co_return true;
+  }
+  bool started_ = false;
+  Clock::time_point first_byte;
+  std::string captured;
+};
+
+// One shadow copy in flight: its plan, and the signal shutdown cancels it with.
+struct ShadowRun {
+  Plan plan;
+  adapters::CancelSignal cancel;
+  uint64_t id = 0;  // in ServerState::shadows
+};
+
+// Sends a shadow copy beside the real request; its answer is discarded, its cost recorded.
+asio::awaitable<void> run_shadow(ServerState& server, RequestContext ctx,
+                                 std::shared_ptr<ShadowRun> run) {
+  Plan& plan = run->plan;
+  PlannedHop& hop = *plan.shadow;
+  AttemptOutcome o;
+  o.hop = &hop;
+  o.started_us = unix_micros_now();
+  auto t0 = Clock::now();
+  DiscardSink sink;
+  bool streaming = hop.request.stream;
+  auto result =
+      co_await hop.target->backend->send(hop.request, streaming ? &sink : nullptr, run->cancel);
+  o.ended_us = unix_micros_now();
+  if (result) {
+    o.ok = true;
+    o.usage = result->usage;
+    o.finish_reason = result->finish_reason;
+    o.http_status = result->status;
+    if (!usage_billable(plan, o)) {
+      extract_answer_text(
+          streaming ? std::string_view(sink.captured) : std::string_view(result->body), streaming,
+          o.generated_text, o.reasoning_text);
+    }
+    if (sink.started_) o.ttft_us = micros_between(t0, sink.first_byte);
+  } else {
+    o.error = result.error();
+    o.http_status = http_status_for(result.error());
+  }
+  server.router->note_attempt(o);
+  server.router->finish_shadow(ctx, plan, o);
+}
+
+// Starts the plan's shadow copy on `ex` (the request's loop), unless ShadowTracker's limit of
+// copies is in flight or the server is shutting down: then it is counted as skipped.
+void start_shadow(ServerState& server, const RequestContext& ctx, const Plan& plan,
+                  const asio::any_io_executor& ex) {
+  auto run = std::make_shared<ShadowRun>();
+  run->plan = Router::copy_for_shadow(plan);
+  run->plan.shadow = plan.shadow;
+  std::weak_ptr<ShadowRun> weak = run;
+  auto id = server.shadows.begin([ex, weak] {
+    asio::post(ex, [weak] {
+      if (auto r = weak.lock()) r->cancel.cancel();
+    });
+  });
+  if (!id) {
+    server.router->skip_shadow(*plan.shadow);
+    return;
+  }
+  run->id = *id;
+  asio::co_spawn(
+      ex,
+      [](ServerState& s, RequestContext c, std::shared_ptr<ShadowRun> r) -> asio::awaitable<void> {
+        try {
+          co_await run_shadow(s, std::move(c), r);
+        } catch (const std::exception&) {
+          // A defect in one copy must not end the process; its row is lost, the count is not.
+        }
+        s.shadows.end(r->id);
+      }(server, ctx, std::move(run)),
+      asio::detached);
+}
+
+// ---- one hop --------------------------------------------------------------------------------
+
+// The client-disconnect watch of one backend call on a TLS connection.
+struct ClientWatch {
+  bool done = false;
+  adapters::CancelSignal* cancel = nullptr;
+  char byte = 0;
+};
+
+// Sends the hop's request while watching the client: a hang-up cancels the backend call.
+template <typename Stream, typename Sink>
+asio::awaitable<Result<adapters::BackendReply>> send_watched(Stream& stream, PlannedHop& hop,
+                                                             Sink* sink,
+                                                             adapters::CancelSignal& cancel,
+                                                             std::shared_ptr<EarlyRead>& early,
+                                                             const beast::flat_buffer& buffer) {
+  if constexpr (std::is_same_v<Stream, PlainStream>) {
+    if (!early) early = std::make_shared<EarlyRead>();  // one per connection, reused
+    early->start(stream, early, buffer);
+    if (early->hung_up()) cancel.cancel();  // gone during an earlier attempt
+    early->cancel = &cancel;
+    auto result = co_await hop.target->backend->send(hop.request, sink, cancel);
+    early->cancel = nullptr;
+    co_return result;
+  } else {
+    // TLS: the bytes under the TLS layer are not ours to read, so a peek at the socket
+    // watches for a hang-up while the backend works; it is cancelled when the call returns.
+    auto watch = std::make_shared<ClientWatch>();
+    watch->cancel = &cancel;
+    auto& sock = beast::get_lowest_layer(stream).socket();
+    sock.async_receive(asio::buffer(&watch->byte, 1), tcp::socket::message_peek,
+                       [watch](const beast::error_code& ec, size_t n) {
+                         if (watch->done || ec == asio::error::operation_aborted) return;
+                         if (ec || n == 0) watch->cancel->cancel();
+                       });
+    auto result = co_await hop.target->backend->send(hop.request, sink, cancel);
+    watch->done = true;
+    beast::error_code cancel_ec;
+    sock.cancel(cancel_ec);
+    co_return result;
+  }
+}
+
+// One try on one hop, its outcome in `a` (and the breaker and recent stats fed).
+template <typename Stream>
+asio::awaitable<Result<adapters::BackendReply>> try_hop(ServerState& server, Stream& stream,
+                                                        Plan& plan, PlannedHop& hop,
+                                                        ChunkedSink<Stream>& sink,
+                                                        AttemptOutcome& a, RequestRecord& rec,
+                                                        std::shared_ptr<EarlyRead>& early,
+                                                        const beast::flat_buffer& buffer) {
+  const bool streaming = plan.stream;
+  a.hop = &hop;
+  a.started_us = unix_micros_now();
+  auto t0 = Clock::now();
+  rec.backend = hop.target->backend->name();
+  rec.target = hop.name;
+  adapters::CancelSignal cancel;
+  ChunkedSink<Stream>* to = streaming ? &sink : nullptr;
+  Result<adapters::BackendReply> result =
+      co_await send_watched(stream, hop, to, cancel, early, buffer);
+  a.ended_us = unix_micros_now();
+  a.sent_to_client = sink.started();
+  if (result) {
+    a.ok = true;
+    a.usage = result->usage;
+    a.finish_reason = result->finish_reason;
+    a.http_status = result->status;
+    a.ttft_us = streaming ? rec.ttft_us : micros_between(t0, Clock::now());
+    rec.backend_ttft_us = result->first_byte_us;
+  } else {
+    const Error& e = result.error();
+    a.error = e;
+    a.client_gone = e.code == ErrorCode::kCancelled || sink.broken();
+    a.http_status = a.client_gone ? 499 : (sink.started() ? 200 : http_status_for(e));
+    if (!a.client_gone && e.code != ErrorCode::kInvalidRequest) {
+      server.metrics.backend_errors.inc({rec.backend, backend_error_kind(e.code)});
+    }
+  }
+  if (!usage_billable(plan, a) && (a.ok || a.sent_to_client)) {
+    std::string captured = sink.take_captured();
+    std::string_view answer = captured;
+    if (!streaming && result) answer = result->body;
+    extract_answer_text(answer, streaming, a.generated_text, a.reasoning_text);
+  }
+  server.router->note_attempt(a);
+  co_return result;
+}
+
+// ---- settling and answering -----------------------------------------------------------------
+
+// Queues the ledger row; unless the client is gone, waits until it is durable (the row is
+// durable before the last byte of the answer leaves). Returns the ledger's verdict.
+asio::awaitable<Status> settle(ServerState& server, Job& job, std::vector<AttemptOutcome>& attempts,
+                               RequestRecord& rec, bool client_gone) {
+  Plan& plan = *job.plan;
+  if (server.router->ledger() == nullptr || client_gone) {
+    rec.ledger_id = server.router->finish(job.ctx, plan, attempts, nullptr);
+    co_return Status{};
+  }
+  auto notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
+  auto status = std::make_shared<Status>();
+  ledger::DurableCallback cb = [notifier, status](const Status& st) {
+    *status = st;
+    notifier->notify();
+  };
+  rec.ledger_id = server.router->finish(job.ctx, plan, attempts, std::move(cb));
+  co_await notifier->wait();
+  co_return *status;
+}
+
+// The answer when no hop succeeded, or the ledger could not record a success: an error reply,
+// or an error event when the stream has begun.
+template <typename Stream>
+asio::awaitable<bool> answer_error(ServerState& server, Stream& stream, ChunkedSink<Stream>& sink,
+                                   const Error& e, const HeaderList* headers, RequestRecord& rec,
+                                   bool keep_alive) {
+  if (sink.started()) {
+    rec.status = 200;
+    rec.error = e.message;
+    std::optional<Error> cut = e;
+    co_await sink.finish(cut);
+    co_return false;  // the stream was cut: do not reuse the connection
+  }
+  Reply r = reply_error(rec, e);
+  if (headers != nullptr) {
+    for (const auto& h : *headers) r.headers.push_back(h);
+  }
+  rec.status = r.status;
+  bool ok = co_await write_reply(server, stream, r, rec.request_id, keep_alive);
+  co_return ok&& keep_alive;
+}
+
+// The answer to the client once the row is settled.
+template <typename Stream>
+asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<Stream>& sink,
+                             Result<adapters::BackendReply>& result, const Status& durable,
+                             HeaderList& headers, RequestRecord& rec, bool keep_alive,
+                             bool client_gone, bool streaming) {
+  if (!result) {
+    if (client_gone) {
+      rec.status = 499;
+      rec.error = "client closed the connection";
+      co_return false;
+    }
+    co_return co_await answer_error(server, stream, sink, result.error(), &headers, rec,
+                                    keep_alive);
+  }
+  adapters::BackendReply& reply = result.value();
+  rec.usage = reply.usage;
+  rec.finish_reason = reply.finish_reason;
+  if (!durable) {
+    Error e = Error::make(
+        ErrorCode::kUnavailable,
+        "the answer could not be recorded in the cost ledger: " + durable.error().message);
+    if (streaming) {
+      rec.status = 200;
+      rec.error = e.message;
+      std::optional<Error> cut = e;
+      co_await sink.finish(cut);
+      co_return false;
+    }
+    co_return co_await answer_error(server, stream, sink, e, nullptr, rec, keep_alive);
+  }
+  if (streaming) {
+    rec.status = 200;
+    std::optional<Error> none;
+    co_await sink.finish(none);
+    co_return !sink.broken() && keep_alive;
+  }
+  rec.ttft_us = micros_between(rec.started, Clock::now());
+  Reply r;
+  r.status = reply.status;
+  r.body = std::move(reply.body);
+  r.headers = std::move(headers);
+  rec.status = reply.status;
+  bool ok = co_await write_reply(server, stream, r, rec.request_id, keep_alive);
+  co_return ok&& keep_alive;
+}
+
+}  // namespace
+
+template <typename Stream>
+asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, RequestRecord& rec,
+                            bool keep_alive, std::shared_ptr<EarlyRead>& early,
+                            const beast::flat_buffer& buffer) {
+  Plan& plan = *job.plan;
+  if (plan.shadow) {
+    asio::any_io_executor ex = co_await asio::this_coro::executor;
+    start_shadow(server, job.ctx, plan, ex);
+  }
+  HeaderList headers = plan.headers;
+  ChunkedSink<Stream> sink(server, stream, rec.request_id, rec, &headers);
+  std::vector<AttemptOutcome> attempts;
+  attempts.reserve(plan.hops.size());
+  Result<adapters::BackendReply> result = Error::make(ErrorCode::kInternal, "not run");
+  for (size_t i = 0; i < plan.hops.size(); ++i) {
+    PlannedHop& hop = plan.hops[i];
+    if (hop.target->breaker && !hop.target->breaker->allow_request()) {
+      result = Error::make(
+          ErrorCode::kUnavailable,
+          "target '" + hop.name + "' is unavailable (circuit open after " + "repeated failures)");
+      plan.skipped.push_back(hop.name + ": circuit open");
+      continue;
+    }
+    set_header(headers, "x-ferry-target", hop.name);
+    set_header(headers, "x-ferry-attempts", std::to_string(attempts.size() + 1));
+    AttemptOutcome& a = attempts.emplace_back();
+    result = co_await try_hop(server, stream, plan, hop, sink, a, rec, early, buffer);
+    if (result || a.client_gone || sink.started() || !retryable(result.error())) break;
+  }
+  rec.attempts = static_cast<int>(attempts.size());
+  if (!attempts.empty()) {
+    auto it = plan.prompt_counts.find(attempts.back().hop->target);
+    if (it != plan.prompt_counts.end()) rec.prompt_tokens_counted = it->second.tokens;
+  }
+  bool client_gone = !attempts.empty() && attempts.back().client_gone;
+  Status durable = co_await settle(server, job, attempts, rec, client_gone);
+  co_return co_await answer(server, stream, sink, result, durable, headers, rec, keep_alive,
+                            client_gone, plan.stream);
+}
+
+template asio::awaitable<bool> proxy(ServerState&, PlainStream&, Job&, RequestRecord&, bool,
+                                     std::shared_ptr<EarlyRead>&, const beast::flat_buffer&);
+template asio::awaitable<bool> proxy(ServerState&, TlsStream&, Job&, RequestRecord&, bool,
+                                     std::shared_ptr<EarlyRead>&, const beast::flat_buffer&);
+
+}  // namespace ferry::gateway
