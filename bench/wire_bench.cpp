@@ -14,7 +14,7 @@
 #include "adapters/sse_parser.h"
 #include "config/config.h"
 #include "gateway/openai_request.h"
-#include "gateway/router.h"
+#include "gateway/planner.h"
 
 namespace {
 

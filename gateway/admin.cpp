@@ -6,7 +6,7 @@
 #include "gateway/errors.h"
 #include "gateway/http_wire.h"
 #include "gateway/openai_request.h"
-#include "gateway/router.h"
+#include "gateway/planner.h"
 #include "ledger/ledger.h"
 #include "policies/store.h"
 

@@ -16,7 +16,7 @@
 #include "gateway/auth.h"
 #include "gateway/http_wire.h"
 #include "gateway/request_record.h"
-#include "gateway/router.h"
+#include "gateway/planner.h"
 #include "ledger/report.h"
 
 namespace ferry::gateway {

@@ -8,7 +8,7 @@
 #include "common/clock.h"
 #include "gateway/errors.h"
 #include "gateway/response_writer.h"
-#include "gateway/router.h"
+#include "gateway/planner.h"
 
 namespace ferry::gateway {
 

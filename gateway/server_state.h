@@ -19,7 +19,7 @@
 #include "gateway/metrics.h"
 #include "gateway/net.h"
 #include "gateway/request_record.h"
-#include "gateway/router.h"
+#include "gateway/planner.h"
 #include "gateway/shadows.h"
 
 namespace ferry::adapters {

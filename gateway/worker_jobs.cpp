@@ -9,7 +9,7 @@
 
 #include "gateway/admin.h"
 #include "gateway/response_writer.h"
-#include "gateway/router.h"
+#include "gateway/planner.h"
 #include "ledger/ledger.h"
 #include "ledger/report.h"
 

@@ -1,6 +1,6 @@
 // Router: counting, facts, policy decisions, budget admission and ledger rows, without any
 // network (backends are never called here; server.cpp runs the plans in integration tests).
-#include "gateway/router.h"
+#include "gateway/planner.h"
 
 #include <gtest/gtest.h>
 

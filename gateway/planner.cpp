@@ -1,4 +1,4 @@
-#include "gateway/router.h"
+#include "gateway/planner.h"
 
 #include <algorithm>
 #include <set>
