@@ -13,8 +13,8 @@
 #include "adapters/openai_wire.h"
 #include "adapters/sse_parser.h"
 #include "config/config.h"
+#include "gateway/gateway.h"
 #include "gateway/openai_request.h"
-#include "gateway/planner.h"
 
 namespace {
 
@@ -113,7 +113,7 @@ class IdleBackend final : public ferry::adapters::Backend {
   std::string name_ = "gpu";
 };
 
-// Router::plan for a model routed straight to an HTTP backend: no policy, no ledger, no
+// Planner::plan for a model routed straight to an HTTP backend: no policy, no ledger, no
 // tokenizer (prompt counts are estimates), as `ferry serve` with a plain model list.
 void BM_RouterPlanNoPolicy(benchmark::State& state) {
   const std::string yaml = R"(
@@ -129,9 +129,9 @@ models:
   }
   IdleBackend backend;
   std::map<std::string, ferry::adapters::Backend*> backends = {{"gpu", &backend}};
-  auto router = ferry::gateway::Router::create(*cfg, backends);
-  if (!router) {
-    state.SkipWithError(router.error().message.c_str());
+  auto gateway = ferry::gateway::Gateway::create(*cfg, backends);
+  if (!gateway) {
+    state.SkipWithError(gateway.error().message.c_str());
     return;
   }
   auto request = ferry::gateway::parse_request(ferry::adapters::Endpoint::kChatCompletions,
@@ -142,7 +142,7 @@ models:
   ctx.principal.team = "team-a";
   ctx.started_us = 1'780'000'000'000'000;
   for (auto _ : state) {
-    auto plan = (*router)->plan(ctx, *request);
+    auto plan = (*gateway)->planner().plan(ctx, *request);
     benchmark::DoNotOptimize(plan);
   }
 }

@@ -4,9 +4,9 @@
 
 #include "common/clock.h"
 #include "gateway/errors.h"
+#include "gateway/gateway.h"
 #include "gateway/http_wire.h"
 #include "gateway/openai_request.h"
-#include "gateway/planner.h"
 #include "ledger/ledger.h"
 #include "policies/store.h"
 
@@ -85,6 +85,72 @@ Error bad_param(const std::string& name, const std::string& message) {
   return Error::make(ErrorCode::kInvalidRequest, message, name, "invalid_value");
 }
 
+// POST /admin/route/explain: the decision for the body, as the caller (or ?key=) would get it.
+AdminReply explain_route(Gateway& gateway, const Principal& principal, std::string_view query,
+                         const std::string& body, const std::string& request_id) {
+  auto q = parse_query(query);
+  std::string path = q.count("endpoint") ? q["endpoint"] : "/v1/chat/completions";
+  auto endpoint = path == "/v1/completions" ? adapters::Endpoint::kCompletions
+                                            : adapters::Endpoint::kChatCompletions;
+  auto parsed = parse_request(endpoint, body);
+  if (!parsed) return error_reply(parsed.error());
+  RequestContext ctx;
+  ctx.request_id = request_id;
+  ctx.principal = principal;
+  ctx.started_us = unix_micros_now();
+  if (auto key = q.find("key"); key != q.end()) {
+    // Explain as another caller would be routed: their key's trusted facts.
+    bool found = false;
+    for (const auto& k : gateway.config().auth.keys) {
+      if (k.id != key->second) continue;
+      ctx.principal = Principal{k.id, k.team, k.project, k.role, k.tags};
+      found = true;
+    }
+    if (!found) return error_reply(bad_param("key", "no API key with id '" + key->second + "'"));
+  }
+  if (auto t = q.find("task"); t != q.end()) ctx.task_header = t->second;
+  if (auto t = q.find("tags"); t != q.end()) ctx.tags_header = t->second;
+  auto text = gateway.planner().explain(ctx, *parsed);
+  if (!text) return error_reply(text.error());
+  return AdminReply{200, "application/json", std::move(*text)};
+}
+
+// GET /v1/ledger/report: grouped totals in JSON, CSV or a table.
+AdminReply ledger_report(Gateway& gateway, std::string_view query) {
+  auto* ledger = gateway.ledger();
+  if (ledger == nullptr) {
+    return error_reply(
+        Error::make(ErrorCode::kNotFound, "no ledger is configured (config key 'ledger')"));
+  }
+  auto filter = export_filter(query);
+  if (!filter) return error_reply(filter.error());
+  auto q = parse_query(query);
+  ledger::ReportQuery rq;
+  rq.filter = *filter;
+  if (auto by = q.find("by"); by != q.end()) {
+    auto list = ledger::parse_report_by_list(by->second);
+    if (!list) {
+      return error_reply(bad_param("by",
+                                   "'by' must list task, team, project, key, model, "
+                                   "target, rule, day or month (each once)"));
+    }
+    rq.by = *list;
+  }
+  auto format = ledger::ReportFormat::kJson;
+  if (auto f = q.find("format"); f != q.end()) {
+    auto parsed = ledger::parse_report_format(f->second);
+    if (!parsed) return error_reply(bad_param("format", "'format' must be json, csv or table"));
+    format = *parsed;
+  }
+  bool savings = q.count("savings") && q["savings"] != "0" && q["savings"] != "false";
+  auto report = ledger::run_report(ledger->config().path, rq);
+  if (!report) return error_reply(report.error());
+  const char* type = format == ledger::ReportFormat::kJson  ? "application/json"
+                     : format == ledger::ReportFormat::kCsv ? "text/csv; charset=utf-8"
+                                                            : "text/plain; charset=utf-8";
+  return AdminReply{200, type, ledger::format_report(*report, format, savings)};
+}
+
 }  // namespace
 
 std::map<std::string, std::string> parse_query(std::string_view query) {
@@ -152,12 +218,12 @@ Result<ledger::ReportFilter> export_filter(std::string_view query) {
   return f;
 }
 
-AdminReply run_admin(Router& router, AdminRoute route, const Principal& principal,
+AdminReply run_admin(Gateway& gateway, AdminRoute route, const Principal& principal,
                      std::string_view query, const std::string& body,
                      const std::string& request_id) {
   // Nothing that is not UTF-8 reaches a policy, the ledger or a JSON answer.
   if (auto ok = check_utf8_input(query, body); !ok) return error_reply(ok.error());
-  auto* store = router.policy_store();
+  auto* store = gateway.policy_store();
   switch (route) {
     case AdminRoute::kPolicyGet:
     case AdminRoute::kPolicyPut:
@@ -175,68 +241,10 @@ AdminReply run_admin(Router& router, AdminRoute route, const Principal& principa
       return reload_reply(
           store->apply_text(body, "PUT /admin/policy by " + principal.key_id, persist));
     }
-    case AdminRoute::kRouteExplain: {
-      auto q = parse_query(query);
-      std::string path = q.count("endpoint") ? q["endpoint"] : "/v1/chat/completions";
-      auto endpoint = path == "/v1/completions" ? adapters::Endpoint::kCompletions
-                                                : adapters::Endpoint::kChatCompletions;
-      auto parsed = parse_request(endpoint, body);
-      if (!parsed) return error_reply(parsed.error());
-      RequestContext ctx;
-      ctx.request_id = request_id;
-      ctx.principal = principal;
-      ctx.started_us = unix_micros_now();
-      if (auto key = q.find("key"); key != q.end()) {
-        // Explain as another caller would be routed: their key's trusted facts.
-        bool found = false;
-        for (const auto& k : router.config().auth.keys) {
-          if (k.id != key->second) continue;
-          ctx.principal = Principal{k.id, k.team, k.project, k.role, k.tags};
-          found = true;
-        }
-        if (!found)
-          return error_reply(bad_param("key", "no API key with id '" + key->second + "'"));
-      }
-      if (auto t = q.find("task"); t != q.end()) ctx.task_header = t->second;
-      if (auto t = q.find("tags"); t != q.end()) ctx.tags_header = t->second;
-      auto text = router.explain(ctx, *parsed);
-      if (!text) return error_reply(text.error());
-      return AdminReply{200, "application/json", std::move(*text)};
-    }
-    case AdminRoute::kLedgerReport: {
-      auto* ledger = router.ledger();
-      if (ledger == nullptr) {
-        return error_reply(
-            Error::make(ErrorCode::kNotFound, "no ledger is configured (config key 'ledger')"));
-      }
-      auto filter = export_filter(query);
-      if (!filter) return error_reply(filter.error());
-      auto q = parse_query(query);
-      ledger::ReportQuery rq;
-      rq.filter = *filter;
-      if (auto by = q.find("by"); by != q.end()) {
-        auto list = ledger::parse_report_by_list(by->second);
-        if (!list) {
-          return error_reply(bad_param("by",
-                                       "'by' must list task, team, project, key, model, "
-                                       "target, rule, day or month (each once)"));
-        }
-        rq.by = *list;
-      }
-      auto format = ledger::ReportFormat::kJson;
-      if (auto f = q.find("format"); f != q.end()) {
-        auto parsed = ledger::parse_report_format(f->second);
-        if (!parsed) return error_reply(bad_param("format", "'format' must be json, csv or table"));
-        format = *parsed;
-      }
-      bool savings = q.count("savings") && q["savings"] != "0" && q["savings"] != "false";
-      auto report = ledger::run_report(ledger->config().path, rq);
-      if (!report) return error_reply(report.error());
-      const char* type = format == ledger::ReportFormat::kJson  ? "application/json"
-                         : format == ledger::ReportFormat::kCsv ? "text/csv; charset=utf-8"
-                                                                : "text/plain; charset=utf-8";
-      return AdminReply{200, type, ledger::format_report(*report, format, savings)};
-    }
+    case AdminRoute::kRouteExplain:
+      return explain_route(gateway, principal, query, body, request_id);
+    case AdminRoute::kLedgerReport:
+      return ledger_report(gateway, query);
     case AdminRoute::kLedgerExport:
     case AdminRoute::kLedgerAttempts:
     case AdminRoute::kNone:

@@ -26,7 +26,7 @@
 
 namespace ferry::gateway {
 
-class Router;
+class Gateway;
 
 enum class AdminRoute {
   kNone,  // not an admin path
@@ -46,7 +46,7 @@ struct AdminReply {
 };
 
 // Runs a (blocking) admin request. Errors come back as OpenAI-style error replies.
-AdminReply run_admin(Router& router, AdminRoute route, const Principal& principal,
+AdminReply run_admin(Gateway& gateway, AdminRoute route, const Principal& principal,
                      std::string_view query, const std::string& body,
                      const std::string& request_id);
 

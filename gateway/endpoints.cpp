@@ -206,10 +206,10 @@ std::optional<Reply> Endpoints::open_endpoint(const HttpRequestView& req, std::s
 std::optional<Reply> Endpoints::models(const Endpoint& endpoint, std::string_view path,
                                        RequestRecord& rec) {
   if (endpoint.handler == Handler::kModels) {
-    return text_reply(200, "application/json", router_.models_json());
+    return text_reply(200, "application/json", gateway_.planner().models_json());
   }
   std::string id(path.substr(endpoint.path.size()));
-  auto m = router_.model_json(id);
+  auto m = gateway_.planner().model_json(id);
   if (!m) return reply_error(rec, m.error());
   return text_reply(200, "application/json", std::move(*m));
 }
@@ -223,7 +223,7 @@ std::optional<Reply> Endpoints::worker_job(const Endpoint& endpoint, std::string
     job.kind = Job::Kind::kAdmin;
     return std::nullopt;
   }
-  if (router_.ledger() == nullptr) {
+  if (gateway_.ledger() == nullptr) {
     return reply_error(
         rec, Error::make(ErrorCode::kNotFound, "no ledger is configured (config key 'ledger')"));
   }
@@ -249,7 +249,7 @@ std::optional<Reply> Endpoints::completion(const Endpoint& endpoint, HttpRequest
   job.ctx.task_header = std::string(req.task_header);
   job.ctx.tags_header = std::string(req.tags_header);
   job.ctx.started_us = rec.started_unix_us;
-  auto planned = router_.plan(job.ctx, *parsed);
+  auto planned = gateway_.planner().plan(job.ctx, *parsed);
   if (!planned) return reply_error(rec, planned.error());
   rec.rule = planned->rule_id;
   if (planned->refusal) {

@@ -2,7 +2,7 @@
 // it, in one place (endpoints.cpp, kEndpoints); and the dispatch of one request through it,
 // up to a reply or a job (a plan to proxy, an admin call, an export). No sockets, no Beast.
 // Thread-safety: dispatch() is called from every I/O thread at once; Endpoints holds only
-// references to thread-safe parts (auth, metrics, router, the draining flag).
+// references to thread-safe parts (auth, metrics, the gateway, the draining flag).
 #pragma once
 
 #include <atomic>
@@ -14,9 +14,9 @@
 #include "common/error.h"
 #include "gateway/admin.h"
 #include "gateway/auth.h"
+#include "gateway/gateway.h"
 #include "gateway/http_wire.h"
 #include "gateway/request_record.h"
-#include "gateway/planner.h"
 #include "ledger/report.h"
 
 namespace ferry::gateway {
@@ -100,9 +100,9 @@ struct Job {
 
 class Endpoints {
  public:
-  Endpoints(Authenticator& auth, Metrics& metrics, Router& router,
+  Endpoints(Authenticator& auth, Metrics& metrics, Gateway& gateway,
             const std::atomic<bool>& draining)
-      : auth_(auth), metrics_(metrics), router_(router), draining_(draining) {}
+      : auth_(auth), metrics_(metrics), gateway_(gateway), draining_(draining) {}
 
   // Dispatches a request without any I/O. Returns the reply for everything that needs no
   // backend and no worker; otherwise fills `job` and returns nullopt. (Plain code apart from
@@ -121,7 +121,7 @@ class Endpoints {
 
   Authenticator& auth_;
   Metrics& metrics_;
-  Router& router_;
+  Gateway& gateway_;
   const std::atomic<bool>& draining_;
 };
 

@@ -21,7 +21,7 @@ HttpError to_http_error(const Error& error);
 // The headers that tell a client whether and when to retry. A transient refusal (a rate
 // limit, a full queue) carries `retry-after`; a spent budget (code `budget_exceeded`) carries
 // `x-should-retry: false` (the OpenAI SDKs' own switch), never `retry-after`: retrying before
-// the reset only burns requests (the router adds the reset time, `x-ferry-budget-reset`).
+// the reset only burns requests (the planner adds the reset time, `x-ferry-budget-reset`).
 std::vector<std::pair<std::string, std::string>> retry_headers(const Error& error);
 
 // The JSON error object alone, for an SSE error event: {"error":{...}}.

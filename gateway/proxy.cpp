@@ -7,8 +7,8 @@
 #include "adapters/backend.h"
 #include "common/clock.h"
 #include "gateway/errors.h"
+#include "gateway/gateway.h"
 #include "gateway/response_writer.h"
-#include "gateway/planner.h"
 
 namespace ferry::gateway {
 
@@ -93,8 +93,8 @@ asio::awaitable<void> run_shadow(ServerState& server, RequestContext ctx,
     o.error = result.error();
     o.http_status = http_status_for(result.error());
   }
-  server.router->note_attempt(o);
-  server.router->finish_shadow(ctx, plan, o);
+  server.gateway->recorder().note_attempt(o);
+  server.gateway->recorder().settle_shadow(ctx, plan, o);
 }
 
 // Starts the plan's shadow copy on `ex` (the request's loop), unless ShadowTracker's limit of
@@ -102,7 +102,7 @@ asio::awaitable<void> run_shadow(ServerState& server, RequestContext ctx,
 void start_shadow(ServerState& server, const RequestContext& ctx, const Plan& plan,
                   const asio::any_io_executor& ex) {
   auto run = std::make_shared<ShadowRun>();
-  run->plan = Router::copy_for_shadow(plan);
+  run->plan = Planner::copy_for_shadow(plan);
   run->plan.shadow = plan.shadow;
   std::weak_ptr<ShadowRun> weak = run;
   auto id = server.shadows.begin([ex, weak] {
@@ -111,7 +111,7 @@ void start_shadow(ServerState& server, const RequestContext& ctx, const Plan& pl
     });
   });
   if (!id) {
-    server.router->skip_shadow(*plan.shadow);
+    server.gateway->recorder().skip_shadow(*plan.shadow);
     return;
   }
   run->id = *id;
@@ -213,7 +213,7 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(ServerState& server, Str
     if (!streaming && result) answer = result->body;
     extract_answer_text(answer, streaming, a.generated_text, a.reasoning_text);
   }
-  server.router->note_attempt(a);
+  server.gateway->recorder().note_attempt(a);
   co_return result;
 }
 
@@ -224,8 +224,8 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(ServerState& server, Str
 asio::awaitable<Status> settle(ServerState& server, Job& job, std::vector<AttemptOutcome>& attempts,
                                RequestRecord& rec, bool client_gone) {
   Plan& plan = *job.plan;
-  if (server.router->ledger() == nullptr || client_gone) {
-    rec.ledger_id = server.router->finish(job.ctx, plan, attempts, nullptr);
+  if (server.gateway->ledger() == nullptr || client_gone) {
+    rec.ledger_id = server.gateway->recorder().settle(job.ctx, plan, attempts, nullptr);
     co_return Status{};
   }
   auto notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
@@ -234,7 +234,7 @@ asio::awaitable<Status> settle(ServerState& server, Job& job, std::vector<Attemp
     *status = st;
     notifier->notify();
   };
-  rec.ledger_id = server.router->finish(job.ctx, plan, attempts, std::move(cb));
+  rec.ledger_id = server.gateway->recorder().settle(job.ctx, plan, attempts, std::move(cb));
   co_await notifier->wait();
   co_return *status;
 }

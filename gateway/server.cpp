@@ -68,11 +68,11 @@ ServerState::ServerState(config::Config c)
   }
   std::map<std::string, adapters::Backend*> by_name;
   for (const auto& [name, b] : backends) by_name.emplace(name, b.get());
-  auto r = Router::create(cfg, by_name);
-  if (!r) throw std::runtime_error(r.error().message);
-  router = std::move(*r);
-  endpoints = std::make_unique<Endpoints>(auth, metrics, *router, draining);
-  if (auto* store = router->policy_store()) {
+  auto g = Gateway::create(cfg, by_name);
+  if (!g) throw std::runtime_error(g.error().message);
+  gateway = std::move(*g);
+  endpoints = std::make_unique<Endpoints>(auth, metrics, *gateway, draining);
+  if (auto* store = gateway->policy_store()) {
     store->set_listener([this](const policies::ReloadOutcome& o) {
       if (o.unchanged) return;
       JsonLine j;
@@ -105,7 +105,7 @@ ServerState::ServerState(config::Config c)
         "writer fell behind.\n# TYPE ferry_access_log_dropped_total counter\n"
         "ferry_access_log_dropped_total " +
         std::to_string(access_log.dropped()) + "\n";
-    router->render_metrics(out);
+    gateway->render_metrics(out);
     if (!local_backends.empty()) adapters::LocalBackend::render_metrics(local_backends, out);
   });
 }
@@ -229,7 +229,7 @@ struct Server::Impl {
   void arm_hup() {
     hup.async_wait([this](const beast::error_code& ec, int) {
       if (ec) return;
-      if (auto* store = state.router->policy_store()) {
+      if (auto* store = state.gateway->policy_store()) {
         asio::post(state.workers, [store] {
           try {
             store->reload("SIGHUP");

@@ -1,8 +1,8 @@
 // What every connection of the server shares: the config, TLS context, auth, metrics, the
-// access log, the backends, the router, the endpoint table, the worker pool, the shadows in
-// flight and the draining flag. Built once by Server (server.cpp) and alive until it ends.
-// Thread-safety: read from every I/O thread at once; each member is immutable after start-up
-// or thread-safe itself (atomics, Metrics, AccessLog, Router, ShadowTracker, the pool).
+// access log, the backends, the gateway (planner, recorder, ledger), the endpoint table, the worker
+// pool, the shadows in flight and the draining flag. Built once by Server (server.cpp) and alive
+// until it ends. Thread-safety: read from every I/O thread at once; each member is immutable after
+// start-up or thread-safe itself (atomics, Metrics, AccessLog, Gateway, ShadowTracker, the pool).
 #pragma once
 
 #include <atomic>
@@ -16,10 +16,10 @@
 #include "gateway/access_log.h"
 #include "gateway/auth.h"
 #include "gateway/endpoints.h"
+#include "gateway/gateway.h"
 #include "gateway/metrics.h"
 #include "gateway/net.h"
 #include "gateway/request_record.h"
-#include "gateway/planner.h"
 #include "gateway/shadows.h"
 
 namespace ferry::adapters {
@@ -31,8 +31,8 @@ class LocalBackend;
 namespace ferry::gateway {
 
 struct ServerState {
-  // Loads TLS files, opens the backends and the router. Throws std::runtime_error on
-  // start-up errors.
+  // Loads TLS files, opens the backends and the gateway (planner, recorder, ledger). Throws
+  // std::runtime_error on start-up errors.
   explicit ServerState(config::Config config);
   ~ServerState();
 
@@ -47,7 +47,7 @@ struct ServerState {
   std::map<std::string, std::unique_ptr<adapters::Backend>, std::less<>> backends;
   std::vector<adapters::HttpBackend*> http_backends;
   std::vector<const adapters::LocalBackend*> local_backends;
-  std::unique_ptr<Router> router;
+  std::unique_ptr<Gateway> gateway;
   std::unique_ptr<Endpoints> endpoints;
   // Blocking control-plane work (policy reloads, admin calls, ledger reports and exports):
   // never on an I/O thread.

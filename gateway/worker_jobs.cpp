@@ -8,8 +8,8 @@
 #include <string>
 
 #include "gateway/admin.h"
+#include "gateway/gateway.h"
 #include "gateway/response_writer.h"
-#include "gateway/planner.h"
 #include "ledger/ledger.h"
 #include "ledger/report.h"
 
@@ -72,7 +72,7 @@ Status export_rows(const ServerState& server, const std::string& path,
 // Starts the export on the worker thread; it fills `pipe` and marks it done.
 void start_export(ServerState& server, const std::shared_ptr<ChunkPipe>& pipe,
                   const ledger::ReportFilter& filter, bool attempts) {
-  std::string path = server.router->ledger()->config().path;
+  std::string path = server.gateway->ledger()->config().path;
   asio::post(server.workers, [pipe, path, filter, attempts, &server] {
     Status st;
     try {
@@ -95,7 +95,7 @@ template <typename Stream>
 asio::awaitable<bool> run_admin_job(ServerState& server, Stream& stream, Job& job,
                                     RequestRecord& rec, bool keep_alive) {
   std::function<AdminReply()> fn = [&server, &job] {
-    return run_admin(*server.router, job.admin, job.ctx.principal, job.query, job.body,
+    return run_admin(*server.gateway, job.admin, job.ctx.principal, job.query, job.body,
                      job.ctx.request_id);
   };
   Result<AdminReply> done = co_await offload<AdminReply>(server, std::move(fn));

@@ -469,7 +469,7 @@ void daily_key(std::string& key, std::initializer_list<std::string_view> parts) 
   }
 }
 
-// A shadow copy's row: the router tags it "shadow" (gateway/router.cpp, finish_shadow).
+// A shadow copy's row: the router tags it "shadow" (gateway/recorder.cpp, settle_shadow).
 bool is_shadow(const RequestRecord& r) {
   return std::find(r.trusted_tags.begin(), r.trusted_tags.end(), kShadowTag) !=
          r.trusted_tags.end();

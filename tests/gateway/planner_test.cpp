@@ -1,6 +1,7 @@
-// Router: counting, facts, policy decisions, budget admission and ledger rows, without any
+// Planner and Recorder: counting, facts, policy decisions, budget admission and ledger rows,
+// without any
 // network (backends are never called here; server.cpp runs the plans in integration tests).
-#include "gateway/planner.h"
+#include "gateway/gateway.h"
 
 #include <gtest/gtest.h>
 
@@ -36,17 +37,17 @@ class FakeBackend final : public adapters::Backend {
   std::string name_;
 };
 
-class RouterTest : public ::testing::Test {
+class PlannerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("ferry-router-test-" + std::to_string(::getpid()) + "-" +
+           ("ferry-planner-test-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override {
-    router_.reset();
+    gateway_.reset();
     std::filesystem::remove_all(dir_);
   }
 
@@ -68,9 +69,9 @@ backends:
     ASSERT_TRUE(cfg) << cfg.error().message;
     cfg_ = std::make_unique<config::Config>(std::move(*cfg));
     std::map<std::string, adapters::Backend*> backends = {{"gpu", &gpu_}, {"other", &other_}};
-    auto r = Router::create(*cfg_, backends);
+    auto r = Gateway::create(*cfg_, backends);
     ASSERT_TRUE(r) << r.error().message;
-    router_ = std::move(*r);
+    gateway_ = std::move(*r);
   }
 
   static ParsedRequest chat(const std::string& model, const std::string& text,
@@ -99,13 +100,13 @@ backends:
   FakeBackend gpu_{"gpu"};
   FakeBackend other_{"other"};
   std::unique_ptr<config::Config> cfg_;
-  std::unique_ptr<Router> router_;
+  std::unique_ptr<Gateway> gateway_;
   int n_ = 0;
 };
 
-TEST_F(RouterTest, WithoutPolicyTheModelNameRoutesToItsBackendWithTheUpstreamName) {
+TEST_F(PlannerTest, WithoutPolicyTheModelNameRoutesToItsBackendWithTheUpstreamName) {
   start();
-  auto plan = router_->plan(context(), chat("big", "hello there"));
+  auto plan = gateway_->planner().plan(context(), chat("big", "hello there"));
   ASSERT_TRUE(plan) << plan.error().message;
   ASSERT_FALSE(plan->refusal);
   ASSERT_EQ(plan->hops.size(), 1u);
@@ -123,11 +124,11 @@ TEST_F(RouterTest, WithoutPolicyTheModelNameRoutesToItsBackendWithTheUpstreamNam
   EXPECT_EQ(count.source, ledger::TokenSource::kTokenizer);
 }
 
-TEST_F(RouterTest, WithoutPolicyThePlanCarriesTheTaskAndClaimedTagsButNoFacts) {
+TEST_F(PlannerTest, WithoutPolicyThePlanCarriesTheTaskAndClaimedTagsButNoFacts) {
   start();
   RequestContext ctx = context();
   ctx.tags_header = "a, b";
-  auto plan = router_->plan(
+  auto plan = gateway_->planner().plan(
       ctx, chat("big", "hi", R"(,"metadata":{"task_id":"t-meta","tags":"b, c"},"max_tokens":3)"));
   ASSERT_TRUE(plan) << plan.error().message;
   ASSERT_FALSE(plan->refusal);
@@ -141,12 +142,13 @@ TEST_F(RouterTest, WithoutPolicyThePlanCarriesTheTaskAndClaimedTagsButNoFacts) {
   EXPECT_EQ(plan->hops[0].request.request_id, ctx.request_id);
   // The x-ferry-task header wins over metadata.task_id.
   ctx.task_header = "t-header";
-  auto header = router_->plan(ctx, chat("big", "hi", R"(,"metadata":{"task_id":"t-meta"})"));
+  auto header =
+      gateway_->planner().plan(ctx, chat("big", "hi", R"(,"metadata":{"task_id":"t-meta"})"));
   ASSERT_TRUE(header);
   EXPECT_EQ(header->task_id, "t-header");
 }
 
-TEST_F(RouterTest, EveryPolicyTargetIsCountedAndTargetsCountingAlikeAgree) {
+TEST_F(PlannerTest, EveryPolicyTargetIsCountedAndTargetsCountingAlikeAgree) {
   models_ = R"(models:
   - { name: big, backend: gpu, upstream_model: big-upstream, tokenizer: cl100k_base }
   - { name: twin, backend: other, upstream_model: twin-upstream, tokenizer: cl100k_base }
@@ -163,7 +165,7 @@ models: [auto]
 default: { route: [one, two, three, four] }
 )");
   start("policy: { file: " + policy + ", watch: false }\n");
-  auto plan = router_->plan(context(), chat("auto", "hello there, how are you?"));
+  auto plan = gateway_->planner().plan(context(), chat("auto", "hello there, how are you?"));
   ASSERT_TRUE(plan) << plan.error().message;
   ASSERT_EQ(plan->hops.size(), 4u);
   ASSERT_EQ(plan->prompt_counts.size(), 4u);
@@ -180,32 +182,33 @@ default: { route: [one, two, three, four] }
   EXPECT_NE(blind.tokens, big.tokens);
 }
 
-TEST_F(RouterTest, UnknownModelIsA404NamingTheModels) {
+TEST_F(PlannerTest, UnknownModelIsA404NamingTheModels) {
   start();
-  auto plan = router_->plan(context(), chat("nope", "x"));
+  auto plan = gateway_->planner().plan(context(), chat("nope", "x"));
   ASSERT_FALSE(plan);
   EXPECT_EQ(plan.error().code, ErrorCode::kNotFound);
   EXPECT_NE(plan.error().message.find("big, tiny, blind"), std::string::npos)
       << plan.error().message;
 }
 
-TEST_F(RouterTest, PromptThatDoesNotFitTheContextIsRefusedWithTheNumbers) {
+TEST_F(PlannerTest, PromptThatDoesNotFitTheContextIsRefusedWithTheNumbers) {
   start();
-  auto plan = router_->plan(context(), chat("tiny", "a few words here", R"(,"max_tokens":30)"));
+  auto plan =
+      gateway_->planner().plan(context(), chat("tiny", "a few words here", R"(,"max_tokens":30)"));
   ASSERT_TRUE(plan);
   ASSERT_TRUE(plan->refusal);
   EXPECT_EQ(plan->refusal->code, ErrorCode::kContextOverflow);
   EXPECT_NE(plan->refusal->message.find("maximum context length is 40 tokens"), std::string::npos)
       << plan->refusal->message;
   // Without max_tokens the same prompt fits.
-  auto ok = router_->plan(context(), chat("tiny", "a few words here"));
+  auto ok = gateway_->planner().plan(context(), chat("tiny", "a few words here"));
   ASSERT_TRUE(ok);
   EXPECT_FALSE(ok->refusal);
 }
 
-TEST_F(RouterTest, ModelWithoutTokenizerIsEstimated) {
+TEST_F(PlannerTest, ModelWithoutTokenizerIsEstimated) {
   start();
-  auto plan = router_->plan(context(), chat("blind", "hello"));
+  auto plan = gateway_->planner().plan(context(), chat("blind", "hello"));
   ASSERT_TRUE(plan);
   EXPECT_EQ(plan->prompt_counts.at(plan->hops[0].target).source, ledger::TokenSource::kEstimate);
 }
@@ -232,21 +235,22 @@ rules:
 default: { route: [large, other] }
 )";
 
-TEST_F(RouterTest, PolicyAliasesAreTheModels) {
+TEST_F(PlannerTest, PolicyAliasesAreTheModels) {
   std::string policy = write("policies.yaml", kPolicy);
   start("policy: { file: " + policy + ", watch: false }\n");
-  json models = json::parse(router_->models_json());
+  json models = json::parse(gateway_->planner().models_json());
   ASSERT_EQ(models["data"].size(), 2u);
   EXPECT_EQ(models["data"][0]["id"], "auto");
-  auto plan = router_->plan(context(), chat("big", "x"));  // a config model, not an alias
+  auto plan =
+      gateway_->planner().plan(context(), chat("big", "x"));  // a config model, not an alias
   ASSERT_FALSE(plan);
   EXPECT_NE(plan.error().message.find("auto, chat-large"), std::string::npos);
 }
 
-TEST_F(RouterTest, FirstMatchingRuleRoutesWithFallbacksAndHeaders) {
+TEST_F(PlannerTest, FirstMatchingRuleRoutesWithFallbacksAndHeaders) {
   std::string policy = write("policies.yaml", kPolicy);
   start("policy: { file: " + policy + ", watch: false }\n");
-  auto plan = router_->plan(context(), chat("auto", "short"));
+  auto plan = gateway_->planner().plan(context(), chat("auto", "short"));
   ASSERT_TRUE(plan) << plan.error().message;
   ASSERT_FALSE(plan->refusal);
   EXPECT_EQ(plan->rule_id, "short-local");
@@ -264,22 +268,22 @@ TEST_F(RouterTest, FirstMatchingRuleRoutesWithFallbacksAndHeaders) {
   EXPECT_EQ(facts["team"], "team-a");
 }
 
-TEST_F(RouterTest, LongPromptSkipsTheSmallTargetThatCannotFit) {
+TEST_F(PlannerTest, LongPromptSkipsTheSmallTargetThatCannotFit) {
   std::string policy = write("policies.yaml", kPolicy);
   start("policy: { file: " + policy + ", watch: false }\n");
   std::string words;
   for (int i = 0; i < 60; ++i) words += "word ";
-  auto plan = router_->plan(context(), chat("auto", words));
+  auto plan = gateway_->planner().plan(context(), chat("auto", words));
   ASSERT_TRUE(plan);
   EXPECT_EQ(plan->rule_id, "default");
   EXPECT_EQ(plan->hops[0].name, "large");
 }
 
-TEST_F(RouterTest, SetClampsParametersInTheUpstreamBodyAndShadowAndTags) {
+TEST_F(PlannerTest, SetClampsParametersInTheUpstreamBodyAndShadowAndTags) {
   std::string policy = write("policies.yaml", kPolicy);
   start("policy: { file: " + policy + ", watch: false }\n");
-  auto plan = router_->plan(context("k9", "research"),
-                            chat("auto", "hi", R"(,"max_tokens":100,"temperature":1.5)"));
+  auto plan = gateway_->planner().plan(
+      context("k9", "research"), chat("auto", "hi", R"(,"max_tokens":100,"temperature":1.5)"));
   ASSERT_TRUE(plan);
   EXPECT_EQ(plan->rule_id, "research");
   json body = json::parse(plan->hops[0].request.body);
@@ -290,12 +294,12 @@ TEST_F(RouterTest, SetClampsParametersInTheUpstreamBodyAndShadowAndTags) {
   EXPECT_EQ(plan->tags, std::vector<std::string>{"research-tag"});
 }
 
-TEST_F(RouterTest, RejectIsARefusalWithTheRulesStatusAndClaimedTagsComeFromTheHeader) {
+TEST_F(PlannerTest, RejectIsARefusalWithTheRulesStatusAndClaimedTagsComeFromTheHeader) {
   std::string policy = write("policies.yaml", kPolicy);
   start("policy: { file: " + policy + ", watch: false }\n");
   RequestContext ctx = context();
   ctx.tags_header = "a, forbidden";
-  auto plan = router_->plan(ctx, chat("auto", "hi"));
+  auto plan = gateway_->planner().plan(ctx, chat("auto", "hi"));
   ASSERT_TRUE(plan);
   ASSERT_TRUE(plan->refusal);
   EXPECT_EQ(plan->refusal->code, ErrorCode::kForbidden);
@@ -303,10 +307,10 @@ TEST_F(RouterTest, RejectIsARefusalWithTheRulesStatusAndClaimedTagsComeFromTheHe
   EXPECT_EQ(plan->rule_id, "refuse-forbidden");
 }
 
-TEST_F(RouterTest, ExplainShowsTheChosenRule) {
+TEST_F(PlannerTest, ExplainShowsTheChosenRule) {
   std::string policy = write("policies.yaml", kPolicy);
   start("policy: { file: " + policy + ", watch: false }\n");
-  auto text = router_->explain(context(), chat("auto", "short"));
+  auto text = gateway_->planner().explain(context(), chat("auto", "short"));
   ASSERT_TRUE(text) << text.error().message;
   json j = json::parse(*text);
   EXPECT_EQ(j["decision"]["rule"], "short-local") << *text;
@@ -343,13 +347,13 @@ std::string ledger_yaml(const std::string& db, const std::string& budget_amount)
          budget_amount + ", period: day, mode: hard }\n";
 }
 
-TEST_F(RouterTest, FinishRecordsTheRowWithBackendUsageBeforeTheCallback) {
+TEST_F(PlannerTest, SettleRecordsTheRowWithBackendUsageBeforeTheCallback) {
   std::string db = (dir_ / "ledger.db").string();
   start(ledger_yaml(db, "100"));
   RequestContext ctx = context();
   ctx.task_header = "task-77";
   // max_tokens 100: a backend's 100 completion tokens are plausible (more would not be).
-  auto plan = router_->plan(ctx, chat("big", "hello", R"(,"max_tokens":100)"));
+  auto plan = gateway_->planner().plan(ctx, chat("big", "hello", R"(,"max_tokens":100)"));
   ASSERT_TRUE(plan);
   ASSERT_FALSE(plan->refusal);
   AttemptOutcome a;
@@ -361,7 +365,7 @@ TEST_F(RouterTest, FinishRecordsTheRowWithBackendUsageBeforeTheCallback) {
   a.started_us = ctx.started_us;
   a.ended_us = ctx.started_us + 1000;
   Durable d;
-  std::string id = router_->finish(ctx, *plan, {a}, d.callback());
+  std::string id = gateway_->recorder().settle(ctx, *plan, {a}, d.callback());
   EXPECT_FALSE(id.empty());
   ASSERT_TRUE(d.wait());
   ledger::ReportQuery q;
@@ -376,11 +380,11 @@ TEST_F(RouterTest, FinishRecordsTheRowWithBackendUsageBeforeTheCallback) {
   EXPECT_EQ(report->rows[0].total.micros(), 3000);
 }
 
-TEST_F(RouterTest, MissingUsageIsCountedWithTheTokenizer) {
+TEST_F(PlannerTest, MissingUsageIsCountedWithTheTokenizer) {
   std::string db = (dir_ / "ledger.db").string();
   start(ledger_yaml(db, "100"));
   RequestContext ctx = context();
-  auto plan = router_->plan(ctx, chat("big", "hello"));
+  auto plan = gateway_->planner().plan(ctx, chat("big", "hello"));
   ASSERT_TRUE(plan);
   AttemptOutcome a;
   a.hop = &plan->hops[0];
@@ -394,7 +398,7 @@ TEST_F(RouterTest, MissingUsageIsCountedWithTheTokenizer) {
       true, a.generated_text, a.reasoning_text);
   EXPECT_EQ(a.generated_text, "Hello world, again");
   Durable d;
-  router_->finish(ctx, *plan, {a}, d.callback());
+  gateway_->recorder().settle(ctx, *plan, {a}, d.callback());
   ASSERT_TRUE(d.wait());
   ledger::ReportQuery q;
   q.by = {ledger::ReportBy::kTarget};
@@ -407,14 +411,14 @@ TEST_F(RouterTest, MissingUsageIsCountedWithTheTokenizer) {
   EXPECT_EQ(report->rows[0].input_tokens, plan->prompt_counts.at(plan->hops[0].target).tokens);
 }
 
-TEST_F(RouterTest, HardBudgetRefusesPastTheWorstCase) {
+TEST_F(PlannerTest, HardBudgetRefusesPastTheWorstCase) {
   std::string db = (dir_ / "ledger.db").string();
   // Worst case of one request: ~8 prompt tokens at 2.00/M + 1000 output at 10.00/M ≈ 0.01.
   start(ledger_yaml(db, "0.025"));
   std::vector<Plan> admitted;
   int refused = 0;
   for (int i = 0; i < 5; ++i) {
-    auto plan = router_->plan(context(), chat("big", "hello", R"(,"max_tokens":1000)"));
+    auto plan = gateway_->planner().plan(context(), chat("big", "hello", R"(,"max_tokens":1000)"));
     ASSERT_TRUE(plan);
     if (plan->refusal) {
       EXPECT_EQ(plan->refusal->code, ErrorCode::kRateLimited);
@@ -428,8 +432,8 @@ TEST_F(RouterTest, HardBudgetRefusesPastTheWorstCase) {
   EXPECT_EQ(admitted.size(), 2u);
   EXPECT_EQ(refused, 3);
   // Another team's requests are not limited by team-a's budget.
-  auto other =
-      router_->plan(context("k2", "team-b"), chat("big", "hello", R"(,"max_tokens":1000)"));
+  auto other = gateway_->planner().plan(context("k2", "team-b"),
+                                        chat("big", "hello", R"(,"max_tokens":1000)"));
   ASSERT_TRUE(other);
   EXPECT_FALSE(other->refusal);
 }

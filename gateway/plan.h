@@ -1,0 +1,89 @@
+// The values a request carries between the planner, the proxy and the recorder: who asks
+// (RequestContext), what was decided (Plan, its PlannedHops), and what each try came to
+// (AttemptOutcome). Plain values: no behaviour, no locks; each belongs to one request.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "adapters/backend.h"
+#include "common/error.h"
+#include "gateway/auth.h"
+#include "gateway/targets.h"
+#include "ledger/ledger.h"
+#include "policies/policy.h"
+
+namespace ferry::gateway {
+
+// Who asks and the headers routing reads.
+struct RequestContext {
+  std::string request_id;
+  Principal principal;
+  std::string task_header;  // x-ferry-task
+  std::string tags_header;  // x-ferry-tags (claimed, untrusted)
+  int64_t started_us = 0;   // unix micros
+};
+
+struct PlannedHop {
+  std::string name;  // the policy's name for the target, or the model name without a policy
+  Target* target = nullptr;
+  adapters::BackendRequest request;
+};
+
+// The token counts for one target, as routing computed them.
+struct PromptCount {
+  int64_t tokens = 0;
+  ledger::TokenSource source = ledger::TokenSource::kEstimate;
+};
+
+struct Plan {
+  std::shared_ptr<const policies::Policy> policy;  // the version the request keeps
+  std::string rule_id;
+  std::string policy_version;
+  std::vector<PlannedHop> hops;      // fallback order
+  std::vector<std::string> skipped;  // hops routing dropped, with the reason
+  std::optional<PlannedHop> shadow;
+  std::vector<std::string> tags;  // added by the rule
+  ledger::Admission admission;
+  std::map<const Target*, PromptCount> prompt_counts;
+  std::string requested_model;
+  std::string task_id;
+  std::vector<std::string> claimed_tags;
+  bool stream = false;
+  // What the answer can be at most, for checking a backend's usage: the max_tokens sent
+  // (after a rule's `set`; -1 when none), the choices asked for and the body's size.
+  int64_t max_tokens = -1;
+  int64_t n = 1;
+  int64_t body_bytes = 0;
+  std::string facts_json;  // the routing facts, for replay
+  int64_t routing_us = 0;
+  // Headers every response to this request carries (x-ferry-rule, x-ferry-policy, budget).
+  std::vector<std::pair<std::string, std::string>> headers;
+  // Set when routing itself answers: a policy `reject`, no target fits, a budget or the
+  // ledger refuses. The row is already recorded; answer with this error and the headers.
+  std::optional<Error> refusal;
+};
+
+// What one try on one hop came to.
+struct AttemptOutcome {
+  const PlannedHop* hop = nullptr;
+  bool ok = false;
+  std::optional<Error> error;   // set when !ok
+  bool client_gone = false;     // the client hung up during it
+  bool sent_to_client = false;  // bytes of this attempt reached the client
+  adapters::Usage usage;        // as the backend reported it
+  std::string finish_reason;
+  std::string generated_text;  // the answer's text (for counting when usage is missing)
+  std::string reasoning_text;
+  int http_status = 0;  // the status the client got (or would have)
+  int64_t started_us = 0;
+  int64_t ended_us = 0;
+  int64_t ttft_us = -1;
+};
+
+}  // namespace ferry::gateway
