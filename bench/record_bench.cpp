@@ -1,6 +1,6 @@
 // Microbenchmark of the bookkeeping ferry does per proxied request once the answer is out:
 // the request id, the three metric updates and the access-log line with its hand-off to the
-// writer thread (what Server::Impl::finish_record in gateway/server.cpp does, with the same
+// writer thread (what ServerState::finish_record in gateway/server.cpp does, with the same
 // access_log_line).
 // Run: build/bench/ferry_record_bench                  (Google Benchmark, wall time)
 //      build/bench/ferry_record_bench --loop N         (N requests, for callgrind: divide the

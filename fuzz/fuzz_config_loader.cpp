@@ -1,5 +1,5 @@
 // Fuzzes the config loader (config/config: load_config_text) and the sections it hands to the
-// ledger when the server starts (ledger:, prices:, budgets:), caught as gateway/router.cpp
+// ledger when the server starts (ledger:, prices:, budgets:), caught as gateway/gateway.cpp
 // catches them: a YamlError or another std::exception is a refused config; anything else
 // escaping, a crash or undefined behaviour is a finding.
 #include <cstddef>

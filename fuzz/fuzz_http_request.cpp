@@ -1,8 +1,8 @@
-// Fuzzes the HTTP request reader as gateway/server.cpp runs it: Beast's request parser with the
-// default config's header and body limits, fed the bytes in the pieces a socket could deliver
+// Fuzzes the HTTP request reader as gateway/http_reader.cpp runs it: Beast's request parser with
+// the default config's header and body limits, fed the bytes in the pieces a socket could deliver
 // (the first input byte picks the piece size), then what the server reads from a parsed
 // request: the API key, the tag header and a chat body. (The admin query-string parsers live
-// in gateway/admin.cpp with the handlers, which need the whole router: not linked here.) Beast
+// in gateway/admin.cpp with the handlers, which need the whole gateway: not linked here.) Beast
 // is included here only because this file is built in the fuzz build alone.
 #include <boost/beast/http.hpp>
 #include <cstddef>

@@ -1,5 +1,5 @@
 // What one HTTP request leaves behind for the access log and metrics, and its access-log line.
-// Kept out of server.cpp (Beast) so that bench/record_bench.cpp measures this very code.
+// Kept out of the socket files (Beast) so that bench/record_bench.cpp measures this very code.
 #pragma once
 
 #include <chrono>

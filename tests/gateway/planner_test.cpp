@@ -1,6 +1,6 @@
 // Planner and Recorder: counting, facts, policy decisions, budget admission and ledger rows,
 // without any
-// network (backends are never called here; server.cpp runs the plans in integration tests).
+// network (backends are never called here; gateway/proxy.cpp runs the plans in integration tests).
 #include "gateway/gateway.h"
 
 #include <gtest/gtest.h>
