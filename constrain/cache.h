@@ -38,7 +38,8 @@ class GrammarCache {
   std::uint64_t hits() const;
 
  private:
-  Result<CompiledGrammar> get(const std::string& key, const std::function<Result<Grammar>()>& compile);
+  Result<CompiledGrammar> get(const std::string& key,
+                              const std::function<Result<Grammar>()>& compile);
 
   struct Entry {
     std::shared_ptr<const Grammar> grammar;

@@ -57,13 +57,13 @@ enum StringState : std::uint32_t {
   kStrHex2LowD,  // second after d/D: 0-7 only (no surrogates)
   kStrHex3,
   kStrHex4,
-  kStrCont1,    // one UTF-8 continuation byte left
-  kStrCont2,    // two
-  kStrCont3,    // three
-  kStrE0,       // after E0: A0-BF, then one more
-  kStrED,       // after ED: 80-9F, then one more
-  kStrF0,       // after F0: 90-BF, then two more
-  kStrF4,       // after F4: 80-8F, then two more
+  kStrCont1,  // one UTF-8 continuation byte left
+  kStrCont2,  // two
+  kStrCont3,  // three
+  kStrE0,     // after E0: A0-BF, then one more
+  kStrED,     // after ED: 80-9F, then one more
+  kStrF0,     // after F0: 90-BF, then two more
+  kStrF4,     // after F4: 80-8F, then two more
   kStrStates,
 };
 

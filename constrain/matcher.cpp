@@ -124,8 +124,8 @@ void Matcher::dedup(Stacks& s) {
     std::uint32_t kb = 0;
     for (std::size_t j = 0; j < kept && !dup; ++j) {
       const std::uint32_t ke = s.ends[j];
-      dup = ke - kb == len && std::equal(s.frames.begin() + kb, s.frames.begin() + ke,
-                                         s.frames.begin() + read_begin);
+      dup = ke - kb == len &&
+            std::equal(s.frames.begin() + kb, s.frames.begin() + ke, s.frames.begin() + read_begin);
       kb = ke;
     }
     if (!dup) {

@@ -37,8 +37,8 @@ class Matcher {
   bool accept_bytes(std::string_view bytes);
 
   bool is_complete() const;  // what was accepted is a whole document
-  bool is_dead() const;  // nothing can follow (a grammar bug or an exotic vocabulary)
-  bool ended() const { return ended_; }           // an end-of-generation id was accepted
+  bool is_dead() const;      // nothing can follow (a grammar bug or an exotic vocabulary)
+  bool ended() const { return ended_; }  // an end-of-generation id was accepted
   const Vocabulary& vocabulary() const { return *vocab_; }
 
  private:

@@ -22,8 +22,8 @@
 namespace ferry::constrain {
 
 struct RegexLimits {
-  std::uint32_t max_repeat = 32;        // what `*`, `+` and `{n,}` allow beyond their minimum
-  std::size_t max_states = 200000;      // of the whole grammar, after the pattern
+  std::uint32_t max_repeat = 32;    // what `*`, `+` and `{n,}` allow beyond their minimum
+  std::size_t max_states = 200000;  // of the whole grammar, after the pattern
 };
 
 // Adds the pattern's language as a fragment starting at `from` in `rule`; returns its end

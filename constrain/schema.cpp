@@ -10,21 +10,35 @@ namespace ferry::constrain {
 namespace {
 
 const std::set<std::string, std::less<>> kAnnotations = {
-    "title",   "description", "default",  "examples",  "$comment", "$schema",
-    "$id",     "deprecated",  "readOnly", "writeOnly", "$defs",    "definitions"};
-const std::set<std::string, std::less<>> kKeywords = {
-    "type",      "properties", "required",  "additionalProperties", "enum",
-    "const",     "anyOf",      "allOf",     "$ref",                 "items",
-    "minItems",  "maxItems",   "pattern",   "format",               "minLength",
-    "maxLength", "minimum",    "maximum",   "exclusiveMinimum",     "exclusiveMaximum"};
+    "title", "description", "default",  "examples",  "$comment", "$schema",
+    "$id",   "deprecated",  "readOnly", "writeOnly", "$defs",    "definitions"};
+const std::set<std::string, std::less<>> kKeywords = {"type",
+                                                      "properties",
+                                                      "required",
+                                                      "additionalProperties",
+                                                      "enum",
+                                                      "const",
+                                                      "anyOf",
+                                                      "allOf",
+                                                      "$ref",
+                                                      "items",
+                                                      "minItems",
+                                                      "maxItems",
+                                                      "pattern",
+                                                      "format",
+                                                      "minLength",
+                                                      "maxLength",
+                                                      "minimum",
+                                                      "maximum",
+                                                      "exclusiveMinimum",
+                                                      "exclusiveMaximum"};
 
 // Strict subsets of the formats ajv-formats checks (see schema.h).
 constexpr std::string_view kDate =
     R"(\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8])))";
 constexpr std::string_view kTime =
     R"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d))";
-constexpr std::string_view kUuid =
-    "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
+constexpr std::string_view kUuid = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
 constexpr std::string_view kEmail =
     R"([a-z0-9_+-]{1,32}(?:\.[a-z0-9_+-]{1,32}){0,2}@[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?){1,3})";
 
@@ -80,15 +94,16 @@ struct Digits {
       }
       return cur;
     }
-    if (x[0] == y[0]) return same_length(b.literal(rule, from, x.substr(0, 1)), x.substr(1), y.substr(1));
+    if (x[0] == y[0])
+      return same_length(b.literal(rule, from, x.substr(0, 1)), x.substr(1), y.substr(1));
     const std::uint32_t to = b.add_state(rule);
     const std::string nines(x.size() - 1, '9');
     const std::string zeros(x.size() - 1, '0');
     b.eps(rule, same_length(b.literal(rule, from, x.substr(0, 1)), x.substr(1), nines), to);
     if (x[0] + 1 <= y[0] - 1) {
       const std::uint32_t mid = b.add_state(rule);
-      b.byte_edge(rule, from, static_cast<std::uint8_t>(x[0] + 1), static_cast<std::uint8_t>(y[0] - 1),
-                  mid);
+      b.byte_edge(rule, from, static_cast<std::uint8_t>(x[0] + 1),
+                  static_cast<std::uint8_t>(y[0] - 1), mid);
       b.eps(rule, same_length(mid, zeros, nines), to);
     }
     b.eps(rule, same_length(b.literal(rule, from, y.substr(0, 1)), zeros, y.substr(1)), to);
@@ -113,8 +128,9 @@ struct Digits {
   std::uint32_t range(std::uint32_t from, std::int64_t lo, std::int64_t hi) {
     const std::uint32_t to = b.add_state(rule);
     if (hi >= 0) {
-      b.eps(rule, non_negative(from, static_cast<std::uint64_t>(std::max<std::int64_t>(lo, 0)),
-                               static_cast<std::uint64_t>(hi)),
+      b.eps(rule,
+            non_negative(from, static_cast<std::uint64_t>(std::max<std::int64_t>(lo, 0)),
+                         static_cast<std::uint64_t>(hi)),
             to);
     }
     if (lo < 0) {
@@ -196,6 +212,23 @@ std::uint32_t SchemaCompiler::ref_rule(const std::string& ref, const std::string
   if (!target) {
     fail("JSON Schema '$ref' at '" + show_path(where_ + path) + "' points to nothing: " + ref);
     return 0;
+  }
+  // A chain of references back to itself with nothing between would never write a byte.
+  std::set<const Json*> chain{target};
+  for (const Json* t = target; t->is_object() && t->contains("$ref") && (*t)["$ref"].is_string();) {
+    const std::string next = (*t)["$ref"].get<std::string>();
+    if (next.empty() || next[0] != '#') break;
+    try {
+      const Json::json_pointer pointer(next.substr(1));
+      if (!doc_->contains(pointer)) break;
+      t = &doc_->at(pointer);
+    } catch (const std::exception&) {
+      break;
+    }
+    if (!chain.insert(t).second) {
+      unsupported("$ref", path, "a cycle of references with no value between them");
+      return 0;
+    }
   }
   // One rule per target, made before its body so that recursion finds it.
   const std::uint32_t rule = b_.add_rule("ref " + ref);
@@ -341,9 +374,8 @@ std::uint32_t SchemaCompiler::enum_fragment(const Json& s, const std::string& pa
   }
   std::vector<std::string> literals;
   for (const Json& v : values) {
-    const bool typed = types.empty() || std::any_of(types.begin(), types.end(), [&](const auto& t) {
-                         return is_type(v, t);
-                       });
+    const bool typed = types.empty() || std::any_of(types.begin(), types.end(),
+                                                    [&](const auto& t) { return is_type(v, t); });
     if (typed) literals.push_back(v.dump());
   }
   if (literals.empty()) {
@@ -503,7 +535,8 @@ std::uint32_t SchemaCompiler::object_fragment(const Json& s, const std::string& 
     const bool optional = required.count(name) == 0;
     const std::string key = Json(name).dump();
     const auto member = [&](std::uint32_t at) {
-      const std::uint32_t colon = b_.ws(rule, b_.literal(rule, b_.ws(rule, b_.literal(rule, at, key)), ":"));
+      const std::uint32_t colon =
+          b_.ws(rule, b_.literal(rule, b_.ws(rule, b_.literal(rule, at, key)), ":"));
       return b_.ws(rule, b_.call(rule, colon, value));
     };
     const std::uint32_t next_some = b_.add_state(rule);
@@ -523,7 +556,8 @@ std::uint32_t SchemaCompiler::object_fragment(const Json& s, const std::string& 
 
 std::uint32_t SchemaCompiler::map_fragment(std::uint32_t value_rule, std::uint32_t rule,
                                            std::uint32_t from) {
-  const std::uint32_t key_rule = b_.string_rule(0, std::min<std::uint32_t>(64, opt_.max_string_chars));
+  const std::uint32_t key_rule =
+      b_.string_rule(0, std::min<std::uint32_t>(64, opt_.max_string_chars));
   std::uint32_t cur = b_.ws(rule, b_.literal(rule, from, "{"));
   const std::uint32_t close = b_.add_state(rule);
   b_.eps(rule, cur, close);

@@ -39,8 +39,8 @@ class SchemaCompiler {
   std::uint32_t map_fragment(std::uint32_t value_rule, std::uint32_t rule, std::uint32_t from);
   std::uint32_t array_fragment(const Json& s, const std::string& path, std::uint32_t rule,
                                std::uint32_t from);
-  std::uint32_t array_of(std::uint32_t item_rule, std::uint64_t min_items,
-                         std::uint64_t max_items, std::uint32_t rule, std::uint32_t from);
+  std::uint32_t array_of(std::uint32_t item_rule, std::uint64_t min_items, std::uint64_t max_items,
+                         std::uint32_t rule, std::uint32_t from);
   std::uint32_t string_fragment(const Json& s, const std::string& path, std::uint32_t rule,
                                 std::uint32_t from);
   std::uint32_t number_fragment(bool integer, const Json& s, const std::string& path,
@@ -56,7 +56,7 @@ class SchemaCompiler {
   const CompileOptions& opt_;
   const Json* doc_ = nullptr;
   std::string where_;
-  std::map<std::string, std::uint32_t> refs_;  // JSON pointer -> rule, per document
+  std::map<std::string, std::uint32_t> refs_;   // JSON pointer -> rule, per document
   std::map<std::uint32_t, std::uint32_t> any_;  // depth -> rule
   std::optional<Error> error_;
 };

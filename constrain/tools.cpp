@@ -36,29 +36,33 @@ Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& option
   const std::uint32_t call = b.add_rule("tool call");
   const std::uint32_t names = b.ws(call, b.literal(call, b.start(call), "{"));
   const std::uint32_t colon = b.ws(
-      call,
-      b.literal(call, b.ws(call, b.literal(call, names, Json(syn.name_key).dump())), ":"));
+      call, b.literal(call, b.ws(call, b.literal(call, names, Json(syn.name_key).dump())), ":"));
   const std::uint32_t call_end = b.add_state(call);
   std::set<std::string> seen;
   std::size_t allowed = 0;
   for (std::size_t i = 0; i < spec.functions.size(); ++i) {
     const ToolFunction& f = spec.functions[i];
-    if (f.name.empty()) return invalid("tools[" + std::to_string(i) + "]: the function has no name");
-    if (!seen.insert(f.name).second) return invalid("tools: the function '" + f.name + "' is declared twice");
+    if (f.name.empty())
+      return invalid("tools[" + std::to_string(i) + "]: the function has no name");
+    if (!seen.insert(f.name).second)
+      return invalid("tools: the function '" + f.name + "' is declared twice");
     if (spec.choice == ToolChoice::kNamed && f.name != spec.named) continue;
     Json params = Json::object({{"type", "object"}, {"additionalProperties", false}});
     if (!f.parameters_json.empty()) {
       try {
         params = Json::parse(f.parameters_json);
       } catch (const std::exception& e) {
-        return invalid("tools[" + std::to_string(i) + "].function.parameters is not JSON: " + e.what());
+        return invalid("tools[" + std::to_string(i) +
+                       "].function.parameters is not JSON: " + e.what());
       }
     }
-    auto args = compiler.document_rule(params, "/tools/" + std::to_string(i) + "/function/parameters");
+    auto args =
+        compiler.document_rule(params, "/tools/" + std::to_string(i) + "/function/parameters");
     if (!args) return std::move(args).error();
     std::uint32_t at = b.literal(call, colon, Json(f.name).dump());
     at = b.ws(call, b.literal(call, b.ws(call, at), ","));
-    at = b.ws(call, b.literal(call, b.ws(call, b.literal(call, at, Json(syn.arguments_key).dump())), ":"));
+    at = b.ws(call, b.literal(call, b.ws(call, b.literal(call, at, Json(syn.arguments_key).dump())),
+                              ":"));
     b.eps(call, b.ws(call, b.call(call, at, *args)), call_end);
     ++allowed;
   }
@@ -96,11 +100,14 @@ Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& option
     while (lo < 256) {
       const std::uint32_t target = kmp_next(syn.begin, k, static_cast<std::uint8_t>(lo));
       std::uint32_t hi = lo;
-      while (hi + 1 < 256 && kmp_next(syn.begin, k, static_cast<std::uint8_t>(hi + 1)) == target) ++hi;
+      while (hi + 1 < 256 && kmp_next(syn.begin, k, static_cast<std::uint8_t>(hi + 1)) == target)
+        ++hi;
       if (target < m) {
-        b.byte_edge(root, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi), text[target]);
+        b.byte_edge(root, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi),
+                    text[target]);
       } else if (spec.choice == ToolChoice::kAuto) {
-        b.byte_edge(root, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi), opened);
+        b.byte_edge(root, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi),
+                    opened);
       }
       lo = hi + 1;
     }

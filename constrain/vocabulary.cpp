@@ -114,7 +114,8 @@ void Vocabulary::build_trie(const std::vector<TokenId>& ids) {
       max_depth_ = std::max<std::uint16_t>(max_depth_, n.depth);
     }
     TrieNode& last = trie_[path.back()];
-    if (last.tokens_end != trie_tokens_.size()) last.tokens = static_cast<std::uint32_t>(trie_tokens_.size());
+    if (last.tokens_end != trie_tokens_.size())
+      last.tokens = static_cast<std::uint32_t>(trie_tokens_.size());
     trie_tokens_.push_back(id);
     last.tokens_end = static_cast<std::uint32_t>(trie_tokens_.size());
     prev = s;
@@ -140,8 +141,7 @@ void Vocabulary::build_string_tables(const std::vector<TokenId>& ids) {
         break;
       }
       if (st.close) {
-        const std::uint32_t bucket =
-            i + 1 < s.size() ? static_cast<std::uint8_t>(s[i + 1]) : 256u;
+        const std::uint32_t bucket = i + 1 < s.size() ? static_cast<std::uint8_t>(s[i + 1]) : 256u;
         exits_[bucket].push_back(StringExit{id, chars, static_cast<std::uint32_t>(i + 1)});
         ok = false;
         break;

@@ -31,9 +31,9 @@ class Vocabulary {
  public:
   struct TrieNode {
     std::uint8_t byte = 0;
-    std::uint16_t depth = 0;      // 1 for a token's first byte
-    std::uint32_t skip = 0;       // the index just past this node's subtree
-    std::uint32_t tokens = 0;     // [tokens, tokens_end) in token_list()
+    std::uint16_t depth = 0;   // 1 for a token's first byte
+    std::uint32_t skip = 0;    // the index just past this node's subtree
+    std::uint32_t tokens = 0;  // [tokens, tokens_end) in token_list()
     std::uint32_t tokens_end = 0;
   };
   // A token that closes a string from the body state: characters before the quote, and
@@ -68,9 +68,7 @@ class Vocabulary {
     return inside_le_.data() + static_cast<std::size_t>(k) * mask_words();
   }
   // Tokens inside a string with more than kMaxInsideChars characters: (id, chars).
-  const std::vector<std::pair<TokenId, std::uint32_t>>& long_inside() const {
-    return long_inside_;
-  }
+  const std::vector<std::pair<TokenId, std::uint32_t>>& long_inside() const { return long_inside_; }
   // String exits by the first byte after the quote; bucket 256: nothing after it.
   const std::vector<StringExit>& exits(std::uint32_t first_byte) const {
     return exits_[first_byte];

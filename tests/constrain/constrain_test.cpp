@@ -71,9 +71,8 @@ INSTANTIATE_TEST_SUITE_P(
         KeywordCase{R"({"type":"number"})",
                     {"0", "1.5", "-0.25e10", "3E+2", "-7"},
                     {".5", "1.", "+1", "1e", "--1", "0x1"}},
-        KeywordCase{R"({"type":"number","minimum":2.5,"maximum":7})",
-                    {"3", "7"},
-                    {"2", "8", "2.5"}},
+        KeywordCase{
+            R"({"type":"number","minimum":2.5,"maximum":7})", {"3", "7"}, {"2", "8", "2.5"}},
         KeywordCase{R"({"type":"boolean"})", {"true", "false"}, {"True", "1", "null"}},
         KeywordCase{R"({"type":"null"})", {"null"}, {"nul", "\"null\""}},
         KeywordCase{R"({"enum":["red","green",1,null]})",
@@ -84,21 +83,22 @@ INSTANTIATE_TEST_SUITE_P(
         KeywordCase{
             R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a"]})",
             {R"({"a":1})", R"({"a":1,"b":"x"})", R"({ "a": 1, "b": "x" })", "{\n\"a\":1}"},
-            {R"({"b":"x","a":1})", R"({})", R"({"a":1,"c":2})", R"({"a":"1"})",
-             R"({"a":1,})", R"({"a":1   })"}},
+            {R"({"b":"x","a":1})", R"({})", R"({"a":1,"c":2})", R"({"a":"1"})", R"({"a":1,})",
+             R"({"a":1   })"}},
         KeywordCase{
             R"({"type":"object","properties":{"x":{"type":"boolean"},"y":{"type":"null"}}})",
             {"{}", R"({"x":true})", R"({"y":null})", R"({"x":false,"y":null})"},
             {R"({"y":null,"x":true})", R"({,"y":null})"}},
-        KeywordCase{R"({"type":"object","additionalProperties":false})", {"{}", "{ }"},
-                    {R"({"a":1})"}},
+        KeywordCase{
+            R"({"type":"object","additionalProperties":false})", {"{}", "{ }"}, {R"({"a":1})"}},
         KeywordCase{R"({"type":"object","additionalProperties":{"type":"integer"}})",
                     {"{}", R"({"x":1,"y":2})"},
                     {R"({"x":"s"})", R"({"x":1,})"}},
         KeywordCase{R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})",
                     {"[1]", "[1,2,3]", "[ 1 , 2 ]"},
                     {"[]", "[1,2,3,4]", R"(["a"])", "[1,]"}},
-        KeywordCase{R"({"anyOf":[{"type":"string"},{"type":"integer"}]})", {R"("a")", "3"},
+        KeywordCase{R"({"anyOf":[{"type":"string"},{"type":"integer"}]})",
+                    {R"("a")", "3"},
                     {"true", "1.5"}},
         KeywordCase{R"({"type":["string","null"]})", {R"("a")", "null"}, {"1"}},
         KeywordCase{R"({"allOf":[{"type":"integer","maximum":3}]})", {"3"}, {"4"}},
@@ -122,11 +122,13 @@ INSTANTIATE_TEST_SUITE_P(
         KeywordCase{R"({"type":"string","format":"time"})",
                     {R"("12:30:00Z")", R"("23:59:59.123+02:00")"},
                     {R"("24:00:00Z")", R"("12:60:00Z")", R"("12:30")"}},
-        KeywordCase{R"({"type":"string","format":"date-time"})", {R"("2024-01-02T03:04:05Z")"},
+        KeywordCase{R"({"type":"string","format":"date-time"})",
+                    {R"("2024-01-02T03:04:05Z")"},
                     {R"("2024-01-02 03:04:05")"}},
-        KeywordCase{R"({"type":"string","format":"uuid"})",
-                    {R"("123e4567-e89b-12d3-a456-426614174000")"},
-                    {R"("123e4567e89b12d3a456426614174000")", R"("123E4567-e89b-12d3-a456-42661417400")"}},
+        KeywordCase{
+            R"({"type":"string","format":"uuid"})",
+            {R"("123e4567-e89b-12d3-a456-426614174000")"},
+            {R"("123e4567e89b12d3a456426614174000")", R"("123E4567-e89b-12d3-a456-42661417400")"}},
         KeywordCase{R"({"type":"string","format":"email"})",
                     {R"("a.b@example.com")", R"("x_1+y@mail.co.uk")"},
                     {R"("ab")", R"("a@b")", R"("@example.com")"}},
@@ -210,9 +212,13 @@ INSTANTIATE_TEST_SUITE_P(
         RefusedCase{R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["b"]})",
                     "required", "#"},
         RefusedCase{R"({"type":"string","pattern":"^a","format":"date"})", "format", "#"},
-        RefusedCase{R"({"type":"array","items":{"type":"object","properties":{"k":{"type":"string","x-custom":1}}}})",
-                    "x-custom", "#/items/properties/k"},
-        RefusedCase{R"({"type":"integer","minimum":5,"maximum":4})", "minimum", "#"}));
+        RefusedCase{
+            R"({"type":"array","items":{"type":"object","properties":{"k":{"type":"string","x-custom":1}}}})",
+            "x-custom", "#/items/properties/k"},
+        RefusedCase{R"({"type":"integer","minimum":5,"maximum":4})", "minimum", "#"},
+        RefusedCase{
+            R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"type":"array","items":{"$ref":"#/$defs/a"}})",
+            "$ref", "#/items"}));
 
 TEST(Constrain, SchemaThatIsNotJsonIsAnError) {
   auto g = compile_json_schema("{\"type\":");
@@ -340,12 +346,16 @@ std::shared_ptr<const Grammar> tools_grammar(const ToolSpec& spec) {
 
 TEST(ConstrainTools, RequiredIsACallOfADeclaredFunctionWithValidArguments) {
   const auto g = tools_grammar(weather_tools(ToolChoice::kRequired));
-  EXPECT_TRUE(accepts(g, R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>)"));
+  EXPECT_TRUE(accepts(
+      g, R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>)"));
   EXPECT_TRUE(accepts(g, "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>"));
-  EXPECT_TRUE(accepts(g, R"(<tool_call>{"name":"now","arguments":{}}</tool_call> <tool_call>{"name":"now","arguments":{}}</tool_call>)"));
+  EXPECT_TRUE(accepts(
+      g,
+      R"(<tool_call>{"name":"now","arguments":{}}</tool_call> <tool_call>{"name":"now","arguments":{}}</tool_call>)"));
   EXPECT_FALSE(accepts(g, R"(<tool_call>{"name":"get_time","arguments":{}}</tool_call>)"));
   EXPECT_FALSE(accepts(g, R"(<tool_call>{"name":"get_weather","arguments":{}}</tool_call>)"));
-  EXPECT_FALSE(accepts(g, R"(<tool_call>{"name":"get_weather","arguments":{"city":"P","x":1}}</tool_call>)"));
+  EXPECT_FALSE(accepts(
+      g, R"(<tool_call>{"name":"get_weather","arguments":{"city":"P","x":1}}</tool_call>)"));
   EXPECT_FALSE(accepts(g, "Sure!"));
   EXPECT_FALSE(accepts(g, ""));
 }
@@ -371,8 +381,11 @@ TEST(ConstrainTools, NamedAndSingleCall) {
   spec.parallel_tool_calls = false;
   const auto g = tools_grammar(spec);
   EXPECT_TRUE(accepts(g, R"(<tool_call>{"name":"now","arguments":{}}</tool_call>)"));
-  EXPECT_FALSE(accepts(g, R"(<tool_call>{"name":"get_weather","arguments":{"city":"P"}}</tool_call>)"));
-  EXPECT_FALSE(accepts(g, R"(<tool_call>{"name":"now","arguments":{}}</tool_call><tool_call>{"name":"now","arguments":{}}</tool_call>)"));
+  EXPECT_FALSE(
+      accepts(g, R"(<tool_call>{"name":"get_weather","arguments":{"city":"P"}}</tool_call>)"));
+  EXPECT_FALSE(accepts(
+      g,
+      R"(<tool_call>{"name":"now","arguments":{}}</tool_call><tool_call>{"name":"now","arguments":{}}</tool_call>)"));
 }
 
 TEST(ConstrainTools, Errors) {

@@ -121,8 +121,9 @@ TEST(ConstrainedGenerate, TheSchedulerAppliesTheConstraintPerSequence) {
   Loaded l = load_synth();
   ASSERT_TRUE(l.engine);
   const auto tok = l.tv->tokenizer;
-  Scheduler scheduler(std::move(l.engine), SchedulerOptions{},
-                      [tok](TokenId id) { return tok->token_bytes(id); }, l.eog);
+  Scheduler scheduler(
+      std::move(l.engine), SchedulerOptions{}, [tok](TokenId id) { return tok->token_bytes(id); },
+      l.eog);
   std::mutex mu;
   std::condition_variable cv;
   int done = 0;
