@@ -1,5 +1,7 @@
 #include "constrain/grammar.h"
 
+#include "constrain/state_masks.h"
+
 namespace ferry::constrain {
 
 std::uint32_t GrammarBuilder::add_rule(std::string name) {
@@ -90,6 +92,7 @@ std::uint32_t GrammarBuilder::one_of(std::uint32_t rule, std::uint32_t from,
 
 Grammar GrammarBuilder::finish(std::uint32_t root) {
   grammar_.root = root;
+  grammar_.masks = std::make_shared<StateMasks>();
   Grammar out = std::move(grammar_);
   grammar_ = Grammar{};
   string_rules_.clear();

@@ -1,11 +1,13 @@
 // ferry::constrain::Grammar: the byte-level grammar a constraint compiles to. Rules are acyclic
 // NFAs over byte ranges, epsilon moves and calls of other rules (recursion goes through calls,
 // bounded by the matcher's stack depth), plus one built-in rule kind for JSON strings with a
-// character counter. GrammarBuilder makes one; a finished Grammar is immutable and thread-safe.
+// character counter. GrammarBuilder makes one; a finished Grammar is immutable and thread-safe
+// (its mask cache synchronises itself).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -67,9 +69,14 @@ enum StringState : std::uint32_t {
   kStrStates,
 };
 
+class StateMasks;
+
 struct Grammar {
   std::vector<Rule> rules;
   std::uint32_t root = 0;
+  // Masks of expensive rule states, filled by the matchers that use this grammar (its own
+  // synchronisation; see state_masks.h).
+  std::shared_ptr<StateMasks> masks;
 };
 
 // Fragments are built state by state: every helper takes the state to start from and returns

@@ -43,7 +43,7 @@ void Matcher::closure(std::vector<Frame>& stack, Stacks& out) const {
     closure(stack, out);
   }
   for (const CallEdge& c : st.calls) {
-    if (stack.size() >= kMaxFrames) break;
+    if (stack.size() + depth_offset_ >= kMaxFrames) break;
     stack[top].state = c.to;
     stack.push_back(Frame{c.rule, grammar_->rules[c.rule].start, 0});
     closure(stack, out);
@@ -99,7 +99,7 @@ bool Matcher::advance_bytes(const Stacks& in, std::string_view bytes, Stacks& ou
     out = in;
     return true;
   }
-  Stacks other;
+  Stacks& other = bytes_scratch_;
   const Stacks* from = &in;
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     // Alternate between the two buffers so that the last step lands in `out`.
@@ -124,8 +124,10 @@ void Matcher::dedup(Stacks& s) {
     std::uint32_t kb = 0;
     for (std::size_t j = 0; j < kept && !dup; ++j) {
       const std::uint32_t ke = s.ends[j];
-      dup = ke - kb == len &&
-            std::equal(s.frames.begin() + kb, s.frames.begin() + ke, s.frames.begin() + read_begin);
+      // From the top down: stacks of one grammar mostly differ near their tops.
+      dup = ke - kb == len && std::equal(s.frames.rbegin() + (s.frames.size() - ke),
+                                         s.frames.rbegin() + (s.frames.size() - kb),
+                                         s.frames.rbegin() + (s.frames.size() - read_end));
       kb = ke;
     }
     if (!dup) {
@@ -175,6 +177,8 @@ void Matcher::fill_mask(std::vector<std::uint64_t>& mask) {
   for (std::size_t i = 0; i < cur_.size(); ++i) {
     if (in_string_body(cur_, i)) {
       string_fast_path(cur_, i, mask);
+    } else if (const auto e = state_entry(cur_, i); e && !e->cheap) {
+      apply_entry(*e, cur_, i, mask);
     } else {
       rest_.frames.insert(rest_.frames.end(), cur_.frames.begin() + cur_.begin(i),
                           cur_.frames.begin() + cur_.ends[i]);
@@ -186,23 +190,75 @@ void Matcher::fill_mask(std::vector<std::uint64_t>& mask) {
 
 // Every token whose bytes the stacks accept, by a pre-order walk of the trie: levels_[d] holds
 // the stacks after the first d bytes of the current path; a node they reject skips its subtree.
-void Matcher::walk_trie(const Stacks& start, std::vector<std::uint64_t>& mask) {
+std::size_t Matcher::walk_trie(const Stacks& start, std::vector<std::uint64_t>& mask,
+                               std::vector<TokenId>* uncertain) {
   const auto& trie = vocab_->trie();
   const auto& tokens = vocab_->token_list();
   levels_.resize(static_cast<std::size_t>(vocab_->max_depth()) + 1);
+  marker_.assign(levels_.size(), 0);
   levels_[0] = start;
   std::size_t i = 0;
+  std::size_t visited = 0;
   while (i < trie.size()) {
     const Vocabulary::TrieNode& node = trie[i];
+    ++visited;
     Stacks& out = levels_[node.depth];
     advance(levels_[node.depth - 1], node.byte, out);
     if (out.size() == 0) {
+      if (uncertain && marker_[node.depth - 1]) {
+        // Past the start's return: the tokens of this subtree depend on what called it.
+        const std::uint32_t end = node.skip < trie.size()
+                                      ? trie[node.skip].tokens
+                                      : static_cast<std::uint32_t>(tokens.size());
+        uncertain->insert(uncertain->end(), tokens.begin() + node.tokens, tokens.begin() + end);
+      }
       i = node.skip;
       continue;
     }
+    if (uncertain) marker_[node.depth] = marker_[node.depth - 1] || complete(out);
     for (std::uint32_t t = node.tokens; t < node.tokens_end; ++t)
       mask[tokens[t] / 64] |= std::uint64_t{1} << (tokens[t] % 64);
     ++i;
+  }
+  return visited;
+}
+
+// The context-free part of stack i's mask, by its top frame (computed once per grammar,
+// vocabulary, rule state and depth); null for a string frame or a complete stack.
+std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Stacks& s, std::size_t i) {
+  const std::uint32_t depth = s.ends[i] - s.begin(i);
+  if (depth == 0 || !grammar_->masks) return nullptr;
+  const Frame& top = s.frames[s.ends[i] - 1];
+  if (grammar_->rules[top.rule].kind != RuleKind::kNfa) return nullptr;
+  const std::uint64_t key =
+      (std::uint64_t{top.rule} << 40) | (std::uint64_t{depth} << 32) | top.state;
+  if (auto e = grammar_->masks->find(vocab_->serial(), key)) return e;
+  auto e = std::make_shared<StateMasks::Entry>();
+  one_.clear();
+  one_.frames.push_back(top);
+  one_.ends.push_back(1);
+  e->accepted.assign(vocab_->mask_words(), 0);
+  depth_offset_ = depth - 1;
+  const std::size_t visited = walk_trie(one_, e->accepted, &e->uncertain);
+  depth_offset_ = 0;
+  if (visited < cheap_nodes_) {
+    e->cheap = true;
+    e->accepted.clear();
+    e->uncertain.clear();
+  }
+  grammar_->masks->insert(vocab_->serial(), key, e);
+  return e;
+}
+
+void Matcher::apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,
+                          std::vector<std::uint64_t>& mask) {
+  for (std::size_t w = 0; w < mask.size(); ++w) mask[w] |= e.accepted[w];
+  one_.clear();
+  one_.frames.assign(s.frames.begin() + s.begin(i), s.frames.begin() + s.ends[i]);
+  one_.ends.push_back(static_cast<std::uint32_t>(one_.frames.size()));
+  for (const TokenId id : e.uncertain) {
+    if (advance_bytes(one_, vocab_->bytes(id), after_))
+      mask[id / 64] |= std::uint64_t{1} << (id % 64);
   }
 }
 
@@ -228,7 +284,6 @@ void Matcher::string_fast_path(const Stacks& s, std::size_t i, std::vector<std::
   dedup(a_);
   for (const Vocabulary::StringExit& e : vocab_->exits(256))
     if (may_close(e.chars)) set(e.id);
-  Stacks after;
   for (std::uint32_t b = 0; b < 256; ++b) {
     const auto& exits = vocab_->exits(b);
     if (exits.empty()) continue;
@@ -237,7 +292,7 @@ void Matcher::string_fast_path(const Stacks& s, std::size_t i, std::vector<std::
     for (const Vocabulary::StringExit& e : exits) {
       if (!may_close(e.chars)) continue;
       const std::string_view rest = vocab_->bytes(e.id).substr(e.suffix + 1);
-      if (rest.empty() || advance_bytes(b_, rest, after)) set(e.id);
+      if (rest.empty() || advance_bytes(b_, rest, after_)) set(e.id);
     }
   }
 }

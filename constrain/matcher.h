@@ -7,7 +7,9 @@
 // Mask computation walks the vocabulary's byte trie against the stacks, skipping a subtree at
 // its first rejected byte; a stack inside a JSON string body uses the vocabulary's string
 // tables instead (the tokens that stay inside, by character count, are one precomputed mask;
-// only the tokens that close the string are checked against what follows it).
+// only the tokens that close the string are checked against what follows it). A rule state whose
+// walk is expensive keeps, in the grammar's StateMasks, what it accepts in any context; later
+// steps (of any sequence) in that state check only the tokens that leave the rule.
 #pragma once
 
 #include <cstdint>
@@ -16,14 +18,16 @@
 #include <vector>
 
 #include "constrain/grammar.h"
+#include "constrain/state_masks.h"
 #include "constrain/vocabulary.h"
 
 namespace ferry::constrain {
 
 class Matcher {
  public:
-  static constexpr std::size_t kMaxFrames = 64;   // nesting bound (rule calls)
-  static constexpr std::size_t kMaxStacks = 128;  // alternatives kept (more: the first ones)
+  static constexpr std::size_t kMaxFrames = 64;     // nesting bound (rule calls)
+  static constexpr std::size_t kMaxStacks = 128;    // alternatives kept (more: the first ones)
+  static constexpr std::size_t kCheapNodes = 4096;  // trie nodes below which no state mask is kept
 
   Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocabulary);
 
@@ -35,6 +39,10 @@ class Matcher {
   bool accept_token(TokenId id);
   // Advances by raw bytes (tests, forced text); false (and no change) when not allowed.
   bool accept_bytes(std::string_view bytes);
+
+  // States whose trie walk visits fewer nodes than this keep no state mask (default
+  // kCheapNodes; 0 keeps one for every rule state: tests compare both ways).
+  void set_state_mask_threshold(std::size_t nodes) { cheap_nodes_ = nodes; }
 
   bool is_complete() const;  // what was accepted is a whole document
   bool is_dead() const;      // nothing can follow (a grammar bug or an exotic vocabulary)
@@ -69,7 +77,13 @@ class Matcher {
   static void dedup(Stacks& s);
   static bool complete(const Stacks& s);
   bool in_string_body(const Stacks& s, std::size_t i) const;
-  void walk_trie(const Stacks& start, std::vector<std::uint64_t>& mask);
+  // Returns the trie nodes visited. With `uncertain`, tokens that need the stack below the
+  // start (they pop it and go on) are listed there instead of being decided.
+  std::size_t walk_trie(const Stacks& start, std::vector<std::uint64_t>& mask,
+                        std::vector<TokenId>* uncertain = nullptr);
+  std::shared_ptr<const StateMasks::Entry> state_entry(const Stacks& s, std::size_t i);
+  void apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,
+                   std::vector<std::uint64_t>& mask);
   void string_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask);
 
   std::shared_ptr<const Grammar> grammar_;
@@ -79,7 +93,12 @@ class Matcher {
   // Scratch, kept between steps.
   std::vector<Stacks> levels_;
   mutable std::vector<Frame> tmp_;
-  Stacks a_, b_, rest_;
+  Stacks a_, b_, rest_, after_;
+  mutable Stacks bytes_scratch_;  // advance_bytes
+  Stacks one_;
+  std::vector<char> marker_;              // walk_trie: the start was popped on this path
+  mutable std::size_t depth_offset_ = 0;  // frames below the stack being walked (state_entry)
+  std::size_t cheap_nodes_ = kCheapNodes;
 };
 
 }  // namespace ferry::constrain

@@ -1,6 +1,7 @@
 #include "constrain/vocabulary.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace ferry::constrain {
 
@@ -64,7 +65,9 @@ StringStep string_step(std::uint32_t state, std::uint8_t b) {
 
 std::shared_ptr<const Vocabulary> Vocabulary::build(const tokenizer::Tokenizer& tokenizer,
                                                     std::vector<TokenId> eos_ids) {
+  static std::atomic<std::uint64_t> next_serial{1};
   auto v = std::make_shared<Vocabulary>();
+  v->serial_ = next_serial++;
   v->size_ = tokenizer.vocab_size();
   std::sort(eos_ids.begin(), eos_ids.end());
   eos_ids.erase(std::unique(eos_ids.begin(), eos_ids.end()), eos_ids.end());

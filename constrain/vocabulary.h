@@ -50,7 +50,8 @@ class Vocabulary {
   static std::shared_ptr<const Vocabulary> build(const tokenizer::Tokenizer& tokenizer,
                                                  std::vector<TokenId> eos_ids);
 
-  std::size_t size() const { return size_; }  // mask bits
+  std::size_t size() const { return size_; }        // mask bits
+  std::uint64_t serial() const { return serial_; }  // names this vocabulary in caches
   std::size_t mask_words() const { return (size_ + 63) / 64; }
   std::string_view bytes(TokenId id) const {
     return id < offsets_.size() - 1
@@ -79,6 +80,7 @@ class Vocabulary {
   void build_string_tables(const std::vector<TokenId>& ids);
 
   std::size_t size_ = 0;
+  std::uint64_t serial_ = 0;
   std::string arena_;
   std::vector<std::uint32_t> offsets_;
   std::vector<TokenId> eos_;

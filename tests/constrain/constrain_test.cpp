@@ -234,11 +234,13 @@ bool bit(const std::vector<std::uint64_t>& mask, TokenId id) {
 
 // At each step of a seeded walk, the mask equals a token-by-token check of what the matcher
 // accepts, and no special token passes (the end of generation only where complete).
-void check_masks_by_brute_force(const testing::TestVocab& tv, const std::string& schema,
-                                std::uint64_t seed, int max_steps) {
-  const auto g = schema_grammar(schema);
+void check_masks_by_brute_force(const testing::TestVocab& tv,
+                                const std::shared_ptr<const Grammar>& g, std::uint64_t seed,
+                                int max_steps, bool state_masks = false) {
   ASSERT_NE(g, nullptr);
+  const std::string schema = "(grammar)";
   Matcher m(g, tv.vocab);
+  if (state_masks) m.set_state_mask_threshold(0);  // every rule state through StateMasks
   std::mt19937_64 rng(seed);
   std::vector<std::uint64_t> mask;
   const std::size_t n = tv.vocab->size();
@@ -263,6 +265,12 @@ void check_masks_by_brute_force(const testing::TestVocab& tv, const std::string&
   }
 }
 
+void check_masks_by_brute_force(const testing::TestVocab& tv, const std::string& schema,
+                                std::uint64_t seed, int max_steps, bool state_masks = false) {
+  SCOPED_TRACE(schema);
+  check_masks_by_brute_force(tv, schema_grammar(schema), seed, max_steps, state_masks);
+}
+
 const char* const kMaskSchemas[] = {
     R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},"age":{"type":"integer","minimum":0,"maximum":130},"tags":{"type":"array","items":{"enum":["a","bb","ccc"]},"maxItems":3}},"required":["name","age"]})",
     R"({"anyOf":[{"type":"string","format":"date"},{"type":"number"},{"type":"object","properties":{"x":{"type":"boolean"}}}]})",
@@ -275,6 +283,21 @@ TEST(ConstrainMask, EqualsBruteForceOnTheDemoVocabulary) {
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     for (const char* s : kMaskSchemas) check_masks_by_brute_force(*tv, s, seed, 40);
   }
+}
+
+TEST(ConstrainMask, StateMasksEqualBruteForce) {
+  // Every rule state's mask through the grammar's StateMasks (context-free part + the tokens
+  // that leave the rule), twice per state: computed, then reused by a second walk.
+  const auto* tv = test_vocab("demo");
+  for (const char* s : kMaskSchemas) {
+    const auto g = schema_grammar(s);
+    check_masks_by_brute_force(*tv, g, 11, 40, true);
+    check_masks_by_brute_force(*tv, g, 11, 40, true);
+    check_masks_by_brute_force(*tv, g, 12, 40, false);  // default threshold, same grammar
+  }
+  check_masks_by_brute_force(*tv, R"({"type":"string","format":"email"})", 3, 30, true);
+  const auto* llama = test_vocab("llama2");
+  if (llama) check_masks_by_brute_force(*llama, kMaskSchemas[0], 4, 12, true);
 }
 
 TEST(ConstrainMask, EqualsBruteForceOnSentencePieceWithByteFallback) {

@@ -71,7 +71,8 @@ nlohmann::json walk(const std::shared_ptr<const Grammar>& g, const testing::Test
     bool has_eos = false;
     for (std::size_t w = 0; w < mask.size(); ++w) {
       for (std::uint64_t bits = mask[w]; bits; bits &= bits - 1) {
-        const auto id = static_cast<TokenId>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits)));
+        const auto id =
+            static_cast<TokenId>(w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits)));
         if (tv.vocab->is_eos(id)) {
           eos = id;
           has_eos = true;
@@ -84,7 +85,10 @@ nlohmann::json walk(const std::shared_ptr<const Grammar>& g, const testing::Test
     // The end of generation: one choice among all, or a twentieth of them in long free text.
     const std::size_t n = allowed.size();
     const bool text = n > tv.vocab->size() / 2;
-    const double p_end = !has_eos ? 0.0 : (n == 0 ? 1.0 : text ? 0.05 : 1.0 / static_cast<double>(n + 1));
+    const double p_end = !has_eos ? 0.0
+                                  : (n == 0 ? 1.0
+                                     : text ? 0.05
+                                            : 1.0 / static_cast<double>(n + 1));
     const bool end = std::uniform_real_distribution<double>(0, 1)(rng) < p_end;
     const TokenId t = end ? eos : allowed[rng() % n];
     if (!m.accept_token(t)) break;
