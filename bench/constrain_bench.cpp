@@ -47,7 +47,8 @@ Result<Grammar> compile_case(const Case& c, const CompileOptions& o) {
         "get_weather",
         R"({"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["celsius","fahrenheit"]}},"required":["city","unit"]})"});
     spec.functions.push_back(ToolFunction{
-        "search", R"({"type":"object","properties":{"query":{"type":"string"}},"required":["query"]})"});
+        "search",
+        R"({"type":"object","properties":{"query":{"type":"string"}},"required":["query"]})"});
     return compile_tools(spec, o);
   }
   return compile_json_schema(c.schema, o);
@@ -103,10 +104,11 @@ void run_vocab(const testing::TestVocab& tv, int walks) {
     const double p50 = percentile(step_us, 0.5);
     const double p99 = percentile(step_us, 0.99);
     const double cold_p99 = percentile(first_walk_us, 0.99);
-    std::printf("%-8s %7zu  %-12s steps %6zu  mask p50 %8.1f us  p99 %8.1f us  max %8.1f us  "
-                "first walk p99 %8.1f us  compile p50 %7.1f us p99 %7.1f us\n",
-                tv.name.c_str(), tv.vocab->size(), c.name, steps, p50, p99, step_us.back(),
-                cold_p99, percentile(compile_us, 0.5), percentile(compile_us, 0.99));
+    std::printf(
+        "%-8s %7zu  %-12s steps %6zu  mask p50 %8.1f us  p99 %8.1f us  max %8.1f us  "
+        "first walk p99 %8.1f us  compile p50 %7.1f us p99 %7.1f us\n",
+        tv.name.c_str(), tv.vocab->size(), c.name, steps, p50, p99, step_us.back(), cold_p99,
+        percentile(compile_us, 0.5), percentile(compile_us, 0.99));
   }
   const double p50 = percentile(all, 0.5);
   const double p99 = percentile(all, 0.99);
@@ -133,8 +135,9 @@ int main(int argc, char** argv) {
       std::printf("%s: absent\n", name.c_str());
       continue;
     }
-    std::printf("%s: vocabulary tables built in %.0f ms\n", name.c_str(),
-                std::chrono::duration<double, std::milli>(ferry::constrain::Clock::now() - t0).count());
+    std::printf(
+        "%s: vocabulary tables built in %.0f ms\n", name.c_str(),
+        std::chrono::duration<double, std::milli>(ferry::constrain::Clock::now() - t0).count());
     ferry::constrain::run_vocab(*tv, walks);
   }
   return 0;

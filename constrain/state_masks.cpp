@@ -11,7 +11,8 @@ std::shared_ptr<const StateMasks::Entry> StateMasks::find(std::uint64_t vocab,
   return e == v->second.end() ? nullptr : e->second;
 }
 
-void StateMasks::insert(std::uint64_t vocab, std::uint64_t key, std::shared_ptr<const Entry> entry) {
+void StateMasks::insert(std::uint64_t vocab, std::uint64_t key,
+                        std::shared_ptr<const Entry> entry) {
   const std::size_t size = 64 + entry->accepted.size() * sizeof(std::uint64_t) +
                            entry->uncertain.size() * sizeof(tokenizer::TokenId);
   std::lock_guard<std::mutex> lock(mu_);

@@ -19,8 +19,8 @@ namespace ferry::constrain {
 class StateMasks {
  public:
   struct Entry {
-    bool cheap = false;                  // the plain trie walk is cheap: nothing kept
-    std::vector<std::uint64_t> accepted;  // tokens accepted in any context
+    bool cheap = false;                         // the plain trie walk is cheap: nothing kept
+    std::vector<std::uint64_t> accepted;        // tokens accepted in any context
     std::vector<tokenizer::TokenId> uncertain;  // tokens to check against the real stack
   };
   static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
