@@ -15,6 +15,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+Error no_allowed_token() {
+  return Error::make(ErrorCode::kInternal,
+                     "the output constraint allows no token of this vocabulary here");
+}
+
 std::string_view finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStop:
@@ -67,8 +72,10 @@ Result<GenerateResult> generate(Engine& engine, SeqId seq, std::span<const Token
   const int64_t n_vocab = engine.config().n_vocab;
   result.finish = FinishReason::kLength;
   for (int64_t step = 0; step < options.max_tokens; ++step) {
-    const TokenId token =
+    const int32_t sampled =
         sampler.sample(std::span<float>(logits.data(), static_cast<size_t>(n_vocab)));
+    if (sampled == kNoAllowedToken) return no_allowed_token();
+    const TokenId token = sampled;
     if (std::find(options.eog_tokens.begin(), options.eog_tokens.end(), token) !=
         options.eog_tokens.end()) {
       result.finish = FinishReason::kStop;

@@ -32,6 +32,9 @@ struct GenerateOptions {
 };
 
 enum class FinishReason { kStop, kLength, kCancelled };
+// The error of a constrained generation whose matcher allows nothing (Sampler::sample returned
+// kNoAllowedToken): a gap between grammar and vocabulary, never a silent unconstrained token.
+Error no_allowed_token();
 std::string_view finish_reason_name(FinishReason reason);
 
 struct GenerateResult {

@@ -22,7 +22,7 @@ double Sampler::next_uniform() {
   return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-int32_t Sampler::sample(std::span<float> logits) {
+void Sampler::apply_bias_and_penalties(std::span<float> logits) {
   const auto n_vocab = static_cast<int32_t>(logits.size());
   for (const auto& [token, bias] : params_.logit_bias) {
     if (token >= 0 && token < n_vocab) logits[static_cast<size_t>(token)] += bias;
@@ -47,18 +47,60 @@ int32_t Sampler::sample(std::span<float> logits) {
       l -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
     }
   }
+}
 
+int32_t Sampler::sample(std::span<float> logits) {
+  apply_bias_and_penalties(logits);
+  if (params_.constraint) return sample_allowed(logits);
   if (params_.temperature <= 0.0f) {
     // Greedy: the first of the largest logits.
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
 
+  const auto n_vocab = static_cast<int32_t>(logits.size());
   candidates_.clear();
   for (int32_t i = 0; i < n_vocab; ++i) {
     const float l = logits[static_cast<size_t>(i)];
     if (l != -std::numeric_limits<float>::infinity()) candidates_.emplace_back(l, i);
   }
   if (candidates_.empty()) return 0;
+  return draw();
+}
+
+// Only the tokens the matcher allows are candidates (walked by the set bits of its mask, so a
+// narrow mask costs little); the token picked advances the matcher.
+int32_t Sampler::sample_allowed(std::span<float> logits) {
+  constrain::Matcher& matcher = *params_.constraint;
+  matcher.fill_mask(mask_);
+  candidates_.clear();
+  const size_t n = logits.size();
+  for (size_t w = 0; w < mask_.size(); ++w) {
+    for (uint64_t bits = mask_[w]; bits != 0; bits &= bits - 1) {
+      const size_t i = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+      if (i >= n) break;
+      const float l = logits[i];
+      if (l != -std::numeric_limits<float>::infinity())
+        candidates_.emplace_back(l, static_cast<int32_t>(i));
+    }
+  }
+  if (candidates_.empty()) return kNoAllowedToken;
+  int32_t token = candidates_.front().second;
+  if (params_.temperature <= 0.0f) {
+    float best = candidates_.front().first;
+    for (const auto& [l, i] : candidates_) {
+      if (l > best) {
+        best = l;
+        token = i;
+      }
+    }
+  } else {
+    token = draw();
+  }
+  if (!matcher.accept_token(static_cast<constrain::TokenId>(token))) return kNoAllowedToken;
+  return token;
+}
+
+int32_t Sampler::draw() {
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };

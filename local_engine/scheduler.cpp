@@ -457,7 +457,12 @@ struct Scheduler::Impl {
   void sample_and_emit(Running& r, std::span<float> row) {
     const bool want_logprobs = r.req.top_logprobs >= 0;
     if (want_logprobs) raw.assign(row.begin(), row.end());
-    const TokenId token = r.sampler.sample(row);
+    const int32_t sampled = r.sampler.sample(row);
+    if (sampled == kNoAllowedToken) {
+      finish(r, FinishReason::kStop, no_allowed_token());
+      return;
+    }
+    const TokenId token = sampled;
     if (r.req.stop_at_eog && std::find(eog.begin(), eog.end(), token) != eog.end()) {
       finish(r, FinishReason::kStop, std::nullopt);
       return;

@@ -99,6 +99,7 @@ Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path) 
       t.specials.add(tokens->strings[id], id);
       t.special_text[id] = tokens->strings[id];
     }
+    if (types[id] == kUnused) t.unused_ids.push_back(id);
   }
   t.specials.finish();
 

@@ -333,6 +333,11 @@ std::optional<TokenId> Tokenizer::token_id(std::string_view token_text) const {
   return std::nullopt;
 }
 
+bool Tokenizer::is_special(TokenId id) const {
+  if (impl_->special_text.count(id) != 0 || id == impl_->unk_id) return true;
+  return std::binary_search(impl_->unused_ids.begin(), impl_->unused_ids.end(), id);
+}
+
 std::size_t Tokenizer::vocab_size() const {
   return impl_->vocab_size;
 }

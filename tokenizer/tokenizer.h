@@ -48,6 +48,9 @@ class Tokenizer {
   // The vocabulary's string for an id as its file spells it (e.g. "Ġthe", "▁the", "<|im_end|>").
   std::string token_text(TokenId id) const;
   std::optional<TokenId> token_id(std::string_view token_text) const;
+  // Whether an id is never ordinary text: a special, control or added token, the unknown
+  // token, or an unused (padding) slot. Constrained decoding never allows these inside a value.
+  bool is_special(TokenId id) const;
 
   std::size_t vocab_size() const;  // one past the largest id
   std::optional<TokenId> bos_id() const;

@@ -85,6 +85,7 @@ struct TokenizerImpl {
 
   SpecialMatcher specials;
   std::unordered_map<TokenId, std::string> special_text;  // id -> content, for decode
+  std::vector<TokenId> unused_ids;  // GGUF "unused" tokens (padding): never text
 
   // Decoding: per-id output bytes, and whether the very first output space is dropped.
   std::vector<std::string> decoded;  // empty: use bpe.token_bytes(id)

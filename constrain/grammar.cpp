@@ -1,0 +1,103 @@
+#include "constrain/grammar.h"
+
+#include "constrain/state_masks.h"
+
+namespace ferry::constrain {
+
+std::uint32_t GrammarBuilder::add_rule(std::string name) {
+  Rule r;
+  r.name = std::move(name);
+  r.states.emplace_back();
+  ++states_;
+  grammar_.rules.push_back(std::move(r));
+  return static_cast<std::uint32_t>(grammar_.rules.size() - 1);
+}
+
+std::uint32_t GrammarBuilder::string_rule(std::uint32_t min_chars, std::uint32_t max_chars) {
+  const auto key = std::make_pair(min_chars, max_chars);
+  if (const auto it = string_rules_.find(key); it != string_rules_.end()) return it->second;
+  Rule r;
+  r.kind = RuleKind::kString;
+  r.name = "string{" + std::to_string(min_chars) + "," + std::to_string(max_chars) + "}";
+  r.min_chars = min_chars;
+  r.max_chars = max_chars;
+  grammar_.rules.push_back(std::move(r));
+  const auto id = static_cast<std::uint32_t>(grammar_.rules.size() - 1);
+  string_rules_.emplace(key, id);
+  return id;
+}
+
+std::uint32_t GrammarBuilder::add_state(std::uint32_t rule) {
+  auto& states = grammar_.rules[rule].states;
+  states.emplace_back();
+  ++states_;
+  return static_cast<std::uint32_t>(states.size() - 1);
+}
+
+void GrammarBuilder::byte_edge(std::uint32_t rule, std::uint32_t from, std::uint8_t lo,
+                               std::uint8_t hi, std::uint32_t to) {
+  grammar_.rules[rule].states[from].bytes.push_back(ByteEdge{lo, hi, to});
+}
+
+void GrammarBuilder::eps(std::uint32_t rule, std::uint32_t from, std::uint32_t to) {
+  grammar_.rules[rule].states[from].eps.push_back(to);
+}
+
+void GrammarBuilder::accept(std::uint32_t rule, std::uint32_t state) {
+  grammar_.rules[rule].states[state].accept = true;
+}
+
+std::uint32_t GrammarBuilder::call(std::uint32_t rule, std::uint32_t from, std::uint32_t callee) {
+  const std::uint32_t to = add_state(rule);
+  grammar_.rules[rule].states[from].calls.push_back(CallEdge{callee, to});
+  return to;
+}
+
+std::uint32_t GrammarBuilder::literal(std::uint32_t rule, std::uint32_t from,
+                                      std::string_view bytes) {
+  std::uint32_t cur = from;
+  for (const char c : bytes) {
+    const std::uint32_t next = add_state(rule);
+    const auto b = static_cast<std::uint8_t>(c);
+    byte_edge(rule, cur, b, b, next);
+    cur = next;
+  }
+  if (cur != from) return cur;
+  const std::uint32_t end = add_state(rule);  // an empty literal: still a fresh end state
+  eps(rule, from, end);
+  return end;
+}
+
+std::uint32_t GrammarBuilder::ws(std::uint32_t rule, std::uint32_t from) {
+  const std::uint32_t end = add_state(rule);
+  std::uint32_t cur = from;
+  for (std::uint32_t i = 0; i < max_whitespace_; ++i) {
+    eps(rule, cur, end);
+    const std::uint32_t next = add_state(rule);
+    byte_edge(rule, cur, ' ', ' ', next);
+    byte_edge(rule, cur, '\n', '\n', next);
+    byte_edge(rule, cur, '\t', '\t', next);
+    cur = next;
+  }
+  eps(rule, cur, end);
+  return end;
+}
+
+std::uint32_t GrammarBuilder::one_of(std::uint32_t rule, std::uint32_t from,
+                                     const std::vector<std::string>& literals) {
+  const std::uint32_t end = add_state(rule);
+  for (const std::string& lit : literals) eps(rule, literal(rule, from, lit), end);
+  return end;
+}
+
+Grammar GrammarBuilder::finish(std::uint32_t root) {
+  grammar_.root = root;
+  grammar_.masks = std::make_shared<StateMasks>();
+  Grammar out = std::move(grammar_);
+  grammar_ = Grammar{};
+  string_rules_.clear();
+  states_ = 0;
+  return out;
+}
+
+}  // namespace ferry::constrain

@@ -1,0 +1,321 @@
+#include "constrain/matcher.h"
+
+#include <algorithm>
+
+namespace ferry::constrain {
+
+Matcher::Matcher(std::shared_ptr<const Grammar> grammar,
+                 std::shared_ptr<const Vocabulary> vocabulary)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocabulary)) {
+  std::vector<Frame> start{Frame{grammar_->root, grammar_->rules[grammar_->root].start, 0}};
+  closure(start, cur_);
+  dedup(cur_);
+}
+
+// ---- stacks ------------------------------------------------------------------------------
+
+void Matcher::push(const std::vector<Frame>& stack, Stacks& out) const {
+  if (out.size() >= kMaxStacks) return;
+  out.frames.insert(out.frames.end(), stack.begin(), stack.end());
+  out.ends.push_back(static_cast<std::uint32_t>(out.frames.size()));
+}
+
+// Adds to `out` every stack reachable from `stack` without reading a byte (epsilon moves, rule
+// calls, returns), stopping at states that read one. Leaves `stack` as it found it. An empty
+// stack (the root returned) means the document is complete.
+void Matcher::closure(std::vector<Frame>& stack, Stacks& out) const {
+  if (out.size() >= kMaxStacks) return;
+  if (stack.empty()) {
+    push(stack, out);
+    return;
+  }
+  const std::size_t top = stack.size() - 1;
+  const Rule& rule = grammar_->rules[stack[top].rule];
+  if (rule.kind == RuleKind::kString) {
+    push(stack, out);
+    return;
+  }
+  const std::uint32_t here = stack[top].state;
+  const NfaState& st = rule.states[here];
+  if (!st.bytes.empty()) push(stack, out);
+  for (const std::uint32_t e : st.eps) {
+    stack[top].state = e;
+    closure(stack, out);
+  }
+  for (const CallEdge& c : st.calls) {
+    if (stack.size() + depth_offset_ >= kMaxFrames) break;
+    stack[top].state = c.to;
+    stack.push_back(Frame{c.rule, grammar_->rules[c.rule].start, 0});
+    closure(stack, out);
+    stack.pop_back();
+  }
+  stack[top].state = here;
+  if (st.accept) {
+    const Frame f = stack.back();
+    stack.pop_back();
+    closure(stack, out);
+    stack.push_back(f);
+  }
+}
+
+void Matcher::advance(const Stacks& in, std::uint8_t b, Stacks& out) const {
+  out.clear();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const std::uint32_t begin = in.begin(i);
+    const std::uint32_t end = in.ends[i];
+    if (begin == end) continue;  // complete: nothing more
+    const Frame& top = in.frames[end - 1];
+    const Rule& rule = grammar_->rules[top.rule];
+    if (rule.kind == RuleKind::kString) {
+      const StringStep s = string_step(top.state, b);
+      if (!s.ok || (s.new_char && top.count >= rule.max_chars)) continue;
+      if (s.close && top.count < rule.min_chars) continue;
+      tmp_.assign(in.frames.begin() + begin, in.frames.begin() + end);
+      if (s.close) {
+        tmp_.pop_back();
+        closure(tmp_, out);
+      } else {
+        tmp_.back().state = s.next;
+        tmp_.back().count += s.new_char ? 1 : 0;
+        push(tmp_, out);
+      }
+      continue;
+    }
+    const NfaState& st = rule.states[top.state];
+    bool copied = false;
+    for (const ByteEdge& e : st.bytes) {
+      if (b < e.lo || b > e.hi) continue;
+      if (!copied) tmp_.assign(in.frames.begin() + begin, in.frames.begin() + end);
+      copied = true;
+      tmp_.back().state = e.to;
+      closure(tmp_, out);
+    }
+  }
+  dedup(out);
+}
+
+bool Matcher::advance_bytes(const Stacks& in, std::string_view bytes, Stacks& out) const {
+  if (bytes.empty()) {
+    out = in;
+    return true;
+  }
+  Stacks& other = bytes_scratch_;
+  const Stacks* from = &in;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    // Alternate between the two buffers so that the last step lands in `out`.
+    Stacks& to = (bytes.size() - i) % 2 == 1 ? out : other;
+    advance(*from, static_cast<std::uint8_t>(bytes[i]), to);
+    if (to.size() == 0) return false;
+    from = &to;
+  }
+  return true;
+}
+
+// Drops repeated stacks, keeping the first of each (in place).
+void Matcher::dedup(Stacks& s) {
+  if (s.size() < 2) return;
+  std::size_t kept = 0;
+  std::uint32_t write = 0;
+  std::uint32_t read_begin = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const std::uint32_t read_end = s.ends[i];
+    const std::uint32_t len = read_end - read_begin;
+    bool dup = false;
+    std::uint32_t kb = 0;
+    for (std::size_t j = 0; j < kept && !dup; ++j) {
+      const std::uint32_t ke = s.ends[j];
+      // From the top down: stacks of one grammar mostly differ near their tops.
+      dup = ke - kb == len && std::equal(s.frames.rbegin() + (s.frames.size() - ke),
+                                         s.frames.rbegin() + (s.frames.size() - kb),
+                                         s.frames.rbegin() + (s.frames.size() - read_end));
+      kb = ke;
+    }
+    if (!dup) {
+      std::copy(s.frames.begin() + read_begin, s.frames.begin() + read_end,
+                s.frames.begin() + write);
+      write += len;
+      s.ends[kept++] = write;
+    }
+    read_begin = read_end;
+  }
+  s.frames.resize(write);
+  s.ends.resize(kept);
+}
+
+bool Matcher::complete(const Stacks& s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s.begin(i) == s.ends[i]) return true;
+  }
+  return false;
+}
+
+bool Matcher::in_string_body(const Stacks& s, std::size_t i) const {
+  if (s.begin(i) == s.ends[i]) return false;
+  const Frame& top = s.frames[s.ends[i] - 1];
+  return grammar_->rules[top.rule].kind == RuleKind::kString && top.state == kStrBody;
+}
+
+bool Matcher::is_complete() const {
+  return complete(cur_);
+}
+
+bool Matcher::is_dead() const {
+  return cur_.size() == 0 && !ended_;
+}
+
+// ---- masks -------------------------------------------------------------------------------
+
+void Matcher::fill_mask(std::vector<std::uint64_t>& mask) {
+  mask.assign(vocab_->mask_words(), 0);
+  if (ended_ || cur_.size() == 0) return;
+  const auto set = [&](TokenId id) { mask[id / 64] |= std::uint64_t{1} << (id % 64); };
+  if (complete(cur_)) {
+    for (const TokenId id : vocab_->eos())
+      if (id < vocab_->size()) set(id);
+  }
+  rest_.clear();
+  for (std::size_t i = 0; i < cur_.size(); ++i) {
+    if (in_string_body(cur_, i)) {
+      string_fast_path(cur_, i, mask);
+    } else if (const auto e = state_entry(cur_, i); e && !e->cheap) {
+      apply_entry(*e, cur_, i, mask);
+    } else {
+      rest_.frames.insert(rest_.frames.end(), cur_.frames.begin() + cur_.begin(i),
+                          cur_.frames.begin() + cur_.ends[i]);
+      rest_.ends.push_back(static_cast<std::uint32_t>(rest_.frames.size()));
+    }
+  }
+  if (rest_.size() != 0) walk_trie(rest_, mask);
+}
+
+// Every token whose bytes the stacks accept, by a pre-order walk of the trie: levels_[d] holds
+// the stacks after the first d bytes of the current path; a node they reject skips its subtree.
+std::size_t Matcher::walk_trie(const Stacks& start, std::vector<std::uint64_t>& mask,
+                               std::vector<TokenId>* uncertain) {
+  const auto& trie = vocab_->trie();
+  const auto& tokens = vocab_->token_list();
+  levels_.resize(static_cast<std::size_t>(vocab_->max_depth()) + 1);
+  marker_.assign(levels_.size(), 0);
+  levels_[0] = start;
+  std::size_t i = 0;
+  std::size_t visited = 0;
+  while (i < trie.size()) {
+    const Vocabulary::TrieNode& node = trie[i];
+    ++visited;
+    Stacks& out = levels_[node.depth];
+    advance(levels_[node.depth - 1], node.byte, out);
+    if (out.size() == 0) {
+      if (uncertain && marker_[node.depth - 1]) {
+        // Past the start's return: the tokens of this subtree depend on what called it.
+        const std::uint32_t end = node.skip < trie.size()
+                                      ? trie[node.skip].tokens
+                                      : static_cast<std::uint32_t>(tokens.size());
+        uncertain->insert(uncertain->end(), tokens.begin() + node.tokens, tokens.begin() + end);
+      }
+      i = node.skip;
+      continue;
+    }
+    if (uncertain) marker_[node.depth] = marker_[node.depth - 1] || complete(out);
+    for (std::uint32_t t = node.tokens; t < node.tokens_end; ++t)
+      mask[tokens[t] / 64] |= std::uint64_t{1} << (tokens[t] % 64);
+    ++i;
+  }
+  return visited;
+}
+
+// The context-free part of stack i's mask, by its top frame (computed once per grammar,
+// vocabulary, rule state and depth); null for a string frame or a complete stack.
+std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Stacks& s, std::size_t i) {
+  const std::uint32_t depth = s.ends[i] - s.begin(i);
+  if (depth == 0 || !grammar_->masks) return nullptr;
+  const Frame& top = s.frames[s.ends[i] - 1];
+  if (grammar_->rules[top.rule].kind != RuleKind::kNfa) return nullptr;
+  const std::uint64_t key =
+      (std::uint64_t{top.rule} << 40) | (std::uint64_t{depth} << 32) | top.state;
+  if (auto e = grammar_->masks->find(vocab_->serial(), key)) return e;
+  auto e = std::make_shared<StateMasks::Entry>();
+  one_.clear();
+  one_.frames.push_back(top);
+  one_.ends.push_back(1);
+  e->accepted.assign(vocab_->mask_words(), 0);
+  depth_offset_ = depth - 1;
+  const std::size_t visited = walk_trie(one_, e->accepted, &e->uncertain);
+  depth_offset_ = 0;
+  if (visited < cheap_nodes_) {
+    e->cheap = true;
+    e->accepted.clear();
+    e->uncertain.clear();
+  }
+  grammar_->masks->insert(vocab_->serial(), key, e);
+  return e;
+}
+
+void Matcher::apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,
+                          std::vector<std::uint64_t>& mask) {
+  for (std::size_t w = 0; w < mask.size(); ++w) mask[w] |= e.accepted[w];
+  one_.clear();
+  one_.frames.assign(s.frames.begin() + s.begin(i), s.frames.begin() + s.ends[i]);
+  one_.ends.push_back(static_cast<std::uint32_t>(one_.frames.size()));
+  for (const TokenId id : e.uncertain) {
+    if (advance_bytes(one_, vocab_->bytes(id), after_))
+      mask[id / 64] |= std::uint64_t{1} << (id % 64);
+  }
+}
+
+// Stack i is in a string body: the tokens that stay inside come from the precomputed masks by
+// the characters left; those that close the string are checked against what follows it.
+void Matcher::string_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask) {
+  const Frame& top = s.frames[s.ends[i] - 1];
+  const Rule& rule = grammar_->rules[top.rule];
+  const std::uint32_t left = rule.max_chars - std::min(rule.max_chars, top.count);
+  const std::uint64_t* inside =
+      vocab_->inside_le(std::min<std::uint32_t>(left, Vocabulary::kMaxInsideChars));
+  for (std::size_t w = 0; w < mask.size(); ++w) mask[w] |= inside[w];
+  const auto set = [&](TokenId id) { mask[id / 64] |= std::uint64_t{1} << (id % 64); };
+  for (const auto& [id, chars] : vocab_->long_inside())
+    if (chars <= left) set(id);
+
+  const auto may_close = [&](std::uint32_t chars) {
+    return chars <= left && top.count + chars >= rule.min_chars;
+  };
+  tmp_.assign(s.frames.begin() + s.begin(i), s.frames.begin() + s.ends[i] - 1);
+  a_.clear();
+  closure(tmp_, a_);
+  dedup(a_);
+  for (const Vocabulary::StringExit& e : vocab_->exits(256))
+    if (may_close(e.chars)) set(e.id);
+  for (std::uint32_t b = 0; b < 256; ++b) {
+    const auto& exits = vocab_->exits(b);
+    if (exits.empty()) continue;
+    advance(a_, static_cast<std::uint8_t>(b), b_);
+    if (b_.size() == 0) continue;
+    for (const Vocabulary::StringExit& e : exits) {
+      if (!may_close(e.chars)) continue;
+      const std::string_view rest = vocab_->bytes(e.id).substr(e.suffix + 1);
+      if (rest.empty() || advance_bytes(b_, rest, after_)) set(e.id);
+    }
+  }
+}
+
+// ---- advancing ---------------------------------------------------------------------------
+
+bool Matcher::accept_token(TokenId id) {
+  if (ended_) return false;
+  if (vocab_->is_eos(id)) {
+    if (!complete(cur_)) return false;
+    ended_ = true;
+    return true;
+  }
+  const std::string_view bytes = vocab_->bytes(id);
+  if (bytes.empty()) return false;
+  return accept_bytes(bytes);
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  if (ended_) return false;
+  if (!advance_bytes(cur_, bytes, a_)) return false;
+  std::swap(cur_, a_);
+  return true;
+}
+
+}  // namespace ferry::constrain

@@ -1,0 +1,39 @@
+// ferry::constrain::StateMasks: per grammar, the part of a token mask that does not depend on
+// what lies below the top of a parse stack, by (vocabulary, rule, state, depth): the tokens a
+// rule state accepts whatever called it, and the few that leave the rule and so need the real
+// stack. Filled lazily by Matcher, only for states whose trie walk is expensive (broad regex
+// classes, free text); shared by every Matcher of the grammar. Thread-safe (one mutex; masks
+// are computed outside it), bounded in bytes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace ferry::constrain {
+
+class StateMasks {
+ public:
+  struct Entry {
+    bool cheap = false;                         // the plain trie walk is cheap: nothing kept
+    std::vector<std::uint64_t> accepted;        // tokens accepted in any context
+    std::vector<tokenizer::TokenId> uncertain;  // tokens to check against the real stack
+  };
+  static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
+
+  std::shared_ptr<const Entry> find(std::uint64_t vocab, std::uint64_t key) const;
+  void insert(std::uint64_t vocab, std::uint64_t key, std::shared_ptr<const Entry> entry);
+  std::size_t bytes() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, std::shared_ptr<const Entry>>>
+      by_vocab_;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace ferry::constrain

@@ -1,0 +1,170 @@
+#include "constrain/vocabulary.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace ferry::constrain {
+
+StringStep string_step(std::uint32_t state, std::uint8_t b) {
+  const auto to = [](std::uint32_t next, bool new_char = false) {
+    return StringStep{next, true, new_char, false};
+  };
+  const bool cont = b >= 0x80 && b <= 0xBF;
+  const bool hex = (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+  switch (state) {
+    case kStrOpen:
+      return b == '"' ? to(kStrBody) : StringStep{};
+    case kStrBody:
+      if (b == '"') return StringStep{kStrBody, true, false, true};
+      if (b == '\\') return to(kStrEscape, true);
+      if (b < 0x20) return StringStep{};
+      if (b < 0x80) return to(kStrBody, true);
+      if (b >= 0xC2 && b <= 0xDF) return to(kStrCont1, true);
+      if (b == 0xE0) return to(kStrE0, true);
+      if (b == 0xED) return to(kStrED, true);
+      if (b >= 0xE1 && b <= 0xEF) return to(kStrCont2, true);
+      if (b == 0xF0) return to(kStrF0, true);
+      if (b >= 0xF1 && b <= 0xF3) return to(kStrCont3, true);
+      if (b == 0xF4) return to(kStrF4, true);
+      return StringStep{};
+    case kStrEscape:
+      if (b == 'u') return to(kStrHex1);
+      if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' ||
+          b == 't')
+        return to(kStrBody);
+      return StringStep{};
+    case kStrHex1:
+      if (b == 'd' || b == 'D') return to(kStrHex2LowD);
+      return hex ? to(kStrHex2) : StringStep{};
+    case kStrHex2LowD:
+      return b >= '0' && b <= '7' ? to(kStrHex3) : StringStep{};
+    case kStrHex2:
+      return hex ? to(kStrHex3) : StringStep{};
+    case kStrHex3:
+      return hex ? to(kStrHex4) : StringStep{};
+    case kStrHex4:
+      return hex ? to(kStrBody) : StringStep{};
+    case kStrCont1:
+      return cont ? to(kStrBody) : StringStep{};
+    case kStrCont2:
+      return cont ? to(kStrCont1) : StringStep{};
+    case kStrCont3:
+      return cont ? to(kStrCont2) : StringStep{};
+    case kStrE0:
+      return b >= 0xA0 && b <= 0xBF ? to(kStrCont1) : StringStep{};
+    case kStrED:
+      return b >= 0x80 && b <= 0x9F ? to(kStrCont1) : StringStep{};
+    case kStrF0:
+      return b >= 0x90 && b <= 0xBF ? to(kStrCont2) : StringStep{};
+    case kStrF4:
+      return b >= 0x80 && b <= 0x8F ? to(kStrCont2) : StringStep{};
+    default:
+      return StringStep{};
+  }
+}
+
+std::shared_ptr<const Vocabulary> Vocabulary::build(const tokenizer::Tokenizer& tokenizer,
+                                                    std::vector<TokenId> eos_ids) {
+  static std::atomic<std::uint64_t> next_serial{1};
+  auto v = std::make_shared<Vocabulary>();
+  v->serial_ = next_serial++;
+  v->size_ = tokenizer.vocab_size();
+  std::sort(eos_ids.begin(), eos_ids.end());
+  eos_ids.erase(std::unique(eos_ids.begin(), eos_ids.end()), eos_ids.end());
+  v->eos_ = std::move(eos_ids);
+  std::vector<TokenId> ids;
+  v->offsets_.push_back(0);
+  for (TokenId id = 0; id < v->size_; ++id) {
+    const bool text = !tokenizer.is_special(id) && !v->is_eos(id);
+    const std::string bytes = text ? tokenizer.token_bytes(id) : std::string();
+    v->arena_ += bytes;
+    v->offsets_.push_back(static_cast<std::uint32_t>(v->arena_.size()));
+    if (!bytes.empty() && bytes.size() < 0xFFFF) ids.push_back(id);
+  }
+  v->build_trie(ids);
+  v->build_string_tables(ids);
+  return v;
+}
+
+bool Vocabulary::is_eos(TokenId id) const {
+  return std::binary_search(eos_.begin(), eos_.end(), id);
+}
+
+void Vocabulary::build_trie(const std::vector<TokenId>& ids) {
+  std::vector<TokenId> sorted = ids;
+  std::sort(sorted.begin(), sorted.end(), [&](TokenId a, TokenId b) {
+    const auto x = bytes(a);
+    const auto y = bytes(b);
+    return x != y ? x < y : a < b;
+  });
+  std::vector<std::uint32_t> path;  // node indices from depth 1 down
+  std::string_view prev;
+  for (const TokenId id : sorted) {
+    const std::string_view s = bytes(id);
+    std::size_t lcp = 0;
+    while (lcp < s.size() && lcp < prev.size() && lcp < path.size() && s[lcp] == prev[lcp]) ++lcp;
+    while (path.size() > lcp) {
+      trie_[path.back()].skip = static_cast<std::uint32_t>(trie_.size());
+      path.pop_back();
+    }
+    for (std::size_t i = lcp; i < s.size(); ++i) {
+      TrieNode n;
+      n.byte = static_cast<std::uint8_t>(s[i]);
+      n.depth = static_cast<std::uint16_t>(i + 1);
+      n.tokens = n.tokens_end = static_cast<std::uint32_t>(trie_tokens_.size());
+      path.push_back(static_cast<std::uint32_t>(trie_.size()));
+      trie_.push_back(n);
+      max_depth_ = std::max<std::uint16_t>(max_depth_, n.depth);
+    }
+    TrieNode& last = trie_[path.back()];
+    if (last.tokens_end != trie_tokens_.size())
+      last.tokens = static_cast<std::uint32_t>(trie_tokens_.size());
+    trie_tokens_.push_back(id);
+    last.tokens_end = static_cast<std::uint32_t>(trie_tokens_.size());
+    prev = s;
+  }
+  while (!path.empty()) {
+    trie_[path.back()].skip = static_cast<std::uint32_t>(trie_.size());
+    path.pop_back();
+  }
+}
+
+void Vocabulary::build_string_tables(const std::vector<TokenId>& ids) {
+  const std::size_t words = mask_words();
+  std::vector<std::uint32_t> inside_chars(size_, 0xFFFFFFFFu);
+  for (const TokenId id : ids) {
+    const std::string_view s = bytes(id);
+    std::uint32_t state = kStrBody;
+    std::uint32_t chars = 0;
+    bool ok = true;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const StringStep st = string_step(state, static_cast<std::uint8_t>(s[i]));
+      if (!st.ok) {
+        ok = false;
+        break;
+      }
+      if (st.close) {
+        const std::uint32_t bucket = i + 1 < s.size() ? static_cast<std::uint8_t>(s[i + 1]) : 256u;
+        exits_[bucket].push_back(StringExit{id, chars, static_cast<std::uint32_t>(i + 1)});
+        ok = false;
+        break;
+      }
+      chars += st.new_char ? 1 : 0;
+      state = st.next;
+    }
+    if (!ok) continue;
+    if (chars > kMaxInsideChars) {
+      long_inside_.emplace_back(id, chars);
+    } else {
+      inside_chars[id] = chars;
+    }
+  }
+  inside_le_.assign((kMaxInsideChars + 1) * words, 0);
+  for (TokenId id = 0; id < size_; ++id) {
+    if (inside_chars[id] == 0xFFFFFFFFu) continue;
+    for (std::uint32_t k = inside_chars[id]; k <= kMaxInsideChars; ++k)
+      inside_le_[k * words + id / 64] |= std::uint64_t{1} << (id % 64);
+  }
+}
+
+}  // namespace ferry::constrain

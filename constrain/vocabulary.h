@@ -1,0 +1,95 @@
+// ferry::constrain::Vocabulary: a model's tokens as the constraint engine walks them: the bytes
+// of every ordinary token in a byte trie (pre-order, so a rejected prefix skips its subtree),
+// the end-of-generation ids, and the tables of the JSON-string fast path (which tokens stay
+// inside a string body, with how many characters, and which close it). Built once per model,
+// immutable afterwards: every const method is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "constrain/grammar.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferry::constrain {
+
+using TokenId = tokenizer::TokenId;
+
+// One step of a kString frame's sub-state machine (grammar.h) on byte b.
+struct StringStep {
+  std::uint32_t next = 0;
+  bool ok = false;        // the byte may come here
+  bool new_char = false;  // it starts a character (counts against max_chars)
+  bool close = false;     // it is the closing quote
+};
+StringStep string_step(std::uint32_t state, std::uint8_t b);
+
+class Vocabulary {
+ public:
+  struct TrieNode {
+    std::uint8_t byte = 0;
+    std::uint16_t depth = 0;   // 1 for a token's first byte
+    std::uint32_t skip = 0;    // the index just past this node's subtree
+    std::uint32_t tokens = 0;  // [tokens, tokens_end) in token_list()
+    std::uint32_t tokens_end = 0;
+  };
+  // A token that closes a string from the body state: characters before the quote, and
+  // where the bytes after the quote start.
+  struct StringExit {
+    TokenId id = 0;
+    std::uint32_t chars = 0;
+    std::uint32_t suffix = 0;
+  };
+  static constexpr std::uint32_t kMaxInsideChars = 32;  // inside_le(k) for k up to this
+
+  // Every id below tokenizer.vocab_size() that is not special (Tokenizer::is_special), has
+  // bytes and is not an end-of-generation id goes into the trie.
+  static std::shared_ptr<const Vocabulary> build(const tokenizer::Tokenizer& tokenizer,
+                                                 std::vector<TokenId> eos_ids);
+
+  std::size_t size() const { return size_; }        // mask bits
+  std::uint64_t serial() const { return serial_; }  // names this vocabulary in caches
+  std::size_t mask_words() const { return (size_ + 63) / 64; }
+  std::string_view bytes(TokenId id) const {
+    return id < offsets_.size() - 1
+               ? std::string_view(arena_).substr(offsets_[id], offsets_[id + 1] - offsets_[id])
+               : std::string_view();
+  }
+  const std::vector<TokenId>& eos() const { return eos_; }
+  bool is_eos(TokenId id) const;
+  const std::vector<TrieNode>& trie() const { return trie_; }
+  const std::vector<TokenId>& token_list() const { return trie_tokens_; }
+  std::uint16_t max_depth() const { return max_depth_; }
+
+  // String fast path: tokens that stay inside a string body with at most k characters.
+  const std::uint64_t* inside_le(std::uint32_t k) const {
+    return inside_le_.data() + static_cast<std::size_t>(k) * mask_words();
+  }
+  // Tokens inside a string with more than kMaxInsideChars characters: (id, chars).
+  const std::vector<std::pair<TokenId, std::uint32_t>>& long_inside() const { return long_inside_; }
+  // String exits by the first byte after the quote; bucket 256: nothing after it.
+  const std::vector<StringExit>& exits(std::uint32_t first_byte) const {
+    return exits_[first_byte];
+  }
+
+ private:
+  void build_trie(const std::vector<TokenId>& ids);
+  void build_string_tables(const std::vector<TokenId>& ids);
+
+  std::size_t size_ = 0;
+  std::uint64_t serial_ = 0;
+  std::string arena_;
+  std::vector<std::uint32_t> offsets_;
+  std::vector<TokenId> eos_;
+  std::vector<TrieNode> trie_;
+  std::vector<TokenId> trie_tokens_;
+  std::uint16_t max_depth_ = 0;
+  std::vector<std::uint64_t> inside_le_;  // (kMaxInsideChars + 1) masks
+  std::vector<std::pair<TokenId, std::uint32_t>> long_inside_;
+  std::vector<std::vector<StringExit>> exits_ = std::vector<std::vector<StringExit>>(257);
+};
+
+}  // namespace ferry::constrain

@@ -1,0 +1,495 @@
+// The constraint engine: every supported keyword accepts and rejects byte strings as the schema
+// says, every refused keyword is an error naming it and its path, the token masks equal a
+// brute-force check of every token over real vocabularies (byte-level BPE, SentencePiece with
+// byte fallback), special tokens never pass, tool-call grammars, and the grammar cache.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "constrain/cache.h"
+#include "constrain/matcher.h"
+#include "constrain/schema.h"
+#include "constrain/tools.h"
+#include "tests/constrain/test_vocab.h"
+
+namespace ferry::constrain {
+namespace {
+
+using testing::test_vocab;
+
+std::shared_ptr<const Grammar> schema_grammar(const std::string& schema,
+                                              const CompileOptions& options = {}) {
+  auto g = compile_json_schema(schema, options);
+  EXPECT_TRUE(g.has_value()) << schema << ": " << (g ? "" : g.error().message);
+  if (!g) return nullptr;
+  return std::make_shared<const Grammar>(std::move(g).value());
+}
+
+// Whether the grammar accepts the whole text (fed byte by byte, then complete).
+bool accepts(const std::shared_ptr<const Grammar>& g, std::string_view text) {
+  Matcher m(g, test_vocab("demo")->vocab);
+  for (const char c : text) {
+    if (!m.accept_bytes(std::string_view(&c, 1))) return false;
+  }
+  return m.is_complete();
+}
+
+struct KeywordCase {
+  const char* schema;
+  std::vector<const char*> good;
+  std::vector<const char*> bad;
+};
+
+class Keyword : public ::testing::TestWithParam<KeywordCase> {};
+
+TEST_P(Keyword, AcceptsAndRejectsByteByByte) {
+  const KeywordCase& c = GetParam();
+  const auto g = schema_grammar(c.schema);
+  ASSERT_NE(g, nullptr);
+  for (const char* s : c.good) EXPECT_TRUE(accepts(g, s)) << c.schema << " should accept " << s;
+  for (const char* s : c.bad) EXPECT_FALSE(accepts(g, s)) << c.schema << " should reject " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Constrain, Keyword,
+    ::testing::Values(
+        KeywordCase{R"({"type":"string"})",
+                    {R"("abc")", R"("")", "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"", R"("\u00e9")",
+                     R"("a\"b\\c\n")", R"(  "x")"},
+                    {"abc", R"("a)", R"("\ud800")", "\"\x01\"", "\"\xc3\"", "\"\xed\xa0\x80\"",
+                     R"("\x")", R"("a" )"}},
+        KeywordCase{R"({"type":"integer"})",
+                    {"0", "-12", "123456789012345"},
+                    {"01", "1.5", "-0", "1e3", "+1", "1234567890123456", ""}},
+        KeywordCase{R"({"type":"integer","minimum":-5,"maximum":120})",
+                    {"-5", "-1", "0", "9", "99", "120", "100"},
+                    {"-6", "121", "200", "1000", "-10"}},
+        KeywordCase{R"({"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":10})",
+                    {"1", "9"},
+                    {"0", "10", "-1"}},
+        KeywordCase{R"({"type":"number"})",
+                    {"0", "1.5", "-0.25e10", "3E+2", "-7"},
+                    {".5", "1.", "+1", "1e", "--1", "0x1"}},
+        KeywordCase{
+            R"({"type":"number","minimum":2.5,"maximum":7})", {"3", "7"}, {"2", "8", "2.5"}},
+        KeywordCase{R"({"type":"boolean"})", {"true", "false"}, {"True", "1", "null"}},
+        KeywordCase{R"({"type":"null"})", {"null"}, {"nul", "\"null\""}},
+        KeywordCase{R"({"enum":["red","green",1,null]})",
+                    {R"("red")", R"("green")", "1", "null"},
+                    {R"("blue")", R"("re")", "2"}},
+        KeywordCase{R"({"type":"string","enum":["a",1]})", {R"("a")"}, {"1"}},
+        KeywordCase{R"({"const":{"a":[1,"x"]}})", {R"({"a":[1,"x"]})"}, {R"({"a":[1]})"}},
+        KeywordCase{
+            R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a"]})",
+            {R"({"a":1})", R"({"a":1,"b":"x"})", R"({ "a": 1, "b": "x" })", "{\n\"a\":1}"},
+            {R"({"b":"x","a":1})", R"({})", R"({"a":1,"c":2})", R"({"a":"1"})", R"({"a":1,})",
+             R"({"a":1   })"}},
+        KeywordCase{
+            R"({"type":"object","properties":{"x":{"type":"boolean"},"y":{"type":"null"}}})",
+            {"{}", R"({"x":true})", R"({"y":null})", R"({"x":false,"y":null})"},
+            {R"({"y":null,"x":true})", R"({,"y":null})"}},
+        KeywordCase{
+            R"({"type":"object","additionalProperties":false})", {"{}", "{ }"}, {R"({"a":1})"}},
+        KeywordCase{R"({"type":"object","additionalProperties":{"type":"integer"}})",
+                    {"{}", R"({"x":1,"y":2})"},
+                    {R"({"x":"s"})", R"({"x":1,})"}},
+        KeywordCase{R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})",
+                    {"[1]", "[1,2,3]", "[ 1 , 2 ]"},
+                    {"[]", "[1,2,3,4]", R"(["a"])", "[1,]"}},
+        KeywordCase{R"({"anyOf":[{"type":"string"},{"type":"integer"}]})",
+                    {R"("a")", "3"},
+                    {"true", "1.5"}},
+        KeywordCase{R"({"type":["string","null"]})", {R"("a")", "null"}, {"1"}},
+        KeywordCase{R"({"allOf":[{"type":"integer","maximum":3}]})", {"3"}, {"4"}},
+        KeywordCase{
+            R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v","kids"]}},"$ref":"#/$defs/node"})",
+            {R"({"v":1,"kids":[]})", R"({"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]}]})"},
+            {R"({"v":1})", R"({"v":1,"kids":[{"v":2}]})"}},
+        KeywordCase{
+            R"({"type":"object","properties":{"next":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["next"]})",
+            {R"({"next":null})", R"({"next":{"next":{"next":null}}})"},
+            {R"({"next":{}})"}},
+        KeywordCase{R"({"type":"string","pattern":"^[a-z]{2,4}-\\d+$"})",
+                    {R"("ab-1")", R"("abcd-42")"},
+                    {R"("a-1")", R"("ab-")", R"("AB-1")", R"("abcde-1")"}},
+        KeywordCase{R"({"type":"string","pattern":"^(?:cat|dog)s?\\.$"})",
+                    {R"("cat.")", R"("dogs.")"},
+                    {R"("cow.")", R"("cats")"}},
+        KeywordCase{R"({"type":"string","format":"date"})",
+                    {R"("2024-02-28")", R"("1999-12-31")", R"("2023-04-30")"},
+                    {R"("2024-02-30")", R"("2024-13-01")", R"("2024-04-31")", R"("24-01-01")"}},
+        KeywordCase{R"({"type":"string","format":"time"})",
+                    {R"("12:30:00Z")", R"("23:59:59.123+02:00")"},
+                    {R"("24:00:00Z")", R"("12:60:00Z")", R"("12:30")"}},
+        KeywordCase{R"({"type":"string","format":"date-time"})",
+                    {R"("2024-01-02T03:04:05Z")"},
+                    {R"("2024-01-02 03:04:05")"}},
+        KeywordCase{
+            R"({"type":"string","format":"uuid"})",
+            {R"("123e4567-e89b-12d3-a456-426614174000")"},
+            {R"("123e4567e89b12d3a456426614174000")", R"("123E4567-e89b-12d3-a456-42661417400")"}},
+        KeywordCase{R"({"type":"string","format":"email"})",
+                    {R"("a.b@example.com")", R"("x_1+y@mail.co.uk")"},
+                    {R"("ab")", R"("a@b")", R"("@example.com")"}},
+        KeywordCase{R"({"type":"string","minLength":2,"maxLength":3})",
+                    {R"("ab")", R"("abc")", "\"\xc3\xa9\xc3\xa9\"", R"("\n\t")"},
+                    {R"("a")", R"("abcd")", R"("")"}}));
+
+TEST(Constrain, BoundsWhitespaceAndStringLength) {
+  CompileOptions o;
+  o.max_whitespace = 2;
+  o.max_string_chars = 5;
+  const auto g = schema_grammar(R"({"type":"object","properties":{"s":{"type":"string"}}})", o);
+  EXPECT_TRUE(accepts(g, R"({  "s":  "abcde"})"));
+  EXPECT_FALSE(accepts(g, R"({   "s":"a"})"));  // three spaces
+  EXPECT_FALSE(accepts(g, R"({"s":"abcdef"})"));
+}
+
+TEST(Constrain, JsonObjectIsAnyObject) {
+  auto g = std::make_shared<const Grammar>(compile_json_object());
+  EXPECT_TRUE(accepts(g, R"({"x":[1,{"y":null}],"z":"w"})"));
+  EXPECT_TRUE(accepts(g, "{}"));
+  EXPECT_FALSE(accepts(g, "[1]"));
+  EXPECT_FALSE(accepts(g, R"("s")"));
+  EXPECT_FALSE(accepts(g, R"({"x":1)"));
+}
+
+TEST(Constrain, NestingOfFreeValuesIsBounded) {
+  CompileOptions o;
+  o.max_any_depth = 3;
+  auto g = std::make_shared<const Grammar>(compile_json_object(o));
+  EXPECT_TRUE(accepts(g, R"({"a":{"b":1}})"));
+  EXPECT_FALSE(accepts(g, R"({"a":{"b":{"c":{"d":1}}}})"));
+}
+
+// ---- refused keywords ----------------------------------------------------------------------
+
+struct RefusedCase {
+  const char* schema;
+  const char* keyword;
+  const char* path;
+};
+
+class Refused : public ::testing::TestWithParam<RefusedCase> {};
+
+TEST_P(Refused, NamesTheKeywordAndItsPath) {
+  const RefusedCase& c = GetParam();
+  auto g = compile_json_schema(c.schema);
+  ASSERT_FALSE(g.has_value()) << c.schema << " compiled";
+  EXPECT_EQ(g.error().code, ErrorCode::kInvalidRequest);
+  const std::string& m = g.error().message;
+  EXPECT_NE(m.find(std::string("'") + c.keyword + "'"), std::string::npos) << m;
+  EXPECT_NE(m.find(std::string("'") + c.path + "'"), std::string::npos) << m;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Constrain, Refused,
+    ::testing::Values(
+        RefusedCase{R"({"not":{"type":"string"}})", "not", "#"},
+        RefusedCase{R"({"type":"object","properties":{"a":{"type":"string","format":"hostname"}}})",
+                    "format", "#/properties/a"},
+        RefusedCase{R"({"$defs":{"x":{"oneOf":[{"type":"string"}]}},"$ref":"#/$defs/x"})", "oneOf",
+                    "#/$defs/x"},
+        RefusedCase{R"({"type":"number","multipleOf":3})", "multipleOf", "#"},
+        RefusedCase{R"({"type":"array","items":{"type":"string"},"uniqueItems":true})",
+                    "uniqueItems", "#"},
+        RefusedCase{R"({"type":"object","patternProperties":{"^a":{}}})", "patternProperties", "#"},
+        RefusedCase{R"({"type":"array","prefixItems":[{"type":"string"}]})", "prefixItems", "#"},
+        RefusedCase{R"({"type":"array","items":[{"type":"string"}]})", "items", "#"},
+        RefusedCase{R"({"type":"object","minProperties":1})", "minProperties", "#"},
+        RefusedCase{R"({"if":{"type":"string"},"then":{"minLength":1}})", "if", "#"},
+        RefusedCase{R"({"type":"object","properties":{"a":{"type":"string","pattern":"(?=a)b"}}})",
+                    "pattern", "#/properties/a"},
+        RefusedCase{R"({"type":"string","pattern":"a\\1"})", "pattern", "#"},
+        RefusedCase{R"({"$ref":"http://example.com/s.json"})", "$ref", "#"},
+        RefusedCase{R"({"allOf":[{"type":"string"},{"minLength":1}]})", "allOf", "#"},
+        RefusedCase{R"({"type":"object","dependentRequired":{"a":["b"]}})", "dependentRequired",
+                    "#"},
+        RefusedCase{R"({"type":"array","contains":{"type":"string"}})", "contains", "#"},
+        RefusedCase{R"({"type":"object","propertyNames":{"pattern":"^a"}})", "propertyNames", "#"},
+        RefusedCase{R"({"type":"integer","exclusiveMinimum":true})", "exclusiveMinimum", "#"},
+        RefusedCase{R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["b"]})",
+                    "required", "#"},
+        RefusedCase{R"({"type":"string","pattern":"^a","format":"date"})", "format", "#"},
+        RefusedCase{
+            R"({"type":"array","items":{"type":"object","properties":{"k":{"type":"string","x-custom":1}}}})",
+            "x-custom", "#/items/properties/k"},
+        RefusedCase{R"({"type":"integer","minimum":5,"maximum":4})", "minimum", "#"},
+        RefusedCase{
+            R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"type":"array","items":{"$ref":"#/$defs/a"}})",
+            "$ref", "#/items"}));
+
+TEST(Constrain, SchemaThatIsNotJsonIsAnError) {
+  auto g = compile_json_schema("{\"type\":");
+  ASSERT_FALSE(g.has_value());
+  EXPECT_EQ(g.error().code, ErrorCode::kInvalidRequest);
+}
+
+// ---- token masks -----------------------------------------------------------------------------
+
+bool bit(const std::vector<std::uint64_t>& mask, TokenId id) {
+  return (mask[id / 64] >> (id % 64)) & 1u;
+}
+
+// At each step of a seeded walk, the mask equals a token-by-token check of what the matcher
+// accepts, and no special token passes (the end of generation only where complete).
+void check_masks_by_brute_force(const testing::TestVocab& tv,
+                                const std::shared_ptr<const Grammar>& g, std::uint64_t seed,
+                                int max_steps, bool state_masks = false) {
+  ASSERT_NE(g, nullptr);
+  const std::string schema = "(grammar)";
+  Matcher m(g, tv.vocab);
+  if (state_masks) m.set_state_mask_threshold(0);  // every rule state through StateMasks
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint64_t> mask;
+  const std::size_t n = tv.vocab->size();
+  for (int step = 0; step < max_steps && !m.ended(); ++step) {
+    m.fill_mask(mask);
+    std::vector<TokenId> allowed;
+    for (TokenId id = 0; id < n; ++id) {
+      Matcher probe = m;
+      const bool ok = probe.accept_token(id);
+      ASSERT_EQ(bit(mask, id), ok) << tv.name << " step " << step << " token " << id << " '"
+                                   << tv.tokenizer->token_text(id) << "' schema " << schema;
+      if (ok) allowed.push_back(id);
+      if (tv.tokenizer->is_special(id) && !tv.vocab->is_eos(id)) {
+        ASSERT_FALSE(ok);
+      }
+      if (tv.vocab->is_eos(id)) {
+        ASSERT_EQ(ok, m.is_complete());
+      }
+    }
+    ASSERT_FALSE(allowed.empty()) << tv.name << " dead at step " << step;
+    ASSERT_TRUE(m.accept_token(allowed[rng() % allowed.size()]));
+  }
+}
+
+void check_masks_by_brute_force(const testing::TestVocab& tv, const std::string& schema,
+                                std::uint64_t seed, int max_steps, bool state_masks = false) {
+  SCOPED_TRACE(schema);
+  check_masks_by_brute_force(tv, schema_grammar(schema), seed, max_steps, state_masks);
+}
+
+const char* const kMaskSchemas[] = {
+    R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},"age":{"type":"integer","minimum":0,"maximum":130},"tags":{"type":"array","items":{"enum":["a","bb","ccc"]},"maxItems":3}},"required":["name","age"]})",
+    R"({"anyOf":[{"type":"string","format":"date"},{"type":"number"},{"type":"object","properties":{"x":{"type":"boolean"}}}]})",
+    R"({"type":"object","additionalProperties":{"type":"string","maxLength":4}})",
+};
+
+TEST(ConstrainMask, EqualsBruteForceOnTheDemoVocabulary) {
+  const auto* tv = test_vocab("demo");
+  ASSERT_NE(tv, nullptr);
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    for (const char* s : kMaskSchemas) check_masks_by_brute_force(*tv, s, seed, 40);
+  }
+}
+
+TEST(ConstrainMask, StateMasksEqualBruteForce) {
+  // Every rule state's mask through the grammar's StateMasks (context-free part + the tokens
+  // that leave the rule), twice per state: computed, then reused by a second walk.
+  const auto* tv = test_vocab("demo");
+  for (const char* s : kMaskSchemas) {
+    const auto g = schema_grammar(s);
+    check_masks_by_brute_force(*tv, g, 11, 40, true);
+    check_masks_by_brute_force(*tv, g, 11, 40, true);
+    check_masks_by_brute_force(*tv, g, 12, 40, false);  // default threshold, same grammar
+  }
+  check_masks_by_brute_force(*tv, R"({"type":"string","format":"email"})", 3, 30, true);
+  const auto* llama = test_vocab("llama2");
+  if (llama) check_masks_by_brute_force(*llama, kMaskSchemas[0], 4, 12, true);
+}
+
+TEST(ConstrainMask, EqualsBruteForceOnSentencePieceWithByteFallback) {
+  const auto* tv = test_vocab("llama2");
+  if (!tv) GTEST_SKIP() << "the shared llama-2-tiny-random.gguf is absent";
+  for (const char* s : kMaskSchemas) check_masks_by_brute_force(*tv, s, 7, 12);
+}
+
+TEST(ConstrainMask, EqualsBruteForceOnCl100k) {
+  const auto* tv = test_vocab("cl100k");
+  ASSERT_NE(tv, nullptr);
+  check_masks_by_brute_force(*tv, kMaskSchemas[0], 5, 8);
+}
+
+TEST(ConstrainMask, MultiByteCharactersSplitAcrossTokens) {
+  // SentencePiece: "é" is not one token in llama-2's tiny vocabulary or it is; either way the
+  // byte-fallback token of its first byte is a valid start and the second byte must follow.
+  const auto* tv = test_vocab("llama2");
+  if (!tv) GTEST_SKIP() << "the shared llama-2-tiny-random.gguf is absent";
+  const auto g = schema_grammar(R"({"enum":["h\u00e9"]})");
+  Matcher m(g, tv->vocab);
+  ASSERT_TRUE(m.accept_bytes("\"h"));
+  std::vector<std::uint64_t> mask;
+  m.fill_mask(mask);
+  const auto c3 = tv->tokenizer->token_id("<0xC3>");
+  ASSERT_TRUE(c3.has_value());
+  EXPECT_TRUE(bit(mask, *c3));
+  ASSERT_TRUE(m.accept_token(*c3));
+  m.fill_mask(mask);
+  const auto a9 = tv->tokenizer->token_id("<0xA9>");
+  ASSERT_TRUE(a9.has_value());
+  EXPECT_TRUE(bit(mask, *a9));
+  EXPECT_FALSE(bit(mask, *c3));
+  ASSERT_TRUE(m.accept_token(*a9));
+  EXPECT_TRUE(m.accept_bytes("\""));
+  EXPECT_TRUE(m.is_complete());
+}
+
+TEST(ConstrainMask, SpacePrefixedSentencePiecePiecesInsideStrings) {
+  const auto* tv = test_vocab("llama2");
+  if (!tv) GTEST_SKIP() << "the shared llama-2-tiny-random.gguf is absent";
+  const auto g = schema_grammar(R"({"type":"string"})");
+  Matcher m(g, tv->vocab);
+  ASSERT_TRUE(m.accept_bytes("\"a"));
+  std::vector<std::uint64_t> mask;
+  m.fill_mask(mask);
+  const auto the = tv->tokenizer->token_id("\xe2\x96\x81the");  // "▁the" decodes to " the"
+  ASSERT_TRUE(the.has_value());
+  EXPECT_TRUE(bit(mask, *the));
+}
+
+// ---- tools -------------------------------------------------------------------------------
+
+ToolSpec weather_tools(ToolChoice choice) {
+  ToolSpec spec;
+  spec.choice = choice;
+  spec.functions.push_back(ToolFunction{
+      "get_weather",
+      R"({"type":"object","properties":{"city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city"],"additionalProperties":false})"});
+  spec.functions.push_back(ToolFunction{"now", ""});
+  return spec;
+}
+
+std::shared_ptr<const Grammar> tools_grammar(const ToolSpec& spec) {
+  auto g = compile_tools(spec);
+  EXPECT_TRUE(g.has_value()) << (g ? "" : g.error().message);
+  return g ? std::make_shared<const Grammar>(std::move(g).value()) : nullptr;
+}
+
+TEST(ConstrainTools, RequiredIsACallOfADeclaredFunctionWithValidArguments) {
+  const auto g = tools_grammar(weather_tools(ToolChoice::kRequired));
+  EXPECT_TRUE(accepts(
+      g, R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>)"));
+  EXPECT_TRUE(accepts(g, "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>"));
+  EXPECT_TRUE(accepts(
+      g,
+      R"(<tool_call>{"name":"now","arguments":{}}</tool_call> <tool_call>{"name":"now","arguments":{}}</tool_call>)"));
+  EXPECT_FALSE(accepts(g, R"(<tool_call>{"name":"get_time","arguments":{}}</tool_call>)"));
+  EXPECT_FALSE(accepts(g, R"(<tool_call>{"name":"get_weather","arguments":{}}</tool_call>)"));
+  EXPECT_FALSE(accepts(
+      g, R"(<tool_call>{"name":"get_weather","arguments":{"city":"P","x":1}}</tool_call>)"));
+  EXPECT_FALSE(accepts(g, "Sure!"));
+  EXPECT_FALSE(accepts(g, ""));
+}
+
+TEST(ConstrainTools, AutoAllowsTextOrCalls) {
+  const auto g = tools_grammar(weather_tools(ToolChoice::kAuto));
+  EXPECT_TRUE(accepts(g, "Hello there, <tool and <tool_cal are fine."));
+  EXPECT_TRUE(accepts(g, ""));
+  EXPECT_TRUE(accepts(g, R"(Let me check. <tool_call>{"name":"now","arguments":{}}</tool_call>)"));
+  EXPECT_FALSE(accepts(g, "<tool_call>hello"));
+  EXPECT_FALSE(accepts(g, R"(x<tool_call>{"name":"now","arguments":{}}</tool_call> more text)"));
+}
+
+TEST(ConstrainTools, NoneNeverOpensACall) {
+  const auto g = tools_grammar(weather_tools(ToolChoice::kNone));
+  EXPECT_TRUE(accepts(g, "Plain text <tool_cal"));
+  EXPECT_FALSE(accepts(g, R"(<tool_call>{"name":"now","arguments":{}}</tool_call>)"));
+}
+
+TEST(ConstrainTools, NamedAndSingleCall) {
+  ToolSpec spec = weather_tools(ToolChoice::kNamed);
+  spec.named = "now";
+  spec.parallel_tool_calls = false;
+  const auto g = tools_grammar(spec);
+  EXPECT_TRUE(accepts(g, R"(<tool_call>{"name":"now","arguments":{}}</tool_call>)"));
+  EXPECT_FALSE(
+      accepts(g, R"(<tool_call>{"name":"get_weather","arguments":{"city":"P"}}</tool_call>)"));
+  EXPECT_FALSE(accepts(
+      g,
+      R"(<tool_call>{"name":"now","arguments":{}}</tool_call><tool_call>{"name":"now","arguments":{}}</tool_call>)"));
+}
+
+TEST(ConstrainTools, Errors) {
+  ToolSpec spec = weather_tools(ToolChoice::kNamed);
+  spec.named = "missing";
+  auto a = compile_tools(spec);
+  ASSERT_FALSE(a.has_value());
+  EXPECT_NE(a.error().message.find("missing"), std::string::npos);
+  spec = weather_tools(ToolChoice::kRequired);
+  spec.functions[0].parameters_json = R"({"type":"object","properties":{"a":{"not":{}}}})";
+  auto b = compile_tools(spec);
+  ASSERT_FALSE(b.has_value());
+  EXPECT_NE(b.error().message.find("'#/tools/0/function/parameters/properties/a'"),
+            std::string::npos)
+      << b.error().message;
+  spec = weather_tools(ToolChoice::kRequired);
+  spec.functions[1].name = "get_weather";
+  EXPECT_FALSE(compile_tools(spec).has_value());
+}
+
+// ---- cache -------------------------------------------------------------------------------
+
+TEST(ConstrainCache, CompilesOncePerSchema) {
+  GrammarCache cache(2);
+  auto a = cache.json_schema(R"({"type":"string"})");
+  auto b = cache.json_schema(R"({"type":"string"})");
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(a->grammar, b->grammar);
+  EXPECT_EQ(a->hash, b->hash);
+  EXPECT_EQ(a->hash.size(), 64u);
+  EXPECT_EQ(cache.hits(), 1u);
+  auto c = cache.json_schema(R"({"type":"integer"})");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_NE(c->hash, a->hash);
+  EXPECT_FALSE(cache.json_schema(R"({"not":{}})").has_value());
+  EXPECT_EQ(cache.size(), 2u);
+  auto d = cache.json_object();
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(cache.size(), 2u);  // bounded: the least recently used went
+  auto t = cache.tools(weather_tools(ToolChoice::kAuto));
+  auto t2 = cache.tools(weather_tools(ToolChoice::kRequired));
+  ASSERT_TRUE(t.has_value() && t2.has_value());
+  EXPECT_NE(t->hash, t2->hash);
+}
+
+// ---- walks ---------------------------------------------------------------------------------
+
+// Uniform random walks over the allowed tokens end (end of generation) within a bound the
+// options imply, and what they write parses as JSON.
+TEST(ConstrainWalk, UniformWalksTerminateAndParse) {
+  const auto* tv = test_vocab("demo");
+  CompileOptions o;
+  o.max_string_chars = 12;
+  o.max_array_items = 4;
+  o.max_object_members = 4;
+  o.max_any_depth = 3;
+  const auto g = schema_grammar(kMaskSchemas[0], o);
+  const auto free = std::make_shared<const Grammar>(compile_json_object(o));
+  std::vector<std::uint64_t> mask;
+  for (const auto& grammar : {g, free}) {
+    for (std::uint64_t seed = 0; seed < 20; ++seed) {
+      Matcher m(grammar, tv->vocab);
+      std::mt19937_64 rng(seed);
+      std::string out;
+      int steps = 0;
+      for (; steps < 5000 && !m.ended(); ++steps) {
+        m.fill_mask(mask);
+        std::vector<TokenId> allowed;
+        for (std::size_t w = 0; w < mask.size(); ++w)
+          for (std::uint64_t bits = mask[w]; bits; bits &= bits - 1)
+            allowed.push_back(static_cast<TokenId>(w * 64 + __builtin_ctzll(bits)));
+        ASSERT_FALSE(allowed.empty());
+        const TokenId t = allowed[rng() % allowed.size()];
+        ASSERT_TRUE(m.accept_token(t));
+        if (!tv->vocab->is_eos(t)) out += tv->vocab->bytes(t);
+      }
+      ASSERT_TRUE(m.ended()) << "seed " << seed << " did not end: " << out;
+      EXPECT_TRUE(nlohmann::json::accept(out)) << out;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry::constrain
