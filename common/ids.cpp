@@ -95,4 +95,21 @@ std::string make_request_id() {
   return std::string(buf, 4 + 26);  // the first 13 bytes of the UUID
 }
 
+std::string make_random_id(std::string_view prefix, size_t chars) {
+  static constexpr char kSymbols[] =
+      "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  thread_local IdRandom rng;
+  std::string id(prefix);
+  id.reserve(prefix.size() + chars);
+  while (chars > 0) {
+    // Ten symbols per draw: 62^10 < 2^64, so each is a base-62 digit of one 64-bit value.
+    uint64_t r = rng.next();
+    for (int k = 0; k < 10 && chars > 0; ++k, --chars) {
+      id.push_back(kSymbols[r % 62]);
+      r /= 62;
+    }
+  }
+  return id;
+}
+
 }  // namespace ferry
