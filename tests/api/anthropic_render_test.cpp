@@ -58,8 +58,8 @@ TEST(AnthropicRender, MessageBodyFieldByField) {
   EXPECT_EQ(id.rfind("msg_", 0), 0u);
   EXPECT_EQ(id.size(), 4u + 24u);
   ASSERT_EQ(m["content"].size(), 4u);
-  EXPECT_EQ(m["content"][0], (json{{"type", "thinking"}, {"thinking", "Plan: call it."},
-                                   {"signature", ""}}));
+  EXPECT_EQ(m["content"][0],
+            (json{{"type", "thinking"}, {"thinking", "Plan: call it."}, {"signature", ""}}));
   EXPECT_EQ(m["content"][1], (json{{"type", "text"}, {"text", "Sure."}}));
   EXPECT_EQ(m["content"][2]["type"], "tool_use");
   EXPECT_EQ(m["content"][2]["id"], "call_9");  // the producer's id, so the next turn matches
@@ -194,8 +194,10 @@ TEST(AnthropicStream, EventsFieldByField) {
   for (const SseEvent& e : ev) {
     if (e.name == "content_block_start" && e.data["index"] == 2) tool_start = e.data;
   }
-  EXPECT_EQ(tool_start["content_block"],
-            (json{{"type", "tool_use"}, {"id", "call_9"}, {"name", "lookup"}, {"input", json::object()}}));
+  EXPECT_EQ(
+      tool_start["content_block"],
+      (json{
+          {"type", "tool_use"}, {"id", "call_9"}, {"name", "lookup"}, {"input", json::object()}}));
   // message_delta then message_stop.
   const SseEvent& delta = ev[ev.size() - 2];
   EXPECT_EQ(delta.name, "message_delta");
@@ -217,8 +219,9 @@ TEST(AnthropicStream, ErrorMidStreamIsAnErrorEventAndTheEnd) {
   r.render(BlockStopEvent{0}, out);
   std::vector<SseEvent> ev = parse_sse(out);
   ASSERT_EQ(ev.back().name, "error");
-  EXPECT_EQ(ev.back().data, (json{{"type", "error"},
-                                  {"error", {{"type", "overloaded_error"}, {"message", "no backend"}}}}));
+  EXPECT_EQ(ev.back().data,
+            (json{{"type", "error"},
+                  {"error", {{"type", "overloaded_error"}, {"message", "no backend"}}}}));
   EXPECT_EQ(ev[ev.size() - 2].name, "content_block_delta");
 }
 

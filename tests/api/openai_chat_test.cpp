@@ -126,7 +126,8 @@ TEST(ChatParse, RefusesWhatItCannotRenderFaithfully) {
 }
 
 TEST(ChatParse, UpstreamErrorBodyKeepsItsMessage) {
-  auto a = parse_chat_completion(R"({"error":{"message":"model overloaded","type":"server_error"}})");
+  auto a =
+      parse_chat_completion(R"({"error":{"message":"model overloaded","type":"server_error"}})");
   ASSERT_FALSE(a);
   EXPECT_EQ(a.error().code, ErrorCode::kBackendError);
   EXPECT_EQ(a.error().message, "model overloaded");
@@ -224,8 +225,12 @@ const std::string kUsageChunk =
     R"({"id":"chatcmpl-s","object":"chat.completion.chunk","created":9,"model":"m","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":6,"total_tokens":17,"prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}}})";
 
 std::vector<std::string> text_stream() {
-  return {chunk(R"({"role":"assistant","content":""})"), chunk(R"({"content":"Hel"})"),
-          chunk(R"({"content":"lo é"})"), chunk("{}", "\"stop\""), kUsageChunk, "[DONE]"};
+  return {chunk(R"({"role":"assistant","content":""})"),
+          chunk(R"({"content":"Hel"})"),
+          chunk(R"({"content":"lo é"})"),
+          chunk("{}", "\"stop\""),
+          kUsageChunk,
+          "[DONE]"};
 }
 std::vector<std::string> tool_stream() {
   return {
@@ -263,8 +268,8 @@ TEST(ChatStreamParse, TextStreamEvents) {
   EventLog log = parse_stream(text_stream());
   std::vector<std::string> types;
   for (const auto& e : log.events) types.push_back(e.type);
-  EXPECT_EQ(types, (std::vector<std::string>{"start", "block_start", "delta", "delta",
-                                             "block_stop", "finish"}));
+  EXPECT_EQ(types, (std::vector<std::string>{"start", "block_start", "delta", "delta", "block_stop",
+                                             "finish"}));
   EXPECT_EQ(log.events[0].id, "chatcmpl-s");
   EXPECT_EQ(log.events[0].text, "m");
   EXPECT_EQ(log.events[3].text, "lo é");

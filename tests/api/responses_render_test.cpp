@@ -209,8 +209,10 @@ TEST(ResponsesStream, ErrorBeforeTheStartIsAnErrorEvent) {
   auto ev = parse_sse(out);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].first, "error");
-  EXPECT_EQ(ev[0].second, (json{{"type", "error"}, {"sequence_number", 0},
-                                {"code", "rate_limit_exceeded"}, {"message", "budget"},
+  EXPECT_EQ(ev[0].second, (json{{"type", "error"},
+                                {"sequence_number", 0},
+                                {"code", "rate_limit_exceeded"},
+                                {"message", "budget"},
                                 {"param", nullptr}}));
 }
 
