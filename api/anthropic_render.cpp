@@ -75,9 +75,8 @@ void write_empty_block(JsonWriter& w, const BlockStartEvent& e) {
 }
 
 Error bad_arguments(std::string_view name) {
-  return Error::make(ErrorCode::kBackendError,
-                     "the arguments of the model's call of tool \"" + std::string(name) +
-                         "\" are not a JSON object");
+  return Error::make(ErrorCode::kBackendError, "the arguments of the model's call of tool \"" +
+                                                   std::string(name) + "\" are not a JSON object");
 }
 
 }  // namespace

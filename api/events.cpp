@@ -22,7 +22,9 @@ std::string_view finish_reason_name(FinishReason reason) {
   return "error";
 }
 
-int64_t Usage::total_tokens() const { return saturating_add(prompt_tokens, completion_tokens); }
+int64_t Usage::total_tokens() const {
+  return saturating_add(prompt_tokens, completion_tokens);
+}
 
 // ---------------------------------------------------------------------------------------------
 // AnswerBuilder

@@ -35,7 +35,7 @@ struct Usage {
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t reasoning_tokens = 0;
-  bool reported = false;  // the producer knew these numbers (false: all zero, unknown)
+  bool reported = false;         // the producer knew these numbers (false: all zero, unknown)
   int64_t total_tokens() const;  // saturating
   bool operator==(const Usage&) const = default;
 };
@@ -53,8 +53,8 @@ struct Block {
 
 // A whole answer.
 struct Answer {
-  std::string id;     // the producer's id (provenance); renderers make ids in their own format
-  std::string model;  // the model name the client sees
+  std::string id;       // the producer's id (provenance); renderers make ids in their own format
+  std::string model;    // the model name the client sees
   int64_t created = 0;  // Unix seconds
   std::vector<Block> blocks;
   FinishReason finish = FinishReason::kStop;

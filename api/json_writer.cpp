@@ -27,7 +27,9 @@ size_t utf8_sequence_length(const unsigned char* in, const unsigned char* end) {
 
 // True for the bytes that cannot be copied as they are: controls, '"', '\\', and non-ASCII
 // (validated one sequence at a time).
-constexpr bool needs_care(unsigned char c) { return c < 0x20 || c == '"' || c == '\\' || c >= 0x80; }
+constexpr bool needs_care(unsigned char c) {
+  return c < 0x20 || c == '"' || c == '\\' || c >= 0x80;
+}
 
 }  // namespace
 

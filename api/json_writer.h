@@ -20,7 +20,9 @@ inline void begin_sse_event(std::string& out, std::string_view name) {
   if (!name.empty()) out.append("event: ").append(name).append("\n");
   out.append("data: ");
 }
-inline void end_sse_event(std::string& out) { out.append("\n\n"); }
+inline void end_sse_event(std::string& out) {
+  out.append("\n\n");
+}
 
 // A thin builder over a string: the caller writes the punctuation it needs with raw(), the
 // values with str()/num(), so that renderers read like the JSON they emit.

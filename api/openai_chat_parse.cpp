@@ -248,7 +248,9 @@ Result<Answer> parse_chat_completion(std::string_view body) {
 // ---------------------------------------------------------------------------------------------
 // A stream
 
-Status ChatStreamParser::fail(std::string message) { return fail(backend_error(std::move(message))); }
+Status ChatStreamParser::fail(std::string message) {
+  return fail(backend_error(std::move(message)));
+}
 
 Status ChatStreamParser::fail(Error error) {
   failed_ = true;

@@ -54,8 +54,7 @@ class ChatStreamParser {
   void close_block(EventSink& sink);
   Status on_tool_fragment(int64_t tool_index, std::string_view id, std::string_view name,
                           std::string_view arguments, bool has_name, EventSink& sink);
-  void open_block(BlockKind kind, std::string_view call_id, std::string_view name,
-                  EventSink& sink);
+  void open_block(BlockKind kind, std::string_view call_id, std::string_view name, EventSink& sink);
   void on_fragment(BlockKind kind, DeltaKind delta, std::string_view text, EventSink& sink);
 
   static constexpr int64_t kMaxToolCalls = 128;

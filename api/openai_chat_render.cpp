@@ -101,7 +101,9 @@ WireBody render_chat_completion(const Answer& answer, const ChatRenderOptions& o
 // ---------------------------------------------------------------------------------------------
 // The stream
 
-void ChatStreamRenderer::open_chunk(std::string& out) const { out.append(prefix_); }
+void ChatStreamRenderer::open_chunk(std::string& out) const {
+  out.append(prefix_);
+}
 
 void ChatStreamRenderer::render(const Event& event, std::string& out) {
   if (done_) return;

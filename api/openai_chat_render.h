@@ -13,7 +13,7 @@
 namespace ferry::api {
 
 struct ChatRenderOptions {
-  RenderIdentity identity;    // id "chatcmpl-" + 29 letters and digits when empty
+  RenderIdentity identity;     // id "chatcmpl-" + 29 letters and digits when empty
   bool include_usage = false;  // streams: stream_options.include_usage (a final usage chunk)
 };
 

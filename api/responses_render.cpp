@@ -78,7 +78,8 @@ void write_part(JsonWriter& w, BlockKind kind, std::string_view text) {
 
 // One output item for block `b`; `whole` false writes it as output_item.added does (no
 // content, empty arguments).
-void write_item(JsonWriter& w, const Block& b, const ResponseItemIds& ids, ItemStatus status, bool whole) {
+void write_item(JsonWriter& w, const Block& b, const ResponseItemIds& ids, ItemStatus status,
+                bool whole) {
   w.raw("{\"id\":").str(ids.item);
   switch (b.kind) {
     case BlockKind::kText:
@@ -212,8 +213,8 @@ void ResponsesStreamRenderer::begin(std::string& out, std::string_view type) {
 void ResponsesStreamRenderer::render_response_event(std::string& out, std::string_view type) {
   const Answer& a = builder_.answer();
   ItemStatus status = type == "response.created" || type == "response.in_progress"
-                      ? ItemStatus::kInProgress
-                      : final_status(a.finish);
+                          ? ItemStatus::kInProgress
+                          : final_status(a.finish);
   begin(out, type);
   JsonWriter w(out);
   w.raw(",\"response\":");

@@ -77,7 +77,7 @@ class ResponsesStreamRenderer {
   void render_end(std::string& out);
 
   ResponsesRenderOptions options_;
-  AnswerBuilder builder_;          // the answer so far, for the .done events and the end
+  AnswerBuilder builder_;             // the answer so far, for the .done events and the end
   std::vector<ResponseItemIds> ids_;  // per block
   std::string id_;
   std::string model_;

@@ -24,7 +24,9 @@ struct Case {
   size_t fragment = 0;  // bytes per delta
 };
 
-Block text(std::string t) { return Block{BlockKind::kText, std::move(t), "", "", "", ""}; }
+Block text(std::string t) {
+  return Block{BlockKind::kText, std::move(t), "", "", "", ""};
+}
 Block thinking(std::string t, std::string sig) {
   return Block{BlockKind::kThinking, std::move(t), std::move(sig), "", "", ""};
 }
@@ -54,9 +56,11 @@ Answer from_chat_stream() {
       chunk(R"({"role":"assistant","content":""})"),
       chunk(R"({"reasoning_content":"Two lookups "})"),
       chunk(R"({"reasoning_content":"needed."})"),
-      chunk(R"({"tool_calls":[{"index":0,"id":"call_up0","type":"function","function":{"name":"weather","arguments":"{\"ci"}}]})"),
+      chunk(
+          R"({"tool_calls":[{"index":0,"id":"call_up0","type":"function","function":{"name":"weather","arguments":"{\"ci"}}]})"),
       chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"ty\":\"Oslo\"}"}}]})"),
-      chunk(R"({"tool_calls":[{"index":1,"id":"call_up1","type":"function","function":{"name":"clock","arguments":""}}]})"),
+      chunk(
+          R"({"tool_calls":[{"index":1,"id":"call_up1","type":"function","function":{"name":"clock","arguments":""}}]})"),
       chunk(R"({"tool_calls":[{"index":1,"function":{"arguments":"{\"tz\":"}}]})"),
       chunk(R"({"tool_calls":[{"index":1,"function":{"arguments":"\"CET\"}"}}]})"),
       chunk("{}", "\"tool_calls\""),
@@ -88,13 +92,13 @@ std::vector<Case> cases() {
                  answer({thinking("First, 2 + 2 is 4.", "c2lnLWZpeHR1cmU="), text("4")},
                         FinishReason::kStop, Usage{20, 15, 0, 11, true}),
                  4});
-  out.push_back({"length", answer({text("This answer was cut off at the li")}, FinishReason::kLength,
-                                  Usage{10, 16, 0, 0, true}),
+  out.push_back({"length",
+                 answer({text("This answer was cut off at the li")}, FinishReason::kLength,
+                        Usage{10, 16, 0, 0, true}),
                  6});
-  out.push_back({"stop_sequence",
-                 answer({text("Count: 1, 2, 3")}, FinishReason::kStopSequence,
-                        Usage{7, 8, 0, 0, true}),
-                 4});
+  out.push_back(
+      {"stop_sequence",
+       answer({text("Count: 1, 2, 3")}, FinishReason::kStopSequence, Usage{7, 8, 0, 0, true}), 4});
   out.back().answer.stop_sequence = "\n\n###";
   Answer failed = answer({text("This starts well but")}, FinishReason::kError, {});
   failed.error = Error::make(ErrorCode::kUnavailable, "the backend went away mid-answer");
@@ -125,7 +129,8 @@ json answer_json(const Answer& a) {
               {"completion_tokens", a.usage.completion_tokens},
               {"cached_tokens", a.usage.cached_tokens},
               {"reasoning_tokens", a.usage.reasoning_tokens}}}};
-  if (a.error) j["error"] = {{"code", error_code_name(a.error->code)}, {"message", a.error->message}};
+  if (a.error)
+    j["error"] = {{"code", error_code_name(a.error->code)}, {"message", a.error->message}};
   return j;
 }
 
