@@ -1,6 +1,7 @@
 #include "api/json_writer.h"
 
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 
 namespace ferry::api {
@@ -31,6 +32,17 @@ constexpr bool needs_care(unsigned char c) {
   return c < 0x20 || c == '"' || c == '\\' || c >= 0x80;
 }
 
+// True when one of the 8 bytes of `x` needs care (exact for "any", the classic SWAR tests:
+// a byte below 0x20, equal to '"' or '\\', or with its high bit set).
+constexpr uint64_t kOnes = 0x0101010101010101ULL;
+constexpr uint64_t kHighs = 0x8080808080808080ULL;
+inline bool word_needs_care(uint64_t x) {
+  auto has_zero = [](uint64_t v) { return (v - kOnes) & ~v & kHighs; };
+  uint64_t below_space = (x - kOnes * 0x20) & ~x & kHighs;
+  return ((x & kHighs) | below_space | has_zero(x ^ (kOnes * '"')) |
+          has_zero(x ^ (kOnes * '\\'))) != 0;
+}
+
 }  // namespace
 
 void append_json_string(std::string& out, std::string_view s) {
@@ -41,6 +53,13 @@ void append_json_string(std::string& out, std::string_view s) {
   const auto* end = in + s.size();
   while (in != end) {
     const unsigned char* run = in;
+    // Plain bytes 8 at a time, then one by one up to the first that needs care.
+    while (end - run >= 8) {
+      uint64_t x;
+      std::memcpy(&x, run, 8);
+      if (word_needs_care(x)) break;
+      run += 8;
+    }
     while (run != end && !needs_care(*run)) ++run;
     out.append(reinterpret_cast<const char*>(in), static_cast<size_t>(run - in));
     in = run;

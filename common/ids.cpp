@@ -102,11 +102,10 @@ std::string make_random_id(std::string_view prefix, size_t chars) {
   std::string id(prefix);
   id.reserve(prefix.size() + chars);
   while (chars > 0) {
-    // Ten symbols per draw: 62^10 < 2^64, so each is a base-62 digit of one 64-bit value.
+    // Eight symbols per draw, one a byte scaled to 0..61 by a multiply (no division).
     uint64_t r = rng.next();
-    for (int k = 0; k < 10 && chars > 0; ++k, --chars) {
-      id.push_back(kSymbols[r % 62]);
-      r /= 62;
+    for (int k = 0; k < 8 && chars > 0; ++k, --chars, r >>= 8) {
+      id.push_back(kSymbols[((r & 0xff) * 62) >> 8]);
     }
   }
   return id;

@@ -14,7 +14,8 @@ std::string make_uuid_v7();
 // A short request id: "req_" followed by 26 hex digits derived from a UUIDv7.
 std::string make_request_id();
 
-// `prefix` followed by `chars` random letters and digits (62 symbols, ~5.95 bits each), for the
+// `prefix` followed by `chars` random letters and digits (62 symbols, 8 random bits scaled to
+// each, so nearly 5.95 bits a symbol), for the
 // ids of the wire formats: "msg_" + 24 (Anthropic), "call_" + 24 (tool calls).
 std::string make_random_id(std::string_view prefix, size_t chars);
 

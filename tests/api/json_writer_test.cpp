@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <vector>
+
 #include "api/json_read.h"
 
 namespace ferry::api {
@@ -39,6 +41,20 @@ TEST(JsonWriter, RoundTripsEveryByteThroughAJsonParser) {
   for (int c = 0; c < 128; ++c) all.push_back(static_cast<char>(c));
   auto parsed = nlohmann::json::parse("[" + json_quoted(all) + "]");
   EXPECT_EQ(parsed[0].get<std::string>(), all);
+}
+
+TEST(JsonWriter, FindsEverySpecialByteAtEveryPositionOfALongString) {
+  for (const std::string& special :
+       std::vector<std::string>{"\"", "\\", "\n", std::string(1, '\0'), "\x1f", "é", "\xff"}) {
+    for (size_t at = 0; at < 24; ++at) {
+      std::string s(24, 'a');
+      s.insert(at, special);
+      std::string out = json_quoted(s);
+      auto parsed = nlohmann::json::parse("[" + out + "]");
+      std::string want = special == "\xff" ? std::string(s).replace(at, 1, "\xef\xbf\xbd") : s;
+      EXPECT_EQ(parsed[0].get<std::string>(), want) << "at " << at;
+    }
+  }
 }
 
 TEST(JsonWriter, WritesIntegersExactly) {
