@@ -41,6 +41,13 @@ class JsonWriter {
     append_json_int(out_, v);
     return *this;
   }
+  // An id ferry made (make_random_id: letters and digits only), quoted without escaping.
+  JsonWriter& quoted_id(std::string_view id) {
+    out_.push_back('"');
+    out_.append(id);
+    out_.push_back('"');
+    return *this;
+  }
   // A string, or null when `s` is empty.
   JsonWriter& str_or_null(std::string_view s) { return s.empty() ? raw("null") : str(s); }
   std::string& out() { return out_; }

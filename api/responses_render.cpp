@@ -80,7 +80,7 @@ void write_part(JsonWriter& w, BlockKind kind, std::string_view text) {
 // content, empty arguments).
 void write_item(JsonWriter& w, const Block& b, const ResponseItemIds& ids, ItemStatus status,
                 bool whole) {
-  w.raw("{\"id\":").str(ids.item);
+  w.raw("{\"id\":").quoted_id(ids.item);
   switch (b.kind) {
     case BlockKind::kText:
       w.raw(",\"type\":\"message\",\"status\":\"").raw(status_name(status));
@@ -244,7 +244,7 @@ void ResponsesStreamRenderer::render_block_start(const BlockStartEvent& e, std::
   end_sse_event(out);
   if (e.kind == BlockKind::kToolCall) return;
   begin(out, "response.content_part.added");
-  w.raw(",\"item_id\":").str(ids.item).raw(",\"output_index\":").num(e.index);
+  w.raw(",\"item_id\":").quoted_id(ids.item).raw(",\"output_index\":").num(e.index);
   w.raw(",\"content_index\":0,\"part\":");
   write_part(w, e.kind, "");
   w.raw("}");
@@ -257,17 +257,17 @@ void ResponsesStreamRenderer::render_delta(const DeltaEvent& e, std::string& out
   switch (e.kind) {
     case DeltaKind::kText:
       begin(out, "response.output_text.delta");
-      w.raw(",\"item_id\":").str(item).raw(",\"output_index\":").num(e.index);
+      w.raw(",\"item_id\":").quoted_id(item).raw(",\"output_index\":").num(e.index);
       w.raw(",\"content_index\":0,\"delta\":").str(e.fragment).raw(",\"logprobs\":[]}");
       break;
     case DeltaKind::kThinking:
       begin(out, "response.reasoning_text.delta");
-      w.raw(",\"item_id\":").str(item).raw(",\"output_index\":").num(e.index);
+      w.raw(",\"item_id\":").quoted_id(item).raw(",\"output_index\":").num(e.index);
       w.raw(",\"content_index\":0,\"delta\":").str(e.fragment).raw("}");
       break;
     case DeltaKind::kArguments:
       begin(out, "response.function_call_arguments.delta");
-      w.raw(",\"item_id\":").str(item).raw(",\"output_index\":").num(e.index);
+      w.raw(",\"item_id\":").quoted_id(item).raw(",\"output_index\":").num(e.index);
       w.raw(",\"delta\":").str(e.fragment).raw("}");
       break;
     case DeltaKind::kSignature:  // Responses has no place for another API's signature
@@ -282,7 +282,7 @@ void ResponsesStreamRenderer::render_block_stop(const BlockStopEvent& e, std::st
   JsonWriter w(out);
   auto head = [&](std::string_view type) {
     begin(out, type);
-    w.raw(",\"item_id\":").str(ids.item).raw(",\"output_index\":").num(e.index);
+    w.raw(",\"item_id\":").quoted_id(ids.item).raw(",\"output_index\":").num(e.index);
   };
   if (b.kind == BlockKind::kToolCall) {
     head("response.function_call_arguments.done");

@@ -6,34 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/api/event_log.h"
+#include "tests/api/sse_events.h"
 
 namespace ferry::api {
 namespace {
 
 using nlohmann::json;
-
-struct SseEvent {
-  std::string name;
-  json data;
-};
-
-// Every `event:` + `data:` pair; fails the test on a data line that is not JSON.
-std::vector<SseEvent> parse_sse(const std::string& sse) {
-  std::vector<SseEvent> out;
-  size_t pos = 0;
-  while (pos < sse.size()) {
-    size_t end = sse.find("\n\n", pos);
-    EXPECT_NE(end, std::string::npos) << "an unterminated event";
-    if (end == std::string::npos) break;
-    std::string ev = sse.substr(pos, end - pos);
-    pos = end + 2;
-    EXPECT_EQ(ev.rfind("event: ", 0), 0u) << ev;
-    size_t nl = ev.find('\n');
-    EXPECT_EQ(ev.compare(nl + 1, 6, "data: "), 0) << ev;
-    out.push_back({ev.substr(7, nl - 7), json::parse(ev.substr(nl + 7))});
-  }
-  return out;
-}
 
 Answer tool_answer() {
   Answer a;
@@ -151,7 +129,7 @@ TEST(AnthropicStream, EventsFieldByField) {
   AnthropicStreamRenderer r(AnthropicRenderOptions{{"msg_fixed", "alias", 0}});
   RenderSink sink(r);
   replay(a, sink, 3, Usage{100, 1, 60, 0, true});
-  std::vector<SseEvent> ev = parse_sse(sink.out);
+  std::vector<SseEvent> ev = parse_named_sse(sink.out);
   ASSERT_GE(ev.size(), 6u);
   // message_start, then ping.
   EXPECT_EQ(ev[0].name, "message_start");
@@ -217,7 +195,7 @@ TEST(AnthropicStream, ErrorMidStreamIsAnErrorEventAndTheEnd) {
   r.render(DeltaEvent{0, DeltaKind::kText, "par"}, out);
   r.render(ErrorEvent{&e}, out);
   r.render(BlockStopEvent{0}, out);
-  std::vector<SseEvent> ev = parse_sse(out);
+  std::vector<SseEvent> ev = parse_named_sse(out);
   ASSERT_EQ(ev.back().name, "error");
   EXPECT_EQ(ev.back().data,
             (json{{"type", "error"},
@@ -233,7 +211,7 @@ TEST(AnthropicStream, StreamedArgumentsThatAreNotAnObjectEndInAnError) {
   r.render(DeltaEvent{0, DeltaKind::kArguments, "{\"a\":"}, out);
   r.render(BlockStopEvent{0}, out);
   r.render(FinishEvent{FinishReason::kToolCalls, {}, {}}, out);
-  std::vector<SseEvent> ev = parse_sse(out);
+  std::vector<SseEvent> ev = parse_named_sse(out);
   EXPECT_EQ(ev.back().name, "error");
   EXPECT_EQ(ev.back().data["error"]["type"], "api_error");
   for (const SseEvent& e : ev) EXPECT_NE(e.name, "message_stop");
@@ -244,7 +222,7 @@ TEST(AnthropicStream, UsageAtTheEndWhenTheStartDidNotKnowIt) {
   std::string out;
   r.render(StartEvent{"x", "m", 0, {}}, out);
   r.render(FinishEvent{FinishReason::kLength, {}, Usage{9, 4, 0, 0, true}}, out);
-  std::vector<SseEvent> ev = parse_sse(out);
+  std::vector<SseEvent> ev = parse_named_sse(out);
   EXPECT_EQ(ev[0].data["message"]["usage"]["input_tokens"], 0);
   const json& d = ev[ev.size() - 2].data;
   EXPECT_EQ(d["delta"]["stop_reason"], "max_tokens");
@@ -255,7 +233,7 @@ TEST(AnthropicStream, UsageAtTheEndWhenTheStartDidNotKnowIt) {
 TEST(AnthropicStream, PingIsAPingEvent) {
   std::string out;
   AnthropicStreamRenderer::ping(out);
-  std::vector<SseEvent> ev = parse_sse(out);
+  std::vector<SseEvent> ev = parse_named_sse(out);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].name, "ping");
 }

@@ -202,9 +202,7 @@ TEST(ChatRoundTrip, BodiesComeBackTheSame) {
   for (const std::string& body : bodies) {
     auto a = parse_chat_completion(body);
     ASSERT_TRUE(a) << a.error().message;
-    ChatRenderOptions options;
-    EventLog unused;
-    WireBody r = render_chat_completion(*a, options);
+    WireBody r = render_chat_completion(*a);
     EXPECT_EQ(without_ids(json::parse(r.body)), without_ids(json::parse(body)));
     // And through the event sequence.
     AnswerBuilder b;

@@ -6,27 +6,17 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/api/event_log.h"
+#include "tests/api/sse_events.h"
 
 namespace ferry::api {
 namespace {
 
 using nlohmann::json;
 
+// The events as (name, data) pairs.
 std::vector<std::pair<std::string, json>> parse_sse(const std::string& sse) {
   std::vector<std::pair<std::string, json>> out;
-  size_t pos = 0;
-  while (pos < sse.size()) {
-    size_t end = sse.find("\n\n", pos);
-    if (end == std::string::npos) {
-      ADD_FAILURE() << "an unterminated event";
-      break;
-    }
-    std::string ev = sse.substr(pos, end - pos);
-    pos = end + 2;
-    size_t nl = ev.find('\n');
-    EXPECT_EQ(ev.rfind("event: ", 0), 0u);
-    out.emplace_back(ev.substr(7, nl - 7), json::parse(ev.substr(nl + 7)));
-  }
+  for (SseEvent& e : parse_named_sse(sse)) out.emplace_back(std::move(e.name), std::move(e.data));
   return out;
 }
 
