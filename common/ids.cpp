@@ -95,4 +95,20 @@ std::string make_request_id() {
   return std::string(buf, 4 + 26);  // the first 13 bytes of the UUID
 }
 
+std::string make_random_id(std::string_view prefix, size_t chars) {
+  static constexpr char kSymbols[] =
+      "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  thread_local IdRandom rng;
+  std::string id(prefix);
+  id.reserve(prefix.size() + chars);
+  while (chars > 0) {
+    // Eight symbols per draw, one a byte scaled to 0..61 by a multiply (no division).
+    uint64_t r = rng.next();
+    for (int k = 0; k < 8 && chars > 0; ++k, --chars, r >>= 8) {
+      id.push_back(kSymbols[((r & 0xff) * 62) >> 8]);
+    }
+  }
+  return id;
+}
+
 }  // namespace ferry

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <set>
@@ -114,6 +115,24 @@ TEST(Ids, RequestIdsAreOrderedAcrossThreads) {
   std::string uuid_later;
   std::thread([&uuid_later] { uuid_later = make_uuid_v7(); }).join();
   EXPECT_LT(uuid, uuid_later);
+}
+
+TEST(Ids, RandomIdsHaveTheirPrefixLengthAndAlphabetAndDoNotRepeat) {
+  std::set<std::string> seen;
+  std::set<char> symbols;
+  for (int i = 0; i < 2000; ++i) {
+    std::string id = make_random_id("msg_", 24);
+    ASSERT_EQ(id.size(), 28u);
+    ASSERT_EQ(id.rfind("msg_", 0), 0u);
+    for (char c : id.substr(4)) {
+      ASSERT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << id;
+      symbols.insert(c);
+    }
+    EXPECT_TRUE(seen.insert(id).second) << "repeated " << id;
+  }
+  EXPECT_EQ(symbols.size(), 62u);  // every letter and digit turns up
+  EXPECT_EQ(make_random_id("resp_", 48).size(), 53u);
+  EXPECT_EQ(make_random_id("", 0), "");
 }
 
 }  // namespace

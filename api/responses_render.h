@@ -1,0 +1,90 @@
+// Events to OpenAI Responses: the `response` object and its SSE stream (response.created ...
+// response.completed), with sequence numbers, output indexes, item ids and content indexes as
+// OpenAI sends them. render_response is thread-safe; a ResponsesStreamRenderer is one per
+// stream, not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "api/events.h"
+#include "common/error.h"
+
+namespace ferry::api {
+
+// The request's own fields a `response` object echoes, as JSON text the front-end takes from
+// the typed request (it must be valid JSON: the renderer copies it as it is, so a temperature
+// keeps the client's digits and never passes through floating point).
+struct ResponsesEcho {
+  std::string instructions = "null";
+  std::string tools = "[]";
+  std::string tool_choice = "\"auto\"";
+  bool parallel_tool_calls = true;
+  std::string temperature = "null";
+  std::string top_p = "null";
+  int64_t max_output_tokens = -1;  // -1: null
+  std::string text = "{\"format\":{\"type\":\"text\"}}";
+  std::string metadata = "{}";
+  std::string previous_response_id;  // "": null
+  bool store = false;
+};
+
+// The ids of one output item: its own, and a function call's call_id.
+struct ResponseItemIds {
+  std::string item;
+  std::string call;
+};
+
+struct ResponsesRenderOptions {
+  RenderIdentity identity;  // id "resp_" + 48 letters and digits when empty
+  ResponsesEcho echo;
+};
+
+// Field by field: `output` has one item per block in order: a text block is a `message` item
+// (id "msg_…", one `output_text` part with no annotations), a thinking block a `reasoning` item
+// (id "rs_…", empty `summary`, one `reasoning_text` part in `content`), a tool call a
+// `function_call` item (id "fc_…", the call id as `call_id`, "call_" + 24 when empty, the
+// arguments text as sent). `status` is completed (stop, stop sequence, tool calls) or
+// incomplete with `incomplete_details.reason` max_output_tokens (length) or content_filter;
+// items are completed. `usage`: input_tokens, input_tokens_details.cached_tokens,
+// output_tokens, output_tokens_details.reasoning_tokens, total_tokens. A failed answer is an
+// OpenAI error body with its status.
+WireBody render_response(const Answer& answer, const ResponsesRenderOptions& options = {});
+
+// The stream: response.created and response.in_progress (status in_progress, no output, usage
+// null); per block response.output_item.added, then for text and thinking
+// response.content_part.added, response.output_text.delta / response.reasoning_text.delta,
+// their .done with the whole text, response.content_part.done, and for a tool call
+// response.function_call_arguments.delta and .done (with the name); response.output_item.done
+// with the whole item; then response.completed or response.incomplete with the whole response.
+// An error after the start is response.failed (status failed, `error` {code, message}, the
+// output so far); before the start it is an `error` event. Every event has `sequence_number`.
+class ResponsesStreamRenderer {
+ public:
+  explicit ResponsesStreamRenderer(ResponsesRenderOptions options = {});
+  // Appends the SSE bytes of `event` to `out` (possibly none).
+  void render(const Event& event, std::string& out);
+
+ private:
+  // `event: <type>\ndata: {"type":"<type>","sequence_number":N` (the caller adds members).
+  void begin(std::string& out, std::string_view type);
+  void render_response_event(std::string& out, std::string_view type);
+  void render_start(const StartEvent& e, std::string& out);
+  void render_block_start(const BlockStartEvent& e, std::string& out);
+  void render_delta(const DeltaEvent& e, std::string& out);
+  void render_block_stop(const BlockStopEvent& e, std::string& out);
+  void render_end(std::string& out);
+
+  ResponsesRenderOptions options_;
+  AnswerBuilder builder_;             // the answer so far, for the .done events and the end
+  std::vector<ResponseItemIds> ids_;  // per block
+  std::string id_;
+  std::string model_;
+  int64_t created_at_ = 0;
+  int64_t sequence_ = 0;
+  bool started_ = false;
+  bool done_ = false;
+};
+
+}  // namespace ferry::api
