@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/openai_render.h"
 #include "common/clock.h"
 #include "common/saturating.h"
 #include "common/yaml_util.h"
@@ -412,7 +413,7 @@ Target* Router::find_target(std::string_view model_name) {
 
 void Router::count_prompts(const ParsedRequest& request, std::span<Target* const> targets,
                            std::map<const Target*, PromptCount>& counts) const {
-  std::optional<ordered_json> body;  // parsed once, only when some target counts exactly
+  std::optional<ordered_json> input;  // the chat template's input, made once when needed
   for (const Target* t : targets) {
     if (t == nullptr || counts.count(t) != 0) continue;
     // Targets that count alike share one count (a handful of targets: a linear search).
@@ -426,14 +427,15 @@ void Router::count_prompts(const ParsedRequest& request, std::span<Target* const
     }
     PromptCount c{estimate_prompt_tokens(request.raw.size()), ledger::TokenSource::kEstimate};
     bool chat = request.endpoint == adapters::Endpoint::kChatCompletions;
-    if (auto exact = t->backend->exact_prompt_tokens(request.endpoint, request.raw)) {
-      // The in-process engine counts with exactly what it will run (template, BOS, ...).
-      c = {*exact, ledger::TokenSource::kTokenizer};
+    if (!request.typed) {
+      // Not parsed by parse_request: estimated.
+    } else if (auto exact = t->backend->exact_prompt(*request.typed)) {
+      // The in-process engine counts with exactly what it will run (template, BOS, ...); its
+      // tokens go to its hops, so it does not tokenize again.
+      c = {static_cast<int64_t>(exact->ids.size()), ledger::TokenSource::kTokenizer, exact};
     } else if (t->tokenizer && (!chat || t->chat)) {
-      if (!body) {
-        body = ordered_json::parse(request.raw, nullptr, /*allow_exceptions=*/false);
-      }
-      if (auto n = PromptCounter{t->tokenizer, t->chat}.count(chat, *body)) {
+      if (!input) input = api::template_input(*request.typed);
+      if (auto n = PromptCounter{t->tokenizer, t->chat}.count(chat, *input)) {
         c = {*n, ledger::TokenSource::kTokenizer};
       }
     }
@@ -549,6 +551,11 @@ Result<Plan> Router::plan(const RequestContext& ctx, const ParsedRequest& reques
     hop.request.request_id = ctx.request_id;
     hop.request.reply_model = request.model;
     hop.request.body = upstream_body(request, t->model->upstream_model, overrides);
+    hop.request.typed = request.typed;
+    hop.request.overrides = overrides;
+    if (auto pc = p.prompt_counts.find(t); pc != p.prompt_counts.end()) {
+      hop.request.prompt = pc->second.ids;
+    }
     return hop;
   };
 
