@@ -846,8 +846,8 @@ std::optional<Error> parse_tools_and_metadata(const Members& f, ChatRequest& out
 
 }  // namespace
 
-Result<ChatRequest> parse_openai(Endpoint endpoint, std::string_view body,
-                                 const ParseOptions& options, int* model_keys) {
+Status parse_openai_into(Endpoint endpoint, std::string_view body, ChatRequest& out,
+                         const ParseOptions& options, int* model_keys) {
   ++g_parses;
   // One parser per thread: its buffers are reused across requests, so parsing allocates
   // nothing in the steady state. Elements point into it and never outlive this call.
@@ -868,7 +868,6 @@ Result<ChatRequest> parse_openai(Endpoint endpoint, std::string_view body,
   if (doc.get_object().get(b) != simdjson::SUCCESS) {
     return invalid(std::string("the request body must be a JSON object, got ") + kind_of(doc), "");
   }
-  ChatRequest out;
   out.endpoint = endpoint;
   const Members f(b, out.extra);
   if (!f.duplicate().empty()) {
@@ -892,6 +891,15 @@ Result<ChatRequest> parse_openai(Endpoint endpoint, std::string_view body,
   if (auto e = parse_tools_and_metadata(f, out)) return *e;
   if (auto e = parse_stop(f[kStop], out.sampling)) return *e;
   parse_extensions(f, out);
+  return {};
+}
+
+Result<ChatRequest> parse_openai(Endpoint endpoint, std::string_view body,
+                                 const ParseOptions& options, int* model_keys) {
+  ChatRequest out;
+  if (Status s = parse_openai_into(endpoint, body, out, options, model_keys); !s) {
+    return s.error();
+  }
   return out;
 }
 

@@ -36,6 +36,10 @@ struct ParseOptions {
 Result<ChatRequest> parse_openai(Endpoint endpoint, std::string_view body,
                                  const ParseOptions& options = {}, int* model_keys = nullptr);
 
+// The same into `out`, a fresh ChatRequest (one already in its shared_ptr: nothing is moved).
+Status parse_openai_into(Endpoint endpoint, std::string_view body, ChatRequest& out,
+                         const ParseOptions& options = {}, int* model_keys = nullptr);
+
 // How many times parse_openai ran on this thread (for tests that show a request is parsed once).
 uint64_t parses_on_this_thread();
 

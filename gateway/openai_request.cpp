@@ -17,9 +17,10 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
   ParsedRequest out;
   out.endpoint = endpoint;
   out.raw = std::move(body);
-  auto typed = api::parse_openai(endpoint, out.raw, {}, &out.model_keys);
-  if (!typed) return std::move(typed).error();
-  auto request = std::make_shared<const api::ChatRequest>(std::move(typed).value());
+  auto request = std::make_shared<api::ChatRequest>();
+  if (Status s = api::parse_openai_into(endpoint, out.raw, *request, {}, &out.model_keys); !s) {
+    return s.error();
+  }
   out.model = request->model;
   out.stream = request->streams();
   out.include_usage =
