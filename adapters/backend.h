@@ -1,17 +1,20 @@
 // The Backend interface every target implements (HTTP backends and the in-process engine,
 // local_backend.h): one request in, a reply or an Error out, streaming through a sink.
 // Implementations are shared by all I/O threads and must be thread-safe; one call runs on the
-// caller's executor (the client connection's strand).
+// caller's executor (the client connection's I/O loop).
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "api/chat_request.h"
 #include "common/error.h"
 
 namespace ferry::adapters {
@@ -30,11 +33,23 @@ struct Usage {
   bool reported() const { return prompt_tokens >= 0 || completion_tokens >= 0; }
 };
 
-enum class Endpoint { kChatCompletions, kCompletions };
+using Endpoint = api::Endpoint;
+
+// A prompt as one backend will run it (the in-process engine's token ids), made when routing
+// counts it, so the backend neither parses nor tokenizes the request again.
+struct PromptTokens {
+  std::vector<int32_t> ids;
+};
 
 struct BackendRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;
   std::string body;  // the JSON body to send, already rewritten for this backend
+  // The request as the gateway parsed it (shared by every hop); null: a caller that has only
+  // `body` (a backend that needs the typed value then parses `body` with api::parse_openai).
+  std::shared_ptr<const api::ChatRequest> typed;
+  api::Overrides overrides;  // a rule's `set`, already written into `body`, applied to `typed`
+  // This backend's tokens for the prompt, from exact_prompt() at routing; null: not counted.
+  std::shared_ptr<const PromptTokens> prompt;
   bool stream = false;
   bool client_wants_usage = false;  // stream_options.include_usage as the client sent it
   std::string request_id;
@@ -95,10 +110,12 @@ class Backend {
   virtual const std::string& name() const = 0;
   // Thread-safe, cheap: read at routing time for every request.
   virtual BackendLoad load_facts() const { return {}; }
-  // The exact prompt tokens this backend would run `body` with, when it knows its own
-  // tokenizer and template (the in-process engine); nullopt otherwise.
-  virtual std::optional<int64_t> exact_prompt_tokens(Endpoint, std::string_view /*body*/) const {
-    return std::nullopt;
+  // The exact prompt tokens this backend would run `request` with, when it knows its own
+  // tokenizer and template (the in-process engine); null otherwise. Routing counts with it and
+  // hands the tokens back in BackendRequest::prompt.
+  virtual std::shared_ptr<const PromptTokens> exact_prompt(
+      const api::ChatRequest& /*request*/) const {
+    return nullptr;
   }
   // Runs one request. For streams, chunks go to `sink` as they arrive; an Error returned after
   // the sink was written to means the stream broke midway. `cancel` may be triggered while the

@@ -5,6 +5,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -17,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "adapters/openai_wire.h"
+#include "api/openai_parse.h"
+#include "api/openai_render.h"
 #include "local_engine/gguf_source.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -31,8 +34,6 @@ using engine::TokenId;
 namespace {
 
 constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
-constexpr int32_t kMaxTopLogprobs = 20;        // chat: top_logprobs
-constexpr int32_t kMaxCompletionLogprobs = 5;  // completions: logprobs (OpenAI's limit)
 
 // Wakes the waiting send() coroutine: try_send from the scheduler thread never blocks, and a
 // full buffer means a wake-up is already pending.
@@ -67,7 +68,7 @@ Error invalid(std::string message, std::string param) {
   return Error::make(ErrorCode::kInvalidRequest, std::move(message), std::move(param));
 }
 
-// The parameters of an OpenAI request that the engine acts on.
+// The parameters of a request that the engine acts on.
 struct Params {
   std::vector<TokenId> prompt;
   std::optional<int64_t> max_tokens;
@@ -77,9 +78,6 @@ struct Params {
   int32_t top_logprobs = -1;  // < 0: no logprobs
   int64_t n = 1;              // choices, decoded as parallel sequences over one prompt
 };
-
-// OpenAI's limit on `n`.
-constexpr int64_t kMaxChoices = 128;
 
 // Choice i > 0 samples with its own stream: splitmix64 of the request's seed and i, so a fixed
 // seed reproduces every choice and choice 0 is what n = 1 gives.
@@ -91,157 +89,80 @@ uint64_t choice_seed(uint64_t seed, int64_t index) {
   return z ^ (z >> 31);
 }
 
-Result<std::optional<double>> number(const Json& body, const char* key, double lo, double hi) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return std::optional<double>();
-  if (!it->is_number()) return invalid(std::string("'") + key + "' must be a number", key);
-  const double v = it->get<double>();
-  if (!(v >= lo && v <= hi)) {
-    return invalid(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
-                       std::to_string(hi),
-                   key);
-  }
-  return std::optional<double>(v);
-}
-
-// An integer that fits in int64: a float (1e300), a string or a uint64 above INT64_MAX is an
-// error naming the field, never a wrapped value.
-Result<std::optional<int64_t>> integer(const Json& body, const char* key) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return std::optional<int64_t>();
-  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-    return invalid(std::string("'") + key + "' is out of range", key);
-  }
-  if (!it->is_number_integer())
-    return invalid(std::string("'") + key + "' must be an integer", key);
-  return std::optional<int64_t>(it->get<int64_t>());
-}
-
-// A token id of this model: an integer in [0, n_vocab).
-std::optional<TokenId> token_id(const Json& v, int64_t n_vocab) {
-  if (!v.is_number_integer()) return std::nullopt;
-  if (v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(n_vocab)
-                             : (v.get<int64_t>() < 0 || v.get<int64_t>() >= n_vocab)) {
-    return std::nullopt;
-  }
-  return static_cast<TokenId>(v.get<int64_t>());
-}
-
 uint64_t random_seed() {
   static std::atomic<uint64_t> counter{std::random_device{}()};
   return counter.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed);
 }
 
-// Sampling, limits, stop strings and logprobs from the body (the prompt is separate).
-Status parse_params(const Json& body, Endpoint endpoint, int64_t n_vocab, Params& p) {
-  if (auto n = integer(body, "n"); !n) {
-    return n.error();
-  } else if (n.value()) {
-    if (*n.value() < 1 || *n.value() > kMaxChoices) {
-      return invalid("'n' must be between 1 and " + std::to_string(kMaxChoices), "n");
-    }
-    p.n = *n.value();
-  }
-  if (auto it = body.find("echo"); it != body.end() && it->is_boolean() && it->get<bool>()) {
+// What the engine cannot do, and the checks HTTP backends leave to themselves: refused here.
+// The OpenAI ranges were checked when the request was parsed (api/openai_parse.h).
+Status check_supported(const api::ChatRequest& r) {
+  if (r.extension_error) return *r.extension_error;
+  if (r.limits.echo.value_or(false)) {
     return invalid("'echo' is not supported by the local engine", "echo");
   }
-  if (auto it = body.find("best_of");
-      it != body.end() && it->is_number() && it->get<double>() > 1) {
+  if (r.limits.best_of.value_or(1) > 1) {
     return invalid("'best_of' is not supported by the local engine", "best_of");
   }
-  for (const char* key : {"max_completion_tokens", "max_tokens"}) {
-    auto v = integer(body, key);
-    if (!v) return v.error();
-    if (!v.value()) continue;
-    if (*v.value() < 1) return invalid(std::string("'") + key + "' must be at least 1", key);
-    p.max_tokens = *v.value();
-    break;
-  }
-  auto temperature = number(body, "temperature", 0, 2);
-  if (!temperature) return temperature.error();
-  p.sampling.temperature = static_cast<float>(temperature.value().value_or(1.0));
-  auto top_p = number(body, "top_p", 0, 1);
-  if (!top_p) return top_p.error();
-  p.sampling.top_p = static_cast<float>(top_p.value().value_or(1.0));
-  auto min_p = number(body, "min_p", 0, 1);  // vLLM / llama.cpp extension
-  if (!min_p) return min_p.error();
-  p.sampling.min_p = static_cast<float>(min_p.value().value_or(0.0));
-  auto top_k = integer(body, "top_k");  // extension
-  if (!top_k) return top_k.error();
-  p.sampling.top_k =
-      static_cast<int32_t>(std::clamp<int64_t>(top_k.value().value_or(0), -1, 1 << 20));
-  auto frequency = number(body, "frequency_penalty", -2, 2);
-  if (!frequency) return frequency.error();
-  p.sampling.frequency_penalty = static_cast<float>(frequency.value().value_or(0.0));
-  auto presence = number(body, "presence_penalty", -2, 2);
-  if (!presence) return presence.error();
-  p.sampling.presence_penalty = static_cast<float>(presence.value().value_or(0.0));
-  auto repetition = number(body, "repetition_penalty", 0.01, 10);  // extension
-  if (!repetition) return repetition.error();
-  p.sampling.repetition_penalty = static_cast<float>(repetition.value().value_or(1.0));
-  p.sampling.penalty_last_n = -1;  // OpenAI's penalties look at the whole completion
-  auto seed = integer(body, "seed");
-  if (!seed) return seed.error();
-  p.sampling.seed = seed.value() ? static_cast<uint64_t>(*seed.value()) : random_seed();
-  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) return invalid("'logit_bias' must be an object", "logit_bias");
-    for (auto b = it->begin(); b != it->end(); ++b) {
-      // A decimal token id of this model: no sign, no spaces, below the vocabulary size.
-      const std::string& key = b.key();
-      const std::optional<int64_t> id = parse_token_id_key(key);
-      if (!id || *id >= n_vocab) {
-        return invalid("'logit_bias' keys must be token ids below the vocabulary size " +
-                           std::to_string(n_vocab) + ", got '" + key + "'",
-                       "logit_bias");
-      }
-      const auto token = static_cast<TokenId>(*id);
-      if (!b->is_number() || b->get<double>() < -100 || b->get<double>() > 100) {
-        return invalid("'logit_bias' values must be numbers between -100 and 100", "logit_bias");
-      }
-      p.sampling.logit_bias[token] = b->get<float>();
+  return {};
+}
+
+// Sampling from the typed request and a rule's overrides; logit_bias keys checked against this
+// model's vocabulary.
+Status sampling_params(const api::ChatRequest& r, const api::Overrides& o, int64_t n_vocab,
+                       engine::SamplingParams& out) {
+  const api::Sampling& s = r.sampling;
+  out.temperature = static_cast<float>(o.temperature.value_or(s.temperature.value_or(1.0)));
+  out.top_p = static_cast<float>(o.top_p.value_or(s.top_p.value_or(1.0)));
+  out.min_p = static_cast<float>(s.min_p.value_or(0.0));  // vLLM / llama.cpp extension
+  out.top_k = static_cast<int32_t>(std::clamp<int64_t>(s.top_k.value_or(0), -1, 1 << 20));
+  out.frequency_penalty = static_cast<float>(s.frequency_penalty.value_or(0.0));
+  out.presence_penalty = static_cast<float>(s.presence_penalty.value_or(0.0));
+  out.repetition_penalty = static_cast<float>(s.repetition_penalty.value_or(1.0));
+  out.penalty_last_n = -1;  // OpenAI's penalties look at the whole completion
+  out.seed = s.seed ? static_cast<uint64_t>(*s.seed) : random_seed();
+  if (!s.logit_bias) return {};
+  for (const auto& [id, bias] : *s.logit_bias) {
+    if (id >= n_vocab) {
+      return invalid("'logit_bias' keys must be token ids below the vocabulary size " +
+                         std::to_string(n_vocab) + ", got '" + std::to_string(id) + "'",
+                     "logit_bias");
     }
-  }
-  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
-    if (it->is_string()) {
-      p.stop.push_back(it->get<std::string>());
-    } else if (it->is_array()) {
-      for (const auto& s : *it) {
-        if (!s.is_string())
-          return invalid("'stop' must be a string or an array of strings", "stop");
-        p.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      return invalid("'stop' must be a string or an array of strings", "stop");
-    }
-  }
-  if (auto it = body.find("ignore_eos"); it != body.end() && it->is_boolean()) {  // extension
-    p.stop_at_eog = !it->get<bool>();
-  }
-  if (endpoint == Endpoint::kChatCompletions) {
-    auto it = body.find("logprobs");
-    if (it != body.end() && !it->is_null() && !it->is_boolean()) {
-      return invalid("'logprobs' must be a boolean", "logprobs");
-    }
-    const bool want = it != body.end() && it->is_boolean() && it->get<bool>();
-    auto top = integer(body, "top_logprobs");
-    if (!top) return top.error();
-    if (top.value() && (*top.value() < 0 || *top.value() > kMaxTopLogprobs)) {
-      return invalid("'top_logprobs' must be between 0 and 20", "top_logprobs");
-    }
-    if (top.value() && !want)
-      return invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs");
-    if (want) p.top_logprobs = static_cast<int32_t>(top.value().value_or(0));
-  } else {
-    auto n = integer(body, "logprobs");
-    if (!n) return n.error();
-    if (n.value()) {
-      if (*n.value() < 0 || *n.value() > kMaxCompletionLogprobs) {
-        return invalid("'logprobs' must be between 0 and 5", "logprobs");
-      }
-      p.top_logprobs = static_cast<int32_t>(*n.value());
-    }
+    out.logit_bias[id] = static_cast<float>(bias);
   }
   return {};
+}
+
+// Limits, sampling, stop strings and logprobs (the prompt is separate).
+Result<Params> engine_params(const api::ChatRequest& r, const api::Overrides& o, int64_t n_vocab) {
+  if (Status s = check_supported(r); !s) return s.error();
+  Params p;
+  p.n = r.limits.choices();
+  const int64_t max_tokens = o.max_tokens.value_or(r.limits.effective_max_tokens());
+  if (o.max_tokens && max_tokens < 1) {
+    return invalid("'max_tokens' must be at least 1", "max_tokens");
+  }
+  if (max_tokens > 0) p.max_tokens = max_tokens;
+  if (Status s = sampling_params(r, o, n_vocab, p.sampling); !s) return s.error();
+  if (r.sampling.stop) p.stop = *r.sampling.stop;
+  p.stop_at_eog = !r.sampling.ignore_eos.value_or(false);  // extension
+  if (r.logprobs.logprobs.value_or(false)) {
+    p.top_logprobs = static_cast<int32_t>(r.logprobs.top_logprobs.value_or(0));
+  }
+  return p;
+}
+
+// A prompt item as the client wrote it, for an error message.
+std::string item_text(const api::PromptItem& item) {
+  switch (item.kind) {
+    case api::PromptItem::Kind::kText:
+      return dump(Json(item.text));
+    case api::PromptItem::Kind::kTokenId:
+      return std::to_string(item.tokens.at(0));
+    case api::PromptItem::Kind::kTokenIds:
+      break;
+  }
+  return dump(Json(item.tokens));
 }
 
 Json usage_json(const engine::Completion& c) {
@@ -282,56 +203,71 @@ struct LocalBackend::Impl {
   std::string chat_error;
   std::unique_ptr<engine::Scheduler> scheduler;
 
-  std::string token_text(TokenId id) const {
-    return tok->token_bytes(static_cast<tokenizer::TokenId>(id));
-  }
+  int64_t n_vocab() const { return scheduler->model_config().n_vocab; }
 
   // The prompt's token ids, as the engine will run them.
-  Result<std::vector<TokenId>> prompt_tokens(Endpoint endpoint, const Json& body) const {
+  Result<std::vector<TokenId>> prompt_tokens(const api::ChatRequest& r) const {
     std::vector<tokenizer::TokenId> ids;
-    if (endpoint == Endpoint::kChatCompletions) {
+    if (r.chat()) {
       if (!chat) return Error::make(ErrorCode::kInvalidRequest, chat_error, "messages");
-      auto it = body.find("messages");
-      if (it == body.end() || !it->is_array() || it->empty()) {
-        return invalid("'messages' must be a non-empty array", "messages");
-      }
-      auto text = chat->render(body);
+      auto text = chat->render(api::template_input(r));
       if (!text) return std::move(text).error();
       tokenizer::encode_prompt(*tok, *text, ids);
-    } else {
-      auto it = body.find("prompt");
-      if (it == body.end() || it->is_null()) return invalid("'prompt' is required", "prompt");
-      const Json* prompt = &*it;
-      if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
-        prompt = &(*prompt)[0];
-      }
-      if (prompt->is_string()) {
-        tokenizer::encode_prompt(*tok, prompt->get<std::string>(), ids);
-      } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) {
-        const int64_t n_vocab = scheduler->model_config().n_vocab;
-        for (const auto& t : *prompt) {
-          auto id = token_id(t, n_vocab);
-          if (!id) {
-            return invalid("'prompt' token ids must be integers between 0 and " +
-                               std::to_string(n_vocab - 1) + " (the vocabulary), got " + t.dump(),
-                           "prompt");
-          }
-          ids.push_back(static_cast<tokenizer::TokenId>(*id));
-        }
-      } else if (prompt->is_array() && prompt->size() > 1) {
-        return invalid("the local engine takes one prompt per request", "prompt");
-      } else {
-        return invalid("'prompt' must be a string or an array of token ids", "prompt");
-      }
+    } else if (Status s = completion_tokens(r.prompt, ids); !s) {
+      return s.error();
     }
     if (ids.empty()) return invalid("the prompt is empty", "prompt");
     return std::vector<TokenId>(ids.begin(), ids.end());
   }
 
-  Result<Json> parse_body(std::string_view body) const {
-    Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) return invalid("the request body is not a JSON object", "");
-    return j;
+  // One prompt: a string (or an array of one string), or token ids of this vocabulary.
+  Status completion_tokens(const api::Prompt& prompt, std::vector<tokenizer::TokenId>& ids) const {
+    using Kind = api::PromptItem::Kind;
+    const auto& items = prompt.items;
+    if (items.size() == 1 && items[0].kind == Kind::kText) {
+      tokenizer::encode_prompt(*tok, items[0].text, ids);
+    } else if (prompt.array && !items.empty() && items[0].kind == Kind::kTokenId) {
+      const int64_t vocab = n_vocab();
+      for (const api::PromptItem& item : items) {
+        if (item.kind != Kind::kTokenId || item.tokens.at(0) >= vocab) {
+          return invalid("'prompt' token ids must be integers between 0 and " +
+                             std::to_string(vocab - 1) + " (the vocabulary), got " +
+                             item_text(item),
+                         "prompt");
+        }
+        ids.push_back(static_cast<tokenizer::TokenId>(item.tokens[0]));
+      }
+    } else if (prompt.array && items.size() > 1) {
+      return invalid("the local engine takes one prompt per request", "prompt");
+    } else {
+      return invalid("'prompt' must be a string or an array of token ids", "prompt");
+    }
+    return {};
+  }
+
+  // The engine's parameters and prompt for `request`: the tokens routing counted when it did
+  // (not tokenized again), and the context checked.
+  Result<Params> prepare(const api::ChatRequest& r, const BackendRequest& request) const {
+    auto params = engine_params(r, request.overrides, n_vocab());
+    if (!params) return params;
+    if (request.prompt) {
+      params->prompt = request.prompt->ids;
+    } else {
+      auto prompt = prompt_tokens(r);
+      if (!prompt) return std::move(prompt).error();
+      params->prompt = std::move(prompt).value();
+    }
+    const int64_t n_ctx = scheduler->n_ctx();
+    const auto n_prompt = static_cast<int64_t>(params->prompt.size());
+    // Compared without adding: prompt + max_tokens would overflow for a max_tokens near INT64_MAX.
+    if (n_prompt > n_ctx - params->max_tokens.value_or(1)) {
+      return Error::make(
+          ErrorCode::kContextOverflow,
+          engine::Scheduler::context_overflow_message(n_ctx, n_prompt, params->max_tokens),
+          params->max_tokens ? "max_tokens" : (r.chat() ? "messages" : "prompt"),
+          "context_length_exceeded");
+    }
+    return params;
   }
 
   Error with_name(Error e) const {
@@ -414,150 +350,69 @@ BackendLoad LocalBackend::load_facts() const {
 }
 
 Result<int64_t> LocalBackend::count_prompt(Endpoint endpoint, std::string_view body) const {
-  auto json = impl_->parse_body(body);
-  if (!json) return std::move(json).error();
-  auto tokens = impl_->prompt_tokens(endpoint, json.value());
+  auto typed = api::parse_openai(endpoint, body, {.max_tokens_limit = INT64_MAX});
+  if (!typed) return std::move(typed).error();
+  auto tokens = impl_->prompt_tokens(typed.value());
   if (!tokens) return std::move(tokens).error();
   return static_cast<int64_t>(tokens->size());
 }
 
-asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& request,
-                                                         StreamSink* sink, CancelSignal& cancel) {
-  Impl& im = *impl_;
-  const auto started = Clock::now();
-  const bool chat = request.endpoint == Endpoint::kChatCompletions;
-  const bool stream = request.stream && sink != nullptr;
+namespace {
 
-  // Parse and tokenize here (the gateway counts prompts on this thread too); all model work
-  // happens on the scheduler thread.
-  auto body = im.parse_body(request.body);
-  if (!body) co_return std::move(body).error();
-  Params params;
-  if (Status s = parse_params(body.value(), request.endpoint, im.scheduler->model_config().n_vocab,
-                              params);
-      !s) {
-    co_return s.error();
-  }
-  auto prompt = im.prompt_tokens(request.endpoint, body.value());
-  if (!prompt) co_return std::move(prompt).error();
-  params.prompt = std::move(prompt).value();
-  const int64_t n_ctx = im.scheduler->n_ctx();
-  const auto n_prompt = static_cast<int64_t>(params.prompt.size());
-  const char* prompt_param = chat ? "messages" : "prompt";
-  // Compared without adding: prompt + max_tokens would overflow for a max_tokens near INT64_MAX.
-  if (n_prompt > n_ctx - params.max_tokens.value_or(1)) {
-    co_return Error::make(
-        ErrorCode::kContextOverflow,
-        engine::Scheduler::context_overflow_message(n_ctx, n_prompt, params.max_tokens),
-        params.max_tokens ? "max_tokens" : prompt_param, "context_length_exceeded");
-  }
-  if (cancel.cancelled()) co_return Error::make(ErrorCode::kCancelled, "client went away");
+std::string token_text(const tokenizer::Tokenizer& tok, TokenId id) {
+  return tok.token_bytes(static_cast<tokenizer::TokenId>(id));
+}
 
-  // One sequence per choice. Choice 0 is submitted at once; the others once its first token is
-  // out, when its prompt's KV is in the prefix cache: they copy it instead of prefilling again
-  // (all but the last partial block), and decode alongside it.
-  const auto executor = co_await asio::this_coro::executor;
-  WakeChannel wake(executor, 1);
-  struct Choice {
-    std::shared_ptr<Pending> pending = std::make_shared<Pending>();
-    std::optional<engine::RequestId> id;
-    std::optional<engine::Completion> done;
-    std::string content;  // non-streaming: the whole text
-    Json chat_logprobs = Json::array();
-    Json cmpl_tokens = Json::array(), cmpl_logprobs = Json::array(), cmpl_top = Json::array(),
-         cmpl_offsets = Json::array();
-    int64_t text_offset = 0;
-    bool role_sent = false;
-  };
-  std::vector<Choice> choices(static_cast<size_t>(params.n));
-  for (Choice& c : choices) c.pending->wake = &wake;
-  engine::Scheduler* scheduler = im.scheduler.get();
-  // Whatever way this coroutine ends (even destroyed mid-way at shutdown), the scheduler thread
-  // must stop touching the channel, and the sequences must not run on.
-  struct Detach {
-    std::vector<Choice>* choices;
-    engine::Scheduler* scheduler;
-    ~Detach() {
-      for (Choice& c : *choices) {
-        bool finished = false;
-        {
-          std::lock_guard lock(c.pending->mu);
-          c.pending->wake = nullptr;
-          finished = c.pending->done.has_value();
-        }
-        if (c.id && !finished) scheduler->cancel(*c.id);
-      }
-    }
-  } detach{&choices, scheduler};
-  const uint64_t seed = params.sampling.seed;
-  auto make_request = [&](size_t index) {
-    engine::GenerationRequest gen;
-    gen.prompt = params.prompt;
-    gen.max_tokens = params.max_tokens.value_or(n_ctx - n_prompt);
-    gen.sampling = params.sampling;
-    gen.sampling.seed = choice_seed(seed, static_cast<int64_t>(index));
-    gen.stop = params.stop;
-    gen.stop_at_eog = params.stop_at_eog;
-    gen.top_logprobs = params.top_logprobs;
-    if (im.cfg.timeouts.total_ms > 0) {
-      gen.deadline = started + std::chrono::milliseconds(im.cfg.timeouts.total_ms);
-    }
-    std::shared_ptr<Pending> pending = choices[index].pending;
-    gen.on_token = [pending](const engine::TokenEvent& ev) {
-      TokenOut t;
-      t.token = ev.token;
-      t.text = std::string(ev.text);
-      t.logprob = ev.logprob;
-      t.top.assign(ev.top_logprobs.begin(), ev.top_logprobs.end());
-      std::lock_guard lock(pending->mu);
-      pending->tokens.push_back(std::move(t));
-      pending->notify_locked();
-    };
-    gen.on_done = [pending](const engine::Completion& c) {
-      std::lock_guard lock(pending->mu);
-      pending->done = c;
-      pending->notify_locked();
-    };
-    return gen;
-  };
-  // The ids submitted so far, shared with the cancel hook (which may outlive this frame).
-  auto ids = std::make_shared<std::vector<engine::RequestId>>();
-  auto cancel_all = [ids, scheduler] {
-    for (engine::RequestId id : *ids) scheduler->cancel(id);
-  };
-  auto submitted = scheduler->submit(make_request(0));
-  if (!submitted) co_return im.with_name(std::move(submitted).error());
-  choices[0].id = submitted.value();
-  ids->push_back(submitted.value());
-  cancel.set_hook(cancel_all);
-  bool others_submitted = choices.size() == 1;
-  std::optional<Error> submit_error;  // a later choice the engine refused (queue full, ...)
+// The answer's OpenAI shape: ids, chunks, logprobs entries and the final body.
+struct ReplyFormat {
+  const tokenizer::Tokenizer* tok = nullptr;
+  bool chat = true;
+  std::string id_text;
+  std::string model;
+  int64_t created = 0;
+  bool usage_null = false;  // streams with usage asked for: every chunk says "usage": null
 
-  // The answer's shape.
-  const std::string model =
-      request.reply_model.empty() ? body->value("model", std::string()) : request.reply_model;
-  const std::string id_text =
-      (chat ? "chatcmpl-" : "cmpl-") +
-      (request.request_id.empty() ? std::to_string(*choices[0].id) : request.request_id);
-  const auto created = static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count());
-  const bool want_logprobs = params.top_logprobs >= 0;
-  const bool usage_null = stream && request.client_wants_usage;
-  auto chunk = [&](Json choice) {
+  Json envelope(const char* object) const {
     Json j;
     j["id"] = id_text;
-    j["object"] = chat ? "chat.completion.chunk" : "text_completion";
+    j["object"] = object;
     j["created"] = created;
     j["model"] = model;
+    return j;
+  }
+  const char* chunk_object() const { return chat ? "chat.completion.chunk" : "text_completion"; }
+  std::string chunk(Json choice) const {
+    Json j = envelope(chunk_object());
     j["choices"] = Json::array({std::move(choice)});
     if (usage_null) j["usage"] = nullptr;
     return "data: " + dump(j) + "\n\n";
-  };
-  // Logprobs entries: chat's {"content": [...]} items, or completions' parallel arrays.
-  auto chat_logprob = [&](const TokenOut& t) {
+  }
+  std::string role_chunk(size_t index) const {
+    return chunk(Json{{"index", index},
+                      {"delta", Json{{"role", "assistant"}, {"content", ""}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}});
+  }
+  std::string finish_chunk(size_t index, const std::string& finish) const {
+    if (chat) {
+      return chunk(Json{{"index", index},
+                        {"delta", Json::object()},
+                        {"logprobs", nullptr},
+                        {"finish_reason", finish}});
+    }
+    return chunk(
+        Json{{"text", ""}, {"index", index}, {"logprobs", nullptr}, {"finish_reason", finish}});
+  }
+  std::string usage_chunk(const engine::Completion& total) const {
+    Json j = envelope(chunk_object());
+    j["choices"] = Json::array();
+    j["usage"] = usage_json(total);
+    return "data: " + dump(j) + "\n\n";
+  }
+  // Logprobs entries: chat's {"content": [...]} items.
+  Json chat_logprob(const TokenOut& t) const {
     auto entry = [&](TokenId token, float lp) {
-      const std::string text = im.token_text(token);
+      const std::string text = token_text(*tok, token);
       Json bytes = Json::array();
       for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
       Json e;
@@ -571,217 +426,366 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
     for (const auto& alt : t.top) top.push_back(entry(alt.token, alt.logprob));
     e["top_logprobs"] = std::move(top);
     return e;
-  };
-  auto add_cmpl_logprob = [&](const TokenOut& t, int64_t& text_offset, Json& tokens, Json& lps,
-                              Json& tops, Json& offsets) {
-    const std::string text = im.token_text(t.token);
+  }
+};
+
+// Completions' logprobs: parallel arrays, with each token's offset in the text.
+struct CompletionLogprobs {
+  Json tokens = Json::array(), logprobs = Json::array(), top = Json::array(),
+       offsets = Json::array();
+  int64_t text_offset = 0;
+
+  void add(const tokenizer::Tokenizer& tok, const TokenOut& t) {
+    const std::string text = token_text(tok, t.token);
     tokens.push_back(text);
-    lps.push_back(t.logprob);
-    Json top = Json::object();
-    for (const auto& alt : t.top) top[im.token_text(alt.token)] = alt.logprob;
-    tops.push_back(std::move(top));
+    logprobs.push_back(t.logprob);
+    Json alternatives = Json::object();
+    for (const auto& alt : t.top) alternatives[token_text(tok, alt.token)] = alt.logprob;
+    top.push_back(std::move(alternatives));
     offsets.push_back(text_offset);
     text_offset += static_cast<int64_t>(text.size());
-  };
-  auto role_chunk = [&](size_t index) {
-    return chunk(Json{{"index", index},
-                      {"delta", Json{{"role", "assistant"}, {"content", ""}}},
-                      {"logprobs", nullptr},
-                      {"finish_reason", nullptr}});
-  };
+  }
+  // The object, the arrays moved out (the text offset is kept for the next tokens).
+  Json take() {
+    Json out = Json{{"tokens", std::move(tokens)},
+                    {"token_logprobs", std::move(logprobs)},
+                    {"top_logprobs", std::move(top)},
+                    {"text_offset", std::move(offsets)}};
+    tokens = Json::array(), logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+    return out;
+  }
+};
 
-  BackendReply reply;
-  bool client_gone = false;
-  std::deque<TokenOut> batch;
-  std::string out;
-  auto all_done = [&] {
-    if (!others_submitted) return false;
-    for (const Choice& c : choices) {
-      if (c.id && !c.done) return false;
+// One sequence per choice, as the I/O side follows it.
+struct Choice {
+  std::shared_ptr<Pending> pending = std::make_shared<Pending>();
+  std::optional<engine::RequestId> id;
+  std::optional<engine::Completion> done;
+  std::string content;  // non-streaming: the whole text
+  Json chat_logprobs = Json::array();
+  CompletionLogprobs cmpl;
+  bool role_sent = false;
+};
+
+}  // namespace
+
+// One send(): submits a sequence per choice, follows their tokens and writes the answer.
+// Choice 0 is submitted at once; the others once its first token is out, when its prompt's KV
+// is in the prefix cache: they copy it instead of prefilling again (all but the last partial
+// block), and decode alongside it. Lives in send()'s coroutine frame, on its executor.
+class LocalBackend::Call {
+ public:
+  Call(Impl& im, const BackendRequest& request, const api::ChatRequest& typed, Params params,
+       StreamSink* sink, CancelSignal& cancel, asio::any_io_executor executor)
+      : im_(im),
+        request_(request),
+        params_(std::move(params)),
+        sink_(sink),
+        cancel_(cancel),
+        stream_(request.stream && sink != nullptr),
+        started_(Clock::now()),
+        wake_(executor, 1),
+        choices_(static_cast<size_t>(params_.n)),
+        scheduler_(im.scheduler.get()) {
+    for (Choice& c : choices_) c.pending->wake = &wake_;
+    format_.tok = im.tok.get();
+    format_.chat = request.endpoint == Endpoint::kChatCompletions;
+    format_.model = request.reply_model.empty() ? typed.model : request.reply_model;
+    format_.created = static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count());
+    format_.usage_null = stream_ && request.client_wants_usage;
+  }
+  // Whatever way the call ends (even destroyed mid-way at shutdown), the scheduler thread must
+  // stop touching the channel, and the sequences must not run on.
+  ~Call() {
+    for (Choice& c : choices_) {
+      bool finished = false;
+      {
+        std::lock_guard lock(c.pending->mu);
+        c.pending->wake = nullptr;
+        finished = c.pending->done.has_value();
+      }
+      if (c.id && !finished) scheduler_->cancel(*c.id);
     }
-    return true;
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  asio::awaitable<Result<BackendReply>> run();
+
+ private:
+  engine::GenerationRequest make_request(size_t index);
+  void submit_others();
+  void cancel_all() const {
+    for (engine::RequestId id : *ids_) scheduler_->cancel(id);
+  }
+  bool all_done() const;
+  void take_tokens(size_t index, std::string& out);
+  void add_token(size_t index, TokenOut& t, std::string& out);
+  engine::Completion total() const;
+  Result<BackendReply> settle();
+  std::string final_body();
+
+  Impl& im_;
+  const BackendRequest& request_;
+  Params params_;
+  StreamSink* sink_;
+  CancelSignal& cancel_;
+  const bool stream_;
+  const Clock::time_point started_;
+  WakeChannel wake_;
+  std::vector<Choice> choices_;
+  engine::Scheduler* scheduler_;
+  // The ids submitted so far, shared with the cancel hook (which may outlive this frame).
+  std::shared_ptr<std::vector<engine::RequestId>> ids_ =
+      std::make_shared<std::vector<engine::RequestId>>();
+  bool others_submitted_ = false;
+  std::optional<Error> submit_error_;  // a later choice the engine refused (queue full, ...)
+  ReplyFormat format_;
+  BackendReply reply_;
+  bool client_gone_ = false;
+  std::deque<TokenOut> batch_;
+};
+
+engine::GenerationRequest LocalBackend::Call::make_request(size_t index) {
+  const int64_t n_ctx = scheduler_->n_ctx();
+  const auto n_prompt = static_cast<int64_t>(params_.prompt.size());
+  engine::GenerationRequest gen;
+  gen.prompt = params_.prompt;
+  gen.max_tokens = params_.max_tokens.value_or(n_ctx - n_prompt);
+  gen.sampling = params_.sampling;
+  gen.sampling.seed = choice_seed(params_.sampling.seed, static_cast<int64_t>(index));
+  gen.stop = params_.stop;
+  gen.stop_at_eog = params_.stop_at_eog;
+  gen.top_logprobs = params_.top_logprobs;
+  if (im_.cfg.timeouts.total_ms > 0) {
+    gen.deadline = started_ + std::chrono::milliseconds(im_.cfg.timeouts.total_ms);
+  }
+  std::shared_ptr<Pending> pending = choices_[index].pending;
+  gen.on_token = [pending](const engine::TokenEvent& ev) {
+    TokenOut t;
+    t.token = ev.token;
+    t.text = std::string(ev.text);
+    t.logprob = ev.logprob;
+    t.top.assign(ev.top_logprobs.begin(), ev.top_logprobs.end());
+    std::lock_guard lock(pending->mu);
+    pending->tokens.push_back(std::move(t));
+    pending->notify_locked();
   };
+  gen.on_done = [pending](const engine::Completion& c) {
+    std::lock_guard lock(pending->mu);
+    pending->done = c;
+    pending->notify_locked();
+  };
+  return gen;
+}
+
+// Choice 0's prompt is prefilled (and cached): the others start from it.
+void LocalBackend::Call::submit_others() {
+  others_submitted_ = true;
+  for (size_t k = 1; k < choices_.size() && !submit_error_; ++k) {
+    auto more = scheduler_->submit(make_request(k));
+    if (!more) {
+      submit_error_ = im_.with_name(std::move(more).error());
+      cancel_all();
+      break;
+    }
+    choices_[k].id = more.value();
+    ids_->push_back(more.value());
+  }
+}
+
+bool LocalBackend::Call::all_done() const {
+  if (!others_submitted_) return false;
+  for (const Choice& c : choices_) {
+    if (c.id && !c.done) return false;
+  }
+  return true;
+}
+
+// One token of choice `index`: kept for the final body, or written as a stream chunk.
+void LocalBackend::Call::add_token(size_t index, TokenOut& t, std::string& out) {
+  Choice& ch = choices_[index];
+  const bool with_lp = params_.top_logprobs >= 0 && t.token >= 0;
+  if (!stream_) {
+    ch.content += t.text;
+    if (with_lp && format_.chat) ch.chat_logprobs.push_back(format_.chat_logprob(t));
+    if (with_lp && !format_.chat) ch.cmpl.add(*im_.tok, t);
+    return;
+  }
+  if (t.text.empty() && !with_lp) return;
+  if (format_.chat && !ch.role_sent) {
+    out += format_.role_chunk(index);
+    ch.role_sent = true;
+  }
+  Json choice;
+  if (format_.chat) {
+    choice["index"] = index;
+    choice["delta"] = Json{{"content", t.text}};
+    choice["logprobs"] =
+        with_lp ? Json{{"content", Json::array({format_.chat_logprob(t)})}} : Json();
+  } else {
+    choice["text"] = t.text;
+    choice["index"] = index;
+    if (with_lp) {
+      ch.cmpl.add(*im_.tok, t);
+      choice["logprobs"] = ch.cmpl.take();
+    } else {
+      choice["logprobs"] = nullptr;
+    }
+  }
+  choice["finish_reason"] = nullptr;
+  out += format_.chunk(std::move(choice));
+}
+
+// Takes choice `index`'s tokens from the scheduler's hand-off and writes what they make.
+void LocalBackend::Call::take_tokens(size_t index, std::string& out) {
+  Choice& ch = choices_[index];
+  {
+    std::lock_guard lock(ch.pending->mu);
+    batch_.swap(ch.pending->tokens);
+    if (ch.pending->done && ch.pending->tokens.empty()) ch.done = ch.pending->done;
+  }
+  if (!batch_.empty() && reply_.first_byte_us < 0) {
+    reply_.first_byte_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count();
+  }
+  if (index == 0 && !others_submitted_ && (!batch_.empty() || ch.done)) submit_others();
+  for (TokenOut& t : batch_) add_token(index, t, out);
+  batch_.clear();
+  if (ch.done && !ch.done->error && stream_ && !submit_error_) {
+    if (format_.chat && !ch.role_sent) {
+      out += format_.role_chunk(index);
+      ch.role_sent = true;
+    }
+    out += format_.finish_chunk(index, std::string(engine::finish_reason_name(ch.done->finish)));
+  }
+}
+
+// Billed as one prompt plus every choice's output.
+engine::Completion LocalBackend::Call::total() const {
+  engine::Completion total = *choices_[0].done;
+  for (size_t k = 1; k < choices_.size(); ++k) {
+    total.completion_tokens += choices_[k].done->completion_tokens;
+  }
+  return total;
+}
+
+asio::awaitable<Result<BackendReply>> LocalBackend::Call::run() {
+  auto submitted = scheduler_->submit(make_request(0));
+  if (!submitted) co_return im_.with_name(std::move(submitted).error());
+  choices_[0].id = submitted.value();
+  ids_->push_back(submitted.value());
+  cancel_.set_hook([ids = ids_, scheduler = scheduler_] {
+    for (engine::RequestId id : *ids) scheduler->cancel(id);
+  });
+  others_submitted_ = choices_.size() == 1;
+  format_.id_text =
+      (format_.chat ? "chatcmpl-" : "cmpl-") +
+      (request_.request_id.empty() ? std::to_string(*choices_[0].id) : request_.request_id);
+  std::string out;
   while (true) {
     out.clear();
-    for (size_t index = 0; index < choices.size(); ++index) {
-      Choice& ch = choices[index];
-      if (!ch.id || ch.done) continue;
-      {
-        std::lock_guard lock(ch.pending->mu);
-        batch.swap(ch.pending->tokens);
-        if (ch.pending->done && ch.pending->tokens.empty()) ch.done = ch.pending->done;
-      }
-      if (!batch.empty() && reply.first_byte_us < 0) {
-        reply.first_byte_us =
-            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
-      }
-      if (index == 0 && !others_submitted && (!batch.empty() || ch.done)) {
-        // Choice 0's prompt is prefilled (and cached): the others start from it.
-        others_submitted = true;
-        for (size_t k = 1; k < choices.size() && !submit_error; ++k) {
-          auto more = scheduler->submit(make_request(k));
-          if (!more) {
-            submit_error = im.with_name(std::move(more).error());
-            cancel_all();
-            break;
-          }
-          choices[k].id = more.value();
-          ids->push_back(more.value());
-        }
-      }
-      for (TokenOut& t : batch) {
-        if (!stream) {
-          ch.content += t.text;
-          if (want_logprobs && t.token >= 0) {
-            if (chat) {
-              ch.chat_logprobs.push_back(chat_logprob(t));
-            } else {
-              add_cmpl_logprob(t, ch.text_offset, ch.cmpl_tokens, ch.cmpl_logprobs, ch.cmpl_top,
-                               ch.cmpl_offsets);
-            }
-          }
-          continue;
-        }
-        const bool with_lp = want_logprobs && t.token >= 0;
-        if (t.text.empty() && !with_lp) continue;
-        if (chat && !ch.role_sent) {
-          out += role_chunk(index);
-          ch.role_sent = true;
-        }
-        Json choice;
-        if (chat) {
-          choice["index"] = index;
-          choice["delta"] = Json{{"content", t.text}};
-          choice["logprobs"] = with_lp ? Json{{"content", Json::array({chat_logprob(t)})}} : Json();
-        } else {
-          choice["text"] = t.text;
-          choice["index"] = index;
-          if (with_lp) {
-            Json tokens = Json::array(), lps = Json::array(), tops = Json::array(),
-                 offsets = Json::array();
-            add_cmpl_logprob(t, ch.text_offset, tokens, lps, tops, offsets);
-            choice["logprobs"] = Json{{"tokens", std::move(tokens)},
-                                      {"token_logprobs", std::move(lps)},
-                                      {"top_logprobs", std::move(tops)},
-                                      {"text_offset", std::move(offsets)}};
-          } else {
-            choice["logprobs"] = nullptr;
-          }
-        }
-        choice["finish_reason"] = nullptr;
-        out += chunk(std::move(choice));
-      }
-      batch.clear();
-      if (ch.done && !ch.done->error && stream && !submit_error) {
-        const std::string finish(engine::finish_reason_name(ch.done->finish));
-        if (chat && !ch.role_sent) {
-          out += role_chunk(index);
-          ch.role_sent = true;
-        }
-        if (chat) {
-          out += chunk(Json{{"index", index},
-                            {"delta", Json::object()},
-                            {"logprobs", nullptr},
-                            {"finish_reason", finish}});
-        } else {
-          out += chunk(Json{
-              {"text", ""}, {"index", index}, {"logprobs", nullptr}, {"finish_reason", finish}});
-        }
-      }
+    for (size_t index = 0; index < choices_.size(); ++index) {
+      if (choices_[index].id && !choices_[index].done) take_tokens(index, out);
     }
     const bool finished = all_done();
-    if (finished && stream && request.client_wants_usage && !submit_error) {
+    if (finished && stream_ && request_.client_wants_usage && !submit_error_) {
       bool ok_all = true;
-      for (const Choice& c : choices) ok_all = ok_all && c.done && !c.done->error;
-      if (ok_all) {
-        Json j;
-        j["id"] = id_text;
-        j["object"] = chat ? "chat.completion.chunk" : "text_completion";
-        j["created"] = created;
-        j["model"] = model;
-        j["choices"] = Json::array();
-        engine::Completion total = *choices[0].done;
-        for (size_t k = 1; k < choices.size(); ++k) {
-          total.completion_tokens += choices[k].done->completion_tokens;
-        }
-        j["usage"] = usage_json(total);
-        out += "data: " + dump(j) + "\n\n";
-      }
+      for (const Choice& c : choices_) ok_all = ok_all && c.done && !c.done->error;
+      if (ok_all) out += format_.usage_chunk(total());
     }
-    if (stream && !out.empty() && !client_gone) {
-      const bool ok = co_await sink->write(out);
+    if (stream_ && !out.empty() && !client_gone_) {
+      const bool ok = co_await sink_->write(out);
       if (!ok) {
-        client_gone = true;
+        client_gone_ = true;
         cancel_all();  // the sequences end within a step; their on_done still arrives
       }
     }
     if (finished) break;
-    auto [ec] = co_await wake.async_receive(kAwait);
+    auto [ec] = co_await wake_.async_receive(kAwait);
     (void)ec;
   }
-  cancel.clear_hook();
+  cancel_.clear_hook();
+  co_return settle();
+}
 
-  if (client_gone || cancel.cancelled()) {
-    co_return Error::make(ErrorCode::kCancelled, "client went away");
+// The outcome once every sequence is done: an error, or the reply (usage, and the body when
+// not streaming).
+Result<BackendReply> LocalBackend::Call::settle() {
+  if (client_gone_ || cancel_.cancelled()) {
+    return Error::make(ErrorCode::kCancelled, "client went away");
   }
-  if (submit_error) co_return *submit_error;
-  for (const Choice& ch : choices) {
+  if (submit_error_) return *submit_error_;
+  for (const Choice& ch : choices_) {
     const engine::Completion& c = *ch.done;
     if (!c.error) continue;
     if (c.error->code == ErrorCode::kTimeout) {
-      co_return Error::make(ErrorCode::kTimeout, "backend '" + im.cfg.name +
-                                                     "' did not finish within total_ms=" +
-                                                     std::to_string(im.cfg.timeouts.total_ms));
+      return Error::make(ErrorCode::kTimeout, "backend '" + im_.cfg.name +
+                                                  "' did not finish within total_ms=" +
+                                                  std::to_string(im_.cfg.timeouts.total_ms));
     }
-    co_return im.with_name(*c.error);
+    return im_.with_name(*c.error);
   }
-  // Billed as one prompt plus every choice's output.
-  engine::Completion total = *choices[0].done;
-  for (size_t k = 1; k < choices.size(); ++k) {
-    total.completion_tokens += choices[k].done->completion_tokens;
+  const engine::Completion sum = total();
+  reply_.status = 200;
+  reply_.finish_reason = std::string(engine::finish_reason_name(sum.finish));
+  reply_.usage.prompt_tokens = sum.prompt_tokens;
+  reply_.usage.completion_tokens = sum.completion_tokens;
+  reply_.usage.total_tokens = sum.prompt_tokens + sum.completion_tokens;
+  reply_.usage.cached_tokens = sum.cached_tokens;
+  if (reply_.first_byte_us < 0) {
+    reply_.first_byte_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count();
   }
-  reply.status = 200;
-  reply.finish_reason = std::string(engine::finish_reason_name(total.finish));
-  reply.usage.prompt_tokens = total.prompt_tokens;
-  reply.usage.completion_tokens = total.completion_tokens;
-  reply.usage.total_tokens = total.prompt_tokens + total.completion_tokens;
-  reply.usage.cached_tokens = total.cached_tokens;
-  if (reply.first_byte_us < 0) {
-    reply.first_byte_us =
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
-  }
-  if (!stream) {
-    Json list = Json::array();
-    for (size_t index = 0; index < choices.size(); ++index) {
-      Choice& ch = choices[index];
-      Json choice;
-      if (chat) {
-        choice["index"] = index;
-        choice["message"] = Json{{"role", "assistant"}, {"content", ch.content}};
-        choice["logprobs"] =
-            want_logprobs ? Json{{"content", std::move(ch.chat_logprobs)}} : Json();
-      } else {
-        choice["text"] = ch.content;
-        choice["index"] = index;
-        choice["logprobs"] = want_logprobs ? Json{{"tokens", std::move(ch.cmpl_tokens)},
-                                                  {"token_logprobs", std::move(ch.cmpl_logprobs)},
-                                                  {"top_logprobs", std::move(ch.cmpl_top)},
-                                                  {"text_offset", std::move(ch.cmpl_offsets)}}
-                                           : Json();
-      }
-      choice["finish_reason"] = std::string(engine::finish_reason_name(ch.done->finish));
-      list.push_back(std::move(choice));
+  if (!stream_) reply_.body = final_body();
+  return std::move(reply_);
+}
+
+// The non-streaming answer: every choice's whole text, logprobs and finish reason.
+std::string LocalBackend::Call::final_body() {
+  const bool want_logprobs = params_.top_logprobs >= 0;
+  Json list = Json::array();
+  for (size_t index = 0; index < choices_.size(); ++index) {
+    Choice& ch = choices_[index];
+    Json choice;
+    if (format_.chat) {
+      choice["index"] = index;
+      choice["message"] = Json{{"role", "assistant"}, {"content", ch.content}};
+      choice["logprobs"] = want_logprobs ? Json{{"content", std::move(ch.chat_logprobs)}} : Json();
+    } else {
+      choice["text"] = ch.content;
+      choice["index"] = index;
+      choice["logprobs"] = want_logprobs ? ch.cmpl.take() : Json();
     }
-    Json j;
-    j["id"] = id_text;
-    j["object"] = chat ? "chat.completion" : "text_completion";
-    j["created"] = created;
-    j["model"] = model;
-    j["choices"] = std::move(list);
-    j["usage"] = usage_json(total);
-    reply.body = dump(j);
+    choice["finish_reason"] = std::string(engine::finish_reason_name(ch.done->finish));
+    list.push_back(std::move(choice));
   }
-  co_return reply;
+  Json j = format_.envelope(format_.chat ? "chat.completion" : "text_completion");
+  j["choices"] = std::move(list);
+  j["usage"] = usage_json(total());
+  return dump(j);
+}
+
+asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& request,
+                                                         StreamSink* sink, CancelSignal& cancel) {
+  // The gateway's typed request; a caller with only a body has it parsed by the one parser.
+  std::shared_ptr<const api::ChatRequest> typed = request.typed;
+  if (!typed) {
+    auto parsed =
+        api::parse_openai(request.endpoint, request.body, {.max_tokens_limit = INT64_MAX});
+    if (!parsed) co_return std::move(parsed).error();
+    typed = std::make_shared<const api::ChatRequest>(std::move(parsed).value());
+  }
+  // Prepared here (the gateway counts prompts on this thread too); all model work happens on
+  // the scheduler thread.
+  auto params = impl_->prepare(*typed, request);
+  if (!params) co_return std::move(params).error();
+  if (cancel.cancelled()) co_return Error::make(ErrorCode::kCancelled, "client went away");
+  Call call(*impl_, request, *typed, std::move(params).value(), sink, cancel,
+            co_await asio::this_coro::executor);
+  co_return co_await call.run();
 }
 
 void LocalBackend::render_metrics(std::string& out) const {
@@ -829,11 +833,11 @@ void LocalBackend::render_metrics(std::span<const LocalBackend* const> backends,
   }
 }
 
-std::optional<int64_t> LocalBackend::exact_prompt_tokens(Endpoint endpoint,
-                                                         std::string_view body) const {
-  auto n = count_prompt(endpoint, body);
-  if (!n) return std::nullopt;
-  return *n;
+std::shared_ptr<const PromptTokens> LocalBackend::exact_prompt(
+    const api::ChatRequest& request) const {
+  auto tokens = impl_->prompt_tokens(request);
+  if (!tokens) return nullptr;
+  return std::make_shared<const PromptTokens>(PromptTokens{std::move(tokens).value()});
 }
 
 }  // namespace ferry::adapters

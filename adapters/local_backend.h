@@ -30,12 +30,14 @@ class LocalBackend final : public Backend {
   const std::string& name() const override;
   // Queue depth, estimated wait and context length, from the scheduler's load snapshot.
   BackendLoad load_facts() const override;
-  // count_prompt() for routing; nullopt when the body cannot be counted (send() will say why).
-  std::optional<int64_t> exact_prompt_tokens(Endpoint endpoint,
-                                             std::string_view body) const override;
+  // The prompt's tokens (chat template applied) for routing, handed back to send() in
+  // BackendRequest::prompt; null when the request cannot be run (send() will say why).
+  std::shared_ptr<const PromptTokens> exact_prompt(const api::ChatRequest& request) const override;
   // Chat completions (messages through the chat template) and completions (a prompt string or
   // token ids), streamed as OpenAI SSE chunks without "data: [DONE]" or answered as one JSON
-  // body. Errors: kInvalidRequest (bad or unsupported parameters, n > 1), kContextOverflow
+  // body. Runs request.typed (the body only when there is none: parsed by api::parse_openai)
+  // with request.prompt when routing counted it. Errors: kInvalidRequest (bad or unsupported
+  // parameters: echo, best_of, token ids beyond the vocabulary, ...), kContextOverflow
   // (prompt + max_tokens beyond the context, with the numbers), kUnavailable + retry_after_s
   // (queue full), kTimeout (timeouts.total_ms), kCancelled (client gone).
   boost::asio::awaitable<Result<BackendReply>> send(const BackendRequest& request, StreamSink* sink,
@@ -43,7 +45,8 @@ class LocalBackend final : public Backend {
 
   // Tokens per sequence (prompt + completion).
   int64_t context_length() const;
-  // The exact number of prompt tokens `body` would run with (chat template applied).
+  // The exact number of prompt tokens `body` would run with (chat template applied), parsed by
+  // api::parse_openai.
   Result<int64_t> count_prompt(Endpoint endpoint, std::string_view body) const;
   engine::LoadSnapshot load() const;
 
@@ -54,6 +57,7 @@ class LocalBackend final : public Backend {
 
  private:
   struct Impl;
+  class Call;  // one send()
   explicit LocalBackend(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

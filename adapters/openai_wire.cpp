@@ -222,17 +222,6 @@ std::optional<Usage> usage_at(std::string_view json, size_t v) {
 
 }  // namespace
 
-std::optional<int64_t> parse_token_id_key(std::string_view key) {
-  if (key.empty() || key.size() > 10) return std::nullopt;
-  int64_t id = 0;
-  for (char c : key) {
-    if (c < '0' || c > '9') return std::nullopt;
-    id = id * 10 + (c - '0');
-  }
-  if (id > INT32_MAX) return std::nullopt;
-  return id;
-}
-
 std::optional<Usage> find_usage(std::string_view json) {
   return usage_at(json, find_key_value(json, "\"usage\"", /*last=*/true));
 }

@@ -2,12 +2,12 @@
 // finding usage in a body or chunk, and rewriting a stream chunk. Stateless; thread-safe.
 #pragma once
 
-#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "adapters/backend.h"
+#include "api/openai_parse.h"
 
 namespace ferry::adapters {
 
@@ -19,16 +19,10 @@ size_t json_value_end(std::string_view text, size_t open);
 // quote (an unescaped '"'); npos when unterminated. Runs at memchr speed over the contents.
 size_t json_string_end(std::string_view text, size_t open_quote);
 
-// text == name for a string literal: a length check, then a fixed-size compare that the
-// compiler inlines (string_view's operator== stays an out-of-line call on hot paths).
-template <size_t N>
-bool key_is(std::string_view text, const char (&name)[N]) {
-  return text.size() == N - 1 && std::memcmp(text.data(), name, N - 1) == 0;
-}
-
-// A logit_bias key as a token id: decimal digits only (no sign, space or exponent), at most
-// INT32_MAX; nullopt otherwise. The caller checks it against a vocabulary when it has one.
-std::optional<int64_t> parse_token_id_key(std::string_view key);
+// key_is (a fast compare with a literal) and parse_token_id_key (a logit_bias key as a token id)
+// belong to the OpenAI parser (api/openai_parse.h); the wire helpers use the same ones.
+using api::key_is;
+using api::parse_token_id_key;
 
 // Finds the top-level-ish `"usage": {...}` object in an OpenAI response body or chunk (the
 // last occurrence) and parses it. nullopt when absent or null.

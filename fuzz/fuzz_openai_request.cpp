@@ -1,13 +1,16 @@
 // Fuzzes the OpenAI request parser (gateway/openai_request: parse_request) and, for a body it
 // accepts, the upstream rewrite (upstream_body), which splices the client's text instead of
 // re-serialising it: the rewritten body must still be JSON, with the backend's model name,
-// include_usage forced on for streams, and a rule's overrides in place. The first input byte
-// picks the endpoint and the overrides; the rest is the body.
+// include_usage forced on for streams, and a rule's overrides in place. The typed value rendered
+// back (api::render_openai) must parse again into the same value. The first input byte picks
+// the endpoint and the overrides; the rest is the body.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "api/openai_parse.h"
+#include "api/openai_render.h"
 #include "gateway/openai_request.h"
 
 using namespace ferry;
@@ -38,5 +41,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (overrides.temperature && out.value("temperature", -1.0) != 0.25) __builtin_trap();
   if (overrides.top_p && out.value("top_p", -1.0) != 0.5) __builtin_trap();
+
+  const api::Json typed = api::to_openai_json(*parsed->typed);
+  auto again = api::parse_openai(endpoint, typed.dump());
+  if (!again || api::to_openai_json(*again) != typed) __builtin_trap();  // lost in the rendering
   return 0;
 }

@@ -181,7 +181,7 @@ std::optional<policies::Facts> facts_from_request(const json& body, const std::s
     return std::nullopt;
   }
   const bool chat = args.endpoint != "/v1/completions";
-  const auto ordered = nlohmann::ordered_json::parse(raw, nullptr, /*allow_exceptions=*/false);
+  const auto ordered = gateway::count_input(chat, raw);  // as the server counts
   auto count_for = [&](const std::string& ref) -> std::optional<int64_t> {
     auto it = counters->find(ref);
     return it == counters->end() ? std::nullopt : it->second.count(chat, ordered);

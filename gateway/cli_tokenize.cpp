@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gateway/cli_commands.h"
+#include "gateway/prompt_count.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -62,7 +63,7 @@ int run_tokenize(const TokenizeOptions& o) {
       std::cerr << "ferry tokenize: " << fmt.error().message << "\n";
       return 2;
     }
-    const auto request = nlohmann::ordered_json::parse(text, nullptr, false);
+    const auto request = gateway::count_input(/*chat_request=*/true, text);  // as the server
     if (request.is_discarded()) {
       std::cerr
           << "ferry tokenize: the input is not JSON (an OpenAI messages array or chat request)\n";

@@ -3,28 +3,30 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "adapters/backend.h"
+#include "api/chat_request.h"
+#include "api/openai_parse.h"
 #include "common/error.h"
 
 namespace ferry::gateway {
 
-// The largest max_tokens / max_completion_tokens accepted at the edge: more than any model's
-// context holds, small enough that no token or money arithmetic on it can overflow int64.
-constexpr int64_t kMaxTokensLimit = INT32_MAX;
-// The most choices (`n`) a request may ask for (OpenAI's limit).
-constexpr int64_t kMaxChoices = 128;
-// Token ids (logit_bias keys, completions prompt arrays) are non-negative int32 values; a local
-// target further checks them against its vocabulary.
-constexpr int64_t kMaxTokenId = INT32_MAX;
+// The edge's limits (api/openai_parse.h), under their gateway names.
+constexpr int64_t kMaxTokensLimit = api::kMaxTokensLimit;
+constexpr int64_t kMaxChoices = api::kMaxChoices;
+constexpr int64_t kMaxTokenId = api::kMaxTokenId;
 
+// The request as routing reads it: the typed value (parsed once, shared by every hop and the
+// backends), the routing fields taken from it, and the raw body for pass-through.
 struct ParsedRequest {
   adapters::Endpoint endpoint = adapters::Endpoint::kChatCompletions;
   std::string raw;  // the body exactly as the client sent it
+  std::shared_ptr<const api::ChatRequest> typed;
   std::string model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage as the client sent it
@@ -42,25 +44,23 @@ struct ParsedRequest {
 };
 
 // Parameter changes a routing rule made (`set`); absent = keep the client's value.
-struct BodyOverrides {
-  std::optional<int64_t> max_tokens;
-  std::optional<double> temperature;
-  std::optional<double> top_p;
-  bool any() const { return max_tokens || temperature || top_p; }
-};
+using BodyOverrides = api::Overrides;
 
-// Parses and validates a request body for the endpoint. The body becomes ParsedRequest::raw:
-// pass it with std::move when the caller no longer needs it (no copy then).
+// Parses and validates a request body for the endpoint (api::parse_openai: the one parser of
+// OpenAI's rules). The body becomes ParsedRequest::raw: pass it with std::move when the caller
+// no longer needs it (no copy then).
 Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string body);
 
 // The body to send upstream: `model` replaced by the backend's name for it and, for streams,
 // stream_options.include_usage forced on so usage always comes back. Every other byte is
 // passed through untouched (the client's text is spliced, not re-serialised: cheaper, and
-// numbers and key order reach the backend exactly as sent).
+// numbers and key order reach the backend exactly as sent). A request without raw bytes (one
+// another front-end parsed) is rendered from its typed value (api::render_openai).
+// A key the splice cannot follow (written with escapes) re-serialises the client's body.
 std::string upstream_body(const ParsedRequest& request, const std::string& upstream_model,
                           const BodyOverrides& overrides = {});
 
 // Splits "a, b,c" into trimmed, non-empty tags (at most 32, each at most 64 bytes).
-std::vector<std::string> split_tags(std::string_view text);
+using api::split_tags;
 
 }  // namespace ferry::gateway

@@ -39,6 +39,7 @@ struct PlannedHop {
 struct PromptCount {
   int64_t tokens = 0;
   ledger::TokenSource source = ledger::TokenSource::kEstimate;
+  std::shared_ptr<const adapters::PromptTokens> ids;  // the local engine's, for its hops
 };
 
 struct Plan {

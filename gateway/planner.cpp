@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/openai_render.h"
 #include "common/clock.h"
 #include "common/saturating.h"
 #include "gateway/prompt_count.h"
@@ -84,7 +85,8 @@ void request_labels(const RequestContext& ctx, const ParsedRequest& request, std
 
 // One hop of the plan: the target and the upstream request for it.
 PlannedHop make_hop(const RequestContext& ctx, const ParsedRequest& request,
-                    const std::string& name, Target* t, const BodyOverrides& overrides) {
+                    const std::string& name, Target* t, const BodyOverrides& overrides,
+                    const std::map<const Target*, PromptCount>& counts) {
   PlannedHop hop;
   hop.name = name;
   hop.target = t;
@@ -94,6 +96,10 @@ PlannedHop make_hop(const RequestContext& ctx, const ParsedRequest& request,
   hop.request.request_id = ctx.request_id;
   hop.request.reply_model = request.model;
   hop.request.body = upstream_body(request, t->model->upstream_model, overrides);
+  hop.request.typed = request.typed;
+  hop.request.overrides = overrides;
+  // The local engine's tokens, as routing counted them: its hops do not tokenize again.
+  if (auto pc = counts.find(t); pc != counts.end()) hop.request.prompt = pc->second.ids;
   return hop;
 }
 
@@ -208,11 +214,12 @@ Result<bool> Planner::decide(const RequestContext& ctx, const ParsedRequest& req
   if (d.params.max_tokens) max_tokens = *d.params.max_tokens;
   for (const auto& hop : d.route) {
     Target* t = find(hop.ref);
-    if (t != nullptr) p.hops.push_back(make_hop(ctx, request, hop.target, t, overrides));
+    if (t != nullptr)
+      p.hops.push_back(make_hop(ctx, request, hop.target, t, overrides, p.prompt_counts));
   }
   if (d.shadow) {
     if (Target* t = find(d.shadow->ref)) {
-      p.shadow = make_hop(ctx, request, d.shadow->target, t, overrides);
+      p.shadow = make_hop(ctx, request, d.shadow->target, t, overrides, p.prompt_counts);
     }
   }
   if (p.hops.empty()) {
@@ -251,7 +258,7 @@ bool Planner::route_direct(const RequestContext& ctx, const ParsedRequest& reque
            "context", true);
     return false;
   }
-  p.hops.push_back(make_hop(ctx, request, t->model->name, t, BodyOverrides{}));
+  p.hops.push_back(make_hop(ctx, request, t->model->name, t, BodyOverrides{}, p.prompt_counts));
   return true;
 }
 
@@ -306,7 +313,7 @@ bool Planner::admit(const RequestContext& ctx, const ParsedRequest& request, Pla
 
 void Planner::count_prompts(const ParsedRequest& request, std::span<Target* const> targets,
                             std::map<const Target*, PromptCount>& counts) const {
-  std::optional<ordered_json> body;  // parsed once, only when some target counts exactly
+  std::optional<ordered_json> input;  // the chat template's input, made once when needed
   for (const Target* t : targets) {
     if (t == nullptr || counts.count(t) != 0) continue;
     // Targets that count alike share one count (a handful of targets: a linear search).
@@ -320,14 +327,15 @@ void Planner::count_prompts(const ParsedRequest& request, std::span<Target* cons
     }
     PromptCount c{estimate_prompt_tokens(request.raw.size()), ledger::TokenSource::kEstimate};
     bool chat = request.endpoint == adapters::Endpoint::kChatCompletions;
-    if (auto exact = t->backend->exact_prompt_tokens(request.endpoint, request.raw)) {
-      // The in-process engine counts with exactly what it will run (template, BOS, ...).
-      c = {*exact, ledger::TokenSource::kTokenizer};
+    if (!request.typed) {
+      // Not parsed by parse_request: estimated.
+    } else if (auto exact = t->backend->exact_prompt(*request.typed)) {
+      // The in-process engine counts with exactly what it will run (template, BOS, ...); its
+      // tokens go to its hops, so it does not tokenize again.
+      c = {static_cast<int64_t>(exact->ids.size()), ledger::TokenSource::kTokenizer, exact};
     } else if (t->tokenizer && (!chat || t->chat)) {
-      if (!body) {
-        body = ordered_json::parse(request.raw, nullptr, /*allow_exceptions=*/false);
-      }
-      if (auto n = PromptCounter{t->tokenizer, t->chat}.count(chat, *body)) {
+      if (!input) input = api::template_input(*request.typed);
+      if (auto n = PromptCounter{t->tokenizer, t->chat}.count(chat, *input)) {
         c = {*n, ledger::TokenSource::kTokenizer};
       }
     }

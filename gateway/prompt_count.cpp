@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/openai_parse.h"
+#include "api/openai_render.h"
 #include "config/config.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -83,6 +85,13 @@ Result<std::map<std::string, PromptCounter, std::less<>>> load_prompt_counters(
     // completions are still counted exactly.
   }
   return out;
+}
+
+ordered_json count_input(bool chat_request, std::string_view body) {
+  auto typed = api::parse_openai(
+      chat_request ? api::Endpoint::kChatCompletions : api::Endpoint::kCompletions, body);
+  if (typed) return api::template_input(*typed);
+  return ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
 }
 
 int64_t estimate_prompt_tokens(size_t body_bytes) {

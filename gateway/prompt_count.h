@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -29,8 +30,9 @@ struct PromptCounter {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null: every count is an estimate
   std::shared_ptr<const tokenizer::ChatFormatter> chat;   // null: chats are estimated
 
-  // The exact prompt tokens of a parsed chat (`chat`) or completions request; nullopt when
-  // this model cannot count it (no tokenizer, no template, a body it cannot read).
+  // The exact prompt tokens of a chat (`chat`) or completions request (the router passes
+  // api::template_input of the typed request, the CLIs the parsed file); nullopt when this
+  // model cannot count it (no tokenizer, no template, a body it cannot read).
   std::optional<int64_t> count(bool chat_request, const nlohmann::ordered_json& body) const;
 };
 
@@ -38,6 +40,11 @@ struct PromptCounter {
 // Errors: a tokenizer that does not load, a configured chat template that does not parse.
 Result<std::map<std::string, PromptCounter, std::less<>>> load_prompt_counters(
     const config::Config& config);
+
+// The JSON PromptCounter::count reads for a body, made as the server makes it (the chat
+// template's input from the typed request: api::template_input), or the body as parsed when it
+// is not a request the server would take (a bare messages array for `ferry tokenize`).
+nlohmann::ordered_json count_input(bool chat_request, std::string_view body);
 
 // The count without a tokenizer: about four bytes a token of the whole body, at least 1.
 int64_t estimate_prompt_tokens(size_t body_bytes);

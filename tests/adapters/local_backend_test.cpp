@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/openai_parse.h"
 #include "model_tools/model_tools.h"
 
 namespace ferry::adapters {
@@ -417,6 +418,78 @@ TEST_F(LocalBackendTest, FullQueueIsUnavailableWithRetryAfter) {
   ASSERT_TRUE(first.has_value());
   ASSERT_FALSE(first->has_value());
   EXPECT_EQ(first->error().code, ErrorCode::kCancelled);
+}
+
+// The gateway's path: the request parsed once at the edge, counted at routing (exact_prompt),
+// and both handed to send(). send() parses nothing (its body is not even JSON here, and the
+// thread's parse count does not move) and runs the tokens routing counted: a prompt of other
+// tokens is billed at its own length, not the messages' re-tokenized count.
+TEST_F(LocalBackendTest, RunsTheTypedRequestWithTheTokensRoutingCounted) {
+  BackendRequest req = chat(hello(3));
+  auto typed = api::parse_openai(Endpoint::kChatCompletions, req.body);
+  ASSERT_TRUE(typed.has_value()) << typed.error().message;
+  req.typed = std::make_shared<const api::ChatRequest>(std::move(typed).value());
+  std::shared_ptr<const PromptTokens> counted = backend_->exact_prompt(*req.typed);
+  ASSERT_NE(counted, nullptr);
+  EXPECT_EQ(static_cast<int64_t>(counted->ids.size()),
+            *backend_->count_prompt(Endpoint::kChatCompletions, req.body));
+  req.body = "{not json";
+
+  req.prompt = counted;
+  uint64_t parses = api::parses_on_this_thread();
+  auto reply = run(req);
+  ASSERT_TRUE(reply.has_value()) << reply.error().message;
+  EXPECT_EQ(api::parses_on_this_thread(), parses);
+  EXPECT_EQ(reply->usage.prompt_tokens, static_cast<int64_t>(counted->ids.size()));
+  EXPECT_EQ(reply->usage.completion_tokens, 3);
+
+  auto other = std::make_shared<PromptTokens>();
+  other->ids.assign(counted->ids.begin(), counted->ids.begin() + 2);
+  ASSERT_LT(other->ids.size(), counted->ids.size());
+  req.prompt = other;
+  parses = api::parses_on_this_thread();
+  reply = run(req);
+  ASSERT_TRUE(reply.has_value()) << reply.error().message;
+  EXPECT_EQ(api::parses_on_this_thread(), parses);
+  EXPECT_EQ(reply->usage.prompt_tokens, 2);
+}
+
+// A routing rule's `set` reaches the engine through BackendRequest::overrides.
+TEST_F(LocalBackendTest, RuleOverridesApplyToTheTypedRequest) {
+  BackendRequest req = chat(hello(8));
+  auto typed = api::parse_openai(Endpoint::kChatCompletions, req.body);
+  ASSERT_TRUE(typed.has_value());
+  req.typed = std::make_shared<const api::ChatRequest>(std::move(typed).value());
+  req.overrides.max_tokens = 2;
+  auto reply = run(req);
+  ASSERT_TRUE(reply.has_value()) << reply.error().message;
+  EXPECT_EQ(reply->usage.completion_tokens, 2);
+}
+
+// What the engine cannot honour, or an extension out of range, is refused, never ignored.
+TEST_F(LocalBackendTest, UnsupportedParametersAreRefused) {
+  const std::pair<const char*, Json> cases[] = {{"echo", true},
+                                                {"best_of", 2},
+                                                {"min_p", 2},
+                                                {"top_k", "many"},
+                                                {"repetition_penalty", 0},
+                                                {"ignore_eos", "yes"},
+                                                {"top_logprobs", 2}};
+  for (const auto& [key, value] : cases) {
+    SCOPED_TRACE(key);
+    Json body = hello(2);
+    body[key] = value;
+    BackendRequest req = chat(body);
+    if (std::string(key) == "echo" || std::string(key) == "best_of") {
+      Json c = {{"model", "tiny"}, {"prompt", "hi"}, {"max_tokens", 2}, {key, value}};
+      req.endpoint = Endpoint::kCompletions;
+      req.body = c.dump();
+    }
+    auto reply = run(req);
+    ASSERT_FALSE(reply.has_value());
+    EXPECT_EQ(reply.error().code, ErrorCode::kInvalidRequest);
+    EXPECT_EQ(reply.error().param, key);
+  }
 }
 
 TEST_F(LocalBackendTest, MetricsNameTheBackend) {

@@ -1,0 +1,121 @@
+// The renderer: typed request -> OpenAI JSON (round trips through the parser), a backend's
+// body (model, overrides, usage), and the chat template's input.
+#include "api/openai_render.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "api/openai_parse.h"
+
+namespace ferry::api {
+namespace {
+
+ChatRequest parse(Endpoint endpoint, const std::string& body) {
+  auto r = parse_openai(endpoint, body);
+  EXPECT_TRUE(r) << body << ": " << r.error().message;
+  return r ? std::move(r).value() : ChatRequest{};
+}
+
+// Every member the parser types, and some it keeps as sent.
+constexpr const char* kRichChat = R"({
+  "model": "m",
+  "messages": [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": [{"type": "text", "text": "look"},
+                                 {"type": "image_url", "image_url": {"url": "http://x"}}],
+     "name": "ann"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+     "function": {"name": "get", "arguments": "{\"q\":1}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "42", "x_note": [1, 2.5]}
+  ],
+  "tools": [{"type": "function", "function": {"name": "get", "description": "d",
+             "parameters": {"type": "object", "properties": {"q": {"type": "integer"}}}}}],
+  "tool_choice": {"type": "function", "function": {"name": "get"}},
+  "parallel_tool_calls": true,
+  "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {}}},
+  "temperature": 0.25, "top_p": 0.5, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+  "seed": 42, "logit_bias": {"3": 1, "9": -2.5}, "stop": ["END"],
+  "logprobs": true, "top_logprobs": 2, "max_completion_tokens": 64, "n": 2,
+  "stream": true, "stream_options": {"include_usage": false},
+  "user": "u", "metadata": {"task_id": "t", "tags": "a,b"},
+  "min_p": 0.05, "top_k": 20, "ignore_eos": false,
+  "chat_template_kwargs": {"enable_thinking": false}, "x_vendor": {"k": "v"}
+})";
+
+TEST(OpenAiRender, ChatRoundTripsThroughTheParser) {
+  ChatRequest first = parse(Endpoint::kChatCompletions, kRichChat);
+  const Json once = to_openai_json(first);
+  ChatRequest second = parse(Endpoint::kChatCompletions, once.dump());
+  EXPECT_EQ(to_openai_json(second), once);
+  // Nothing the client sent is lost: the rendering is the body, members perhaps in another
+  // order (compared as unordered JSON).
+  EXPECT_EQ(nlohmann::json::parse(once.dump()), nlohmann::json::parse(kRichChat));
+}
+
+TEST(OpenAiRender, CompletionsRoundTrip) {
+  for (const char* body :
+       {R"({"model":"m","prompt":"hello","logprobs":3,"echo":false,"best_of":1,"suffix":"s"})",
+        R"({"model":"m","prompt":["a",[1,2],5],"max_tokens":4,"stop":"x"})",
+        R"({"model":"m","prompt":[],"top_logprobs":1})"}) {
+    SCOPED_TRACE(body);
+    ChatRequest first = parse(Endpoint::kCompletions, body);
+    const Json once = to_openai_json(first);
+    EXPECT_EQ(once, Json::parse(body));  // already in the renderer's order: the same JSON
+    EXPECT_EQ(to_openai_json(parse(Endpoint::kCompletions, once.dump())), once);
+  }
+}
+
+TEST(OpenAiRender, ABackendsBodyNamesItsModelAndAppliesOverrides) {
+  ChatRequest r = parse(Endpoint::kChatCompletions, kRichChat);
+  Overrides o;
+  o.max_tokens = 7;
+  o.temperature = 0.0;
+  const Json body = Json::parse(render_openai(r, "org/up", o));
+  EXPECT_EQ(body["model"], "org/up");
+  EXPECT_EQ(body["max_completion_tokens"], 7);  // the name the client used
+  EXPECT_FALSE(body.contains("max_tokens"));
+  EXPECT_EQ(body["temperature"], 0.0);
+  EXPECT_EQ(body["top_p"], 0.5);
+  EXPECT_EQ(body["stream_options"]["include_usage"], true);  // usage always comes back
+  ChatRequest plain = parse(Endpoint::kChatCompletions,
+                            R"({"model":"m","messages":[{"role":"user","content":"x"}]})");
+  const Json p = Json::parse(render_openai(plain, "up", o));
+  EXPECT_EQ(p["max_tokens"], 7);
+  EXPECT_FALSE(p.contains("stream_options"));
+}
+
+// The template sees what it saw when it read the raw body: for a body in OpenAI's member order
+// (as the SDKs send it), template_input is exactly that body's messages, tools and kwargs, so
+// the prompt counts of routing and of the local engine are the same as before.
+TEST(OpenAiRender, TemplateInputIsTheBodysMessagesToolsAndKwargs) {
+  const char* body = R"({"model":"m",
+    "messages":[{"role":"system","content":"s"},
+                {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+                {"role":"assistant","content":"ok","tool_calls":[{"id":"1","type":"function",
+                 "function":{"name":"f","arguments":"{}"}}]},
+                {"role":"tool","content":"r","tool_call_id":"1"}],
+    "tools":[{"type":"function","function":{"name":"f","description":"d",
+              "parameters":{"type":"object","properties":{}}}}],
+    "temperature":0,
+    "chat_template_kwargs":{"enable_thinking":true}})";
+  const Json raw = Json::parse(body);
+  const Json input = template_input(parse(Endpoint::kChatCompletions, body));
+  EXPECT_EQ(input["messages"].dump(), raw["messages"].dump());
+  EXPECT_EQ(input["tools"].dump(), raw["tools"].dump());
+  EXPECT_EQ(input["chat_template_kwargs"], raw["chat_template_kwargs"]);
+  EXPECT_FALSE(input.contains("temperature"));
+  const Json prompt =
+      template_input(parse(Endpoint::kCompletions, R"({"model":"m","prompt":["a",[1]]})"));
+  EXPECT_EQ(prompt, Json::parse(R"({"prompt":["a",[1]]})"));
+}
+
+TEST(OpenAiRender, ToolsKeptAsSentReachTheTemplate) {
+  const Json input = template_input(parse(
+      Endpoint::kChatCompletions,
+      R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"custom"}]})"));
+  EXPECT_EQ(input["tools"], Json::parse(R"([{"type":"custom"}])"));
+}
+
+}  // namespace
+}  // namespace ferry::api
