@@ -499,6 +499,7 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
     gen.stop = params.stop;
     gen.stop_at_eog = params.stop_at_eog;
     gen.top_logprobs = params.top_logprobs;
+    gen.max_unread = im.cfg.local->max_unread_tokens;  // back-pressure: consumed() below
     if (im.cfg.timeouts.total_ms > 0) {
       gen.deadline = started + std::chrono::milliseconds(im.cfg.timeouts.total_ms);
     }
@@ -611,6 +612,7 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
         batch.swap(ch.pending->tokens);
         if (ch.pending->done && ch.pending->tokens.empty()) ch.done = ch.pending->done;
       }
+      if (!batch.empty()) scheduler->consumed(*ch.id, static_cast<int64_t>(batch.size()));
       if (!batch.empty() && reply.first_byte_us < 0) {
         reply.first_byte_us =
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
@@ -802,6 +804,8 @@ void LocalBackend::render_metrics(std::span<const LocalBackend* const> backends,
        [](const Snapshot& s) { return std::to_string(s.queue_depth); }},
       {"ferry_local_active_sequences", "gauge", "Sequences being prefilled or decoded.",
        [](const Snapshot& s) { return std::to_string(s.active_sequences); }},
+      {"ferry_local_paused_sequences", "gauge", "Sequences paused: their client reads slowly.",
+       [](const Snapshot& s) { return std::to_string(s.paused_sequences); }},
       {"ferry_local_kv_bytes", "gauge", "KV cache bytes allocated (running and cached prefixes).",
        [](const Snapshot& s) { return std::to_string(s.kv_bytes_used); }},
       {"ferry_local_kv_budget_bytes", "gauge", "KV cache memory budget in bytes.",
