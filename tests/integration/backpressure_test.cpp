@@ -21,7 +21,7 @@ class BackpressureTest : public OwnConfigTest {
   void SetUp() override {
     OwnConfigTest::SetUp();
     const std::string model = (dir_.path() / "tiny.gguf").string();
-    ASSERT_EQ(run_command(ferry_binary() + " model synth --preset tiny --type Q8_0 --ctx 6144 " +
+    ASSERT_EQ(run_command(ferry_binary() + " model synth --preset tiny --type Q8_0 --ctx 3072 " +
                           "--seed 1 '" + model + "' > /dev/null"),
               0);
     std::string cfg = standard_config(upstream_.address);
@@ -51,11 +51,11 @@ class BackpressureTest : public OwnConfigTest {
     return true;
   }
 
-  // A long greedy stream whose events are large (20 alternatives each, ~1 KB): its ~7 MB cannot
-  // all sit in the socket buffers (4 MB at most on each side here).
+  // A long greedy stream whose events are large (20 alternatives each, ~1.5 KB): its ~4.5 MB
+  // cannot all sit in the socket buffers (ferry's send buffer grows to 4 MB at most here).
   static json long_stream() {
     json body = chat_body("local", "tell me everything", true);
-    body["max_tokens"] = 6000;
+    body["max_tokens"] = 3000;
     body["temperature"] = 0;
     body["ignore_eos"] = true;
     body["logprobs"] = true;
@@ -67,13 +67,26 @@ class BackpressureTest : public OwnConfigTest {
   std::unique_ptr<Connection> start_slow_reader() {
     auto c = Connection::open(ferry_.address.host, ferry_.address.port);
     if (!c) return nullptr;
-    const int small = 4096;
-    EXPECT_EQ(setsockopt(c->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
-    if (!c->send(make_request("POST", "/v1/chat/completions", long_stream().dump(),
-                              auth_headers()))) {
+    set_receive_buffer(*c, 4096);
+    if (!c->send(
+            make_request("POST", "/v1/chat/completions", long_stream().dump(), auth_headers()))) {
       return nullptr;
     }
     return c;
+  }
+
+  static void set_receive_buffer(Connection& c, int bytes) {
+    EXPECT_EQ(setsockopt(c.fd(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes), 0);
+  }
+
+  // long_stream() read at full speed on a fresh connection.
+  StreamResult read_unthrottled() {
+    auto c = Connection::open(ferry_.address.host, ferry_.address.port);
+    if (!c || !c->send(make_request("POST", "/v1/chat/completions", long_stream().dump(),
+                                    auth_headers()))) {
+      return {};
+    }
+    return read_stream(*c, kPatience);
   }
 };
 
@@ -94,14 +107,16 @@ TEST_F(BackpressureTest, SlowReaderPausesItsSequenceAndLaterGetsTheWholeAnswer) 
   // Still unread, so still paused (a first pause may have been a moment's lag of ferry's loop).
   ASSERT_TRUE(wait_for_metric("ferry_local_paused_sequences", 1));
 
-  // Reading now, the slow client gets the whole answer, identical to an unthrottled one.
+  // Reading now (with room to read quickly), the slow client gets the whole answer, identical to
+  // an unthrottled one.
+  set_receive_buffer(*slow, 1 << 20);
   StreamResult paused = read_stream(*slow, kPatience);
   ASSERT_TRUE(paused.head);
   ASSERT_EQ(paused.head->status, 200);
   EXPECT_EQ(paused.end, ReadStatus::kEnd);
   EXPECT_TRUE(paused.saw_done);
   EXPECT_FALSE(paused.has_error_event());
-  StreamResult direct = stream_request(ferry_.address, "/v1/chat/completions", long_stream());
+  StreamResult direct = read_unthrottled();
   ASSERT_TRUE(direct.head);
   ASSERT_EQ(direct.end, ReadStatus::kEnd);
   EXPECT_FALSE(paused.content().empty());
