@@ -253,48 +253,118 @@ struct HttpBackend::Impl {
     std::optional<Result<BackendReply>> result;  // empty: retry on a fresh connection
     bool reusable = false;
   };
+  static Exchange ended(Error error, bool reusable = false) {
+    return Exchange{Result<BackendReply>(std::move(error)), reusable};
+  }
+  static Exchange client_gone() {
+    return ended(Error::make(ErrorCode::kCancelled, "client went away"));
+  }
 
+  // An I/O error of the exchange as the client sees it (the deadline that fired, or why).
+  Error io_error(const beast::error_code& ec, const char* during, const CancelSignal& cancel,
+                 Clock::time_point total) const {
+    if (cancel.cancelled()) return Error::make(ErrorCode::kCancelled, "client went away");
+    if (ec == beast::error::timeout) {
+      const bool total_hit = Clock::now() >= total;
+      return backend_error(
+          ErrorCode::kTimeout, cfg.name,
+          total_hit ? "did not finish within total_ms=" + std::to_string(cfg.timeouts.total_ms)
+                    : std::string("timed out ") + during);
+    }
+    return backend_error(ErrorCode::kBackendError, cfg.name,
+                         std::string("failed ") + during + ": " + ec.message());
+  }
+
+  using Parser = http::response_parser<http::buffer_body>;
+
+  // Relays an upstream event stream to the client: every event must be an OpenAI chunk (anything
+  // else breaks the stream and is never forwarded); usage and the finish reason are taken and the
+  // model renamed on the way. Events gather in `to_client` until the next write.
+  struct StreamRelay {
+    const BackendRequest& request;
+    const std::string& reply_model;  // quoted; empty: keep the upstream's name
+    BackendReply& reply;
+    SseParser sse;
+    std::string to_client;
+    bool saw_done = false;
+
+    // Feeds body bytes; why the stream is broken, when it is.
+    std::optional<std::string> feed(std::string_view bytes) {
+      bool malformed = false;
+      const bool ok = sse.feed(bytes, [&](std::string_view, std::string_view data) {
+        if (saw_done || malformed) return;
+        if (data == "[DONE]") {
+          saw_done = true;
+        } else if (!is_json_object(data)) {
+          malformed = true;
+        } else {
+          relay(data);
+        }
+      });
+      if (!ok) return sse.error();
+      if (malformed) return std::string("sent a malformed stream event");
+      return std::nullopt;
+    }
+
+    void relay(std::string_view data) {
+      ChunkAction action = inspect_stream_chunk(data, request.client_wants_usage);
+      if (action.usage) reply.usage = *action.usage;
+      if (!reply_model.empty()) {
+        std::string_view current = action.rewritten ? std::string_view(*action.rewritten) : data;
+        if (auto renamed = with_quoted_model(current, reply_model)) {
+          action.rewritten = std::move(renamed);
+        }
+      }
+      std::string_view payload = action.rewritten ? std::string_view(*action.rewritten) : data;
+      if (reply.finish_reason.empty()) reply.finish_reason = find_finish_reason(payload);
+      if (!action.forward) return;
+      to_client.append("data: ");
+      to_client.append(payload);
+      to_client.append("\n\n");
+    }
+  };
+
+  // What reading one response body gathers: the whole body (an answer or an error status), or
+  // a stream relayed as it comes.
+  struct Body {
+    std::optional<StreamRelay> relay;   // streaming
+    size_t limit = 0;                   // not streaming: the most bytes kept
+    std::string bytes;                  // not streaming
+    std::optional<Error> stream_error;  // a stream that broke after events may have gone out
+  };
+
+  // The request head is prebuilt text; head and body go out in one gathered write.
   template <typename Stream>
-  asio::awaitable<Exchange> exchange(Stream& stream, Connection& conn, const std::string& head,
-                                     const BackendRequest& request, StreamSink* sink,
-                                     CancelSignal& cancel, bool reused, Clock::time_point total,
-                                     Clock::time_point started) {
-    Exchange out;
-    auto fail = [&](ErrorCode code, const std::string& what) {
-      out.result = backend_error(code, cfg.name, what);
-      return out;
-    };
-    auto io_error = [&](const beast::error_code& ec, const char* during) -> Exchange {
-      if (cancel.cancelled()) {
-        out.result = Error::make(ErrorCode::kCancelled, "client went away");
-        return out;
-      }
-      if (ec == beast::error::timeout) {
-        bool total_hit = Clock::now() >= total;
-        return fail(ErrorCode::kTimeout, total_hit ? "did not finish within total_ms=" +
-                                                         std::to_string(cfg.timeouts.total_ms)
-                                                   : std::string("timed out ") + during);
-      }
-      return fail(ErrorCode::kBackendError, std::string("failed ") + during + ": " + ec.message());
-    };
-
+  asio::awaitable<beast::error_code> write_request(Stream& stream, Connection& conn,
+                                                   const std::string& head, std::string_view body,
+                                                   Clock::time_point total) {
     conn.tcp().expires_at(step_deadline(cfg.timeouts.idle_ms, total));
-    // The request head is prebuilt text; head and body go out in one gathered write.
-    std::array<asio::const_buffer, 2> out_bufs{asio::buffer(head), asio::buffer(request.body)};
+    std::array<asio::const_buffer, 2> out_bufs{asio::buffer(head), asio::buffer(body)};
     beast::error_code wec;
-    size_t written = write_now(stream, out_bufs, wec);
+    const size_t written = write_now(stream, out_bufs, wec);
     if (!wec && written < asio::buffer_size(out_bufs)) {
       beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(out_bufs);
       rest.consume(written);
       auto [aec, an] = co_await asio::async_write(stream, rest, kAwait);
       wec = aec;
     }
-    if (wec) {
-      if (reused && !cancel.cancelled()) co_return out;  // stale keep-alive: retry fresh
-      co_return io_error(wec, "sending the request");
+    co_return wec;
+  }
+
+  // One request and its answer on one connection: the request written, the head read, the body
+  // relayed (a stream) or gathered, the answer checked. A reused connection that turns out
+  // closed before any answer byte ends with an empty result (retry on a fresh one).
+  template <typename Stream>
+  asio::awaitable<Exchange> exchange(Stream& stream, Connection& conn, const std::string& head,
+                                     const BackendRequest& request, StreamSink* sink,
+                                     CancelSignal& cancel, bool reused, Clock::time_point total,
+                                     Clock::time_point started) {
+    if (beast::error_code wec = co_await write_request(stream, conn, head, request.body, total)) {
+      if (reused && !cancel.cancelled()) co_return Exchange{};  // stale keep-alive: retry fresh
+      co_return ended(io_error(wec, "sending the request", cancel, total));
     }
 
-    http::response_parser<http::buffer_body> parser;
+    Parser parser;
     parser.body_limit(boost::none);
     parser.header_limit(64 * 1024);
     conn.tcp().expires_at(step_deadline(cfg.timeouts.first_byte_ms, total));
@@ -310,183 +380,169 @@ struct HttpBackend::Impl {
     if (hec) {
       bool nothing_read = conn.buffer.size() == 0 && hn == 0;
       if (reused && nothing_read && hec != beast::error::timeout && !cancel.cancelled()) {
-        co_return out;  // the server closed the idle connection as we reused it
+        co_return Exchange{};  // the server closed the idle connection as we reused it
       }
-      co_return io_error(hec, "waiting for the response");
+      co_return ended(io_error(hec, "waiting for the response", cancel, total));
     }
     BackendReply reply;
     reply.first_byte_us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
     auto& res = parser.get();
     reply.status = static_cast<int>(res.result_int());
-    bool ok_status = reply.status >= 200 && reply.status < 300;
-    bool is_sse =
-        res[http::field::content_type].find("text/event-stream") != std::string_view::npos;
-
-    char buf[16 * 1024];
-    std::string body;
-    SseParser sse;
-    std::string to_client;
-    bool saw_done = false;
+    const bool ok_status = reply.status >= 200 && reply.status < 300;
     // The name the client asked for, quoted once for every chunk's rename.
     const std::string reply_model =
         request.reply_model.empty() ? std::string() : quote_model(request.reply_model);
-    bool streaming = ok_status && request.stream;
-    if (streaming && !is_sse) {
-      co_return fail(ErrorCode::kBackendError, "answered a stream request with '" +
-                                                   std::string(res[http::field::content_type]) +
-                                                   "' instead of an event stream");
+    Body body;
+    if (ok_status && request.stream) {
+      if (res[http::field::content_type].find("text/event-stream") == std::string_view::npos) {
+        co_return ended(backend_error(ErrorCode::kBackendError, cfg.name,
+                                      "answered a stream request with '" +
+                                          std::string(res[http::field::content_type]) +
+                                          "' instead of an event stream"));
+      }
+      body.relay.emplace(StreamRelay{request, reply_model, reply, SseParser(), {}, false});
+    } else {
+      body.limit = ok_status ? kMaxResponseBytes : kMaxErrorBodyBytes;
     }
-    size_t limit = ok_status ? kMaxResponseBytes : kMaxErrorBodyBytes;
-    std::optional<Error> stream_error;
+    if (auto end = co_await read_body(stream, conn, parser, body, sink, cancel, total)) {
+      co_return std::move(*end);
+    }
+    co_return settle(parser, body, std::move(reply), reply_model);
+  }
 
+  // Reads the body after the head: parses what is buffered, reads from the socket only when the
+  // parser needs more (Beast's composed read costs an event-loop turn per chunk piece even when
+  // the bytes are here), and forwards a stream's events in one write before each read. The
+  // exchange's end when it fails outright; nullopt when the body ended (whole, too large for a
+  // stream, or a stream cut: body.stream_error).
+  template <typename Stream>
+  asio::awaitable<std::optional<Exchange>> read_body(Stream& stream, Connection& conn,
+                                                     Parser& parser, Body& body, StreamSink* sink,
+                                                     const CancelSignal& cancel,
+                                                     Clock::time_point total) {
+    char buf[kReadChunk];
+    auto& res = parser.get();
     while (!parser.is_done()) {
       res.body().data = buf;
       res.body().size = sizeof buf;
-      // Parse what is buffered; read from the socket only when the parser needs more. (Beast's
-      // composed read costs an event-loop turn per chunk piece even when the bytes are here.)
       beast::error_code rec;
-      bool need_read = conn.buffer.size() == 0;
-      if (!need_read) {
-        size_t used = parser.put(conn.buffer.data(), rec);
-        conn.buffer.consume(used);
-        if (rec == http::error::need_more) {
-          rec = {};
-          need_read = true;
-        } else if (rec == http::error::need_buffer) {
-          rec = {};
-        }
-      }
+      const bool need_read = parse_buffered(parser, conn.buffer, rec);
       if (!rec && need_read && res.body().size == sizeof buf && !parser.is_done()) {
-        // Everything buffered is parsed: forward its events in one write, then wait for more.
-        if (!to_client.empty()) {
-          bool sent = co_await sink->write(to_client);
-          to_client.clear();
-          if (!sent) {
-            out.result = Error::make(ErrorCode::kCancelled, "client went away");
-            co_return out;
-          }
+        if (body.relay && !body.relay->to_client.empty() && !co_await flush(*body.relay, sink)) {
+          co_return client_gone();
         }
         conn.tcp().expires_at(step_deadline(cfg.timeouts.idle_ms, total));
-        auto space = conn.buffer.prepare(sizeof buf);
-        auto [xec, xn] = co_await stream.async_read_some(space, kAwait);
+        auto [xec, xn] = co_await stream.async_read_some(conn.buffer.prepare(sizeof buf), kAwait);
         conn.buffer.commit(xn);
-        if (xec == asio::error::eof || xec == ssl::error::stream_truncated) {
-          // The server closed: that ends a body delimited by the close, anything else is cut.
-          if (parser.got_some()) {
-            parser.put_eof(rec);
-          } else {
-            rec = http::error::end_of_stream;
-          }
-        } else if (xec) {
-          rec = xec;
-        } else {
-          continue;  // parse what came
-        }
+        if (!xec) continue;  // parse what came
+        rec = read_ended(parser, xec);
       }
       if (rec && rec != http::error::end_of_stream) {
-        if (streaming) {
-          if (cancel.cancelled()) co_return io_error(rec, "");
-          stream_error = backend_error(
-              rec == beast::error::timeout ? ErrorCode::kTimeout : ErrorCode::kBackendError,
-              cfg.name,
-              rec == beast::error::timeout ? "stopped sending the stream (idle timeout)"
-                                           : "broke the stream: " + rec.message());
-          break;
+        if (!body.relay || cancel.cancelled()) {
+          co_return ended(io_error(rec, "reading the response", cancel, total));
         }
-        co_return io_error(rec, "reading the response");
+        const bool idle = rec == beast::error::timeout;
+        body.stream_error =
+            backend_error(idle ? ErrorCode::kTimeout : ErrorCode::kBackendError, cfg.name,
+                          idle ? "stopped sending the stream (idle timeout)"
+                               : "broke the stream: " + rec.message());
+        break;
       }
-      size_t got = sizeof buf - res.body().size;
-      if (!streaming) {
-        if (body.size() + got > limit) {
-          co_return fail(ErrorCode::kBackendError,
-                         "sent a response larger than " + std::to_string(limit) + " bytes");
+      const std::string_view got(buf, sizeof buf - res.body().size);
+      if (!body.relay) {
+        if (body.bytes.size() + got.size() > body.limit) {
+          co_return ended(backend_error(
+              ErrorCode::kBackendError, cfg.name,
+              "sent a response larger than " + std::to_string(body.limit) + " bytes"));
         }
-        body.append(buf, got);
-      } else if (got > 0) {
-        bool malformed = false;
-        bool ok =
-            sse.feed(std::string_view(buf, got), [&](std::string_view, std::string_view data) {
-              if (saw_done || malformed) return;
-              if (data == "[DONE]") {
-                saw_done = true;
-                return;
-              }
-              // Every event is an OpenAI chunk: anything else is a broken stream, never forwarded.
-              if (!is_json_object(data)) {
-                malformed = true;
-                return;
-              }
-              ChunkAction action = inspect_stream_chunk(data, request.client_wants_usage);
-              if (action.usage) reply.usage = *action.usage;
-              if (!reply_model.empty()) {
-                std::string_view current =
-                    action.rewritten ? std::string_view(*action.rewritten) : data;
-                if (auto renamed = with_quoted_model(current, reply_model)) {
-                  action.rewritten = std::move(renamed);
-                }
-              }
-              std::string_view payload =
-                  action.rewritten ? std::string_view(*action.rewritten) : data;
-              if (reply.finish_reason.empty()) reply.finish_reason = find_finish_reason(payload);
-              if (!action.forward) return;
-              to_client.append("data: ");
-              to_client.append(payload);
-              to_client.append("\n\n");
-            });
-        if (!ok) {
-          stream_error = backend_error(ErrorCode::kBackendError, cfg.name, sse.error());
-          break;
-        }
-        if (malformed) {
-          stream_error =
-              backend_error(ErrorCode::kBackendError, cfg.name, "sent a malformed stream event");
+        body.bytes.append(got);
+      } else if (!got.empty()) {
+        if (auto broken = body.relay->feed(got)) {
+          body.stream_error = backend_error(ErrorCode::kBackendError, cfg.name, *broken);
           break;
         }
       }
       if (rec == http::error::end_of_stream) break;
     }
     // The events parsed since the last write (before the end, or before a broken event).
-    if (streaming && !to_client.empty()) {
-      bool sent = co_await sink->write(to_client);
-      to_client.clear();
-      if (!sent) {
-        out.result = Error::make(ErrorCode::kCancelled, "client went away");
-        co_return out;
-      }
+    if (body.relay && !body.relay->to_client.empty() && !co_await flush(*body.relay, sink)) {
+      co_return client_gone();
     }
+    co_return std::nullopt;
+  }
 
-    if (!ok_status) {
-      out.reusable = parser.is_done() && parser.keep_alive();
-      out.result = upstream_status_error(cfg.name, static_cast<unsigned>(reply.status), body);
-      co_return out;
+  // Parses what is buffered into the parser's body buffer. True when the parser needs more
+  // bytes from the socket; `ec` says why parsing stopped otherwise.
+  static bool parse_buffered(Parser& parser, beast::flat_buffer& buffer, beast::error_code& ec) {
+    if (buffer.size() == 0) return true;
+    const size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == http::error::need_more) {
+      ec = {};
+      return true;
     }
-    if (streaming) {
-      if (stream_error) {
-        out.result = *stream_error;
-        co_return out;
-      }
-      if (!saw_done && reply.finish_reason.empty()) {
-        co_return fail(ErrorCode::kBackendError, "closed the stream before it finished");
+    if (ec == http::error::need_buffer) ec = {};
+    return false;
+  }
+
+  // A read that failed: the server's close ends a body delimited by the close; anything else is
+  // cut.
+  static beast::error_code read_ended(Parser& parser, const beast::error_code& ec) {
+    if (ec != asio::error::eof && ec != ssl::error::stream_truncated) return ec;
+    beast::error_code rec;
+    if (parser.got_some()) {
+      parser.put_eof(rec);
+    } else {
+      rec = http::error::end_of_stream;
+    }
+    return rec;
+  }
+
+  static asio::awaitable<bool> flush(StreamRelay& relay, StreamSink* sink) {
+    const bool sent = co_await sink->write(relay.to_client);
+    relay.to_client.clear();
+    co_return sent;
+  }
+
+  // The answer once the body is read: an error status explained, a stream that broke or ended
+  // early, a whole answer checked (OpenAI JSON), its usage and finish reason taken, its model
+  // renamed.
+  Exchange settle(const Parser& parser, Body& body, BackendReply reply,
+                  const std::string& reply_model) const {
+    const bool whole = parser.is_done() && parser.keep_alive();
+    if (reply.status < 200 || reply.status >= 300) {
+      return ended(upstream_status_error(cfg.name, static_cast<unsigned>(reply.status), body.bytes),
+                   whole);
+    }
+    if (body.relay) {
+      if (body.stream_error) return ended(*body.stream_error);
+      if (!body.relay->saw_done && reply.finish_reason.empty()) {
+        return ended(backend_error(ErrorCode::kBackendError, cfg.name,
+                                   "closed the stream before it finished"));
       }
     } else {
-      if (!parser.is_done()) co_return fail(ErrorCode::kBackendError, "sent a truncated response");
-      if (!is_openai_answer(body)) {
-        out.reusable = parser.keep_alive();  // the exchange was whole; only the answer is bad
-        co_return fail(ErrorCode::kBackendError,
-                       "answered with a body that is not an OpenAI JSON answer (valid JSON with a "
-                       "'choices' array)");
+      if (!parser.is_done()) {
+        return ended(
+            backend_error(ErrorCode::kBackendError, cfg.name, "sent a truncated response"));
       }
-      if (auto u = find_usage(body)) reply.usage = *u;
-      reply.finish_reason = find_finish_reason(body);
+      if (!is_openai_answer(body.bytes)) {
+        // The exchange was whole; only the answer is bad.
+        return ended(backend_error(ErrorCode::kBackendError, cfg.name,
+                                   "answered with a body that is not an OpenAI JSON answer (valid "
+                                   "JSON with a 'choices' array)"),
+                     parser.keep_alive());
+      }
+      if (auto u = find_usage(body.bytes)) reply.usage = *u;
+      reply.finish_reason = find_finish_reason(body.bytes);
       if (!reply_model.empty()) {
-        if (auto renamed = with_quoted_model(body, reply_model)) body = std::move(*renamed);
+        if (auto renamed = with_quoted_model(body.bytes, reply_model)) {
+          body.bytes = std::move(*renamed);
+        }
       }
-      reply.body = std::move(body);
+      reply.body = std::move(body.bytes);
     }
-    out.reusable = parser.is_done() && parser.keep_alive();
-    out.result = std::move(reply);
-    co_return out;
+    return Exchange{Result<BackendReply>(std::move(reply)), whole};
   }
 };
 

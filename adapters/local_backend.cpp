@@ -559,6 +559,7 @@ engine::GenerationRequest LocalBackend::Call::make_request(size_t index) {
   gen.stop = params_.stop;
   gen.stop_at_eog = params_.stop_at_eog;
   gen.top_logprobs = params_.top_logprobs;
+  gen.max_unread = im_.cfg.local->max_unread_tokens;  // back-pressure: consumed() below
   if (im_.cfg.timeouts.total_ms > 0) {
     gen.deadline = started_ + std::chrono::milliseconds(im_.cfg.timeouts.total_ms);
   }
@@ -647,6 +648,7 @@ void LocalBackend::Call::take_tokens(size_t index, std::string& out) {
     batch_.swap(ch.pending->tokens);
     if (ch.pending->done && ch.pending->tokens.empty()) ch.done = ch.pending->done;
   }
+  if (!batch_.empty()) scheduler_->consumed(*ch.id, static_cast<int64_t>(batch_.size()));
   if (!batch_.empty() && reply_.first_byte_us < 0) {
     reply_.first_byte_us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count();
@@ -806,6 +808,8 @@ void LocalBackend::render_metrics(std::span<const LocalBackend* const> backends,
        [](const Snapshot& s) { return std::to_string(s.queue_depth); }},
       {"ferry_local_active_sequences", "gauge", "Sequences being prefilled or decoded.",
        [](const Snapshot& s) { return std::to_string(s.active_sequences); }},
+      {"ferry_local_paused_sequences", "gauge", "Sequences paused: their client reads slowly.",
+       [](const Snapshot& s) { return std::to_string(s.paused_sequences); }},
       {"ferry_local_kv_bytes", "gauge", "KV cache bytes allocated (running and cached prefixes).",
        [](const Snapshot& s) { return std::to_string(s.kv_bytes_used); }},
       {"ferry_local_kv_budget_bytes", "gauge", "KV cache memory budget in bytes.",

@@ -140,82 +140,103 @@ bool is_lower_hex_sha256(const std::string& s) {
          });
 }
 
-Config parse(const YAML::Node& root_node, const std::string& file) {
-  Config cfg;
-  cfg.source = file;
-  if (!root_node || root_node.IsNull()) {
-    throw YamlError(file, YAML::Mark::null_mark(), "the config is empty");
+void parse_server(const Map& server, Config& cfg) {
+  server.allow_only({"listen", "io_threads", "tls", "shutdown_grace_ms"});
+  if (auto listen = server.opt_str("listen")) {
+    auto hp = parse_host_port(*listen);
+    if (!hp) server.fail("listen", hp.error().message);
+    cfg.server.listen_host = hp->first;
+    cfg.server.listen_port = hp->second;
   }
-  Map root(root_node, file, "the config");
-  root.allow_only({"server", "limits", "auth", "backends", "models", "log", "policy", "ledger",
-                   "prices", "budgets"});
-  if (auto slash = file.rfind('/'); slash != std::string::npos && file != "<embedded default>") {
-    cfg.base_dir = file.substr(0, slash);
-  } else if (file != "<embedded default>") {
-    cfg.base_dir = ".";
+  cfg.server.io_threads = static_cast<int>(server.integer_or("io_threads", 2, 1, 256));
+  cfg.server.shutdown_grace_ms =
+      server.integer_or("shutdown_grace_ms", cfg.server.shutdown_grace_ms, 0, 3600000);
+  if (auto tls = server.opt_map("tls")) {
+    tls->allow_only({"cert", "key"});
+    cfg.server.tls = TlsConfig{tls->str("cert"), tls->str("key")};
   }
+}
 
-  if (auto server = root.opt_map("server")) {
-    server->allow_only({"listen", "io_threads", "tls", "shutdown_grace_ms"});
-    if (auto listen = server->opt_str("listen")) {
-      auto hp = parse_host_port(*listen);
-      if (!hp) server->fail("listen", hp.error().message);
-      cfg.server.listen_host = hp->first;
-      cfg.server.listen_port = hp->second;
+void parse_limits(const Map& limits, Limits& l) {
+  limits.allow_only({"max_body_bytes", "max_header_bytes", "header_timeout_ms", "body_timeout_ms",
+                     "idle_timeout_ms", "write_timeout_ms", "max_connections"});
+  l.max_body_bytes = limits.integer_or("max_body_bytes", l.max_body_bytes, 1024, 1LL << 32);
+  l.max_header_bytes = limits.integer_or("max_header_bytes", l.max_header_bytes, 1024, 1 << 20);
+  l.header_timeout_ms = limits.integer_or("header_timeout_ms", l.header_timeout_ms, 1, 3600000);
+  l.body_timeout_ms = limits.integer_or("body_timeout_ms", l.body_timeout_ms, 1, 3600000);
+  l.idle_timeout_ms = limits.integer_or("idle_timeout_ms", l.idle_timeout_ms, 1, 3600000);
+  l.write_timeout_ms = limits.integer_or("write_timeout_ms", l.write_timeout_ms, 1, 3600000);
+  l.max_connections = limits.integer_or("max_connections", l.max_connections, 1, 1000000);
+}
+
+void parse_auth(const Map& auth, const std::string& file, Config& cfg) {
+  auth.allow_only({"keys"});
+  std::set<std::string> ids;
+  for (const auto& node : auth.seq_or_empty("keys")) {
+    Map k(node, file, "an API key");
+    k.allow_only({"id", "sha256", "key", "team", "project", "role", "tags"});
+    ApiKey key;
+    key.id = k.str("id");
+    if (!ids.insert(key.id).second) k.fail("id", "duplicate key id '" + key.id + "'");
+    if (k.has("sha256") == k.has("key")) {
+      k.fail_here(
+          "an API key needs exactly one of 'sha256' (hex digest) or 'key' "
+          "(plain text, for tests only)");
     }
-    cfg.server.io_threads = static_cast<int>(server->integer_or("io_threads", 2, 1, 256));
-    cfg.server.shutdown_grace_ms =
-        server->integer_or("shutdown_grace_ms", cfg.server.shutdown_grace_ms, 0, 3600000);
-    if (auto tls = server->opt_map("tls")) {
-      tls->allow_only({"cert", "key"});
-      cfg.server.tls = TlsConfig{tls->str("cert"), tls->str("key")};
-    }
-  }
-
-  if (auto limits = root.opt_map("limits")) {
-    limits->allow_only({"max_body_bytes", "max_header_bytes", "header_timeout_ms",
-                        "body_timeout_ms", "idle_timeout_ms", "write_timeout_ms",
-                        "max_connections"});
-    Limits& l = cfg.limits;
-    l.max_body_bytes = limits->integer_or("max_body_bytes", l.max_body_bytes, 1024, 1LL << 32);
-    l.max_header_bytes = limits->integer_or("max_header_bytes", l.max_header_bytes, 1024, 1 << 20);
-    l.header_timeout_ms = limits->integer_or("header_timeout_ms", l.header_timeout_ms, 1, 3600000);
-    l.body_timeout_ms = limits->integer_or("body_timeout_ms", l.body_timeout_ms, 1, 3600000);
-    l.idle_timeout_ms = limits->integer_or("idle_timeout_ms", l.idle_timeout_ms, 1, 3600000);
-    l.write_timeout_ms = limits->integer_or("write_timeout_ms", l.write_timeout_ms, 1, 3600000);
-    l.max_connections = limits->integer_or("max_connections", l.max_connections, 1, 1000000);
-  }
-
-  if (auto auth = root.opt_map("auth")) {
-    auth->allow_only({"keys"});
-    std::set<std::string> ids;
-    for (const auto& node : auth->seq_or_empty("keys")) {
-      Map k(node, file, "an API key");
-      k.allow_only({"id", "sha256", "key", "team", "project", "role", "tags"});
-      ApiKey key;
-      key.id = k.str("id");
-      if (!ids.insert(key.id).second) k.fail("id", "duplicate key id '" + key.id + "'");
-      if (k.has("sha256") == k.has("key")) {
-        k.fail_here(
-            "an API key needs exactly one of 'sha256' (hex digest) or 'key' "
-            "(plain text, for tests only)");
+    if (auto hash = k.opt_str("sha256")) {
+      if (!is_lower_hex_sha256(*hash)) {
+        k.fail("sha256", "must be 64 lower-case hex digits (sha256sum of the key)");
       }
-      if (auto hash = k.opt_str("sha256")) {
-        if (!is_lower_hex_sha256(*hash)) {
-          k.fail("sha256", "must be 64 lower-case hex digits (sha256sum of the key)");
-        }
-        key.sha256 = *hash;
-      } else {
-        key.sha256 = sha256_hex(k.str("key"));
-      }
-      key.team = k.opt_str("team").value_or("");
-      key.project = k.opt_str("project").value_or("");
-      key.role = parse_role(k);
-      key.tags = k.str_list_or_empty("tags");
-      cfg.auth.keys.push_back(std::move(key));
+      key.sha256 = *hash;
+    } else {
+      key.sha256 = sha256_hex(k.str("key"));
     }
+    key.team = k.opt_str("team").value_or("");
+    key.project = k.opt_str("project").value_or("");
+    key.role = parse_role(k);
+    key.tags = k.str_list_or_empty("tags");
+    cfg.auth.keys.push_back(std::move(key));
   }
+}
 
+LocalEngineConfig parse_local_backend(const Map& bm) {
+  bm.allow_only({"name", "kind", "model", "threads", "context_length", "max_sequences", "max_queue",
+                 "kv_budget_mb", "prefill_chunk", "prefix_cache", "max_unread_tokens",
+                 "chat_template", "timeouts"});
+  LocalEngineConfig l;
+  l.model_path = bm.str("model");
+  l.threads = static_cast<int>(bm.integer_or("threads", 0, 0, 1024));
+  l.context_length = bm.integer_or("context_length", 0, 0, 1 << 20);
+  l.max_sequences = bm.integer_or("max_sequences", l.max_sequences, 1, 1024);
+  l.max_queue = bm.integer_or("max_queue", l.max_queue, 0, 1 << 20);
+  l.kv_budget_mb = bm.integer_or("kv_budget_mb", 0, 0, 1 << 24);
+  l.prefill_chunk = bm.integer_or("prefill_chunk", l.prefill_chunk, 1, 1 << 16);
+  l.prefix_cache = bm.boolean_or("prefix_cache", true);
+  l.max_unread_tokens = bm.integer_or("max_unread_tokens", l.max_unread_tokens, 1, 1 << 16);
+  l.chat_template = bm.opt_str("chat_template").value_or("");
+  return l;
+}
+
+void parse_http_backend(const Map& bm, BackendConfig& b) {
+  bm.allow_only({"name", "kind", "base_url", "ca_file", "verify_peer", "api_key", "api_key_env",
+                 "timeouts", "max_idle_connections"});
+  b.base_url = bm.str("base_url");
+  parse_base_url(bm, b);
+  b.ca_file = bm.opt_str("ca_file");
+  b.verify_peer = bm.boolean_or("verify_peer", true);
+  if (bm.has("api_key") && bm.has("api_key_env")) {
+    bm.fail("api_key_env", "give api_key or api_key_env, not both");
+  }
+  b.api_key = bm.opt_str("api_key");
+  if (auto env = bm.opt_str("api_key_env")) {
+    const char* v = std::getenv(env->c_str());
+    if (v == nullptr) bm.fail("api_key_env", "environment variable '" + *env + "' is not set");
+    b.api_key = std::string(v);
+  }
+  b.max_idle_connections = bm.integer_or("max_idle_connections", 32, 0, 100000);
+}
+
+void parse_backends(const Map& root, const std::string& file, Config& cfg) {
   std::set<std::string> backend_names;
   for (const auto& node : root.seq_or_empty("backends")) {
     Map bm(node, file, "a backend");
@@ -224,37 +245,9 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
     if (!backend_names.insert(b.name).second) bm.fail("name", "duplicate backend '" + b.name + "'");
     b.kind = bm.opt_str("kind").value_or("openai");
     if (b.kind == "local") {
-      bm.allow_only({"name", "kind", "model", "threads", "context_length", "max_sequences",
-                     "max_queue", "kv_budget_mb", "prefill_chunk", "prefix_cache", "chat_template",
-                     "timeouts"});
-      LocalEngineConfig l;
-      l.model_path = bm.str("model");
-      l.threads = static_cast<int>(bm.integer_or("threads", 0, 0, 1024));
-      l.context_length = bm.integer_or("context_length", 0, 0, 1 << 20);
-      l.max_sequences = bm.integer_or("max_sequences", l.max_sequences, 1, 1024);
-      l.max_queue = bm.integer_or("max_queue", l.max_queue, 0, 1 << 20);
-      l.kv_budget_mb = bm.integer_or("kv_budget_mb", 0, 0, 1 << 24);
-      l.prefill_chunk = bm.integer_or("prefill_chunk", l.prefill_chunk, 1, 1 << 16);
-      l.prefix_cache = bm.boolean_or("prefix_cache", true);
-      l.chat_template = bm.opt_str("chat_template").value_or("");
-      b.local = std::move(l);
+      b.local = parse_local_backend(bm);
     } else if (b.kind == "openai") {
-      bm.allow_only({"name", "kind", "base_url", "ca_file", "verify_peer", "api_key", "api_key_env",
-                     "timeouts", "max_idle_connections"});
-      b.base_url = bm.str("base_url");
-      parse_base_url(bm, b);
-      b.ca_file = bm.opt_str("ca_file");
-      b.verify_peer = bm.boolean_or("verify_peer", true);
-      if (bm.has("api_key") && bm.has("api_key_env")) {
-        bm.fail("api_key_env", "give api_key or api_key_env, not both");
-      }
-      b.api_key = bm.opt_str("api_key");
-      if (auto env = bm.opt_str("api_key_env")) {
-        const char* v = std::getenv(env->c_str());
-        if (v == nullptr) bm.fail("api_key_env", "environment variable '" + *env + "' is not set");
-        b.api_key = std::string(v);
-      }
-      b.max_idle_connections = bm.integer_or("max_idle_connections", 32, 0, 100000);
+      parse_http_backend(bm, b);
     } else {
       bm.fail("kind",
               "must be 'openai' (an OpenAI-compatible HTTP server) or 'local' (the "
@@ -271,7 +264,9 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
     }
     cfg.backends.push_back(std::move(b));
   }
+}
 
+void parse_models(const Map& root, const std::string& file, Config& cfg) {
   std::set<std::string> model_names;
   for (const auto& node : root.seq_or_empty("models")) {
     Map mm(node, file, "a model");
@@ -288,7 +283,27 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
     m.context_length = mm.integer_or("context_length", 0, 0, 1 << 30);
     cfg.models.push_back(std::move(m));
   }
+}
 
+Config parse(const YAML::Node& root_node, const std::string& file) {
+  Config cfg;
+  cfg.source = file;
+  if (!root_node || root_node.IsNull()) {
+    throw YamlError(file, YAML::Mark::null_mark(), "the config is empty");
+  }
+  Map root(root_node, file, "the config");
+  root.allow_only({"server", "limits", "auth", "backends", "models", "log", "policy", "ledger",
+                   "prices", "budgets"});
+  if (auto slash = file.rfind('/'); slash != std::string::npos && file != "<embedded default>") {
+    cfg.base_dir = file.substr(0, slash);
+  } else if (file != "<embedded default>") {
+    cfg.base_dir = ".";
+  }
+  if (auto server = root.opt_map("server")) parse_server(*server, cfg);
+  if (auto limits = root.opt_map("limits")) parse_limits(*limits, cfg.limits);
+  if (auto auth = root.opt_map("auth")) parse_auth(*auth, file, cfg);
+  parse_backends(root, file, cfg);
+  parse_models(root, file, cfg);
   if (auto log = root.opt_map("log")) {
     log->allow_only({"access_log"});
     cfg.log.access_log = log->opt_str("access_log").value_or("stdout");

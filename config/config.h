@@ -73,7 +73,10 @@ struct LocalEngineConfig {
   int64_t kv_budget_mb = 0;     // KV cache memory for running + cached prefixes; 0 = auto
   int64_t prefill_chunk = 256;  // prompt tokens per step, interleaved with decode steps
   bool prefix_cache = true;     // reuse KV of shared prompt prefixes across requests
-  std::string chat_template;    // "" = the model's own template; else a Jinja template
+  // Tokens a sequence may have waiting for its client; at the bound it is paused (a slow reader
+  // cannot make ferry buffer its output without limit; the other sequences run on).
+  int64_t max_unread_tokens = 64;
+  std::string chat_template;  // "" = the model's own template; else a Jinja template
 };
 
 struct BackendConfig {

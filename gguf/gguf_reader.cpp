@@ -240,6 +240,78 @@ void read_value(Cursor& c, ValueType t, Value& v, const ReadLimits& limits, int 
   }
 }
 
+// One metadata key and its value.
+Result<std::pair<std::string, Value>> read_key_value(Cursor& c, const std::string& file,
+                                                     const ReadLimits& limits) {
+  const uint64_t at = c.offset();
+  std::string key = c.read_string("metadata key", limits.max_string_bytes);
+  const auto type_id = c.read<uint32_t>("metadata value type");
+  if (!c.ok()) return *c.error();
+  if (!value_type_valid(type_id)) {
+    return file_error(file, at, "key '" + key + "': unknown value type " + std::to_string(type_id));
+  }
+  Value value;
+  read_value(c, static_cast<ValueType>(type_id), value, limits, 0);
+  if (!c.ok()) return *c.error();
+  return std::pair{std::move(key), std::move(value)};
+}
+
+// One tensor info: name, shape (1 to 4 dimensions, no overflow), a known type whose blocks
+// tile the rows, an aligned offset; its size in bytes. Where its data lies is checked later.
+Result<TensorInfo> read_tensor_info(Cursor& c, const std::string& file, const ReadLimits& limits,
+                                    uint64_t alignment) {
+  const uint64_t at = c.offset();
+  TensorInfo t;
+  t.name = c.read_string("tensor name", limits.max_string_bytes);
+  const auto n_dims = c.read<uint32_t>("tensor dimension count");
+  if (!c.ok()) return *c.error();
+  if (n_dims == 0 || n_dims > kMaxDims) {
+    return file_error(
+        file, at,
+        "tensor '" + t.name + "': " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
+  }
+  uint64_t n_elements = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    const auto ne = c.read<uint64_t>("tensor dimension");
+    if (!c.ok()) return *c.error();
+    if (ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+        (ne != 0 && n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / ne)) {
+      return file_error(file, at, "tensor '" + t.name + "': shape overflows");
+    }
+    n_elements *= ne;
+    t.shape.push_back(static_cast<int64_t>(ne));
+  }
+  const auto type_id = c.read<uint32_t>("tensor type");
+  t.offset = c.read<uint64_t>("tensor offset");
+  if (!c.ok()) return *c.error();
+  if (!model_format::tensor_type_known(type_id)) {
+    return file_error(file, at, "tensor '" + t.name + "': unknown type " + std::to_string(type_id));
+  }
+  t.type = static_cast<TensorType>(type_id);
+  const auto row = model_format::row_bytes(t.type, t.shape[0]);
+  if (!row && t.shape[0] % model_format::block_elems(t.type) == 0) {
+    return file_error(file, at, "tensor '" + t.name + "': size overflows");
+  }
+  if (!row) {
+    return file_error(file, at,
+                      "tensor '" + t.name + "': row of " + std::to_string(t.shape[0]) +
+                          " is not a whole number of " +
+                          std::string(model_format::tensor_type_name(t.type)) + " blocks");
+  }
+  const uint64_t n_rows = t.shape[0] == 0 ? 0 : n_elements / static_cast<uint64_t>(t.shape[0]);
+  if (n_rows != 0 && *row > std::numeric_limits<uint64_t>::max() / n_rows) {
+    return file_error(file, at, "tensor '" + t.name + "': size overflows");
+  }
+  t.n_elements = n_elements;
+  t.n_bytes = *row * n_rows;
+  if (t.offset % alignment != 0) {
+    return file_error(file, at,
+                      "tensor '" + t.name + "': offset " + std::to_string(t.offset) +
+                          " is not a multiple of the alignment " + std::to_string(alignment));
+  }
+  return t;
+}
+
 }  // namespace
 
 GgufFile::~GgufFile() {
@@ -314,20 +386,12 @@ Status GgufFile::parse(const ReadLimits& limits) {
   metadata_.reserve(static_cast<size_t>(n_kv));
   for (uint64_t i = 0; i < n_kv; ++i) {
     const uint64_t at = c.offset();
-    std::string key = c.read_string("metadata key", limits.max_string_bytes);
-    const auto type_id = c.read<uint32_t>("metadata value type");
-    if (!c.ok()) return *c.error();
-    if (!value_type_valid(type_id)) {
-      return file_error(name_, at,
-                        "key '" + key + "': unknown value type " + std::to_string(type_id));
+    auto kv = read_key_value(c, name_, limits);
+    if (!kv) return kv.error();
+    if (!metadata_index_.emplace(kv->first, metadata_.size()).second) {
+      return file_error(name_, at, "duplicate metadata key '" + kv->first + "'");
     }
-    Value value;
-    read_value(c, static_cast<ValueType>(type_id), value, limits, 0);
-    if (!c.ok()) return *c.error();
-    if (!metadata_index_.emplace(key, metadata_.size()).second) {
-      return file_error(name_, at, "duplicate metadata key '" + key + "'");
-    }
-    metadata_.emplace_back(std::move(key), std::move(value));
+    metadata_.push_back(std::move(kv).value());
   }
 
   if (const Value* align = find("general.alignment")) {
@@ -341,56 +405,9 @@ Status GgufFile::parse(const ReadLimits& limits) {
   tensors_.reserve(static_cast<size_t>(n_tensors));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     const uint64_t at = c.offset();
-    TensorInfo t;
-    t.name = c.read_string("tensor name", limits.max_string_bytes);
-    const auto n_dims = c.read<uint32_t>("tensor dimension count");
-    if (!c.ok()) return *c.error();
-    if (n_dims == 0 || n_dims > kMaxDims) {
-      return file_error(
-          name_, at,
-          "tensor '" + t.name + "': " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
-    }
-    uint64_t n_elements = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      const auto ne = c.read<uint64_t>("tensor dimension");
-      if (!c.ok()) return *c.error();
-      if (ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          (ne != 0 &&
-           n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / ne)) {
-        return file_error(name_, at, "tensor '" + t.name + "': shape overflows");
-      }
-      n_elements *= ne;
-      t.shape.push_back(static_cast<int64_t>(ne));
-    }
-    const auto type_id = c.read<uint32_t>("tensor type");
-    t.offset = c.read<uint64_t>("tensor offset");
-    if (!c.ok()) return *c.error();
-    if (!model_format::tensor_type_known(type_id)) {
-      return file_error(name_, at,
-                        "tensor '" + t.name + "': unknown type " + std::to_string(type_id));
-    }
-    t.type = static_cast<TensorType>(type_id);
-    const auto row = model_format::row_bytes(t.type, t.shape[0]);
-    if (!row && t.shape[0] % model_format::block_elems(t.type) == 0) {
-      return file_error(name_, at, "tensor '" + t.name + "': size overflows");
-    }
-    if (!row) {
-      return file_error(name_, at,
-                        "tensor '" + t.name + "': row of " + std::to_string(t.shape[0]) +
-                            " is not a whole number of " +
-                            std::string(model_format::tensor_type_name(t.type)) + " blocks");
-    }
-    const uint64_t n_rows = t.shape[0] == 0 ? 0 : n_elements / static_cast<uint64_t>(t.shape[0]);
-    if (n_rows != 0 && *row > std::numeric_limits<uint64_t>::max() / n_rows) {
-      return file_error(name_, at, "tensor '" + t.name + "': size overflows");
-    }
-    t.n_elements = n_elements;
-    t.n_bytes = *row * n_rows;
-    if (t.offset % alignment_ != 0) {
-      return file_error(name_, at,
-                        "tensor '" + t.name + "': offset " + std::to_string(t.offset) +
-                            " is not a multiple of the alignment " + std::to_string(alignment_));
-    }
+    auto info = read_tensor_info(c, name_, limits, alignment_);
+    if (!info) return info.error();
+    TensorInfo& t = info.value();
     if (!tensor_index_.emplace(t.name, tensors_.size()).second) {
       return file_error(name_, at, "duplicate tensor name '" + t.name + "'");
     }

@@ -227,35 +227,138 @@ void ReportRow::add(const ReportRow& o) {
   avoided_base += o.avoided_base;
 }
 
-Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
-                          const ReportProgress& progress) {
-  if (query.by.empty()) {
-    return Error::make(ErrorCode::kInvalidRequest, "report: at least one --by dimension", "by");
-  }
+namespace {
+
+// Whether `sql` finds a row.
+Result<bool> finds_row(Db& db, const char* sql) {
+  auto stmt = db.prepare(sql);
+  if (!stmt) return stmt.error();
+  auto found = stmt->step();
+  if (!found) return found.error();
+  return *found;
+}
+
+// The smallest source that answers `query` in this file (older files lack daily_team or the
+// `refused` columns, which tell served rows).
+Result<Source> choose_source(Db& db, const ReportQuery& query) {
   bool raw =
       query.force_raw || query.filter.task_id.has_value() || query.filter.request_id.has_value();
   for (ReportBy by : query.by) raw = raw || info(by).daily_expr == nullptr;
   bool team_ok =
       !raw && !query.force_full_aggregate && !query.filter.key_id && !query.filter.rule_id;
   for (ReportBy by : query.by) team_ok = team_ok && info(by).in_daily_team;
-  auto db = Db::open(db_path, true);
-  if (!db) return db.error();
-  if (team_ok) {  // a file not yet migrated to schema 2 has no daily_team
-    auto has = db->prepare("SELECT 1 FROM sqlite_master WHERE type='table' AND name='daily_team'");
-    if (!has) return has.error();
-    auto found = has->step();
+  if (team_ok) {
+    auto found =
+        finds_row(db, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='daily_team'");
     if (!found) return found.error();
     team_ok = *found;
   }
-  if (!raw) {  // a file not yet migrated to the `refused` columns cannot tell served rows
-    auto has = db->prepare("SELECT 1 FROM pragma_table_info('daily') WHERE name='refused'");
-    if (!has) return has.error();
-    auto found = has->step();
+  if (!raw) {
+    auto found = finds_row(db, "SELECT 1 FROM pragma_table_info('daily') WHERE name='refused'");
     if (!found) return found.error();
     raw = !*found;
     team_ok = team_ok && !raw;
   }
-  Source source = raw ? Source::kRows : team_ok ? Source::kDailyTeam : Source::kDaily;
+  return raw ? Source::kRows : team_ok ? Source::kDailyTeam : Source::kDaily;
+}
+
+// The report's SELECT up to its WHERE (filters are appended): the group expressions, then the
+// columns in read_groups' order.
+std::string report_select(const ReportQuery& query, Source source) {
+  const bool raw = source == Source::kRows;
+  std::string select;
+  for (ReportBy by : query.by) {
+    const ByInfo& b = info(by);
+    select += std::string(raw ? b.raw_expr : b.daily_expr) + ",";
+  }
+  if (raw) {
+    // Served = a request row neither refused nor a shadow copy (see ledger/store.cpp).
+    const std::string served =
+        "kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')=0";
+    return "SELECT " + select + "SUM(" + served + "), SUM(" + served +
+           " AND pricing='unpriced'), "
+           "SUM(input_tokens), SUM(cached_tokens), SUM(output_tokens), SUM(reasoning_tokens), "
+           "SUM(COALESCE(cost_input,0)), SUM(COALESCE(cost_cached,0)), "
+           "SUM(COALESCE(cost_output,0)), SUM(COALESCE(cost_reasoning,0)), "
+           "SUM(COALESCE(cost_total,0)), SUM(COALESCE(avoided_cost,0)), "
+           "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END), "
+           "MIN(started_us), MAX(ended_us), SUM(kind='request' AND status='refused'), "
+           "SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')>0) "
+           "FROM requests WHERE 1=1";
+  }
+  return "SELECT " + select +
+         "SUM(requests)-SUM(refused)-SUM(shadows), SUM(unpriced_served), SUM(input_tokens), "
+         "SUM(cached_tokens), "
+         "SUM(output_tokens), SUM(reasoning_tokens), SUM(cost_input), SUM(cost_cached), "
+         "SUM(cost_output), SUM(cost_reasoning), SUM(cost_total), SUM(avoided_total), "
+         "SUM(avoided_base), MIN(first_us), MAX(last_us), SUM(refused), SUM(shadows) FROM " +
+         (source == Source::kDailyTeam ? "daily_team" : "daily") + " WHERE 1=1";
+}
+
+void bind_all(Stmt& stmt, const std::vector<Value>& params) {
+  for (size_t i = 0; i < params.size(); ++i) stmt.bind_value(static_cast<int>(i + 1), params[i]);
+}
+
+// The same aggregate over consecutive seq ranges, merged by group (std::map orders the groups
+// bytewise, as SQLite's BINARY collation does; the row columns are NOT NULL). One read
+// transaction: every chunk sees the same snapshot. A task or request-id filter still finds its
+// rows by index in each range.
+Result<std::vector<ReportRow>> read_chunked(Db& db, const std::string& sql,
+                                            const std::string& order,
+                                            const std::vector<Value>& params, int n,
+                                            int64_t chunk_rows, const ReportProgress& progress) {
+  auto begin = db.exec("BEGIN");
+  if (!begin) return begin.error();
+  auto bounds = db.prepare(  // apart: each is then one b-tree probe, not a scan
+      "SELECT (SELECT MIN(seq) FROM requests), (SELECT MAX(seq) FROM requests)");
+  if (!bounds) return bounds.error();
+  auto has = bounds->step();
+  if (!has) return has.error();
+  std::vector<ReportRow> rows;
+  if (!*has || bounds->is_null(0)) return rows;
+  std::map<std::vector<std::string>, ReportRow> merged;
+  const int64_t lo = bounds->int_at(0);
+  const int64_t hi = bounds->int_at(1);
+  const int64_t total = hi - lo + 1;
+  const int64_t size = chunk_rows > 0
+                           ? chunk_rows
+                           : std::max<int64_t>(1, (total + kReportChunks - 1) / kReportChunks);
+  auto stmt = db.prepare(sql + " AND seq BETWEEN ? AND ?" + order);
+  if (!stmt) return stmt.error();
+  for (int64_t from = lo;;) {
+    const int64_t to = hi - from < size ? hi : from + size - 1;
+    stmt->reset();  // clears the bindings too
+    bind_all(*stmt, params);
+    stmt->bind(static_cast<int>(params.size() + 1), from);
+    stmt->bind(static_cast<int>(params.size() + 2), to);
+    auto part = read_groups(*stmt, n);
+    if (!part) return part.error();
+    for (auto& row : *part) {
+      auto [it, fresh] = merged.try_emplace(row.group, row);
+      if (!fresh && !merge_group(it->second, row)) {
+        return Error::make(ErrorCode::kUnavailable, "report: integer overflow in a sum");
+      }
+    }
+    if (progress) progress(to - lo + 1, total);
+    if (to == hi) break;
+    from = to + 1;
+  }
+  for (auto& [key, row] : merged) rows.push_back(std::move(row));
+  return rows;
+}
+
+}  // namespace
+
+Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
+                          const ReportProgress& progress) {
+  if (query.by.empty()) {
+    return Error::make(ErrorCode::kInvalidRequest, "report: at least one --by dimension", "by");
+  }
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  auto source = choose_source(*db, query);
+  if (!source) return source.error();
+  const bool raw = *source == Source::kRows;
   Report report;
   report.by = query.by;
   report.from_aggregate = !raw;
@@ -266,40 +369,7 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
     if (!found) return found.error();
     report.currency = *found ? cur->text_at(0) : "";
   }
-  std::string select;
-  std::string group;
-  for (size_t i = 0; i < query.by.size(); ++i) {
-    const ByInfo& b = info(query.by[i]);
-    select += std::string(raw ? b.raw_expr : b.daily_expr) + ",";
-    group += (i == 0 ? "" : ",") + std::to_string(i + 1);
-  }
-  // Reading the rows in seq ranges (for progress); a task or request-id filter still finds
-  // its rows by index in each range.
-  bool chunked = raw && (query.chunk_rows > 0 || progress);
-  std::string sql;
-  if (raw) {
-    // Served = a request row neither refused nor a shadow copy (see ledger/store.cpp).
-    const std::string served =
-        "kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')=0";
-    sql = "SELECT " + select + "SUM(" + served + "), SUM(" + served +
-          " AND pricing='unpriced'), "
-          "SUM(input_tokens), SUM(cached_tokens), SUM(output_tokens), SUM(reasoning_tokens), "
-          "SUM(COALESCE(cost_input,0)), SUM(COALESCE(cost_cached,0)), "
-          "SUM(COALESCE(cost_output,0)), SUM(COALESCE(cost_reasoning,0)), "
-          "SUM(COALESCE(cost_total,0)), SUM(COALESCE(avoided_cost,0)), "
-          "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END), "
-          "MIN(started_us), MAX(ended_us), SUM(kind='request' AND status='refused'), "
-          "SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')>0) "
-          "FROM requests WHERE 1=1";
-  } else {
-    sql = "SELECT " + select +
-          "SUM(requests)-SUM(refused)-SUM(shadows), SUM(unpriced_served), SUM(input_tokens), "
-          "SUM(cached_tokens), "
-          "SUM(output_tokens), SUM(reasoning_tokens), SUM(cost_input), SUM(cost_cached), "
-          "SUM(cost_output), SUM(cost_reasoning), SUM(cost_total), SUM(avoided_total), "
-          "SUM(avoided_base), MIN(first_us), MAX(last_us), SUM(refused), SUM(shadows) FROM " +
-          (source == Source::kDailyTeam ? "daily_team" : "daily") + " WHERE 1=1";
-  }
+  std::string sql = report_select(query, *source);
   std::vector<Value> params;
   std::string request_id = kRequestIdColumn;
   if (query.filter.request_id) {
@@ -308,58 +378,22 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
     request_id = *expr;
   }
   add_filters(query.filter, raw, sql, params, "", request_id);
-  int n = static_cast<int>(query.by.size());
+  const int n = static_cast<int>(query.by.size());
+  std::string group;
+  for (int i = 0; i < n; ++i) group += (i == 0 ? "" : ",") + std::to_string(i + 1);
   const std::string order = " GROUP BY " + group + " ORDER BY " + group;
-  if (!chunked) {
-    auto stmt = db->prepare(sql + order);
-    if (!stmt) return stmt.error();
-    for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
-    auto rows = read_groups(*stmt, n);
+  // Reading the rows in seq ranges (for progress).
+  if (raw && (query.chunk_rows > 0 || progress)) {
+    auto rows = read_chunked(*db, sql, order, params, n, query.chunk_rows, progress);
     if (!rows) return rows.error();
     report.rows = std::move(*rows);
   } else {
-    // The same aggregate over consecutive seq ranges, merged by group (std::map orders the
-    // groups bytewise, as SQLite's BINARY collation does; the row columns are NOT NULL). One
-    // read transaction: every chunk sees the same snapshot.
-    auto begin = db->exec("BEGIN");
-    if (!begin) return begin.error();
-    auto bounds = db->prepare(  // apart: each is then one b-tree probe, not a scan
-        "SELECT (SELECT MIN(seq) FROM requests), (SELECT MAX(seq) FROM requests)");
-    if (!bounds) return bounds.error();
-    auto has = bounds->step();
-    if (!has) return has.error();
-    std::map<std::vector<std::string>, ReportRow> merged;
-    if (*has && !bounds->is_null(0)) {
-      int64_t lo = bounds->int_at(0);
-      int64_t hi = bounds->int_at(1);
-      int64_t total = hi - lo + 1;
-      int64_t size = query.chunk_rows > 0
-                         ? query.chunk_rows
-                         : std::max<int64_t>(1, (total + kReportChunks - 1) / kReportChunks);
-      auto stmt = db->prepare(sql + " AND seq BETWEEN ? AND ?" + order);
-      if (!stmt) return stmt.error();
-      for (int64_t from = lo;;) {
-        int64_t to = hi - from < size ? hi : from + size - 1;
-        stmt->reset();  // clears the bindings too
-        for (size_t i = 0; i < params.size(); ++i) {
-          stmt->bind_value(static_cast<int>(i + 1), params[i]);
-        }
-        stmt->bind(static_cast<int>(params.size() + 1), from);
-        stmt->bind(static_cast<int>(params.size() + 2), to);
-        auto part = read_groups(*stmt, n);
-        if (!part) return part.error();
-        for (auto& row : *part) {
-          auto [it, fresh] = merged.try_emplace(row.group, row);
-          if (!fresh && !merge_group(it->second, row)) {
-            return Error::make(ErrorCode::kUnavailable, "report: integer overflow in a sum");
-          }
-        }
-        if (progress) progress(to - lo + 1, total);
-        if (to == hi) break;
-        from = to + 1;
-      }
-    }
-    for (auto& [key, row] : merged) report.rows.push_back(std::move(row));
+    auto stmt = db->prepare(sql + order);
+    if (!stmt) return stmt.error();
+    bind_all(*stmt, params);
+    auto rows = read_groups(*stmt, n);
+    if (!rows) return rows.error();
+    report.rows = std::move(*rows);
   }
   for (const auto& row : report.rows) report.totals.add(row);
   return report;
@@ -426,55 +460,60 @@ const std::vector<Column>& value_columns() {
 
 }  // namespace
 
-std::string format_report(const Report& report, ReportFormat format, bool savings) {
+namespace {
+
+nlohmann::ordered_json row_json(const Report& report, const ReportRow& r, bool with_group,
+                                bool savings) {
+  nlohmann::ordered_json j;
+  if (with_group) {
+    for (size_t i = 0; i < report.by.size(); ++i) {
+      j[std::string(report_by_name(report.by[i]))] = r.group[i];
+    }
+  }
+  j["requests"] = r.requests;
+  j["unpriced_requests"] = r.unpriced_requests;
+  j["refused_requests"] = r.refused_requests;
+  j["shadow_requests"] = r.shadow_requests;
+  j["tokens"] = {{"input", r.input_tokens},
+                 {"cached_input", r.cached_tokens},
+                 {"output", r.output_tokens},
+                 {"reasoning", r.reasoning_tokens}};
+  j["cost"] = {{"input", r.cost_input.to_string()},
+               {"cached_input", r.cost_cached.to_string()},
+               {"output", r.cost_output.to_string()},
+               {"reasoning", r.cost_reasoning.to_string()},
+               {"total", r.total.to_string()}};
+  j["avg_per_request"] = r.average().to_string();
+  j["first_request"] = time_or_empty(r.first_us);
+  j["last_request"] = time_or_empty(r.last_us);
+  if (savings) {
+    j["savings"] = {{"actual_compared", r.avoided_base.to_string()},
+                    {"avoided_cost", r.avoided.to_string()},
+                    {"saved", r.saved().to_string()}};
+  }
+  return j;
+}
+
+std::string report_json(const Report& report, bool savings) {
+  nlohmann::ordered_json out;
+  out["currency"] = report.currency;
+  nlohmann::ordered_json by = nlohmann::ordered_json::array();
+  for (ReportBy b : report.by) by.push_back(std::string(report_by_name(b)));
+  out["by"] = by;
+  out["groups"] = nlohmann::ordered_json::array();
+  for (const auto& r : report.rows) out["groups"].push_back(row_json(report, r, true, savings));
+  out["totals"] = row_json(report, report.totals, false, savings);
+  // Rows written by an older ferry can hold bytes that are not UTF-8 (a task header stored
+  // unchecked): they are shown as U+FFFD rather than failing the report.
+  return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+// The cells of a table or CSV report: the header, a line per group, the totals.
+std::vector<std::vector<std::string>> report_cells(const Report& report, bool savings) {
   std::vector<const Column*> columns;
   for (const auto& c : value_columns()) {
     if (!c.savings_only || savings) columns.push_back(&c);
   }
-  if (format == ReportFormat::kJson) {
-    auto row_json = [&](const ReportRow& r, bool with_group) {
-      nlohmann::ordered_json j;
-      if (with_group) {
-        for (size_t i = 0; i < report.by.size(); ++i) {
-          j[std::string(report_by_name(report.by[i]))] = r.group[i];
-        }
-      }
-      j["requests"] = r.requests;
-      j["unpriced_requests"] = r.unpriced_requests;
-      j["refused_requests"] = r.refused_requests;
-      j["shadow_requests"] = r.shadow_requests;
-      j["tokens"] = {{"input", r.input_tokens},
-                     {"cached_input", r.cached_tokens},
-                     {"output", r.output_tokens},
-                     {"reasoning", r.reasoning_tokens}};
-      j["cost"] = {{"input", r.cost_input.to_string()},
-                   {"cached_input", r.cost_cached.to_string()},
-                   {"output", r.cost_output.to_string()},
-                   {"reasoning", r.cost_reasoning.to_string()},
-                   {"total", r.total.to_string()}};
-      j["avg_per_request"] = r.average().to_string();
-      j["first_request"] = time_or_empty(r.first_us);
-      j["last_request"] = time_or_empty(r.last_us);
-      if (savings) {
-        j["savings"] = {{"actual_compared", r.avoided_base.to_string()},
-                        {"avoided_cost", r.avoided.to_string()},
-                        {"saved", r.saved().to_string()}};
-      }
-      return j;
-    };
-    nlohmann::ordered_json out;
-    out["currency"] = report.currency;
-    nlohmann::ordered_json by = nlohmann::ordered_json::array();
-    for (ReportBy b : report.by) by.push_back(std::string(report_by_name(b)));
-    out["by"] = by;
-    out["groups"] = nlohmann::ordered_json::array();
-    for (const auto& r : report.rows) out["groups"].push_back(row_json(r, true));
-    out["totals"] = row_json(report.totals, false);
-    // Rows written by an older ferry can hold bytes that are not UTF-8 (a task header stored
-    // unchecked): they are shown as U+FFFD rather than failing the report.
-    return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
-  }
-  // Table and CSV share the cells.
   std::vector<std::vector<std::string>> cells;
   std::vector<std::string> header;
   for (ReportBy b : report.by) header.emplace_back(report_by_name(b));
@@ -490,25 +529,21 @@ std::string format_report(const Report& report, ReportFormat format, bool saving
   };
   for (const auto& r : report.rows) add_row(r, false);
   add_row(report.totals, true);
-  std::string out;
-  if (format == ReportFormat::kCsv) {
-    size_t dims = report.by.size();
-    for (const auto& line : cells) {
-      for (size_t i = 0; i < line.size(); ++i) {
-        out += (i == 0 ? "" : ",") + csv_field(line[i], i < dims);
-      }
-      out += "\n";
-    }
-    return out;
-  }
-  std::vector<size_t> widths(header.size(), 0);
+  return cells;
+}
+
+// Aligned columns (group values left, figures right), rules under the header and above the
+// totals.
+std::string table_text(const std::vector<std::vector<std::string>>& cells, size_t dims) {
+  std::vector<size_t> widths(cells.front().size(), 0);
   for (const auto& line : cells) {
     for (size_t i = 0; i < line.size(); ++i) widths[i] = std::max(widths[i], line[i].size());
   }
+  std::string out;
   for (size_t li = 0; li < cells.size(); ++li) {
     const auto& line = cells[li];
     for (size_t i = 0; i < line.size(); ++i) {
-      bool left = i < report.by.size();
+      bool left = i < dims;
       std::string pad(widths[i] - line[i].size(), ' ');
       out += (i == 0 ? "" : "  ") + (left ? line[i] + pad : pad + line[i]);
     }
@@ -520,8 +555,26 @@ std::string format_report(const Report& report, ReportFormat format, bool saving
       out += std::string(total - 2, '-') + "\n";
     }
   }
-  out += "currency: " + report.currency + "\n";
   return out;
+}
+
+}  // namespace
+
+std::string format_report(const Report& report, ReportFormat format, bool savings) {
+  if (format == ReportFormat::kJson) return report_json(report, savings);
+  const std::vector<std::vector<std::string>> cells = report_cells(report, savings);
+  const size_t dims = report.by.size();
+  if (format == ReportFormat::kCsv) {
+    std::string out;
+    for (const auto& line : cells) {
+      for (size_t i = 0; i < line.size(); ++i) {
+        out += (i == 0 ? "" : ",") + csv_field(line[i], i < dims);
+      }
+      out += "\n";
+    }
+    return out;
+  }
+  return table_text(cells, dims) + "currency: " + report.currency + "\n";
 }
 
 namespace {

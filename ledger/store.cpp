@@ -711,30 +711,47 @@ Status Store::sync_prices(const PriceCatalog& catalog) {
   return db_.exec("COMMIT");
 }
 
+namespace {
+
+// Binds a text column that is NULL when empty, without copying (the text outlives the run).
+void bind_text_or_null(Stmt& stmt, int index, const std::string& text) {
+  if (text.empty()) {
+    stmt.bind_null(index);
+  } else {
+    stmt.bind_ref(index, std::string_view(text));
+  }
+}
+
+}  // namespace
+
+Status Store::copy_original(RequestRecord& r, const std::string& adjusts_id) {
+  find_original_.bind(1, adjusts_id);
+  auto found = find_original_.step();
+  if (!found) return found.error();
+  if (!*found) {
+    find_original_.reset();
+    return Error::make(ErrorCode::kNotFound, "adjustment: no request with id '" + adjusts_id + "'");
+  }
+  r.key_id = find_original_.text_at(0);
+  r.team = find_original_.text_at(1);
+  r.project = find_original_.text_at(2);
+  r.task_id = find_original_.text_at(3);
+  r.requested_model = find_original_.text_at(4);
+  r.target = find_original_.text_at(5);
+  r.upstream_model = find_original_.text_at(6);
+  r.rule_id = find_original_.text_at(7);
+  r.policy_version = find_original_.text_at(8);
+  find_original_.reset();
+  return {};
+}
+
 Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq,
                          detail::RowScratch& scratch,
                          std::map<std::string, detail::DailyDelta>& daily,
                          std::map<std::string, detail::DailyDelta>& daily_team) {
   RequestRecord& r = entry.record;
   if (entry.kind == EntryKind::kAdjustment) {
-    find_original_.bind(1, entry.adjusts_id);
-    auto found = find_original_.step();
-    if (!found) return found.error();
-    if (!*found) {
-      find_original_.reset();
-      return Error::make(ErrorCode::kNotFound,
-                         "adjustment: no request with id '" + entry.adjusts_id + "'");
-    }
-    r.key_id = find_original_.text_at(0);
-    r.team = find_original_.text_at(1);
-    r.project = find_original_.text_at(2);
-    r.task_id = find_original_.text_at(3);
-    r.requested_model = find_original_.text_at(4);
-    r.target = find_original_.text_at(5);
-    r.upstream_model = find_original_.text_at(6);
-    r.rule_id = find_original_.text_at(7);
-    r.policy_version = find_original_.text_at(8);
-    find_original_.reset();
+    if (Status st = copy_original(r, entry.adjusts_id); !st) return st;
   }
   request_values(entry, prev_hash, scratch);
   size_t attempt_count = r.attempts.size();
@@ -752,21 +769,9 @@ Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& la
   for (size_t i = 0; i < columns; ++i) {
     insert_request_.bind_ref(static_cast<int>(i + 1), scratch.values[i]);
   }
-  if (r.facts_json.empty()) {
-    insert_request_.bind_null(static_cast<int>(columns + 1));
-  } else {
-    insert_request_.bind_ref(static_cast<int>(columns + 1), std::string_view(r.facts_json));
-  }
-  if (r.usage_check.empty()) {
-    insert_request_.bind_null(static_cast<int>(columns + 2));
-  } else {
-    insert_request_.bind_ref(static_cast<int>(columns + 2), std::string_view(r.usage_check));
-  }
-  if (r.request_id.empty()) {
-    insert_request_.bind_null(static_cast<int>(columns + 3));
-  } else {
-    insert_request_.bind_ref(static_cast<int>(columns + 3), std::string_view(r.request_id));
-  }
+  bind_text_or_null(insert_request_, static_cast<int>(columns + 1), r.facts_json);
+  bind_text_or_null(insert_request_, static_cast<int>(columns + 2), r.usage_check);
+  bind_text_or_null(insert_request_, static_cast<int>(columns + 3), r.request_id);
   insert_request_.bind_ref(static_cast<int>(columns + 4), std::string_view(hash));
   auto st = insert_request_.run();
   if (!st) {

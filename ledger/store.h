@@ -107,6 +107,8 @@ class Store {
 
  private:
   Status prepare_statements();
+  // An adjustment's attribution (key, team, task, model, rule, ...) from the request it adjusts.
+  Status copy_original(RequestRecord& r, const std::string& adjusts_id);
   Status append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq,
                     detail::RowScratch& scratch, std::map<std::string, detail::DailyDelta>& daily,
                     std::map<std::string, detail::DailyDelta>& daily_team);

@@ -86,147 +86,198 @@ void check_costs(const std::vector<std::string>& columns, const std::vector<Valu
   }
 }
 
-}  // namespace
+// What a ledger file's schema version holds (verify never migrates or writes): before version 2
+// no facts column and no daily_team table; before 3 no usage_check column; before 4 no
+// request_id; daily's refused, shadows and unpriced_served came with a later migration.
+struct Schema {
+  bool facts = false;
+  bool usage_check = false;
+  bool request_id = false;
+  bool served = false;
+};
 
-Result<VerifyResult> verify_ledger(const std::string& db_path) {
-  auto db = Db::open(db_path, true);
-  if (!db) return db.error();
-  VerifyResult result;
-  Checker check(result);
-  // One read transaction: a consistent snapshot even while ferry is writing.
-  if (auto st = db->exec("BEGIN"); !st) return st.error();
-  const auto& rcols = request_columns();
-  const auto& acols = attempt_columns();
-  // A file not yet migrated to version 2 (verify never writes) has no facts column and no
-  // daily_team table; before version 3, no usage_check column; before 4, no request_id.
-  bool has_facts = false;
-  bool has_usage_check = false;
-  bool has_request_id = false;
-  bool has_served = false;  // daily's refused, shadows and unpriced_served (a later migration)
-  {
-    auto version = db->prepare("PRAGMA user_version");
-    if (!version) return version.error();
-    auto got = version->step();
-    if (!got) return got.error();
-    has_facts = *got && version->int_at(0) >= 2;
-    has_usage_check = *got && version->int_at(0) >= 3;
-    has_request_id = *got && version->int_at(0) >= 4;
-    auto served = db->prepare("SELECT 1 FROM pragma_table_info('daily') WHERE name='refused'");
-    if (!served) return served.error();
-    auto found = served->step();
-    if (!found) return found.error();
-    has_served = *found;
-  }
-  std::string select = std::string("SELECT seq,hash,") + (has_facts ? kFactsColumn : "NULL") + "," +
-                       (has_usage_check ? kUsageCheckColumn : "NULL") + "," +
-                       (has_request_id ? kRequestIdColumn : "NULL");
-  for (const auto& c : rcols) select += "," + c;
-  auto rows = db->prepare(select + " FROM requests ORDER BY seq");
+Result<Schema> read_schema(Db& db) {
+  Schema schema;
+  auto version = db.prepare("PRAGMA user_version");
+  if (!version) return version.error();
+  auto got = version->step();
+  if (!got) return got.error();
+  schema.facts = *got && version->int_at(0) >= 2;
+  schema.usage_check = *got && version->int_at(0) >= 3;
+  schema.request_id = *got && version->int_at(0) >= 4;
+  auto served = db.prepare("SELECT 1 FROM pragma_table_info('daily') WHERE name='refused'");
+  if (!served) return served.error();
+  auto found = served->step();
+  if (!found) return found.error();
+  schema.served = *found;
+  return schema;
+}
+
+// The rows in one of two queries with the same columns and not in the other.
+Result<int64_t> count_difference(Db& db, const std::string& a, const std::string& b) {
+  auto diff = db.prepare("SELECT (SELECT COUNT(*) FROM (" + a + " EXCEPT " + b +
+                         ")) + (SELECT COUNT(*) FROM (" + b + " EXCEPT " + a + "))");
+  if (!diff) return diff.error();
+  auto got = diff->step();
+  if (!got) return got.error();
+  return diff->int_at(0);
+}
+
+// The prepared statements of the walk over the requests.
+struct Statements {
+  Stmt rows;      // seq, hash, facts, usage_check, request_id, then request_columns()
+  Stmt attempts;  // attempt_columns() of one request, in order
+  Stmt original;  // the seq of a request by id
+};
+
+Result<Statements> prepare_walk(Db& db, const Schema& schema) {
+  std::string select = std::string("SELECT seq,hash,") + (schema.facts ? kFactsColumn : "NULL") +
+                       "," + (schema.usage_check ? kUsageCheckColumn : "NULL") + "," +
+                       (schema.request_id ? kRequestIdColumn : "NULL");
+  for (const auto& c : request_columns()) select += "," + c;
+  auto rows = db.prepare(select + " FROM requests ORDER BY seq");
   if (!rows) return rows.error();
+  const auto& acols = attempt_columns();
   std::string aselect = "SELECT ";
   for (size_t i = 0; i < acols.size(); ++i) aselect += (i == 0 ? "" : ",") + acols[i];
-  auto attempts = db->prepare(aselect + " FROM attempts WHERE request_id=? ORDER BY attempt");
+  auto attempts = db.prepare(aselect + " FROM attempts WHERE request_id=? ORDER BY attempt");
   if (!attempts) return attempts.error();
-  auto original = db->prepare("SELECT seq FROM requests WHERE id=? AND kind='request'");
+  auto original = db.prepare("SELECT seq FROM requests WHERE id=? AND kind='request'");
   if (!original) return original.error();
+  return Statements{std::move(rows).value(), std::move(attempts).value(),
+                    std::move(original).value()};
+}
 
+// The hashed values of the current request row: its columns, then the facts and the usage
+// check where set (see store.h).
+std::vector<Value> row_values(const Stmt& rows) {
+  const size_t n = request_columns().size();
+  std::vector<Value> values;
+  values.reserve(n + 3);
+  for (size_t i = 0; i < n; ++i) values.push_back(rows.value_at(static_cast<int>(i + 5)));
+  if (!rows.is_null(2)) values.push_back(rows.value_at(2));
+  if (!rows.is_null(3)) {
+    values.emplace_back(std::in_place_type<std::string>, kUsageCheckColumn);
+    values.push_back(rows.value_at(3));
+  }
+  return values;
+}
+
+Result<std::vector<std::vector<Value>>> read_attempts(Stmt& attempts, const std::string& id) {
+  const size_t n = attempt_columns().size();
+  std::vector<std::vector<Value>> out;
+  attempts.bind(1, id);
+  for (;;) {
+    auto has = attempts.step();
+    if (!has) return has.error();
+    if (!*has) break;
+    std::vector<Value> av;
+    for (size_t i = 0; i < n; ++i) av.push_back(attempts.value_at(static_cast<int>(i)));
+    out.push_back(std::move(av));
+  }
+  attempts.reset();
+  return out;
+}
+
+// A request's attempts: each one's costs, and token and cost totals equal to their sums.
+void check_attempts(const std::vector<Value>& values,
+                    const std::vector<std::vector<Value>>& attempt_values, const std::string& what,
+                    bool adjustment, Checker& check) {
+  const auto& rcols = request_columns();
+  const auto& acols = attempt_columns();
+  for (size_t a = 0; a < attempt_values.size(); ++a) {
+    check_costs(acols, attempt_values[a], what + " attempt " + std::to_string(a + 1), adjustment,
+                check);
+  }
+  auto check_sums = [&](const auto& names) {
+    for (const char* name : names) {
+      int64_t sum = 0;
+      for (const auto& av : attempt_values) sum += as_int(av[column_index(acols, name)]);
+      if (sum != as_int(values[column_index(rcols, name)])) {
+        check.problem(what + ": " + name + " != sum over its attempts");
+      }
+    }
+  };
+  check_sums(kTokenKinds);
+  if (as_text(values[column_index(rcols, "pricing")]) != "unpriced") check_sums(kCostParts);
+}
+
+// Walks the requests in order: the hash chain, each row's hash over it and its attempts, costs
+// and sums, adjustments pointing at an earlier request. Sets result.head.
+Status check_rows(Statements& st, VerifyResult& result, Checker& check) {
+  const auto& rcols = request_columns();
   std::string prev_hash = kGenesisHash;
   int64_t last_seq = 0;
-  const int id_col = column_index(rcols, "id");
   for (;;) {
-    auto has = rows->step();
+    auto has = st.rows.step();
     if (!has) return has.error();
     if (!*has) break;
     ++result.rows;
-    int64_t seq = rows->int_at(0);
-    std::string hash = rows->text_at(1);
-    std::vector<Value> values;
-    values.reserve(rcols.size() + 1);
-    for (size_t i = 0; i < rcols.size(); ++i) {
-      values.push_back(rows->value_at(static_cast<int>(i + 5)));
-    }
-    // The facts and the usage check, where set, are hashed after the columns, then the
-    // request id (see store.h).
-    if (!rows->is_null(2)) values.push_back(rows->value_at(2));
-    if (!rows->is_null(3)) {
-      values.emplace_back(std::in_place_type<std::string>, kUsageCheckColumn);
-      values.push_back(rows->value_at(3));
-    }
-    std::string request_id = rows->is_null(4) ? "" : rows->text_at(4);
-    std::string id = as_text(values[id_col]);
-    std::string what = "row " + std::to_string(seq) + " (" + id + ")";
+    const int64_t seq = st.rows.int_at(0);
+    const std::string hash = st.rows.text_at(1);
+    const std::vector<Value> values = row_values(st.rows);
+    const std::string request_id = st.rows.is_null(4) ? "" : st.rows.text_at(4);
+    const std::string id = as_text(values[column_index(rcols, "id")]);
+    const std::string what = "row " + std::to_string(seq) + " (" + id + ")";
     if (as_text(values[column_index(rcols, "prev_hash")]) != prev_hash) {
       check.problem(what +
                     ": prev_hash does not match the previous row's hash (row missing, "
                     "reordered or altered)");
     }
-    // Attempts, in order.
-    std::vector<std::vector<Value>> attempt_values;
-    attempts->bind(1, id);
-    for (;;) {
-      auto ahas = attempts->step();
-      if (!ahas) return ahas.error();
-      if (!*ahas) break;
-      std::vector<Value> av;
-      for (size_t i = 0; i < acols.size(); ++i)
-        av.push_back(attempts->value_at(static_cast<int>(i)));
-      attempt_values.push_back(std::move(av));
-    }
-    attempts->reset();
-    result.attempts += static_cast<int64_t>(attempt_values.size());
-    if (row_hash(values, attempt_values, request_id) != hash) {
+    auto attempt_values = read_attempts(st.attempts, id);
+    if (!attempt_values) return attempt_values.error();
+    result.attempts += static_cast<int64_t>(attempt_values->size());
+    if (row_hash(values, *attempt_values, request_id) != hash) {
       check.problem(what + ": hash mismatch (the row or its attempts were altered)");
     }
     const bool adjustment = as_text(values[column_index(rcols, "kind")]) == "adjustment";
     check_costs(rcols, values, what, adjustment, check);
-    if (!attempt_values.empty()) {
-      for (size_t a = 0; a < attempt_values.size(); ++a) {
-        check_costs(acols, attempt_values[a], what + " attempt " + std::to_string(a + 1),
-                    adjustment, check);
-      }
-      for (const char* kind : kTokenKinds) {
-        int64_t sum = 0;
-        for (const auto& av : attempt_values) sum += as_int(av[column_index(acols, kind)]);
-        if (sum != as_int(values[column_index(rcols, kind)])) {
-          check.problem(what + ": " + kind + " != sum over its attempts");
-        }
-      }
-      if (as_text(values[column_index(rcols, "pricing")]) != "unpriced") {
-        for (const char* part : kCostParts) {
-          int64_t sum = 0;
-          for (const auto& av : attempt_values) sum += as_int(av[column_index(acols, part)]);
-          if (sum != as_int(values[column_index(rcols, part)])) {
-            check.problem(what + ": " + part + " != sum over its attempts");
-          }
-        }
-      }
-    }
-    if (as_text(values[column_index(rcols, "kind")]) == "adjustment") {
+    if (!attempt_values->empty()) check_attempts(values, *attempt_values, what, adjustment, check);
+    if (adjustment) {
       ++result.adjustments;
-      original->bind(1, as_text(values[column_index(rcols, "adjusts_id")]));
-      auto found = original->step();
+      st.original.bind(1, as_text(values[column_index(rcols, "adjusts_id")]));
+      auto found = st.original.step();
       if (!found) return found.error();
-      if (!*found || original->int_at(0) >= seq) {
+      if (!*found || st.original.int_at(0) >= seq) {
         check.problem(what + ": adjusts a request that does not precede it");
       }
-      original->reset();
+      st.original.reset();
     }
     prev_hash = hash;
     last_seq = seq;
   }
   result.head = std::to_string(last_seq) + ":" + prev_hash;
-  if (result.rows > 0) {
-    auto head = db->prepare("SELECT value FROM meta WHERE key='chain_head'");
-    if (!head) return head.error();
-    auto found = head->step();
-    if (!found) return found.error();
-    if (!*found || head->text_at(0) != result.head) {
-      check.problem("chain head recorded at the last commit (" +
-                    (*found ? head->text_at(0) : std::string("none")) +
-                    ") differs from the last row (" + result.head + "): rows were removed");
-    }
+  return {};
+}
+
+// The chain head recorded at the last commit must be the last row's: rows cut off the end
+// leave a consistent chain otherwise.
+Status check_chain_head(Db& db, VerifyResult& result, Checker& check) {
+  if (result.rows == 0) return {};
+  auto head = db.prepare("SELECT value FROM meta WHERE key='chain_head'");
+  if (!head) return head.error();
+  auto found = head->step();
+  if (!found) return found.error();
+  if (!*found || head->text_at(0) != result.head) {
+    check.problem("chain head recorded at the last commit (" +
+                  (*found ? head->text_at(0) : std::string("none")) +
+                  ") differs from the last row (" + result.head + "): rows were removed");
   }
-  // The daily aggregate must equal the rows, group by group.
+  return {};
+}
+
+// One aggregate table against what it sums, as a query pair: a problem when they differ.
+Status check_same(Db& db, const std::string& sums, const std::string& table,
+                  const std::string& problem, Checker& check) {
+  auto groups = count_difference(db, sums, table);
+  if (!groups) return groups.error();
+  if (*groups != 0) check.problem(problem + " in " + std::to_string(*groups) + " group(s)");
+  return {};
+}
+
+// The daily aggregates equal the rows, group by group: daily's totals and (later schemas) its
+// refused/shadow counts, and daily_team (schema 2) equal to daily without key and rule.
+Status check_aggregates(Db& db, const Schema& schema, Checker& check) {
   const char* kRawDaily =
       "SELECT day,key_id,team,project,upstream_model,target,rule_id,SUM(kind='request'),"
       "SUM(kind='request' AND pricing='unpriced'),SUM(input_tokens),SUM(cached_tokens),"
@@ -240,18 +291,12 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
       "SELECT day,key_id,team,project,model,target,rule_id,requests,unpriced,input_tokens,"
       "cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,cost_output,"
       "cost_reasoning,cost_total,avoided_total,avoided_base FROM daily";
-  auto diff =
-      db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + kRawDaily + " EXCEPT " + kDaily +
-                  ")) + (SELECT COUNT(*) FROM (" + kDaily + " EXCEPT " + kRawDaily + "))");
-  if (!diff) return diff.error();
-  auto got = diff->step();
-  if (!got) return got.error();
-  if (diff->int_at(0) != 0) {
-    check.problem("daily aggregate differs from the rows in " + std::to_string(diff->int_at(0)) +
-                  " group(s)");
+  if (Status s = check_same(db, kRawDaily, kDaily, "daily aggregate differs from the rows", check);
+      !s) {
+    return s;
   }
   // What was not served (the `refused` columns), group by group, as reports count it.
-  if (has_served) {
+  if (schema.served) {
     const char* kRawServed =
         "SELECT day,key_id,team,project,upstream_model,target,rule_id,"
         "SUM(kind='request' AND status='refused'),"
@@ -267,45 +312,51 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
         "FROM daily GROUP BY day,team,project,model,target";
     const char* kTeamServed =
         "SELECT day,team,project,model,target,refused,shadows,unpriced_served FROM daily_team";
-    for (auto [a, b, what] :
-         {std::tuple{kRawServed, kServed, "daily aggregate differs from the rows"},
-          std::tuple{kTeamFromDaily, kTeamServed,
-                     "daily_team aggregate differs from the daily aggregate"}}) {
-      auto served_diff =
-          db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + a + " EXCEPT " + b +
-                      ")) + (SELECT COUNT(*) FROM (" + b + " EXCEPT " + a + "))");
-      if (!served_diff) return served_diff.error();
-      auto served_got = served_diff->step();
-      if (!served_got) return served_got.error();
-      if (served_diff->int_at(0) != 0) {
-        check.problem(std::string(what) + " in refused/shadow counts in " +
-                      std::to_string(served_diff->int_at(0)) + " group(s)");
-      }
+    if (Status s =
+            check_same(db, kRawServed, kServed,
+                       "daily aggregate differs from the rows in refused/shadow counts", check);
+        !s) {
+      return s;
+    }
+    if (Status s = check_same(
+            db, kTeamFromDaily, kTeamServed,
+            "daily_team aggregate differs from the daily aggregate in refused/shadow counts",
+            check);
+        !s) {
+      return s;
     }
   }
-  // daily_team (schema 2) must equal the daily aggregate without key and rule.
-  if (has_facts) {
-    const char* kFromDaily =
-        "SELECT day,team,project,model,target,SUM(requests),SUM(unpriced),SUM(input_tokens),"
-        "SUM(cached_tokens),SUM(output_tokens),SUM(reasoning_tokens),SUM(cost_input),"
-        "SUM(cost_cached),SUM(cost_output),SUM(cost_reasoning),SUM(cost_total),"
-        "SUM(avoided_total),SUM(avoided_base),MIN(first_us),MAX(last_us) FROM daily "
-        "GROUP BY day,team,project,model,target";
-    const char* kTeam =
-        "SELECT day,team,project,model,target,requests,unpriced,input_tokens,cached_tokens,"
-        "output_tokens,reasoning_tokens,cost_input,cost_cached,cost_output,cost_reasoning,"
-        "cost_total,avoided_total,avoided_base,first_us,last_us FROM daily_team";
-    auto team_diff = db->prepare(std::string("SELECT (SELECT COUNT(*) FROM (") + kFromDaily +
-                                 " EXCEPT " + kTeam + ")) + (SELECT COUNT(*) FROM (" + kTeam +
-                                 " EXCEPT " + kFromDaily + "))");
-    if (!team_diff) return team_diff.error();
-    auto team_got = team_diff->step();
-    if (!team_got) return team_got.error();
-    if (team_diff->int_at(0) != 0) {
-      check.problem("daily_team aggregate differs from the daily aggregate in " +
-                    std::to_string(team_diff->int_at(0)) + " group(s)");
-    }
-  }
+  if (!schema.facts) return {};
+  const char* kFromDaily =
+      "SELECT day,team,project,model,target,SUM(requests),SUM(unpriced),SUM(input_tokens),"
+      "SUM(cached_tokens),SUM(output_tokens),SUM(reasoning_tokens),SUM(cost_input),"
+      "SUM(cost_cached),SUM(cost_output),SUM(cost_reasoning),SUM(cost_total),"
+      "SUM(avoided_total),SUM(avoided_base),MIN(first_us),MAX(last_us) FROM daily "
+      "GROUP BY day,team,project,model,target";
+  const char* kTeam =
+      "SELECT day,team,project,model,target,requests,unpriced,input_tokens,cached_tokens,"
+      "output_tokens,reasoning_tokens,cost_input,cost_cached,cost_output,cost_reasoning,"
+      "cost_total,avoided_total,avoided_base,first_us,last_us FROM daily_team";
+  return check_same(db, kFromDaily, kTeam, "daily_team aggregate differs from the daily aggregate",
+                    check);
+}
+
+}  // namespace
+
+Result<VerifyResult> verify_ledger(const std::string& db_path) {
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  VerifyResult result;
+  Checker check(result);
+  // One read transaction: a consistent snapshot even while ferry is writing.
+  if (auto st = db->exec("BEGIN"); !st) return st.error();
+  auto schema = read_schema(*db);
+  if (!schema) return schema.error();
+  auto statements = prepare_walk(*db, *schema);
+  if (!statements) return statements.error();
+  if (Status s = check_rows(*statements, result, check); !s) return s.error();
+  if (Status s = check_chain_head(*db, result, check); !s) return s.error();
+  if (Status s = check_aggregates(*db, *schema, check); !s) return s.error();
   (void)db->exec("COMMIT");
   return result;
 }

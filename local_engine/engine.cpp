@@ -139,6 +139,9 @@ Status Engine::check_batch(std::span<const BatchEntry> batch) const {
   return {};
 }
 
+// Long for a reason: the whole forward pass reads top to bottom like the math (embed; per
+// layer norm, QKV, RoPE, KV write, attention, output, FFN; final norm, logits), as in
+// llama2.c's forward(); each step is one call into kernels/.
 Status Engine::forward(std::span<const BatchEntry> batch, std::vector<float>& logits) {
   if (auto s = check_batch(batch); !s) return s;
   const ModelConfig& c = config();

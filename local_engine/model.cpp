@@ -135,6 +135,66 @@ Result<ModelConfig> read_config(const ModelSource& source) {
   return c;
 }
 
+#define FERRY_LOAD(dst, expr)                      \
+  do {                                             \
+    auto loaded = (expr);                          \
+    if (!loaded) return std::move(loaded).error(); \
+    (dst) = loaded.value();                        \
+  } while (0)
+
+// One block's weights: attention (Qwen2's q/k/v biases, Qwen3's q/k norms) and the gated FFN.
+Status load_layer(Loader& loader, const ModelConfig& c, int64_t i, LayerWeights& l) {
+  const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  const std::string b = "blk." + std::to_string(i) + ".";
+  FERRY_LOAD(l.attn_norm, loader.get_f32(b + "attn_norm.weight", c.n_embd));
+  FERRY_LOAD(l.wq, loader.get(b + "attn_q.weight", c.n_embd, q_dim));
+  FERRY_LOAD(l.wk, loader.get(b + "attn_k.weight", c.n_embd, kv_dim));
+  FERRY_LOAD(l.wv, loader.get(b + "attn_v.weight", c.n_embd, kv_dim));
+  FERRY_LOAD(l.wo, loader.get(b + "attn_output.weight", q_dim, c.n_embd));
+  const bool bias_required = c.arch == Arch::kQwen2;
+  FERRY_LOAD(l.bq, loader.get_f32(b + "attn_q.bias", q_dim, !bias_required));
+  FERRY_LOAD(l.bk, loader.get_f32(b + "attn_k.bias", kv_dim, !bias_required));
+  FERRY_LOAD(l.bv, loader.get_f32(b + "attn_v.bias", kv_dim, !bias_required));
+  const bool qk_norm = c.arch == Arch::kQwen3;
+  FERRY_LOAD(l.q_norm, loader.get_f32(b + "attn_q_norm.weight", c.head_dim, !qk_norm));
+  FERRY_LOAD(l.k_norm, loader.get_f32(b + "attn_k_norm.weight", c.head_dim, !qk_norm));
+  FERRY_LOAD(l.ffn_norm, loader.get_f32(b + "ffn_norm.weight", c.n_embd));
+  FERRY_LOAD(l.w_gate, loader.get(b + "ffn_gate.weight", c.n_embd, c.n_ff));
+  FERRY_LOAD(l.w_up, loader.get(b + "ffn_up.weight", c.n_embd, c.n_ff));
+  FERRY_LOAD(l.w_down, loader.get(b + "ffn_down.weight", c.n_ff, c.n_embd));
+  return {};
+}
+
+// llama.cpp repacks Q4_0 and Q4_K matrices of a multiple of 8 rows (all but the token
+// embedding, which it also reads by row) into 8-row interleaved blocks, whose kernels sum each
+// output in one accumulator: use the same float order for them (kernels::DotOrder).
+void mark_repacked(WeightView& w) {
+  const bool repacked_type = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ4_K;
+  if (repacked_type && w.rows % 8 == 0) w.order = kernels::DotOrder::kSerial;
+}
+
+// RoPE inverse frequencies, with Llama 3's per-frequency factors when the file carries them.
+Status load_rope(Loader& loader, const ModelConfig& c, Model& model) {
+  const int64_t n_freq = c.rope_dim / 2;
+  WeightView factors;
+  FERRY_LOAD(factors, loader.get_f32("rope_freqs.weight", n_freq, true));
+  model.rope_inv_freq.resize(static_cast<size_t>(n_freq));
+  for (int64_t i = 0; i < n_freq; ++i) {
+    double inv = std::pow(static_cast<double>(c.rope_theta),
+                          -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dim));
+    inv *= c.rope_freq_scale;
+    if (factors.data != nullptr) {
+      float f;
+      std::memcpy(&f, factors.row(0) + i * sizeof(float), sizeof(f));
+      if (!(f > 0.0f)) return load_error("rope_freqs.weight has a non-positive factor");
+      inv /= f;
+      model.rope_freq_factors.push_back(f);
+    }
+    model.rope_inv_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelSource> source) {
@@ -153,12 +213,6 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelSource> so
   if (c.n_vocab <= 0 || c.n_vocab > (int64_t{1} << 24)) return load_error("bad vocabulary size");
 
   Loader loader(src);
-#define FERRY_LOAD(dst, expr)                      \
-  do {                                             \
-    auto loaded = (expr);                          \
-    if (!loaded) return std::move(loaded).error(); \
-    (dst) = loaded.value();                        \
-  } while (0)
   FERRY_LOAD(model->token_embd, loader.get("token_embd.weight", c.n_embd, c.n_vocab));
   FERRY_LOAD(model->output_norm, loader.get_f32("output_norm.weight", c.n_embd));
   FERRY_LOAD(model->output, loader.get("output.weight", c.n_embd, c.n_vocab, true));
@@ -166,63 +220,21 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelSource> so
     model->output = model->token_embd;
     c.tied_output = true;
   }
-  const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
   model->layers.resize(static_cast<size_t>(c.n_layer));
   for (int64_t i = 0; i < c.n_layer; ++i) {
-    LayerWeights& l = model->layers[static_cast<size_t>(i)];
-    const std::string b = "blk." + std::to_string(i) + ".";
-    FERRY_LOAD(l.attn_norm, loader.get_f32(b + "attn_norm.weight", c.n_embd));
-    FERRY_LOAD(l.wq, loader.get(b + "attn_q.weight", c.n_embd, q_dim));
-    FERRY_LOAD(l.wk, loader.get(b + "attn_k.weight", c.n_embd, kv_dim));
-    FERRY_LOAD(l.wv, loader.get(b + "attn_v.weight", c.n_embd, kv_dim));
-    FERRY_LOAD(l.wo, loader.get(b + "attn_output.weight", q_dim, c.n_embd));
-    const bool bias_required = c.arch == Arch::kQwen2;
-    FERRY_LOAD(l.bq, loader.get_f32(b + "attn_q.bias", q_dim, !bias_required));
-    FERRY_LOAD(l.bk, loader.get_f32(b + "attn_k.bias", kv_dim, !bias_required));
-    FERRY_LOAD(l.bv, loader.get_f32(b + "attn_v.bias", kv_dim, !bias_required));
-    const bool qk_norm = c.arch == Arch::kQwen3;
-    FERRY_LOAD(l.q_norm, loader.get_f32(b + "attn_q_norm.weight", c.head_dim, !qk_norm));
-    FERRY_LOAD(l.k_norm, loader.get_f32(b + "attn_k_norm.weight", c.head_dim, !qk_norm));
-    FERRY_LOAD(l.ffn_norm, loader.get_f32(b + "ffn_norm.weight", c.n_embd));
-    FERRY_LOAD(l.w_gate, loader.get(b + "ffn_gate.weight", c.n_embd, c.n_ff));
-    FERRY_LOAD(l.w_up, loader.get(b + "ffn_up.weight", c.n_embd, c.n_ff));
-    FERRY_LOAD(l.w_down, loader.get(b + "ffn_down.weight", c.n_ff, c.n_embd));
+    if (Status s = load_layer(loader, c, i, model->layers[static_cast<size_t>(i)]); !s) {
+      return s.error();
+    }
   }
-
-  // llama.cpp repacks Q4_0 and Q4_K matrices of a multiple of 8 rows (all but the token
-  // embedding, which it also reads by row) into 8-row interleaved blocks, whose kernels sum each
-  // output in one accumulator: use the same float order for them (kernels::DotOrder).
-  auto mark_repacked = [](WeightView& w) {
-    const bool repacked_type = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ4_K;
-    if (repacked_type && w.rows % 8 == 0) w.order = kernels::DotOrder::kSerial;
-  };
   for (LayerWeights& l : model->layers) {
     for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       mark_repacked(*w);
     }
   }
   if (!c.tied_output) mark_repacked(model->output);
-
-  // RoPE inverse frequencies, with Llama 3's per-frequency factors when the file carries them.
-  const int64_t n_freq = c.rope_dim / 2;
-  WeightView factors;
-  FERRY_LOAD(factors, loader.get_f32("rope_freqs.weight", n_freq, true));
-#undef FERRY_LOAD
-  model->rope_inv_freq.resize(static_cast<size_t>(n_freq));
-  for (int64_t i = 0; i < n_freq; ++i) {
-    double inv = std::pow(static_cast<double>(c.rope_theta),
-                          -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dim));
-    inv *= c.rope_freq_scale;
-    if (factors.data != nullptr) {
-      float f;
-      std::memcpy(&f, factors.row(0) + i * sizeof(float), sizeof(f));
-      if (!(f > 0.0f)) return load_error("rope_freqs.weight has a non-positive factor");
-      inv /= f;
-      model->rope_freq_factors.push_back(f);
-    }
-    model->rope_inv_freq[static_cast<size_t>(i)] = static_cast<float>(inv);
-  }
+  if (Status s = load_rope(loader, c, *model); !s) return s.error();
   return model;
 }
+#undef FERRY_LOAD
 
 }  // namespace ferry::engine

@@ -108,6 +108,7 @@ struct Scheduler::Impl {
     bool prefix_pending = false;
     TokenId next_token = -1;
     int64_t generated = 0;
+    int64_t unread = 0;  // on_token events not yet acknowledged (Scheduler::consumed)
     int64_t first_token_us = -1;
     std::optional<Error> error;  // cancelled or past the deadline: ends before the next step
     bool done = false;
@@ -160,32 +161,12 @@ struct Scheduler::Impl {
       std::vector<Error> expired_errors;
       {
         std::unique_lock lock(mu);
-        auto has_work = [&] {
-          return stopping || !cancels.empty() || !waiting.empty() || !active.empty();
-        };
-        if (!has_work()) cv.wait(lock, has_work);
+        wait_for_work(lock);
         if (stopping) return;
-        if (active.empty() && stalled) cv.wait_for(lock, std::chrono::milliseconds(5));
+        seen_submits = submits;
         const auto now = Clock::now();
-        for (const RequestId id : cancels) {
-          for (auto& r : active) {
-            if (r->id == id && !r->error) r->error = cancelled_error();
-          }
-        }
-        for (auto it = waiting.begin(); it != waiting.end();) {
-          const bool cancelled = std::find(cancels.begin(), cancels.end(), it->id) != cancels.end();
-          if (cancelled || now >= it->req.deadline) {
-            expired_errors.push_back(cancelled ? cancelled_error() : deadline_error());
-            expired.push_back(std::move(*it));
-            it = waiting.erase(it);
-          } else {
-            ++it;
-          }
-        }
-        cancels.clear();
-        for (auto& r : active) {
-          if (!r->error && now >= r->req.deadline) r->error = deadline_error();
-        }
+        take_cancels_and_deadlines(now, expired, expired_errors);
+        take_acknowledgements();
         admit(now);
         stalled = active.empty() && !waiting.empty();
         n_active_shared = static_cast<int64_t>(active.size());
@@ -197,10 +178,81 @@ struct Scheduler::Impl {
         if (r->error) finish(*r, FinishReason::kCancelled, r->error);
       }
       compact();
-      if (!active.empty()) step();
+      idle = !active.empty() && !step();
       compact();
       publish();
     }
+  }
+
+  // Blocks until the loop has something to do: a request queued, running or cancelled. After a
+  // step that computed nothing (every running sequence paused at its max_unread bound) only news
+  // wakes it (a submit, cancel, acknowledgement or stop) or the earliest deadline of a running or
+  // queued request, so paused sequences cost no CPU. Under mu.
+  void wait_for_work(std::unique_lock<std::mutex>& lock) {
+    if (idle) {
+      auto news = [&] {
+        return stopping || !cancels.empty() || !acks.empty() || submits != seen_submits;
+      };
+      const Clock::time_point until = earliest_deadline();
+      if (until == Clock::time_point::max()) {
+        cv.wait(lock, news);
+      } else {
+        cv.wait_until(lock, until, news);
+      }
+      return;
+    }
+    auto has_work = [&] {
+      return stopping || !cancels.empty() || !waiting.empty() || !active.empty();
+    };
+    if (!has_work()) cv.wait(lock, has_work);
+    if (!stopping && active.empty() && stalled) cv.wait_for(lock, std::chrono::milliseconds(5));
+  }
+
+  Clock::time_point earliest_deadline() const {
+    Clock::time_point t = Clock::time_point::max();
+    for (const auto& r : active) t = std::min(t, r->req.deadline);
+    for (const Waiting& w : waiting) t = std::min(t, w.req.deadline);
+    return t;
+  }
+
+  // Marks cancelled and expired running requests (they end before the next step) and takes
+  // cancelled and expired queued ones out of the queue. Under mu.
+  void take_cancels_and_deadlines(Clock::time_point now, std::vector<Waiting>& expired,
+                                  std::vector<Error>& expired_errors) {
+    for (const RequestId id : cancels) {
+      for (auto& r : active) {
+        if (r->id == id && !r->error) r->error = cancelled_error();
+      }
+    }
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      const bool cancelled = std::find(cancels.begin(), cancels.end(), it->id) != cancels.end();
+      if (cancelled || now >= it->req.deadline) {
+        expired_errors.push_back(cancelled ? cancelled_error() : deadline_error());
+        expired.push_back(std::move(*it));
+        it = waiting.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    cancels.clear();
+    for (auto& r : active) {
+      if (!r->error && now >= r->req.deadline) r->error = deadline_error();
+    }
+  }
+
+  // Applies the consumers' acknowledgements: a paused sequence under its bound runs again.
+  // Under mu.
+  void take_acknowledgements() {
+    for (const auto& [id, events] : acks) {
+      for (auto& r : active) {
+        if (r->id == id) r->unread = std::max<int64_t>(0, r->unread - events);
+      }
+    }
+    acks.clear();
+  }
+
+  static bool paused(const Running& r) {
+    return r.req.max_unread > 0 && r.unread >= r.req.max_unread;
   }
 
   // Moves queued requests into sequence slots while the budget holds their worst case
@@ -221,64 +273,24 @@ struct Scheduler::Impl {
     }
   }
 
-  void step() {
+  // One forward pass: a decode token for every running sequence that is not paused, then prompt
+  // chunks within the prefill budget; then each finished row is sampled and its token delivered.
+  // False when there was nothing to compute.
+  bool step() {
     batch.clear();
     rows.clear();
     StepStats stats;
-    for (auto& rp : active) {
-      Running& r = *rp;
-      if (!r.decoding || r.done) continue;
-      const int64_t pos = engine->kv().seq_len(r.seq);
-      if (pos + 1 > r.reserve_tokens) {
-        // Never write KV past what the sequence reserved (submit and the stop checks keep it
-        // within; this guards the budget's arithmetic, not a path taken).
-        finish(
-            r, FinishReason::kCancelled,
-            Error::make(ErrorCode::kInternal, "local engine: sequence reached its KV reservation"));
-        continue;
-      }
-      grow(r, pos + 1);
-      batch.push_back({r.seq, pos, r.next_token, true});
-      rows.push_back(&r);
-      ++stats.decode_tokens;
-    }
-    int64_t budget_left = chunk;
-    for (auto& rp : active) {
-      Running& r = *rp;
-      if (r.decoding) continue;
-      const auto n = static_cast<int64_t>(r.req.prompt.size());
-      if (!r.started) {
-        if (budget_left < std::min(block, n)) continue;
-        start(r);
-      }
-      const auto [begin, end] = next_piece(r, budget_left);
-      if (begin == end) continue;
-      grow(r, end);
-      for (int64_t i = begin; i < end; ++i) {
-        batch.push_back({r.seq, i, r.req.prompt[static_cast<size_t>(i)], i == n - 1});
-      }
-      if (end == n) rows.push_back(&r);
-      budget_left -= end - begin;
-      stats.prefill_tokens += end - begin;
-      ++stats.prefill_sequences;
-    }
-    if (batch.empty()) return;
+    add_decodes(stats);
+    add_prefills(stats);
+    if (batch.empty()) return false;
 
     const auto started = Clock::now();
     const Status s = engine->forward(batch, logits);
     const auto ended = Clock::now();
     stats.seconds = std::chrono::duration<double>(ended - started).count();
     if (!s) {
-      // Not expected (batches are built valid); end everything that was in the batch.
-      for (auto& rp : active) {
-        for (const BatchEntry& e : batch) {
-          if (rp->started && e.seq == rp->seq && !rp->done) {
-            finish(*rp, FinishReason::kCancelled,
-                   Error::make(ErrorCode::kInternal, "local engine: " + s.error().message));
-          }
-        }
-      }
-      return;
+      fail_batch(s.error());
+      return true;
     }
     produced = 0;
     for (size_t k = 0; k < rows.size(); ++k) {
@@ -301,6 +313,65 @@ struct Scheduler::Impl {
     }
     rate.push_back({started, ended, produced});
     if (opt.on_step) opt.on_step(stats);
+    return true;
+  }
+
+  // The next token of every decoding sequence, except those paused at their max_unread bound:
+  // they stay in `active` with their KV, and rejoin once their consumer has caught up.
+  void add_decodes(StepStats& stats) {
+    for (auto& rp : active) {
+      Running& r = *rp;
+      if (!r.decoding || r.done || paused(r)) continue;
+      const int64_t pos = engine->kv().seq_len(r.seq);
+      if (pos + 1 > r.reserve_tokens) {
+        // Never write KV past what the sequence reserved (submit and the stop checks keep it
+        // within; this guards the budget's arithmetic, not a path taken).
+        finish(
+            r, FinishReason::kCancelled,
+            Error::make(ErrorCode::kInternal, "local engine: sequence reached its KV reservation"));
+        continue;
+      }
+      grow(r, pos + 1);
+      batch.push_back({r.seq, pos, r.next_token, true});
+      rows.push_back(&r);
+      ++stats.decode_tokens;
+    }
+  }
+
+  // Prompt pieces of the sequences still prefilling, in admission order, within `chunk` tokens.
+  void add_prefills(StepStats& stats) {
+    int64_t budget_left = chunk;
+    for (auto& rp : active) {
+      Running& r = *rp;
+      if (r.decoding) continue;
+      const auto n = static_cast<int64_t>(r.req.prompt.size());
+      if (!r.started) {
+        if (budget_left < std::min(block, n)) continue;
+        start(r);
+      }
+      const auto [begin, end] = next_piece(r, budget_left);
+      if (begin == end) continue;
+      grow(r, end);
+      for (int64_t i = begin; i < end; ++i) {
+        batch.push_back({r.seq, i, r.req.prompt[static_cast<size_t>(i)], i == n - 1});
+      }
+      if (end == n) rows.push_back(&r);
+      budget_left -= end - begin;
+      stats.prefill_tokens += end - begin;
+      ++stats.prefill_sequences;
+    }
+  }
+
+  // Not expected (batches are built valid): ends every sequence that was in the batch.
+  void fail_batch(const Error& error) {
+    for (auto& rp : active) {
+      for (const BatchEntry& e : batch) {
+        if (rp->started && e.seq == rp->seq && !rp->done) {
+          finish(*rp, FinishReason::kCancelled,
+                 Error::make(ErrorCode::kInternal, "local engine: " + error.message));
+        }
+      }
+    }
   }
 
   // Allocates the sequence's KV and copies the longest cached prefix of its prompt (whole
@@ -498,7 +569,7 @@ struct Scheduler::Impl {
         }
         ev.top_logprobs = top;
       }
-      r.req.on_token(ev);
+      deliver(r, ev);
     }
     if (r.stream.stopped()) {
       finish(r, FinishReason::kStop, std::nullopt);
@@ -507,6 +578,11 @@ struct Scheduler::Impl {
     } else {
       r.next_token = token;
     }
+  }
+
+  void deliver(Running& r, const TokenEvent& ev) {
+    ++r.unread;
+    r.req.on_token(ev);
   }
 
   // Ends a running request: last held-back text, KV freed, on_done.
@@ -518,7 +594,7 @@ struct Scheduler::Impl {
       if (!rest.empty() && r.generated > 0 && r.req.on_token) {
         TokenEvent ev;
         ev.text = rest;
-        r.req.on_token(ev);
+        deliver(r, ev);
       }
     }
     if (r.prefix_pending) {
@@ -584,10 +660,11 @@ struct Scheduler::Impl {
     // Steps until each running sequence is expected to end (at most its max_tokens, else about
     // the recent average length), soonest first: a newcomer waits for the slot after the queue.
     std::vector<int64_t> left;
-    int64_t running = 0;
+    int64_t running = 0, n_paused = 0;
     for (const auto& r : active) {
       if (r->done) continue;
       ++running;
+      if (r->decoding && paused(*r)) ++n_paused;
       const int64_t cap = r->req.max_tokens - r->generated;
       const auto expected = static_cast<int64_t>(avg_completion) - r->generated;
       left.push_back(std::clamp<int64_t>(expected, 1, std::max<int64_t>(1, cap)));
@@ -606,6 +683,7 @@ struct Scheduler::Impl {
     }
     LoadSnapshot& s = snapshot;
     s.active_sequences = running;
+    s.paused_sequences = n_paused;
     s.kv_bytes_used = kv_used;
     s.prefix_cache_bytes = cache_bytes;
     s.prefix_cache_entries = static_cast<int64_t>(cache.size());
@@ -652,6 +730,8 @@ struct Scheduler::Impl {
   bool stopping = false;
   std::deque<Waiting> waiting;
   std::vector<RequestId> cancels;
+  std::vector<std::pair<RequestId, int64_t>> acks;  // consumed(): events taken per request
+  uint64_t submits = 0;                             // requests submitted, ever
   RequestId next_id = 1;
   int64_t n_active_shared = 0;
   LoadSnapshot snapshot;
@@ -660,6 +740,8 @@ struct Scheduler::Impl {
   std::vector<std::unique_ptr<Running>> active;
   std::vector<CacheEntry> cache;
   bool stalled = false;
+  bool idle = false;  // the last step computed nothing: every running sequence is paused
+  uint64_t seen_submits = 0;
   int64_t reserved = 0;     // bytes reserved by running sequences
   int64_t cache_bytes = 0;  // bytes held by cached prefixes
   SeqId next_seq = 0;
@@ -742,6 +824,7 @@ Result<RequestId> Scheduler::submit(GenerationRequest request) {
   }
   const RequestId id = im.next_id++;
   im.waiting.push_back({id, std::move(request), Clock::now()});
+  ++im.submits;
   lock.unlock();
   im.cv.notify_one();
   return id;
@@ -751,6 +834,15 @@ void Scheduler::cancel(RequestId id) {
   {
     std::lock_guard lock(impl_->mu);
     impl_->cancels.push_back(id);
+  }
+  impl_->cv.notify_one();
+}
+
+void Scheduler::consumed(RequestId id, int64_t events) {
+  if (events <= 0) return;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->acks.emplace_back(id, events);
   }
   impl_->cv.notify_one();
 }

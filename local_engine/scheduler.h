@@ -3,8 +3,9 @@
 // decode token for every running sequence plus, budget permitting, a chunk of a prompt being
 // prefilled; a prefix cache keeps the KV of prompt prefixes for later requests. Bounded by a
 // number of sequences, a KV memory budget and a waiting queue; requests can be cancelled and
-// carry deadlines. submit(), cancel() and load() are thread-safe; the callbacks of a request run
-// on the scheduler thread and must return quickly without blocking.
+// carry deadlines; a request whose consumer falls behind is paused (back-pressure, max_unread).
+// submit(), cancel(), consumed() and load() are thread-safe; the callbacks of a request run on the
+// scheduler thread and must return quickly without blocking.
 #pragma once
 
 #include <chrono>
@@ -79,6 +80,11 @@ struct GenerationRequest {
   bool stop_at_eog = true;        // end at the model's end-of-generation tokens
   int32_t top_logprobs = -1;      // < 0: no logprobs; else each token's + this many best
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Back-pressure. > 0: at most this many on_token events may be delivered and not yet
+  // acknowledged with Scheduler::consumed(); at the bound the sequence is paused (it keeps its
+  // slot, KV and sampler state and is left out of the steps; the others run on) until the
+  // consumer acknowledges. 0: unbounded, for a consumer that never acknowledges.
+  int64_t max_unread = 0;
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const Completion&)> on_done;  // exactly once, after the last on_token
 };
@@ -89,6 +95,7 @@ using RequestId = uint64_t;
 struct LoadSnapshot {
   int64_t queue_depth = 0;  // submitted, not yet given a sequence slot
   int64_t active_sequences = 0;
+  int64_t paused_sequences = 0;  // running, paused at their max_unread bound (a slow consumer)
   int64_t max_sequences = 0;
   int64_t kv_bytes_used = 0;  // allocated KV: running sequences + cached prefixes
   int64_t kv_budget_bytes = 0;
@@ -122,6 +129,9 @@ class Scheduler {
   // Stops a queued or running request within one step and frees its KV; its on_done gets
   // kCancelled. Unknown or finished ids are ignored.
   void cancel(RequestId id);
+  // The consumer of `id` has taken `events` more of its on_token events (see max_unread): a
+  // sequence paused at its bound resumes at the next step. Unknown or finished ids are ignored.
+  void consumed(RequestId id, int64_t events);
   LoadSnapshot load() const;
 
   int64_t n_ctx() const;

@@ -259,29 +259,18 @@ bool apply_synth_preset(std::string_view preset, SynthOptions& o) {
   return false;
 }
 
-Result<GgufWriter> build_synth_model(const SynthOptions& o) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
-    return invalid("unsupported architecture '" + o.arch + "' (llama, qwen2, qwen3)");
-  }
-  const auto target = parse_quant_target(o.type);
-  if (!target) return invalid("unknown or unsupported type '" + o.type + "'");
-  const int64_t head_dim = o.head_dim > 0 ? o.head_dim : (o.n_head > 0 ? o.n_embd / o.n_head : 0);
-  if (o.n_embd <= 0 || o.n_layer <= 0 || o.n_head <= 0 || o.n_head_kv <= 0 || o.n_ff <= 0 ||
-      head_dim <= 0 || o.n_ctx <= 0 || o.n_head % o.n_head_kv != 0 || o.n_embd > (1 << 16) ||
-      o.n_ff > (1 << 18) || o.n_layer > 512 || head_dim % 2 != 0) {
-    return invalid(
-        "bad shape: sizes must be positive, n_head a multiple of n_head_kv, "
-        "head_dim even");
-  }
+namespace {
+
+// The architecture's hyperparameters as GGUF metadata.
+void set_hparams(GgufWriter& w, const SynthOptions& o, const QuantTarget& target,
+                 int64_t head_dim) {
   const bool qwen = o.arch != "llama";
   const double theta = o.rope_theta > 0 ? o.rope_theta : (qwen ? 1e6 : 1e4);
   const double eps = o.rms_eps > 0 ? o.rms_eps : (qwen ? 1e-6 : 1e-5);
-
-  GgufWriter w;
   const std::string a = o.arch;
   w.set("general.architecture", Value::string(a));
   w.set("general.name", Value::string(o.name));
-  w.set("general.file_type", Value::u32(file_type_of(*target)));
+  w.set("general.file_type", Value::u32(file_type_of(target)));
   w.set("general.quantization_version", Value::u32(2));
   w.set(a + ".context_length", Value::u32(static_cast<uint32_t>(o.n_ctx)));
   w.set(a + ".embedding_length", Value::u32(static_cast<uint32_t>(o.n_embd)));
@@ -296,8 +285,11 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
     w.set(a + ".attention.key_length", Value::u32(static_cast<uint32_t>(head_dim)));
     w.set(a + ".attention.value_length", Value::u32(static_cast<uint32_t>(head_dim)));
   }
+}
 
-  // Vocabulary.
+// The vocabulary: copied from another GGUF's tokenizer, or the built-in byte-level one padded
+// to o.n_vocab with unused tokens. Its size.
+Result<int64_t> set_vocab(GgufWriter& w, const SynthOptions& o) {
   int64_t n_vocab = 0;
   if (!o.vocab_from.empty()) {
     auto src = GgufFile::open(o.vocab_from);
@@ -334,8 +326,13 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
     return invalid("--vocab " + std::to_string(o.n_vocab) + " is smaller than the vocabulary (" +
                    std::to_string(n_vocab) + ")");
   }
-  w.set(a + ".vocab_size", Value::u32(static_cast<uint32_t>(n_vocab)));
+  w.set(o.arch + ".vocab_size", Value::u32(static_cast<uint32_t>(n_vocab)));
+  return n_vocab;
+}
 
+// Random weights for every tensor of the architecture, each in the type the target picks for it.
+Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& target,
+                   int64_t head_dim, int64_t n_vocab) {
   std::mt19937_64 rng(o.seed);
   auto normal = [&](int64_t count, double mean, double stddev) {
     std::normal_distribution<float> dist(static_cast<float>(mean), static_cast<float>(stddev));
@@ -356,8 +353,7 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
     ++made;
     const int n_dims = ne1 > 0 ? 2 : 1;
     const auto values = normal(ne0 * std::max<int64_t>(ne1, 1), mean, stddev);
-    const TensorType type =
-        choose_tensor_type(*target, name, ne0, n_dims, layer_of(name), n_layers);
+    const TensorType type = choose_tensor_type(target, name, ne0, n_dims, layer_of(name), n_layers);
     std::vector<int64_t> shape{ne0};
     if (ne1 > 0) shape.push_back(ne1);
     status = w.add_tensor(name, type, std::move(shape), encode(type, values, ne0));
@@ -391,6 +387,30 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
   if (!o.tied_output) add("output.weight", o.n_embd, n_vocab, 0.0, 2.0 * in_scale);
   if (!status) return status.error();
   if (o.progress) o.progress(made, n_tensors);
+  return {};
+}
+
+}  // namespace
+
+Result<GgufWriter> build_synth_model(const SynthOptions& o) {
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
+    return invalid("unsupported architecture '" + o.arch + "' (llama, qwen2, qwen3)");
+  }
+  const auto target = parse_quant_target(o.type);
+  if (!target) return invalid("unknown or unsupported type '" + o.type + "'");
+  const int64_t head_dim = o.head_dim > 0 ? o.head_dim : (o.n_head > 0 ? o.n_embd / o.n_head : 0);
+  if (o.n_embd <= 0 || o.n_layer <= 0 || o.n_head <= 0 || o.n_head_kv <= 0 || o.n_ff <= 0 ||
+      head_dim <= 0 || o.n_ctx <= 0 || o.n_head % o.n_head_kv != 0 || o.n_embd > (1 << 16) ||
+      o.n_ff > (1 << 18) || o.n_layer > 512 || head_dim % 2 != 0) {
+    return invalid(
+        "bad shape: sizes must be positive, n_head a multiple of n_head_kv, "
+        "head_dim even");
+  }
+  GgufWriter w;
+  set_hparams(w, o, *target, head_dim);
+  auto n_vocab = set_vocab(w, o);
+  if (!n_vocab) return n_vocab.error();
+  if (Status s = add_weights(w, o, *target, head_dim, *n_vocab); !s) return s.error();
   return w;
 }
 

@@ -56,6 +56,84 @@ std::optional<SplitPattern> pattern_for_pre(std::string_view pre, bool& ignore_m
   return std::nullopt;
 }
 
+// A SentencePiece vocabulary (tokenizer.ggml.model "llama"): scores, byte tokens <0xNN>.
+void load_spm(const gguf::GgufFile& f, const gguf::Value& tokens, const std::vector<int>& types,
+              TokenizerImpl& t) {
+  const std::size_t n = tokens.strings.size();
+  t.model = ModelKind::kSpmScore;
+  t.byte_level = false;
+  t.spm_add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  t.strip_leading_space = t.spm_add_space_prefix;
+  t.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
+  t.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  const gguf::Value* scores = f.find("tokenizer.ggml.scores");
+  t.scores.assign(n, 0.0f);
+  if (scores && scores->type == gguf::ValueType::kArray) {
+    for (std::size_t i = 0; i < n && i < scores->floats.size(); ++i)
+      t.scores[i] = static_cast<float>(scores->floats[i]);
+  }
+  for (TokenId id = 0; id < n; ++id) t.bpe.set_token(id, tokens.strings[id]);
+  t.bpe.finish();
+  t.decoded.resize(n);
+  for (TokenId id = 0; id < n; ++id) {
+    const std::string& text = tokens.strings[id];
+    const int b = types[id] == kByte ? byte_token(text) : -1;
+    t.decoded[id] =
+        b >= 0 ? std::string(1, static_cast<char>(b)) : replace_all(text, kMetaspace, " ");
+  }
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    TokenId id = t.bpe.find(buf);
+    if (id == kNoToken) id = t.bpe.find(std::string(1, static_cast<char>(b)));
+    t.byte_ids[b] = id == kNoToken ? t.unk_id : id;
+  }
+}
+
+// A byte-level BPE vocabulary (tokenizer.ggml.model "gpt2"): the pre-tokenizer and the merges.
+Status load_bpe(const gguf::GgufFile& f, const std::string& path, const gguf::Value& tokens,
+                TokenizerImpl& t) {
+  const std::size_t n = tokens.strings.size();
+  const std::string pre(f.get_string("tokenizer.ggml.pre").value_or("default"));
+  bool ignore_merges = false;
+  const auto pattern = pattern_for_pre(pre, ignore_merges);
+  if (!pattern) return invalid(path, "tokenizer.ggml.pre '" + pre + "' is not supported");
+  t.model = ModelKind::kBpe;
+  t.pre = PreKind::kSplit;
+  t.pattern = *pattern;
+  t.byte_level = true;
+  t.whole_piece_first = ignore_merges;
+  t.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
+  t.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  for (TokenId id = 0; id < n; ++id) {
+    bool ok = false;
+    std::string bytes = byte_level_to_bytes(tokens.strings[id], ok);
+    t.bpe.set_token(id, ok ? bytes : tokens.strings[id]);
+  }
+  t.bpe.finish();
+  const gguf::Value* merges = f.find("tokenizer.ggml.merges");
+  if (!merges || merges->type != gguf::ValueType::kArray)
+    return invalid(path, "no tokenizer.ggml.merges");
+  std::uint32_t rank = 0;
+  for (const std::string& m : merges->strings) {
+    const std::size_t space = m.find(' ', 1);
+    if (space == std::string::npos) return invalid(path, "bad merge '" + m + "'");
+    const std::string a = m.substr(0, space);
+    const std::string b = m.substr(space + 1);
+    const auto ia = t.text_to_id.find(a);
+    const auto ib = t.text_to_id.find(b);
+    const auto im = t.text_to_id.find(a + b);
+    if (ia == t.text_to_id.end() || ib == t.text_to_id.end() || im == t.text_to_id.end()) {
+      ++rank;
+      continue;  // llama.cpp keeps such merges but they can never apply
+    }
+    t.bpe.add_merge(ia->second, ib->second, rank++, im->second);
+  }
+  t.bpe.finish();
+  for (int b = 0; b < 256; ++b) t.byte_ids[b] = t.bpe.find(std::string(1, static_cast<char>(b)));
+  return {};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path) {
@@ -104,75 +182,11 @@ Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path) 
   t.specials.finish();
 
   if (*model == "llama") {
-    t.model = ModelKind::kSpmScore;
-    t.byte_level = false;
-    t.spm_add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
-    t.strip_leading_space = t.spm_add_space_prefix;
-    t.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(true);
-    t.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
-    const gguf::Value* scores = f.find("tokenizer.ggml.scores");
-    t.scores.assign(n, 0.0f);
-    if (scores && scores->type == gguf::ValueType::kArray) {
-      for (std::size_t i = 0; i < n && i < scores->floats.size(); ++i)
-        t.scores[i] = static_cast<float>(scores->floats[i]);
-    }
-    for (TokenId id = 0; id < n; ++id) t.bpe.set_token(id, tokens->strings[id]);
-    t.bpe.finish();
-    t.decoded.resize(n);
-    for (TokenId id = 0; id < n; ++id) {
-      const std::string& text = tokens->strings[id];
-      const int b = types[id] == kByte ? byte_token(text) : -1;
-      t.decoded[id] =
-          b >= 0 ? std::string(1, static_cast<char>(b)) : replace_all(text, kMetaspace, " ");
-    }
-    for (int b = 0; b < 256; ++b) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-      TokenId id = t.bpe.find(buf);
-      if (id == kNoToken) id = t.bpe.find(std::string(1, static_cast<char>(b)));
-      t.byte_ids[b] = id == kNoToken ? t.unk_id : id;
-    }
+    load_spm(f, *tokens, types, t);
     return impl;
   }
-
   if (*model == "gpt2") {
-    const std::string pre(f.get_string("tokenizer.ggml.pre").value_or("default"));
-    bool ignore_merges = false;
-    const auto pattern = pattern_for_pre(pre, ignore_merges);
-    if (!pattern) return invalid(path, "tokenizer.ggml.pre '" + pre + "' is not supported");
-    t.model = ModelKind::kBpe;
-    t.pre = PreKind::kSplit;
-    t.pattern = *pattern;
-    t.byte_level = true;
-    t.whole_piece_first = ignore_merges;
-    t.add_bos = f.get_bool("tokenizer.ggml.add_bos_token").value_or(false);
-    t.add_eos = f.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
-    for (TokenId id = 0; id < n; ++id) {
-      bool ok = false;
-      std::string bytes = byte_level_to_bytes(tokens->strings[id], ok);
-      t.bpe.set_token(id, ok ? bytes : tokens->strings[id]);
-    }
-    t.bpe.finish();
-    const gguf::Value* merges = f.find("tokenizer.ggml.merges");
-    if (!merges || merges->type != gguf::ValueType::kArray)
-      return invalid(path, "no tokenizer.ggml.merges");
-    std::uint32_t rank = 0;
-    for (const std::string& m : merges->strings) {
-      const std::size_t space = m.find(' ', 1);
-      if (space == std::string::npos) return invalid(path, "bad merge '" + m + "'");
-      const std::string a = m.substr(0, space);
-      const std::string b = m.substr(space + 1);
-      const auto ia = t.text_to_id.find(a);
-      const auto ib = t.text_to_id.find(b);
-      const auto im = t.text_to_id.find(a + b);
-      if (ia == t.text_to_id.end() || ib == t.text_to_id.end() || im == t.text_to_id.end()) {
-        ++rank;
-        continue;  // llama.cpp keeps such merges but they can never apply
-      }
-      t.bpe.add_merge(ia->second, ib->second, rank++, im->second);
-    }
-    t.bpe.finish();
-    for (int b = 0; b < 256; ++b) t.byte_ids[b] = t.bpe.find(std::string(1, static_cast<char>(b)));
+    if (Status s = load_bpe(f, path, *tokens, t); !s) return s.error();
     return impl;
   }
   return invalid(

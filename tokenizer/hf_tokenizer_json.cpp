@@ -228,43 +228,9 @@ void load_config_sidecar(const std::string& path, TokenizerImpl& t) {
     t.add_eos = c["add_eos_token"].get<bool>();
 }
 
-std::unique_ptr<TokenizerImpl> build(std::string name, const json& root) {
-  auto impl = std::make_unique<TokenizerImpl>();
-  TokenizerImpl& t = *impl;
-  t.name = std::move(name);
-  const json& model = root.at("model");
-  const std::string type = str_or(model, "type", "BPE");
-  if (type != "BPE") fail("model type '" + type + "' is not supported (BPE only)");
-  if (!str_or(model, "continuing_subword_prefix").empty() ||
-      !str_or(model, "end_of_word_suffix").empty()) {
-    fail("BPE continuing_subword_prefix / end_of_word_suffix are not supported");
-  }
-  if (model.contains("dropout") && !model["dropout"].is_null() &&
-      model["dropout"].get<double>() != 0.0) {
-    fail("BPE dropout is not supported");
-  }
-
-  Pipeline p;
-  apply_normalizer(root.value("normalizer", json()), p);
-  apply_pre_tokenizer(root.value("pre_tokenizer", json()), p);
-  DecoderInfo d;
-  apply_decoder(root.value("decoder", json()), d);
-  if (p.add_prefix_space) fail("ByteLevel add_prefix_space=true is not supported");
-
-  t.model = ModelKind::kBpe;
-  t.nfc = p.nfc;
-  t.spaces_to_metaspace = p.spaces_to_metaspace;
-  t.prepend_metaspace = p.prepend_metaspace;
-  t.prepend_first_only = p.prepend_first_only;
-  t.prepend_if_missing = p.prepend_if_missing;
-  t.pre = p.pre;
-  t.pattern = p.pattern;
-  t.byte_level = p.byte_level;
-  t.whole_piece_first = bool_or(model, "ignore_merges", false);
-  t.byte_fallback = bool_or(model, "byte_fallback", false);
-  t.strip_leading_space = d.strip_leading_space;
-
-  // Vocabulary: byte-level strings become the raw bytes they stand for.
+// The vocabulary (byte-level strings become the raw bytes they stand for), the decoded text of
+// each token, the byte tokens and the unknown token. Sets vocab_size to the largest id + 1.
+void load_vocab(const json& model, const DecoderInfo& d, TokenizerImpl& t) {
   const json& vocab = model.at("vocab");
   if (!vocab.is_object()) fail("model.vocab must be an object");
   TokenId max_id = 0;
@@ -318,7 +284,11 @@ std::unique_ptr<TokenizerImpl> build(std::string name, const json& root) {
     if (it != t.text_to_id.end()) t.unk_id = it->second;
   }
 
-  // Merges: "a b" strings or [a, b] pairs; rank = position.
+  t.vocab_size = max_id + 1;
+}
+
+// Merges: "a b" strings or [a, b] pairs; rank = position.
+void load_merges(const json& model, TokenizerImpl& t) {
   const json& merges = model.at("merges");
   std::uint32_t rank = 0;
   for (const json& m : merges) {
@@ -345,9 +315,10 @@ std::unique_ptr<TokenizerImpl> build(std::string name, const json& root) {
     t.bpe.add_merge(ia->second, ib->second, rank++, im->second);
   }
   t.bpe.finish();
-  t.vocab_size = max_id + 1;
+}
 
-  // Added tokens: matched in the raw text before normalization.
+// Added tokens: matched in the raw text before normalization.
+void load_added_tokens(const json& root, TokenizerImpl& t) {
   if (root.contains("added_tokens") && root["added_tokens"].is_array()) {
     for (const json& a : root["added_tokens"]) {
       const TokenId id = a.at("id").get<TokenId>();
@@ -361,8 +332,10 @@ std::unique_ptr<TokenizerImpl> build(std::string name, const json& root) {
     }
   }
   t.specials.finish();
+}
 
-  // BOS from a TemplateProcessing post-processor that starts with a special token.
+// BOS from a TemplateProcessing post-processor that starts with a special token.
+void load_bos(const json& root, TokenizerImpl& t) {
   const json post = root.value("post_processor", json());
   if (post.is_object() && str_or(post, "type") == "TemplateProcessing" && post.contains("single")) {
     const json& single = post["single"];
@@ -374,6 +347,48 @@ std::unique_ptr<TokenizerImpl> build(std::string name, const json& root) {
       }
     }
   }
+}
+
+std::unique_ptr<TokenizerImpl> build(std::string name, const json& root) {
+  auto impl = std::make_unique<TokenizerImpl>();
+  TokenizerImpl& t = *impl;
+  t.name = std::move(name);
+  const json& model = root.at("model");
+  const std::string type = str_or(model, "type", "BPE");
+  if (type != "BPE") fail("model type '" + type + "' is not supported (BPE only)");
+  if (!str_or(model, "continuing_subword_prefix").empty() ||
+      !str_or(model, "end_of_word_suffix").empty()) {
+    fail("BPE continuing_subword_prefix / end_of_word_suffix are not supported");
+  }
+  if (model.contains("dropout") && !model["dropout"].is_null() &&
+      model["dropout"].get<double>() != 0.0) {
+    fail("BPE dropout is not supported");
+  }
+
+  Pipeline p;
+  apply_normalizer(root.value("normalizer", json()), p);
+  apply_pre_tokenizer(root.value("pre_tokenizer", json()), p);
+  DecoderInfo d;
+  apply_decoder(root.value("decoder", json()), d);
+  if (p.add_prefix_space) fail("ByteLevel add_prefix_space=true is not supported");
+
+  t.model = ModelKind::kBpe;
+  t.nfc = p.nfc;
+  t.spaces_to_metaspace = p.spaces_to_metaspace;
+  t.prepend_metaspace = p.prepend_metaspace;
+  t.prepend_first_only = p.prepend_first_only;
+  t.prepend_if_missing = p.prepend_if_missing;
+  t.pre = p.pre;
+  t.pattern = p.pattern;
+  t.byte_level = p.byte_level;
+  t.whole_piece_first = bool_or(model, "ignore_merges", false);
+  t.byte_fallback = bool_or(model, "byte_fallback", false);
+  t.strip_leading_space = d.strip_leading_space;
+
+  load_vocab(model, d, t);
+  load_merges(model, t);
+  load_added_tokens(root, t);
+  load_bos(root, t);
   return impl;
 }
 

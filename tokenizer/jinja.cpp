@@ -402,6 +402,8 @@ struct Token {
   std::string text;
 };
 
+// Long for a reason: a lexer, one loop over the characters with a case per token class
+// (names, numbers, strings with escapes, operators); splitting it would scatter one state machine.
 std::vector<Token> lex_expression(std::string_view src) {
   std::vector<Token> out;
   std::size_t i = 0;
@@ -901,6 +903,30 @@ bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+// Where the tag opened by `kind` ('{', '%' or '#') whose body starts at `body` closes (the
+// index of its "}}", "%}" or "#}"); quotes are skipped in expressions and statements. npos when
+// it does not.
+std::size_t find_tag_close(std::string_view src, std::size_t body, char kind) {
+  const char close = kind == '{' ? '}' : kind;
+  char quote = 0;
+  for (std::size_t k = body; k + 1 < src.size(); ++k) {
+    if (kind != '#' && quote) {
+      if (src[k] == '\\') {
+        ++k;
+      } else if (src[k] == quote) {
+        quote = 0;
+      }
+    } else if (kind != '#' && (src[k] == '\'' || src[k] == '"')) {
+      quote = src[k];
+    } else if (src[k] == close && src[k + 1] == '}') {
+      return k;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Text, expression and statement chunks ({# comments #} dropped), with the '-' whitespace
+// control applied.
 std::vector<Chunk> split_chunks(std::string_view src) {
   std::vector<Chunk> chunks;
   std::size_t i = 0;
@@ -917,7 +943,6 @@ std::vector<Chunk> split_chunks(std::string_view src) {
     if (src[i] == '{' && i + 1 < src.size() &&
         (src[i + 1] == '{' || src[i + 1] == '%' || src[i + 1] == '#')) {
       const char kind = src[i + 1];
-      const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
       std::size_t body = i + 2;
       bool strip_left = false;
       if (body < src.size() && src[body] == '-') {
@@ -926,41 +951,7 @@ std::vector<Chunk> split_chunks(std::string_view src) {
       } else if (body < src.size() && src[body] == '+') {
         ++body;
       }
-      std::size_t end = std::string_view::npos;
-      if (kind == '{') {
-        // Find "}}" outside string literals.
-        char quote = 0;
-        for (std::size_t k = body; k + 1 < src.size(); ++k) {
-          if (quote) {
-            if (src[k] == '\\') {
-              ++k;
-            } else if (src[k] == quote) {
-              quote = 0;
-            }
-          } else if (src[k] == '\'' || src[k] == '"') {
-            quote = src[k];
-          } else if (src[k] == '}' && src[k + 1] == '}') {
-            end = k;
-            break;
-          }
-        }
-      } else {
-        char quote = 0;
-        for (std::size_t k = body; k + 1 < src.size(); ++k) {
-          if (kind == '%' && quote) {
-            if (src[k] == '\\') {
-              ++k;
-            } else if (src[k] == quote) {
-              quote = 0;
-            }
-          } else if (kind == '%' && (src[k] == '\'' || src[k] == '"')) {
-            quote = src[k];
-          } else if (src[k] == close[0] && src[k + 1] == '}') {
-            end = k;
-            break;
-          }
-        }
-      }
+      const std::size_t end = find_tag_close(src, body, kind);
       if (end == std::string_view::npos) fail("unclosed tag");
       std::size_t body_end = end;
       bool strip_right = false;
@@ -1035,6 +1026,8 @@ class TemplateParser {
     return nodes;
   }
 
+  // Long for a reason: one branch per statement keyword (if, for, set, macro, break, continue;
+  // the unsupported ones refused by name), each parsing its own header with ExprParser.
   AstNodePtr parse_statement(const std::string& word) {
     ExprParser& p = *stmt_;
     AstNode n;
@@ -1456,6 +1449,8 @@ class Interpreter {
     return str.sub(b, e - b);
   }
 
+  // Long for a reason: a dispatch table of the methods templates call, grouped by receiver kind
+  // (string, list, dict), each branch a few lines.
   static Value call_method(const Value& self, std::string_view name, Args& args) {
     if (self.kind == Value::kString) {
       const std::string_view s = self.s.view();
@@ -1704,6 +1699,8 @@ class Interpreter {
     return Value::string(std::move(s));
   }
 
+  // Long for a reason: one branch per supported filter, a dispatch table written as code (each
+  // branch a few lines); a filter that grows gets a helper.
   Value apply_filter(std::string_view name, const Value& v, Args& args) {
     if (name == "trim") {
       return Value::string(strip_chars(v.kind == Value::kString ? v.s : Str(to_string(v)),

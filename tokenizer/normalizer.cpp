@@ -76,6 +76,42 @@ void decompose(std::uint32_t cp, std::vector<std::uint32_t>& out, const Tables& 
   if (it->second.second) decompose(it->second.second, out, t);
 }
 
+// The canonical combining class; 0 for an invalid byte's marker (0x80000000 | byte).
+std::uint8_t combining_class(std::uint32_t cp, const Tables& t) {
+  return (cp & 0x80000000u) ? 0 : t.class_of(cp);
+}
+
+// Canonical ordering: stable sort of each run of non-starters by class.
+void canonical_order(std::vector<std::uint32_t>& cps, const Tables& t) {
+  auto cls = [&](std::uint32_t cp) { return combining_class(cp, t); };
+  for (std::size_t i = 0; i < cps.size();) {
+    if (cls(cps[i]) == 0) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < cps.size() && cls(cps[j]) != 0) ++j;
+    std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(i),
+                     cps.begin() + static_cast<std::ptrdiff_t>(j),
+                     [&](std::uint32_t a, std::uint32_t b) { return cls(a) < cls(b); });
+    i = j;
+  }
+}
+
+// The primary composite of starter `s` and `cp` (Hangul by arithmetic, the rest by table);
+// 0 when there is none.
+std::uint32_t compose_pair(std::uint32_t s, std::uint32_t cp, const Tables& t) {
+  if (s >= kLBase && s < kLBase + kLCount && cp >= kVBase && cp < kVBase + kVCount) {
+    return kSBase + ((s - kLBase) * kVCount + (cp - kVBase)) * kTCount;
+  }
+  if (s >= kSBase && s < kSBase + kSCount && (s - kSBase) % kTCount == 0 && cp > kTBase &&
+      cp < kTBase + kTCount) {
+    return s + (cp - kTBase);
+  }
+  const auto it = t.compose.find((static_cast<std::uint64_t>(s) << 32) | cp);
+  return it != t.compose.end() ? it->second : 0;
+}
+
 }  // namespace
 
 std::string nfc_normalize(std::string_view text) {
@@ -101,22 +137,8 @@ std::string nfc_normalize(std::string_view text) {
     }
     pos += d.len;
   }
-  auto cls = [&](std::uint32_t cp) -> std::uint8_t {
-    return (cp & 0x80000000u) ? 0 : t.class_of(cp);
-  };
-  // Canonical ordering: stable sort of each run of non-starters by class.
-  for (std::size_t i = 0; i < cps.size();) {
-    if (cls(cps[i]) == 0) {
-      ++i;
-      continue;
-    }
-    std::size_t j = i;
-    while (j < cps.size() && cls(cps[j]) != 0) ++j;
-    std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(i),
-                     cps.begin() + static_cast<std::ptrdiff_t>(j),
-                     [&](std::uint32_t a, std::uint32_t b) { return cls(a) < cls(b); });
-    i = j;
-  }
+  auto cls = [&](std::uint32_t cp) { return combining_class(cp, t); };
+  canonical_order(cps, t);
   // Canonical composition.
   std::vector<std::uint32_t> out;
   out.reserve(cps.size());
@@ -128,16 +150,7 @@ std::string nfc_normalize(std::string_view text) {
       const std::uint32_t s = out[static_cast<std::size_t>(starter)];
       const bool blocked = last_class != -1 && (last_class >= c || last_class == 0);
       if (!blocked || (last_class == -1)) {
-        std::uint32_t composed = 0;
-        if (s >= kLBase && s < kLBase + kLCount && cp >= kVBase && cp < kVBase + kVCount) {
-          composed = kSBase + ((s - kLBase) * kVCount + (cp - kVBase)) * kTCount;
-        } else if (s >= kSBase && s < kSBase + kSCount && (s - kSBase) % kTCount == 0 &&
-                   cp > kTBase && cp < kTBase + kTCount) {
-          composed = s + (cp - kTBase);
-        } else {
-          const auto it = t.compose.find((static_cast<std::uint64_t>(s) << 32) | cp);
-          if (it != t.compose.end()) composed = it->second;
-        }
+        const std::uint32_t composed = compose_pair(s, cp, t);
         if (composed && (last_class == -1 || last_class < c)) {
           out[static_cast<std::size_t>(starter)] = composed;
           continue;

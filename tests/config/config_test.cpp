@@ -129,7 +129,8 @@ TEST(Config, LocalBackendKeys) {
   auto cfg = load_config_text(R"(
 backends:
   - { name: cpu, kind: local, model: /m/x.gguf, threads: 2, max_sequences: 8, max_queue: 3,
-      kv_budget_mb: 512, prefill_chunk: 64, prefix_cache: false, context_length: 2048 }
+      kv_budget_mb: 512, prefill_chunk: 64, prefix_cache: false, context_length: 2048,
+      max_unread_tokens: 8 }
 models:
   - { name: small, backend: cpu }
 )",
@@ -145,8 +146,22 @@ models:
   EXPECT_EQ(l.prefill_chunk, 64);
   EXPECT_FALSE(l.prefix_cache);
   EXPECT_EQ(l.context_length, 2048);
+  EXPECT_EQ(l.max_unread_tokens, 8);
   EXPECT_FALSE(cfg->ledger.present());
   EXPECT_FALSE(cfg->policy);
+}
+
+TEST(Config, LocalBackendMaxUnreadTokensIsBounded) {
+  auto dflt =
+      load_config_text("backends:\n  - { name: cpu, kind: local, model: x.gguf }\n", "t.yaml");
+  ASSERT_TRUE(dflt) << dflt.error().message;
+  EXPECT_EQ(dflt->backends[0].local->max_unread_tokens, 64);
+  // No "unbounded": a slow client must not make ferry buffer without limit.
+  auto zero = load_config_text(
+      "backends:\n  - { name: cpu, kind: local, model: x.gguf, max_unread_tokens: 0 }\n", "t.yaml");
+  ASSERT_FALSE(zero);
+  EXPECT_NE(zero.error().message.find("max_unread_tokens"), std::string::npos)
+      << zero.error().message;
 }
 
 TEST(Config, LocalBackendRefusesHttpKeysAndUnknownKinds) {

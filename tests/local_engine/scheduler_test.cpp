@@ -1,12 +1,15 @@
 // The serving scheduler on a small random model: batched output equals solo output, prefix-cache
 // hits change nothing but the work done, cancellation and deadlines free the KV, a full queue
-// refuses at once, long prompts are prefilled in chunks between decode steps.
+// refuses at once, long prompts are prefilled in chunks between decode steps, a consumer that
+// does not read pauses its sequence at its max_unread bound without holding up the others.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "local_engine/scheduler.h"
 #include "tests/local_engine/test_model.h"
@@ -324,6 +327,118 @@ TEST_F(SchedulerTest, DeadlineEndsRunningAndQueuedRequests) {
   EXPECT_EQ(l.error->code, ErrorCode::kTimeout);
   EXPECT_EQ(l.completion_tokens, 0);
   const LoadSnapshot load = s->load();
+  EXPECT_EQ(load.kv_bytes_used, 0);
+  EXPECT_EQ(load.sequences_cancelled, 2);
+}
+
+// Waits (bounded) until `done` holds; false when it did not.
+template <typename F>
+bool eventually(F done) {
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (Clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// A consumer that reads nothing: its sequence stops at the bound while another one runs to the
+// end; read slowly afterwards, it resumes and produces exactly what an unthrottled run does.
+TEST_F(SchedulerTest, UnreadTokensPauseTheSequenceUntilTheConsumerReads) {
+  constexpr int64_t kBound = 4;
+  constexpr int64_t kTokens = 40;
+  SchedulerOptions options;
+  options.prefix_cache = false;
+  const auto prompt_a = random_prompt(20, 30);
+  const auto prompt_b = random_prompt(24, 31);
+  std::vector<TokenId> reference;
+  {
+    auto s = make(options);
+    auto out = submit(*s, greedy(prompt_a, kTokens));
+    EXPECT_FALSE(out->wait().error.has_value());
+    reference = out->tokens;
+  }
+  ASSERT_EQ(static_cast<int64_t>(reference.size()), kTokens);
+
+  auto s = make(options);
+  std::atomic<int64_t> acked{0};
+  std::atomic<int64_t> delivered{0};
+  std::atomic<int64_t> most_unread{0};  // the largest delivered - acknowledged seen
+  GenerationRequest a = greedy(prompt_a, kTokens);
+  a.max_unread = kBound;
+  a.on_token = [&](const TokenEvent&) {
+    const int64_t gap = ++delivered - acked.load();
+    if (gap > most_unread.load()) most_unread = gap;
+  };
+  auto out_a = attach(a);
+  auto id_a = s->submit(std::move(a));
+  ASSERT_TRUE(id_a.has_value());
+  auto out_b = submit(*s, greedy(prompt_b, kTokens));
+
+  // b runs its 40 steps while a, unread, stays at its bound.
+  const Completion b = out_b->wait();
+  EXPECT_FALSE(b.error.has_value());
+  EXPECT_EQ(b.completion_tokens, kTokens);
+  ASSERT_TRUE(eventually([&] { return s->load().paused_sequences == 1; }));
+  EXPECT_EQ(delivered.load(), kBound);
+  EXPECT_EQ(s->load().active_sequences, 1);
+  {
+    std::lock_guard lock(out_a->mu);
+    EXPECT_FALSE(out_a->done.has_value());
+    EXPECT_EQ(static_cast<int64_t>(out_a->tokens.size()), kBound);
+  }
+
+  // Read two events at a time, whenever there are some.
+  while (true) {
+    {
+      std::lock_guard lock(out_a->mu);
+      if (out_a->done) break;
+    }
+    const int64_t unread = delivered.load() - acked.load();
+    if (unread < 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    acked += 2;
+    s->consumed(id_a.value(), 2);
+  }
+  const Completion a_done = out_a->wait();
+  EXPECT_FALSE(a_done.error.has_value());
+  EXPECT_EQ(a_done.completion_tokens, kTokens);
+  EXPECT_EQ(out_a->tokens, reference);
+  EXPECT_LE(most_unread.load(), kBound);
+  EXPECT_EQ(s->load().paused_sequences, 0);
+}
+
+// A paused sequence still ends when cancelled, or at its deadline, and frees its KV.
+TEST_F(SchedulerTest, PausedSequenceStillEndsOnCancelAndDeadline) {
+  SchedulerOptions options;
+  options.prefix_cache = false;
+  auto s = make(options);
+  GenerationRequest a = greedy(random_prompt(10, 32), 200);
+  a.max_unread = 2;
+  auto out_a = attach(a);
+  auto id_a = s->submit(std::move(a));
+  ASSERT_TRUE(id_a.has_value());
+  ASSERT_TRUE(eventually([&] { return s->load().paused_sequences == 1; }));
+  s->cancel(id_a.value());
+  Completion c = out_a->wait();
+  ASSERT_TRUE(c.error.has_value());
+  EXPECT_EQ(c.error->code, ErrorCode::kCancelled);
+  EXPECT_EQ(c.completion_tokens, 2);
+
+  // Paused with every other sequence idle: the deadline still ends it.
+  GenerationRequest late = greedy(random_prompt(10, 33), 200);
+  late.max_unread = 3;
+  late.deadline = Clock::now() + std::chrono::milliseconds(300);
+  auto out_late = submit(*s, std::move(late));
+  c = out_late->wait();
+  ASSERT_TRUE(c.error.has_value());
+  EXPECT_EQ(c.error->code, ErrorCode::kTimeout);
+  EXPECT_LE(c.completion_tokens, 3);
+  const LoadSnapshot load = s->load();
+  EXPECT_EQ(load.active_sequences, 0);
+  EXPECT_EQ(load.paused_sequences, 0);
   EXPECT_EQ(load.kv_bytes_used, 0);
   EXPECT_EQ(load.sequences_cancelled, 2);
 }
