@@ -87,6 +87,9 @@ def functions(path):
     return found
 
 
+SKIP_DIRS = {"node_modules", "build", "build-fuzz"}  # not ferry's sources
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--max", type=int, default=80)
@@ -94,7 +97,11 @@ def main():
     args = ap.parse_args()
     files = []
     for p in map(pathlib.Path, args.paths):
-        files += sorted(x for x in p.rglob("*") if x.suffix in (".h", ".cpp")) if p.is_dir() else [p]
+        if not p.is_dir():
+            files.append(p)
+            continue
+        files += sorted(x for x in p.rglob("*")
+                        if x.suffix in (".h", ".cpp") and not SKIP_DIRS.intersection(x.parts))
     rows = []
     for f in files:
         for lines, line, name in functions(f):
