@@ -64,14 +64,22 @@ class FastParser {
   [[noreturn]] static void bail() { throw Unsupported{}; }
 
   // Only printable ASCII, spaces and newlines: no tabs, carriage returns, byte order marks or
-  // multi-byte characters (whose columns yaml-cpp counts its own way).
+  // multi-byte characters (whose columns yaml-cpp counts its own way); and no line that starts
+  // with a document marker ("---" or "...", then a blank), which yaml-cpp reads wherever it is.
   bool prescan() const {
-    for (char ch : t_) {
-      auto c = static_cast<unsigned char>(ch);
+    for (size_t i = 0; i < t_.size(); ++i) {
+      auto c = static_cast<unsigned char>(t_[i]);
       if (c == '\n') continue;
       if (c < 0x20 || c >= 0x7f) return false;
+      if ((i == 0 || t_[i - 1] == '\n') && (c == '-' || c == '.') && document_marker_at(i)) {
+        return false;
+      }
     }
     return true;
+  }
+  bool document_marker_at(size_t i) const {
+    if (t_.compare(i, 3, t_[i] == '-' ? "---" : "...") != 0) return false;
+    return i + 3 >= t_.size() || t_[i + 3] == ' ' || t_[i + 3] == '\n';
   }
 
   bool eof() const { return pos_ >= t_.size(); }

@@ -146,6 +146,10 @@ TEST(YamlTree, UsualPoliciesTakeTheFastPathAndMatchYamlCpp) {
   ss << in.rdbuf();
   ASSERT_FALSE(ss.str().empty());
   EXPECT_TRUE(same_as_yaml_cpp(ss.str())) << "the example policy fell back to yaml-cpp";
+  // Dashes or dots that are no document marker (one needs a blank after it) are plain text.
+  for (const char* text : {"---x: 1\n", "...x: 1\n", "a: ---\nb: ...\n"}) {
+    EXPECT_TRUE(same_as_yaml_cpp(text)) << "fell back to yaml-cpp on:\n" << text;
+  }
 }
 
 // Found by fuzz_policy_loader (fuzz/corpus/policy_loader/eof_null_after_blanks.yaml): a value
@@ -169,6 +173,9 @@ TEST(YamlTree, EverythingElseGoesToYamlCpp) {
   for (const char* text : {"",
                            "# only a comment\n",
                            "--- \na: 1\n",
+                           "--- a: 1\n",
+                           "a: 1\n...\n",
+                           "targets:\n...  a: default\n",  // fuzz/corpus: document_end_marker
                            "a: &x 1\nb: *x\n",
                            "a: !!str 1\n",
                            "a: |\n  text\n",
