@@ -7,45 +7,7 @@
 
 namespace ferry::adapters {
 
-size_t json_string_end(std::string_view text, size_t open_quote) {
-  const char* begin = text.data();
-  const char* end = begin + text.size();
-  const char* p = begin + open_quote;
-  // Jump from quote to quote: memchr runs at memory speed over long string contents.
-  for (;;) {
-    const char* q =
-        static_cast<const char*>(std::memchr(p + 1, '"', static_cast<size_t>(end - p - 1)));
-    if (q == nullptr) return std::string_view::npos;
-    size_t backslashes = 0;
-    for (const char* b = q - 1; b > p && *b == '\\'; --b) ++backslashes;
-    if (backslashes % 2 == 0) return static_cast<size_t>(q - begin) + 1;  // not escaped
-    p = q;
-  }
-}
-
-size_t json_value_end(std::string_view text, size_t open) {
-  int depth = 0;
-  for (size_t i = open; i < text.size(); ++i) {
-    char c = text[i];
-    if (c == '"') {
-      size_t end = json_string_end(text, i);
-      if (end == std::string_view::npos) return end;
-      i = end - 1;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
-  }
-  return std::string_view::npos;
-}
-
 namespace {
-
-size_t skip_ws(std::string_view s, size_t i) {
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
-  return i;
-}
 
 // The last index at or before `from` where `needle` (two bytes or more) occurs, or npos.
 // memrchr jumps to each earlier occurrence of needle[1] (a quoted key's first letter: rarer
@@ -68,8 +30,8 @@ size_t rfind_from(std::string_view s, std::string_view needle, size_t from) {
 size_t find_key_value(std::string_view s, std::string_view quoted_key, bool last) {
   size_t pos = last ? rfind_from(s, quoted_key, s.size()) : s.find(quoted_key);
   while (pos != std::string_view::npos) {
-    size_t i = skip_ws(s, pos + quoted_key.size());
-    if (i < s.size() && s[i] == ':') return skip_ws(s, i + 1);
+    size_t i = skip_json_ws(s, pos + quoted_key.size());
+    if (i < s.size() && s[i] == ':') return skip_json_ws(s, i + 1);
     if (last) {
       if (pos == 0) break;
       pos = rfind_from(s, quoted_key, pos - 1);
@@ -107,43 +69,6 @@ bool scan_int(std::string_view s, size_t& i, int64_t& out) {
   return true;
 }
 
-// Calls on_member(key, value_start) for each member of the object at `open`; on_member
-// returns the index one past the value, or npos to give up. Returns the index one past the
-// object's closing brace, or npos.
-template <typename F>
-size_t for_each_member(std::string_view s, size_t open, F&& on_member) {
-  size_t i = skip_ws(s, open + 1);
-  while (i < s.size() && s[i] != '}') {
-    if (s[i] != '"') return std::string_view::npos;
-    size_t key_end = s.find('"', i + 1);
-    if (key_end == std::string_view::npos) return std::string_view::npos;
-    std::string_view key = s.substr(i + 1, key_end - i - 1);
-    if (key.find('\\') != std::string_view::npos) return std::string_view::npos;
-    i = skip_ws(s, key_end + 1);
-    if (i >= s.size() || s[i] != ':') return std::string_view::npos;
-    i = skip_ws(s, i + 1);
-    size_t end = on_member(key, i);
-    if (end == std::string_view::npos || end > s.size()) return std::string_view::npos;
-    i = skip_ws(s, end);
-    if (i < s.size() && s[i] == ',') i = skip_ws(s, i + 1);
-  }
-  return i < s.size() ? i + 1 : std::string_view::npos;
-}
-
-// One past the end of a scalar or structured value starting at i. A scalar is a number,
-// true, false or null: whatever else follows it makes the caller give up.
-size_t skip_value(std::string_view s, size_t i) {
-  if (i >= s.size()) return std::string_view::npos;
-  if (s[i] == '{' || s[i] == '[') return json_value_end(s, i);
-  if (s[i] == '"') return json_string_end(s, i);
-  size_t j = i;
-  while (j < s.size() && ((s[j] >= 'a' && s[j] <= 'z') || (s[j] >= '0' && s[j] <= '9') ||
-                          s[j] == '-' || s[j] == '+' || s[j] == '.' || s[j] == 'E')) {
-    ++j;
-  }
-  return j;
-}
-
 // Reads the usage object at `open`; returns the index one past it, or npos when the scanner
 // does not expect what it finds.
 size_t scan_usage(std::string_view s, size_t open, UsageScan& u) {
@@ -162,18 +87,18 @@ size_t scan_usage(std::string_view s, size_t open, UsageScan& u) {
     if ((prompt_details || completion_details) && at < s.size() && s[at] == '{') {
       const char* want = prompt_details ? "cached_tokens" : "reasoning_tokens";
       int64_t* out = prompt_details ? &u.cached : &u.reasoning;
-      return for_each_member(s, at, [&](std::string_view k, size_t v) -> size_t {
+      return for_each_json_member(s, at, [&](std::string_view k, size_t v) -> size_t {
         if (k == want && v < s.size() && s[v] != 'n') {
           size_t i = v;
           if (!scan_int(s, i, *out)) return std::string_view::npos;
           return i;
         }
-        return skip_value(s, v);
+        return json_element_end(s, v);
       });
     }
-    return skip_value(s, at);
+    return json_element_end(s, at);
   };
-  return for_each_member(s, open, member);
+  return for_each_json_member(s, open, member);
 }
 
 // The integer member `key`, or `fallback` when absent or null; `malformed` is set when it is
@@ -244,7 +169,7 @@ std::string find_finish_reason(std::string_view json) {
 }
 
 std::string quote_model(std::string_view model) {
-  return nlohmann::json(model).dump();
+  return json_string(model);
 }
 
 std::optional<std::string> with_model(std::string_view json, std::string_view model) {
@@ -274,7 +199,7 @@ ChunkAction inspect_stream_chunk(std::string_view data, bool client_wants_usage)
   // (A quoted key cannot occur inside a JSON string, where quotes are escaped.)
   size_t c = find_key_value(data, "\"choices\"", /*last=*/false);
   if (c != std::string_view::npos && c < data.size() && data[c] == '[') {
-    size_t close = skip_ws(data, c + 1);
+    size_t close = skip_json_ws(data, c + 1);
     if (close < data.size() && data[close] == ']') {
       action.forward = false;
       return action;

@@ -8,16 +8,13 @@
 
 #include "adapters/backend.h"
 #include "api/openai_parse.h"
+#include "common/json_text.h"
 
 namespace ferry::adapters {
 
-// Given text and the index of a '{' or '[', returns the index one past its matching close,
-// honouring JSON strings and escapes; npos when unbalanced.
-size_t json_value_end(std::string_view text, size_t open);
-
-// Given text and the index of a string's opening '"', returns the index one past its closing
-// quote (an unescaped '"'); npos when unterminated. Runs at memchr speed over the contents.
-size_t json_string_end(std::string_view text, size_t open_quote);
+// The JSON scanner primitives live in common/json_text.h; these names stay for the callers.
+using ferry::json_string_end;
+using ferry::json_value_end;
 
 // key_is (a fast compare with a literal) and parse_token_id_key (a logit_bias key as a token id)
 // belong to the OpenAI parser (api/openai_parse.h); the wire helpers use the same ones.
@@ -31,7 +28,8 @@ std::optional<Usage> find_usage(std::string_view json);
 // The first `"finish_reason": "..."` string value, or "" when absent or null.
 std::string find_finish_reason(std::string_view json);
 
-// `model` as a JSON string literal (quotes and escapes), for with_quoted_model.
+// `model` as a JSON string literal (common/json_text: as nlohmann::json::dump() writes it, bad
+// UTF-8 as U+FFFD), for with_quoted_model.
 std::string quote_model(std::string_view model);
 // `json` (a response body or stream chunk) with the value of its first `"model"` key replaced
 // by `quoted` (quote_model's literal, made once per request, not per stream chunk); nullopt when

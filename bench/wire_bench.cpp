@@ -1,6 +1,6 @@
 // Microbenchmarks of the gateway's per-request CPU work outside the network: parsing and
 // validating an OpenAI request, rewriting it for the backend, routing it without a policy,
-// finding usage in the answer.
+// finding usage in the answer, escaping JSON strings.
 // Run: build/bench/ferry_wire_bench
 // Instructions per call (load-independent): valgrind --tool=callgrind with a fixed iteration
 // count, e.g. --benchmark_filter=BM_RouterPlanNoPolicy --benchmark_min_time=2000x.
@@ -12,6 +12,7 @@
 
 #include "adapters/openai_wire.h"
 #include "adapters/sse_parser.h"
+#include "common/json_text.h"
 #include "config/config.h"
 #include "gateway/gateway.h"
 #include "gateway/openai_request.h"
@@ -187,6 +188,24 @@ void BM_ValidateStreamChunk(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ValidateStreamChunk);
+
+// The one JSON string escaper (common/json_text): a ledger tag (arg 0), and 1 KiB of text with
+// quotes, line breaks and multi-byte characters (arg 1).
+void BM_AppendJsonString(benchmark::State& state) {
+  std::string text = "team-research";
+  if (state.range(0) == 1) {
+    text.clear();
+    while (text.size() < 1024) text += "The fox said \"hi\"\n and caf\xc3\xa9 \xe2\x82\xac costs. ";
+  }
+  std::string out;
+  for (auto _ : state) {
+    out.clear();
+    ferry::append_json_string(out, text);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(text.size()));
+}
+BENCHMARK(BM_AppendJsonString)->Arg(0)->Arg(1);
 
 }  // namespace
 

@@ -1,7 +1,6 @@
 #include "gateway/access_log.h"
 
 #include <algorithm>
-#include <bit>
 #include <charconv>
 #include <chrono>
 #include <cstring>
@@ -23,123 +22,6 @@ constexpr size_t kWakeBatch = 512;
 // buffer has grown); the writer hands back its buffer after a batch, keeping at most this much.
 constexpr size_t kKeptBufferBytes = 1 << 20;
 
-// SWAR over 8 bytes (little-endian): a mask with the high bit set in the lowest byte that needs
-// more than a copy ('"', '\\', a control character, or a byte >= 0x80), and possibly in bytes
-// above it; zero when all 8 bytes are plain. (x - 1) & ~x & 0x80 flags a zero byte exactly
-// unless a borrow comes from a lower flagged byte, so the lowest flag is always right.
-constexpr uint64_t kOnes = 0x0101010101010101ULL;
-constexpr uint64_t kHighBits = 0x8080808080808080ULL;
-
-uint64_t special_bytes(uint64_t x) {
-  uint64_t control = (x - kOnes * 0x20) & ~x;
-  uint64_t quote = x ^ (kOnes * '"');
-  uint64_t backslash = x ^ (kOnes * '\\');
-  quote = (quote - kOnes) & ~quote;
-  backslash = (backslash - kOnes) & ~backslash;
-  return (control | quote | backslash | x) & kHighBits;
-}
-
-// Escapes one byte, or one UTF-8 sequence, at `in`; returns the input after it. Writes at most
-// 6 bytes per input byte consumed.
-const char* escape_one(const char* in, const char* end, char*& out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  auto c = static_cast<unsigned char>(*in);
-  if (c < 0x80) {
-    if (c == '"' || c == '\\') {
-      out[0] = '\\';
-      out[1] = static_cast<char>(c);
-      out += 2;
-    } else if (c < 0x20) {
-      std::memcpy(out, "\\u00", 4);
-      out[4] = kHex[c >> 4];
-      out[5] = kHex[c & 0xf];
-      out += 6;
-    } else {
-      *out++ = static_cast<char>(c);
-    }
-    return in + 1;
-  }
-  // A multi-byte sequence: copy it when it is well-formed UTF-8, else write U+FFFD.
-  size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
-  bool ok = len != 0 && c <= 0xf4 && len <= static_cast<size_t>(end - in);
-  for (size_t k = 1; ok && k < len; ++k) {
-    ok = (static_cast<unsigned char>(in[k]) & 0xc0) == 0x80;
-  }
-  if (ok && len >= 3) {
-    auto c1 = static_cast<unsigned char>(in[1]);
-    ok = !(c == 0xe0 && c1 < 0xa0) && !(c == 0xed && c1 >= 0xa0) && !(c == 0xf0 && c1 < 0x90) &&
-         !(c == 0xf4 && c1 >= 0x90);
-  }
-  if (!ok) {
-    std::memcpy(out, "\xef\xbf\xbd", 3);
-    out += 3;
-    return in + 1;
-  }
-  std::memcpy(out, in, len);
-  out += len;
-  return in + len;
-}
-
-// Loads the last `n` (1 to 7) bytes before `end` as one word, the bytes above them plain;
-// `have` bytes before `end` are readable. Whole-word loads, no byte loop.
-uint64_t load_tail(const char* end, size_t n, size_t have) {
-  uint64_t x;
-  if (have >= 8) {
-    std::memcpy(&x, end - 8, 8);
-    x >>= 8 * (8 - n);
-  } else if (n >= 4) {
-    uint32_t lo;
-    uint32_t hi;
-    std::memcpy(&lo, end - n, 4);
-    std::memcpy(&hi, end - 4, 4);
-    x = lo | (uint64_t{hi} << (8 * (n - 4)));  // the overlap holds the same bytes twice
-  } else {
-    const char* in = end - n;
-    x = static_cast<unsigned char>(in[0]) |
-        (uint64_t{static_cast<unsigned char>(in[n / 2])} << (8 * (n / 2))) |
-        (uint64_t{static_cast<unsigned char>(in[n - 1])} << (8 * (n - 1)));
-  }
-  return x | ((kOnes * 'a') << (8 * n));
-}
-
-}  // namespace
-
-char* JsonLine::escape(char* out, std::string_view s) {
-  const char* in = s.data();
-  const char* end = in + s.size();
-  if constexpr (std::endian::native == std::endian::little) {
-    // Plain bytes go 8 at a time: store the word, advance to the first byte that needs more.
-    while (end - in >= 8) {
-      uint64_t x;
-      std::memcpy(&x, in, 8);
-      std::memcpy(out, &x, 8);
-      uint64_t special = special_bytes(x);
-      if (special == 0) {
-        in += 8;
-        out += 8;
-        continue;
-      }
-      auto plain = static_cast<size_t>(std::countr_zero(special) / 8);
-      out += plain;
-      in = escape_one(in + plain, end, out);
-    }
-    // The last 1-7 bytes as one padded word; the store may run 8 bytes (escape's slack).
-    if (in != end) {
-      auto n = static_cast<size_t>(end - in);
-      uint64_t x = load_tail(end, n, s.size());
-      std::memcpy(out, &x, 8);
-      uint64_t special = special_bytes(x);
-      if (special == 0) return out + n;
-      auto plain = static_cast<size_t>(std::countr_zero(special) / 8);
-      in += plain;
-      out += plain;
-    }
-  }
-  while (in != end) in = escape_one(in, end, out);
-  return out;
-}
-
-namespace {
 // The buffer of the last JsonLine destroyed on this thread (unless finish() took it), for the
 // next one.
 thread_local std::string t_spare_line;

@@ -13,11 +13,13 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/json_text.h"
 
 namespace ferry::gateway {
 
 // Builds one JSON object on one line without a DOM: the access log writes one per request.
-// Strings are escaped as JSON requires; bytes that are not valid UTF-8 become U+FFFD.
+// Strings are escaped by common/json_text (control characters as \u00XX); bytes that are not
+// valid UTF-8 become U+FFFD.
 // Each field is written straight into a buffer sized ahead for its worst case; the small field
 // writers are inline so that constant keys are copied with constant-size copies.
 class JsonLine {
@@ -29,9 +31,9 @@ class JsonLine {
   JsonLine& operator=(JsonLine&&) = delete;
 
   JsonLine& str(std::string_view k, std::string_view value) {
-    char* p = key(k, value.size() * kMaxEscapedPerByte + 2 + kEscapeSlack);
+    char* p = key(k, value.size() * kJsonEscapedMaxPerByte + 2 + kJsonEscapeSlack);
     *p = '"';
-    p = escape(p + 1, value);
+    p = escape_json(p + 1, value, JsonControls::kUnicode);
     *p = '"';
     return commit(p + 1);
   }
@@ -83,12 +85,6 @@ class JsonLine {
  private:
   static constexpr size_t kInitialBytes = 512;
   static constexpr size_t kMaxSpareBytes = 64 << 10;  // a larger buffer is not kept
-  static constexpr size_t kMaxEscapedPerByte = 6;     // a control character becomes \u00XX
-  static constexpr size_t kEscapeSlack = 8;           // escape() stores 8 bytes at a time
-
-  // Writes `s` escaped at `out`, which has room for 6 bytes per byte of `s` plus 8, and returns
-  // the end.
-  static char* escape(char* out, std::string_view s);
   void grow(size_t more);
   // Room for `more` bytes past the end; returns where they go.
   char* reserve(size_t more) {

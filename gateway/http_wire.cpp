@@ -2,8 +2,6 @@
 
 #include <charconv>
 
-#include <simdjson.h>
-
 namespace ferry::gateway {
 
 std::string_view reason_phrase(int status) {
@@ -126,10 +124,6 @@ void append_response_head(std::string& out, const ResponseHead& head) {
 void append_chunk_prefix(std::string& out, size_t size) {
   append_number(out, size, 16);
   out.append("\r\n");
-}
-
-bool is_valid_utf8(std::string_view text) {
-  return simdjson::validate_utf8(text.data(), text.size());
 }
 
 bool is_clean_target(std::string_view target) {

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/json_text.h"
+
 namespace ferry::gateway {
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
@@ -38,9 +40,8 @@ void append_chunk_prefix(std::string& out, size_t size);
 inline constexpr std::string_view kChunkEnd = "\r\n";
 inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
-// True when `text` is well-formed UTF-8 (simdjson's validator: no overlongs, no surrogates,
-// nothing above U+10FFFF).
-bool is_valid_utf8(std::string_view text);
+// The UTF-8 check of request bytes is common/json_text.h's.
+using ferry::is_valid_utf8;
 
 // True when every byte of a request target is printable ASCII (0x21 to 0x7e): anything else
 // must be percent-encoded (RFC 3986), and would otherwise reach logs and error messages raw.

@@ -9,24 +9,10 @@ namespace ferry::gateway {
 
 namespace {
 
-// Label values escaped as Prometheus' text format requires.
-void append_escaped(std::string& out, const std::string& v) {
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-}
-
-void append_labels(std::string& out, const std::vector<std::string>& names,
-                   const std::vector<std::string>& values, const char* extra_name = nullptr,
-                   const std::string& extra_value = {}) {
+// `values` in the order of `names` (a vector of strings, or a span of views).
+template <typename Values>
+void append_labels(std::string& out, const std::vector<std::string>& names, const Values& values,
+                   const char* extra_name = nullptr, const std::string& extra_value = {}) {
   if (names.empty() && extra_name == nullptr) return;
   out += '{';
   bool first = true;
@@ -35,7 +21,7 @@ void append_labels(std::string& out, const std::vector<std::string>& names,
     first = false;
     out += names[i];
     out += "=\"";
-    append_escaped(out, i < values.size() ? values[i] : std::string());
+    append_label_value(out, i < values.size() ? std::string_view(values[i]) : std::string_view());
     out += '"';
   }
   if (extra_name != nullptr) {
@@ -83,7 +69,56 @@ uint64_t hash_mix(uint64_t h, std::string_view s) {
   h = (h ^ tail) * kMul;
   return h ^ (h >> 29);
 }
+
+// The label names of a table entry ("a,b" -> {"a", "b"}).
+std::vector<std::string> label_names(std::string_view labels) {
+  std::vector<std::string> names;
+  while (!labels.empty()) {
+    size_t comma = labels.find(',');
+    names.emplace_back(labels.substr(0, comma));
+    labels = comma == std::string_view::npos ? std::string_view() : labels.substr(comma + 1);
+  }
+  return names;
+}
+
 }  // namespace
+
+void append_label_value(std::string& out, std::string_view v) {
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+}
+
+void append_family_head(std::string& out, MetricSeries id) {
+  const MetricSpec& spec = metric_spec(id);
+  out.append("# HELP ").append(spec.name).append(" ").append(spec.help);
+  out.append("\n# TYPE ").append(spec.name).append(" ").append(metric_type_name(spec.type));
+  out += '\n';
+}
+
+void append_sample(std::string& out, MetricSeries id,
+                   std::initializer_list<std::string_view> label_values, std::string_view value) {
+  const MetricSpec& spec = metric_spec(id);
+  out.append(spec.name);
+  append_labels(out, label_names(spec.labels),
+                std::span<const std::string_view>(label_values.begin(), label_values.size()));
+  out += ' ';
+  out.append(value);
+  out += '\n';
+}
+
+void append_sample(std::string& out, MetricSeries id,
+                   std::initializer_list<std::string_view> label_values, int64_t value) {
+  append_sample(out, id, label_values, std::to_string(value));
+}
 
 bool LabelsLess::operator()(const std::vector<std::string>& a,
                             std::span<const std::string_view> b) const {
@@ -112,6 +147,10 @@ auto* find_or_add(Map& series, LabelValues label_values, const Make& make) {
 
 CounterFamily::CounterFamily(std::string name, std::string help, std::vector<std::string> labels)
     : name_(std::move(name)), help_(std::move(help)), labels_(std::move(labels)) {}
+
+CounterFamily::CounterFamily(MetricSeries id)
+    : CounterFamily(std::string(metric_spec(id).name), std::string(metric_spec(id).help),
+                    label_names(metric_spec(id).labels)) {}
 
 std::atomic<int64_t>* CounterFamily::series(LabelValues label_values) {
   std::lock_guard lock(mu_);
@@ -150,6 +189,10 @@ HistogramFamily::HistogramFamily(std::string name, std::string help,
       bounds_seconds_(std::move(bounds)) {
   for (double b : bounds_seconds_) bounds_micros_.push_back(static_cast<int64_t>(b * 1e6));
 }
+
+HistogramFamily::HistogramFamily(MetricSeries id, std::vector<double> bounds)
+    : HistogramFamily(std::string(metric_spec(id).name), std::string(metric_spec(id).help),
+                      label_names(metric_spec(id).labels), std::move(bounds)) {}
 
 HistogramFamily::Series* HistogramFamily::series(LabelValues label_values) {
   std::lock_guard lock(mu_);
@@ -196,16 +239,11 @@ const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.
 }
 
 Metrics::Metrics()
-    : requests("ferry_requests_total", "Requests answered, by model, backend and HTTP status.",
-               {"model", "backend", "status"}),
-      backend_errors("ferry_backend_errors_total", "Backend failures by backend and kind.",
-                     {"backend", "kind"}),
-      rejected("ferry_rejected_requests_total", "Requests refused before routing, by reason.",
-               {"reason"}),
-      latency("ferry_request_duration_seconds", "Time from request read to last byte sent.",
-              {"model"}, kLatencyBuckets),
-      ttft("ferry_time_to_first_token_seconds",
-           "Time from request read to the first streamed chunk sent.", {"model"}, kLatencyBuckets),
+    : requests(MetricSeries::kRequests),
+      backend_errors(MetricSeries::kBackendErrors),
+      rejected(MetricSeries::kRejectedRequests),
+      latency(MetricSeries::kRequestDuration, kLatencyBuckets),
+      ttft(MetricSeries::kTimeToFirstToken, kLatencyBuckets),
       request_series_(
           16, RequestKeyHash{(uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()}) {}
 
@@ -251,14 +289,10 @@ std::string Metrics::render() const {
   rejected.render(out);
   latency.render(out);
   ttft.render(out);
-  out +=
-      "# HELP ferry_in_flight_requests Requests being served now.\n"
-      "# TYPE ferry_in_flight_requests gauge\nferry_in_flight_requests " +
-      std::to_string(in_flight.load()) + "\n";
-  out +=
-      "# HELP ferry_open_connections Client connections open now.\n"
-      "# TYPE ferry_open_connections gauge\nferry_open_connections " +
-      std::to_string(connections.load()) + "\n";
+  append_family_head(out, MetricSeries::kInFlightRequests);
+  append_sample(out, MetricSeries::kInFlightRequests, {}, in_flight.load());
+  append_family_head(out, MetricSeries::kOpenConnections);
+  append_sample(out, MetricSeries::kOpenConnections, {}, connections.load());
   std::lock_guard lock(collectors_mu_);
   for (const auto& c : collectors_) c(out);
   return out;

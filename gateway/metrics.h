@@ -1,6 +1,7 @@
-// Prometheus metrics: every series ferry exports is declared here, in one place.
-// Thread-safe: counters are atomics; the label maps are guarded by a mutex taken only to find
-// (or create) a series; Metrics::observe_request finds a request's three series with one lookup.
+// Prometheus metrics: every series ferry exports is declared here, in one place (the table
+// FERRY_METRIC_SERIES: name, type, help, labels), and rendered through it. Thread-safe: counters
+// are atomics; the label maps are guarded by a mutex taken only to find (or create) a series;
+// Metrics::observe_request finds a request's three series with one lookup.
 #pragma once
 
 #include <array>
@@ -18,6 +19,125 @@
 #include <vector>
 
 namespace ferry::gateway {
+
+// ---------------------------------------------------------------------------------------
+// Every series /metrics shows: X(Id, "name", type, "help", "label,names"). A family is made
+// from its Id (CounterFamily, HistogramFamily), and series read from elsewhere at render time
+// (gauges of a snapshot, counters kept by another module) are written with append_family_head
+// and append_sample, so a name, its type and its help exist only here. Rendered in the order of
+// Metrics::render and its collectors, not of this table.
+#define FERRY_METRIC_SERIES(X)                                                                     \
+  X(Requests, "ferry_requests_total", kCounter,                                                    \
+    "Requests answered, by model, backend and HTTP status.", "model,backend,status")               \
+  X(BackendErrors, "ferry_backend_errors_total", kCounter,                                         \
+    "Backend failures by backend and kind.", "backend,kind")                                       \
+  X(RejectedRequests, "ferry_rejected_requests_total", kCounter,                                   \
+    "Requests refused before routing, by reason.", "reason")                                       \
+  X(RequestDuration, "ferry_request_duration_seconds", kHistogram,                                 \
+    "Time from request read to last byte sent.", "model")                                          \
+  X(TimeToFirstToken, "ferry_time_to_first_token_seconds", kHistogram,                             \
+    "Time from request read to the first streamed chunk sent.", "model")                           \
+  X(InFlightRequests, "ferry_in_flight_requests", kGauge, "Requests being served now.", "")        \
+  X(OpenConnections, "ferry_open_connections", kGauge, "Client connections open now.", "")         \
+  X(RouteDecisions, "ferry_route_decisions_total", kCounter,                                       \
+    "Requests routed, by the rule that matched and the first target.", "rule,target")              \
+  X(RouteFallbacks, "ferry_route_fallbacks_total", kCounter,                                       \
+    "Hops that failed before anything was sent, so the next one was tried.", "from,to")            \
+  X(RouteRejected, "ferry_route_rejected_total", kCounter,                                         \
+    "Requests answered by routing without a backend, by reason.", "reason")                        \
+  X(PromptTokensChecked, "ferry_prompt_tokens_checked_total", kCounter,                            \
+    "Requests whose prompt count could be compared with the backend's.", "model")                  \
+  X(PromptTokensMismatch, "ferry_prompt_tokens_mismatch_total", kCounter,                          \
+    "Requests whose backend-reported prompt_tokens differ from ferry's own count.", "model")       \
+  X(UsageRejected, "ferry_usage_rejected_total", kCounter,                                         \
+    "Attempts whose backend usage was implausible or malformed, so ferry billed its own count.",   \
+    "model")                                                                                       \
+  X(BudgetSoftExceeded, "ferry_budget_soft_exceeded_total", kCounter,                              \
+    "Requests admitted past a soft budget.", "budget")                                             \
+  X(ShadowRequests, "ferry_shadow_requests_total", kCounter,                                       \
+    "Shadow copies sent, by target and outcome.", "target,outcome")                                \
+  X(BackendHealthy, "ferry_backend_healthy", kGauge,                                               \
+    "1 when the target's circuit breaker lets requests through.", "target")                        \
+  X(BreakerOpened, "ferry_breaker_opened_total", kCounter,                                         \
+    "Times a target's circuit breaker opened.", "target")                                          \
+  X(PolicyReloads, "ferry_policy_reloads_total", kCounter, "Policy reload attempts by outcome.",   \
+    "outcome")                                                                                     \
+  X(PolicyInfo, "ferry_policy_info", kGauge, "The active policy version.", "version")              \
+  X(LedgerRowsCommitted, "ferry_ledger_rows_committed_total", kCounter,                            \
+    "Ledger rows made durable.", "")                                                               \
+  X(LedgerPending, "ferry_ledger_pending", kGauge, "Rows admitted or queued, not yet durable.",    \
+    "")                                                                                            \
+  X(LedgerWriteFailures, "ferry_ledger_write_failures_total", kCounter,                            \
+    "Group commits that failed (then retried).", "")                                               \
+  X(LedgerHealthy, "ferry_ledger_healthy", kGauge, "1 when the ledger can write.", "")             \
+  X(BudgetHardRefusals, "ferry_budget_hard_refusals_total", kCounter,                              \
+    "Requests refused by a hard budget.", "")                                                      \
+  X(BudgetSpentMicros, "ferry_budget_spent_micros", kGauge,                                        \
+    "Settled cost in the budget's current period, micro-units.", "budget")                         \
+  X(BackendConnections, "ferry_backend_connections_total", kCounter,                               \
+    "Upstream connections by backend, opened or reused from the keep-alive pool.", "backend,how")  \
+  X(AccessLogDropped, "ferry_access_log_dropped_total", kCounter,                                  \
+    "Access-log lines dropped because the writer fell behind.", "")                                \
+  X(LocalQueueDepth, "ferry_local_queue_depth", kGauge, "Requests waiting for a sequence slot.",   \
+    "backend")                                                                                     \
+  X(LocalActiveSequences, "ferry_local_active_sequences", kGauge,                                  \
+    "Sequences being prefilled or decoded.", "backend")                                            \
+  X(LocalKvBytes, "ferry_local_kv_bytes", kGauge,                                                  \
+    "KV cache bytes allocated (running and cached prefixes).", "backend")                          \
+  X(LocalKvBudgetBytes, "ferry_local_kv_budget_bytes", kGauge, "KV cache memory budget in bytes.", \
+    "backend")                                                                                     \
+  X(LocalEstWaitMs, "ferry_local_est_wait_ms", kGauge,                                             \
+    "Estimated wait for a sequence slot, in ms.", "backend")                                       \
+  X(LocalTokensPerSecond, "ferry_local_tokens_per_second", kGauge,                                 \
+    "Generated tokens per second (last 10 s).", "backend")                                         \
+  X(LocalPrefixCacheHitRatio, "ferry_local_prefix_cache_hit_ratio", kGauge,                        \
+    "Prompt tokens reused from the prefix cache / prompt tokens.", "backend")                      \
+  X(LocalSequencesCancelled, "ferry_local_sequences_cancelled_total", kCounter,                    \
+    "Sequences cancelled by the client or stopped at their deadline.", "backend")
+
+enum class MetricType : uint8_t { kCounter, kGauge, kHistogram };
+
+enum class MetricSeries : uint8_t {
+#define FERRY_METRIC_ID(id, name, type, help, labels) k##id,
+  FERRY_METRIC_SERIES(FERRY_METRIC_ID)
+#undef FERRY_METRIC_ID
+};
+
+struct MetricSpec {
+  MetricSeries id;
+  std::string_view name;
+  MetricType type;
+  std::string_view help;
+  std::string_view labels;  // label names, comma-separated; "" for none
+};
+
+inline constexpr MetricSpec kMetricTable[] = {
+#define FERRY_METRIC_SPEC(id, name, type, help, labels) \
+  {MetricSeries::k##id, name, MetricType::type, help, labels},
+    FERRY_METRIC_SERIES(FERRY_METRIC_SPEC)
+#undef FERRY_METRIC_SPEC
+};
+
+constexpr const MetricSpec& metric_spec(MetricSeries id) {
+  return kMetricTable[static_cast<size_t>(id)];
+}
+// "counter", "gauge", "histogram": the word of a family's TYPE line.
+constexpr std::string_view metric_type_name(MetricType type) {
+  return type == MetricType::kCounter ? "counter"
+         : type == MetricType::kGauge ? "gauge"
+                                      : "histogram";
+}
+
+// "# HELP name help\n# TYPE name type\n" of a family.
+void append_family_head(std::string& out, MetricSeries id);
+// One sample line of a counter or gauge: name{label="value",...} value. `label_values` are in
+// the order of the family's labels and escaped as the text format requires.
+void append_sample(std::string& out, MetricSeries id,
+                   std::initializer_list<std::string_view> label_values, std::string_view value);
+void append_sample(std::string& out, MetricSeries id,
+                   std::initializer_list<std::string_view> label_values, int64_t value);
+// A label value escaped as Prometheus' text format requires (\\, \", \n).
+void append_label_value(std::string& out, std::string_view value);
 
 // Label values of one series, in the order of the family's label names. Views: finding a series
 // that exists allocates nothing.
@@ -38,6 +158,7 @@ struct LabelsLess {
 class CounterFamily {
  public:
   CounterFamily(std::string name, std::string help, std::vector<std::string> labels);
+  explicit CounterFamily(MetricSeries id);  // name, help and labels from the table
   void inc(LabelValues label_values, int64_t by = 1);
   int64_t value(LabelValues label_values) const;
   // The series' counter, created at zero on first use; valid as long as the family.
@@ -65,6 +186,7 @@ class HistogramFamily {
 
   HistogramFamily(std::string name, std::string help, std::vector<std::string> labels,
                   std::vector<double> bucket_bounds_seconds);
+  HistogramFamily(MetricSeries id, std::vector<double> bucket_bounds_seconds);
   void observe_micros(LabelValues label_values, int64_t micros);
   // The series, created empty on first use; valid as long as the family.
   Series* series(LabelValues label_values);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/clock.h"
+#include "common/json_text.h"
 #include "common/sha256.h"
 #include "ledger/time_util.h"
 
@@ -221,91 +222,9 @@ ValueRef ref_of(const Value& value) {
 constexpr std::string_view kHashTag = "ferry-ledger-v1\n";
 
 // ---------------------------------------------------------------------------------------
-// Tags as a JSON array of strings. Byte for byte what nlohmann::json::dump() writes for
-// valid UTF-8; invalid UTF-8 (a client's header can carry any bytes) becomes U+FFFD instead
-// of an exception on the writer thread.
-
-// Length of the valid UTF-8 sequence at text[pos], or 0 when it is invalid there.
-size_t utf8_sequence_length(std::string_view text, size_t pos) {
-  auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  unsigned char b0 = byte(pos);
-  size_t need = 0;
-  unsigned char lo = 0x80;
-  unsigned char hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    need = 1;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    need = 2;
-    if (b0 == 0xE0) lo = 0xA0;  // overlong
-    if (b0 == 0xED) hi = 0x9F;  // surrogates
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    need = 3;
-    if (b0 == 0xF0) lo = 0x90;  // overlong
-    if (b0 == 0xF4) hi = 0x8F;  // beyond U+10FFFF
-  } else {
-    return 0;
-  }
-  if (pos + need >= text.size()) return 0;  // truncated
-  unsigned char b1 = byte(pos + 1);
-  if (b1 < lo || b1 > hi) return 0;
-  for (size_t i = 2; i <= need; ++i) {
-    unsigned char b = byte(pos + i);
-    if (b < 0x80 || b > 0xBF) return 0;
-  }
-  return need + 1;
-}
-
-void append_json_string(std::string& out, std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  for (size_t i = 0; i < text.size();) {
-    auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x80) {
-      size_t len = utf8_sequence_length(text, i);
-      if (len == 0) {
-        out += "\xEF\xBF\xBD";
-        ++i;
-      } else {
-        out.append(text.substr(i, len));
-        i += len;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out += kHex[c >> 4];
-          out += kHex[c & 0xf];
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-    ++i;
-  }
-  out += '"';
-}
+// Tags as a JSON array of strings (common/json_text): byte for byte what nlohmann::json::dump()
+// writes for valid UTF-8, which the hash chain covers; invalid UTF-8 (a client's header can
+// carry any bytes) becomes U+FFFD instead of an exception on the writer thread.
 
 void tags_json(std::string& out, const std::vector<std::string>& tags) {
   out.clear();

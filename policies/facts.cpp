@@ -15,11 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-template <typename T>
-void put_opt(json& j, const char* key, const std::optional<T>& v) {
-  j[key] = v ? json(*v) : json(nullptr);
-}
-
 Error bad(const std::string& field, const std::string& message) {
   return Error::make(ErrorCode::kInvalidRequest, "facts: " + field + ": " + message, field);
 }
@@ -29,7 +24,7 @@ class Reader {
  public:
   Reader(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
 
-  bool check_keys(std::initializer_list<const char*> allowed) {
+  bool check_keys(const std::vector<const char*>& allowed) {
     if (!j_.is_object()) return fail(where_.empty() ? "facts" : where_, "must be an object");
     for (const auto& [key, value] : j_.items()) {
       bool ok = false;
@@ -106,6 +101,15 @@ class Reader {
     }
   }
 
+  // One reader per recorded member type (fact_table.h FERRY_RECORDED_FACTS).
+  void read(const char* key, std::string& out) { str(key, out); }
+  void read(const char* key, bool& out) { boolean(key, out); }
+  void read(const char* key, int64_t& out) { integer(key, out); }
+  void read(const char* key, std::optional<int64_t>& out) { opt_integer(key, out); }
+  void read(const char* key, std::optional<double>& out) { opt_number(key, out); }
+  void read(const char* key, uint64_t& out) { unsigned_integer(key, out); }
+  void read(const char* key, std::vector<std::string>& out) { str_list(key, out); }
+
   bool ok() const { return !error_; }
   const std::optional<Error>& error() const { return error_; }
   bool fail(const std::string& field, const std::string& message) {
@@ -126,85 +130,90 @@ class Reader {
   std::optional<Error> error_;
 };
 
+// Calls visit(key, &Facts::member) for each recorded member of Facts (fact_table.h), in order.
+template <typename Visit>
+void for_each_recorded(Visit&& visit) {
+#define FERRY_VISIT_MEMBER(member) visit(#member, &Facts::member);
+  FERRY_RECORDED_FACTS(FERRY_VISIT_MEMBER)
+#undef FERRY_VISIT_MEMBER
+}
+
+// The same over TargetFacts.
+template <typename Visit>
+void for_each_recorded_target(Visit&& visit) {
+#define FERRY_VISIT_MEMBER(member) visit(#member, &TargetFacts::member);
+  FERRY_RECORDED_TARGET_FACTS(FERRY_VISIT_MEMBER)
+#undef FERRY_VISIT_MEMBER
+}
+
+template <typename T>
+json value_or_null(const T& v) {
+  return json(v);
+}
+template <typename T>
+json value_or_null(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+json target_to_json(const TargetFacts& t) {
+  json tj;
+  for_each_recorded_target(
+      [&](const char* key, auto member) { tj[key] = value_or_null(t.*member); });
+  return tj;
+}
+
+// Without the members at their defaults (absent, false, 0, "", [], healthy); `ref` always.
+json target_to_compact_json(const TargetFacts& t) {
+  static const TargetFacts kDefaults;
+  json tj;
+  for_each_recorded_target([&](const char* key, auto member) {
+    if (std::string_view(key) == "ref" || !(t.*member == kDefaults.*member)) {
+      tj[key] = value_or_null(t.*member);
+    }
+  });
+  return tj;
+}
+
+// The keys facts_from_json accepts: the recorded members, then `targets`.
+const std::vector<const char*>& fact_keys() {
+  static const std::vector<const char*> keys = [] {
+    std::vector<const char*> k;
+    for_each_recorded([&k](const char* key, auto) { k.push_back(key); });
+    k.push_back("targets");
+    return k;
+  }();
+  return keys;
+}
+
+const std::vector<const char*>& target_keys() {
+  static const std::vector<const char*> keys = [] {
+    std::vector<const char*> k;
+    for_each_recorded_target([&k](const char* key, auto) { k.push_back(key); });
+    return k;
+  }();
+  return keys;
+}
+
 }  // namespace
 
 json facts_to_json(const Facts& f) {
   json j;
-  j["model"] = f.model;
-  j["prompt_tokens"] = f.prompt_tokens;
-  put_opt(j, "max_tokens", f.max_tokens);
-  put_opt(j, "temperature", f.temperature);
-  put_opt(j, "top_p", f.top_p);
-  j["stream"] = f.stream;
-  j["tools"] = f.tools;
-  j["response_format"] = f.response_format;
-  j["task_id"] = f.task_id;
-  j["key"] = f.key;
-  j["team"] = f.team;
-  j["project"] = f.project;
-  j["role"] = f.role;
-  j["tags"] = f.tags;
-  j["claimed_tags"] = f.claimed_tags;
-  j["unix_seconds"] = f.unix_seconds;
-  put_opt(j, "budget_left_pct", f.budget_left_pct);
-  j["split"] = f.split;
+  for_each_recorded([&](const char* key, auto member) { j[key] = value_or_null(f.*member); });
   json targets = json::array();
-  for (const auto& t : f.targets) {
-    json tj;
-    tj["ref"] = t.ref;
-    put_opt(tj, "prompt_tokens", t.prompt_tokens);
-    tj["context_length"] = t.context_length;
-    tj["healthy"] = t.healthy;
-    put_opt(tj, "queue_depth", t.queue_depth);
-    put_opt(tj, "est_wait_ms", t.est_wait_ms);
-    put_opt(tj, "p90_ttft_ms", t.p90_ttft_ms);
-    put_opt(tj, "error_rate", t.error_rate);
-    targets.push_back(std::move(tj));
-  }
+  for (const auto& t : f.targets) targets.push_back(target_to_json(t));
   j["targets"] = targets;
   return j;
 }
 
 json facts_to_compact_json(const Facts& f) {
+  static const Facts kDefaults;
   json j = json::object();
-  auto put = [&j](const char* key, const auto& value, bool is_default) {
-    if (!is_default) j[key] = value;
-  };
-  auto put_opt_if = [](json& into, const char* key, const auto& value) {
-    if (value) into[key] = *value;
-  };
-  put("model", f.model, f.model.empty());
-  put("prompt_tokens", f.prompt_tokens, f.prompt_tokens == 0);
-  put_opt_if(j, "max_tokens", f.max_tokens);
-  put_opt_if(j, "temperature", f.temperature);
-  put_opt_if(j, "top_p", f.top_p);
-  put("stream", f.stream, !f.stream);
-  put("tools", f.tools, !f.tools);
-  put("response_format", f.response_format, !f.response_format);
-  put("task_id", f.task_id, !f.task_id);
-  put("key", f.key, f.key.empty());
-  put("team", f.team, f.team.empty());
-  put("project", f.project, f.project.empty());
-  put("role", f.role, f.role.empty());
-  put("tags", f.tags, f.tags.empty());
-  put("claimed_tags", f.claimed_tags, f.claimed_tags.empty());
-  put("unix_seconds", f.unix_seconds, f.unix_seconds == 0);
-  put_opt_if(j, "budget_left_pct", f.budget_left_pct);
-  put("split", f.split, f.split == 0);
+  for_each_recorded([&](const char* key, auto member) {
+    if (!(f.*member == kDefaults.*member)) j[key] = value_or_null(f.*member);
+  });
   if (!f.targets.empty()) {
     json targets = json::array();
-    for (const auto& t : f.targets) {
-      json tj;
-      tj["ref"] = t.ref;
-      put_opt_if(tj, "prompt_tokens", t.prompt_tokens);
-      if (t.context_length != 0) tj["context_length"] = t.context_length;
-      if (!t.healthy) tj["healthy"] = false;
-      put_opt_if(tj, "queue_depth", t.queue_depth);
-      put_opt_if(tj, "est_wait_ms", t.est_wait_ms);
-      put_opt_if(tj, "p90_ttft_ms", t.p90_ttft_ms);
-      put_opt_if(tj, "error_rate", t.error_rate);
-      targets.push_back(std::move(tj));
-    }
+    for (const auto& t : f.targets) targets.push_back(target_to_compact_json(t));
     j["targets"] = std::move(targets);
   }
   return j;
@@ -213,30 +222,8 @@ json facts_to_compact_json(const Facts& f) {
 Result<Facts> facts_from_json(const json& j) {
   Facts f;
   Reader r(j, "");
-  if (!r.check_keys({"model", "prompt_tokens", "max_tokens", "temperature", "top_p", "stream",
-                     "tools", "response_format", "task_id", "key", "team", "project", "role",
-                     "tags", "claimed_tags", "unix_seconds", "budget_left_pct", "split",
-                     "targets"})) {
-    return *r.error();
-  }
-  r.str("model", f.model);
-  r.integer("prompt_tokens", f.prompt_tokens);
-  r.opt_integer("max_tokens", f.max_tokens);
-  r.opt_number("temperature", f.temperature);
-  r.opt_number("top_p", f.top_p);
-  r.boolean("stream", f.stream);
-  r.boolean("tools", f.tools);
-  r.boolean("response_format", f.response_format);
-  r.boolean("task_id", f.task_id);
-  r.str("key", f.key);
-  r.str("team", f.team);
-  r.str("project", f.project);
-  r.str("role", f.role);
-  r.str_list("tags", f.tags);
-  r.str_list("claimed_tags", f.claimed_tags);
-  r.integer("unix_seconds", f.unix_seconds);
-  r.opt_number("budget_left_pct", f.budget_left_pct);
-  r.unsigned_integer("split", f.split);
+  if (!r.check_keys(fact_keys())) return *r.error();
+  for_each_recorded([&](const char* key, auto member) { r.read(key, f.*member); });
   if (!r.ok()) return *r.error();
   if (j.contains("targets") && !j.at("targets").is_null()) {
     const json& arr = j.at("targets");
@@ -244,18 +231,8 @@ Result<Facts> facts_from_json(const json& j) {
     for (size_t i = 0; i < arr.size(); ++i) {
       TargetFacts t;
       Reader tr(arr[i], "targets[" + std::to_string(i) + "]");
-      if (!tr.check_keys({"ref", "prompt_tokens", "context_length", "healthy", "queue_depth",
-                          "est_wait_ms", "p90_ttft_ms", "error_rate"})) {
-        return *tr.error();
-      }
-      tr.str("ref", t.ref);
-      tr.opt_integer("prompt_tokens", t.prompt_tokens);
-      tr.integer("context_length", t.context_length);
-      tr.boolean("healthy", t.healthy);
-      tr.opt_integer("queue_depth", t.queue_depth);
-      tr.opt_integer("est_wait_ms", t.est_wait_ms);
-      tr.opt_integer("p90_ttft_ms", t.p90_ttft_ms);
-      tr.opt_number("error_rate", t.error_rate);
+      if (!tr.check_keys(target_keys())) return *tr.error();
+      for_each_recorded_target([&](const char* key, auto member) { tr.read(key, t.*member); });
       if (!tr.ok()) return *tr.error();
       if (t.ref.empty()) return bad("targets[" + std::to_string(i) + "].ref", "is required");
       f.targets.push_back(std::move(t));

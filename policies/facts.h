@@ -1,5 +1,6 @@
 // Facts: everything a routing rule may test about one request, filled by the gateway (or
-// rebuilt from a ledger row for replay) before policy evaluation. Plain value; no shared state.
+// rebuilt from a ledger row for replay) before policy evaluation; the vocabulary and the
+// recorded members are declared in policies/fact_table.h. Plain value; no shared state.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/error.h"
+#include "policies/fact_table.h"
 
 namespace ferry::policies {
 
@@ -66,8 +68,9 @@ struct Facts {
   int64_t total_tokens() const { return prompt_tokens + max_tokens.value_or(0); }
 };
 
-// JSON round trip, for explain output, the ledger's recorded facts and replay. Reading
-// refuses unknown keys and wrong types (kInvalidRequest naming the field).
+// JSON round trip, for explain output, the ledger's recorded facts and replay, over the recorded
+// members that fact_table.h lists (each member's name is its key). Reading refuses unknown
+// keys and wrong types (kInvalidRequest naming the field).
 nlohmann::json facts_to_json(const Facts& facts);
 // The same without the fields at their defaults (absent, false, 0, "", [], healthy): about a
 // third smaller, for the ledger, which keeps the facts of every request for replay.

@@ -60,8 +60,10 @@ class PolicyBuilder {
  private:
   using Node = ytree::Node;
 
-  enum class Kind { kInt, kNumber, kTime, kBool, kPresence, kString, kList, kTargetBool };
+  using Kind = FactType;
 
+  // A fact as one place reads it: under `when`, or under `state` (where the per-target facts
+  // fits and healthy are plain booleans). Built from kFactTable (policies/fact_table.h).
   struct FactInfo {
     const char* name;
     Fact fact;
@@ -293,40 +295,27 @@ bool always_false(const Condition& c) {
 }  // namespace
 
 const std::vector<PolicyBuilder::FactInfo>& PolicyBuilder::facts() {
-  static const std::vector<FactInfo> list = {
-      {"prompt_tokens", Fact::kPromptTokens, Kind::kInt, false},
-      {"max_tokens", Fact::kMaxTokens, Kind::kInt, true},
-      {"total_tokens", Fact::kTotalTokens, Kind::kInt, false},
-      {"model", Fact::kModel, Kind::kString, false},
-      {"stream", Fact::kStream, Kind::kBool, false},
-      {"tools", Fact::kTools, Kind::kPresence, false},
-      {"response_format", Fact::kResponseFormat, Kind::kPresence, false},
-      {"task_id", Fact::kTaskId, Kind::kPresence, false},
-      {"key", Fact::kKey, Kind::kString, true},
-      {"team", Fact::kTeam, Kind::kString, true},
-      {"project", Fact::kProject, Kind::kString, true},
-      {"role", Fact::kRole, Kind::kString, false},
-      {"tags", Fact::kTags, Kind::kList, true},
-      {"claimed_tags", Fact::kClaimedTags, Kind::kList, true},
-      {"hour", Fact::kHour, Kind::kInt, false},
-      {"time", Fact::kTime, Kind::kTime, false},
-      {"weekday", Fact::kWeekday, Kind::kString, false},
-      {"budget_left_pct", Fact::kBudgetLeftPct, Kind::kNumber, true},
-      {"fits", Fact::kFits, Kind::kTargetBool, false},
-      {"healthy", Fact::kHealthy, Kind::kTargetBool, false},
-  };
+  static const std::vector<FactInfo> list = [] {
+    std::vector<FactInfo> out;
+    for (const FactSpec& f : kFactTable) {
+      if (f.scope == FactScope::kTarget) continue;
+      out.push_back({f.name.data(), f.fact, f.type, f.optional});
+    }
+    return out;
+  }();
   return list;
 }
 
 const std::vector<PolicyBuilder::FactInfo>& PolicyBuilder::state_facts() {
-  static const std::vector<FactInfo> list = {
-      {"healthy", Fact::kHealthy, Kind::kBool, false},
-      {"fits", Fact::kFits, Kind::kBool, false},
-      {"queue_depth", Fact::kQueueDepth, Kind::kInt, true},
-      {"est_wait_ms", Fact::kEstWaitMs, Kind::kInt, true},
-      {"p90_ttft_ms", Fact::kP90TtftMs, Kind::kInt, true},
-      {"error_rate", Fact::kErrorRate, Kind::kNumber, true},
-  };
+  static const std::vector<FactInfo> list = [] {
+    std::vector<FactInfo> out;
+    for (const FactSpec& f : kFactTable) {
+      if (f.scope == FactScope::kRequest) continue;
+      Kind kind = f.type == Kind::kTargetBool ? Kind::kBool : f.type;
+      out.push_back({f.name.data(), f.fact, kind, f.optional});
+    }
+    return out;
+  }();
   return list;
 }
 

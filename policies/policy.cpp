@@ -430,13 +430,14 @@ Explanation Policy::explain(const Facts& facts) const {
   Evaluator ev(*this, facts);
   LocalTime lt = ev.now();
   std::string tz = timezone_ + " (UTC" + format_offset(utc_offset_minutes_) + ")";
-  ex.derived.emplace_back("total_tokens", std::to_string(facts.total_tokens()));
-  ex.derived.emplace_back("hour", std::to_string(lt.hour) + " " + tz);
+  auto name = [](Fact fact) { return std::string(fact_name(fact)); };
+  ex.derived.emplace_back(name(Fact::kTotalTokens), std::to_string(facts.total_tokens()));
+  ex.derived.emplace_back(name(Fact::kHour), std::to_string(lt.hour) + " " + tz);
   char hhmm[8];
   std::snprintf(hhmm, sizeof(hhmm), "%02d:%02d", static_cast<int>(lt.minute_of_day / 60),
                 static_cast<int>(lt.minute_of_day % 60));
-  ex.derived.emplace_back("time", hhmm);
-  ex.derived.emplace_back("weekday", std::string(kWeekdays[lt.weekday]));
+  ex.derived.emplace_back(name(Fact::kTime), hhmm);
+  ex.derived.emplace_back(name(Fact::kWeekday), std::string(kWeekdays[lt.weekday]));
   for (const auto& t : targets_) {
     const TargetFacts* tf = facts.find_target(t.ref);
     std::string fit = "yes (context unknown)";
@@ -446,8 +447,9 @@ Explanation Policy::explain(const Facts& facts) const {
       fit = (needed <= tf->context_length ? "yes: " : "no: ") + std::to_string(needed) + " of " +
             std::to_string(tf->context_length);
     }
-    ex.derived.emplace_back("fits " + t.name, fit);
-    ex.derived.emplace_back("healthy " + t.name, (!tf || tf->healthy) ? "true" : "false");
+    ex.derived.emplace_back(name(Fact::kFits) + " " + t.name, fit);
+    ex.derived.emplace_back(name(Fact::kHealthy) + " " + t.name,
+                            (!tf || tf->healthy) ? "true" : "false");
   }
 
   bool chosen = false;

@@ -63,33 +63,7 @@ struct Decision {
 // ---------------------------------------------------------------------------------------
 // Compiled form. Built only by the loader (policies/loader.h); read-only afterwards.
 
-enum class Fact : uint8_t {
-  kPromptTokens,
-  kMaxTokens,
-  kTotalTokens,
-  kModel,
-  kStream,
-  kTools,
-  kResponseFormat,
-  kTaskId,
-  kKey,
-  kTeam,
-  kProject,
-  kRole,
-  kTags,
-  kClaimedTags,
-  kHour,
-  kTime,
-  kWeekday,
-  kBudgetLeftPct,
-  kFits,
-  kHealthy,
-  kQueueDepth,
-  kEstWaitMs,
-  kP90TtftMs,
-  kErrorRate,
-};
-
+// Fact (what a condition tests) is declared with its name and type in policies/fact_table.h.
 enum class Op : uint8_t { kLt, kLte, kGt, kGte, kEq, kNe, kIn, kMatches, kPresent, kAbsent };
 std::string_view op_name(Op op);
 

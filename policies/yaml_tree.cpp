@@ -64,14 +64,22 @@ class FastParser {
   [[noreturn]] static void bail() { throw Unsupported{}; }
 
   // Only printable ASCII, spaces and newlines: no tabs, carriage returns, byte order marks or
-  // multi-byte characters (whose columns yaml-cpp counts its own way).
+  // multi-byte characters (whose columns yaml-cpp counts its own way); and no line that starts
+  // with a document marker ("---" or "...", then a blank), which yaml-cpp reads wherever it is.
   bool prescan() const {
-    for (char ch : t_) {
-      auto c = static_cast<unsigned char>(ch);
+    for (size_t i = 0; i < t_.size(); ++i) {
+      auto c = static_cast<unsigned char>(t_[i]);
       if (c == '\n') continue;
       if (c < 0x20 || c >= 0x7f) return false;
+      if ((i == 0 || t_[i - 1] == '\n') && (c == '-' || c == '.') && document_marker_at(i)) {
+        return false;
+      }
     }
     return true;
+  }
+  bool document_marker_at(size_t i) const {
+    if (t_.compare(i, 3, t_[i] == '-' ? "---" : "...") != 0) return false;
+    return i + 3 >= t_.size() || t_[i + 3] == ' ' || t_[i + 3] == '\n';
   }
 
   bool eof() const { return pos_ >= t_.size(); }
@@ -192,11 +200,13 @@ class FastParser {
     return node;
   }
 
-  // An empty value: marked where the next token starts (yaml-cpp marks the end of the text
-  // with column 0).
-  NodeData* null_here() {
+  // An empty value: marked where the next token starts. At the end of the text that token
+  // closes the innermost block collection, the one at `indent`, and yaml-cpp marks it where the
+  // trailing blanks (or comment) end when that column closes the collection (left of a map's
+  // keys, at or left of a sequence's dashes); else it ends the stream, marked at column 0.
+  NodeData* null_here(int indent, bool in_sequence) {
     YAML::Mark at = mark();
-    if (eof()) at.column = 0;
+    if (eof() && !(at.column < indent || (in_sequence && at.column == indent))) at.column = 0;
     return make(Type::kNull, at);
   }
 
@@ -299,11 +309,11 @@ class FastParser {
 
   const NodeData* parse_map_value(int indent) {
     if (at_line_end()) {
-      if (!skip_to_content()) return null_here();
+      if (!skip_to_content()) return null_here(indent, false);
       int c = col();
       if (c > indent) return parse_block_node(c);
       if (c == indent && is_seq_entry()) return parse_block_seq(indent);
-      return null_here();
+      return null_here(indent, false);
     }
     const NodeData* value = parse_inline(indent);
     if (!at_line_end()) bail();
@@ -341,11 +351,11 @@ class FastParser {
       ++pos_;  // the '-'
       if (at_line_end()) {
         if (!skip_to_content()) {
-          seq->items.push_back(null_here());
+          seq->items.push_back(null_here(indent, true));
           return seq;
         }
         int c = col();
-        seq->items.push_back(c > indent ? parse_block_node(c) : null_here());
+        seq->items.push_back(c > indent ? parse_block_node(c) : null_here(indent, true));
       } else {
         int c = col();
         if (is_seq_entry()) {

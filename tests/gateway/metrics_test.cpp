@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,6 +150,40 @@ TEST(Metrics, SeriesLookupByViewsKeepsLabelsApartAndOrdered) {
             "f_total{a=\"a\",b=\"b\"} 8\n"
             "f_total{a=\"a\",b=\"zz\"} 3\n"
             "f_total{a=\"ab\",b=\"\"} 1\n");
+}
+
+// The one table of series: names unique and well-formed, each family made from it renders the
+// declared head, and a sample written through it carries the declared label names, escaped.
+TEST(Metrics, EverySeriesIsDeclaredOnceAndRendersFromTheTable) {
+  std::set<std::string_view> names;
+  for (size_t i = 0; i < std::size(kMetricTable); ++i) {
+    const MetricSpec& spec = kMetricTable[i];
+    EXPECT_EQ(static_cast<size_t>(spec.id), i);
+    EXPECT_TRUE(names.insert(spec.name).second) << spec.name;
+    EXPECT_EQ(spec.name.rfind("ferry_", 0), 0u) << spec.name;
+    for (char c : spec.name) EXPECT_TRUE((c >= 'a' && c <= 'z') || c == '_') << spec.name;
+    EXPECT_EQ(spec.type == MetricType::kCounter, spec.name.ends_with("_total")) << spec.name;
+    EXPECT_FALSE(spec.help.empty()) << spec.name;
+  }
+  std::string head;
+  append_family_head(head, MetricSeries::kBackendHealthy);
+  EXPECT_EQ(head,
+            "# HELP ferry_backend_healthy 1 when the target's circuit breaker lets requests "
+            "through.\n# TYPE ferry_backend_healthy gauge\n");
+  std::string sample;
+  append_sample(sample, MetricSeries::kBackendConnections, {"b\"1", "opened"}, int64_t{7});
+  append_sample(sample, MetricSeries::kLedgerPending, {}, "3");
+  EXPECT_EQ(sample,
+            "ferry_backend_connections_total{backend=\"b\\\"1\",how=\"opened\"} 7\n"
+            "ferry_ledger_pending 3\n");
+  Metrics m;
+  std::string text = m.render();
+  for (MetricSeries id : {MetricSeries::kRequests, MetricSeries::kRequestDuration,
+                          MetricSeries::kInFlightRequests, MetricSeries::kOpenConnections}) {
+    std::string expected;
+    append_family_head(expected, id);
+    EXPECT_NE(text.find(expected), std::string::npos) << expected << " in:\n" << text;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "tests/integration/ferry_test_base.h"
+#include "tests/integration/metrics_check.h"
 
 namespace ferry::itest {
 namespace {
@@ -389,6 +390,8 @@ TEST_F(ApiTest, HealthReadyAndMetrics) {
         "ferry_in_flight_requests", "ferry_backend_errors_total{"}) {
     EXPECT_NE(text.find(needle), std::string::npos) << "missing '" << needle << "' in:\n" << text;
   }
+  // Every family shown is the one declared in gateway/metrics.h, with its type, help, labels.
+  expect_metrics_declared(text);
 }
 
 // Sums the values of every sample line that starts with `prefix`.

@@ -11,6 +11,7 @@
 
 #include "ledger/sqlite_db.h"
 #include "tests/integration/ferry_test_base.h"
+#include "tests/integration/metrics_check.h"
 
 namespace ferry::itest {
 namespace {
@@ -542,6 +543,7 @@ TEST_F(RoutingTest, CircuitBreakerOpensAfterRepeatedFailuresAndSkipsTheBackend) 
       << metrics->body;
   EXPECT_NE(metrics->body.find("ferry_breaker_opened_total{target=\"fail-500\"} 1"),
             std::string::npos);
+  expect_metrics_declared(metrics->body);  // router and breaker series too
   // Routing sees it as a fact, too.
   auto ex = http_request(ferry_.address, "POST", "/admin/route/explain",
                          chat_body("breaker", "b").dump(), auth_headers(kAdminKey));

@@ -160,5 +160,74 @@ TEST(FactsJson, RefusesUnknownKeysAndWrongTypes) {
   EXPECT_FALSE(facts_from_json(json{{"targets", json::array({json{{"healthy", true}}})}}));
 }
 
+// The ledger keeps facts_to_compact_json's text for replay: its bytes must not move when the
+// fact tables change shape (this is the text ferry wrote before the tables existed).
+TEST(FactsJson, CompactBytesAreTheLedgersFormat) {
+  Facts f;
+  f.model = "m";
+  f.prompt_tokens = 12;
+  f.max_tokens = 5;
+  f.temperature = 0.5;
+  f.top_p = 1;
+  f.stream = f.tools = f.response_format = f.task_id = true;
+  f.key = "k";
+  f.team = "t";
+  f.project = "p";
+  f.role = "app";
+  f.tags = {"x", "y"};
+  f.claimed_tags = {"c"};
+  f.unix_seconds = 1764446400;
+  f.budget_left_pct = 12.5;
+  f.split = 0xFFFFFFFFFFFFFFFFull;
+  TargetFacts plain;
+  plain.ref = "a";
+  TargetFacts busy;
+  busy.ref = "b";
+  busy.prompt_tokens = 3;
+  busy.context_length = 9;
+  busy.healthy = false;
+  busy.queue_depth = 1;
+  busy.est_wait_ms = 2;
+  busy.p90_ttft_ms = 3;
+  busy.error_rate = 0.25;
+  f.targets = {plain, busy};
+  EXPECT_EQ(facts_to_compact_json(f).dump(),
+            R"({"budget_left_pct":12.5,"claimed_tags":["c"],"key":"k","max_tokens":5,"model":"m",)"
+            R"("project":"p","prompt_tokens":12,"response_format":true,"role":"app",)"
+            R"("split":18446744073709551615,"stream":true,"tags":["x","y"],"targets":[{"ref":"a"},)"
+            R"({"context_length":9,"error_rate":0.25,"est_wait_ms":2,"healthy":false,)"
+            R"("p90_ttft_ms":3,"prompt_tokens":3,"queue_depth":1,"ref":"b"}],"task_id":true,)"
+            R"("team":"t","temperature":0.5,"tools":true,"top_p":1.0,"unix_seconds":1764446400})");
+  EXPECT_EQ(facts_to_compact_json(Facts{}).dump(), "{}");
+  Facts zero;
+  zero.max_tokens = 0;  // present at zero is not absent
+  EXPECT_EQ(facts_to_compact_json(zero).dump(), R"({"max_tokens":0})");
+  auto back = facts_from_json(facts_to_compact_json(f));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(facts_to_json(*back), facts_to_json(f));
+}
+
+// The fact table (policies/fact_table.h) is what the loader offers: every request fact in the
+// `when` list, every per-target fact in the `state` list, and nothing else.
+TEST(FactTable, LoaderListsExactlyTheTablesFacts) {
+  std::string when_list;
+  std::string state_list;
+  for (size_t i = 0; i < std::size(kFactTable); ++i) {
+    const FactSpec& f = kFactTable[i];
+    EXPECT_EQ(static_cast<size_t>(f.fact), i);
+    EXPECT_EQ(fact_name(f.fact), f.name);
+    std::string& list = f.scope == FactScope::kTarget ? state_list : when_list;
+    list += (list.empty() ? "" : ", ") + std::string(f.name);
+    if (f.scope == FactScope::kBoth)
+      state_list += (state_list.empty() ? "" : ", ") + std::string(f.name);
+  }
+  const std::string head = "targets: { small: m }\nrules:\n  - id: a\n    when: ";
+  const std::string tail = "\n    route: [small]\ndefault: { route: [small] }\n";
+  std::string e = testing::errors_of(head + "{ nope: 1 }" + tail);
+  EXPECT_NE(e.find("(facts: " + when_list + ", state;"), std::string::npos) << e;
+  e = testing::errors_of(head + "{ state: { small: { nope: 1 } } }" + tail);
+  EXPECT_NE(e.find("(state facts: " + state_list + ")"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace ferry::policies

@@ -146,12 +146,36 @@ TEST(YamlTree, UsualPoliciesTakeTheFastPathAndMatchYamlCpp) {
   ss << in.rdbuf();
   ASSERT_FALSE(ss.str().empty());
   EXPECT_TRUE(same_as_yaml_cpp(ss.str())) << "the example policy fell back to yaml-cpp";
+  // Dashes or dots that are no document marker (one needs a blank after it) are plain text.
+  for (const char* text : {"---x: 1\n", "...x: 1\n", "a: ---\nb: ...\n"}) {
+    EXPECT_TRUE(same_as_yaml_cpp(text)) << "fell back to yaml-cpp on:\n" << text;
+  }
+}
+
+// Found by fuzz_policy_loader (fuzz/corpus/policy_loader/eof_null_after_blanks.yaml): a value
+// left empty at the end of a text whose last line is blanks. yaml-cpp marks the null where the
+// blanks end when that column closes the innermost block collection, else at column 0.
+TEST(YamlTree, EmptyValueAtTheEndKeepsYamlCppsMark) {
+  for (const char* text :
+       {"a:\n  b:\n ", "a:\n  b:\n  ", "a:\n  b:\n   ", "a:\n  b:   ", "a:\n  -\n ", "a:\n  -\n  ",
+        "a:\n  -\n   ", "a:\n  b:\n # c", "a:\n  - b:\n   ", "a:\n  - - \n  ",
+        "x: 1\nrules:\n  - id: r\n    when:\n      any:\n   "}) {
+    EXPECT_TRUE(same_as_yaml_cpp(text)) << "fell back to yaml-cpp on:\n" << text;
+  }
+  auto doc = Document::parse_fast("a:\n  b:\n ");
+  ASSERT_NE(doc, nullptr);
+  EXPECT_TRUE(doc->root()["a"]["b"].IsNull());
+  EXPECT_EQ(doc->root()["a"]["b"].Mark().line, 2);
+  EXPECT_EQ(doc->root()["a"]["b"].Mark().column, 1);
 }
 
 TEST(YamlTree, EverythingElseGoesToYamlCpp) {
   for (const char* text : {"",
                            "# only a comment\n",
                            "--- \na: 1\n",
+                           "--- a: 1\n",
+                           "a: 1\n...\n",
+                           "targets:\n...  a: default\n",  // fuzz/corpus: document_end_marker
                            "a: &x 1\nb: *x\n",
                            "a: !!str 1\n",
                            "a: |\n  text\n",
