@@ -46,7 +46,13 @@ test('a spent budget is one request and one 429 at the default retry settings', 
   assert.ok(Date.parse(reset) > Date.now(), 'the reset is in the future');
   assert.equal(sent, 1, 'the SDK sent the request once');
 
-  const rows = await ledger_rows(`task=${task}`);
+  // A refusal's row is queued, not awaited before the 429 (it costs nothing): wait until the
+  // ledger's writer has committed it, then there must be exactly one.
+  let rows = [];
+  for (let i = 0; i < 200 && rows.length === 0; ++i) {
+    rows = await ledger_rows(`task=${task}`);
+    if (rows.length === 0) await new Promise((r) => setTimeout(r, 25));
+  }
   assert.equal(rows.length, 1, 'one ledger row for the one refused call');
   assert.equal(rows[0].http_status, '429');
 });
