@@ -2,12 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "adapters/openai_wire.h"
 #include "api/openai_render.h"
+#include "common/json_text.h"
 
 namespace ferry::gateway {
 
@@ -39,24 +40,6 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
 
 namespace {
 
-size_t skip_ws(std::string_view s, size_t i) {
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
-  return i;
-}
-
-// One past the end of the JSON value starting at `i` (the text is known to be valid JSON);
-// npos when it is cut short.
-size_t value_end(std::string_view s, size_t i) {
-  if (s[i] == '{' || s[i] == '[') return adapters::json_value_end(s, i);
-  if (s[i] == '"') return adapters::json_string_end(s, i);
-  size_t j = i;
-  while (j < s.size() && s[j] != ',' && s[j] != '}' && s[j] != ']' && s[j] != ' ' && s[j] != '\n' &&
-         s[j] != '\r' && s[j] != '\t') {
-    ++j;
-  }
-  return j;
-}
-
 struct Span {
   size_t begin = std::string_view::npos;
   size_t end = 0;
@@ -71,25 +54,27 @@ struct Spans {
 // Finds the spans and the index of the object's closing brace, in one pass that jumps over
 // string contents. Returns false on anything unexpected (then the caller falls back to
 // re-serialising). Keys are compared as written; the last occurrence of a duplicated key wins.
+// (Not for_each_json_member: it gives up on any key holding an escape, which would re-serialise
+// bodies that are spliced today; only an escaped `model` key has to fall back.)
 // With `model_only`, stops at the body's `model_keys`-th `model` key, leaving the other spans
 // and `close` unset: parse_request counted every key that decodes to "model", so no later key
 // is written "model".
 bool top_level_spans(std::string_view s, int model_keys, bool model_only, Spans& spans,
                      size_t& close) {
   int models_seen = 0;
-  size_t i = skip_ws(s, 0);
+  size_t i = skip_json_ws(s, 0);
   if (i >= s.size() || s[i] != '{') return false;
-  i = skip_ws(s, i + 1);
+  i = skip_json_ws(s, i + 1);
   while (i < s.size() && s[i] != '}') {
     if (s[i] != '"') return false;
-    size_t key_end = adapters::json_string_end(s, i);
+    size_t key_end = json_string_end(s, i);
     if (key_end == std::string_view::npos) return false;
     std::string_view key = s.substr(i + 1, key_end - i - 2);
-    i = skip_ws(s, key_end);
+    i = skip_json_ws(s, key_end);
     if (i >= s.size() || s[i] != ':') return false;
-    i = skip_ws(s, i + 1);
+    i = skip_json_ws(s, i + 1);
     if (i >= s.size()) return false;
-    size_t end = value_end(s, i);
+    size_t end = json_element_end(s, i);
     if (end == std::string_view::npos || end > s.size()) return false;
     using adapters::key_is;
     Span* span = key_is(key, "model")                   ? &spans.model
@@ -101,26 +86,12 @@ bool top_level_spans(std::string_view s, int model_keys, bool model_only, Spans&
                                                         : nullptr;
     if (span != nullptr) *span = {i, end};
     if (span == &spans.model && model_only && ++models_seen == model_keys) return true;
-    i = skip_ws(s, end);
-    if (i < s.size() && s[i] == ',') i = skip_ws(s, i + 1);
+    i = skip_json_ws(s, end);
+    if (i < s.size() && s[i] == ',') i = skip_json_ws(s, i + 1);
   }
   if (i >= s.size()) return false;
   close = i;
   return spans.model.found();
-}
-
-// Appends `text` as a JSON string. Printable ASCII without quotes or backslashes (every model
-// name in practice) is copied between quotes; anything else is escaped by nlohmann's dump.
-void append_json_string(std::string& out, std::string_view text) {
-  bool plain = std::all_of(text.begin(), text.end(),
-                           [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
-  if (!plain) {
-    out += json(std::string(text)).dump();
-    return;
-  }
-  out += '"';
-  out.append(text);
-  out += '"';
 }
 
 // One change to the client's text: [begin, end) replaced by prefix + text.
