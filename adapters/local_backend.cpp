@@ -9,7 +9,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -173,25 +172,6 @@ Json usage_json(const engine::Completion& c) {
   u["prompt_tokens_details"] = Json{{"cached_tokens", c.cached_tokens}};
   u["completion_tokens_details"] = Json{{"reasoning_tokens", 0}};
   return u;
-}
-
-std::string format_double(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
-}
-
-std::string escape_label(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -788,53 +768,6 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
   Call call(*impl_, request, *typed, std::move(params).value(), sink, cancel,
             co_await asio::this_coro::executor);
   co_return co_await call.run();
-}
-
-void LocalBackend::render_metrics(std::string& out) const {
-  const LocalBackend* self = this;
-  render_metrics(std::span<const LocalBackend* const>(&self, 1), out);
-}
-
-void LocalBackend::render_metrics(std::span<const LocalBackend* const> backends, std::string& out) {
-  using Snapshot = engine::LoadSnapshot;
-  struct Family {
-    const char* name;
-    const char* type;
-    const char* help;
-    std::string (*value)(const Snapshot&);
-  };
-  static const Family kFamilies[] = {
-      {"ferry_local_queue_depth", "gauge", "Requests waiting for a sequence slot.",
-       [](const Snapshot& s) { return std::to_string(s.queue_depth); }},
-      {"ferry_local_active_sequences", "gauge", "Sequences being prefilled or decoded.",
-       [](const Snapshot& s) { return std::to_string(s.active_sequences); }},
-      {"ferry_local_paused_sequences", "gauge", "Sequences paused: their client reads slowly.",
-       [](const Snapshot& s) { return std::to_string(s.paused_sequences); }},
-      {"ferry_local_kv_bytes", "gauge", "KV cache bytes allocated (running and cached prefixes).",
-       [](const Snapshot& s) { return std::to_string(s.kv_bytes_used); }},
-      {"ferry_local_kv_budget_bytes", "gauge", "KV cache memory budget in bytes.",
-       [](const Snapshot& s) { return std::to_string(s.kv_budget_bytes); }},
-      {"ferry_local_est_wait_ms", "gauge", "Estimated wait for a sequence slot, in ms.",
-       [](const Snapshot& s) { return std::to_string(s.est_wait_ms); }},
-      {"ferry_local_tokens_per_second", "gauge", "Generated tokens per second (last 10 s).",
-       [](const Snapshot& s) { return format_double(s.tokens_per_second); }},
-      {"ferry_local_prefix_cache_hit_ratio", "gauge",
-       "Prompt tokens reused from the prefix cache / prompt tokens.",
-       [](const Snapshot& s) { return format_double(s.prefix_cache_hit_ratio); }},
-      {"ferry_local_sequences_cancelled_total", "counter",
-       "Sequences cancelled by the client or stopped at their deadline.",
-       [](const Snapshot& s) { return std::to_string(s.sequences_cancelled); }},
-  };
-  std::vector<Snapshot> loads;
-  for (const LocalBackend* b : backends) loads.push_back(b->load());
-  for (const Family& f : kFamilies) {
-    out +=
-        std::string("# HELP ") + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.type + "\n";
-    for (size_t i = 0; i < backends.size(); ++i) {
-      out += std::string(f.name) + "{backend=\"" + escape_label(backends[i]->name()) + "\"} " +
-             f.value(loads[i]) + "\n";
-    }
-  }
 }
 
 std::shared_ptr<const PromptTokens> LocalBackend::exact_prompt(

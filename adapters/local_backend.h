@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string>
 #include <string_view>
 
@@ -48,12 +47,8 @@ class LocalBackend final : public Backend {
   // The exact number of prompt tokens `body` would run with (chat template applied), parsed by
   // api::parse_openai.
   Result<int64_t> count_prompt(Endpoint endpoint, std::string_view body) const;
+  // The scheduler's load (gateway/metrics.h renders it as the ferry_local_* families).
   engine::LoadSnapshot load() const;
-
-  // Appends this backend's load gauges as Prometheus text (HELP/TYPE lines included).
-  void render_metrics(std::string& out) const;
-  // The same for several local backends, each metric family written once.
-  static void render_metrics(std::span<const LocalBackend* const> backends, std::string& out);
 
  private:
   struct Impl;

@@ -6,11 +6,16 @@
 #include <string>
 #include <string_view>
 
+#include "common/json_text.h"
+
 namespace ferry::api {
 
-// Appends `s` as a JSON string literal (with its quotes) to `out`: '"', '\\' and control
-// characters escaped, every byte sequence that is not well-formed UTF-8 replaced by U+FFFD.
-void append_json_string(std::string& out, std::string_view s);
+// Appends `s` as a JSON string literal (with its quotes) to `out`: common/json_text's escaper
+// ('"', '\\' and control characters escaped as nlohmann::json::dump() does, each byte that is
+// not well-formed UTF-8 replaced by U+FFFD).
+inline void append_json_string(std::string& out, std::string_view s) {
+  ferry::append_json_string(out, s);
+}
 // Appends the decimal text of `v`.
 void append_json_int(std::string& out, int64_t v);
 

@@ -43,7 +43,8 @@ class ChatStreamRenderer {
 };
 
 // OpenAI's error shape and status for a ferry error: {"error":{"message","type","param",
-// "code"}} (the statuses and types gateway/errors.cpp gives the chat endpoints).
+// "code"}}; the one mapping (gateway/errors.h answers every endpoint's errors with it). A
+// message's bytes that are not UTF-8 are written as U+FFFD.
 int openai_error_status(const Error& error);
 std::string openai_error_json(const Error& error);
 

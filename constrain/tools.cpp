@@ -24,15 +24,10 @@ std::uint32_t kmp_next(const std::string& marker, std::uint32_t k, std::uint8_t 
   }
 }
 
-}  // namespace
-
-Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& options) {
+// The rule of one call: {"name": "<f>", "arguments": <args of f>}, over the functions allowed.
+Result<std::uint32_t> add_call_rule(GrammarBuilder& b, SchemaCompiler& compiler,
+                                    const ToolSpec& spec) {
   const ToolCallSyntax& syn = spec.syntax;
-  if (syn.begin.empty()) return invalid("tool-call syntax: the opening marker is empty");
-  GrammarBuilder b;
-  SchemaCompiler compiler(b, options);
-
-  // One call: {"name": "<f>", "arguments": <args of f>}, over the functions allowed.
   const std::uint32_t call = b.add_rule("tool call");
   const std::uint32_t names = b.ws(call, b.literal(call, b.start(call), "{"));
   const std::uint32_t colon = b.ws(
@@ -72,8 +67,12 @@ Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& option
     return invalid("tools: no function declared");
   }
   b.accept(call, b.literal(call, call_end, "}"));
+  return call;
+}
 
-  // Calls: marker, call, marker, repeated up to max_calls, white space between.
+// The rule of the calls: marker, call, marker, repeated up to max_calls, white space between.
+std::uint32_t add_calls_rule(GrammarBuilder& b, const ToolSpec& spec, std::uint32_t call) {
+  const ToolCallSyntax& syn = spec.syntax;
   const std::uint32_t calls = b.add_rule("tool calls");
   const std::uint32_t n = spec.parallel_tool_calls ? std::max<std::uint32_t>(1, spec.max_calls) : 1;
   std::uint32_t cur = b.start(calls);
@@ -82,14 +81,15 @@ Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& option
     cur = b.literal(calls, b.ws(calls, b.call(calls, b.ws(calls, cur), call)), syn.end);
     b.accept(calls, cur);
   }
+  return calls;
+}
 
-  const std::uint32_t root = b.add_rule("document");
-  if (spec.choice == ToolChoice::kRequired || spec.choice == ToolChoice::kNamed) {
-    b.accept(root, b.call(root, b.literal(root, b.ws(root, b.start(root)), syn.begin), calls));
-    return b.finish(root);
-  }
-  // Text: one state per length of the marker's prefix that the text ends with.
-  const auto m = static_cast<std::uint32_t>(syn.begin.size());
+// Free text in `root`: one state per length of the opening marker's prefix that the text ends
+// with; with tool_choice auto, a completed marker goes on to the calls.
+void add_text_states(GrammarBuilder& b, const ToolSpec& spec, std::uint32_t root,
+                     std::uint32_t calls) {
+  const std::string& marker = spec.syntax.begin;
+  const auto m = static_cast<std::uint32_t>(marker.size());
   std::vector<std::uint32_t> text(m);
   text[0] = b.start(root);
   for (std::uint32_t k = 1; k < m; ++k) text[k] = b.add_state(root);
@@ -98,10 +98,9 @@ Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& option
     b.accept(root, text[k]);
     std::uint32_t lo = 0;
     while (lo < 256) {
-      const std::uint32_t target = kmp_next(syn.begin, k, static_cast<std::uint8_t>(lo));
+      const std::uint32_t target = kmp_next(marker, k, static_cast<std::uint8_t>(lo));
       std::uint32_t hi = lo;
-      while (hi + 1 < 256 && kmp_next(syn.begin, k, static_cast<std::uint8_t>(hi + 1)) == target)
-        ++hi;
+      while (hi + 1 < 256 && kmp_next(marker, k, static_cast<std::uint8_t>(hi + 1)) == target) ++hi;
       if (target < m) {
         b.byte_edge(root, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi),
                     text[target]);
@@ -113,6 +112,24 @@ Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& option
     }
   }
   if (spec.choice == ToolChoice::kAuto) b.accept(root, b.call(root, opened, calls));
+}
+
+}  // namespace
+
+Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& options) {
+  const ToolCallSyntax& syn = spec.syntax;
+  if (syn.begin.empty()) return invalid("tool-call syntax: the opening marker is empty");
+  GrammarBuilder b;
+  SchemaCompiler compiler(b, options);
+  auto call = add_call_rule(b, compiler, spec);
+  if (!call) return std::move(call).error();
+  const std::uint32_t calls = add_calls_rule(b, spec, *call);
+  const std::uint32_t root = b.add_rule("document");
+  if (spec.choice == ToolChoice::kRequired || spec.choice == ToolChoice::kNamed) {
+    b.accept(root, b.call(root, b.literal(root, b.ws(root, b.start(root)), syn.begin), calls));
+    return b.finish(root);
+  }
+  add_text_states(b, spec, root, calls);
   return b.finish(root);
 }
 

@@ -1,5 +1,5 @@
-// The one place that maps a ferry::Error to an HTTP status and an OpenAI-style error body
-// {"error":{"message","type","param","code"}}. Stateless; thread-safe.
+// Maps a ferry::Error to an HTTP status and an OpenAI-style error body (api/openai_chat_render
+// holds the one mapping) {"error":{"message","type","param","code"}}. Stateless; thread-safe.
 #pragma once
 
 #include <string>

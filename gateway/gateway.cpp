@@ -99,8 +99,7 @@ Status Gateway::open_ledger() {
   return {};
 }
 
-// One list of series in the order /metrics shows them, each with its HELP and TYPE: long, and
-// read top to bottom.
+// The series in the order /metrics shows them (names, help and types from gateway/metrics.h).
 void Gateway::render_metrics(std::string& out) const {
   counters_.decisions.render(out);
   counters_.fallbacks.render(out);
@@ -110,80 +109,55 @@ void Gateway::render_metrics(std::string& out) const {
   counters_.usage_rejected.render(out);
   counters_.soft_budget.render(out);
   counters_.shadows.render(out);
+  render_breaker_metrics(out);
+  if (store_) {
+    auto st = store_->status();
+    append_family_head(out, MetricSeries::kPolicyReloads);
+    append_sample(out, MetricSeries::kPolicyReloads, {"applied"},
+                  static_cast<int64_t>(st.reloads_applied));
+    append_sample(out, MetricSeries::kPolicyReloads, {"rejected"},
+                  static_cast<int64_t>(st.reloads_rejected));
+    if (st.policy) {
+      append_family_head(out, MetricSeries::kPolicyInfo);
+      append_sample(out, MetricSeries::kPolicyInfo, {st.policy->short_version()}, int64_t{1});
+    }
+  }
+  if (ledger_) render_ledger_metrics(out);
+}
+
+void Gateway::render_breaker_metrics(std::string& out) const {
   bool any_breaker = false;
   for (const auto& [name, t] : targets_) {
     if (!t->breaker) continue;
-    if (!any_breaker) {
-      out +=
-          "# HELP ferry_backend_healthy 1 when the target's circuit breaker lets requests "
-          "through.\n# TYPE ferry_backend_healthy gauge\n";
-      any_breaker = true;
-    }
-    out += "ferry_backend_healthy{target=\"" + name + "\"} " + (t->breaker->healthy() ? "1" : "0") +
-           "\n";
+    if (!any_breaker) append_family_head(out, MetricSeries::kBackendHealthy);
+    any_breaker = true;
+    append_sample(out, MetricSeries::kBackendHealthy, {name}, t->breaker->healthy() ? 1 : 0);
   }
-  if (any_breaker) {
-    out +=
-        "# HELP ferry_breaker_opened_total Times a target's circuit breaker opened.\n"
-        "# TYPE ferry_breaker_opened_total counter\n";
-    for (const auto& [name, t] : targets_) {
-      if (!t->breaker) continue;
-      out += "ferry_breaker_opened_total{target=\"" + name + "\"} " +
-             std::to_string(t->breaker->snapshot().opened_total) + "\n";
-    }
+  if (!any_breaker) return;
+  append_family_head(out, MetricSeries::kBreakerOpened);
+  for (const auto& [name, t] : targets_) {
+    if (!t->breaker) continue;
+    append_sample(out, MetricSeries::kBreakerOpened, {name},
+                  static_cast<int64_t>(t->breaker->snapshot().opened_total));
   }
-  if (store_) {
-    auto st = store_->status();
-    out +=
-        "# HELP ferry_policy_reloads_total Policy reload attempts by outcome.\n"
-        "# TYPE ferry_policy_reloads_total counter\n";
-    out += "ferry_policy_reloads_total{outcome=\"applied\"} " + std::to_string(st.reloads_applied) +
-           "\n";
-    out += "ferry_policy_reloads_total{outcome=\"rejected\"} " +
-           std::to_string(st.reloads_rejected) + "\n";
-    if (st.policy) {
-      out +=
-          "# HELP ferry_policy_info The active policy version.\n# TYPE ferry_policy_info gauge\n"
-          "ferry_policy_info{version=\"" +
-          st.policy->short_version() + "\"} 1\n";
-    }
-  }
-  if (ledger_) {
-    auto s = ledger_->stats();
-    out +=
-        "# HELP ferry_ledger_rows_committed_total Ledger rows made durable.\n"
-        "# TYPE ferry_ledger_rows_committed_total counter\n"
-        "ferry_ledger_rows_committed_total " +
-        std::to_string(s.rows_committed) +
-        "\n"
-        "# HELP ferry_ledger_pending Rows admitted or queued, not yet durable.\n"
-        "# TYPE ferry_ledger_pending gauge\nferry_ledger_pending " +
-        std::to_string(s.pending) +
-        "\n"
-        "# HELP ferry_ledger_write_failures_total Group commits that failed (then retried).\n"
-        "# TYPE ferry_ledger_write_failures_total counter\n"
-        "ferry_ledger_write_failures_total " +
-        std::to_string(s.write_failures) +
-        "\n"
-        "# HELP ferry_ledger_healthy 1 when the ledger can write.\n# TYPE ferry_ledger_healthy "
-        "gauge\n"
-        "ferry_ledger_healthy " +
-        (s.healthy ? "1" : "0") +
-        "\n"
-        "# HELP ferry_budget_hard_refusals_total Requests refused by a hard budget.\n"
-        "# TYPE ferry_budget_hard_refusals_total counter\n"
-        "ferry_budget_hard_refusals_total " +
-        std::to_string(s.hard_refusals) + "\n";
-    auto budgets = ledger_->budgets();
-    if (!budgets.empty()) {
-      out +=
-          "# HELP ferry_budget_spent_micros Settled cost in the budget's current period, "
-          "micro-units.\n# TYPE ferry_budget_spent_micros gauge\n";
-      for (const auto& b : budgets) {
-        out += "ferry_budget_spent_micros{budget=\"" + b.def->name + "\"} " +
-               std::to_string(b.spent.micros()) + "\n";
-      }
-    }
+}
+
+void Gateway::render_ledger_metrics(std::string& out) const {
+  auto s = ledger_->stats();
+  auto counter = [&out](MetricSeries id, int64_t value) {
+    append_family_head(out, id);
+    append_sample(out, id, {}, value);
+  };
+  counter(MetricSeries::kLedgerRowsCommitted, s.rows_committed);
+  counter(MetricSeries::kLedgerPending, s.pending);
+  counter(MetricSeries::kLedgerWriteFailures, s.write_failures);
+  counter(MetricSeries::kLedgerHealthy, s.healthy ? 1 : 0);
+  counter(MetricSeries::kBudgetHardRefusals, s.hard_refusals);
+  auto budgets = ledger_->budgets();
+  if (budgets.empty()) return;
+  append_family_head(out, MetricSeries::kBudgetSpentMicros);
+  for (const auto& b : budgets) {
+    append_sample(out, MetricSeries::kBudgetSpentMicros, {b.def->name}, b.spent.micros());
   }
 }
 

@@ -49,6 +49,8 @@ class Gateway {
 
  private:
   explicit Gateway(const config::Config& config);
+  void render_breaker_metrics(std::string& out) const;  // ferry_backend_healthy, _opened_total
+  void render_ledger_metrics(std::string& out) const;   // the ledger's and budgets' series
   Status load_targets(const std::map<std::string, adapters::Backend*>& backends);
   Status open_policy();
   Status open_ledger();

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <random>
 
+#include "local_engine/scheduler.h"
+
 namespace ferry::gateway {
 
 namespace {
@@ -34,7 +36,8 @@ void append_labels(std::string& out, const std::vector<std::string>& names, cons
   out += '}';
 }
 
-std::string format_seconds(double s) {
+// "%g": six significant digits (bucket bounds, and the ferry_local_* ratios and rates).
+std::string format_double(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", s);
   return buf;
@@ -221,7 +224,7 @@ void HistogramFamily::render(std::string& out) const {
       cumulative += s->counts[i].load(std::memory_order_relaxed);
       out += name_ + "_bucket";
       append_labels(out, labels_, values, "le",
-                    i < bounds_seconds_.size() ? format_seconds(bounds_seconds_[i]) : "+Inf");
+                    i < bounds_seconds_.size() ? format_double(bounds_seconds_[i]) : "+Inf");
       out += ' ' + std::to_string(cumulative) + '\n';
     }
     out += name_ + "_sum";
@@ -296,6 +299,41 @@ std::string Metrics::render() const {
   std::lock_guard lock(collectors_mu_);
   for (const auto& c : collectors_) c(out);
   return out;
+}
+
+void append_local_backend_metrics(std::string& out, std::span<const std::string_view> backends,
+                                  std::span<const engine::LoadSnapshot> loads) {
+  using Snapshot = engine::LoadSnapshot;
+  struct Family {
+    MetricSeries id;
+    std::string (*value)(const Snapshot&);
+  };
+  static const Family kFamilies[] = {
+      {MetricSeries::kLocalQueueDepth,
+       [](const Snapshot& s) { return std::to_string(s.queue_depth); }},
+      {MetricSeries::kLocalActiveSequences,
+       [](const Snapshot& s) { return std::to_string(s.active_sequences); }},
+      {MetricSeries::kLocalPausedSequences,
+       [](const Snapshot& s) { return std::to_string(s.paused_sequences); }},
+      {MetricSeries::kLocalKvBytes,
+       [](const Snapshot& s) { return std::to_string(s.kv_bytes_used); }},
+      {MetricSeries::kLocalKvBudgetBytes,
+       [](const Snapshot& s) { return std::to_string(s.kv_budget_bytes); }},
+      {MetricSeries::kLocalEstWaitMs,
+       [](const Snapshot& s) { return std::to_string(s.est_wait_ms); }},
+      {MetricSeries::kLocalTokensPerSecond,
+       [](const Snapshot& s) { return format_double(s.tokens_per_second); }},
+      {MetricSeries::kLocalPrefixCacheHitRatio,
+       [](const Snapshot& s) { return format_double(s.prefix_cache_hit_ratio); }},
+      {MetricSeries::kLocalSequencesCancelled,
+       [](const Snapshot& s) { return std::to_string(s.sequences_cancelled); }},
+  };
+  for (const Family& f : kFamilies) {
+    append_family_head(out, f.id);
+    for (size_t i = 0; i < backends.size() && i < loads.size(); ++i) {
+      append_sample(out, f.id, {backends[i]}, f.value(loads[i]));
+    }
+  }
 }
 
 }  // namespace ferry::gateway

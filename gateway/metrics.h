@@ -18,6 +18,10 @@
 #include <unordered_map>
 #include <vector>
 
+namespace ferry::engine {
+struct LoadSnapshot;
+}
+
 namespace ferry::gateway {
 
 // ---------------------------------------------------------------------------------------
@@ -82,6 +86,8 @@ namespace ferry::gateway {
     "backend")                                                                                     \
   X(LocalActiveSequences, "ferry_local_active_sequences", kGauge,                                  \
     "Sequences being prefilled or decoded.", "backend")                                            \
+  X(LocalPausedSequences, "ferry_local_paused_sequences", kGauge,                                  \
+    "Sequences paused: their client reads slowly.", "backend")                                     \
   X(LocalKvBytes, "ferry_local_kv_bytes", kGauge,                                                  \
     "KV cache bytes allocated (running and cached prefixes).", "backend")                          \
   X(LocalKvBudgetBytes, "ferry_local_kv_budget_bytes", kGauge, "KV cache memory budget in bytes.", \
@@ -138,6 +144,10 @@ void append_sample(std::string& out, MetricSeries id,
                    std::initializer_list<std::string_view> label_values, int64_t value);
 // A label value escaped as Prometheus' text format requires (\\, \", \n).
 void append_label_value(std::string& out, std::string_view value);
+// The ferry_local_* families: for each, one sample per in-process backend, `loads[i]` being
+// the scheduler snapshot of the backend named `backends[i]` (LocalBackend::load()).
+void append_local_backend_metrics(std::string& out, std::span<const std::string_view> backends,
+                                  std::span<const engine::LoadSnapshot> loads);
 
 // Label values of one series, in the order of the family's label names. Views: finding a series
 // that exists allocates nothing.

@@ -2,12 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <array>
+#include <utility>
 #include <vector>
 
 #include "adapters/openai_wire.h"
 #include "api/openai_render.h"
+#include "common/json_text.h"
 
 namespace ferry::gateway {
 
@@ -39,24 +40,6 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
 
 namespace {
 
-size_t skip_ws(std::string_view s, size_t i) {
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
-  return i;
-}
-
-// One past the end of the JSON value starting at `i` (the text is known to be valid JSON);
-// npos when it is cut short.
-size_t value_end(std::string_view s, size_t i) {
-  if (s[i] == '{' || s[i] == '[') return adapters::json_value_end(s, i);
-  if (s[i] == '"') return adapters::json_string_end(s, i);
-  size_t j = i;
-  while (j < s.size() && s[j] != ',' && s[j] != '}' && s[j] != ']' && s[j] != ' ' && s[j] != '\n' &&
-         s[j] != '\r' && s[j] != '\t') {
-    ++j;
-  }
-  return j;
-}
-
 struct Span {
   size_t begin = std::string_view::npos;
   size_t end = 0;
@@ -71,25 +54,27 @@ struct Spans {
 // Finds the spans and the index of the object's closing brace, in one pass that jumps over
 // string contents. Returns false on anything unexpected (then the caller falls back to
 // re-serialising). Keys are compared as written; the last occurrence of a duplicated key wins.
+// (Not for_each_json_member: it gives up on any key holding an escape, which would re-serialise
+// bodies that are spliced today; only an escaped `model` key has to fall back.)
 // With `model_only`, stops at the body's `model_keys`-th `model` key, leaving the other spans
 // and `close` unset: parse_request counted every key that decodes to "model", so no later key
 // is written "model".
 bool top_level_spans(std::string_view s, int model_keys, bool model_only, Spans& spans,
                      size_t& close) {
   int models_seen = 0;
-  size_t i = skip_ws(s, 0);
+  size_t i = skip_json_ws(s, 0);
   if (i >= s.size() || s[i] != '{') return false;
-  i = skip_ws(s, i + 1);
+  i = skip_json_ws(s, i + 1);
   while (i < s.size() && s[i] != '}') {
     if (s[i] != '"') return false;
-    size_t key_end = adapters::json_string_end(s, i);
+    size_t key_end = json_string_end(s, i);
     if (key_end == std::string_view::npos) return false;
     std::string_view key = s.substr(i + 1, key_end - i - 2);
-    i = skip_ws(s, key_end);
+    i = skip_json_ws(s, key_end);
     if (i >= s.size() || s[i] != ':') return false;
-    i = skip_ws(s, i + 1);
+    i = skip_json_ws(s, i + 1);
     if (i >= s.size()) return false;
-    size_t end = value_end(s, i);
+    size_t end = json_element_end(s, i);
     if (end == std::string_view::npos || end > s.size()) return false;
     using adapters::key_is;
     Span* span = key_is(key, "model")                   ? &spans.model
@@ -101,26 +86,12 @@ bool top_level_spans(std::string_view s, int model_keys, bool model_only, Spans&
                                                         : nullptr;
     if (span != nullptr) *span = {i, end};
     if (span == &spans.model && model_only && ++models_seen == model_keys) return true;
-    i = skip_ws(s, end);
-    if (i < s.size() && s[i] == ',') i = skip_ws(s, i + 1);
+    i = skip_json_ws(s, end);
+    if (i < s.size() && s[i] == ',') i = skip_json_ws(s, i + 1);
   }
   if (i >= s.size()) return false;
   close = i;
   return spans.model.found();
-}
-
-// Appends `text` as a JSON string. Printable ASCII without quotes or backslashes (every model
-// name in practice) is copied between quotes; anything else is escaped by nlohmann's dump.
-void append_json_string(std::string& out, std::string_view text) {
-  bool plain = std::all_of(text.begin(), text.end(),
-                           [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
-  if (!plain) {
-    out += json(std::string(text)).dump();
-    return;
-  }
-  out += '"';
-  out.append(text);
-  out += '"';
 }
 
 // One change to the client's text: [begin, end) replaced by prefix + text.
@@ -132,93 +103,100 @@ struct Edit {
   bool as_string = false;  // text is written as a JSON string
 };
 
-}  // namespace
+// At most one edit per rewritten key, plus max_tokens written under both of its names.
+struct Edits {
+  std::array<Edit, 6> list;
+  size_t n = 0;
+  // Replaces the value of `span`, or adds `prefix` + `text` before the closing brace at `close`
+  // when the key is absent.
+  void set(const Span& span, size_t close, std::string_view prefix, std::string_view text) {
+    if (span.found()) {
+      list[n++] = {span.begin, span.end, {}, text};
+    } else {
+      list[n++] = {close, close, prefix, text};
+    }
+  }
+};
 
-std::string upstream_body(const ParsedRequest& request, const std::string& upstream_model,
-                          const BodyOverrides& overrides) {
+// The texts the edits point to (they outlive the edits).
+struct EditTexts {
+  std::string stream_options, max_tokens, temperature, top_p;
+};
+
+// The edits of one rewrite: the model, include_usage when streaming, then the overrides.
+void plan_edits(const ParsedRequest& request, std::string_view upstream_model,
+                const BodyOverrides& overrides, const Spans& spans, size_t close, EditTexts& texts,
+                Edits& edits) {
   std::string_view raw = request.raw;
-  Spans spans;
-  size_t close = 0;
-  // Without a stream or overrides, only the model is rewritten: the scan may stop early.
-  bool model_only = !request.stream && !overrides.any();
-  if (top_level_spans(raw, request.model_keys, model_only, spans, close)) {
-    // At most one edit per rewritten key, plus max_tokens written under both of its names.
-    std::array<Edit, 6> edits;
-    size_t n_edits = 0;
-    edits[n_edits++] = {spans.model.begin, spans.model.end, {}, upstream_model, true};
-    std::string options_text;  // the texts the edits point to
-    if (request.stream) {
-      const Span& options = spans.stream_options;
-      if (options.found()) {
-        json opts = json::parse(raw.substr(options.begin, options.end - options.begin), nullptr,
-                                /*allow_exceptions=*/false);
-        if (!opts.is_object()) opts = json::object();
-        opts["include_usage"] = true;
-        options_text = opts.dump();
-        edits[n_edits++] = {options.begin, options.end, {}, options_text};
-      } else {
-        edits[n_edits++] = {close, close, {}, ",\"stream_options\":{\"include_usage\":true}"};
-      }
+  edits.list[edits.n++] = {spans.model.begin, spans.model.end, {}, upstream_model, true};
+  if (request.stream) {
+    const Span& options = spans.stream_options;
+    if (options.found()) {
+      json opts = json::parse(raw.substr(options.begin, options.end - options.begin), nullptr,
+                              /*allow_exceptions=*/false);
+      if (!opts.is_object()) opts = json::object();
+      opts["include_usage"] = true;
+      texts.stream_options = opts.dump();
+      edits.list[edits.n++] = {options.begin, options.end, {}, texts.stream_options};
+    } else {
+      edits.list[edits.n++] = {close, close, {}, ",\"stream_options\":{\"include_usage\":true}"};
     }
-    auto set_value = [&](const Span& span, std::string_view prefix, std::string_view text) {
-      if (span.found()) {
-        edits[n_edits++] = {span.begin, span.end, {}, text};
-      } else {
-        edits[n_edits++] = {close, close, prefix, text};
-      }
-    };
-    std::string max_tokens_text, temperature_text, top_p_text;
-    if (overrides.max_tokens) {
-      max_tokens_text = std::to_string(*overrides.max_tokens);
-      if (spans.max_completion_tokens.found()) {
-        set_value(spans.max_completion_tokens, ",\"max_completion_tokens\":", max_tokens_text);
-      }
-      if (spans.max_tokens.found() || !spans.max_completion_tokens.found()) {
-        set_value(spans.max_tokens, ",\"max_tokens\":", max_tokens_text);
-      }
-    }
-    if (overrides.temperature) {
-      temperature_text = json(*overrides.temperature).dump();
-      set_value(spans.temperature, ",\"temperature\":", temperature_text);
-    }
-    if (overrides.top_p) {
-      top_p_text = json(*overrides.top_p).dump();
-      set_value(spans.top_p, ",\"top_p\":", top_p_text);
-    }
-    // Text order; edits at the same place (additions before the brace) keep their order.
-    for (size_t k = 1; k < n_edits; ++k) {
-      for (size_t j = k; j > 0 && edits[j - 1].begin > edits[j].begin; --j) {
-        std::swap(edits[j - 1], edits[j]);
-      }
-    }
-    size_t out_size = raw.size();
-    for (size_t k = 0; k < n_edits; ++k) {
-      const Edit& e = edits[k];
-      out_size += e.prefix.size() + e.text.size() + (e.as_string ? 2 : 0) - (e.end - e.begin);
-    }
-    std::string out;
-    out.reserve(out_size);
-    size_t at = 0;
-    for (size_t k = 0; k < n_edits; ++k) {
-      const Edit& e = edits[k];
-      out.append(raw.substr(at, e.begin - at));
-      out.append(e.prefix);
-      if (e.as_string) {
-        append_json_string(out, e.text);
-      } else {
-        out.append(e.text);
-      }
-      at = e.end;
-    }
-    out.append(raw.substr(at));
-    return out;
   }
-  // No raw bytes to splice (a request another front-end parsed): written from the typed value.
-  if (raw.empty() && request.typed) {
-    return api::render_openai(*request.typed, upstream_model, overrides);
+  if (overrides.max_tokens) {
+    texts.max_tokens = std::to_string(*overrides.max_tokens);
+    if (spans.max_completion_tokens.found()) {
+      edits.set(spans.max_completion_tokens, close,
+                ",\"max_completion_tokens\":", texts.max_tokens);
+    }
+    if (spans.max_tokens.found() || !spans.max_completion_tokens.found()) {
+      edits.set(spans.max_tokens, close, ",\"max_tokens\":", texts.max_tokens);
+    }
   }
-  // Keys the scan does not follow (an escaped "model"): the client's body re-serialised.
-  json body = json::parse(raw, nullptr, /*allow_exceptions=*/false);
+  if (overrides.temperature) {
+    texts.temperature = json(*overrides.temperature).dump();
+    edits.set(spans.temperature, close, ",\"temperature\":", texts.temperature);
+  }
+  if (overrides.top_p) {
+    texts.top_p = json(*overrides.top_p).dump();
+    edits.set(spans.top_p, close, ",\"top_p\":", texts.top_p);
+  }
+}
+
+// `raw` with the edits applied, in text order; edits at the same place (additions before the
+// brace) keep their order.
+std::string apply_edits(std::string_view raw, Edits& edits) {
+  for (size_t k = 1; k < edits.n; ++k) {
+    for (size_t j = k; j > 0 && edits.list[j - 1].begin > edits.list[j].begin; --j) {
+      std::swap(edits.list[j - 1], edits.list[j]);
+    }
+  }
+  size_t out_size = raw.size();
+  for (size_t k = 0; k < edits.n; ++k) {
+    const Edit& e = edits.list[k];
+    out_size += e.prefix.size() + e.text.size() + (e.as_string ? 2 : 0) - (e.end - e.begin);
+  }
+  std::string out;
+  out.reserve(out_size);
+  size_t at = 0;
+  for (size_t k = 0; k < edits.n; ++k) {
+    const Edit& e = edits.list[k];
+    out.append(raw.substr(at, e.begin - at));
+    out.append(e.prefix);
+    if (e.as_string) {
+      append_json_string(out, e.text);
+    } else {
+      out.append(e.text);
+    }
+    at = e.end;
+  }
+  out.append(raw.substr(at));
+  return out;
+}
+
+// The client's body re-serialised with the rewrites (keys the scan does not follow).
+std::string reserialised_body(const ParsedRequest& request, const std::string& upstream_model,
+                              const BodyOverrides& overrides) {
+  json body = json::parse(request.raw, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object()) return request.raw;
   body["model"] = upstream_model;
   if (request.stream) body["stream_options"]["include_usage"] = true;
@@ -226,6 +204,28 @@ std::string upstream_body(const ParsedRequest& request, const std::string& upstr
   if (overrides.temperature) body["temperature"] = *overrides.temperature;
   if (overrides.top_p) body["top_p"] = *overrides.top_p;
   return body.dump(-1, ' ', false, json::error_handler_t::strict);
+}
+
+}  // namespace
+
+std::string upstream_body(const ParsedRequest& request, const std::string& upstream_model,
+                          const BodyOverrides& overrides) {
+  Spans spans;
+  size_t close = 0;
+  // Without a stream or overrides, only the model is rewritten: the scan may stop early.
+  bool model_only = !request.stream && !overrides.any();
+  if (top_level_spans(request.raw, request.model_keys, model_only, spans, close)) {
+    EditTexts texts;
+    Edits edits;
+    plan_edits(request, upstream_model, overrides, spans, close, texts, edits);
+    return apply_edits(request.raw, edits);
+  }
+  // No raw bytes to splice (a request another front-end parsed): written from the typed value.
+  if (request.raw.empty() && request.typed) {
+    return api::render_openai(*request.typed, upstream_model, overrides);
+  }
+  // Keys the scan does not follow (an escaped "model"): the client's body re-serialised.
+  return reserialised_body(request, upstream_model, overrides);
 }
 
 }  // namespace ferry::gateway

@@ -88,25 +88,26 @@ ServerState::ServerState(config::Config c)
   }
   // Pool reuse and log drops are counted where they happen; /metrics reads them here.
   metrics.add_collector([this](std::string& out) {
-    out +=
-        "# HELP ferry_backend_connections_total Upstream connections by backend, opened "
-        "or reused from the keep-alive pool.\n"
-        "# TYPE ferry_backend_connections_total counter\n";
+    append_family_head(out, MetricSeries::kBackendConnections);
     for (const auto* b : http_backends) {
-      const auto& name = b->name();
       const auto& st = b->stats();
-      out += "ferry_backend_connections_total{backend=\"" + name + "\",how=\"opened\"} " +
-             std::to_string(st.connections_opened.load()) + "\n";
-      out += "ferry_backend_connections_total{backend=\"" + name + "\",how=\"reused\"} " +
-             std::to_string(st.connections_reused.load()) + "\n";
+      append_sample(out, MetricSeries::kBackendConnections, {b->name(), "opened"},
+                    st.connections_opened.load());
+      append_sample(out, MetricSeries::kBackendConnections, {b->name(), "reused"},
+                    st.connections_reused.load());
     }
-    out +=
-        "# HELP ferry_access_log_dropped_total Access-log lines dropped because the "
-        "writer fell behind.\n# TYPE ferry_access_log_dropped_total counter\n"
-        "ferry_access_log_dropped_total " +
-        std::to_string(access_log.dropped()) + "\n";
+    append_family_head(out, MetricSeries::kAccessLogDropped);
+    append_sample(out, MetricSeries::kAccessLogDropped, {}, access_log.dropped());
     gateway->render_metrics(out);
-    if (!local_backends.empty()) adapters::LocalBackend::render_metrics(local_backends, out);
+    if (!local_backends.empty()) {
+      std::vector<std::string_view> names;
+      std::vector<engine::LoadSnapshot> loads;
+      for (const auto* b : local_backends) {
+        names.push_back(b->name());
+        loads.push_back(b->load());
+      }
+      append_local_backend_metrics(out, names, loads);
+    }
   });
 }
 

@@ -20,6 +20,8 @@ std::string json_quoted(std::string_view s) {
 TEST(JsonWriter, EscapesQuotesBackslashesAndControls) {
   EXPECT_EQ(json_quoted("a\"b\\c"), R"("a\"b\\c")");
   EXPECT_EQ(json_quoted("\n\r\t"), R"("\n\r\t")");
+  // The short forms nlohmann::json::dump() writes (common/json_text's escaper).
+  EXPECT_EQ(json_quoted("\b\f"), R"("\b\f")");
   EXPECT_EQ(json_quoted(std::string("\x01\x1f\0", 3)), R"("\u0001\u001f\u0000")");
   EXPECT_EQ(json_quoted("</script>"), "\"</script>\"");
 }

@@ -1,5 +1,7 @@
 #include "gateway/metrics.h"
 
+#include "local_engine/scheduler.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -184,6 +186,42 @@ TEST(Metrics, EverySeriesIsDeclaredOnceAndRendersFromTheTable) {
     append_family_head(expected, id);
     EXPECT_NE(text.find(expected), std::string::npos) << expected << " in:\n" << text;
   }
+}
+
+TEST(Metrics, LocalBackendLoadsRenderEachFamilyOnceWithOneSamplePerBackend) {
+  engine::LoadSnapshot a;
+  a.queue_depth = 3;
+  a.paused_sequences = 1;
+  a.tokens_per_second = 12.5;
+  engine::LoadSnapshot b;
+  b.kv_budget_bytes = 1 << 20;
+  b.prefix_cache_hit_ratio = 0.25;
+  std::vector<std::string_view> names = {"local", "lo\"cal2"};
+  std::vector<engine::LoadSnapshot> loads = {a, b};
+  std::string out;
+  append_local_backend_metrics(out, names, loads);
+  for (MetricSeries id :
+       {MetricSeries::kLocalQueueDepth, MetricSeries::kLocalActiveSequences,
+        MetricSeries::kLocalPausedSequences, MetricSeries::kLocalKvBytes,
+        MetricSeries::kLocalKvBudgetBytes, MetricSeries::kLocalEstWaitMs,
+        MetricSeries::kLocalTokensPerSecond, MetricSeries::kLocalPrefixCacheHitRatio,
+        MetricSeries::kLocalSequencesCancelled}) {
+    std::string head;
+    append_family_head(head, id);
+    size_t at = out.find(head);
+    ASSERT_NE(at, std::string::npos) << head;
+    EXPECT_EQ(out.find(head, at + 1), std::string::npos) << head;
+    std::string name(metric_spec(id).name);
+    EXPECT_NE(out.find(name + "{backend=\"local\"} "), std::string::npos) << name;
+    EXPECT_NE(out.find(name + "{backend=\"lo\\\"cal2\"} "), std::string::npos) << name;
+  }
+  EXPECT_NE(out.find("ferry_local_queue_depth{backend=\"local\"} 3\n"), std::string::npos);
+  EXPECT_NE(out.find("ferry_local_paused_sequences{backend=\"local\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("ferry_local_tokens_per_second{backend=\"local\"} 12.5\n"), std::string::npos);
+  EXPECT_NE(out.find("ferry_local_kv_budget_bytes{backend=\"lo\\\"cal2\"} 1048576\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("ferry_local_prefix_cache_hit_ratio{backend=\"lo\\\"cal2\"} 0.25\n"),
+            std::string::npos);
 }
 
 }  // namespace
