@@ -684,6 +684,8 @@ Condition PolicyBuilder::parse_mapping(const Node& node, int depth, bool top) {
   return all;
 }
 
+// One `when:` clause. Long for a reason: one short branch per clause form (all/any, not, state,
+// a target fact, a request fact), in the order the policy reference documents them.
 void PolicyBuilder::parse_clause(const Node& key_node, const Node& value, int depth,
                                  std::vector<Condition>& out) {
   std::string key = key_node.Scalar();

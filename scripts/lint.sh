@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
 JOBS=${FERRY_JOBS:-$(nproc)}
 TIDY=${CLANG_TIDY:-$(command -v clang-tidy || command -v clang-tidy-14 || true)}
-MODULES="adapters common config gateway gguf ledger local_engine model_format model_tools policies
+MODULES="adapters api common config constrain gateway gguf ledger local_engine model_format model_tools policies
   replay tokenizer"
 
 if [[ -z "$TIDY" ]]; then
