@@ -353,7 +353,7 @@ struct Emitter {
             continue;
           }
           int end = c;
-          while (end + 1 < 256 && n.chars.test(static_cast<std::size_t>(end + 1))) ++end;
+          while (end + 1 < 256 && n.chars.test(static_cast<std::size_t>(end) + 1)) ++end;
           b.byte_edge(rule, from, static_cast<std::uint8_t>(c), static_cast<std::uint8_t>(end), to);
           c = end + 1;
         }
