@@ -456,7 +456,7 @@ struct Choice {
 class LocalBackend::Call {
  public:
   Call(Impl& im, const BackendRequest& request, const api::ChatRequest& typed, Params params,
-       StreamSink* sink, CancelSignal& cancel, asio::any_io_executor executor)
+       StreamSink* sink, CancelSignal& cancel, const asio::any_io_executor& executor)
       : im_(im),
         request_(request),
         params_(std::move(params)),

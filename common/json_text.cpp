@@ -175,8 +175,10 @@ std::string json_string(std::string_view s, JsonControls controls) {
   return out;
 }
 
-size_t skip_json_ws(std::string_view s, size_t i) {
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) ++i;
+size_t skip_json_ws(std::string_view text, size_t i) {
+  while (i < text.size() &&
+         (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
+    ++i;
   return i;
 }
 
@@ -213,13 +215,14 @@ size_t json_value_end(std::string_view text, size_t open) {
   return std::string_view::npos;
 }
 
-size_t json_element_end(std::string_view s, size_t i) {
-  if (i >= s.size()) return std::string_view::npos;
-  if (s[i] == '{' || s[i] == '[') return json_value_end(s, i);
-  if (s[i] == '"') return json_string_end(s, i);
+size_t json_element_end(std::string_view text, size_t i) {
+  if (i >= text.size()) return std::string_view::npos;
+  if (text[i] == '{' || text[i] == '[') return json_value_end(text, i);
+  if (text[i] == '"') return json_string_end(text, i);
   size_t j = i;
-  while (j < s.size() && ((s[j] >= 'a' && s[j] <= 'z') || (s[j] >= '0' && s[j] <= '9') ||
-                          s[j] == '-' || s[j] == '+' || s[j] == '.' || s[j] == 'E')) {
+  while (j < text.size() &&
+         ((text[j] >= 'a' && text[j] <= 'z') || (text[j] >= '0' && text[j] <= '9') ||
+          text[j] == '-' || text[j] == '+' || text[j] == '.' || text[j] == 'E')) {
     ++j;
   }
   return j;

@@ -195,8 +195,8 @@ class HistogramFamily {
   };
 
   HistogramFamily(std::string name, std::string help, std::vector<std::string> labels,
-                  std::vector<double> bucket_bounds_seconds);
-  HistogramFamily(MetricSeries id, std::vector<double> bucket_bounds_seconds);
+                  std::vector<double> bounds);
+  HistogramFamily(MetricSeries id, std::vector<double> bounds);
   void observe_micros(LabelValues label_values, int64_t micros);
   // The series, created empty on first use; valid as long as the family.
   Series* series(LabelValues label_values);

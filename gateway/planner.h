@@ -40,13 +40,13 @@ class Planner {
   // Everything between a parsed request and the first backend call. An Error is the answer
   // before any policy ran (404 unknown model); refusals after it are in Plan::refusal (their
   // rows recorded).
-  Result<Plan> plan(const RequestContext& context, const ParsedRequest& request);
+  Result<Plan> plan(const RequestContext& ctx, const ParsedRequest& request);
 
   // What a shadow copy needs of the plan (no admission: its cost is not the caller's).
   static Plan copy_for_shadow(const Plan& plan);
 
   // POST /admin/route/explain: facts, every clause, the decision. No backend is called.
-  Result<std::string> explain(const RequestContext& context, const ParsedRequest& request);
+  Result<std::string> explain(const RequestContext& ctx, const ParsedRequest& request);
 
   // GET /v1/models: the policy's aliases, or the configured models without a policy.
   std::string models_json() const;
@@ -60,22 +60,21 @@ class Planner {
                     std::vector<Target*>& out) const;
   void count_prompts(const ParsedRequest& request, std::span<Target* const> targets,
                      std::map<const Target*, PromptCount>& counts) const;
-  Result<policies::Facts> build_facts(const RequestContext& context, const ParsedRequest& request,
+  Result<policies::Facts> build_facts(const RequestContext& ctx, const ParsedRequest& request,
                                       const policies::Policy* policy,
                                       std::map<const Target*, PromptCount>& counts,
                                       std::string& task_id, std::vector<std::string>& claimed_tags);
   // The policy's decision into `p` (hops, shadow, tags, overrides, max_tokens). False when it
   // refused the request (p.refusal set, its row recorded).
-  Result<bool> decide(const RequestContext& context, const ParsedRequest& request,
+  Result<bool> decide(const RequestContext& ctx, const ParsedRequest& request,
                       const policies::Policy& policy, Plan& p, int64_t& max_tokens);
   // Without a policy: the model's own target, unless the prompt cannot fit its context.
-  bool route_direct(const RequestContext& context, const ParsedRequest& request, Target* target,
+  bool route_direct(const RequestContext& ctx, const ParsedRequest& request, Target* target,
                     Plan& p, int64_t max_tokens);
   // Budget and rate admission of the worst case over the route. False when refused.
-  bool admit(const RequestContext& context, const ParsedRequest& request, Plan& p,
-             int64_t max_tokens);
+  bool admit(const RequestContext& ctx, const ParsedRequest& request, Plan& p, int64_t max_tokens);
   // Refuses the request with `error` (counted by `reason`); `record`: its row too.
-  void refuse(const RequestContext& context, Plan& p, Error error, const char* reason, bool record);
+  void refuse(const RequestContext& ctx, Plan& p, Error error, const char* reason, bool record);
   int64_t models_created_s() const;  // /v1/models' `created`
 
   const config::Config& config_;

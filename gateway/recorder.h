@@ -52,16 +52,15 @@ class Recorder {
   // Builds the ledger row from the attempts and queues it; `on_durable` runs once it is
   // committed (on the ledger's writer thread). Without a ledger, on_durable runs at once.
   // Returns the row id ("" without a ledger).
-  std::string settle(const RequestContext& context, Plan& plan,
+  std::string settle(const RequestContext& ctx, Plan& plan,
                      const std::vector<AttemptOutcome>& attempts,
                      ledger::DurableCallback on_durable);
 
   // A request refused while planning (policy reject, budget, context) still gets its row.
-  void record_refusal(const RequestContext& context, const Plan& plan, const Error& error);
+  void record_refusal(const RequestContext& ctx, const Plan& plan, const Error& error);
 
   // A shadow copy's outcome, recorded as its own row tagged "shadow".
-  void settle_shadow(const RequestContext& context, const Plan& plan,
-                     const AttemptOutcome& outcome);
+  void settle_shadow(const RequestContext& ctx, const Plan& plan, const AttemptOutcome& outcome);
   // A shadow copy that was not sent (too many in flight, or shutting down): counted only.
   void skip_shadow(const PlannedHop& shadow);
 

@@ -113,9 +113,9 @@ void read_scalar(Cursor& c, ValueType t, Value& v, const ReadLimits& limits) {
     case ValueType::kUint8:
       v.uint_value = c.read<uint8_t>("u8");
       break;
-    // NOLINTNEXTLINE(bugprone-signed-char-misuse): an int8 value, sign-extended on purpose
     case ValueType::kInt8:
-      v.int_value = c.read<int8_t>("i8");
+      // An int8 value, sign-extended on purpose.
+      v.int_value = c.read<int8_t>("i8");  // NOLINT(bugprone-signed-char-misuse)
       break;
     case ValueType::kUint16:
       v.uint_value = c.read<uint16_t>("u16");

@@ -45,7 +45,7 @@ struct LedgerConfig {
 };
 
 // Parses the `ledger:` mapping. Throws ferry::yaml::YamlError (control plane).
-LedgerConfig parse_ledger_config(const YAML::Node& ledger, const std::string& file);
+LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file);
 
 // Called once, on the writer thread, when a row is durable (ok) or cannot be written (error).
 // Must not block: post onto your own executor.

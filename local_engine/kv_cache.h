@@ -21,23 +21,23 @@ class KvCache {
   int64_t kv_dim() const { return kv_dim_; }
 
   // Starts an empty sequence; an error if the id is in use.
-  Status seq_add(SeqId seq);
+  Status seq_add(SeqId id);
   // Forgets a sequence and frees its memory.
-  void seq_remove(SeqId seq);
-  bool seq_exists(SeqId seq) const { return seqs_.count(seq) != 0; }
+  void seq_remove(SeqId id);
+  bool seq_exists(SeqId id) const { return seqs_.count(id) != 0; }
   // Positions [0, len) are filled; the next token goes at position len.
-  int64_t seq_len(SeqId seq) const;
+  int64_t seq_len(SeqId id) const;
   // Keeps positions [0, len) only (len <= seq_len), e.g. to reuse a shared prompt prefix.
-  void seq_truncate(SeqId seq, int64_t len);
+  void seq_truncate(SeqId id, int64_t len);
   // Copies positions [0, len) of `src` into a new sequence `dst` (prefix sharing).
   Status seq_copy(SeqId src, SeqId dst, int64_t len);
 
   // Makes room for positions [0, len) and marks them filled; the caller writes them.
-  void seq_extend(SeqId seq, int64_t len);
-  uint16_t* k(SeqId seq, int64_t layer, int64_t pos);
-  uint16_t* v(SeqId seq, int64_t layer, int64_t pos);
-  const uint16_t* k(SeqId seq, int64_t layer, int64_t pos) const;
-  const uint16_t* v(SeqId seq, int64_t layer, int64_t pos) const;
+  void seq_extend(SeqId id, int64_t len);
+  uint16_t* k(SeqId id, int64_t layer, int64_t pos);
+  uint16_t* v(SeqId id, int64_t layer, int64_t pos);
+  const uint16_t* k(SeqId id, int64_t layer, int64_t pos) const;
+  const uint16_t* v(SeqId id, int64_t layer, int64_t pos) const;
 
   // Bytes held by all sequences.
   size_t memory_bytes() const;

@@ -172,7 +172,7 @@ struct Scheduler::Impl {
         n_active_shared = static_cast<int64_t>(active.size());
       }
       for (size_t i = 0; i < expired.size(); ++i) {
-        end_waiting(std::move(expired[i]), std::move(expired_errors[i]));
+        end_waiting(expired[i], std::move(expired_errors[i]));
       }
       for (auto& r : active) {
         if (r->error) finish(*r, FinishReason::kCancelled, r->error);
@@ -626,7 +626,7 @@ struct Scheduler::Impl {
     if (r.req.on_done) r.req.on_done(c);
   }
 
-  void end_waiting(Waiting w, Error error) {
+  void end_waiting(const Waiting& w, Error error) {
     const auto now = Clock::now();
     Completion c;
     c.finish = FinishReason::kCancelled;
@@ -708,7 +708,7 @@ struct Scheduler::Impl {
       std::lock_guard lock(mu);
       left.swap(waiting);
     }
-    for (Waiting& w : left) end_waiting(std::move(w), shutdown_error());
+    for (Waiting& w : left) end_waiting(w, shutdown_error());
     for (auto& r : active) finish(*r, FinishReason::kCancelled, shutdown_error());
     compact();
   }

@@ -688,7 +688,7 @@ Condition PolicyBuilder::parse_mapping(const Node& node, int depth, bool top) {
 // a target fact, a request fact), in the order the policy reference documents them.
 void PolicyBuilder::parse_clause(const Node& key_node, const Node& value, int depth,
                                  std::vector<Condition>& out) {
-  std::string key = key_node.Scalar();
+  const std::string& key = key_node.Scalar();
   if (key == "all" || key == "any") {
     if (!value.IsSequence()) fail(value, key + " must be a list of conditions");
     Condition group;
