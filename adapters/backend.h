@@ -65,6 +65,8 @@ class StreamSink {
   // Sends bytes to the client; the first call also sends the response headers. Returns false
   // when the client is gone: the backend must then abandon the upstream request.
   virtual boost::asio::awaitable<bool> write(std::string_view sse_bytes) = 0;
+  // A response header the answer carries (x-ferry-constraint); only before the first write.
+  virtual void add_header(std::string /*name*/, std::string /*value*/) {}
 };
 
 struct BackendReply {
@@ -73,6 +75,12 @@ struct BackendReply {
   Usage usage;                 // what the backend reported
   std::string finish_reason;   // of the first choice, when seen
   int64_t first_byte_us = -1;  // request sent -> first response byte (TTFT for streams)
+  // Response headers of a non-streamed answer (a stream's went through StreamSink::add_header).
+  std::vector<std::pair<std::string, std::string>> headers;
+  // The local engine's output constraint ("none", "json_object", "json_schema", "tools") and
+  // the compiled grammar's hash; empty from HTTP backends (the ledger records both).
+  std::string constraint;
+  std::string constraint_hash;
 };
 
 // Cancels an in-flight backend call from outside it (the client hung up). Used on the same

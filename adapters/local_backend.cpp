@@ -2,7 +2,9 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -16,9 +18,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "adapters/local_constraint.h"
 #include "adapters/openai_wire.h"
 #include "api/openai_parse.h"
 #include "api/openai_render.h"
+#include "constrain/matcher.h"
+#include "constrain/vocabulary.h"
 #include "local_engine/gguf_source.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -74,8 +79,10 @@ struct Params {
   engine::SamplingParams sampling;
   std::vector<std::string> stop;
   bool stop_at_eog = true;
-  int32_t top_logprobs = -1;  // < 0: no logprobs
-  int64_t n = 1;              // choices, decoded as parallel sequences over one prompt
+  int32_t top_logprobs = -1;           // < 0: no logprobs
+  int64_t n = 1;                       // choices, decoded as parallel sequences over one prompt
+  ConstraintRequest constraint;        // response_format / tools
+  constrain::CompiledGrammar grammar;  // compiled from it (null grammar: none)
 };
 
 // Choice i > 0 samples with its own stream: splitmix64 of the request's seed and i, so a fixed
@@ -132,6 +139,31 @@ Status sampling_params(const api::ChatRequest& r, const api::Overrides& o, int64
   return {};
 }
 
+// What a constrained output cannot be combined with on this engine: a stop string would cut the
+// document (valid by construction only when whole), ignore_eos would run past its end, and a
+// tool call's tokens carry no logprobs entry. Refused so another target may serve them.
+Status check_constrained(const api::ChatRequest& r, const Params& p) {
+  if (p.constraint.mode == ConstraintMode::kNone) return {};
+  const std::string what =
+      p.constraint.mode == ConstraintMode::kTools ? "'tools'" : "'response_format'";
+  if (!r.chat()) return invalid(what + " needs /v1/chat/completions", "response_format");
+  if (!p.stop.empty()) {
+    return unsupported_by_target(
+        "'stop' cannot be combined with " + what +
+            " on the local engine (a stop string would cut the constrained output)",
+        "stop");
+  }
+  if (!p.stop_at_eog) {
+    return unsupported_by_target(
+        "'ignore_eos' cannot be combined with " + what + " on the local engine", "ignore_eos");
+  }
+  if (p.constraint.mode == ConstraintMode::kTools && p.top_logprobs >= 0) {
+    return unsupported_by_target("'logprobs' with 'tools' is not supported by the local engine",
+                                 "logprobs");
+  }
+  return {};
+}
+
 // Limits, sampling, stop strings and logprobs (the prompt is separate).
 Result<Params> engine_params(const api::ChatRequest& r, const api::Overrides& o, int64_t n_vocab) {
   if (Status s = check_supported(r); !s) return s.error();
@@ -181,7 +213,16 @@ struct LocalBackend::Impl {
   std::shared_ptr<const tokenizer::Tokenizer> tok;
   std::shared_ptr<const tokenizer::ChatFormatter> chat;  // null: the model has no template
   std::string chat_error;
+  TemplateTools template_tools;                        // how the template writes tool calls
+  std::shared_ptr<const constrain::Vocabulary> vocab;  // the constraint engine's view of tok
+  constrain::GrammarCache grammars;
+  // Constraints compile here, off the I/O loops and off the scheduler thread (one thread: a
+  // cache hit costs a hand-off; a miss a few ms at the p99 of the schema set).
+  asio::thread_pool compile_pool{1};
   std::unique_ptr<engine::Scheduler> scheduler;
+
+  // Compiles `c` on the compile pool; the coroutine waits on its own executor.
+  asio::awaitable<Result<constrain::CompiledGrammar>> compile(const ConstraintRequest& c);
 
   int64_t n_vocab() const { return scheduler->model_config().n_vocab; }
 
@@ -230,6 +271,10 @@ struct LocalBackend::Impl {
   Result<Params> prepare(const api::ChatRequest& r, const BackendRequest& request) const {
     auto params = engine_params(r, request.overrides, n_vocab());
     if (!params) return params;
+    auto constraint = constraint_request(r, template_tools);
+    if (!constraint) return std::move(constraint).error();
+    params->constraint = std::move(constraint).value();
+    if (Status s = check_constrained(r, *params); !s) return s.error();
     if (request.prompt) {
       params->prompt = request.prompt->ids;
     } else {
@@ -257,6 +302,23 @@ struct LocalBackend::Impl {
     return e;
   }
 };
+
+asio::awaitable<Result<constrain::CompiledGrammar>> LocalBackend::Impl::compile(
+    const ConstraintRequest& c) {
+  struct Job {
+    explicit Job(const asio::any_io_executor& ex) : done(ex, 1) {}
+    WakeChannel done;
+    std::optional<Result<constrain::CompiledGrammar>> out;
+  };
+  auto job = std::make_shared<Job>(co_await asio::this_coro::executor);
+  asio::post(compile_pool, [this, job, c] {
+    job->out = compile_constraint(c, grammars);
+    job->done.try_send(boost::system::error_code{});
+  });
+  auto [ec] = co_await job->done.async_receive(kAwait);
+  (void)ec;
+  co_return std::move(*job->out);
+}
 
 LocalBackend::LocalBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LocalBackend::~LocalBackend() = default;
@@ -290,6 +352,9 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::open(const config::BackendCo
                        "use /v1/completions";
   }
   const std::vector<TokenId> eog = engine::eog_tokens_from_source(*source.value());
+  if (impl->chat) impl->template_tools = detect_template_tools(*impl->chat);
+  impl->vocab = constrain::Vocabulary::build(
+      *impl->tok, std::vector<constrain::TokenId>(eog.begin(), eog.end()));
   auto eng = std::make_unique<engine::Engine>(std::move(model).value(),
                                               engine::EngineOptions{lc.threads, lc.context_length,
                                                                     /*batch_invariant=*/true});
@@ -445,6 +510,8 @@ struct Choice {
   Json chat_logprobs = Json::array();
   CompletionLogprobs cmpl;
   bool role_sent = false;
+  std::optional<ToolCallParser> tools;  // a tools constraint: the output read as calls
+  Json tool_calls = Json::array();      // non-streaming: the calls read so far
 };
 
 }  // namespace
@@ -475,6 +542,17 @@ class LocalBackend::Call {
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
     format_.usage_null = stream_ && request.client_wants_usage;
+    const ConstraintRequest& c = params_.constraint;
+    if (c.mode == ConstraintMode::kTools) {
+      for (size_t k = 0; k < choices_.size(); ++k) {
+        choices_[k].tools.emplace(c.tools.syntax, request.request_id + "/" + std::to_string(k) +
+                                                      "/" + std::to_string(random_seed()));
+      }
+    }
+    reply_.constraint = std::string(constraint_mode_name(c.mode));
+    reply_.constraint_hash = params_.grammar.hash;
+    reply_.headers.emplace_back("x-ferry-constraint", reply_.constraint);
+    if (stream_) sink_->add_header("x-ferry-constraint", reply_.constraint);
   }
   // Whatever way the call ends (even destroyed mid-way at shutdown), the scheduler thread must
   // stop touching the channel, and the sequences must not run on.
@@ -503,6 +581,8 @@ class LocalBackend::Call {
   bool all_done() const;
   void take_tokens(size_t index, std::string& out);
   void add_token(size_t index, TokenOut& t, std::string& out);
+  void add_tool_pieces(size_t index, const std::vector<ToolPiece>& pieces, std::string& out);
+  std::string finish_reason(const Choice& ch) const;
   engine::Completion total() const;
   Result<BackendReply> settle();
   std::string final_body();
@@ -538,6 +618,10 @@ engine::GenerationRequest LocalBackend::Call::make_request(size_t index) {
   gen.sampling.seed = choice_seed(params_.sampling.seed, static_cast<int64_t>(index));
   gen.stop = params_.stop;
   gen.stop_at_eog = params_.stop_at_eog;
+  if (params_.grammar.grammar) {
+    gen.sampling.constraint =
+        std::make_shared<constrain::Matcher>(params_.grammar.grammar, im_.vocab);
+  }
   gen.top_logprobs = params_.top_logprobs;
   gen.max_unread = im_.cfg.local->max_unread_tokens;  // back-pressure: consumed() below
   if (im_.cfg.timeouts.total_ms > 0) {
@@ -588,6 +672,12 @@ bool LocalBackend::Call::all_done() const {
 // One token of choice `index`: kept for the final body, or written as a stream chunk.
 void LocalBackend::Call::add_token(size_t index, TokenOut& t, std::string& out) {
   Choice& ch = choices_[index];
+  if (ch.tools) {
+    std::vector<ToolPiece> pieces;
+    ch.tools->feed(t.text, pieces);
+    add_tool_pieces(index, pieces, out);
+    return;
+  }
   const bool with_lp = params_.top_logprobs >= 0 && t.token >= 0;
   if (!stream_) {
     ch.content += t.text;
@@ -620,6 +710,58 @@ void LocalBackend::Call::add_token(size_t index, TokenOut& t, std::string& out) 
   out += format_.chunk(std::move(choice));
 }
 
+// A tools constraint's output, read: text as content, calls as OpenAI's tool_calls (streamed as
+// deltas: id, type and name in a call's first, then its arguments in fragments).
+void LocalBackend::Call::add_tool_pieces(size_t index, const std::vector<ToolPiece>& pieces,
+                                         std::string& out) {
+  Choice& ch = choices_[index];
+  for (const ToolPiece& p : pieces) {
+    if (!stream_) {
+      if (p.kind == ToolPiece::Kind::kText) {
+        ch.content += p.text;
+      } else if (p.kind == ToolPiece::Kind::kCallStart) {
+        ch.tool_calls.push_back(Json{{"id", p.id},
+                                     {"type", "function"},
+                                     {"function", Json{{"name", p.name}, {"arguments", ""}}}});
+      } else {
+        Json& args = ch.tool_calls.back()["function"]["arguments"];
+        args = args.get<std::string>() + p.text;
+      }
+      continue;
+    }
+    if (!ch.role_sent) {
+      out += format_.role_chunk(index);
+      ch.role_sent = true;
+    }
+    Json delta;
+    if (p.kind == ToolPiece::Kind::kText) {
+      delta["content"] = p.text;
+    } else {
+      Json call{{"index", p.index}};
+      if (p.kind == ToolPiece::Kind::kCallStart) {
+        call["id"] = p.id;
+        call["type"] = "function";
+        call["function"] = Json{{"name", p.name}, {"arguments", ""}};
+      } else {
+        call["function"] = Json{{"arguments", p.text}};
+      }
+      delta["tool_calls"] = Json::array({std::move(call)});
+    }
+    out += format_.chunk(Json{{"index", index},
+                              {"delta", std::move(delta)},
+                              {"logprobs", nullptr},
+                              {"finish_reason", nullptr}});
+  }
+}
+
+// OpenAI's finish_reason: tool_calls when the choice ended after writing calls.
+std::string LocalBackend::Call::finish_reason(const Choice& ch) const {
+  if (ch.tools && ch.tools->calls() > 0 && ch.done->finish == engine::FinishReason::kStop) {
+    return "tool_calls";
+  }
+  return std::string(engine::finish_reason_name(ch.done->finish));
+}
+
 // Takes choice `index`'s tokens from the scheduler's hand-off and writes what they make.
 void LocalBackend::Call::take_tokens(size_t index, std::string& out) {
   Choice& ch = choices_[index];
@@ -636,12 +778,17 @@ void LocalBackend::Call::take_tokens(size_t index, std::string& out) {
   if (index == 0 && !others_submitted_ && (!batch_.empty() || ch.done)) submit_others();
   for (TokenOut& t : batch_) add_token(index, t, out);
   batch_.clear();
+  if (ch.done && ch.tools) {
+    std::vector<ToolPiece> pieces;
+    ch.tools->finish(pieces);
+    add_tool_pieces(index, pieces, out);
+  }
   if (ch.done && !ch.done->error && stream_ && !submit_error_) {
     if (format_.chat && !ch.role_sent) {
       out += format_.role_chunk(index);
       ch.role_sent = true;
     }
-    out += format_.finish_chunk(index, std::string(engine::finish_reason_name(ch.done->finish)));
+    out += format_.finish_chunk(index, finish_reason(ch));
   }
 }
 
@@ -712,7 +859,7 @@ Result<BackendReply> LocalBackend::Call::settle() {
   }
   const engine::Completion sum = total();
   reply_.status = 200;
-  reply_.finish_reason = std::string(engine::finish_reason_name(sum.finish));
+  reply_.finish_reason = finish_reason(choices_[0]);
   reply_.usage.prompt_tokens = sum.prompt_tokens;
   reply_.usage.completion_tokens = sum.completion_tokens;
   reply_.usage.total_tokens = sum.prompt_tokens + sum.completion_tokens;
@@ -735,13 +882,17 @@ std::string LocalBackend::Call::final_body() {
     if (format_.chat) {
       choice["index"] = index;
       choice["message"] = Json{{"role", "assistant"}, {"content", ch.content}};
+      if (!ch.tool_calls.empty()) {
+        if (ch.content.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = std::move(ch.tool_calls);
+      }
       choice["logprobs"] = want_logprobs ? Json{{"content", std::move(ch.chat_logprobs)}} : Json();
     } else {
       choice["text"] = ch.content;
       choice["index"] = index;
       choice["logprobs"] = want_logprobs ? ch.cmpl.take() : Json();
     }
-    choice["finish_reason"] = std::string(engine::finish_reason_name(ch.done->finish));
+    choice["finish_reason"] = finish_reason(ch);
     list.push_back(std::move(choice));
   }
   Json j = format_.envelope(format_.chat ? "chat.completion" : "text_completion");
@@ -750,6 +901,10 @@ std::string LocalBackend::Call::final_body() {
   return dump(j);
 }
 
+// GCC 12 reports asio's frame delete as mismatched once send() awaits two coroutines (GCC
+// PR 109224, a false positive: asio's awaitable frames pair their own new and delete).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& request,
                                                          StreamSink* sink, CancelSignal& cancel) {
   // The gateway's typed request; a caller with only a body has it parsed by the one parser.
@@ -764,11 +919,17 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
   // the scheduler thread.
   auto params = impl_->prepare(*typed, request);
   if (!params) co_return std::move(params).error();
+  if (params->constraint.mode != ConstraintMode::kNone) {
+    auto grammar = co_await impl_->compile(params->constraint);
+    if (!grammar) co_return std::move(grammar).error();
+    params->grammar = std::move(grammar).value();
+  }
   if (cancel.cancelled()) co_return Error::make(ErrorCode::kCancelled, "client went away");
   Call call(*impl_, request, *typed, std::move(params).value(), sink, cancel,
             co_await asio::this_coro::executor);
   co_return co_await call.run();
 }
+#pragma GCC diagnostic pop
 
 std::shared_ptr<const PromptTokens> LocalBackend::exact_prompt(
     const api::ChatRequest& request) const {

@@ -79,6 +79,8 @@ struct AttemptOutcome {
   bool sent_to_client = false;  // bytes of this attempt reached the client
   adapters::Usage usage;        // as the backend reported it
   std::string finish_reason;
+  std::string constraint;  // the local engine's output constraint (BackendReply)
+  std::string constraint_hash;
   std::string generated_text;  // the answer's text (for counting when usage is missing)
   std::string reasoning_text;
   int http_status = 0;  // the status the client got (or would have)

@@ -195,6 +195,8 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(ServerState& server, Str
     a.ok = true;
     a.usage = result->usage;
     a.finish_reason = result->finish_reason;
+    a.constraint = result->constraint;
+    a.constraint_hash = result->constraint_hash;
     a.http_status = result->status;
     a.ttft_us = streaming ? rec.ttft_us : micros_between(t0, Clock::now());
     rec.backend_ttft_us = result->first_byte_us;
@@ -303,6 +305,7 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
   r.status = reply.status;
   r.body = std::move(reply.body);
   r.headers = std::move(headers);
+  for (auto& h : reply.headers) r.headers.push_back(std::move(h));
   rec.status = reply.status;
   bool ok = co_await write_reply(server, stream, r, rec.request_id, keep_alive);
   co_return ok&& keep_alive;
@@ -337,7 +340,7 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
     set_header(headers, "x-ferry-attempts", std::to_string(attempts.size() + 1));
     AttemptOutcome& a = attempts.emplace_back();
     result = co_await try_hop(server, stream, plan, hop, sink, a, rec, early, buffer);
-    if (result || a.client_gone || sink.started() || !retryable(result.error())) break;
+    if (result || a.client_gone || sink.started() || !falls_through(result.error())) break;
   }
   rec.attempts = static_cast<int>(attempts.size());
   if (!attempts.empty()) {

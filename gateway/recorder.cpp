@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "adapters/local_constraint.h"
 #include "common/clock.h"
 #include "common/saturating.h"
 #include "gateway/errors.h"
@@ -167,6 +168,10 @@ std::string usage_problem(const Plan& plan, const AttemptOutcome& o) {
   return "";
 }
 
+bool falls_through(const Error& error) {
+  return retryable(error) || error.type_code == adapters::kUnsupportedByTarget;
+}
+
 bool retryable(const Error& error) {
   switch (error.code) {
     case ErrorCode::kUnavailable:
@@ -223,6 +228,8 @@ std::string Recorder::settle(const RequestContext& ctx, Plan& plan,
     r.http_status = last.http_status;
     r.error_code = lr.error_code;
     r.finish_reason = last.finish_reason;
+    r.constraint_mode = last.constraint;
+    r.schema_hash = last.constraint_hash;
     r.timings.ttft_us = last.ttft_us;
   }
   if (r.attempts.size() == 1) {

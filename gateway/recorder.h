@@ -20,6 +20,10 @@ namespace ferry::gateway {
 
 // Whether routing may try the next hop after this failure (nothing was sent to the client).
 bool retryable(const Error& error);
+// The next hop is tried after this error: retryable, or a request this target cannot serve
+// that another may (code "unsupported_by_target": the local engine's tools on a template
+// without them, a schema keyword it cannot enforce, ...).
+bool falls_through(const Error& error);
 
 // Why the attempt's usage cannot be billed as reported, or "" when it can or is absent: a
 // member that is not an integer, a negative count, cached > prompt or reasoning > completion,

@@ -67,6 +67,9 @@ class ChunkedSink final : public adapters::StreamSink {
   std::string take_captured() { return std::exchange(captured_, {}); }
 
   void set_content_type(std::string type) { content_type_ = std::move(type); }
+  void add_header(std::string name, std::string value) override {
+    if (!started_) extra_.emplace_back(std::move(name), std::move(value));
+  }
 
   asio::awaitable<bool> write(std::string_view bytes) override {
     co_return co_await send(bytes, false);
@@ -102,6 +105,10 @@ class ChunkedSink final : public adapters::StreamSink {
       h.no_cache = true;
       h.request_id = rid_;
       h.headers = headers_;
+      if (!extra_.empty()) {
+        if (headers_ != nullptr) extra_.insert(extra_.begin(), headers_->begin(), headers_->end());
+        h.headers = &extra_;
+      }
       h.keep_alive = !server_.draining.load();
       append_response_head(framing_, h);
     }
@@ -145,6 +152,7 @@ class ChunkedSink final : public adapters::StreamSink {
   const std::string& rid_;
   RequestRecord& record_;
   const HeaderList* headers_;
+  HeaderList extra_;  // add_header's, sent after headers_
   std::string captured_;
   std::string framing_;  // head and chunk-size line of the write in progress
   std::string tail_;     // chunk end and last chunk of the final write

@@ -170,6 +170,12 @@ UPDATE daily_team SET refused = x.refused, shadows = x.shadows, unpriced_served 
   WHERE daily_team.day=x.day AND daily_team.team=x.team AND daily_team.project=x.project
     AND daily_team.model=x.model AND daily_team.target=x.target;
 )sql",
+    // 6: the local engine's output constraint (RequestRecord::constraint_mode, schema_hash).
+    // NULL for rows without one (every row before this version): they hash as before.
+    R"sql(
+ALTER TABLE requests ADD COLUMN constraint_mode TEXT;
+ALTER TABLE requests ADD COLUMN schema_hash TEXT;
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -317,6 +323,11 @@ void request_values(const LedgerEntry& e, std::string_view prev_hash, RowScratch
   if (!r.usage_check.empty()) {
     v.emplace_back(std::string_view(kUsageCheckColumn));
     v.emplace_back(std::string_view(r.usage_check));
+  }
+  if (!r.constraint_mode.empty()) {
+    v.emplace_back(std::string_view(kConstraintColumn));
+    v.emplace_back(std::string_view(r.constraint_mode));
+    v.emplace_back(std::string_view(r.schema_hash));
   }
 }
 
@@ -582,7 +593,8 @@ Result<Store> Store::open(const std::string& path, const std::string& currency) 
 Status Store::prepare_statements() {
   auto ins = db_.prepare("INSERT INTO requests(" + join_names(request_columns()) + "," +
                          kFactsColumn + "," + kUsageCheckColumn + "," + kRequestIdColumn +
-                         ",hash) VALUES(" + join_placeholders(request_columns().size() + 4) + ")");
+                         ",hash," + kConstraintColumn + "," + kSchemaHashColumn + ") VALUES(" +
+                         join_placeholders(request_columns().size() + 6) + ")");
   if (!ins) return ins.error();
   insert_request_ = std::move(*ins);
   auto att = db_.prepare("INSERT INTO attempts(" + join_names(attempt_columns()) + ") VALUES(" +
@@ -692,6 +704,9 @@ Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& la
   bind_text_or_null(insert_request_, static_cast<int>(columns + 2), r.usage_check);
   bind_text_or_null(insert_request_, static_cast<int>(columns + 3), r.request_id);
   insert_request_.bind_ref(static_cast<int>(columns + 4), std::string_view(hash));
+  bind_text_or_null(insert_request_, static_cast<int>(columns + 5), r.constraint_mode);
+  bind_text_or_null(insert_request_, static_cast<int>(columns + 6),
+                    r.constraint_mode.empty() ? std::string() : r.schema_hash);
   auto st = insert_request_.run();
   if (!st) {
     // A constraint (duplicate id) refuses this row alone; anything else fails the batch.

@@ -25,7 +25,7 @@ namespace ferry::ledger {
 // 3: requests.usage_check (backend usage ferry did not bill as reported).
 // 4: requests.request_id (the gateway's x-request-id) and its index;
 // 5: daily/daily_team refused, shadows and unpriced_served (reports count served requests).
-constexpr int kSchemaVersion = 5;
+constexpr int kSchemaVersion = 6;
 // The trusted tag of a shadow copy's row; reports count these apart from served requests.
 inline constexpr std::string_view kShadowTag = "shadow";
 constexpr const char* kGenesisHash =
@@ -57,6 +57,10 @@ constexpr const char* kUsageCheckColumn = "usage_check";
 // The gateway's request id, or NULL. Like the facts, not in request_columns(): a row that has
 // one hashes it last, after an 'R' marker, so rows without one hash as before.
 constexpr const char* kRequestIdColumn = "request_id";
+// RequestRecord::constraint_mode and schema_hash, or NULL: hashed only where set, after the
+// usage check, behind the marker value kConstraintColumn.
+constexpr const char* kConstraintColumn = "constraint_mode";
+constexpr const char* kSchemaHashColumn = "schema_hash";
 
 // The canonical encoding of one row's values: each value as N; I<int>; or T<len>:<bytes>;
 std::string canonical_values(const std::vector<Value>& values);

@@ -107,6 +107,10 @@ struct RequestRecord {
   // it reported, ferry's own counts that were billed instead, and why. "" when usage was
   // trusted or absent.
   std::string usage_check;
+  // The local engine's output constraint ("none", "json_object", "json_schema", "tools") and
+  // its compiled grammar's hash; "" for other backends.
+  std::string constraint_mode;
+  std::string schema_hash;
 };
 
 // How a row was priced.

@@ -93,6 +93,7 @@ struct Schema {
   bool facts = false;
   bool usage_check = false;
   bool request_id = false;
+  bool constraint = false;
   bool served = false;
 };
 
@@ -105,6 +106,7 @@ Result<Schema> read_schema(Db& db) {
   schema.facts = *got && version->int_at(0) >= 2;
   schema.usage_check = *got && version->int_at(0) >= 3;
   schema.request_id = *got && version->int_at(0) >= 4;
+  schema.constraint = *got && version->int_at(0) >= 6;
   auto served = db.prepare("SELECT 1 FROM pragma_table_info('daily') WHERE name='refused'");
   if (!served) return served.error();
   auto found = served->step();
@@ -135,6 +137,8 @@ Result<Statements> prepare_walk(Db& db, const Schema& schema) {
                        "," + (schema.usage_check ? kUsageCheckColumn : "NULL") + "," +
                        (schema.request_id ? kRequestIdColumn : "NULL");
   for (const auto& c : request_columns()) select += "," + c;
+  select += schema.constraint ? std::string(",") + kConstraintColumn + "," + kSchemaHashColumn
+                              : std::string(",NULL,NULL");
   auto rows = db.prepare(select + " FROM requests ORDER BY seq");
   if (!rows) return rows.error();
   const auto& acols = attempt_columns();
@@ -159,6 +163,11 @@ std::vector<Value> row_values(const Stmt& rows) {
   if (!rows.is_null(3)) {
     values.emplace_back(std::in_place_type<std::string>, kUsageCheckColumn);
     values.push_back(rows.value_at(3));
+  }
+  if (!rows.is_null(static_cast<int>(n + 5))) {
+    values.emplace_back(std::in_place_type<std::string>, kConstraintColumn);
+    values.push_back(rows.value_at(static_cast<int>(n + 5)));
+    values.push_back(rows.value_at(static_cast<int>(n + 6)));
   }
   return values;
 }

@@ -24,6 +24,19 @@ function parse_args(argv) {
                            path.join(kHere, 'local'));
 }
 
+// Qwen2.5-style tools (calls in <tool_call>): what tools.test.mjs runs against.
+const kHermesTemplate =
+  "{%- if tools %}<|im_start|>system\n<tools>\n{%- for tool in tools %}\n{{ tool | tojson }}\n" +
+  "{%- endfor %}\n</tools>\nCall functions within <tool_call></tool_call> XML tags.<|im_end|>\n" +
+  "{% endif %}{%- for message in messages %}" +
+  "{%- if message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant" +
+  "{%- for tc in message.tool_calls %}\n<tool_call>\n{\"name\": \"{{ tc.function.name }}\", " +
+  "\"arguments\": {{ tc.function.arguments }}}\n</tool_call>{%- endfor %}<|im_end|>\n" +
+  "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}\n" +
+  "</tool_response><|im_end|>\n" +
+  "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif %}" +
+  "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
 function local_backend(name, model, extra = '') {
   return `  - name: ${name}\n    kind: local\n    model: ${model}\n    threads: 1\n${extra}`;
 }
@@ -47,6 +60,7 @@ backends:
 ${local_backend('cpu', model, '    max_sequences: 16\n    max_queue: 16\n')}\
 ${local_backend('cpu-small', model, '    max_sequences: 1\n    max_queue: 0\n    context_length: 2048\n')}\
 ${local_backend('cpu-nocache', model, '    prefix_cache: false\n')}\
+${local_backend('cpu-tools', model, `    chat_template: ${JSON.stringify(kHermesTemplate)}\n`)}\
   - { name: b, base_url: "${b_url}/v1" }
   - { name: up, base_url: "${upstream_url}/v1" }
   - { name: nowhere, base_url: "http://127.0.0.1:${dead_port}/v1", timeouts: { connect_ms: 2000 } }
@@ -54,6 +68,7 @@ models:
   - { name: local, backend: cpu }
   - { name: small, backend: cpu-small }
   - { name: nocache, backend: cpu-nocache }
+  - { name: local-tools, backend: cpu-tools }
   - { name: remote, backend: b, upstream_model: tiny }
   - { name: broken, backend: up, upstream_model: fail-500 }
   - { name: down, backend: nowhere }
@@ -71,13 +86,15 @@ const kPolicy = `targets:
   local: local
   small: small
   nocache: nocache
+  tools: local-tools
   remote: remote
   broken: broken
   down: down
-models: [local, small, nocache, remote, fallback-to-local, full-then-remote]
+models: [local, small, nocache, local-tools, remote, fallback-to-local, full-then-remote]
 rules:
   - { id: small, when: { model: small }, route: [small] }
   - { id: nocache, when: { model: nocache }, route: [nocache] }
+  - { id: tools, when: { model: local-tools }, route: [tools] }
   - { id: remote, when: { model: remote }, route: [remote] }
   - { id: fallback-to-local, when: { model: fallback-to-local }, route: [broken, down, local] }
   - { id: full-then-remote, when: { model: full-then-remote }, route: [small, remote] }

@@ -1,0 +1,143 @@
+// constrain_decode_bench: decode throughput of the local engine's scheduler with and without a
+// JSON Schema constraint, same model, same threads, 1 and 8 streams (issue 15: constrained >= 95%
+// of unconstrained). Tokens per CPU-second of the process over decode-only steps (sampling and
+// mask computation included, robust to other load on the machine), times the thread count;
+// the ratio constrained / unconstrained is taken within one run.
+//   constrain_decode_bench [--model FILE] [--preset smollm2-360m] [--threads 2] [--gen 64]
+//                          [--reps 3]
+// Without --model, the model is synthesized (random weights, real shapes, its real vocabulary).
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "constrain/cache.h"
+#include "constrain/matcher.h"
+#include "constrain/vocabulary.h"
+#include "local_engine/gguf_source.h"
+#include "local_engine/scheduler.h"
+#include "model_tools/model_tools.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using namespace ferry;
+
+// Long enough that every stream runs its whole --gen under the constraint, with the schema
+// states of a realistic answer (objects, bounded integers, enums, short strings).
+constexpr const char* kSchema =
+    R"({"type":"array","minItems":30,"maxItems":40,"items":{"type":"object","properties":{)"
+    R"("name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":150},)"
+    R"("kind":{"enum":["alpha","beta","gamma"]}},"required":["name","age","kind"],)"
+    R"("additionalProperties":false}})";
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+struct Run {
+  double cpu_tps = 0;   // tokens per CPU-second x threads
+  int64_t tokens = 0;   // decode tokens counted
+};
+
+Run run(const std::string& path, int threads, int64_t gen, int streams,
+        const std::shared_ptr<const constrain::Grammar>& grammar,
+        const std::shared_ptr<const constrain::Vocabulary>& vocab) {
+  auto src = engine::GgufSource::open(path);
+  auto model = engine::Model::load(src.value());
+  auto eng = std::make_unique<engine::Engine>(std::move(model).value(),
+                                              engine::EngineOptions{threads, 256, true});
+  std::mutex mu;
+  double cpu = 0, last = -1;
+  int64_t tokens = 0;
+  engine::SchedulerOptions options;
+  options.max_sequences = 16;
+  options.prefix_cache = false;
+  options.on_step = [&](const engine::StepStats& s) {
+    const double now = process_cpu_seconds();
+    std::lock_guard lock(mu);
+    const double delta = last < 0 ? -1 : now - last;
+    last = now;
+    if (s.prefill_tokens > 0 || s.decode_tokens == 0 || delta < 0) return;
+    cpu += delta;
+    tokens += s.decode_tokens;
+  };
+  engine::Scheduler sched(std::move(eng), options, engine::TokenPieceFn(), {});
+  std::condition_variable cv;
+  int left = streams;
+  for (int k = 0; k < streams; ++k) {
+    engine::GenerationRequest r;
+    r.prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+    r.max_tokens = gen;
+    r.stop_at_eog = grammar != nullptr;  // the constraint allows an end only when complete
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = static_cast<uint64_t>(k + 1);
+    if (grammar) r.sampling.constraint = std::make_shared<constrain::Matcher>(grammar, vocab);
+    r.on_done = [&](const engine::Completion&) {
+      std::lock_guard lock(mu);
+      if (--left == 0) cv.notify_all();
+    };
+    if (!sched.submit(std::move(r))) std::exit(1);
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return left == 0; });
+  return Run{cpu > 0 ? static_cast<double>(tokens) / cpu * threads : 0, tokens};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string path, preset = "smollm2-360m";
+  int threads = 2, reps = 3;
+  int64_t gen = 64;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--model") path = argv[i + 1];
+    if (a == "--preset") preset = argv[i + 1];
+    if (a == "--threads") threads = std::stoi(argv[i + 1]);
+    if (a == "--gen") gen = std::stoll(argv[i + 1]);
+    if (a == "--reps") reps = std::stoi(argv[i + 1]);
+  }
+  std::filesystem::path tmp;
+  if (path.empty()) {
+    tmp = std::filesystem::temp_directory_path() /
+          ("ferry-constrain-decode-" + std::to_string(::getpid()) + ".gguf");
+    model_tools::SynthOptions o;
+    model_tools::apply_synth_preset(preset, o);
+    o.type = "Q8_0";
+    if (auto st = model_tools::write_synth_model(o, tmp.string()); !st) return 1;
+    path = tmp.string();
+  }
+  auto tok = tokenizer::load_tokenizer(path);
+  if (!tok) return 1;
+  auto src = engine::GgufSource::open(path);
+  const auto eog = engine::eog_tokens_from_source(*src.value());
+  auto vocab = constrain::Vocabulary::build(*tok.value(),
+                                            std::vector<constrain::TokenId>(eog.begin(), eog.end()));
+  constrain::GrammarCache cache;
+  auto grammar = cache.json_schema(kSchema);
+  if (!grammar) {
+    std::fprintf(stderr, "%s\n", grammar.error().message.c_str());
+    return 1;
+  }
+  std::printf("model %s, vocabulary %zu, threads %d, gen %lld, best of %d\n", path.c_str(),
+              vocab->size(), threads, static_cast<long long>(gen), reps);
+  for (int streams : {1, 8}) {
+    double best_free = 0, best_constrained = 0;
+    for (int r = 0; r < reps; ++r) {
+      best_free = std::max(best_free, run(path, threads, gen, streams, nullptr, vocab).cpu_tps);
+      best_constrained = std::max(
+          best_constrained, run(path, threads, gen, streams, grammar->grammar, vocab).cpu_tps);
+    }
+    std::printf("%d stream(s): unconstrained %.1f tok/s, constrained %.1f tok/s, ratio %.1f%%\n",
+                streams, best_free, best_constrained, 100.0 * best_constrained / best_free);
+  }
+  if (!tmp.empty()) std::filesystem::remove(tmp);
+  return 0;
+}

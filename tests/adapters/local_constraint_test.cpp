@@ -1,0 +1,409 @@
+// The local engine's constraints, served: template tool formats detected by rendering (golden
+// per family), the tool-call reader over every split of an output, and LocalBackend::send with
+// response_format and tools on a random-weight model (so any valid output is the constraint's
+// doing): OpenAI's body and chunk shapes, the stream parsing into the same api::Answer as the
+// body, refusals that name the field and may fall back.
+#include "adapters/local_constraint.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "adapters/local_backend.h"
+#include "api/openai_chat_parse.h"
+#include "model_tools/model_tools.h"
+#include "tests/adapters/tool_templates.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferry::adapters {
+namespace {
+
+namespace asio = boost::asio;
+using Json = nlohmann::ordered_json;
+
+// ---- template families ------------------------------------------------------------------------
+
+class TemplateFamilyTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ferry-local-constraint-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    model_tools::SynthOptions o;
+    o.n_embd = 64;
+    o.n_layer = 1;
+    o.n_head = 2;
+    o.n_head_kv = 1;
+    o.n_ff = 128;
+    o.n_ctx = 1024;
+    o.type = "Q8_0";
+    o.seed = 9;
+    ASSERT_TRUE(model_tools::write_synth_model(o, (dir_ / "tiny.gguf").string()).has_value());
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
+
+  static TemplateTools detect(const char* source) {
+    auto tok = tokenizer::load_tokenizer((dir_ / "tiny.gguf").string());
+    EXPECT_TRUE(tok.has_value());
+    auto chat = tokenizer::ChatFormatter::create(tok.value(), source);
+    EXPECT_TRUE(chat.has_value()) << chat.error().message;
+    return detect_template_tools(*chat.value());
+  }
+
+  static inline std::filesystem::path dir_;
+};
+
+TEST_F(TemplateFamilyTest, EachFamilyIsDetectedByWhatItRenders) {
+  const TemplateTools hermes = detect(test::kHermesTemplate);
+  EXPECT_TRUE(hermes.renders_tools);
+  EXPECT_EQ(hermes.format, ToolFormat::kHermes);
+  const TemplateTools llama = detect(test::kLlama3Template);
+  EXPECT_TRUE(llama.renders_tools);
+  EXPECT_EQ(llama.format, ToolFormat::kLlama3Json);
+  const TemplateTools mistral = detect(test::kMistralTemplate);
+  EXPECT_TRUE(mistral.renders_tools);
+  EXPECT_EQ(mistral.format, ToolFormat::kMistral);
+  const TemplateTools generic = detect(test::kGenericToolsTemplate);
+  EXPECT_TRUE(generic.renders_tools);
+  EXPECT_EQ(generic.format, ToolFormat::kGeneric);
+  EXPECT_FALSE(detect(test::kNoToolsTemplate).renders_tools);
+}
+
+// ---- the tool-call reader ---------------------------------------------------------------------
+
+struct Read {
+  std::string text;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+  std::vector<std::string> ids;
+};
+
+Read read_all(const std::string& output, const std::vector<size_t>& cuts) {
+  ToolCallParser parser(constrain::ToolCallSyntax{}, "seed");
+  std::vector<ToolPiece> pieces;
+  size_t at = 0;
+  for (size_t cut : cuts) {
+    parser.feed(std::string_view(output).substr(at, cut - at), pieces);
+    at = cut;
+  }
+  parser.feed(std::string_view(output).substr(at), pieces);
+  parser.finish(pieces);
+  Read r;
+  for (const ToolPiece& p : pieces) {
+    switch (p.kind) {
+      case ToolPiece::Kind::kText:
+        EXPECT_TRUE(r.calls.empty()) << "text after a call";
+        r.text += p.text;
+        break;
+      case ToolPiece::Kind::kCallStart:
+        EXPECT_EQ(p.index, static_cast<int>(r.calls.size()));
+        r.calls.emplace_back(p.name, "");
+        r.ids.push_back(p.id);
+        break;
+      case ToolPiece::Kind::kArguments:
+        EXPECT_EQ(p.index + 1, static_cast<int>(r.calls.size()));
+        r.calls.back().second += p.text;
+        break;
+    }
+  }
+  return r;
+}
+
+TEST(ToolCallParserTest, TextThenCallsInEverySplitReadTheSame) {
+  const std::string out =
+      "Let me <tool check. <tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+      "{\"city\": \"a}\\\"{\", \"n\": [1, {\"x\": 2}]}}\n</tool_call>\n<tool_call>{\"name\":"
+      "\"f\",\"arguments\":{}}</tool_call>";
+  const Read whole = read_all(out, {});
+  EXPECT_EQ(whole.text, "Let me <tool check. ");
+  ASSERT_EQ(whole.calls.size(), 2u);
+  EXPECT_EQ(whole.calls[0].first, "get_weather");
+  EXPECT_EQ(whole.calls[0].second, "{\"city\": \"a}\\\"{\", \"n\": [1, {\"x\": 2}]}");
+  EXPECT_EQ(whole.calls[1].first, "f");
+  EXPECT_EQ(whole.calls[1].second, "{}");
+  EXPECT_NE(whole.ids[0], whole.ids[1]);
+  EXPECT_EQ(whole.ids[0].rfind("call_", 0), 0u);
+  for (size_t a = 1; a < out.size(); ++a) {
+    for (size_t b = a; b < out.size(); b += 7) {
+      const Read r = read_all(out, {a, b});
+      EXPECT_EQ(r.text, whole.text) << a << "," << b;
+      EXPECT_EQ(r.calls, whole.calls) << a << "," << b;
+    }
+  }
+}
+
+TEST(ToolCallParserTest, WhiteSpaceBeforeACallIsNoContentAndAMarkerPrefixAtTheEndIsText) {
+  const Read only_call = read_all("\n <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+                                  {1});
+  EXPECT_EQ(only_call.text, "");
+  ASSERT_EQ(only_call.calls.size(), 1u);
+  const Read text = read_all("see <tool_c", {5});
+  EXPECT_EQ(text.text, "see <tool_c");
+  EXPECT_TRUE(text.calls.empty());
+}
+
+// ---- served -----------------------------------------------------------------------------------
+
+class CollectingSink : public StreamSink {
+ public:
+  asio::awaitable<bool> write(std::string_view bytes) override {
+    all += bytes;
+    co_return true;
+  }
+  void add_header(std::string name, std::string value) override {
+    headers.emplace_back(std::move(name), std::move(value));
+  }
+  std::vector<std::string> data() const {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while (pos < all.size()) {
+      const size_t end = all.find("\n\n", pos);
+      if (end == std::string::npos) break;
+      out.push_back(all.substr(pos + 6, end - pos - 6));
+      pos = end + 2;
+    }
+    return out;
+  }
+  std::string all;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+class ConstrainedBackendTest : public TemplateFamilyTest {
+ protected:
+  static std::unique_ptr<LocalBackend> open(const char* chat_template) {
+    config::BackendConfig c;
+    c.name = "local";
+    c.kind = "local";
+    config::LocalEngineConfig l;
+    l.model_path = (dir_ / "tiny.gguf").string();
+    l.threads = 1;
+    l.context_length = 1024;
+    if (chat_template != nullptr) l.chat_template = chat_template;
+    c.local = l;
+    auto b = LocalBackend::open(c);
+    EXPECT_TRUE(b.has_value()) << b.error().message;
+    return std::move(b).value();
+  }
+
+  static Result<BackendReply> run(LocalBackend& b, Json body, CollectingSink* sink = nullptr) {
+    body["model"] = "tiny";
+    BackendRequest r;
+    r.endpoint = Endpoint::kChatCompletions;
+    r.stream = sink != nullptr;
+    if (r.stream) body["stream"] = true;
+    r.body = body.dump();
+    asio::io_context ioc;
+    std::optional<Result<BackendReply>> result;
+    CancelSignal cancel;
+    asio::co_spawn(
+        ioc, [&]() -> asio::awaitable<void> { result.emplace(co_await b.send(r, sink, cancel)); },
+        asio::detached);
+    ioc.run();
+    return std::move(*result);
+  }
+
+  static Json ask(int max_tokens, uint64_t seed) {
+    return {{"messages", Json::array({{{"role", "user"}, {"content", "What's the weather?"}}})},
+            {"max_tokens", max_tokens},
+            {"temperature", 1},
+            {"seed", seed}};
+  }
+
+  static Json weather_tools() {
+    return Json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+      "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": false}}},
+      {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+      "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 12}},
+      "required": ["zone"], "additionalProperties": false}}}])");
+  }
+
+  static std::string header(const BackendReply& r, const std::string& name) {
+    for (const auto& [n, v] : r.headers) {
+      if (n == name) return v;
+    }
+    return "";
+  }
+};
+
+void expect_valid_weather_call(const Json& call) {
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+  const std::string name = call["function"]["name"];
+  const Json args = Json::parse(call["function"]["arguments"].get<std::string>());
+  if (name == "get_weather") {
+    ASSERT_EQ(args.size(), 2u) << args.dump();
+    EXPECT_TRUE(args["city"].is_string());
+    EXPECT_LE(args["city"].get<std::string>().size(), 48u);
+    EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << args.dump();
+  } else {
+    ASSERT_EQ(name, "get_time");
+    ASSERT_EQ(args.size(), 1u) << args.dump();
+    ASSERT_TRUE(args["zone"].is_number_integer());
+    EXPECT_GE(args["zone"].get<int>(), -12);
+    EXPECT_LE(args["zone"].get<int>(), 12);
+  }
+}
+
+TEST_F(ConstrainedBackendTest, RequiredToolCallsAreDeclaredFunctionsWithValidArguments) {
+  auto backend = open(test::kHermesTemplate);
+  int with_calls = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Json body = ask(200, seed);
+    body["tools"] = weather_tools();
+    body["tool_choice"] = "required";
+    auto reply = run(*backend, body);
+    ASSERT_TRUE(reply.has_value()) << reply.error().message;
+    EXPECT_EQ(header(*reply, "x-ferry-constraint"), "tools");
+    EXPECT_EQ(reply->constraint, "tools");
+    EXPECT_EQ(reply->constraint_hash.size(), 64u);
+    const Json choice = Json::parse(reply->body)["choices"][0];
+    if (choice["finish_reason"] == "length") continue;  // a truncated call is allowed
+    ++with_calls;
+    EXPECT_EQ(choice["finish_reason"], "tool_calls");
+    EXPECT_TRUE(choice["message"]["content"].is_null());
+    ASSERT_GE(choice["message"]["tool_calls"].size(), 1u);
+    for (const Json& call : choice["message"]["tool_calls"]) expect_valid_weather_call(call);
+  }
+  EXPECT_GT(with_calls, 0);
+}
+
+TEST_F(ConstrainedBackendTest, NamedChoiceCallsThatFunctionOnly) {
+  auto backend = open(test::kGenericToolsTemplate);
+  Json body = ask(200, 3);
+  body["tools"] = weather_tools();
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+  body["parallel_tool_calls"] = false;
+  auto reply = run(*backend, body);
+  ASSERT_TRUE(reply.has_value()) << reply.error().message;
+  const Json choice = Json::parse(reply->body)["choices"][0];
+  ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice.dump();
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_time");
+  expect_valid_weather_call(choice["message"]["tool_calls"][0]);
+}
+
+// What the gateway does for Anthropic and Responses clients: the chunks, through
+// api::ChatStreamParser, give the same Answer as the body (same seed, same output).
+TEST_F(ConstrainedBackendTest, ToolCallStreamParsesIntoTheSameAnswerAsTheBody) {
+  auto backend = open(test::kHermesTemplate);
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    Json body = ask(160, seed);
+    body["tools"] = weather_tools();
+    body["tool_choice"] = "required";
+    auto whole = run(*backend, body);
+    ASSERT_TRUE(whole.has_value()) << whole.error().message;
+    auto from_body = api::parse_chat_completion(whole->body);
+    ASSERT_TRUE(from_body.has_value()) << from_body.error().message;
+
+    CollectingSink sink;
+    auto streamed = run(*backend, body, &sink);
+    ASSERT_TRUE(streamed.has_value()) << streamed.error().message;
+    ASSERT_EQ(sink.headers.size(), 1u);
+    EXPECT_EQ(sink.headers[0].second, "tools");
+    EXPECT_EQ(sink.all.find("<tool_call>"), std::string::npos) << "a raw marker was streamed";
+    api::ChatStreamParser parser;
+    api::AnswerBuilder builder;
+    for (const std::string& d : sink.data()) ASSERT_TRUE(parser.feed(d, builder)) << d;
+    ASSERT_TRUE(parser.feed("[DONE]", builder));
+    ASSERT_FALSE(builder.violation()) << builder.violation()->message;
+    const api::Answer& a = builder.answer();
+    const api::Answer& b = from_body.value();
+    EXPECT_EQ(a.finish, b.finish);
+    ASSERT_EQ(a.blocks.size(), b.blocks.size());
+    for (size_t i = 0; i < a.blocks.size(); ++i) {
+      EXPECT_EQ(a.blocks[i].kind, b.blocks[i].kind);
+      EXPECT_EQ(a.blocks[i].text, b.blocks[i].text);
+      EXPECT_EQ(a.blocks[i].name, b.blocks[i].name);
+      EXPECT_EQ(a.blocks[i].arguments, b.blocks[i].arguments);
+    }
+  }
+}
+
+TEST_F(ConstrainedBackendTest, JsonSchemaOutputsParseAndTruncationIsLength) {
+  auto backend = open(nullptr);
+  const Json schema = Json::parse(R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 10}, "age": {"type": "integer", "minimum": 0,
+      "maximum": 150}, "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}},
+      "required": ["name", "age", "tags"], "additionalProperties": false})");
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Json body = ask(120, seed);
+    body["response_format"] = {{"type", "json_schema"},
+                               {"json_schema", {{"name", "p"}, {"strict", true}, {"schema", schema}}}};
+    body["n"] = 2;
+    auto reply = run(*backend, body);
+    ASSERT_TRUE(reply.has_value()) << reply.error().message;
+    EXPECT_EQ(header(*reply, "x-ferry-constraint"), "json_schema");
+    for (const Json& choice : Json::parse(reply->body)["choices"]) {
+      if (choice["finish_reason"] == "length") continue;
+      EXPECT_EQ(choice["finish_reason"], "stop");
+      const Json v = Json::parse(choice["message"]["content"].get<std::string>());
+      ASSERT_EQ(v.size(), 3u) << v.dump();
+      EXPECT_LE(v["name"].get<std::string>().size(), 40u);
+      EXPECT_GE(v["age"].get<int>(), 0);
+      EXPECT_LE(v["age"].get<int>(), 150);
+      EXPECT_LE(v["tags"].size(), 3u);
+    }
+  }
+  Json cut = ask(3, 1);
+  cut["response_format"] = {{"type", "json_object"}};
+  auto reply = run(*backend, cut);
+  ASSERT_TRUE(reply.has_value()) << reply.error().message;
+  EXPECT_EQ(header(*reply, "x-ferry-constraint"), "json_object");
+  const Json choice = Json::parse(reply->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "length");
+  const std::string text = choice["message"]["content"];
+  const size_t first = text.find_first_not_of(" \n\t");
+  ASSERT_NE(first, std::string::npos) << text;  // 3 tokens: at most white space before the '{'
+  EXPECT_EQ(text[first], '{') << text;
+}
+
+TEST_F(ConstrainedBackendTest, WhatTheEngineCannotHonourIsA400ThatMayFallBack) {
+  auto plain = open(nullptr);  // the synth model's ChatML: ignores tools
+  struct Case {
+    Json extra;
+    std::string param;
+    std::string says;
+  };
+  const Json not_schema = {{"type", "json_schema"},
+                           {"json_schema", {{"name", "x"}, {"schema", Json::parse(R"({"type":
+      "object", "properties": {"a": {"not": {"type": "string"}}}})")}}}};
+  const Case cases[] = {
+      {{{"tools", weather_tools()}}, "tools", "ignores 'tools'"},
+      {{{"tools", weather_tools()}, {"tool_choice", "required"}}, "tools", "ignores 'tools'"},
+      {{{"response_format", not_schema}}, "response_format", "'not' at '#/properties/a'"},
+      {{{"response_format", {{"type", "json_object"}}}, {"stop", "}"}}, "stop", "stop string"},
+      {{{"response_format", {{"type", "json_object"}}}, {"ignore_eos", true}}, "ignore_eos", ""},
+  };
+  for (const Case& c : cases) {
+    Json body = ask(20, 1);
+    for (const auto& [k, v] : c.extra.items()) body[k] = v;
+    auto reply = run(*plain, body);
+    ASSERT_FALSE(reply.has_value()) << body.dump();
+    EXPECT_EQ(reply.error().code, ErrorCode::kInvalidRequest);
+    EXPECT_EQ(reply.error().param, c.param) << reply.error().message;
+    EXPECT_EQ(reply.error().type_code, kUnsupportedByTarget) << reply.error().message;
+    EXPECT_NE(reply.error().message.find(c.says), std::string::npos) << reply.error().message;
+  }
+  auto llama = open(test::kLlama3Template);
+  Json body = ask(20, 1);
+  body["tools"] = weather_tools();
+  auto reply = run(*llama, body);
+  ASSERT_FALSE(reply.has_value());
+  EXPECT_EQ(reply.error().type_code, kUnsupportedByTarget);
+  // tool_choice none on a template without tools: plain text, no constraint.
+  body = ask(5, 1);
+  body["tools"] = weather_tools();
+  body["tool_choice"] = "none";
+  auto none = run(*plain, body);
+  ASSERT_TRUE(none.has_value()) << none.error().message;
+  EXPECT_EQ(header(*none, "x-ferry-constraint"), "none");
+}
+
+}  // namespace
+}  // namespace ferry::adapters
