@@ -552,7 +552,6 @@ class LocalBackend::Call {
     reply_.constraint = std::string(constraint_mode_name(c.mode));
     reply_.constraint_hash = params_.grammar.hash;
     reply_.headers.emplace_back("x-ferry-constraint", reply_.constraint);
-    if (stream_) sink_->add_header("x-ferry-constraint", reply_.constraint);
   }
   // Whatever way the call ends (even destroyed mid-way at shutdown), the scheduler thread must
   // stop touching the channel, and the sequences must not run on.
@@ -605,6 +604,7 @@ class LocalBackend::Call {
   ReplyFormat format_;
   BackendReply reply_;
   bool client_gone_ = false;
+  bool header_added_ = false;  // x-ferry-constraint given to the sink
   std::deque<TokenOut> batch_;
 };
 
@@ -826,6 +826,9 @@ asio::awaitable<Result<BackendReply>> LocalBackend::Call::run() {
       if (ok_all) out += format_.usage_chunk(total());
     }
     if (stream_ && !out.empty() && !client_gone_) {
+      // With the first bytes only: a hop that fails before them leaves the next one's headers.
+      if (!header_added_) sink_->add_header("x-ferry-constraint", reply_.constraint);
+      header_added_ = true;
       const bool ok = co_await sink_->write(out);
       if (!ok) {
         client_gone_ = true;

@@ -327,7 +327,7 @@ void request_values(const LedgerEntry& e, std::string_view prev_hash, RowScratch
   if (!r.constraint_mode.empty()) {
     v.emplace_back(std::string_view(kConstraintColumn));
     v.emplace_back(std::string_view(r.constraint_mode));
-    v.emplace_back(std::string_view(r.schema_hash));
+    if (!r.schema_hash.empty()) v.emplace_back(std::string_view(r.schema_hash));
   }
 }
 
@@ -705,8 +705,7 @@ Status Store::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& la
   bind_text_or_null(insert_request_, static_cast<int>(columns + 3), r.request_id);
   insert_request_.bind_ref(static_cast<int>(columns + 4), std::string_view(hash));
   bind_text_or_null(insert_request_, static_cast<int>(columns + 5), r.constraint_mode);
-  bind_text_or_null(insert_request_, static_cast<int>(columns + 6),
-                    r.constraint_mode.empty() ? std::string() : r.schema_hash);
+  bind_text_or_null(insert_request_, static_cast<int>(columns + 6), r.schema_hash);
   auto st = insert_request_.run();
   if (!st) {
     // A constraint (duplicate id) refuses this row alone; anything else fails the batch.

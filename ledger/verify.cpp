@@ -167,7 +167,9 @@ std::vector<Value> row_values(const Stmt& rows) {
   if (!rows.is_null(static_cast<int>(n + 5))) {
     values.emplace_back(std::in_place_type<std::string>, kConstraintColumn);
     values.push_back(rows.value_at(static_cast<int>(n + 5)));
-    values.push_back(rows.value_at(static_cast<int>(n + 6)));
+    if (!rows.is_null(static_cast<int>(n + 6))) {
+      values.push_back(rows.value_at(static_cast<int>(n + 6)));
+    }
   }
   return values;
 }

@@ -174,7 +174,9 @@ TEST(LedgerHistory, SchemaOneFileMigratesAndTheChainContinues) {
                  "ALTER TABLE requests DROP COLUMN facts; DROP TABLE daily_team; "
                  "ALTER TABLE requests DROP COLUMN usage_check; "
                  "ALTER TABLE daily DROP COLUMN refused; ALTER TABLE daily DROP COLUMN shadows; "
-                 "ALTER TABLE daily DROP COLUMN unpriced_served; PRAGMA user_version=1"));
+                 "ALTER TABLE daily DROP COLUMN unpriced_served; "
+                 "ALTER TABLE requests DROP COLUMN constraint_mode; "
+                 "ALTER TABLE requests DROP COLUMN schema_hash; PRAGMA user_version=1"));
   }
   auto old = verify_ledger(path);  // read-only: no migration
   ASSERT_TRUE(old);

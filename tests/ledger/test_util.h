@@ -15,9 +15,11 @@
 
 namespace ferry::ledger::testing {
 
-// SQL that takes a file back from schema 5 to how schema 4 left it (daily and daily_team
-// without the served counts), for tests that simulate older files.
+// SQL that takes a file back from schema 6 to how schema 4 left it (no constraint columns; daily
+// and daily_team without the served counts), for tests that simulate older files.
 inline constexpr const char* kUndoSchemaFive =
+    "ALTER TABLE requests DROP COLUMN constraint_mode; ALTER TABLE requests DROP COLUMN "
+    "schema_hash; "  // and schema 6
     "ALTER TABLE daily DROP COLUMN refused; ALTER TABLE daily DROP COLUMN shadows; "
     "ALTER TABLE daily DROP COLUMN unpriced_served; ALTER TABLE daily_team DROP COLUMN refused; "
     "ALTER TABLE daily_team DROP COLUMN shadows; "
