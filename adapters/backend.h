@@ -39,6 +39,9 @@ using Endpoint = api::Endpoint;
 // counts it, so the backend neither parses nor tokenizes the request again.
 struct PromptTokens {
   std::vector<int32_t> ids;
+  // Embeddings: every input's tokens one after the other in `ids`, input i ending at
+  // input_ends[i]. Empty for chat and completions.
+  std::vector<size_t> input_ends;
 };
 
 struct BackendRequest {

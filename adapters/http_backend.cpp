@@ -408,7 +408,7 @@ struct HttpBackend::Impl {
     if (auto end = co_await read_body(stream, conn, parser, body, sink, cancel, total)) {
       co_return std::move(*end);
     }
-    co_return settle(parser, body, std::move(reply), reply_model);
+    co_return settle(parser, body, std::move(reply), reply_model, request.endpoint);
   }
 
   // Reads the body after the head: parses what is buffered, reads from the socket only when the
@@ -509,7 +509,7 @@ struct HttpBackend::Impl {
   // early, a whole answer checked (OpenAI JSON), its usage and finish reason taken, its model
   // renamed.
   Exchange settle(const Parser& parser, Body& body, BackendReply reply,
-                  const std::string& reply_model) const {
+                  const std::string& reply_model, Endpoint endpoint) const {
     const bool whole = parser.is_done() && parser.keep_alive();
     if (reply.status < 200 || reply.status >= 300) {
       return ended(upstream_status_error(cfg.name, static_cast<unsigned>(reply.status), body.bytes),
@@ -526,14 +526,21 @@ struct HttpBackend::Impl {
         return ended(
             backend_error(ErrorCode::kBackendError, cfg.name, "sent a truncated response"));
       }
-      if (!is_openai_answer(body.bytes)) {
+      const bool embeddings = endpoint == Endpoint::kEmbeddings;
+      if (embeddings ? !is_embeddings_answer(body.bytes) : !is_openai_answer(body.bytes)) {
         // The exchange was whole; only the answer is bad.
         return ended(backend_error(ErrorCode::kBackendError, cfg.name,
-                                   "answered with a body that is not an OpenAI JSON answer (valid "
-                                   "JSON with a 'choices' array)"),
+                                   embeddings ? "answered with a body that is not an OpenAI "
+                                                "embeddings answer (valid JSON with a 'data' array)"
+                                              : "answered with a body that is not an OpenAI JSON "
+                                                "answer (valid JSON with a 'choices' array)"),
                      parser.keep_alive());
       }
       if (auto u = find_usage(body.bytes)) reply.usage = *u;
+      // Embeddings usage has prompt and total tokens only: no output.
+      if (embeddings && reply.usage.prompt_tokens >= 0 && reply.usage.completion_tokens == -1) {
+        reply.usage.completion_tokens = 0;
+      }
       reply.finish_reason = find_finish_reason(body.bytes);
       if (!reply_model.empty()) {
         if (auto renamed = with_quoted_model(body.bytes, reply_model)) {
@@ -584,6 +591,7 @@ asio::awaitable<Result<BackendReply>> HttpBackend::send(const BackendRequest& re
   head.append("POST ");
   head.append(im.cfg.path_prefix);
   head.append(request.endpoint == Endpoint::kChatCompletions ? "/chat/completions"
+              : request.endpoint == Endpoint::kEmbeddings    ? "/embeddings"
                                                              : "/completions");
   head.append(" HTTP/1.1\r\nHost: ");
   head.append(im.host_header);

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "adapters/local_constraint.h"
+#include "adapters/local_embeddings.h"
 #include "adapters/openai_wire.h"
 #include "api/openai_parse.h"
 #include "api/openai_render.h"
@@ -293,6 +294,11 @@ struct LocalBackend::Impl {
           "context_length_exceeded");
     }
     return params;
+  }
+
+  LocalEmbeddingsModel embeddings_model() const {
+    const engine::ModelConfig& c = scheduler->model_config();
+    return {tok.get(), c.n_vocab, scheduler->n_ctx(), c.n_embd, cfg.local->embeddings};
   }
 
   Error with_name(Error e) const {
@@ -904,6 +910,83 @@ std::string LocalBackend::Call::final_body() {
   return dump(j);
 }
 
+// Embeddings: the job planned here, pooled vectors from the scheduler thread (one hand-off,
+// through a wake channel as for tokens), the body written here (adapters/local_embeddings.h).
+asio::awaitable<Result<BackendReply>> LocalBackend::embed(const BackendRequest& request,
+                                                          const api::EmbeddingsRequest& typed,
+                                                          CancelSignal& cancel) {
+  auto job = plan_embeddings(impl_->embeddings_model(), typed, request.prompt.get());
+  if (!job) co_return std::move(job).error();
+  auto pooling = engine::pooling_for(impl_->scheduler->model_config());
+  if (!pooling) co_return impl_->with_name(std::move(pooling).error());
+  struct Shared {
+    std::mutex mu;
+    std::optional<Result<engine::EmbeddingResult>> done;
+    WakeChannel* wake = nullptr;
+  };
+  auto shared = std::make_shared<Shared>();
+  WakeChannel wake(co_await asio::this_coro::executor, 1);
+  shared->wake = &wake;
+  // However the frame ends (even destroyed mid-wait at shutdown), the scheduler thread stops
+  // touching the channel.
+  struct Unhook {
+    Shared& s;
+    ~Unhook() {
+      std::lock_guard lock(s.mu);
+      s.wake = nullptr;
+    }
+  } unhook{*shared};
+  engine::EmbeddingRequest er;
+  er.inputs = job->inputs;
+  er.pooling = *pooling;
+  er.deadline = Clock::now() + std::chrono::milliseconds(impl_->cfg.timeouts.total_ms);
+  er.on_done = [shared](Result<engine::EmbeddingResult> r) {
+    std::lock_guard lock(shared->mu);
+    shared->done = std::move(r);
+    if (shared->wake != nullptr) shared->wake->try_send(boost::system::error_code{});
+  };
+  const auto started = Clock::now();
+  engine::Scheduler* scheduler = impl_->scheduler.get();
+  auto id = scheduler->submit_embeddings(std::move(er));
+  if (!id) co_return impl_->with_name(std::move(id).error());
+  cancel.set_hook([scheduler, id = *id] { scheduler->cancel(id); });
+  for (;;) {
+    {
+      std::lock_guard lock(shared->mu);
+      if (shared->done) break;
+    }
+    auto [ec] = co_await wake.async_receive(kAwait);
+    (void)ec;
+  }
+  cancel.clear_hook();
+  Result<engine::EmbeddingResult> done = [&] {
+    std::lock_guard lock(shared->mu);
+    return std::move(*shared->done);
+  }();
+  if (cancel.cancelled()) co_return Error::make(ErrorCode::kCancelled, "client went away");
+  if (!done) {
+    Error e = done.error();
+    if (e.code == ErrorCode::kTimeout) {
+      e.message = "backend '" + impl_->cfg.name + "' did not finish within total_ms=" +
+                  std::to_string(impl_->cfg.timeouts.total_ms);
+    }
+    co_return impl_->with_name(std::move(e));
+  }
+  const auto vectors = client_vectors(*job, done.value().vectors);
+  auto body = embeddings_body(*job, vectors,
+                              request.reply_model.empty() ? typed.model : request.reply_model);
+  if (!body) co_return impl_->with_name(std::move(body).error());
+  BackendReply reply;
+  reply.body = std::move(body).value();
+  reply.usage.prompt_tokens = job->prompt_tokens;
+  reply.usage.completion_tokens = 0;
+  reply.usage.total_tokens = job->prompt_tokens;
+  reply.finish_reason = "stop";
+  reply.first_byte_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
+  co_return reply;
+}
+
 // GCC 12 reports asio's frame delete as mismatched once send() awaits two coroutines (GCC
 // PR 109224, a false positive: asio's awaitable frames pair their own new and delete).
 #pragma GCC diagnostic push
@@ -912,6 +995,7 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
                                                          StreamSink* sink, CancelSignal& cancel) {
   // The gateway's typed request; a caller with only a body has it parsed by the one parser.
   std::shared_ptr<const api::ChatRequest> typed = request.typed;
+  if (typed && typed->embeddings) co_return co_await embed(request, *typed->embeddings, cancel);
   if (!typed) {
     auto parsed =
         api::parse_openai(request.endpoint, request.body, {.max_tokens_limit = INT64_MAX});
@@ -936,6 +1020,11 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
 
 std::shared_ptr<const PromptTokens> LocalBackend::exact_prompt(
     const api::ChatRequest& request) const {
+  if (request.embeddings) {
+    auto tokens = embedding_tokens(impl_->embeddings_model(), *request.embeddings);
+    if (!tokens) return nullptr;
+    return std::make_shared<const PromptTokens>(std::move(tokens).value());
+  }
   auto tokens = impl_->prompt_tokens(request);
   if (!tokens) return nullptr;
   return std::make_shared<const PromptTokens>(PromptTokens{std::move(tokens).value()});

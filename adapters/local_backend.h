@@ -1,8 +1,9 @@
-// The in-process engine as a Backend: OpenAI chat completions and completions answered by a
-// local GGUF model through the continuous-batching scheduler (local_engine/scheduler.h), with
-// the model's chat template, SSE streaming, exact usage (cached tokens included) and logprobs.
-// Thread-safe: one instance serves every I/O thread. No engine work runs on the caller's thread:
-// the scheduler thread hands tokens over through a queue and wakes the caller's executor.
+// The in-process engine as a Backend: OpenAI chat completions, completions and embeddings
+// answered by a local GGUF model through the continuous-batching scheduler
+// (local_engine/scheduler.h), with the model's chat template, SSE streaming, exact usage (cached
+// tokens included) and logprobs. Thread-safe: one instance serves every I/O thread. No engine work
+// runs on the caller's thread: the scheduler thread hands tokens over through a queue and wakes the
+// caller's executor.
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
@@ -13,6 +14,7 @@
 #include <string_view>
 
 #include "adapters/backend.h"
+#include "api/embeddings_parse.h"
 #include "config/config.h"
 #include "local_engine/scheduler.h"
 
@@ -53,6 +55,10 @@ class LocalBackend final : public Backend {
  private:
   struct Impl;
   class Call;  // one send()
+  // /v1/embeddings (adapters/local_embeddings.h plans the job and writes the body).
+  boost::asio::awaitable<Result<BackendReply>> embed(const BackendRequest& request,
+                                                     const api::EmbeddingsRequest& typed,
+                                                     CancelSignal& cancel);
   explicit LocalBackend(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

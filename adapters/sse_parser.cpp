@@ -56,4 +56,10 @@ bool is_openai_answer(std::string_view text) {
   return obj["choices"].is_array();
 }
 
+bool is_embeddings_answer(std::string_view text) {
+  simdjson::dom::object obj;
+  if (parse_object(text).get(obj) != simdjson::SUCCESS) return false;
+  return obj["data"].is_array();
+}
+
 }  // namespace ferry::adapters

@@ -91,5 +91,7 @@ class SseParser {
 bool is_json_object(std::string_view text);
 // True when `text` is one valid JSON object with a "choices" array (a non-stream answer).
 bool is_openai_answer(std::string_view text);
+// True when `text` is one valid JSON object with a "data" array (an embeddings answer).
+bool is_embeddings_answer(std::string_view text);
 
 }  // namespace ferry::adapters

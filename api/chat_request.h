@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,8 +25,10 @@ namespace ferry::api {
 using Json = nlohmann::ordered_json;
 
 // The API a request came in through; the endpoint of an OpenAI-compatible backend. (Issue 16's
-// front-ends add kMessages, kResponses, kEmbeddings here.)
-enum class Endpoint { kChatCompletions, kCompletions };
+// front-ends add kMessages, kResponses here.)
+enum class Endpoint { kChatCompletions, kCompletions, kEmbeddings };
+
+struct EmbeddingsRequest;  // api/embeddings_parse.h
 
 enum class Role { kSystem, kDeveloper, kUser, kAssistant, kTool, kFunction };
 std::string_view role_name(Role role);
@@ -173,6 +176,9 @@ struct ChatRequest {
   // top_logprobs without logprobs): a consumer that acts on these fields (the local engine)
   // answers with it; pass-through leaves them to the backend.
   std::optional<Error> extension_error;
+  // endpoint kEmbeddings: the embeddings request (api/embeddings_parse.h); `model` and
+  // metadata.user are set from it, the chat and completions members stay empty.
+  std::shared_ptr<const EmbeddingsRequest> embeddings;
 
   bool streams() const { return stream.value_or(false); }
   bool chat() const { return endpoint == Endpoint::kChatCompletions; }

@@ -202,7 +202,7 @@ void parse_auth(const Map& auth, const std::string& file, Config& cfg) {
 LocalEngineConfig parse_local_backend(const Map& bm) {
   bm.allow_only({"name", "kind", "model", "threads", "context_length", "max_sequences", "max_queue",
                  "kv_budget_mb", "prefill_chunk", "prefix_cache", "max_unread_tokens",
-                 "chat_template", "timeouts"});
+                 "chat_template", "timeouts", "embeddings"});
   LocalEngineConfig l;
   l.model_path = bm.str("model");
   l.threads = static_cast<int>(bm.integer_or("threads", 0, 0, 1024));
@@ -214,6 +214,15 @@ LocalEngineConfig parse_local_backend(const Map& bm) {
   l.prefix_cache = bm.boolean_or("prefix_cache", true);
   l.max_unread_tokens = bm.integer_or("max_unread_tokens", l.max_unread_tokens, 1, 1 << 16);
   l.chat_template = bm.opt_str("chat_template").value_or("");
+  if (auto e = bm.opt_map("embeddings")) {
+    e->allow_only({"long_input", "matryoshka"});
+    const std::string long_input = e->opt_str("long_input").value_or("refuse");
+    if (long_input != "refuse" && long_input != "chunk") {
+      e->fail("long_input", "must be 'refuse' or 'chunk'");
+    }
+    l.embeddings.chunk_long_input = long_input == "chunk";
+    l.embeddings.matryoshka = e->boolean_or("matryoshka", false);
+  }
   return l;
 }
 

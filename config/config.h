@@ -63,6 +63,12 @@ struct BackendTimeouts {
   int64_t total_ms = 600000;      // whole exchange
 };
 
+// How a local backend answers /v1/embeddings (`embeddings:` of a local backend).
+struct LocalEmbeddingsConfig {
+  bool chunk_long_input = false;  // long_input: refuse (false) | chunk (true: chunks averaged)
+  bool matryoshka = false;        // the model is Matryoshka-trained: `dimensions` truncates
+};
+
 // The in-process engine as a backend (`kind: local`).
 struct LocalEngineConfig {
   std::string model_path;       // the GGUF file (relative paths: to the config file's folder)
@@ -77,6 +83,7 @@ struct LocalEngineConfig {
   // cannot make ferry buffer its output without limit; the other sequences run on).
   int64_t max_unread_tokens = 64;
   std::string chat_template;  // "" = the model's own template; else a Jinja template
+  LocalEmbeddingsConfig embeddings;
 };
 
 struct BackendConfig {

@@ -21,6 +21,7 @@ constexpr Endpoint kEndpoints[] = {
     {"GET", "/metrics", Access::kOpen, Handler::kMetrics},
     {"POST", "/v1/chat/completions", Access::kApp, Handler::kChatCompletions},
     {"POST", "/v1/completions", Access::kApp, Handler::kCompletions},
+    {"POST", "/v1/embeddings", Access::kApp, Handler::kEmbeddings},
     {"GET", "/v1/models", Access::kApp, Handler::kModels},
     {"GET", "/v1/models/", Access::kApp, Handler::kModel},
     {"GET", "/admin/policy", Access::kAdmin, Handler::kAdmin, AdminRoute::kPolicyGet},
@@ -173,6 +174,7 @@ std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& re
       return models(*endpoint, path, rec);
     case Handler::kChatCompletions:
     case Handler::kCompletions:
+    case Handler::kEmbeddings:
       return completion(*endpoint, req, rec, job);
     case Handler::kAdmin:
     case Handler::kExport:
@@ -234,10 +236,12 @@ std::optional<Reply> Endpoints::worker_job(const Endpoint& endpoint, std::string
   return std::nullopt;
 }
 
-// The OpenAI API: parse the body once, plan the route; a refusal is answered here.
+// The OpenAI API (chat, completions, embeddings): parse the body once, plan the route; a
+// refusal is answered here.
 std::optional<Reply> Endpoints::completion(const Endpoint& endpoint, HttpRequestView& req,
                                            RequestRecord& rec, Job& job) {
   auto kind = endpoint.handler == Handler::kChatCompletions ? adapters::Endpoint::kChatCompletions
+              : endpoint.handler == Handler::kEmbeddings    ? adapters::Endpoint::kEmbeddings
                                                             : adapters::Endpoint::kCompletions;
   auto parsed = parse_request(kind, std::move(req.body));
   if (!parsed) return reply_error(rec, parsed.error());

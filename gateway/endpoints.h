@@ -66,6 +66,7 @@ enum class Handler {
   kCompletions,
   kAdmin,   // a blocking admin call on the worker pool (Endpoint::admin says which)
   kExport,  // a CSV export streamed from the worker pool
+  kEmbeddings,
 };
 
 struct Endpoint {

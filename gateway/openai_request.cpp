@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "adapters/openai_wire.h"
+#include "api/embeddings_parse.h"
 #include "api/openai_render.h"
 #include "common/json_text.h"
 
@@ -19,6 +20,15 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
   out.endpoint = endpoint;
   out.raw = std::move(body);
   auto request = std::make_shared<api::ChatRequest>();
+  if (endpoint == adapters::Endpoint::kEmbeddings) {
+    if (Status s = api::parse_embeddings_into(out.raw, *request, &out.model_keys); !s) {
+      return s.error();
+    }
+    out.model = request->model;
+    out.max_tokens = 0;  // an embedding has no output tokens
+    out.typed = std::move(request);
+    return out;
+  }
   if (Status s = api::parse_openai_into(endpoint, out.raw, *request, {}, &out.model_keys); !s) {
     return s.error();
   }

@@ -47,8 +47,8 @@ struct ParsedRequest {
 using BodyOverrides = api::Overrides;
 
 // Parses and validates a request body for the endpoint (api::parse_openai: the one parser of
-// OpenAI's rules). The body becomes ParsedRequest::raw: pass it with std::move when the caller
-// no longer needs it (no copy then).
+// OpenAI's rules; api::parse_embeddings_into for kEmbeddings, max_tokens 0). The body becomes
+// ParsedRequest::raw: pass it with std::move when the caller no longer needs it (no copy then).
 Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string body);
 
 // The body to send upstream: `model` replaced by the backend's name for it and, for streams,

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/embeddings_parse.h"
 #include "api/openai_render.h"
 #include "common/clock.h"
 #include "common/saturating.h"
@@ -81,6 +82,19 @@ void request_labels(const RequestContext& ctx, const ParsedRequest& request, std
       claimed_tags.push_back(t);
     }
   }
+}
+
+// An embeddings request's tokens for an HTTP target: each text input with the target's
+// tokenizer (no template, no BOS: as OpenAI counts), token inputs as sent; nullopt without a
+// tokenizer.
+std::optional<int64_t> embeddings_count(const Target* t, const api::EmbeddingsRequest& r) {
+  if (!t->tokenizer) return std::nullopt;
+  int64_t n = 0;
+  for (const api::EmbeddingInput& in : r.inputs) {
+    const auto k = in.tokens ? in.ids.size() : t->tokenizer->count(in.text);
+    n = saturating_add(n, static_cast<int64_t>(k));
+  }
+  return n;
 }
 
 // One hop of the plan: the target and the upstream request for it.
@@ -244,7 +258,9 @@ bool Planner::route_direct(const RequestContext& ctx, const ParsedRequest& reque
   // Saturating: a prompt plus a huge max_tokens must not wrap below the context length.
   int64_t completion = std::max<int64_t>(max_tokens, 0);
   int64_t requested = saturating_add(prompt, completion);
-  if (ctx_len > 0 && p.prompt_counts[t].source == ledger::TokenSource::kTokenizer &&
+  // Embeddings: the context bounds each input, not their sum; the backend checks each.
+  const bool embeddings = request.endpoint == adapters::Endpoint::kEmbeddings;
+  if (!embeddings && ctx_len > 0 && p.prompt_counts[t].source == ledger::TokenSource::kTokenizer &&
       requested > ctx_len) {
     refuse(ctx, p,
            Error::make(ErrorCode::kContextOverflow,
@@ -275,9 +291,10 @@ bool Planner::admit(const RequestContext& ctx, const ParsedRequest& request, Pla
     int64_t hop_prompt = p.prompt_counts[hop.target].tokens;
     prompt = std::max(prompt, hop_prompt);
     int64_t ctx_len = hop.target->context_length();
-    int64_t most = max_tokens > 0 ? max_tokens
-                   : ctx_len > 0  ? std::max<int64_t>(ctx_len - hop_prompt, 1)
-                                  : kUnboundedOutputTokens;
+    int64_t most = request.endpoint == adapters::Endpoint::kEmbeddings ? 0  // no output
+                   : max_tokens > 0                                    ? max_tokens
+                   : ctx_len > 0 ? std::max<int64_t>(ctx_len - hop_prompt, 1)
+                                 : kUnboundedOutputTokens;
     out = std::max(out, saturating_mul(most, std::max<int64_t>(request.n, 1)));
   }
   Money worst = ledger_->worst_case(refs, prompt, out);
@@ -330,9 +347,14 @@ void Planner::count_prompts(const ParsedRequest& request, std::span<Target* cons
     if (!request.typed) {
       // Not parsed by parse_request: estimated.
     } else if (auto exact = t->backend->exact_prompt(*request.typed)) {
+      // (Embeddings too: every input's tokens, one after the other.)
       // The in-process engine counts with exactly what it will run (template, BOS, ...); its
       // tokens go to its hops, so it does not tokenize again.
       c = {static_cast<int64_t>(exact->ids.size()), ledger::TokenSource::kTokenizer, exact};
+    } else if (request.typed->embeddings) {
+      if (auto n = embeddings_count(t, *request.typed->embeddings)) {
+        c = {*n, ledger::TokenSource::kTokenizer};
+      }
     } else if (t->tokenizer && (!chat || t->chat)) {
       if (!input) input = api::template_input(*request.typed);
       if (auto n = PromptCounter{t->tokenizer, t->chat}.count(chat, *input)) {
@@ -385,7 +407,9 @@ Result<policies::Facts> Planner::build_facts(const RequestContext& ctx,
       policies::TargetFacts tf;
       tf.ref = pt.ref;
       tf.prompt_tokens = counts[t].tokens;
-      tf.context_length = t->context_length();
+      // Embeddings: the context bounds each input, not the count of all (0: not a limit).
+      tf.context_length =
+          request.endpoint == adapters::Endpoint::kEmbeddings ? 0 : t->context_length();
       tf.healthy = t->breaker ? t->breaker->healthy() : true;
       adapters::BackendLoad load = t->backend->load_facts();
       if (load.queue_depth >= 0) tf.queue_depth = load.queue_depth;

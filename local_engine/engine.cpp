@@ -140,9 +140,29 @@ Status Engine::check_batch(std::span<const BatchEntry> batch) const {
 }
 
 // Long for a reason: the whole forward pass reads top to bottom like the math (embed; per
-// layer norm, QKV, RoPE, KV write, attention, output, FFN; final norm, logits), as in
+// layer norm, QKV, RoPE, KV write, attention, output, FFN; final norm), as in
 // llama2.c's forward(); each step is one call into kernels/.
 Status Engine::forward(std::span<const BatchEntry> batch, std::vector<float>& logits) {
+  int64_t n_out = 0;
+  if (auto s = run_layers(batch, n_out); !s) return s;
+  logits.resize(static_cast<size_t>(n_out * config().n_vocab));
+  if (n_out == 0) return {};
+  project(model_->output, tmp_.data(), n_out, logits.data());
+  if (kernels::trace_enabled()) {
+    kernels::trace_tensor("result_output", -1, logits.data(), n_out, config().n_vocab);
+  }
+  return {};
+}
+
+Status Engine::forward_hidden(std::span<const BatchEntry> batch, std::vector<float>& hidden) {
+  int64_t n_out = 0;
+  if (auto s = run_layers(batch, n_out); !s) return s;
+  const int64_t d = config().n_embd;
+  hidden.assign(tmp_.begin(), tmp_.begin() + n_out * d);
+  return {};
+}
+
+Status Engine::run_layers(std::span<const BatchEntry> batch, int64_t& n_out) {
   if (auto s = check_batch(batch); !s) return s;
   const ModelConfig& c = config();
   const Model& m = *model_;
@@ -234,15 +254,12 @@ Status Engine::forward(std::span<const BatchEntry> batch, std::vector<float>& lo
     trace("l_out", layer, x_.data(), rows, d);
   }
 
-  // Final norm and output projection; x_ holds just the rows that want logits now.
-  int64_t n_out = 0;
+  // Final norm; x_ holds just the rows that want logits now, tmp_ their normed states.
+  n_out = 0;
   for (const BatchEntry& e : batch) n_out += e.logits ? 1 : 0;
-  logits.resize(static_cast<size_t>(n_out * c.n_vocab));
   if (n_out == 0) return {};
   rms_norm(x_.data(), m.output_norm, c.rms_eps, n_out, d, tmp_.data());
   trace("result_norm", -1, tmp_.data(), n_out, d);
-  project(m.output, tmp_.data(), n_out, logits.data());
-  trace("result_output", -1, logits.data(), n_out, c.n_vocab);
   return {};
 }
 

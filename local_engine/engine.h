@@ -59,9 +59,15 @@ class Engine {
   // Runs the batch; on success `logits` holds n_vocab floats per entry with logits == true, in
   // batch order. On error nothing changed in the cache.
   Status forward(std::span<const BatchEntry> batch, std::vector<float>& logits);
+  // The same pass without the output projection: `hidden` holds the final-norm hidden state
+  // (n_embd floats) of each entry with logits == true, in batch order (embeddings pool them).
+  Status forward_hidden(std::span<const BatchEntry> batch, std::vector<float>& hidden);
 
  private:
   Status check_batch(std::span<const BatchEntry> batch) const;
+  // Every layer and the final norm: tmp_ holds the normed rows of the n_out entries that want
+  // logits (forward projects them, forward_hidden returns them).
+  Status run_layers(std::span<const BatchEntry> batch, int64_t& n_out);
   void attention(std::span<const BatchEntry> batch, int64_t layer);
   // Attention for the given batch entries straight from the F16 cache (few queries; in a
   // batch-invariant engine on AVX-512, kernels/attend_invariant.h's F32 form).

@@ -85,6 +85,11 @@ Result<ModelConfig> read_config(const ModelSource& source) {
   } else if (*arch == "qwen3") {
     c.arch = Arch::kQwen3;
     c.rope_layout = RopeLayout::kNeox;
+  } else if (*arch == "bert" || *arch == "nomic-bert" || *arch == "jina-bert-v2" ||
+             *arch == "t5encoder") {
+    return load_error("encoder architecture '" + *arch +
+                      "' is not supported yet (embeddings run on decoder models: llama, qwen2, "
+                      "qwen3)");
   } else {
     return load_error("unsupported architecture '" + *arch + "' (supported: llama, qwen2, qwen3)");
   }
@@ -112,6 +117,7 @@ Result<ModelConfig> read_config(const ModelSource& source) {
     return load_error("unsupported head size (key " + std::to_string(c.head_dim) + ", value " +
                       std::to_string(value_length) + ")");
   }
+  c.pooling_type = source.get_int(p + "pooling_type").value_or(-1);
   c.n_ctx_train = source.get_int(p + "context_length").value_or(4096);
   if (c.n_ctx_train <= 0) return load_error("context_length must be positive");
   c.rope_dim = source.get_int(p + "rope.dimension_count").value_or(c.head_dim);

@@ -35,6 +35,9 @@ struct ModelConfig {
   float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
   RopeLayout rope_layout = RopeLayout::kNormal;
   bool tied_output = false;
+  // <arch>.pooling_type as the GGUF says (llama.cpp's numbering: 0 none, 1 mean, 2 cls,
+  // 3 last, 4 rank); -1 when absent. Embeddings read it (local_engine/embeddings.h).
+  int64_t pooling_type = -1;
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }

@@ -136,6 +136,7 @@ struct Scheduler::Impl {
                                      : auto_budget(bytes_per_token, n_ctx, opt.max_sequences);
     snapshot.max_sequences = opt.max_sequences;
     snapshot.kv_budget_bytes = budget;
+    embedder = std::make_unique<EmbeddingRunner>(std::max<int64_t>(1, opt.embedding_batch_tokens));
     thread = std::thread([this] { run(); });
   }
 
@@ -159,12 +160,15 @@ struct Scheduler::Impl {
     for (;;) {
       std::vector<Waiting> expired;
       std::vector<Error> expired_errors;
+      std::vector<RequestId> cancelled;
+      Clock::time_point now;
       {
         std::unique_lock lock(mu);
         wait_for_work(lock);
         if (stopping) return;
         seen_submits = submits;
-        const auto now = Clock::now();
+        now = Clock::now();
+        take_embeddings(cancelled);
         take_cancels_and_deadlines(now, expired, expired_errors);
         take_acknowledgements();
         admit(now);
@@ -180,8 +184,29 @@ struct Scheduler::Impl {
       compact();
       idle = !active.empty() && !step();
       compact();
+      if (step_embeddings(cancelled, now)) idle = false;
       publish();
     }
+  }
+
+  // Moves submitted embeddings requests to the runner and notes the cancels it must see (the
+  // runner ends them outside the lock: on_done never runs under mu). Under mu.
+  void take_embeddings(std::vector<RequestId>& cancelled) {
+    while (!embed_waiting.empty()) {
+      EmbedWaiting& w = embed_waiting.front();
+      embedder->add(w.id, std::move(w.req), w.submitted);
+      embed_waiting.pop_front();
+    }
+    if (embedder->busy()) cancelled = cancels;
+  }
+
+  // Cancels and deadlines of embeddings requests, then one embeddings forward pass (between two
+  // decode steps, so chat sequences keep their pace). True when it computed something.
+  bool step_embeddings(const std::vector<RequestId>& cancelled, Clock::time_point now) {
+    if (!embedder->busy()) return false;
+    for (const RequestId id : cancelled) embedder->fail(*engine, id, cancelled_error());
+    embedder->expire(*engine, now);
+    return embedder->step(*engine, next_seq) > 0;
   }
 
   // Blocks until the loop has something to do: a request queued, running or cancelled. After a
@@ -202,10 +227,13 @@ struct Scheduler::Impl {
       return;
     }
     auto has_work = [&] {
-      return stopping || !cancels.empty() || !waiting.empty() || !active.empty();
+      return stopping || !cancels.empty() || !waiting.empty() || !active.empty() ||
+             !embed_waiting.empty() || embedder->busy();
     };
     if (!has_work()) cv.wait(lock, has_work);
-    if (!stopping && active.empty() && stalled) cv.wait_for(lock, std::chrono::milliseconds(5));
+    if (!stopping && active.empty() && stalled && !embedder->busy()) {
+      cv.wait_for(lock, std::chrono::milliseconds(5));
+    }
   }
 
   Clock::time_point earliest_deadline() const {
@@ -711,6 +739,15 @@ struct Scheduler::Impl {
     for (Waiting& w : left) end_waiting(w, shutdown_error());
     for (auto& r : active) finish(*r, FinishReason::kCancelled, shutdown_error());
     compact();
+    std::deque<EmbedWaiting> embed_left;
+    {
+      std::lock_guard lock(mu);
+      embed_left.swap(embed_waiting);
+    }
+    for (EmbedWaiting& w : embed_left) {
+      if (w.req.on_done) w.req.on_done(shutdown_error());
+    }
+    embedder->fail_all(*engine, shutdown_error());
   }
 
   std::unique_ptr<Engine> engine;
@@ -729,6 +766,13 @@ struct Scheduler::Impl {
   std::condition_variable cv;
   bool stopping = false;
   std::deque<Waiting> waiting;
+  struct EmbedWaiting {
+    RequestId id = 0;
+    EmbeddingRequest req;
+    Clock::time_point submitted;
+  };
+  std::deque<EmbedWaiting> embed_waiting;
+  int64_t embed_pending = 0;  // embeddings requests submitted and not yet ended
   std::vector<RequestId> cancels;
   std::vector<std::pair<RequestId, int64_t>> acks;  // consumed(): events taken per request
   uint64_t submits = 0;                             // requests submitted, ever
@@ -764,6 +808,7 @@ struct Scheduler::Impl {
   std::vector<float> logits, raw;
   std::vector<TokenId> order;
   std::vector<TopLogprob> top;
+  std::unique_ptr<EmbeddingRunner> embedder;  // the scheduler thread's
   std::thread thread;
 };
 
@@ -824,6 +869,57 @@ Result<RequestId> Scheduler::submit(GenerationRequest request) {
   }
   const RequestId id = im.next_id++;
   im.waiting.push_back({id, std::move(request), Clock::now()});
+  ++im.submits;
+  lock.unlock();
+  im.cv.notify_one();
+  return id;
+}
+
+Result<RequestId> Scheduler::submit_embeddings(EmbeddingRequest request) {
+  Impl& im = *impl_;
+  if (request.inputs.empty()) {
+    return Error::make(ErrorCode::kInvalidRequest, "no input to embed", "input");
+  }
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const auto& in = request.inputs[i];
+    const auto n = static_cast<int64_t>(in.size());
+    if (n == 0) {
+      return Error::make(ErrorCode::kInvalidRequest,
+                         "input " + std::to_string(i) + " has no tokens", "input");
+    }
+    for (const TokenId t : in) {
+      if (t < 0 || t >= im.n_vocab) {
+        return Error::make(ErrorCode::kInvalidRequest,
+                           "token " + std::to_string(t) + " is outside the vocabulary", "input");
+      }
+    }
+    if (n > im.n_ctx) {
+      return Error::make(ErrorCode::kContextOverflow,
+                         "this model's context is " + std::to_string(im.n_ctx) + " tokens; input " +
+                             std::to_string(i) + " is " + std::to_string(n) + " tokens",
+                         "input", "context_length_exceeded");
+    }
+  }
+  std::unique_lock lock(im.mu);
+  if (im.stopping) return shutdown_error();
+  if (im.embed_pending >= std::max<int64_t>(1, im.opt.max_queue)) {
+    Error e = Error::make(ErrorCode::kUnavailable, "the local engine is overloaded (" +
+                                                       std::to_string(im.embed_pending) +
+                                                       " embeddings requests queued); retry later");
+    e.retry_after_s = 1;
+    return e;
+  }
+  ++im.embed_pending;
+  // The count drops when the request ends, on the scheduler thread and never under mu.
+  request.on_done = [&im, done = std::move(request.on_done)](Result<EmbeddingResult> r) {
+    {
+      std::lock_guard guard(im.mu);
+      --im.embed_pending;
+    }
+    if (done) done(std::move(r));
+  };
+  const RequestId id = im.next_id++;
+  im.embed_waiting.push_back({id, std::move(request), Clock::now()});
   ++im.submits;
   lock.unlock();
   im.cv.notify_one();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "local_engine/embeddings.h"
 #include "local_engine/engine.h"
 #include "local_engine/generate.h"
 #include "local_engine/sampler.h"
@@ -43,6 +44,9 @@ struct SchedulerOptions {
   // partial block on its own, so a token's KV is computed the same way with or without a cache
   // hit and however requests are batched (greedy output does not depend on either). At least 8.
   int64_t prefix_block = 16;
+  // Input tokens per embeddings forward pass (EmbeddingRunner); one such pass runs between
+  // two decode steps while embeddings are waiting.
+  int64_t embedding_batch_tokens = 512;
   // Called on the scheduler thread after every step (tests and benchmarks).
   std::function<void(const StepStats&)> on_step;
 };
@@ -126,6 +130,12 @@ class Scheduler {
   // bad token, max_tokens < 1), kContextOverflow (prompt + max_tokens beyond the context, or more
   // KV than the whole budget) or kUnavailable with retry_after_s (queue full, shutting down).
   Result<RequestId> submit(GenerationRequest request);
+  // Queues an embeddings request (local_engine/embeddings.h): its inputs run in batched
+  // forward passes between decode steps, sharing passes with other embeddings requests. Fails
+  // at once (on_done never called) with kInvalidRequest (no input, an empty input, a bad token),
+  // kContextOverflow (an input longer than the context, with the numbers) or kUnavailable
+  // (queue full, shutting down). cancel() applies to it as to a generation.
+  Result<RequestId> submit_embeddings(EmbeddingRequest request);
   // Stops a queued or running request within one step and frees its KV; its on_done gets
   // kCancelled. Unknown or finished ids are ignored.
   void cancel(RequestId id);

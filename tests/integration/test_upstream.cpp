@@ -36,6 +36,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -374,6 +375,83 @@ std::string sse(const json& j) {
 }
 
 // Serves one /v1 completion request. Returns false when the connection must be closed.
+// POST /v1/embeddings: per input a 4-float vector (its words, its bytes or ids, 1, its index;
+// normalized), in OpenAI's shape; base64 (little-endian float32) when asked; usage counts words
+// (ids for token inputs); `fail-<status>` as for completions, `no-usage` leaves usage out.
+json embeddings_json(const json& body, const Behaviour& b) {
+  std::vector<json> inputs;
+  const json& in = body.contains("input") ? body["input"] : json();
+  if (in.is_array() && !in.empty() && !in[0].is_number()) {
+    for (const auto& x : in) inputs.push_back(x);
+  } else {
+    inputs.push_back(in);
+  }
+  json data = json::array();
+  int64_t tokens = 0;
+  const bool b64 = body.value("encoding_format", std::string("float")) == "base64";
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const json& x = inputs[i];
+    const int64_t words =
+        x.is_string() ? count_words(x.get<std::string>()) : static_cast<int64_t>(x.size());
+    const double size = x.is_string() ? static_cast<double>(x.get<std::string>().size())
+                                      : static_cast<double>(x.size());
+    tokens += words;
+    std::vector<float> v = {static_cast<float>(words), static_cast<float>(size), 1.0f,
+                            static_cast<float>(i)};
+    double norm = 0;
+    for (float f : v) norm += static_cast<double>(f) * f;
+    for (float& f : v) f = static_cast<float>(f / std::sqrt(norm));
+    json e = {{"object", "embedding"}, {"index", i}};
+    if (b64) {
+      static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+      std::string bytes(reinterpret_cast<const char*>(v.data()), v.size() * 4);  // x86: LE
+      std::string text;
+      for (size_t j = 0; j < bytes.size(); j += 3) {
+        uint32_t n = static_cast<uint32_t>(static_cast<unsigned char>(bytes[j])) << 16;
+        if (j + 1 < bytes.size()) n |= static_cast<unsigned char>(bytes[j + 1]) << 8;
+        if (j + 2 < bytes.size()) n |= static_cast<unsigned char>(bytes[j + 2]);
+        text += k[(n >> 18) & 63];
+        text += k[(n >> 12) & 63];
+        text += j + 1 < bytes.size() ? k[(n >> 6) & 63] : '=';
+        text += j + 2 < bytes.size() ? k[n & 63] : '=';
+      }
+      e["embedding"] = text;
+    } else {
+      e["embedding"] = v;
+    }
+    data.push_back(std::move(e));
+  }
+  json out = {{"object", "list"}, {"data", std::move(data)}, {"model", body.value("model", "")}};
+  if (!b.no_usage) out["usage"] = {{"prompt_tokens", tokens}, {"total_tokens", tokens}};
+  return out;
+}
+
+template <class Stream>
+awaitable<Reply> serve_embeddings(Stream& stream, const http::request<http::string_body>& req) {
+  Lcg rng{17};
+  json body = json::parse(req.body(), nullptr, false);
+  const std::string model =
+      body.is_object() ? body.value("model", std::string("echo")) : std::string("echo");
+  const Behaviour b = parse_behaviour(model);
+  bool ok = false;
+  if (!body.is_object()) {
+    ok = co_await send_json(
+        stream, 400,
+        error_json("upstream: body is not a JSON object", "invalid_request_error", "invalid_json"),
+        req.keep_alive(), false, rng);
+  } else if (b.fail_status != 0) {
+    ok =
+        co_await send_json(stream, b.fail_status,
+                           error_json("upstream: injected failure " + std::to_string(b.fail_status),
+                                      "server_error", "injected"),
+                           req.keep_alive(), false, rng);
+  } else {
+    ok = co_await send_json(stream, 200, embeddings_json(body, b), req.keep_alive(), false, rng);
+  }
+  ++g_stats.completed;
+  co_return Reply{ok && req.keep_alive()};
+}
+
 template <class Stream>
 awaitable<Reply> serve_completion(Stream& stream, const http::request<http::string_body>& req,
                                   bool chat) {
@@ -614,6 +692,11 @@ awaitable<void> serve_http(Stream& stream) {
       ++g_stats.in_flight;
       Reply r = co_await serve_completion(stream, req, path == "/v1/chat/completions");
       --g_stats.in_flight;
+      if (!r.keep_alive) co_return;
+      continue;
+    }
+    if (req.method() == http::verb::post && path == "/v1/embeddings") {
+      Reply r = co_await serve_embeddings(stream, req);
       if (!r.keep_alive) co_return;
       continue;
     }
