@@ -52,9 +52,15 @@ struct Layer {
 };
 
 Layer make_layer(TensorType type, uint32_t seed) {
-  // Rows of 960 are not whole K-quant blocks: like the _M mixes, those fall back to Q8_0.
-  const bool k_quant = ferry::kernels::block_elems(type) == 256;
-  const TensorType t960 = k_quant ? TensorType::kQ8_0 : type;
+  // Rows of 960 are not whole 256-element blocks: those fall back as llama-quantize does.
+  TensorType t960 = type;
+  if (ferry::kernels::block_elems(type) == 256) {
+    t960 = type == TensorType::kQ4_K     ? TensorType::kQ5_0
+           : type == TensorType::kQ5_K   ? TensorType::kQ5_1
+           : type == TensorType::kQ6_K   ? TensorType::kQ8_0
+           : type == TensorType::kIQ4_XS ? TensorType::kIQ4_NL
+                                         : TensorType::kQ4_0;
+  }
   Layer l;
   l.mats.push_back(make_matrix(t960, kEmbd, kEmbd, seed + 1));
   l.mats.push_back(make_matrix(t960, kKv, kEmbd, seed + 2));
@@ -192,11 +198,22 @@ BENCHMARK_CAPTURE(BM_KernelForm, Q4_K_serial4_batch, TensorType::kQ4_K, Form::kS
 BENCHMARK_CAPTURE(BM_KernelForm, Q4_K_serial4_gemm, TensorType::kQ4_K, Form::kSerial4Gemm);
 BENCHMARK_CAPTURE(BM_KernelForm, Q6_K_batch, TensorType::kQ6_K, Form::kBatch);
 BENCHMARK_CAPTURE(BM_KernelForm, Q6_K_gemm, TensorType::kQ6_K, Form::kGemm);
+BENCHMARK_CAPTURE(BM_KernelForm, Q4_1_batch, TensorType::kQ4_1, Form::kBatch);
+BENCHMARK_CAPTURE(BM_KernelForm, Q5_0_batch, TensorType::kQ5_0, Form::kBatch);
+BENCHMARK_CAPTURE(BM_KernelForm, Q5_0_gemm, TensorType::kQ5_0, Form::kGemm);
+BENCHMARK_CAPTURE(BM_KernelForm, Q5_1_batch, TensorType::kQ5_1, Form::kBatch);
+BENCHMARK_CAPTURE(BM_KernelForm, Q2_K_batch, TensorType::kQ2_K, Form::kBatch);
+BENCHMARK_CAPTURE(BM_KernelForm, Q3_K_batch, TensorType::kQ3_K, Form::kBatch);
+BENCHMARK_CAPTURE(BM_KernelForm, IQ4_NL_batch, TensorType::kIQ4_NL, Form::kBatch);
+BENCHMARK_CAPTURE(BM_KernelForm, IQ4_NL_serial4_batch, TensorType::kIQ4_NL, Form::kSerial4Batch);
+BENCHMARK_CAPTURE(BM_KernelForm, IQ4_XS_batch, TensorType::kIQ4_XS, Form::kBatch);
 
 BENCHMARK_CAPTURE(BM_Decode, Q8_0, TensorType::kQ8_0)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Decode, Q4_K, TensorType::kQ4_K)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Decode, Q4_0, TensorType::kQ4_0)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Decode, F16, TensorType::kF16)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Decode, Q5_0, TensorType::kQ5_0)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Decode, Q5_1, TensorType::kQ5_1)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Prefill, Q8_0, TensorType::kQ8_0)
     ->Arg(64)
     ->Arg(512)

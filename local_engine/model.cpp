@@ -171,11 +171,12 @@ Status load_layer(Loader& loader, const ModelConfig& c, int64_t i, LayerWeights&
   return {};
 }
 
-// llama.cpp repacks Q4_0 and Q4_K matrices of a multiple of 8 rows (all but the token
-// embedding, which it also reads by row) into 8-row interleaved blocks, whose kernels sum each
-// output in one accumulator: use the same float order for them (kernels::DotOrder).
+// llama.cpp repacks Q4_0, Q4_K and IQ4_NL matrices of a multiple of 8 rows on AVX2 (all but the
+// token embedding, which it also reads by row) into 8-row interleaved blocks, whose kernels sum
+// each output in one accumulator: use the same float order for them (kernels::DotOrder).
 void mark_repacked(WeightView& w) {
-  const bool repacked_type = w.type == WeightType::kQ4_0 || w.type == WeightType::kQ4_K;
+  const bool repacked_type =
+      w.type == WeightType::kQ4_0 || w.type == WeightType::kQ4_K || w.type == WeightType::kIQ4_NL;
   if (repacked_type && w.rows % 8 == 0) w.order = kernels::DotOrder::kSerial;
 }
 

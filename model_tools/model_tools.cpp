@@ -193,23 +193,71 @@ std::optional<QuantTarget> parse_quant_target(std::string_view name) {
   return t;
 }
 
+namespace {
+
+bool is_block_type(TensorType type) {
+  return model_format::block_elems(type) > 1;
+}
+
+// llama-quantize's fallback for a row length that is not a whole number of the type's blocks:
+// the 256-element types step down to a 32-element type of about the same bits, and a row that
+// still does not fit is stored as F16 (llama.cpp's tensor_type_fallback).
+TensorType fallback_type(TensorType type, int64_t row_length) {
+  if (fits(type, row_length)) return type;
+  switch (type) {
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
+      type = TensorType::kQ4_0;
+      break;
+    case TensorType::kQ4_K:
+      type = TensorType::kQ5_0;
+      break;
+    case TensorType::kQ5_K:
+      type = TensorType::kQ5_1;
+      break;
+    case TensorType::kQ6_K:
+      type = TensorType::kQ8_0;
+      break;
+    case TensorType::kIQ4_XS:
+      type = TensorType::kIQ4_NL;
+      break;
+    default:
+      break;
+  }
+  return fits(type, row_length) ? type : TensorType::kF16;
+}
+
+bool contains(std::string_view s, std::string_view part) {
+  return s.find(part) != std::string_view::npos;
+}
+
+}  // namespace
+
+// The rules of llama.cpp's llama_tensor_get_type (src/llama-quant.cpp) for the mixes ferry
+// writes, without an importance matrix; the counters it keeps per tensor kind (i_attention_wv,
+// i_ffn_down) are the layer index for files with one such tensor per layer, in order.
 TensorType choose_tensor_type(const QuantTarget& target, std::string_view name, int64_t row_length,
-                              int n_dims, int layer, int n_layers) {
+                              int n_dims, int layer, int n_layers, bool tied_output) {
   if (n_dims < 2) return TensorType::kF32;
   TensorType type = target.base;
-  if (target.mix_m) {
-    const bool more_bits = n_layers > 0 && (layer < n_layers / 8 || layer >= 7 * n_layers / 8 ||
-                                            (layer - n_layers / 8) % 3 == 2);
-    if (name == "output.weight") {
-      type = TensorType::kQ6_K;
-    } else if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) &&
-               more_bits) {
+  if (!is_block_type(type)) return type;  // F32 / F16 / BF16: every matrix as it is
+  const bool more_bits = n_layers > 0 && (layer < n_layers / 8 || layer >= 7 * n_layers / 8 ||
+                                          (layer - n_layers / 8) % 3 == 2);
+  const bool k_s = target.name == "Q4_K_S";
+  if (name == "output.weight" || (tied_output && name == "token_embd.weight")) {
+    if (!fits(type, row_length)) {
+      type = TensorType::kQ8_0;
+    } else if (type != TensorType::kQ8_0) {
       type = TensorType::kQ6_K;
     }
+  } else if (contains(name, "attn_v.weight") || contains(name, "attn_qkv.weight")) {
+    if (target.mix_m && more_bits) type = TensorType::kQ6_K;
+    if (k_s && layer >= 0 && layer < 4) type = TensorType::kQ5_K;
+  } else if (contains(name, "ffn_down")) {
+    if (target.mix_m && more_bits) type = TensorType::kQ6_K;
+    if (k_s && layer >= 0 && layer < n_layers / 8) type = TensorType::kQ5_K;
   }
-  if (!fits(type, row_length)) type = TensorType::kQ8_0;
-  if (!fits(type, row_length)) type = TensorType::kF16;
-  return type;
+  return fallback_type(type, row_length);
 }
 
 uint32_t file_type_of(const QuantTarget& target) {
@@ -222,8 +270,14 @@ uint32_t file_type_of(const QuantTarget& target) {
       return 1;
     case TensorType::kQ4_0:
       return 2;
+    case TensorType::kQ4_1:
+      return 3;
     case TensorType::kQ8_0:
       return 7;
+    case TensorType::kQ5_0:
+      return 8;
+    case TensorType::kQ5_1:
+      return 9;
     case TensorType::kQ4_K:
       return 14;  // Q4_K_S
     case TensorType::kQ5_K:
@@ -353,7 +407,8 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
     ++made;
     const int n_dims = ne1 > 0 ? 2 : 1;
     const auto values = normal(ne0 * std::max<int64_t>(ne1, 1), mean, stddev);
-    const TensorType type = choose_tensor_type(target, name, ne0, n_dims, layer_of(name), n_layers);
+    const TensorType type =
+        choose_tensor_type(target, name, ne0, n_dims, layer_of(name), n_layers, o.tied_output);
     std::vector<int64_t> shape{ne0};
     if (ne1 > 0) shape.push_back(ne1);
     status = w.add_tensor(name, type, std::move(shape), encode(type, values, ne0));
@@ -434,15 +489,19 @@ Status quantize_model(const std::string& in_path, const std::string& out_path,
   w.set("general.quantization_version", Value::u32(2));
   uint64_t bytes_in = 0;
   uint64_t bytes_done = 0;
-  for (const TensorInfo& t : src.tensors()) bytes_in += t.n_bytes;
+  bool tied = true;  // as llama.cpp: the token embedding is the output unless output.weight exists
+  for (const TensorInfo& t : src.tensors()) {
+    bytes_in += t.n_bytes;
+    if (t.name == "output.weight") tied = false;
+  }
   for (const TensorInfo& t : src.tensors()) {
     if (progress) progress(bytes_done, bytes_in);
     bytes_done += t.n_bytes;
     const int n_dims = static_cast<int>(t.shape.size());
     const bool matrix = n_dims >= 2 && ends_with(t.name, ".weight");
-    const TensorType type =
-        matrix ? choose_tensor_type(target, t.name, t.shape[0], n_dims, layer_of(t.name), n_layers)
-               : t.type;
+    const TensorType type = matrix ? choose_tensor_type(target, t.name, t.shape[0], n_dims,
+                                                        layer_of(t.name), n_layers, tied)
+                                   : t.type;
     std::vector<uint8_t> bytes;
     if (type == t.type) {
       bytes.assign(t.data, t.data + t.n_bytes);

@@ -26,17 +26,24 @@ struct QuantTarget {
   model_format::TensorType base = model_format::TensorType::kF16;  // most matrices
   bool mix_m = false;  // the _M mix (Q6_K on the sensitive ones)
 };
-// Parses "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M",
-// and "Q4_K_S"/"Q5_K_S" (= plain Q4_K/Q5_K), case-insensitive.
+// Parses a type ferry runs ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+// "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS": that type for every matrix, with
+// llama-quantize's output rule) or a mix ("Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S"),
+// case-insensitive.
 std::optional<QuantTarget> parse_quant_target(std::string_view name);
 
-// The type a tensor gets under `target`. 1-D tensors (norms, biases) stay F32. A matrix whose
-// row length is not a whole number of the chosen type's blocks falls back to Q8_0, then F16.
-// The _M mixes: output.weight -> Q6_K; attn_v and ffn_down -> Q6_K on the first and last
-// eighth of the layers and every third layer between, the base type elsewhere.
+// The type a tensor gets under `target`, as llama-quantize (llama_tensor_get_type) picks it for
+// that mix without an importance matrix. 1-D tensors (norms, biases) stay F32; F32 / F16 / BF16
+// targets convert every matrix. For the block types: output.weight (and token_embd.weight when
+// `tied_output`, no output.weight) -> Q6_K unless the target is Q8_0 (Q8_0 when its row is not
+// whole blocks of the target); _M mixes: attn_v / attn_qkv and ffn_down -> Q6_K on the first and
+// last eighth of the layers and every third layer between; Q4_K_S: attn_v of layers 0-3 and
+// ffn_down of the first eighth -> Q5_K. A row that is not a whole number of the chosen type's
+// blocks falls back as llama-quantize does: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0,
+// Q2_K / Q3_K -> Q4_0, IQ4_XS -> IQ4_NL, then F16.
 model_format::TensorType choose_tensor_type(const QuantTarget& target, std::string_view name,
-                                            int64_t row_length, int n_dims, int layer,
-                                            int n_layers);
+                                            int64_t row_length, int n_dims, int layer, int n_layers,
+                                            bool tied_output = false);
 // llama.cpp's general.file_type number for a target (informational metadata).
 uint32_t file_type_of(const QuantTarget& target);
 

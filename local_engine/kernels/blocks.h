@@ -23,6 +23,91 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block is 18 bytes");
 
+// Q4_1: x[i] = d * q[i] + m; q[i] as in Q4_0 (low nibbles the first 16, high the next 16).
+struct BlockQ4_1 {
+  uint16_t d;  // fp16 scale
+  uint16_t m;  // fp16 offset (the block's minimum)
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20, "Q4_1 block is 20 bytes");
+
+// Q5_0: x[i] = d * (q[i] - 16); the low four bits of q[i] as in Q4_0, the fifth is bit i of
+// qh read as a little-endian uint32.
+struct BlockQ5_0 {
+  uint16_t d;  // fp16 scale
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22, "Q5_0 block is 22 bytes");
+
+// Q5_1: x[i] = d * q[i] + m, q[i] (0..31) stored as in Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24, "Q5_1 block is 24 bytes");
+
+// Q8_1: the activation type of Q4_1 / Q5_1 dot products. x = d * qs; s = fp16(d * sum(qs)).
+struct BlockQ8_1 {
+  uint16_t d;
+  uint16_t s;
+  int8_t qs[kQK];
+};
+static_assert(sizeof(BlockQ8_1) == 36, "Q8_1 block is 36 bytes");
+
+// Q2_K: 16 sub-blocks of 16; scales[j] holds sub-block j's 4-bit scale (low nibble) and min
+// (high nibble); x = d * sc * q - dmin * m, q in 0..3. Per 128 elements (half h): qs[32h + l]
+// bits 2s..2s+1 hold element 128h + 32s + l (s < 4, l < 32).
+struct BlockQ2_K {
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;     // fp16 super-block scale of the scales
+  uint16_t dmin;  // fp16 super-block scale of the mins
+};
+static_assert(sizeof(BlockQ2_K) == 84, "Q2_K block is 84 bytes");
+
+// Q3_K: 16 sub-blocks of 16 with signed 6-bit scales (see q3_k_scale); x = d * sc * q, q in
+// -4..3: the low two bits as in Q2_K, minus 4 where bit 4h + s of hmask[l] is clear.
+struct BlockQ3_K {
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110, "Q3_K block is 110 bytes");
+
+// Scale j (0..15) of a Q3_K block, -32..31: low four bits from the nibbles of bytes 0-7 (low
+// nibbles for j < 8, high for j >= 8), the top two bits from byte 8 + j % 4, bits 2 (j / 4).
+inline int q3_k_scale(const uint8_t* scales, int j) {
+  const int low = j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4;
+  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// IQ4_NL: x[i] = d * kIq4Values[q[i]], q[i] the nibbles as in Q4_0.
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[kQK / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18, "IQ4_NL block is 18 bytes");
+
+// IQ4_XS: 8 sub-blocks of 32 with 6-bit scales ls (low four bits: nibble j % 2 of
+// scales_l[j / 2]; top two: bits 2j..2j+1 of scales_h); x = d * (ls - 32) * kIq4Values[q],
+// sub-block j's nibbles in qs[16j ..] as in IQ4_NL.
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136, "IQ4_XS block is 136 bytes");
+
+// The 16 non-uniform levels of IQ4_NL / IQ4_XS.
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+
 // Q4_K: 8 sub-blocks of 32; sub-block j has a 6-bit scale sc[j] and min m[j] packed in
 // `scales` (see unpack_scale_min_k4); x = d * sc[j] * q - dmin * m[j], q in 0..15.
 // qs holds, per 64 elements, 32 bytes: low nibbles are the first 32, high nibbles the next 32.

@@ -81,6 +81,7 @@ const TypeKernels* kernels_for(TensorType type, Isa isa);
 // Scalar reference quantizers of the activation types, exported for tests.
 void quantize_row_q8_0_ref(const float* x, void* y, int64_t n);
 void quantize_row_q8_k_ref(const float* x, void* y, int64_t n);
+void quantize_row_q8_1_ref(const float* x, void* y, int64_t n);
 
 // Vector helpers for the forward pass (attention over an F16 KV cache and the like), on the
 // active ISA.

@@ -17,8 +17,8 @@ class ThreadPool;
 // features, GGUF ne[0]), row-major, rows `row_bytes` apart (row_bytes(type, cols) when packed).
 // How a quantized dot product accumulates its blocks in float. kLanes: eight lanes per row,
 // summed at the end (llama.cpp's vec_dot kernels); kSerial: one accumulator per row (llama.cpp's
-// repacked "8x8" kernels, which it uses for Q4_0 and Q4_K matrices of a multiple of 8 rows).
-// Same integers, different float roundings; matching llama.cpp needs the one it uses.
+// repacked "8x8" kernels, which it uses for Q4_0, Q4_K and IQ4_NL matrices of a multiple of 8
+// rows). Same integers, different float roundings; matching llama.cpp needs the one it uses.
 enum class DotOrder : uint8_t { kLanes = 0, kSerial = 1 };
 
 struct MatrixView {

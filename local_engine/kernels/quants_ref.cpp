@@ -16,6 +16,18 @@ int nearest_int(float x) {
   return static_cast<int>(std::nearbyint(x));
 }
 
+// The element of x[0..n) of largest magnitude (the first, on ties), with its sign.
+float signed_extreme(const float* x, int n) {
+  float amax = 0, extreme = 0;
+  for (int l = 0; l < n; ++l) {
+    if (std::fabs(x[l]) > amax) {
+      amax = std::fabs(x[l]);
+      extreme = x[l];
+    }
+  }
+  return extreme;
+}
+
 // The dot products below follow llama.cpp's x86 kernels operation for operation (ggml-cpu,
 // arch/x86/quants.c and repack.cpp, AVX2/AVX-512 builds), so the SIMD versions and llama.cpp
 // give the same bits: integer partial sums in eight 32-bit lanes (lane k holds the products of
@@ -153,13 +165,7 @@ void q4_0_from_float(const float* src, void* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i) {
     const float* x = src + i * kQK;
     // The element of largest magnitude maps to q = 0 (value -8 d): d carries its sign.
-    float amax = 0, extreme = 0;
-    for (int l = 0; l < kQK; ++l) {
-      if (std::fabs(x[l]) > amax) {
-        amax = std::fabs(x[l]);
-        extreme = x[l];
-      }
-    }
+    const float extreme = signed_extreme(x, kQK);
     const float d = extreme / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
@@ -208,6 +214,343 @@ float q4_0_dot_q8_0_serial(int64_t n, const void* w, const void* a) {
     acc = std::fma(static_cast<float>(isum), fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d), acc);
   }
   return acc;
+}
+
+// ---- Q4_1, Q5_0, Q5_1 (and Q8_1, the activations of Q4_1 / Q5_1) ----
+
+// The fifth bits of a Q5_0 / Q5_1 block: bit l is element l's.
+uint32_t q5_high_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, sizeof(bits));
+  return bits;
+}
+
+// The 32 values of a Q4_1 / Q5_0 / Q5_1 block (0..15 or 0..31) in element order.
+void q4_1_values(const uint8_t* qs, uint8_t* v) {
+  for (int l = 0; l < kQK / 2; ++l) {
+    v[l] = static_cast<uint8_t>(qs[l] & 0xF);
+    v[l + kQK / 2] = static_cast<uint8_t>(qs[l] >> 4);
+  }
+}
+void q5_values(const uint8_t* qs, const uint8_t* qh, uint8_t* v) {
+  const uint32_t bits = q5_high_bits(qh);
+  q4_1_values(qs, v);
+  for (int l = 0; l < kQK; ++l) v[l] = static_cast<uint8_t>(v[l] | (((bits >> l) & 1) << 4));
+}
+
+// Packs 32 values (0..15 / 0..31) into qs (low nibbles first) and, for 5 bits, qh.
+void pack_q4(const uint8_t* q, uint8_t* qs) {
+  for (int l = 0; l < kQK / 2; ++l) {
+    qs[l] = static_cast<uint8_t>((q[l] & 0xF) | ((q[l + kQK / 2] & 0xF) << 4));
+  }
+}
+void pack_q5(const uint8_t* q, uint8_t* qs, uint8_t* qh) {
+  pack_q4(q, qs);
+  uint32_t bits = 0;
+  for (int l = 0; l < kQK; ++l) bits |= static_cast<uint32_t>(q[l] >> 4) << l;
+  std::memcpy(qh, &bits, sizeof(bits));
+}
+
+// Fits x[0..32) ~ d * q + m with q in 0..qmax from the block's range (ggml's Q4_1 / Q5_1).
+void quantize_min_block(const float* x, int qmax, uint16_t* d_out, uint16_t* m_out, uint8_t* q) {
+  float lo = x[0], hi = x[0];
+  for (int l = 1; l < kQK; ++l) {
+    lo = std::min(lo, x[l]);
+    hi = std::max(hi, x[l]);
+  }
+  const float d = (hi - lo) / static_cast<float>(qmax);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  *d_out = fp32_to_fp16(d);
+  *m_out = fp32_to_fp16(lo);
+  for (int l = 0; l < kQK; ++l) {
+    q[l] = static_cast<uint8_t>(std::clamp(nearest_int((x[l] - lo) * id), 0, qmax));
+  }
+}
+
+void q4_1_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ4_1*>(dst);
+  uint8_t q[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    quantize_min_block(src + i * kQK, 15, &b[i].d, &b[i].m, q);
+    pack_q4(q, b[i].qs);
+  }
+}
+
+void q5_1_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ5_1*>(dst);
+  uint8_t q[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    quantize_min_block(src + i * kQK, 31, &b[i].d, &b[i].m, q);
+    pack_q5(q, b[i].qs, b[i].qh);
+  }
+}
+
+// As Q4_0: the element of largest magnitude maps to q = 0 (value -16 d).
+void q5_0_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ5_0*>(dst);
+  uint8_t q[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float* x = src + i * kQK;
+    const float extreme = signed_extreme(x, kQK);
+    const float d = extreme / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    for (int l = 0; l < kQK; ++l) {
+      q[l] = static_cast<uint8_t>(std::clamp(nearest_int(x[l] * id) + 16, 0, 31));
+    }
+    pack_q5(q, b[i].qs, b[i].qh);
+  }
+}
+
+void q4_1_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ4_1*>(src);
+  uint8_t v[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float d = fp16_to_fp32(b[i].d), m = fp16_to_fp32(b[i].m);
+    q4_1_values(b[i].qs, v);
+    for (int l = 0; l < kQK; ++l) dst[i * kQK + l] = d * static_cast<float>(v[l]) + m;
+  }
+}
+
+void q5_0_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ5_0*>(src);
+  uint8_t v[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    q5_values(b[i].qs, b[i].qh, v);
+    for (int l = 0; l < kQK; ++l) dst[i * kQK + l] = d * static_cast<float>(v[l] - 16);
+  }
+}
+
+void q5_1_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ5_1*>(src);
+  uint8_t v[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float d = fp16_to_fp32(b[i].d), m = fp16_to_fp32(b[i].m);
+    q5_values(b[i].qs, b[i].qh, v);
+    for (int l = 0; l < kQK; ++l) dst[i * kQK + l] = d * static_cast<float>(v[l]) + m;
+  }
+}
+
+void q8_1_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_1*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int l = 0; l < kQK; ++l) dst[i * kQK + l] = d * static_cast<float>(b[i].qs[l]);
+  }
+}
+
+// Q5_0 against Q8_0, as ggml_vec_dot_q5_0_q8_0 (x86): the signed values q - 16 in Q4_0's lanes.
+float q5_0_dot_q8_0(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ5_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float acc[8] = {};
+  uint8_t u[kQK];
+  int8_t v[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    q5_values(x[i].qs, x[i].qh, u);
+    for (int l = 0; l < kQK; ++l) v[l] = static_cast<int8_t>(u[l] - 16);
+    const float d = fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d);
+    for (int k = 0; k < 8; ++k) {
+      acc[k] = std::fma(d, static_cast<float>(dot4(v + 4 * k, y[i].qs + 4 * k)), acc[k]);
+    }
+  }
+  return hsum8(acc);
+}
+
+// Q4_1 / Q5_1 against Q8_1, as ggml_vec_dot_q4_1_q8_1 / q5_1_q8_1 (x86): the unsigned values in
+// eight lanes scaled by d_x d_y, and the offsets m_x s_y in one float accumulated alongside.
+template <typename Block, bool kFive>
+float q_1_dot_q8_1(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const Block*>(w);
+  const auto* y = static_cast<const BlockQ8_1*>(a);
+  float acc[8] = {};
+  float summs = 0.0f;
+  uint8_t v[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    if constexpr (kFive) {
+      q5_values(x[i].qs, x[i].qh, v);
+    } else {
+      q4_1_values(x[i].qs, v);
+    }
+    summs = std::fma(fp16_to_fp32(x[i].m), fp16_to_fp32(y[i].s), summs);
+    const float d = fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d);
+    for (int k = 0; k < 8; ++k) {
+      acc[k] = std::fma(d, static_cast<float>(dot4(v + 4 * k, y[i].qs + 4 * k)), acc[k]);
+    }
+  }
+  return hsum8(acc) + summs;
+}
+
+// ---- IQ4_NL, IQ4_XS ----
+
+void iq4_values(const uint8_t* qs, int8_t* v) {
+  for (int l = 0; l < kQK / 2; ++l) {
+    v[l] = kIq4Values[qs[l] & 0xF];
+    v[l + kQK / 2] = kIq4Values[qs[l] >> 4];
+  }
+}
+
+// The level index nearest to t (levels ascending).
+int nearest_iq4(float t) {
+  int best = 0;
+  for (int k = 1; k < 16; ++k) {
+    if (std::fabs(t - kIq4Values[k]) < std::fabs(t - kIq4Values[best])) best = k;
+  }
+  return best;
+}
+
+// Indexes for 32 values at scale d, then the least-squares scale for those indexes.
+float fit_iq4_block(const float* x, float d, uint8_t* q) {
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  double sxv = 0, svv = 0;
+  for (int l = 0; l < kQK; ++l) {
+    q[l] = static_cast<uint8_t>(nearest_iq4(x[l] * id));
+    sxv += static_cast<double>(x[l]) * kIq4Values[q[l]];
+    svv += static_cast<double>(kIq4Values[q[l]]) * kIq4Values[q[l]];
+  }
+  return svv > 0 ? static_cast<float>(sxv / svv) : 0.0f;
+}
+
+// The block's extreme element maps to the level -127, refined once by least squares.
+float iq4_block_scale(const float* x, uint8_t* q) {
+  const float extreme = signed_extreme(x, kQK);
+  const float d = fit_iq4_block(x, extreme / -127.0f, q);
+  fit_iq4_block(x, d, q);
+  return d;
+}
+
+void iq4_nl_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockIQ4_NL*>(dst);
+  uint8_t q[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float* x = src + i * kQK;
+    b[i].d = fp32_to_fp16(iq4_block_scale(x, q));
+    fit_iq4_block(x, fp16_to_fp32(b[i].d), q);  // indexes for the stored scale
+    pack_q4(q, b[i].qs);
+  }
+}
+
+void iq4_nl_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockIQ4_NL*>(src);
+  int8_t v[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    iq4_values(b[i].qs, v);
+    for (int l = 0; l < kQK; ++l) dst[i * kQK + l] = d * static_cast<float>(v[l]);
+  }
+}
+
+int iq4_xs_scale(const BlockIQ4_XS& b, int j) {
+  return (((b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b.scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
+
+void iq4_xs_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockIQ4_XS*>(src);
+  int8_t v[kQK];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < 8; ++j) {
+      const float dl = d * static_cast<float>(iq4_xs_scale(b[i], j));
+      iq4_values(b[i].qs + 16 * j, v);
+      for (int l = 0; l < kQK; ++l) dst[i * kQKK + 32 * j + l] = dl * static_cast<float>(v[l]);
+    }
+  }
+}
+
+// Sub-block scales as IQ4_NL finds them, stored as d * (ls - 32) with the largest -> -32.
+void iq4_xs_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockIQ4_XS*>(dst);
+  uint8_t q[kQK];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float* x = src + i * kQKK;
+    float scales[8], max_scale = 0;
+    for (int j = 0; j < 8; ++j) {
+      scales[j] = iq4_block_scale(x + 32 * j, q);
+      if (std::fabs(scales[j]) > std::fabs(max_scale)) max_scale = scales[j];
+    }
+    b[i].d = fp32_to_fp16(max_scale / -32.0f);
+    const float dq = fp16_to_fp32(b[i].d);
+    b[i].scales_h = 0;
+    std::memset(b[i].scales_l, 0, sizeof(b[i].scales_l));
+    for (int j = 0; j < 8; ++j) {
+      const int ls = dq != 0 ? std::clamp(nearest_int(scales[j] / dq), -32, 31) : 0;
+      const int u = ls + 32;
+      b[i].scales_l[j / 2] =
+          static_cast<uint8_t>(b[i].scales_l[j / 2] | ((u & 0xF) << (4 * (j % 2))));
+      b[i].scales_h = static_cast<uint16_t>(b[i].scales_h | ((u >> 4) << (2 * j)));
+      fit_iq4_block(x + 32 * j, dq * static_cast<float>(ls), q);
+      pack_q4(q, b[i].qs + 16 * j);
+    }
+  }
+}
+
+// As ggml_vec_dot_iq4_nl_q8_0 (x86): Q4_0's lanes, even blocks into one set of eight float
+// accumulators and odd blocks into another, added lane by lane before the horizontal sum; an
+// odd last block is added afterwards in one fused multiply-add.
+float iq4_nl_dot_q8_0(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockIQ4_NL*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const int64_t nb = n / kQK;
+  const int64_t paired = nb - nb % 2;
+  float acc[2][8] = {};
+  int8_t v[kQK];
+  for (int64_t i = 0; i < paired; ++i) {
+    iq4_values(x[i].qs, v);
+    const float d = fp16_to_fp32(y[i].d) * fp16_to_fp32(x[i].d);
+    for (int k = 0; k < 8; ++k) {
+      acc[i % 2][k] =
+          std::fma(d, static_cast<float>(dot4(v + 4 * k, y[i].qs + 4 * k)), acc[i % 2][k]);
+    }
+  }
+  float sum[8];
+  for (int k = 0; k < 8; ++k) sum[k] = acc[0][k] + acc[1][k];
+  float total = hsum8(sum);
+  if (paired < nb) {
+    const int64_t i = paired;
+    iq4_values(x[i].qs, v);
+    int32_t isum = 0;
+    for (int l = 0; l < kQK; ++l) isum += v[l] * y[i].qs[l];
+    total = std::fma(fp16_to_fp32(y[i].d) * fp16_to_fp32(x[i].d), static_cast<float>(isum), total);
+  }
+  return total;
+}
+
+// llama.cpp repacks IQ4_NL like Q4_0 (iq4_nl_8x8, the same gemv / gemm with a level table):
+// q4_0_dot_q8_0_serial's order.
+float iq4_nl_dot_q8_0_serial(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockIQ4_NL*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float acc = 0.0f;
+  int8_t v[kQK];
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    iq4_values(x[i].qs, v);
+    int32_t isum = 0;
+    for (int l = 0; l < kQK; ++l) isum += v[l] * y[i].qs[l];
+    acc = std::fma(static_cast<float>(isum), fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d), acc);
+  }
+  return acc;
+}
+
+// As ggml_vec_dot_iq4_xs_q8_K (x86): lane sums with the signed sub-block scales, one fused
+// multiply-add per super-block.
+float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockIQ4_XS*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc[8] = {};
+  int8_t v[kQKK];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int j = 0; j < 8; ++j) iq4_values(x[i].qs + 16 * j, v + 32 * j);
+    int32_t lanes[8] = {};
+    for (int k = 0; k < 8; ++k) {
+      for (int j = 0; j < 8; ++j) {
+        lanes[k] += iq4_xs_scale(x[i], j) * dot4(v + 32 * j + 4 * k, y[i].qs + 32 * j + 4 * k);
+      }
+    }
+    const float d = fp16_to_fp32(x[i].d) * y[i].d;
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
+  }
+  return hsum8(acc);
 }
 
 // ---- Q8_K (activations of the K-quants) ----
@@ -305,6 +648,177 @@ void quantize_k_superblock(const float* x, int qmax, uint16_t* d_out, uint16_t* 
           s > 0 ? std::clamp(nearest_int((x[32 * j + l] + m) / s), 0, qmax) : 0);
     }
   }
+}
+
+// ---- Q2_K, Q3_K (16-element sub-blocks) ----
+
+// The two low bits of element e (0..255) of a Q2_K / Q3_K block.
+int q2_bits(const uint8_t* qs, int e) {
+  const int h = e / 128, r = e % 128;
+  return (qs[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+}
+// Q3_K's value of element e, -4..3.
+int q3_value(const BlockQ3_K& b, int e) {
+  const int h = e / 128, r = e % 128;
+  const int high = (b.hmask[r % 32] >> (4 * h + r / 32)) & 1;
+  return q2_bits(b.qs, e) - (high ? 0 : 4);
+}
+
+// Lane sums of a super-block with one scale per 16 elements, as ggml's x86 Q2_K / Q3_K / Q6_K
+// kernels form them: lane k gets, from each 32-element group g, sc[2g] (bytes 0..15) or
+// sc[2g + 1] (bytes 16..31) times the dot of its elements 4k..4k+3.
+template <typename V>
+void k16_lane_sums(const V* v, const int* sc, const int8_t* q8, int32_t* lanes) {
+  for (int k = 0; k < 8; ++k) {
+    lanes[k] = 0;
+    for (int g = 0; g < 8; ++g) {
+      lanes[k] += sc[2 * g + (k >= 4 ? 1 : 0)] * dot4(v + 32 * g + 4 * k, q8 + 32 * g + 4 * k);
+    }
+  }
+}
+
+void q2_k_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ2_K*>(src);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
+    for (int e = 0; e < kQKK; ++e) {
+      const uint8_t sm = b[i].scales[e / 16];
+      dst[i * kQKK + e] =
+          d * static_cast<float>(sm & 0xF) * static_cast<float>(q2_bits(b[i].qs, e)) -
+          dmin * static_cast<float>(sm >> 4);
+    }
+  }
+}
+
+void q3_k_to_float(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ3_K*>(src);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int e = 0; e < kQKK; ++e) {
+      dst[i * kQKK + e] = d * static_cast<float>(q3_k_scale(b[i].scales, e / 16)) *
+                          static_cast<float>(q3_value(b[i], e));
+    }
+  }
+}
+
+// Packs the two low bits of 256 values (element order) into qs.
+void pack_q2_bits(const uint8_t* q, uint8_t* qs) {
+  std::memset(qs, 0, kQKK / 4);
+  for (int e = 0; e < kQKK; ++e) {
+    const int h = e / 128, r = e % 128;
+    qs[32 * h + r % 32] =
+        static_cast<uint8_t>(qs[32 * h + r % 32] | ((q[e] & 3) << (2 * (r / 32))));
+  }
+}
+
+void q2_k_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ2_K*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float* x = src + i * kQKK;
+    float scales[16], mins[16], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; ++j) {
+      fit_scale_min(x + 16 * j, 16, 3, &scales[j], &mins[j]);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    b[i].d = fp32_to_fp16(max_scale / 15.0f);
+    b[i].dmin = fp32_to_fp16(max_min / 15.0f);
+    const float dq = fp16_to_fp32(b[i].d), dminq = fp16_to_fp32(b[i].dmin);
+    uint8_t q[kQKK];
+    for (int j = 0; j < 16; ++j) {
+      const int sc = dq > 0 ? std::clamp(nearest_int(scales[j] / dq), 0, 15) : 0;
+      const int mn = dminq > 0 ? std::clamp(nearest_int(mins[j] / dminq), 0, 15) : 0;
+      b[i].scales[j] = static_cast<uint8_t>(sc | (mn << 4));
+      const float s = dq * static_cast<float>(sc), m = dminq * static_cast<float>(mn);
+      for (int l = 0; l < 16; ++l) {
+        q[16 * j + l] = static_cast<uint8_t>(
+            s > 0 ? std::clamp(nearest_int((x[16 * j + l] + m) / s), 0, 3) : 0);
+      }
+    }
+    pack_q2_bits(q, b[i].qs);
+  }
+}
+
+// Symmetric: each sub-block's extreme element maps to -4, the largest scale to -32.
+void q3_k_from_float(const float* src, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ3_K*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float* x = src + i * kQKK;
+    float scales[16], max_scale = 0;
+    for (int j = 0; j < 16; ++j) {
+      const float extreme = signed_extreme(x + 16 * j, 16);
+      scales[j] = extreme / -4.0f;
+      if (std::fabs(scales[j]) > std::fabs(max_scale)) max_scale = scales[j];
+    }
+    b[i].d = fp32_to_fp16(max_scale / -32.0f);
+    const float dq = fp16_to_fp32(b[i].d);
+    std::memset(b[i].scales, 0, sizeof(b[i].scales));
+    std::memset(b[i].hmask, 0, sizeof(b[i].hmask));
+    uint8_t q[kQKK];
+    for (int j = 0; j < 16; ++j) {
+      const int sc = dq != 0 ? std::clamp(nearest_int(scales[j] / dq), -32, 31) : 0;
+      const int u = sc + 32;
+      b[i].scales[j % 8] =
+          static_cast<uint8_t>(b[i].scales[j % 8] | ((u & 0xF) << (j < 8 ? 0 : 4)));
+      b[i].scales[8 + j % 4] =
+          static_cast<uint8_t>(b[i].scales[8 + j % 4] | ((u >> 4) << (2 * (j / 4))));
+      const float s = dq * static_cast<float>(sc);
+      for (int l = 0; l < 16; ++l) {
+        const int v = s != 0 ? std::clamp(nearest_int(x[16 * j + l] / s), -4, 3) : 0;
+        q[16 * j + l] = static_cast<uint8_t>(v + 4);
+      }
+    }
+    for (int e = 0; e < kQKK; ++e) {
+      const int h = e / 128, r = e % 128;
+      if (q[e] >= 4)
+        b[i].hmask[r % 32] = static_cast<uint8_t>(b[i].hmask[r % 32] | (1 << (4 * h + r / 32)));
+    }
+    pack_q2_bits(q, b[i].qs);
+  }
+}
+
+// As ggml_vec_dot_q2_K_q8_K (x86): per super-block the mins' eight lanes (lane k = m[2k]
+// bsums[2k] + m[2k+1] bsums[2k+1]) times -d_y dmin, then the scaled lanes times d_y d, both into
+// the same eight float accumulators.
+float q2_k_dot_q8_k(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ2_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc[8] = {};
+  uint8_t v[kQKK];
+  int sc[16];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int e = 0; e < kQKK; ++e) v[e] = static_cast<uint8_t>(q2_bits(x[i].qs, e));
+    for (int j = 0; j < 16; ++j) sc[j] = x[i].scales[j] & 0xF;
+    const float d = y[i].d * fp16_to_fp32(x[i].d);
+    const float dmin = -y[i].d * fp16_to_fp32(x[i].dmin);
+    int32_t lanes[8];
+    for (int k = 0; k < 8; ++k) {
+      const int32_t m = (x[i].scales[2 * k] >> 4) * y[i].bsums[2 * k] +
+                        (x[i].scales[2 * k + 1] >> 4) * y[i].bsums[2 * k + 1];
+      acc[k] = std::fma(dmin, static_cast<float>(m), acc[k]);
+    }
+    k16_lane_sums(v, sc, y[i].qs, lanes);
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
+  }
+  return hsum8(acc);
+}
+
+// As ggml_vec_dot_q3_K_q8_K (x86): the values -4..3 in Q6_K's scaled lanes.
+float q3_k_dot_q8_k(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ3_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc[8] = {};
+  int8_t v[kQKK];
+  int sc[16];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int e = 0; e < kQKK; ++e) v[e] = static_cast<int8_t>(q3_value(x[i], e));
+    for (int j = 0; j < 16; ++j) sc[j] = q3_k_scale(x[i].scales, j);
+    const float d = y[i].d * fp16_to_fp32(x[i].d);
+    int32_t lanes[8];
+    k16_lane_sums(v, sc, y[i].qs, lanes);
+    for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
+  }
+  return hsum8(acc);
 }
 
 // ---- Q4_K ----
@@ -529,13 +1043,7 @@ void q6_k_from_float(const float* src, void* dst, int64_t n) {
     float scales[16];
     float max_scale = 0, max_abs_scale = 0;
     for (int j = 0; j < 16; ++j) {
-      float amax = 0, extreme = 0;
-      for (int l = 0; l < 16; ++l) {
-        if (std::fabs(x[16 * j + l]) > amax) {
-          amax = std::fabs(x[16 * j + l]);
-          extreme = x[16 * j + l];
-        }
-      }
+      const float extreme = signed_extreme(x + 16 * j, 16);
       scales[j] = extreme / -32.0f;  // the extreme element maps to q - 32 = -32
       if (std::fabs(scales[j]) > max_abs_scale) {
         max_abs_scale = std::fabs(scales[j]);
@@ -641,6 +1149,22 @@ void quantize_row_q8_k_ref(const float* x, void* y, int64_t n) {
   }
 }
 
+// As quantize_row_q8_1 of ggml's x86 build: Q8_0's rounding, plus s = fp16(d * sum(q)).
+void quantize_row_q8_1_ref(const float* x, void* y, int64_t n) {
+  auto* b = static_cast<BlockQ8_1*>(y);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    BlockQ8_0 q;
+    q8_0_from_float(x + i * kQK, &q, kQK);
+    float amax = 0;
+    for (int l = 0; l < kQK; ++l) amax = std::max(amax, std::fabs(x[i * kQK + l]));
+    int sum = 0;
+    for (int l = 0; l < kQK; ++l) sum += q.qs[l];
+    b[i].d = q.d;
+    b[i].s = fp32_to_fp16(amax / 127.0f * static_cast<float>(sum));
+    std::memcpy(b[i].qs, q.qs, sizeof(q.qs));
+  }
+}
+
 namespace detail {
 
 float dot_f32_ref(int64_t n, const float* a, const float* b) {
@@ -681,6 +1205,25 @@ void fill_scalar_table(TypeKernels* table) {
       batch_from_dot<q5_k_dot_q8_k>);
   set(table, T::kQ6_K, q6_k_to_float, q6_k_from_float, T::kQ8_K, q6_k_dot_q8_k,
       batch_from_dot<q6_k_dot_q8_k>);
+  set(table, T::kQ4_1, q4_1_to_float, q4_1_from_float, T::kQ8_1, q_1_dot_q8_1<BlockQ4_1, false>,
+      batch_from_dot<q_1_dot_q8_1<BlockQ4_1, false>>);
+  set(table, T::kQ5_0, q5_0_to_float, q5_0_from_float, T::kQ8_0, q5_0_dot_q8_0,
+      batch_from_dot<q5_0_dot_q8_0>);
+  set(table, T::kQ5_1, q5_1_to_float, q5_1_from_float, T::kQ8_1, q_1_dot_q8_1<BlockQ5_1, true>,
+      batch_from_dot<q_1_dot_q8_1<BlockQ5_1, true>>);
+  set(table, T::kQ8_1, q8_1_to_float, quantize_row_q8_1_ref, T::kQ8_1, nullptr, nullptr);
+  set(table, T::kQ2_K, q2_k_to_float, q2_k_from_float, T::kQ8_K, q2_k_dot_q8_k,
+      batch_from_dot<q2_k_dot_q8_k>);
+  set(table, T::kQ3_K, q3_k_to_float, q3_k_from_float, T::kQ8_K, q3_k_dot_q8_k,
+      batch_from_dot<q3_k_dot_q8_k>);
+  set(table, T::kIQ4_NL, iq4_nl_to_float, iq4_nl_from_float, T::kQ8_0, iq4_nl_dot_q8_0,
+      batch_from_dot<iq4_nl_dot_q8_0>);
+  TypeKernels& iq4_nl = table[static_cast<int>(T::kIQ4_NL)];
+  iq4_nl.vec_dot_serial = iq4_nl_dot_q8_0_serial;
+  iq4_nl.vec_dot_batch_serial = batch_from_dot<iq4_nl_dot_q8_0_serial>;
+  iq4_nl.vec_dot_batch_serial4 = iq4_nl.vec_dot_batch_serial;
+  set(table, T::kIQ4_XS, iq4_xs_to_float, iq4_xs_from_float, T::kQ8_K, iq4_xs_dot_q8_k,
+      batch_from_dot<iq4_xs_dot_q8_k>);
   // Q8_K is only an activation type: conversions, no dot product of its own.
   set(table, T::kQ8_K, q8_k_to_float, quantize_row_q8_k_ref, T::kQ8_K, nullptr, nullptr);
 }

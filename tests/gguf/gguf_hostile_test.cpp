@@ -179,6 +179,31 @@ TEST(GgufHostile, TensorShapesTypesAndOffsets) {
   EXPECT_REFUSED(dup.b, "duplicate tensor name");
 }
 
+// Every block type llama.cpp writes (the 32-element Q4_1 / Q5_0 / Q5_1 / IQ4_NL fallbacks, the
+// K-quants, IQ4_XS): the exact size is accepted; one byte short, a row that is not whole blocks,
+// and a shape whose byte count overflows are refused.
+TEST(GgufHostile, EveryBlockTypeIsSizedExactly) {
+  struct Case {
+    uint32_t id;
+    uint64_t block_elems, block_bytes;
+  };
+  const Case cases[] = {{2, 32, 18},    {3, 32, 20},    {6, 32, 22},    {7, 32, 24},
+                        {8, 32, 34},    {20, 32, 18},   {10, 256, 84},  {11, 256, 110},
+                        {12, 256, 144}, {13, 256, 176}, {14, 256, 210}, {23, 256, 136},
+                        {30, 1, 2}};
+  for (const Case& c : cases) {
+    const uint64_t cols = 3 * c.block_elems, rows = 5;
+    const size_t bytes = static_cast<size_t>(3 * c.block_bytes * rows);
+    EXPECT_TRUE(refuse(one_tensor({cols, rows}, c.id, 0, bytes)).empty()) << c.id;
+    EXPECT_REFUSED(one_tensor({cols, rows}, c.id, 0, bytes - 1), "outside the file");
+    if (c.block_elems > 1) {
+      EXPECT_REFUSED(one_tensor({cols + 1, rows}, c.id, 0, bytes + c.block_bytes), "whole number");
+    }
+    EXPECT_REFUSED(one_tensor({cols, 1ull << 40}, c.id, 0, bytes), "outside the file");
+    EXPECT_REFUSED(one_tensor({c.block_elems << 40, 1ull << 40}, c.id, 0, bytes), "overflows");
+  }
+}
+
 // Random corruption of a valid file: whatever the reader answers, it must not crash, and
 // every tensor it accepts lies inside the buffer.
 TEST(GgufHostile, RandomCorruptionNeverCrashes) {

@@ -148,11 +148,40 @@ TEST(Quantize, MixesChooseTypesPerTensor) {
   EXPECT_EQ(choose_tensor_type(*m, "blk.3.ffn_down.weight", 256, 2, 3, 8), TensorType::kQ6_K);
   EXPECT_EQ(choose_tensor_type(*m, "blk.7.ffn_down.weight", 256, 2, 7, 8), TensorType::kQ6_K);
   EXPECT_EQ(choose_tensor_type(*m, "blk.2.attn_q.weight", 256, 2, 2, 8), TensorType::kQ4_K);
-  EXPECT_EQ(choose_tensor_type(*m, "blk.2.attn_q.weight", 960, 2, 2, 8), TensorType::kQ8_0);
+  // Rows that are not whole 256-blocks fall back as llama-quantize does: Q4_K -> Q5_0,
+  // Q6_K -> Q8_0; rows that are not whole 32-blocks to F16.
+  EXPECT_EQ(choose_tensor_type(*m, "blk.2.attn_q.weight", 960, 2, 2, 8), TensorType::kQ5_0);
+  EXPECT_EQ(choose_tensor_type(*m, "blk.0.attn_v.weight", 960, 2, 0, 8), TensorType::kQ8_0);
+  EXPECT_EQ(choose_tensor_type(*m, "output.weight", 896, 2, -1, 8), TensorType::kQ8_0);
   EXPECT_EQ(choose_tensor_type(*m, "blk.2.attn_q.weight", 100, 2, 2, 8), TensorType::kF16);
   EXPECT_EQ(choose_tensor_type(*m, "blk.2.attn_norm.weight", 256, 1, 2, 8), TensorType::kF32);
-  EXPECT_FALSE(parse_quant_target("Q3_K"));
+  // A tied token embedding is quantized as the output; an untied one as any matrix.
+  EXPECT_EQ(choose_tensor_type(*m, "token_embd.weight", 256, 2, -1, 8, true), TensorType::kQ6_K);
+  EXPECT_EQ(choose_tensor_type(*m, "token_embd.weight", 256, 2, -1, 8, false), TensorType::kQ4_K);
+  EXPECT_EQ(choose_tensor_type(*m, "token_embd.weight", 896, 2, -1, 8, false), TensorType::kQ5_0);
+  const auto m5 = parse_quant_target("Q5_K_M");
+  EXPECT_EQ(choose_tensor_type(*m5, "blk.2.attn_q.weight", 896, 2, 2, 8), TensorType::kQ5_1);
+  EXPECT_EQ(choose_tensor_type(*m5, "blk.2.attn_v.weight", 896, 2, 2, 8), TensorType::kQ5_1);
+  EXPECT_EQ(choose_tensor_type(*m5, "blk.7.ffn_down.weight", 4864, 2, 7, 8), TensorType::kQ6_K);
+  // Q4_0 / Q6_K / Q8_0: one type, the output as Q6_K except under Q8_0.
+  const auto q4 = parse_quant_target("Q4_0"), q6 = parse_quant_target("Q6_K"),
+             q8 = parse_quant_target("Q8_0");
+  EXPECT_EQ(choose_tensor_type(*q4, "output.weight", 512, 2, -1, 8), TensorType::kQ6_K);
+  EXPECT_EQ(choose_tensor_type(*q4, "output.weight", 896, 2, -1, 8), TensorType::kQ8_0);
+  EXPECT_EQ(choose_tensor_type(*q4, "blk.0.attn_v.weight", 896, 2, 0, 8), TensorType::kQ4_0);
+  EXPECT_EQ(choose_tensor_type(*q6, "blk.0.ffn_up.weight", 896, 2, 0, 8), TensorType::kQ8_0);
+  EXPECT_EQ(choose_tensor_type(*q8, "output.weight", 896, 2, -1, 8), TensorType::kQ8_0);
+  EXPECT_EQ(choose_tensor_type(*q8, "blk.0.ffn_up.weight", 100, 2, 0, 8), TensorType::kF16);
+  // Q4_K_S: attn_v of layers 0-3 and ffn_down of the first eighth get Q5_K.
+  const auto ks = parse_quant_target("Q4_K_S");
+  EXPECT_EQ(choose_tensor_type(*ks, "blk.3.attn_v.weight", 512, 2, 3, 16), TensorType::kQ5_K);
+  EXPECT_EQ(choose_tensor_type(*ks, "blk.4.attn_v.weight", 512, 2, 4, 16), TensorType::kQ4_K);
+  EXPECT_EQ(choose_tensor_type(*ks, "blk.1.ffn_down.weight", 512, 2, 1, 16), TensorType::kQ5_K);
+  EXPECT_EQ(choose_tensor_type(*ks, "blk.2.ffn_down.weight", 512, 2, 2, 16), TensorType::kQ4_K);
+  EXPECT_FALSE(parse_quant_target("Q3_K_M"));   // a mix ferry does not write
+  EXPECT_FALSE(parse_quant_target("IQ2_XXS"));  // a type it does not run
   EXPECT_EQ(parse_quant_target("bf16")->base, TensorType::kBF16);
+  EXPECT_EQ(parse_quant_target("q5_0")->base, TensorType::kQ5_0);
 }
 
 TEST(Quantize, RequantizesEveryMatrixAndKeepsTheRest) {

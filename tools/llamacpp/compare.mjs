@@ -53,6 +53,7 @@ for (const modelPath of models) {
   const seq = context.getSequence();
   const eog = new Set([model.tokens.eos, model.tokens.eot].filter((t) => t != null).map(Number));
   let sameGreedy = 0, prompts = 0, minPrefix = Infinity, maxLogprobDiff = 0, topMatch = 0;
+  const prefixes = [];  // first divergence per prompt (nTokens: none)
   for (const text of kPromptTexts) {
     const prompt = [...model.tokenize(text, true)].map(Number);
     if (model.tokens.bos !== null && model.tokens.bos !== undefined && prompt[0] !== model.tokens.bos) {
@@ -85,6 +86,7 @@ for (const modelPath of models) {
     if (prefix === nTokens) sameGreedy++;
     else console.error(`${path.basename(modelPath)}: "${text}" differs at ${prefix}: llama.cpp ${llamaTokens.slice(prefix, prefix + 4)} ferry ${ferryTokens.slice(prefix, prefix + 4)}`);
     minPrefix = Math.min(minPrefix, prefix);
+    prefixes.push(prefix);
 
     const ferryLp = new Map(ferryIds(modelPath, prompt, ["--logprobs", String(topN)])
       .split("\n").filter(Boolean).map((line) => {
@@ -98,14 +100,14 @@ for (const modelPath of models) {
       maxLogprobDiff = Math.max(maxLogprobDiff, Math.abs(Math.log(p) - ferryLp.get(Number(id))));
     }
   }
-  rows.push({model: path.basename(modelPath), prompts, sameGreedy, minPrefix, topMatch,
+  rows.push({model: path.basename(modelPath), prompts, sameGreedy, minPrefix, prefixes, topMatch,
     maxLogprobDiff: maxLogprobDiff.toFixed(4)});
   await context.dispose();
   await model.dispose();
 }
 
-console.log(`| model | prompts | identical ${nTokens}-token greedy | shortest common prefix | same top-1 | max abs logprob diff (top ${topN}, p >= 1e-4) |`);
+console.log(`| model | prompts | identical ${nTokens}-token greedy | first divergence per prompt | same top-1 | max abs logprob diff (top ${topN}, p >= 1e-4) |`);
 console.log("| --- | --- | --- | --- | --- | --- |");
 for (const r of rows) {
-  console.log(`| ${r.model} | ${r.prompts} | ${r.sameGreedy}/${r.prompts} | ${r.minPrefix} | ${r.topMatch}/${r.prompts} | ${r.maxLogprobDiff} |`);
+  console.log(`| ${r.model} | ${r.prompts} | ${r.sameGreedy}/${r.prompts} | ${r.prefixes.join(" ")} | ${r.topMatch}/${r.prompts} | ${r.maxLogprobDiff} |`);
 }

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Synthesizes models of each architecture and type with `ferry model synth` and compares ferry
-# with llama.cpp on them (tools/llamacpp/compare.mjs). Outside the test suite.
+# Synthesizes models of each architecture and type with `ferry model synth`, quantizes 896-wide
+# F16 models of each architecture with llama-quantize (llama_model_quantize of the prebuilt
+# libllama, tools/llamacpp/llama_quant.cpp: Q5_0 / Q8_0 fallbacks, as the files people download
+# have), and compares ferry with llama.cpp on all of them (tools/llamacpp/compare.mjs: first
+# divergence per prompt). Outside the test suite.
 #   tools/llamacpp/run_compare.sh BUILD_DIR [LLREF_DIR]
 # LLREF_DIR (default /tmp/llref) holds `npm i -E node-llama-cpp@3.21.1`.
+# FERRY_COMPARE_TYPES overrides the synth types; FERRY_COMPARE_MIXES the llama-quantize mixes.
 set -euo pipefail
 build=${1:?build directory with gateway/ferry}
 export LLREF_DIR=${2:-/tmp/llref}
@@ -10,13 +14,28 @@ ferry="$build/gateway/ferry"
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d /tmp/ferry-llcmp.XXXXXX)
 trap 'rm -rf "$work"' EXIT
+types=${FERRY_COMPARE_TYPES:-F16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS}
+mixes=${FERRY_COMPARE_MIXES:-Q4_K_M Q5_K_M Q8_0}
 models=()
 for arch in llama qwen2 qwen3; do
-  for type in F16 Q8_0 Q4_0 Q4_K_M Q5_K_M Q6_K; do
+  for type in $types; do
     out="$work/$arch-$type.gguf"
     "$ferry" model synth --arch "$arch" --embd 512 --layers 4 --heads 8 --kv-heads 2 --ffn 1024 \
       --ctx 512 --type "$type" --seed 7 "$out" >/dev/null
     models+=("$out")
   done
 done
+if [ -n "$mixes" ]; then
+  "$here/build_llama_dump.sh" "$LLREF_DIR" "$work/llama_quant" llama_quant.cpp >/dev/null
+  for arch in llama qwen2 qwen3; do
+    f16="$work/$arch-896-F16.gguf"
+    "$ferry" model synth --arch "$arch" --embd 896 --layers 4 --heads 14 --kv-heads 2 \
+      --head-dim 64 --ffn 1536 --ctx 512 --type F16 --seed 7 "$f16" >/dev/null
+    for mix in $mixes; do
+      out="$work/$arch-896-$mix-llama-quantize.gguf"
+      "$work/llama_quant" "$f16" "$out" "$mix" 2 >/dev/null 2>&1
+      models+=("$out")
+    done
+  done
+fi
 node "$here/compare.mjs" --ferry "$ferry" --tokens 32 --threads 2 "${models[@]}"

@@ -175,12 +175,90 @@ TEST(Numerics, Q4_KDotOrders) {
   }
 }
 
+// Q4_1 / Q5_1 against Q8_1: the values' products in 8 lanes with d_x d_y, and m_x s_y in one
+// fused multiply-add chain, added after the lanes' sum (ggml_vec_dot_q4_1_q8_1 / q5_1_q8_1).
+TEST(Numerics, OffsetTypesAddTheirMinimaInOneChain) {
+  const int64_t n = 1024;
+  for (TensorType t : {TensorType::kQ4_1, TensorType::kQ5_1}) {
+    const auto wq = quantize(t, random_row(n, 61, 0.05f));
+    const auto aq = quantize(TensorType::kQ8_1, random_row(n, 62));
+    const auto* a = reinterpret_cast<const BlockQ8_1*>(aq.data());
+    const auto wf = testing::dequantize(t, wq, n);
+    const size_t bb = static_cast<size_t>(block_bytes(t));
+    float lanes[8] = {}, summs = 0;
+    for (int64_t i = 0; i < n / 32; ++i) {
+      uint16_t dh, mh;
+      std::memcpy(&dh, wq.data() + i * bb, 2);
+      std::memcpy(&mh, wq.data() + i * bb + 2, 2);
+      const float dx = fp16_to_fp32(dh), mx = fp16_to_fp32(mh);
+      summs = std::fma(mx, fp16_to_fp32(a[i].s), summs);
+      const float d = dx * fp16_to_fp32(a[i].d);
+      for (int k = 0; k < 8; ++k) {
+        int s = 0;
+        for (int l = 4 * k; l < 4 * k + 4; ++l) {
+          // q from the dequantized value: x = d q + m exactly for these small integers
+          const int q = static_cast<int>(std::lround((wf[i * 32 + l] - mx) / dx));
+          s += q * a[i].qs[l];
+        }
+        lanes[k] = std::fma(d, static_cast<float>(s), lanes[k]);
+      }
+    }
+    const float want = hsum8(lanes) + summs;
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      EXPECT_EQ(bits(kernels_for(t, isa)->vec_dot(n, wq.data(), aq.data())), bits(want))
+          << tensor_type_name(t) << " " << isa_name(isa);
+    }
+  }
+}
+
+// IQ4_NL: even blocks in one set of 8 lanes, odd blocks in another, the two added lane by lane
+// and summed; an odd last block after that in one fused multiply-add. The repacked (serial)
+// form as Q4_0's: one accumulator, one fused multiply-add per block.
+TEST(Numerics, Iq4NlDotOrders) {
+  const int64_t n = 32 * 33;  // an odd number of blocks
+  const auto wq = quantize(TensorType::kIQ4_NL, random_row(n, 71, 0.05f));
+  const auto aq = quantize(TensorType::kQ8_0, random_row(n, 72));
+  const auto* w = reinterpret_cast<const BlockIQ4_NL*>(wq.data());
+  const auto* a = reinterpret_cast<const BlockQ8_0*>(aq.data());
+  float lanes[2][8] = {}, serial = 0;
+  int tail = 0;
+  for (int64_t i = 0; i < n / 32; ++i) {
+    int v[32];
+    for (int l = 0; l < 16; ++l) {
+      v[l] = kIq4Values[w[i].qs[l] & 15];
+      v[l + 16] = kIq4Values[w[i].qs[l] >> 4];
+    }
+    const float d = fp16_to_fp32(a[i].d) * fp16_to_fp32(w[i].d);
+    int total = 0;
+    for (int k = 0; k < 8; ++k) {
+      int s = 0;
+      for (int l = 4 * k; l < 4 * k + 4; ++l) s += v[l] * a[i].qs[l];
+      if (i < 32) lanes[i % 2][k] = std::fma(d, static_cast<float>(s), lanes[i % 2][k]);
+      total += s;
+    }
+    if (i == 32) tail = total;
+    serial =
+        std::fma(static_cast<float>(total), fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d), serial);
+  }
+  float sum[8];
+  for (int k = 0; k < 8; ++k) sum[k] = lanes[0][k] + lanes[1][k];
+  const float want =
+      std::fma(fp16_to_fp32(a[32].d) * fp16_to_fp32(w[32].d), static_cast<float>(tail), hsum8(sum));
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    const TypeKernels* k = kernels_for(TensorType::kIQ4_NL, isa);
+    EXPECT_EQ(bits(k->vec_dot(n, w, a)), bits(want)) << isa_name(isa);
+    EXPECT_EQ(bits(k->vec_dot_serial(n, w, a)), bits(serial)) << isa_name(isa);
+  }
+}
+
 // Every ISA gives the scalar reference's bits, for every form of every quantized dot product.
 TEST(Numerics, EveryIsaMatchesTheScalarReferenceBitForBit) {
   const int64_t n = 2048;
   const int64_t n_act = 7;  // 4 + 2 + 1: every batched width
-  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ5_K,
-                       TensorType::kQ6_K}) {
+  for (TensorType t : testing::kWeightTypes) {
+    if (block_elems(t) == 1) continue;  // the float types sum in their own orders
     const TypeKernels* ref = kernels_for(t, Isa::kScalar);
     const auto w = quantize(t, random_row(n, 31, 0.05f));
     std::vector<uint8_t> acts;
@@ -225,7 +303,7 @@ TEST(Numerics, ActivationQuantizersAreTheSameOnEveryIsa) {
   x[601] = -9.0f;
   x[700] = -9.5f;
   x[701] = 9.5f;
-  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ8_K}) {
+  for (TensorType t : {TensorType::kQ8_0, TensorType::kQ8_K, TensorType::kQ8_1}) {
     const auto want = quantize(t, x);
     for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
       if (!isa_supported(isa)) continue;

@@ -33,8 +33,13 @@ std::vector<uint8_t> random_blocks(TensorType type, int64_t n, uint32_t seed) {
     switch (type) {
       case TensorType::kQ8_0:
       case TensorType::kQ4_0:
+      case TensorType::kQ5_0:
+      case TensorType::kIQ4_NL:
+      case TensorType::kIQ4_XS:
         put(0);
         break;
+      case TensorType::kQ4_1:
+      case TensorType::kQ5_1:
       case TensorType::kQ4_K:
       case TensorType::kQ5_K:
         put(0);
@@ -42,6 +47,13 @@ std::vector<uint8_t> random_blocks(TensorType type, int64_t n, uint32_t seed) {
         break;
       case TensorType::kQ6_K:
         put(208);
+        break;
+      case TensorType::kQ2_K:
+        put(80);
+        put(82);
+        break;
+      case TensorType::kQ3_K:
+        put(108);
         break;
       default:
         break;
@@ -70,6 +82,29 @@ std::vector<float> spec_q4_0(const uint8_t* p, int64_t n) {
     for (int i = 0; i < 16; ++i) {
       y[static_cast<size_t>(b * 32 + i)] = fp16_to_fp32(d) * ((p[2 + i] & 15) - 8);
       y[static_cast<size_t>(b * 32 + i + 16)] = fp16_to_fp32(d) * ((p[2 + i] >> 4) - 8);
+    }
+  }
+  return y;
+}
+
+// Q4_1: d, m (fp16), 16 bytes of nibbles; x = d q + m. Q5_0: d, 4 bytes of fifth bits, 16 of
+// nibbles; x = d (q - 16). Q5_1: d, m, fifth bits, nibbles; x = d q + m. Element i < 16 takes
+// the low nibble of byte i, element i + 16 its high nibble; the fifth bit of element i is bit
+// i % 8 of fifth-bit byte i / 8.
+std::vector<float> spec_q_small(const uint8_t* p, int64_t n, bool has_min, bool five_bit) {
+  std::vector<float> y(static_cast<size_t>(n));
+  const size_t bb = 2 + (has_min ? 2 : 0) + (five_bit ? 4 : 0) + 16;
+  for (int64_t b = 0; b < n / 32; ++b, p += bb) {
+    uint16_t dh, mh = 0;
+    std::memcpy(&dh, p, 2);
+    if (has_min) std::memcpy(&mh, p + 2, 2);
+    const uint8_t* qh = p + (has_min ? 4 : 2);
+    const uint8_t* qs = qh + (five_bit ? 4 : 0);
+    for (int i = 0; i < 32; ++i) {
+      int q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+      if (five_bit) q |= ((qh[i / 8] >> (i % 8)) & 1) << 4;
+      const float d = fp16_to_fp32(dh);
+      y[static_cast<size_t>(b * 32 + i)] = has_min ? d * q + fp16_to_fp32(mh) : d * (q - 16);
     }
   }
   return y;
@@ -142,6 +177,72 @@ std::vector<float> spec_q6_k(const uint8_t* p, int64_t n) {
   return y;
 }
 
+// Q2_K (84 bytes): 16 scale bytes (low nibble scale, high nibble min of each 16 elements),
+// 64 bytes of 2-bit values, d, dmin; x = d sc q - dmin m. Q3_K (110 bytes): 32 bytes of high
+// bits, 64 of 2-bit values, 12 of scales, d; x = d (sc - 32) (q - 4 h'), h' = 1 when the high
+// bit is clear. In both, 2-bit byte 32c + l (c = 0, 1) holds, at bits 2k..2k+1, element
+// 128c + 32k + l; in Q3_K high-bit byte l holds, at bit 4c + k, that element's high bit.
+std::vector<float> spec_q2_q3_k(const uint8_t* p, int64_t n, bool three) {
+  std::vector<float> y(static_cast<size_t>(n));
+  const size_t bb = three ? 110 : 84;
+  for (int64_t b = 0; b < n / 256; ++b, p += bb) {
+    const uint8_t* hm = p;
+    const uint8_t* qs = three ? p + 32 : p + 16;
+    const uint8_t* sc = three ? p + 96 : p;
+    uint16_t dh, mh = 0;
+    std::memcpy(&dh, three ? p + 108 : p + 80, 2);
+    if (!three) std::memcpy(&mh, p + 82, 2);
+    for (int c = 0; c < 2; ++c) {
+      for (int k = 0; k < 4; ++k) {
+        for (int l = 0; l < 32; ++l) {
+          const int e = 128 * c + 32 * k + l, j = e / 16;
+          int q = (qs[32 * c + l] >> (2 * k)) & 3;
+          float v;
+          if (three) {
+            if (((hm[l] >> (4 * c + k)) & 1) == 0) q -= 4;
+            // 6-bit scale j: low 4 bits in byte j % 8 (low nibble for j < 8), top 2 bits in
+            // byte 8 + j % 4 at bit 2 (j / 4).
+            const int lo = (sc[j % 8] >> (j < 8 ? 0 : 4)) & 15;
+            const int hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
+            v = fp16_to_fp32(dh) * static_cast<float>((lo | (hi << 4)) - 32) * q;
+          } else {
+            v = fp16_to_fp32(dh) * static_cast<float>(sc[j] & 15) * q -
+                fp16_to_fp32(mh) * static_cast<float>(sc[j] >> 4);
+          }
+          y[static_cast<size_t>(b * 256 + e)] = v;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+// IQ4_NL (18 bytes): d, 16 bytes of nibbles (as Q4_0) indexing the levels below. IQ4_XS (136
+// bytes): d, 16 bits of scale high bits, 4 bytes of scale low nibbles, 8 x 16 bytes of nibbles;
+// sub-block j's scale is (low nibble j % 2 of byte j / 2 | bits 2j, 2j+1 << 4) - 32.
+std::vector<float> spec_iq4(const uint8_t* p, int64_t n, bool xs) {
+  static const int kLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                  1,    13,   25,  38,  53,  69,  89,  113};
+  std::vector<float> y(static_cast<size_t>(n));
+  const int64_t per = xs ? 256 : 32;
+  for (int64_t b = 0; b < n / per; ++b, p += xs ? 136 : 18) {
+    uint16_t dh, sh = 0;
+    std::memcpy(&dh, p, 2);
+    if (xs) std::memcpy(&sh, p + 2, 2);
+    for (int j = 0; j < per / 32; ++j) {
+      const uint8_t* qs = xs ? p + 8 + 16 * j : p + 2;
+      const int ls =
+          xs ? (((p[4 + j / 2] >> (4 * (j % 2))) & 15) | (((sh >> (2 * j)) & 3) << 4)) - 32 : 1;
+      for (int i = 0; i < 32; ++i) {
+        const int q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+        y[static_cast<size_t>(b * per + 32 * j + i)] =
+            fp16_to_fp32(dh) * static_cast<float>(ls) * kLevels[q];
+      }
+    }
+  }
+  return y;
+}
+
 TEST(Quants, DequantizeMatchesTheBlockDefinitions) {
   const int64_t n = 1024;
   for (uint32_t seed = 1; seed <= 5; ++seed) {
@@ -152,9 +253,19 @@ TEST(Quants, DequantizeMatchesTheBlockDefinitions) {
     const Case cases[] = {
         {TensorType::kQ8_0, spec_q8_0},
         {TensorType::kQ4_0, spec_q4_0},
+        {TensorType::kQ4_1,
+         [](const uint8_t* p, int64_t m) { return spec_q_small(p, m, true, false); }},
+        {TensorType::kQ5_0,
+         [](const uint8_t* p, int64_t m) { return spec_q_small(p, m, false, true); }},
+        {TensorType::kQ5_1,
+         [](const uint8_t* p, int64_t m) { return spec_q_small(p, m, true, true); }},
         {TensorType::kQ4_K, [](const uint8_t* p, int64_t m) { return spec_q4_k(p, m, false); }},
         {TensorType::kQ5_K, [](const uint8_t* p, int64_t m) { return spec_q4_k(p, m, true); }},
         {TensorType::kQ6_K, spec_q6_k},
+        {TensorType::kQ2_K, [](const uint8_t* p, int64_t m) { return spec_q2_q3_k(p, m, false); }},
+        {TensorType::kQ3_K, [](const uint8_t* p, int64_t m) { return spec_q2_q3_k(p, m, true); }},
+        {TensorType::kIQ4_NL, [](const uint8_t* p, int64_t m) { return spec_iq4(p, m, false); }},
+        {TensorType::kIQ4_XS, [](const uint8_t* p, int64_t m) { return spec_iq4(p, m, true); }},
     };
     for (const auto& c : cases) {
       const auto bytes = random_blocks(c.type, n, seed);
@@ -204,10 +315,12 @@ TEST(Quants, RoundTripErrorWithinBounds) {
     TensorType type;
     double max_rel_rmse;  // RMSE of the round trip / RMS of the data
   };
-  const Case cases[] = {{TensorType::kF32, 0.0},    {TensorType::kF16, 1e-3},
-                        {TensorType::kBF16, 5e-3},  {TensorType::kQ8_0, 0.01},
-                        {TensorType::kQ6_K, 0.035}, {TensorType::kQ5_K, 0.06},
-                        {TensorType::kQ4_K, 0.12},  {TensorType::kQ4_0, 0.14}};
+  const Case cases[] = {
+      {TensorType::kF32, 0.0},   {TensorType::kF16, 1e-3},    {TensorType::kBF16, 5e-3},
+      {TensorType::kQ8_0, 0.01}, {TensorType::kQ6_K, 0.035},  {TensorType::kQ5_K, 0.06},
+      {TensorType::kQ4_K, 0.12}, {TensorType::kQ4_0, 0.14},   {TensorType::kQ4_1, 0.14},
+      {TensorType::kQ5_0, 0.07}, {TensorType::kQ5_1, 0.07},   {TensorType::kQ3_K, 0.25},
+      {TensorType::kQ2_K, 0.45}, {TensorType::kIQ4_NL, 0.12}, {TensorType::kIQ4_XS, 0.12}};
   const auto x = random_row(n, 42, 0.02f);
   double rms = 0;
   for (float v : x) rms += static_cast<double>(v) * v;
@@ -253,6 +366,32 @@ TEST(Quants, Q8KActivationsCarryBlockSums) {
   }
 }
 
+TEST(Quants, Q8_1ActivationsCarryScaledSums) {
+  const auto x = random_row(256, 8);
+  std::vector<BlockQ8_1> q(8);
+  quantize_row_q8_1_ref(x.data(), q.data(), 256);
+  std::vector<uint8_t> q8(static_cast<size_t>(row_bytes(TensorType::kQ8_0, 256).value()));
+  quantize_row_q8_0_ref(x.data(), q8.data(), 256);
+  const auto* b8 = reinterpret_cast<const BlockQ8_0*>(q8.data());
+  for (int i = 0; i < 8; ++i) {
+    int sum = 0;
+    for (int l = 0; l < 32; ++l) {
+      EXPECT_EQ(q[i].qs[l], b8[i].qs[l]);  // the same rounding as Q8_0
+      sum += q[i].qs[l];
+    }
+    EXPECT_EQ(q[i].d, b8[i].d);
+    EXPECT_NEAR(fp16_to_fp32(q[i].s), fp16_to_fp32(q[i].d) * sum,
+                std::fabs(fp16_to_fp32(q[i].d) * sum) * 2e-3 + 1e-6);
+  }
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    const TypeKernels* k = kernels_for(TensorType::kQ8_1, isa);
+    if (!k) continue;
+    std::vector<BlockQ8_1> got(8);
+    k->from_float(x.data(), got.data(), 256);
+    EXPECT_EQ(std::memcmp(got.data(), q.data(), sizeof(BlockQ8_1) * 8), 0) << isa_name(isa);
+  }
+}
+
 // The scalar dot of (weights, quantized activations) equals the float dot of their
 // dequantized forms: the two halves of each format agree.
 TEST(Quants, ScalarDotMatchesDequantizedDot) {
@@ -286,8 +425,10 @@ TEST(TensorTypes, NamesAndSizes) {
   EXPECT_FALSE(row_bytes(TensorType::kF32, INT64_MAX).has_value());  // overflows uint64
   EXPECT_FALSE(tensor_type_known(5));
   EXPECT_TRUE(tensor_type_runs(TensorType::kQ6_K));
-  EXPECT_FALSE(tensor_type_runs(TensorType::kQ4_1));
-  EXPECT_EQ(kernels_for(TensorType::kQ4_1), nullptr);
+  EXPECT_TRUE(tensor_type_runs(TensorType::kQ5_0));
+  EXPECT_FALSE(tensor_type_runs(TensorType::kIQ2_XXS));
+  EXPECT_EQ(kernels_for(TensorType::kIQ2_XXS), nullptr);
+  EXPECT_EQ(row_bytes(TensorType::kQ5_1, 896), 672u);  // 28 blocks of 24 bytes
 }
 
 }  // namespace

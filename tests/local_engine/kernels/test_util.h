@@ -35,8 +35,10 @@ inline std::vector<float> dequantize(TensorType type, const std::vector<uint8_t>
   return out;
 }
 
-inline const TensorType kWeightTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
-                                          TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
-                                          TensorType::kQ5_K, TensorType::kQ6_K};
+inline const TensorType kWeightTypes[] = {
+    TensorType::kF32,  TensorType::kF16,    TensorType::kBF16,  TensorType::kQ8_0,
+    TensorType::kQ4_0, TensorType::kQ4_1,   TensorType::kQ5_0,  TensorType::kQ5_1,
+    TensorType::kQ2_K, TensorType::kQ3_K,   TensorType::kQ4_K,  TensorType::kQ5_K,
+    TensorType::kQ6_K, TensorType::kIQ4_NL, TensorType::kIQ4_XS};
 
 }  // namespace ferry::kernels::testing
