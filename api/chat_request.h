@@ -24,9 +24,28 @@ namespace ferry::api {
 // as the client sent it, members in their order.
 using Json = nlohmann::ordered_json;
 
-// The API a request came in through; the endpoint of an OpenAI-compatible backend. (Issue 16's
-// front-ends add kMessages, kResponses here.)
-enum class Endpoint { kChatCompletions, kCompletions, kEmbeddings };
+// The API a request came in through (the front-end), and the API a backend is spoken to in:
+// OpenAI chat/completions and completions, Anthropic Messages, OpenAI Responses. A typed
+// ChatRequest itself is chat- or completions-shaped (its `endpoint`); kMessages and kResponses
+// name front-ends and the backends that speak them natively. kEmbeddings: `/v1/embeddings` (its own typed request, api/embeddings_parse.h).
+enum class Endpoint { kChatCompletions, kCompletions, kMessages, kResponses, kEmbeddings };
+// The API's short name: chat, completions, messages, responses (the policy fact `api`, the
+// backend config's `apis`, the metrics label).
+constexpr std::string_view endpoint_name(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kChatCompletions:
+      return "chat";
+    case Endpoint::kCompletions:
+      return "completions";
+    case Endpoint::kMessages:
+      return "messages";
+    case Endpoint::kResponses:
+      return "responses";
+    case Endpoint::kEmbeddings:
+      return "embeddings";
+  }
+  return "chat";
+}
 
 struct EmbeddingsRequest;  // api/embeddings_parse.h
 
