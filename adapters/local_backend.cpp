@@ -910,6 +910,10 @@ std::string LocalBackend::Call::final_body() {
   return dump(j);
 }
 
+// GCC 12 reports asio's frame delete as mismatched once send() or embed() awaits two coroutines (GCC
+// PR 109224, a false positive: asio's awaitable frames pair their own new and delete).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 // Embeddings: the job planned here, pooled vectors from the scheduler thread (one hand-off,
 // through a wake channel as for tokens), the body written here (adapters/local_embeddings.h).
 asio::awaitable<Result<BackendReply>> LocalBackend::embed(const BackendRequest& request,
@@ -987,10 +991,6 @@ asio::awaitable<Result<BackendReply>> LocalBackend::embed(const BackendRequest& 
   co_return reply;
 }
 
-// GCC 12 reports asio's frame delete as mismatched once send() awaits two coroutines (GCC
-// PR 109224, a false positive: asio's awaitable frames pair their own new and delete).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& request,
                                                          StreamSink* sink, CancelSignal& cancel) {
   // The gateway's typed request; a caller with only a body has it parsed by the one parser.
