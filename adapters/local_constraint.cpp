@@ -17,7 +17,9 @@ Error unsupported(std::string message, std::string param) {
   return unsupported_by_target(std::move(message), std::move(param));
 }
 
-bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool is_ws(char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
 
 bool all_ws(std::string_view s) {
   for (char c : s) {
@@ -130,11 +132,12 @@ TemplateTools detect_template_tools(const tokenizer::ChatFormatter& chat) {
   if (chat.uses_openai_accounting()) return {};
   const Json base = {{"messages", Json::array({{{"role", "user"}, {"content", "ping"}}})}};
   Json with = base;
-  with["tools"] = Json::array({{{"type", "function"},
-                                {"function",
-                                 {{"name", "ferry_probe_tool"},
-                                  {"description", "probe"},
-                                  {"parameters", {{"type", "object"}, {"properties", Json::object()}}}}}}});
+  with["tools"] =
+      Json::array({{{"type", "function"},
+                    {"function",
+                     {{"name", "ferry_probe_tool"},
+                      {"description", "probe"},
+                      {"parameters", {{"type", "object"}, {"properties", Json::object()}}}}}}});
   auto plain = chat.render(base);
   auto tooled = chat.render(with);
   if (!plain || !tooled || *plain == *tooled) return {};
@@ -173,8 +176,9 @@ Result<ConstraintRequest> constraint_request(const api::ChatRequest& r, const Te
     return invalid("'tool_choice' needs 'tools'", "tool_choice");
   }
   if (tools && format) {
-    return unsupported("'response_format' together with 'tools' is not supported by the local engine",
-                       "response_format");
+    return unsupported(
+        "'response_format' together with 'tools' is not supported by the local engine",
+        "response_format");
   }
   if (format) return response_format_request(*r.response_format);
   if (tools) return tools_request(r, t);
@@ -182,7 +186,7 @@ Result<ConstraintRequest> constraint_request(const api::ChatRequest& r, const Te
 }
 
 Result<constrain::CompiledGrammar> compile_constraint(const ConstraintRequest& c,
-                                                     constrain::GrammarCache& cache) {
+                                                      constrain::GrammarCache& cache) {
   Result<constrain::CompiledGrammar> out = Error::make(ErrorCode::kInternal, "no constraint");
   std::string param = "response_format";
   switch (c.mode) {
@@ -383,7 +387,8 @@ void ToolCallParser::end_arguments(std::vector<ToolPiece>& out) {
 void ToolCallParser::tail_byte(char c) {
   held_ += c;
   const std::string& end = syntax_.end;
-  if (held_.size() >= end.size() && held_.compare(held_.size() - end.size(), end.size(), end) == 0) {
+  if (held_.size() >= end.size() &&
+      held_.compare(held_.size() - end.size(), end.size(), end) == 0) {
     held_.clear();
     state_ = State::kText;
   }

@@ -44,7 +44,7 @@ std::string_view tool_format_name(ToolFormat format);
 // The constraint a request asks for, not compiled yet.
 struct ConstraintRequest {
   ConstraintMode mode = ConstraintMode::kNone;
-  std::string schema_json;   // kJsonSchema: the schema's JSON text (member order kept)
+  std::string schema_json;    // kJsonSchema: the schema's JSON text (member order kept)
   constrain::ToolSpec tools;  // kTools
 };
 // Errors: kInvalidRequest naming the field; with code kUnsupportedByTarget when it is this
@@ -53,7 +53,7 @@ Result<ConstraintRequest> constraint_request(const api::ChatRequest& r, const Te
 // Compiles through the cache (the caller runs it off the I/O threads). Errors: a schema keyword
 // the compiler cannot enforce (kInvalidRequest, kUnsupportedByTarget, the keyword and its path).
 Result<constrain::CompiledGrammar> compile_constraint(const ConstraintRequest& c,
-                                                     constrain::GrammarCache& cache);
+                                                      constrain::GrammarCache& cache);
 
 // One piece of a tool-mode output, in order: text before the first call, then per call its
 // start (id and name) and its arguments' JSON text in fragments.
@@ -89,9 +89,9 @@ class ToolCallParser {
   constrain::ToolCallSyntax syntax_;
   std::string id_seed_;
   State state_ = State::kText;
-  std::string held_;  // kText: a marker prefix; kHead: the call's head so far; kTail: the end
-  std::string text_;  // kText: text to emit at the end of this feed
-  std::string args_;  // kArguments: fragment to emit at the end of this feed
+  std::string held_;        // kText: a marker prefix; kHead: the call's head so far; kTail: the end
+  std::string text_;        // kText: text to emit at the end of this feed
+  std::string args_;        // kArguments: fragment to emit at the end of this feed
   std::string leading_ws_;  // white space before any text: dropped when a call follows
   bool text_shown_ = false;
   std::optional<std::string> name_;  // kHead: the name, once read

@@ -42,8 +42,8 @@ double process_cpu_seconds() {
 }
 
 struct Run {
-  double cpu_tps = 0;   // tokens per CPU-second x threads
-  int64_t tokens = 0;   // decode tokens counted
+  double cpu_tps = 0;  // tokens per CPU-second x threads
+  int64_t tokens = 0;  // decode tokens counted
 };
 
 Run run(const std::string& path, int threads, int64_t gen, int streams,
@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
   if (!tok) return 1;
   auto src = engine::GgufSource::open(path);
   const auto eog = engine::eog_tokens_from_source(*src.value());
-  auto vocab = constrain::Vocabulary::build(*tok.value(),
-                                            std::vector<constrain::TokenId>(eog.begin(), eog.end()));
+  auto vocab = constrain::Vocabulary::build(
+      *tok.value(), std::vector<constrain::TokenId>(eog.begin(), eog.end()));
   constrain::GrammarCache cache;
   auto grammar = cache.json_schema(kSchema);
   if (!grammar) {

@@ -138,8 +138,8 @@ TEST(ToolCallParserTest, TextThenCallsInEverySplitReadTheSame) {
 }
 
 TEST(ToolCallParserTest, WhiteSpaceBeforeACallIsNoContentAndAMarkerPrefixAtTheEndIsText) {
-  const Read only_call = read_all("\n <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
-                                  {1});
+  const Read only_call =
+      read_all("\n <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", {1});
   EXPECT_EQ(only_call.text, "");
   ASSERT_EQ(only_call.calls.size(), 1u);
   const Read text = read_all("see <tool_c", {5});
@@ -333,8 +333,9 @@ TEST_F(ConstrainedBackendTest, JsonSchemaOutputsParseAndTruncationIsLength) {
       "required": ["name", "age", "tags"], "additionalProperties": false})");
   for (uint64_t seed = 1; seed <= 5; ++seed) {
     Json body = ask(120, seed);
-    body["response_format"] = {{"type", "json_schema"},
-                               {"json_schema", {{"name", "p"}, {"strict", true}, {"schema", schema}}}};
+    body["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", "p"}, {"strict", true}, {"schema", schema}}}};
     body["n"] = 2;
     auto reply = run(*backend, body);
     ASSERT_TRUE(reply.has_value()) << reply.error().message;

@@ -19,7 +19,7 @@ const char* kPolicy = R"(targets:
   plain: local
   tooled: local-tools
   good: gpt-test
-models: [fallback, tools]
+models: [local, fallback, tools]
 rules:
   - id: fallback
     when: { model: fallback }
@@ -49,8 +49,9 @@ class ToolCallsTest : public OwnConfigTest {
                "  - { name: cpu, kind: local, model: " + model +
                    ", threads: 1 }\n  - { name: cpu-tools, kind: local, model: " + model +
                    ", threads: 1, chat_template: " + json(test::kHermesTemplate).dump() + " }\n");
-    cfg.insert(cfg.find("models:\n") + 8,
-               "  - { name: local, backend: cpu }\n  - { name: local-tools, backend: cpu-tools }\n");
+    cfg.insert(
+        cfg.find("models:\n") + 8,
+        "  - { name: local, backend: cpu }\n  - { name: local-tools, backend: cpu-tools }\n");
     cfg += "policy: { file: " + dir_.write("policies.yaml", kPolicy) + ", watch: false }\n";
     cfg += "ledger:\n  path: " + db_ + "\n";
     ferry_ = start_ferry(dir_, cfg);

@@ -173,7 +173,9 @@ async function main() {
   const url = server.url.replace(/\/+$/, '');
 
   const hand = JSON.parse(fs.readFileSync(path.join(kHere, '..', 'cases.json'), 'utf8'));
-  const cases = [...hand, ...random_cases(o.n_random, 20261215)];
+  // OpenAI's response_format takes an object schema (a boolean one is a 400 naming it).
+  const cases = [...hand, ...random_cases(o.n_random, 20261215)]
+    .filter((c) => c.tools || (typeof c.schema === 'object' && c.schema !== null));
   const jobs = [];
   for (const c of cases) {
     for (const [model] of models) {
