@@ -756,6 +756,10 @@ std::string LocalBackend::Call::final_body() {
   return dump(j);
 }
 
+// g++ 12 reports a false -Wmismatched-new-delete on these coroutines' frames (as in
+// http_backend.cpp: Asio's frame allocator pairs its own operator new and delete).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 // Embeddings: the job planned here, pooled vectors from the scheduler thread (one hand-off,
 // through a wake channel as for tokens), the body written here (adapters/local_embeddings.h).
 asio::awaitable<Result<BackendReply>> LocalBackend::embed(const BackendRequest& request,
@@ -853,6 +857,7 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
             co_await asio::this_coro::executor);
   co_return co_await call.run();
 }
+#pragma GCC diagnostic pop
 
 std::shared_ptr<const PromptTokens> LocalBackend::exact_prompt(
     const api::ChatRequest& request) const {
