@@ -93,6 +93,10 @@ class EmbeddingsTest : public OwnConfigTest {
       if (!has || !*has) break;
       std::vector<std::string> row;
       for (int i = 0; i < 5; ++i) {
+        if (stmt->is_null(i)) {
+          row.push_back("<null>");
+          continue;
+        }
         ledger::Value v = stmt->value_at(i);
         row.push_back(std::holds_alternative<int64_t>(v) ? std::to_string(std::get<int64_t>(v))
                                                          : std::get<std::string>(v));
