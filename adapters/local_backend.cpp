@@ -910,8 +910,8 @@ std::string LocalBackend::Call::final_body() {
   return dump(j);
 }
 
-// GCC 12 reports asio's frame delete as mismatched once send() or embed() awaits two coroutines (GCC
-// PR 109224, a false positive: asio's awaitable frames pair their own new and delete).
+// GCC 12 reports a false -Wmismatched-new-delete on the frames of embed() and send() (GCC PR
+// 109224; as in http_backend.cpp: Asio's frame allocator pairs its own operator new and delete).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 // Embeddings: the job planned here, pooled vectors from the scheduler thread (one hand-off,

@@ -26,7 +26,8 @@ Result<PromptTokens> embedding_tokens(const LocalEmbeddingsModel& model,
   std::vector<tokenizer::TokenId> ids;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     const api::EmbeddingInput& in = request.inputs[i];
-    const std::string where = request.inputs.size() == 1 ? "input" : "input[" + std::to_string(i) + "]";
+    const std::string where =
+        request.inputs.size() == 1 ? "input" : "input[" + std::to_string(i) + "]";
     if (in.tokens) {
       for (const int32_t id : in.ids) {
         if (id >= model.n_vocab) {
@@ -59,17 +60,17 @@ Result<EmbeddingsJob> plan_embeddings(const LocalEmbeddingsModel& model,
   job.encoding = request.encoding;
   job.dims = model.n_embd;
   if (request.dimensions && *request.dimensions != model.n_embd) {
-    const std::string have = "this model's embeddings have " + std::to_string(model.n_embd) +
-                             " dimensions";
+    const std::string have =
+        "this model's embeddings have " + std::to_string(model.n_embd) + " dimensions";
     if (!model.config.matryoshka) {
       return invalid(have + "; 'dimensions' " + std::to_string(*request.dimensions) +
                          " needs a Matryoshka-trained model (config embeddings.matryoshka)",
                      "dimensions");
     }
     if (*request.dimensions > model.n_embd) {
-      return invalid(have + "; 'dimensions' must be at most that, got " +
-                         std::to_string(*request.dimensions),
-                     "dimensions");
+      return invalid(
+          have + "; 'dimensions' must be at most that, got " + std::to_string(*request.dimensions),
+          "dimensions");
     }
     job.dims = *request.dimensions;
   }
@@ -87,12 +88,13 @@ Result<EmbeddingsJob> plan_embeddings(const LocalEmbeddingsModel& model,
     const size_t end = counted->input_ends[i];
     const auto n = static_cast<int64_t>(end - begin);
     if (n > model.n_ctx && !model.config.chunk_long_input) {
-      return Error::make(ErrorCode::kContextOverflow,
-                         "this model's context is " + std::to_string(model.n_ctx) + " tokens; " +
-                             (request.inputs.size() == 1 ? "the input" : "input " + std::to_string(i)) +
-                             " is " + std::to_string(n) +
-                             " tokens (config embeddings.long_input: chunk splits such inputs)",
-                         "input", "context_length_exceeded");
+      return Error::make(
+          ErrorCode::kContextOverflow,
+          "this model's context is " + std::to_string(model.n_ctx) + " tokens; " +
+              (request.inputs.size() == 1 ? "the input" : "input " + std::to_string(i)) + " is " +
+              std::to_string(n) +
+              " tokens (config embeddings.long_input: chunk splits such inputs)",
+          "input", "context_length_exceeded");
     }
     for (size_t at = begin; at < end; at += static_cast<size_t>(model.n_ctx)) {
       const size_t stop = std::min(end, at + static_cast<size_t>(model.n_ctx));
@@ -123,8 +125,8 @@ std::vector<std::vector<float>> client_vectors(const EmbeddingsJob& job,
     for (size_t d = 0; d < dims; ++d) out[i][d] = static_cast<float>(sums[i][d]);
     // One whole part at full length is already normalized: keep its floats exactly.
     if (parts[i] == 1 && dims == sums[i].size()) {
-      const auto k = static_cast<size_t>(
-          std::find(job.owner.begin(), job.owner.end(), i) - job.owner.begin());
+      const auto k =
+          static_cast<size_t>(std::find(job.owner.begin(), job.owner.end(), i) - job.owner.begin());
       out[i] = engine[k];
       continue;
     }

@@ -7,6 +7,8 @@
 #include <memory>
 #include <set>
 
+#include "api/json_kind.h"
+
 namespace ferry::api {
 
 namespace {
@@ -17,27 +19,6 @@ using simdjson::dom::element_type;
 Error invalid(std::string message, std::string param) {
   return Error::make(ErrorCode::kInvalidRequest, std::move(message), std::move(param),
                      "invalid_value");
-}
-
-const char* kind_of(const element& v) {
-  switch (v.type()) {
-    case element_type::ARRAY:
-      return "an array";
-    case element_type::OBJECT:
-      return "an object";
-    case element_type::STRING:
-      return "a string";
-    case element_type::INT64:
-    case element_type::UINT64:
-      return "an integer";
-    case element_type::DOUBLE:
-      return "a number";
-    case element_type::BOOL:
-      return "a boolean";
-    case element_type::NULL_VALUE:
-      return "null";
-  }
-  return "a value";
 }
 
 // A token id as a JSON integer: 0..kMaxTokenId.
@@ -74,11 +55,12 @@ Status parse_input(const element& v, std::vector<EmbeddingInput>& out) {
   if (v.type() != element_type::ARRAY) {
     return invalid(std::string("'input' must be a string, an array of strings, an array of token "
                                "ids or an array of token-id arrays, got ") +
-                       kind_of(v),
+                       json_kind(v),
                    "input");
   }
   simdjson::dom::array a;
-  if (v.get_array().get(a) != simdjson::SUCCESS || a.size() == 0) return invalid("'input' must not be an empty array", "input");
+  if (v.get_array().get(a) != simdjson::SUCCESS || a.size() == 0)
+    return invalid("'input' must not be an empty array", "input");
   element first;
   if (a.at(0).get(first) != simdjson::SUCCESS) return invalid("'input' is invalid", "input");
   if (first.type() == element_type::INT64 || first.type() == element_type::UINT64 ||
@@ -100,7 +82,7 @@ Status parse_input(const element& v, std::vector<EmbeddingInput>& out) {
     if (item.type() != form || (form != element_type::STRING && form != element_type::ARRAY)) {
       return invalid("'" + where +
                          "' must be a string or a token-id array like the first input, got " +
-                         kind_of(item),
+                         json_kind(item),
                      "input");
     }
     if (form == element_type::STRING) {
@@ -121,7 +103,7 @@ Status parse_input(const element& v, std::vector<EmbeddingInput>& out) {
 Status parse_member(std::string_view key, const element& v, EmbeddingsRequest& r) {
   if (key == "model") {
     if (v.type() != element_type::STRING) {
-      return invalid(std::string("'model' must be a string, got ") + kind_of(v), "model");
+      return invalid(std::string("'model' must be a string, got ") + json_kind(v), "model");
     }
     r.model = std::string(v.get_string().value_unsafe());
     return {};
@@ -135,8 +117,7 @@ Status parse_member(std::string_view key, const element& v, EmbeddingsRequest& r
     } else if (f == "base64") {
       r.encoding = EmbeddingEncoding::kBase64;
     } else {
-      return invalid("'encoding_format' must be 'float' or 'base64', got " +
-                         simdjson::to_string(v),
+      return invalid("'encoding_format' must be 'float' or 'base64', got " + simdjson::to_string(v),
                      "encoding_format");
     }
     return {};
@@ -145,8 +126,7 @@ Status parse_member(std::string_view key, const element& v, EmbeddingsRequest& r
     int64_t n = 0;
     if (v.type() == element_type::DOUBLE || v.get_int64().get(n) != simdjson::SUCCESS || n < 1 ||
         n > INT32_MAX) {
-      return invalid("'dimensions' must be an integer of at least 1, got " +
-                         simdjson::to_string(v),
+      return invalid("'dimensions' must be an integer of at least 1, got " + simdjson::to_string(v),
                      "dimensions");
     }
     r.dimensions = n;
@@ -154,7 +134,7 @@ Status parse_member(std::string_view key, const element& v, EmbeddingsRequest& r
   }
   if (key == "user") {
     if (v.type() != element_type::STRING) {
-      return invalid(std::string("'user' must be a string, got ") + kind_of(v), "user");
+      return invalid(std::string("'user' must be a string, got ") + json_kind(v), "user");
     }
     r.user = std::string(v.get_string().value_unsafe());
     return {};
@@ -172,7 +152,8 @@ Status parse_body(std::string_view body, EmbeddingsRequest& r, int* model_keys) 
     return invalid("the request body is not valid JSON (UTF-8)", "");
   }
   if (doc.type() != element_type::OBJECT) {
-    return invalid(std::string("the request body must be a JSON object, got ") + kind_of(doc), "");
+    return invalid(std::string("the request body must be a JSON object, got ") + json_kind(doc),
+                   "");
   }
   std::set<std::string, std::less<>> seen;
   int models = 0;
@@ -224,7 +205,8 @@ std::string encode_embedding_base64(const std::vector<float>& v) {
   out.reserve((bytes.size() + 2) / 3 * 4);
   for (size_t i = 0; i < bytes.size(); i += 3) {
     uint32_t n = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) n |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (i + 1 < bytes.size())
+      n |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
     if (i + 2 < bytes.size()) n |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 2]));
     out += kBase64[(n >> 18) & 63];
     out += kBase64[(n >> 12) & 63];

@@ -6,6 +6,8 @@
 #include <array>
 #include <utility>
 
+#include "api/json_kind.h"
+
 namespace ferry::api {
 
 namespace {
@@ -23,27 +25,6 @@ Error invalid(std::string message, std::string param) {
 // ============================================================================================
 // Values
 // ============================================================================================
-
-const char* kind_of(const element& v) {
-  switch (v.type()) {
-    case element_type::NULL_VALUE:
-      return "null";
-    case element_type::OBJECT:
-      return "an object";
-    case element_type::ARRAY:
-      return "an array";
-    case element_type::STRING:
-      return "a string";
-    case element_type::BOOL:
-      return "a boolean";
-    case element_type::INT64:
-    case element_type::UINT64:
-      return "an integer";
-    case element_type::DOUBLE:
-      return "a number";
-  }
-  return "an unsupported value";
-}
 
 bool is_integer(const element& v) {
   return v.type() == element_type::INT64 || v.type() == element_type::UINT64;
@@ -123,7 +104,7 @@ std::optional<Error> check_number(const std::optional<element>& v, const char* k
                                   double max, std::optional<double>* out) {
   if (!v) return std::nullopt;
   if (!is_number(*v)) {
-    return invalid(std::string("'") + key + "' must be a number, got " + kind_of(*v), key);
+    return invalid(std::string("'") + key + "' must be a number, got " + json_kind(*v), key);
   }
   double d = v->get_double().value_unsafe();
   if (d < min || d > max) {
@@ -143,7 +124,7 @@ std::optional<Error> check_integer(const std::optional<element>& v, const char* 
     return std::string("'") + key + "' must be an integer between " + std::to_string(min) +
            " and " + std::to_string(max);
   };
-  if (!is_integer(*v)) return invalid(range() + ", got " + kind_of(*v), key);
+  if (!is_integer(*v)) return invalid(range() + ", got " + json_kind(*v), key);
   int64_t n = 0;
   if (v->get_int64().get(n) != simdjson::SUCCESS) {  // a uint64 above INT64_MAX
     return invalid(range() + ", got " + std::to_string(v->get_uint64().value_unsafe()), key);
@@ -156,7 +137,8 @@ std::optional<Error> check_integer(const std::optional<element>& v, const char* 
 std::optional<Error> check_type(const std::optional<element>& v, const char* key, element_type type,
                                 const char* expected) {
   if (v && v->type() != type) {
-    return invalid(std::string("'") + key + "' must be " + expected + ", got " + kind_of(*v), key);
+    return invalid(std::string("'") + key + "' must be " + expected + ", got " + json_kind(*v),
+                   key);
   }
   return std::nullopt;
 }
@@ -398,7 +380,7 @@ std::optional<Error> parse_message(const element& m, size_t index, Message& out)
   auto where = [index] { return "messages[" + std::to_string(index) + "]"; };  // on errors only
   simdjson::dom::object msg;
   if (m.get_object().get(msg) != simdjson::SUCCESS) {
-    return invalid("'" + where() + "' must be an object, got " + kind_of(m), where());
+    return invalid("'" + where() + "' must be an object, got " + json_kind(m), where());
   }
   std::optional<element> r, content, name, calls, call_id;
   bool seen_role = false, seen_content = false, seen_name = false, seen_calls = false,
@@ -446,9 +428,9 @@ std::optional<Error> parse_message(const element& m, size_t index, Message& out)
   }
   out.role = *typed_role;
   if (content && !content->is_null() && !typed_content(*content, out)) {
-    return invalid(
-        "'" + where() + ".content' must be a string or an array of parts, got " + kind_of(*content),
-        where() + ".content");
+    return invalid("'" + where() + ".content' must be a string or an array of parts, got " +
+                       json_kind(*content),
+                   where() + ".content");
   }
   if (name) out.name = std::string(string_of(*name));
   if (call_id) out.tool_call_id = std::string(string_of(*call_id));
@@ -467,7 +449,7 @@ std::optional<Error> parse_messages(const std::optional<element>& v, std::vector
   if (!v) return invalid("'messages' is required", "messages");
   simdjson::dom::array messages;
   if (v->get_array().get(messages) != simdjson::SUCCESS) {
-    return invalid(std::string("'messages' must be an array, got ") + kind_of(*v), "messages");
+    return invalid(std::string("'messages' must be an array, got ") + json_kind(*v), "messages");
   }
   if (messages.size() == 0)
     return invalid("'messages' must contain at least one message", "messages");
@@ -645,7 +627,8 @@ std::optional<Error> parse_logit_bias(const std::optional<element>& v, Sampling&
   if (!v) return std::nullopt;
   simdjson::dom::object bias;
   if (v->get_object().get(bias) != simdjson::SUCCESS) {
-    return invalid(std::string("'logit_bias' must be an object, got ") + kind_of(*v), "logit_bias");
+    return invalid(std::string("'logit_bias' must be an object, got ") + json_kind(*v),
+                   "logit_bias");
   }
   out.logit_bias.emplace();
   for (auto [key, value] : bias) {
@@ -692,7 +675,7 @@ std::optional<Error> parse_stream(const Members& f, ChatRequest& out) {
   if (!so) return std::nullopt;
   simdjson::dom::object options;
   if (so->get_object().get(options) != simdjson::SUCCESS) {
-    return invalid(std::string("'stream_options' must be an object, got ") + kind_of(*so),
+    return invalid(std::string("'stream_options' must be an object, got ") + json_kind(*so),
                    "stream_options");
   }
   StreamOptions typed;
@@ -866,7 +849,8 @@ Status parse_openai_into(Endpoint endpoint, std::string_view body, ChatRequest& 
   }
   simdjson::dom::object b;
   if (doc.get_object().get(b) != simdjson::SUCCESS) {
-    return invalid(std::string("the request body must be a JSON object, got ") + kind_of(doc), "");
+    return invalid(std::string("the request body must be a JSON object, got ") + json_kind(doc),
+                   "");
   }
   out.endpoint = endpoint;
   const Members f(b, out.extra);
@@ -877,7 +861,7 @@ Status parse_openai_into(Endpoint endpoint, std::string_view body, ChatRequest& 
   auto model = f[kModel];
   if (!model) return invalid("'model' is required", "model");
   if (!model->is_string()) {
-    return invalid(std::string("'model' must be a string, got ") + kind_of(*model), "model");
+    return invalid(std::string("'model' must be a string, got ") + json_kind(*model), "model");
   }
   out.model = std::string(string_of(*model));
   if (model_keys != nullptr) *model_keys = f.model_keys();

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_engine.h"
 #include "local_engine/embeddings.h"
 #include "local_engine/gguf_source.h"
 #include "local_engine/scheduler.h"
@@ -43,21 +44,6 @@ struct Args {
   int reps = 3;
   bool mean = false;
 };
-
-std::unique_ptr<engine::Engine> load_engine(const std::string& path, int threads, int64_t n_ctx) {
-  auto src = engine::GgufSource::open(path);
-  if (!src) {
-    std::fprintf(stderr, "%s\n", src.error().message.c_str());
-    std::exit(1);
-  }
-  auto model = engine::Model::load(src.value());
-  if (!model) {
-    std::fprintf(stderr, "%s\n", model.error().message.c_str());
-    std::exit(1);
-  }
-  return std::make_unique<engine::Engine>(
-      std::move(model).value(), engine::EngineOptions{threads, n_ctx, /*batch_invariant=*/true});
-}
 
 // One prefill of every input, in passes of at most `batch` tokens as the embeddings runner makes
 // them (whole inputs while they fit). Seconds.
@@ -172,11 +158,11 @@ int main(int argc, char** argv) {
     }
   }
   const int64_t n_ctx = std::max<int64_t>(a.tokens, 64);
-  auto prefill_engine = load_engine(a.model, a.threads, n_ctx);
+  auto prefill_engine = bench::load_engine_or_exit(a.model, a.threads, n_ctx);
   engine::SchedulerOptions so;
   so.embedding_batch_tokens = a.batch;
-  engine::Scheduler scheduler(load_engine(a.model, a.threads, n_ctx), so, engine::TokenPieceFn(),
-                              {});
+  engine::Scheduler scheduler(bench::load_engine_or_exit(a.model, a.threads, n_ctx), so,
+                              engine::TokenPieceFn(), {});
   auto pooling = engine::pooling_for(scheduler.model_config());
   if (!pooling) {
     std::fprintf(stderr, "%s\n", pooling.error().message.c_str());
@@ -200,8 +186,7 @@ int main(int argc, char** argv) {
   for (int rep = 0; rep < a.reps; ++rep) {
     const double p = prefill(*prefill_engine, inputs, a.batch, next_seq);
     const double e = embed(scheduler, inputs, *pooling);
-    std::printf("rep %d: prefill %.1f tok/s, embeddings %.1f tok/s\n", rep, tokens / p,
-                tokens / e);
+    std::printf("rep %d: prefill %.1f tok/s, embeddings %.1f tok/s\n", rep, tokens / p, tokens / e);
     best_prefill = std::min(best_prefill, p);
     best_embed = std::min(best_embed, e);
   }

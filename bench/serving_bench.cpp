@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_engine.h"
 #include "local_engine/gguf_source.h"
 #include "local_engine/scheduler.h"
 #include "model_tools/model_tools.h"
@@ -44,18 +45,7 @@ double seconds_since(Clock::time_point t) {
 
 std::unique_ptr<engine::Scheduler> make_scheduler(const std::string& path, int threads,
                                                   int64_t n_ctx, engine::SchedulerOptions options) {
-  auto src = engine::GgufSource::open(path);
-  if (!src) {
-    std::fprintf(stderr, "%s\n", src.error().message.c_str());
-    std::exit(1);
-  }
-  auto model = engine::Model::load(src.value());
-  if (!model) {
-    std::fprintf(stderr, "%s\n", model.error().message.c_str());
-    std::exit(1);
-  }
-  auto eng = std::make_unique<engine::Engine>(
-      std::move(model).value(), engine::EngineOptions{threads, n_ctx, /*batch_invariant=*/true});
+  auto eng = bench::load_engine_or_exit(path, threads, n_ctx);
   return std::make_unique<engine::Scheduler>(
       std::move(eng), std::move(options), engine::TokenPieceFn(), std::vector<engine::TokenId>());
 }

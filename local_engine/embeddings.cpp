@@ -111,7 +111,8 @@ void EmbeddingRunner::end(Engine& engine, uint64_t id, std::optional<Error> erro
       ++it;
     }
   }
-  const auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.id == id; });
+  const auto it =
+      std::find_if(jobs_.begin(), jobs_.end(), [&](const Job& j) { return j.id == id; });
   if (it == jobs_.end()) return;
   Job job = std::move(*it);
   jobs_.erase(it);

@@ -29,7 +29,8 @@ Result<Pooling> pooling_for(const ModelConfig& config);
 // Sums the hidden states a pooling keeps, over one or more forward passes of one input.
 class PoolAccumulator {
  public:
-  PoolAccumulator(Pooling pooling, int64_t dim) : pooling_(pooling), sum_(static_cast<size_t>(dim)) {}
+  PoolAccumulator(Pooling pooling, int64_t dim)
+      : pooling_(pooling), sum_(static_cast<size_t>(dim)) {}
   // Whether position `pos` of an input of `n` tokens is one the pooling reads.
   bool wants(int64_t pos, int64_t n) const;
   void add(std::span<const float> hidden);

@@ -72,9 +72,9 @@ TEST(LocalEmbeddings, DimensionsNeedAMatryoshkaModel) {
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().param, "dimensions");
   EXPECT_NE(refused.error().message.find("3 dimensions"), std::string::npos);
-  EXPECT_TRUE(plan_embeddings(model(), request(R"({"model":"m","input":[1],"dimensions":3})"),
-                              nullptr)
-                  .has_value());
+  EXPECT_TRUE(
+      plan_embeddings(model(), request(R"({"model":"m","input":[1],"dimensions":3})"), nullptr)
+          .has_value());
   auto job = plan_embeddings(model(false, /*matryoshka=*/true), r, nullptr);
   ASSERT_TRUE(job.has_value());
   EXPECT_EQ(job->dims, 2);
@@ -88,8 +88,8 @@ TEST(LocalEmbeddings, DimensionsNeedAMatryoshkaModel) {
 }
 
 TEST(LocalEmbeddings, UnknownMembersRefusedNotIgnored) {
-  auto job = plan_embeddings(model(), request(R"({"model":"m","input":[1],"truncate":true})"),
-                             nullptr);
+  auto job =
+      plan_embeddings(model(), request(R"({"model":"m","input":[1],"truncate":true})"), nullptr);
   ASSERT_FALSE(job.has_value());
   EXPECT_EQ(job.error().param, "truncate");
 }

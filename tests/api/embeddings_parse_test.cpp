@@ -54,18 +54,18 @@ TEST(EmbeddingsParse, InputAsTokenArrays) {
 
 TEST(EmbeddingsParse, InputRefusalsNameTheField) {
   for (const char* body : {
-           R"({"model":"m"})",                      // missing
-           R"({"model":"m","input":""})",           // empty string
-           R"({"model":"m","input":[]})",           // empty array
-           R"({"model":"m","input":["a",""]})",     // an empty string inside
-           R"({"model":"m","input":[[1],[]]})",     // an empty token array
-           R"({"model":"m","input":[1,-2]})",       // negative id
-           R"({"model":"m","input":[1,2.5]})",      // not an integer
-           R"({"model":"m","input":[1,"a"]})",      // mixed
-           R"({"model":"m","input":["a",[1]]})",    // mixed forms
+           R"({"model":"m"})",                       // missing
+           R"({"model":"m","input":""})",            // empty string
+           R"({"model":"m","input":[]})",            // empty array
+           R"({"model":"m","input":["a",""]})",      // an empty string inside
+           R"({"model":"m","input":[[1],[]]})",      // an empty token array
+           R"({"model":"m","input":[1,-2]})",        // negative id
+           R"({"model":"m","input":[1,2.5]})",       // not an integer
+           R"({"model":"m","input":[1,"a"]})",       // mixed
+           R"({"model":"m","input":["a",[1]]})",     // mixed forms
            R"({"model":"m","input":[4294967301]})",  // beyond int32
-           R"({"model":"m","input":{"a":1}})",      // an object
-           R"({"model":"m","input":null})",         // null
+           R"({"model":"m","input":{"a":1}})",       // an object
+           R"({"model":"m","input":null})",          // null
        }) {
     EXPECT_EQ(bad(body).param, "input") << body;
   }

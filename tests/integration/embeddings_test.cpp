@@ -93,6 +93,10 @@ class EmbeddingsTest : public OwnConfigTest {
       if (!has || !*has) break;
       std::vector<std::string> row;
       for (int i = 0; i < 5; ++i) {
+        if (stmt->is_null(i)) {
+          row.push_back("<null>");
+          continue;
+        }
         ledger::Value v = stmt->value_at(i);
         row.push_back(std::holds_alternative<int64_t>(v) ? std::to_string(std::get<int64_t>(v))
                                                          : std::get<std::string>(v));
@@ -132,7 +136,8 @@ TEST_F(EmbeddingsTest, LocalEngineAnswersInOpenAiShape) {
   // Token ids in, token ids counted.
   json ids = embed({{"model", "local"}, {"input", json::array({1, 2, 3})}});
   EXPECT_EQ(ids["usage"]["prompt_tokens"], 3);
-  json base64 = embed({{"model", "local"}, {"input", "another text"}, {"encoding_format", "base64"}});
+  json base64 =
+      embed({{"model", "local"}, {"input", "another text"}, {"encoding_format", "base64"}});
   EXPECT_EQ(from_base64(base64["data"][0]["embedding"].get<std::string>()),
             floats(one["data"][0]["embedding"]));
 
@@ -198,8 +203,10 @@ TEST_F(EmbeddingsTest, ChunkedLongInputsAndMatryoshkaDimensions) {
 
 TEST_F(EmbeddingsTest, HttpBackendPassThrough) {
   start();
-  json j = embed({{"model", "up-emb"}, {"input", json::array({"one two", "three"})},
-                  {"dimensions", 4}, {"user", "u-1"}});
+  json j = embed({{"model", "up-emb"},
+                  {"input", json::array({"one two", "three"})},
+                  {"dimensions", 4},
+                  {"user", "u-1"}});
   EXPECT_EQ(j["model"], "up-emb");  // the alias, not the upstream's name
   ASSERT_EQ(j["data"].size(), 2u);
   EXPECT_EQ(j["usage"]["prompt_tokens"], 3);

@@ -239,7 +239,7 @@ TEST_P(EmbeddingsTest, RefusesWhatItCannotEmbed) {
 
 INSTANTIATE_TEST_SUITE_P(Poolings, EmbeddingsTest, ::testing::Values(-1, 1, 2),
                          [](const auto& info) {
-                           return info.param == 1 ? std::string("mean")
+                           return info.param == 1   ? std::string("mean")
                                   : info.param == 2 ? std::string("cls")
                                                     : std::string("last_default");
                          });

@@ -1,0 +1,31 @@
+// Benchmark support: an Engine loaded from a GGUF file (batch-invariant, as the local backend
+// runs it), exiting with the error message when the file does not load. Bench binaries only.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "local_engine/engine.h"
+#include "local_engine/gguf_source.h"
+
+namespace ferry::bench {
+
+inline std::unique_ptr<engine::Engine> load_engine_or_exit(const std::string& path, int threads,
+                                                           int64_t n_ctx) {
+  auto src = engine::GgufSource::open(path);
+  if (!src) {
+    std::fprintf(stderr, "%s\n", src.error().message.c_str());
+    std::exit(1);
+  }
+  auto model = engine::Model::load(src.value());
+  if (!model) {
+    std::fprintf(stderr, "%s\n", model.error().message.c_str());
+    std::exit(1);
+  }
+  return std::make_unique<engine::Engine>(
+      std::move(model).value(), engine::EngineOptions{threads, n_ctx, /*batch_invariant=*/true});
+}
+
+}  // namespace ferry::bench
