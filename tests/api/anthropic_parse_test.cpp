@@ -78,16 +78,13 @@ TEST(AnthropicParse, MaxTokensIsRequiredAndAPositiveInteger) {
   // count_tokens takes no max_tokens.
   Parsed c = parse_body(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})", true);
   EXPECT_FALSE(c.request.limits.max_tokens);
-  expect_400(error_of(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"x":1})"),
-             "x");
+  expect_400(error_of(R"({"model":"m","messages":[{"role":"user","content":"hi"}],"x":1})"), "x");
 }
 
 TEST(AnthropicParse, ModelAndMessagesAreRequired) {
-  expect_400(error_of(R"({"max_tokens":1,"messages":[{"role":"user","content":"hi"}]})"),
+  expect_400(error_of(R"({"max_tokens":1,"messages":[{"role":"user","content":"hi"}]})"), "model");
+  expect_400(error_of(R"({"model":5,"max_tokens":1,"messages":[{"role":"user","content":"hi"}]})"),
              "model");
-  expect_400(
-      error_of(R"({"model":5,"max_tokens":1,"messages":[{"role":"user","content":"hi"}]})"),
-      "model");
   expect_400(error_of(R"({"model":"m","max_tokens":1})"), "messages");
   expect_400(messages_error("[]"), "messages");
   expect_400(messages_error("{}"), "messages");
@@ -134,8 +131,8 @@ TEST(AnthropicParse, RolesContentAndEmptiness) {
   expect_400(messages_error(R"([{"role":"user","content":"a","name":"x"}])"), "messages.0.name");
   expect_400(messages_error(R"([5])"), "messages.0");
   // The final assistant turn (a prefill) may be empty.
-  Parsed p = parse_body(
-      body_with(R"([{"role":"user","content":"a"},{"role":"assistant","content":""}])"));
+  Parsed p =
+      parse_body(body_with(R"([{"role":"user","content":"a"},{"role":"assistant","content":""}])"));
   EXPECT_EQ(p.request.messages.size(), 2u);
 }
 
@@ -147,9 +144,10 @@ TEST(AnthropicParse, UnknownBlockTypesAreRefused) {
              "messages.0.content.0.type");
   expect_400(messages_error(R"([{"role":"user","content":[5]}])"), "messages.0.content.0");
   // A user's tool_use, an assistant's tool_result: each in the other role's set.
-  expect_400(messages_error(
-                 R"([{"role":"user","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}])"),
-             "messages.0.content.0");
+  expect_400(
+      messages_error(
+          R"([{"role":"user","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}])"),
+      "messages.0.content.0");
 }
 
 TEST(AnthropicParse, ToolUseAndToolResult) {
@@ -183,9 +181,10 @@ TEST(AnthropicParse, ToolResultBlocksAndIsError) {
             "content":[{"type":"text","text":"no"},{"type":"text","text":"such file"}]}]}])"));
   ASSERT_EQ(p.request.messages.size(), 3u);
   EXPECT_EQ(p.request.messages[2].content.text, "Error: no\nsuch file");
-  expect_400(messages_error(
-                 R"([{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":"yes"}]}])"),
-             "messages.2.content.0.is_error");
+  expect_400(
+      messages_error(
+          R"([{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":"yes"}]}])"),
+      "messages.2.content.0.is_error");
 }
 
 TEST(AnthropicParse, AToolResultNeedsAnEarlierToolUse) {
@@ -193,12 +192,14 @@ TEST(AnthropicParse, AToolResultNeedsAnEarlierToolUse) {
       R"([{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_x","content":"r"}]}])");
   expect_400(e, "messages.0.content.0");
   EXPECT_NE(e.message.find("toolu_x"), std::string::npos);
-  expect_400(messages_error(
-                 R"([{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":[]}]}])"),
-             "messages.1.content.0.input");
-  expect_400(messages_error(
-                 R"([{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}},{"type":"tool_use","id":"t","name":"f","input":{}}]}])"),
-             "messages.1.content.1.id");
+  expect_400(
+      messages_error(
+          R"([{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":[]}]}])"),
+      "messages.1.content.0.input");
+  expect_400(
+      messages_error(
+          R"([{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}},{"type":"tool_use","id":"t","name":"f","input":{}}]}])"),
+      "messages.1.content.1.id");
 }
 
 TEST(AnthropicParse, ThinkingBlocksBecomeReasoningContent) {
@@ -211,9 +212,10 @@ TEST(AnthropicParse, ThinkingBlocksBecomeReasoningContent) {
   EXPECT_EQ(a.content.text, "y");
   ASSERT_TRUE(a.extra.is_object());
   EXPECT_EQ(a.extra["reasoning_content"], "hmm");
-  expect_400(messages_error(
-                 R"([{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"thinking"}]}])"),
-             "messages.1.content.0.thinking");
+  expect_400(
+      messages_error(
+          R"([{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"thinking"}]}])"),
+      "messages.1.content.0.thinking");
 }
 
 TEST(AnthropicParse, ImagesAndServerToolsAreNativeOnly) {
@@ -248,10 +250,10 @@ TEST(AnthropicParse, CustomTools) {
              "tools.0.strict");
   expect_400(member_error(R"("tools":[{"type":"function","name":"f","input_schema":{}}])"),
              "tools.0");
-  EXPECT_EQ(member_error(
-                R"("tools":[{"name":"f","input_schema":{}},{"name":"f","input_schema":{}}])")
-                .param,
-            "tools");
+  EXPECT_EQ(
+      member_error(R"("tools":[{"name":"f","input_schema":{}},{"name":"f","input_schema":{}}])")
+          .param,
+      "tools");
 }
 
 TEST(AnthropicParse, ToolChoice) {
@@ -304,7 +306,8 @@ TEST(AnthropicParse, MetadataUserId) {
 }
 
 TEST(AnthropicParse, ThinkingConfigBecomesTemplateKwargs) {
-  std::string body = R"({"model":"m","max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":2048},"messages":[{"role":"user","content":"hi"}]})";
+  std::string body =
+      R"({"model":"m","max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":2048},"messages":[{"role":"user","content":"hi"}]})";
   Parsed p = parse_body(body);
   EXPECT_EQ(p.request.extra["chat_template_kwargs"]["enable_thinking"], true);
   Parsed off = parse(R"("thinking":{"type":"disabled"})");
@@ -314,6 +317,19 @@ TEST(AnthropicParse, ThinkingConfigBecomesTemplateKwargs) {
   // The budget must be below max_tokens (16 here).
   expect_400(member_error(R"("thinking":{"type":"enabled","budget_tokens":2048})"), "max_tokens");
   expect_400(member_error(R"("thinking":{"type":"on"})"), "thinking");
+  Parsed adaptive = parse(R"("thinking":{"type":"adaptive"})");
+  EXPECT_EQ(adaptive.request.extra["chat_template_kwargs"]["enable_thinking"], true);
+}
+
+TEST(AnthropicParse, ServerHintsAreAcceptedNotTranslated) {
+  // What Claude Code sends beside the conversation: hints about the server's own work.
+  Parsed p = parse(
+      R"("context_management":{"edits":[{"type":"clear_tool_uses_20250919"}]},"output_config":{"effort":"high"})");
+  EXPECT_FALSE(p.info.native_only);
+  EXPECT_FALSE(p.request.extra.contains("output_config"));
+  expect_400(member_error(R"("output_config":"high")"), "output_config");
+  Parsed mcp = parse(R"("mcp_servers":[])");
+  EXPECT_TRUE(mcp.info.native_only);
 }
 
 TEST(AnthropicParse, TranslatesToOpenAIChat) {
