@@ -480,7 +480,9 @@ std::optional<Error> parse_tool(const element& tool, const std::string& path, Ch
     }
     if (type != "custom") return unknown_tag(path, type, "'custom' or a server tool");
   }
-  if (auto e = f.check({"type", "name", "description", "input_schema", "cache_control"})) {
+  // defer_loading (Claude Code's tool search) is a hint to the server, not carried.
+  if (auto e = f.check(
+          {"type", "name", "description", "input_schema", "cache_control", "defer_loading"})) {
     return e;
   }
   Tool t;
@@ -588,7 +590,7 @@ std::optional<Error> parse_thinking(const element& v, int64_t max_tokens, ChatRe
   Fields f(v, "thinking");
   bool enabled = *type == "enabled";
   if (enabled) {
-    if (auto e = f.check({"type", "budget_tokens"})) return e;
+    if (auto e = f.check({"type", "budget_tokens", "display"})) return e;
     auto budget = f.get("budget_tokens");
     if (!budget) return invalid(f.path("budget_tokens"), "Field required");
     if (!is_integer(*budget)) {
@@ -605,8 +607,9 @@ std::optional<Error> parse_thinking(const element& v, int64_t max_tokens, ChatRe
                      "extended-thinking#max-tokens-and-context-window-size");
     }
   } else if (*type == "adaptive") {
-    // The model decides how much to think: thinking on, bounded by max_tokens.
-    if (auto e = f.check({"type"})) return e;
+    // The model decides how much to think: thinking on, bounded by max_tokens. `display`
+    // (whether thinking is shown summarised) is the client's.
+    if (auto e = f.check({"type", "display"})) return e;
     enabled = true;
   } else if (*type == "disabled") {
     if (auto e = f.check({"type"})) return e;

@@ -73,7 +73,7 @@ function run_claude(base_url, home, prompt) {
     ANTHROPIC_DEFAULT_HAIKU_MODEL: kModel,
     ANTHROPIC_DEFAULT_SONNET_MODEL: kModel,
     ANTHROPIC_DEFAULT_OPUS_MODEL: kModel,
-    CLAUDE_CODE_MAX_OUTPUT_TOKENS: '16',
+    CLAUDE_CODE_MAX_OUTPUT_TOKENS: '32',
     DISABLE_TELEMETRY: '1',
     DISABLE_AUTOUPDATER: '1',
     DISABLE_ERROR_REPORTING: '1',
@@ -145,10 +145,12 @@ async function main() {
     console.log(`claude code sent ${seen.length} request(s):\n${describe(seen)}`);
     fs.writeFileSync(path.join(work, 'requests.json'), JSON.stringify(seen, null, 1));
     if (run.err.trim()) console.log(`claude code stderr:\n${run.err.slice(-4000)}`);
-    assert.equal(run.code, 0, `claude exited ${run.code}: ${run.out.slice(-2000)}`);
     const result = JSON.parse(run.out.trim().split('\n').at(-1));
     console.log(`claude code result: ${JSON.stringify({ ...result, result: undefined })}`);
-    assert.equal(result.is_error, false, run.out);
+    // Random weights rarely end their turn: an answer cut at the output limit is the model's
+    // outcome (Claude Code reports it as is_error), not a protocol error.
+    const cut = /exceeded the \d+ output token maximum/.test(result.result ?? '');
+    assert.ok(result.is_error === false || cut, run.out);
     assert.equal(result.type, 'result');
     assert.ok(result.session_id, 'the result names its session');
     const messages = seen.filter((r) => r.path.startsWith('/v1/messages'));
