@@ -70,8 +70,8 @@ class MessagesTest : public OwnConfigTest {
   }
 
   std::string ledger_csv() {
-    auto r = http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "",
-                          auth_headers(kAdminKey));
+    auto r =
+        http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "", auth_headers(kAdminKey));
     EXPECT_TRUE(r);
     return r ? r->body : std::string();
   }
@@ -174,7 +174,8 @@ TEST_F(MessagesTest, PassedThroughToANativeBackend) {
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   json j = r->body_json();
-  EXPECT_TRUE(j["id"].get<std::string>().starts_with("msg_up_")) << "relayed as the backend sent it";
+  EXPECT_TRUE(j["id"].get<std::string>().starts_with("msg_up_"))
+      << "relayed as the backend sent it";
   EXPECT_EQ(j["model"], "claude-native");
   EXPECT_EQ(j["content"][0]["text"], "echo: native hello");
   json last = upstream_last_request(upstream_.address);
@@ -188,9 +189,9 @@ TEST_F(MessagesTest, PassedThroughToANativeBackend) {
   EXPECT_NE(headers.find("tools-2024-05-16"), std::string::npos) << headers;
 
   // Streamed: Anthropic's events relayed, the usage read from them for the ledger.
-  StreamResult s = stream_request(ferry_.address, "/v1/messages",
-                                  message_body("claude-native", "a b c", true),
-                                  {"x-api-key: " + std::string(kAppKey), "x-ferry-task: t-native"});
+  StreamResult s =
+      stream_request(ferry_.address, "/v1/messages", message_body("claude-native", "a b c", true),
+                     {"x-api-key: " + std::string(kAppKey), "x-ferry-task: t-native"});
   ASSERT_TRUE(s.head);
   ASSERT_EQ(s.head->status, 200);
   ASSERT_FALSE(s.events.empty());
@@ -232,8 +233,8 @@ TEST_F(MessagesTest, AuthWithXApiKeyOrBearer) {
   ASSERT_TRUE(key);
   EXPECT_EQ(key->status, 200) << key->body;
   // The same key on the OpenAI endpoint.
-  auto chat = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "x"),
-                        x_api_key());
+  auto chat =
+      post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "x"), x_api_key());
   ASSERT_TRUE(chat);
   EXPECT_EQ(chat->status, 200) << chat->body;
 }
@@ -249,8 +250,7 @@ TEST_F(MessagesTest, EveryErrorPathInAnthropicsShape) {
   expect_error(post(message_body("hang", "x")), 504, "timeout_error");
   expect_error(post(message_body("native-fail-429", "x")), 429, "rate_limit_error");
   // A spent budget.
-  expect_error(post(message_body("gpt-test", "x"), x_api_key(kHashedKey)), 429,
-               "rate_limit_error");
+  expect_error(post(message_body("gpt-test", "x"), x_api_key(kHashedKey)), 429, "rate_limit_error");
   // Bad input: not JSON, a wrong type, missing max_tokens.
   auto raw = http_request(ferry_.address, "POST", "/v1/messages", "{not json", x_api_key());
   expect_error(raw, 400, "invalid_request_error");
@@ -265,9 +265,9 @@ TEST_F(MessagesTest, EveryErrorPathInAnthropicsShape) {
   auto big = post(message_body("gpt-test", huge));
   expect_error(big, 413, "request_too_large");
   // Mid-stream: the upstream closes after a few chunks.
-  StreamResult cut = stream_request(ferry_.address, "/v1/messages",
-                                    message_body("close-mid-stream", "a b c d e f", true),
-                                    x_api_key());
+  StreamResult cut =
+      stream_request(ferry_.address, "/v1/messages",
+                     message_body("close-mid-stream", "a b c d e f", true), x_api_key());
   ASSERT_TRUE(cut.head);
   EXPECT_EQ(cut.head->status, 200);
   ASSERT_FALSE(cut.events.empty());
@@ -308,8 +308,7 @@ TEST_F(MessagesTest, PolicyRefusalAndExhaustedFallbacksInAnthropicsShape) {
   ASSERT_TRUE(on_messages);
   EXPECT_EQ(on_messages->status, 200) << on_messages->body;
   EXPECT_EQ(on_messages->header("x-ferry-rule").value_or(""), "api");
-  auto on_chat =
-      post_json(ferry_.address, "/v1/chat/completions", chat_body("messages-only", "x"));
+  auto on_chat = post_json(ferry_.address, "/v1/chat/completions", chat_body("messages-only", "x"));
   ASSERT_TRUE(on_chat);
   EXPECT_EQ(on_chat->status, 400) << on_chat->body;
   EXPECT_TRUE(on_chat->body_json().contains("error")) << "OpenAI's shape on the chat endpoint";
@@ -350,8 +349,8 @@ TEST_F(MessagesTest, CountTokensRoutesLikeTheAnswerWithoutALedgerRow) {
   expect_error(post(unknown, h, "/v1/messages/count_tokens"), 404, "not_found_error");
   // Neither the upstream nor the ledger saw it.
   EXPECT_EQ(upstream_stats(upstream_.address)["requests"], 0);
-  auto answered = post(message_body("gpt-test", "x"), {"x-api-key: " + std::string(kAppKey),
-                                                       "x-ferry-task: t-after"});
+  auto answered = post(message_body("gpt-test", "x"),
+                       {"x-api-key: " + std::string(kAppKey), "x-ferry-task: t-after"});
   ASSERT_TRUE(answered);
   ASSERT_EQ(rows_with("t-after").size(), 1u);
   EXPECT_TRUE(rows_with("t-count", 0).empty());
