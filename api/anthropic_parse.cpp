@@ -144,19 +144,21 @@ Error unknown_tag(const std::string& path, std::string_view tag, std::string_vie
 // Block types Anthropic's own tools produce and only its API (a native backend) takes back.
 bool native_block(std::string_view type) {
   static constexpr std::string_view kNative[] = {
-      "server_tool_use",      "web_search_tool_result",     "web_fetch_tool_result",
-      "mcp_tool_use",         "mcp_tool_result",            "code_execution_tool_result",
-      "container_upload",     "bash_code_execution_tool_result",
-      "search_result",        "text_editor_code_execution_tool_result"};
+      "server_tool_use",       "web_search_tool_result",
+      "web_fetch_tool_result", "mcp_tool_use",
+      "mcp_tool_result",       "code_execution_tool_result",
+      "container_upload",      "bash_code_execution_tool_result",
+      "search_result",         "text_editor_code_execution_tool_result"};
   return std::find(std::begin(kNative), std::end(kNative), type) != std::end(kNative);
 }
 
 void note_native(AnthropicParseInfo& info, const std::string& path, const std::string& what) {
   if (info.native_only) return;
   info.native_only =
-      invalid(path, what + " cannot be translated for this model's backend (it does not speak "
-                           "the Messages API natively); send it to a backend with `apis: "
-                           "[messages]`");
+      invalid(path, what +
+                        " cannot be translated for this model's backend (it does not speak "
+                        "the Messages API natively); send it to a backend with `apis: "
+                        "[messages]`");
 }
 
 // A text block's text (type "text": text, cache_control, citations).
@@ -206,9 +208,9 @@ std::optional<Error> parse_system(const element& v, ChatRequest& out) {
 // One turn after merging: its role and blocks (a string content is one text block).
 struct Turn {
   Role role = Role::kUser;
-  size_t index = 0;  // the first message of the turn (for paths)
+  size_t index = 0;                                     // the first message of the turn (for paths)
   std::vector<std::pair<element, std::string>> blocks;  // block, path
-  std::string text;  // a string content (when `string_content`)
+  std::string text;                                     // a string content (when `string_content`)
   bool string_content = false;
 };
 
@@ -405,12 +407,12 @@ std::optional<Error> read_turns(const element& v, std::vector<Turn>& turns) {
     auto content = f.get("content");
     if (!content) return invalid(f.path("content"), "Field required");
     if (!content->is_string() && !content->is_array()) {
-      return invalid(f.path("content"),
-                     std::string("Input should be a valid string or list, got ") +
-                         kind_of(*content));
+      return invalid(
+          f.path("content"),
+          std::string("Input should be a valid string or list, got ") + kind_of(*content));
     }
-    bool empty = content->is_string() ? string_of(*content).empty()
-                                      : array_of(*content).size() == 0;
+    bool empty =
+        content->is_string() ? string_of(*content).empty() : array_of(*content).size() == 0;
     bool last = i + 1 == array_of(v).size();
     if (empty && !(last && r == Role::kAssistant)) {
       return invalid(f.path("content"),
@@ -458,10 +460,9 @@ std::optional<Error> parse_messages(const element& v, ChatRequest& out, Anthropi
 
 // Anthropic's server tools (versioned type names), which only its API runs.
 bool server_tool(std::string_view type) {
-  static constexpr std::string_view kPrefixes[] = {"web_search_", "web_fetch_",
-                                                   "bash_",       "text_editor_",
-                                                   "computer_",   "code_execution_",
-                                                   "memory_",     "tool_search_tool_"};
+  static constexpr std::string_view kPrefixes[] = {
+      "web_search_", "web_fetch_",      "bash_",   "text_editor_",
+      "computer_",   "code_execution_", "memory_", "tool_search_tool_"};
   return std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
                      [&](std::string_view p) { return type.starts_with(p); });
 }
@@ -479,7 +480,9 @@ std::optional<Error> parse_tool(const element& tool, const std::string& path, Ch
     }
     if (type != "custom") return unknown_tag(path, type, "'custom' or a server tool");
   }
-  if (auto e = f.check({"type", "name", "description", "input_schema", "cache_control"})) {
+  // defer_loading (Claude Code's tool search) is a hint to the server, not carried.
+  if (auto e = f.check(
+          {"type", "name", "description", "input_schema", "cache_control", "defer_loading"})) {
     return e;
   }
   Tool t;
@@ -498,7 +501,8 @@ std::optional<Error> parse_tool(const element& tool, const std::string& path, Ch
   }
   auto schema = f.get("input_schema");
   if (!schema) return invalid(f.path("input_schema"), "Field required");
-  if (auto e = expect(*schema, element_type::OBJECT, f.path("input_schema"), "a valid dictionary")) {
+  if (auto e =
+          expect(*schema, element_type::OBJECT, f.path("input_schema"), "a valid dictionary")) {
     return e;
   }
   t.parameters = to_json(*schema);
@@ -586,7 +590,7 @@ std::optional<Error> parse_thinking(const element& v, int64_t max_tokens, ChatRe
   Fields f(v, "thinking");
   bool enabled = *type == "enabled";
   if (enabled) {
-    if (auto e = f.check({"type", "budget_tokens"})) return e;
+    if (auto e = f.check({"type", "budget_tokens", "display"})) return e;
     auto budget = f.get("budget_tokens");
     if (!budget) return invalid(f.path("budget_tokens"), "Field required");
     if (!is_integer(*budget)) {
@@ -602,10 +606,15 @@ std::optional<Error> parse_thinking(const element& v, int64_t max_tokens, ChatRe
                      "our documentation at https://docs.claude.com/en/docs/build-with-claude/"
                      "extended-thinking#max-tokens-and-context-window-size");
     }
+  } else if (*type == "adaptive") {
+    // The model decides how much to think: thinking on, bounded by max_tokens. `display`
+    // (whether thinking is shown summarised) is the client's.
+    if (auto e = f.check({"type", "display"})) return e;
+    enabled = true;
   } else if (*type == "disabled") {
     if (auto e = f.check({"type"})) return e;
   } else {
-    return unknown_tag("thinking", *type, "'enabled', 'disabled'");
+    return unknown_tag("thinking", *type, "'enabled', 'adaptive', 'disabled'");
   }
   if (out.extra.is_null()) out.extra = Json::object();
   out.extra["chat_template_kwargs"] = Json{{"enable_thinking", enabled}};
@@ -633,12 +642,12 @@ std::optional<Error> parse_limits(const Fields& f, const AnthropicParseOptions& 
   if (max_tokens) {
     int64_t n = 0;
     if (!is_integer(*max_tokens) || max_tokens->get_int64().get(n) != simdjson::SUCCESS) {
-      return invalid("max_tokens", std::string("Input should be a valid integer, got ") +
-                                       kind_of(*max_tokens));
+      return invalid("max_tokens",
+                     std::string("Input should be a valid integer, got ") + kind_of(*max_tokens));
     }
     if (n < 1 || n > kMaxTokensLimit) {
-      return invalid("max_tokens", "Input should be between 1 and " +
-                                       std::to_string(kMaxTokensLimit));
+      return invalid("max_tokens",
+                     "Input should be between 1 and " + std::to_string(kMaxTokensLimit));
     }
     out.limits.max_tokens = n;
   }
@@ -676,7 +685,7 @@ std::optional<Error> parse_limits(const Fields& f, const AnthropicParseOptions& 
 // Top-level members only Anthropic's API acts on: a native backend takes them, translation
 // cannot honour them.
 bool native_member(std::string_view key) {
-  return key == "container" || key == "mcp_servers" || key == "context_management";
+  return key == "container" || key == "mcp_servers";
 }
 
 }  // namespace
@@ -701,11 +710,11 @@ Status parse_anthropic_into(std::string_view body, ChatRequest& out, AnthropicPa
   }
   auto extra = options.count_tokens
                    ? f.check({"model", "messages", "system", "tools", "tool_choice", "thinking",
-                              "mcp_servers", "context_management"})
+                              "mcp_servers", "context_management", "output_config"})
                    : f.check({"model", "messages", "system", "max_tokens", "stop_sequences",
                               "stream", "temperature", "top_p", "top_k", "tools", "tool_choice",
                               "metadata", "thinking", "service_tier", "container", "mcp_servers",
-                              "context_management"});
+                              "context_management", "output_config"});
   if (auto e = extra) {
     Error error = *e;
     // Fields is rooted at "": its paths start with a dot.
@@ -736,9 +745,16 @@ Status parse_anthropic_into(std::string_view body, ChatRequest& out, AnthropicPa
   if (auto t = f.get("thinking")) {
     if (auto e = parse_thinking(*t, out.limits.max_tokens.value_or(0), out)) return *e;
   }
+  // Hints about the server's own work (clearing old tool results near the context's end, how
+  // much effort to spend), not about the answer's form: a native backend gets them in the raw
+  // body; translated, they have no counterpart and are not carried.
+  for (const char* hint : {"context_management", "output_config"}) {
+    if (auto h = f.get(hint)) {
+      if (auto e = expect(*h, element_type::OBJECT, hint, "a valid dictionary")) return *e;
+    }
+  }
   if (auto s = f.get("service_tier")) {
-    if (!s->is_string() ||
-        (string_of(*s) != "auto" && string_of(*s) != "standard_only")) {
+    if (!s->is_string() || (string_of(*s) != "auto" && string_of(*s) != "standard_only")) {
       return invalid("service_tier", "Input should be 'auto' or 'standard_only'");
     }
   }

@@ -49,8 +49,10 @@ struct AnthropicParseInfo {
 // - `thinking` {type: enabled, budget_tokens >= 1024 and < max_tokens} | {type: disabled}:
 //   chat_template_kwargs.enable_thinking true / false in the typed request's extra (what vLLM,
 //   llama.cpp and Qwen / DeepSeek templates read); the budget is bounded by max_tokens.
-// - `cache_control` on blocks and tools is a caching hint (it does not change an answer): kept
-//   for native backends in the raw body, not carried when translated.
+// - `cache_control` on blocks and tools, `context_management` and `output_config` (what Claude
+//   Code sends) are hints about the server's own work, not the answer's form: kept for native
+//   backends in the raw body, not carried when translated. `thinking` {type: adaptive} is
+//   thinking on. `container` and `mcp_servers` are native only.
 // - Any other top-level member, an unknown block type, a wrong type, an empty `messages`, a
 //   role other than user / assistant: a 400 as Anthropic words it.
 Status parse_anthropic_into(std::string_view body, ChatRequest& out, AnthropicParseInfo& info,

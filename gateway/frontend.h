@@ -43,8 +43,7 @@ struct FrontEnd {
   // The body parsed and validated into the typed request and its routing fields (this API's
   // errors). The body is moved in (ParsedRequest::raw). `count_only`: a token-count request
   // (Messages' count_tokens: no max_tokens).
-  Result<ParsedRequest> (*parse)(std::string body, const FrontEndHeaders& headers,
-                                 bool count_only);
+  Result<ParsedRequest> (*parse)(std::string body, const FrontEndHeaders& headers, bool count_only);
   // An error as this API shapes it: the HTTP status and the JSON body.
   api::WireBody (*error_body)(const Error& error, std::string_view request_id);
   // A stream that has begun ends with this error event (SSE bytes).

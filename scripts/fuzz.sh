@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 dir=${FERRY_FUZZ_BUILD_DIR:-build-fuzz}
-all_targets=(http_request openai_request sse_parser policy_loader config_loader gguf_reader
+all_targets=(http_request openai_request anthropic_request sse_parser policy_loader config_loader gguf_reader
   chat_template ledger_row)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")

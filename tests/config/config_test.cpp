@@ -39,6 +39,33 @@ models:
   EXPECT_EQ(cfg->models[0].upstream_model, "m");
 }
 
+TEST(Config, BackendApisDefaultToChatAndCompletions) {
+  auto cfg = load_config_text(R"(
+backends:
+  - { name: vllm, base_url: "http://h:1/v1" }
+  - { name: anthropic, base_url: "http://h:2/v1", apis: [messages] }
+  - { name: both, base_url: "http://h:3/v1", apis: [chat, completions, messages, responses] }
+models:
+  - { name: m, backend: vllm }
+)",
+                              "t.yaml");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  EXPECT_TRUE(cfg->find_backend("vllm")->speaks("chat"));
+  EXPECT_TRUE(cfg->find_backend("vllm")->speaks("completions"));
+  EXPECT_FALSE(cfg->find_backend("vllm")->speaks("messages"));
+  EXPECT_TRUE(cfg->find_backend("anthropic")->speaks("messages"));
+  EXPECT_FALSE(cfg->find_backend("anthropic")->speaks("chat"));
+  EXPECT_TRUE(cfg->find_backend("both")->speaks("responses"));
+  for (const char* bad : {"[chat, telepathy]", "[]", "[chat, chat]", "chat"}) {
+    auto refused = load_config_text(
+        std::string("backends:\n  - { name: b, base_url: \"http://h:1/v1\", apis: ") + bad +
+            " }\nmodels:\n  - { name: m, backend: b }\n",
+        "t.yaml");
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_NE(refused.error().message.find("apis"), std::string::npos) << refused.error().message;
+  }
+}
+
 TEST(Config, UnknownKeyIsRefusedWithLineAndColumn) {
   auto cfg = load_config_text("server:\n  listen: 127.0.0.1:1\n  lisen: x\n", "c.yaml");
   ASSERT_FALSE(cfg);

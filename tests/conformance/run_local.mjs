@@ -62,6 +62,7 @@ ${local_backend('cpu-small', model, '    max_sequences: 1\n    max_queue: 0\n   
 ${local_backend('cpu-nocache', model, '    prefix_cache: false\n')}\
 ${local_backend('cpu-tools', model, `    chat_template: ${JSON.stringify(kHermesTemplate)}\n`)}\
   - { name: b, base_url: "${b_url}/v1" }
+  - { name: b-native, base_url: "${b_url}/v1", apis: [chat, completions, messages] }
   - { name: up, base_url: "${upstream_url}/v1" }
   - { name: nowhere, base_url: "http://127.0.0.1:${dead_port}/v1", timeouts: { connect_ms: 2000 } }
 models:
@@ -70,6 +71,7 @@ models:
   - { name: nocache, backend: cpu-nocache }
   - { name: local-tools, backend: cpu-tools }
   - { name: remote, backend: b, upstream_model: tiny }
+  - { name: remote-native, backend: b-native, upstream_model: tiny }
   - { name: broken, backend: up, upstream_model: fail-500 }
   - { name: down, backend: nowhere }
 policy: { file: ${dir}/policies.yaml, watch: false }
@@ -88,14 +90,16 @@ const kPolicy = `targets:
   nocache: nocache
   tools: local-tools
   remote: remote
+  remote_native: remote-native
   broken: broken
   down: down
-models: [local, small, nocache, local-tools, remote, fallback-to-local, full-then-remote]
+models: [local, small, nocache, local-tools, remote, remote-native, fallback-to-local, full-then-remote]
 rules:
   - { id: small, when: { model: small }, route: [small] }
   - { id: nocache, when: { model: nocache }, route: [nocache] }
   - { id: tools, when: { model: local-tools }, route: [tools] }
   - { id: remote, when: { model: remote }, route: [remote] }
+  - { id: remote-native, when: { model: remote-native }, route: [remote_native] }
   - { id: fallback-to-local, when: { model: fallback-to-local }, route: [broken, down, local] }
   - { id: full-then-remote, when: { model: full-then-remote }, route: [small, remote] }
 default: { route: [local] }

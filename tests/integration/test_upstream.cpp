@@ -21,6 +21,8 @@
 //   chunky             write the response in tiny pieces (1-5 bytes), each its own HTTP chunk
 // A request body member "x_test_usage" (a string holding JSON) is sent as the usage object
 // instead of the counted one, e.g. "{\"prompt_tokens\":-5,\"completion_tokens\":1e300}".
+// POST /v1/messages speaks Anthropic Messages natively (the same echo answer, fail-<status> as
+// Anthropic's error shape, streams as Anthropic's events), for ferry's pass-through.
 // Introspection: GET /_last_request (method, target, headers, body of the last /v1 request),
 // GET /_stats (connections, api_connections, requests, completed, cancelled, in_flight),
 // POST /_reset (zero the counters).
@@ -624,6 +626,81 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
   co_return Reply{keep_alive};
 }
 
+// Anthropic Messages, natively: the echo answer as a `message`, or its event stream.
+template <typename Stream>
+awaitable<Reply> serve_messages(Stream& stream, const http::request<http::string_body>& req) {
+  bool keep_alive = req.keep_alive();
+  Lcg rng{static_cast<uint64_t>(g_stats.requests) * 7919 + 17};
+  json body = json::parse(req.body(), nullptr, false);
+  std::string model = body.is_object() && body.contains("model") && body["model"].is_string()
+                          ? body["model"].get<std::string>()
+                          : std::string("echo");
+  Behaviour b = parse_behaviour(model);
+  if (b.fail_status != 0 || !body.is_object()) {
+    unsigned status = b.fail_status != 0 ? static_cast<unsigned>(b.fail_status) : 400u;
+    json err = {{"type", "error"},
+                {"error",
+                 {{"type", status == 429 ? "rate_limit_error" : "api_error"},
+                  {"message", "upstream: injected failure " + std::to_string(status)}}}};
+    co_await send_json(stream, status, err, keep_alive, false, rng);
+    ++g_stats.completed;
+    co_return Reply{keep_alive};
+  }
+  Answer answer = make_answer(body, true);
+  std::string stop = answer.finish_reason == "length" ? "max_tokens" : "end_turn";
+  std::string id = "msg_up_" + std::to_string(g_stats.requests);
+  json usage = {{"input_tokens", answer.prompt_tokens},
+                {"output_tokens", static_cast<int64_t>(answer.pieces.size())}};
+  if (!body.value("stream", false)) {
+    json out = {{"id", id},
+                {"type", "message"},
+                {"role", "assistant"},
+                {"model", model},
+                {"content", json::array({{{"type", "text"}, {"text", join(answer.pieces)}}})},
+                {"stop_reason", stop},
+                {"stop_sequence", nullptr},
+                {"usage", usage}};
+    bool ok = co_await send_json(stream, 200, out, keep_alive, false, rng);
+    ++g_stats.completed;
+    co_return Reply{ok && keep_alive};
+  }
+  auto event = [](const char* name, const json& data) {
+    return std::string("event: ") + name + "\ndata: " + dump(data) + "\n\n";
+  };
+  std::string out =
+      event("message_start",
+            {{"type", "message_start"},
+             {"message",
+              {{"id", id},
+               {"type", "message"},
+               {"role", "assistant"},
+               {"model", model},
+               {"content", json::array()},
+               {"stop_reason", nullptr},
+               {"stop_sequence", nullptr},
+               {"usage", {{"input_tokens", answer.prompt_tokens}, {"output_tokens", 1}}}}}});
+  out += event("content_block_start", {{"type", "content_block_start"},
+                                       {"index", 0},
+                                       {"content_block", {{"type", "text"}, {"text", ""}}}});
+  for (const auto& piece : answer.pieces) {
+    out += event("content_block_delta", {{"type", "content_block_delta"},
+                                         {"index", 0},
+                                         {"delta", {{"type", "text_delta"}, {"text", piece}}}});
+  }
+  out += event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}});
+  out += event("message_delta", {{"type", "message_delta"},
+                                 {"delta", {{"stop_reason", stop}, {"stop_sequence", nullptr}}},
+                                 {"usage", {{"output_tokens", usage["output_tokens"]}}}});
+  out += event("message_stop", {{"type", "message_stop"}});
+  std::string head =
+      "HTTP/1.1 200 OK\r\nServer: ferry_test_upstream\r\nContent-Type: text/event-stream\r\n"
+      "Content-Length: " +
+      std::to_string(out.size()) + (keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n");
+  bool ok = co_await write_raw(stream, head + out);
+  ++g_stats.completed;
+  co_return Reply{ok && keep_alive};
+}
+
 json models_json() {
   json data = json::array();
   for (const char* name :
@@ -697,6 +774,13 @@ awaitable<void> serve_http(Stream& stream) {
     }
     if (req.method() == http::verb::post && path == "/v1/embeddings") {
       Reply r = co_await serve_embeddings(stream, req);
+      if (!r.keep_alive) co_return;
+      continue;
+    }
+    if (req.method() == http::verb::post && path == "/v1/messages") {
+      ++g_stats.in_flight;
+      Reply r = co_await serve_messages(stream, req);
+      --g_stats.in_flight;
       if (!r.keep_alive) co_return;
       continue;
     }
