@@ -27,7 +27,8 @@ using Json = nlohmann::ordered_json;
 // The API a request came in through (the front-end), and the API a backend is spoken to in:
 // OpenAI chat/completions and completions, Anthropic Messages, OpenAI Responses. A typed
 // ChatRequest itself is chat- or completions-shaped (its `endpoint`); kMessages and kResponses
-// name front-ends and the backends that speak them natively. kEmbeddings: `/v1/embeddings` (its own typed request, api/embeddings_parse.h).
+// name front-ends and the backends that speak them natively. kEmbeddings: `/v1/embeddings` (its own
+// typed request, api/embeddings_parse.h).
 enum class Endpoint { kChatCompletions, kCompletions, kMessages, kResponses, kEmbeddings };
 // The API's short name: chat, completions, messages, responses (the policy fact `api`, the
 // backend config's `apis`, the metrics label).

@@ -1,7 +1,7 @@
 // The front-ends ferry serves, one descriptor each (OpenAI chat and completions, Anthropic
-// Messages, OpenAI embeddings; OpenAI Responses next): which api::Endpoint it is, its parser to the typed request,
-// its error shape, and the renderers of an answer translated from a backend that does not speak
-// it. Adding a front-end is one descriptor here and one row of the endpoint table.
+// Messages, OpenAI embeddings; OpenAI Responses next): which api::Endpoint it is, its parser to the
+// typed request, its error shape, and the renderers of an answer translated from a backend that
+// does not speak it. Adding a front-end is one descriptor here and one row of the endpoint table.
 // Thread-safety: the descriptors are constants; a StreamRenderer is one per stream.
 #pragma once
 
