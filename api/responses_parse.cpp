@@ -260,14 +260,26 @@ std::string text_of(const element& v) {
 // ============================================================================================
 
 // Item types that belong to OpenAI's built-in tools: only a native backend takes them.
-constexpr std::array<std::string_view, 20> kBuiltinItemTypes = {
-    "file_search_call",     "computer_call",         "computer_call_output",
-    "web_search_call",      "image_generation_call", "code_interpreter_call",
-    "local_shell_call",     "local_shell_call_output", "shell_call",
-    "shell_call_output",    "apply_patch_call",      "apply_patch_call_output",
-    "mcp_list_tools",       "mcp_approval_request",  "mcp_approval_response",
-    "mcp_call",             "custom_tool_call",      "custom_tool_call_output",
-    "tool_search_call",     "compaction"};
+constexpr std::array<std::string_view, 20> kBuiltinItemTypes = {"file_search_call",
+                                                                "computer_call",
+                                                                "computer_call_output",
+                                                                "web_search_call",
+                                                                "image_generation_call",
+                                                                "code_interpreter_call",
+                                                                "local_shell_call",
+                                                                "local_shell_call_output",
+                                                                "shell_call",
+                                                                "shell_call_output",
+                                                                "apply_patch_call",
+                                                                "apply_patch_call_output",
+                                                                "mcp_list_tools",
+                                                                "mcp_approval_request",
+                                                                "mcp_approval_response",
+                                                                "mcp_call",
+                                                                "custom_tool_call",
+                                                                "custom_tool_call_output",
+                                                                "tool_search_call",
+                                                                "compaction"};
 
 struct ItemContext {
   ResponsesRequest& out;
@@ -297,7 +309,8 @@ std::optional<Error> parse_parts(const element& content, const std::string& path
     }
     type = string_of(type_v.value_unsafe());
     if (type == "input_image" || type == "input_file" || type == "input_audio") {
-      note_native(ctx.out, native_only(where, "a content part of type '" + std::string(type) + "'"));
+      note_native(ctx.out,
+                  native_only(where, "a content part of type '" + std::string(type) + "'"));
       continue;
     }
     const bool output = type == "output_text" || type == "refusal";
@@ -306,7 +319,8 @@ std::optional<Error> parse_parts(const element& content, const std::string& path
                            {"input_text", "output_text", "refusal", "input_image", "input_file"});
     }
     if (output && role != Role::kAssistant) {
-      return fail("Invalid value: '" + std::string(type) + "'. Supported values are: 'input_text'," +
+      return fail("Invalid value: '" + std::string(type) +
+                      "'. Supported values are: 'input_text'," +
                       " 'input_image', and 'input_file' (a " + std::string(role_name(role)) +
                       " message's content).",
                   dot(where, "type"), "invalid_value");
@@ -323,7 +337,7 @@ std::optional<Error> parse_parts(const element& content, const std::string& path
 // A `message` item (type "message", or an easy input message with only role and content).
 std::optional<Error> parse_message_item(const simdjson::dom::object& item, const std::string& path,
                                         ItemContext& ctx) {
-  static constexpr std::array<std::string_view, 6> kKnown = {"type", "role",  "content",
+  static constexpr std::array<std::string_view, 6> kKnown = {"type", "role",   "content",
                                                              "id",   "status", "phase"};
   Fields f(item, kKnown, path);
   if (f.error()) return f.error();
@@ -339,7 +353,8 @@ std::optional<Error> parse_message_item(const simdjson::dom::object& item, const
   } else if (*role_text == "developer") {
     msg.role = Role::kDeveloper;
   } else {
-    return invalid_value(dot(path, "role"), *role_text, {"user", "assistant", "system", "developer"});
+    return invalid_value(dot(path, "role"), *role_text,
+                         {"user", "assistant", "system", "developer"});
   }
   auto content = f["content"];
   if (!content) return missing_parameter(dot(path, "content"));
@@ -411,8 +426,8 @@ std::optional<Error> parse_function_call_output(const simdjson::dom::object& ite
 // turns' reasoning (DeepSeek refuses `reasoning_content` in input, and chat templates drop it
 // from earlier turns), so it is left out as OpenAI leaves it out for non-reasoning models.
 std::optional<Error> check_reasoning(const simdjson::dom::object& item, const std::string& path) {
-  static constexpr std::array<std::string_view, 6> kKnown = {"type",    "id",     "summary",
-                                                             "content", "status", "encrypted_content"};
+  static constexpr std::array<std::string_view, 6> kKnown = {
+      "type", "id", "summary", "content", "status", "encrypted_content"};
   Fields f(item, kKnown, path);
   if (f.error()) return f.error();
   for (std::string_view key : {"summary", "content"}) {
@@ -431,8 +446,10 @@ std::optional<Error> parse_item(const element& v, const std::string& path, ItemC
   auto item = object_at(v, path);
   if (!item) return item.error();
   std::string_view type = "message";
-  if (auto t = item->at_key("type"); t.error() == simdjson::SUCCESS && !t.value_unsafe().is_null()) {
-    if (!t.value_unsafe().is_string()) return invalid_type(dot(path, "type"), "a string", t.value_unsafe());
+  if (auto t = item->at_key("type");
+      t.error() == simdjson::SUCCESS && !t.value_unsafe().is_null()) {
+    if (!t.value_unsafe().is_string())
+      return invalid_type(dot(path, "type"), "a string", t.value_unsafe());
     type = string_of(t.value_unsafe());
   } else if (item->at_key("role").error() != simdjson::SUCCESS) {
     return missing_parameter(dot(path, "type"));
@@ -442,8 +459,9 @@ std::optional<Error> parse_item(const element& v, const std::string& path, ItemC
   if (type == "function_call_output") return parse_function_call_output(*item, path, ctx);
   if (type == "reasoning") return check_reasoning(*item, path);
   if (type == "item_reference") {
-    return unsupported(path, "item references; continue a stored response with "
-                             "previous_response_id, or send the items themselves");
+    return unsupported(path,
+                       "item references; continue a stored response with "
+                       "previous_response_id, or send the items themselves");
   }
   if (std::find(kBuiltinItemTypes.begin(), kBuiltinItemTypes.end(), type) !=
       kBuiltinItemTypes.end()) {
@@ -469,25 +487,26 @@ std::optional<Error> parse_input(const std::optional<element>& input, ResponsesR
   ItemContext ctx{out, out.chat.messages};
   if (input->is_string()) {
     if (string_of(*input).empty()) {
-      return fail("Invalid 'input': empty string. Expected a string with minimum length 1, but "
-                  "got an empty string instead.",
-                  "input", "empty_string");
+      return fail(
+          "Invalid 'input': empty string. Expected a string with minimum length 1, but "
+          "got an empty string instead.",
+          "input", "empty_string");
     }
     Message msg;
     msg.role = Role::kUser;
     msg.content.form = Content::Form::kText;
     msg.content.text = std::string(string_of(*input));
     out.chat.messages.push_back(std::move(msg));
-    out.input_items = Json::array({Json{{"type", "message"},
-                                        {"role", "user"},
-                                        {"content", std::string(string_of(*input))}}});
+    out.input_items = Json::array(
+        {Json{{"type", "message"}, {"role", "user"}, {"content", std::string(string_of(*input))}}});
     return std::nullopt;
   }
   if (!input->is_array()) return invalid_type("input", "a string or an array", *input);
   if (array_of(*input).size() == 0) {
-    return fail("Invalid 'input': empty array. Expected an array with minimum length 1, but got "
-                "an empty array instead.",
-                "input", "empty_array");
+    return fail(
+        "Invalid 'input': empty array. Expected an array with minimum length 1, but got "
+        "an empty array instead.",
+        "input", "empty_array");
   }
   if (auto e = parse_items(*input, "input", ctx)) return e;
   out.input_items = to_json(*input);
@@ -511,23 +530,24 @@ bool builtin_tool_type(std::string_view type) {
 bool valid_function_name(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
   });
 }
 
 // {type: "function", name, description, parameters, strict}: flat, unlike chat's.
 std::optional<Error> parse_function_tool(const simdjson::dom::object& obj, const std::string& path,
                                          Tool& out) {
-  static constexpr std::array<std::string_view, 6> kKnown = {"type",       "name",  "description",
-                                                             "parameters", "strict", "defer_loading"};
+  static constexpr std::array<std::string_view, 6> kKnown = {
+      "type", "name", "description", "parameters", "strict", "defer_loading"};
   Fields f(obj, kKnown, path);
   if (f.error()) return f.error();
   auto name = f.required_string("name");
   if (!name) return name.error();
   if (!valid_function_name(*name)) {
-    return fail("Invalid '" + dot(path, "name") + "': string does not match pattern. Expected a "
-                "string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.",
+    return fail("Invalid '" + dot(path, "name") +
+                    "': string does not match pattern. Expected a "
+                    "string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.",
                 dot(path, "name"), "invalid_value");
   }
   out.name = std::string(*name);
@@ -568,8 +588,8 @@ std::optional<Error> parse_tools(const std::optional<element>& v, ResponsesReque
       note_native(out, native_only(path, "the built-in tool type '" + std::string(type) + "'"));
     } else {
       return invalid_value(dot(path, "type"), type,
-                           {"function", "file_search", "computer_use_preview", "web_search",
-                            "mcp", "code_interpreter", "image_generation", "local_shell"});
+                           {"function", "file_search", "computer_use_preview", "web_search", "mcp",
+                            "code_interpreter", "image_generation", "local_shell"});
     }
   }
   out.echo.tools = text_of(*v);
@@ -605,7 +625,8 @@ std::optional<Error> parse_tool_choice(const std::optional<element>& v, Response
     std::string_view type = string_of(type_v.value_unsafe());
     if (type != "function") {
       if (type == "allowed_tools" || builtin_tool_type(type)) {
-        note_native(out, native_only("tool_choice", "a tool_choice of type '" + std::string(type) + "'"));
+        note_native(
+            out, native_only("tool_choice", "a tool_choice of type '" + std::string(type) + "'"));
         out.echo.tool_choice = text_of(*v);
         return std::nullopt;
       }
@@ -739,10 +760,10 @@ std::optional<Error> parse_include(const std::optional<element>& v) {
   if (!v) return std::nullopt;
   if (!v->is_array()) return invalid_type("include", "an array", *v);
   static constexpr std::array<std::string_view, 8> kNoEffect = {
-      "reasoning.encrypted_content",          "file_search_call.results",
-      "web_search_call.results",              "web_search_call.action.sources",
-      "code_interpreter_call.outputs",        "computer_call_output.output.image_url",
-      "message.input_image.image_url",        "message.output_text.logprobs"};
+      "reasoning.encrypted_content",   "file_search_call.results",
+      "web_search_call.results",       "web_search_call.action.sources",
+      "code_interpreter_call.outputs", "computer_call_output.output.image_url",
+      "message.input_image.image_url", "message.output_text.logprobs"};
   size_t i = 0;
   for (element x : array_of(*v)) {
     const std::string path = at("include", i++);
@@ -752,11 +773,11 @@ std::optional<Error> parse_include(const std::optional<element>& v) {
       return unsupported(path, "logprobs are not rendered in Responses answers");
     }
     if (std::find(kNoEffect.begin(), kNoEffect.end(), s) == kNoEffect.end()) {
-      return invalid_value(path, s,
-                           {"reasoning.encrypted_content", "file_search_call.results",
-                            "web_search_call.action.sources", "code_interpreter_call.outputs",
-                            "computer_call_output.output.image_url",
-                            "message.input_image.image_url"});
+      return invalid_value(
+          path, s,
+          {"reasoning.encrypted_content", "file_search_call.results",
+           "web_search_call.action.sources", "code_interpreter_call.outputs",
+           "computer_call_output.output.image_url", "message.input_image.image_url"});
     }
   }
   return std::nullopt;
@@ -769,22 +790,25 @@ std::optional<Error> parse_metadata(const std::optional<element>& v, ResponsesRe
   auto obj = object_at(*v, "metadata");
   if (!obj) return obj.error();
   if (obj->size() > 16) {
-    return fail("Invalid 'metadata': too many properties. Expected an object with at most 16 "
-                "properties, but got an object with " +
-                    std::to_string(obj->size()) + " properties instead.",
-                "metadata", "object_above_max_properties");
+    return fail(
+        "Invalid 'metadata': too many properties. Expected an object with at most 16 "
+        "properties, but got an object with " +
+            std::to_string(obj->size()) + " properties instead.",
+        "metadata", "object_above_max_properties");
   }
   for (auto [key, value] : *obj) {
     const std::string path = dot("metadata", key);
     if (key.size() > 64) {
-      return fail("Invalid 'metadata': key '" + std::string(key) + "' is longer than 64 characters.",
-                  "metadata", "invalid_value");
+      return fail(
+          "Invalid 'metadata': key '" + std::string(key) + "' is longer than 64 characters.",
+          "metadata", "invalid_value");
     }
     if (!value.is_string()) return invalid_type(path, "a string", value);
     std::string_view s = string_of(value);
     if (s.size() > 512) {
-      return fail("Invalid '" + path + "': string too long. Expected a string with maximum length "
-                  "512.",
+      return fail("Invalid '" + path +
+                      "': string too long. Expected a string with maximum length "
+                      "512.",
                   path, "string_above_max_length");
     }
     if (key == "task_id") {
@@ -801,15 +825,38 @@ std::optional<Error> parse_metadata(const std::optional<element>& v, ResponsesRe
 }
 
 // The top-level members of a Responses request (the openai package's ResponseCreateParams).
-constexpr std::array<std::string_view, 32> kTopLevel = {
-    "model",           "input",          "instructions",        "tools",
-    "tool_choice",     "parallel_tool_calls", "max_output_tokens", "temperature",
-    "top_p",           "text",           "reasoning",           "store",
-    "stream",          "stream_options", "metadata",            "prompt_cache_key",
-    "user",            "truncation",     "include",             "previous_response_id",
-    "background",      "conversation",   "prompt",              "context_management",
-    "moderation",      "max_tool_calls", "prompt_cache_options", "prompt_cache_retention",
-    "safety_identifier", "service_tier", "top_logprobs",        "client_metadata"};
+constexpr std::array<std::string_view, 32> kTopLevel = {"model",
+                                                        "input",
+                                                        "instructions",
+                                                        "tools",
+                                                        "tool_choice",
+                                                        "parallel_tool_calls",
+                                                        "max_output_tokens",
+                                                        "temperature",
+                                                        "top_p",
+                                                        "text",
+                                                        "reasoning",
+                                                        "store",
+                                                        "stream",
+                                                        "stream_options",
+                                                        "metadata",
+                                                        "prompt_cache_key",
+                                                        "user",
+                                                        "truncation",
+                                                        "include",
+                                                        "previous_response_id",
+                                                        "background",
+                                                        "conversation",
+                                                        "prompt",
+                                                        "context_management",
+                                                        "moderation",
+                                                        "max_tool_calls",
+                                                        "prompt_cache_options",
+                                                        "prompt_cache_retention",
+                                                        "safety_identifier",
+                                                        "service_tier",
+                                                        "top_logprobs",
+                                                        "client_metadata"};
 using TopFields = Fields<kTopLevel.size()>;
 
 // Members ferry cannot honour: a clear 400 when they are set to anything but their default.
@@ -910,7 +957,8 @@ std::optional<Error> parse_sampling(const TopFields& f, const ParseOptions& opti
     return e;
   }
   out.echo.max_output_tokens = out.chat.limits.max_tokens.value_or(-1);
-  if (auto e = check_decimal(f["temperature"], "temperature", 0, 2, out.chat.sampling.temperature)) {
+  if (auto e =
+          check_decimal(f["temperature"], "temperature", 0, 2, out.chat.sampling.temperature)) {
     return e;
   }
   if (auto e = check_decimal(f["top_p"], "top_p", 0, 1, out.chat.sampling.top_p)) return e;
@@ -1018,9 +1066,9 @@ Status check_tool_outputs(const std::vector<Message>& messages) {
       for (const ToolCall& c : *m.tool_calls) calls.insert(c.id);
     }
     if (m.role == Role::kTool && m.tool_call_id && !calls.contains(*m.tool_call_id)) {
-      return fail("No tool call found for function call output with call_id " + *m.tool_call_id +
-                      ".",
-                  "input", "invalid_value");
+      return fail(
+          "No tool call found for function call output with call_id " + *m.tool_call_id + ".",
+          "input", "invalid_value");
     }
   }
   return {};

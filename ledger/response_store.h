@@ -27,14 +27,14 @@ struct ResponseStoreConfig {
 };
 
 struct StoredResponse {
-  std::string id;        // "resp_…"
-  std::string key_id;    // the API key that made it: only that key may continue or read it
-  std::string model;     // the model the client asked for
+  std::string id;      // "resp_…"
+  std::string key_id;  // the API key that made it: only that key may continue or read it
+  std::string model;   // the model the client asked for
   int64_t created_us = 0;
   int64_t expires_us = 0;  // 0: created_us + the configured keep
-  std::string items;     // JSON array: the input items that led to it (its history first)
-  std::string output;    // JSON array: its output items
-  std::string response;  // the whole response object, as it was sent
+  std::string items;       // JSON array: the input items that led to it (its history first)
+  std::string output;      // JSON array: its output items
+  std::string response;    // the whole response object, as it was sent
 };
 
 class ResponseStore {

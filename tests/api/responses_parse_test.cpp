@@ -285,10 +285,11 @@ TEST(ResponsesParse, ToolErrors) {
 }
 
 TEST(ResponsesParse, BuiltinToolsNeedANativeBackend) {
-  for (const char* type : {"web_search", "web_search_preview", "file_search", "computer_use_preview",
-                           "code_interpreter", "image_generation", "mcp", "local_shell"}) {
-    auto r = ok(std::string(R"("tools":[{"type":"function","name":"f"},{"type":")") + type +
-                R"("}])");
+  for (const char* type :
+       {"web_search", "web_search_preview", "file_search", "computer_use_preview",
+        "code_interpreter", "image_generation", "mcp", "local_shell"}) {
+    auto r =
+        ok(std::string(R"("tools":[{"type":"function","name":"f"},{"type":")") + type + R"("}])");
     ASSERT_TRUE(r.needs_native) << type;
     EXPECT_EQ(r.needs_native->param, "tools[1]");
     EXPECT_NE(r.needs_native->message.find(type), std::string::npos);
@@ -400,7 +401,8 @@ TEST(ResponsesParse, MetadataAndTaskId) {
   EXPECT_EQ(bad(R"("metadata":{"n":1})").param, "metadata.n");
   EXPECT_EQ(bad(R"("metadata":[])").type_code, "invalid_type");
   std::string many;
-  for (int i = 0; i < 17; ++i) many += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":\"v\"";
+  for (int i = 0; i < 17; ++i)
+    many += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":\"v\"";
   EXPECT_EQ(bad(R"("metadata":{)" + many + "}").type_code, "object_above_max_properties");
   EXPECT_EQ(bad(R"("metadata":{"v":")" + std::string(513, 'x') + R"("})").type_code,
             "string_above_max_length");

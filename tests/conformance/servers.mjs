@@ -27,15 +27,15 @@ function sleep_ms(ms) {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
-export function ensure_node_modules() {
-  const lock_hash = sha256_of_files([path.join(kHere, 'package.json'),
-                                     path.join(kHere, 'package-lock.json')]);
-  const marker = path.join(kHere, 'node_modules', '.ferry-lock-sha256');
+export function ensure_node_modules(dir = kHere) {
+  const lock_hash = sha256_of_files([path.join(dir, 'package.json'),
+                                     path.join(dir, 'package-lock.json')]);
+  const marker = path.join(dir, 'node_modules', '.ferry-lock-sha256');
   const installed = () => fs.existsSync(marker) && fs.readFileSync(marker, 'utf8').trim() === lock_hash;
   if (installed()) return;
 
   const lock_dir = path.join(os.tmpdir(),
-      'ferry-conformance-npm-' + createHash('sha256').update(kHere).digest('hex').slice(0, 12));
+      'ferry-conformance-npm-' + createHash('sha256').update(dir).digest('hex').slice(0, 12));
   const deadline = Date.now() + 240000;
   for (;;) {
     try {
@@ -54,9 +54,9 @@ export function ensure_node_modules() {
     console.log('conformance: node_modules missing or stale, running npm ci');
     const npm = process.env.FERRY_NPM || 'npm';
     const r = spawnSync(npm, ['ci', '--no-audit', '--no-fund', '--loglevel=error'],
-                        { cwd: kHere, stdio: 'inherit', timeout: 200000 });
+                        { cwd: dir, stdio: 'inherit', timeout: 200000 });
     if (r.error || r.status !== 0) {
-      throw new Error(`npm ci failed in ${kHere}: ${r.error ?? 'exit ' + r.status}`);
+      throw new Error(`npm ci failed in ${dir}: ${r.error ?? 'exit ' + r.status}`);
     }
     fs.writeFileSync(marker, lock_hash + '\n');
   } finally {

@@ -133,7 +133,8 @@ TEST(ResponseStore, TheLedgerConfigTakesTheKeep) {
   EXPECT_EQ(parse_ledger_config(node, "t.yaml").responses_keep_days, 7);
   EXPECT_EQ(parse_ledger_config(YAML::Load("{ path: /tmp/x.db }"), "t.yaml").responses_keep_days,
             30);
-  EXPECT_ANY_THROW(parse_ledger_config(YAML::Load("{ path: x, responses: { keep_days: 0 } }"), "t"));
+  EXPECT_ANY_THROW(
+      parse_ledger_config(YAML::Load("{ path: x, responses: { keep_days: 0 } }"), "t"));
   EXPECT_ANY_THROW(parse_ledger_config(YAML::Load("{ path: x, responses: { keep: 3 } }"), "t"));
 }
 
