@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "api/chat_request.h"
@@ -53,6 +54,9 @@ struct BackendRequest {
   bool stream = false;
   bool client_wants_usage = false;  // stream_options.include_usage as the client sent it
   std::string request_id;
+  // Headers sent upstream as the client sent them: a backend that speaks the client's API
+  // natively (Messages: anthropic-version, anthropic-beta). Empty otherwise.
+  std::vector<std::pair<std::string, std::string>> headers;
   // The model name the client asked for (an alias): every reply's `model` says this, never
   // the target's or upstream's name, so a client can send it back. Empty: left as it is.
   std::string reply_model;

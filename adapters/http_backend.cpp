@@ -23,6 +23,7 @@
 #include "adapters/openai_wire.h"
 #include "adapters/sse_parser.h"
 #include "adapters/timed_socket.h"
+#include "common/saturating.h"
 
 namespace ferry::adapters {
 
@@ -41,6 +42,59 @@ constexpr size_t kReadChunk = 16 * 1024;        // room for one read from the ba
 constexpr size_t kMaxErrorBodyBytes = 1 << 20;  // an error body we read to explain it
 constexpr auto kMaxIdleAge = std::chrono::seconds(30);
 constexpr auto kPeekAfter = std::chrono::milliseconds(1000);
+
+// ---- Anthropic Messages, for a backend that speaks it natively ----------------------------
+
+// A count member of Anthropic's usage: absent 0, not a non-negative int64 `malformed`.
+int64_t anthropic_count(const nlohmann::json& usage, const char* key, bool& malformed) {
+  auto it = usage.find(key);
+  if (it == usage.end() || it->is_null()) return 0;
+  if (!it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+    malformed = true;
+    return 0;
+  }
+  return it->get<int64_t>();
+}
+
+// Anthropic's usage as ferry counts it: the cache reads and writes are input tokens too.
+// `into` keeps what an earlier event said where this one is silent (message_delta carries the
+// final output count, message_start the input).
+void read_anthropic_usage(const nlohmann::json& usage, Usage& into) {
+  if (!usage.is_object()) return;
+  bool malformed = false;
+  if (usage.contains("input_tokens")) {
+    int64_t in = anthropic_count(usage, "input_tokens", malformed);
+    int64_t read = anthropic_count(usage, "cache_read_input_tokens", malformed);
+    int64_t made = anthropic_count(usage, "cache_creation_input_tokens", malformed);
+    // Saturating: the recorder then finds the count implausible, never a wrapped one.
+    into.prompt_tokens = saturating_add(saturating_add(in, read), made);
+    if (into.prompt_tokens < 0) malformed = true;
+    into.cached_tokens = read;
+  }
+  if (usage.contains("output_tokens")) {
+    into.completion_tokens = anthropic_count(usage, "output_tokens", malformed);
+  }
+  if (into.prompt_tokens >= 0 && into.completion_tokens >= 0) {
+    into.total_tokens = saturating_add(into.prompt_tokens, into.completion_tokens);
+  }
+  into.malformed = into.malformed || malformed;
+}
+
+// The path of an endpoint on an OpenAI-compatible (or Messages-speaking) server.
+const char* endpoint_path(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kChatCompletions:
+      return "/chat/completions";
+    case Endpoint::kCompletions:
+      return "/completions";
+    case Endpoint::kMessages:
+      return "/messages";
+    case Endpoint::kResponses:
+      return "/responses";
+  }
+  return "/chat/completions";
+}
 
 using PlainStream = TimedSocket;
 using TlsStream = beast::ssl_stream<TimedSocket>;
@@ -291,12 +345,15 @@ struct HttpBackend::Impl {
     // Feeds body bytes; why the stream is broken, when it is.
     std::optional<std::string> feed(std::string_view bytes) {
       bool malformed = false;
-      const bool ok = sse.feed(bytes, [&](std::string_view, std::string_view data) {
+      const bool messages = request.endpoint == Endpoint::kMessages;
+      const bool ok = sse.feed(bytes, [&](std::string_view event, std::string_view data) {
         if (saw_done || malformed) return;
-        if (data == "[DONE]") {
+        if (!messages && data == "[DONE]") {
           saw_done = true;
         } else if (!is_json_object(data)) {
           malformed = true;
+        } else if (messages) {
+          relay_message_event(event, data);
         } else {
           relay(data);
         }
@@ -320,6 +377,34 @@ struct HttpBackend::Impl {
       if (!action.forward) return;
       to_client.append("data: ");
       to_client.append(payload);
+      to_client.append("\n\n");
+    }
+
+    // A Messages stream, relayed verbatim (the model renamed in message_start): the usage of
+    // message_start and message_delta, the stop_reason; message_stop ends it.
+    void relay_message_event(std::string_view event, std::string_view data) {
+      std::optional<std::string> renamed;
+      if (event == "message_start" || event == "message_delta") {
+        auto j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
+        const nlohmann::json* holder = &j;
+        if (event == "message_start" && j.contains("message")) holder = &j["message"];
+        if (holder->is_object() && holder->contains("usage")) {
+          read_anthropic_usage((*holder)["usage"], reply.usage);
+        }
+        if (event == "message_delta" && j.contains("delta") && j["delta"].is_object()) {
+          const auto& stop = j["delta"].value("stop_reason", nlohmann::json());
+          if (stop.is_string()) reply.finish_reason = stop.get<std::string>();
+        }
+        if (event == "message_start" && !reply_model.empty()) {
+          renamed = with_quoted_model(data, reply_model);
+        }
+      } else if (event == "message_stop") {
+        saw_done = true;
+      }
+      to_client.append("event: ");
+      to_client.append(event);
+      to_client.append("\ndata: ");
+      to_client.append(renamed ? std::string_view(*renamed) : data);
       to_client.append("\n\n");
     }
   };
@@ -408,7 +493,7 @@ struct HttpBackend::Impl {
     if (auto end = co_await read_body(stream, conn, parser, body, sink, cancel, total)) {
       co_return std::move(*end);
     }
-    co_return settle(parser, body, std::move(reply), reply_model);
+    co_return settle(parser, body, std::move(reply), reply_model, request.endpoint);
   }
 
   // Reads the body after the head: parses what is buffered, reads from the socket only when the
@@ -509,7 +594,7 @@ struct HttpBackend::Impl {
   // early, a whole answer checked (OpenAI JSON), its usage and finish reason taken, its model
   // renamed.
   Exchange settle(const Parser& parser, Body& body, BackendReply reply,
-                  const std::string& reply_model) const {
+                  const std::string& reply_model, Endpoint request_endpoint) const {
     const bool whole = parser.is_done() && parser.keep_alive();
     if (reply.status < 200 || reply.status >= 300) {
       return ended(upstream_status_error(cfg.name, static_cast<unsigned>(reply.status), body.bytes),
@@ -526,15 +611,28 @@ struct HttpBackend::Impl {
         return ended(
             backend_error(ErrorCode::kBackendError, cfg.name, "sent a truncated response"));
       }
-      if (!is_openai_answer(body.bytes)) {
+      if (request_endpoint == Endpoint::kMessages) {
+        auto j = nlohmann::json::parse(body.bytes, nullptr, /*allow_exceptions=*/false);
+        if (!j.is_object() || !j.contains("content") || !j["content"].is_array()) {
+          return ended(backend_error(ErrorCode::kBackendError, cfg.name,
+                                     "answered with a body that is not a Messages answer (a JSON "
+                                     "object with a 'content' array)"),
+                       parser.keep_alive());
+        }
+        read_anthropic_usage(j.value("usage", nlohmann::json()), reply.usage);
+        const auto& stop = j.value("stop_reason", nlohmann::json());
+        if (stop.is_string()) reply.finish_reason = stop.get<std::string>();
+      } else if (!is_openai_answer(body.bytes)) {
         // The exchange was whole; only the answer is bad.
         return ended(backend_error(ErrorCode::kBackendError, cfg.name,
                                    "answered with a body that is not an OpenAI JSON answer (valid "
                                    "JSON with a 'choices' array)"),
                      parser.keep_alive());
       }
-      if (auto u = find_usage(body.bytes)) reply.usage = *u;
-      reply.finish_reason = find_finish_reason(body.bytes);
+      if (request_endpoint != Endpoint::kMessages) {
+        if (auto u = find_usage(body.bytes)) reply.usage = *u;
+        reply.finish_reason = find_finish_reason(body.bytes);
+      }
       if (!reply_model.empty()) {
         if (auto renamed = with_quoted_model(body.bytes, reply_model)) {
           body.bytes = std::move(*renamed);
@@ -583,8 +681,7 @@ asio::awaitable<Result<BackendReply>> HttpBackend::send(const BackendRequest& re
   head.reserve(256 + im.host_header.size() + im.cfg.path_prefix.size());
   head.append("POST ");
   head.append(im.cfg.path_prefix);
-  head.append(request.endpoint == Endpoint::kChatCompletions ? "/chat/completions"
-                                                             : "/completions");
+  head.append(endpoint_path(request.endpoint));
   head.append(" HTTP/1.1\r\nHost: ");
   head.append(im.host_header);
   head.append("\r\nUser-Agent: ferry\r\nContent-Type: application/json\r\nAccept: ");
@@ -592,6 +689,16 @@ asio::awaitable<Result<BackendReply>> HttpBackend::send(const BackendRequest& re
   if (im.cfg.api_key) {
     head.append("\r\nAuthorization: Bearer ");
     head.append(*im.cfg.api_key);
+    if (request.endpoint == Endpoint::kMessages) {
+      head.append("\r\nx-api-key: ");  // Anthropic's own header for the same key
+      head.append(*im.cfg.api_key);
+    }
+  }
+  for (const auto& [name, value] : request.headers) {
+    head.append("\r\n");
+    head.append(name);
+    head.append(": ");
+    head.append(value);
   }
   if (!request.request_id.empty()) {
     head.append("\r\nx-request-id: ");

@@ -23,9 +23,26 @@ namespace ferry::api {
 // as the client sent it, members in their order.
 using Json = nlohmann::ordered_json;
 
-// The API a request came in through; the endpoint of an OpenAI-compatible backend. (Issue 16's
-// front-ends add kMessages, kResponses, kEmbeddings here.)
-enum class Endpoint { kChatCompletions, kCompletions };
+// The API a request came in through (the front-end), and the API a backend is spoken to in:
+// OpenAI chat/completions and completions, Anthropic Messages, OpenAI Responses. A typed
+// ChatRequest itself is chat- or completions-shaped (its `endpoint`); kMessages and kResponses
+// name front-ends and the backends that speak them natively. (Issue 16: kEmbeddings next.)
+enum class Endpoint { kChatCompletions, kCompletions, kMessages, kResponses };
+// The API's short name: chat, completions, messages, responses (the policy fact `api`, the
+// backend config's `apis`, the metrics label).
+constexpr std::string_view endpoint_name(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kChatCompletions:
+      return "chat";
+    case Endpoint::kCompletions:
+      return "completions";
+    case Endpoint::kMessages:
+      return "messages";
+    case Endpoint::kResponses:
+      return "responses";
+  }
+  return "chat";
+}
 
 enum class Role { kSystem, kDeveloper, kUser, kAssistant, kTool, kFunction };
 std::string_view role_name(Role role);

@@ -27,6 +27,10 @@ std::string_view role_name(Role role) {
   return "app";
 }
 
+bool BackendConfig::speaks(std::string_view api) const {
+  return std::find(apis.begin(), apis.end(), api) != apis.end();
+}
+
 const BackendConfig* Config::find_backend(std::string_view name) const {
   for (const auto& b : backends) {
     if (b.name == name) return &b;
@@ -219,8 +223,19 @@ LocalEngineConfig parse_local_backend(const Map& bm) {
 
 void parse_http_backend(const Map& bm, BackendConfig& b) {
   bm.allow_only({"name", "kind", "base_url", "ca_file", "verify_peer", "api_key", "api_key_env",
-                 "timeouts", "max_idle_connections"});
+                 "timeouts", "max_idle_connections", "apis"});
   b.base_url = bm.str("base_url");
+  if (bm.has("apis")) {
+    b.apis = bm.str_list_or_empty("apis");
+    std::set<std::string_view> seen;
+    for (const auto& a : b.apis) {
+      if (std::find(std::begin(kKnownApis), std::end(kKnownApis), a) == std::end(kKnownApis)) {
+        bm.fail("apis", "unknown API '" + a + "'; known: chat, completions, messages, responses");
+      }
+      if (!seen.insert(a).second) bm.fail("apis", "'" + a + "' is listed twice");
+    }
+    if (b.apis.empty()) bm.fail("apis", "must list at least one API");
+  }
   parse_base_url(bm, b);
   b.ca_file = bm.opt_str("ca_file");
   b.verify_peer = bm.boolean_or("verify_peer", true);

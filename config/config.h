@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -94,7 +95,16 @@ struct BackendConfig {
   std::optional<std::string> api_key;  // sent upstream as a bearer token
   BackendTimeouts timeouts;
   int64_t max_idle_connections = 32;
+  // The APIs the backend speaks natively (`apis:`; kKnownApis' names). A request in one of them
+  // is passed through unchanged; any other is translated to chat. The in-process engine: chat
+  // and completions.
+  std::vector<std::string> apis = {"chat", "completions"};
+  bool speaks(std::string_view api) const;
 };
+
+// The API names a backend's `apis` may list (api::endpoint_name's words; config/ does not see
+// api/). Embeddings join when they are served.
+inline constexpr std::string_view kKnownApis[] = {"chat", "completions", "messages", "responses"};
 
 struct ModelConfig {
   std::string name;            // public name clients send

@@ -31,6 +31,8 @@ class Authenticator {
   bool enabled() const { return !by_hash_.empty(); }
   // `authorization` is the Authorization header value ("Bearer KEY"), possibly empty.
   Result<Principal> authenticate(std::string_view authorization) const;
+  // The key itself (Anthropic's `x-api-key` header); authenticate() ends here too.
+  Result<Principal> authenticate_key(std::string_view key) const;
 
  private:
   std::unordered_map<std::string, Principal> by_hash_;

@@ -78,6 +78,10 @@ asio::awaitable<bool> handle(ServerState& server, Stream& stream, Request& req, 
   try {
     HttpRequestView view{req.method_string(), req.target(),        req[http::field::authorization],
                          req["x-ferry-task"], req["x-ferry-tags"], std::move(req.body())};
+    view.api_key = req["x-api-key"];
+    view.session_header = req["x-claude-code-session-id"];
+    view.anthropic_version = req["anthropic-version"];
+    view.anthropic_beta = req["anthropic-beta"];
     direct = server.endpoints->dispatch(view, rec, job);
   } catch (const std::exception& e) {
     // A defect, not the client's fault: answer it and keep serving.

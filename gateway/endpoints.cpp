@@ -2,6 +2,7 @@
 
 #include "adapters/backend.h"
 #include "gateway/errors.h"
+#include "gateway/frontend.h"
 #include "gateway/metrics.h"
 #include "gateway/openai_request.h"
 
@@ -19,8 +20,14 @@ constexpr Endpoint kEndpoints[] = {
     {"GET", "/healthz", Access::kOpen, Handler::kHealthz},
     {"GET", "/readyz", Access::kOpen, Handler::kReadyz},
     {"GET", "/metrics", Access::kOpen, Handler::kMetrics},
-    {"POST", "/v1/chat/completions", Access::kApp, Handler::kChatCompletions},
-    {"POST", "/v1/completions", Access::kApp, Handler::kCompletions},
+    {"POST", "/v1/chat/completions", Access::kApp, Handler::kChatCompletions, AdminRoute::kNone,
+     api::Endpoint::kChatCompletions},
+    {"POST", "/v1/completions", Access::kApp, Handler::kCompletions, AdminRoute::kNone,
+     api::Endpoint::kCompletions},
+    {"POST", "/v1/messages", Access::kApp, Handler::kApi, AdminRoute::kNone,
+     api::Endpoint::kMessages},
+    {"POST", "/v1/messages/count_tokens", Access::kApp, Handler::kCountTokens, AdminRoute::kNone,
+     api::Endpoint::kMessages},
     {"GET", "/v1/models", Access::kApp, Handler::kModels},
     {"GET", "/v1/models/", Access::kApp, Handler::kModel},
     {"GET", "/admin/policy", Access::kAdmin, Handler::kAdmin, AdminRoute::kPolicyGet},
@@ -93,6 +100,14 @@ const Endpoint* find_endpoint(std::string_view method, std::string_view path, st
   return nullptr;
 }
 
+const FrontEnd* frontend_for_target(std::string_view target) {
+  std::string_view path = target.substr(0, target.find('?'));
+  for (const auto& e : kEndpoints) {
+    if (e.method == "POST" && path_matches(e, path)) return &frontend(e.api);
+  }
+  return nullptr;
+}
+
 Status authorize(const Endpoint& e, const Principal& principal) {
   if (e.access == Access::kOpen || e.access == Access::kApp) return {};
   bool ledger = e.access == Access::kFinance;
@@ -115,9 +130,16 @@ Reply error_reply(const Error& error) {
   return r;
 }
 
-Reply reply_error(RequestRecord& record, const Error& error) {
+Reply reply_error(RequestRecord& record, const Error& error, const FrontEnd* frontend) {
   record.error = error.message;
-  Reply r = error_reply(error);
+  Reply r;
+  if (frontend != nullptr) {
+    api::WireBody body = frontend->error_body(error, record.request_id);
+    r.status = body.status;
+    r.body = std::move(body.body);
+  } else {
+    r = error_reply(error);
+  }
   for (auto& h : retry_headers(error)) r.headers.push_back(std::move(h));
   return r;
 }
@@ -140,13 +162,15 @@ std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& re
                                         "", "invalid_target"));
   }
   if (auto open = open_endpoint(req, path)) return open;
+  std::string allow;
+  const Endpoint* endpoint = find_endpoint(req.method, path, allow);
+  // Errors from here on are in the endpoint's front-end shape (Anthropic's on /v1/messages).
+  const FrontEnd* fe = endpoint != nullptr ? &frontend(endpoint->api) : nullptr;
   if (draining_.load()) {
     Error e = Error::make(ErrorCode::kUnavailable, "ferry is shutting down");
     e.retry_after_s = 1;
-    return reply_error(rec, e);
+    return reply_error(rec, e, fe);
   }
-  std::string allow;
-  const Endpoint* endpoint = find_endpoint(req.method, path, allow);
   if (endpoint == nullptr && allow.empty()) {
     return reply_error(
         rec, Error::make(ErrorCode::kNotFound,
@@ -161,10 +185,13 @@ std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& re
     r.headers.emplace_back("allow", std::move(allow));
     return r;
   }
-  auto principal = auth_.authenticate(req.authorization);
-  if (!principal) return reply_error(rec, principal.error());
+  // One auth path: the bearer token, else Anthropic's x-api-key header.
+  auto principal = req.authorization.empty() && !req.api_key.empty()
+                       ? auth_.authenticate_key(req.api_key)
+                       : auth_.authenticate(req.authorization);
+  if (!principal) return reply_error(rec, principal.error(), fe);
   rec.key_id = principal->key_id;
-  if (auto ok = authorize(*endpoint, *principal); !ok) return reply_error(rec, ok.error());
+  if (auto ok = authorize(*endpoint, *principal); !ok) return reply_error(rec, ok.error(), fe);
   job.ctx.request_id = rec.request_id;
   job.ctx.principal = std::move(*principal);
   switch (endpoint->handler) {
@@ -173,7 +200,10 @@ std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& re
       return models(*endpoint, path, rec);
     case Handler::kChatCompletions:
     case Handler::kCompletions:
+    case Handler::kApi:
       return completion(*endpoint, req, rec, job);
+    case Handler::kCountTokens:
+      return count_tokens(*endpoint, req, rec, job);
     case Handler::kAdmin:
     case Handler::kExport:
       return worker_job(*endpoint, query, req, rec, job);
@@ -182,7 +212,7 @@ std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& re
     case Handler::kMetrics:
       break;  // open: answered above
   }
-  return reply_error(rec, Error::make(ErrorCode::kInternal, "no handler for " + rec.path));
+  return reply_error(rec, Error::make(ErrorCode::kInternal, "no handler for " + rec.path), fe);
 }
 
 // The open endpoints, answered before anything else (while draining too).
@@ -234,32 +264,58 @@ std::optional<Reply> Endpoints::worker_job(const Endpoint& endpoint, std::string
   return std::nullopt;
 }
 
-// The OpenAI API: parse the body once, plan the route; a refusal is answered here.
+// The routing headers of a request through a front-end (x-ferry-task, else Claude Code's
+// session id as the task; x-ferry-tags), checked, into the job's context.
+Status Endpoints::take_routing_headers(const HttpRequestView& req, Job& job) {
+  std::string_view task = !req.task_header.empty() ? req.task_header : req.session_header;
+  if (auto ok = check_ferry_headers(task, req.tags_header); !ok) return ok;
+  job.ctx.task_header = std::string(task);
+  job.ctx.tags_header = std::string(req.tags_header);
+  return {};
+}
+
+// An answer through the endpoint's front-end: parse the body once, plan the route; a refusal
+// is answered here, in the front-end's shape.
 std::optional<Reply> Endpoints::completion(const Endpoint& endpoint, HttpRequestView& req,
                                            RequestRecord& rec, Job& job) {
-  auto kind = endpoint.handler == Handler::kChatCompletions ? adapters::Endpoint::kChatCompletions
-                                                            : adapters::Endpoint::kCompletions;
-  auto parsed = parse_request(kind, std::move(req.body));
-  if (!parsed) return reply_error(rec, parsed.error());
+  const FrontEnd& fe = frontend(endpoint.api);
+  auto parsed = fe.parse(std::move(req.body), {req.anthropic_version, req.anthropic_beta}, false);
+  if (!parsed) return reply_error(rec, parsed.error(), &fe);
   rec.model = parsed->model;
   rec.stream = parsed->stream;
-  if (auto ok = check_ferry_headers(req.task_header, req.tags_header); !ok) {
-    return reply_error(rec, ok.error());
-  }
-  job.ctx.task_header = std::string(req.task_header);
-  job.ctx.tags_header = std::string(req.tags_header);
+  if (auto ok = take_routing_headers(req, job); !ok) return reply_error(rec, ok.error(), &fe);
   job.ctx.started_us = rec.started_unix_us;
   auto planned = gateway_.planner().plan(job.ctx, *parsed);
-  if (!planned) return reply_error(rec, planned.error());
+  if (!planned) return reply_error(rec, planned.error(), &fe);
   rec.rule = planned->rule_id;
   if (planned->refusal) {
-    Reply r = reply_error(rec, *planned->refusal);
+    Reply r = reply_error(rec, *planned->refusal, &fe);
     for (const auto& h : planned->headers) r.headers.push_back(h);
     return r;
   }
   job.plan = std::move(*planned);
   job.kind = Job::Kind::kProxy;
   return std::nullopt;
+}
+
+// The prompt's tokens as the model that would answer counts them: routed as the answer would
+// be, no backend called, no ledger row.
+std::optional<Reply> Endpoints::count_tokens(const Endpoint& endpoint, HttpRequestView& req,
+                                             RequestRecord& rec, Job& job) {
+  const FrontEnd& fe = frontend(endpoint.api);
+  auto parsed = fe.parse(std::move(req.body), {req.anthropic_version, req.anthropic_beta}, true);
+  if (!parsed) return reply_error(rec, parsed.error(), &fe);
+  rec.model = parsed->model;
+  if (auto ok = take_routing_headers(req, job); !ok) return reply_error(rec, ok.error(), &fe);
+  job.ctx.started_us = rec.started_unix_us;
+  auto counted = gateway_.planner().count_tokens(job.ctx, *parsed);
+  if (!counted) return reply_error(rec, counted.error(), &fe);
+  Reply r = text_reply(200, "application/json",
+                       "{\"input_tokens\":" + std::to_string(counted->tokens) + "}");
+  r.headers.emplace_back("x-ferry-target", counted->target);
+  r.headers.emplace_back("x-ferry-token-source",
+                         counted->exact ? std::string("tokenizer") : std::string("estimate"));
+  return r;
 }
 
 }  // namespace ferry::gateway

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "api/chat_request.h"
 #include "common/error.h"
 #include "gateway/admin.h"
 #include "gateway/auth.h"
@@ -32,19 +33,26 @@ struct Reply {
   bool head_only = false;  // HEAD: the head of the GET answer (its Content-Length), no body
 };
 
+struct FrontEnd;
+
 // The OpenAI-shaped error reply for `error` (status from errors.cpp).
 Reply error_reply(const Error& error);
-// The same, noted in the request's record (its error text) and with the retry headers.
-Reply reply_error(RequestRecord& record, const Error& error);
+// The same, noted in the request's record (its error text) and with the retry headers; in the
+// front-end's shape when given (gateway/frontend.h: Anthropic's on /v1/messages).
+Reply reply_error(RequestRecord& record, const Error& error, const FrontEnd* frontend = nullptr);
 
 // What the dispatch reads of an HTTP request (the connection fills it from Beast's parser).
 struct HttpRequestView {
   std::string_view method;  // as sent, e.g. "GET"
   std::string_view target;  // path and query
   std::string_view authorization;
-  std::string_view task_header;  // x-ferry-task
-  std::string_view tags_header;  // x-ferry-tags
-  std::string body;              // moved in: the dispatch keeps what it needs
+  std::string_view task_header;        // x-ferry-task
+  std::string_view tags_header;        // x-ferry-tags
+  std::string body;                    // moved in: the dispatch keeps what it needs
+  std::string_view api_key;            // x-api-key (Anthropic's header; Authorization wins)
+  std::string_view session_header;     // X-Claude-Code-Session-Id: the task without x-ferry-task
+  std::string_view anthropic_version;  // passed to backends that speak Messages natively
+  std::string_view anthropic_beta;
 };
 
 // Who may call an endpoint.
@@ -64,8 +72,10 @@ enum class Handler {
   kModel,  // /v1/models/{id}
   kChatCompletions,
   kCompletions,
-  kAdmin,   // a blocking admin call on the worker pool (Endpoint::admin says which)
-  kExport,  // a CSV export streamed from the worker pool
+  kApi,          // an answer through the front-end of the row's `api` (Messages, ...)
+  kCountTokens,  // the prompt's token count as the row's `api` front-end would route it
+  kAdmin,        // a blocking admin call on the worker pool (Endpoint::admin says which)
+  kExport,       // a CSV export streamed from the worker pool
 };
 
 struct Endpoint {
@@ -74,6 +84,8 @@ struct Endpoint {
   Access access;
   Handler handler;
   AdminRoute admin = AdminRoute::kNone;  // kAdmin and kExport: which call
+  // The front-end (gateway/frontend.h): the parser and the error shape of the endpoint's answers.
+  api::Endpoint api = api::Endpoint::kChatCompletions;
 };
 
 // Every endpoint, in the order dispatch looks them up.
@@ -82,6 +94,10 @@ std::span<const Endpoint> endpoint_table();
 // The endpoint for `method` and `path`. With no match on the method, nullptr, and `allow`
 // lists the methods the path takes ("" when no endpoint has the path: 404).
 const Endpoint* find_endpoint(std::string_view method, std::string_view path, std::string& allow);
+
+// The front-end of the endpoint a request target (path and query) names, for the errors of
+// the request's read (413, 408); null when none does.
+const FrontEnd* frontend_for_target(std::string_view target);
 
 // 403 unless the principal's role may call the endpoint (finance or admin for the ledger,
 // admin for the rest of /admin).
@@ -118,6 +134,9 @@ class Endpoints {
                               RequestRecord& record);
   std::optional<Reply> completion(const Endpoint& endpoint, HttpRequestView& request,
                                   RequestRecord& record, Job& job);
+  std::optional<Reply> count_tokens(const Endpoint& endpoint, HttpRequestView& request,
+                                    RequestRecord& record, Job& job);
+  static Status take_routing_headers(const HttpRequestView& request, Job& job);
 
   Authenticator& auth_;
   Metrics& metrics_;

@@ -94,7 +94,10 @@ asio::awaitable<beast::error_code> read_until(Stream& stream, beast::flat_buffer
 // A 4xx answer, noted in the record.
 ReadFailure refuse(RequestRecord& rec, int status, const Error& error, std::string log_error,
                    bool linger) {
-  Reply r = error_reply(error);
+  // In the shape of the endpoint's front-end (Anthropic's on /v1/messages) when the target is
+  // known.
+  Reply r = reply_error(rec, error, frontend_for_target(rec.path));
+  r.headers.clear();
   r.status = status;
   rec.status = status;
   rec.error = std::move(log_error);
@@ -153,6 +156,7 @@ asio::awaitable<std::optional<ReadFailure>> read_body(Stream& stream, beast::fla
                                                       RequestParser& parser, EarlyRead* early,
                                                       const config::Limits& lim,
                                                       RequestRecord& rec) {
+  if (rec.path.empty()) rec.path = std::string(parser.get().target());
   auto cl = parser.content_length();
   if (cl && *cl > static_cast<uint64_t>(lim.max_body_bytes)) co_return body_too_large(lim, rec);
   if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {

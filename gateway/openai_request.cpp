@@ -40,6 +40,12 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
 
 namespace {
 
+// OpenAI's stream_options (include_usage) belong to chat and completions bodies only.
+bool openai_api(const ParsedRequest& request) {
+  return request.api == api::Endpoint::kChatCompletions ||
+         request.api == api::Endpoint::kCompletions;
+}
+
 struct Span {
   size_t begin = std::string_view::npos;
   size_t end = 0;
@@ -129,7 +135,7 @@ void plan_edits(const ParsedRequest& request, std::string_view upstream_model,
                 Edits& edits) {
   std::string_view raw = request.raw;
   edits.list[edits.n++] = {spans.model.begin, spans.model.end, {}, upstream_model, true};
-  if (request.stream) {
+  if (request.stream && openai_api(request)) {
     const Span& options = spans.stream_options;
     if (options.found()) {
       json opts = json::parse(raw.substr(options.begin, options.end - options.begin), nullptr,
@@ -199,7 +205,7 @@ std::string reserialised_body(const ParsedRequest& request, const std::string& u
   json body = json::parse(request.raw, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object()) return request.raw;
   body["model"] = upstream_model;
-  if (request.stream) body["stream_options"]["include_usage"] = true;
+  if (request.stream && openai_api(request)) body["stream_options"]["include_usage"] = true;
   if (overrides.max_tokens) body["max_tokens"] = *overrides.max_tokens;
   if (overrides.temperature) body["temperature"] = *overrides.temperature;
   if (overrides.top_p) body["top_p"] = *overrides.top_p;

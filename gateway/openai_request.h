@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "adapters/backend.h"
@@ -24,7 +25,16 @@ constexpr int64_t kMaxTokenId = api::kMaxTokenId;
 // The request as routing reads it: the typed value (parsed once, shared by every hop and the
 // backends), the routing fields taken from it, and the raw body for pass-through.
 struct ParsedRequest {
+  // The typed request's shape (chat or completions; a Messages request is chat-shaped).
   adapters::Endpoint endpoint = adapters::Endpoint::kChatCompletions;
+  // The API the client spoke (gateway/frontend.h): the backend that speaks it gets `raw`
+  // spliced, any other the typed value as OpenAI chat, its answer translated back.
+  api::Endpoint api = api::Endpoint::kChatCompletions;
+  // Why only a backend that speaks `api` natively can take the request (an image block, a
+  // server tool): translating it would drop what the client asked for. Unset: any backend.
+  std::optional<Error> native_only;
+  // Headers a native backend gets as the client sent them (anthropic-version, anthropic-beta).
+  std::vector<std::pair<std::string, std::string>> native_headers;
   std::string raw;  // the body exactly as the client sent it
   std::shared_ptr<const api::ChatRequest> typed;
   std::string model;

@@ -53,6 +53,9 @@ struct Plan {
   ledger::Admission admission;
   std::map<const Target*, PromptCount> prompt_counts;
   std::string requested_model;
+  // The front-end the client spoke (gateway/frontend.h): its answers and errors are shaped so;
+  // a hop whose request.endpoint differs is translated.
+  api::Endpoint api = api::Endpoint::kChatCompletions;
   std::string task_id;
   std::vector<std::string> claimed_tags;
   bool stream = false;

@@ -83,19 +83,40 @@ void request_labels(const RequestContext& ctx, const ParsedRequest& request, std
   }
 }
 
-// One hop of the plan: the target and the upstream request for it.
+// Whether the target's backend speaks the client's API natively (then the request passes
+// through); otherwise it is translated to the typed request's own shape (chat).
+bool speaks_natively(const ParsedRequest& request, const Target* t) {
+  if (request.api == request.endpoint) return true;  // chat and completions: as today
+  return t->backend_config->speaks(api::endpoint_name(request.api));
+}
+
+// Why the target cannot take the request: content only a native backend takes, translated.
+std::optional<Error> cannot_take(const ParsedRequest& request, const Target* t) {
+  if (request.native_only && !speaks_natively(request, t)) return request.native_only;
+  return std::nullopt;
+}
+
+// One hop of the plan: the target and the upstream request for it. A backend that speaks the
+// client's API gets its bytes spliced (the model renamed), any other the typed value as OpenAI
+// chat (api::render_openai) with the usage chunk asked for, for the translated answer.
 PlannedHop make_hop(const RequestContext& ctx, const ParsedRequest& request,
                     const std::string& name, Target* t, const BodyOverrides& overrides,
                     const std::map<const Target*, PromptCount>& counts) {
   PlannedHop hop;
   hop.name = name;
   hop.target = t;
-  hop.request.endpoint = request.endpoint;
+  const bool native = speaks_natively(request, t);
+  hop.request.endpoint = native ? request.api : request.endpoint;
   hop.request.stream = request.stream;
-  hop.request.client_wants_usage = request.include_usage;
+  hop.request.client_wants_usage = native ? request.include_usage : true;
   hop.request.request_id = ctx.request_id;
   hop.request.reply_model = request.model;
-  hop.request.body = upstream_body(request, t->model->upstream_model, overrides);
+  if (native) {
+    hop.request.body = upstream_body(request, t->model->upstream_model, overrides);
+    if (request.api != request.endpoint) hop.request.headers = request.native_headers;
+  } else {
+    hop.request.body = api::render_openai(*request.typed, t->model->upstream_model, overrides);
+  }
   hop.request.typed = request.typed;
   hop.request.overrides = overrides;
   // The local engine's tokens, as routing counted them: its hops do not tokenize again.
@@ -137,6 +158,7 @@ Result<Plan> Planner::plan(const RequestContext& ctx, const ParsedRequest& reque
   auto t0 = Clock::now();
   Plan p;
   p.requested_model = request.model;
+  p.api = request.api;
   p.stream = request.stream;
   p.policy = store_ ? store_->current() : nullptr;
   const policies::Policy* policy = p.policy.get();
@@ -212,13 +234,24 @@ Result<bool> Planner::decide(const RequestContext& ctx, const ParsedRequest& req
   if (d.params.temperature_changed) overrides.temperature = d.params.temperature;
   if (d.params.top_p_changed) overrides.top_p = d.params.top_p;
   if (d.params.max_tokens) max_tokens = *d.params.max_tokens;
+  std::optional<Error> untranslatable;
   for (const auto& hop : d.route) {
     Target* t = find(hop.ref);
-    if (t != nullptr)
-      p.hops.push_back(make_hop(ctx, request, hop.target, t, overrides, p.prompt_counts));
+    if (t == nullptr) continue;
+    if (auto why = cannot_take(request, t)) {
+      p.skipped.push_back(hop.target + ": does not speak " +
+                          std::string(api::endpoint_name(request.api)) + " natively");
+      untranslatable = std::move(why);
+      continue;
+    }
+    p.hops.push_back(make_hop(ctx, request, hop.target, t, overrides, p.prompt_counts));
+  }
+  if (p.hops.empty() && untranslatable) {
+    refuse(ctx, p, std::move(*untranslatable), "untranslatable", true);
+    return false;
   }
   if (d.shadow) {
-    if (Target* t = find(d.shadow->ref)) {
+    if (Target* t = find(d.shadow->ref); t != nullptr && !cannot_take(request, t)) {
       p.shadow = make_hop(ctx, request, d.shadow->target, t, overrides, p.prompt_counts);
     }
   }
@@ -239,6 +272,10 @@ bool Planner::route_direct(const RequestContext& ctx, const ParsedRequest& reque
                            Plan& p, int64_t max_tokens) {
   // No rule reads the routing facts: only the row's labels are needed.
   request_labels(ctx, request, p.task_id, p.claimed_tags);
+  if (auto why = cannot_take(request, t)) {
+    refuse(ctx, p, std::move(*why), "untranslatable", true);
+    return false;
+  }
   int64_t ctx_len = t->context_length();
   int64_t prompt = p.prompt_counts[t].tokens;
   // Saturating: a prompt plus a huge max_tokens must not wrap below the context length.
@@ -351,6 +388,7 @@ Result<policies::Facts> Planner::build_facts(const RequestContext& ctx,
                                              std::vector<std::string>& claimed_tags) {
   policies::Facts f;
   f.model = request.model;
+  f.api = std::string(api::endpoint_name(request.api));
   if (request.max_tokens > 0) f.max_tokens = request.max_tokens;
   f.temperature = request.temperature;
   f.top_p = request.top_p;
@@ -441,6 +479,41 @@ Result<std::string> Planner::model_json(std::string_view id) const {
                        "model", "model_not_found");
   }
   return model_object(id, models_created_s()).dump();
+}
+
+Result<Planner::TokenCount> Planner::count_tokens(const RequestContext& ctx,
+                                                  const ParsedRequest& request) {
+  auto policy = store_ ? store_->current() : nullptr;
+  std::vector<Target*> targets;
+  if (auto known = candidates(request, policy.get(), targets); !known) return known.error();
+  std::map<const Target*, PromptCount> counts;
+  count_prompts(request, targets, counts);
+  Target* answering = targets.empty() ? nullptr : targets.front();
+  if (policy != nullptr) {
+    std::string task_id;
+    std::vector<std::string> claimed;
+    auto facts = build_facts(ctx, request, policy.get(), counts, task_id, claimed);
+    if (!facts) return facts.error();
+    policies::Decision d = policy->decide(*facts);
+    if (d.reject) {
+      return Error::make(code_for_status(d.reject->status), d.reject->message, "",
+                         "rejected_by_policy");
+    }
+    answering = nullptr;
+    for (const auto& hop : d.route) {
+      Target* t = find(hop.ref);
+      if (t != nullptr && !cannot_take(request, t)) {
+        answering = t;
+        break;
+      }
+    }
+  }
+  if (answering == nullptr) {
+    return Error::make(ErrorCode::kNotFound, "no target can count this request", "model");
+  }
+  if (auto why = cannot_take(request, answering)) return *why;
+  const PromptCount& c = counts[answering];
+  return TokenCount{c.tokens, c.source == ledger::TokenSource::kTokenizer, answering->model->name};
 }
 
 Result<std::string> Planner::explain(const RequestContext& ctx, const ParsedRequest& request) {

@@ -42,6 +42,15 @@ class Planner {
   // rows recorded).
   Result<Plan> plan(const RequestContext& ctx, const ParsedRequest& request);
 
+  // POST /v1/messages/count_tokens: the prompt count of the target that would answer (routed as
+  // plan() routes, without admission, a backend call or a ledger row).
+  struct TokenCount {
+    int64_t tokens = 0;
+    bool exact = false;  // counted with the target's tokenizer and template (else an estimate)
+    std::string target;
+  };
+  Result<TokenCount> count_tokens(const RequestContext& ctx, const ParsedRequest& request);
+
   // What a shadow copy needs of the plan (no admission: its cost is not the caller's).
   static Plan copy_for_shadow(const Plan& plan);
 

@@ -7,8 +7,10 @@
 #include "adapters/backend.h"
 #include "common/clock.h"
 #include "gateway/errors.h"
+#include "gateway/frontend.h"
 #include "gateway/gateway.h"
 #include "gateway/response_writer.h"
+#include "gateway/translate_sink.h"
 
 namespace ferry::gateway {
 
@@ -171,14 +173,24 @@ asio::awaitable<Result<adapters::BackendReply>> send_watched(Stream& stream, Pla
   }
 }
 
-// One try on one hop, its outcome in `a` (and the breaker and recent stats fed).
+// What only ferry knows of a translated answer: the client's model name, its prompt count.
+RenderContext render_context(const Plan& plan, const PlannedHop& hop, const RequestRecord& rec) {
+  RenderContext c;
+  c.request_id = rec.request_id;
+  c.model = plan.requested_model;
+  if (auto it = plan.prompt_counts.find(hop.target); it != plan.prompt_counts.end()) {
+    c.prompt_tokens = it->second.tokens;
+  }
+  return c;
+}
+
+// One try on one hop, its outcome in `a` (and the breaker and recent stats fed). A stream to a
+// backend that does not speak the client's API goes through `translator` (made here).
 template <typename Stream>
-asio::awaitable<Result<adapters::BackendReply>> try_hop(ServerState& server, Stream& stream,
-                                                        Plan& plan, PlannedHop& hop,
-                                                        ChunkedSink<Stream>& sink,
-                                                        AttemptOutcome& a, RequestRecord& rec,
-                                                        std::shared_ptr<EarlyRead>& early,
-                                                        const beast::flat_buffer& buffer) {
+asio::awaitable<Result<adapters::BackendReply>> try_hop(
+    ServerState& server, Stream& stream, Plan& plan, PlannedHop& hop, ChunkedSink<Stream>& sink,
+    std::optional<TranslatingSink>& translator, AttemptOutcome& a, RequestRecord& rec,
+    std::shared_ptr<EarlyRead>& early, const beast::flat_buffer& buffer) {
   const bool streaming = plan.stream;
   a.hop = &hop;
   a.started_us = unix_micros_now();
@@ -186,9 +198,16 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(ServerState& server, Str
   rec.backend = hop.target->backend->name();
   rec.target = hop.name;
   adapters::CancelSignal cancel;
-  ChunkedSink<Stream>* to = streaming ? &sink : nullptr;
+  adapters::StreamSink* to = streaming ? &sink : nullptr;
+  translator.reset();
+  if (streaming && translates(plan.api, hop.request.endpoint)) {
+    translator.emplace(sink, frontend(plan.api), render_context(plan, hop, rec));
+    to = &*translator;
+  }
   Result<adapters::BackendReply> result =
       co_await send_watched(stream, hop, to, cancel, early, buffer);
+  // A stream that could not be translated failed there, not at the client.
+  if (translator && translator->error()) result = *translator->error();
   a.ended_us = unix_micros_now();
   a.sent_to_client = sink.started();
   if (result) {
@@ -209,6 +228,7 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(ServerState& server, Str
   }
   if (!usage_billable(plan, a) && (a.ok || a.sent_to_client)) {
     std::string captured = sink.take_captured();
+    if (translator) captured = translator->take_upstream();  // the backend's OpenAI bytes
     std::string_view answer = captured;
     if (!streaming && result) answer = result->body;
     extract_answer_text(answer, streaming, a.generated_text, a.reasoning_text);
@@ -241,18 +261,32 @@ asio::awaitable<Status> settle(ServerState& server, Job& job, std::vector<Attemp
 
 // The answer when no hop succeeded, or the ledger could not record a success: an error reply,
 // or an error event when the stream has begun.
+// The client's side of the answer: its front-end, and the translator of the stream when the
+// last hop did not speak the client's API (`translated` for a whole body).
+struct ClientSide {
+  const FrontEnd& fe;
+  TranslatingSink* translator = nullptr;
+  bool translated = false;
+  RenderContext context;
+  // The bytes that end a stream after `error` (or, without one, after success).
+  std::string tail(const std::optional<Error>& error) const {
+    if (translator != nullptr) return translator->finish(error);
+    return error ? fe.stream_error(*error) : std::string(fe.stream_done);
+  }
+};
+
 template <typename Stream>
 asio::awaitable<bool> answer_error(ServerState& server, Stream& stream, ChunkedSink<Stream>& sink,
-                                   const Error& e, const HeaderList* headers, RequestRecord& rec,
-                                   bool keep_alive) {
+                                   const ClientSide& client, const Error& e,
+                                   const HeaderList* headers, RequestRecord& rec, bool keep_alive) {
   if (sink.started()) {
     rec.status = 200;
     rec.error = e.message;
-    std::optional<Error> cut = e;
+    std::string cut = client.tail(e);
     co_await sink.finish(cut);
     co_return false;  // the stream was cut: do not reuse the connection
   }
-  Reply r = reply_error(rec, e);
+  Reply r = reply_error(rec, e, &client.fe);
   if (headers != nullptr) {
     for (const auto& h : *headers) r.headers.push_back(h);
   }
@@ -264,16 +298,16 @@ asio::awaitable<bool> answer_error(ServerState& server, Stream& stream, ChunkedS
 // The answer to the client once the row is settled.
 template <typename Stream>
 asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<Stream>& sink,
-                             Result<adapters::BackendReply>& result, const Status& durable,
-                             HeaderList& headers, RequestRecord& rec, bool keep_alive,
-                             bool client_gone, bool streaming) {
+                             const ClientSide& client, Result<adapters::BackendReply>& result,
+                             const Status& durable, HeaderList& headers, RequestRecord& rec,
+                             bool keep_alive, bool client_gone, bool streaming) {
   if (!result) {
     if (client_gone) {
       rec.status = 499;
       rec.error = "client closed the connection";
       co_return false;
     }
-    co_return co_await answer_error(server, stream, sink, result.error(), &headers, rec,
+    co_return co_await answer_error(server, stream, sink, client, result.error(), &headers, rec,
                                     keep_alive);
   }
   adapters::BackendReply& reply = result.value();
@@ -286,22 +320,28 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
     if (streaming) {
       rec.status = 200;
       rec.error = e.message;
-      std::optional<Error> cut = e;
+      std::string cut = client.tail(e);
       co_await sink.finish(cut);
       co_return false;
     }
-    co_return co_await answer_error(server, stream, sink, e, nullptr, rec, keep_alive);
+    co_return co_await answer_error(server, stream, sink, client, e, nullptr, rec, keep_alive);
   }
   if (streaming) {
     rec.status = 200;
-    std::optional<Error> none;
-    co_await sink.finish(none);
+    std::string done = client.tail(std::nullopt);
+    co_await sink.finish(done);
     co_return !sink.broken() && keep_alive;
   }
   rec.ttft_us = micros_between(rec.started, Clock::now());
   Reply r;
   r.status = reply.status;
-  r.body = std::move(reply.body);
+  if (client.translated) {
+    api::WireBody body = translate_body(reply.body, client.fe, client.context);
+    r.status = body.status;
+    r.body = std::move(body.body);
+  } else {
+    r.body = std::move(reply.body);
+  }
   r.headers = std::move(headers);
   rec.status = reply.status;
   bool ok = co_await write_reply(server, stream, r, rec.request_id, keep_alive);
@@ -324,6 +364,7 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
   std::vector<AttemptOutcome> attempts;
   attempts.reserve(plan.hops.size());
   Result<adapters::BackendReply> result = Error::make(ErrorCode::kInternal, "not run");
+  std::optional<TranslatingSink> translator;
   for (size_t i = 0; i < plan.hops.size(); ++i) {
     PlannedHop& hop = plan.hops[i];
     if (hop.target->breaker && !hop.target->breaker->allow_request()) {
@@ -336,7 +377,7 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
     set_header(headers, "x-ferry-target", hop.name);
     set_header(headers, "x-ferry-attempts", std::to_string(attempts.size() + 1));
     AttemptOutcome& a = attempts.emplace_back();
-    result = co_await try_hop(server, stream, plan, hop, sink, a, rec, early, buffer);
+    result = co_await try_hop(server, stream, plan, hop, sink, translator, a, rec, early, buffer);
     if (result || a.client_gone || sink.started() || !retryable(result.error())) break;
   }
   rec.attempts = static_cast<int>(attempts.size());
@@ -346,7 +387,13 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
   }
   bool client_gone = !attempts.empty() && attempts.back().client_gone;
   Status durable = co_await settle(server, job, attempts, rec, client_gone);
-  co_return co_await answer(server, stream, sink, result, durable, headers, rec, keep_alive,
+  ClientSide client{frontend(plan.api), translator ? &*translator : nullptr, false, {}};
+  if (!attempts.empty()) {
+    const PlannedHop& last = *attempts.back().hop;
+    client.translated = translates(plan.api, last.request.endpoint);
+    client.context = render_context(plan, last, rec);
+  }
+  co_return co_await answer(server, stream, sink, client, result, durable, headers, rec, keep_alive,
                             client_gone, plan.stream);
 }
 

@@ -72,11 +72,10 @@ class ChunkedSink final : public adapters::StreamSink {
     co_return co_await send(bytes, false);
   }
 
-  // Ends the stream: [DONE] after success, an error event after a failure; the tail and the
-  // last chunk go out in one write.
-  asio::awaitable<void> finish(const std::optional<Error>& error) {
+  // Ends the stream with `tail`, the front-end's (gateway/frontend.h): OpenAI's [DONE] after
+  // success, an error event after a failure; the tail and the last chunk go out in one write.
+  asio::awaitable<void> finish(std::string_view tail) {
     if (broken_) co_return;
-    std::string tail = error ? "data: " + error_json(*error) + "\n\n" : "data: [DONE]\n\n";
     co_await send(tail, true);
   }
 

@@ -23,6 +23,7 @@ namespace ferry::policies {
   X(MaxTokens, "max_tokens", kInt, true, kRequest)                 \
   X(TotalTokens, "total_tokens", kInt, false, kRequest)            \
   X(Model, "model", kString, false, kRequest)                      \
+  X(Api, "api", kString, false, kRequest)                          \
   X(Stream, "stream", kBool, false, kRequest)                      \
   X(Tools, "tools", kPresence, false, kRequest)                    \
   X(ResponseFormat, "response_format", kPresence, false, kRequest) \
@@ -94,6 +95,7 @@ constexpr std::string_view fact_name(Fact fact) {
 // clang-format off (one member a line; clang-format 14 does not settle on a layout here)
 #define FERRY_RECORDED_FACTS(X) \
   X(model)                      \
+  X(api)                        \
   X(prompt_tokens)              \
   X(max_tokens)                 \
   X(temperature)                \

@@ -32,6 +32,7 @@ struct TargetFacts {
 struct Facts {
   // Request.
   std::string model;                  // the alias the client sent
+  std::string api = "chat";           // the front-end: chat, completions, messages, responses
   int64_t prompt_tokens = 0;          // exact, with the requested model's tokenizer
   std::optional<int64_t> max_tokens;  // as requested (max_tokens / max_completion_tokens)
   std::optional<double> temperature;  // as requested

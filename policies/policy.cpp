@@ -219,6 +219,8 @@ class Evaluator {
         return compare(static_cast<double>(f.total_tokens()), c);
       case Fact::kModel:
         return string_test(f.model, c);
+      case Fact::kApi:
+        return string_test(f.api, c);
       case Fact::kStream:
         return bool_test(f.stream, c);
       case Fact::kTools:

@@ -1,0 +1,69 @@
+// The front-ends ferry serves, one descriptor each (OpenAI chat and completions, Anthropic
+// Messages; OpenAI Responses next): which api::Endpoint it is, its parser to the typed request,
+// its error shape, and the renderers of an answer translated from a backend that does not speak
+// it. Adding a front-end is one descriptor here and one row of the endpoint table.
+// Thread-safety: the descriptors are constants; a StreamRenderer is one per stream.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "api/chat_request.h"
+#include "api/events.h"
+#include "common/error.h"
+#include "gateway/openai_request.h"
+
+namespace ferry::gateway {
+
+// What a renderer of a translated answer says beside the answer: the request's id (errors), the
+// model the client asked for, and ferry's own prompt count (a stream's start).
+struct RenderContext {
+  std::string_view request_id;
+  std::string_view model;
+  int64_t prompt_tokens = -1;  // -1: unknown
+};
+
+// One stream's renderer: the events of a translated answer to the API's SSE bytes.
+class StreamRenderer {
+ public:
+  virtual ~StreamRenderer() = default;
+  virtual void render(const api::Event& event, std::string& out) = 0;
+};
+
+// What the client's request carries beside its body that a front-end reads.
+struct FrontEndHeaders {
+  std::string_view anthropic_version;
+  std::string_view anthropic_beta;
+};
+
+struct FrontEnd {
+  api::Endpoint api;
+  // The body parsed and validated into the typed request and its routing fields (this API's
+  // errors). The body is moved in (ParsedRequest::raw). `count_only`: a token-count request
+  // (Messages' count_tokens: no max_tokens).
+  Result<ParsedRequest> (*parse)(std::string body, const FrontEndHeaders& headers,
+                                 bool count_only);
+  // An error as this API shapes it: the HTTP status and the JSON body.
+  api::WireBody (*error_body)(const Error& error, std::string_view request_id);
+  // A stream that has begun ends with this error event (SSE bytes).
+  std::string (*stream_error)(const Error& error);
+  // What ends a stream that succeeded ("data: [DONE]\n\n" for OpenAI, nothing for Messages).
+  std::string_view stream_done;
+  // The renderers of an answer translated from OpenAI chat (null: this front-end is never
+  // translated, its requests go to backends that speak it).
+  api::WireBody (*render_answer)(const api::Answer& answer, const RenderContext& context) = nullptr;
+  std::unique_ptr<StreamRenderer> (*stream_renderer)(const RenderContext& context) = nullptr;
+};
+
+// The descriptor of a front-end (every api::Endpoint has one).
+const FrontEnd& frontend(api::Endpoint api);
+
+// Whether a hop to a backend that speaks `backend` answers a `client` request in another API
+// (then the reply is translated through the typed events).
+inline bool translates(api::Endpoint client, api::Endpoint backend) {
+  return client != backend;
+}
+
+}  // namespace ferry::gateway

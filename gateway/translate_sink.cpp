@@ -1,0 +1,83 @@
+#include "gateway/translate_sink.h"
+
+#include <utility>
+
+namespace ferry::gateway {
+
+TranslatingSink::Renderer::Renderer(std::unique_ptr<StreamRenderer> renderer,
+                                    const RenderContext& context)
+    : renderer_(std::move(renderer)),
+      model_(context.model),
+      prompt_tokens_(context.prompt_tokens) {}
+
+void TranslatingSink::Renderer::on_event(const api::Event& event) {
+  if (const auto* start = std::get_if<api::StartEvent>(&event)) {
+    // The client's model name and ferry's own prompt count: an OpenAI stream reports usage
+    // only at its end, Anthropic's message_start carries the input count.
+    api::StartEvent s = *start;
+    if (!model_.empty()) s.model = model_;
+    if (!s.usage.reported && prompt_tokens_ >= 0) {
+      s.usage.prompt_tokens = prompt_tokens_;
+      s.usage.reported = true;
+    }
+    renderer_->render(s, out);
+    return;
+  }
+  renderer_->render(event, out);
+}
+
+TranslatingSink::TranslatingSink(adapters::StreamSink& client, const FrontEnd& frontend,
+                                 const RenderContext& context)
+    : client_(client), renderer_(frontend.stream_renderer(context), context) {}
+
+void TranslatingSink::fail(Error error) {
+  if (ended_) return;
+  ended_ = true;
+  error_ = std::move(error);
+  api::ErrorEvent e{&*error_};
+  renderer_.on_event(e);
+}
+
+std::string_view TranslatingSink::translate(std::string_view sse_bytes) {
+  renderer_.out.clear();
+  if (ended_) return {};
+  upstream_.append(sse_bytes);
+  const bool framed = sse_.feed(sse_bytes, [&](std::string_view, std::string_view data) {
+    if (ended_) return;
+    if (Status s = parser_.feed(data, renderer_); !s) fail(s.error());
+  });
+  if (!framed) fail(Error::make(ErrorCode::kBackendError, "the backend's stream: " + sse_.error()));
+  return renderer_.out;
+}
+
+boost::asio::awaitable<bool> TranslatingSink::write(std::string_view sse_bytes) {
+  if (ended_) co_return false;
+  std::string_view out = translate(sse_bytes);
+  bool sent = true;
+  if (!out.empty()) sent = co_await client_.write(out);
+  renderer_.out.clear();
+  co_return sent && !error_;
+}
+
+std::string TranslatingSink::finish(const std::optional<Error>& error) {
+  if (!ended_) {
+    if (error) {
+      fail(*error);
+      error_.reset();  // not a translation failure: the caller's
+    } else if (!parser_.finished()) {
+      if (Status s = parser_.end(renderer_); !s) fail(s.error());
+    }
+  }
+  ended_ = true;
+  return std::exchange(renderer_.out, {});
+}
+
+api::WireBody translate_body(std::string_view openai_body, const FrontEnd& frontend,
+                             const RenderContext& context) {
+  auto answer = api::parse_chat_completion(openai_body);
+  if (!answer) return frontend.error_body(answer.error(), context.request_id);
+  if (!context.model.empty()) answer->model = std::string(context.model);
+  return frontend.render_answer(*answer, context);
+}
+
+}  // namespace ferry::gateway

@@ -1,0 +1,75 @@
+// The translation of an OpenAI chat answer for a client that spoke another API: a stream sink
+// between a backend (which writes OpenAI chunk SSE) and the client's sink, that reads each
+// upstream event with api::ChatStreamParser and writes the front-end's rendering of the events;
+// and the same for a whole body (api::parse_chat_completion, then the front-end's renderer).
+// Thread-safety: a TranslatingSink is one per stream, used from the connection's loop only.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "adapters/backend.h"
+#include "adapters/sse_parser.h"
+#include "api/events.h"
+#include "api/openai_chat_parse.h"
+#include "common/error.h"
+#include "gateway/frontend.h"
+
+namespace ferry::gateway {
+
+class TranslatingSink final : public adapters::StreamSink {
+ public:
+  // `client` receives the rendered bytes; `context` fills what only ferry knows (the client's
+  // model name, ferry's prompt count in the start event).
+  TranslatingSink(adapters::StreamSink& client, const FrontEnd& frontend,
+                  const RenderContext& context);
+
+  // One or more upstream SSE events. False when the client is gone or the upstream stream could
+  // not be translated (error() says why; the client got the error event).
+  boost::asio::awaitable<bool> write(std::string_view sse_bytes) override;
+
+  // What write() sends for `sse_bytes`: their translation, valid until the next call (no I/O).
+  std::string_view translate(std::string_view sse_bytes);
+
+  // The bytes that end the client's stream: after success the finish (the upstream's `[DONE]`
+  // is the backend's to consume), after `error` (or a translation failure) the error event.
+  std::string finish(const std::optional<Error>& error);
+
+  // Why the upstream stream could not be translated (a kBackendError), if it could not.
+  const std::optional<Error>& error() const { return error_; }
+  // The upstream (OpenAI) bytes since the last take, for counting the answer without usage.
+  std::string take_upstream() { return std::exchange(upstream_, {}); }
+
+ private:
+  // Renders each event the parser produces into out_, fixing what only ferry knows.
+  class Renderer final : public api::EventSink {
+   public:
+    Renderer(std::unique_ptr<StreamRenderer> renderer, const RenderContext& context);
+    void on_event(const api::Event& event) override;
+    std::string out;
+
+   private:
+    std::unique_ptr<StreamRenderer> renderer_;
+    std::string model_;
+    int64_t prompt_tokens_ = -1;
+  };
+
+  void fail(Error error);
+
+  adapters::StreamSink& client_;
+  adapters::SseParser sse_;
+  api::ChatStreamParser parser_;
+  Renderer renderer_;
+  std::optional<Error> error_;
+  std::string upstream_;
+  bool ended_ = false;  // the error event or the finish was rendered
+};
+
+// A whole OpenAI chat body as the front-end's answer (its error shape when it cannot be read).
+api::WireBody translate_body(std::string_view openai_body, const FrontEnd& frontend,
+                             const RenderContext& context);
+
+}  // namespace ferry::gateway
