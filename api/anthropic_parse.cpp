@@ -10,6 +10,8 @@
 
 #include "api/openai_parse.h"
 
+#include "api/dom_value.h"
+
 namespace ferry::api {
 
 namespace {
@@ -28,45 +30,6 @@ std::string at(std::string_view path, std::string_view key) {
 Error invalid(const std::string& path, const std::string& message) {
   return Error::make(ErrorCode::kInvalidRequest, path.empty() ? message : path + ": " + message,
                      path, "invalid_request_error");
-}
-
-const char* kind_of(const element& v) {
-  switch (v.type()) {
-    case element_type::NULL_VALUE:
-      return "null";
-    case element_type::OBJECT:
-      return "an object";
-    case element_type::ARRAY:
-      return "an array";
-    case element_type::STRING:
-      return "a string";
-    case element_type::BOOL:
-      return "a boolean";
-    case element_type::INT64:
-    case element_type::UINT64:
-      return "an integer";
-    case element_type::DOUBLE:
-      return "a number";
-  }
-  return "a value";
-}
-
-bool is_integer(const element& v) {
-  return v.type() == element_type::INT64 || v.type() == element_type::UINT64;
-}
-bool is_number(const element& v) {
-  return is_integer(v) || v.type() == element_type::DOUBLE;
-}
-std::string_view string_of(const element& v) {
-  return v.get_string().value_unsafe();
-}
-simdjson::dom::array array_of(const element& v) {
-  simdjson::dom::array a = v.get_array().value_unsafe();
-  return a;
-}
-simdjson::dom::object object_of(const element& v) {
-  simdjson::dom::object o = v.get_object().value_unsafe();
-  return o;
 }
 
 std::optional<Error> expect(const element& v, element_type type, const std::string& path,
@@ -113,14 +76,6 @@ class Fields {
   std::vector<std::pair<std::string_view, element>> members_;
 };
 
-std::string minified(const element& v) {
-  return simdjson::minify(v);
-}
-
-Json to_json(const element& v) {
-  return Json::parse(minified(v), nullptr, /*allow_exceptions=*/false);
-}
-
 // The type of a block (an object with a string `type`), or the error.
 Result<std::string_view> block_type(const element& block, const std::string& path) {
   if (auto e = expect(block, element_type::OBJECT, path, "a valid dictionary")) return *e;
@@ -144,19 +99,21 @@ Error unknown_tag(const std::string& path, std::string_view tag, std::string_vie
 // Block types Anthropic's own tools produce and only its API (a native backend) takes back.
 bool native_block(std::string_view type) {
   static constexpr std::string_view kNative[] = {
-      "server_tool_use",      "web_search_tool_result",     "web_fetch_tool_result",
-      "mcp_tool_use",         "mcp_tool_result",            "code_execution_tool_result",
-      "container_upload",     "bash_code_execution_tool_result",
-      "search_result",        "text_editor_code_execution_tool_result"};
+      "server_tool_use",       "web_search_tool_result",
+      "web_fetch_tool_result", "mcp_tool_use",
+      "mcp_tool_result",       "code_execution_tool_result",
+      "container_upload",      "bash_code_execution_tool_result",
+      "search_result",         "text_editor_code_execution_tool_result"};
   return std::find(std::begin(kNative), std::end(kNative), type) != std::end(kNative);
 }
 
 void note_native(AnthropicParseInfo& info, const std::string& path, const std::string& what) {
   if (info.native_only) return;
   info.native_only =
-      invalid(path, what + " cannot be translated for this model's backend (it does not speak "
-                           "the Messages API natively); send it to a backend with `apis: "
-                           "[messages]`");
+      invalid(path, what +
+                        " cannot be translated for this model's backend (it does not speak "
+                        "the Messages API natively); send it to a backend with `apis: "
+                        "[messages]`");
 }
 
 // A text block's text (type "text": text, cache_control, citations).
@@ -206,9 +163,9 @@ std::optional<Error> parse_system(const element& v, ChatRequest& out) {
 // One turn after merging: its role and blocks (a string content is one text block).
 struct Turn {
   Role role = Role::kUser;
-  size_t index = 0;  // the first message of the turn (for paths)
+  size_t index = 0;                                     // the first message of the turn (for paths)
   std::vector<std::pair<element, std::string>> blocks;  // block, path
-  std::string text;  // a string content (when `string_content`)
+  std::string text;                                     // a string content (when `string_content`)
   bool string_content = false;
 };
 
@@ -319,7 +276,7 @@ std::optional<Error> tool_use(const element& block, const std::string& path, Mes
   if (auto e = expect(*input, element_type::OBJECT, f.path("input"), "a valid dictionary")) {
     return *e;
   }
-  call.arguments = minified(*input);
+  call.arguments = simdjson::minify(*input);
   if (!calls.insert(call.id).second) {
     return invalid(f.path("id"), "`tool_use` ids must be unique; '" + call.id + "' is repeated");
   }
@@ -405,12 +362,12 @@ std::optional<Error> read_turns(const element& v, std::vector<Turn>& turns) {
     auto content = f.get("content");
     if (!content) return invalid(f.path("content"), "Field required");
     if (!content->is_string() && !content->is_array()) {
-      return invalid(f.path("content"),
-                     std::string("Input should be a valid string or list, got ") +
-                         kind_of(*content));
+      return invalid(
+          f.path("content"),
+          std::string("Input should be a valid string or list, got ") + kind_of(*content));
     }
-    bool empty = content->is_string() ? string_of(*content).empty()
-                                      : array_of(*content).size() == 0;
+    bool empty =
+        content->is_string() ? string_of(*content).empty() : array_of(*content).size() == 0;
     bool last = i + 1 == array_of(v).size();
     if (empty && !(last && r == Role::kAssistant)) {
       return invalid(f.path("content"),
@@ -458,10 +415,9 @@ std::optional<Error> parse_messages(const element& v, ChatRequest& out, Anthropi
 
 // Anthropic's server tools (versioned type names), which only its API runs.
 bool server_tool(std::string_view type) {
-  static constexpr std::string_view kPrefixes[] = {"web_search_", "web_fetch_",
-                                                   "bash_",       "text_editor_",
-                                                   "computer_",   "code_execution_",
-                                                   "memory_",     "tool_search_tool_"};
+  static constexpr std::string_view kPrefixes[] = {
+      "web_search_", "web_fetch_",      "bash_",   "text_editor_",
+      "computer_",   "code_execution_", "memory_", "tool_search_tool_"};
   return std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
                      [&](std::string_view p) { return type.starts_with(p); });
 }
@@ -498,7 +454,8 @@ std::optional<Error> parse_tool(const element& tool, const std::string& path, Ch
   }
   auto schema = f.get("input_schema");
   if (!schema) return invalid(f.path("input_schema"), "Field required");
-  if (auto e = expect(*schema, element_type::OBJECT, f.path("input_schema"), "a valid dictionary")) {
+  if (auto e =
+          expect(*schema, element_type::OBJECT, f.path("input_schema"), "a valid dictionary")) {
     return e;
   }
   t.parameters = to_json(*schema);
@@ -633,12 +590,12 @@ std::optional<Error> parse_limits(const Fields& f, const AnthropicParseOptions& 
   if (max_tokens) {
     int64_t n = 0;
     if (!is_integer(*max_tokens) || max_tokens->get_int64().get(n) != simdjson::SUCCESS) {
-      return invalid("max_tokens", std::string("Input should be a valid integer, got ") +
-                                       kind_of(*max_tokens));
+      return invalid("max_tokens",
+                     std::string("Input should be a valid integer, got ") + kind_of(*max_tokens));
     }
     if (n < 1 || n > kMaxTokensLimit) {
-      return invalid("max_tokens", "Input should be between 1 and " +
-                                       std::to_string(kMaxTokensLimit));
+      return invalid("max_tokens",
+                     "Input should be between 1 and " + std::to_string(kMaxTokensLimit));
     }
     out.limits.max_tokens = n;
   }
@@ -699,13 +656,13 @@ Status parse_anthropic_into(std::string_view body, ChatRequest& out, AnthropicPa
     if (key == "model") ++info.model_keys;
     if (native_member(key)) note_native(info, std::string(key), "'" + std::string(key) + "'");
   }
-  auto extra = options.count_tokens
-                   ? f.check({"model", "messages", "system", "tools", "tool_choice", "thinking",
-                              "mcp_servers", "context_management"})
-                   : f.check({"model", "messages", "system", "max_tokens", "stop_sequences",
-                              "stream", "temperature", "top_p", "top_k", "tools", "tool_choice",
-                              "metadata", "thinking", "service_tier", "container", "mcp_servers",
-                              "context_management"});
+  auto extra =
+      options.count_tokens
+          ? f.check({"model", "messages", "system", "tools", "tool_choice", "thinking",
+                     "mcp_servers", "context_management"})
+          : f.check({"model", "messages", "system", "max_tokens", "stop_sequences", "stream",
+                     "temperature", "top_p", "top_k", "tools", "tool_choice", "metadata",
+                     "thinking", "service_tier", "container", "mcp_servers", "context_management"});
   if (auto e = extra) {
     Error error = *e;
     // Fields is rooted at "": its paths start with a dot.
@@ -737,8 +694,7 @@ Status parse_anthropic_into(std::string_view body, ChatRequest& out, AnthropicPa
     if (auto e = parse_thinking(*t, out.limits.max_tokens.value_or(0), out)) return *e;
   }
   if (auto s = f.get("service_tier")) {
-    if (!s->is_string() ||
-        (string_of(*s) != "auto" && string_of(*s) != "standard_only")) {
+    if (!s->is_string() || (string_of(*s) != "auto" && string_of(*s) != "standard_only")) {
       return invalid("service_tier", "Input should be 'auto' or 'standard_only'");
     }
   }

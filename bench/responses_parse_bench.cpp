@@ -38,7 +38,8 @@ std::string responses_body() {
          R"({"type":"function_call_output","call_id":"call_1","output":"total 8\n-rw-r--r-- 1 root root 4096 a.txt\n-rw-r--r-- 1 root root 12 b.txt"},)"
          R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"a.txt is the largest."}]},)"
          R"({"type":"message","role":"user","content":[{"type":"input_text","text":"Thanks, now count the lines."}]}],)"
-         R"("tools":[)" + tools +
+         R"("tools":[)" +
+         tools +
          R"(],"tool_choice":"auto","parallel_tool_calls":true,"stream":true,"store":false,"max_output_tokens":512,"temperature":0.2,"prompt_cache_key":"019a0000-0000-7000-8000-000000000000"})";
 }
 
@@ -46,9 +47,8 @@ std::string responses_body() {
 std::string chat_body() {
   std::string tools;
   for (const char* name : {"exec_command", "write_stdin", "view_image"}) {
-    tools += std::string(tools.empty() ? "" : ",") +
-             R"({"type":"function","function":{"name":")" + name +
-             R"(","description":"A tool","strict":false,"parameters":)" + kParameters + "}}";
+    tools += std::string(tools.empty() ? "" : ",") + R"({"type":"function","function":{"name":")" +
+             name + R"(","description":"A tool","strict":false,"parameters":)" + kParameters + "}}";
   }
   return R"({"model":"local","messages":[{"role":"system","content":")" + instructions() +
          R"("},{"role":"user","content":[{"type":"text","text":"List the files and tell me which is largest."}]},)"
@@ -56,7 +56,8 @@ std::string chat_body() {
          R"({"role":"tool","tool_call_id":"call_1","content":"total 8\n-rw-r--r-- 1 root root 4096 a.txt\n-rw-r--r-- 1 root root 12 b.txt"},)"
          R"({"role":"assistant","content":[{"type":"text","text":"a.txt is the largest."}]},)"
          R"({"role":"user","content":[{"type":"text","text":"Thanks, now count the lines."}]}],)"
-         R"("tools":[)" + tools +
+         R"("tools":[)" +
+         tools +
          R"(],"tool_choice":"auto","parallel_tool_calls":true,"stream":true,"max_tokens":512,"temperature":0.2})";
 }
 

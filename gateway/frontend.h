@@ -15,6 +15,10 @@
 #include "common/error.h"
 #include "gateway/openai_request.h"
 
+namespace ferry::api {
+struct ResponsesRequest;
+}
+
 namespace ferry::gateway {
 
 // What a renderer of a translated answer says beside the answer: the request's id (errors), the
@@ -23,6 +27,10 @@ struct RenderContext {
   std::string_view request_id;
   std::string_view model;
   int64_t prompt_tokens = -1;  // -1: unknown
+  // Responses (gateway/responses_front.h): what the response object echoes of the request, and
+  // where the renderer puts the final `response` object for the response store. Null else.
+  const api::ResponsesRequest* responses = nullptr;
+  std::string* final_response = nullptr;
 };
 
 // One stream's renderer: the events of a translated answer to the API's SSE bytes.
@@ -43,8 +51,7 @@ struct FrontEnd {
   // The body parsed and validated into the typed request and its routing fields (this API's
   // errors). The body is moved in (ParsedRequest::raw). `count_only`: a token-count request
   // (Messages' count_tokens: no max_tokens).
-  Result<ParsedRequest> (*parse)(std::string body, const FrontEndHeaders& headers,
-                                 bool count_only);
+  Result<ParsedRequest> (*parse)(std::string body, const FrontEndHeaders& headers, bool count_only);
   // An error as this API shapes it: the HTTP status and the JSON body.
   api::WireBody (*error_body)(const Error& error, std::string_view request_id);
   // A stream that has begun ends with this error event (SSE bytes).

@@ -41,7 +41,8 @@ class ResponsesStream final : public StreamRenderer {
     renderer_.render(event, out);
     const bool last = std::holds_alternative<api::FinishEvent>(event) ||
                       std::holds_alternative<api::ErrorEvent>(event);
-    if (last && final_ != nullptr) *final_ = final_response_of(std::string_view(out).substr(before));
+    if (last && final_ != nullptr)
+      *final_ = final_response_of(std::string_view(out).substr(before));
   }
 
  private:
@@ -131,9 +132,9 @@ std::optional<ledger::StoredResponse> response_to_store(const api::ResponsesRequ
   out.id = response["id"].get<std::string>();
   out.key_id = key_id;
   out.model = request.chat.model;
-  out.items = join_arrays(request.history, request.input_items.dump(
-                                               -1, ' ', false,
-                                               nlohmann::json::error_handler_t::replace));
+  out.items = join_arrays(
+      request.history,
+      request.input_items.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   out.output = response["output"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   out.response = std::string(response_json);
   return out;

@@ -50,7 +50,8 @@ std::vector<Row> parse_csv(const std::string& text) {
   std::vector<Row> rows;
   for (size_t i = 1; i < lines.size(); ++i) {
     Row r;
-    for (size_t j = 0; j < lines[0].size() && j < lines[i].size(); ++j) r[lines[0][j]] = lines[i][j];
+    for (size_t j = 0; j < lines[0].size() && j < lines[i].size(); ++j)
+      r[lines[0][j]] = lines[i][j];
     rows.push_back(std::move(r));
   }
   return rows;
@@ -104,8 +105,8 @@ class ResponsesTest : public OwnConfigTest {
   }
 
   std::vector<Row> ledger_rows() {
-    auto r = http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "",
-                          auth_headers(kAdminKey));
+    auto r =
+        http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "", auth_headers(kAdminKey));
     EXPECT_TRUE(r && r->status == 200);
     return r ? parse_csv(r->body) : std::vector<Row>{};
   }
@@ -174,10 +175,11 @@ TEST_F(ResponsesTest, AStreamIsResponsesEventsInOrder) {
 
 TEST_F(ResponsesTest, FunctionCallsAndTheirOutputsOverTwoTurns) {
   start();
-  json tools = json::array({{{"type", "function"},
-                             {"name", "lookup"},
-                             {"description", "Looks a word up"},
-                             {"parameters", {{"type", "object"}, {"properties", json::object()}}}}});
+  json tools =
+      json::array({{{"type", "function"},
+                    {"name", "lookup"},
+                    {"description", "Looks a word up"},
+                    {"parameters", {{"type", "object"}, {"properties", json::object()}}}}});
   json first = ok({{"model", "caller"}, {"input", "find ferries"}, {"tools", tools}});
   ASSERT_EQ(first["output"].size(), 1u) << first.dump();
   const json& call = first["output"][0];
@@ -190,13 +192,13 @@ TEST_F(ResponsesTest, FunctionCallsAndTheirOutputsOverTwoTurns) {
   json seen = upstream_last_request(upstream_.address)["body"];
   EXPECT_EQ(seen["tools"][0]["function"]["name"], "lookup");
   // Turn two, the whole conversation sent again (as store: false clients do).
-  json input = json::array({{{"role", "user"}, {"content", "find ferries"}},
-                            {{"type", "function_call"},
-                             {"call_id", call_id},
-                             {"name", "lookup"},
-                             {"arguments", call["arguments"]}},
-                            {{"type", "function_call_output"}, {"call_id", call_id},
-                             {"output", "three ferries"}}});
+  json input = json::array(
+      {{{"role", "user"}, {"content", "find ferries"}},
+       {{"type", "function_call"},
+        {"call_id", call_id},
+        {"name", "lookup"},
+        {"arguments", call["arguments"]}},
+       {{"type", "function_call_output"}, {"call_id", call_id}, {"output", "three ferries"}}});
   json second = ok({{"model", "caller"}, {"input", input}, {"tools", tools}, {"store", false}});
   EXPECT_EQ(output_text(second), "echo: three ferries");
   seen = upstream_last_request(upstream_.address)["body"];
@@ -218,11 +220,9 @@ TEST_F(ResponsesTest, PreviousResponseIdContinuesOnAnotherInstance) {
   Server other = start_ferry(other_dir, config());
   json input = json::array(
       {{{"type", "function_call_output"}, {"call_id", call_id}, {"output", "two boats"}}});
-  auto r = post_json(other.address, "/v1/responses",
-                     {{"model", "caller"},
-                      {"input", input},
-                      {"tools", tools},
-                      {"previous_response_id", id}});
+  auto r = post_json(
+      other.address, "/v1/responses",
+      {{"model", "caller"}, {"input", input}, {"tools", tools}, {"previous_response_id", id}});
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   json second = r->body_json();
@@ -233,9 +233,8 @@ TEST_F(ResponsesTest, PreviousResponseIdContinuesOnAnotherInstance) {
   EXPECT_EQ(seen["messages"][0]["content"], "find boats");
   EXPECT_EQ(seen["messages"][1]["tool_calls"][0]["id"], call_id);
   // Three turns deep, back on the first instance: the whole history again.
-  json third = ok({{"model", "gpt-test"},
-                   {"input", "and now?"},
-                   {"previous_response_id", second["id"]}});
+  json third =
+      ok({{"model", "gpt-test"}, {"input", "and now?"}, {"previous_response_id", second["id"]}});
   EXPECT_EQ(output_text(third), "echo: and now?");
   seen = upstream_last_request(upstream_.address)["body"];
   ASSERT_EQ(seen["messages"].size(), 5u);
@@ -245,8 +244,8 @@ TEST_F(ResponsesTest, PreviousResponseIdContinuesOnAnotherInstance) {
 
 TEST_F(ResponsesTest, MissingOrUnstoredPreviousResponsesAre404) {
   start();
-  json e = error_of({{"model", "gpt-test"}, {"input", "x"}, {"previous_response_id", "resp_nope"}},
-                    404);
+  json e =
+      error_of({{"model", "gpt-test"}, {"input", "x"}, {"previous_response_id", "resp_nope"}}, 404);
   EXPECT_EQ(e["code"], "previous_response_not_found");
   EXPECT_EQ(e["param"], "previous_response_id");
   json unstored = ok({{"model", "gpt-test"}, {"input", "forget me"}, {"store", false}});
@@ -265,7 +264,8 @@ TEST_F(ResponsesTest, MissingOrUnstoredPreviousResponsesAre404) {
 TEST_F(ResponsesTest, WithoutALedgerNothingIsStoredAndPreviousIdsAreRefused) {
   start(/*ledger=*/false);
   json r = ok({{"model", "gpt-test"}, {"input", "hello"}});  // store defaults to true: skipped
-  json e = error_of({{"model", "gpt-test"}, {"input", "x"}, {"previous_response_id", r["id"]}}, 400);
+  json e =
+      error_of({{"model", "gpt-test"}, {"input", "x"}, {"previous_response_id", r["id"]}}, 400);
   EXPECT_EQ(e["param"], "previous_response_id");
   EXPECT_NE(e["message"].get<std::string>().find("ledger"), std::string::npos);
   expect_serving();
@@ -274,7 +274,9 @@ TEST_F(ResponsesTest, WithoutALedgerNothingIsStoredAndPreviousIdsAreRefused) {
 TEST_F(ResponsesTest, LedgerRowsAndTaskIds) {
   start();
   ok({{"model", "gpt-test"}, {"input", "one"}, {"prompt_cache_key", "codex-session-1"}});
-  ok({{"model", "gpt-test"}, {"input", "two"}, {"metadata", {{"task_id", "from-metadata"}}},
+  ok({{"model", "gpt-test"},
+      {"input", "two"},
+      {"metadata", {{"task_id", "from-metadata"}}},
       {"prompt_cache_key", "ignored-key"}});
   auto r = post({{"model", "gpt-test"}, {"input", "three"}, {"prompt_cache_key", "k"}},
                 {"x-ferry-task: from-header"});
@@ -315,8 +317,8 @@ TEST_F(ResponsesTest, BadInputGetsOpenAIErrorsAndFerryKeepsServing) {
        "tool_choice"},
       {{{"model", "gpt-test"}, {"input", json::array({{{"type", "telepathy"}}})}}, "input[0].type"},
       {{{"model", "gpt-test"},
-        {"input", json::array({{{"type", "function_call_output"}, {"call_id", "c9"},
-                                {"output", "x"}}})}},
+        {"input",
+         json::array({{{"type", "function_call_output"}, {"call_id", "c9"}, {"output", "x"}}})}},
        "input"},
       {{{"model", "gpt-test"},
         {"input", json::array({{{"role", "user"},
@@ -352,9 +354,9 @@ TEST_F(ResponsesTest, UpstreamFailuresAreResponsesErrors) {
   ASSERT_TRUE(r);
   EXPECT_GE(r->status, 500) << r->body;
   EXPECT_TRUE(r->body_json().contains("error"));
-  StreamResult s = stream_request(ferry_.address, "/v1/responses",
-                                  {{"model", "close-mid-stream"}, {"input", "a b c d e f g"},
-                                   {"stream", true}});
+  StreamResult s =
+      stream_request(ferry_.address, "/v1/responses",
+                     {{"model", "close-mid-stream"}, {"input", "a b c d e f g"}, {"stream", true}});
   ASSERT_TRUE(s.head);
   ASSERT_FALSE(s.chunks.empty());
   const std::string last = s.chunks.back()["type"];
