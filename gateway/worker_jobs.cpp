@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "api/responses_parse.h"
 #include "common/clock.h"
 #include "gateway/admin.h"
 #include "gateway/gateway.h"
