@@ -10,6 +10,8 @@
 
 #include "api/openai_parse.h"
 
+#include "api/dom_value.h"
+
 namespace ferry::api {
 
 namespace {
@@ -28,45 +30,6 @@ std::string at(std::string_view path, std::string_view key) {
 Error invalid(const std::string& path, const std::string& message) {
   return Error::make(ErrorCode::kInvalidRequest, path.empty() ? message : path + ": " + message,
                      path, "invalid_request_error");
-}
-
-const char* kind_of(const element& v) {
-  switch (v.type()) {
-    case element_type::NULL_VALUE:
-      return "null";
-    case element_type::OBJECT:
-      return "an object";
-    case element_type::ARRAY:
-      return "an array";
-    case element_type::STRING:
-      return "a string";
-    case element_type::BOOL:
-      return "a boolean";
-    case element_type::INT64:
-    case element_type::UINT64:
-      return "an integer";
-    case element_type::DOUBLE:
-      return "a number";
-  }
-  return "a value";
-}
-
-bool is_integer(const element& v) {
-  return v.type() == element_type::INT64 || v.type() == element_type::UINT64;
-}
-bool is_number(const element& v) {
-  return is_integer(v) || v.type() == element_type::DOUBLE;
-}
-std::string_view string_of(const element& v) {
-  return v.get_string().value_unsafe();
-}
-simdjson::dom::array array_of(const element& v) {
-  simdjson::dom::array a = v.get_array().value_unsafe();
-  return a;
-}
-simdjson::dom::object object_of(const element& v) {
-  simdjson::dom::object o = v.get_object().value_unsafe();
-  return o;
 }
 
 std::optional<Error> expect(const element& v, element_type type, const std::string& path,
@@ -112,14 +75,6 @@ class Fields {
   std::string path_;
   std::vector<std::pair<std::string_view, element>> members_;
 };
-
-std::string minified(const element& v) {
-  return simdjson::minify(v);
-}
-
-Json to_json(const element& v) {
-  return Json::parse(minified(v), nullptr, /*allow_exceptions=*/false);
-}
 
 // The type of a block (an object with a string `type`), or the error.
 Result<std::string_view> block_type(const element& block, const std::string& path) {
@@ -321,7 +276,7 @@ std::optional<Error> tool_use(const element& block, const std::string& path, Mes
   if (auto e = expect(*input, element_type::OBJECT, f.path("input"), "a valid dictionary")) {
     return *e;
   }
-  call.arguments = minified(*input);
+  call.arguments = simdjson::minify(*input);
   if (!calls.insert(call.id).second) {
     return invalid(f.path("id"), "`tool_use` ids must be unique; '" + call.id + "' is repeated");
   }

@@ -6,6 +6,7 @@
 #include <array>
 #include <utility>
 
+#include "api/dom_value.h"
 #include "api/json_kind.h"
 
 namespace ferry::api {
@@ -25,62 +26,6 @@ Error invalid(std::string message, std::string param) {
 // ============================================================================================
 // Values
 // ============================================================================================
-
-bool is_integer(const element& v) {
-  return v.type() == element_type::INT64 || v.type() == element_type::UINT64;
-}
-
-bool is_number(const element& v) {
-  return is_integer(v) || v.type() == element_type::DOUBLE;
-}
-
-std::string_view string_of(const element& v) {
-  return v.get_string().value_unsafe();
-}
-
-// The array or object a checked element holds (as named values: a range-for over the temporary
-// simdjson_result trips GCC's maybe-uninitialized).
-simdjson::dom::array array_of(const element& v) {
-  simdjson::dom::array a = v.get_array().value_unsafe();
-  return a;
-}
-simdjson::dom::object object_of(const element& v) {
-  simdjson::dom::object o = v.get_object().value_unsafe();
-  return o;
-}
-
-// The value as kept JSON: members in their order, numbers as nlohmann reads them (a
-// non-negative integer unsigned), so a template or a renderer sees what it would have parsed.
-Json to_json(const element& v) {
-  switch (v.type()) {
-    case element_type::OBJECT: {
-      Json out = Json::object();
-      for (auto [key, value] : object_of(v)) out[std::string(key)] = to_json(value);
-      return out;
-    }
-    case element_type::ARRAY: {
-      Json out = Json::array();
-      for (element x : array_of(v)) out.push_back(to_json(x));
-      return out;
-    }
-    case element_type::STRING:
-      return std::string(string_of(v));
-    case element_type::INT64: {
-      const int64_t n = v.get_int64().value_unsafe();
-      if (n >= 0) return static_cast<uint64_t>(n);
-      return n;
-    }
-    case element_type::UINT64:
-      return v.get_uint64().value_unsafe();
-    case element_type::DOUBLE:
-      return v.get_double().value_unsafe();
-    case element_type::BOOL:
-      return v.get_bool().value_unsafe();
-    case element_type::NULL_VALUE:
-      return nullptr;
-  }
-  return nullptr;
-}
 
 // Adds key: value to `extra` (an object, made on first use).
 void keep(Json& extra, std::string_view key, const element& value) {

@@ -88,6 +88,7 @@ asio::awaitable<bool> handle(ServerState& server, Stream& stream, Request& req, 
     direct = reply_error(
         rec, Error::make(ErrorCode::kInternal, std::string("internal error: ") + e.what()));
   }
+  if (!direct && job.kind == Job::Kind::kLookup) direct = co_await run_lookup(server, job, rec);
   if (direct) {
     rec.status = direct->status;
     // Every answer to HEAD is a direct one (HEAD is refused where GET is not served), and

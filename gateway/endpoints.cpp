@@ -5,6 +5,7 @@
 #include "gateway/frontend.h"
 #include "gateway/metrics.h"
 #include "gateway/openai_request.h"
+#include "gateway/responses_front.h"
 
 namespace ferry::gateway {
 
@@ -30,6 +31,8 @@ constexpr Endpoint kEndpoints[] = {
      api::Endpoint::kMessages},
     {"POST", "/v1/embeddings", Access::kApp, Handler::kApi, AdminRoute::kNone,
      api::Endpoint::kEmbeddings},
+    {"POST", "/v1/responses", Access::kApp, Handler::kApi, AdminRoute::kNone,
+     api::Endpoint::kResponses},
     {"GET", "/v1/models", Access::kApp, Handler::kModels},
     {"GET", "/v1/models/", Access::kApp, Handler::kModel},
     {"GET", "/admin/policy", Access::kAdmin, Handler::kAdmin, AdminRoute::kPolicyGet},
@@ -288,7 +291,26 @@ std::optional<Reply> Endpoints::completion(const Endpoint& endpoint, HttpRequest
   rec.stream = parsed->stream;
   if (auto ok = take_routing_headers(req, job); !ok) return reply_error(rec, ok.error(), &fe);
   job.ctx.started_us = rec.started_unix_us;
-  auto planned = gateway_.planner().plan(job.ctx, *parsed);
+  if (parsed->responses && !parsed->responses->previous_response_id.empty()) {
+    if (gateway_.responses() == nullptr) {
+      return reply_error(rec,
+                         Error::make(ErrorCode::kInvalidRequest,
+                                     "previous_response_id needs stored responses, and this ferry "
+                                     "has no ledger (config key 'ledger') to keep them",
+                                     "previous_response_id", "invalid_value"),
+                         &fe);
+    }
+    job.pending = std::move(*parsed);  // the stored response is read on the worker pool
+    job.kind = Job::Kind::kLookup;
+    return std::nullopt;
+  }
+  return plan_parsed(fe, *parsed, rec, job);
+}
+
+// Plans a parsed request; a refusal is answered here, in the front-end's shape.
+std::optional<Reply> Endpoints::plan_parsed(const FrontEnd& fe, const ParsedRequest& parsed,
+                                            RequestRecord& rec, Job& job) {
+  auto planned = gateway_.planner().plan(job.ctx, parsed);
   if (!planned) return reply_error(rec, planned.error(), &fe);
   rec.rule = planned->rule_id;
   if (planned->refusal) {
@@ -297,8 +319,25 @@ std::optional<Reply> Endpoints::completion(const Endpoint& endpoint, HttpRequest
     return r;
   }
   job.plan = std::move(*planned);
+  job.plan->responses = parsed.responses;
   job.kind = Job::Kind::kProxy;
   return std::nullopt;
+}
+
+std::optional<Reply> Endpoints::after_lookup(
+    const Result<std::optional<ledger::StoredResponse>>& stored, RequestRecord& rec, Job& job) {
+  const FrontEnd& fe = frontend(api::Endpoint::kResponses);
+  ParsedRequest parsed = std::move(*job.pending);
+  job.pending.reset();
+  if (!stored) return reply_error(rec, stored.error(), &fe);
+  if (!*stored) {
+    return reply_error(rec, previous_response_not_found(parsed.responses->previous_response_id),
+                       &fe);
+  }
+  if (auto ok = apply_previous_response(parsed, **stored); !ok) {
+    return reply_error(rec, ok.error(), &fe);
+  }
+  return plan_parsed(fe, parsed, rec, job);
 }
 
 // The prompt's tokens as the model that would answer counts them: routed as the answer would

@@ -17,8 +17,10 @@
 #include "gateway/auth.h"
 #include "gateway/gateway.h"
 #include "gateway/http_wire.h"
+#include "gateway/openai_request.h"
 #include "gateway/request_record.h"
 #include "ledger/report.h"
+#include "ledger/response_store.h"
 
 namespace ferry::gateway {
 
@@ -105,13 +107,16 @@ Status authorize(const Endpoint& endpoint, const Principal& principal);
 
 // What to do with a request once dispatched: proxy it along its plan, or run a worker job.
 struct Job {
-  enum class Kind { kNone, kProxy, kAdmin, kExport } kind = Kind::kNone;
+  // kLookup: a Responses request whose previous_response_id is read on the worker pool first
+  // (gateway/worker_jobs.h run_lookup), then planned (Endpoints::after_lookup).
+  enum class Kind { kNone, kProxy, kAdmin, kExport, kLookup } kind = Kind::kNone;
   RequestContext ctx;
   std::optional<Plan> plan;
   AdminRoute admin = AdminRoute::kNone;
   std::string query;
   std::string body;  // the admin call's body
   ledger::ReportFilter filter;
+  std::optional<ParsedRequest> pending;  // kLookup: the request waiting for its history
 };
 
 class Endpoints {
@@ -126,6 +131,12 @@ class Endpoints {
   // miscompiles.)
   std::optional<Reply> dispatch(HttpRequestView& request, RequestRecord& record, Job& job);
 
+  // A kLookup job once its stored response was read: a 404 when there is none, else the
+  // stored conversation goes in front of the input and the request is planned (a reply, or
+  // nullopt with `job` a kProxy job).
+  std::optional<Reply> after_lookup(const Result<std::optional<ledger::StoredResponse>>& stored,
+                                    RequestRecord& record, Job& job);
+
  private:
   std::optional<Reply> open_endpoint(const HttpRequestView& request, std::string_view path);
   std::optional<Reply> worker_job(const Endpoint& endpoint, std::string_view query,
@@ -137,6 +148,8 @@ class Endpoints {
   std::optional<Reply> count_tokens(const Endpoint& endpoint, HttpRequestView& request,
                                     RequestRecord& record, Job& job);
   static Status take_routing_headers(const HttpRequestView& request, Job& job);
+  std::optional<Reply> plan_parsed(const FrontEnd& fe, const ParsedRequest& parsed,
+                                   RequestRecord& record, Job& job);
 
   Authenticator& auth_;
   Metrics& metrics_;

@@ -6,6 +6,7 @@
 #include "api/anthropic_render.h"
 #include "api/openai_chat_render.h"
 #include "gateway/errors.h"
+#include "gateway/responses_front.h"
 
 namespace ferry::gateway {
 
@@ -109,11 +110,6 @@ std::unique_ptr<StreamRenderer> messages_stream(const RenderContext& context) {
       api::AnthropicStreamRenderer(options));
 }
 
-// Responses is engineer `responses`' front-end (issue 16): its parser and renderers go here.
-Result<ParsedRequest> parse_not_served(std::string, const FrontEndHeaders&, bool) {
-  return Error::make(ErrorCode::kNotFound, "this API is not served yet");
-}
-
 // The front-ends, in api::Endpoint's order.
 const FrontEnd kFrontEnds[] = {
     {api::Endpoint::kChatCompletions, parse_openai_request<api::Endpoint::kChatCompletions>,
@@ -122,7 +118,8 @@ const FrontEnd kFrontEnds[] = {
      openai_error_body, openai_stream_error, "data: [DONE]\n\n"},
     {api::Endpoint::kMessages, parse_messages, anthropic_error_body, anthropic_stream_error, "",
      render_message, messages_stream},
-    {api::Endpoint::kResponses, parse_not_served, openai_error_body, openai_stream_error, ""},
+    {api::Endpoint::kResponses, parse_responses_request, openai_error_body, openai_stream_error, "",
+     render_responses_answer, responses_stream_renderer},
     {api::Endpoint::kEmbeddings, parse_openai_request<api::Endpoint::kEmbeddings>,
      openai_error_body, openai_stream_error, "data: [DONE]\n\n"},
 };

@@ -15,6 +15,10 @@
 #include "common/error.h"
 #include "gateway/openai_request.h"
 
+namespace ferry::api {
+struct ResponsesRequest;
+}
+
 namespace ferry::gateway {
 
 // What a renderer of a translated answer says beside the answer: the request's id (errors), the
@@ -23,6 +27,10 @@ struct RenderContext {
   std::string_view request_id;
   std::string_view model;
   int64_t prompt_tokens = -1;  // -1: unknown
+  // Responses (gateway/responses_front.h): what the response object echoes of the request, and
+  // where the renderer puts the final `response` object for the response store. Null else.
+  const api::ResponsesRequest* responses = nullptr;
+  std::string* final_response = nullptr;
 };
 
 // One stream's renderer: the events of a translated answer to the API's SSE bytes.

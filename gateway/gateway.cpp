@@ -84,9 +84,15 @@ Status Gateway::open_ledger() {
       std::vector<ledger::BudgetDef> budgets;
       if (config_.budgets.present())
         budgets = ledger::parse_budgets(config_.budgets.node, config_.source);
+      const std::string path = lc.path;
+      const ledger::ResponseStoreConfig kept{lc.responses_keep_days};
       auto opened = ledger::Ledger::open(std::move(lc), std::move(prices), std::move(budgets));
       if (!opened) return opened.error();
       ledger_ = std::move(*opened);
+      // Stored Responses share the ledger's file (ledger/response_store.h).
+      auto responses = ledger::ResponseStore::open(path, kept);
+      if (!responses) return responses.error();
+      responses_ = std::move(*responses);
     } catch (const yaml::YamlError& e) {
       return Error::make(ErrorCode::kInvalidRequest, e.what());
     } catch (const std::exception& e) {

@@ -18,6 +18,7 @@
 #include "gateway/route_counters.h"
 #include "gateway/targets.h"
 #include "ledger/ledger.h"
+#include "ledger/response_store.h"
 
 namespace ferry::policies {
 class PolicyStore;
@@ -38,6 +39,8 @@ class Gateway {
   Planner& planner() { return *planner_; }
   Recorder& recorder() { return *recorder_; }
   ledger::Ledger* ledger() { return ledger_.get(); }
+  // Stored OpenAI Responses, in the ledger's file; null without a ledger.
+  ledger::ResponseStore* responses() { return responses_.get(); }
   policies::PolicyStore* policy_store() { return store_.get(); }
   const config::Config& config() const { return config_; }
   Target* find_target(std::string_view model_name) {
@@ -59,6 +62,7 @@ class Gateway {
   TargetMap targets_;
   std::unique_ptr<policies::PolicyStore> store_;
   std::unique_ptr<ledger::Ledger> ledger_;
+  std::unique_ptr<ledger::ResponseStore> responses_;
   RouteCounters counters_;
   int64_t started_unix_us_ = 0;
   std::unique_ptr<Recorder> recorder_;

@@ -15,6 +15,10 @@
 #include "api/openai_parse.h"
 #include "common/error.h"
 
+namespace ferry::api {
+struct ResponsesRequest;
+}
+
 namespace ferry::gateway {
 
 // The edge's limits (api/openai_parse.h), under their gateway names.
@@ -37,6 +41,8 @@ struct ParsedRequest {
   std::vector<std::pair<std::string, std::string>> native_headers;
   std::string raw;  // the body exactly as the client sent it
   std::shared_ptr<const api::ChatRequest> typed;
+  // A Responses request's own side (api/responses_parse.h); `typed` points into it. Null else.
+  std::shared_ptr<api::ResponsesRequest> responses;
   std::string model;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage as the client sent it

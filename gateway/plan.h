@@ -56,6 +56,10 @@ struct Plan {
   // The front-end the client spoke (gateway/frontend.h): its answers and errors are shaped so;
   // a hop whose request.endpoint differs is translated.
   api::Endpoint api = api::Endpoint::kChatCompletions;
+  // Responses: the request's own side, and the final `response` object as the client got it
+  // (the renderer fills it; the response store keeps it).
+  std::shared_ptr<const api::ResponsesRequest> responses;
+  std::string response_json;
   std::string task_id;
   std::vector<std::string> claimed_tags;
   bool stream = false;

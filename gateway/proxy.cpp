@@ -10,6 +10,7 @@
 #include "gateway/frontend.h"
 #include "gateway/gateway.h"
 #include "gateway/response_writer.h"
+#include "gateway/responses_front.h"
 #include "gateway/translate_sink.h"
 
 namespace ferry::gateway {
@@ -174,10 +175,14 @@ asio::awaitable<Result<adapters::BackendReply>> send_watched(Stream& stream, Pla
 }
 
 // What only ferry knows of a translated answer: the client's model name, its prompt count.
-RenderContext render_context(const Plan& plan, const PlannedHop& hop, const RequestRecord& rec) {
+RenderContext render_context(Plan& plan, const PlannedHop& hop, const RequestRecord& rec) {
   RenderContext c;
   c.request_id = rec.request_id;
   c.model = plan.requested_model;
+  if (plan.responses) {  // the echo, and the slot of the final response object for the store
+    c.responses = plan.responses.get();
+    c.final_response = &plan.response_json;
+  }
   if (auto it = plan.prompt_counts.find(hop.target); it != plan.prompt_counts.end()) {
     c.prompt_tokens = it->second.tokens;
   }
@@ -297,6 +302,30 @@ asio::awaitable<bool> answer_error(ServerState& server, Stream& stream, ChunkedS
   co_return ok&& keep_alive;
 }
 
+// Keeps a Responses answer (store: true) before its last byte leaves, as the ledger row is:
+// the response store's verdict; ok when there is nothing to keep or no store.
+asio::awaitable<Status> store_response(ServerState& server, const ClientSide& client,
+                                       const RequestRecord& rec) {
+  ledger::ResponseStore* store = server.gateway->responses();
+  const RenderContext& c = client.context;
+  if (store == nullptr || c.responses == nullptr || c.final_response == nullptr) co_return Status{};
+  auto kept = response_to_store(*c.responses, *c.final_response, rec.key_id);
+  if (!kept) co_return Status{};
+  auto notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
+  auto status = std::make_shared<Status>();
+  store->put(std::move(*kept), [notifier, status](const Status& st) {
+    *status = st;
+    notifier->notify();
+  });
+  co_await notifier->wait();
+  co_return *status;
+}
+
+Error not_stored(const Status& kept) {
+  return Error::make(ErrorCode::kUnavailable,
+                     "the response could not be stored: " + kept.error().message);
+}
+
 // The answer to the client once the row is settled.
 template <typename Stream>
 asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<Stream>& sink,
@@ -331,8 +360,13 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
   if (streaming) {
     rec.status = 200;
     std::string done = client.tail(std::nullopt);
+    Status kept = co_await store_response(server, client, rec);
+    if (!kept) {
+      rec.error = kept.error().message;
+      done = client.fe.stream_error(not_stored(kept));
+    }
     co_await sink.finish(done);
-    co_return !sink.broken() && keep_alive;
+    co_return kept && !sink.broken() && keep_alive;
   }
   rec.ttft_us = micros_between(rec.started, Clock::now());
   Reply r;
@@ -343,7 +377,15 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
     r.body = std::move(body.body);
   } else {
     r.body = std::move(reply.body);
+    // A native Responses answer: the body is the response object.
+    if (client.context.final_response != nullptr && r.status == 200) {
+      *client.context.final_response = r.body;
+    }
   }
+  Status kept = co_await store_response(server, client, rec);
+  if (!kept)
+    co_return co_await answer_error(server, stream, sink, client, not_stored(kept), nullptr, rec,
+                                    keep_alive);
   r.headers = std::move(headers);
   for (auto& h : reply.headers) r.headers.push_back(std::move(h));
   rec.status = reply.status;

@@ -7,11 +7,14 @@
 #include <optional>
 #include <string>
 
+#include "api/responses_parse.h"
+#include "common/clock.h"
 #include "gateway/admin.h"
 #include "gateway/gateway.h"
 #include "gateway/response_writer.h"
 #include "ledger/ledger.h"
 #include "ledger/report.h"
+#include "ledger/response_store.h"
 
 namespace ferry::gateway {
 
@@ -171,6 +174,19 @@ asio::awaitable<bool> run_export(ServerState& server, Stream& stream, Job& job, 
   }
   co_await sink.finish_plain();
   co_return !sink.broken() && keep_alive;
+}
+
+asio::awaitable<std::optional<Reply>> run_lookup(ServerState& server, Job& job,
+                                                 RequestRecord& rec) {
+  using Stored = Result<std::optional<ledger::StoredResponse>>;
+  ledger::ResponseStore* store = server.gateway->responses();
+  std::function<Stored()> fn = [store, &job]() -> Stored {
+    return store->get(job.pending->responses->previous_response_id, job.ctx.principal.key_id,
+                      unix_micros_now());
+  };
+  Result<Stored> done = co_await offload<Stored>(server, std::move(fn));
+  Stored stored = done ? std::move(*done) : Stored(done.error());
+  co_return server.endpoints->after_lookup(stored, rec, job);
 }
 
 template asio::awaitable<bool> run_admin_job(ServerState&, PlainStream&, Job&, RequestRecord&,

@@ -25,4 +25,10 @@ template <typename Stream>
 asio::awaitable<bool> run_export(ServerState& server, Stream& stream, Job& job,
                                  RequestRecord& record, bool keep_alive);
 
+// A Job::Kind::kLookup (a Responses request with previous_response_id): reads the stored
+// response on the worker, then plans the request (Endpoints::after_lookup). Returns the reply
+// when it is answered here (a 404, a refusal), else nullopt with `job` a kProxy job.
+asio::awaitable<std::optional<Reply>> run_lookup(ServerState& server, Job& job,
+                                                 RequestRecord& record);
+
 }  // namespace ferry::gateway

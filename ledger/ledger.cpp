@@ -32,8 +32,8 @@ struct Ledger::Item {
 
 LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file) {
   yaml::Map map(node, file, "ledger");
-  map.allow_only(
-      {"path", "currency", "reference_model", "queue_capacity", "max_batch", "retry_ms"});
+  map.allow_only({"path", "currency", "reference_model", "queue_capacity", "max_batch", "retry_ms",
+                  "responses"});
   LedgerConfig config;
   config.path = map.str("path");
   if (config.path.empty()) map.fail("path", "must not be empty");
@@ -42,6 +42,11 @@ LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file
   config.queue_capacity = map.integer_or("queue_capacity", config.queue_capacity, 1, 1 << 24);
   config.max_batch = map.integer_or("max_batch", config.max_batch, 1, 1 << 20);
   config.retry_ms = map.integer_or("retry_ms", config.retry_ms, 1, 60000);
+  if (auto responses = map.opt_map("responses")) {  // stored Responses (ledger/response_store.h)
+    responses->allow_only({"keep_days"});
+    config.responses_keep_days =
+        responses->integer_or("keep_days", config.responses_keep_days, 1, 3650);
+  }
   return config;
 }
 

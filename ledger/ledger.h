@@ -12,6 +12,7 @@
 //     queue_capacity: 8192           # rows admitted but not yet durable; beyond it: 503
 //     max_batch: 4096                # rows per group commit
 //     retry_ms: 200                  # wait between retries of a failed commit
+//     responses: { keep_days: 30 }   # stored OpenAI Responses kept this long (response_store.h)
 #pragma once
 
 #include <atomic>
@@ -42,6 +43,7 @@ struct LedgerConfig {
   int64_t queue_capacity = 8192;
   int64_t max_batch = 4096;
   int64_t retry_ms = 200;
+  int64_t responses_keep_days = 30;  // ledger/response_store.h
 };
 
 // Parses the `ledger:` mapping. Throws ferry::yaml::YamlError (control plane).

@@ -24,7 +24,7 @@ function parse_args(argv) {
 // the 504 case), and one backend at a closed port. Public model names pick the upstream's
 // behaviour through upstream_model.
 
-function make_config(upstream_url, dead_port) {
+function make_config(upstream_url, dead_port, work) {
   const upstream_v1 = upstream_url.replace(/\/+$/, '') + '/v1';
   const model = (name, backend, upstream) =>
       `  - name: ${name}\n    backend: ${backend}\n    upstream_model: ${upstream}\n`;
@@ -65,7 +65,10 @@ ${model('echo', 'upstream', 'echo')}${model('chunky', 'upstream', 'chunky')}\
 ${model('no-usage', 'upstream', 'no-usage')}${model('fail-500', 'upstream', 'fail-500')}\
 ${model('fail-429', 'upstream', 'fail-429')}${model('reset-mid-stream', 'upstream', 'reset-mid-stream')}\
 ${model('malformed-sse', 'upstream', 'malformed-sse')}${model('hang', 'upstream-impatient', 'hang')}\
-${model('down', 'nowhere', 'echo')}`;
+${model('down', 'nowhere', 'echo')}${model('caller', 'upstream', 'call-tool')}\
+ledger:
+  path: ${work}/ledger.db
+`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -83,7 +86,7 @@ async function main() {
                                         path.join(work, 'upstream.log'));
     servers.push(upstream);
     const config_file = path.join(work, 'ferry.yaml');
-    fs.writeFileSync(config_file, make_config(upstream.url, await closed_port()));
+    fs.writeFileSync(config_file, make_config(upstream.url, await closed_port(), work));
     const ferry = await start_server('ferry', args.ferry,
                                      ['serve', '--config', config_file, '--listen', '127.0.0.1:0'],
                                      path.join(work, 'ferry.log'));

@@ -19,6 +19,9 @@
 //   hang-after-first   stream the first chunk, then never send anything else
 //   no-usage           never send usage, even when stream_options.include_usage is set
 //   chunky             write the response in tiny pieces (1-5 bytes), each its own HTTP chunk
+//   call-tool          with tools, unless the last message is a tool result: call the first
+//                      tool with {"q": <the last user message>} (finish_reason tool_calls);
+//                      after a tool result the content is "echo: " + that result
 // A request body member "x_test_usage" (a string holding JSON) is sent as the usage object
 // instead of the counted one, e.g. "{\"prompt_tokens\":-5,\"completion_tokens\":1e300}".
 // POST /v1/messages speaks Anthropic Messages natively (the same echo answer, fail-<status> as
@@ -100,6 +103,7 @@ struct Behaviour {
   bool hang_after_first = false;
   bool no_usage = false;
   bool chunky = false;
+  bool call_tool = false;
 };
 
 std::optional<int64_t> parse_int(std::string_view text) {
@@ -146,6 +150,8 @@ Behaviour parse_behaviour(std::string_view model) {
       b.no_usage = true;
     } else if (part == "chunky") {
       b.chunky = true;
+    } else if (part == "call-tool") {
+      b.call_tool = true;
     }
   }
   return b;
@@ -157,6 +163,7 @@ struct Answer {
   std::vector<std::string> pieces;  // one streamed chunk each
   std::string finish_reason = "stop";
   int64_t prompt_tokens = 0;
+  json tool_call;  // call-tool: {"id", "type", "function": {"name", "arguments"}}; null: none
 };
 
 int64_t count_words(std::string_view text) {
@@ -219,6 +226,30 @@ Answer make_answer(const json& body, bool chat) {
     }
   }
   return a;
+}
+
+// call-tool: a call of the first tool, or after a tool result the echo of that result.
+void add_tool_call(const json& body, Answer& a) {
+  const json* tools = body.contains("tools") && body["tools"].is_array() ? &body["tools"] : nullptr;
+  if (tools == nullptr || tools->empty() || !body.contains("messages")) return;
+  const json& messages = body["messages"];
+  if (!messages.is_array() || messages.empty()) return;
+  const json& last = messages.back();
+  if (last.is_object() && last.value("role", "") == "tool") {
+    std::string text = "echo: " + content_text(last.value("content", json("")));
+    a.pieces = {text};
+    return;
+  }
+  std::string source;
+  for (const auto& m : messages) {
+    if (m.is_object() && m.value("role", "") == "user") source = content_text(m["content"]);
+  }
+  std::string name = (*tools)[0].value("function", json::object()).value("name", "tool");
+  a.tool_call = {{"id", "call_up_" + std::to_string(g_stats.requests)},
+                 {"type", "function"},
+                 {"function", {{"name", name}, {"arguments", dump(json{{"q", source}})}}}};
+  a.pieces.clear();
+  a.finish_reason = "tool_calls";
 }
 
 json usage_json(const Answer& a, int64_t n) {
@@ -504,6 +535,7 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
   }
 
   Answer answer = make_answer(body, chat);
+  if (b.call_tool && chat) add_tool_call(body, answer);
   int64_t n = 1;
   if (body.contains("n") && body["n"].is_number_integer()) {
     n = std::clamp<int64_t>(body["n"].get<int64_t>(), 1, 16);
@@ -526,6 +558,10 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
       json choice = {{"index", i}, {"finish_reason", answer.finish_reason}};
       if (chat) {
         choice["message"] = {{"role", "assistant"}, {"content", join(answer.pieces)}};
+        if (!answer.tool_call.is_null()) {
+          choice["message"]["content"] = nullptr;
+          choice["message"]["tool_calls"] = json::array({answer.tool_call});
+        }
         choice["logprobs"] = nullptr;
       } else {
         choice["text"] = join(answer.pieces);
@@ -565,6 +601,12 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
       json delta = chat ? json{{"content", piece}} : json(piece);
       events.push_back(sse(chunk_json(chat, id, model, i, delta, nullptr, null_usage)));
     }
+  }
+  if (!answer.tool_call.is_null() && chat) {
+    json call = answer.tool_call;
+    call["index"] = 0;
+    events.push_back(sse(chunk_json(chat, id, model, 0, {{"tool_calls", json::array({call})}},
+                                    nullptr, null_usage)));
   }
   if (b.malformed_sse) {
     events.insert(events.begin() + static_cast<std::ptrdiff_t>(first_content),
@@ -706,7 +748,7 @@ json models_json() {
   for (const char* name :
        {"echo", "slow-1000", "stream-slow-100", "fail-500", "fail-429", "drop", "reset-mid-stream",
         "close-mid-stream", "malformed-sse", "garbage-body", "no-choices", "bad-event-first",
-        "bad-event-mid", "hang", "hang-after-first", "no-usage", "chunky"}) {
+        "bad-event-mid", "hang", "hang-after-first", "no-usage", "chunky", "call-tool"}) {
     data.push_back(
         {{"id", name}, {"object", "model"}, {"created", 1700000000}, {"owned_by", "test"}});
   }

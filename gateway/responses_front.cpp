@@ -1,0 +1,143 @@
+#include "gateway/responses_front.h"
+
+#include <nlohmann/json.hpp>
+
+#include <utility>
+
+#include "api/responses_render.h"
+
+namespace ferry::gateway {
+
+namespace {
+
+// The render options of one answer: the echo of the request, the client's model name.
+api::ResponsesRenderOptions options_of(const RenderContext& context) {
+  api::ResponsesRenderOptions options;
+  options.identity.model = std::string(context.model);
+  if (context.responses != nullptr) options.echo = context.responses->echo;
+  return options;
+}
+
+// The `response` member of the last response.completed / .incomplete / .failed event in
+// `sse` (the bytes one render call appended); empty when there is none.
+std::string final_response_of(std::string_view sse) {
+  size_t at = sse.rfind("\ndata: ");
+  if (at == std::string_view::npos) return {};
+  std::string_view data = sse.substr(at + 7);
+  data = data.substr(0, data.find('\n'));
+  auto event = nlohmann::ordered_json::parse(data, nullptr, /*allow_exceptions=*/false);
+  if (!event.is_object() || !event.contains("response")) return {};
+  return event["response"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The Responses stream renderer; the final `response` object goes to the context's slot for
+// the response store.
+class ResponsesStream final : public StreamRenderer {
+ public:
+  explicit ResponsesStream(const RenderContext& context)
+      : renderer_(options_of(context)), final_(context.final_response) {}
+  void render(const api::Event& event, std::string& out) override {
+    const size_t before = out.size();
+    renderer_.render(event, out);
+    const bool last = std::holds_alternative<api::FinishEvent>(event) ||
+                      std::holds_alternative<api::ErrorEvent>(event);
+    if (last && final_ != nullptr)
+      *final_ = final_response_of(std::string_view(out).substr(before));
+  }
+
+ private:
+  api::ResponsesStreamRenderer renderer_;
+  std::string* final_;
+};
+
+// JSON array texts a and b joined into one array.
+std::string join_arrays(std::string_view a, std::string_view b) {
+  auto inner = [](std::string_view s) {
+    s.remove_prefix(s.find('[') + 1);
+    s.remove_suffix(s.size() - s.rfind(']'));
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\n')) s.remove_prefix(1);
+    return s;
+  };
+  std::string_view x = inner(a), y = inner(b);
+  std::string out = "[";
+  out.append(x);
+  if (!x.empty() && !y.empty()) out += ',';
+  out.append(y);
+  out += ']';
+  return out;
+}
+
+}  // namespace
+
+Result<ParsedRequest> parse_responses_request(std::string body, const FrontEndHeaders& /*headers*/,
+                                              bool /*count_only*/) {
+  auto parsed = api::parse_responses(body);
+  if (!parsed) return parsed.error();
+  ParsedRequest out;
+  out.endpoint = adapters::Endpoint::kChatCompletions;  // the typed value is chat-shaped
+  out.api = api::Endpoint::kResponses;
+  out.raw = std::move(body);
+  auto responses = std::make_shared<api::ResponsesRequest>(std::move(*parsed));
+  const api::ChatRequest& chat = responses->chat;
+  out.model = chat.model;
+  out.stream = chat.streams();
+  out.max_tokens = chat.limits.effective_max_tokens();
+  out.temperature = chat.sampling.temperature;
+  out.top_p = chat.sampling.top_p;
+  out.tools = chat.has_tools();
+  out.response_format = chat.has_response_format();
+  out.task_id = chat.metadata.task_id;
+  out.claimed_tags = chat.metadata.tags;
+  out.model_keys = 1;
+  out.native_only = responses->needs_native;
+  out.typed = std::shared_ptr<const api::ChatRequest>(responses, &responses->chat);
+  out.responses = std::move(responses);
+  return out;
+}
+
+api::WireBody render_responses_answer(const api::Answer& answer, const RenderContext& context) {
+  api::WireBody body = api::render_response(answer, options_of(context));
+  if (context.final_response != nullptr && body.status == 200) *context.final_response = body.body;
+  return body;
+}
+
+std::unique_ptr<StreamRenderer> responses_stream_renderer(const RenderContext& context) {
+  return std::make_unique<ResponsesStream>(context);
+}
+
+Error previous_response_not_found(std::string_view id) {
+  return Error::make(ErrorCode::kNotFound,
+                     "Previous response with id '" + std::string(id) + "' not found.",
+                     "previous_response_id", "previous_response_not_found");
+}
+
+Status apply_previous_response(ParsedRequest& request, const ledger::StoredResponse& stored) {
+  auto copy = std::make_shared<api::ResponsesRequest>(*request.responses);
+  if (Status s = api::continue_from(*copy, join_arrays(stored.items, stored.output)); !s) return s;
+  request.typed = std::shared_ptr<const api::ChatRequest>(copy, &copy->chat);
+  request.responses = std::move(copy);
+  return {};
+}
+
+std::optional<ledger::StoredResponse> response_to_store(const api::ResponsesRequest& request,
+                                                        std::string_view response_json,
+                                                        const std::string& key_id) {
+  if (!request.store || response_json.empty()) return std::nullopt;
+  auto response = nlohmann::ordered_json::parse(response_json, nullptr, false);
+  if (!response.is_object() || !response.contains("id") || !response["id"].is_string() ||
+      !response.contains("output") || !response["output"].is_array()) {
+    return std::nullopt;
+  }
+  ledger::StoredResponse out;
+  out.id = response["id"].get<std::string>();
+  out.key_id = key_id;
+  out.model = request.chat.model;
+  out.items = join_arrays(
+      request.history,
+      request.input_items.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  out.output = response["output"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out.response = std::string(response_json);
+  return out;
+}
+
+}  // namespace ferry::gateway
