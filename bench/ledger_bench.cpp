@@ -32,7 +32,7 @@
 #include "ledger/ledger.h"
 #include "ledger/report.h"
 #include "ledger/sqlite_db.h"
-#include "ledger/store.h"
+#include "ledger/sqlite_store.h"
 
 using namespace ferry;
 using namespace ferry::ledger;
@@ -236,7 +236,7 @@ int bench_writer(int argc, char** argv) {
 int generate_rows(const std::string& tmp_path, int64_t rows) {
   int64_t days = 90;
   {
-    auto store = Store::open(tmp_path, "USD");
+    auto store = SqliteStore::open(tmp_path, "USD");
     if (!store) {
       std::fprintf(stderr, "%s\n", store.error().message.c_str());
       return 1;
@@ -295,7 +295,7 @@ struct Shape {
 // columns left as filler: `verify` fails on such a file). Much faster than the append path;
 // used to reach 10M rows. The report reads the same tables either way.
 int generate_rows_sql(const std::string& tmp_path, int64_t rows, const Shape& shape) {
-  auto store = Store::open(tmp_path, "USD");
+  auto store = SqliteStore::open(tmp_path, "USD");
   if (!store) {
     std::fprintf(stderr, "%s\n", store.error().message.c_str());
     return 1;
