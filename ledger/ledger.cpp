@@ -133,6 +133,12 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
                                              std::vector<BudgetDef> budgets) {
   std::unique_ptr<Store> store;
   std::unique_ptr<PgStore> lease_store;
+  if (!config.postgres && is_pg_url(config.path)) {
+    // A URL given as the path (`ferry ledger adjust --db postgresql://...`): its own chain.
+    config.postgres = PgLedgerConfig{};
+    config.postgres->url = config.path;
+    config.postgres->instance_id = "ferry-cli";
+  }
   if (config.postgres) {
     auto id = instance_id(*config.postgres);
     if (!id) return id.error();

@@ -93,7 +93,8 @@ Result<PgRows> PgConn::run(const std::string& sql, const std::vector<PgParam>& p
   ExecStatusType status = raw != nullptr ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     if (PQstatus(conn_.get()) == CONNECTION_BAD) PQreset(conn_.get());  // next call retries
-    return pg_error("query", raw != nullptr ? PQresultErrorMessage(raw) : PQerrorMessage(conn_.get()),
+    return pg_error("query",
+                    raw != nullptr ? PQresultErrorMessage(raw) : PQerrorMessage(conn_.get()),
                     raw != nullptr ? PQresultErrorField(raw, PG_DIAG_SQLSTATE) : nullptr);
   }
   return rows;
@@ -106,7 +107,8 @@ Status PgConn::exec(const std::string& sql) {
   ExecStatusType status = raw != nullptr ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     if (PQstatus(conn_.get()) == CONNECTION_BAD) PQreset(conn_.get());
-    return pg_error("exec", raw != nullptr ? PQresultErrorMessage(raw) : PQerrorMessage(conn_.get()),
+    return pg_error("exec",
+                    raw != nullptr ? PQresultErrorMessage(raw) : PQerrorMessage(conn_.get()),
                     raw != nullptr ? PQresultErrorField(raw, PG_DIAG_SQLSTATE) : nullptr);
   }
   return {};

@@ -135,7 +135,11 @@ void make_storable(std::string& text) {
   size_t i = 0;
   while (i < text.size()) {
     auto lead = static_cast<unsigned char>(text[i]);
-    size_t len = lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : (lead >> 3) == 30 ? 4 : 0;
+    size_t len = lead < 0x80         ? 1
+                 : (lead >> 5) == 6  ? 2
+                 : (lead >> 4) == 14 ? 3
+                 : (lead >> 3) == 30 ? 4
+                                     : 0;
     if (lead != 0 && len != 0 && i + len <= text.size() &&
         is_valid_utf8(std::string_view(text).substr(i, len))) {
       out.append(text, i, len);
@@ -173,13 +177,13 @@ const char* scope_column(BudgetScope scope) {
 // Creates a budget period's shared row when missing, its spent figure summed from the rows
 // already committed (an instance inserting rows of the period waits for this to commit).
 Status ensure_share(PgConn& conn, const BudgetCharge& b) {
-  auto done = conn.run(
-      std::string("INSERT INTO budget_shares(name,period_start_us,amount_limit,spent) "
-                  "SELECT $1,$2,$3,COALESCE(SUM(cost_total),0) FROM requests "
-                  "WHERE ended_us >= $2 AND ended_us < $4 AND ") +
-          scope_column(b.scope) + " = $5 ON CONFLICT (name, period_start_us) DO NOTHING",
-      {b.budget, pg_int(b.period_start_us), pg_int(b.limit.micros()), pg_int(b.period_end_us),
-       b.match});
+  auto done =
+      conn.run(std::string("INSERT INTO budget_shares(name,period_start_us,amount_limit,spent) "
+                           "SELECT $1,$2,$3,COALESCE(SUM(cost_total),0) FROM requests "
+                           "WHERE ended_us >= $2 AND ended_us < $4 AND ") +
+                   scope_column(b.scope) + " = $5 ON CONFLICT (name, period_start_us) DO NOTHING",
+               {b.budget, pg_int(b.period_start_us), pg_int(b.limit.micros()),
+                pg_int(b.period_end_us), b.match});
   if (!done) return done.error();
   return {};
 }
@@ -274,8 +278,8 @@ void copy_attribution(RequestRecord& r, const std::vector<std::string>& c) {
 }
 
 std::vector<std::string> attribution_of(const RequestRecord& r) {
-  return {r.key_id,         r.team,   r.project, r.task_id,       r.requested_model,
-          r.target,         r.upstream_model, r.rule_id, r.policy_version};
+  return {r.key_id, r.team,           r.project, r.task_id,       r.requested_model,
+          r.target, r.upstream_model, r.rule_id, r.policy_version};
 }
 
 }  // namespace
@@ -359,10 +363,10 @@ Status PgStore::sync_prices(const PriceCatalog& catalog) {
   std::vector<PgParam> params;
   size_t rows = 0;
   for (const auto& e : catalog.entries()) {
-    for (PgParam p : {PgParam(e.version), PgParam(e.model), pg_int(e.effective_from_us),
-                      pg_int(e.input.micros()), pg_int(e.cached_input.micros()),
-                      pg_int(e.output.micros()), pg_int(e.reasoning.micros()),
-                      pg_int(e.internal ? 1 : 0), pg_int(now)}) {
+    for (PgParam p :
+         {PgParam(e.version), PgParam(e.model), pg_int(e.effective_from_us),
+          pg_int(e.input.micros()), pg_int(e.cached_input.micros()), pg_int(e.output.micros()),
+          pg_int(e.reasoning.micros()), pg_int(e.internal ? 1 : 0), pg_int(now)}) {
       params.push_back(std::move(p));
     }
     ++rows;
@@ -495,7 +499,8 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
       ++rows.attempt_rows;
     }
     std::string& key = scratch.hash_text;  // reused as the group key
-    daily_key(key, {scratch.day, r.key_id, r.team, r.project, r.upstream_model, r.target, r.rule_id});
+    daily_key(key,
+              {scratch.day, r.key_id, r.team, r.project, r.upstream_model, r.target, r.rule_id});
     add_to_daily(daily, key, scratch.day, *entry, r.key_id, r.rule_id);
     daily_key(key, {scratch.day, r.team, r.project, r.upstream_model, r.target});
     add_to_daily(daily_team, key, scratch.day, *entry, "", "");
@@ -527,8 +532,8 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
   return results;
 }
 
-Result<Money> PgStore::spent_between(BudgetScope scope, const std::string& match,
-                                     int64_t start_us, int64_t end_us) {
+Result<Money> PgStore::spent_between(BudgetScope scope, const std::string& match, int64_t start_us,
+                                     int64_t end_us) {
   auto got = conn_.run(std::string("SELECT COALESCE(SUM(cost_total),0) FROM requests WHERE "
                                    "ended_us >= $1 AND ended_us < $2 AND ") +
                            scope_column(scope) + " = $3",

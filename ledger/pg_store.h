@@ -25,9 +25,9 @@ bool is_pg_url(std::string_view path);
 
 // A lease transaction's outcome for one budget period.
 struct LeaseGrant {
-  Money granted;  // added to this instance's lease
+  Money granted;       // added to this instance's lease
   bool reset = false;  // this instance's lease had expired: the local lease starts over at granted
-  Money spent;    // the period's shared spent figure (every instance's rows)
+  Money spent;         // the period's shared spent figure (every instance's rows)
 };
 
 class PgStore final : public Store {
@@ -60,12 +60,12 @@ class PgStore final : public Store {
  private:
   Status migrate();
   Status ensure_shares(const std::vector<const BudgetCharge*>& budgets);
-  Status apply_charges(const std::vector<LedgerEntry*>& entries, const std::vector<Status>& results);
+  Status apply_charges(const std::vector<LedgerEntry*>& entries,
+                       const std::vector<Status>& results);
 
   PgConn conn_;
   std::string currency_;
   std::string instance_;
 };
-
 
 }  // namespace ferry::ledger

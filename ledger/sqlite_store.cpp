@@ -288,9 +288,9 @@ Status SqliteStore::copy_original(RequestRecord& r, const std::string& adjusts_i
 }
 
 Status SqliteStore::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq,
-                         detail::RowScratch& scratch,
-                         std::map<std::string, detail::DailyDelta>& daily,
-                         std::map<std::string, detail::DailyDelta>& daily_team) {
+                               detail::RowScratch& scratch,
+                               std::map<std::string, detail::DailyDelta>& daily,
+                               std::map<std::string, detail::DailyDelta>& daily_team) {
   RequestRecord& r = entry.record;
   if (entry.kind == EntryKind::kAdjustment) {
     if (Status st = copy_original(r, entry.adjusts_id); !st) return st;
@@ -343,7 +343,8 @@ Status SqliteStore::append_one(LedgerEntry& entry, std::string& prev_hash, int64
   return {};
 }
 
-Status SqliteStore::upsert_daily(Stmt& upsert, const detail::DailyDelta& d, bool with_key_and_rule) {
+Status SqliteStore::upsert_daily(Stmt& upsert, const detail::DailyDelta& d,
+                                 bool with_key_and_rule) {
   int p = 1;
   upsert.bind_ref(p++, std::string_view(d.day));
   if (with_key_and_rule) upsert.bind_ref(p++, std::string_view(d.key_id));
@@ -356,7 +357,8 @@ Status SqliteStore::upsert_daily(Stmt& upsert, const detail::DailyDelta& d, bool
   return upsert.run();
 }
 
-Result<std::vector<Status>> SqliteStore::append(std::vector<LedgerEntry*>& entries, bool fail_commit) {
+Result<std::vector<Status>> SqliteStore::append(std::vector<LedgerEntry*>& entries,
+                                                bool fail_commit) {
   if (auto st = db_.exec("BEGIN IMMEDIATE"); !st) return st.error();
   auto rollback = [&](Error error) -> Result<std::vector<Status>> {
     (void)db_.exec("ROLLBACK");
@@ -422,8 +424,8 @@ Status SqliteStore::checkpoint() {
   return sqlite_error(db_.raw(), rc, "checkpoint");
 }
 
-Result<Money> SqliteStore::spent_between(BudgetScope scope, const std::string& match, int64_t start_us,
-                                   int64_t end_us) {
+Result<Money> SqliteStore::spent_between(BudgetScope scope, const std::string& match,
+                                         int64_t start_us, int64_t end_us) {
   const char* column = scope == BudgetScope::kKey    ? "key_id"
                        : scope == BudgetScope::kTeam ? "team"
                                                      : "project";
@@ -436,6 +438,5 @@ Result<Money> SqliteStore::spent_between(BudgetScope scope, const std::string& m
   if (!row) return row.error();
   return Money::from_micros(stmt->int_at(0));
 }
-
 
 }  // namespace ferry::ledger

@@ -12,6 +12,7 @@
 #include "ledger/ledger.h"
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
+#include "ledger/report.h"
 #include "ledger/verify.h"
 #include "test_util.h"
 
@@ -228,10 +229,54 @@ TEST_P(LedgerStore, SameRowsVerifyAndBudgetsRebuildFromThem) {
   ASSERT_TRUE(reopened);
   // The rows are in June 2026; the current month's spent is what ended in it.
   PeriodBounds now = budget_period_at(budgets[0], unix_micros_now());
-  EXPECT_EQ(reopened->budgets()[0].spent.micros(),
-            db_->scalar("SELECT COALESCE(SUM(cost_total),0) FROM requests WHERE ended_us >= " +
-                        std::to_string(now.start_us) +
-                        " AND ended_us < " + std::to_string(now.end_us)));
+  EXPECT_EQ(
+      reopened->budgets()[0].spent.micros(),
+      db_->scalar("SELECT COALESCE(SUM(cost_total),0) FROM requests WHERE ended_us >= " +
+                  std::to_string(now.start_us) + " AND ended_us < " + std::to_string(now.end_us)));
+}
+
+TEST_P(LedgerStore, ReportsEqualTheRowsFromEverySource) {
+  {
+    auto ledger = open();
+    ASSERT_TRUE(ledger);
+    for (int i = 0; i < 30; ++i) {
+      RequestRecord r = rich_record(i);
+      r.team = i % 3 == 0 ? "team-b" : "team-a";
+      r.task_id = "task-" + std::to_string(i % 4);
+      if (i % 7 == 0) r.status = RequestStatus::kRefused;
+      if (i % 11 == 0) r.trusted_tags.push_back(std::string(kShadowTag));
+      ASSERT_TRUE(record_durably(*ledger, r));
+    }
+  }
+  int64_t sum = db_->scalar("SELECT SUM(cost_total) FROM requests");
+  int64_t refused = db_->scalar("SELECT COUNT(*) FROM requests WHERE status='refused'");
+  ASSERT_GT(refused, 0);
+  std::vector<ReportQuery> queries(4);
+  queries[0].by = {ReportBy::kTeam};                 // daily_team
+  queries[1].by = {ReportBy::kKey, ReportBy::kDay};  // daily
+  queries[2].by = {ReportBy::kTask};                 // the rows
+  queries[3].by = {ReportBy::kTeam, ReportBy::kModel};
+  queries[3].force_raw = true;
+  std::optional<ReportRow> first;
+  for (const auto& q : queries) {
+    auto report = run_report(db_->config("").path, q);
+    ASSERT_TRUE(report) << report.error().message;
+    EXPECT_EQ(report->currency, "USD");
+    EXPECT_EQ(report->totals.total.micros(), sum);
+    EXPECT_EQ(report->totals.refused_requests, refused);
+    EXPECT_GT(report->totals.shadow_requests, 0);
+    if (!first) first = report->totals;
+    EXPECT_EQ(report->totals.requests, first->requests);
+    EXPECT_EQ(report->totals.input_tokens, first->input_tokens);
+  }
+  ReportQuery team_b;
+  team_b.by = {ReportBy::kTeam};
+  team_b.filter.team = "team-b";
+  auto only_b = run_report(db_->config("").path, team_b);
+  ASSERT_TRUE(only_b);
+  ASSERT_EQ(only_b->rows.size(), 1u);
+  EXPECT_EQ(only_b->totals.total.micros(),
+            db_->scalar("SELECT SUM(cost_total) FROM requests WHERE team='team-b'"));
 }
 
 TEST_P(LedgerStore, DuplicateIdIsRefusedAloneAndRowsAreAppendOnly) {
@@ -271,8 +316,9 @@ TEST_P(LedgerStore, VerifyFindsAnAlteredRow) {
   }
   ASSERT_TRUE(verify().ok());
   ASSERT_TRUE(db_->exec(db_->allow_tampering()));
-  ASSERT_TRUE(db_->exec("UPDATE requests SET input_tokens = input_tokens + 1 WHERE id = "
-                        "(SELECT MIN(id) FROM requests)"));
+  ASSERT_TRUE(
+      db_->exec("UPDATE requests SET input_tokens = input_tokens + 1 WHERE id = "
+                "(SELECT MIN(id) FROM requests)"));
   VerifyResult v = verify();
   EXPECT_FALSE(v.ok());
   bool named = false;
@@ -404,16 +450,17 @@ TEST(LedgerStoreConfig, ParsesPostgres) {
   EXPECT_EQ(c.path, "postgresql://u@h/db");
   EXPECT_EQ(c.postgres->instance_id, "gw-7");
   EXPECT_EQ(c.postgres->lease_pct, 10);
-  EXPECT_THROW(parse_ledger_config(yaml::parse("postgres:\n  url: mysql://x\n", "f.yaml"), "f.yaml"),
-               yaml::YamlError);
-  EXPECT_THROW(parse_ledger_config(yaml::parse("path: a.db\npostgres:\n  url: postgresql://x/y\n",
-                                               "f.yaml"),
-                                   "f.yaml"),
-               yaml::YamlError);
-  EXPECT_THROW(parse_ledger_config(yaml::parse("postgres:\n  url_env: FERRY_NO_SUCH_VARIABLE\n",
-                                               "f.yaml"),
-                                   "f.yaml"),
-               yaml::YamlError);
+  EXPECT_THROW(
+      parse_ledger_config(yaml::parse("postgres:\n  url: mysql://x\n", "f.yaml"), "f.yaml"),
+      yaml::YamlError);
+  EXPECT_THROW(
+      parse_ledger_config(yaml::parse("path: a.db\npostgres:\n  url: postgresql://x/y\n", "f.yaml"),
+                          "f.yaml"),
+      yaml::YamlError);
+  EXPECT_THROW(
+      parse_ledger_config(yaml::parse("postgres:\n  url_env: FERRY_NO_SUCH_VARIABLE\n", "f.yaml"),
+                          "f.yaml"),
+      yaml::YamlError);
 }
 
 }  // namespace
