@@ -247,15 +247,23 @@ Result<bool> finds_row(Db& db, const char* sql) {
   return *found;
 }
 
-// The smallest source that answers `query` in this file (older files lack daily_team or the
-// `refused` columns, which tell served rows).
-Result<Source> choose_source(Db& db, const ReportQuery& query) {
+// The smallest source that answers `query` in a current schema (PostgreSQL's, SQLite's 5).
+Source current_source(const ReportQuery& query) {
   bool raw =
       query.force_raw || query.filter.task_id.has_value() || query.filter.request_id.has_value();
   for (ReportBy by : query.by) raw = raw || info(by).daily_expr == nullptr;
   bool team_ok =
       !raw && !query.force_full_aggregate && !query.filter.key_id && !query.filter.rule_id;
   for (ReportBy by : query.by) team_ok = team_ok && info(by).in_daily_team;
+  return raw ? Source::kRows : team_ok ? Source::kDailyTeam : Source::kDaily;
+}
+
+// The smallest source that answers `query` in this file (older files lack daily_team or the
+// `refused` columns, which tell served rows).
+Result<Source> choose_source(Db& db, const ReportQuery& query) {
+  Source wanted = current_source(query);
+  bool raw = wanted == Source::kRows;
+  bool team_ok = wanted == Source::kDailyTeam;
   if (team_ok) {
     auto found =
         finds_row(db, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='daily_team'");
@@ -382,13 +390,8 @@ std::string numbered_placeholders(const std::string& sql) {
 Result<Report> run_pg_report(const std::string& url, const ReportQuery& query) {
   auto conn = PgConn::connect(url);
   if (!conn) return conn.error();
-  bool raw =
-      query.force_raw || query.filter.task_id.has_value() || query.filter.request_id.has_value();
-  for (ReportBy by : query.by) raw = raw || info(by).daily_expr == nullptr;
-  bool team_ok =
-      !raw && !query.force_full_aggregate && !query.filter.key_id && !query.filter.rule_id;
-  for (ReportBy by : query.by) team_ok = team_ok && info(by).in_daily_team;
-  Source source = raw ? Source::kRows : team_ok ? Source::kDailyTeam : Source::kDaily;
+  Source source = current_source(query);
+  bool raw = source == Source::kRows;
   Report report;
   report.by = query.by;
   report.from_aggregate = !raw;
