@@ -8,6 +8,7 @@
 #include "gateway/prompt_count.h"
 #include "ledger/budgets.h"
 #include "ledger/prices.h"
+#include "ledger/pg_store.h"
 #include "policies/store.h"
 
 namespace ferry::gateway {
@@ -77,7 +78,8 @@ Status Gateway::open_ledger() {
   if (config_.ledger.present()) {
     try {
       auto lc = ledger::parse_ledger_config(config_.ledger.node, config_.source);
-      lc.path = config_.resolve_path(lc.path);
+      // A file path is relative to the config file; a PostgreSQL URL is taken as it is.
+      if (!ledger::is_pg_url(lc.path)) lc.path = config_.resolve_path(lc.path);
       ledger::PriceCatalog prices;
       if (config_.prices.present())
         prices = ledger::PriceCatalog::from_yaml(config_.prices.node, config_.source);
