@@ -11,6 +11,10 @@
 //       team+day from the rows; deletes the file unless --db names it. --sql-bulk 1 (the
 //       default above 2M rows) generates the rows in SQL; 0 appends them through the store
 //       (synchronous=OFF, the writer's code, real hashes).
+//   ferry_ledger_bench writer-pg --pg URL [writer options]
+//       the same writer into PostgreSQL (batched multi-row INSERTs, synchronous commit on),
+//       then into SQLite, in the same run: both rows/s figures (the PostgreSQL database's
+//       ledger tables must be empty or absent; use a throw-away database)
 //   ferry_ledger_bench cpu [--requests N] [--facts 0|1|2]
 //       CPU time per request on the calling (gateway) thread: worst_case + admit + record
 #include <time.h>
@@ -32,7 +36,7 @@
 #include "ledger/ledger.h"
 #include "ledger/report.h"
 #include "ledger/sqlite_db.h"
-#include "ledger/store.h"
+#include "ledger/sqlite_store.h"
 
 using namespace ferry;
 using namespace ferry::ledger;
@@ -158,7 +162,8 @@ RequestRecord make_record(uint64_t n, int64_t at_us) {
   return r;
 }
 
-int bench_writer(int argc, char** argv) {
+// `pg_url` "": SQLite at --db; else that PostgreSQL database.
+int bench_writer(int argc, char** argv, const std::string& pg_url = "") {
   int64_t rows = arg(argc, argv, "--rows", 200000);
   int64_t clients = arg(argc, argv, "--clients", 64);
   int64_t window = arg(argc, argv, "--window", 64);  // outstanding rows per client
@@ -166,6 +171,12 @@ int bench_writer(int argc, char** argv) {
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
   LedgerConfig config;
   config.path = path;
+  if (!pg_url.empty()) {
+    config.path = pg_url;
+    config.postgres = PgLedgerConfig{};
+    config.postgres->url = pg_url;
+    config.postgres->instance_id = "bench-" + std::to_string(getpid());
+  }
   config.reference_model = "gpu-large";
   config.queue_capacity = clients * window + 16;
   auto prices = PriceCatalog::from_yaml(yaml::parse(kPrices, "bench"), "bench");
@@ -220,15 +231,20 @@ int bench_writer(int argc, char** argv) {
   wal_watch.join();
   LedgerStats stats = (*ledger)->stats();
   std::printf(
-      "writer: %lld durable rows in %.3f s = %.0f rows/s (synchronous=FULL, WAL), "
-      "%lld group commits (%.1f rows/commit), %.1f us CPU/row (whole process)\n",
+      pg_url.empty()
+          ? "writer: %lld durable rows in %.3f s = %.0f rows/s (SQLite, synchronous=FULL, WAL), "
+          : "writer: %lld durable rows in %.3f s = %.0f rows/s (PostgreSQL, synchronous_commit "
+            "on), "
+            "%lld group commits (%.1f rows/commit), %.1f us CPU/row (whole process)\n",
       static_cast<long long>(durable.load()), wall, static_cast<double>(durable.load()) / wall,
       static_cast<long long>(stats.batches),
       static_cast<double>(stats.rows_committed) /
           static_cast<double>(std::max<int64_t>(1, stats.batches)),
       cpu * 1e6 / static_cast<double>(rows));
-  std::printf("writer: largest WAL during the run %.1f MiB\n",
-              static_cast<double>(max_wal.load()) / (1024.0 * 1024.0));
+  if (pg_url.empty()) {
+    std::printf("writer: largest WAL during the run %.1f MiB\n",
+                static_cast<double>(max_wal.load()) / (1024.0 * 1024.0));
+  }
   return 0;
 }
 
@@ -236,7 +252,7 @@ int bench_writer(int argc, char** argv) {
 int generate_rows(const std::string& tmp_path, int64_t rows) {
   int64_t days = 90;
   {
-    auto store = Store::open(tmp_path, "USD");
+    auto store = SqliteStore::open(tmp_path, "USD");
     if (!store) {
       std::fprintf(stderr, "%s\n", store.error().message.c_str());
       return 1;
@@ -295,7 +311,7 @@ struct Shape {
 // columns left as filler: `verify` fails on such a file). Much faster than the append path;
 // used to reach 10M rows. The report reads the same tables either way.
 int generate_rows_sql(const std::string& tmp_path, int64_t rows, const Shape& shape) {
-  auto store = Store::open(tmp_path, "USD");
+  auto store = SqliteStore::open(tmp_path, "USD");
   if (!store) {
     std::fprintf(stderr, "%s\n", store.error().message.c_str());
     return 1;
@@ -505,6 +521,15 @@ int main(int argc, char** argv) {
   if (mode == "writer") return bench_writer(argc, argv);
   if (mode == "report") return bench_report(argc, argv);
   if (mode == "cpu") return bench_cpu(argc, argv);
-  std::fprintf(stderr, "usage: ferry_ledger_bench writer|report|cpu [options]\n");
+  if (mode == "writer-pg") {
+    std::string url = arg_str(argc, argv, "--pg", "");
+    if (url.empty()) {
+      std::fprintf(stderr, "writer-pg needs --pg postgresql://...\n");
+      return 2;
+    }
+    if (int rc = bench_writer(argc, argv, url); rc != 0) return rc;
+    return bench_writer(argc, argv);
+  }
+  std::fprintf(stderr, "usage: ferry_ledger_bench writer|writer-pg|report|cpu [options]\n");
   return 2;
 }

@@ -7,6 +7,7 @@
 #include "common/yaml_util.h"
 #include "gateway/prompt_count.h"
 #include "ledger/budgets.h"
+#include "ledger/pg_store.h"
 #include "ledger/prices.h"
 #include "policies/store.h"
 
@@ -77,7 +78,8 @@ Status Gateway::open_ledger() {
   if (config_.ledger.present()) {
     try {
       auto lc = ledger::parse_ledger_config(config_.ledger.node, config_.source);
-      lc.path = config_.resolve_path(lc.path);
+      // A file path is relative to the config file; a PostgreSQL URL is taken as it is.
+      if (!ledger::is_pg_url(lc.path)) lc.path = config_.resolve_path(lc.path);
       ledger::PriceCatalog prices;
       if (config_.prices.present())
         prices = ledger::PriceCatalog::from_yaml(config_.prices.node, config_.source);
@@ -89,10 +91,14 @@ Status Gateway::open_ledger() {
       auto opened = ledger::Ledger::open(std::move(lc), std::move(prices), std::move(budgets));
       if (!opened) return opened.error();
       ledger_ = std::move(*opened);
-      // Stored Responses share the ledger's file (ledger/response_store.h).
-      auto responses = ledger::ResponseStore::open(path, kept);
-      if (!responses) return responses.error();
-      responses_ = std::move(*responses);
+      // Stored Responses share the ledger's file (ledger/response_store.h). A PostgreSQL
+      // ledger has no store for them yet: previous_response_id is then refused as without a
+      // ledger, and nothing is stored.
+      if (!ledger::is_pg_url(path)) {
+        auto responses = ledger::ResponseStore::open(path, kept);
+        if (!responses) return responses.error();
+        responses_ = std::move(*responses);
+      }
     } catch (const yaml::YamlError& e) {
       return Error::make(ErrorCode::kInvalidRequest, e.what());
     } catch (const std::exception& e) {

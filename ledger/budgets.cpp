@@ -137,6 +137,9 @@ void BudgetBook::roll(size_t index, int64_t now_us) {
   if (bounds.start_us != state.bounds.start_us) {
     state.bounds = bounds;
     state.spent = Money();
+    state.lease = Money();
+    state.lease_until_us = 0;
+    state.wanted = Money();
   }
 }
 
@@ -157,10 +160,23 @@ Result<Reservation> BudgetBook::reserve(const Subject& subject, Money worst_case
   for (size_t i = 0; i < defs_.size(); ++i) {
     if (!budget_applies(defs_[i], subject)) continue;
     roll(i, now_us);
-    const BudgetState& state = states_[i];
+    BudgetState& state = states_[i];
     // Money saturates: a worst case too large to hold (Money::max()) is over every budget.
     bool over =
         worst_case >= Money::max() || state.spent + state.reserved + worst_case > defs_[i].amount;
+    if (!over && shared_ && defs_[i].hard &&
+        (now_us >= state.lease_until_us || state.reserved + worst_case > state.lease)) {
+      state.wanted += worst_case;
+      Error error = Error::make(
+          ErrorCode::kRateLimited,
+          "budget '" + defs_[i].name + "': this instance's share of the shared budget is " +
+              "in use (leased " + state.lease.to_string() + ", reserved " +
+              state.reserved.to_string() + "; this request may cost up to " +
+              worst_case.to_string() + "); more is being leased, retry shortly",
+          defs_[i].name, "budget_exceeded");
+      error.retry_after_s = 1;
+      return error;
+    }
     if (over && defs_[i].hard) {
       const BudgetDef& def = defs_[i];
       Error error =
@@ -194,8 +210,31 @@ void BudgetBook::settle(const Reservation& reservation, Money actual, int64_t co
     state.reserved -= reservation.amount;
     if (cost_at_us >= state.bounds.start_us && cost_at_us < state.bounds.end_us) {
       state.spent += actual;
+      // As the row's transaction does to the lease in the database (never below zero).
+      if (shared_ && defs_[i].hard) state.lease = std::max(Money(), state.lease - actual);
     }
   }
+}
+
+void BudgetBook::set_shared(bool shared) {
+  std::lock_guard lock(mu_);
+  shared_ = shared;
+}
+
+void BudgetBook::add_lease(size_t index, int64_t period_start_us, Money grant, int64_t until_us,
+                           bool reset) {
+  std::lock_guard lock(mu_);
+  BudgetState& state = states_[index];
+  if (state.bounds.start_us != period_start_us) return;
+  state.lease = reset ? grant : state.lease + grant;
+  state.lease_until_us = until_us;
+  state.wanted = Money();
+}
+
+void BudgetBook::set_shared_spent(size_t index, int64_t period_start_us, Money spent) {
+  std::lock_guard lock(mu_);
+  BudgetState& state = states_[index];
+  if (state.bounds.start_us == period_start_us) state.spent = spent;
 }
 
 void BudgetBook::release(const Reservation& reservation) {

@@ -72,8 +72,13 @@ struct Reservation {
 struct BudgetState {
   const BudgetDef* def = nullptr;
   PeriodBounds bounds;
-  Money spent;     // settled cost in the current period
-  Money reserved;  // worst cases of requests still running
+  Money spent;     // settled cost in the current period (shared: every instance's)
+  Money reserved;  // worst cases of requests still running (here)
+  // Shared budgets (a PostgreSQL ledger), hard ones: the slice of the budget this instance
+  // holds in the database, admitted against locally, and until when it may admit under it.
+  Money lease;
+  int64_t lease_until_us = 0;
+  Money wanted;  // worst cases refused for want of lease since the last grant
 };
 
 class BudgetBook {
@@ -97,6 +102,19 @@ class BudgetBook {
   // Sets a budget's spent amount for the period containing now (rebuild from the ledger).
   void set_spent(size_t index, PeriodBounds bounds, Money spent);
 
+  // Shared budgets (ledger/pg_store.h): a hard budget admits against this instance's lease
+  // only (reserved + worst case <= lease, while the lease is valid); a request refused for
+  // want of lease gets 429 with retry_after_s 1 and counts in `wanted`. Settling consumes
+  // the lease by the actual cost, as the row's transaction does in the database.
+  void set_shared(bool shared);
+  bool shared() const { return shared_; }
+  // A grant from the database for the period starting at `period_start_us` (ignored when the
+  // book has rolled past it), valid until `until_us`; clears `wanted`. `reset`: the lease had
+  // expired in the database, so the grant replaces it instead of adding to it.
+  void add_lease(size_t index, int64_t period_start_us, Money grant, int64_t until_us, bool reset);
+  // The shared spent figure read from the database (every instance's committed rows).
+  void set_shared_spent(size_t index, int64_t period_start_us, Money spent);
+
   // Lowest remaining share (0..100) among the budgets that apply; nullopt when none does.
   std::optional<double> left_pct(const Subject& subject, int64_t now_us);
 
@@ -107,6 +125,7 @@ class BudgetBook {
   double left_pct_locked(size_t index) const;
 
   std::vector<BudgetDef> defs_;
+  bool shared_ = false;  // set before use
   std::mutex mu_;
   std::vector<BudgetState> states_;  // guarded by mu_
 };

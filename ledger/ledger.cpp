@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <chrono>
 
+#include <cstdlib>
+#include <fstream>
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/yaml_util.h"
+
+#include "ledger/pg_store.h"
 #include "ledger/sqlite_db.h"
+#include "ledger/sqlite_store.h"
 #include "ledger/store.h"
 
 namespace ferry::ledger {
@@ -30,13 +35,69 @@ struct Ledger::Item {
   DurableCallback on_durable;
 };
 
+namespace {
+
+PgLedgerConfig parse_pg_config(const YAML::Node& node, const std::string& file) {
+  yaml::Map map(node, file, "ledger.postgres");
+  map.allow_only({"url", "url_env", "instance_id", "instance_id_file", "lease_pct", "lease_ttl_ms",
+                  "lease_refresh_ms"});
+  PgLedgerConfig pg;
+  auto url = map.opt_str("url");
+  auto url_env = map.opt_str("url_env");
+  if (url.has_value() == url_env.has_value()) map.fail("url", "give exactly one of url, url_env");
+  if (url) {
+    pg.url = *url;
+  } else {
+    const char* value = std::getenv(url_env->c_str());
+    if (value == nullptr || *value == '\0') {
+      map.fail("url_env", "the environment variable " + *url_env + " is not set");
+    }
+    pg.url = value;
+  }
+  if (!is_pg_url(pg.url)) map.fail(url ? "url" : "url_env", "must be a postgresql:// URL");
+  pg.instance_id = map.opt_str("instance_id").value_or("");
+  pg.instance_id_file = map.opt_str("instance_id_file").value_or(file + ".instance-id");
+  pg.lease_pct = map.integer_or("lease_pct", pg.lease_pct, 1, 100);
+  pg.lease_ttl_ms = map.integer_or("lease_ttl_ms", pg.lease_ttl_ms, 1000, 3600000);
+  pg.lease_refresh_ms = map.integer_or("lease_refresh_ms", pg.lease_refresh_ms, 10, 10000);
+  if (pg.lease_refresh_ms * 4 > pg.lease_ttl_ms) {
+    map.fail("lease_refresh_ms", "must be at most a quarter of lease_ttl_ms");
+  }
+  return pg;
+}
+
+// This instance's id: configured, or generated once and kept in a file beside the config.
+Result<std::string> instance_id(const PgLedgerConfig& pg) {
+  if (!pg.instance_id.empty()) return pg.instance_id;
+  std::ifstream in(pg.instance_id_file);
+  std::string id;
+  if (in && std::getline(in, id) && !id.empty()) return id;
+  id = make_uuid_v7();
+  std::ofstream out(pg.instance_id_file, std::ios::trunc);
+  out << id << "\n";
+  if (!out.flush()) {
+    return Error::make(ErrorCode::kUnavailable,
+                       "ledger: cannot write the instance id file " + pg.instance_id_file +
+                           " (set ledger.postgres.instance_id or instance_id_file)");
+  }
+  return id;
+}
+
+}  // namespace
+
 LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file) {
   yaml::Map map(node, file, "ledger");
   map.allow_only({"path", "currency", "reference_model", "queue_capacity", "max_batch", "retry_ms",
-                  "responses"});
+                  "responses", "postgres"});
   LedgerConfig config;
-  config.path = map.str("path");
-  if (config.path.empty()) map.fail("path", "must not be empty");
+  if (node["postgres"]) {
+    if (node["path"]) map.fail("path", "give either path (SQLite) or postgres, not both");
+    config.postgres = parse_pg_config(node["postgres"], file);
+    config.path = config.postgres->url;
+  } else {
+    config.path = map.str("path");
+    if (config.path.empty()) map.fail("path", "must not be empty");
+  }
   config.currency = map.opt_str("currency").value_or("");
   config.reference_model = map.opt_str("reference_model").value_or("");
   config.queue_capacity = map.integer_or("queue_capacity", config.queue_capacity, 1, 1 << 24);
@@ -75,8 +136,31 @@ Ledger::Ledger(LedgerConfig config, PriceCatalog prices)
 
 Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog prices,
                                              std::vector<BudgetDef> budgets) {
-  auto store = Store::open(config.path, config.currency);
-  if (!store) return store.error();
+  std::unique_ptr<Store> store;
+  std::unique_ptr<PgStore> lease_store;
+  if (!config.postgres && is_pg_url(config.path)) {
+    // A URL given as the path (`ferry ledger adjust --db postgresql://...`): its own chain.
+    config.postgres = PgLedgerConfig{};
+    config.postgres->url = config.path;
+    config.postgres->instance_id = "ferry-cli";
+  }
+  if (config.postgres) {
+    auto id = instance_id(*config.postgres);
+    if (!id) return id.error();
+    config.postgres->instance_id = *id;
+    auto pg = PgStore::open(config.postgres->url, config.currency, *id);
+    if (!pg) return pg.error();
+    auto leases = PgStore::open(config.postgres->url, config.currency, *id);
+    if (!leases) return leases.error();
+    // What a previous run of this instance held died with it: nothing of it is in flight.
+    if (auto st = leases->drop_leases(); !st) return st.error();
+    store = std::make_unique<PgStore>(std::move(*pg));
+    lease_store = std::make_unique<PgStore>(std::move(*leases));
+  } else {
+    auto sqlite = SqliteStore::open(config.path, config.currency);
+    if (!sqlite) return sqlite.error();
+    store = std::make_unique<SqliteStore>(std::move(*sqlite));
+  }
   if (auto st = store->sync_prices(prices); !st) return st.error();
   std::unique_ptr<Ledger> ledger(new Ledger(std::move(config), std::move(prices)));
   ledger->currency_ = store->currency();
@@ -91,11 +175,23 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
     if (!spent) return spent.error();
     ledger->core_->book.set_spent(i, bounds, *spent);
   }
-  ledger->store_ = std::make_unique<Store>(std::move(*store));
-  ledger->store_->take_over_checkpoints();
-  ledger->writer_ = std::thread([raw = ledger.get()] { raw->writer_loop(); });
-  ledger->checkpointer_ = std::thread([raw = ledger.get()] { raw->checkpointer_loop(); });
+  ledger->store_ = std::move(store);
+  ledger->lease_store_ = std::move(lease_store);
+  ledger->start_threads();
   return ledger;
+}
+
+void Ledger::start_threads() {
+  if (lease_store_) {
+    core_->book.set_shared(true);
+    lease_pass(unix_micros_now());  // the first leases before the first admission
+    leaser_ = std::thread([this] { leaser_loop(); });
+  } else {
+    sqlite_ = static_cast<SqliteStore*>(store_.get());
+    sqlite_->take_over_checkpoints();
+    checkpointer_ = std::thread([this] { checkpointer_loop(); });
+  }
+  writer_ = std::thread([this] { writer_loop(); });
 }
 
 Ledger::~Ledger() {
@@ -105,8 +201,12 @@ Ledger::~Ledger() {
   }
   wake_.notify_all();
   checkpoint_wake_.notify_all();
+  wake_leaser_.notify_all();
+  if (leaser_.joinable()) leaser_.join();
   if (writer_.joinable()) writer_.join();
   if (checkpointer_.joinable()) checkpointer_.join();
+  // Every row is written: what this instance still holds goes back to the others.
+  if (lease_store_) (void)lease_store_->drop_leases();
 }
 
 Money Ledger::worst_case(const std::vector<std::string>& targets, int64_t prompt_tokens,
@@ -290,7 +390,10 @@ void Ledger::writer_loop() {
     for (size_t begin = 0; begin < taken.size(); begin += static_cast<size_t>(config_.max_batch)) {
       size_t end = std::min(taken.size(), begin + static_cast<size_t>(config_.max_batch));
       entries.clear();
-      for (size_t i = begin; i < end; ++i) entries.push_back(&taken[i]->entry);
+      for (size_t i = begin; i < end; ++i) {
+        if (lease_store_) taken[i]->entry.charges = charges_for(*taken[i]);
+        entries.push_back(&taken[i]->entry);
+      }
       Result<std::vector<Status>> result = std::vector<Status>{};
       int failures_while_stopping = 0;
       for (;;) {
@@ -309,7 +412,7 @@ void Ledger::writer_loop() {
       }
       if (result) {
         healthy_.store(true);
-        after_commit();
+        if (sqlite_ != nullptr) after_commit();
       }
       batches_.fetch_add(1);
       int64_t now = unix_micros_now();
@@ -354,12 +457,12 @@ constexpr int64_t kCatchUpFrames = 16384;
 }  // namespace
 
 void Ledger::after_commit() {
-  int64_t frames = store_->wal_frames();
+  int64_t frames = sqlite_->wal_frames();
   if (frames >= kCatchUpFrames) {
     // Waits for a running background pass, then copies the rest: the WAL is then complete
     // in the database file and the next transaction writes it from the start again.
     std::lock_guard checkpointing(checkpoint_mu_);
-    (void)store_->checkpoint();  // a failed checkpoint loses nothing; the next one retries
+    (void)sqlite_->checkpoint();  // a failed checkpoint loses nothing; the next one retries
   } else if (frames >= kCheckpointFrames) {
     {
       std::lock_guard lock(mu_);
@@ -381,6 +484,73 @@ void Ledger::checkpointer_loop() {
     }
     std::lock_guard checkpointing(checkpoint_mu_);
     (void)sqlite3_wal_checkpoint_v2(db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  }
+}
+
+std::vector<BudgetCharge> Ledger::charges_for(const Item& item) const {
+  std::vector<BudgetCharge> out;
+  const RequestRecord& r = item.entry.record;
+  const Cost& cost = item.entry.cost;
+  Money actual = cost.pricing == Pricing::kUnpriced ? Money() : cost.total();
+  Subject subject{r.key_id, r.team, r.project};
+  const auto& defs = core_->book.defs();
+  for (size_t i = 0; i < defs.size(); ++i) {
+    if (!budget_applies(defs[i], subject)) continue;
+    bool leased = defs[i].hard && item.reservation &&
+                  std::find(item.reservation->budgets.begin(), item.reservation->budgets.end(),
+                            static_cast<uint32_t>(i)) != item.reservation->budgets.end();
+    if (actual == Money() && !leased) continue;
+    PeriodBounds bounds = budget_period_at(defs[i], r.ended_us);
+    out.push_back(BudgetCharge{defs[i].name, bounds.start_us, bounds.end_us, defs[i].amount,
+                               defs[i].scope, defs[i].match, actual, leased});
+  }
+  return out;
+}
+
+void Ledger::leaser_loop() {
+  const auto every = std::chrono::milliseconds(config_.postgres->lease_refresh_ms);
+  std::unique_lock lock(mu_);
+  while (!wake_leaser_.wait_for(lock, every, [&] { return stopping_; })) {
+    lock.unlock();
+    lease_pass(unix_micros_now());
+    lock.lock();
+  }
+}
+
+// One pass over the budgets: each hard one's lease is topped up to a slice (plus what was
+// refused for want of it) when less than half a slice is free, and renewed; every budget's
+// shared spent figure is read back. A failed pass leaves the leases to expire locally (no
+// admission under them past lease_until_us), so a lost database refuses rather than overspends.
+void Ledger::lease_pass(int64_t now_us) {
+  const PgLedgerConfig& pg = *config_.postgres;
+  std::vector<BudgetState> states = core_->book.snapshot(now_us);
+  for (size_t i = 0; i < states.size(); ++i) {
+    const BudgetDef& def = *states[i].def;
+    const BudgetState& state = states[i];
+    Money want;
+    if (def.hard) {
+      Money slice = std::max(Money::from_micros(1),
+                             Money::from_micros(def.amount.micros() / 100 * pg.lease_pct));
+      Money free = state.lease - state.reserved;
+      if (free < Money::from_micros(slice.micros() / 2) + state.wanted) {
+        want = slice + state.wanted - free;
+      }
+    }
+    BudgetCharge budget{def.name,
+                        state.bounds.start_us,
+                        state.bounds.end_us,
+                        def.amount,
+                        def.scope,
+                        def.match,
+                        Money(),
+                        false};
+    int64_t until = now_us + pg.lease_ttl_ms * 1000;
+    auto grant = lease_store_->lease(budget, want, now_us, until);
+    if (!grant) continue;
+    // Admits under it only until half the time to live: it is renewed long before then.
+    core_->book.add_lease(i, state.bounds.start_us, grant->granted, now_us + pg.lease_ttl_ms * 500,
+                          grant->reset);
+    core_->book.set_shared_spent(i, state.bounds.start_us, grant->spent);
   }
 }
 

@@ -13,6 +13,14 @@
 //     max_batch: 4096                # rows per group commit
 //     retry_ms: 200                  # wait between retries of a failed commit
 //     responses: { keep_days: 30 }   # stored OpenAI Responses kept this long (response_store.h)
+//     postgres:                      # optional: the ledger in PostgreSQL instead (no `path`)
+//       url: postgresql://ferry@db/ferry   # or url_env: NAME (the variable holding the URL)
+//       instance_id: gw-1            # optional: this instance's chain and leases; default a
+//                                    # generated id kept in instance_id_file
+//       instance_id_file: F          # default: the config file's path + ".instance-id"
+//       lease_pct: 5                 # slice of each hard budget leased at a time
+//       lease_ttl_ms: 10000          # a crashed instance's leases come back after this
+//       lease_refresh_ms: 100        # how often leases are topped up and renewed
 #pragma once
 
 #include <atomic>
@@ -32,18 +40,30 @@
 #include "common/money.h"
 #include "ledger/budgets.h"
 #include "ledger/prices.h"
+#include "ledger/store.h"
 #include "ledger/types.h"
 
 namespace ferry::ledger {
 
+// The PostgreSQL store (ledger/pg_store.h): many instances share one ledger and its budgets.
+struct PgLedgerConfig {
+  std::string url;  // resolved: `url`, or the value of the `url_env` variable
+  std::string instance_id;
+  std::string instance_id_file;
+  int64_t lease_pct = 5;
+  int64_t lease_ttl_ms = 10000;
+  int64_t lease_refresh_ms = 100;
+};
+
 struct LedgerConfig {
-  std::string path;
-  std::string currency;         // "" = the file's currency (USD for a new file)
+  std::string path;      // the SQLite file; with `postgres`, the database URL (reports, verify)
+  std::string currency;  // "" = the file's currency (USD for a new file)
   std::string reference_model;  // "" = no avoided cost
   int64_t queue_capacity = 8192;
   int64_t max_batch = 4096;
   int64_t retry_ms = 200;
   int64_t responses_keep_days = 30;  // ledger/response_store.h
+  std::optional<PgLedgerConfig> postgres;
 };
 
 // Parses the `ledger:` mapping. Throws ferry::yaml::YamlError (control plane).
@@ -77,6 +97,8 @@ struct LedgerStats {
 };
 
 class Store;
+class SqliteStore;
+class PgStore;
 
 namespace detail {
 struct Core;
@@ -161,12 +183,21 @@ class Ledger {
   void writer_loop();
   void checkpointer_loop();
   void after_commit();
+  void start_threads();
+  // PostgreSQL: tops up and renews this instance's budget leases (its own connection).
+  void leaser_loop();
+  void lease_pass(int64_t now_us);
+  std::vector<BudgetCharge> charges_for(const Item& item) const;
 
   LedgerConfig config_;
   PriceCatalog prices_;
   std::string currency_;
   std::shared_ptr<detail::Core> core_;
-  std::unique_ptr<Store> store_;  // used by the writer thread only
+  std::unique_ptr<Store> store_;          // used by the writer thread only
+  SqliteStore* sqlite_ = nullptr;         // store_ when it is SQLite (checkpoints)
+  std::unique_ptr<PgStore> lease_store_;  // used by the leaser thread only
+  std::thread leaser_;
+  std::condition_variable wake_leaser_;
 
   mutable std::mutex mu_;
   std::condition_variable wake_;

@@ -1,12 +1,15 @@
 #include "ledger/report.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
+#include "ledger/pg_db.h"
+#include "ledger/pg_store.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/store.h"
 
@@ -103,34 +106,40 @@ Money rounded_div(Money total, int64_t count) {
   return Money::from_micros(q);
 }
 
-// The groups of a report statement: the `n` group values, then the columns in the order both
-// report SELECTs list them.
+// One group of a report statement from its columns: the `n` group values, then the columns
+// in the order both report SELECTs list them. `num(i)`/`text(i)` read column i.
+template <typename Num, typename Text>
+ReportRow group_row(int n, const Num& num, const Text& text) {
+  ReportRow row;
+  for (int i = 0; i < n; ++i) row.group.push_back(text(i));
+  row.requests = num(n);
+  row.unpriced_requests = num(n + 1);
+  row.input_tokens = num(n + 2);
+  row.cached_tokens = num(n + 3);
+  row.output_tokens = num(n + 4);
+  row.reasoning_tokens = num(n + 5);
+  row.cost_input = Money::from_micros(num(n + 6));
+  row.cost_cached = Money::from_micros(num(n + 7));
+  row.cost_output = Money::from_micros(num(n + 8));
+  row.cost_reasoning = Money::from_micros(num(n + 9));
+  row.total = Money::from_micros(num(n + 10));
+  row.avoided = Money::from_micros(num(n + 11));
+  row.avoided_base = Money::from_micros(num(n + 12));
+  row.first_us = num(n + 13);
+  row.last_us = num(n + 14);
+  row.refused_requests = num(n + 15);
+  row.shadow_requests = num(n + 16);
+  return row;
+}
+
 Result<std::vector<ReportRow>> read_groups(Stmt& stmt, int n) {
   std::vector<ReportRow> rows;
   for (;;) {
     auto has = stmt.step();
     if (!has) return has.error();
     if (!*has) break;
-    ReportRow row;
-    for (int i = 0; i < n; ++i) row.group.push_back(stmt.text_at(i));
-    row.requests = stmt.int_at(n);
-    row.unpriced_requests = stmt.int_at(n + 1);
-    row.input_tokens = stmt.int_at(n + 2);
-    row.cached_tokens = stmt.int_at(n + 3);
-    row.output_tokens = stmt.int_at(n + 4);
-    row.reasoning_tokens = stmt.int_at(n + 5);
-    row.cost_input = Money::from_micros(stmt.int_at(n + 6));
-    row.cost_cached = Money::from_micros(stmt.int_at(n + 7));
-    row.cost_output = Money::from_micros(stmt.int_at(n + 8));
-    row.cost_reasoning = Money::from_micros(stmt.int_at(n + 9));
-    row.total = Money::from_micros(stmt.int_at(n + 10));
-    row.avoided = Money::from_micros(stmt.int_at(n + 11));
-    row.avoided_base = Money::from_micros(stmt.int_at(n + 12));
-    row.first_us = stmt.int_at(n + 13);
-    row.last_us = stmt.int_at(n + 14);
-    row.refused_requests = stmt.int_at(n + 15);
-    row.shadow_requests = stmt.int_at(n + 16);
-    rows.push_back(std::move(row));
+    rows.push_back(group_row(
+        n, [&](int i) { return stmt.int_at(i); }, [&](int i) { return stmt.text_at(i); }));
   }
   return rows;
 }
@@ -238,15 +247,23 @@ Result<bool> finds_row(Db& db, const char* sql) {
   return *found;
 }
 
-// The smallest source that answers `query` in this file (older files lack daily_team or the
-// `refused` columns, which tell served rows).
-Result<Source> choose_source(Db& db, const ReportQuery& query) {
+// The smallest source that answers `query` in a current schema (PostgreSQL's, SQLite's 5).
+Source current_source(const ReportQuery& query) {
   bool raw =
       query.force_raw || query.filter.task_id.has_value() || query.filter.request_id.has_value();
   for (ReportBy by : query.by) raw = raw || info(by).daily_expr == nullptr;
   bool team_ok =
       !raw && !query.force_full_aggregate && !query.filter.key_id && !query.filter.rule_id;
   for (ReportBy by : query.by) team_ok = team_ok && info(by).in_daily_team;
+  return raw ? Source::kRows : team_ok ? Source::kDailyTeam : Source::kDaily;
+}
+
+// The smallest source that answers `query` in this file (older files lack daily_team or the
+// `refused` columns, which tell served rows).
+Result<Source> choose_source(Db& db, const ReportQuery& query) {
+  Source wanted = current_source(query);
+  bool raw = wanted == Source::kRows;
+  bool team_ok = wanted == Source::kDailyTeam;
   if (team_ok) {
     auto found =
         finds_row(db, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='daily_team'");
@@ -264,8 +281,14 @@ Result<Source> choose_source(Db& db, const ReportQuery& query) {
 
 // The report's SELECT up to its WHERE (filters are appended): the group expressions, then the
 // columns in read_groups' order.
-std::string report_select(const ReportQuery& query, Source source) {
+std::string report_select(const ReportQuery& query, Source source, bool postgres = false) {
   const bool raw = source == Source::kRows;
+  // SUM(condition) as a count, in both dialects.
+  auto count = [](const std::string& cond) {
+    return "SUM(CASE WHEN " + cond + " THEN 1 ELSE 0 END)";
+  };
+  const std::string shadow =
+      std::string(postgres ? "strpos" : "instr") + "(trusted_tags,'\"shadow\"')";
   std::string select;
   for (ReportBy by : query.by) {
     const ByInfo& b = info(by);
@@ -273,18 +296,18 @@ std::string report_select(const ReportQuery& query, Source source) {
   }
   if (raw) {
     // Served = a request row neither refused nor a shadow copy (see ledger/store.cpp).
-    const std::string served =
-        "kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')=0";
-    return "SELECT " + select + "SUM(" + served + "), SUM(" + served +
-           " AND pricing='unpriced'), "
+    const std::string served = "kind='request' AND status<>'refused' AND " + shadow + "=0";
+    return "SELECT " + select + count(served) + ", " + count(served + " AND pricing='unpriced'") +
+           ", "
            "SUM(input_tokens), SUM(cached_tokens), SUM(output_tokens), SUM(reasoning_tokens), "
            "SUM(COALESCE(cost_input,0)), SUM(COALESCE(cost_cached,0)), "
            "SUM(COALESCE(cost_output,0)), SUM(COALESCE(cost_reasoning,0)), "
            "SUM(COALESCE(cost_total,0)), SUM(COALESCE(avoided_cost,0)), "
            "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END), "
-           "MIN(started_us), MAX(ended_us), SUM(kind='request' AND status='refused'), "
-           "SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')>0) "
-           "FROM requests WHERE 1=1";
+           "MIN(started_us), MAX(ended_us), " +
+           count("kind='request' AND status='refused'") + ", " +
+           count("kind='request' AND status<>'refused' AND " + shadow + ">0") +
+           " FROM requests WHERE 1=1";
   }
   return "SELECT " + select +
          "SUM(requests)-SUM(refused)-SUM(shadows), SUM(unpriced_served), SUM(input_tokens), "
@@ -347,6 +370,72 @@ Result<std::vector<ReportRow>> read_chunked(Db& db, const std::string& sql,
   return rows;
 }
 
+// PostgreSQL's placeholders are $1, $2, ... where SQLite's are ? (no ? is ever in the text).
+std::string numbered_placeholders(const std::string& sql) {
+  std::string out;
+  int n = 0;
+  for (char c : sql) {
+    if (c == '?') {
+      out += "$" + std::to_string(++n);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// The same report on PostgreSQL: the same SELECTs (its schema has daily_team and the served
+// counts from the start), groups ordered bytewise (COLLATE "C") as in SQLite. A sum beyond
+// int64 (PostgreSQL sums BIGINT into NUMERIC) is an error, never a wrapped figure.
+Result<Report> run_pg_report(const std::string& url, const ReportQuery& query) {
+  auto conn = PgConn::connect(url);
+  if (!conn) return conn.error();
+  Source source = current_source(query);
+  bool raw = source == Source::kRows;
+  Report report;
+  report.by = query.by;
+  report.from_aggregate = !raw;
+  auto cur = conn->run("SELECT value FROM meta WHERE key='currency'");
+  if (!cur) return cur.error();
+  report.currency = cur->rows() > 0 ? cur->text(0, 0) : "";
+  std::string sql = report_select(query, source, true);
+  std::vector<Value> params;
+  add_filters(query.filter, raw, sql, params);
+  const int n = static_cast<int>(query.by.size());
+  std::string group;
+  std::string order;
+  for (int i = 0; i < n; ++i) {
+    group += (i == 0 ? "" : ",") + std::to_string(i + 1);
+    const ByInfo& b = info(query.by[static_cast<size_t>(i)]);
+    order += std::string(i == 0 ? "" : ",") + "(" + (raw ? b.raw_expr : b.daily_expr) +
+             ") COLLATE \"C\"";
+  }
+  std::vector<PgParam> pg_params;
+  for (const Value& v : params) {
+    const auto* text = std::get_if<std::string>(&v);
+    pg_params.emplace_back(text != nullptr ? PgParam(*text) : pg_int(std::get<int64_t>(v)));
+  }
+  auto rows = conn->run(numbered_placeholders(sql + " GROUP BY " + group + " ORDER BY " + order),
+                        pg_params);
+  if (!rows) return rows.error();
+  bool overflow = false;
+  for (int r = 0; r < rows->rows(); ++r) {
+    report.rows.push_back(group_row(
+        n,
+        [&](int i) {
+          std::string text = rows->text(r, i);
+          int64_t value = 0;
+          auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+          overflow |= ec != std::errc() || end != text.data() + text.size();
+          return value;
+        },
+        [&](int i) { return rows->text(r, i); }));
+  }
+  if (overflow) return Error::make(ErrorCode::kUnavailable, "report: integer overflow in a sum");
+  for (const auto& row : report.rows) report.totals.add(row);
+  return report;
+}
+
 }  // namespace
 
 Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
@@ -354,6 +443,7 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
   if (query.by.empty()) {
     return Error::make(ErrorCode::kInvalidRequest, "report: at least one --by dimension", "by");
   }
+  if (is_pg_url(db_path)) return run_pg_report(db_path, query);
   auto db = Db::open(db_path, true);
   if (!db) return db.error();
   auto source = choose_source(*db, query);

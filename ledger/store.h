@@ -1,7 +1,7 @@
-// The ledger's SQLite file: versioned schema and migrations, the append path (request rows,
-// attempt rows, adjustment rows, the daily aggregates and the hash chain), and the canonical
-// row encoding the chain hashes. A Store is used by one thread at a time (the writer thread,
-// or a CLI/bench/test thread that owns it).
+// The ledger's store interface (Store: schema, append path, budget spent figures) and what
+// its two implementations share: column lists, the canonical row encoding the hash chain
+// covers, row values and daily aggregate deltas. A Store is used by one thread at a time
+// (the writer thread, or a CLI/bench/test thread that owns it).
 #pragma once
 
 #include <atomic>
@@ -16,7 +16,7 @@
 #include "common/money.h"
 #include "ledger/budgets.h"
 #include "ledger/prices.h"
-#include "ledger/sqlite_db.h"
+#include "ledger/sqlite_db.h"  // Value, ValueRef
 #include "ledger/types.h"
 
 namespace ferry::ledger {
@@ -33,16 +33,31 @@ constexpr const char* kGenesisHash =
 
 enum class EntryKind : uint8_t { kRequest, kAdjustment };
 
+// A budget's share of one row's cost, applied in the row's transaction by stores that keep
+// budgets shared across instances (PostgreSQL): the period's spent figure grows by `amount`
+// and, when the request was admitted under this instance's lease, the lease shrinks by it.
+struct BudgetCharge {
+  std::string budget;  // BudgetDef::name
+  int64_t period_start_us = 0;
+  int64_t period_end_us = 0;
+  Money limit;
+  BudgetScope scope = BudgetScope::kTeam;
+  std::string match;
+  Money amount;
+  bool from_lease = false;
+};
+
 // A row ready to append: the record plus everything the ledger computed for it.
 struct LedgerEntry {
   EntryKind kind = EntryKind::kRequest;
-  RequestRecord record;             // for adjustments the store fills the dimensions in
-  std::string adjusts_id;           // adjustments: the original request's id
-  std::string note;                 // adjustments: why
-  Cost cost;                        // the request's cost (sum of its attempts when it has some)
-  std::vector<Cost> attempt_costs;  // one per record.attempts
-  std::optional<Money> avoided;     // what the reference target would have charged
-  std::string avoided_version;      // the reference price version used
+  RequestRecord record;               // for adjustments the store fills the dimensions in
+  std::string adjusts_id;             // adjustments: the original request's id
+  std::string note;                   // adjustments: why
+  Cost cost;                          // the request's cost (sum of its attempts when it has some)
+  std::vector<Cost> attempt_costs;    // one per record.attempts
+  std::optional<Money> avoided;       // what the reference target would have charged
+  std::string avoided_version;        // the reference price version used
+  std::vector<BudgetCharge> charges;  // shared budgets only (see BudgetCharge)
 };
 
 // The column lists, in insert and hash order (the hash column itself excluded).
@@ -68,66 +83,82 @@ std::string canonical_values(const std::vector<Value>& values);
 // `request` is the request_columns() values, then the facts when the row has them, then
 // kUsageCheckColumn and the usage check when it has one.
 // `request_id` is "" when the row has none.
+// `chain` is the instance of a PostgreSQL row (hashed after an 'C' marker), "" in SQLite.
 std::string row_hash(const std::vector<Value>& request,
                      const std::vector<std::vector<Value>>& attempts,
-                     std::string_view request_id = "");
+                     std::string_view request_id = "", std::string_view chain = "");
 
-namespace detail {
-struct RowScratch;
-struct DailyDelta;
-}  // namespace detail
-
+// The ledger's storage: one implementation per database (SqliteStore in sqlite_store.h, the
+// embedded default; PgStore in pg_store.h, shared by many instances). Both write the same
+// rows, hashed the same way (row_hash), with money as integer micro-units.
 class Store {
  public:
-  // Opens or creates the file and migrates it to kSchemaVersion. `currency` "" keeps the
-  // file's currency (USD for a new file); a different non-empty currency is refused.
-  static Result<Store> open(const std::string& path, const std::string& currency);
-
-  const std::string& currency() const { return currency_; }
-  Db& db() { return db_; }
-
+  virtual ~Store() = default;
+  virtual const std::string& currency() const = 0;
   // Records every price version of the catalog (each once) so past periods can be re-priced.
-  Status sync_prices(const PriceCatalog& catalog);
-
-  // Appends the entries in one transaction (BEGIN IMMEDIATE ... COMMIT). Err: the
-  // transaction failed and nothing was written. Ok: one Status per entry (an entry can be
-  // refused alone, e.g. a duplicate id or an adjustment of an unknown request).
-  // `fail_commit` rolls back instead of committing (fault injection for tests).
-  Result<std::vector<Status>> append(std::vector<LedgerEntry*>& entries, bool fail_commit = false);
-
-  // Checkpoints become the caller's job: SQLite stops checkpointing after commits on this
-  // connection (the ledger runs them on a thread of their own, so that copying pages into
-  // the database file does not stall the writer), and wal_frames() says how many frames the
-  // WAL holds after the last commit.
-  void take_over_checkpoints();
-  int64_t wal_frames() const { return wal_frames_ ? wal_frames_->load() : 0; }
-  // A passive checkpoint on this connection: copies what it can without waiting. Ok when
-  // another connection is checkpointing (busy).
-  Status checkpoint();
-
+  virtual Status sync_prices(const PriceCatalog& catalog) = 0;
+  // Appends the entries in one transaction. Err: the transaction failed and nothing was
+  // written. Ok: one Status per entry (an entry can be refused alone, e.g. a duplicate id or
+  // an adjustment of an unknown request). `fail_commit` rolls back instead of committing
+  // (fault injection for tests). The rows are durable when it returns Ok.
+  virtual Result<std::vector<Status>> append(std::vector<LedgerEntry*>& entries,
+                                             bool fail_commit = false) = 0;
   // Sum of cost_total of rows whose ended_us lies in [start, end) for a budget's scope.
-  Result<Money> spent_between(BudgetScope scope, const std::string& match, int64_t start_us,
-                              int64_t end_us);
-
- private:
-  Status prepare_statements();
-  // An adjustment's attribution (key, team, task, model, rule, ...) from the request it adjusts.
-  Status copy_original(RequestRecord& r, const std::string& adjusts_id);
-  Status append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq,
-                    detail::RowScratch& scratch, std::map<std::string, detail::DailyDelta>& daily,
-                    std::map<std::string, detail::DailyDelta>& daily_team);
-  static Status upsert_daily(Stmt& upsert, const detail::DailyDelta& delta, bool with_key_and_rule);
-
-  Db db_;
-  std::string currency_;
-  Stmt insert_request_;
-  Stmt insert_attempt_;
-  Stmt upsert_daily_;
-  Stmt upsert_daily_team_;
-  Stmt find_original_;
-  Stmt head_;
-  Stmt set_head_;
-  std::unique_ptr<std::atomic<int64_t>> wal_frames_;  // heap: the WAL hook keeps its address
+  virtual Result<Money> spent_between(BudgetScope scope, const std::string& match, int64_t start_us,
+                                      int64_t end_us) = 0;
 };
+
+// What both stores share: the row values, the hash text, the daily aggregates' deltas.
+namespace detail {
+
+// One row's column values as references into the entry and the strings here (no copies).
+struct RowScratch {
+  std::string day;
+  std::string trusted_tags;
+  std::string claimed_tags;
+  std::string hash_text;  // the bytes the row hash covers
+  std::vector<ValueRef> values;
+  std::vector<std::vector<ValueRef>> attempts;  // grown, never shrunk: reused across rows
+};
+
+// The daily aggregate's deltas of one batch, one per group, upserted once per group at the
+// end of the batch (in the same transaction) rather than once per row.
+struct DailyDelta {
+  std::string day, key_id, team, project, model, target, rule_id;
+  int64_t requests = 0, unpriced = 0;
+  int64_t refused = 0, shadows = 0, unpriced_served = 0;  // the migration that added `refused`
+  int64_t input_tokens = 0, cached_tokens = 0, output_tokens = 0, reasoning_tokens = 0;
+  int64_t cost_input = 0, cost_cached = 0, cost_output = 0, cost_reasoning = 0, cost_total = 0;
+  int64_t avoided_total = 0, avoided_base = 0;
+  int64_t first_us = 0, last_us = 0;
+};
+
+// The aggregates' group columns; the sums follow them in every aggregate table.
+constexpr const char* kDailyKey = "day,key_id,team,project,model,target,rule_id";
+constexpr const char* kDailyTeamKey = "day,team,project,model,target";
+
+std::string join_placeholders(size_t count);
+std::string join_names(const std::vector<std::string>& names);
+// `rows` groups of `columns` PostgreSQL placeholders, numbered from `first`: ($1,$2),($3,$4)
+std::string pg_value_rows(size_t rows, size_t columns, size_t first);
+void encode_int(std::string& out, int64_t value);
+// In request_columns() order; then the facts and the usage check when the entry has them.
+void request_values(const LedgerEntry& e, std::string_view prev_hash, RowScratch& s);
+void attempt_values(std::string_view request_id, size_t index, const AttemptRecord& a,
+                    const Cost& cost, std::vector<ValueRef>& v);
+// The bytes a row's hash covers; `chain` is the PostgreSQL row's instance ("" in SQLite).
+void hash_text(const std::vector<ValueRef>& request, std::string_view request_id,
+               const std::vector<ValueRef>* attempts, size_t attempt_count, std::string& out,
+               std::string_view chain = "");
+// The aggregate upsert (see store.cpp); `pg_rows` 0 for SQLite.
+std::string daily_upsert_sql(const char* table, const char* key, size_t pg_rows);
+void daily_key(std::string& key, std::initializer_list<std::string_view> parts);
+void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& key,
+                  const std::string& day, const LedgerEntry& entry, const std::string& key_id,
+                  const std::string& rule_id);
+// The values one delta binds, after its group columns, in daily_upsert_sql() order.
+std::vector<int64_t> daily_sums(const DailyDelta& d);
+
+}  // namespace detail
 
 }  // namespace ferry::ledger

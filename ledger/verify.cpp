@@ -1,8 +1,12 @@
 #include "ledger/verify.h"
 
 #include <array>
+#include <map>
+#include <set>
 #include <tuple>
 
+#include "ledger/pg_db.h"
+#include "ledger/pg_store.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/store.h"
 
@@ -352,9 +356,175 @@ Status check_aggregates(Db& db, const Schema& schema, Checker& check) {
                     check);
 }
 
+// ---------------------------------------------------------------------------------------
+// PostgreSQL: one chain per instance (instance_id, chain_seq), its head in chain_heads.
+
+struct PgChain {
+  std::string instance;
+  int64_t seq = 0;
+  std::string hash = kGenesisHash;
+};
+
+// The attempts of the rows of one chain, by request id.
+Result<std::map<std::string, std::vector<std::vector<Value>>>> pg_attempts(PgConn& conn) {
+  std::string select = "SELECT " + detail::join_names(attempt_columns()) +
+                       " FROM attempts ORDER BY request_id, attempt";
+  auto rows = conn.run(select);
+  if (!rows) return rows.error();
+  std::map<std::string, std::vector<std::vector<Value>>> out;
+  const int n = static_cast<int>(attempt_columns().size());
+  for (int r = 0; r < rows->rows(); ++r) {
+    std::vector<Value> values;
+    for (int c = 0; c < n; ++c) values.push_back(rows->value(r, c));
+    out[rows->text(r, 0)].push_back(std::move(values));
+  }
+  return out;
+}
+
+// Walks every chain: links, hashes (over the instance too), costs, attempts, adjustments.
+Status pg_check_rows(PgConn& conn, std::map<std::string, PgChain>& chains, VerifyResult& result,
+                     Checker& check) {
+  const auto& rcols = request_columns();
+  auto attempts = pg_attempts(conn);
+  if (!attempts) return attempts.error();
+  auto rows = conn.run("SELECT seq,hash,facts,usage_check,request_id,instance_id,chain_seq," +
+                       detail::join_names(rcols) + "," + kConstraintColumn + "," +
+                       kSchemaHashColumn + " FROM requests ORDER BY instance_id, chain_seq");
+  if (!rows) return rows.error();
+  std::map<std::string, int64_t> request_seq;  // id -> seq, for adjustments
+  for (int r = 0; r < rows->rows(); ++r) {
+    if (rows->text(r, 8) == "request") request_seq[rows->text(r, 7)] = rows->integer(r, 0);
+  }
+  const std::vector<std::vector<Value>> none;
+  for (int r = 0; r < rows->rows(); ++r) {
+    ++result.rows;
+    std::vector<Value> values;
+    for (size_t i = 0; i < rcols.size(); ++i)
+      values.push_back(rows->value(r, static_cast<int>(i) + 7));
+    if (!rows->is_null(r, 2)) values.push_back(rows->text(r, 2));
+    if (!rows->is_null(r, 3)) {
+      values.emplace_back(std::in_place_type<std::string>, kUsageCheckColumn);
+      values.push_back(rows->text(r, 3));
+    }
+    const int constraint = static_cast<int>(rcols.size()) + 7;  // then schema_hash
+    if (!rows->is_null(r, constraint)) {
+      values.emplace_back(std::in_place_type<std::string>, kConstraintColumn);
+      values.push_back(rows->text(r, constraint));
+      if (!rows->is_null(r, constraint + 1)) values.push_back(rows->text(r, constraint + 1));
+    }
+    const std::string instance = rows->text(r, 5);
+    const std::string id = as_text(values[0]);
+    PgChain& chain = chains[instance];
+    chain.instance = instance;
+    const std::string what =
+        "instance " + instance + " row " + std::to_string(rows->integer(r, 6)) + " (" + id + ")";
+    if (rows->integer(r, 6) != chain.seq + 1 ||
+        as_text(values[column_index(rcols, "prev_hash")]) != chain.hash) {
+      check.problem(what +
+                    ": does not follow the previous row of its chain (row missing, "
+                    "reordered or altered)");
+    }
+    auto found = attempts->find(id);
+    const auto& attempt_values = found != attempts->end() ? found->second : none;
+    result.attempts += static_cast<int64_t>(attempt_values.size());
+    std::string request_id = rows->is_null(r, 4) ? "" : rows->text(r, 4);
+    if (row_hash(values, attempt_values, request_id, instance) != rows->text(r, 1)) {
+      check.problem(what + ": hash mismatch (the row or its attempts were altered)");
+    }
+    const bool adjustment = as_text(values[column_index(rcols, "kind")]) == "adjustment";
+    check_costs(rcols, values, what, adjustment, check);
+    if (!attempt_values.empty()) check_attempts(values, attempt_values, what, adjustment, check);
+    if (adjustment) {
+      ++result.adjustments;
+      auto orig = request_seq.find(as_text(values[column_index(rcols, "adjusts_id")]));
+      if (orig == request_seq.end()) check.problem(what + ": adjusts an unknown request");
+    }
+    chain.seq = rows->integer(r, 6);
+    chain.hash = rows->text(r, 1);
+  }
+  return {};
+}
+
+// Each chain's recorded head equals its last row; a head without rows is a removed chain.
+Status pg_check_heads(PgConn& conn, std::map<std::string, PgChain>& chains, VerifyResult& result,
+                      Checker& check) {
+  auto heads = conn.run("SELECT instance_id, chain_seq, hash FROM chain_heads ORDER BY 1");
+  if (!heads) return heads.error();
+  std::set<std::string> with_head;
+  for (int r = 0; r < heads->rows(); ++r) {
+    std::string instance = heads->text(r, 0);
+    with_head.insert(instance);
+    const PgChain& chain = chains[instance];
+    std::string recorded = std::to_string(heads->integer(r, 1)) + ":" + heads->text(r, 2);
+    std::string last = std::to_string(chain.seq) + ":" + chain.hash;
+    if (recorded != last) {
+      check.problem("instance " + instance + ": chain head recorded at the last commit (" +
+                    recorded + ") differs from its last row (" + last + "): rows were removed");
+    }
+    result.head += (result.head.empty() ? "" : " ") + instance + "=" + last;
+  }
+  for (const auto& [instance, chain] : chains) {
+    if (with_head.count(instance) == 0) {
+      check.problem("instance " + instance + ": rows without a recorded chain head");
+    }
+  }
+  return {};
+}
+
+Status pg_check_aggregates(PgConn& conn, Checker& check) {
+  const char* kRaw =
+      "SELECT day,key_id,team,project,upstream_model,target,rule_id,"
+      "SUM((kind='request')::int),SUM((kind='request' AND pricing='unpriced')::int),"
+      "SUM(input_tokens),SUM(cached_tokens),SUM(output_tokens),SUM(reasoning_tokens),"
+      "SUM(COALESCE(cost_input,0)),SUM(COALESCE(cost_cached,0)),SUM(COALESCE(cost_output,0)),"
+      "SUM(COALESCE(cost_reasoning,0)),SUM(COALESCE(cost_total,0)),SUM(COALESCE(avoided_cost,0)),"
+      "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END),"
+      "SUM((kind='request' AND status='refused')::int) "
+      "FROM requests GROUP BY day,key_id,team,project,upstream_model,target,rule_id";
+  const char* kDaily =
+      "SELECT day,key_id,team,project,model,target,rule_id,requests,unpriced,input_tokens,"
+      "cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,cost_output,"
+      "cost_reasoning,cost_total,avoided_total,avoided_base,refused FROM daily";
+  const char* kFromDaily =
+      "SELECT day,team,project,model,target,SUM(requests),SUM(unpriced),SUM(cost_total),"
+      "SUM(refused),SUM(shadows),SUM(unpriced_served) FROM daily GROUP BY 1,2,3,4,5";
+  const char* kTeam =
+      "SELECT day,team,project,model,target,requests,unpriced,cost_total,refused,shadows,"
+      "unpriced_served FROM daily_team";
+  for (auto [a, b, what] :
+       {std::tuple{kRaw, kDaily, "daily aggregate differs from the rows"},
+        std::tuple{kFromDaily, kTeam, "daily_team aggregate differs from the daily aggregate"}}) {
+    auto diff = conn.run(std::string("SELECT (SELECT COUNT(*) FROM (") + a + " EXCEPT " + b +
+                         ") x) + (SELECT COUNT(*) FROM (" + b + " EXCEPT " + a + ") y)");
+    if (!diff) return diff.error();
+    if (diff->integer(0, 0) != 0) {
+      check.problem(std::string(what) + " in " + std::to_string(diff->integer(0, 0)) + " group(s)");
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
+Result<VerifyResult> verify_pg_ledger(const std::string& url) {
+  auto conn = PgConn::connect(url);
+  if (!conn) return conn.error();
+  VerifyResult result;
+  Checker check(result);
+  // One snapshot of every table, even while instances write.
+  if (Status st = conn->exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); !st) {
+    return st.error();
+  }
+  std::map<std::string, PgChain> chains;
+  if (Status s = pg_check_rows(*conn, chains, result, check); !s) return s.error();
+  if (Status s = pg_check_heads(*conn, chains, result, check); !s) return s.error();
+  if (Status s = pg_check_aggregates(*conn, check); !s) return s.error();
+  (void)conn->exec("COMMIT");
+  return result;
+}
+
 Result<VerifyResult> verify_ledger(const std::string& db_path) {
+  if (is_pg_url(db_path)) return verify_pg_ledger(db_path);
   auto db = Db::open(db_path, true);
   if (!db) return db.error();
   VerifyResult result;

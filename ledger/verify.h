@@ -22,6 +22,11 @@ struct VerifyResult {
 };
 
 // Err only when the file cannot be read; a broken ledger is an ok result with problems.
+// A postgresql:// URL verifies that database (verify_pg_ledger).
 Result<VerifyResult> verify_ledger(const std::string& db_path);
+// PostgreSQL: every instance's chain (links, hashes over the instance id, the head recorded in
+// chain_heads), costs, attempts, adjustments, and the daily aggregates against the rows.
+// `head` lists "instance=seq:hash" per chain.
+Result<VerifyResult> verify_pg_ledger(const std::string& url);
 
 }  // namespace ferry::ledger

@@ -9,7 +9,7 @@
 #include "ledger/history.h"
 #include "ledger/report.h"
 #include "ledger/sqlite_db.h"
-#include "ledger/store.h"
+#include "ledger/sqlite_store.h"
 #include "ledger/verify.h"
 #include "test_util.h"
 
@@ -241,7 +241,7 @@ TEST(LedgerHistory, TagsAreJsonAndBadUtf8NeverStopsTheWriter) {
 TEST(LedgerHistory, BatchAggregatesMatchTheRows) {
   TempDir dir;
   std::string path = dir.file("l.db");
-  auto store = Store::open(path, "USD");
+  auto store = SqliteStore::open(path, "USD");
   ASSERT_TRUE(store);
   PriceCatalog prices = catalog_from(kPrices);
   std::vector<LedgerEntry> entries(300);

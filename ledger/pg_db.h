@@ -1,0 +1,67 @@
+// A thin RAII layer over libpq: a connection, and statements run with text parameters bound
+// separately from the SQL (no SQL is ever built from data). A PgConn belongs to one thread at
+// a time. The only files that include libpq are this one's .cpp and pg_store.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "ledger/sqlite_db.h"  // Value
+
+struct pg_conn;
+struct pg_result;
+
+namespace ferry::ledger {
+
+// One query's rows (text format).
+class PgRows {
+ public:
+  PgRows() = default;
+  explicit PgRows(pg_result* result);
+  int rows() const;
+  bool is_null(int row, int column) const;
+  std::string text(int row, int column) const;
+  int64_t integer(int row, int column) const;  // 0 for NULL
+  int64_t affected() const;                    // rows an INSERT/UPDATE/DELETE touched
+  // NULL, an integer (integer columns) or text: as SQLite hands values to the chain.
+  Value value(int row, int column) const;
+
+ private:
+  std::shared_ptr<pg_result> result_;
+};
+
+// A parameter: NULL or text (integers as decimal text).
+using PgParam = std::optional<std::string>;
+PgParam pg_int(int64_t value);
+
+class PgConn {
+ public:
+  // `url` is a libpq connection string or URI (postgresql://user@host:port/db?...).
+  static Result<PgConn> connect(const std::string& url);
+  PgConn() = default;
+  PgConn(PgConn&&) noexcept = default;
+  PgConn& operator=(PgConn&&) noexcept = default;
+
+  // Runs one statement with $1.. parameters. kInvalidRequest for a unique violation (SQLSTATE
+  // 23505), kUnavailable for anything else (connection lost, server down, ...).
+  Result<PgRows> run(const std::string& sql, const std::vector<PgParam>& params = {});
+  // Runs statements without parameters (may hold several, separated by ';').
+  Status exec(const std::string& sql);
+  bool ok() const;  // the connection is up
+
+ private:
+  struct Close {
+    void operator()(pg_conn* conn) const;
+  };
+  std::unique_ptr<pg_conn, Close> conn_;
+};
+
+// `{"a","b"}`: a text[] literal for ANY($n) (each element quoted and escaped).
+std::string pg_text_array(const std::vector<std::string_view>& items);
+
+}  // namespace ferry::ledger

@@ -1,0 +1,71 @@
+// The ledger in PostgreSQL, shared by many ferry instances: versioned schema (migrations run
+// at start under an advisory lock; a newer schema is refused), batched append (multi-row
+// INSERTs in one transaction per batch, synchronous commit), one hash chain per instance, and
+// the shared budget tables (spent per period, leases per instance). A PgStore owns one
+// connection and is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ledger/pg_db.h"
+#include "ledger/store.h"
+
+namespace ferry::ledger {
+
+// 1: the first PostgreSQL schema (the rows of SQLite schema 5, plus instance_id/chain_seq,
+// chain_heads, budget_shares, budget_leases).
+constexpr int kPgSchemaVersion = 1;
+
+// True for a postgresql:// or postgres:// URL (where a ledger path may name either store).
+bool is_pg_url(std::string_view path);
+
+// A lease transaction's outcome for one budget period.
+struct LeaseGrant {
+  Money granted;       // added to this instance's lease
+  bool reset = false;  // this instance's lease had expired: the local lease starts over at granted
+  Money spent;         // the period's shared spent figure (every instance's rows)
+};
+
+class PgStore final : public Store {
+ public:
+  // Connects, migrates to kPgSchemaVersion and checks the currency (as SqliteStore::open).
+  // `instance` names this instance's hash chain and leases.
+  static Result<PgStore> open(const std::string& url, const std::string& currency,
+                              const std::string& instance);
+
+  const std::string& currency() const override { return currency_; }
+  Status sync_prices(const PriceCatalog& catalog) override;
+  // One transaction: the chain head of this instance (locked), the duplicate and original
+  // lookups, multi-row INSERTs of rows and attempts, the daily upserts, the budget charges,
+  // the new head, COMMIT. Returns once COMMIT has returned (synchronous_commit on).
+  Result<std::vector<Status>> append(std::vector<LedgerEntry*>& entries,
+                                     bool fail_commit = false) override;
+  Result<Money> spent_between(BudgetScope scope, const std::string& match, int64_t start_us,
+                              int64_t end_us) override;
+
+  // Leases: takes up to `want` more of the budget's period (never past its limit counting
+  // every instance's unexpired leases and the spent figure) and renews this instance's lease
+  // until `until_us`. One transaction; the budget's row is locked while it runs.
+  Result<LeaseGrant> lease(const BudgetCharge& budget, Money want, int64_t now_us,
+                           int64_t until_us);
+  // Gives every lease of this instance back (start and clean shutdown).
+  Status drop_leases();
+
+  PgConn& conn() { return conn_; }
+
+ private:
+  Status migrate();
+  Status ensure_shares(const std::vector<const BudgetCharge*>& budgets);
+  Status apply_charges(const std::vector<LedgerEntry*>& entries,
+                       const std::vector<Status>& results);
+
+  PgConn conn_;
+  std::string currency_;
+  std::string instance_;
+};
+
+}  // namespace ferry::ledger

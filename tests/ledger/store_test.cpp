@@ -1,0 +1,467 @@
+// One suite, two stores: every test here runs against SQLite and against PostgreSQL (the
+// server scripts/pg_test.sh starts; FERRY_TEST_PG_URL). Without that URL the PostgreSQL cases
+// skip with a message, except under CI (CI=true), where they fail.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <latch>
+#include <thread>
+
+#include "common/clock.h"
+#include "ledger/ledger.h"
+#include "ledger/pg_db.h"
+#include "ledger/pg_store.h"
+#include "ledger/report.h"
+#include "ledger/verify.h"
+#include "test_util.h"
+
+namespace ferry::ledger {
+namespace {
+
+using namespace ferry::ledger::testing;
+
+constexpr const char* kPrices = R"(
+- {model: gpu-large, effective_from: 2026-01-01, input: 3.00, cached_input: 0.30, output: 15.00, reasoning: 15.00}
+)";
+
+// A fresh, empty database of one kind, dropped at the end.
+class TestDb {
+ public:
+  virtual ~TestDb() = default;
+  virtual LedgerConfig config(const std::string& instance) = 0;
+  virtual Status exec(const std::string& sql) = 0;
+  virtual int64_t scalar(const std::string& sql) = 0;
+  // SQL that lets the next statement alter a ledger row (the triggers refuse it otherwise).
+  virtual std::string allow_tampering() const = 0;
+  virtual std::string set_newer_schema() const = 0;
+  virtual bool shared() const = 0;
+};
+
+class SqliteTestDb final : public TestDb {
+ public:
+  LedgerConfig config(const std::string&) override {
+    LedgerConfig c;
+    c.path = dir_.file("l.db");
+    return c;
+  }
+  Status exec(const std::string& sql) override {
+    auto db = Db::open(dir_.file("l.db"), false);
+    if (!db) return db.error();
+    return db->exec(sql);
+  }
+  int64_t scalar(const std::string& sql) override {
+    auto db = Db::open(dir_.file("l.db"), true);
+    if (!db) return -1;
+    auto stmt = db->prepare(sql);
+    if (!stmt) return -1;
+    auto row = stmt->step();
+    return row && *row ? stmt->int_at(0) : -1;
+  }
+  std::string allow_tampering() const override { return "DROP TRIGGER requests_no_update"; }
+  std::string set_newer_schema() const override { return "PRAGMA user_version=99"; }
+  bool shared() const override { return false; }
+
+ private:
+  TempDir dir_;
+};
+
+std::string pg_base_url() {
+  const char* url = std::getenv("FERRY_TEST_PG_URL");
+  return url != nullptr ? url : "";
+}
+
+class PgTestDb final : public TestDb {
+ public:
+  PgTestDb() {
+    static std::atomic<int> counter{0};
+    name_ = "ferry_t" + std::to_string(getpid()) + "_" + std::to_string(counter.fetch_add(1));
+    std::string base = pg_base_url();
+    auto admin = PgConn::connect(base);
+    EXPECT_TRUE(admin) << (admin ? "" : admin.error().message);
+    if (!admin) return;
+    EXPECT_TRUE(admin->exec("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)"));
+    EXPECT_TRUE(admin->exec("CREATE DATABASE " + name_));
+    url_ = base.substr(0, base.rfind('/') + 1) + name_;
+  }
+  ~PgTestDb() override {
+    auto admin = PgConn::connect(pg_base_url());
+    if (admin) (void)admin->exec("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)");
+  }
+  LedgerConfig config(const std::string& instance) override {
+    LedgerConfig c;
+    c.path = url_;
+    c.postgres = PgLedgerConfig{};
+    c.postgres->url = url_;
+    c.postgres->instance_id = instance;
+    c.postgres->lease_refresh_ms = 20;
+    return c;
+  }
+  Status exec(const std::string& sql) override {
+    auto conn = PgConn::connect(url_);
+    if (!conn) return conn.error();
+    return conn->exec(sql);
+  }
+  int64_t scalar(const std::string& sql) override {
+    auto conn = PgConn::connect(url_);
+    if (!conn) return -1;
+    auto rows = conn->run(sql);
+    return rows && rows->rows() > 0 ? rows->integer(0, 0) : -1;
+  }
+  std::string allow_tampering() const override {
+    return "ALTER TABLE requests DISABLE TRIGGER requests_append_only";
+  }
+  std::string set_newer_schema() const override {
+    return "UPDATE meta SET value='99' WHERE key='schema_version'";
+  }
+  bool shared() const override { return true; }
+  const std::string& url() const { return url_; }
+
+ private:
+  std::string name_;
+  std::string url_;
+};
+
+class LedgerStore : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "sqlite") {
+      db_ = std::make_unique<SqliteTestDb>();
+      return;
+    }
+    if (pg_base_url().empty()) {
+      const char* ci = std::getenv("CI");
+      if (ci != nullptr && std::string(ci) == "true") {
+        FAIL() << "FERRY_TEST_PG_URL is not set under CI: scripts/test.sh starts PostgreSQL "
+                  "(scripts/pg_test.sh) and must export it";
+      }
+      GTEST_SKIP() << "PostgreSQL tests skipped: FERRY_TEST_PG_URL is not set (run through "
+                      "scripts/test.sh, or scripts/pg_test.sh start DIR and export the URL)";
+    }
+    db_ = std::make_unique<PgTestDb>();
+  }
+
+  std::unique_ptr<Ledger> open(const std::string& instance = "gw-1",
+                               std::vector<BudgetDef> budgets = {}) {
+    auto opened = Ledger::open(db_->config(instance), catalog_from(kPrices), std::move(budgets));
+    EXPECT_TRUE(opened) << (opened ? "" : opened.error().message);
+    return opened ? std::move(*opened) : nullptr;
+  }
+
+  VerifyResult verify() {
+    auto result = verify_ledger(db_->config("").path);
+    EXPECT_TRUE(result) << (result ? "" : result.error().message);
+    return result ? *result : VerifyResult{};
+  }
+
+  std::unique_ptr<TestDb> db_;
+};
+
+RequestRecord rich_record(int i) {
+  RequestRecord r = simple_record("gpu-large", tokens_of(100 + i, 10, 50 + i, 0));
+  r.started_us += i;
+  r.ended_us += i;
+  r.trusted_tags = {"t" + std::to_string(i % 3)};
+  r.facts_json = R"({"n":)" + std::to_string(i) + "}";
+  if (i % 4 == 0) r.usage_check = "usage over the limit";
+  if (i % 2 == 0) r.request_id = "req-" + std::to_string(i);
+  if (i % 5 == 0) {  // a fallback: two attempts, each priced
+    AttemptRecord a;
+    a.target = "gpu-large";
+    a.upstream_model = "gpu-large-upstream";
+    a.status = RequestStatus::kError;
+    a.http_status = 500;
+    a.error_code = "upstream_error";
+    a.started_us = r.started_us;
+    a.ended_us = r.started_us + 10;
+    a.tokens = tokens_of(100, 0, 0, 0);
+    AttemptRecord b = a;
+    b.status = RequestStatus::kOk;
+    b.http_status = 200;
+    b.error_code = "";
+    b.tokens = r.tokens;
+    r.attempts = {a, b};
+  }
+  return r;
+}
+
+TEST_P(LedgerStore, SameRowsVerifyAndBudgetsRebuildFromThem) {
+  std::string adjusted;
+  {
+    auto ledger = open();
+    ASSERT_TRUE(ledger);
+    for (int i = 0; i < 40; ++i) {
+      std::string id;
+      ASSERT_TRUE(record_durably(*ledger, rich_record(i), &id));
+      if (i == 3) adjusted = id;
+    }
+    Adjustment refund;
+    refund.adjusts_id = adjusted;
+    refund.output = Money::from_micros(-25);
+    refund.note = "refund";
+    std::promise<Status> done;
+    ledger->adjust(refund, [&](const Status& st) { done.set_value(st); });
+    ASSERT_TRUE(done.get_future().get());
+  }
+  VerifyResult v = verify();
+  EXPECT_TRUE(v.ok()) << (v.problems.empty() ? "" : v.problems[0]);
+  EXPECT_EQ(v.rows, 41);
+  EXPECT_EQ(v.adjustments, 1);
+  EXPECT_EQ(v.attempts, 16);  // rows 0, 5, ..., 35: two each
+  int64_t sum = db_->scalar("SELECT SUM(cost_total) FROM requests");
+  EXPECT_GT(sum, 0);
+  EXPECT_EQ(db_->scalar("SELECT SUM(cost_total) FROM daily"), sum);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM prices"), 1);
+  // The adjustment took the original's attribution.
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests WHERE kind='adjustment' AND "
+                        "team='team-a' AND key_id='key-a'"),
+            1);
+  // A budget's spent figure is rebuilt from the rows on open.
+  auto budgets = budgets_from(R"(
+- name: team-month
+  scope: team
+  match: team-a
+  amount: 1000.00
+  period: month
+  mode: soft
+)");
+  auto reopened = open("gw-1", budgets);
+  ASSERT_TRUE(reopened);
+  // The rows are in June 2026; the current month's spent is what ended in it.
+  PeriodBounds now = budget_period_at(budgets[0], unix_micros_now());
+  EXPECT_EQ(
+      reopened->budgets()[0].spent.micros(),
+      db_->scalar("SELECT COALESCE(SUM(cost_total),0) FROM requests WHERE ended_us >= " +
+                  std::to_string(now.start_us) + " AND ended_us < " + std::to_string(now.end_us)));
+}
+
+TEST_P(LedgerStore, ReportsEqualTheRowsFromEverySource) {
+  {
+    auto ledger = open();
+    ASSERT_TRUE(ledger);
+    for (int i = 0; i < 30; ++i) {
+      RequestRecord r = rich_record(i);
+      r.team = i % 3 == 0 ? "team-b" : "team-a";
+      r.task_id = "task-" + std::to_string(i % 4);
+      if (i % 7 == 0) r.status = RequestStatus::kRefused;
+      if (i % 11 == 0) r.trusted_tags.push_back(std::string(kShadowTag));
+      ASSERT_TRUE(record_durably(*ledger, r));
+    }
+  }
+  int64_t sum = db_->scalar("SELECT SUM(cost_total) FROM requests");
+  int64_t refused = db_->scalar("SELECT COUNT(*) FROM requests WHERE status='refused'");
+  ASSERT_GT(refused, 0);
+  std::vector<ReportQuery> queries(4);
+  queries[0].by = {ReportBy::kTeam};                 // daily_team
+  queries[1].by = {ReportBy::kKey, ReportBy::kDay};  // daily
+  queries[2].by = {ReportBy::kTask};                 // the rows
+  queries[3].by = {ReportBy::kTeam, ReportBy::kModel};
+  queries[3].force_raw = true;
+  std::optional<ReportRow> first;
+  for (const auto& q : queries) {
+    auto report = run_report(db_->config("").path, q);
+    ASSERT_TRUE(report) << report.error().message;
+    EXPECT_EQ(report->currency, "USD");
+    EXPECT_EQ(report->totals.total.micros(), sum);
+    EXPECT_EQ(report->totals.refused_requests, refused);
+    EXPECT_GT(report->totals.shadow_requests, 0);
+    if (!first) first = report->totals;
+    EXPECT_EQ(report->totals.requests, first->requests);
+    EXPECT_EQ(report->totals.input_tokens, first->input_tokens);
+  }
+  ReportQuery team_b;
+  team_b.by = {ReportBy::kTeam};
+  team_b.filter.team = "team-b";
+  auto only_b = run_report(db_->config("").path, team_b);
+  ASSERT_TRUE(only_b);
+  ASSERT_EQ(only_b->rows.size(), 1u);
+  EXPECT_EQ(only_b->totals.total.micros(),
+            db_->scalar("SELECT SUM(cost_total) FROM requests WHERE team='team-b'"));
+}
+
+TEST_P(LedgerStore, DuplicateIdIsRefusedAloneAndRowsAreAppendOnly) {
+  auto ledger = open();
+  ASSERT_TRUE(ledger);
+  RequestRecord r = simple_record("gpu-large", tokens_of(1, 0, 1, 0));
+  r.id = "fixed-id";
+  ASSERT_TRUE(record_durably(*ledger, r));
+  Status again = record_durably(*ledger, r);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kInvalidRequest);
+  r.id = "";
+  EXPECT_TRUE(record_durably(*ledger, r));
+  EXPECT_EQ(ledger->stats().rows_refused, 1);
+  Adjustment orphan;
+  orphan.adjusts_id = "no-such-request";
+  orphan.input = Money::from_micros(1);
+  std::promise<Status> done;
+  ledger->adjust(orphan, [&](const Status& st) { done.set_value(st); });
+  Status orphaned = done.get_future().get();
+  ASSERT_FALSE(orphaned);
+  EXPECT_EQ(orphaned.error().code, ErrorCode::kNotFound);
+  ledger.reset();
+  Status update = db_->exec("UPDATE requests SET cost_total = 0");
+  ASSERT_FALSE(update);
+  EXPECT_NE(update.error().message.find("append-only"), std::string::npos);
+  EXPECT_FALSE(db_->exec("DELETE FROM requests"));
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests"), 2);
+  EXPECT_TRUE(verify().ok());
+}
+
+TEST_P(LedgerStore, VerifyFindsAnAlteredRow) {
+  {
+    auto ledger = open();
+    ASSERT_TRUE(ledger);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(record_durably(*ledger, rich_record(i)));
+  }
+  ASSERT_TRUE(verify().ok());
+  ASSERT_TRUE(db_->exec(db_->allow_tampering()));
+  ASSERT_TRUE(
+      db_->exec("UPDATE requests SET input_tokens = input_tokens + 1 WHERE id = "
+                "(SELECT MIN(id) FROM requests)"));
+  VerifyResult v = verify();
+  EXPECT_FALSE(v.ok());
+  bool named = false;
+  for (const auto& p : v.problems) named = named || p.find("hash mismatch") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
+TEST_P(LedgerStore, NewerSchemaIsRefused) {
+  { ASSERT_TRUE(open()); }
+  ASSERT_TRUE(db_->exec(db_->set_newer_schema()));
+  auto newer = Ledger::open(db_->config("gw-1"), PriceCatalog(), {});
+  ASSERT_FALSE(newer);
+  EXPECT_NE(newer.error().message.find("newer"), std::string::npos) << newer.error().message;
+}
+
+TEST_P(LedgerStore, ManyConcurrentRowsAreEachDurableOnce) {
+  auto ledger = open();
+  ASSERT_TRUE(ledger);
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 500;
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        ledger->record(rich_record(t * kPerThread + i),
+                       [&](const Status& st) { (st ? ok : failed).fetch_add(1); });
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ledger->flush();
+  EXPECT_EQ(ok.load(), kThreads * kPerThread);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests"), kThreads * kPerThread);
+  EXPECT_LT(ledger->stats().batches, kThreads * kPerThread);  // group commits
+  EXPECT_TRUE(verify().ok());
+}
+
+TEST_P(LedgerStore, HostileBytesAreRecordedAndVerify) {
+  auto ledger = open();
+  ASSERT_TRUE(ledger);
+  RequestRecord r = simple_record("gpu-large", tokens_of(1, 0, 1, 0));
+  r.task_id = std::string("bad\xff\xfe utf8 and a \0 byte", 24);
+  r.claimed_tags = {"\xc3\x28"};
+  ASSERT_TRUE(record_durably(*ledger, r));
+  ledger.reset();
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests"), 1);
+  EXPECT_TRUE(verify().ok());
+}
+
+// Two instances on one database, each with its own chain and lease, against one hard budget:
+// never more spent than the budget, and every admitted request's row kept.
+TEST_P(LedgerStore, HardBudgetHoldsAcrossInstances) {
+  if (!db_->shared()) GTEST_SKIP() << "a SQLite ledger belongs to one instance";
+  PriceCatalog prices = catalog_from(kPrices);
+  int64_t now = unix_micros_now();
+  Money worst = *prices.worst_case("gpu-large", 1000, 500, now);
+  Money amount = Money::from_micros(worst.micros() * 30);
+  auto budgets = budgets_from("- name: team-day\n  scope: team\n  match: team-a\n  amount: " +
+                              amount.to_string() + "\n  period: day\n  mode: hard\n");
+  auto a = open("gw-a", budgets);
+  auto b = open("gw-b", budgets);
+  ASSERT_TRUE(a && b);
+  constexpr int kThreads = 120;
+  std::atomic<int> admitted{0};
+  std::atomic<int> refused{0};
+  std::atomic<int> durable{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      Ledger& ledger = i % 2 == 0 ? *a : *b;
+      // A few rounds each: leases are topped up between them.
+      for (int round = 0; round < 3; ++round) {
+        auto admission = ledger.admit(Subject{"key-a", "team-a", "proj-a"}, worst);
+        if (!admission) {
+          EXPECT_EQ(admission.error().code, ErrorCode::kRateLimited);
+          refused.fetch_add(1);
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          continue;
+        }
+        admitted.fetch_add(1);
+        int64_t t = unix_micros_now();
+        RequestRecord r = simple_record("gpu-large", tokens_of(1000, 0, 500, 0), t);
+        r.ended_us = t;
+        std::promise<Status> done;
+        ledger.record(std::move(r), std::move(*admission),
+                      [&](const Status& st) { done.set_value(st); });
+        if (done.get_future().get()) durable.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  a->flush();
+  b->flush();
+  int64_t spent = db_->scalar("SELECT COALESCE(SUM(cost_total),0) FROM requests");
+  EXPECT_EQ(durable.load(), admitted.load());
+  EXPECT_GT(admitted.load(), 0);
+  EXPECT_GT(refused.load(), 0);
+  EXPECT_LE(spent, amount.micros());
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests"), admitted.load());
+  EXPECT_EQ(db_->scalar("SELECT spent FROM budget_shares"), spent);
+  EXPECT_LE(db_->scalar("SELECT spent + (SELECT COALESCE(SUM(amount),0) FROM budget_leases) "
+                        "FROM budget_shares"),
+            amount.micros());
+  EXPECT_EQ(db_->scalar("SELECT COUNT(DISTINCT instance_id) FROM requests"), 2);
+  a.reset();
+  b.reset();
+  // Clean shutdown gives every lease back.
+  EXPECT_EQ(db_->scalar("SELECT COALESCE(SUM(amount),0) FROM budget_leases"), 0);
+  VerifyResult v = verify();
+  EXPECT_TRUE(v.ok()) << (v.problems.empty() ? "" : v.problems[0]);
+  EXPECT_NE(v.head.find("gw-a="), std::string::npos);
+  EXPECT_NE(v.head.find("gw-b="), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, LedgerStore, ::testing::Values("sqlite", "postgres"),
+                         [](const auto& info) { return info.param; });
+
+TEST(LedgerStoreConfig, ParsesPostgres) {
+  setenv("FERRY_TEST_LEDGER_URL", "postgresql://u@h/db", 1);
+  auto c = parse_ledger_config(yaml::parse("postgres:\n  url_env: FERRY_TEST_LEDGER_URL\n  "
+                                           "instance_id: gw-7\n  lease_pct: 10\n",
+                                           "f.yaml"),
+                               "f.yaml");
+  ASSERT_TRUE(c.postgres);
+  EXPECT_EQ(c.postgres->url, "postgresql://u@h/db");
+  EXPECT_EQ(c.path, "postgresql://u@h/db");
+  EXPECT_EQ(c.postgres->instance_id, "gw-7");
+  EXPECT_EQ(c.postgres->lease_pct, 10);
+  EXPECT_THROW(
+      parse_ledger_config(yaml::parse("postgres:\n  url: mysql://x\n", "f.yaml"), "f.yaml"),
+      yaml::YamlError);
+  EXPECT_THROW(
+      parse_ledger_config(yaml::parse("path: a.db\npostgres:\n  url: postgresql://x/y\n", "f.yaml"),
+                          "f.yaml"),
+      yaml::YamlError);
+  EXPECT_THROW(
+      parse_ledger_config(yaml::parse("postgres:\n  url_env: FERRY_NO_SUCH_VARIABLE\n", "f.yaml"),
+                          "f.yaml"),
+      yaml::YamlError);
+}
+
+}  // namespace
+}  // namespace ferry::ledger
