@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "adapters/backend.h"
+#include "api/responses_parse.h"
 #include "common/error.h"
 #include "gateway/auth.h"
 #include "gateway/targets.h"

@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 
 import { closed_port, ensure_node_modules, parse_runner_args, print_tail, run_test_file,
          start_server, stop_server } from './servers.mjs';
+import { kHermesTemplate } from './templates.mjs';
 
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kAppKey = 'sk-ferry-local-app';
@@ -23,19 +24,6 @@ function parse_args(argv) {
   return parse_runner_args(argv, 'usage: node run_local.mjs --ferry PATH --upstream PATH [test files...]',
                            path.join(kHere, 'local'));
 }
-
-// Qwen2.5-style tools (calls in <tool_call>): what tools.test.mjs runs against.
-const kHermesTemplate =
-  "{%- if tools %}<|im_start|>system\n<tools>\n{%- for tool in tools %}\n{{ tool | tojson }}\n" +
-  "{%- endfor %}\n</tools>\nCall functions within <tool_call></tool_call> XML tags.<|im_end|>\n" +
-  "{% endif %}{%- for message in messages %}" +
-  "{%- if message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant" +
-  "{%- for tc in message.tool_calls %}\n<tool_call>\n{\"name\": \"{{ tc.function.name }}\", " +
-  "\"arguments\": {{ tc.function.arguments }}}\n</tool_call>{%- endfor %}<|im_end|>\n" +
-  "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}\n" +
-  "</tool_response><|im_end|>\n" +
-  "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif %}" +
-  "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 function local_backend(name, model, extra = '') {
   return `  - name: ${name}\n    kind: local\n    model: ${model}\n    threads: 1\n${extra}`;

@@ -134,7 +134,7 @@ TEST_F(SharedLedgerTest, ThreeInstancesNeverOverspendOneHardBudget) {
     json totals = report->body_json()["totals"];
     EXPECT_EQ(totals["requests"], ok.load()) << totals.dump();
     EXPECT_EQ(totals["refused_requests"], limited.load()) << totals.dump();
-    std::string total = totals["total"].get<std::string>();
+    std::string total = totals["cost"]["total"].get<std::string>();
     EXPECT_EQ(std::stoll(total.substr(0, total.find('.'))) * 1000000 +
                   std::stoll(total.substr(total.find('.') + 1)),
               scalar("SELECT COALESCE(SUM(cost_total),0) FROM requests"))

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/clock.h"
-#include "ledger/store.h"
+#include "ledger/sqlite_store.h"
 #include "test_util.h"
 
 namespace ferry::ledger {
@@ -89,7 +89,7 @@ TEST(ResponseStore, AnotherInstanceSharingTheFileReadsIt) {
 TEST(ResponseStore, ItSurvivesReopeningAndSharesTheLedgerFile) {
   TempDir dir;
   const std::string path = dir.file("ledger.db");
-  auto ledger = Store::open(path, "");
+  auto ledger = SqliteStore::open(path, "");
   ASSERT_TRUE(ledger) << ledger.error().message;
   const int64_t now = unix_micros_now();
   {
@@ -104,7 +104,7 @@ TEST(ResponseStore, ItSurvivesReopeningAndSharesTheLedgerFile) {
     EXPECT_TRUE(*(*again)->get("resp_" + std::to_string(i), "app", now)) << i;
   }
   // The ledger's own tables are untouched and still open.
-  auto reopened = Store::open(path, "");
+  auto reopened = SqliteStore::open(path, "");
   EXPECT_TRUE(reopened) << reopened.error().message;
 }
 

@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 
 import { ensure_node_modules, parse_runner_args, print_tail, start_server,
          stop_server } from '../servers.mjs';
+import { kHermesTemplate } from '../templates.mjs';
 
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kAppKey = 'sk-ferry-claude-app';
@@ -29,12 +30,24 @@ auth:
     - { id: claude-admin, key: ${kAdminKey}, team: ops, role: admin }
 backends:
   - { name: cpu, kind: local, model: ${model}, threads: 1, context_length: 65536,
-      max_sequences: 4, prefill_chunk: 512 }
+      max_sequences: 4, prefill_chunk: 512,
+      chat_template: ${JSON.stringify(kHermesTemplate)} }
 models:
   - { name: ${kModel}, backend: cpu }
+policy: { file: ${dir}/policies.yaml, watch: false }
 ledger: { path: ${dir}/ledger.db }
 `;
 }
+
+// Claude Code asks for up to 32000 output tokens: the policy bounds the answer of a random-weight
+// model that never stops, so a turn ends in seconds.
+const kPolicy = `targets:
+  local: ${kModel}
+models: [${kModel}]
+rules:
+  - { id: claude, when: { model: ${kModel} }, route: [local], set: { max_tokens: { at_most: 16 } } }
+default: { route: [local] }
+`;
 
 // A relay in front of ferry that records each request's method, path, headers and body.
 function start_relay(target_url, seen) {
@@ -130,6 +143,7 @@ async function main() {
                                          '--type', 'Q8_0', '--seed', '5', model],
                             { stdio: 'inherit', timeout: 120000 });
     if (synth.status !== 0) throw new Error('ferry model synth failed');
+    fs.writeFileSync(path.join(work, 'policies.yaml'), kPolicy);
     fs.writeFileSync(path.join(work, 'ferry.yaml'), config(model, work));
     ferry = await start_server('ferry', args.ferry,
                                ['serve', '--config', path.join(work, 'ferry.yaml')],

@@ -14,6 +14,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { ensure_node_modules, print_tail, start_server, stop_server } from '../servers.mjs';
+import { kHermesTemplate } from '../templates.mjs';
 
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kKey = 'sk-ferry-codex-app';
@@ -34,6 +35,8 @@ backends:
     kind: local
     model: ${model}
     threads: 2
+    context_length: 32768
+    chat_template: ${JSON.stringify(kHermesTemplate)}
 models:
   - { name: local, backend: cpu }
 policy: { file: ${dir}/policies.yaml, watch: false }
@@ -49,6 +52,7 @@ const kPolicy = `targets:
 models: [local]
 rules:
   - { id: codex, when: { model: local }, route: [local], set: { max_tokens: { default: 16 } } }
+default: { route: [local] }
 `;
 
 function codex_config(base_url) {

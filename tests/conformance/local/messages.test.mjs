@@ -59,16 +59,25 @@ for (const model of kModels) {
     assert.ok(final.usage.input_tokens > 0, JSON.stringify(final.usage));
   });
 
-  test(`countTokens equals the answer's prompt count on ${model}`, async () => {
-    const req = request(model, 'How many tokens is this prompt?');
-    const counted = await client.messages.countTokens(
-        { model: req.model, system: req.system, messages: req.messages });
-    const answered = await client.messages.create(req);
-    assert.equal(counted.input_tokens, answered.usage.input_tokens);
-  });
+  // Only where ferry itself answers is the answer's count ferry's (a test upstream's usage is
+  // its own). Anthropic's input_tokens leave out the tokens read from the cache.
+  test(`countTokens equals the answer's prompt count on ${model}`,
+       { skip: model !== 'local' && 'the answer\'s usage is the test upstream\'s own count' },
+       async () => {
+         const req = request(model, 'How many tokens is this prompt?');
+         const counted = await client.messages.countTokens(
+             { model: req.model, system: req.system, messages: req.messages });
+         const answered = await client.messages.create(req);
+         const u = answered.usage;
+         assert.equal(counted.input_tokens, u.input_tokens + (u.cache_read_input_tokens ?? 0) +
+                                                (u.cache_creation_input_tokens ?? 0));
+       });
 
-  test(`a tool with tool_choice auto on ${model}: text or a well-formed call`, async () => {
-    const m = await client.messages.create(request(model, 'What is the weather in Paris?', {
+  // Tools need a template that renders them: the local-tools model (Hermes); the others route
+  // to the demo model, whose template ignores tools (a 400 that falls back, tested elsewhere).
+  test(`a tool with tool_choice auto on ${model}: text or a well-formed call`,
+       { skip: model !== 'local' && 'tools run on local-tools only' }, async () => {
+    const m = await client.messages.create(request('local-tools', 'What is the weather in Paris?', {
       tools: [{ name: 'get_weather', description: 'Weather of a city',
                 input_schema: { type: 'object', properties: { city: { type: 'string' } },
                                 required: ['city'] } }],
@@ -85,9 +94,10 @@ for (const model of kModels) {
   });
 
   test(`tool_choice any on ${model} is a tool call, never plain text`,
-       { skip: 'needs the tool-call constraint in adapters/local_backend.cpp (engineer toolcalls)' },
+       { skip: model !== 'local' ? 'tools run on local-tools only'
+                                 : 'a call cut by max_tokens is a 502 on the translated path (issue 15/16: to fix)' },
        async () => {
-         const m = await client.messages.create(request(model, 'Weather in Paris?', {
+         const m = await client.messages.create(request('local-tools', 'Weather in Paris?', {
            max_tokens: 64,
            tools: [{ name: 'get_weather', input_schema: { type: 'object',
                                                           properties: { city: { type: 'string' } } } }],
@@ -99,7 +109,7 @@ for (const model of kModels) {
 
 test('a multi-turn conversation with a tool result is accepted and answered', async () => {
   const m = await client.messages.create({
-    model: 'local', max_tokens: 8,
+    model: 'local-tools', max_tokens: 8,
     tools: [{ name: 'get_weather', input_schema: { type: 'object' } }],
     messages: [
       { role: 'user', content: 'Weather in Paris?' },
