@@ -21,6 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   api::AnthropicParseInfo info;
   if (!api::parse_anthropic_into(body, request, info, {.count_tokens = count_tokens})) return 0;
   if (request.messages.empty() && !info.native_only) __builtin_trap();  // accepted nothing
+  // Content only a native Messages backend takes (images, server tools) is never translated.
+  if (info.native_only) return 0;
   const std::string upstream = api::render_openai(request, "fuzz-upstream");
   auto out = nlohmann::json::parse(upstream, nullptr, /*allow_exceptions=*/false);
   if (out.is_discarded() || !out.is_object()) __builtin_trap();  // not JSON
