@@ -7,7 +7,7 @@
 #include <memory>
 #include <set>
 
-#include "api/json_kind.h"
+#include "api/dom_value.h"
 
 namespace ferry::api {
 
@@ -55,7 +55,7 @@ Status parse_input(const element& v, std::vector<EmbeddingInput>& out) {
   if (v.type() != element_type::ARRAY) {
     return invalid(std::string("'input' must be a string, an array of strings, an array of token "
                                "ids or an array of token-id arrays, got ") +
-                       json_kind(v),
+                       kind_of(v),
                    "input");
   }
   simdjson::dom::array a;
@@ -82,7 +82,7 @@ Status parse_input(const element& v, std::vector<EmbeddingInput>& out) {
     if (item.type() != form || (form != element_type::STRING && form != element_type::ARRAY)) {
       return invalid("'" + where +
                          "' must be a string or a token-id array like the first input, got " +
-                         json_kind(item),
+                         kind_of(item),
                      "input");
     }
     if (form == element_type::STRING) {
@@ -103,7 +103,7 @@ Status parse_input(const element& v, std::vector<EmbeddingInput>& out) {
 Status parse_member(std::string_view key, const element& v, EmbeddingsRequest& r) {
   if (key == "model") {
     if (v.type() != element_type::STRING) {
-      return invalid(std::string("'model' must be a string, got ") + json_kind(v), "model");
+      return invalid(std::string("'model' must be a string, got ") + kind_of(v), "model");
     }
     r.model = std::string(v.get_string().value_unsafe());
     return {};
@@ -134,7 +134,7 @@ Status parse_member(std::string_view key, const element& v, EmbeddingsRequest& r
   }
   if (key == "user") {
     if (v.type() != element_type::STRING) {
-      return invalid(std::string("'user' must be a string, got ") + json_kind(v), "user");
+      return invalid(std::string("'user' must be a string, got ") + kind_of(v), "user");
     }
     r.user = std::string(v.get_string().value_unsafe());
     return {};
@@ -152,8 +152,7 @@ Status parse_body(std::string_view body, EmbeddingsRequest& r, int* model_keys) 
     return invalid("the request body is not valid JSON (UTF-8)", "");
   }
   if (doc.type() != element_type::OBJECT) {
-    return invalid(std::string("the request body must be a JSON object, got ") + json_kind(doc),
-                   "");
+    return invalid(std::string("the request body must be a JSON object, got ") + kind_of(doc), "");
   }
   std::set<std::string, std::less<>> seen;
   int models = 0;

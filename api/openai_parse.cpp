@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "api/dom_value.h"
-#include "api/json_kind.h"
 
 namespace ferry::api {
 
@@ -49,7 +48,7 @@ std::optional<Error> check_number(const std::optional<element>& v, const char* k
                                   double max, std::optional<double>* out) {
   if (!v) return std::nullopt;
   if (!is_number(*v)) {
-    return invalid(std::string("'") + key + "' must be a number, got " + json_kind(*v), key);
+    return invalid(std::string("'") + key + "' must be a number, got " + kind_of(*v), key);
   }
   double d = v->get_double().value_unsafe();
   if (d < min || d > max) {
@@ -69,7 +68,7 @@ std::optional<Error> check_integer(const std::optional<element>& v, const char* 
     return std::string("'") + key + "' must be an integer between " + std::to_string(min) +
            " and " + std::to_string(max);
   };
-  if (!is_integer(*v)) return invalid(range() + ", got " + json_kind(*v), key);
+  if (!is_integer(*v)) return invalid(range() + ", got " + kind_of(*v), key);
   int64_t n = 0;
   if (v->get_int64().get(n) != simdjson::SUCCESS) {  // a uint64 above INT64_MAX
     return invalid(range() + ", got " + std::to_string(v->get_uint64().value_unsafe()), key);
@@ -82,8 +81,7 @@ std::optional<Error> check_integer(const std::optional<element>& v, const char* 
 std::optional<Error> check_type(const std::optional<element>& v, const char* key, element_type type,
                                 const char* expected) {
   if (v && v->type() != type) {
-    return invalid(std::string("'") + key + "' must be " + expected + ", got " + json_kind(*v),
-                   key);
+    return invalid(std::string("'") + key + "' must be " + expected + ", got " + kind_of(*v), key);
   }
   return std::nullopt;
 }
@@ -325,7 +323,7 @@ std::optional<Error> parse_message(const element& m, size_t index, Message& out)
   auto where = [index] { return "messages[" + std::to_string(index) + "]"; };  // on errors only
   simdjson::dom::object msg;
   if (m.get_object().get(msg) != simdjson::SUCCESS) {
-    return invalid("'" + where() + "' must be an object, got " + json_kind(m), where());
+    return invalid("'" + where() + "' must be an object, got " + kind_of(m), where());
   }
   std::optional<element> r, content, name, calls, call_id;
   bool seen_role = false, seen_content = false, seen_name = false, seen_calls = false,
@@ -373,9 +371,9 @@ std::optional<Error> parse_message(const element& m, size_t index, Message& out)
   }
   out.role = *typed_role;
   if (content && !content->is_null() && !typed_content(*content, out)) {
-    return invalid("'" + where() + ".content' must be a string or an array of parts, got " +
-                       json_kind(*content),
-                   where() + ".content");
+    return invalid(
+        "'" + where() + ".content' must be a string or an array of parts, got " + kind_of(*content),
+        where() + ".content");
   }
   if (name) out.name = std::string(string_of(*name));
   if (call_id) out.tool_call_id = std::string(string_of(*call_id));
@@ -394,7 +392,7 @@ std::optional<Error> parse_messages(const std::optional<element>& v, std::vector
   if (!v) return invalid("'messages' is required", "messages");
   simdjson::dom::array messages;
   if (v->get_array().get(messages) != simdjson::SUCCESS) {
-    return invalid(std::string("'messages' must be an array, got ") + json_kind(*v), "messages");
+    return invalid(std::string("'messages' must be an array, got ") + kind_of(*v), "messages");
   }
   if (messages.size() == 0)
     return invalid("'messages' must contain at least one message", "messages");
@@ -572,8 +570,7 @@ std::optional<Error> parse_logit_bias(const std::optional<element>& v, Sampling&
   if (!v) return std::nullopt;
   simdjson::dom::object bias;
   if (v->get_object().get(bias) != simdjson::SUCCESS) {
-    return invalid(std::string("'logit_bias' must be an object, got ") + json_kind(*v),
-                   "logit_bias");
+    return invalid(std::string("'logit_bias' must be an object, got ") + kind_of(*v), "logit_bias");
   }
   out.logit_bias.emplace();
   for (auto [key, value] : bias) {
@@ -620,7 +617,7 @@ std::optional<Error> parse_stream(const Members& f, ChatRequest& out) {
   if (!so) return std::nullopt;
   simdjson::dom::object options;
   if (so->get_object().get(options) != simdjson::SUCCESS) {
-    return invalid(std::string("'stream_options' must be an object, got ") + json_kind(*so),
+    return invalid(std::string("'stream_options' must be an object, got ") + kind_of(*so),
                    "stream_options");
   }
   StreamOptions typed;
@@ -794,8 +791,7 @@ Status parse_openai_into(Endpoint endpoint, std::string_view body, ChatRequest& 
   }
   simdjson::dom::object b;
   if (doc.get_object().get(b) != simdjson::SUCCESS) {
-    return invalid(std::string("the request body must be a JSON object, got ") + json_kind(doc),
-                   "");
+    return invalid(std::string("the request body must be a JSON object, got ") + kind_of(doc), "");
   }
   out.endpoint = endpoint;
   const Members f(b, out.extra);
@@ -806,7 +802,7 @@ Status parse_openai_into(Endpoint endpoint, std::string_view body, ChatRequest& 
   auto model = f[kModel];
   if (!model) return invalid("'model' is required", "model");
   if (!model->is_string()) {
-    return invalid(std::string("'model' must be a string, got ") + json_kind(*model), "model");
+    return invalid(std::string("'model' must be a string, got ") + kind_of(*model), "model");
   }
   out.model = std::string(string_of(*model));
   if (model_keys != nullptr) *model_keys = f.model_keys();

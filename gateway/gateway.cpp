@@ -79,7 +79,8 @@ Status Gateway::open_ledger() {
     try {
       auto lc = ledger::parse_ledger_config(config_.ledger.node, config_.source);
       // A file path is relative to the config file; a PostgreSQL URL is taken as it is.
-      if (!ledger::is_pg_url(lc.path)) lc.path = config_.resolve_path(lc.path);
+      const bool on_postgres = lc.postgres.has_value();
+      if (!on_postgres) lc.path = config_.resolve_path(lc.path);
       ledger::PriceCatalog prices;
       if (config_.prices.present())
         prices = ledger::PriceCatalog::from_yaml(config_.prices.node, config_.source);
@@ -94,7 +95,7 @@ Status Gateway::open_ledger() {
       // Stored Responses share the ledger's file (ledger/response_store.h). A PostgreSQL
       // ledger has no store for them yet: previous_response_id is then refused as without a
       // ledger, and nothing is stored.
-      if (!ledger::is_pg_url(path)) {
+      if (!on_postgres) {
         auto responses = ledger::ResponseStore::open(path, kept);
         if (!responses) return responses.error();
         responses_ = std::move(*responses);

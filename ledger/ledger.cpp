@@ -97,6 +97,13 @@ LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file
   } else {
     config.path = map.str("path");
     if (config.path.empty()) map.fail("path", "must not be empty");
+    // A server names its PostgreSQL ledger under `postgres`, where its instance id (its own
+    // hash chain) is configured; a URL as the path would share one chain between instances.
+    if (is_pg_url(config.path)) {
+      map.fail("path",
+               "is a PostgreSQL URL: configure it as ledger.postgres.url (with its "
+               "instance_id) instead");
+    }
   }
   config.currency = map.opt_str("currency").value_or("");
   config.reference_model = map.opt_str("reference_model").value_or("");

@@ -411,6 +411,17 @@ TEST(Ledger, ParsesLedgerConfig) {
                yaml::YamlError);
 }
 
+// A PostgreSQL URL given as a server's ledger path is refused (its instance id, and so its own
+// hash chain, is configured under ledger.postgres), naming the key to use instead.
+TEST(Ledger, RefusesPostgresUrlAsPath) {
+  try {
+    (void)parse_ledger_config(yaml::parse("path: postgresql://ferry@db/ferry\n", "c"), "c");
+    FAIL() << "a URL as the path was accepted";
+  } catch (const yaml::YamlError& e) {
+    EXPECT_NE(std::string(e.what()).find("ledger.postgres.url"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Ledger, ExampleConfigParses) {
   YAML::Node root = yaml::parse_file(FERRY_LEDGER_EXAMPLE);
   LedgerConfig config = parse_ledger_config(root["ledger"], FERRY_LEDGER_EXAMPLE);
