@@ -165,6 +165,8 @@ void Gateway::render_ledger_metrics(std::string& out) const {
   counter(MetricSeries::kLedgerPending, s.pending);
   counter(MetricSeries::kLedgerWriteFailures, s.write_failures);
   counter(MetricSeries::kLedgerHealthy, s.healthy ? 1 : 0);
+  counter(MetricSeries::kLedgerStoreDown, s.store_down ? 1 : 0);
+  counter(MetricSeries::kLedgerJournalRows, s.journal_pending);
   counter(MetricSeries::kBudgetHardRefusals, s.hard_refusals);
   auto budgets = ledger_->budgets();
   if (budgets.empty()) return;

@@ -74,6 +74,10 @@ namespace ferry::gateway {
   X(LedgerWriteFailures, "ferry_ledger_write_failures_total", kCounter,                            \
     "Group commits that failed (then retried).", "")                                               \
   X(LedgerHealthy, "ferry_ledger_healthy", kGauge, "1 when the ledger can write.", "")             \
+  X(LedgerStoreDown, "ferry_ledger_store_down", kGauge,                                            \
+    "1 while the PostgreSQL store cannot be reached (rows go to the journal).", "")                \
+  X(LedgerJournalRows, "ferry_ledger_journal_rows", kGauge,                                        \
+    "Rows kept in the local journal, not yet shipped to the store.", "")                           \
   X(BudgetHardRefusals, "ferry_budget_hard_refusals_total", kCounter,                              \
     "Requests refused by a hard budget.", "")                                                      \
   X(BudgetSpentMicros, "ferry_budget_spent_micros", kGauge,                                        \

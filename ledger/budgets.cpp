@@ -167,13 +167,19 @@ Result<Reservation> BudgetBook::reserve(const Subject& subject, Money worst_case
     if (!over && shared_ && defs_[i].hard &&
         (now_us >= state.lease_until_us || state.reserved + worst_case > state.lease)) {
       state.wanted += worst_case;
-      Error error = Error::make(
-          ErrorCode::kRateLimited,
-          "budget '" + defs_[i].name + "': this instance's share of the shared budget is " +
-              "in use (leased " + state.lease.to_string() + ", reserved " +
-              state.reserved.to_string() + "; this request may cost up to " +
-              worst_case.to_string() + "); more is being leased, retry shortly",
-          defs_[i].name, "budget_exceeded");
+      // An expired lease is one the store could not renew (it is down, or slow): the shared
+      // figure cannot be checked, so the hard budget admits nothing rather than overspend.
+      const std::string why =
+          now_us >= state.lease_until_us
+              ? "this instance's lease on the shared budget has expired and could not be "
+                "renewed (is the ledger's database reachable?)"
+              : "this instance's share of the shared budget is in use (leased " +
+                    state.lease.to_string() + ", reserved " + state.reserved.to_string() +
+                    "; this request may cost up to " + worst_case.to_string() +
+                    "); more is being leased";
+      Error error = Error::make(ErrorCode::kRateLimited,
+                                "budget '" + defs_[i].name + "': " + why + ", retry shortly",
+                                defs_[i].name, "budget_exceeded");
       error.retry_after_s = 1;
       return error;
     }

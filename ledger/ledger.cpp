@@ -4,11 +4,13 @@
 #include <chrono>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/yaml_util.h"
 
+#include "ledger/journal.h"
 #include "ledger/pg_store.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/sqlite_store.h"
@@ -40,7 +42,7 @@ namespace {
 PgLedgerConfig parse_pg_config(const YAML::Node& node, const std::string& file) {
   yaml::Map map(node, file, "ledger.postgres");
   map.allow_only({"url", "url_env", "instance_id", "instance_id_file", "lease_pct", "lease_ttl_ms",
-                  "lease_refresh_ms"});
+                  "lease_refresh_ms", "journal", "on_store_down"});
   PgLedgerConfig pg;
   auto url = map.opt_str("url");
   auto url_env = map.opt_str("url_env");
@@ -63,6 +65,20 @@ PgLedgerConfig parse_pg_config(const YAML::Node& node, const std::string& file) 
   if (pg.lease_refresh_ms * 4 > pg.lease_ttl_ms) {
     map.fail("lease_refresh_ms", "must be at most a quarter of lease_ttl_ms");
   }
+  // The journal: beside the config file unless named (relative to the config file), or off.
+  std::string journal = map.opt_str("journal").value_or(file + ".journal.db");
+  if (journal.empty()) map.fail("journal", "must be a file path, or off");
+  if (journal != "off") {
+    std::filesystem::path p(journal);
+    if (p.is_relative() && map.opt_str("journal"))
+      p = std::filesystem::path(file).parent_path() / p;
+    pg.journal = p.string();
+  }
+  std::string down = map.opt_str("on_store_down").value_or("serve_within_lease");
+  if (down != "serve_within_lease" && down != "refuse") {
+    map.fail("on_store_down", "must be serve_within_lease or refuse, got '" + down + "'");
+  }
+  pg.refuse_when_down = down == "refuse";
   return pg;
 }
 
@@ -145,6 +161,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
                                              std::vector<BudgetDef> budgets) {
   std::unique_ptr<Store> store;
   std::unique_ptr<PgStore> lease_store;
+  std::unique_ptr<Journal> journal;
   if (!config.postgres && is_pg_url(config.path)) {
     // A URL given as the path (`ferry ledger adjust --db postgresql://...`): its own chain.
     config.postgres = PgLedgerConfig{};
@@ -163,6 +180,15 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
     if (auto st = leases->drop_leases(); !st) return st.error();
     store = std::make_unique<PgStore>(std::move(*pg));
     lease_store = std::make_unique<PgStore>(std::move(*leases));
+    if (!config.postgres->journal.empty()) {
+      auto j = Journal::open(config.postgres->journal);
+      if (!j) {
+        return Error::make(ErrorCode::kUnavailable, "ledger: cannot open the journal " +
+                                                        config.postgres->journal + ": " +
+                                                        j.error().message);
+      }
+      journal = std::make_unique<Journal>(std::move(*j));
+    }
   } else {
     auto sqlite = SqliteStore::open(config.path, config.currency);
     if (!sqlite) return sqlite.error();
@@ -184,6 +210,8 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
   }
   ledger->store_ = std::move(store);
   ledger->lease_store_ = std::move(lease_store);
+  if (journal) ledger->journal_pending_.store(journal->pending());
+  ledger->journal_ = std::move(journal);
   ledger->start_threads();
   return ledger;
 }
@@ -389,8 +417,21 @@ void Ledger::writer_loop() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) break;  // stopping and drained
+      auto ready = [&] { return stopping_ || !queue_.empty(); };
+      if (journal_pending_.load() > 0) {
+        // Rows wait in the journal: shipped batch after batch while the store answers, and
+        // tried again every retry_ms while it does not, new rows or not.
+        const auto pause =
+            std::chrono::microseconds(std::max<int64_t>(0, next_ship_us_ - unix_micros_now()));
+        if (!wake_.wait_for(lock, pause, ready)) {
+          lock.unlock();
+          (void)ship_journal();
+          continue;
+        }
+      } else {
+        wake_.wait(lock, ready);
+      }
+      if (queue_.empty()) break;  // stopping and drained (a journal keeps its rows for later)
       taken.swap(queue_);
       writing_ = true;
     }
@@ -406,7 +447,7 @@ void Ledger::writer_loop() {
       for (;;) {
         int inject = inject_failures_.load();
         bool fail = inject > 0 && inject_failures_.compare_exchange_strong(inject, inject - 1);
-        result = store_->append(entries, fail);
+        result = append_batch(entries, fail);
         if (result) break;
         write_failures_.fetch_add(1);
         {
@@ -418,7 +459,7 @@ void Ledger::writer_loop() {
         std::this_thread::sleep_for(std::chrono::milliseconds(config_.retry_ms));
       }
       if (result) {
-        healthy_.store(true);
+        healthy_.store(true);  // written to the store, or kept in the journal
         if (sqlite_ != nullptr) after_commit();
       }
       batches_.fetch_add(1);
@@ -492,6 +533,83 @@ void Ledger::checkpointer_loop() {
     std::lock_guard checkpointing(checkpoint_mu_);
     (void)sqlite3_wal_checkpoint_v2(db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
   }
+}
+
+Result<std::vector<Status>> Ledger::append_batch(std::vector<LedgerEntry*>& entries, bool fail) {
+  if (!journal_) return store_->append(entries, fail);
+  if (journal_->pending() > 0) {
+    // Older rows ship first; while the store stays down, tried once per retry_ms only, so
+    // the rows of a batch are kept without waiting on a connection attempt each time.
+    if (unix_micros_now() < next_ship_us_ || !ship_journal()) return keep_in_journal(entries);
+    // The journal is empty now: this batch goes to the store.
+  }
+  auto result = store_->append(entries, fail);
+  if (result || fail) return result;  // an injected failure tests the retry path itself
+  set_store_down(true, result.error().message);
+  return keep_in_journal(entries);
+}
+
+Result<std::vector<Status>> Ledger::keep_in_journal(std::vector<LedgerEntry*>& entries) {
+  if (Status st = journal_->append(entries); !st) {
+    return Error::make(ErrorCode::kUnavailable, "the ledger store is down and its journal " +
+                                                    journal_->path() +
+                                                    " cannot keep rows: " + st.error().message);
+  }
+  journal_pending_.store(journal_->pending());
+  return std::vector<Status>(entries.size());
+}
+
+bool Ledger::ship_journal() {
+  // One batch a call: new rows are kept in the journal meanwhile, never queued behind a long
+  // drain (a queue that filled while old rows ship would refuse traffic).
+  if (journal_->pending() > 0) {
+    // Any failure here is tried again after retry_ms (never in a tight loop).
+    const int64_t retry_at = unix_micros_now() + config_.retry_ms * 1000;
+    auto rows = journal_->oldest(static_cast<size_t>(config_.max_batch));
+    if (!rows) {
+      next_ship_us_ = retry_at;
+      return false;
+    }
+    std::vector<LedgerEntry*> entries;
+    entries.reserve(rows->size());
+    for (JournalRow& row : *rows) entries.push_back(&row.entry);
+    auto result = store_->append(entries);
+    if (!result) {
+      set_store_down(true, result.error().message);
+      next_ship_us_ = retry_at;
+      return false;
+    }
+    // Shipped, or there already (a batch whose COMMIT reached the database before the
+    // connection broke): either way the row is in the store exactly once.
+    std::vector<int64_t> shipped;
+    for (size_t i = 0; i < rows->size(); ++i) {
+      const Status& st = (*result)[i];
+      if (st || st.error().type_code == kDuplicateIdCode) {
+        shipped.push_back((*rows)[i].seq);
+      } else if (Status aside = journal_->set_aside((*rows)[i].seq, st.error().message); !aside) {
+        next_ship_us_ = retry_at;
+        return false;
+      } else {
+        rows_refused_.fetch_add(1);
+      }
+    }
+    if (Status st = journal_->remove(shipped); !st) {  // shipped again later: duplicates then
+      next_ship_us_ = retry_at;
+      return false;
+    }
+    journal_shipped_.fetch_add(static_cast<int64_t>(shipped.size()));
+    journal_pending_.store(journal_->pending());
+  }
+  set_store_down(false, "");
+  return journal_->pending() == 0;
+}
+
+void Ledger::set_store_down(bool down, const std::string& reason) {
+  store_down_.store(down);
+  if (!down) return;
+  write_failures_.fetch_add(1);
+  std::lock_guard lock(mu_);
+  unhealthy_reason_ = reason;
 }
 
 std::vector<BudgetCharge> Ledger::charges_for(const Item& item) const {
@@ -570,7 +688,9 @@ std::vector<BudgetState> Ledger::budgets() {
 }
 
 Status Ledger::health() const {
-  if (healthy_.load()) return {};
+  const bool refuse_down =
+      config_.postgres && config_.postgres->refuse_when_down && store_down_.load();
+  if (healthy_.load() && !refuse_down) return {};
   std::lock_guard lock(mu_);
   return Error::make(
       ErrorCode::kUnavailable,
@@ -588,6 +708,9 @@ LedgerStats Ledger::stats() const {
   s.hard_refusals = core_->hard_refusals.load();
   s.soft_exceeded = core_->soft_exceeded.load();
   s.healthy = healthy_.load();
+  s.store_down = store_down_.load();
+  s.journal_pending = journal_pending_.load();
+  s.journal_shipped = journal_shipped_.load();
   return s;
 }
 

@@ -53,6 +53,12 @@ struct PgLedgerConfig {
   int64_t lease_pct = 5;
   int64_t lease_ttl_ms = 10000;
   int64_t lease_refresh_ms = 100;
+  // The local journal (ledger/journal.h) rows go to while the database cannot be reached;
+  // "" = none (rows then wait in memory and new traffic is refused, as with a lost SQLite).
+  std::string journal;
+  // While the database is unreachable: false = keep serving, hard budgets only within the
+  // leases already held (`on_store_down: serve_within_lease`); true = refuse new traffic.
+  bool refuse_when_down = false;
 };
 
 struct LedgerConfig {
@@ -94,9 +100,13 @@ struct LedgerStats {
   int64_t hard_refusals = 0;  // 429s from hard budgets
   int64_t soft_exceeded = 0;  // admissions past a soft budget
   bool healthy = true;
+  bool store_down = false;      // the PostgreSQL store cannot be reached (rows go to the journal)
+  int64_t journal_pending = 0;  // rows kept in the journal, not yet shipped
+  int64_t journal_shipped = 0;  // rows shipped from the journal since start
 };
 
 class Store;
+class Journal;
 class SqliteStore;
 class PgStore;
 
@@ -188,6 +198,13 @@ class Ledger {
   void leaser_loop();
   void lease_pass(int64_t now_us);
   std::vector<BudgetCharge> charges_for(const Item& item) const;
+  // The writer's batch append: to the store, or to the journal while the store is down or
+  // the journal still holds older rows (shipped first, so each instance's chain keeps order).
+  Result<std::vector<Status>> append_batch(std::vector<LedgerEntry*>& entries, bool fail);
+  Result<std::vector<Status>> keep_in_journal(std::vector<LedgerEntry*>& entries);
+  // Ships journal rows to the store, oldest first; true when the journal is empty after it.
+  bool ship_journal();
+  void set_store_down(bool down, const std::string& reason);
 
   LedgerConfig config_;
   PriceCatalog prices_;
@@ -196,6 +213,11 @@ class Ledger {
   std::unique_ptr<Store> store_;          // used by the writer thread only
   SqliteStore* sqlite_ = nullptr;         // store_ when it is SQLite (checkpoints)
   std::unique_ptr<PgStore> lease_store_;  // used by the leaser thread only
+  std::unique_ptr<Journal> journal_;      // PostgreSQL with a journal; the writer thread only
+  std::atomic<bool> store_down_{false};
+  std::atomic<int64_t> journal_pending_{0};
+  std::atomic<int64_t> journal_shipped_{0};
+  int64_t next_ship_us_ = 0;  // writer thread: no shipping attempt before this time
   std::thread leaser_;
   std::condition_variable wake_leaser_;
 

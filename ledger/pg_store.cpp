@@ -466,7 +466,8 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
     RequestRecord& r = entry->record;
     if (lookups->existing.count(r.id) != 0) {
       results.emplace_back(Error::make(ErrorCode::kInvalidRequest,
-                                       "ledger: a row with id '" + r.id + "' exists already"));
+                                       "ledger: a row with id '" + r.id + "' exists already", "",
+                                       std::string(kDuplicateIdCode)));
       continue;
     }
     if (entry->kind == EntryKind::kAdjustment) {

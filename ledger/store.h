@@ -28,6 +28,9 @@ namespace ferry::ledger {
 constexpr int kSchemaVersion = 6;
 // The trusted tag of a shadow copy's row; reports count these apart from served requests.
 inline constexpr std::string_view kShadowTag = "shadow";
+// The type_code of a row refused because a row with its id exists already (a journal shipping
+// a row twice counts it once).
+inline constexpr std::string_view kDuplicateIdCode = "duplicate_id";
 constexpr const char* kGenesisHash =
     "0000000000000000000000000000000000000000000000000000000000000000";
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "ledger/journal.h"
 #include "ledger/ledger.h"
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
@@ -439,6 +440,155 @@ TEST_P(LedgerStore, HardBudgetHoldsAcrossInstances) {
 INSTANTIATE_TEST_SUITE_P(Stores, LedgerStore, ::testing::Values("sqlite", "postgres"),
                          [](const auto& info) { return info.param; });
 
+// PostgreSQL unreachable for one database (no new connections, the open ones cut) and back:
+// what a server that stops answering looks like to the ledger, without touching the others'
+// databases on the same server.
+class PgOutage {
+ public:
+  explicit PgOutage(const PgTestDb& db) : db_(db) {}
+  void cut() { set(false); }
+  void restore() { set(true); }
+
+ private:
+  void set(bool allow) {
+    auto admin = PgConn::connect(pg_base_url());
+    ASSERT_TRUE(admin) << admin.error().message;
+    const std::string name = db_.url().substr(db_.url().rfind('/') + 1);
+    ASSERT_TRUE(
+        admin->exec("ALTER DATABASE " + name + " ALLOW_CONNECTIONS " + (allow ? "true" : "false")));
+    if (!allow) {
+      ASSERT_TRUE(
+          admin->run("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                     "datname = '" +
+                     name + "' AND pid <> pg_backend_pid()"));
+    }
+  }
+  const PgTestDb& db_;
+};
+
+// The journal tests need PostgreSQL: skipped without it, failed under CI.
+class LedgerJournal : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (pg_base_url().empty()) {
+      const char* ci = std::getenv("CI");
+      if (ci != nullptr && std::string(ci) == "true") FAIL() << "FERRY_TEST_PG_URL is not set";
+      GTEST_SKIP() << "PostgreSQL tests skipped: FERRY_TEST_PG_URL is not set";
+    }
+    db_ = std::make_unique<PgTestDb>();
+  }
+  LedgerConfig config(bool refuse_when_down = false) {
+    LedgerConfig c = db_->config("gw-j");
+    c.retry_ms = 20;
+    c.postgres->journal = dir_.file("journal.db");
+    c.postgres->refuse_when_down = refuse_when_down;
+    return c;
+  }
+  std::unique_ptr<Ledger> open(bool refuse_when_down = false) {
+    auto opened = Ledger::open(config(refuse_when_down), catalog_from(kPrices), {});
+    EXPECT_TRUE(opened) << (opened ? "" : opened.error().message);
+    return opened ? std::move(*opened) : nullptr;
+  }
+  // Waits (bounded: a hang fails, no speed is asserted) until the journal has shipped.
+  static bool drained(Ledger& ledger) {
+    for (int i = 0; i < 1000; ++i) {
+      auto s = ledger.stats();
+      if (s.journal_pending == 0 && !s.store_down) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  int64_t rows() { return db_->scalar("SELECT count(*) FROM requests"); }
+
+  TempDir dir_;
+  std::unique_ptr<PgTestDb> db_;
+};
+
+// Rows written while the database is unreachable are durable in the journal (the callback
+// says ok, traffic keeps being admitted), and ship once it answers again: none lost, none
+// doubled, the chain verifies.
+TEST_F(LedgerJournal, RowsKeptWhileDownShipWhenBack) {
+  auto ledger = open();
+  ASSERT_TRUE(ledger);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.emplace_back();
+    ASSERT_TRUE(record_durably(*ledger, rich_record(i), &ids.back()));
+  }
+  PgOutage outage(*db_);
+  outage.cut();
+  for (int i = 5; i < 25; ++i) {
+    Status st = record_durably(*ledger, rich_record(i));
+    ASSERT_TRUE(st) << st.error().message;
+  }
+  LedgerStats down = ledger->stats();
+  EXPECT_TRUE(down.store_down);
+  EXPECT_EQ(down.journal_pending, 20);
+  EXPECT_TRUE(ledger->health());  // serve_within_lease: still admitting
+  EXPECT_TRUE(ledger->admit(Subject{"key-a", "team-a", "proj-a"}, Money()));
+  outage.restore();
+  ASSERT_TRUE(drained(*ledger));
+  EXPECT_EQ(rows(), 25);
+  EXPECT_EQ(ledger->stats().journal_shipped, 20);
+  ledger.reset();
+  auto verified = verify_ledger(db_->config("").path);
+  ASSERT_TRUE(verified) << verified.error().message;
+  EXPECT_TRUE(verified->ok()) << (verified->problems.empty() ? "" : verified->problems[0]);
+}
+
+// The journal outlives the process: rows kept while the database was down ship on the next
+// start, and a row already in the database (its COMMIT reached the server before the
+// connection broke) is counted once.
+TEST_F(LedgerJournal, JournalSurvivesRestartAndShipsIdempotently) {
+  std::string first_id;
+  {
+    auto ledger = open();
+    ASSERT_TRUE(ledger);
+    ASSERT_TRUE(record_durably(*ledger, rich_record(0), &first_id));
+    PgOutage outage(*db_);
+    outage.cut();
+    for (int i = 1; i < 8; ++i) ASSERT_TRUE(record_durably(*ledger, rich_record(i)));
+    EXPECT_EQ(ledger->stats().journal_pending, 7);
+    ledger.reset();  // stops with the database still down
+    outage.restore();
+  }
+  {
+    // The row already in the database, kept in the journal again.
+    auto journal = Journal::open(dir_.file("journal.db"));
+    ASSERT_TRUE(journal);
+    LedgerEntry again;
+    again.record = rich_record(0);
+    again.record.id = first_id;
+    std::vector<LedgerEntry*> entries{&again};
+    ASSERT_TRUE(journal->append(entries));
+    EXPECT_EQ(journal->pending(), 8);
+  }
+  auto ledger = open();
+  ASSERT_TRUE(ledger);
+  ASSERT_TRUE(drained(*ledger));
+  EXPECT_EQ(rows(), 8);
+  EXPECT_EQ(db_->scalar("SELECT count(*) FROM requests WHERE id = '" + first_id + "'"), 1);
+  EXPECT_EQ(ledger->stats().rows_refused, 0);
+}
+
+// on_store_down: refuse: while the database is unreachable new traffic is refused (503),
+// and what was in flight is still kept.
+TEST_F(LedgerJournal, RefuseWhenDown) {
+  auto ledger = open(/*refuse_when_down=*/true);
+  ASSERT_TRUE(ledger);
+  PgOutage outage(*db_);
+  outage.cut();
+  ASSERT_TRUE(record_durably(*ledger, rich_record(1)));
+  EXPECT_TRUE(ledger->stats().store_down);
+  auto refused = ledger->admit(Subject{"key-a", "team-a", "proj-a"}, Money());
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnavailable);
+  outage.restore();
+  ASSERT_TRUE(drained(*ledger));
+  EXPECT_TRUE(ledger->admit(Subject{"key-a", "team-a", "proj-a"}, Money()));
+  EXPECT_EQ(rows(), 1);
+}
+
 TEST(LedgerStoreConfig, ParsesPostgres) {
   setenv("FERRY_TEST_LEDGER_URL", "postgresql://u@h/db", 1);
   auto c = parse_ledger_config(yaml::parse("postgres:\n  url_env: FERRY_TEST_LEDGER_URL\n  "
@@ -450,6 +600,23 @@ TEST(LedgerStoreConfig, ParsesPostgres) {
   EXPECT_EQ(c.path, "postgresql://u@h/db");
   EXPECT_EQ(c.postgres->instance_id, "gw-7");
   EXPECT_EQ(c.postgres->lease_pct, 10);
+  EXPECT_EQ(c.postgres->journal, "f.yaml.journal.db");  // beside the config by default
+  EXPECT_FALSE(c.postgres->refuse_when_down);
+  auto off = parse_ledger_config(
+      yaml::parse("postgres:\n  url: postgresql://x/y\n  journal: off\n  on_store_down: refuse\n",
+                  "cfg/f.yaml"),
+      "cfg/f.yaml");
+  EXPECT_EQ(off.postgres->journal, "");
+  EXPECT_TRUE(off.postgres->refuse_when_down);
+  auto named = parse_ledger_config(
+      yaml::parse("postgres:\n  url: postgresql://x/y\n  journal: j.db\n", "cfg/f.yaml"),
+      "cfg/f.yaml");
+  EXPECT_EQ(named.postgres->journal, "cfg/j.db");  // relative to the config file
+  EXPECT_THROW(
+      parse_ledger_config(
+          yaml::parse("postgres:\n  url: postgresql://x/y\n  on_store_down: maybe\n", "f.yaml"),
+          "f.yaml"),
+      yaml::YamlError);
   EXPECT_THROW(
       parse_ledger_config(yaml::parse("postgres:\n  url: mysql://x\n", "f.yaml"), "f.yaml"),
       yaml::YamlError);
