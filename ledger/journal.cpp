@@ -8,8 +8,10 @@ namespace {
 
 // A field added to one of these structs must be written and read below too, or a row kept in
 // the journal would reach the database without it: the sizes stop the build until it is.
-static_assert(sizeof(RequestRecord) == 744, "a new RequestRecord field goes into the journal codec");
-static_assert(sizeof(AttemptRecord) == 184, "a new AttemptRecord field goes into the journal codec");
+static_assert(sizeof(RequestRecord) == 744,
+              "a new RequestRecord field goes into the journal codec");
+static_assert(sizeof(AttemptRecord) == 184,
+              "a new AttemptRecord field goes into the journal codec");
 static_assert(sizeof(LedgerEntry) == 984, "a new LedgerEntry field goes into the journal codec");
 static_assert(sizeof(Cost) == 72, "a new Cost field goes into the journal codec");
 static_assert(sizeof(BudgetCharge) == 112, "a new BudgetCharge field goes into the journal codec");
@@ -174,8 +176,8 @@ void write_record(Writer& w, const RequestRecord& r) {
   w.tokens(r.tokens);
   w.i64(static_cast<int64_t>(r.attempts.size()));
   for (const AttemptRecord& a : r.attempts) write_attempt(w, a);
-  for (int64_t v : {r.timings.queue_us, r.timings.routing_us, r.timings.ttft_us,
-                    r.timings.total_us}) {
+  for (int64_t v :
+       {r.timings.queue_us, r.timings.routing_us, r.timings.ttft_us, r.timings.total_us}) {
     w.i64(v);
   }
   for (const std::string* s : {&r.facts_json, &r.usage_check, &r.constraint_mode, &r.schema_hash})
@@ -202,8 +204,8 @@ RequestRecord read_record(Reader& in) {
   r.tokens = in.tokens();
   r.attempts.resize(in.count(8));
   for (AttemptRecord& a : r.attempts) a = read_attempt(in);
-  for (int64_t* v : {&r.timings.queue_us, &r.timings.routing_us, &r.timings.ttft_us,
-                     &r.timings.total_us}) {
+  for (int64_t* v :
+       {&r.timings.queue_us, &r.timings.routing_us, &r.timings.ttft_us, &r.timings.total_us}) {
     *v = in.i64();
   }
   for (std::string* s : {&r.facts_json, &r.usage_check, &r.constraint_mode, &r.schema_hash})

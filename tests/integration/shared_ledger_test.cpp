@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -237,6 +238,89 @@ TEST_F(SharedLedgerTest, DatabaseOutageUnderLoadLosesAndDoublesNothing) {
   std::string out = (dir_.path() / "verify.txt").string();
   EXPECT_EQ(run_command(ferry_binary() + " ledger verify --db '" + url_ + "' > " + out + " 2>&1"),
             0);
+}
+
+// SIGKILL of an instance under load (issue 18): every answer it completed has its row, and
+// the budget slice it had leased comes back to the others once the lease expires, so the
+// survivor can spend more of the budget than it could while the dead one held its slice.
+TEST_F(SharedLedgerTest, KilledInstanceKeepsItsRowsAndItsLeaseComesBack) {
+  const int64_t budget_micros = 10000;
+  for (int i = 0; i < 2; ++i) {
+    std::string cfg = standard_config(upstream_.address);
+    cfg += "ledger:\n  postgres:\n    url: " + url_ + "\n    instance_id: gw-" + std::to_string(i) +
+           "\n    lease_pct: 50\n    lease_ttl_ms: 2000\n    lease_refresh_ms: 100\n";
+    cfg +=
+        "prices:\n  - { model: gpt-test, effective_from: 2026-01-01, input: 1.50, output: "
+        "10.00 }\n";
+    cfg +=
+        "budgets:\n  - { name: team-a-daily, scope: team, match: team-a, amount: 0.010000, "
+        "period: day, mode: hard }\n";
+    ferries_.push_back(start_ferry(dir_, cfg, "kill" + std::to_string(i) + ".yaml"));
+  }
+  // One request; 0 when it could not be sent, else the status. A 429 for want of lease is
+  // retried after a pause (the client honours Retry-After), up to a bound.
+  auto ask = [&](const Server& f, bool* exhausted = nullptr) -> int {
+    for (int tries = 0; tries < 200; ++tries) {
+      json body = chat_body("gpt-test", "kill test");
+      body["max_tokens"] = 100;
+      auto r = post_json(f.address, "/v1/chat/completions", body, auth_headers());
+      if (!r) return 0;
+      if (r->status != 429 || r->body.find("is exhausted") != std::string::npos) {
+        if (exhausted != nullptr) *exhausted = r->status == 429;
+        return r->status;
+      }
+      std::this_thread::sleep_for(Ms(50));
+    }
+    return 429;
+  };
+  std::atomic<int> ok_dead{0};
+  std::atomic<bool> killed{false};
+  std::vector<std::thread> load;
+  for (int t = 0; t < 2; ++t) {
+    load.emplace_back([&] {
+      while (!killed.load()) {
+        int status = ask(ferries_[1]);
+        if (status == 200) ++ok_dead;
+        if (status == 0) break;  // the instance is gone
+        if (status != 200) ADD_FAILURE() << "status " << status;
+        if (ok_dead.load() >= 20) break;  // leave budget for the survivor
+      }
+    });
+  }
+  while (ok_dead.load() < 8) std::this_thread::sleep_for(Ms(5));
+  ferries_[1].process->send_signal(SIGKILL);
+  killed.store(true);
+  for (auto& th : load) th.join();
+  (void)ferries_[1].process->wait_exit(Ms(5000));
+  ferries_[1].process.reset();
+
+  // Every completed answer has its row: the row commits before the last byte, so a request
+  // in flight at the kill may have a row its client never saw, never the other way round.
+  const int64_t dead_rows = scalar("SELECT COUNT(*) FROM requests WHERE instance_id='gw-1'");
+  EXPECT_GE(dead_rows, ok_dead.load());
+  EXPECT_LE(dead_rows, ok_dead.load() + 2);
+  const int64_t dead_spent =
+      scalar("SELECT COALESCE(SUM(cost_total),0) FROM requests WHERE instance_id='gw-1'");
+  const int64_t dead_lease =
+      scalar("SELECT COALESCE(SUM(amount),0) FROM budget_leases WHERE instance_id='gw-1'");
+  EXPECT_GT(dead_lease, 0) << "the killed instance held no lease: the test proves nothing";
+
+  // The survivor spends until the budget is exhausted.
+  bool exhausted = false;
+  for (int n = 0; n < 500 && !exhausted; ++n) {
+    int status = ask(ferries_[0], &exhausted);
+    ASSERT_TRUE(status == 200 || exhausted) << "status " << status;
+  }
+  EXPECT_TRUE(exhausted);
+  const int64_t survivor_spent =
+      scalar("SELECT COALESCE(SUM(cost_total),0) FROM requests WHERE instance_id='gw-0'");
+  const int64_t spent = scalar("SELECT COALESCE(SUM(cost_total),0) FROM requests");
+  std::cout << "killed instance: " << ok_dead.load() << " answered, " << dead_rows
+            << " rows, lease held " << dead_lease << " micros; survivor spent " << survivor_spent
+            << " of " << budget_micros << "\n";
+  EXPECT_LE(spent, budget_micros) << "hard budget overspent";
+  // More than the budget left beside the dead instance's slice: its lease came back.
+  EXPECT_GT(survivor_spent, budget_micros - dead_spent - dead_lease);
 }
 
 }  // namespace

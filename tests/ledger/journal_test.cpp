@@ -42,7 +42,8 @@ LedgerEntry full_entry() {
   r.schema_hash = "abc";
   e.adjusts_id = "row-0";
   e.note = "refund";
-  e.cost = Cost{Pricing::kInternal, "v1", Money::from_micros(1), Money::from_micros(2),
+  e.cost = Cost{Pricing::kInternal,    "v1",
+                Money::from_micros(1), Money::from_micros(2),
                 Money::from_micros(3), Money::from_micros(-4)};
   e.attempt_costs = {e.cost, Cost{}};
   e.avoided = Money::from_micros(99);
