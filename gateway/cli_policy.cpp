@@ -363,7 +363,8 @@ void add_policy_commands(CLI::App& app, int& exit_code) {
   replay_cmd->add_option("--config", replay->config, "server config (models and prices)")
       ->required();
   replay_cmd->add_option("--policy", replay->policy, "the new policies.yaml")->required();
-  replay_cmd->add_option("--ledger", replay->ledger, "the ledger file")->required();
+  replay_cmd->add_option("--ledger", replay->ledger, "the ledger file, or a postgresql:// URL")
+      ->required();
   replay_cmd->add_option("--from", replay->from, "first UTC day included (YYYY-MM-DD)");
   replay_cmd->add_option("--to", replay->to, "last UTC day included (YYYY-MM-DD)");
   replay_cmd->add_option("--format", replay->format, "table|json");

@@ -1,6 +1,7 @@
-// Reading request rows back, with the routing facts they were decided on: the input of
-// `ferry policy replay` and of audits. Each call opens its own read-only connection (WAL
-// readers never block the writer); safe from any worker thread, never an I/O thread.
+// Reading request rows back (SQLite file or postgresql:// URL), with the routing facts they were
+// decided on: the input of `ferry policy replay` and of audits. Each call opens its own read-only
+// connection (WAL readers never block the writer); safe from any worker thread, never an I/O
+// thread.
 #pragma once
 
 #include <cstdint>

@@ -370,20 +370,6 @@ Result<std::vector<ReportRow>> read_chunked(Db& db, const std::string& sql,
   return rows;
 }
 
-// PostgreSQL's placeholders are $1, $2, ... where SQLite's are ? (no ? is ever in the text).
-std::string numbered_placeholders(const std::string& sql) {
-  std::string out;
-  int n = 0;
-  for (char c : sql) {
-    if (c == '?') {
-      out += "$" + std::to_string(++n);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 // The same report on PostgreSQL: the same SELECTs (its schema has daily_team and the served
 // counts from the start), groups ordered bytewise (COLLATE "C") as in SQLite. A sum beyond
 // int64 (PostgreSQL sums BIGINT into NUMERIC) is an error, never a wrapped figure.
@@ -415,8 +401,8 @@ Result<Report> run_pg_report(const std::string& url, const ReportQuery& query) {
     const auto* text = std::get_if<std::string>(&v);
     pg_params.emplace_back(text != nullptr ? PgParam(*text) : pg_int(std::get<int64_t>(v)));
   }
-  auto rows = conn->run(numbered_placeholders(sql + " GROUP BY " + group + " ORDER BY " + order),
-                        pg_params);
+  auto rows = conn->run(
+      detail::numbered_placeholders(sql + " GROUP BY " + group + " ORDER BY " + order), pg_params);
   if (!rows) return rows.error();
   bool overflow = false;
   for (int r = 0; r < rows->rows(); ++r) {

@@ -235,6 +235,19 @@ std::string daily_upsert_sql(const char* table, const char* key, size_t pg_rows)
          self + "last_us,excluded.last_us)";
 }
 
+std::string numbered_placeholders(const std::string& sql) {
+  std::string out;
+  int n = 0;
+  for (char c : sql) {
+    if (c == '?') {
+      out += "$" + std::to_string(++n);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string pg_value_rows(size_t rows, size_t columns, size_t first) {
   std::string out;
   out.reserve(rows * columns * 6);

@@ -142,6 +142,9 @@ constexpr const char* kDailyTeamKey = "day,team,project,model,target";
 
 std::string join_placeholders(size_t count);
 std::string join_names(const std::vector<std::string>& names);
+// The SQL with SQLite's ? placeholders numbered as PostgreSQL's $1, $2, ... (for SQL built
+// once for both stores; no ? is ever in its text otherwise).
+std::string numbered_placeholders(const std::string& sql);
 // `rows` groups of `columns` PostgreSQL placeholders, numbered from `first`: ($1,$2),($3,$4)
 std::string pg_value_rows(size_t rows, size_t columns, size_t first);
 void encode_int(std::string& out, int64_t value);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "ledger/history.h"
 #include "ledger/journal.h"
 #include "ledger/ledger.h"
 #include "ledger/pg_db.h"
@@ -435,6 +436,52 @@ TEST_P(LedgerStore, HardBudgetHoldsAcrossInstances) {
   EXPECT_TRUE(v.ok()) << (v.problems.empty() ? "" : v.problems[0]);
   EXPECT_NE(v.head.find("gw-a="), std::string::npos);
   EXPECT_NE(v.head.find("gw-b="), std::string::npos);
+}
+
+// The history `ferry policy replay` reads: the same rows, with their facts and costs, from
+// either store; the range and with_facts_only filters hold.
+TEST_P(LedgerStore, HistoryReadsTheRowsBack) {
+  std::vector<std::string> ids;
+  {
+    auto ledger = open();
+    ASSERT_TRUE(ledger);
+    for (int i = 0; i < 12; ++i) {
+      RequestRecord r = rich_record(i);
+      if (i % 3 == 0) r.facts_json.clear();
+      ids.emplace_back();
+      ASSERT_TRUE(record_durably(*ledger, std::move(r), &ids.back()));
+    }
+  }
+  const std::string path = db_->config("").path;
+  std::vector<RecordedRequest> seen;
+  ASSERT_TRUE(for_each_request(path, HistoryQuery{}, [&](const RecordedRequest& r) {
+    seen.push_back(r);
+    return true;
+  }));
+  ASSERT_EQ(seen.size(), ids.size());
+  for (size_t i = 0; i < seen.size(); ++i) {  // rich_record(i) ends i us after the previous
+    EXPECT_EQ(seen[i].id, ids[i]);
+    EXPECT_EQ(seen[i].facts_json, i % 3 == 0 ? "" : R"({"n":)" + std::to_string(i) + "}");
+    EXPECT_EQ(seen[i].tokens.input.count,
+              100 + static_cast<int64_t>(i) + (i % 5 == 0 ? 100 : 0));  // fallbacks sum tries
+    EXPECT_GT(seen[i].cost.total().micros(), 0);
+  }
+  HistoryQuery facts_only;
+  facts_only.with_facts_only = true;
+  facts_only.from_us = seen[2].ended_us;
+  int64_t n = 0;
+  ASSERT_TRUE(for_each_request(path, facts_only, [&](const RecordedRequest& r) {
+    EXPECT_FALSE(r.facts_json.empty());
+    ++n;
+    return true;
+  }));
+  EXPECT_EQ(n, 7);  // 2..11 without 3, 6, 9
+  auto counted = count_requests(path, facts_only);
+  ASSERT_TRUE(counted);
+  EXPECT_EQ(*counted, 10);  // ignores with_facts_only
+  auto currency = ledger_currency(path);
+  ASSERT_TRUE(currency);
+  EXPECT_EQ(*currency, "USD");
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, LedgerStore, ::testing::Values("sqlite", "postgres"),
