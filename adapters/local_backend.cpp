@@ -627,6 +627,8 @@ engine::GenerationRequest LocalBackend::Call::make_request(size_t index) {
   if (params_.grammar.grammar) {
     gen.sampling.constraint =
         std::make_shared<constrain::Matcher>(params_.grammar.grammar, im_.vocab);
+    // The document closes within max_tokens (end-of-generation id included).
+    gen.sampling.constraint->set_token_budget(static_cast<std::uint64_t>(gen.max_tokens));
   }
   gen.top_logprobs = params_.top_logprobs;
   gen.max_unread = im_.cfg.local->max_unread_tokens;  // back-pressure: consumed() below

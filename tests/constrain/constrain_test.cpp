@@ -454,6 +454,138 @@ TEST(ConstrainCache, CompilesOncePerSchema) {
   EXPECT_NE(t->hash, t2->hash);
 }
 
+// ---- token budgets ---------------------------------------------------------------------------
+
+// With a token budget, the mask at each step equals a token-by-token check: a content token
+// passes when the matcher accepts it and its shortest completion plus the end of generation
+// fit the tokens left; when none does (a budget below the shortest document), those that
+// shorten the way to the end. Returns whether the walk ended (end of generation) in time.
+bool check_budget_masks(const testing::TestVocab& tv, const std::shared_ptr<const Grammar>& g,
+                        std::uint64_t seed, std::uint64_t budget, bool state_masks,
+                        std::string* out = nullptr) {
+  Matcher m(g, tv.vocab);
+  if (state_masks) m.set_state_mask_threshold(0);
+  m.set_token_budget(budget);
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint64_t> mask;
+  const auto n = static_cast<TokenId>(tv.vocab->size());
+  for (std::uint64_t step = 0; step < budget && !m.ended(); ++step) {
+    m.fill_mask(mask);
+    std::vector<std::uint64_t> after(n, ~std::uint64_t{0});  // shortest completion, if accepted
+    bool any_fits = false;
+    for (TokenId id = 0; id < n; ++id) {
+      Matcher probe = m;
+      if (!probe.accept_token(id) || tv.vocab->is_eos(id)) continue;
+      after[id] = probe.shortest_completion();
+      any_fits = any_fits || after[id] + 2 <= m.token_budget();
+    }
+    std::vector<TokenId> allowed;
+    for (TokenId id = 0; id < n; ++id) {
+      bool expect = false;
+      if (tv.vocab->is_eos(id)) {
+        expect = m.is_complete();
+      } else if (after[id] != ~std::uint64_t{0}) {
+        expect = any_fits || m.is_complete() ? after[id] + 2 <= m.token_budget()
+                                             : after[id] < m.shortest_completion();
+      }
+      EXPECT_EQ(bit(mask, id), expect)
+          << tv.name << " step " << step << " budget " << m.token_budget() << " token " << id
+          << " '" << tv.tokenizer->token_text(id) << "'";
+      if (bit(mask, id)) allowed.push_back(id);
+    }
+    if (allowed.empty()) return false;
+    const TokenId t = allowed[rng() % allowed.size()];
+    EXPECT_TRUE(m.accept_token(t));
+    if (out && !tv.vocab->is_eos(t)) *out += tv.vocab->bytes(t);
+  }
+  return m.ended();
+}
+
+// Long strings, a minimum of items with required members, an optional member: a random walk
+// without a budget runs long; with one it closes in time.
+constexpr const char* kBudgetSchema =
+    R"({"type":"object","properties":{"s":{"type":"string","minLength":3,"maxLength":300},"xs":{"type":"array","items":{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},"required":["a"]},"minItems":2},"opt":{"type":"string"},"n":{"type":"integer"}},"required":["s","xs","n"],"additionalProperties":false})";
+
+TEST(ConstrainBudget, MasksEqualBruteForceAndEveryWalkEndsInTime) {
+  const auto* tv = test_vocab("demo");
+  const auto g = schema_grammar(kBudgetSchema);
+  ASSERT_NE(g, nullptr);
+  const std::uint64_t shortest = Matcher(g, tv->vocab).shortest_completion();
+  // {"s":"___","xs":[{"a":""},{"a":""}],"n":0}
+  EXPECT_EQ(shortest, std::string(R"({"s":"___","xs":[{"a":""},{"a":""}],"n":0})").size());
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    const std::uint64_t budget = shortest + 1 + seed * 5;
+    std::string out;
+    EXPECT_TRUE(check_budget_masks(*tv, g, seed, budget, seed % 2 == 0, &out))
+        << "seed " << seed << " budget " << budget << ": " << out;
+    EXPECT_TRUE(nlohmann::json::accept(out)) << out;
+  }
+}
+
+TEST(ConstrainBudget, StringFastPathsAndStateMasksRespectTheBudget) {
+  const auto* tv = test_vocab("demo");
+  for (const char* s : kMaskSchemas) {
+    const auto g = schema_grammar(s);
+    const std::uint64_t shortest = Matcher(g, tv->vocab).shortest_completion();
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      EXPECT_TRUE(check_budget_masks(*tv, g, seed, shortest + 1 + 3 * seed, seed == 2)) << s;
+    }
+  }
+  // Free text before a tool call: the opening marker only while a whole call still fits.
+  ToolSpec spec;
+  spec.functions.push_back(
+      {"f", R"({"type":"object","properties":{"q":{"type":"string"}},"required":["q"]})"});
+  spec.choice = ToolChoice::kAuto;
+  auto tg = compile_tools(spec);
+  ASSERT_TRUE(tg.has_value());
+  const auto tools = std::make_shared<const Grammar>(std::move(tg).value());
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    EXPECT_TRUE(check_budget_masks(*tv, tools, seed, 8 * seed, false));
+  }
+  if (const auto* llama = test_vocab("llama2")) {
+    const auto g = schema_grammar(kMaskSchemas[0]);
+    const std::uint64_t shortest = Matcher(g, llama->vocab).shortest_completion();
+    EXPECT_TRUE(check_budget_masks(*llama, g, 5, shortest + 6, true));
+  }
+}
+
+TEST(ConstrainBudget, BelowTheShortestDocumentTheOutputIsCutOnItsWayToTheEnd) {
+  const auto* tv = test_vocab("demo");
+  const auto g = schema_grammar(kBudgetSchema);
+  const std::uint64_t shortest = Matcher(g, tv->vocab).shortest_completion();
+  std::string out;
+  EXPECT_FALSE(check_budget_masks(*tv, g, 3, shortest - 5, false, &out));
+  // Every token shortened the way to the end: the rest is at most what was not written.
+  Matcher m(g, tv->vocab);
+  ASSERT_TRUE(m.accept_bytes(out)) << out;
+  EXPECT_LE(m.shortest_completion() + out.size(), shortest) << out;
+}
+
+TEST(ConstrainBudget, WithoutABudgetTheSameWalksRunLong) {
+  // The control: uniform walks without a budget are mostly far longer than the budgets above.
+  const auto* tv = test_vocab("demo");
+  const auto g = schema_grammar(kBudgetSchema);
+  const std::uint64_t shortest = Matcher(g, tv->vocab).shortest_completion();
+  int over = 0;
+  std::vector<std::uint64_t> mask;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    Matcher m(g, tv->vocab);
+    std::mt19937_64 rng(seed);
+    std::uint64_t steps = 0;
+    for (; steps < 2000 && !m.ended(); ++steps) {
+      m.fill_mask(mask);
+      std::vector<TokenId> allowed;
+      for (std::size_t w = 0; w < mask.size(); ++w)
+        for (std::uint64_t bits = mask[w]; bits; bits &= bits - 1)
+          allowed.push_back(static_cast<TokenId>(w * 64 + __builtin_ctzll(bits)));
+      ASSERT_FALSE(allowed.empty());
+      ASSERT_TRUE(m.accept_token(allowed[rng() % allowed.size()]));
+    }
+    if (steps > shortest + 1 + seed * 5) ++over;
+  }
+  EXPECT_GE(over, 4);
+}
+
 // ---- walks ---------------------------------------------------------------------------------
 
 // Uniform random walks over the allowed tokens end (end of generation) within a bound the
