@@ -411,6 +411,66 @@ TEST(ConstrainTools, NamedAndSingleCall) {
       R"(<tool_call>{"name":"now","arguments":{}}</tool_call><tool_call>{"name":"now","arguments":{}}</tool_call>)"));
 }
 
+TEST(ConstrainTools, MistralListLayout) {
+  ToolSpec spec = weather_tools(ToolChoice::kRequired);
+  spec.syntax.layout = ToolLayout::kList;
+  spec.syntax.begin = "[TOOL_CALLS]";
+  spec.syntax.end.clear();
+  const auto g = tools_grammar(spec);
+  EXPECT_TRUE(accepts(g, R"([TOOL_CALLS][{"name":"now","arguments":{}}])"));
+  EXPECT_TRUE(accepts(
+      g,
+      R"([TOOL_CALLS] [{"name":"now","arguments":{}}, {"name":"get_weather","arguments":{"city":"P"}}])"));
+  EXPECT_FALSE(accepts(g, R"([TOOL_CALLS][{"name":"now","arguments":{}})"));
+  EXPECT_FALSE(accepts(g, R"([TOOL_CALLS][])"));
+  EXPECT_FALSE(accepts(g, R"({"name":"now","arguments":{}})"));
+  spec.choice = ToolChoice::kAuto;
+  const auto a = tools_grammar(spec);
+  EXPECT_TRUE(accepts(a, "Sunny [TOOL_CALL"));
+  EXPECT_TRUE(accepts(a, R"(ok [TOOL_CALLS][{"name":"now","arguments":{}}])"));
+  EXPECT_FALSE(accepts(a, R"(ok [TOOL_CALLS][{"name":"no","arguments":{}}])"));
+}
+
+TEST(ConstrainTools, LlamaBareLayoutIsOneCallOrText) {
+  ToolSpec spec = weather_tools(ToolChoice::kRequired);
+  spec.syntax.layout = ToolLayout::kBare;
+  spec.syntax.begin.clear();
+  spec.syntax.end.clear();
+  spec.syntax.arguments_key = "parameters";
+  const auto g = tools_grammar(spec);
+  EXPECT_TRUE(accepts(g, R"({"name":"now","parameters":{}})"));
+  EXPECT_TRUE(accepts(g, R"( {"name": "get_weather", "parameters": {"city": "P"}})"));
+  EXPECT_FALSE(accepts(g, R"({"name":"now","arguments":{}})"));
+  EXPECT_FALSE(accepts(g, R"({"name":"now","parameters":{}}{"name":"now","parameters":{}})"));
+  EXPECT_FALSE(accepts(g, "text"));
+  spec.choice = ToolChoice::kAuto;
+  const auto a = tools_grammar(spec);
+  EXPECT_TRUE(accepts(a, "It is {sunny}"));
+  EXPECT_TRUE(accepts(a, R"({"name":"now","parameters":{}})"));
+  EXPECT_TRUE(accepts(a, ""));
+  EXPECT_FALSE(accepts(a, "{not a call}"));
+  EXPECT_FALSE(accepts(a, " leading space"));
+  spec.choice = ToolChoice::kNone;
+  const auto n = tools_grammar(spec);
+  EXPECT_TRUE(accepts(n, "It is {sunny}"));
+  EXPECT_FALSE(accepts(n, R"({"name":"now","parameters":{}})"));
+}
+
+TEST(ConstrainTools, AThinkBlockMayOpenTheOutputOnly) {
+  ToolSpec spec = weather_tools(ToolChoice::kRequired);
+  spec.syntax.think_begin = "<think>";
+  spec.syntax.think_end = "</think>";
+  const auto g = tools_grammar(spec);
+  const std::string call = R"(<tool_call>{"name":"now","arguments":{}}</tool_call>)";
+  EXPECT_TRUE(accepts(g, call));
+  EXPECT_TRUE(accepts(g, "<think>\nany <tool_call> text\n</think>\n\n" + call));
+  EXPECT_FALSE(accepts(g, "<think>never closed " + call));
+  EXPECT_FALSE(accepts(g, call + "<think>x</think>"));
+  EXPECT_FALSE(accepts(g, "<think>x</think>\n\n"));  // required: a call after it
+  spec.syntax.think_end.clear();
+  EXPECT_FALSE(compile_tools(spec).has_value());
+}
+
 TEST(ConstrainTools, Errors) {
   ToolSpec spec = weather_tools(ToolChoice::kNamed);
   spec.named = "missing";
