@@ -9,7 +9,8 @@ std::string options_key(const CompileOptions& o) {
   return std::to_string(o.max_whitespace) + "," + std::to_string(o.max_string_chars) + "," +
          std::to_string(o.max_array_items) + "," + std::to_string(o.max_object_members) + "," +
          std::to_string(o.max_any_depth) + "," + std::to_string(o.max_integer_digits) + "," +
-         std::to_string(o.regex.max_repeat) + "," + std::to_string(o.regex.max_states) + "\n";
+         std::to_string(o.regex.max_repeat) + "," + std::to_string(o.regex.max_states) + "," +
+         std::to_string(o.max_schema_depth) + "\n";
 }
 
 // Length-prefixed, so that no two different specs give the same key.

@@ -44,12 +44,14 @@ Result<std::uint32_t> add_call_rule(GrammarBuilder& b, SchemaCompiler& compiler,
     if (spec.choice == ToolChoice::kNamed && f.name != spec.named) continue;
     Json params = Json::object({{"type", "object"}, {"additionalProperties", false}});
     if (!f.parameters_json.empty()) {
-      try {
-        params = Json::parse(f.parameters_json);
-      } catch (const std::exception& e) {
-        return invalid("tools[" + std::to_string(i) +
-                       "].function.parameters is not JSON: " + e.what());
+      auto parsed = parse_schema_text(f.parameters_json,
+                                      "/tools/" + std::to_string(i) + "/function/parameters");
+      if (!parsed) {
+        Error e = std::move(parsed).error();
+        e.param = "tools";
+        return e;
       }
+      params = std::move(parsed).value();
     }
     auto args =
         compiler.document_rule(params, "/tools/" + std::to_string(i) + "/function/parameters");
@@ -186,7 +188,13 @@ Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& option
     b.eps(root, b.ws(root, add_text_states(b, root, in, syn.think_end, false, true)), body);
   }
   add_body(b, spec, root, body, calls);
-  return b.finish(root);
+  Grammar g = b.finish(root);
+  if (g.rules[g.root].min_len == kNoPath) {
+    return invalid(
+        "tools: no call of a declared function can be written (a parameters schema "
+        "admits no finite document)");
+  }
+  return g;
 }
 
 }  // namespace ferry::constrain

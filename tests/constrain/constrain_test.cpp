@@ -220,6 +220,110 @@ INSTANTIATE_TEST_SUITE_P(
             R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"type":"array","items":{"$ref":"#/$defs/a"}})",
             "$ref", "#/items"}));
 
+// Every JSON Schema keyword outside the supported subset, each nested at a path: a 400 that
+// names it and the path.
+TEST(Constrain, EveryUnsupportedKeywordIsRefusedByNameAndPath) {
+  const std::vector<std::pair<std::string, std::string>> keywords = {
+      {"not", R"({"type":"string"})"},
+      {"oneOf", R"([{"type":"string"}])"},
+      {"if", R"({"type":"string"})"},
+      {"then", R"({"type":"string"})"},
+      {"else", R"({"type":"string"})"},
+      {"multipleOf", "2"},
+      {"uniqueItems", "true"},
+      {"contains", R"({"type":"string"})"},
+      {"minContains", "1"},
+      {"maxContains", "1"},
+      {"prefixItems", R"([{"type":"string"}])"},
+      {"unevaluatedItems", "false"},
+      {"unevaluatedProperties", "false"},
+      {"patternProperties", R"({"^a":{}})"},
+      {"propertyNames", R"({"maxLength":2})"},
+      {"minProperties", "1"},
+      {"maxProperties", "1"},
+      {"dependentRequired", R"({"a":["b"]})"},
+      {"dependentSchemas", R"({"a":{}})"},
+      {"dependencies", R"({"a":["b"]})"},
+      {"contentEncoding", R"("base64")"},
+      {"contentMediaType", R"("text/plain")"},
+      {"contentSchema", R"({})"},
+      {"$dynamicRef", R"("#a")"},
+      {"$dynamicAnchor", R"("a")"},
+      {"$anchor", R"("a")"},
+      {"$recursiveRef", R"("#")"},
+      {"additionalItems", "false"},
+      {"nullable", "true"},
+      {"discriminator", R"({"propertyName":"k"})"},
+  };
+  for (const auto& [keyword, value] : keywords) {
+    const std::string schema =
+        R"({"type":"object","properties":{"outer":{"type":"array","items":{")" + keyword + R"(":)" +
+        value + "}}}}";
+    auto g = compile_json_schema(schema);
+    ASSERT_FALSE(g.has_value()) << schema;
+    EXPECT_EQ(g.error().code, ErrorCode::kInvalidRequest);
+    const std::string& m = g.error().message;
+    EXPECT_NE(m.find("'" + keyword + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find("'#/properties/outer/items'"), std::string::npos) << m;
+  }
+}
+
+// Hostile schemas are refused with a clear error, never a crash or an unbounded build.
+TEST(Constrain, HostileSchemasAreRefusedWithinBounds) {
+  // Nesting far deeper than any schema needs (the compiler would recurse per level).
+  std::string deep;
+  for (int i = 0; i < 20000; ++i) deep += R"({"type":"array","items":)";
+  deep += R"({"type":"string"})";
+  for (int i = 0; i < 20000; ++i) deep += "}";
+  auto a = compile_json_schema(deep);
+  ASSERT_FALSE(a.has_value());
+  EXPECT_NE(a.error().message.find("nests deeper than 48 levels"), std::string::npos)
+      << a.error().message.substr(0, 300);
+  // A huge enum: a million values.
+  std::string values;
+  for (int i = 0; i < 1000000; ++i) values += (i ? ",\"v" : "\"v") + std::to_string(i) + "\"";
+  auto b = compile_json_schema(R"({"type":"object","properties":{"e":{"enum":[)" + values + "]}}}");
+  ASSERT_FALSE(b.has_value());
+  EXPECT_NE(b.error().message.find("'enum' at '#/properties/e'"), std::string::npos)
+      << b.error().message;
+  // Thousands of properties: the grammar's state bound, at the property where it passed.
+  std::string props;
+  for (int i = 0; i < 20000; ++i)
+    props += (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"string","format":"uuid"})";
+  auto c = compile_json_schema(R"({"type":"object","properties":{)" + props + "}}");
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message.find("too large: the object at '#/properties' has more than 1000"),
+            std::string::npos)
+      << c.error().message;
+  // Fewer properties, each a big pattern: the grammar's state bound, where it passed.
+  std::string big;
+  for (int i = 0; i < 900; ++i)
+    big +=
+        (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"string","pattern":"[a-z]{300}"})";
+  auto c2 = compile_json_schema(R"({"type":"object","properties":{)" + big + "}}");
+  ASSERT_FALSE(c2.has_value());
+  EXPECT_NE(c2.error().message.find("grammar"), std::string::npos) << c2.error().message;
+  EXPECT_NE(c2.error().message.find("#/properties/p"), std::string::npos) << c2.error().message;
+  // Giant patterns: nested groups, and repetitions that multiply.
+  std::string groups(5000, '(');
+  groups += "a" + std::string(5000, ')');
+  auto d = compile_json_schema(R"({"type":"string","pattern":")" + groups + R"("})");
+  ASSERT_FALSE(d.has_value());
+  EXPECT_NE(d.error().message.find("'pattern' at '#'"), std::string::npos) << d.error().message;
+  EXPECT_NE(d.error().message.find("nested deeper"), std::string::npos) << d.error().message;
+  auto e = compile_json_schema(R"x({"type":"string","pattern":"((([a-z]{1000}){1000}){1000})"})x");
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.error().message.find("grammar states"), std::string::npos) << e.error().message;
+  // Recursion with no way out: no finite document.
+  auto f = compile_json_schema(
+      R"({"type":"object","properties":{"next":{"$ref":"#"}},"required":["next"]})");
+  ASSERT_FALSE(f.has_value());
+  EXPECT_NE(f.error().message.find("no finite document"), std::string::npos) << f.error().message;
+  // The same recursion with a way out compiles (a linked list).
+  EXPECT_TRUE(
+      compile_json_schema(R"({"type":"object","properties":{"next":{"$ref":"#"}}})").has_value());
+}
+
 TEST(Constrain, SchemaThatIsNotJsonIsAnError) {
   auto g = compile_json_schema("{\"type\":");
   ASSERT_FALSE(g.has_value());
