@@ -336,6 +336,15 @@ bool bit(const std::vector<std::uint64_t>& mask, TokenId id) {
   return (mask[id / 64] >> (id % 64)) & 1u;
 }
 
+// The ids a mask allows, in order.
+std::vector<TokenId> allowed_ids(const std::vector<std::uint64_t>& mask) {
+  std::vector<TokenId> ids;
+  for (std::size_t w = 0; w < mask.size(); ++w)
+    for (std::uint64_t bits = mask[w]; bits; bits &= bits - 1)
+      ids.push_back(static_cast<TokenId>(w * 64 + __builtin_ctzll(bits)));
+  return ids;
+}
+
 // At each step of a seeded walk, the mask equals a token-by-token check of what the matcher
 // accepts, and no special token passes (the end of generation only where complete).
 void check_masks_by_brute_force(const testing::TestVocab& tv,
@@ -738,10 +747,7 @@ TEST(ConstrainBudget, WithoutABudgetTheSameWalksRunLong) {
     std::uint64_t steps = 0;
     for (; steps < 2000 && !m.ended(); ++steps) {
       m.fill_mask(mask);
-      std::vector<TokenId> allowed;
-      for (std::size_t w = 0; w < mask.size(); ++w)
-        for (std::uint64_t bits = mask[w]; bits; bits &= bits - 1)
-          allowed.push_back(static_cast<TokenId>(w * 64 + __builtin_ctzll(bits)));
+      const std::vector<TokenId> allowed = allowed_ids(mask);
       ASSERT_FALSE(allowed.empty());
       ASSERT_TRUE(m.accept_token(allowed[rng() % allowed.size()]));
     }
@@ -772,10 +778,7 @@ TEST(ConstrainWalk, UniformWalksTerminateAndParse) {
       int steps = 0;
       for (; steps < 5000 && !m.ended(); ++steps) {
         m.fill_mask(mask);
-        std::vector<TokenId> allowed;
-        for (std::size_t w = 0; w < mask.size(); ++w)
-          for (std::uint64_t bits = mask[w]; bits; bits &= bits - 1)
-            allowed.push_back(static_cast<TokenId>(w * 64 + __builtin_ctzll(bits)));
+        const std::vector<TokenId> allowed = allowed_ids(mask);
         ASSERT_FALSE(allowed.empty());
         const TokenId t = allowed[rng() % allowed.size()];
         ASSERT_TRUE(m.accept_token(t));
