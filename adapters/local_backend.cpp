@@ -197,13 +197,13 @@ std::string item_text(const api::PromptItem& item) {
   return dump(Json(item.tokens));
 }
 
-Json usage_json(const engine::Completion& c) {
+Json usage_json(const engine::Completion& c, int64_t reasoning_tokens = 0) {
   Json u;
   u["prompt_tokens"] = c.prompt_tokens;
   u["completion_tokens"] = c.completion_tokens;
   u["total_tokens"] = c.prompt_tokens + c.completion_tokens;
   u["prompt_tokens_details"] = Json{{"cached_tokens", c.cached_tokens}};
-  u["completion_tokens_details"] = Json{{"reasoning_tokens", 0}};
+  u["completion_tokens_details"] = Json{{"reasoning_tokens", reasoning_tokens}};
   return u;
 }
 
@@ -454,10 +454,10 @@ struct ReplyFormat {
     return chunk(
         Json{{"text", ""}, {"index", index}, {"logprobs", nullptr}, {"finish_reason", finish}});
   }
-  std::string usage_chunk(const engine::Completion& total) const {
+  std::string usage_chunk(const engine::Completion& total, int64_t reasoning_tokens) const {
     Json j = envelope(chunk_object());
     j["choices"] = Json::array();
-    j["usage"] = usage_json(total);
+    j["usage"] = usage_json(total, reasoning_tokens);
     return "data: " + dump(j) + "\n\n";
   }
   // Logprobs entries: chat's {"content": [...]} items.
@@ -518,6 +518,8 @@ struct Choice {
   bool role_sent = false;
   std::optional<ToolCallParser> tools;  // a tools constraint: the output read as calls
   Json tool_calls = Json::array();      // non-streaming: the calls read so far
+  std::string reasoning;                // non-streaming: a think block's text
+  int64_t reasoning_tokens = 0;         // tokens of the think block
 };
 
 }  // namespace
@@ -589,6 +591,11 @@ class LocalBackend::Call {
   void add_tool_pieces(size_t index, const std::vector<ToolPiece>& pieces, std::string& out);
   std::string finish_reason(const Choice& ch) const;
   engine::Completion total() const;
+  int64_t reasoning_total() const {
+    int64_t n = 0;
+    for (const Choice& c : choices_) n += c.reasoning_tokens;
+    return n;
+  }
   Result<BackendReply> settle();
   std::string final_body();
 
@@ -627,6 +634,8 @@ engine::GenerationRequest LocalBackend::Call::make_request(size_t index) {
   if (params_.grammar.grammar) {
     gen.sampling.constraint =
         std::make_shared<constrain::Matcher>(params_.grammar.grammar, im_.vocab);
+    // The document closes within max_tokens (end-of-generation id included).
+    gen.sampling.constraint->set_token_budget(static_cast<std::uint64_t>(gen.max_tokens));
   }
   gen.top_logprobs = params_.top_logprobs;
   gen.max_unread = im_.cfg.local->max_unread_tokens;  // back-pressure: consumed() below
@@ -680,7 +689,9 @@ void LocalBackend::Call::add_token(size_t index, TokenOut& t, std::string& out) 
   Choice& ch = choices_[index];
   if (ch.tools) {
     std::vector<ToolPiece> pieces;
+    const bool thinking = ch.tools->thinking();
     ch.tools->feed(t.text, pieces);
+    if (t.token >= 0 && (thinking || ch.tools->thinking())) ++ch.reasoning_tokens;
     add_tool_pieces(index, pieces, out);
     return;
   }
@@ -725,6 +736,8 @@ void LocalBackend::Call::add_tool_pieces(size_t index, const std::vector<ToolPie
     if (!stream_) {
       if (p.kind == ToolPiece::Kind::kText) {
         ch.content += p.text;
+      } else if (p.kind == ToolPiece::Kind::kReasoning) {
+        ch.reasoning += p.text;
       } else if (p.kind == ToolPiece::Kind::kCallStart) {
         ch.tool_calls.push_back(Json{{"id", p.id},
                                      {"type", "function"},
@@ -742,6 +755,8 @@ void LocalBackend::Call::add_tool_pieces(size_t index, const std::vector<ToolPie
     Json delta;
     if (p.kind == ToolPiece::Kind::kText) {
       delta["content"] = p.text;
+    } else if (p.kind == ToolPiece::Kind::kReasoning) {
+      delta["reasoning_content"] = p.text;
     } else {
       Json call{{"index", p.index}};
       if (p.kind == ToolPiece::Kind::kCallStart) {
@@ -829,7 +844,7 @@ asio::awaitable<Result<BackendReply>> LocalBackend::Call::run() {
     if (finished && stream_ && request_.client_wants_usage && !submit_error_) {
       bool ok_all = true;
       for (const Choice& c : choices_) ok_all = ok_all && c.done && !c.done->error;
-      if (ok_all) out += format_.usage_chunk(total());
+      if (ok_all) out += format_.usage_chunk(total(), reasoning_total());
     }
     if (stream_ && !out.empty() && !client_gone_) {
       // With the first bytes only: a hop that fails before them leaves the next one's headers.
@@ -873,6 +888,7 @@ Result<BackendReply> LocalBackend::Call::settle() {
   reply_.usage.completion_tokens = sum.completion_tokens;
   reply_.usage.total_tokens = sum.prompt_tokens + sum.completion_tokens;
   reply_.usage.cached_tokens = sum.cached_tokens;
+  reply_.usage.reasoning_tokens = reasoning_total();
   if (reply_.first_byte_us < 0) {
     reply_.first_byte_us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count();
@@ -891,6 +907,7 @@ std::string LocalBackend::Call::final_body() {
     if (format_.chat) {
       choice["index"] = index;
       choice["message"] = Json{{"role", "assistant"}, {"content", ch.content}};
+      if (!ch.reasoning.empty()) choice["message"]["reasoning_content"] = ch.reasoning;
       if (!ch.tool_calls.empty()) {
         if (ch.content.empty()) choice["message"]["content"] = nullptr;
         choice["message"]["tool_calls"] = std::move(ch.tool_calls);
@@ -906,7 +923,7 @@ std::string LocalBackend::Call::final_body() {
   }
   Json j = format_.envelope(format_.chat ? "chat.completion" : "text_completion");
   j["choices"] = std::move(list);
-  j["usage"] = usage_json(total());
+  j["usage"] = usage_json(total(), reasoning_total());
   return dump(j);
 }
 

@@ -67,11 +67,14 @@ std::string tools_refusal(const TemplateTools& t) {
   if (!t.renders_tools) {
     return "this local model's chat template ignores 'tools' (the model would never see them)";
   }
-  if (t.format == ToolFormat::kLlama3Json || t.format == ToolFormat::kMistral) {
-    return "tool calls in the " + std::string(tool_format_name(t.format)) +
-           " format of this model's chat template are not supported by the local engine yet";
-  }
-  return {};
+  return t.unsupported;
+}
+
+// Whether the request turned thinking off (`chat_template_kwargs.enable_thinking: false`).
+bool thinking_off(const api::ChatRequest& r) {
+  if (!r.extra.is_object() || !r.extra.contains("chat_template_kwargs")) return false;
+  const Json& k = r.extra["chat_template_kwargs"];
+  return k.is_object() && k.contains("enable_thinking") && k["enable_thinking"] == false;
 }
 
 Result<ConstraintRequest> tools_request(const api::ChatRequest& r, const TemplateTools& t) {
@@ -85,6 +88,7 @@ Result<ConstraintRequest> tools_request(const api::ChatRequest& r, const Templat
     return ConstraintRequest{};  // plain text: the model is not shown the tools either way
   }
   if (!refusal.empty()) return unsupported(refusal, "tools");
+  c.tools.syntax = tool_call_syntax(t, !thinking_off(r));
   for (const api::Tool& tool : *r.tools) {
     c.tools.functions.push_back(
         {tool.name, tool.parameters.is_null() ? std::string() : tool.parameters.dump()});
@@ -128,6 +132,40 @@ std::string_view tool_format_name(ToolFormat format) {
   return "generic";
 }
 
+namespace {
+
+// How the template writes a call of ferry_probe_tool back in the history ("" when it fails).
+std::string render_probe_call(const tokenizer::ChatFormatter& chat, const Json& tools) {
+  const Json call = {{"id", "call_ferryprobe1"},
+                     {"type", "function"},
+                     {"function", {{"name", "ferry_probe_tool"}, {"arguments", "{\"q\": 1}"}}}};
+  Json req = {
+      {"messages",
+       Json::array(
+           {{{"role", "user"}, {"content", "ping"}},
+            {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", Json::array({call})}},
+            {{"role", "tool"}, {"tool_call_id", "call_ferryprobe1"}, {"content", "pong"}}})}};
+  req["tools"] = tools;
+  auto r = chat.render(req, false);
+  return r ? *r : std::string();
+}
+
+// A thinking template: `enable_thinking: false` renders an empty think block the default lacks.
+void detect_thinking(const tokenizer::ChatFormatter& chat, const Json& base, TemplateTools& t) {
+  Json off = base;
+  off["chat_template_kwargs"] = {{"enable_thinking", false}};
+  auto with = chat.render(base);
+  auto without = chat.render(off);
+  if (!with || !without || *with == *without) return;
+  if (without->find("</think>") != std::string::npos &&
+      with->find("</think>") == std::string::npos) {
+    t.think_begin = "<think>";
+    t.think_end = "</think>";
+  }
+}
+
+}  // namespace
+
 TemplateTools detect_template_tools(const tokenizer::ChatFormatter& chat) {
   if (chat.uses_openai_accounting()) return {};
   const Json base = {{"messages", Json::array({{{"role", "user"}, {"content", "ping"}}})}};
@@ -144,16 +182,46 @@ TemplateTools detect_template_tools(const tokenizer::ChatFormatter& chat) {
   TemplateTools t;
   t.renders_tools = tooled->find("ferry_probe_tool") != std::string::npos;
   const std::string& s = *tooled;
+  const std::string history = render_probe_call(chat, with["tools"]);
   if (s.find("<tool_call>") != std::string::npos) {
     t.format = ToolFormat::kHermes;
   } else if (s.find("[AVAILABLE_TOOLS]") != std::string::npos ||
-             s.find("[TOOL_CALLS]") != std::string::npos) {
+             s.find("[TOOL_CALLS]") != std::string::npos ||
+             history.find("[TOOL_CALLS]") != std::string::npos) {
     t.format = ToolFormat::kMistral;
+    if (history.find("[ARGS]") != std::string::npos) {
+      t.unsupported =
+          "tool calls in the Mistral [TOOL_CALLS]name[ARGS] format of this model's chat "
+          "template are not supported by the local engine";
+    }
   } else if (s.find("<|python_tag|>") != std::string::npos ||
              s.find("Environment: ipython") != std::string::npos) {
     t.format = ToolFormat::kLlama3Json;
+    // Llama 3.1+ templates write a call back as {"name": ..., "parameters": ...}.
+    t.arguments_key =
+        history.find("\"arguments\"") != std::string::npos ? "arguments" : "parameters";
   }
+  detect_thinking(chat, base, t);
   return t;
+}
+
+constrain::ToolCallSyntax tool_call_syntax(const TemplateTools& t, bool thinking) {
+  constrain::ToolCallSyntax syn;
+  if (t.format == ToolFormat::kMistral) {
+    syn.layout = constrain::ToolLayout::kList;
+    syn.begin = "[TOOL_CALLS]";
+    syn.end.clear();
+  } else if (t.format == ToolFormat::kLlama3Json) {
+    syn.layout = constrain::ToolLayout::kBare;
+    syn.begin.clear();
+    syn.end.clear();
+    syn.arguments_key = t.arguments_key;
+  }
+  if (thinking) {
+    syn.think_begin = t.think_begin;
+    syn.think_end = t.think_end;
+  }
+  return syn;
 }
 
 Result<ConstraintRequest> constraint_request(const api::ChatRequest& r, const TemplateTools& t) {
@@ -215,13 +283,25 @@ Result<constrain::CompiledGrammar> compile_constraint(const ConstraintRequest& c
 // ---- ToolCallParser ---------------------------------------------------------------------------
 
 ToolCallParser::ToolCallParser(constrain::ToolCallSyntax syntax, std::string id_seed)
-    : syntax_(std::move(syntax)), id_seed_(std::move(id_seed)) {}
+    : syntax_(std::move(syntax)), id_seed_(std::move(id_seed)) {
+  think_pending_ = !syntax_.think_begin.empty();
+  bare_start_ = syntax_.layout == constrain::ToolLayout::kBare;
+}
 
 void ToolCallParser::feed(std::string_view bytes, std::vector<ToolPiece>& out) {
   for (char c : bytes) {
     switch (state_) {
       case State::kText:
-        text_byte(c, out);
+        if (think_pending_) {
+          start_byte(c, out);
+        } else if (bare_start_) {
+          body_start_byte(c, out);
+        } else if (!closed_) {
+          text_byte(c, out);
+        }
+        break;
+      case State::kThink:
+        think_byte(c);
         break;
       case State::kHead:
         head_byte(c, out);
@@ -238,6 +318,11 @@ void ToolCallParser::feed(std::string_view bytes, std::vector<ToolPiece>& out) {
 }
 
 void ToolCallParser::finish(std::vector<ToolPiece>& out) {
+  if (state_ == State::kThink) reasoning_ += std::exchange(held_, {});  // cut inside it
+  if (state_ == State::kText && think_pending_) {
+    think_pending_ = false;  // a prefix of the think marker was all: text
+    text_ += std::exchange(held_, {});
+  }
   if (state_ == State::kText) {
     text_ += held_;
     held_.clear();
@@ -246,8 +331,14 @@ void ToolCallParser::finish(std::vector<ToolPiece>& out) {
   flush(out);
 }
 
-// Text and argument bytes gathered in this feed go out as one piece each.
+// Reasoning, text and argument bytes gathered in this feed go out as one piece each.
 void ToolCallParser::flush(std::vector<ToolPiece>& out) {
+  if (!reasoning_.empty()) {
+    ToolPiece p;
+    p.kind = ToolPiece::Kind::kReasoning;
+    p.text = std::exchange(reasoning_, {});
+    out.push_back(std::move(p));
+  }
   if (!text_.empty() && calls_ == 0) {
     if (!text_shown_ && all_ws(text_)) {
       leading_ws_ += std::exchange(text_, {});  // shown only if text follows, never before a call
@@ -268,6 +359,62 @@ void ToolCallParser::flush(std::vector<ToolPiece>& out) {
   }
 }
 
+// The first bytes, while they may still be the think block's opening marker.
+void ToolCallParser::start_byte(char c, std::vector<ToolPiece>& out) {
+  held_ += c;
+  const std::string& begin = syntax_.think_begin;
+  if (held_ == begin) {
+    held_.clear();
+    think_pending_ = false;
+    state_ = State::kThink;
+    return;
+  }
+  if (begin.compare(0, held_.size(), held_) == 0) return;
+  think_pending_ = false;  // no think block: what was held is the body's first bytes
+  feed(std::exchange(held_, {}), out);
+}
+
+// The think block's text, watching for its end marker; then the body starts afresh.
+void ToolCallParser::think_byte(char c) {
+  held_ += c;
+  const std::string& end = syntax_.think_end;
+  if (held_ == end) {
+    held_.clear();
+    state_ = State::kText;
+    bare_start_ = syntax_.layout == constrain::ToolLayout::kBare;
+    return;
+  }
+  while (!held_.empty() && end.compare(0, held_.size(), held_) != 0) {
+    reasoning_ += held_[0];
+    held_.erase(0, 1);
+  }
+}
+
+// kBare: white space is held like leading text; `{` opens the one call, anything else is text.
+void ToolCallParser::body_start_byte(char c, std::vector<ToolPiece>& out) {
+  if (is_ws(c)) {
+    text_ += c;
+    return;
+  }
+  bare_start_ = false;
+  if (c != '{') {
+    text_byte(c, out);
+    return;
+  }
+  flush(out);
+  open_call();
+  head_byte(c, out);
+}
+
+void ToolCallParser::open_call() {
+  text_.clear();
+  leading_ws_.clear();
+  held_.clear();
+  state_ = State::kHead;
+  name_.reset();
+  colon_seen_ = false;
+}
+
 // Free text, watching for the opening marker: a suffix that is a prefix of it is held back.
 void ToolCallParser::text_byte(char c, std::vector<ToolPiece>& out) {
   held_ += c;
@@ -275,10 +422,7 @@ void ToolCallParser::text_byte(char c, std::vector<ToolPiece>& out) {
   if (held_ == begin) {
     held_.clear();
     flush(out);
-    leading_ws_.clear();
-    state_ = State::kHead;
-    name_.reset();
-    colon_seen_ = false;
+    open_call();
     return;
   }
   while (!held_.empty() && begin.compare(0, held_.size(), held_) != 0) {
@@ -384,7 +528,24 @@ void ToolCallParser::end_arguments(std::vector<ToolPiece>& out) {
 }
 
 // What closes the call: } and the end marker; then white space or the next call's marker.
+// kList: `,` opens the next call, `]` ends them; kBare: the call's `}` ends the output.
 void ToolCallParser::tail_byte(char c) {
+  if (syntax_.layout == constrain::ToolLayout::kList) {
+    if (c == ',') {
+      open_call();
+    } else if (c == ']') {
+      state_ = State::kText;
+      closed_ = true;
+    }
+    return;
+  }
+  if (syntax_.layout == constrain::ToolLayout::kBare) {
+    if (c == '}') {
+      state_ = State::kText;
+      closed_ = true;
+    }
+    return;
+  }
   held_ += c;
   const std::string& end = syntax_.end;
   if (held_.size() >= end.size() &&

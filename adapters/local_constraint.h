@@ -37,7 +37,17 @@ enum class ToolFormat { kHermes, kLlama3Json, kMistral, kGeneric };
 struct TemplateTools {
   bool renders_tools = false;
   ToolFormat format = ToolFormat::kGeneric;
+  std::string arguments_key = "arguments";  // kLlama3Json: "parameters"
+  // Why calls in this template's format cannot be written (e.g. Mistral's `name[ARGS]{...}`
+  // variant); empty when they can.
+  std::string unsupported;
+  // A thinking template (Qwen3: `enable_thinking: false` closes an empty think block in the
+  // prompt): the output may open with a think block between these markers.
+  std::string think_begin;
+  std::string think_end;
 };
+// The constraint's syntax for a template's format (think block included when `thinking`).
+constrain::ToolCallSyntax tool_call_syntax(const TemplateTools& t, bool thinking);
 TemplateTools detect_template_tools(const tokenizer::ChatFormatter& chat);
 std::string_view tool_format_name(ToolFormat format);
 
@@ -55,20 +65,20 @@ Result<ConstraintRequest> constraint_request(const api::ChatRequest& r, const Te
 Result<constrain::CompiledGrammar> compile_constraint(const ConstraintRequest& c,
                                                       constrain::GrammarCache& cache);
 
-// One piece of a tool-mode output, in order: text before the first call, then per call its
-// start (id and name) and its arguments' JSON text in fragments.
+// One piece of a tool-mode output, in order: a think block's text (reasoning), text before the
+// first call, then per call its start (id and name) and its arguments' JSON text in fragments.
 struct ToolPiece {
-  enum class Kind { kText, kCallStart, kArguments };
+  enum class Kind { kText, kCallStart, kArguments, kReasoning };
   Kind kind = Kind::kText;
-  std::string text;  // kText, kArguments
+  std::string text;  // kText, kArguments, kReasoning
   std::string id;    // kCallStart
   std::string name;  // kCallStart
   int index = 0;     // kCallStart, kArguments: the call's index
 };
 
-// Reads the output of a tools constraint (Hermes-style markers, as constrain/tools compiles
-// them) as it arrives; never shows the markers. Text that might begin a marker is held back
-// until it is known not to.
+// Reads the output of a tools constraint (any ToolLayout, as constrain/tools compiles it) as it
+// arrives; never shows the markers. Text that might begin a marker is held back until it is
+// known not to. A think block opening the output comes out as reasoning.
 class ToolCallParser {
  public:
   ToolCallParser(constrain::ToolCallSyntax syntax, std::string id_seed);
@@ -76,10 +86,15 @@ class ToolCallParser {
   // The end of the output: text held back is text after all.
   void finish(std::vector<ToolPiece>& out);
   int calls() const { return calls_; }
+  bool thinking() const { return state_ == State::kThink; }  // inside the think block
 
  private:
-  enum class State { kText, kHead, kArguments, kTail };
+  enum class State { kText, kHead, kArguments, kTail, kThink };
   void text_byte(char c, std::vector<ToolPiece>& out);
+  void start_byte(char c, std::vector<ToolPiece>& out);  // before the body is known
+  void body_start_byte(char c, std::vector<ToolPiece>& out);
+  void think_byte(char c);
+  void open_call();
   void head_byte(char c, std::vector<ToolPiece>& out);
   void arguments_byte(char c, std::vector<ToolPiece>& out);
   void tail_byte(char c);
@@ -89,10 +104,14 @@ class ToolCallParser {
   constrain::ToolCallSyntax syntax_;
   std::string id_seed_;
   State state_ = State::kText;
-  std::string held_;        // kText: a marker prefix; kHead: the call's head so far; kTail: the end
-  std::string text_;        // kText: text to emit at the end of this feed
-  std::string args_;        // kArguments: fragment to emit at the end of this feed
-  std::string leading_ws_;  // white space before any text: dropped when a call follows
+  std::string held_;       // kText: a marker prefix; kHead: the call's head so far; kTail: the end
+  std::string text_;       // kText: text to emit at the end of this feed
+  std::string args_;       // kArguments: fragment to emit at the end of this feed
+  std::string reasoning_;  // kThink: reasoning to emit at the end of this feed
+  bool think_pending_ = false;  // the output may still open with the think block
+  bool bare_start_ = false;     // kBare: no byte of the body but white space yet
+  bool closed_ = false;         // kList/kBare: the calls are over
+  std::string leading_ws_;      // white space before any text: dropped when a call follows
   bool text_shown_ = false;
   std::optional<std::string> name_;  // kHead: the name, once read
   bool colon_seen_ = false;          // kHead: the arguments key and its colon read

@@ -2,10 +2,14 @@
 // JSON Schema constraint, same model, same threads, 1 and 8 streams (issue 15: constrained >= 95%
 // of unconstrained). Tokens per CPU-second of the process over decode-only steps (sampling and
 // mask computation included, robust to other load on the machine), times the thread count;
-// the ratio constrained / unconstrained is taken within one run.
+// the ratio constrained / unconstrained is taken within one run. Then the mask per step: each
+// constrained stream's tokens are replayed through a fresh Matcher over a freshly compiled
+// grammar (its state masks cold, as in the run) with every fill_mask timed on one thread,
+// p50/p99 set beside the unconstrained run's wall time per decode step (forward + sampling).
 //   constrain_decode_bench [--model FILE] [--preset smollm2-360m] [--threads 2] [--gen 64]
 //                          [--reps 3]
 // Without --model, the model is synthesized (random weights, real shapes, its real vocabulary).
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -42,8 +46,10 @@ double process_cpu_seconds() {
 }
 
 struct Run {
-  double cpu_tps = 0;  // tokens per CPU-second x threads
-  int64_t tokens = 0;  // decode tokens counted
+  double cpu_tps = 0;       // tokens per CPU-second x threads
+  int64_t tokens = 0;       // decode tokens counted
+  double step_wall_us = 0;  // wall time per decode step (the forward pass and sampling)
+  std::vector<std::vector<engine::TokenId>> outputs;  // per stream
 };
 
 Run run(const std::string& path, int threads, int64_t gen, int streams,
@@ -55,18 +61,26 @@ Run run(const std::string& path, int threads, int64_t gen, int streams,
                                               engine::EngineOptions{threads, 256, true});
   std::mutex mu;
   double cpu = 0, last = -1;
-  int64_t tokens = 0;
+  int64_t tokens = 0, steps = 0;
+  std::vector<std::vector<engine::TokenId>> outputs(static_cast<size_t>(streams));
+  auto wall_last = std::chrono::steady_clock::now();
+  double wall = 0;
   engine::SchedulerOptions options;
   options.max_sequences = 16;
   options.prefix_cache = false;
   options.on_step = [&](const engine::StepStats& s) {
     const double now = process_cpu_seconds();
+    const auto wall_now = std::chrono::steady_clock::now();
     std::lock_guard lock(mu);
     const double delta = last < 0 ? -1 : now - last;
+    const double wall_delta = std::chrono::duration<double>(wall_now - wall_last).count();
     last = now;
+    wall_last = wall_now;
     if (s.prefill_tokens > 0 || s.decode_tokens == 0 || delta < 0) return;
     cpu += delta;
     tokens += s.decode_tokens;
+    wall += wall_delta;
+    ++steps;
   };
   engine::Scheduler sched(std::move(eng), options, engine::TokenPieceFn(), {});
   std::condition_variable cv;
@@ -79,6 +93,9 @@ Run run(const std::string& path, int threads, int64_t gen, int streams,
     r.sampling.temperature = 1.0f;
     r.sampling.seed = static_cast<uint64_t>(k + 1);
     if (grammar) r.sampling.constraint = std::make_shared<constrain::Matcher>(grammar, vocab);
+    r.on_token = [&outputs, k](const engine::TokenEvent& ev) {
+      outputs[static_cast<size_t>(k)].push_back(ev.token);  // the scheduler thread only
+    };
     r.on_done = [&](const engine::Completion&) {
       std::lock_guard lock(mu);
       if (--left == 0) cv.notify_all();
@@ -87,7 +104,35 @@ Run run(const std::string& path, int threads, int64_t gen, int streams,
   }
   std::unique_lock lock(mu);
   cv.wait(lock, [&] { return left == 0; });
-  return Run{cpu > 0 ? static_cast<double>(tokens) / cpu * threads : 0, tokens};
+  return Run{cpu > 0 ? static_cast<double>(tokens) / cpu * threads : 0, tokens,
+             steps > 0 ? wall / static_cast<double>(steps) * 1e6 : 0, std::move(outputs)};
+}
+
+// Every fill_mask of the replayed outputs, in µs, sorted.
+std::vector<double> replay_masks(const std::vector<std::vector<engine::TokenId>>& outputs,
+                                 const std::shared_ptr<const constrain::Vocabulary>& vocab) {
+  constrain::GrammarCache fresh;
+  auto grammar = fresh.json_schema(kSchema);
+  std::vector<double> us;
+  std::vector<uint64_t> mask;
+  for (const auto& tokens : outputs) {
+    constrain::Matcher m(grammar->grammar, vocab);
+    for (const engine::TokenId t : tokens) {
+      const auto a = std::chrono::steady_clock::now();
+      m.fill_mask(mask);
+      us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+      if (!m.accept_token(static_cast<constrain::TokenId>(t))) break;
+    }
+  }
+  std::sort(us.begin(), us.end());
+  return us;
+}
+
+double quantile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1,
+                         static_cast<size_t>(q * static_cast<double>(sorted.size())))];
 }
 
 }  // namespace
@@ -129,14 +174,25 @@ int main(int argc, char** argv) {
   std::printf("model %s, vocabulary %zu, threads %d, gen %lld, best of %d\n", path.c_str(),
               vocab->size(), threads, static_cast<long long>(gen), reps);
   for (int streams : {1, 8}) {
-    double best_free = 0, best_constrained = 0;
+    double best_free = 0, best_constrained = 0, step_us = 0;
+    std::vector<std::vector<engine::TokenId>> outputs;
     for (int r = 0; r < reps; ++r) {
-      best_free = std::max(best_free, run(path, threads, gen, streams, nullptr, vocab).cpu_tps);
-      best_constrained = std::max(
-          best_constrained, run(path, threads, gen, streams, grammar->grammar, vocab).cpu_tps);
+      const Run free = run(path, threads, gen, streams, nullptr, vocab);
+      if (free.cpu_tps > best_free) step_us = free.step_wall_us;
+      best_free = std::max(best_free, free.cpu_tps);
+      Run constrained = run(path, threads, gen, streams, grammar->grammar, vocab);
+      best_constrained = std::max(best_constrained, constrained.cpu_tps);
+      outputs = std::move(constrained.outputs);
     }
     std::printf("%d stream(s): unconstrained %.1f tok/s, constrained %.1f tok/s, ratio %.1f%%\n",
                 streams, best_free, best_constrained, 100.0 * best_constrained / best_free);
+    const std::vector<double> masks = replay_masks(outputs, vocab);
+    std::printf(
+        "  mask per step (%zu steps): p50 %.1f us, p99 %.1f us, max %.1f us; "
+        "unconstrained decode step %.0f us (p99 / step %.2f%%)\n",
+        masks.size(), quantile(masks, 0.5), quantile(masks, 0.99),
+        masks.empty() ? 0.0 : masks.back(), step_us,
+        step_us > 0 ? 100.0 * quantile(masks, 0.99) / step_us : 0.0);
   }
   if (!tmp.empty()) std::filesystem::remove(tmp);
   return 0;

@@ -9,7 +9,8 @@ std::string options_key(const CompileOptions& o) {
   return std::to_string(o.max_whitespace) + "," + std::to_string(o.max_string_chars) + "," +
          std::to_string(o.max_array_items) + "," + std::to_string(o.max_object_members) + "," +
          std::to_string(o.max_any_depth) + "," + std::to_string(o.max_integer_digits) + "," +
-         std::to_string(o.regex.max_repeat) + "," + std::to_string(o.regex.max_states) + "\n";
+         std::to_string(o.regex.max_repeat) + "," + std::to_string(o.regex.max_states) + "," +
+         std::to_string(o.max_schema_depth) + "\n";
 }
 
 // Length-prefixed, so that no two different specs give the same key.
@@ -36,9 +37,11 @@ Result<CompiledGrammar> GrammarCache::json_object(const CompileOptions& options)
 Result<CompiledGrammar> GrammarCache::tools(const ToolSpec& spec, const CompileOptions& options) {
   std::string key = "tools\n" + options_key(options);
   key += std::to_string(static_cast<int>(spec.choice)) + (spec.parallel_tool_calls ? "p" : "s") +
-         std::to_string(spec.max_calls);
-  for (const std::string* s : {&spec.named, &spec.syntax.begin, &spec.syntax.end,
-                               &spec.syntax.name_key, &spec.syntax.arguments_key})
+         std::to_string(spec.max_calls) + "l" +
+         std::to_string(static_cast<int>(spec.syntax.layout));
+  for (const std::string* s :
+       {&spec.named, &spec.syntax.begin, &spec.syntax.end, &spec.syntax.name_key,
+        &spec.syntax.arguments_key, &spec.syntax.think_begin, &spec.syntax.think_end})
     add_field(key, *s);
   for (const ToolFunction& f : spec.functions) {
     add_field(key, f.name);

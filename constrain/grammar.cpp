@@ -1,5 +1,7 @@
 #include "constrain/grammar.h"
 
+#include <algorithm>
+
 #include "constrain/state_masks.h"
 
 namespace ferry::constrain {
@@ -90,7 +92,70 @@ std::uint32_t GrammarBuilder::one_of(std::uint32_t rule, std::uint32_t from,
   return end;
 }
 
+std::uint32_t string_close_bytes(const Rule& rule, std::uint32_t state, std::uint32_t count) {
+  // The current character's bytes still to come (it was counted at its first byte).
+  static constexpr std::uint32_t kRest[kStrStates] = {
+      0,              // kStrOpen: handled below
+      0,              // kStrBody
+      1,              // kStrEscape
+      4, 3, 3, 2, 1,  // kStrHex1, kStrHex2, kStrHex2LowD, kStrHex3, kStrHex4
+      1, 2, 3,        // kStrCont1..3
+      2, 2, 3, 3,     // kStrE0, kStrED, kStrF0, kStrF4
+  };
+  if (state == kStrOpen) return rule.min_chars + 2;
+  const std::uint32_t rest = state < kStrStates ? kRest[state] : 0;
+  return rest + (count < rule.min_chars ? rule.min_chars - count : 0) + 1;
+}
+
+namespace {
+
+std::uint32_t add_dist(std::uint32_t a, std::uint32_t b) {
+  return a == kNoPath || b == kNoPath || a > kNoPath - 1 - b ? kNoPath : a + b;
+}
+
+// One relaxation pass over a rule's states, last to first (fragments mostly point forward, so
+// one pass settles most rules); true when a distance got shorter.
+bool relax(Rule& rule, const std::vector<Rule>& rules) {
+  bool changed = false;
+  for (std::size_t i = rule.states.size(); i-- > 0;) {
+    NfaState& st = rule.states[i];
+    std::uint32_t d = st.accept ? 0 : st.dist;
+    for (const ByteEdge& e : st.bytes) d = std::min(d, add_dist(1, rule.states[e.to].dist));
+    for (const std::uint32_t e : st.eps) d = std::min(d, rule.states[e].dist);
+    for (const CallEdge& c : st.calls)
+      d = std::min(d, add_dist(rules[c.rule].min_len, rule.states[c.to].dist));
+    if (d < st.dist) {
+      st.dist = d;
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+// Shortest matches by fixpoint (recursion goes through calls; distances only shrink).
+void compute_distances(std::vector<Rule>& rules) {
+  for (Rule& r : rules) {
+    if (r.kind == RuleKind::kString) r.min_len = r.min_chars + 2;
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (Rule& r : rules) {
+      if (r.kind != RuleKind::kNfa) continue;
+      while (relax(r, rules)) {
+      }
+      const std::uint32_t len = r.states[r.start].dist;
+      if (len < r.min_len) {
+        r.min_len = len;
+        changed = true;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 Grammar GrammarBuilder::finish(std::uint32_t root) {
+  compute_distances(grammar_.rules);
   grammar_.root = root;
   grammar_.masks = std::make_shared<StateMasks>();
   Grammar out = std::move(grammar_);

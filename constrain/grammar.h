@@ -26,11 +26,15 @@ struct CallEdge {
   std::uint32_t to = 0;    // where the caller continues when it returns
 };
 
+// No way to finish from here (a distance).
+inline constexpr std::uint32_t kNoPath = 0xFFFFFFFFu;
+
 struct NfaState {
   std::vector<ByteEdge> bytes;
   std::vector<CallEdge> calls;
   std::vector<std::uint32_t> eps;
-  bool accept = false;  // the rule may return here
+  bool accept = false;           // the rule may return here
+  std::uint32_t dist = kNoPath;  // fewest bytes from here to a return (set by finish())
 };
 
 enum class RuleKind {
@@ -45,8 +49,9 @@ struct Rule {
   std::string name;  // for diagnostics
   std::vector<NfaState> states;
   std::uint32_t start = 0;
-  std::uint32_t min_chars = 0;  // kString
-  std::uint32_t max_chars = 0;  // kString
+  std::uint32_t min_chars = 0;      // kString
+  std::uint32_t max_chars = 0;      // kString
+  std::uint32_t min_len = kNoPath;  // fewest bytes of a whole match (set by finish())
 };
 
 // Sub-states of a kString frame.
@@ -70,6 +75,9 @@ enum StringState : std::uint32_t {
 };
 
 class StateMasks;
+
+// Bytes a kString frame in sub-state `state` with `count` characters needs to close.
+std::uint32_t string_close_bytes(const Rule& rule, std::uint32_t state, std::uint32_t count);
 
 struct Grammar {
   std::vector<Rule> rules;
@@ -104,6 +112,8 @@ class GrammarBuilder {
 
   void set_max_whitespace(std::uint32_t n) { max_whitespace_ = n; }
   std::size_t state_count() const { return states_; }
+  // The finished grammar, with every state's distance to its rule's return and every rule's
+  // shortest match (what the matcher's token budget is measured against).
   Grammar finish(std::uint32_t root);
 
  private:

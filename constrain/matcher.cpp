@@ -142,6 +142,34 @@ void Matcher::dedup(Stacks& s) {
   s.ends.resize(kept);
 }
 
+std::uint64_t Matcher::frame_cost(const Frame& f) const {
+  const Rule& rule = grammar_->rules[f.rule];
+  if (rule.kind == RuleKind::kString) return string_close_bytes(rule, f.state, f.count);
+  const std::uint32_t d = rule.states[f.state].dist;
+  return d == kNoPath ? std::uint64_t{1} << 40 : d;  // unreachable: never fits
+}
+
+std::uint64_t Matcher::stack_cost(const Stacks& s, std::size_t i) const {
+  std::uint64_t c = 0;
+  for (std::uint32_t f = s.begin(i); f < s.ends[i]; ++f) c += frame_cost(s.frames[f]);
+  return c;
+}
+
+std::uint64_t Matcher::min_cost(const Stacks& s) const {
+  std::uint64_t best = ~std::uint64_t{0};
+  for (std::size_t i = 0; i < s.size() && best != 0; ++i) best = std::min(best, stack_cost(s, i));
+  return best;
+}
+
+bool Matcher::fits(const Stacks& s) const {
+  if (limit_ == kUnlimited) return true;
+  if (limit_ < 0) return false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (stack_cost(s, i) <= static_cast<std::uint64_t>(limit_)) return true;
+  }
+  return false;
+}
+
 bool Matcher::complete(const Stacks& s) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s.begin(i) == s.ends[i]) return true;
@@ -168,22 +196,63 @@ bool Matcher::is_dead() const {
 void Matcher::fill_mask(std::vector<std::uint64_t>& mask) {
   mask.assign(vocab_->mask_words(), 0);
   if (ended_ || cur_.size() == 0) return;
-  const auto set = [&](TokenId id) { mask[id / 64] |= std::uint64_t{1} << (id % 64); };
-  if (complete(cur_)) {
+  const bool done = complete(cur_);
+  if (done) {
     for (const TokenId id : vocab_->eos())
-      if (id < vocab_->size()) set(id);
+      if (id < vocab_->size()) mask[id / 64] |= std::uint64_t{1} << (id % 64);
   }
+  if (budget_ == kNoBudget) {
+    fill_content(mask);
+    return;
+  }
+  // This token and the end-of-generation id leave budget - 2 for the rest.
+  limit_ = static_cast<std::int64_t>(std::min<std::uint64_t>(budget_, INT64_MAX)) - 2;
+  fill_content(mask);
+  const auto none = [&] {
+    return std::all_of(mask.begin(), mask.end(), [](std::uint64_t w) { return w == 0; });
+  };
+  if (!done && none()) {
+    // Too short even for the shortest document: bring the end closer (the output is cut).
+    limit_ = static_cast<std::int64_t>(std::min<std::uint64_t>(min_cost(cur_), INT64_MAX)) - 1;
+    fill_content(mask);
+    if (none()) {
+      limit_ = kUnlimited;
+      fill_content(mask);
+    }
+  }
+  limit_ = kUnlimited;
+}
+
+void Matcher::keep_for_walk(const Stacks& s, std::size_t i) {
+  rest_.frames.insert(rest_.frames.end(), s.frames.begin() + s.begin(i),
+                      s.frames.begin() + s.ends[i]);
+  rest_.ends.push_back(static_cast<std::uint32_t>(rest_.frames.size()));
+}
+
+// The content tokens (not end-of-generation) allowed within limit_. A string body's fast path
+// serves when any token staying inside fits (one leaves at most 4 bytes of a character open),
+// a state mask when its worst accepted token fits; other stacks are walked token by token.
+void Matcher::fill_content(std::vector<std::uint64_t>& mask) {
   rest_.clear();
+  const auto within = [&](std::uint64_t cost) {
+    return limit_ == kUnlimited || (limit_ >= 0 && cost <= static_cast<std::uint64_t>(limit_));
+  };
   for (std::size_t i = 0; i < cur_.size(); ++i) {
     if (in_string_body(cur_, i)) {
-      string_fast_path(cur_, i, mask);
+      if (within(stack_cost(cur_, i) + 4)) {
+        string_fast_path(cur_, i, mask);
+        continue;
+      }
     } else if (const auto e = state_entry(cur_, i); e && !e->cheap) {
-      apply_entry(*e, cur_, i, mask);
-    } else {
-      rest_.frames.insert(rest_.frames.end(), cur_.frames.begin() + cur_.begin(i),
-                          cur_.frames.begin() + cur_.ends[i]);
-      rest_.ends.push_back(static_cast<std::uint32_t>(rest_.frames.size()));
+      const std::uint64_t below =
+          limit_ == kUnlimited ? 0
+                               : stack_cost(cur_, i) - frame_cost(cur_.frames[cur_.ends[i] - 1]);
+      if (within(below + e->max_after)) {
+        apply_entry(*e, cur_, i, mask);
+        continue;
+      }
     }
+    keep_for_walk(cur_, i);
   }
   if (rest_.size() != 0) walk_trie(rest_, mask);
 }
@@ -191,7 +260,7 @@ void Matcher::fill_mask(std::vector<std::uint64_t>& mask) {
 // Every token whose bytes the stacks accept, by a pre-order walk of the trie: levels_[d] holds
 // the stacks after the first d bytes of the current path; a node they reject skips its subtree.
 std::size_t Matcher::walk_trie(const Stacks& start, std::vector<std::uint64_t>& mask,
-                               std::vector<TokenId>* uncertain) {
+                               std::vector<TokenId>* uncertain, std::uint64_t* max_after) {
   const auto& trie = vocab_->trie();
   const auto& tokens = vocab_->token_list();
   levels_.resize(static_cast<std::size_t>(vocab_->max_depth()) + 1);
@@ -216,8 +285,13 @@ std::size_t Matcher::walk_trie(const Stacks& start, std::vector<std::uint64_t>& 
       continue;
     }
     if (uncertain) marker_[node.depth] = marker_[node.depth - 1] || complete(out);
-    for (std::uint32_t t = node.tokens; t < node.tokens_end; ++t)
-      mask[tokens[t] / 64] |= std::uint64_t{1} << (tokens[t] % 64);
+    if (node.tokens < node.tokens_end) {
+      if (max_after) *max_after = std::max(*max_after, min_cost(out));
+      if (fits(out)) {
+        for (std::uint32_t t = node.tokens; t < node.tokens_end; ++t)
+          mask[tokens[t] / 64] |= std::uint64_t{1} << (tokens[t] % 64);
+      }
+    }
     ++i;
   }
   return visited;
@@ -239,7 +313,10 @@ std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Stacks& s, s
   one_.ends.push_back(1);
   e->accepted.assign(vocab_->mask_words(), 0);
   depth_offset_ = depth - 1;
-  const std::size_t visited = walk_trie(one_, e->accepted, &e->uncertain);
+  const std::int64_t limit = limit_;
+  limit_ = kUnlimited;  // what the state accepts, whatever the budget
+  const std::size_t visited = walk_trie(one_, e->accepted, &e->uncertain, &e->max_after);
+  limit_ = limit;
   depth_offset_ = 0;
   if (visited < cheap_nodes_) {
     e->cheap = true;
@@ -257,7 +334,7 @@ void Matcher::apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size
   one_.frames.assign(s.frames.begin() + s.begin(i), s.frames.begin() + s.ends[i]);
   one_.ends.push_back(static_cast<std::uint32_t>(one_.frames.size()));
   for (const TokenId id : e.uncertain) {
-    if (advance_bytes(one_, vocab_->bytes(id), after_))
+    if (advance_bytes(one_, vocab_->bytes(id), after_) && fits(after_))
       mask[id / 64] |= std::uint64_t{1} << (id % 64);
   }
 }
@@ -282,8 +359,9 @@ void Matcher::string_fast_path(const Stacks& s, std::size_t i, std::vector<std::
   a_.clear();
   closure(tmp_, a_);
   dedup(a_);
+  const bool closed_fits = fits(a_);
   for (const Vocabulary::StringExit& e : vocab_->exits(256))
-    if (may_close(e.chars)) set(e.id);
+    if (closed_fits && may_close(e.chars)) set(e.id);
   for (std::uint32_t b = 0; b < 256; ++b) {
     const auto& exits = vocab_->exits(b);
     if (exits.empty()) continue;
@@ -292,7 +370,7 @@ void Matcher::string_fast_path(const Stacks& s, std::size_t i, std::vector<std::
     for (const Vocabulary::StringExit& e : exits) {
       if (!may_close(e.chars)) continue;
       const std::string_view rest = vocab_->bytes(e.id).substr(e.suffix + 1);
-      if (rest.empty() || advance_bytes(b_, rest, after_)) set(e.id);
+      if (rest.empty() ? fits(b_) : advance_bytes(b_, rest, after_) && fits(after_)) set(e.id);
     }
   }
 }
@@ -304,11 +382,13 @@ bool Matcher::accept_token(TokenId id) {
   if (vocab_->is_eos(id)) {
     if (!complete(cur_)) return false;
     ended_ = true;
+    if (budget_ != kNoBudget && budget_ > 0) --budget_;
     return true;
   }
   const std::string_view bytes = vocab_->bytes(id);
-  if (bytes.empty()) return false;
-  return accept_bytes(bytes);
+  if (bytes.empty() || !accept_bytes(bytes)) return false;
+  if (budget_ != kNoBudget && budget_ > 0) --budget_;
+  return true;
 }
 
 bool Matcher::accept_bytes(std::string_view bytes) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,18 @@ class Matcher {
   bool accept_token(TokenId id);
   // Advances by raw bytes (tests, forced text); false (and no change) when not allowed.
   bool accept_bytes(std::string_view bytes);
+
+  // Tokens that may still be sampled, the end-of-generation id included (max_tokens at the
+  // start); every accept_token spends one. With a budget, a token is allowed only when the
+  // shortest completion after it (in bytes, each a token at worst) and the end-of-generation id
+  // still fit, so the document always closes in time; when even the shortest one cannot fit,
+  // only tokens that shorten the way to the end are allowed (the output is then cut: length).
+  // Default: no budget.
+  static constexpr std::uint64_t kNoBudget = ~std::uint64_t{0};
+  void set_token_budget(std::uint64_t tokens) { budget_ = tokens; }
+  std::uint64_t token_budget() const { return budget_; }
+  // Fewest bytes that complete the document from here (0 when complete).
+  std::uint64_t shortest_completion() const { return min_cost(cur_); }
 
   // States whose trie walk visits fewer nodes than this keep no state mask (default
   // kCheapNodes; 0 keeps one for every rule state: tests compare both ways).
@@ -75,12 +88,21 @@ class Matcher {
   void advance(const Stacks& in, std::uint8_t b, Stacks& out) const;
   bool advance_bytes(const Stacks& in, std::string_view bytes, Stacks& out) const;
   static void dedup(Stacks& s);
+  std::uint64_t frame_cost(const Frame& f) const;
+  std::uint64_t stack_cost(const Stacks& s, std::size_t i) const;
+  std::uint64_t min_cost(const Stacks& s) const;
+  // The stacks' shortest completion is within limit_ (always, without a budget).
+  bool fits(const Stacks& s) const;
+  void fill_content(std::vector<std::uint64_t>& mask);
+  void keep_for_walk(const Stacks& s, std::size_t i);
   static bool complete(const Stacks& s);
   bool in_string_body(const Stacks& s, std::size_t i) const;
   // Returns the trie nodes visited. With `uncertain`, tokens that need the stack below the
   // start (they pop it and go on) are listed there instead of being decided.
+  // With `max_after`, the largest shortest-completion of an accepted token's stacks.
   std::size_t walk_trie(const Stacks& start, std::vector<std::uint64_t>& mask,
-                        std::vector<TokenId>* uncertain = nullptr);
+                        std::vector<TokenId>* uncertain = nullptr,
+                        std::uint64_t* max_after = nullptr);
   std::shared_ptr<const StateMasks::Entry> state_entry(const Stacks& s, std::size_t i);
   void apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,
                    std::vector<std::uint64_t>& mask);
@@ -90,6 +112,9 @@ class Matcher {
   std::shared_ptr<const Vocabulary> vocab_;
   Stacks cur_;
   bool ended_ = false;
+  static constexpr std::int64_t kUnlimited = INT64_MAX;
+  std::uint64_t budget_ = kNoBudget;
+  std::int64_t limit_ = kUnlimited;  // fill_mask: longest completion allowed after a token
   // Scratch, kept between steps.
   std::vector<Stacks> levels_;
   mutable std::vector<Frame> tmp_;

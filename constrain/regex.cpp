@@ -152,7 +152,12 @@ class Parser {
         return {};
       }
     }
+    if (++depth_ > kMaxGroupDepth) {
+      error_ = "groups nested deeper than " + std::to_string(kMaxGroupDepth);
+      return {};
+    }
     Node n = alternation();
+    --depth_;
     if (!error_.empty()) return {};
     if (at_end() || peek() != ')') {
       error_ = "missing ')'";
@@ -326,8 +331,10 @@ class Parser {
     a = std::move(r);
   }
 
+  static constexpr int kMaxGroupDepth = 32;  // the parser recurses per group
   std::string_view p_;
   std::size_t pos_ = 0;
+  int depth_ = 0;
   const RegexLimits& limits_;
   std::string error_;
 };

@@ -242,6 +242,20 @@ std::uint32_t SchemaCompiler::ref_rule(const std::string& ref, const std::string
 // each short, in the order a validator reads them.
 std::uint32_t SchemaCompiler::node_rule(const Json& s, const std::string& path) {
   if (failed()) return 0;
+  struct Nest {
+    std::uint32_t& d;
+    ~Nest() { --d; }
+  } nest{++depth_};
+  if (depth_ > opt_.max_schema_depth) {
+    fail("JSON Schema at '" + show_path(where_ + path) + "' nests deeper than " +
+         std::to_string(opt_.max_schema_depth) + " levels");
+    return 0;
+  }
+  if (b_.state_count() > opt_.regex.max_states) {
+    fail("JSON Schema too large: its grammar passes " + std::to_string(opt_.regex.max_states) +
+         " states at '" + show_path(where_ + path) + "'");
+    return 0;
+  }
   if (s.is_boolean()) {
     if (s.get<bool>()) return any_rule(0);
     fail("JSON Schema 'false' at '" + show_path(where_ + path) + "' allows no value");
@@ -381,6 +395,13 @@ std::uint32_t SchemaCompiler::enum_fragment(const Json& s, const std::string& pa
   if (literals.empty()) {
     fail("JSON Schema '" + keyword + "' at '" + show_path(where_ + path) +
          "' has no value of the declared type");
+    return from;
+  }
+  std::size_t bytes = 0;
+  for (const std::string& l : literals) bytes += l.size();
+  if (b_.state_count() + bytes > opt_.regex.max_states) {
+    unsupported(keyword, path,
+                "its values pass " + std::to_string(opt_.regex.max_states) + " grammar states");
     return from;
   }
   return b_.one_of(rule, from, literals);
@@ -625,21 +646,113 @@ std::uint32_t SchemaCompiler::array_of(std::uint32_t item_rule, std::uint64_t mi
 
 // ---- entry points --------------------------------------------------------------------------
 
-Result<Grammar> compile_json_schema(std::string_view schema_json, const CompileOptions& options) {
-  Json schema;
+namespace {
+
+// Counts each object's members as the text streams by (SAX: linear, no tree), keeping the
+// path for the error.
+class MemberScan : public nlohmann::json_sax<Json> {
+ public:
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override {
+    value();
+    open_.push_back(Level{true, 0, {}});
+    return true;
+  }
+  bool key(string_t& k) override {
+    Level& l = open_.back();
+    l.key = k;
+    if (++l.count <= kMaxMembers) return true;
+    too_many_ = true;
+    return false;
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    value();
+    open_.push_back(Level{false, 0, {}});
+    return true;
+  }
+  bool end_array() override {
+    open_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+  bool too_many() const { return too_many_; }
+  // The JSON pointer of the object that has too many members.
+  std::string path() const {
+    std::string p;
+    for (std::size_t i = 0; i + 1 < open_.size(); ++i) {
+      p += "/";
+      p += open_[i].object ? open_[i].key : std::to_string(open_[i].count - 1);
+    }
+    return p;
+  }
+
+ private:
+  struct Level {
+    bool object;
+    std::size_t count;  // members (object) or values (array) so far
+    std::string key;    // the current member's key (object)
+  };
+  bool value() {
+    if (!open_.empty() && !open_.back().object) ++open_.back().count;
+    return true;
+  }
+  std::vector<Level> open_;
+  bool too_many_ = false;
+};
+
+std::string pointer_text(const std::string& p) {
+  return "#" + (p.size() > 200 ? p.substr(0, 200) + "..." : p);
+}
+
+}  // namespace
+
+Result<Json> parse_schema_text(std::string_view text, const std::string& where) {
+  MemberScan scan;
+  nlohmann::json_sax<Json>& sax = scan;
+  const bool ok = Json::sax_parse(text, &sax, nlohmann::detail::input_format_t::json, false);
+  if (scan.too_many()) {
+    return Error::make(ErrorCode::kInvalidRequest, "JSON Schema too large: the object at '" +
+                                                       pointer_text(where + scan.path()) +
+                                                       "' has more than " +
+                                                       std::to_string(kMaxMembers) + " members");
+  }
+  (void)ok;  // a syntax error: the full parse below gives its message
   try {
-    schema = Json::parse(schema_json);
+    return Json::parse(text);
   } catch (const std::exception& e) {
     return Error::make(ErrorCode::kInvalidRequest,
                        std::string("the JSON schema is not valid JSON: ") + e.what());
   }
+}
+
+Result<Grammar> compile_json_schema(std::string_view schema_json, const CompileOptions& options) {
+  auto parsed = parse_schema_text(schema_json, "");
+  if (!parsed) return std::move(parsed).error();
+  const Json schema = std::move(parsed).value();
   GrammarBuilder b;
   SchemaCompiler compiler(b, options);
   auto body = compiler.document_rule(schema, "");
   if (!body) return std::move(body).error();
   const std::uint32_t root = b.add_rule("document");
   b.accept(root, b.call(root, b.ws(root, b.start(root)), *body));
-  return b.finish(root);
+  Grammar g = b.finish(root);
+  if (g.rules[g.root].min_len == kNoPath) {
+    return Error::make(ErrorCode::kInvalidRequest,
+                       "the JSON schema admits no finite document (its recursion never ends)");
+  }
+  return g;
 }
 
 Grammar compile_json_object(const CompileOptions& options) {

@@ -34,12 +34,17 @@ struct CompileOptions {
   std::uint32_t max_object_members = 32;  // a free-form object or map
   std::uint32_t max_any_depth = 6;        // nesting of free-form (untyped) values
   std::uint32_t max_integer_digits = 15;  // |value| < 10^15 keeps JSON numbers exact in JS
+  std::uint32_t max_schema_depth = 48;    // nesting of subschemas in the document
+  // regex.max_states also bounds the whole grammar: a bigger schema (huge enums, thousands
+  // of properties) is refused before it is built.
   RegexLimits regex;
 };
 
 // Compiles the schema given as JSON text (the declared property order is read from the
 // text). Errors (kInvalidRequest) name the keyword and its path, e.g.
-// "JSON Schema keyword 'not' at '/properties/a' is not supported".
+// "JSON Schema keyword 'not' at '/properties/a' is not supported"; a schema nested deeper
+// than max_schema_depth, or whose grammar would pass regex.max_states states, or that admits
+// no finite document, is refused too (time and memory stay bounded whatever the input).
 Result<Grammar> compile_json_schema(std::string_view schema_json,
                                     const CompileOptions& options = {});
 

@@ -18,6 +18,12 @@ namespace ferry::constrain {
 
 using Json = nlohmann::ordered_json;
 
+// Parses a schema's JSON text (member order kept) after a linear pre-scan that refuses an
+// object of more than kMaxMembers members (the ordered parse is quadratic in them), naming
+// its path under `where`. Errors: kInvalidRequest.
+inline constexpr std::size_t kMaxMembers = 1000;
+Result<Json> parse_schema_text(std::string_view text, const std::string& where);
+
 class SchemaCompiler {
  public:
   SchemaCompiler(GrammarBuilder& builder, const CompileOptions& options);
@@ -59,6 +65,7 @@ class SchemaCompiler {
   std::map<std::string, std::uint32_t> refs_;   // JSON pointer -> rule, per document
   std::map<std::uint32_t, std::uint32_t> any_;  // depth -> rule
   std::optional<Error> error_;
+  std::uint32_t depth_ = 0;  // node_rule nesting
 };
 
 }  // namespace ferry::constrain

@@ -22,6 +22,9 @@ class StateMasks {
     bool cheap = false;                         // the plain trie walk is cheap: nothing kept
     std::vector<std::uint64_t> accepted;        // tokens accepted in any context
     std::vector<tokenizer::TokenId> uncertain;  // tokens to check against the real stack
+    // The longest shortest-completion (bytes) of the frames the start becomes after an
+    // accepted token: below + this within the budget means every accepted token fits.
+    std::uint64_t max_after = 0;
   };
   static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
 

@@ -44,12 +44,14 @@ Result<std::uint32_t> add_call_rule(GrammarBuilder& b, SchemaCompiler& compiler,
     if (spec.choice == ToolChoice::kNamed && f.name != spec.named) continue;
     Json params = Json::object({{"type", "object"}, {"additionalProperties", false}});
     if (!f.parameters_json.empty()) {
-      try {
-        params = Json::parse(f.parameters_json);
-      } catch (const std::exception& e) {
-        return invalid("tools[" + std::to_string(i) +
-                       "].function.parameters is not JSON: " + e.what());
+      auto parsed = parse_schema_text(f.parameters_json,
+                                      "/tools/" + std::to_string(i) + "/function/parameters");
+      if (!parsed) {
+        Error e = std::move(parsed).error();
+        e.param = "tools";
+        return e;
       }
+      params = std::move(parsed).value();
     }
     auto args =
         compiler.document_rule(params, "/tools/" + std::to_string(i) + "/function/parameters");
@@ -70,67 +72,129 @@ Result<std::uint32_t> add_call_rule(GrammarBuilder& b, SchemaCompiler& compiler,
   return call;
 }
 
-// The rule of the calls: marker, call, marker, repeated up to max_calls, white space between.
+// The rule of the calls after the opening marker. kMarked: call, end marker, then (parallel)
+// more marker-call-marker, white space between; kList: `[` call, call... `]`; kBare: one call.
 std::uint32_t add_calls_rule(GrammarBuilder& b, const ToolSpec& spec, std::uint32_t call) {
   const ToolCallSyntax& syn = spec.syntax;
   const std::uint32_t calls = b.add_rule("tool calls");
-  const std::uint32_t n = spec.parallel_tool_calls ? std::max<std::uint32_t>(1, spec.max_calls) : 1;
+  std::uint32_t n = spec.parallel_tool_calls ? std::max<std::uint32_t>(1, spec.max_calls) : 1;
+  if (syn.layout == ToolLayout::kBare) n = 1;
   std::uint32_t cur = b.start(calls);
+  if (syn.layout == ToolLayout::kList) cur = b.literal(calls, b.ws(calls, cur), "[");
   for (std::uint32_t k = 0; k < n; ++k) {
-    if (k > 0) cur = b.literal(calls, b.ws(calls, cur), syn.begin);
-    cur = b.literal(calls, b.ws(calls, b.call(calls, b.ws(calls, cur), call)), syn.end);
-    b.accept(calls, cur);
+    if (k > 0 && syn.layout == ToolLayout::kMarked)
+      cur = b.literal(calls, b.ws(calls, cur), syn.begin);
+    if (k > 0 && syn.layout == ToolLayout::kList) cur = b.literal(calls, b.ws(calls, cur), ",");
+    cur = b.ws(calls, b.call(calls, b.ws(calls, cur), call));
+    if (syn.layout == ToolLayout::kMarked) {
+      cur = b.literal(calls, cur, syn.end);
+      b.accept(calls, cur);
+    } else if (syn.layout == ToolLayout::kList) {
+      b.accept(calls, b.literal(calls, cur, "]"));
+    } else {
+      b.accept(calls, cur);
+    }
   }
   return calls;
 }
 
-// Free text in `root`: one state per length of the opening marker's prefix that the text ends
-// with; with tool_choice auto, a completed marker goes on to the calls.
-void add_text_states(GrammarBuilder& b, const ToolSpec& spec, std::uint32_t root,
-                     std::uint32_t calls) {
-  const std::string& marker = spec.syntax.begin;
+// Free text in `rule` from `from`: one state per length of the marker's prefix that the text
+// ends with (each accepting when `accept`); with `opens`, a completed marker leads to the
+// returned state, else the text never contains the marker (and the returned state is unused).
+std::uint32_t add_text_states(GrammarBuilder& b, std::uint32_t rule, std::uint32_t from,
+                              const std::string& marker, bool accept, bool opens) {
   const auto m = static_cast<std::uint32_t>(marker.size());
   std::vector<std::uint32_t> text(m);
-  text[0] = b.start(root);
-  for (std::uint32_t k = 1; k < m; ++k) text[k] = b.add_state(root);
-  const std::uint32_t opened = b.add_state(root);
+  text[0] = from;
+  for (std::uint32_t k = 1; k < m; ++k) text[k] = b.add_state(rule);
+  const std::uint32_t opened = b.add_state(rule);
   for (std::uint32_t k = 0; k < m; ++k) {
-    b.accept(root, text[k]);
+    if (accept) b.accept(rule, text[k]);
     std::uint32_t lo = 0;
     while (lo < 256) {
       const std::uint32_t target = kmp_next(marker, k, static_cast<std::uint8_t>(lo));
       std::uint32_t hi = lo;
       while (hi + 1 < 256 && kmp_next(marker, k, static_cast<std::uint8_t>(hi + 1)) == target) ++hi;
       if (target < m) {
-        b.byte_edge(root, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi),
+        b.byte_edge(rule, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi),
                     text[target]);
-      } else if (spec.choice == ToolChoice::kAuto) {
-        b.byte_edge(root, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi),
+      } else if (opens) {
+        b.byte_edge(rule, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi),
                     opened);
       }
       lo = hi + 1;
     }
   }
-  if (spec.choice == ToolChoice::kAuto) b.accept(root, b.call(root, opened, calls));
+  return opened;
+}
+
+// kBare text: empty, or a first byte that cannot begin a call (not `{`, not white space), then
+// anything.
+void add_bare_text(GrammarBuilder& b, std::uint32_t rule, std::uint32_t from) {
+  b.accept(rule, from);
+  const std::uint32_t text = b.add_state(rule);
+  b.accept(rule, text);
+  b.byte_edge(rule, text, 0, 255, text);
+  const std::uint8_t excluded[] = {'\t', '\n', ' ', '{'};
+  std::uint32_t lo = 0;
+  for (const std::uint8_t x : excluded) {
+    if (lo < x) b.byte_edge(rule, from, static_cast<std::uint8_t>(lo), x - 1, text);
+    lo = x + 1u;
+  }
+  b.byte_edge(rule, from, static_cast<std::uint8_t>(lo), 255, text);
+}
+
+// The output after any think block, from `from` in `root`.
+void add_body(GrammarBuilder& b, const ToolSpec& spec, std::uint32_t root, std::uint32_t from,
+              std::uint32_t calls) {
+  const ToolCallSyntax& syn = spec.syntax;
+  const bool forced = spec.choice == ToolChoice::kRequired || spec.choice == ToolChoice::kNamed;
+  if (syn.layout == ToolLayout::kBare) {
+    if (spec.choice != ToolChoice::kNone) b.accept(root, b.call(root, b.ws(root, from), calls));
+    if (!forced) add_bare_text(b, root, from);
+    return;
+  }
+  if (forced) {
+    b.accept(root, b.call(root, b.literal(root, b.ws(root, from), syn.begin), calls));
+    return;
+  }
+  const bool opens = spec.choice == ToolChoice::kAuto;
+  const std::uint32_t opened = add_text_states(b, root, from, syn.begin, true, opens);
+  if (opens) b.accept(root, b.call(root, opened, calls));
 }
 
 }  // namespace
 
 Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& options) {
   const ToolCallSyntax& syn = spec.syntax;
-  if (syn.begin.empty()) return invalid("tool-call syntax: the opening marker is empty");
+  if (syn.begin.empty() && syn.layout != ToolLayout::kBare) {
+    return invalid("tool-call syntax: the opening marker is empty");
+  }
+  if (syn.think_begin.empty() != syn.think_end.empty()) {
+    return invalid("tool-call syntax: a think block needs both markers");
+  }
   GrammarBuilder b;
   SchemaCompiler compiler(b, options);
   auto call = add_call_rule(b, compiler, spec);
   if (!call) return std::move(call).error();
   const std::uint32_t calls = add_calls_rule(b, spec, *call);
   const std::uint32_t root = b.add_rule("document");
-  if (spec.choice == ToolChoice::kRequired || spec.choice == ToolChoice::kNamed) {
-    b.accept(root, b.call(root, b.literal(root, b.ws(root, b.start(root)), syn.begin), calls));
-    return b.finish(root);
+  std::uint32_t body = b.start(root);
+  if (!syn.think_begin.empty()) {
+    // An optional think block first: free text up to its end marker, then white space.
+    body = b.add_state(root);
+    b.eps(root, b.start(root), body);
+    const std::uint32_t in = b.literal(root, b.start(root), syn.think_begin);
+    b.eps(root, b.ws(root, add_text_states(b, root, in, syn.think_end, false, true)), body);
   }
-  add_text_states(b, spec, root, calls);
-  return b.finish(root);
+  add_body(b, spec, root, body, calls);
+  Grammar g = b.finish(root);
+  if (g.rules[g.root].min_len == kNoPath) {
+    return invalid(
+        "tools: no call of a declared function can be written (a parameters schema "
+        "admits no finite document)");
+  }
+  return g;
 }
 
 }  // namespace ferry::constrain

@@ -1,17 +1,24 @@
 // The grammar of tool calls: OpenAI `tools` (function name + parameters schema) and
 // `tool_choice` compiled into what the model may write. Stateless functions; thread-safe.
 //
-// Output syntax (ToolCallSyntax, default Hermes style, which Qwen2.5/Qwen3, SmolLM3 and Hermes
-// templates document and which is also the generic format for templates with none of their
-// own): each call is `<tool_call>` ws `{"name": "<declared name>", "arguments": {...}}` ws
-// `</tool_call>`, calls separated by white space. The name is always a declared one and the
-// arguments always valid against that function's parameters (JSON Schema, schema.h).
-//   auto      free text; once the text contains the opening marker, the rest is calls
-//   none      free text that never contains the opening marker
-//   required  one or more calls from the first byte (one when parallel calls are off)
+// Output syntax (ToolCallSyntax), by layout; a call is `{"<name_key>": "<declared name>",
+// "<arguments_key>": {...}}`, the name always a declared one and the arguments always valid
+// against that function's parameters (JSON Schema, schema.h):
+//   kMarked (default; Hermes style, which Qwen2.5/Qwen3, SmolLM3 and Hermes templates document
+//            and which is also the generic format): `<tool_call>` ws call ws `</tool_call>`
+//            per call, white space between calls.
+//   kList   (Mistral): `[TOOL_CALLS]` ws `[` call, call... `]`.
+//   kBare   (Llama 3.1+ JSON, key "parameters"): one call as the whole output, no marker.
+// tool_choice:
+//   auto      free text; once the text contains the opening marker, the rest is calls (kBare:
+//             a call, or text that does not begin with `{` or white space)
+//   none      free text that never contains the opening marker (kBare: the same text)
+//   required  one or more calls from the first byte (one when parallel calls are off; kBare
+//             always one)
 //   named     the same, of that function only
-// The markers are generated as text bytes (a vocabulary's own marker token, when it is a
-// special token, is never allowed).
+// With think markers (Qwen3), a free think block `<think>`...`</think>` may come first; the
+// rules above apply after it. The markers are generated as text bytes (a vocabulary's own
+// marker token, when it is a special token, is never allowed).
 #pragma once
 
 #include <cstdint>
@@ -31,11 +38,16 @@ struct ToolFunction {
 
 enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
+enum class ToolLayout { kMarked, kList, kBare };
+
 struct ToolCallSyntax {
-  std::string begin = "<tool_call>";
-  std::string end = "</tool_call>";
+  ToolLayout layout = ToolLayout::kMarked;
+  std::string begin = "<tool_call>";  // kMarked: before each call; kList: before the list
+  std::string end = "</tool_call>";   // kMarked: after each call
   std::string name_key = "name";
   std::string arguments_key = "arguments";
+  std::string think_begin;  // non-empty: a think block may open the output
+  std::string think_end;
 };
 
 struct ToolSpec {

@@ -69,6 +69,17 @@ TEST_F(TemplateFamilyTest, EachFamilyIsDetectedByWhatItRenders) {
   const TemplateTools mistral = detect(test::kMistralTemplate);
   EXPECT_TRUE(mistral.renders_tools);
   EXPECT_EQ(mistral.format, ToolFormat::kMistral);
+  EXPECT_EQ(llama.arguments_key, "parameters");
+  EXPECT_TRUE(llama.unsupported.empty());
+  EXPECT_TRUE(mistral.unsupported.empty());
+  const TemplateTools args = detect(test::kMistralArgsTemplate);
+  EXPECT_EQ(args.format, ToolFormat::kMistral);
+  EXPECT_NE(args.unsupported.find("[ARGS]"), std::string::npos);
+  const TemplateTools qwen3 = detect(test::kQwen3ThinkingTemplate);
+  EXPECT_EQ(qwen3.format, ToolFormat::kHermes);
+  EXPECT_EQ(qwen3.think_begin, "<think>");
+  EXPECT_EQ(qwen3.think_end, "</think>");
+  EXPECT_TRUE(hermes.think_begin.empty());
   const TemplateTools generic = detect(test::kGenericToolsTemplate);
   EXPECT_TRUE(generic.renders_tools);
   EXPECT_EQ(generic.format, ToolFormat::kGeneric);
@@ -78,13 +89,15 @@ TEST_F(TemplateFamilyTest, EachFamilyIsDetectedByWhatItRenders) {
 // ---- the tool-call reader ---------------------------------------------------------------------
 
 struct Read {
+  std::string reasoning;
   std::string text;
   std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
   std::vector<std::string> ids;
 };
 
-Read read_all(const std::string& output, const std::vector<size_t>& cuts) {
-  ToolCallParser parser(constrain::ToolCallSyntax{}, "seed");
+Read read_all(const std::string& output, const std::vector<size_t>& cuts,
+              const constrain::ToolCallSyntax& syntax = {}) {
+  ToolCallParser parser(syntax, "seed");
   std::vector<ToolPiece> pieces;
   size_t at = 0;
   for (size_t cut : cuts) {
@@ -96,6 +109,10 @@ Read read_all(const std::string& output, const std::vector<size_t>& cuts) {
   Read r;
   for (const ToolPiece& p : pieces) {
     switch (p.kind) {
+      case ToolPiece::Kind::kReasoning:
+        EXPECT_TRUE(r.calls.empty() && r.text.empty()) << "reasoning after the body";
+        r.reasoning += p.text;
+        break;
       case ToolPiece::Kind::kText:
         EXPECT_TRUE(r.calls.empty()) << "text after a call";
         r.text += p.text;
@@ -145,6 +162,71 @@ TEST(ToolCallParserTest, WhiteSpaceBeforeACallIsNoContentAndAMarkerPrefixAtTheEn
   const Read text = read_all("see <tool_c", {5});
   EXPECT_EQ(text.text, "see <tool_c");
   EXPECT_TRUE(text.calls.empty());
+}
+
+// Every split of an output reads as the whole does.
+void expect_same_in_every_split(const std::string& out, const constrain::ToolCallSyntax& syn,
+                                const Read& whole) {
+  for (size_t a = 1; a < out.size(); ++a) {
+    for (size_t b = a; b < out.size(); b += 5) {
+      const Read r = read_all(out, {a, b}, syn);
+      EXPECT_EQ(r.reasoning, whole.reasoning) << a << "," << b;
+      EXPECT_EQ(r.text, whole.text) << a << "," << b;
+      EXPECT_EQ(r.calls, whole.calls) << a << "," << b;
+    }
+  }
+}
+
+TEST(ToolCallParserTest, MistralListAndLlamaBareCallsReadInEverySplit) {
+  TemplateTools mistral;
+  mistral.format = ToolFormat::kMistral;
+  const auto list = tool_call_syntax(mistral, false);
+  const std::string out =
+      "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a],\\\"}\"}}, "
+      "{\"name\":\"f\",\"arguments\":{}}]";
+  const Read whole = read_all(out, {}, list);
+  EXPECT_EQ(whole.text, "");
+  ASSERT_EQ(whole.calls.size(), 2u);
+  EXPECT_EQ(whole.calls[0].first, "get_weather");
+  EXPECT_EQ(whole.calls[0].second, "{\"city\": \"a],\\\"}\"}");
+  EXPECT_EQ(whole.calls[1].second, "{}");
+  expect_same_in_every_split(out, list, whole);
+
+  TemplateTools llama;
+  llama.format = ToolFormat::kLlama3Json;
+  llama.arguments_key = "parameters";
+  const auto bare = tool_call_syntax(llama, false);
+  const std::string call = " {\"name\": \"get_time\", \"parameters\": {\"zone\": -3}}";
+  const Read one = read_all(call, {}, bare);
+  EXPECT_EQ(one.text, "");
+  ASSERT_EQ(one.calls.size(), 1u);
+  EXPECT_EQ(one.calls[0].first, "get_time");
+  EXPECT_EQ(one.calls[0].second, "{\"zone\": -3}");
+  expect_same_in_every_split(call, bare, one);
+  // Text that does not open with '{' is text, braces and all.
+  const Read text = read_all("It is {sunny}.", {3}, bare);
+  EXPECT_EQ(text.text, "It is {sunny}.");
+  EXPECT_TRUE(text.calls.empty());
+}
+
+TEST(ToolCallParserTest, AThinkBlockIsReasoningAndTheBodyFollowsIt) {
+  TemplateTools qwen3;
+  qwen3.format = ToolFormat::kHermes;
+  qwen3.think_begin = "<think>";
+  qwen3.think_end = "</think>";
+  const auto syn = tool_call_syntax(qwen3, true);
+  const std::string out =
+      "<think>\nweather? </thin maybe <tool_call>\n</think>\n\n<tool_call>{\"name\": \"f\", "
+      "\"arguments\": {}}</tool_call>";
+  const Read whole = read_all(out, {}, syn);
+  EXPECT_EQ(whole.reasoning, "\nweather? </thin maybe <tool_call>\n");
+  EXPECT_EQ(whole.text, "");
+  ASSERT_EQ(whole.calls.size(), 1u);
+  expect_same_in_every_split(out, syn, whole);
+  const Read plain = read_all("<thi is not a think block", {2}, syn);
+  EXPECT_EQ(plain.reasoning, "");
+  EXPECT_EQ(plain.text, "<thi is not a think block");
+  EXPECT_TRUE(tool_call_syntax(qwen3, false).think_begin.empty());
 }
 
 // ---- served -----------------------------------------------------------------------------------
@@ -273,6 +355,77 @@ TEST_F(ConstrainedBackendTest, RequiredToolCallsAreDeclaredFunctionsWithValidArg
   EXPECT_GT(with_calls, 0);
 }
 
+// Llama 3.1 JSON and Mistral [TOOL_CALLS] templates: calls in OpenAI's shape, never markers.
+TEST_F(ConstrainedBackendTest, LlamaAndMistralTemplatesGetCallsInTheirOwnFormat) {
+  for (const char* tmpl : {test::kLlama3Template, test::kMistralTemplate}) {
+    auto backend = open(tmpl);
+    int with_calls = 0;
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+      Json body = ask(120, seed);
+      body["tools"] = weather_tools();
+      body["tool_choice"] =
+          seed % 2 == 0 ? Json("required")
+                        : Json{{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+      auto reply = run(*backend, body);
+      ASSERT_TRUE(reply.has_value()) << reply.error().message;
+      const Json choice = Json::parse(reply->body)["choices"][0];
+      ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice.dump();
+      ++with_calls;
+      EXPECT_TRUE(choice["message"]["content"].is_null()) << choice.dump();
+      for (const Json& call : choice["message"]["tool_calls"]) expect_valid_weather_call(call);
+      if (tmpl == test::kLlama3Template) {
+        EXPECT_EQ(choice["message"]["tool_calls"].size(), 1u);
+      }
+    }
+    EXPECT_EQ(with_calls, 4);
+    // auto: text or a call, and text never carries a raw call.
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+      Json body = ask(40, seed);
+      body["tools"] = weather_tools();
+      auto reply = run(*backend, body);
+      ASSERT_TRUE(reply.has_value()) << reply.error().message;
+      const Json m = Json::parse(reply->body)["choices"][0]["message"];
+      if (m.contains("tool_calls")) {
+        for (const Json& call : m["tool_calls"]) expect_valid_weather_call(call);
+      } else {
+        EXPECT_EQ(m["content"].get<std::string>().find("[TOOL_CALLS]"), std::string::npos);
+      }
+    }
+  }
+}
+
+// Qwen3 thinking: a think block may come first; its text is reasoning_content (counted as
+// reasoning tokens), the calls after it as ever. enable_thinking false: no think block.
+TEST_F(ConstrainedBackendTest, AThinkBlockIsReasoningContentBeforeTheCalls) {
+  auto backend = open(test::kQwen3ThinkingTemplate);
+  int thought = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    Json body = ask(160, seed);
+    body["tools"] = weather_tools();
+    body["tool_choice"] = "required";
+    if (seed > 8) body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    auto reply = run(*backend, body);
+    ASSERT_TRUE(reply.has_value()) << reply.error().message;
+    const Json j = Json::parse(reply->body);
+    const Json choice = j["choices"][0];
+    ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice.dump();
+    for (const Json& call : choice["message"]["tool_calls"]) expect_valid_weather_call(call);
+    const int64_t reasoning = j["usage"]["completion_tokens_details"]["reasoning_tokens"];
+    EXPECT_EQ(reply->usage.reasoning_tokens, reasoning);
+    if (choice["message"].contains("reasoning_content")) {
+      EXPECT_LE(seed, 8u) << "a think block with thinking off";
+      const std::string r = choice["message"]["reasoning_content"];
+      EXPECT_EQ(r.find("</think>"), std::string::npos) << r;
+      EXPECT_GT(reasoning, 0);
+      EXPECT_LT(reasoning, j["usage"]["completion_tokens"].get<int64_t>());
+      ++thought;
+    } else {
+      EXPECT_EQ(reasoning, 0);
+    }
+  }
+  EXPECT_GT(thought, 0);
+}
+
 TEST_F(ConstrainedBackendTest, NamedChoiceCallsThatFunctionOnly) {
   auto backend = open(test::kGenericToolsTemplate);
   Json body = ask(200, 3);
@@ -351,7 +504,16 @@ TEST_F(ConstrainedBackendTest, JsonSchemaOutputsParseAndTruncationIsLength) {
       EXPECT_LE(v["tags"].size(), 3u);
     }
   }
-  Json cut = ask(3, 1);
+  // max_tokens 3 fits the shortest object and the end of generation: it closes in time.
+  Json fits = ask(3, 1);
+  fits["response_format"] = {{"type", "json_object"}};
+  auto closed = run(*backend, fits);
+  ASSERT_TRUE(closed.has_value()) << closed.error().message;
+  const Json done = Json::parse(closed->body)["choices"][0];
+  EXPECT_EQ(done["finish_reason"], "stop") << done.dump();
+  EXPECT_TRUE(Json::parse(done["message"]["content"].get<std::string>()).is_object());
+  // 2 is below it: cut, with every token on the way to the end (no white space first).
+  Json cut = ask(2, 1);
   cut["response_format"] = {{"type", "json_object"}};
   auto reply = run(*backend, cut);
   ASSERT_TRUE(reply.has_value()) << reply.error().message;
@@ -359,9 +521,8 @@ TEST_F(ConstrainedBackendTest, JsonSchemaOutputsParseAndTruncationIsLength) {
   const Json choice = Json::parse(reply->body)["choices"][0];
   EXPECT_EQ(choice["finish_reason"], "length");
   const std::string text = choice["message"]["content"];
-  const size_t first = text.find_first_not_of(" \n\t");
-  ASSERT_NE(first, std::string::npos) << text;  // 3 tokens: at most white space before the '{'
-  EXPECT_EQ(text[first], '{') << text;
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text[0], '{') << text;
 }
 
 TEST_F(ConstrainedBackendTest, WhatTheEngineCannotHonourIsA400ThatMayFallBack) {
@@ -391,12 +552,13 @@ TEST_F(ConstrainedBackendTest, WhatTheEngineCannotHonourIsA400ThatMayFallBack) {
     EXPECT_EQ(reply.error().type_code, kUnsupportedByTarget) << reply.error().message;
     EXPECT_NE(reply.error().message.find(c.says), std::string::npos) << reply.error().message;
   }
-  auto llama = open(test::kLlama3Template);
+  auto args = open(test::kMistralArgsTemplate);
   Json body = ask(20, 1);
   body["tools"] = weather_tools();
-  auto reply = run(*llama, body);
+  auto reply = run(*args, body);
   ASSERT_FALSE(reply.has_value());
   EXPECT_EQ(reply.error().type_code, kUnsupportedByTarget);
+  EXPECT_NE(reply.error().message.find("[ARGS]"), std::string::npos) << reply.error().message;
   // tool_choice none on a template without tools: plain text, no constraint.
   body = ask(5, 1);
   body["tools"] = weather_tools();

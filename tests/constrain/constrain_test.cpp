@@ -220,6 +220,110 @@ INSTANTIATE_TEST_SUITE_P(
             R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"type":"array","items":{"$ref":"#/$defs/a"}})",
             "$ref", "#/items"}));
 
+// Every JSON Schema keyword outside the supported subset, each nested at a path: a 400 that
+// names it and the path.
+TEST(Constrain, EveryUnsupportedKeywordIsRefusedByNameAndPath) {
+  const std::vector<std::pair<std::string, std::string>> keywords = {
+      {"not", R"({"type":"string"})"},
+      {"oneOf", R"([{"type":"string"}])"},
+      {"if", R"({"type":"string"})"},
+      {"then", R"({"type":"string"})"},
+      {"else", R"({"type":"string"})"},
+      {"multipleOf", "2"},
+      {"uniqueItems", "true"},
+      {"contains", R"({"type":"string"})"},
+      {"minContains", "1"},
+      {"maxContains", "1"},
+      {"prefixItems", R"([{"type":"string"}])"},
+      {"unevaluatedItems", "false"},
+      {"unevaluatedProperties", "false"},
+      {"patternProperties", R"({"^a":{}})"},
+      {"propertyNames", R"({"maxLength":2})"},
+      {"minProperties", "1"},
+      {"maxProperties", "1"},
+      {"dependentRequired", R"({"a":["b"]})"},
+      {"dependentSchemas", R"({"a":{}})"},
+      {"dependencies", R"({"a":["b"]})"},
+      {"contentEncoding", R"("base64")"},
+      {"contentMediaType", R"("text/plain")"},
+      {"contentSchema", R"({})"},
+      {"$dynamicRef", R"("#a")"},
+      {"$dynamicAnchor", R"("a")"},
+      {"$anchor", R"("a")"},
+      {"$recursiveRef", R"("#")"},
+      {"additionalItems", "false"},
+      {"nullable", "true"},
+      {"discriminator", R"({"propertyName":"k"})"},
+  };
+  for (const auto& [keyword, value] : keywords) {
+    const std::string schema =
+        R"({"type":"object","properties":{"outer":{"type":"array","items":{")" + keyword + R"(":)" +
+        value + "}}}}";
+    auto g = compile_json_schema(schema);
+    ASSERT_FALSE(g.has_value()) << schema;
+    EXPECT_EQ(g.error().code, ErrorCode::kInvalidRequest);
+    const std::string& m = g.error().message;
+    EXPECT_NE(m.find("'" + keyword + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find("'#/properties/outer/items'"), std::string::npos) << m;
+  }
+}
+
+// Hostile schemas are refused with a clear error, never a crash or an unbounded build.
+TEST(Constrain, HostileSchemasAreRefusedWithinBounds) {
+  // Nesting far deeper than any schema needs (the compiler would recurse per level).
+  std::string deep;
+  for (int i = 0; i < 20000; ++i) deep += R"({"type":"array","items":)";
+  deep += R"({"type":"string"})";
+  for (int i = 0; i < 20000; ++i) deep += "}";
+  auto a = compile_json_schema(deep);
+  ASSERT_FALSE(a.has_value());
+  EXPECT_NE(a.error().message.find("nests deeper than 48 levels"), std::string::npos)
+      << a.error().message.substr(0, 300);
+  // A huge enum: a million values.
+  std::string values;
+  for (int i = 0; i < 1000000; ++i) values += (i ? ",\"v" : "\"v") + std::to_string(i) + "\"";
+  auto b = compile_json_schema(R"({"type":"object","properties":{"e":{"enum":[)" + values + "]}}}");
+  ASSERT_FALSE(b.has_value());
+  EXPECT_NE(b.error().message.find("'enum' at '#/properties/e'"), std::string::npos)
+      << b.error().message;
+  // Thousands of properties: the grammar's state bound, at the property where it passed.
+  std::string props;
+  for (int i = 0; i < 20000; ++i)
+    props += (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"string","format":"uuid"})";
+  auto c = compile_json_schema(R"({"type":"object","properties":{)" + props + "}}");
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message.find("too large: the object at '#/properties' has more than 1000"),
+            std::string::npos)
+      << c.error().message;
+  // Fewer properties, each a big pattern: the grammar's state bound, where it passed.
+  std::string big;
+  for (int i = 0; i < 900; ++i)
+    big +=
+        (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"string","pattern":"[a-z]{300}"})";
+  auto c2 = compile_json_schema(R"({"type":"object","properties":{)" + big + "}}");
+  ASSERT_FALSE(c2.has_value());
+  EXPECT_NE(c2.error().message.find("grammar"), std::string::npos) << c2.error().message;
+  EXPECT_NE(c2.error().message.find("#/properties/p"), std::string::npos) << c2.error().message;
+  // Giant patterns: nested groups, and repetitions that multiply.
+  std::string groups(5000, '(');
+  groups += "a" + std::string(5000, ')');
+  auto d = compile_json_schema(R"({"type":"string","pattern":")" + groups + R"("})");
+  ASSERT_FALSE(d.has_value());
+  EXPECT_NE(d.error().message.find("'pattern' at '#'"), std::string::npos) << d.error().message;
+  EXPECT_NE(d.error().message.find("nested deeper"), std::string::npos) << d.error().message;
+  auto e = compile_json_schema(R"x({"type":"string","pattern":"((([a-z]{1000}){1000}){1000})"})x");
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.error().message.find("grammar states"), std::string::npos) << e.error().message;
+  // Recursion with no way out: no finite document.
+  auto f = compile_json_schema(
+      R"({"type":"object","properties":{"next":{"$ref":"#"}},"required":["next"]})");
+  ASSERT_FALSE(f.has_value());
+  EXPECT_NE(f.error().message.find("no finite document"), std::string::npos) << f.error().message;
+  // The same recursion with a way out compiles (a linked list).
+  EXPECT_TRUE(
+      compile_json_schema(R"({"type":"object","properties":{"next":{"$ref":"#"}}})").has_value());
+}
+
 TEST(Constrain, SchemaThatIsNotJsonIsAnError) {
   auto g = compile_json_schema("{\"type\":");
   ASSERT_FALSE(g.has_value());
@@ -230,6 +334,15 @@ TEST(Constrain, SchemaThatIsNotJsonIsAnError) {
 
 bool bit(const std::vector<std::uint64_t>& mask, TokenId id) {
   return (mask[id / 64] >> (id % 64)) & 1u;
+}
+
+// The ids a mask allows, in order.
+std::vector<TokenId> allowed_ids(const std::vector<std::uint64_t>& mask) {
+  std::vector<TokenId> ids;
+  for (std::size_t w = 0; w < mask.size(); ++w)
+    for (std::uint64_t bits = mask[w]; bits; bits &= bits - 1)
+      ids.push_back(static_cast<TokenId>(w * 64 + __builtin_ctzll(bits)));
+  return ids;
 }
 
 // At each step of a seeded walk, the mask equals a token-by-token check of what the matcher
@@ -411,6 +524,66 @@ TEST(ConstrainTools, NamedAndSingleCall) {
       R"(<tool_call>{"name":"now","arguments":{}}</tool_call><tool_call>{"name":"now","arguments":{}}</tool_call>)"));
 }
 
+TEST(ConstrainTools, MistralListLayout) {
+  ToolSpec spec = weather_tools(ToolChoice::kRequired);
+  spec.syntax.layout = ToolLayout::kList;
+  spec.syntax.begin = "[TOOL_CALLS]";
+  spec.syntax.end.clear();
+  const auto g = tools_grammar(spec);
+  EXPECT_TRUE(accepts(g, R"([TOOL_CALLS][{"name":"now","arguments":{}}])"));
+  EXPECT_TRUE(accepts(
+      g,
+      R"([TOOL_CALLS] [{"name":"now","arguments":{}}, {"name":"get_weather","arguments":{"city":"P"}}])"));
+  EXPECT_FALSE(accepts(g, R"([TOOL_CALLS][{"name":"now","arguments":{}})"));
+  EXPECT_FALSE(accepts(g, R"([TOOL_CALLS][])"));
+  EXPECT_FALSE(accepts(g, R"({"name":"now","arguments":{}})"));
+  spec.choice = ToolChoice::kAuto;
+  const auto a = tools_grammar(spec);
+  EXPECT_TRUE(accepts(a, "Sunny [TOOL_CALL"));
+  EXPECT_TRUE(accepts(a, R"(ok [TOOL_CALLS][{"name":"now","arguments":{}}])"));
+  EXPECT_FALSE(accepts(a, R"(ok [TOOL_CALLS][{"name":"no","arguments":{}}])"));
+}
+
+TEST(ConstrainTools, LlamaBareLayoutIsOneCallOrText) {
+  ToolSpec spec = weather_tools(ToolChoice::kRequired);
+  spec.syntax.layout = ToolLayout::kBare;
+  spec.syntax.begin.clear();
+  spec.syntax.end.clear();
+  spec.syntax.arguments_key = "parameters";
+  const auto g = tools_grammar(spec);
+  EXPECT_TRUE(accepts(g, R"({"name":"now","parameters":{}})"));
+  EXPECT_TRUE(accepts(g, R"( {"name": "get_weather", "parameters": {"city": "P"}})"));
+  EXPECT_FALSE(accepts(g, R"({"name":"now","arguments":{}})"));
+  EXPECT_FALSE(accepts(g, R"({"name":"now","parameters":{}}{"name":"now","parameters":{}})"));
+  EXPECT_FALSE(accepts(g, "text"));
+  spec.choice = ToolChoice::kAuto;
+  const auto a = tools_grammar(spec);
+  EXPECT_TRUE(accepts(a, "It is {sunny}"));
+  EXPECT_TRUE(accepts(a, R"({"name":"now","parameters":{}})"));
+  EXPECT_TRUE(accepts(a, ""));
+  EXPECT_FALSE(accepts(a, "{not a call}"));
+  EXPECT_FALSE(accepts(a, " leading space"));
+  spec.choice = ToolChoice::kNone;
+  const auto n = tools_grammar(spec);
+  EXPECT_TRUE(accepts(n, "It is {sunny}"));
+  EXPECT_FALSE(accepts(n, R"({"name":"now","parameters":{}})"));
+}
+
+TEST(ConstrainTools, AThinkBlockMayOpenTheOutputOnly) {
+  ToolSpec spec = weather_tools(ToolChoice::kRequired);
+  spec.syntax.think_begin = "<think>";
+  spec.syntax.think_end = "</think>";
+  const auto g = tools_grammar(spec);
+  const std::string call = R"(<tool_call>{"name":"now","arguments":{}}</tool_call>)";
+  EXPECT_TRUE(accepts(g, call));
+  EXPECT_TRUE(accepts(g, "<think>\nany <tool_call> text\n</think>\n\n" + call));
+  EXPECT_FALSE(accepts(g, "<think>never closed " + call));
+  EXPECT_FALSE(accepts(g, call + "<think>x</think>"));
+  EXPECT_FALSE(accepts(g, "<think>x</think>\n\n"));  // required: a call after it
+  spec.syntax.think_end.clear();
+  EXPECT_FALSE(compile_tools(spec).has_value());
+}
+
 TEST(ConstrainTools, Errors) {
   ToolSpec spec = weather_tools(ToolChoice::kNamed);
   spec.named = "missing";
@@ -454,6 +627,135 @@ TEST(ConstrainCache, CompilesOncePerSchema) {
   EXPECT_NE(t->hash, t2->hash);
 }
 
+// ---- token budgets ---------------------------------------------------------------------------
+
+// With a token budget, the mask at each step equals a token-by-token check: a content token
+// passes when the matcher accepts it and its shortest completion plus the end of generation
+// fit the tokens left; when none does (a budget below the shortest document), those that
+// shorten the way to the end. Returns whether the walk ended (end of generation) in time.
+bool check_budget_masks(const testing::TestVocab& tv, const std::shared_ptr<const Grammar>& g,
+                        std::uint64_t seed, std::uint64_t budget, bool state_masks,
+                        std::string* out = nullptr) {
+  Matcher m(g, tv.vocab);
+  if (state_masks) m.set_state_mask_threshold(0);
+  m.set_token_budget(budget);
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint64_t> mask;
+  const auto n = static_cast<TokenId>(tv.vocab->size());
+  for (std::uint64_t step = 0; step < budget && !m.ended(); ++step) {
+    m.fill_mask(mask);
+    std::vector<std::uint64_t> after(n, ~std::uint64_t{0});  // shortest completion, if accepted
+    bool any_fits = false;
+    for (TokenId id = 0; id < n; ++id) {
+      Matcher probe = m;
+      if (!probe.accept_token(id) || tv.vocab->is_eos(id)) continue;
+      after[id] = probe.shortest_completion();
+      any_fits = any_fits || after[id] + 2 <= m.token_budget();
+    }
+    std::vector<TokenId> allowed;
+    for (TokenId id = 0; id < n; ++id) {
+      bool expect = false;
+      if (tv.vocab->is_eos(id)) {
+        expect = m.is_complete();
+      } else if (after[id] != ~std::uint64_t{0}) {
+        expect = any_fits || m.is_complete() ? after[id] + 2 <= m.token_budget()
+                                             : after[id] < m.shortest_completion();
+      }
+      EXPECT_EQ(bit(mask, id), expect)
+          << tv.name << " step " << step << " budget " << m.token_budget() << " token " << id
+          << " '" << tv.tokenizer->token_text(id) << "'";
+      if (bit(mask, id)) allowed.push_back(id);
+    }
+    if (allowed.empty()) return false;
+    const TokenId t = allowed[rng() % allowed.size()];
+    EXPECT_TRUE(m.accept_token(t));
+    if (out && !tv.vocab->is_eos(t)) *out += tv.vocab->bytes(t);
+  }
+  return m.ended();
+}
+
+// Long strings, a minimum of items with required members, an optional member: a random walk
+// without a budget runs long; with one it closes in time.
+constexpr const char* kBudgetSchema =
+    R"({"type":"object","properties":{"s":{"type":"string","minLength":3,"maxLength":300},"xs":{"type":"array","items":{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},"required":["a"]},"minItems":2},"opt":{"type":"string"},"n":{"type":"integer"}},"required":["s","xs","n"],"additionalProperties":false})";
+
+TEST(ConstrainBudget, MasksEqualBruteForceAndEveryWalkEndsInTime) {
+  const auto* tv = test_vocab("demo");
+  const auto g = schema_grammar(kBudgetSchema);
+  ASSERT_NE(g, nullptr);
+  const std::uint64_t shortest = Matcher(g, tv->vocab).shortest_completion();
+  // {"s":"___","xs":[{"a":""},{"a":""}],"n":0}
+  EXPECT_EQ(shortest, std::string(R"({"s":"___","xs":[{"a":""},{"a":""}],"n":0})").size());
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    const std::uint64_t budget = shortest + 1 + seed * 5;
+    std::string out;
+    EXPECT_TRUE(check_budget_masks(*tv, g, seed, budget, seed % 2 == 0, &out))
+        << "seed " << seed << " budget " << budget << ": " << out;
+    EXPECT_TRUE(nlohmann::json::accept(out)) << out;
+  }
+}
+
+TEST(ConstrainBudget, StringFastPathsAndStateMasksRespectTheBudget) {
+  const auto* tv = test_vocab("demo");
+  for (const char* s : kMaskSchemas) {
+    const auto g = schema_grammar(s);
+    const std::uint64_t shortest = Matcher(g, tv->vocab).shortest_completion();
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      EXPECT_TRUE(check_budget_masks(*tv, g, seed, shortest + 1 + 3 * seed, seed == 2)) << s;
+    }
+  }
+  // Free text before a tool call: the opening marker only while a whole call still fits.
+  ToolSpec spec;
+  spec.functions.push_back(
+      {"f", R"({"type":"object","properties":{"q":{"type":"string"}},"required":["q"]})"});
+  spec.choice = ToolChoice::kAuto;
+  auto tg = compile_tools(spec);
+  ASSERT_TRUE(tg.has_value());
+  const auto tools = std::make_shared<const Grammar>(std::move(tg).value());
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    EXPECT_TRUE(check_budget_masks(*tv, tools, seed, 8 * seed, false));
+  }
+  if (const auto* llama = test_vocab("llama2")) {
+    const auto g = schema_grammar(kMaskSchemas[0]);
+    const std::uint64_t shortest = Matcher(g, llama->vocab).shortest_completion();
+    EXPECT_TRUE(check_budget_masks(*llama, g, 5, shortest + 6, true));
+  }
+}
+
+TEST(ConstrainBudget, BelowTheShortestDocumentTheOutputIsCutOnItsWayToTheEnd) {
+  const auto* tv = test_vocab("demo");
+  const auto g = schema_grammar(kBudgetSchema);
+  const std::uint64_t shortest = Matcher(g, tv->vocab).shortest_completion();
+  std::string out;
+  EXPECT_FALSE(check_budget_masks(*tv, g, 3, shortest - 5, false, &out));
+  // Every token shortened the way to the end: the rest is at most what was not written.
+  Matcher m(g, tv->vocab);
+  ASSERT_TRUE(m.accept_bytes(out)) << out;
+  EXPECT_LE(m.shortest_completion() + out.size(), shortest) << out;
+}
+
+TEST(ConstrainBudget, WithoutABudgetTheSameWalksRunLong) {
+  // The control: uniform walks without a budget are mostly far longer than the budgets above.
+  const auto* tv = test_vocab("demo");
+  const auto g = schema_grammar(kBudgetSchema);
+  const std::uint64_t shortest = Matcher(g, tv->vocab).shortest_completion();
+  int over = 0;
+  std::vector<std::uint64_t> mask;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    Matcher m(g, tv->vocab);
+    std::mt19937_64 rng(seed);
+    std::uint64_t steps = 0;
+    for (; steps < 2000 && !m.ended(); ++steps) {
+      m.fill_mask(mask);
+      const std::vector<TokenId> allowed = allowed_ids(mask);
+      ASSERT_FALSE(allowed.empty());
+      ASSERT_TRUE(m.accept_token(allowed[rng() % allowed.size()]));
+    }
+    if (steps > shortest + 1 + seed * 5) ++over;
+  }
+  EXPECT_GE(over, 4);
+}
+
 // ---- walks ---------------------------------------------------------------------------------
 
 // Uniform random walks over the allowed tokens end (end of generation) within a bound the
@@ -476,10 +778,7 @@ TEST(ConstrainWalk, UniformWalksTerminateAndParse) {
       int steps = 0;
       for (; steps < 5000 && !m.ended(); ++steps) {
         m.fill_mask(mask);
-        std::vector<TokenId> allowed;
-        for (std::size_t w = 0; w < mask.size(); ++w)
-          for (std::uint64_t bits = mask[w]; bits; bits &= bits - 1)
-            allowed.push_back(static_cast<TokenId>(w * 64 + __builtin_ctzll(bits)));
+        const std::vector<TokenId> allowed = allowed_ids(mask);
         ASSERT_FALSE(allowed.empty());
         const TokenId t = allowed[rng() % allowed.size()];
         ASSERT_TRUE(m.accept_token(t));

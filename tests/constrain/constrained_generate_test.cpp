@@ -101,6 +101,53 @@ TEST(ConstrainedGenerate, GreedyAndSampledOutputsMeetTheSchema) {
   }
 }
 
+TEST(ConstrainedGenerate, ATokenBudgetClosesTheDocumentWithinMaxTokens) {
+  // Random weights, sampled, long strings allowed (maxLength 400): without the budget they run
+  // past a small max_tokens inside a string; with it every output closes and validates.
+  constexpr const char* kLong =
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":400},"tags":{"type":"array","items":{"type":"string"},"minItems":2},"age":{"type":"integer"}},"required":["name","tags","age"],"additionalProperties":false})";
+  Loaded l = load_synth();
+  ASSERT_TRUE(l.engine) << "no synth model";
+  const std::vector<tokenizer::TokenId> ids = l.tv->tokenizer->encode("Answer in JSON:");
+  const std::vector<TokenId> prompt(ids.begin(), ids.end());
+  const TokenPieceFn piece = [&](TokenId id) { return l.tv->tokenizer->token_bytes(id); };
+  constrain::CompileOptions o;
+  o.max_string_chars = 400;
+  auto g = constrain::compile_json_schema(kLong, o);
+  ASSERT_TRUE(g.has_value());
+  const auto grammar = std::make_shared<const constrain::Grammar>(std::move(g).value());
+  const auto vocab = constrain::Vocabulary::build(
+      *l.tv->tokenizer, std::vector<constrain::TokenId>(l.eog.begin(), l.eog.end()));
+  int cut_without = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    for (const bool budget : {false, true}) {
+      const SeqId seq = static_cast<SeqId>(seed * 2 + (budget ? 1 : 0));
+      ASSERT_TRUE(l.engine->kv().seq_add(seq).has_value());
+      GenerateOptions options;
+      options.max_tokens = 40;
+      options.eog_tokens = l.eog;
+      options.sampling.temperature = 1.0f;
+      options.sampling.seed = seed;
+      options.sampling.constraint = std::make_shared<constrain::Matcher>(grammar, vocab);
+      if (budget) options.sampling.constraint->set_token_budget(40);
+      auto r = generate(*l.engine, seq, prompt, options, piece);
+      ASSERT_TRUE(r.has_value()) << r.error().message;
+      l.engine->kv().seq_remove(seq);
+      if (!budget) {
+        cut_without += r->finish == FinishReason::kLength ? 1 : 0;
+        continue;
+      }
+      EXPECT_EQ(r->finish, FinishReason::kStop) << r->text;
+      EXPECT_LE(r->tokens.size(), 39u);  // and the end of generation: 40
+      nlohmann::json j;
+      ASSERT_NO_THROW(j = nlohmann::json::parse(r->text)) << r->text;
+      EXPECT_TRUE(j["name"].is_string() && j["age"].is_number_integer()) << r->text;
+      EXPECT_GE(j["tags"].size(), 2u) << r->text;
+    }
+  }
+  EXPECT_GE(cut_without, 3);  // the control: the budget is what closes them
+}
+
 TEST(ConstrainedGenerate, WithoutAConstraintTheOutputIsNotJson) {
   // The control: the same model unconstrained writes noise, so the test above is the
   // constraint's doing.

@@ -1,13 +1,15 @@
 // constrain_walks: random walks of the constraint engine for an outside validator
 // (tests/constrain/node/validate_walks.mjs runs it and checks every output with ajv).
-//   constrain_walks --cases FILE --out FILE --vocab NAME[:LIMIT[:SEEDS]]...
+//   constrain_walks --cases FILE --out FILE [--budget N] --vocab NAME[:LIMIT[:SEEDS]]...
 // FILE holds a JSON array of cases: {"id", "schema"} or {"id", "tools": [{"name",
 // "parameters"}], "tool_choice": "auto"|"none"|"required"|{"name"}, "parallel": bool}. Each
 // vocabulary walks the first LIMIT cases (all by default) SEEDS times (1 by default). A walk
 // picks uniformly among the allowed tokens until the end of generation, at most kMaxSteps
 // tokens; in free text (tools auto/none) the end of generation weighs as a twentieth of the
 // choices so that text ends in a few dozen tokens. Writes one JSON line per walk: id, vocab,
-// seed, error (a compile error), ended, steps, output.
+// seed, error (a compile error), ended, steps, output. With --budget N each walk gets a token
+// budget (Matcher::set_token_budget) of its shortest completion + 1 (the end of generation)
+// plus 0 to N-1 more, and also writes budget and shortest: a walk must then end within it.
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -57,9 +59,12 @@ Result<Grammar> compile_case(const nlohmann::json& c) {
 }
 
 nlohmann::json walk(const std::shared_ptr<const Grammar>& g, const testing::TestVocab& tv,
-                    std::uint64_t seed) {
+                    std::uint64_t seed, std::uint64_t budget_spread) {
   Matcher m(g, tv.vocab);
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
+  const std::uint64_t shortest = m.shortest_completion();
+  if (budget_spread > 0) m.set_token_budget(shortest + 1 + rng() % budget_spread);
+  const std::uint64_t budget = m.token_budget();
   std::vector<std::uint64_t> mask;
   std::vector<TokenId> allowed;
   std::string out;
@@ -98,6 +103,10 @@ nlohmann::json walk(const std::shared_ptr<const Grammar>& g, const testing::Test
   r["ended"] = m.ended();
   r["steps"] = steps;
   r["output"] = out;
+  if (budget_spread > 0) {
+    r["budget"] = budget;
+    r["shortest"] = shortest;
+  }
   return r;
 }
 
@@ -105,8 +114,10 @@ int run(int argc, char** argv) {
   std::string cases_path;
   std::string out_path;
   std::vector<std::string> vocab_specs;
+  std::uint64_t budget_spread = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
+    if (a == "--budget") budget_spread = std::stoull(argv[i + 1]);
     if (a == "--cases") cases_path = argv[i + 1];
     if (a == "--out") out_path = argv[i + 1];
     if (a == "--vocab") vocab_specs.emplace_back(argv[i + 1]);
@@ -141,7 +152,7 @@ int run(int argc, char** argv) {
       for (std::uint64_t seed = 0; seed < seeds; ++seed) {
         nlohmann::json r;
         if (grammar) {
-          r = walk(grammar, *tv, seed);
+          r = walk(grammar, *tv, seed, budget_spread);
         } else {
           r["error"] = g.error().message;
         }

@@ -4,7 +4,9 @@
 // vocabularies until the end of generation), and every output is validated with ajv
 // (draft 2020-12, ajv-formats). Fails unless every walk ended within its bound, every output
 // parses and validates, and every tool call names a declared function with valid arguments.
-//   node validate_walks.mjs --walker PATH [--random N] [--vocab NAME[:LIMIT[:SEEDS]]]...
+// With --budget N every walk has a token budget of its shortest completion + 1 to + N (issue
+// 15: generation always closes within max_tokens) and must end within it.
+//   node validate_walks.mjs --walker PATH [--random N] [--budget N] [--vocab NAME[:LIMIT[:SEEDS]]]...
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -16,11 +18,12 @@ import { check_tools, ensure_node_modules, random_cases } from './schemas.mjs';
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 
 function parse_args(args) {
-  const opts = { walker: '', n_random: 300, vocabs: [] };
+  const opts = { walker: '', n_random: 300, vocabs: [], budget: 0 };
   for (let i = 0; i < args.length; i += 2) {
     if (args[i] === '--walker') opts.walker = args[i + 1];
     if (args[i] === '--random') opts.n_random = Number(args[i + 1]);
     if (args[i] === '--vocab') opts.vocabs.push(args[i + 1]);
+    if (args[i] === '--budget') opts.budget = Number(args[i + 1]);
   }
   if (!opts.walker) {
     throw new Error('usage: node validate_walks.mjs --walker PATH [--random N] [--vocab SPEC]...');
@@ -44,6 +47,7 @@ const cases_path = path.join(dir, 'cases.json');
 const out_path = path.join(dir, 'walks.jsonl');
 fs.writeFileSync(cases_path, JSON.stringify(cases));
 const walk_args = ['--cases', cases_path, '--out', out_path];
+if (opts.budget > 0) walk_args.push('--budget', String(opts.budget));
 for (const v of opts.vocabs) walk_args.push('--vocab', v);
 const r = spawnSync(opts.walker, walk_args, { stdio: 'inherit', timeout: 540000 });
 if (r.error || r.status !== 0) throw new Error(`constrain_walks failed: ${r.error ?? 'exit ' + r.status}`);
@@ -65,6 +69,8 @@ for (const line of fs.readFileSync(out_path, 'utf8').split('\n')) {
   if (w.error) { fail(`compile error: ${w.error}`); continue; }
   s.tokens += w.steps;
   if (!w.ended) { fail(`did not end within ${w.steps} tokens`); continue; }
+  if (opts.budget > 0 && !(w.budget > w.shortest)) { fail(`no budget given (${w.budget})`); continue; }
+  if (opts.budget > 0 && w.steps > w.budget) { fail(`${w.steps} tokens over the budget of ${w.budget}`); continue; }
   let why = null;
   if (c.tools) {
     why = check_tools(ajv, c, w.output);
@@ -84,4 +90,5 @@ if (failures.length) {
   console.error(`${failures.length} failures:\n` + failures.slice(0, 20).join('\n'));
   process.exit(1);
 }
-console.log('every walk ended and every output validated');
+console.log(opts.budget > 0 ? 'every walk ended within its token budget and every output validated'
+                            : 'every walk ended and every output validated');
