@@ -147,6 +147,12 @@ UPDATE daily_team SET refused = x.refused, shadows = x.shadows, unpriced_served 
 ALTER TABLE requests ADD COLUMN constraint_mode TEXT;
 ALTER TABLE requests ADD COLUMN schema_hash TEXT;
 )sql",
+    // 7: task outcomes (ledger/tasks.h), marked once per task id; not part of the hash chain.
+    R"sql(
+CREATE TABLE tasks (
+  task_id TEXT PRIMARY KEY, status TEXT NOT NULL, labels TEXT NOT NULL, key_id TEXT NOT NULL,
+  marked_us INTEGER NOT NULL, day TEXT NOT NULL) WITHOUT ROWID;
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
