@@ -137,10 +137,10 @@ Reply Console::asset(const HttpRequestView& req, std::string_view path) const {
                          "unknown_url");
   }
   if (!is_safe_method(req.method)) {
-    Reply r = console_error(405, ErrorCode::kInvalidRequest,
-                            "Method " + std::string(req.method) + " is not allowed on " +
-                                std::string(path),
-                            "method_not_allowed");
+    Reply r = console_error(
+        405, ErrorCode::kInvalidRequest,
+        "Method " + std::string(req.method) + " is not allowed on " + std::string(path),
+        "method_not_allowed");
     r.headers.emplace_back("allow", "GET, HEAD");
     return r;
   }
@@ -212,7 +212,8 @@ Reply Console::sign_in(const HttpRequestView& req, int64_t now_us) {
                          "auth_off");
   }
   auto principal = auth_.authenticate_key(body["key"].get<std::string>());
-  if (!principal) return console_error(401, ErrorCode::kUnauthorized, principal.error().message, "");
+  if (!principal)
+    return console_error(401, ErrorCode::kUnauthorized, principal.error().message, "");
   if (principal->role == config::Role::kApp) {
     return console_error(403, ErrorCode::kForbidden,
                          "the console is for finance and admin keys; key '" + principal->key_id +

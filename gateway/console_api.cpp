@@ -2,8 +2,8 @@
 
 #include <charconv>
 #include <fstream>
-#include <sstream>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -118,7 +118,8 @@ Result<ledger::TaskMark> parse_mark(std::string_view path_arg, const std::string
   mark.task_id = url_decode(segment);
   if (mark.task_id.empty() || mark.task_id.size() > kMaxTaskIdBytes ||
       !is_valid_utf8(mark.task_id)) {
-    return bad("task", "the task id (POST /v1/tasks/{id}, percent-encoded) must be 1-256 bytes of UTF-8");
+    return bad("task",
+               "the task id (POST /v1/tasks/{id}, percent-encoded) must be 1-256 bytes of UTF-8");
   }
   auto j = nlohmann::json::parse(body, nullptr, false);
   if (!j.is_object()) return bad("body", "the body must be a JSON object");
@@ -177,12 +178,12 @@ AdminReply mark_task(Gateway& gateway, const Principal& principal, const std::st
   if (!done) return fail(done.error());
   Json j = mark_json(done->stored);
   if (done->result == ledger::MarkResult::kConflict) {
-    HttpError h = to_http_error(Error::make(
-        ErrorCode::kInvalidRequest,
-        "the task '" + mark->task_id + "' is already marked " +
-            std::string(ledger::task_status_name(done->stored.status)) +
-            " (with its labels); a task is marked once",
-        "status", "task_already_marked"));
+    HttpError h =
+        to_http_error(Error::make(ErrorCode::kInvalidRequest,
+                                  "the task '" + mark->task_id + "' is already marked " +
+                                      std::string(ledger::task_status_name(done->stored.status)) +
+                                      " (with its labels); a task is marked once",
+                                  "status", "task_already_marked"));
     auto err = nlohmann::json::parse(h.body);
     err["task"] = nlohmann::json::parse(j.dump());
     return AdminReply{409, "application/json", err.dump(2)};
@@ -226,7 +227,8 @@ AdminReply top_tasks(Gateway& gateway, std::string_view query) {
   if (auto s = params.find("status"); s != params.end() && !s->second.empty()) {
     status = s->second == "open" ? std::optional(ledger::TaskStatus::kOpen)
                                  : ledger::parse_task_status(s->second);
-    if (!status) return fail(bad("status", "'status' must be open, completed, failed or abandoned"));
+    if (!status)
+      return fail(bad("status", "'status' must be open, completed, failed or abandoned"));
   }
   auto limit = int_param(params, "limit", 50, 1, 1000);
   if (!limit) return fail(limit.error());
@@ -280,12 +282,9 @@ Result<ledger::Report> report_by(Gateway& gateway, const ledger::ReportFilter& f
 }
 
 Json money_row(const ledger::ReportRow& r) {
-  return {{"requests", r.requests},
-          {"input_tokens", r.input_tokens},
-          {"output_tokens", r.output_tokens},
-          {"cost", r.total.to_string()},
-          {"avoided", r.avoided.to_string()},
-          {"saved", r.saved().to_string()}};
+  return {{"requests", r.requests},           {"input_tokens", r.input_tokens},
+          {"output_tokens", r.output_tokens}, {"cost", r.total.to_string()},
+          {"avoided", r.avoided.to_string()}, {"saved", r.saved().to_string()}};
 }
 
 // GET /v1/ledger/spend: the report by period and stack (ledger::run_report, as `ferry ledger
@@ -436,8 +435,8 @@ policies::LoadOptions load_options(const Gateway& gateway) {
 Json diagnostics(const std::vector<policies::Diagnostic>& ds) {
   Json a = Json::array();
   for (const auto& d : ds) {
-    a.push_back({{"line", d.line}, {"column", d.column}, {"message", d.message},
-                 {"text", d.to_string()}});
+    a.push_back(
+        {{"line", d.line}, {"column", d.column}, {"message", d.message}, {"text", d.to_string()}});
   }
   return a;
 }
@@ -473,7 +472,8 @@ AdminReply what_if(Gateway& gateway, std::string_view query, const std::string& 
   if (!db) return fail(db.error());
   auto params = parse_query(query);
   for (const auto& [k, v] : params) {
-    if (k != "days" && k != "from" && k != "to") return fail(bad(k, "unknown query parameter '" + k + "'"));
+    if (k != "days" && k != "from" && k != "to")
+      return fail(bad(k, "unknown query parameter '" + k + "'"));
   }
   replay::ReplayOptions options;
   for (auto [name, is_to] : {std::pair{"from", false}, std::pair{"to", true}}) {
@@ -510,12 +510,14 @@ AdminReply backends(Gateway& gateway) {
     Json b = {{"target", m.name},
               {"backend", m.backend},
               {"kind", t->backend_config ? t->backend_config->kind : ""}};
-    b["circuit"] = t->breaker ? Json(adapters::breaker_state_name(t->breaker->state())) : Json("none");
+    b["circuit"] =
+        t->breaker ? Json(adapters::breaker_state_name(t->breaker->state())) : Json("none");
     b["healthy"] = t->breaker ? t->breaker->healthy() : true;
     auto p90 = t->recent.p90_ttft_ms();
     b["ttft_p90_ms"] = p90 ? Json(*p90) : Json(nullptr);
     auto err = t->recent.error_rate();
-    b["error_rate_pct"] = err ? Json(share_text(static_cast<int64_t>(*err * 1e6), 1000000)) : Json(nullptr);
+    b["error_rate_pct"] =
+        err ? Json(share_text(static_cast<int64_t>(*err * 1e6), 1000000)) : Json(nullptr);
     if (t->backend != nullptr) b["queue_depth"] = t->backend->load_facts().queue_depth;
     if (auto* local = dynamic_cast<adapters::LocalBackend*>(t->backend)) {
       engine::LoadSnapshot s = local->load();

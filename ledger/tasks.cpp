@@ -94,8 +94,7 @@ Result<MarkOutcome> mark_pg(const std::string& url, const TaskMark& mark) {
   if (!got) return got.error();
   if (got->rows() == 0) return Error::make(ErrorCode::kInternal, "task mark vanished");
   return compare(mark, TaskMark{mark.task_id, status_of(got->text(0, 0)),
-                                labels_from(got->text(0, 1)), got->text(0, 2),
-                                got->integer(0, 3)});
+                                labels_from(got->text(0, 1)), got->text(0, 2), got->integer(0, 3)});
 }
 
 // "AND column = ?" for each filter of the rows (as the reports filter them).
@@ -389,21 +388,41 @@ std::string top_tasks_csv(const TopTasks& top) {
   for (const auto& t : top.tasks) {
     out += csv_field(t.task_id, true) + "," + std::string(task_status_name(t.status)) + "," +
            csv_field(t.team, true) + "," + csv_field(t.project, true) + "," +
-           std::to_string(t.requests) + "," + t.cost.to_string() + "," +
-           t.local_cost.to_string() + "\n";
+           std::to_string(t.requests) + "," + t.cost.to_string() + "," + t.local_cost.to_string() +
+           "\n";
   }
   return out;
 }
 
 namespace {
 
-constexpr const char* kDrillColumns[] = {
-    "seq",          "id",           "request_id",     "started_us",    "ended_us",
-    "key_id",       "team",         "project",        "requested_model", "target",
-    "upstream_model", "rule_id",    "policy_version", "attempts",      "status",
-    "http_status",  "input_tokens", "cached_tokens",  "output_tokens", "reasoning_tokens",
-    "pricing",      "price_version", "cost_input",    "cost_cached",   "cost_output",
-    "cost_reasoning", "cost_total"};
+constexpr const char* kDrillColumns[] = {"seq",
+                                         "id",
+                                         "request_id",
+                                         "started_us",
+                                         "ended_us",
+                                         "key_id",
+                                         "team",
+                                         "project",
+                                         "requested_model",
+                                         "target",
+                                         "upstream_model",
+                                         "rule_id",
+                                         "policy_version",
+                                         "attempts",
+                                         "status",
+                                         "http_status",
+                                         "input_tokens",
+                                         "cached_tokens",
+                                         "output_tokens",
+                                         "reasoning_tokens",
+                                         "pricing",
+                                         "price_version",
+                                         "cost_input",
+                                         "cost_cached",
+                                         "cost_output",
+                                         "cost_reasoning",
+                                         "cost_total"};
 
 bool is_money_column(std::string_view name) {
   return name.starts_with("cost_");
@@ -456,15 +475,15 @@ Result<std::string> task_requests_json(const std::string& db_path, const std::st
   rows->bind(1, task_id).bind(2, limit).bind(3, offset);
   auto got = all_rows(*rows, names);
   if (!got) return got.error();
-  const std::vector<std::string> anames = {"attempt", "target", "upstream_model", "status",
-                                           "http_status", "error_code", "input_tokens",
-                                           "output_tokens", "price_version", "cost_total"};
+  const std::vector<std::string> anames = {
+      "attempt",    "target",       "upstream_model", "status",        "http_status",
+      "error_code", "input_tokens", "output_tokens",  "price_version", "cost_total"};
   auto attempts = db->prepare(
       "SELECT attempt,target,upstream_model,status,http_status,error_code,input_tokens,"
       "output_tokens,price_version,cost_total FROM attempts WHERE request_id=? ORDER BY attempt");
   if (!attempts) return attempts.error();
-  const std::vector<std::string> pnames = {"version", "model", "input", "cached_input", "output",
-                                           "reasoning", "internal"};
+  const std::vector<std::string> pnames = {"version", "model",     "input",   "cached_input",
+                                           "output",  "reasoning", "internal"};
   auto price = db->prepare(
       "SELECT version,model,input,cached_input,output,reasoning,internal FROM prices WHERE "
       "version=?");

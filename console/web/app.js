@@ -212,7 +212,9 @@ async function taskPage(id) {
   if (!r.ok) return page("Task", pageError(r));
   const rows = r.body.requests;
   const prices = (q) => q.prices ? `in ${q.prices.input} / cached ${q.prices.cached_input} / out ${q.prices.output} / reasoning ${q.prices.reasoning}` : "unpriced";
-  const attempts = (q) => q.attempt_list.map((a) => `${a.attempt}: ${a.target} ${a.status} ${a.http_status}`).join("; ");
+  // attempt_list holds the hops of a request that tried more than one target.
+  const attempts = (q) => String(q.attempts) + (q.attempt_list.length
+    ? " (" + q.attempt_list.map((a) => `${a.attempt}: ${a.target} ${a.status} ${a.http_status}`).join("; ") + ")" : "");
   page("Task " + id,
     h("p", {}, h("a", { href: "#/top" }, "← top tasks"), " ",
       csvLink("/v1/ledger/export.csv" + query({ task: id }), "Export its rows (CSV)")),

@@ -170,7 +170,7 @@ describe('the console in chromium', () => {
     await shot(page, 'task-drilldown');
     // The hostile task's own page.
     await page.evaluate((h) => { location.hash = h; }, '#/task/' + encodeURIComponent(kHostileTask));
-    await page.waitForFunction((t) => document.querySelector('h1')?.textContent === t, 'Task ' + kHostileTask);
+    await page.waitForFunction((t) => document.querySelector('#page h1')?.textContent === t, 'Task ' + kHostileTask);
     assert.ok((await page.$$('#task-requests-table tbody tr')).length > 0);
     assert.equal(await page.evaluate(() => window.__ferry_xss), undefined);
 
