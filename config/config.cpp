@@ -145,7 +145,8 @@ bool is_lower_hex_sha256(const std::string& s) {
 }
 
 void parse_server(const Map& server, Config& cfg) {
-  server.allow_only({"listen", "io_threads", "tls", "shutdown_grace_ms"});
+  server.allow_only(
+      {"listen", "io_threads", "tls", "shutdown_grace_ms", "console_session_minutes"});
   if (auto listen = server.opt_str("listen")) {
     auto hp = parse_host_port(*listen);
     if (!hp) server.fail("listen", hp.error().message);
@@ -155,6 +156,8 @@ void parse_server(const Map& server, Config& cfg) {
   cfg.server.io_threads = static_cast<int>(server.integer_or("io_threads", 2, 1, 256));
   cfg.server.shutdown_grace_ms =
       server.integer_or("shutdown_grace_ms", cfg.server.shutdown_grace_ms, 0, 3600000);
+  cfg.server.console_session_minutes = server.integer_or(
+      "console_session_minutes", cfg.server.console_session_minutes, 1, 7 * 24 * 60);
   if (auto tls = server.opt_map("tls")) {
     tls->allow_only({"cert", "key"});
     cfg.server.tls = TlsConfig{tls->str("cert"), tls->str("key")};

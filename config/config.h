@@ -26,6 +26,7 @@ struct ServerConfig {
   int io_threads = 2;
   std::optional<TlsConfig> tls;
   int64_t shutdown_grace_ms = 10000;
+  int64_t console_session_minutes = 480;  // a console sign-in lasts this long (8 h)
 };
 
 struct Limits {

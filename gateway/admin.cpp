@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
+#include "gateway/console_api.h"
 #include "gateway/errors.h"
 #include "gateway/gateway.h"
 #include "gateway/http_wire.h"
@@ -26,6 +27,8 @@ int hex_value(char c) {
   return -1;
 }
 
+}  // namespace
+
 std::string url_decode(std::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -42,6 +45,8 @@ std::string url_decode(std::string_view s) {
   }
   return out;
 }
+
+namespace {
 
 // Pretty JSON; bytes that are not UTF-8 (a policy file can hold any) become U+FFFD.
 std::string dump_json(const nlohmann::json& j) {
@@ -181,7 +186,8 @@ Status check_utf8_input(std::string_view query, std::string_view body) {
   return {};
 }
 
-Result<ledger::ReportFilter> export_filter(std::string_view query) {
+Result<ledger::ReportFilter> export_filter(std::string_view query,
+                                           std::initializer_list<std::string_view> extra) {
   if (auto ok = check_utf8_input(query, {}); !ok) return ok.error();
   auto q = parse_query(query);
   ledger::ReportFilter f;
@@ -191,6 +197,7 @@ Result<ledger::ReportFilter> export_filter(std::string_view query) {
   for (const auto& [k, v] : q) {
     bool known = false;
     for (const char* n : kKnown) known = known || k == n;
+    for (std::string_view n : extra) known = known || k == n;
     if (!known) return bad_param(k, "unknown query parameter '" + k + "'");
   }
   auto opt = [&](const char* name) -> std::optional<std::string> {
@@ -219,8 +226,8 @@ Result<ledger::ReportFilter> export_filter(std::string_view query) {
 }
 
 AdminReply run_admin(Gateway& gateway, AdminRoute route, const Principal& principal,
-                     std::string_view query, const std::string& body,
-                     const std::string& request_id) {
+                     std::string_view query, const std::string& body, const std::string& request_id,
+                     std::string_view path_arg) {
   // Nothing that is not UTF-8 reaches a policy, the ledger or a JSON answer.
   if (auto ok = check_utf8_input(query, body); !ok) return error_reply(ok.error());
   auto* store = gateway.policy_store();
@@ -249,6 +256,8 @@ AdminReply run_admin(Gateway& gateway, AdminRoute route, const Principal& princi
     case AdminRoute::kLedgerAttempts:
     case AdminRoute::kNone:
       break;
+    default:
+      return run_console_admin(gateway, route, principal, query, body, path_arg);
   }
   return error_reply(Error::make(ErrorCode::kInternal, "admin route not handled here"));
 }

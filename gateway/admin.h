@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -37,6 +38,19 @@ enum class AdminRoute {
   kLedgerReport,
   kLedgerExport,
   kLedgerAttempts,  // the attempts of the exported requests (failed fallback hops included)
+  // gateway/console_api.h: tasks and the console's pages
+  kTaskMark,
+  kLedgerTasks,
+  kTopTasks,
+  kTaskRequests,
+  kSpend,
+  kLocalShare,
+  kBudgets,
+  kPolicySource,
+  kPolicyValidate,
+  kPolicyWhatIf,
+  kBackends,
+  kKeys,
 };
 
 struct AdminReply {
@@ -46,9 +60,13 @@ struct AdminReply {
 };
 
 // Runs a (blocking) admin request. Errors come back as OpenAI-style error replies.
+// `path_arg`: the rest of a prefix row's path (the task id of /v1/tasks/{id}), percent-encoded.
 AdminReply run_admin(Gateway& gateway, AdminRoute route, const Principal& principal,
-                     std::string_view query, const std::string& body,
-                     const std::string& request_id);
+                     std::string_view query, const std::string& body, const std::string& request_id,
+                     std::string_view path_arg = {});
+
+// The percent-decoded text ("a%20b" -> "a b"; '+' is a space).
+std::string url_decode(std::string_view text);
 
 // Query strings: "a=1&b=x%20y" -> {a: 1, b: "x y"}. Repeated keys: the last wins.
 std::map<std::string, std::string> parse_query(std::string_view query);
@@ -56,7 +74,9 @@ std::map<std::string, std::string> parse_query(std::string_view query);
 // 400 naming the field when a percent-decoded query parameter or the body is not UTF-8.
 Status check_utf8_input(std::string_view query, std::string_view body);
 
-// The export's filter from its query string (400 naming the bad field).
-Result<ledger::ReportFilter> export_filter(std::string_view query);
+// The export's filter from its query string (400 naming the bad field); `extra` names the
+// other parameters the caller reads.
+Result<ledger::ReportFilter> export_filter(std::string_view query,
+                                           std::initializer_list<std::string_view> extra = {});
 
 }  // namespace ferry::gateway

@@ -82,6 +82,9 @@ asio::awaitable<bool> handle(ServerState& server, Stream& stream, Request& req, 
     view.session_header = req["x-claude-code-session-id"];
     view.anthropic_version = req["anthropic-version"];
     view.anthropic_beta = req["anthropic-beta"];
+    view.cookie = req[http::field::cookie];
+    view.csrf_header = req["x-ferry-csrf"];
+    view.if_none_match = req[http::field::if_none_match];
     direct = server.endpoints->dispatch(view, rec, job);
   } catch (const std::exception& e) {
     // A defect, not the client's fault: answer it and keep serving.

@@ -1,6 +1,8 @@
 #include "gateway/endpoints.h"
 
 #include "adapters/backend.h"
+#include "common/clock.h"
+#include "gateway/console.h"
 #include "gateway/errors.h"
 #include "gateway/frontend.h"
 #include "gateway/metrics.h"
@@ -43,6 +45,21 @@ constexpr Endpoint kEndpoints[] = {
     {"GET", "/v1/ledger/export.csv", Access::kFinance, Handler::kExport, AdminRoute::kLedgerExport},
     {"GET", "/v1/ledger/attempts.csv", Access::kFinance, Handler::kExport,
      AdminRoute::kLedgerAttempts},
+    // Tasks and the console's pages (gateway/console_api.cpp); /console itself: console.cpp.
+    {"POST", "/v1/tasks/", Access::kApp, Handler::kAdmin, AdminRoute::kTaskMark},
+    {"GET", "/v1/ledger/tasks", Access::kFinance, Handler::kAdmin, AdminRoute::kLedgerTasks},
+    {"GET", "/v1/ledger/top_tasks", Access::kFinance, Handler::kAdmin, AdminRoute::kTopTasks},
+    {"GET", "/v1/ledger/task_requests", Access::kFinance, Handler::kAdmin,
+     AdminRoute::kTaskRequests},
+    {"GET", "/v1/ledger/spend", Access::kFinance, Handler::kAdmin, AdminRoute::kSpend},
+    {"GET", "/v1/ledger/local", Access::kFinance, Handler::kAdmin, AdminRoute::kLocalShare},
+    {"GET", "/v1/ledger/budgets", Access::kFinance, Handler::kAdmin, AdminRoute::kBudgets},
+    {"GET", "/admin/policy/source", Access::kAdmin, Handler::kAdmin, AdminRoute::kPolicySource},
+    {"POST", "/admin/policy/validate", Access::kAdmin, Handler::kAdmin,
+     AdminRoute::kPolicyValidate},
+    {"POST", "/admin/policy/whatif", Access::kAdmin, Handler::kAdmin, AdminRoute::kPolicyWhatIf},
+    {"GET", "/admin/backends", Access::kAdmin, Handler::kAdmin, AdminRoute::kBackends},
+    {"GET", "/admin/keys", Access::kAdmin, Handler::kAdmin, AdminRoute::kKeys},
 };
 
 bool path_matches(const Endpoint& e, std::string_view path) {
@@ -151,6 +168,16 @@ Reply reply_error(RequestRecord& record, const Error& error, const FrontEnd* fro
 
 // ---- dispatch -------------------------------------------------------------------------------
 
+Endpoints::Endpoints(Authenticator& auth, Metrics& metrics, Gateway& gateway,
+                     const std::atomic<bool>& draining)
+    : auth_(auth),
+      metrics_(metrics),
+      gateway_(gateway),
+      draining_(draining),
+      console_(std::make_unique<Console>(auth, gateway.config())) {}
+
+Endpoints::~Endpoints() = default;
+
 std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& rec, Job& job) {
   std::string_view path = req.target;
   std::string_view query;
@@ -165,6 +192,17 @@ std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& re
                                         "the request target holds bytes that are not printable "
                                         "ASCII; percent-encode them",
                                         "", "invalid_target"));
+  }
+  // The console: its files and session here; its API calls go on as the row they name, signed
+  // in by the session's cookie instead of a key.
+  std::optional<Principal> session;
+  std::string console_path;
+  if (Console::owns(path)) {
+    ConsoleRoute route = console_->route(req, path, unix_micros_now());
+    if (route.reply) return std::move(route.reply);
+    console_path = std::move(route.inner_path);
+    path = console_path;
+    session = std::move(route.principal);
   }
   if (auto open = open_endpoint(req, path)) return open;
   std::string allow;
@@ -191,7 +229,8 @@ std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& re
     return r;
   }
   // One auth path: the bearer token, else Anthropic's x-api-key header.
-  auto principal = req.authorization.empty() && !req.api_key.empty()
+  auto principal = session ? Result<Principal>(*session)
+                   : req.authorization.empty() && !req.api_key.empty()
                        ? auth_.authenticate_key(req.api_key)
                        : auth_.authenticate(req.authorization);
   if (!principal) return reply_error(rec, principal.error(), fe);
@@ -211,6 +250,8 @@ std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& re
       return count_tokens(*endpoint, req, rec, job);
     case Handler::kAdmin:
     case Handler::kExport:
+      if (endpoint->path.ends_with('/'))
+        job.path_arg = std::string(path.substr(endpoint->path.size()));
       return worker_job(*endpoint, query, req, rec, job);
     case Handler::kHealthz:
     case Handler::kReadyz:

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -55,6 +56,9 @@ struct HttpRequestView {
   std::string_view session_header;     // X-Claude-Code-Session-Id: the task without x-ferry-task
   std::string_view anthropic_version;  // passed to backends that speak Messages natively
   std::string_view anthropic_beta;
+  std::string_view cookie;         // the console's session (gateway/console.h)
+  std::string_view csrf_header;    // x-ferry-csrf: the console's CSRF token
+  std::string_view if_none_match;  // the console's files answer 304 on their ETag
 };
 
 // Who may call an endpoint.
@@ -117,13 +121,16 @@ struct Job {
   std::string body;  // the admin call's body
   ledger::ReportFilter filter;
   std::optional<ParsedRequest> pending;  // kLookup: the request waiting for its history
+  std::string path_arg;                  // a prefix row's rest of the path (/v1/tasks/{id})
 };
+
+class Console;
 
 class Endpoints {
  public:
   Endpoints(Authenticator& auth, Metrics& metrics, Gateway& gateway,
-            const std::atomic<bool>& draining)
-      : auth_(auth), metrics_(metrics), gateway_(gateway), draining_(draining) {}
+            const std::atomic<bool>& draining);
+  ~Endpoints();
 
   // Dispatches a request without any I/O. Returns the reply for everything that needs no
   // backend and no worker; otherwise fills `job` and returns nullopt. (Plain code apart from
@@ -155,6 +162,7 @@ class Endpoints {
   Metrics& metrics_;
   Gateway& gateway_;
   const std::atomic<bool>& draining_;
+  std::unique_ptr<Console> console_;  // /console: files, sessions, API calls by cookie
 };
 
 }  // namespace ferry::gateway

@@ -99,7 +99,7 @@ asio::awaitable<bool> run_admin_job(ServerState& server, Stream& stream, Job& jo
                                     RequestRecord& rec, bool keep_alive) {
   std::function<AdminReply()> fn = [&server, &job] {
     return run_admin(*server.gateway, job.admin, job.ctx.principal, job.query, job.body,
-                     job.ctx.request_id);
+                     job.ctx.request_id, job.path_arg);
   };
   Result<AdminReply> done = co_await offload<AdminReply>(server, std::move(fn));
   Reply r;

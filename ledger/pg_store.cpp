@@ -106,6 +106,12 @@ CREATE TRIGGER requests_append_only BEFORE UPDATE OR DELETE ON requests
 CREATE TRIGGER attempts_append_only BEFORE UPDATE OR DELETE ON attempts
   FOR EACH ROW EXECUTE FUNCTION ferry_append_only();
 )sql",
+    // 2: task outcomes (ledger/tasks.h), marked once per task id; not part of the hash chain.
+    R"sql(
+CREATE TABLE IF NOT EXISTS tasks (
+  task_id TEXT PRIMARY KEY, status TEXT NOT NULL, labels TEXT NOT NULL, key_id TEXT NOT NULL,
+  marked_us BIGINT NOT NULL, day TEXT NOT NULL);
+)sql",
 };
 
 constexpr int kPgMigrationCount =

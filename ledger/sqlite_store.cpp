@@ -147,6 +147,13 @@ UPDATE daily_team SET refused = x.refused, shadows = x.shadows, unpriced_served 
 ALTER TABLE requests ADD COLUMN constraint_mode TEXT;
 ALTER TABLE requests ADD COLUMN schema_hash TEXT;
 )sql",
+    // 7: task outcomes (ledger/tasks.h), marked once per task id; not part of the hash chain.
+    // IF NOT EXISTS: a file taken back to an older version by dropping columns keeps the table.
+    R"sql(
+CREATE TABLE IF NOT EXISTS tasks (
+  task_id TEXT PRIMARY KEY, status TEXT NOT NULL, labels TEXT NOT NULL, key_id TEXT NOT NULL,
+  marked_us INTEGER NOT NULL, day TEXT NOT NULL) WITHOUT ROWID;
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));

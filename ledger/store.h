@@ -25,7 +25,8 @@ namespace ferry::ledger {
 // 3: requests.usage_check (backend usage ferry did not bill as reported).
 // 4: requests.request_id (the gateway's x-request-id) and its index;
 // 5: daily/daily_team refused, shadows and unpriced_served (reports count served requests).
-constexpr int kSchemaVersion = 6;
+// 6: requests.constraint_mode and schema_hash; 7: the tasks table (task outcomes).
+constexpr int kSchemaVersion = 7;
 // The trusted tag of a shadow copy's row; reports count these apart from served requests.
 inline constexpr std::string_view kShadowTag = "shadow";
 // The type_code of a row refused because a row with its id exists already (a journal shipping

@@ -136,14 +136,21 @@ struct Statements {
   Stmt original;  // the seq of a request by id
 };
 
-Result<Statements> prepare_walk(Db& db, const Schema& schema) {
+// The walk's select list (seq, hash, facts, usage_check, request_id, request_columns(), the
+// constraint columns), without FROM.
+std::string walk_select(const Schema& schema) {
   std::string select = std::string("SELECT seq,hash,") + (schema.facts ? kFactsColumn : "NULL") +
                        "," + (schema.usage_check ? kUsageCheckColumn : "NULL") + "," +
                        (schema.request_id ? kRequestIdColumn : "NULL");
   for (const auto& c : request_columns()) select += "," + c;
   select += schema.constraint ? std::string(",") + kConstraintColumn + "," + kSchemaHashColumn
                               : std::string(",NULL,NULL");
-  auto rows = db.prepare(select + " FROM requests ORDER BY seq");
+  return select;
+}
+
+Result<Statements> prepare_walk(Db& db, const Schema& schema, const char* where = "") {
+  std::string select = walk_select(schema);
+  auto rows = db.prepare(select + " FROM requests" + where + " ORDER BY seq");
   if (!rows) return rows.error();
   const auto& acols = attempt_columns();
   std::string aselect = "SELECT ";
@@ -540,6 +547,51 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
   if (Status s = check_aggregates(*db, *schema, check); !s) return s.error();
   (void)db->exec("COMMIT");
   return result;
+}
+
+}  // namespace ferry::ledger
+
+namespace ferry::ledger {
+
+// Each row: its hash again, and its prev_hash against the row before it in the chain.
+Result<std::map<int64_t, bool>> verify_links(const std::string& db_path,
+                                             const std::vector<int64_t>& seqs) {
+  std::map<int64_t, bool> out;
+  if (seqs.empty()) return out;
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  if (auto st = db->exec("BEGIN"); !st) return st.error();
+  auto schema = read_schema(*db);
+  if (!schema) return schema.error();
+  auto st = prepare_walk(*db, *schema, " WHERE seq=?");
+  if (!st) return st.error();
+  auto before = db->prepare("SELECT hash FROM requests WHERE seq<? ORDER BY seq DESC LIMIT 1");
+  if (!before) return before.error();
+  const auto& rcols = request_columns();
+  for (int64_t seq : seqs) {
+    st->rows.bind(1, seq);
+    auto has = st->rows.step();
+    if (!has) return has.error();
+    if (!*has) {
+      st->rows.reset();
+      continue;
+    }
+    const std::string hash = st->rows.text_at(1);
+    const std::vector<Value> values = row_values(st->rows);
+    const std::string request_id = st->rows.is_null(4) ? "" : st->rows.text_at(4);
+    st->rows.reset();
+    auto attempt_values = read_attempts(st->attempts, as_text(values[column_index(rcols, "id")]));
+    if (!attempt_values) return attempt_values.error();
+    before->bind(1, seq);
+    auto prev = before->step();
+    if (!prev) return prev.error();
+    const std::string prev_hash = *prev ? before->text_at(0) : std::string(kGenesisHash);
+    before->reset();
+    out[seq] = row_hash(values, *attempt_values, request_id) == hash &&
+               as_text(values[column_index(rcols, "prev_hash")]) == prev_hash;
+  }
+  (void)db->exec("COMMIT");
+  return out;
 }
 
 }  // namespace ferry::ledger

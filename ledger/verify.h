@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,5 +29,11 @@ Result<VerifyResult> verify_ledger(const std::string& db_path);
 // chain_heads), costs, attempts, adjustments, and the daily aggregates against the rows.
 // `head` lists "instance=seq:hash" per chain.
 Result<VerifyResult> verify_pg_ledger(const std::string& url);
+
+// Whether each row's hash-chain link verifies (its hash over its values and attempts, and its
+// prev_hash equal to the hash of the row before it), by seq; a seq with no row is left out.
+// A SQLite file.
+Result<std::map<int64_t, bool>> verify_links(const std::string& db_path,
+                                             const std::vector<int64_t>& seqs);
 
 }  // namespace ferry::ledger

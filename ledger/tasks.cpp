@@ -1,0 +1,521 @@
+#include "ledger/tasks.h"
+
+#include <nlohmann/json.hpp>
+
+#include "ledger/pg_db.h"
+#include "ledger/pg_store.h"
+#include "ledger/sqlite_db.h"
+#include "ledger/time_util.h"
+#include "ledger/verify.h"
+
+namespace ferry::ledger {
+
+namespace {
+
+constexpr const char* kStatusNames[] = {"open", "completed", "failed", "abandoned"};
+
+std::string labels_text(const std::map<std::string, std::string>& labels) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : labels) j[k] = v;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::map<std::string, std::string> labels_from(const std::string& text) {
+  std::map<std::string, std::string> out;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return out;
+  for (const auto& [k, v] : j.items()) {
+    if (v.is_string()) out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+TaskStatus status_of(const std::string& text) {
+  return parse_task_status(text).value_or(TaskStatus::kOpen);
+}
+
+MarkOutcome compare(const TaskMark& mark, TaskMark stored) {
+  MarkOutcome o;
+  o.result = stored.status == mark.status && stored.labels == mark.labels ? MarkResult::kSame
+                                                                          : MarkResult::kConflict;
+  o.stored = std::move(stored);
+  return o;
+}
+
+Result<MarkOutcome> mark_sqlite(const std::string& path, const TaskMark& mark) {
+  auto db = Db::open(path, false);
+  if (!db) return db.error();
+  // One write transaction: the check and the insert see the same table.
+  if (auto st = db->exec("BEGIN IMMEDIATE"); !st) return st.error();
+  auto get = db->prepare("SELECT status, labels, key_id, marked_us FROM tasks WHERE task_id=?");
+  if (!get) return get.error();
+  get->bind(1, mark.task_id);
+  auto found = get->step();
+  if (!found) return found.error();
+  if (*found) {
+    TaskMark stored{mark.task_id, status_of(get->text_at(0)), labels_from(get->text_at(1)),
+                    get->text_at(2), get->int_at(3)};
+    get->reset();
+    (void)db->exec("COMMIT");
+    return compare(mark, std::move(stored));
+  }
+  get->reset();
+  auto put = db->prepare(
+      "INSERT INTO tasks(task_id,status,labels,key_id,marked_us,day) VALUES(?,?,?,?,?,?)");
+  if (!put) return put.error();
+  put->bind(1, mark.task_id)
+      .bind(2, task_status_name(mark.status))
+      .bind(3, labels_text(mark.labels))
+      .bind(4, mark.key_id)
+      .bind(5, mark.marked_us)
+      .bind(6, utc_day(mark.marked_us));
+  if (auto st = put->run(); !st) {
+    (void)db->exec("ROLLBACK");
+    return st.error();
+  }
+  if (auto st = db->exec("COMMIT"); !st) return st.error();
+  return MarkOutcome{MarkResult::kCreated, mark};
+}
+
+Result<MarkOutcome> mark_pg(const std::string& url, const TaskMark& mark) {
+  auto conn = PgConn::connect(url);
+  if (!conn) return conn.error();
+  // ON CONFLICT DO NOTHING, then read what is there: concurrent marks on many instances agree
+  // on the first one committed.
+  auto put = conn->run(
+      "INSERT INTO tasks(task_id,status,labels,key_id,marked_us,day) VALUES($1,$2,$3,$4,$5,$6) "
+      "ON CONFLICT (task_id) DO NOTHING",
+      {mark.task_id, std::string(task_status_name(mark.status)), labels_text(mark.labels),
+       mark.key_id, pg_int(mark.marked_us), utc_day(mark.marked_us)});
+  if (!put) return put.error();
+  if (put->affected() == 1) return MarkOutcome{MarkResult::kCreated, mark};
+  auto got = conn->run("SELECT status, labels, key_id, marked_us FROM tasks WHERE task_id=$1",
+                       {mark.task_id});
+  if (!got) return got.error();
+  if (got->rows() == 0) return Error::make(ErrorCode::kInternal, "task mark vanished");
+  return compare(mark, TaskMark{mark.task_id, status_of(got->text(0, 0)),
+                                labels_from(got->text(0, 1)), got->text(0, 2), got->integer(0, 3)});
+}
+
+// "AND column = ?" for each filter of the rows (as the reports filter them).
+void add_row_filters(const ReportFilter& f, std::string& sql, std::vector<Value>& params) {
+  auto eq = [&](const std::optional<std::string>& value, const char* column) {
+    if (!value) return;
+    sql += std::string(" AND ") + column + " = ?";
+    params.emplace_back(*value);
+  };
+  eq(f.key_id, "key_id");
+  eq(f.team, "team");
+  eq(f.project, "project");
+  eq(f.task_id, "task_id");
+  eq(f.model, "upstream_model");
+  eq(f.target, "target");
+  eq(f.rule_id, "rule_id");
+  for (auto [date, op] : {std::pair{&f.from, ">="}, std::pair{&f.to, "<="}}) {
+    if (!*date) continue;
+    sql += std::string(" AND day ") + op + " ?";
+    params.emplace_back(utc_day(days_from_civil(**date) * kMicrosPerDay));
+  }
+}
+
+// The per-task sums of the rows matching the query, as a subquery `r`: task_id, team, project,
+// day, n, cost, local_cost, tokens, local_tokens, local_n, first_us, last_us.
+std::string per_task_sql(const TaskReportQuery& q, std::vector<Value>& params) {
+  std::string local = "0";
+  if (!q.local_targets.empty()) {
+    local = "target IN (";
+    for (size_t i = 0; i < q.local_targets.size(); ++i) local += i == 0 ? "?" : ",?";
+    local += ")";
+  }
+  std::string sql =
+      "SELECT task_id, MIN(team) AS team, MIN(project) AS project, MIN(day) AS day, "
+      "COUNT(*) AS n, SUM(COALESCE(cost_total,0)) AS cost, "
+      "SUM(CASE WHEN " +
+      local + " THEN COALESCE(cost_total,0) ELSE 0 END) AS local_cost, " +
+      "SUM(input_tokens+output_tokens) AS tokens, SUM(CASE WHEN " + local +
+      " THEN input_tokens+output_tokens ELSE 0 END) AS local_tokens, SUM(CASE WHEN " + local +
+      " THEN 1 ELSE 0 END) AS local_n, MIN(started_us) AS first_us, MAX(ended_us) AS last_us "
+      "FROM requests WHERE kind='request' AND task_id<>''";
+  for (int copy = 0; copy < 3; ++copy) {
+    for (const auto& t : q.local_targets) params.emplace_back(t);
+  }
+  add_row_filters(q.filter, sql, params);
+  return sql + " GROUP BY task_id";
+}
+
+void bind_all(Stmt& stmt, const std::vector<Value>& params) {
+  for (size_t i = 0; i < params.size(); ++i) stmt.bind_value(static_cast<int>(i + 1), params[i]);
+}
+
+Result<std::string> currency_of(Db& db) {
+  auto cur = db.prepare("SELECT value FROM meta WHERE key='currency'");
+  if (!cur) return cur.error();
+  auto found = cur->step();
+  if (!found) return found.error();
+  return *found ? cur->text_at(0) : std::string();
+}
+
+Result<std::string> group_expr(const std::string& by, std::vector<Value>& params) {
+  if (by.empty()) return std::string("''");
+  if (by == "team") return std::string("r.team");
+  if (by == "project") return std::string("r.project");
+  if (by == "day") return std::string("COALESCE(t.day, r.day)");
+  if (by == "month") return std::string("substr(COALESCE(t.day, r.day),1,7)");
+  if (by.starts_with("label:") && is_label_name(by.substr(6))) {
+    params.emplace_back("$.\"" + by.substr(6) + "\"");
+    return std::string("COALESCE(json_extract(t.labels, ?), '')");
+  }
+  return Error::make(ErrorCode::kInvalidRequest,
+                     "'by' must be team, project, day, month or label:NAME (NAME: 1-64 of "
+                     "A-Z a-z 0-9 _ . -), got '" +
+                         by + "'",
+                     "by", "invalid_value");
+}
+
+Status need_sqlite(const std::string& db) {
+  if (!is_pg_url(db)) return {};
+  return Error::make(ErrorCode::kInvalidRequest,
+                     "task reports read a SQLite ledger; a PostgreSQL ledger records task "
+                     "outcomes but has no task reports yet",
+                     "", "unsupported");
+}
+
+std::string json_text(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+std::string_view task_status_name(TaskStatus status) {
+  return kStatusNames[static_cast<size_t>(status)];
+}
+
+std::optional<TaskStatus> parse_task_status(std::string_view name) {
+  for (size_t i = 1; i < 4; ++i) {
+    if (name == kStatusNames[i]) return static_cast<TaskStatus>(i);
+  }
+  return std::nullopt;
+}
+
+bool is_label_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Money TaskGroup::per_task() const {
+  if (tasks == 0) return Money();
+  int64_t total = cost.micros();
+  int64_t q = total / tasks;
+  int64_t r = total % tasks;
+  // Half away from zero: |2r| >= tasks rounds the quotient outward.
+  if (r != 0 && (r > 0 ? r : -r) >= tasks - (r > 0 ? r : -r)) q += total > 0 ? 1 : -1;
+  return Money::from_micros(q);
+}
+
+Result<MarkOutcome> mark_task(const std::string& db, const TaskMark& mark) {
+  return is_pg_url(db) ? mark_pg(db, mark) : mark_sqlite(db, mark);
+}
+
+Result<std::set<std::string>> task_key_ids(const std::string& db, const std::string& task_id) {
+  std::set<std::string> out;
+  if (is_pg_url(db)) {
+    auto conn = PgConn::connect(db);
+    if (!conn) return conn.error();
+    auto rows = conn->run("SELECT DISTINCT key_id FROM requests WHERE task_id=$1", {task_id});
+    if (!rows) return rows.error();
+    for (int r = 0; r < rows->rows(); ++r) out.insert(rows->text(r, 0));
+    return out;
+  }
+  auto sdb = Db::open(db, true);
+  if (!sdb) return sdb.error();
+  auto stmt = sdb->prepare("SELECT DISTINCT key_id FROM requests WHERE task_id=?");
+  if (!stmt) return stmt.error();
+  stmt->bind(1, task_id);
+  for (;;) {
+    auto has = stmt->step();
+    if (!has) return has.error();
+    if (!*has) break;
+    out.insert(stmt->text_at(0));
+  }
+  return out;
+}
+
+Result<TaskReport> task_report(const std::string& db_path, const TaskReportQuery& q) {
+  if (auto ok = need_sqlite(db_path); !ok) return ok.error();
+  std::vector<Value> group_params;
+  auto group = group_expr(q.by, group_params);
+  if (!group) return group.error();
+  std::vector<Value> params = group_params;
+  std::string inner = per_task_sql(q, params);
+  std::string sql = "SELECT " + *group +
+                    " AS g, COALESCE(t.status,'open') AS s, COUNT(*), SUM(r.n), SUM(r.tokens), "
+                    "SUM(r.local_tokens), SUM(r.cost), SUM(r.local_cost), SUM(r.local_n) FROM (" +
+                    inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id " +
+                    "GROUP BY g, s ORDER BY g, s";
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  TaskReport report;
+  report.by = q.by;
+  auto cur = currency_of(*db);
+  if (!cur) return cur.error();
+  report.currency = *cur;
+  auto stmt = db->prepare(sql);
+  if (!stmt) return stmt.error();
+  bind_all(*stmt, params);
+  for (;;) {
+    auto has = stmt->step();
+    if (!has) return has.error();
+    if (!*has) break;
+    TaskGroup g;
+    g.group = stmt->text_at(0);
+    g.status = status_of(stmt->text_at(1));
+    g.tasks = stmt->int_at(2);
+    g.requests = stmt->int_at(3);
+    g.tokens = stmt->int_at(4);
+    g.local_tokens = stmt->int_at(5);
+    g.cost = Money::from_micros(stmt->int_at(6));
+    g.local_cost = Money::from_micros(stmt->int_at(7));
+    g.local_requests = stmt->int_at(8);
+    report.rows.push_back(std::move(g));
+  }
+  return report;
+}
+
+Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
+                           std::optional<TaskStatus> status, int64_t limit, int64_t offset) {
+  if (auto ok = need_sqlite(db_path); !ok) return ok.error();
+  std::vector<Value> params;
+  std::string inner = per_task_sql(q, params);
+  std::string from = " FROM (" + inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id";
+  if (status) {
+    from += " WHERE COALESCE(t.status,'open') = ?";
+    params.emplace_back(std::string(task_status_name(*status)));
+  }
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  TopTasks top;
+  auto count = db->prepare("SELECT COUNT(*)" + from);
+  if (!count) return count.error();
+  bind_all(*count, params);
+  auto counted = count->step();
+  if (!counted) return counted.error();
+  top.total = *counted ? count->int_at(0) : 0;
+  auto stmt = db->prepare(
+      "SELECT r.task_id, COALESCE(t.status,'open'), COALESCE(t.labels,'{}'), r.team, r.project, "
+      "r.n, r.cost, r.local_cost, r.first_us, r.last_us" +
+      from + " ORDER BY r.cost DESC, r.task_id LIMIT ? OFFSET ?");
+  if (!stmt) return stmt.error();
+  params.emplace_back(limit);
+  params.emplace_back(offset);
+  bind_all(*stmt, params);
+  for (;;) {
+    auto has = stmt->step();
+    if (!has) return has.error();
+    if (!*has) break;
+    TopTask t;
+    t.task_id = stmt->text_at(0);
+    t.status = status_of(stmt->text_at(1));
+    t.labels = stmt->text_at(2);
+    t.team = stmt->text_at(3);
+    t.project = stmt->text_at(4);
+    t.requests = stmt->int_at(5);
+    t.cost = Money::from_micros(stmt->int_at(6));
+    t.local_cost = Money::from_micros(stmt->int_at(7));
+    t.first_us = stmt->int_at(8);
+    t.last_us = stmt->int_at(9);
+    top.tasks.push_back(std::move(t));
+  }
+  return top;
+}
+
+std::string task_report_json(const TaskReport& report) {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const auto& g : report.rows) {
+    rows.push_back({{"group", g.group},
+                    {"status", task_status_name(g.status)},
+                    {"tasks", g.tasks},
+                    {"requests", g.requests},
+                    {"cost", g.cost.to_string()},
+                    {"cost_per_task", g.per_task().to_string()},
+                    {"local_cost", g.local_cost.to_string()},
+                    {"local_requests", g.local_requests},
+                    {"tokens", g.tokens},
+                    {"local_tokens", g.local_tokens}});
+  }
+  nlohmann::ordered_json j = {{"by", report.by}, {"currency", report.currency}, {"rows", rows}};
+  return json_text(j);
+}
+
+std::string task_report_csv(const TaskReport& report) {
+  std::string out =
+      "group,status,tasks,requests,cost,cost_per_task,local_cost,local_requests,tokens,"
+      "local_tokens\n";
+  for (const auto& g : report.rows) {
+    out += csv_field(g.group, true) + "," + std::string(task_status_name(g.status)) + "," +
+           std::to_string(g.tasks) + "," + std::to_string(g.requests) + "," + g.cost.to_string() +
+           "," + g.per_task().to_string() + "," + g.local_cost.to_string() + "," +
+           std::to_string(g.local_requests) + "," + std::to_string(g.tokens) + "," +
+           std::to_string(g.local_tokens) + "\n";
+  }
+  return out;
+}
+
+std::string top_tasks_json(const TopTasks& top, const std::string& currency) {
+  nlohmann::ordered_json tasks = nlohmann::ordered_json::array();
+  for (const auto& t : top.tasks) {
+    tasks.push_back({{"task", t.task_id},
+                     {"status", task_status_name(t.status)},
+                     {"labels", nlohmann::ordered_json::parse(t.labels, nullptr, false)},
+                     {"team", t.team},
+                     {"project", t.project},
+                     {"requests", t.requests},
+                     {"cost", t.cost.to_string()},
+                     {"local_cost", t.local_cost.to_string()},
+                     {"first_us", t.first_us},
+                     {"last_us", t.last_us}});
+  }
+  nlohmann::ordered_json j = {{"currency", currency}, {"total", top.total}, {"tasks", tasks}};
+  return json_text(j);
+}
+
+std::string top_tasks_csv(const TopTasks& top) {
+  std::string out = "task,status,team,project,requests,cost,local_cost\n";
+  for (const auto& t : top.tasks) {
+    out += csv_field(t.task_id, true) + "," + std::string(task_status_name(t.status)) + "," +
+           csv_field(t.team, true) + "," + csv_field(t.project, true) + "," +
+           std::to_string(t.requests) + "," + t.cost.to_string() + "," + t.local_cost.to_string() +
+           "\n";
+  }
+  return out;
+}
+
+namespace {
+
+constexpr const char* kDrillColumns[] = {"seq",
+                                         "id",
+                                         "request_id",
+                                         "started_us",
+                                         "ended_us",
+                                         "key_id",
+                                         "team",
+                                         "project",
+                                         "requested_model",
+                                         "target",
+                                         "upstream_model",
+                                         "rule_id",
+                                         "policy_version",
+                                         "attempts",
+                                         "status",
+                                         "http_status",
+                                         "input_tokens",
+                                         "cached_tokens",
+                                         "output_tokens",
+                                         "reasoning_tokens",
+                                         "pricing",
+                                         "price_version",
+                                         "cost_input",
+                                         "cost_cached",
+                                         "cost_output",
+                                         "cost_reasoning",
+                                         "cost_total"};
+
+bool is_money_column(std::string_view name) {
+  return name.starts_with("cost_");
+}
+
+// One statement's current row as JSON: integers, text, money as exact decimal strings.
+nlohmann::ordered_json row_object(const Stmt& stmt, const std::vector<std::string>& names) {
+  nlohmann::ordered_json o;
+  for (size_t i = 0; i < names.size(); ++i) {
+    int c = static_cast<int>(i);
+    if (stmt.is_null(c)) {
+      o[names[i]] = nullptr;
+    } else if (is_money_column(names[i])) {
+      o[names[i]] = Money::from_micros(stmt.int_at(c)).to_string();
+    } else if (auto v = stmt.value_at(c); std::holds_alternative<int64_t>(v)) {
+      o[names[i]] = std::get<int64_t>(v);
+    } else {
+      o[names[i]] = stmt.text_at(c);
+    }
+  }
+  return o;
+}
+
+Result<std::vector<nlohmann::ordered_json>> all_rows(Stmt& stmt,
+                                                     const std::vector<std::string>& names) {
+  std::vector<nlohmann::ordered_json> out;
+  for (;;) {
+    auto has = stmt.step();
+    if (!has) return has.error();
+    if (!*has) break;
+    out.push_back(row_object(stmt, names));
+  }
+  stmt.reset();
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> task_requests_json(const std::string& db_path, const std::string& task_id,
+                                       int64_t limit, int64_t offset) {
+  if (auto ok = need_sqlite(db_path); !ok) return ok.error();
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  std::vector<std::string> names(std::begin(kDrillColumns), std::end(kDrillColumns));
+  std::string select;
+  for (const auto& n : names) select += (select.empty() ? "" : ",") + n;
+  auto rows = db->prepare("SELECT " + select +
+                          " FROM requests WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?");
+  if (!rows) return rows.error();
+  rows->bind(1, task_id).bind(2, limit).bind(3, offset);
+  auto got = all_rows(*rows, names);
+  if (!got) return got.error();
+  const std::vector<std::string> anames = {
+      "attempt",    "target",       "upstream_model", "status",        "http_status",
+      "error_code", "input_tokens", "output_tokens",  "price_version", "cost_total"};
+  auto attempts = db->prepare(
+      "SELECT attempt,target,upstream_model,status,http_status,error_code,input_tokens,"
+      "output_tokens,price_version,cost_total FROM attempts WHERE request_id=? ORDER BY attempt");
+  if (!attempts) return attempts.error();
+  const std::vector<std::string> pnames = {"version", "model",     "input",   "cached_input",
+                                           "output",  "reasoning", "internal"};
+  auto price = db->prepare(
+      "SELECT version,model,input,cached_input,output,reasoning,internal FROM prices WHERE "
+      "version=?");
+  if (!price) return price.error();
+  std::vector<int64_t> seqs;
+  for (const auto& r : *got) seqs.push_back(r["seq"].get<int64_t>());
+  auto links = verify_links(db_path, seqs);
+  if (!links) return links.error();
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (auto r : *got) {
+    attempts->bind(1, r["id"].get<std::string>());
+    auto a = all_rows(*attempts, anames);
+    if (!a) return a.error();
+    r["attempt_list"] = *a;
+    price->bind(1, r["price_version"].get<std::string>());
+    auto p = all_rows(*price, pnames);
+    if (!p) return p.error();
+    // Prices are per million tokens, in micro-units: exact decimal strings too.
+    r["prices"] = nullptr;
+    if (!p->empty()) {
+      auto& po = p->front();
+      for (const char* k : {"input", "cached_input", "output", "reasoning"}) {
+        po[k] = Money::from_micros(po[k].get<int64_t>()).to_string();
+      }
+      r["prices"] = po;
+    }
+    auto link = links->find(r["seq"].get<int64_t>());
+    r["chain_verifies"] = link != links->end() && link->second;
+    out.push_back(std::move(r));
+  }
+  nlohmann::ordered_json j = {{"task", task_id}, {"requests", out}};
+  return json_text(j);
+}
+
+}  // namespace ferry::ledger
