@@ -132,6 +132,18 @@ void append_text(std::string& out, std::string_view text, bool& first) {
   first = false;
 }
 
+// A text block of a system prompt appended to `out` (newline-joined); other types refused.
+std::optional<Error> append_system_block(const element& block, const std::string& path,
+                                         std::string& out, bool& first) {
+  auto type = block_type(block, path);
+  if (!type) return type.error();
+  if (*type != "text") return unknown_tag(path, *type, "'text'");
+  auto text = text_block(block, path);
+  if (!text) return text.error();
+  append_text(out, *text, first);
+  return std::nullopt;
+}
+
 // `system`: a string or text blocks, joined by newlines.
 std::optional<Error> parse_system(const element& v, ChatRequest& out) {
   Message m;
@@ -143,13 +155,7 @@ std::optional<Error> parse_system(const element& v, ChatRequest& out) {
     bool first = true;
     size_t i = 0;
     for (element block : array_of(v)) {
-      std::string path = at("system", i++);
-      auto type = block_type(block, path);
-      if (!type) return type.error();
-      if (*type != "text") return unknown_tag(path, *type, "'text'");
-      auto text = text_block(block, path);
-      if (!text) return text.error();
-      append_text(m.content.text, *text, first);
+      if (auto e = append_system_block(block, at("system", i++), m.content.text, first)) return e;
     }
   } else {
     return invalid("system", std::string("Input should be a valid string or a list of text "
@@ -413,12 +419,7 @@ std::optional<Error> system_turn(const Turn& turn, ChatRequest& out) {
   m.content.text = turn.text;
   bool first = !turn.string_content;
   for (const auto& [block, path] : turn.blocks) {
-    auto type = block_type(block, path);
-    if (!type) return type.error();
-    if (*type != "text") return unknown_tag(path, *type, "'text'");
-    auto text = text_block(block, path);
-    if (!text) return text.error();
-    append_text(m.content.text, *text, first);
+    if (auto e = append_system_block(block, path, m.content.text, first)) return e;
   }
   out.messages.push_back(std::move(m));
   return std::nullopt;
