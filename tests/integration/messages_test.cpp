@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tests/integration/ferry_test_base.h"
+#include "tests/integration/metrics_check.h"
 
 namespace ferry::itest {
 namespace {
@@ -426,6 +427,34 @@ TEST_F(MessagesTest, AnUntranslatableReplyIsAnErrorRow) {
   auto ok = post(message_body("gpt-test", "still serving"));
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// /metrics counts requests, tokens and errors by front-end API.
+TEST_F(MessagesTest, MetricsAreLabelledByApi) {
+  ferry_ = start_ferry(dir_, [&] {
+    std::string cfg = messages_config(upstream_.address, db_);
+    cfg.insert(cfg.find("models:\n") + 8, kToolModels);
+    return cfg;
+  }());
+  auto m = post(message_body("gpt-test", "hello ferry"));  // 3 output tokens: "echo: hello ferry"
+  ASSERT_TRUE(m && m->status == 200);
+  auto bad = post(tool_body("bad-call", "x"));
+  ASSERT_TRUE(bad && bad->status == 502);
+  auto chat = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "a b"));
+  ASSERT_TRUE(chat && chat->status == 200);
+  auto r = http_request(ferry_.address, "GET", "/metrics", {}, auth_headers(kAdminKey));
+  ASSERT_TRUE(r && r->status == 200);
+  const std::string& text = r->body;
+  for (const char* line : {"ferry_api_requests_total{api=\"messages\",status=\"200\"} 1\n",
+                           "ferry_api_requests_total{api=\"messages\",status=\"502\"} 1\n",
+                           "ferry_api_requests_total{api=\"chat\",status=\"200\"} 1\n",
+                           "ferry_api_errors_total{api=\"messages\"} 1\n",
+                           "ferry_api_tokens_total{api=\"messages\",kind=\"output\"} 3\n",
+                           "ferry_api_tokens_total{api=\"chat\",kind=\"output\"} 3\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << "missing " << line << " in:\n" << text;
+  }
+  EXPECT_EQ(text.find("ferry_api_errors_total{api=\"chat\"}"), std::string::npos) << text;
+  expect_metrics_declared(text);
 }
 
 TEST_F(MessagesTest, CountTokensRoutesLikeTheAnswerWithoutALedgerRow) {
