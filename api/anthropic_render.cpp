@@ -161,19 +161,27 @@ void AnthropicStreamRenderer::render_error(const Error& error, std::string& out)
   done_ = true;
 }
 
+// A call whose arguments are not an object stops only if the output limit cut it: the finish
+// that follows is max_tokens. False when `event` ended the stream with an error instead.
+bool AnthropicStreamRenderer::stop_cut_call(const Event& event, std::string& out) {
+  const auto* finish = std::get_if<FinishEvent>(&event);
+  if (const auto* e = std::get_if<ErrorEvent>(&event)) {
+    render_error(*e->error, out);
+    return false;
+  }
+  if (finish == nullptr || finish->reason != FinishReason::kLength) {
+    failure_ = bad_arguments(tool_name_);
+    render_error(*failure_, out);
+    return false;
+  }
+  render_block_stop(*cut_call_, out);
+  cut_call_.reset();
+  return true;
+}
+
 void AnthropicStreamRenderer::render(const Event& event, std::string& out) {
   if (done_) return;
-  if (cut_call_) {
-    // A call whose arguments are not an object stops only if the output limit cut it.
-    const auto* finish = std::get_if<FinishEvent>(&event);
-    if (const auto* e = std::get_if<ErrorEvent>(&event)) return render_error(*e->error, out);
-    if (finish == nullptr || finish->reason != FinishReason::kLength) {
-      failure_ = bad_arguments(tool_name_);
-      return render_error(*failure_, out);
-    }
-    render_block_stop(*cut_call_, out);
-    cut_call_.reset();
-  }
+  if (cut_call_ && !stop_cut_call(event, out)) return;
   JsonWriter w(out);
   if (const auto* e = std::get_if<StartEvent>(&event)) {
     start_usage_ = e->usage;

@@ -57,6 +57,7 @@ class AnthropicStreamRenderer {
 
  private:
   void render_block_stop(uint32_t index, std::string& out);
+  bool stop_cut_call(const Event& event, std::string& out);
   void render_error(const Error& error, std::string& out);
   AnthropicRenderOptions options_;
   Usage start_usage_;
