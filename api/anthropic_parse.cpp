@@ -132,6 +132,18 @@ void append_text(std::string& out, std::string_view text, bool& first) {
   first = false;
 }
 
+// A text block of a system prompt appended to `out` (newline-joined); other types refused.
+std::optional<Error> append_system_block(const element& block, const std::string& path,
+                                         std::string& out, bool& first) {
+  auto type = block_type(block, path);
+  if (!type) return type.error();
+  if (*type != "text") return unknown_tag(path, *type, "'text'");
+  auto text = text_block(block, path);
+  if (!text) return text.error();
+  append_text(out, *text, first);
+  return std::nullopt;
+}
+
 // `system`: a string or text blocks, joined by newlines.
 std::optional<Error> parse_system(const element& v, ChatRequest& out) {
   Message m;
@@ -143,13 +155,7 @@ std::optional<Error> parse_system(const element& v, ChatRequest& out) {
     bool first = true;
     size_t i = 0;
     for (element block : array_of(v)) {
-      std::string path = at("system", i++);
-      auto type = block_type(block, path);
-      if (!type) return type.error();
-      if (*type != "text") return unknown_tag(path, *type, "'text'");
-      auto text = text_block(block, path);
-      if (!text) return text.error();
-      append_text(m.content.text, *text, first);
+      if (auto e = append_system_block(block, at("system", i++), m.content.text, first)) return e;
     }
   } else {
     return invalid("system", std::string("Input should be a valid string or a list of text "
@@ -355,10 +361,13 @@ std::optional<Error> read_turns(const element& v, std::vector<Turn>& turns) {
     if (auto e = f.check({"role", "content"})) return e;
     auto role = f.get("role");
     if (!role) return invalid(f.path("role"), "Field required");
-    if (!role->is_string() || (string_of(*role) != "user" && string_of(*role) != "assistant")) {
-      return invalid(f.path("role"), "Input should be 'user' or 'assistant'");
+    std::string_view role_name = role->is_string() ? string_of(*role) : std::string_view();
+    if (role_name != "user" && role_name != "assistant" && role_name != "system") {
+      return invalid(f.path("role"), "Input should be 'user', 'assistant' or 'system'");
     }
-    Role r = string_of(*role) == "user" ? Role::kUser : Role::kAssistant;
+    Role r = role_name == "user"        ? Role::kUser
+             : role_name == "assistant" ? Role::kAssistant
+                                        : Role::kSystem;
     auto content = f.get("content");
     if (!content) return invalid(f.path("content"), "Field required");
     if (!content->is_string() && !content->is_array()) {
@@ -401,13 +410,29 @@ std::optional<Error> read_turns(const element& v, std::vector<Turn>& turns) {
   return std::nullopt;
 }
 
+// A system turn inside `messages` (as Claude Code sends its context): text only, one system
+// message at that place.
+std::optional<Error> system_turn(const Turn& turn, ChatRequest& out) {
+  Message m;
+  m.role = Role::kSystem;
+  m.content.form = Content::Form::kText;
+  m.content.text = turn.text;
+  bool first = !turn.string_content;
+  for (const auto& [block, path] : turn.blocks) {
+    if (auto e = append_system_block(block, path, m.content.text, first)) return e;
+  }
+  out.messages.push_back(std::move(m));
+  return std::nullopt;
+}
+
 std::optional<Error> parse_messages(const element& v, ChatRequest& out, AnthropicParseInfo& info) {
   std::vector<Turn> turns;
   if (auto e = read_turns(v, turns)) return e;
   std::set<std::string, std::less<>> calls;
   for (const Turn& t : turns) {
-    auto e = t.role == Role::kUser ? user_turn(t, calls, out, info)
-                                   : assistant_turn(t, calls, out, info);
+    auto e = t.role == Role::kUser        ? user_turn(t, calls, out, info)
+             : t.role == Role::kAssistant ? assistant_turn(t, calls, out, info)
+                                          : system_turn(t, out);
     if (e) return e;
   }
   return std::nullopt;

@@ -79,7 +79,21 @@ Error bad_arguments(std::string_view name) {
                                                    std::string(name) + "\" are not a JSON object");
 }
 
+// Block `i` is the last of an answer the output limit ended: what it holds was cut there.
+bool cut_by_limit(const Answer& answer, size_t i) {
+  return answer.finish == FinishReason::kLength && i + 1 == answer.blocks.size();
+}
+
 }  // namespace
+
+std::optional<Error> anthropic_render_problem(const Answer& answer) {
+  for (size_t i = 0; i < answer.blocks.size(); ++i) {
+    const Block& b = answer.blocks[i];
+    if (b.kind != BlockKind::kToolCall || b.arguments.empty() || cut_by_limit(answer, i)) continue;
+    if (!is_json_object(b.arguments)) return bad_arguments(b.name);
+  }
+  return std::nullopt;
+}
 
 WireBody render_anthropic_message(const Answer& answer, const AnthropicRenderOptions& options) {
   auto error_body = [](const Error& e) {
@@ -88,6 +102,7 @@ WireBody render_anthropic_message(const Answer& answer, const AnthropicRenderOpt
   if (answer.finish == FinishReason::kError) {
     return error_body(answer.error.value_or(Error::make(ErrorCode::kInternal, "failed")));
   }
+  if (auto why = anthropic_render_problem(answer)) return error_body(*why);
   WireBody reply;
   JsonWriter w(reply.body);
   const RenderIdentity& id = options.identity;
@@ -100,15 +115,17 @@ WireBody render_anthropic_message(const Answer& answer, const AnthropicRenderOpt
       case BlockKind::kText:
         w.raw("{\"type\":\"text\",\"text\":").str(b.text).raw("}");
         break;
-      case BlockKind::kToolCall:
+      case BlockKind::kToolCall: {
+        std::string cut;  // the arguments of a call the output limit cut, closed
+        std::string_view input = b.arguments.empty() ? std::string_view("{}") : b.arguments;
         if (!b.arguments.empty() && !is_json_object(b.arguments)) {
-          return error_body(bad_arguments(b.name));
+          cut = close_json_object_prefix(b.arguments);
+          input = cut;
         }
         w.raw("{\"type\":\"tool_use\",\"id\":").str(tool_use_id(b.call_id));
-        w.raw(",\"name\":").str(b.name).raw(",\"input\":");
-        w.raw(b.arguments.empty() ? std::string_view("{}") : std::string_view(b.arguments));
-        w.raw("}");
+        w.raw(",\"name\":").str(b.name).raw(",\"input\":").raw(input).raw("}");
         break;
+      }
       case BlockKind::kThinking:
         w.raw("{\"type\":\"thinking\",\"thinking\":").str(b.text);
         w.raw(",\"signature\":").str(b.signature).raw("}");
@@ -130,6 +147,13 @@ void AnthropicStreamRenderer::ping(std::string& out) {
   out.append("event: ping\ndata: {\"type\":\"ping\"}\n\n");
 }
 
+void AnthropicStreamRenderer::render_block_stop(uint32_t index, std::string& out) {
+  JsonWriter w(out);
+  begin_sse_event(out, "content_block_stop");
+  w.raw("{\"type\":\"content_block_stop\",\"index\":").num(index).raw("}");
+  end_sse_event(out);
+}
+
 void AnthropicStreamRenderer::render_error(const Error& error, std::string& out) {
   begin_sse_event(out, "error");
   out.append(anthropic_error_json(error));
@@ -137,8 +161,27 @@ void AnthropicStreamRenderer::render_error(const Error& error, std::string& out)
   done_ = true;
 }
 
+// A call whose arguments are not an object stops only if the output limit cut it: the finish
+// that follows is max_tokens. False when `event` ended the stream with an error instead.
+bool AnthropicStreamRenderer::stop_cut_call(const Event& event, std::string& out) {
+  const auto* finish = std::get_if<FinishEvent>(&event);
+  if (const auto* e = std::get_if<ErrorEvent>(&event)) {
+    render_error(*e->error, out);
+    return false;
+  }
+  if (finish == nullptr || finish->reason != FinishReason::kLength) {
+    failure_ = bad_arguments(tool_name_);
+    render_error(*failure_, out);
+    return false;
+  }
+  render_block_stop(*cut_call_, out);
+  cut_call_.reset();
+  return true;
+}
+
 void AnthropicStreamRenderer::render(const Event& event, std::string& out) {
   if (done_) return;
+  if (cut_call_ && !stop_cut_call(event, out)) return;
   JsonWriter w(out);
   if (const auto* e = std::get_if<StartEvent>(&event)) {
     start_usage_ = e->usage;
@@ -186,7 +229,8 @@ void AnthropicStreamRenderer::render(const Event& event, std::string& out) {
     end_sse_event(out);
   } else if (const auto* e = std::get_if<BlockStopEvent>(&event)) {
     if (open_kind_ == BlockKind::kToolCall && !arguments_.empty() && !is_json_object(arguments_)) {
-      return render_error(bad_arguments(tool_name_), out);
+      cut_call_ = e->index;  // its stop waits for the finish: cut by max_tokens, or an error
+      return;
     }
     if (open_kind_ == BlockKind::kThinking && !signature_.empty()) {
       begin_sse_event(out, "content_block_delta");
@@ -194,9 +238,7 @@ void AnthropicStreamRenderer::render(const Event& event, std::string& out) {
       w.raw(",\"delta\":{\"type\":\"signature_delta\",\"signature\":").str(signature_).raw("}}");
       end_sse_event(out);
     }
-    begin_sse_event(out, "content_block_stop");
-    w.raw("{\"type\":\"content_block_stop\",\"index\":").num(e->index).raw("}");
-    end_sse_event(out);
+    render_block_stop(e->index, out);
   } else if (const auto* e = std::get_if<FinishEvent>(&event)) {
     begin_sse_event(out, "message_delta");
     w.raw("{\"type\":\"message_delta\",\"delta\":{");

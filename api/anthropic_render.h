@@ -4,6 +4,7 @@
 // thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,8 +26,13 @@ struct AnthropicRenderOptions {
 // - usage: input_tokens = prompt - cached (Anthropic counts cache reads apart),
 //   cache_read_input_tokens = cached, cache_creation_input_tokens = 0, output_tokens =
 //   completion (thinking included), output_tokens_details.thinking_tokens when there are any.
-// A failed answer, or a tool call whose arguments are not a JSON object, is an error body.
+// A tool call whose arguments are not a JSON object is an error body, unless it is the last
+// block of an answer max_tokens ended: then its `input` is what the model wrote, closed
+// (close_json_object_prefix), and stop_reason is max_tokens, as Anthropic answers. A failed
+// answer is an error body.
 WireBody render_anthropic_message(const Answer& answer, const AnthropicRenderOptions& options = {});
+// Why `answer` (not a failed one) cannot be a Messages body (a tool call's arguments), if so.
+std::optional<Error> anthropic_render_problem(const Answer& answer);
 
 // The stream: `message_start` (the message with empty content and the usage known at the start)
 // then one `ping`; per block `content_block_start`, `content_block_delta` (`text_delta`,
@@ -35,7 +41,8 @@ WireBody render_anthropic_message(const Answer& answer, const AnthropicRenderOpt
 // `content_block_stop`; then `message_delta` (stop_reason, stop_sequence, usage: the final
 // output_tokens, and the input counts when the finish knows them) and `message_stop`. An error
 // is `event: error` and ends the stream, as does a tool call whose arguments turn out not to be
-// a JSON object when its block stops.
+// a JSON object when its block stops, unless the finish that follows is max_tokens (the call
+// was cut: its `input_json_delta`s were sent, then its stop and `message_delta`).
 class AnthropicStreamRenderer {
  public:
   explicit AnthropicStreamRenderer(AnthropicRenderOptions options = {})
@@ -44,15 +51,22 @@ class AnthropicStreamRenderer {
   void render(const Event& event, std::string& out);
   // A keep-alive `ping` event (any time after the start).
   static void ping(std::string& out);
+  // Set when the answer could not be rendered (a call's arguments not an object): the stream
+  // ended with an error event the producer did not send.
+  const std::optional<Error>& failure() const { return failure_; }
 
  private:
+  void render_block_stop(uint32_t index, std::string& out);
+  bool stop_cut_call(const Event& event, std::string& out);
   void render_error(const Error& error, std::string& out);
   AnthropicRenderOptions options_;
   Usage start_usage_;
   BlockKind open_kind_ = BlockKind::kText;
-  std::string tool_name_;  // of the open tool call
-  std::string arguments_;  // of the open tool call, checked when it stops
-  std::string signature_;  // of the open thinking block, sent when it stops
+  std::string tool_name_;             // of the open tool call
+  std::string arguments_;             // of the open tool call, checked when it stops
+  std::string signature_;             // of the open thinking block, sent when it stops
+  std::optional<uint32_t> cut_call_;  // a call whose arguments are not an object, not yet stopped
+  std::optional<Error> failure_;
   bool done_ = false;
 };
 

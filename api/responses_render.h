@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ class ResponsesStreamRenderer {
   explicit ResponsesStreamRenderer(ResponsesRenderOptions options = {});
   // Appends the SSE bytes of `event` to `out` (possibly none).
   void render(const Event& event, std::string& out);
+  // Set when the producer's events broke the event grammar: the stream ended with
+  // response.failed (or `error`) that the producer did not send.
+  const std::optional<Error>& failure() const { return builder_.violation(); }
 
  private:
   // `event: <type>\ndata: {"type":"<type>","sequence_number":N` (the caller adds members).

@@ -245,6 +245,7 @@ std::optional<Reply> Endpoints::dispatch(HttpRequestView& req, RequestRecord& re
     case Handler::kChatCompletions:
     case Handler::kCompletions:
     case Handler::kApi:
+      rec.api = api::endpoint_name(endpoint->api);
       return completion(*endpoint, req, rec, job);
     case Handler::kCountTokens:
       return count_tokens(*endpoint, req, rec, job);

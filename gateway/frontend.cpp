@@ -27,7 +27,7 @@ std::string openai_stream_error(const Error& error) {
   return "data: " + error_json(error) + "\n\n";
 }
 
-api::WireBody render_chat(const api::Answer& answer, const RenderContext& context) {
+Result<api::WireBody> render_chat(const api::Answer& answer, const RenderContext& context) {
   api::ChatRenderOptions options;
   options.identity.model = std::string(context.model);
   return api::render_chat_completion(answer, options);
@@ -77,7 +77,8 @@ std::string anthropic_stream_error(const Error& error) {
   return out;
 }
 
-api::WireBody render_message(const api::Answer& answer, const RenderContext& context) {
+Result<api::WireBody> render_message(const api::Answer& answer, const RenderContext& context) {
+  if (auto why = api::anthropic_render_problem(answer)) return std::move(*why);
   api::AnthropicRenderOptions options;
   options.identity.model = std::string(context.model);
   return api::render_anthropic_message(answer, options);
@@ -91,6 +92,13 @@ class RendererOf final : public StreamRenderer {
  public:
   explicit RendererOf(Renderer r) : renderer_(std::move(r)) {}
   void render(const api::Event& event, std::string& out) override { renderer_.render(event, out); }
+  std::optional<Error> failure() const override {
+    if constexpr (requires { renderer_.failure(); }) {
+      return renderer_.failure();
+    } else {
+      return std::nullopt;
+    }
+  }
 
  private:
   Renderer renderer_;

@@ -38,6 +38,9 @@ class StreamRenderer {
  public:
   virtual ~StreamRenderer() = default;
   virtual void render(const api::Event& event, std::string& out) = 0;
+  // Why the renderer could not render the answer it was given (it ended the stream with its
+  // error event), if it could not.
+  virtual std::optional<Error> failure() const = 0;
 };
 
 // What the client's request carries beside its body that a front-end reads.
@@ -59,8 +62,10 @@ struct FrontEnd {
   // What ends a stream that succeeded ("data: [DONE]\n\n" for OpenAI, nothing for Messages).
   std::string_view stream_done;
   // The renderers of an answer translated from OpenAI chat (null: this front-end is never
-  // translated, its requests go to backends that speak it).
-  api::WireBody (*render_answer)(const api::Answer& answer, const RenderContext& context) = nullptr;
+  // translated, its requests go to backends that speak it); an answer the API cannot carry is
+  // an error (kBackendError).
+  Result<api::WireBody> (*render_answer)(const api::Answer& answer,
+                                         const RenderContext& context) = nullptr;
   std::unique_ptr<StreamRenderer> (*stream_renderer)(const RenderContext& context) = nullptr;
 };
 

@@ -247,6 +247,9 @@ Metrics::Metrics()
       rejected(MetricSeries::kRejectedRequests),
       latency(MetricSeries::kRequestDuration, kLatencyBuckets),
       ttft(MetricSeries::kTimeToFirstToken, kLatencyBuckets),
+      api_requests(MetricSeries::kApiRequests),
+      api_tokens(MetricSeries::kApiTokens),
+      api_errors(MetricSeries::kApiErrors),
       request_series_(
           16, RequestKeyHash{(uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()}) {}
 
@@ -279,6 +282,15 @@ void Metrics::observe_request(std::string_view model, std::string_view backend, 
   if (want_ttft) ttft.observe_micros(*s.ttft, ttft_micros);
 }
 
+void Metrics::observe_api(std::string_view api, int status, int64_t input_tokens,
+                          int64_t output_tokens, bool failed) {
+  std::string status_text = std::to_string(status);
+  api_requests.inc({api, status_text});
+  if (input_tokens > 0) api_tokens.inc({api, "input"}, input_tokens);
+  if (output_tokens > 0) api_tokens.inc({api, "output"}, output_tokens);
+  if (failed) api_errors.inc({api});
+}
+
 void Metrics::add_collector(std::function<void(std::string&)> collector) {
   std::lock_guard lock(collectors_mu_);
   collectors_.push_back(std::move(collector));
@@ -292,6 +304,9 @@ std::string Metrics::render() const {
   rejected.render(out);
   latency.render(out);
   ttft.render(out);
+  api_requests.render(out);
+  api_tokens.render(out);
+  api_errors.render(out);
   append_family_head(out, MetricSeries::kInFlightRequests);
   append_sample(out, MetricSeries::kInFlightRequests, {}, in_flight.load());
   append_family_head(out, MetricSeries::kOpenConnections);

@@ -33,6 +33,18 @@ namespace ferry::gateway {
 #define FERRY_METRIC_SERIES(X)                                                                     \
   X(Requests, "ferry_requests_total", kCounter,                                                    \
     "Requests answered, by model, backend and HTTP status.", "model,backend,status")               \
+  X(ApiRequests, "ferry_api_requests_total", kCounter,                                             \
+    "Requests answered, by front-end API (chat, completions, messages, responses, embeddings) "    \
+    "and HTTP status.",                                                                            \
+    "api,status")                                                                                  \
+  X(ApiTokens, "ferry_api_tokens_total", kCounter,                                                 \
+    "Tokens of answered requests as the backend reported them, by front-end API and kind "         \
+    "(input, output).",                                                                            \
+    "api,kind")                                                                                    \
+  X(ApiErrors, "ferry_api_errors_total", kCounter,                                                 \
+    "Requests that ended in an error (a 4xx/5xx, or an error after the stream began), by "         \
+    "front-end API.",                                                                              \
+    "api")                                                                                         \
   X(BackendErrors, "ferry_backend_errors_total", kCounter,                                         \
     "Backend failures by backend and kind.", "backend,kind")                                       \
   X(RejectedRequests, "ferry_rejected_requests_total", kCounter,                                   \
@@ -228,6 +240,9 @@ class Metrics {
   CounterFamily rejected;        // ferry_rejected_requests_total{reason}
   HistogramFamily latency;       // ferry_request_duration_seconds{model}
   HistogramFamily ttft;          // ferry_time_to_first_token_seconds{model}
+  CounterFamily api_requests;    // ferry_api_requests_total{api,status}
+  CounterFamily api_tokens;      // ferry_api_tokens_total{api,kind}
+  CounterFamily api_errors;      // ferry_api_errors_total{api}
   std::atomic<int64_t> in_flight{0};
   std::atomic<int64_t> connections{0};
 
@@ -238,6 +253,11 @@ class Metrics {
   // and remembered, so a request costs one hash lookup.
   void observe_request(std::string_view model, std::string_view backend, int status,
                        int64_t latency_micros, int64_t ttft_micros);
+
+  // One answered request of front-end `api` (api::endpoint_name): its status, the tokens its
+  // backend reported (negative: none), and whether it ended in an error.
+  void observe_api(std::string_view api, int status, int64_t input_tokens, int64_t output_tokens,
+                   bool failed);
 
   // Extra text appended by other modules (engine, ledger) at render time.
   void add_collector(std::function<void(std::string&)> collector);

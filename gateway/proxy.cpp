@@ -211,8 +211,15 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(
   }
   Result<adapters::BackendReply> result =
       co_await send_watched(stream, hop, to, cancel, early, buffer);
-  // A stream that could not be translated failed there, not at the client.
+  // An answer that could not be translated failed there, not at the client.
+  std::string upstream_body;  // a translated body's OpenAI original
+  if (translator && result) translator->end_upstream();
   if (translator && translator->error()) result = *translator->error();
+  if (result && !streaming && translates(plan.api, hop.request.endpoint)) {
+    Status s =
+        translate_reply(*result, frontend(plan.api), render_context(plan, hop, rec), upstream_body);
+    if (!s) result = s.error();
+  }
   a.ended_us = unix_micros_now();
   a.sent_to_client = sink.started();
   if (result) {
@@ -237,7 +244,7 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(
     std::string captured = sink.take_captured();
     if (translator) captured = translator->take_upstream();  // the backend's OpenAI bytes
     std::string_view answer = captured;
-    if (!streaming && result) answer = result->body;
+    if (!streaming && result) answer = upstream_body.empty() ? result->body : upstream_body;
     extract_answer_text(answer, streaming, a.generated_text, a.reasoning_text);
   }
   server.gateway->recorder().note_attempt(a);
@@ -371,16 +378,10 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
   rec.ttft_us = micros_between(rec.started, Clock::now());
   Reply r;
   r.status = reply.status;
-  if (client.translated) {
-    api::WireBody body = translate_body(reply.body, client.fe, client.context);
-    r.status = body.status;
-    r.body = std::move(body.body);
-  } else {
-    r.body = std::move(reply.body);
-    // A native Responses answer: the body is the response object.
-    if (client.context.final_response != nullptr && r.status == 200) {
-      *client.context.final_response = r.body;
-    }
+  r.body = std::move(reply.body);  // translated in try_hop when the backend spoke another API
+  // A native Responses answer: the body is the response object.
+  if (!client.translated && client.context.final_response != nullptr && r.status == 200) {
+    *client.context.final_response = r.body;
   }
   Status kept = co_await store_response(server, client, rec);
   if (!kept)

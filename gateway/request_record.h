@@ -15,6 +15,7 @@ struct RequestRecord {
   std::string request_id;
   std::string method;
   std::string path;
+  std::string_view api;  // the front-end (api::endpoint_name) of an API request; "" otherwise
   std::string key_id;
   std::string model;
   std::string backend;

@@ -44,6 +44,7 @@ class ResponsesStream final : public StreamRenderer {
     if (last && final_ != nullptr)
       *final_ = final_response_of(std::string_view(out).substr(before));
   }
+  std::optional<Error> failure() const override { return renderer_.failure(); }
 
  private:
   api::ResponsesStreamRenderer renderer_;
@@ -95,7 +96,8 @@ Result<ParsedRequest> parse_responses_request(std::string body, const FrontEndHe
   return out;
 }
 
-api::WireBody render_responses_answer(const api::Answer& answer, const RenderContext& context) {
+Result<api::WireBody> render_responses_answer(const api::Answer& answer,
+                                              const RenderContext& context) {
   api::WireBody body = api::render_response(answer, options_of(context));
   if (context.final_response != nullptr && body.status == 200) *context.final_response = body.body;
   return body;

@@ -25,7 +25,8 @@ namespace ferry::gateway {
 Result<ParsedRequest> parse_responses_request(std::string body, const FrontEndHeaders& headers,
                                               bool count_only);
 
-api::WireBody render_responses_answer(const api::Answer& answer, const RenderContext& context);
+Result<api::WireBody> render_responses_answer(const api::Answer& answer,
+                                              const RenderContext& context);
 std::unique_ptr<StreamRenderer> responses_stream_renderer(const RenderContext& context);
 
 // The 404 of a previous_response_id ferry does not have (missing, expired, another key's).

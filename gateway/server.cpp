@@ -118,6 +118,10 @@ void ServerState::finish_record(const RequestRecord& rec) {
   if (rec.path.starts_with("/v1/")) {
     metrics.observe_request(rec.model, rec.backend, rec.status, latency,
                             rec.stream ? rec.ttft_us : -1);
+    if (!rec.api.empty()) {
+      metrics.observe_api(rec.api, rec.status, rec.usage.prompt_tokens, rec.usage.completion_tokens,
+                          rec.status >= 400 || !rec.error.empty());
+    }
   }
   if (access_log.enabled()) access_log.write(access_log_line(rec, latency).close());
 }

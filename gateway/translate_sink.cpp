@@ -28,7 +28,15 @@ void TranslatingSink::Renderer::on_event(const api::Event& event) {
 
 TranslatingSink::TranslatingSink(adapters::StreamSink& client, const FrontEnd& frontend,
                                  const RenderContext& context)
-    : client_(client), renderer_(frontend.stream_renderer(context), context) {}
+    : client_(client), frontend_(frontend), renderer_(frontend.stream_renderer(context), context) {}
+
+void TranslatingSink::note_render_failure() {
+  if (ended_) return;
+  if (auto why = renderer_.failure()) {  // the renderer already sent its error event
+    ended_ = true;
+    error_ = std::move(why);
+  }
+}
 
 void TranslatingSink::fail(Error error) {
   if (ended_) return;
@@ -47,6 +55,7 @@ std::string_view TranslatingSink::translate(std::string_view sse_bytes) {
     if (Status s = parser_.feed(data, renderer_); !s) fail(s.error());
   });
   if (!framed) fail(Error::make(ErrorCode::kBackendError, "the backend's stream: " + sse_.error()));
+  note_render_failure();
   return renderer_.out;
 }
 
@@ -59,25 +68,48 @@ boost::asio::awaitable<bool> TranslatingSink::write(std::string_view sse_bytes) 
   co_return sent && !error_;
 }
 
+void TranslatingSink::end_upstream() {
+  if (ended_) return;
+  renderer_.out.clear();
+  if (!parser_.finished()) {
+    if (Status s = parser_.end(renderer_); !s) fail(s.error());
+  }
+  note_render_failure();
+  tail_finished_ = !ended_;
+  ended_ = true;
+  tail_ = std::exchange(renderer_.out, {});
+}
+
 std::string TranslatingSink::finish(const std::optional<Error>& error) {
   if (!ended_) {
     if (error) {
       fail(*error);
       error_.reset();  // not a translation failure: the caller's
-    } else if (!parser_.finished()) {
-      if (Status s = parser_.end(renderer_); !s) fail(s.error());
+    } else {
+      end_upstream();
     }
   }
+  // The answer was rendered whole, and failed after (the ledger): the error event instead.
+  if (error && tail_finished_) return frontend_.stream_error(*error);
   ended_ = true;
-  return std::exchange(renderer_.out, {});
+  return std::exchange(tail_, {}) + std::exchange(renderer_.out, {});
 }
 
-api::WireBody translate_body(std::string_view openai_body, const FrontEnd& frontend,
-                             const RenderContext& context) {
+Result<api::WireBody> translate_body(std::string_view openai_body, const FrontEnd& frontend,
+                                     const RenderContext& context) {
   auto answer = api::parse_chat_completion(openai_body);
-  if (!answer) return frontend.error_body(answer.error(), context.request_id);
+  if (!answer) return answer.error();
   if (!context.model.empty()) answer->model = std::string(context.model);
   return frontend.render_answer(*answer, context);
+}
+
+Status translate_reply(adapters::BackendReply& reply, const FrontEnd& frontend,
+                       const RenderContext& context, std::string& upstream) {
+  auto body = translate_body(reply.body, frontend, context);
+  if (!body) return body.error();
+  upstream = std::exchange(reply.body, std::move(body->body));
+  reply.status = body->status;
+  return {};
 }
 
 }  // namespace ferry::gateway

@@ -34,8 +34,13 @@ class TranslatingSink final : public adapters::StreamSink {
   // What write() sends for `sse_bytes`: their translation, valid until the next call (no I/O).
   std::string_view translate(std::string_view sse_bytes);
 
-  // The bytes that end the client's stream: after success the finish (the upstream's `[DONE]`
-  // is the backend's to consume), after `error` (or a translation failure) the error event.
+  // The backend returned: renders the end of the answer now (the upstream's `[DONE]` is the
+  // backend's to consume), so that an answer the front-end cannot render is an error() before
+  // the ledger row is settled. finish() sends what it rendered.
+  void end_upstream();
+
+  // The bytes that end the client's stream: after success the finish, after `error` (or a
+  // translation failure) the error event.
   std::string finish(const std::optional<Error>& error);
 
   // Why the upstream stream could not be translated (a kBackendError), if it could not.
@@ -49,6 +54,7 @@ class TranslatingSink final : public adapters::StreamSink {
    public:
     Renderer(std::unique_ptr<StreamRenderer> renderer, const RenderContext& context);
     void on_event(const api::Event& event) override;
+    std::optional<Error> failure() const { return renderer_->failure(); }
     std::string out;
 
    private:
@@ -58,18 +64,28 @@ class TranslatingSink final : public adapters::StreamSink {
   };
 
   void fail(Error error);
+  void note_render_failure();  // a renderer that ended the stream on its own is a failure
 
   adapters::StreamSink& client_;
+  const FrontEnd& frontend_;
   adapters::SseParser sse_;
   api::ChatStreamParser parser_;
   Renderer renderer_;
   std::optional<Error> error_;
   std::string upstream_;
-  bool ended_ = false;  // the error event or the finish was rendered
+  std::string tail_;            // end_upstream's rendering, for finish()
+  bool ended_ = false;          // the error event or the finish was rendered
+  bool tail_finished_ = false;  // tail_ is a successful finish
 };
 
-// A whole OpenAI chat body as the front-end's answer (its error shape when it cannot be read).
-api::WireBody translate_body(std::string_view openai_body, const FrontEnd& frontend,
-                             const RenderContext& context);
+// A whole OpenAI chat body as the front-end's answer; an error when it cannot be read or the
+// front-end cannot carry it (the attempt then failed: its ledger row is an error).
+Result<api::WireBody> translate_body(std::string_view openai_body, const FrontEnd& frontend,
+                                     const RenderContext& context);
+
+// A backend's whole reply translated in place (status and body); its OpenAI body is moved to
+// `upstream` (for counting an answer without usage).
+Status translate_reply(adapters::BackendReply& reply, const FrontEnd& frontend,
+                       const RenderContext& context, std::string& upstream);
 
 }  // namespace ferry::gateway

@@ -123,8 +123,27 @@ TEST(AnthropicParse, ConsecutiveTurnsOfOneRoleAreMerged) {
   EXPECT_EQ(p.request.messages[1].content.text, "c\nd");
 }
 
+// A system turn inside `messages` (Claude Code sends its context as one): a system message at
+// its place, text only.
+TEST(AnthropicParse, ASystemTurnInsideMessagesIsASystemMessageThere) {
+  Parsed p = parse_body(body_with(
+      R"([{"role":"user","content":"a"},{"role":"system","content":[{"type":"text","text":"ctx"},{"type":"text","text":"more"}]},{"role":"assistant","content":"b"}])"));
+  ASSERT_EQ(p.request.messages.size(), 3u);
+  EXPECT_EQ(p.request.messages[1].role, Role::kSystem);
+  EXPECT_EQ(p.request.messages[1].content.text, "ctx\nmore");
+  Parsed s =
+      parse_body(body_with(R"([{"role":"user","content":"a"},{"role":"system","content":"c"}])"));
+  ASSERT_EQ(s.request.messages.size(), 2u);
+  EXPECT_EQ(s.request.messages[1].content.text, "c");
+  expect_400(
+      messages_error(
+          R"([{"role":"user","content":"a"},{"role":"system","content":[{"type":"image","source":{}}]}])"),
+      "messages.1.content.0");
+}
+
 TEST(AnthropicParse, RolesContentAndEmptiness) {
-  expect_400(messages_error(R"([{"role":"system","content":"x"}])"), "messages.0.role");
+  expect_400(messages_error(R"([{"role":"robot","content":"x"}])"), "messages.0.role");
+  expect_400(messages_error(R"([{"role":5,"content":"x"}])"), "messages.0.role");
   expect_400(messages_error(R"([{"role":"user"}])"), "messages.0.content");
   expect_400(messages_error(R"([{"role":"user","content":5}])"), "messages.0.content");
   expect_400(messages_error(R"([{"role":"user","content":""}])"), "messages.0.content");

@@ -1,6 +1,8 @@
 // Anthropic Messages rendering, per field: the message body, the SSE events, the errors.
 #include "api/anthropic_render.h"
 
+#include "api/json_read.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -87,6 +89,57 @@ TEST(AnthropicRender, ArgumentsThatAreNotAnObjectAreAnError) {
     EXPECT_EQ(e["error"]["type"], "api_error");
     EXPECT_NE(e["error"]["message"].get<std::string>().find("\"f\""), std::string::npos);
   }
+}
+
+// What a cut-off object says so far, as a valid object (the tool_use input of a call
+// max_tokens cut).
+TEST(ClosePartialJson, KeepsWhatIsCompleteAndClosesTheRest) {
+  struct Case {
+    const char* prefix;
+    const char* want;
+  };
+  for (const Case& c : std::initializer_list<Case>{
+           {"", "{}"},
+           {"[1,2", "{}"},
+           {"  {", "{}"},
+           {"{\"a\"", "{}"},
+           {"{\"a\":", "{}"},
+           {"{\"a\": \"Par", "{\"a\":\"Par\"}"},
+           {"{\"a\": \"P\\", "{\"a\":\"P\"}"},            // never inside an escape
+           {"{\"a\": \"P\\u00", "{\"a\":\"P\"}"},         // nor a \u escape
+           {"{\"a\": \"P\\ud83d\\ude", "{\"a\":\"P\"}"},  // nor a surrogate pair
+           {"{\"a\": \"P\xc3", "{\"a\":\"P\"}"},          // nor a UTF-8 sequence
+           {"{\"a\": 12", "{\"a\":12}"},
+           {"{\"a\": 1.", "{}"},
+           {"{\"a\": 1, \"b\": tr", "{\"a\":1}"},
+           {"{\"a\": true, \"b\"", "{\"a\":true}"},
+           {"{\"a\": [1, {\"b\": [\"x", "{\"a\":[1,{\"b\":[\"x\"]}]}"},
+           {"{\"a\": {}, \"b\": [", "{\"a\":{},\"b\":[]}"},
+           {"{\"a\": 1} trailing", "{\"a\":1}"},
+           {"{\"a\": 1,", "{\"a\":1}"},
+           {"{\"a\": 1 x", "{\"a\":1}"},  // garbage: the last complete member
+       }) {
+    EXPECT_EQ(json::parse(close_json_object_prefix(c.prefix)), json::parse(c.want)) << c.prefix;
+  }
+}
+
+// A call max_tokens ended is the tool_use block with what was generated, as Anthropic does;
+// only the last block of a max_tokens answer is taken as cut.
+TEST(AnthropicRender, ACallCutByMaxTokensIsATruncatedToolUse) {
+  Answer a;
+  a.blocks.push_back(Block{BlockKind::kText, "Checking.", "", "", "", ""});
+  a.blocks.push_back(Block{BlockKind::kToolCall, "", "", "c", "f", "{\"city\": \"Pa"});
+  a.finish = FinishReason::kLength;
+  WireBody r = render_anthropic_message(a);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json m = json::parse(r.body);
+  EXPECT_EQ(m["stop_reason"], "max_tokens");
+  EXPECT_EQ(m["content"][1]["type"], "tool_use");
+  EXPECT_EQ(m["content"][1]["input"], (json{{"city", "Pa"}}));
+  EXPECT_FALSE(anthropic_render_problem(a));
+  std::swap(a.blocks[0], a.blocks[1]);  // not the last block: not cut, an error
+  EXPECT_EQ(render_anthropic_message(a).status, 502);
+  EXPECT_TRUE(anthropic_render_problem(a));
 }
 
 TEST(AnthropicRender, ErrorKindsAndStatuses) {
@@ -215,6 +268,29 @@ TEST(AnthropicStream, StreamedArgumentsThatAreNotAnObjectEndInAnError) {
   EXPECT_EQ(ev.back().name, "error");
   EXPECT_EQ(ev.back().data["error"]["type"], "api_error");
   for (const SseEvent& e : ev) EXPECT_NE(e.name, "message_stop");
+  ASSERT_TRUE(r.failure());  // the renderer's own error, for the ledger
+  EXPECT_EQ(r.failure()->code, ErrorCode::kBackendError);
+}
+
+// Streamed: the input_json_delta as generated, the block's stop, message_delta max_tokens.
+TEST(AnthropicStream, ACallCutByMaxTokensStopsWithMaxTokens) {
+  AnthropicStreamRenderer r;
+  std::string out;
+  r.render(StartEvent{"x", "m", 0, {}}, out);
+  r.render(BlockStartEvent{0, BlockKind::kToolCall, "c", "f"}, out);
+  r.render(DeltaEvent{0, DeltaKind::kArguments, "{\"a\": \"P"}, out);
+  r.render(BlockStopEvent{0}, out);
+  r.render(FinishEvent{FinishReason::kLength, {}, {}}, out);
+  std::vector<SseEvent> ev = parse_named_sse(out);
+  std::vector<std::string> names;
+  for (const SseEvent& e : ev) names.push_back(e.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"message_start", "ping", "content_block_start",
+                                             "content_block_delta", "content_block_stop",
+                                             "message_delta", "message_stop"}));
+  EXPECT_EQ(ev[3].data["delta"]["partial_json"], "{\"a\": \"P");
+  EXPECT_EQ(ev[4].data["index"], 0);
+  EXPECT_EQ(ev[5].data["delta"]["stop_reason"], "max_tokens");
+  EXPECT_FALSE(r.failure());
 }
 
 TEST(AnthropicStream, UsageAtTheEndWhenTheStartDidNotKnowIt) {

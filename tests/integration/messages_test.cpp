@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tests/integration/ferry_test_base.h"
+#include "tests/integration/metrics_check.h"
 
 namespace ferry::itest {
 namespace {
@@ -329,6 +330,131 @@ TEST_F(MessagesTest, ClaudeCodeSessionIsTheTask) {
   ASSERT_EQ(r2->status, 200);
   EXPECT_EQ(rows_with(kSession).size(), 1u) << ledger_csv();
   EXPECT_EQ(rows_with("explicit-task").size(), 1u) << ledger_csv();
+}
+
+// Models whose upstream calls the first tool with its arguments cut by max_tokens, or with
+// arguments that are not JSON.
+constexpr const char* kToolModels =
+    "  - {name: cut-call, backend: up, upstream_model: call-tool+cut-tool-args}\n"
+    "  - {name: bad-call, backend: up, upstream_model: call-tool+bad-tool-args}\n";
+
+json tool_body(const std::string& model, const std::string& text, bool stream = false) {
+  json b = message_body(model, text, stream);
+  b["tools"] =
+      json::array({{{"name", "lookup"},
+                    {"input_schema", {{"type", "object"}, {"properties", json::object()}}}}});
+  return b;
+}
+
+// A call max_tokens cut is answered as Anthropic does: the tool_use block with what was
+// generated (closed into an object), stop_reason max_tokens; streamed, the input_json_delta
+// sent, the block's stop, message_delta with max_tokens. The ledger row is a success.
+TEST_F(MessagesTest, AToolCallCutByMaxTokensIsATruncatedToolUse) {
+  ferry_ = start_ferry(dir_, [&] {
+    std::string cfg = messages_config(upstream_.address, db_);
+    cfg.insert(cfg.find("models:\n") + 8, kToolModels);
+    return cfg;
+  }());
+  const std::string text = "weather in paris please";
+  const std::string generated = text.substr(0, text.size() / 2);
+  std::vector<std::string> h = x_api_key();
+  h.push_back("x-ferry-task: cut-body");
+  auto r = post(tool_body("cut-call", text), h);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = r->body_json();
+  EXPECT_EQ(j["stop_reason"], "max_tokens") << r->body;
+  ASSERT_EQ(j["content"].size(), 1u) << r->body;
+  EXPECT_EQ(j["content"][0]["type"], "tool_use");
+  EXPECT_EQ(j["content"][0]["name"], "lookup");
+  EXPECT_EQ(j["content"][0]["input"], json({{"q", generated}})) << r->body;
+
+  h.back() = "x-ferry-task: cut-stream";
+  StreamResult s =
+      stream_request(ferry_.address, "/v1/messages", tool_body("cut-call", text, true), h);
+  ASSERT_TRUE(s.head);
+  ASSERT_EQ(s.head->status, 200);
+  EXPECT_EQ(s.end, ReadStatus::kEnd);
+  std::vector<std::string> names;
+  std::string partial;
+  for (const auto& e : s.events) {
+    if (e.event == "ping") continue;
+    names.push_back(e.event);
+    json d = json::parse(e.data, nullptr, false);
+    if (e.event == "content_block_delta") partial += d["delta"]["partial_json"].get<std::string>();
+    if (e.event == "message_delta") {
+      EXPECT_EQ(d["delta"]["stop_reason"], "max_tokens") << e.data;
+    }
+  }
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
+                                      "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(partial, "{\"q\":\"" + generated);
+  for (const char* task : {"cut-body", "cut-stream"}) {
+    auto rows = rows_with(task);
+    ASSERT_EQ(rows.size(), 1u) << ledger_csv();
+    EXPECT_NE(rows[0].find(",ok,"), std::string::npos) << rows[0];
+  }
+}
+
+// A call whose arguments are not a JSON object cannot be a tool_use: a 502 (body) or an error
+// event (stream), and a failed row in the ledger, never a success.
+TEST_F(MessagesTest, AnUntranslatableReplyIsAnErrorRow) {
+  ferry_ = start_ferry(dir_, [&] {
+    std::string cfg = messages_config(upstream_.address, db_);
+    cfg.insert(cfg.find("models:\n") + 8, kToolModels);
+    return cfg;
+  }());
+  std::vector<std::string> h = x_api_key();
+  h.push_back("x-ferry-task: bad-body");
+  auto r = post(tool_body("bad-call", "x y"), h);
+  expect_error(r, 502, "api_error");
+  h.back() = "x-ferry-task: bad-stream";
+  StreamResult s =
+      stream_request(ferry_.address, "/v1/messages", tool_body("bad-call", "x y", true), h);
+  ASSERT_TRUE(s.head);
+  ASSERT_FALSE(s.events.empty());
+  EXPECT_EQ(s.events.back().event, "error") << s.events.back().data;
+  for (const auto& e : s.events) EXPECT_NE(e.event, "message_stop");
+  // The body's row is an error; the stream's, cut after it began, is upstream_cut; both with
+  // the backend_error code.
+  for (const char* task : {"bad-body", "bad-stream"}) {
+    auto rows = rows_with(task);
+    ASSERT_EQ(rows.size(), 1u) << ledger_csv();
+    EXPECT_EQ(rows[0].find(",ok,"), std::string::npos) << rows[0];
+    EXPECT_NE(rows[0].find(",backend_error,"), std::string::npos) << rows[0];
+  }
+  auto ok = post(message_body("gpt-test", "still serving"));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// /metrics counts requests, tokens and errors by front-end API.
+TEST_F(MessagesTest, MetricsAreLabelledByApi) {
+  ferry_ = start_ferry(dir_, [&] {
+    std::string cfg = messages_config(upstream_.address, db_);
+    cfg.insert(cfg.find("models:\n") + 8, kToolModels);
+    return cfg;
+  }());
+  auto m = post(message_body("gpt-test", "hello ferry"));  // 3 output tokens: "echo: hello ferry"
+  ASSERT_TRUE(m && m->status == 200);
+  auto bad = post(tool_body("bad-call", "x"));
+  ASSERT_TRUE(bad && bad->status == 502);
+  auto chat = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "a b"));
+  ASSERT_TRUE(chat && chat->status == 200);
+  auto r = http_request(ferry_.address, "GET", "/metrics", {}, auth_headers(kAdminKey));
+  ASSERT_TRUE(r && r->status == 200);
+  const std::string& text = r->body;
+  for (const char* line : {"ferry_api_requests_total{api=\"messages\",status=\"200\"} 1\n",
+                           "ferry_api_requests_total{api=\"messages\",status=\"502\"} 1\n",
+                           "ferry_api_requests_total{api=\"chat\",status=\"200\"} 1\n",
+                           "ferry_api_errors_total{api=\"messages\"} 1\n",
+                           "ferry_api_tokens_total{api=\"messages\",kind=\"output\"} 3\n",
+                           "ferry_api_tokens_total{api=\"chat\",kind=\"output\"} 3\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << "missing " << line << " in:\n" << text;
+  }
+  EXPECT_EQ(text.find("ferry_api_errors_total{api=\"chat\"}"), std::string::npos) << text;
+  expect_metrics_declared(text);
 }
 
 TEST_F(MessagesTest, CountTokensRoutesLikeTheAnswerWithoutALedgerRow) {

@@ -63,7 +63,9 @@ class ResponsesTest : public OwnConfigTest {
   std::string config(bool ledger = true) {
     std::string cfg = standard_config(upstream_.address);
     auto at = cfg.find("models:\n") + 8;
-    cfg.insert(at, "  - {name: caller, backend: up, upstream_model: call-tool}\n");
+    cfg.insert(at,
+               "  - {name: caller, backend: up, upstream_model: call-tool}\n"
+               "  - {name: cut-call, backend: up, upstream_model: call-tool+cut-tool-args}\n");
     if (ledger) cfg += "ledger:\n  path: " + db_ + "\n";
     return cfg;
   }
@@ -350,6 +352,37 @@ TEST_F(ResponsesTest, BadInputGetsOpenAIErrorsAndFerryKeepsServing) {
   expect_serving();
   // Bad requests leave no half-written rows: only the served ones are there.
   for (const auto& row : ledger_rows()) EXPECT_NE(row.at("status"), "") << row.at("id");
+}
+
+// A call max_tokens cut: status incomplete, reason max_output_tokens, the arguments as
+// generated; streamed, the arguments' deltas and response.incomplete.
+TEST_F(ResponsesTest, AFunctionCallCutByTheLimitIsIncomplete) {
+  start();
+  json tools =
+      json::array({{{"type", "function"},
+                    {"name", "lookup"},
+                    {"parameters", {{"type", "object"}, {"properties", json::object()}}}}});
+  const std::string text = "find the ferries";
+  const std::string cut = "{\"q\":\"" + text.substr(0, text.size() / 2);
+  json r = ok({{"model", "cut-call"}, {"input", text}, {"tools", tools}});
+  EXPECT_EQ(r["status"], "incomplete") << r.dump();
+  EXPECT_EQ(r["incomplete_details"]["reason"], "max_output_tokens") << r.dump();
+  ASSERT_EQ(r["output"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["output"][0]["type"], "function_call");
+  EXPECT_EQ(r["output"][0]["arguments"], cut);
+  StreamResult s =
+      stream_request(ferry_.address, "/v1/responses",
+                     {{"model", "cut-call"}, {"input", text}, {"tools", tools}, {"stream", true}});
+  ASSERT_TRUE(s.head);
+  ASSERT_FALSE(s.chunks.empty());
+  std::string deltas;
+  for (const auto& c : s.chunks) {
+    if (c["type"] == "response.function_call_arguments.delta") deltas += c["delta"];
+  }
+  EXPECT_EQ(deltas, cut);
+  EXPECT_EQ(s.chunks.back()["type"], "response.incomplete");
+  EXPECT_EQ(s.chunks.back()["response"]["incomplete_details"]["reason"], "max_output_tokens");
+  expect_serving();
 }
 
 TEST_F(ResponsesTest, UpstreamFailuresAreResponsesErrors) {

@@ -22,6 +22,14 @@
 //   call-tool          with tools, unless the last message is a tool result: call the first
 //                      tool with {"q": <the last user message>} (finish_reason tool_calls);
 //                      after a tool result the content is "echo: " + that result
+//   call-tool-<name>   as call-tool (and after any tool result), of the tool named <name>,
+//                      with arguments that fill the schema's required properties: a string
+//                      with the text after `tool-arg: ` in the last user message (to the end
+//                      of its line; else that whole message), an array with that string, a
+//                      number 1, a boolean false (an agent CLI runs the call, sends its result)
+//   cut-tool-args      (with call-tool) the call's arguments cut inside the string value,
+//                      finish_reason length: a call max_tokens ended
+//   bad-tool-args      (with call-tool) the call's arguments are `not json`
 // A request body member "x_test_usage" (a string holding JSON) is sent as the usage object
 // instead of the counted one, e.g. "{\"prompt_tokens\":-5,\"completion_tokens\":1e300}".
 // POST /v1/messages speaks Anthropic Messages natively (the same echo answer, fail-<status> as
@@ -104,6 +112,9 @@ struct Behaviour {
   bool no_usage = false;
   bool chunky = false;
   bool call_tool = false;
+  bool cut_tool_args = false;
+  bool bad_tool_args = false;
+  std::string tool_name;  // call-tool-<name>: the tool to call
 };
 
 std::optional<int64_t> parse_int(std::string_view text) {
@@ -152,6 +163,13 @@ Behaviour parse_behaviour(std::string_view model) {
       b.chunky = true;
     } else if (part == "call-tool") {
       b.call_tool = true;
+    } else if (part.starts_with("call-tool-")) {
+      b.call_tool = true;
+      b.tool_name = std::string(part.substr(10));
+    } else if (part == "cut-tool-args") {
+      b.cut_tool_args = true;
+    } else if (part == "bad-tool-args") {
+      b.bad_tool_args = true;
     }
   }
   return b;
@@ -228,28 +246,85 @@ Answer make_answer(const json& body, bool chat) {
   return a;
 }
 
+// call-tool-<name>: the text after `tool-arg: ` in `message` (to its line's end), else all.
+std::string tool_argument(const std::string& message) {
+  size_t at = message.rfind("tool-arg: ");
+  if (at == std::string::npos) return message;
+  std::string rest = message.substr(at + 10);
+  return rest.substr(0, rest.find('\n'));
+}
+
+// Arguments for `function` (OpenAI's {name, parameters}) that fill its required properties.
+json required_arguments(const json& function, const std::string& text) {
+  json args = json::object();
+  json params = function.value("parameters", json::object());
+  if (!params.is_object() || !params.contains("required") || !params["required"].is_array()) {
+    return args;
+  }
+  json props = params.value("properties", json::object());
+  for (const auto& k : params["required"]) {
+    if (!k.is_string()) continue;
+    const std::string key = k.get<std::string>();
+    json type_of = props.is_object() && props.contains(key) ? props[key] : json::object();
+    std::string type =
+        type_of.is_object() && type_of.contains("type") && type_of["type"].is_string()
+            ? type_of["type"].get<std::string>()
+            : "string";
+    if (type == "array") {
+      args[key] = json::array({text});
+    } else if (type == "integer" || type == "number") {
+      args[key] = 1;
+    } else if (type == "boolean") {
+      args[key] = false;
+    } else {
+      args[key] = text;
+    }
+  }
+  return args;
+}
+
 // call-tool: a call of the first tool, or after a tool result the echo of that result.
-void add_tool_call(const json& body, Answer& a) {
+void add_tool_call(const json& body, const Behaviour& b, Answer& a) {
   const json* tools = body.contains("tools") && body["tools"].is_array() ? &body["tools"] : nullptr;
   if (tools == nullptr || tools->empty() || !body.contains("messages")) return;
   const json& messages = body["messages"];
   if (!messages.is_array() || messages.empty()) return;
-  const json& last = messages.back();
-  if (last.is_object() && last.value("role", "") == "tool") {
-    std::string text = "echo: " + content_text(last.value("content", json("")));
-    a.pieces = {text};
+  // After a tool result (the last message; for call-tool-<name> any: an agent may add text
+  // after it), the echo of that result.
+  const json* result = nullptr;
+  for (const auto& m : messages) {
+    if (m.is_object() && m.value("role", "") == "tool") result = &m;
+  }
+  if (result != nullptr && (result == &messages.back() || !b.tool_name.empty())) {
+    a.pieces = {"echo: " + content_text(result->value("content", json("")))};
     return;
   }
   std::string source;
   for (const auto& m : messages) {
     if (m.is_object() && m.value("role", "") == "user") source = content_text(m["content"]);
   }
-  std::string name = (*tools)[0].value("function", json::object()).value("name", "tool");
+  json function = (*tools)[0].value("function", json::object());
+  json arguments = {{"q", source}};
+  if (!b.tool_name.empty()) {
+    for (const auto& t : *tools) {
+      json f = t.is_object() ? t.value("function", json::object()) : json::object();
+      if (f.is_object() && f.value("name", "") == b.tool_name) function = f;
+    }
+    arguments = required_arguments(function, tool_argument(source));
+  }
+  std::string name = function.value("name", "tool");
   a.tool_call = {{"id", "call_up_" + std::to_string(g_stats.requests)},
                  {"type", "function"},
-                 {"function", {{"name", name}, {"arguments", dump(json{{"q", source}})}}}};
+                 {"function", {{"name", name}, {"arguments", dump(arguments)}}}};
   a.pieces.clear();
   a.finish_reason = "tool_calls";
+  json& sent = a.tool_call["function"]["arguments"];
+  if (b.cut_tool_args) {  // `{"q":"` and half the text
+    sent = sent.get<std::string>().substr(0, 6 + source.size() / 2);
+    a.finish_reason = "length";
+  } else if (b.bad_tool_args) {
+    sent = "not json";
+  }
 }
 
 json usage_json(const Answer& a, int64_t n) {
@@ -535,7 +610,7 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
   }
 
   Answer answer = make_answer(body, chat);
-  if (b.call_tool && chat) add_tool_call(body, answer);
+  if (b.call_tool && chat) add_tool_call(body, b, answer);
   int64_t n = 1;
   if (body.contains("n") && body["n"].is_number_integer()) {
     n = std::clamp<int64_t>(body["n"].get<int64_t>(), 1, 16);
@@ -745,10 +820,26 @@ awaitable<Reply> serve_messages(Stream& stream, const http::request<http::string
 
 json models_json() {
   json data = json::array();
-  for (const char* name :
-       {"echo", "slow-1000", "stream-slow-100", "fail-500", "fail-429", "drop", "reset-mid-stream",
-        "close-mid-stream", "malformed-sse", "garbage-body", "no-choices", "bad-event-first",
-        "bad-event-mid", "hang", "hang-after-first", "no-usage", "chunky", "call-tool"}) {
+  for (const char* name : {"echo",
+                           "slow-1000",
+                           "stream-slow-100",
+                           "fail-500",
+                           "fail-429",
+                           "drop",
+                           "reset-mid-stream",
+                           "close-mid-stream",
+                           "malformed-sse",
+                           "garbage-body",
+                           "no-choices",
+                           "bad-event-first",
+                           "bad-event-mid",
+                           "hang",
+                           "hang-after-first",
+                           "no-usage",
+                           "chunky",
+                           "call-tool",
+                           "call-tool+cut-tool-args",
+                           "call-tool+bad-tool-args"}) {
     data.push_back(
         {{"id", name}, {"object", "model"}, {"created", 1700000000}, {"owned_by", "test"}});
   }

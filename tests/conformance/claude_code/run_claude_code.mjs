@@ -1,11 +1,15 @@
-// The real `claude` CLI (Claude Code, pinned in package-lock.json) through ferry: makes a small
-// model with `ferry model synth`, starts ferry with it on the in-process engine and a ledger,
-// runs `claude -p "hello" --output-format json` with ANTHROPIC_BASE_URL pointed at ferry (through
-// a logging relay that records what the CLI sends), and checks that the turn completed with no
-// protocol error and that the ledger holds its rows under the CLI's session id as the task.
+// The real `claude` CLI (Claude Code, pinned in package-lock.json) through ferry's /v1/messages,
+// translated to an OpenAI chat backend and back: `claude -p` with ANTHROPIC_BASE_URL pointed at
+// ferry (through a relay that records each request and its answer), ferry in front of
+// ferry_test_upstream scripted to answer as a model would: the first answer calls Claude Code's
+// `Read` tool on a file of the run, the answer after the tool result echoes that result. So the
+// CLI runs its whole turn loop through ferry: a tool_use it executes, a tool_result it sends,
+// a final text it prints. Passes when the CLI exits 0 with is_error false and the file's text
+// in its result, every request got a well-formed answer (200, a stream ending in
+// message_stop), and the ledger has one row per request under the CLI's session id as task.
 // Usage (ctest passes the paths): node run_claude_code.mjs --ferry PATH --upstream PATH
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
@@ -14,14 +18,14 @@ import { fileURLToPath } from 'node:url';
 
 import { ensure_node_modules, parse_runner_args, print_tail, start_server,
          stop_server } from '../servers.mjs';
-import { kHermesTemplate } from '../templates.mjs';
 
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kAppKey = 'sk-ferry-claude-app';
 const kAdminKey = 'sk-ferry-claude-admin';
-const kModel = 'local';
+const kModel = 'claude-ferry';
+const kSecret = 'ferry-tool-ran-5f1c';  // the text of the file the CLI reads
 
-function config(model, dir) {
+function config(upstream_url, dir) {
   return `server: { listen: 127.0.0.1:0, shutdown_grace_ms: 2000 }
 limits: { max_body_bytes: 16777216 }
 auth:
@@ -29,25 +33,12 @@ auth:
     - { id: claude-app, key: ${kAppKey}, team: agents, project: claude-code, role: app }
     - { id: claude-admin, key: ${kAdminKey}, team: ops, role: admin }
 backends:
-  - { name: cpu, kind: local, model: ${model}, threads: 1, context_length: 65536,
-      max_sequences: 4, prefill_chunk: 512,
-      chat_template: ${JSON.stringify(kHermesTemplate)} }
+  - { name: up, base_url: "${upstream_url}/v1", timeouts: { first_byte_ms: 20000 } }
 models:
-  - { name: ${kModel}, backend: cpu }
-policy: { file: ${dir}/policies.yaml, watch: false }
+  - { name: ${kModel}, backend: up, upstream_model: call-tool-Read }
 ledger: { path: ${dir}/ledger.db }
 `;
 }
-
-// Claude Code asks for up to 32000 output tokens: the policy bounds the answer of a random-weight
-// model that never stops, so a turn ends in seconds.
-const kPolicy = `targets:
-  local: ${kModel}
-models: [${kModel}]
-rules:
-  - { id: claude, when: { model: ${kModel} }, route: [local], set: { max_tokens: { at_most: 16 } } }
-default: { route: [local] }
-`;
 
 // A relay in front of ferry that records each request's method, path, headers and body.
 function start_relay(target_url, seen) {
@@ -59,10 +50,14 @@ function start_relay(target_url, seen) {
       const body = Buffer.concat(chunks);
       seen.push({ method: req.method, path: req.url, headers: req.headers,
                   body: body.toString('utf8') });
+      const record = seen.at(-1);
       const up = http.request({ host: target.hostname, port: target.port, path: req.url,
                                 method: req.method, headers: req.headers }, (ures) => {
         res.writeHead(ures.statusCode, ures.headers);
-        ures.pipe(res);
+        record.status = ures.statusCode;
+        const answer = [];
+        ures.on('data', (c) => { answer.push(c); res.write(c); });
+        ures.on('end', () => { record.answer = Buffer.concat(answer).toString('utf8'); res.end(); });
       });
       up.on('error', (e) => { res.writeHead(502); res.end(String(e)); });
       up.end(body);
@@ -75,7 +70,7 @@ function claude_binary() {
   return path.join(kHere, 'node_modules', '.bin', 'claude');
 }
 
-function run_claude(base_url, home, prompt) {
+function run_claude(base_url, home, cwd, prompt) {
   const env = {
     PATH: process.env.PATH,
     HOME: home,
@@ -86,7 +81,6 @@ function run_claude(base_url, home, prompt) {
     ANTHROPIC_DEFAULT_HAIKU_MODEL: kModel,
     ANTHROPIC_DEFAULT_SONNET_MODEL: kModel,
     ANTHROPIC_DEFAULT_OPUS_MODEL: kModel,
-    CLAUDE_CODE_MAX_OUTPUT_TOKENS: '32',
     DISABLE_TELEMETRY: '1',
     DISABLE_AUTOUPDATER: '1',
     DISABLE_ERROR_REPORTING: '1',
@@ -96,13 +90,14 @@ function run_claude(base_url, home, prompt) {
   };
   return new Promise((resolve) => {
     const child = spawn(claude_binary(),
-                        ['-p', prompt, '--output-format', 'json', '--model', kModel],
-                        { cwd: home, env, stdio: ['ignore', 'pipe', 'pipe'] });
+                        ['-p', prompt, '--output-format', 'json', '--model', kModel,
+                         '--allowedTools', 'Read', '--max-turns', '4'],
+                        { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.on('data', (d) => { out += d; });
     child.stderr.on('data', (d) => { err += d; });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 240000);
+    const timer = setTimeout(() => child.kill('SIGKILL'), 120000);
     child.on('exit', (code, signal) => {
       clearTimeout(timer);
       resolve({ code, signal, out, err });
@@ -124,8 +119,31 @@ function describe(seen) {
                                                        h.startsWith('x-') || h === 'authorization')
         .map((h) => h === 'x-api-key' || h === 'authorization' ? `${h}=<key>`
                                                                   : `${h}=${r.headers[h]}`);
-    return `  ${r.method} ${r.path}\n    headers: ${headers.join(' ')}\n    body: ${fields}`;
+    return `  ${r.method} ${r.path} -> ${r.status}\n    headers: ${headers.join(' ')}\n` +
+           `    body: ${fields}`;
   }).join('\n');
+}
+
+// The answer to one /v1/messages request is well-formed: a 200 message, or a 200 stream of
+// Anthropic's events from message_start to message_stop (pings aside), no error event.
+function check_answer(r) {
+  assert.equal(r.status, 200, `${r.path}: ${r.answer}`);
+  if (!r.body.includes('"stream":true')) {
+    assert.equal(JSON.parse(r.answer).type, 'message', r.answer);
+    return;
+  }
+  const events = r.answer.split('\n').filter((l) => l.startsWith('event: '))
+      .map((l) => l.slice(7)).filter((e) => e !== 'ping');
+  assert.equal(events[0], 'message_start', r.answer);
+  assert.equal(events.at(-1), 'message_stop', r.answer);
+  assert.ok(!events.includes('error'), r.answer);
+}
+
+async function ledger_rows(ferry_url, task) {
+  const res = await fetch(`${ferry_url.replace(/\/+$/, '')}/v1/ledger/export.csv?task=${task}`,
+                          { headers: { authorization: `Bearer ${kAdminKey}` } });
+  assert.equal(res.status, 200);
+  return (await res.text()).trim().split('\n').slice(1).filter((l) => l.length > 0);
 }
 
 async function main() {
@@ -135,16 +153,14 @@ async function main() {
   ensure_node_modules(kHere);
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'ferry-claude-'));
   let ferry = null;
+  let upstream = null;
   let relay = null;
   let exit_code = 1;
   try {
-    const model = path.join(work, 'tiny.gguf');
-    const synth = spawnSync(args.ferry, ['model', 'synth', '--preset', 'tiny', '--ctx', '65536',
-                                         '--type', 'Q8_0', '--seed', '5', model],
-                            { stdio: 'inherit', timeout: 120000 });
-    if (synth.status !== 0) throw new Error('ferry model synth failed');
-    fs.writeFileSync(path.join(work, 'policies.yaml'), kPolicy);
-    fs.writeFileSync(path.join(work, 'ferry.yaml'), config(model, work));
+    upstream = await start_server('ferry_test_upstream', args.upstream, ['--listen', '127.0.0.1:0'],
+                                  path.join(work, 'upstream.log'));
+    fs.writeFileSync(path.join(work, 'ferry.yaml'),
+                     config(upstream.url.replace(/\/+$/, ''), work));
     ferry = await start_server('ferry', args.ferry,
                                ['serve', '--config', path.join(work, 'ferry.yaml')],
                                path.join(work, 'ferry.log'));
@@ -152,40 +168,42 @@ async function main() {
     relay = await start_relay(ferry.url, seen);
     const base_url = `http://127.0.0.1:${relay.address().port}`;
     const home = path.join(work, 'home');
+    const project = path.join(work, 'project');
     fs.mkdirSync(home);
+    fs.mkdirSync(project);
+    const notes = path.join(project, 'notes.txt');
+    fs.writeFileSync(notes, `${kSecret}\n`);
 
-    const run = await run_claude(base_url, home, 'hello');
+    const run = await run_claude(base_url, home, project,
+                                 `Read the notes and tell me what they say.\ntool-arg: ${notes}`);
     console.log(`claude code: exit ${run.code}${run.signal ? ' signal ' + run.signal : ''}`);
     console.log(`claude code sent ${seen.length} request(s):\n${describe(seen)}`);
     fs.writeFileSync(path.join(work, 'requests.json'), JSON.stringify(seen, null, 1));
     if (run.err.trim()) console.log(`claude code stderr:\n${run.err.slice(-4000)}`);
     const result = JSON.parse(run.out.trim().split('\n').at(-1));
-    console.log(`claude code result: ${JSON.stringify({ ...result, result: undefined })}`);
-    // Random weights rarely end their turn: an answer cut at the output limit is the model's
-    // outcome (Claude Code reports it as is_error), not a protocol error.
-    const cut = /exceeded the \d+ output token maximum/.test(result.result ?? '');
-    assert.ok(result.is_error === false || cut, run.out);
+    console.log(`claude code result: ${JSON.stringify(result).slice(0, 2000)}`);
+    assert.equal(run.code, 0, 'the CLI ended its turn loop and exited 0');
     assert.equal(result.type, 'result');
+    assert.equal(result.is_error, false, run.out);
     assert.ok(result.session_id, 'the result names its session');
-    const messages = seen.filter((r) => r.path.startsWith('/v1/messages'));
-    assert.ok(messages.length >= 1, 'the CLI called /v1/messages');
-    assert.ok(messages.every((r) => r.headers['x-claude-code-session-id'] === result.session_id ||
-                                    r.headers['x-claude-code-session-id'] === undefined));
+    assert.ok(result.result.includes(kSecret), 'the final answer carries the tool result');
 
-    // The ledger's rows for the session.
+    const messages = seen.filter((r) => /^\/v1\/messages(\?|$)/.test(r.path));
+    for (const r of seen) check_answer(r);
+    const with_tool_result = messages.filter((r) => r.body.includes('"tool_result"'));
+    assert.ok(with_tool_result.length >= 1, 'the CLI sent the Read result back');
+    assert.ok(with_tool_result.every((r) => r.body.includes(kSecret)));
+    assert.ok(messages.every((r) => r.headers['x-claude-code-session-id'] === result.session_id));
+
+    // One ledger row per /v1/messages request, under the session id as task.
     let rows = [];
-    for (let i = 0; i < 200 && rows.length === 0; ++i) {
-      const res = await fetch(`${ferry.url.replace(/\/+$/, '')}/v1/ledger/export.csv?task=${
-                                  result.session_id}`,
-                              { headers: { authorization: `Bearer ${kAdminKey}` } });
-      rows = (await res.text()).trim().split('\n').slice(1).filter((l) => l.length > 0);
-      if (rows.length === 0) await new Promise((r) => setTimeout(r, 25));
+    for (let i = 0; i < 200 && rows.length < messages.length; ++i) {
+      rows = await ledger_rows(ferry.url, result.session_id);
+      if (rows.length < messages.length) await new Promise((r) => setTimeout(r, 25));
     }
-    const with_session = messages.filter(
-        (r) => r.path.startsWith('/v1/messages?') || r.path === '/v1/messages');
-    console.log(`claude code: ${rows.length} ledger row(s) under task ${result.session_id}`);
-    assert.ok(rows.length >= 1, 'the ledger has the rows under the session id');
-    assert.ok(rows.length <= with_session.length);
+    console.log(`claude code: ${rows.length} ledger row(s) under task ${result.session_id} for ` +
+                `${messages.length} request(s)`);
+    assert.equal(rows.length, messages.length, 'a ledger row for each request, under the session');
     exit_code = 0;
     console.log('claude code: passed');
   } catch (e) {
@@ -193,9 +211,10 @@ async function main() {
     exit_code = 1;
   } finally {
     if (relay) relay.close();
-    if (ferry) {
-      const { code } = await stop_server(ferry);
-      if (code !== 0) exit_code = 1;
+    for (const server of [ferry, upstream]) {
+      if (!server) continue;
+      const { code } = await stop_server(server);
+      if (code !== 0 && server === ferry) exit_code = 1;
     }
     if (exit_code !== 0) {
       print_tail(path.join(work, 'ferry.log'), 40);

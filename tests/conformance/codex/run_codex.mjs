@@ -1,59 +1,49 @@
-// The real Codex CLI through ferry: `codex exec` (@openai/codex, pinned in package.json here and
-// installed by `npm ci` on first use) with a custom model provider whose base_url is ferry and
-// wire_api "responses", in a temporary CODEX_HOME, the key in the provider's env_key. ferry
-// serves a synthesized local model (random weights: the words mean nothing, the protocol must
-// be exact) with a ledger; the turn must end with exit code 0 and no protocol error, and the
-// ledger must hold its rows under Codex's session (prompt_cache_key is the task).
-// Codex sends its function tools (exec_command, ...) on every request; the config turns off its
-// web_search and multi-agent tools, which are built-in tool types ferry refuses to translate.
-// Usage (ctest passes the path): node run_codex.mjs --ferry PATH
-import { spawn, spawnSync } from 'node:child_process';
+// The real Codex CLI through ferry's /v1/responses, translated to an OpenAI chat backend and
+// back: `codex exec` (@openai/codex, pinned in package.json here and installed by `npm ci` on
+// first use) with a custom model provider whose base_url is ferry and wire_api "responses", in
+// a temporary CODEX_HOME, the key in the provider's env_key. ferry is in front of
+// ferry_test_upstream scripted to answer as a model would: the first answer calls Codex's
+// `exec_command` tool (cmd `cat notes.txt`), the answer after the function_call_output echoes
+// it. So Codex runs its whole turn loop through ferry: a function call it executes, its output
+// sent back, a final message. Passes when codex exits 0 with no protocol error, the final
+// message carries the command's output, and the ledger has one successful row per request
+// under Codex's session (prompt_cache_key is the task).
+// The config turns off Codex's web_search and multi-agent tools, built-in tool types ferry
+// refuses to translate.
+// Usage (ctest passes the paths): node run_codex.mjs --ferry PATH --upstream PATH
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { ensure_node_modules, print_tail, start_server, stop_server } from '../servers.mjs';
-import { kHermesTemplate } from '../templates.mjs';
+import { ensure_node_modules, parse_runner_args, print_tail, start_server,
+         stop_server } from '../servers.mjs';
 
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kKey = 'sk-ferry-codex-app';
 const kAdminKey = 'sk-ferry-codex-admin';
+const kSecret = 'ferry-exec-ran-8e2d';  // the text of the file the command prints
 
 function fail(message) {
   throw new Error(message);
 }
 
-function ferry_config(model, dir) {
+function ferry_config(upstream_url, dir) {
   return `server: { listen: 127.0.0.1:0, shutdown_grace_ms: 2000 }
 auth:
   keys:
     - { id: codex-app, key: ${kKey}, team: agents, project: codex, role: app }
     - { id: codex-admin, key: ${kAdminKey}, team: ops, role: admin }
 backends:
-  - name: cpu
-    kind: local
-    model: ${model}
-    threads: 2
-    context_length: 32768
-    chat_template: ${JSON.stringify(kHermesTemplate)}
+  - { name: up, base_url: "${upstream_url}/v1", timeouts: { first_byte_ms: 20000 } }
 models:
-  - { name: local, backend: cpu }
-policy: { file: ${dir}/policies.yaml, watch: false }
+  - { name: local, backend: up, upstream_model: call-tool-exec_command }
 ledger: { path: ${dir}/ledger.db }
 prices:
   - { model: local, effective_from: 2026-01-01, internal: true, input: 0.01, output: 0.02 }
 `;
 }
-
-// Codex sends no max_output_tokens: the policy bounds the answer of a model that never stops.
-const kPolicy = `targets:
-  local: local
-models: [local]
-rules:
-  - { id: codex, when: { model: local }, route: [local], set: { max_tokens: { default: 16 } } }
-default: { route: [local] }
-`;
 
 function codex_config(base_url) {
   return `model = "local"
@@ -84,7 +74,7 @@ function run_codex(home, cwd, prompt) {
     let err = '';
     child.stdout.on('data', (d) => { out += d; });
     child.stderr.on('data', (d) => { err += d; });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 240000);
+    const timer = setTimeout(() => child.kill('SIGKILL'), 120000);
     child.on('exit', (code) => {
       clearTimeout(timer);
       resolve({ code, out, err });
@@ -103,26 +93,19 @@ async function ledger_rows(ferry_url) {
 }
 
 async function main() {
-  const argv = process.argv.slice(2);
-  const ferry_bin = argv[argv.indexOf('--ferry') + 1];
-  if (!ferry_bin || argv.indexOf('--ferry') < 0) fail('usage: node run_codex.mjs --ferry PATH');
+  const args = parse_runner_args(process.argv.slice(2),
+                                 'usage: node run_codex.mjs --ferry PATH --upstream PATH', kHere);
   ensure_node_modules(kHere);
   const work = fs.mkdtempSync(path.join(os.tmpdir(), 'ferry-codex-'));
   let server = null;
+  let upstream = null;
   let exit_code = 1;
   try {
-    const model = path.join(work, 'tiny.gguf');
-    // The demo model's vocabulary (BPE) keeps Codex's ~30 kB prompt to a few thousand tokens.
-    const synth = spawnSync(ferry_bin, ['model', 'synth', '--preset', 'tiny', '--ctx', '32768',
-                                        '--vocab-from',
-                                        path.join(kHere, '..', '..', '..', 'models',
-                                                  'ferry-demo-1m.gguf'),
-                                        '--type', 'Q8_0', '--seed', '5', model],
-                            { stdio: 'inherit', timeout: 120000 });
-    if (synth.status !== 0) fail('ferry model synth failed');
-    fs.writeFileSync(path.join(work, 'policies.yaml'), kPolicy);
-    fs.writeFileSync(path.join(work, 'ferry.yaml'), ferry_config(model, work));
-    server = await start_server('ferry', ferry_bin,
+    upstream = await start_server('ferry_test_upstream', args.upstream, ['--listen', '127.0.0.1:0'],
+                                  path.join(work, 'upstream.log'));
+    fs.writeFileSync(path.join(work, 'ferry.yaml'),
+                     ferry_config(upstream.url.replace(/\/+$/, ''), work));
+    server = await start_server('ferry', args.ferry,
                                 ['serve', '--config', path.join(work, 'ferry.yaml')],
                                 path.join(work, 'ferry.log'));
     const url = server.url.replace(/\/+$/, '');
@@ -130,22 +113,29 @@ async function main() {
     const cwd = path.join(work, 'project');
     fs.mkdirSync(home);
     fs.mkdirSync(cwd);
+    fs.writeFileSync(path.join(cwd, 'notes.txt'), `${kSecret}\n`);
     fs.writeFileSync(path.join(home, 'config.toml'), codex_config(`${url}/v1`));
 
-    const run = await run_codex(home, cwd, 'Say hello.');
+    const run = await run_codex(home, cwd, 'What do the notes say?\ntool-arg: cat notes.txt');
     console.log(`codex: exit ${run.code}\n---- stdout ----\n${run.out}\n---- stderr ----\n${run.err}`);
     if (run.code !== 0) fail(`codex exec exited with ${run.code}`);
     for (const bad of [/stream error/i, /unexpected status/i, /error decoding/i,
                        /stream disconnected/i]) {
       if (bad.test(run.err) || bad.test(run.out)) fail(`codex reported a protocol error: ${bad}`);
     }
+    if (!/exec_command|cat notes\.txt/.test(run.err + run.out)) fail('codex ran no command');
+    if (!run.out.includes(kSecret)) fail('the final message does not carry the command\'s output');
+    const stats = await (await fetch(`${upstream.url.replace(/\/+$/, '')}/_stats`)).json();
     const rows = await ledger_rows(url);
     const session = /session id: ([0-9a-f-]+)/.exec(run.err + run.out)?.[1];
     const ours = rows.filter((r) => r.key_id === 'codex-app');
-    if (ours.length === 0) fail('no ledger row for the Codex turn');
+    if (ours.length !== stats.requests) {
+      fail(`${ours.length} ledger row(s) for ${stats.requests} request(s) to the backend`);
+    }
+    if (ours.length < 2) fail('no second request: the function output never came back');
     if (!ours.every((r) => r.status === 'ok')) fail(`a Codex row did not succeed: ${JSON.stringify(ours)}`);
-    if (session && !ours.some((r) => r.task_id === session)) {
-      fail(`no ledger row under Codex's session ${session}: ${ours.map((r) => r.task_id)}`);
+    if (session && !ours.every((r) => r.task_id === session)) {
+      fail(`rows not under Codex's session ${session}: ${ours.map((r) => r.task_id)}`);
     }
     console.log(`codex: ${ours.length} ledger row(s) under task ${ours[0].task_id}`);
     console.log('codex: 1 passed, 0 failed');
@@ -155,6 +145,7 @@ async function main() {
     if (server) print_tail(path.join(work, 'ferry.log'), 40);
   } finally {
     if (server) await stop_server(server);
+    if (upstream) await stop_server(upstream);
     if (exit_code === 0) fs.rmSync(work, { recursive: true, force: true });
     else console.log(`codex: work dir kept in ${work}`);
   }
