@@ -62,6 +62,7 @@ ledger::RequestRecord base_record(const RequestContext& ctx, const Plan& plan, b
   r.policy_version = plan.policy_version;
   r.stream = plan.stream;
   r.facts_json = plan.facts_json;
+  r.trimmed_tokens = plan.trimmed_tokens;
   return r;
 }
 
@@ -231,6 +232,7 @@ std::string Recorder::settle(const RequestContext& ctx, Plan& plan,
     r.constraint_mode = last.constraint;
     r.schema_hash = last.constraint_hash;
     r.timings.ttft_us = last.ttft_us;
+    if (last.hop != nullptr) r.reasoning_budget = last.hop->reasoning;
   }
   if (r.attempts.size() == 1) {
     r.tokens = r.attempts.front().tokens;
@@ -302,6 +304,27 @@ ledger::AttemptRecord Recorder::attempt_record(Plan& plan, const AttemptOutcome&
     note_usage_problem(usage_check, index, a, ar.tokens, problem);
   }
   return ar;
+}
+
+std::string Recorder::settle_cache_hit(const RequestContext& ctx, Plan& plan,
+                                       const CachedAnswer& hit,
+                                       ledger::DurableCallback on_durable) {
+  if (!ledger_) {
+    if (on_durable) on_durable(Status{});
+    return "";
+  }
+  ledger::RequestRecord r = base_record(ctx, plan, /*rule_tags=*/true);
+  r.timings.routing_us = plan.routing_us;
+  r.timings.total_us = r.ended_us - r.started_us;
+  r.target = hit.target;
+  r.upstream_model = hit.answer.model;
+  r.status = ledger::RequestStatus::kOk;
+  r.http_status = 200;
+  r.finish_reason = std::string(api::finish_reason_name(hit.answer.finish));
+  r.cache = "hit";
+  r.cache_tokens = hit.tokens;
+  if (!plan.hops.empty()) r.reasoning_budget = plan.hops.front().reasoning;
+  return ledger_->record(std::move(r), std::move(plan.admission), std::move(on_durable));
 }
 
 void Recorder::record_refusal(const RequestContext& ctx, const Plan& plan, const Error& error) {

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "gateway/plan.h"
+#include "gateway/response_cache.h"
 #include "gateway/route_counters.h"
 #include "ledger/ledger.h"
 
@@ -59,6 +60,11 @@ class Recorder {
   std::string settle(const RequestContext& ctx, Plan& plan,
                      const std::vector<AttemptOutcome>& attempts,
                      ledger::DurableCallback on_durable);
+
+  // An answer served from the response cache: its own row (no tokens, no cost; the tokens and
+  // cost the answer had when it was made, as the avoided cost), queued as settle() does.
+  std::string settle_cache_hit(const RequestContext& ctx, Plan& plan, const CachedAnswer& hit,
+                               ledger::DurableCallback on_durable);
 
   // A request refused while planning (policy reject, budget, context) still gets its row.
   void record_refusal(const RequestContext& ctx, const Plan& plan, const Error& error);
