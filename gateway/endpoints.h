@@ -50,12 +50,12 @@ struct HttpRequestView {
   std::string_view authorization;
   std::string_view task_header;        // x-ferry-task
   std::string_view tags_header;        // x-ferry-tags
-  std::string_view cache_header;       // x-ferry-cache: no-store, no-cache
   std::string body;                    // moved in: the dispatch keeps what it needs
   std::string_view api_key;            // x-api-key (Anthropic's header; Authorization wins)
   std::string_view session_header;     // X-Claude-Code-Session-Id: the task without x-ferry-task
   std::string_view anthropic_version;  // passed to backends that speak Messages natively
   std::string_view anthropic_beta;
+  std::string_view cache_header;  // x-ferry-cache: no-store, no-cache
 };
 
 // Who may call an endpoint.

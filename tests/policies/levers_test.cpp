@@ -2,6 +2,8 @@
 // (each error at its line and column).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/policies/test_util.h"
 
 namespace ferry::policies {
