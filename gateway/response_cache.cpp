@@ -13,9 +13,9 @@ constexpr int64_t kEntryOverheadBytes = 256;  // the list node, the map slot, th
 }  // namespace
 
 int64_t CachedAnswer::bytes() const {
-  int64_t n = kEntryOverheadBytes + static_cast<int64_t>(answer.id.size() + answer.model.size() +
-                                                         answer.stop_sequence.size() +
-                                                         target.size());
+  int64_t n =
+      kEntryOverheadBytes + static_cast<int64_t>(answer.id.size() + answer.model.size() +
+                                                 answer.stop_sequence.size() + target.size());
   for (const api::Block& b : answer.blocks) {
     n += static_cast<int64_t>(sizeof(api::Block) + b.text.size() + b.signature.size() +
                               b.call_id.size() + b.name.size() + b.arguments.size());

@@ -191,13 +191,13 @@ TEST_F(LeversTest, TrimDropsTheOldestTurnsUntilTheExactCountFits) {
 TEST_F(LeversTest, TrimNeverSplitsAToolCallFromItsResult) {
   json body = conversation(0);
   auto& m = body["messages"];
-  json call = {{"role", "assistant"},
-               {"content", nullptr},
-               {"tool_calls",
-                json::array({{{"id", "call_1"},
-                              {"type", "function"},
-                              {"function",
-                               {{"name", "lookup"}, {"arguments", "{\"q\":\"keepers\"}"}}}}})}};
+  json call = {
+      {"role", "assistant"},
+      {"content", nullptr},
+      {"tool_calls",
+       json::array({{{"id", "call_1"},
+                     {"type", "function"},
+                     {"function", {{"name", "lookup"}, {"arguments", "{\"q\":\"keepers\"}"}}}}})}};
   json result = {{"role", "tool"},
                  {"tool_call_id", "call_1"},
                  {"content", "A long tool result about the keepers of the northern lighthouse."}};
@@ -358,10 +358,10 @@ TEST_F(LeversTest, CacheEntriesExpireAndClientsOptOut) {
 TEST_F(LeversTest, SavingsByLeverReconcileWithTheRowsToTheMicroUnit) {
   const json full = conversation(12);
   const int64_t limit = tokenize(dropped(full, 4)) + 1;
-  start("  - { id: fit, when: { model: chat }, route: [gpu], cache: { ttl: 10m }, "
-        "trim: { max_prompt_tokens: " +
-        std::to_string(limit) +
-        " }, set: { reasoning: high } }\n");
+  start(
+      "  - { id: fit, when: { model: chat }, route: [gpu], cache: { ttl: 10m }, "
+      "trim: { max_prompt_tokens: " +
+      std::to_string(limit) + " }, set: { reasoning: high } }\n");
   for (int i = 0; i < 3; ++i) ASSERT_EQ(chat(full).status, 200);  // a miss, then two hits
   json other = conversation(1);
   ASSERT_EQ(chat(other).status, 200);
@@ -398,8 +398,7 @@ TEST_F(LeversTest, SavingsByLeverReconcileWithTheRowsToTheMicroUnit) {
   EXPECT_EQ(levers["reasoning"]["capped_requests"], 4);
   EXPECT_NE(levers["cache"]["avoided_cost"], "0.000000");
   EXPECT_EQ(column("reasoning_budget"),
-            (std::vector<std::string>{"effort:high", "effort:high", "effort:high",
-                                      "effort:high"}));
+            (std::vector<std::string>{"effort:high", "effort:high", "effort:high", "effort:high"}));
 }
 
 }  // namespace

@@ -14,11 +14,11 @@ using testing::must_load;
 using testing::with_rules;
 
 TEST(Levers, TrimCacheAndReasoningReachTheDecision) {
-  auto p = must_load(
-      with_rules("  - id: r\n    route: [small, large]\n"
-                 "    trim: { to_fit: small, keep_last_turns: 2 }\n"
-                 "    cache: { ttl: 10m, scope: team }\n"
-                 "    set: { reasoning: { max_tokens: 64 } }\n"));
+  auto p =
+      must_load(with_rules("  - id: r\n    route: [small, large]\n"
+                           "    trim: { to_fit: small, keep_last_turns: 2 }\n"
+                           "    cache: { ttl: 10m, scope: team }\n"
+                           "    set: { reasoning: { max_tokens: 64 } }\n"));
   ASSERT_TRUE(p);
   Decision d = p->decide(Facts{});
   ASSERT_TRUE(d.trim);
@@ -59,15 +59,14 @@ TEST(Levers, DurationsAndReasoningModes) {
   const std::pair<const char*, int64_t> ttls[] = {
       {"1s", 1000}, {"90s", 90000}, {"2h", 7200000}, {"7d", 604800000}};
   for (auto [text, ms] : ttls) {
-    auto p = must_load(with_rules("  - id: r\n    route: [small]\n    cache: { ttl: " +
-                                  std::string(text) + " }\n"));
+    auto p = must_load(with_rules(
+        "  - id: r\n    route: [small]\n    cache: { ttl: " + std::string(text) + " }\n"));
     ASSERT_TRUE(p) << text;
     EXPECT_EQ(p->decide(Facts{}).cache->ttl_ms, ms) << text;
   }
   for (const char* mode : {"off", "low", "medium", "high"}) {
-    auto p = must_load(
-        with_rules("  - id: r\n    route: [small]\n    set: { reasoning: " + std::string(mode) +
-                   " }\n"));
+    auto p = must_load(with_rules(
+        "  - id: r\n    route: [small]\n    set: { reasoning: " + std::string(mode) + " }\n"));
     ASSERT_TRUE(p) << mode;
     EXPECT_EQ(reasoning_name(p->decide(Facts{}).reasoning), mode);
   }
@@ -88,16 +87,16 @@ TEST(Levers, BadLeversAreRefusedAtLoadWithLineAndColumn) {
       {"    cache: { ttl: 10m, size: 3 }\n", "bad.yaml:6:23:", "unknown key 'size' in cache"},
       {"    cache: { scope: key }\n", "bad.yaml:6:12:", "cache needs a ttl"},
       {"    trim: { keep_system: true }\n", "bad.yaml:6:11:", "exactly one of to_fit"},
-      {"    trim: { to_fit: small, max_prompt_tokens: 10 }\n", "bad.yaml:6:11:",
-       "exactly one of to_fit"},
+      {"    trim: { to_fit: small, max_prompt_tokens: 10 }\n",
+       "bad.yaml:6:11:", "exactly one of to_fit"},
       {"    trim: { to_fit: nowhere }\n", "bad.yaml:6:21:", "unknown target 'nowhere'"},
-      {"    trim: { max_prompt_tokens: 10, keep_last_turns: 0 }\n", "bad.yaml:6:51:",
-       "keep_last_turns must be between 1"},
-      {"    trim: { max_prompt_tokens: 10, drop: all }\n", "bad.yaml:6:36:",
-       "unknown key 'drop' in trim"},
+      {"    trim: { max_prompt_tokens: 10, keep_last_turns: 0 }\n",
+       "bad.yaml:6:51:", "keep_last_turns must be between 1"},
+      {"    trim: { max_prompt_tokens: 10, drop: all }\n",
+       "bad.yaml:6:36:", "unknown key 'drop' in trim"},
       {"    set: { reasoning: lots }\n", "bad.yaml:6:27:", "set reasoning must be off"},
-      {"    set: { reasoning: { max_tokens: 0 } }\n", "bad.yaml:6:41:",
-       "reasoning max_tokens must be between 1"},
+      {"    set: { reasoning: { max_tokens: 0 } }\n",
+       "bad.yaml:6:41:", "reasoning max_tokens must be between 1"},
       {"    set: { max_tokens: { at_most: 100 }, reasoning: { max_tokens: 100 } }\n",
        "bad.yaml:6:55:", "conflicts with set max_tokens at most 100"},
   };
@@ -108,8 +107,8 @@ TEST(Levers, BadLeversAreRefusedAtLoadWithLineAndColumn) {
     EXPECT_NE(errors.find(c.message), std::string::npos) << c.rule << errors;
   }
   // A lever beside reject is a conflict.
-  std::string errors = errors_of(with_rules(
-      "  - id: r\n    reject: { message: no }\n    cache: { ttl: 10m }\n"));
+  std::string errors =
+      errors_of(with_rules("  - id: r\n    reject: { message: no }\n    cache: { ttl: 10m }\n"));
   EXPECT_NE(errors.find("bad.yaml:6:5: cache has no effect with reject"), std::string::npos)
       << errors;
 }
