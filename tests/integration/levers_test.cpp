@@ -193,7 +193,7 @@ TEST_F(LeversTest, TrimNeverSplitsAToolCallFromItsResult) {
   auto& m = body["messages"];
   json call = {
       {"role", "assistant"},
-      {"content", nullptr},
+      {"content", ""},  // (the synthetic template cannot render a null)
       {"tool_calls",
        json::array({{{"id", "call_1"},
                      {"type", "function"},
@@ -201,10 +201,10 @@ TEST_F(LeversTest, TrimNeverSplitsAToolCallFromItsResult) {
   json result = {{"role", "tool"},
                  {"tool_call_id", "call_1"},
                  {"content", "A long tool result about the keepers of the northern lighthouse."}};
-  m.insert(m.begin() + 1, {{"role", "user"}, {"content", "look it up please"}});
+  m.insert(m.begin() + 1, json{{"role", "user"}, {"content", "look it up please"}});
   m.insert(m.begin() + 2, call);
   m.insert(m.begin() + 3, result);
-  m.insert(m.begin() + 4, {{"role", "assistant"}, {"content", "Found it."}});
+  m.insert(m.begin() + 4, json{{"role", "assistant"}, {"content", "Found it."}});
   // The limit lies between dropping the call and dropping its result too.
   json without_call = body;
   without_call["messages"].erase(without_call["messages"].begin() + 1,
@@ -238,7 +238,12 @@ TEST_F(LeversTest, TrimRefusesWhenEvenTheMinimumDoesNotFit) {
   // It keeps serving: the policy's other requests still go through.
   Response again = chat(conversation(3));
   EXPECT_EQ(again.status, 400);
-  EXPECT_EQ(column("status"), (std::vector<std::string>{"refused", "refused"}));
+  Response fits = chat(conversation(0));
+  EXPECT_EQ(fits.status, 400) << "a 5-token limit fits no conversation";
+  ASSERT_TRUE(ferry_.process);
+  EXPECT_EQ(ferry_.process->stop(Ms(15000)), 0);  // refusal rows are queued: all durable now
+  ferry_.process.reset();
+  EXPECT_EQ(column("status"), (std::vector<std::string>{"refused", "refused", "refused"}));
 }
 
 TEST_F(LeversTest, CacheServesRepeatsAsBodiesAndStreamsPerKey) {

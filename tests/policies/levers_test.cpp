@@ -80,25 +80,25 @@ struct Bad {
 
 TEST(Levers, BadLeversAreRefusedAtLoadWithLineAndColumn) {
   const Bad cases[] = {
-      {"    cache: { ttl: 500ms }\n", "bad.yaml:6:18:", "cache ttl must be between 1s and 7d"},
-      {"    cache: { ttl: 8d }\n", "bad.yaml:6:18:", "cache ttl must be between 1s and 7d"},
-      {"    cache: { ttl: soon }\n", "bad.yaml:6:18:", "must be a duration"},
-      {"    cache: { ttl: 10m, scope: world }\n", "bad.yaml:6:30:", "cache scope must be key"},
-      {"    cache: { ttl: 10m, size: 3 }\n", "bad.yaml:6:23:", "unknown key 'size' in cache"},
+      {"    cache: { ttl: 500ms }\n", "bad.yaml:6:19:", "cache ttl must be between 1s and 7d"},
+      {"    cache: { ttl: 8d }\n", "bad.yaml:6:19:", "cache ttl must be between 1s and 7d"},
+      {"    cache: { ttl: soon }\n", "bad.yaml:6:19:", "must be a duration"},
+      {"    cache: { ttl: 10m, scope: world }\n", "bad.yaml:6:31:", "cache scope must be key"},
+      {"    cache: { ttl: 10m, size: 3 }\n", "bad.yaml:6:24:", "unknown key 'size' in cache"},
       {"    cache: { scope: key }\n", "bad.yaml:6:12:", "cache needs a ttl"},
       {"    trim: { keep_system: true }\n", "bad.yaml:6:11:", "exactly one of to_fit"},
       {"    trim: { to_fit: small, max_prompt_tokens: 10 }\n",
        "bad.yaml:6:11:", "exactly one of to_fit"},
       {"    trim: { to_fit: nowhere }\n", "bad.yaml:6:21:", "unknown target 'nowhere'"},
       {"    trim: { max_prompt_tokens: 10, keep_last_turns: 0 }\n",
-       "bad.yaml:6:51:", "keep_last_turns must be between 1"},
+       "bad.yaml:6:53:", "keep_last_turns must be between 1"},
       {"    trim: { max_prompt_tokens: 10, drop: all }\n",
        "bad.yaml:6:36:", "unknown key 'drop' in trim"},
-      {"    set: { reasoning: lots }\n", "bad.yaml:6:27:", "set reasoning must be off"},
+      {"    set: { reasoning: lots }\n", "bad.yaml:6:23:", "set reasoning must be off"},
       {"    set: { reasoning: { max_tokens: 0 } }\n",
-       "bad.yaml:6:41:", "reasoning max_tokens must be between 1"},
+       "bad.yaml:6:37:", "reasoning max_tokens must be between 1"},
       {"    set: { max_tokens: { at_most: 100 }, reasoning: { max_tokens: 100 } }\n",
-       "bad.yaml:6:55:", "conflicts with set max_tokens at most 100"},
+       "bad.yaml:6:53:", "conflicts with set max_tokens at most 100"},
   };
   for (const Bad& c : cases) {
     std::string text = with_rules(std::string("  - id: r\n    route: [small]\n") + c.rule);
@@ -109,7 +109,7 @@ TEST(Levers, BadLeversAreRefusedAtLoadWithLineAndColumn) {
   // A lever beside reject is a conflict.
   std::string errors =
       errors_of(with_rules("  - id: r\n    reject: { message: no }\n    cache: { ttl: 10m }\n"));
-  EXPECT_NE(errors.find("bad.yaml:6:5: cache has no effect with reject"), std::string::npos)
+  EXPECT_NE(errors.find("bad.yaml:6:12: cache has no effect with reject"), std::string::npos)
       << errors;
 }
 
