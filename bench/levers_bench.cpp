@@ -115,41 +115,49 @@ gateway::ResponseCache& filled_cache(const std::string& key) {
   return cache;
 }
 
-void BM_CacheHitStream(benchmark::State& state) {
+// One hit as the proxy serves it, up to the rendering: the body parsed, the key made, the
+// entry looked up, the answer given the client's model name.
+struct Hit {
+  Result<gateway::ParsedRequest> parsed;
+  std::shared_ptr<const gateway::CachedAnswer> entry;
+  api::Answer answer;
+};
+Hit look_up(gateway::ResponseCache& cache, const std::string& body) {
+  Hit h{gateway::parse_request(api::Endpoint::kChatCompletions, body), nullptr, {}};
+  h.entry = cache.get(cache_key(*h.parsed->typed), 1);
+  h.answer = h.entry->answer;
+  h.answer.model = h.parsed->model;
+  return h;
+}
+
+// A hit replayed as chat SSE (`stream`) or rendered as a body.
+void cache_hit(benchmark::State& state, bool stream) {
   const std::string body = chat_request();
   auto first = gateway::parse_request(api::Endpoint::kChatCompletions, body);
   gateway::ResponseCache& cache = filled_cache(cache_key(*first->typed));
   const gateway::FrontEnd& fe = gateway::frontend(api::Endpoint::kChatCompletions);
   for (auto _ : state) {
-    auto parsed = gateway::parse_request(api::Endpoint::kChatCompletions, body);
-    auto hit = cache.get(cache_key(*parsed->typed), 1);
-    gateway::RenderContext context{"req-1", parsed->model, hit->prompt_tokens};
-    api::Answer answer = hit->answer;
-    answer.model = parsed->model;
+    Hit hit = look_up(cache, body);
+    gateway::RenderContext context{"req-1", hit.parsed->model, hit.entry->prompt_tokens};
+    if (!stream) {
+      api::WireBody out = fe.render_answer(hit.answer, context);
+      benchmark::DoNotOptimize(out.body.data());
+      continue;
+    }
     auto renderer = fe.stream_renderer(context);
     std::string out;
     Collect into(*renderer, out);
-    api::replay(answer, into, 0, api::Usage{512, 0, 0, 0, true});
+    api::replay(hit.answer, into, 0, api::Usage{512, 0, 0, 0, true});
     out += fe.stream_done;
     benchmark::DoNotOptimize(out.data());
   }
 }
+void BM_CacheHitStream(benchmark::State& state) {
+  cache_hit(state, true);
+}
 BENCHMARK(BM_CacheHitStream);
-
 void BM_CacheHitBody(benchmark::State& state) {
-  const std::string body = chat_request();
-  auto first = gateway::parse_request(api::Endpoint::kChatCompletions, body);
-  gateway::ResponseCache& cache = filled_cache(cache_key(*first->typed));
-  const gateway::FrontEnd& fe = gateway::frontend(api::Endpoint::kChatCompletions);
-  for (auto _ : state) {
-    auto parsed = gateway::parse_request(api::Endpoint::kChatCompletions, body);
-    auto hit = cache.get(cache_key(*parsed->typed), 1);
-    gateway::RenderContext context{"req-1", parsed->model, hit->prompt_tokens};
-    api::Answer answer = hit->answer;
-    answer.model = parsed->model;
-    api::WireBody out = fe.render_answer(answer, context);
-    benchmark::DoNotOptimize(out.body.data());
-  }
+  cache_hit(state, false);
 }
 BENCHMARK(BM_CacheHitBody);
 

@@ -206,17 +206,25 @@ void Recorder::note_attempt(const AttemptOutcome& o) {
   t->recent.add(!backend_failed, o.ttft_us >= 0 ? o.ttft_us / 1000 : -1);
 }
 
-std::string Recorder::settle(const RequestContext& ctx, Plan& plan,
-                             const std::vector<AttemptOutcome>& attempts,
-                             ledger::DurableCallback on_durable) {
-  count_checks(plan, attempts);
+std::optional<ledger::RequestRecord> Recorder::served_record(
+    const RequestContext& ctx, const Plan& plan, ledger::DurableCallback& on_durable) const {
   if (!ledger_) {
     if (on_durable) on_durable(Status{});
-    return "";
+    return std::nullopt;
   }
   ledger::RequestRecord r = base_record(ctx, plan, /*rule_tags=*/true);
   r.timings.routing_us = plan.routing_us;
   r.timings.total_us = r.ended_us - r.started_us;
+  return r;
+}
+
+std::string Recorder::settle(const RequestContext& ctx, Plan& plan,
+                             const std::vector<AttemptOutcome>& attempts,
+                             ledger::DurableCallback on_durable) {
+  count_checks(plan, attempts);
+  auto row = served_record(ctx, plan, on_durable);
+  if (!row) return "";
+  ledger::RequestRecord& r = *row;
   for (const auto& a : attempts) {
     r.attempts.push_back(attempt_record(plan, a, r.attempts.size(), r.usage_check));
   }
@@ -309,13 +317,9 @@ ledger::AttemptRecord Recorder::attempt_record(Plan& plan, const AttemptOutcome&
 std::string Recorder::settle_cache_hit(const RequestContext& ctx, Plan& plan,
                                        const CachedAnswer& hit,
                                        ledger::DurableCallback on_durable) {
-  if (!ledger_) {
-    if (on_durable) on_durable(Status{});
-    return "";
-  }
-  ledger::RequestRecord r = base_record(ctx, plan, /*rule_tags=*/true);
-  r.timings.routing_us = plan.routing_us;
-  r.timings.total_us = r.ended_us - r.started_us;
+  auto row = served_record(ctx, plan, on_durable);
+  if (!row) return "";
+  ledger::RequestRecord& r = *row;
   r.target = hit.target;
   r.upstream_model = hit.answer.model;
   r.status = ledger::RequestStatus::kOk;

@@ -7,6 +7,7 @@
 // queues, the breakers and stats lock briefly).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +76,10 @@ class Recorder {
   void skip_shadow(const PlannedHop& shadow);
 
  private:
+  // A served request's row (rule tags, routing and total time), or nullopt without a ledger
+  // (then `on_durable` has run).
+  std::optional<ledger::RequestRecord> served_record(const RequestContext& ctx, const Plan& plan,
+                                                     ledger::DurableCallback& on_durable) const;
   // The prompt-count checks and fallbacks of a finished request, for /metrics.
   void count_checks(const Plan& plan, const std::vector<AttemptOutcome>& attempts);
   // One attempt's ledger record (its tokens billed as reported or as ferry counts them).
