@@ -148,6 +148,7 @@ AdminReply ledger_report(Gateway& gateway, std::string_view query) {
     format = *parsed;
   }
   bool savings = q.count("savings") && q["savings"] != "0" && q["savings"] != "false";
+  rq.levers = savings;
   auto report = ledger::run_report(ledger->config().path, rq);
   if (!report) return error_reply(report.error());
   const char* type = format == ledger::ReportFormat::kJson  ? "application/json"

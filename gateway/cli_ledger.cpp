@@ -95,7 +95,8 @@ void add_report_command(CLI::App* ledger_cmd, int& exit_code) {
                   "group by task|team|project|key|model|target|rule|day|month; several with "
                   "commas, e.g. team,day");
   cmd->add_option("--format", *format, "table|csv|json");
-  cmd->add_flag("--savings", *savings, "actual versus avoided cost (reference model)");
+  cmd->add_flag("--savings", *savings,
+                "actual versus avoided cost (reference model), and the avoided cost by lever");
   add_filter_options(cmd, *filter);
   cmd->callback([=, &exit_code] {
     auto by_list = ledger::parse_report_by_list(*by);
@@ -119,6 +120,7 @@ void add_report_command(CLI::App* ledger_cmd, int& exit_code) {
     ledger::ReportQuery query;
     query.by = *by_list;
     query.filter = *f;
+    query.levers = *savings;
     // Only a report that reads the rows calls back (in chunks); the daily aggregates are quick.
     Progress progress("ferry ledger report: rows", 0);
     auto report = ledger::run_report(*db, query, [&progress](int64_t done, int64_t total) {

@@ -80,6 +80,7 @@ asio::awaitable<bool> handle(ServerState& server, Stream& stream, Request& req, 
                          req["x-ferry-task"], req["x-ferry-tags"], std::move(req.body())};
     view.api_key = req["x-api-key"];
     view.session_header = req["x-claude-code-session-id"];
+    view.cache_header = req["x-ferry-cache"];
     view.anthropic_version = req["anthropic-version"];
     view.anthropic_beta = req["anthropic-beta"];
     view.cookie = req[http::field::cookie];

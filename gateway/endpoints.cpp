@@ -318,6 +318,20 @@ Status Endpoints::take_routing_headers(const HttpRequestView& req, Job& job) {
   if (auto ok = check_ferry_headers(task, req.tags_header); !ok) return ok;
   job.ctx.task_header = std::string(task);
   job.ctx.tags_header = std::string(req.tags_header);
+  // x-ferry-cache: a comma-separated list of no-store and no-cache; anything else is refused.
+  for (std::string_view rest = req.cache_header; !rest.empty();) {
+    size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item != "no-store" && item != "no-cache") {
+      return Error::make(ErrorCode::kInvalidRequest,
+                         "x-ferry-cache must be no-store, no-cache or both (comma-separated)",
+                         "x-ferry-cache", "invalid_value");
+    }
+  }
+  job.ctx.cache_header = std::string(req.cache_header);
   return {};
 }
 

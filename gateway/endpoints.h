@@ -59,6 +59,7 @@ struct HttpRequestView {
   std::string_view cookie;         // the console's session (gateway/console.h)
   std::string_view csrf_header;    // x-ferry-csrf: the console's CSRF token
   std::string_view if_none_match;  // the console's files answer 304 on their ETag
+  std::string_view cache_header;   // x-ferry-cache: no-store, no-cache
 };
 
 // Who may call an endpoint.

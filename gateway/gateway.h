@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "gateway/planner.h"
 #include "gateway/recorder.h"
+#include "gateway/response_cache.h"
 #include "gateway/route_counters.h"
 #include "gateway/targets.h"
 #include "ledger/ledger.h"
@@ -42,6 +43,8 @@ class Gateway {
   // Stored OpenAI Responses, in the ledger's file; null without a ledger.
   ledger::ResponseStore* responses() { return responses_.get(); }
   policies::PolicyStore* policy_store() { return store_.get(); }
+  // The response cache (policy `cache`): kept across policy reloads.
+  ResponseCache& response_cache() { return response_cache_; }
   const config::Config& config() const { return config_; }
   Target* find_target(std::string_view model_name) {
     return gateway::find_target(targets_, model_name);
@@ -64,6 +67,7 @@ class Gateway {
   std::unique_ptr<ledger::Ledger> ledger_;
   std::unique_ptr<ledger::ResponseStore> responses_;
   RouteCounters counters_;
+  ResponseCache response_cache_;
   int64_t started_unix_us_ = 0;
   std::unique_ptr<Recorder> recorder_;
   std::unique_ptr<Planner> planner_;

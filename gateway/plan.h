@@ -25,15 +25,28 @@ namespace ferry::gateway {
 struct RequestContext {
   std::string request_id;
   Principal principal;
-  std::string task_header;  // x-ferry-task
-  std::string tags_header;  // x-ferry-tags (claimed, untrusted)
-  int64_t started_us = 0;   // unix micros
+  std::string task_header;   // x-ferry-task
+  std::string tags_header;   // x-ferry-tags (claimed, untrusted)
+  std::string cache_header;  // x-ferry-cache: no-store, no-cache (both: "no-store, no-cache")
+  int64_t started_us = 0;    // unix micros
 };
 
 struct PlannedHop {
   std::string name;  // the policy's name for the target, or the model name without a policy
   Target* target = nullptr;
   adapters::BackendRequest request;
+  // The rule's reasoning budget as this hop applies it ("off", "effort:high", ...), or why it
+  // could not ("dropped: ..."); "" without one. The x-ferry-reasoning header, the ledger row.
+  std::string reasoning;
+};
+
+// The response cache's part of a request (gateway/response_cache.h), when its rule has `cache`.
+struct CachePlan {
+  std::string key;     // SHA-256 hex of the scope and the canonical request; "" = bypass
+  std::string bypass;  // why the request is not cacheable ("" when it is)
+  int64_t ttl_ms = 0;
+  bool lookup = true;  // false with x-ferry-cache: no-cache
+  bool store = true;   // false with x-ferry-cache: no-store
 };
 
 // The token counts for one target, as routing computed them.
@@ -70,6 +83,9 @@ struct Plan {
   int64_t n = 1;
   int64_t body_bytes = 0;
   std::string facts_json;  // the routing facts, for replay
+  // Cost levers: the tokens `trim` removed (-1: no trim), the cache's part.
+  int64_t trimmed_tokens = -1;
+  std::optional<CachePlan> cache;
   int64_t routing_us = 0;
   // Headers every response to this request carries (x-ferry-rule, x-ferry-policy, budget).
   std::vector<std::pair<std::string, std::string>> headers;
@@ -91,7 +107,8 @@ struct AttemptOutcome {
   std::string constraint_hash;
   std::string generated_text;  // the answer's text (for counting when usage is missing)
   std::string reasoning_text;
-  int http_status = 0;  // the status the client got (or would have)
+  std::string cache_bytes;  // the answer as the backend wrote it, when it may be cached
+  int http_status = 0;      // the status the client got (or would have)
   int64_t started_us = 0;
   int64_t ended_us = 0;
   int64_t ttft_us = -1;

@@ -10,6 +10,8 @@
 #include "common/clock.h"
 #include "common/saturating.h"
 #include "gateway/prompt_count.h"
+#include "gateway/response_cache.h"
+#include "gateway/trim.h"
 #include "ledger/budgets.h"
 #include "policies/store.h"
 #include "tokenizer/chat_template.h"
@@ -119,7 +121,9 @@ PlannedHop make_hop(const RequestContext& ctx, const ParsedRequest& request,
   PlannedHop hop;
   hop.name = name;
   hop.target = t;
-  const bool native = speaks_natively(request, t);
+  // A request without the client's bytes (trimmed) cannot pass through another API natively.
+  const bool native =
+      speaks_natively(request, t) && (request.api == request.endpoint || !request.raw.empty());
   hop.request.endpoint = native ? request.api : request.endpoint;
   hop.request.stream = request.stream;
   hop.request.client_wants_usage = native ? request.include_usage : true;
@@ -248,27 +252,32 @@ Result<bool> Planner::decide(const RequestContext& ctx, const ParsedRequest& req
   if (d.params.temperature_changed) overrides.temperature = d.params.temperature;
   if (d.params.top_p_changed) overrides.top_p = d.params.top_p;
   if (d.params.max_tokens) max_tokens = *d.params.max_tokens;
+  std::optional<ParsedRequest> trimmed;
+  if (d.trim && !trim(ctx, request, d, p, max_tokens, trimmed)) return false;
+  const ParsedRequest& sent = trimmed ? *trimmed : request;
   std::optional<Error> untranslatable;
   for (const auto& hop : d.route) {
     Target* t = find(hop.ref);
     if (t == nullptr) continue;
-    if (auto why = cannot_take(request, t)) {
+    if (auto why = cannot_take(sent, t)) {
       p.skipped.push_back(hop.target + ": does not speak " +
                           std::string(api::endpoint_name(request.api)) + " natively");
       untranslatable = std::move(why);
       continue;
     }
-    p.hops.push_back(make_hop(ctx, request, hop.target, t, overrides, p.prompt_counts));
+    p.hops.push_back(make_hop(ctx, sent, hop.target, t, overrides, p.prompt_counts));
   }
   if (p.hops.empty() && untranslatable) {
     refuse(ctx, p, std::move(*untranslatable), "untranslatable", true);
     return false;
   }
   if (d.shadow) {
-    if (Target* t = find(d.shadow->ref); t != nullptr && !cannot_take(request, t)) {
-      p.shadow = make_hop(ctx, request, d.shadow->target, t, overrides, p.prompt_counts);
+    if (Target* t = find(d.shadow->ref); t != nullptr && !cannot_take(sent, t)) {
+      p.shadow = make_hop(ctx, sent, d.shadow->target, t, overrides, p.prompt_counts);
     }
   }
+  if (d.reasoning.set()) apply_reasoning(d.reasoning, p);
+  if (d.cache && !p.hops.empty()) plan_cache(ctx, sent, *d.cache, overrides, p);
   if (p.hops.empty()) {
     std::string why;
     for (const auto& s : p.skipped) why += (why.empty() ? "" : "; ") + s;
@@ -280,6 +289,198 @@ Result<bool> Planner::decide(const RequestContext& ctx, const ParsedRequest& req
     return false;
   }
   return true;
+}
+
+bool Planner::trim(const RequestContext& ctx, const ParsedRequest& request,
+                   const policies::Decision& d, Plan& p, int64_t max_tokens,
+                   std::optional<ParsedRequest>& trimmed) {
+  if (request.endpoint != adapters::Endpoint::kChatCompletions || !request.typed ||
+      d.route.empty()) {
+    return true;  // only chat-shaped conversations have turns to drop
+  }
+  Target* t = find(d.trim->to_fit ? d.trim->to_fit->ref : d.route.front().ref);
+  if (t == nullptr) return true;
+  TrimOptions options;
+  options.keep_system = d.trim->keep_system;
+  options.keep_last_turns = d.trim->keep_last_turns;
+  if (d.trim->to_fit) {
+    const int64_t ctx_len = t->context_length();
+    if (ctx_len <= 0) return true;  // an unknown context: nothing to fit
+    options.limit = ctx_len - std::max<int64_t>(max_tokens, 1);
+  } else {
+    options.limit = d.trim->max_prompt_tokens;
+  }
+  ParsedRequest probe;  // a candidate, counted as the target counts it
+  probe.endpoint = request.endpoint;
+  auto counter = [&](const api::ChatRequest& candidate) {
+    probe.typed = std::shared_ptr<const api::ChatRequest>(std::shared_ptr<void>(), &candidate);
+    std::optional<ordered_json> input;
+    return count_for(probe, t, input).tokens;
+  };
+  auto result = trim_to_fit(*request.typed, options, counter);
+  if (!result) {
+    refuse(ctx, p, std::move(result.error()), "trim", true);
+    return false;
+  }
+  p.trimmed_tokens = result->tokens_before - result->tokens_after;
+  p.headers.emplace_back("x-ferry-trimmed-tokens", std::to_string(p.trimmed_tokens));
+  if (!result->request) return true;
+  trimmed.emplace();
+  ParsedRequest& out = *trimmed;
+  out.endpoint = request.endpoint;
+  out.api = request.api;
+  out.native_only = request.native_only;
+  out.native_headers = request.native_headers;
+  out.typed = result->request;  // no raw bytes: every hop renders the trimmed value
+  out.responses = request.responses;
+  out.model = request.model;
+  out.stream = request.stream;
+  out.include_usage = request.include_usage;
+  out.max_tokens = request.max_tokens;
+  out.n = request.n;
+  out.temperature = request.temperature;
+  out.top_p = request.top_p;
+  out.tools = request.tools;
+  out.response_format = request.response_format;
+  out.task_id = request.task_id;
+  out.claimed_tags = request.claimed_tags;
+  // The hops run and are billed on the trimmed prompt.
+  std::vector<Target*> route;
+  for (const auto& hop : d.route) route.push_back(find(hop.ref));
+  if (d.shadow) route.push_back(find(d.shadow->ref));
+  std::map<const Target*, PromptCount> counts;  // fresh: none shared with an untrimmed count
+  count_prompts(out, route, counts);
+  for (auto& [target, count] : counts) p.prompt_counts[target] = std::move(count);
+  return true;
+}
+
+namespace {
+
+// A member set in an OpenAI JSON body (re-serialised: only when a reasoning budget applies).
+std::string with_member(const std::string& body, const char* member, const char* inner,
+                        const ordered_json& value) {
+  auto j = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return body;
+  if (inner != nullptr) {
+    if (!j[member].is_object()) j[member] = ordered_json::object();
+    j[member][inner] = value;
+  } else {
+    j[member] = value;
+  }
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+}  // namespace
+
+void Planner::apply_reasoning(const policies::ReasoningRule& rule, Plan& p) const {
+  using policies::ReasoningMode;
+  const std::string name = policies::reasoning_name(rule);
+  for (PlannedHop& hop : p.hops) {
+    Target* t = hop.target;
+    if (t->backend_config->local) {
+      if (rule.mode != ReasoningMode::kOff) {
+        hop.reasoning =
+            "dropped: the local engine has no reasoning effort or budget (" + name + ")";
+        continue;
+      }
+      // The template's thinking switch (Qwen3's enable_thinking) off: the prompt is recounted.
+      auto typed = std::make_shared<api::ChatRequest>(*hop.request.typed);
+      if (!typed->extra.is_object()) typed->extra = api::Json::object();
+      typed->extra["chat_template_kwargs"]["enable_thinking"] = false;
+      auto exact = t->backend->exact_prompt(*typed);
+      if (!exact) {
+        hop.reasoning = "dropped: the target cannot count the prompt without thinking";
+        continue;
+      }
+      p.prompt_counts[t] = {static_cast<int64_t>(exact->ids.size()),
+                            ledger::TokenSource::kTokenizer, exact};
+      hop.request.prompt = std::move(exact);
+      hop.request.typed = std::move(typed);
+      hop.reasoning = "off";
+      continue;
+    }
+    if (hop.request.endpoint != adapters::Endpoint::kChatCompletions) {
+      hop.reasoning = "dropped: only OpenAI chat backends take a reasoning setting (" + name + ")";
+      continue;
+    }
+    switch (rule.mode) {
+      case ReasoningMode::kOff:
+        hop.request.body = with_member(hop.request.body, "chat_template_kwargs", "enable_thinking",
+                                       ordered_json(false));
+        hop.reasoning = "off";
+        break;
+      case ReasoningMode::kLow:
+      case ReasoningMode::kMedium:
+      case ReasoningMode::kHigh:
+        hop.request.body =
+            with_member(hop.request.body, "reasoning_effort", nullptr, ordered_json(name));
+        hop.reasoning = "effort:" + name;
+        break;
+      case ReasoningMode::kBudget:
+      case ReasoningMode::kUnset:
+        hop.reasoning = "dropped: an HTTP backend has no thinking token budget (" + name + ")";
+        break;
+    }
+  }
+}
+
+void Planner::plan_cache(const RequestContext& ctx, const ParsedRequest& request,
+                         const policies::CacheRule& rule, const BodyOverrides& overrides,
+                         Plan& p) const {
+  CachePlan c;
+  c.ttl_ms = rule.ttl_ms;
+  c.lookup = ctx.cache_header.find("no-cache") == std::string::npos;
+  c.store = ctx.cache_header.find("no-store") == std::string::npos;
+  const PlannedHop& hop = p.hops.front();
+  const api::ChatRequest* typed = hop.request.typed.get();
+  const std::optional<double> temperature =
+      overrides.temperature ? overrides.temperature
+                            : (typed ? typed->sampling.temperature : std::nullopt);
+  const bool deterministic =
+      (temperature && *temperature == 0) || (typed && typed->sampling.seed.has_value());
+  if (request.endpoint != adapters::Endpoint::kChatCompletions || typed == nullptr) {
+    c.bypass = "only chat requests are cached";
+  } else if (request.n != 1) {
+    c.bypass = "n > 1";
+  } else if (typed->logprobs.logprobs.value_or(false)) {
+    c.bypass = "logprobs are not kept";
+  } else if (hop.request.endpoint != adapters::Endpoint::kChatCompletions) {
+    c.bypass = "the target answers in its own API";
+  } else if (!deterministic && !rule.nondeterministic) {
+    c.bypass = "not deterministic (temperature 0 or a seed)";
+  }
+  if (!c.bypass.empty()) {
+    p.headers.emplace_back("x-ferry-cache", "bypass");
+    p.cache = std::move(c);
+    return;
+  }
+  std::string scope;
+  switch (rule.scope) {
+    case policies::CacheScope::kGlobal:
+      scope = "global";
+      break;
+    case policies::CacheScope::kTeam:
+      if (!ctx.principal.team.empty()) {
+        scope = "team:" + ctx.principal.team;
+        break;
+      }
+      [[fallthrough]];  // no team: the key's own
+    case policies::CacheScope::kKey:
+      scope = "key:" + ctx.principal.key_id;
+      break;
+  }
+  // Canonical: the typed request as OpenAI JSON for the target, whether it streams aside (a
+  // body answers a stream and back), then how the hop applies a reasoning budget.
+  auto canonical = ordered_json::parse(
+      api::render_openai(*typed, hop.target->model->upstream_model, overrides), nullptr, false);
+  if (canonical.is_object()) {
+    canonical.erase("stream");
+    canonical.erase("stream_options");
+  }
+  std::string text = canonical.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  text += "\nreasoning:" + hop.reasoning;
+  c.key = response_cache_key(scope, hop.target->model->name, text);
+  p.cache = std::move(c);
 }
 
 bool Planner::route_direct(const RequestContext& ctx, const ParsedRequest& request, Target* t,
@@ -365,6 +566,30 @@ bool Planner::admit(const RequestContext& ctx, const ParsedRequest& request, Pla
   return true;
 }
 
+PromptCount Planner::count_for(const ParsedRequest& request, const Target* t,
+                               std::optional<ordered_json>& input) const {
+  PromptCount c{estimate_prompt_tokens(request.raw.size()), ledger::TokenSource::kEstimate};
+  bool chat = request.endpoint == adapters::Endpoint::kChatCompletions;
+  if (!request.typed) {
+    // Not parsed by parse_request: estimated.
+  } else if (auto exact = t->backend->exact_prompt(*request.typed)) {
+    // (Embeddings too: every input's tokens, one after the other.)
+    // The in-process engine counts with exactly what it will run (template, BOS, ...); its
+    // tokens go to its hops, so it does not tokenize again.
+    c = {static_cast<int64_t>(exact->ids.size()), ledger::TokenSource::kTokenizer, exact};
+  } else if (request.typed->embeddings) {
+    if (auto n = embeddings_count(t, *request.typed->embeddings)) {
+      c = {*n, ledger::TokenSource::kTokenizer};
+    }
+  } else if (t->tokenizer && (!chat || t->chat)) {
+    if (!input) input = api::template_input(*request.typed);
+    if (auto n = PromptCounter{t->tokenizer, t->chat}.count(chat, *input)) {
+      c = {*n, ledger::TokenSource::kTokenizer};
+    }
+  }
+  return c;
+}
+
 void Planner::count_prompts(const ParsedRequest& request, std::span<Target* const> targets,
                             std::map<const Target*, PromptCount>& counts) const {
   std::optional<ordered_json> input;  // the chat template's input, made once when needed
@@ -379,26 +604,7 @@ void Planner::count_prompts(const ParsedRequest& request, std::span<Target* cons
       counts.emplace(t, shared);
       continue;
     }
-    PromptCount c{estimate_prompt_tokens(request.raw.size()), ledger::TokenSource::kEstimate};
-    bool chat = request.endpoint == adapters::Endpoint::kChatCompletions;
-    if (!request.typed) {
-      // Not parsed by parse_request: estimated.
-    } else if (auto exact = t->backend->exact_prompt(*request.typed)) {
-      // (Embeddings too: every input's tokens, one after the other.)
-      // The in-process engine counts with exactly what it will run (template, BOS, ...); its
-      // tokens go to its hops, so it does not tokenize again.
-      c = {static_cast<int64_t>(exact->ids.size()), ledger::TokenSource::kTokenizer, exact};
-    } else if (request.typed->embeddings) {
-      if (auto n = embeddings_count(t, *request.typed->embeddings)) {
-        c = {*n, ledger::TokenSource::kTokenizer};
-      }
-    } else if (t->tokenizer && (!chat || t->chat)) {
-      if (!input) input = api::template_input(*request.typed);
-      if (auto n = PromptCounter{t->tokenizer, t->chat}.count(chat, *input)) {
-        c = {*n, ledger::TokenSource::kTokenizer};
-      }
-    }
-    counts.emplace(t, c);
+    counts.emplace(t, count_for(request, t, input));
   }
 }
 

@@ -9,10 +9,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "config/config.h"
@@ -69,6 +72,14 @@ class Planner {
                     std::vector<Target*>& out) const;
   void count_prompts(const ParsedRequest& request, std::span<Target* const> targets,
                      std::map<const Target*, PromptCount>& counts) const;
+  // One target's count of the request (`input`: the template input, made once when needed).
+  PromptCount count_for(const ParsedRequest& request, const Target* t,
+                        std::optional<nlohmann::ordered_json>& input) const;
+  // The rule's `trim`: the request with its oldest turns dropped to fit (into `trimmed`, the
+  // counts of the route's targets recounted), the x-ferry-trimmed-tokens header. False when
+  // it cannot fit (refused, its row recorded).
+  bool trim(const RequestContext& ctx, const ParsedRequest& request, const policies::Decision& d,
+            Plan& p, int64_t max_tokens, std::optional<ParsedRequest>& trimmed);
   Result<policies::Facts> build_facts(const RequestContext& ctx, const ParsedRequest& request,
                                       const policies::Policy* policy,
                                       std::map<const Target*, PromptCount>& counts,
@@ -77,6 +88,12 @@ class Planner {
   // refused the request (p.refusal set, its row recorded).
   Result<bool> decide(const RequestContext& ctx, const ParsedRequest& request,
                       const policies::Policy& policy, Plan& p, int64_t& max_tokens);
+  // The rule's reasoning budget on each hop: the local engine's template switch, an HTTP
+  // backend's reasoning_effort / chat_template_kwargs, or dropped (PlannedHop::reasoning says).
+  void apply_reasoning(const policies::ReasoningRule& rule, Plan& p) const;
+  // The response cache's key of the first hop (or why the request is not cacheable).
+  void plan_cache(const RequestContext& ctx, const ParsedRequest& request,
+                  const policies::CacheRule& rule, const BodyOverrides& overrides, Plan& p) const;
   // Without a policy: the model's own target, unless the prompt cannot fit its context.
   bool route_direct(const RequestContext& ctx, const ParsedRequest& request, Target* target,
                     Plan& p, int64_t max_tokens);

@@ -240,6 +240,12 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(
       server.metrics.backend_errors.inc({rec.backend, backend_error_kind(e.code)});
     }
   }
+  if (a.ok && plan.cache && !plan.cache->key.empty() && plan.cache->store) {
+    // The answer as the backend wrote it (OpenAI chat), for the response cache.
+    a.cache_bytes = !streaming   ? std::string_view(result->body)
+                    : translator ? translator->upstream()
+                                 : sink.captured();
+  }
   if (!usage_billable(plan, a) && (a.ok || a.sent_to_client)) {
     std::string captured = sink.take_captured();
     if (translator) captured = translator->take_upstream();  // the backend's OpenAI bytes
@@ -394,6 +400,122 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
   co_return ok&& keep_alive;
 }
 
+// ---- the response cache ---------------------------------------------------------------------
+
+int64_t cache_clock_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// Collects a replayed answer's rendering.
+class RenderInto final : public api::EventSink {
+ public:
+  RenderInto(StreamRenderer& renderer, std::string& out) : renderer_(renderer), out_(out) {}
+  void on_event(const api::Event& event) override { renderer_.render(event, out_); }
+
+ private:
+  StreamRenderer& renderer_;
+  std::string& out_;
+};
+
+// Keeps the answer of a request's only attempt when it is reusable: completed (not an error,
+// not from a fallback hop after a failure) and read whole as a typed answer.
+void keep_answer(ServerState& server, const Plan& plan, const std::vector<AttemptOutcome>& attempts,
+                 bool streaming) {
+  if (!plan.cache || plan.cache->key.empty() || !plan.cache->store) return;
+  if (attempts.size() != 1 || !attempts.front().ok || attempts.front().cache_bytes.empty()) return;
+  const AttemptOutcome& a = attempts.front();
+  auto answer = answer_from_openai(a.cache_bytes, streaming);
+  if (!answer || answer->finish == api::FinishReason::kError || answer->error) return;
+  auto kept = std::make_shared<CachedAnswer>();
+  kept->answer = std::move(*answer);
+  kept->target = a.hop->target->model->name;
+  auto count = plan.prompt_counts.find(a.hop->target);
+  kept->prompt_tokens = count != plan.prompt_counts.end() ? count->second.tokens : -1;
+  const api::Usage& u = kept->answer.usage;
+  if (usage_billable(plan, a)) {
+    kept->tokens = ledger::split_openai_usage(a.usage.prompt_tokens, a.usage.cached_tokens,
+                                              a.usage.completion_tokens, a.usage.reasoning_tokens,
+                                              ledger::TokenSource::kBackend);
+  } else if (u.reported) {
+    kept->tokens = ledger::split_openai_usage(u.prompt_tokens, u.cached_tokens, u.completion_tokens,
+                                              u.reasoning_tokens, ledger::TokenSource::kBackend);
+  } else {
+    kept->tokens.input = {std::max<int64_t>(kept->prompt_tokens, 0),
+                          ledger::TokenSource::kTokenizer};
+  }
+  server.gateway->response_cache().put(plan.cache->key, std::move(kept), plan.cache->ttl_ms,
+                                       cache_clock_ms());
+}
+
+// Answers from the cache: the hit's row durable first, then the answer rendered in the
+// client's API, a body or the replayed stream.
+template <typename Stream>
+asio::awaitable<bool> serve_hit(ServerState& server, Stream& stream, ChunkedSink<Stream>& sink,
+                                Job& job, const CachedAnswer& hit, HeaderList& headers,
+                                RequestRecord& rec, bool keep_alive) {
+  Plan& plan = *job.plan;
+  const PlannedHop& hop = plan.hops.front();
+  rec.backend = "cache";
+  rec.target = hop.name;
+  rec.prompt_tokens_counted = hit.prompt_tokens;
+  set_header(headers, "x-ferry-target", hop.name);
+  Status durable;
+  if (server.gateway->ledger() == nullptr) {
+    rec.ledger_id = server.gateway->recorder().settle_cache_hit(job.ctx, plan, hit, nullptr);
+  } else {
+    auto notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
+    auto status = std::make_shared<Status>();
+    rec.ledger_id = server.gateway->recorder().settle_cache_hit(
+        job.ctx, plan, hit, [notifier, status](const Status& st) {
+          *status = st;
+          notifier->notify();
+        });
+    co_await notifier->wait();
+    durable = *status;
+  }
+  ClientSide client{frontend(plan.api), nullptr, true, render_context(plan, hop, rec)};
+  if (!durable) {
+    Error e = Error::make(
+        ErrorCode::kUnavailable,
+        "the answer could not be recorded in the cost ledger: " + durable.error().message);
+    co_return co_await answer_error(server, stream, sink, client, e, &headers, rec, keep_alive);
+  }
+  api::Answer answer = hit.answer;
+  answer.model = plan.requested_model;
+  rec.finish_reason = std::string(api::finish_reason_name(answer.finish));
+  rec.status = 200;
+  if (plan.stream) {
+    std::string out;
+    auto renderer = client.fe.stream_renderer(client.context);
+    RenderInto into(*renderer, out);
+    api::Usage start;
+    if (hit.prompt_tokens >= 0) {
+      start.prompt_tokens = hit.prompt_tokens;
+      start.reported = true;
+    }
+    api::replay(answer, into, 0, start);
+    out += client.fe.stream_done;
+    Status kept = co_await store_response(server, client, rec);
+    if (!kept) out = client.fe.stream_error(not_stored(kept));
+    co_await sink.finish(out);
+    co_return kept && !sink.broken() && keep_alive;
+  }
+  rec.ttft_us = micros_between(rec.started, Clock::now());
+  api::WireBody body = client.fe.render_answer(answer, client.context);
+  Status kept = co_await store_response(server, client, rec);
+  if (!kept) {
+    co_return co_await answer_error(server, stream, sink, client, not_stored(kept), nullptr, rec,
+                                    keep_alive);
+  }
+  Reply r;
+  r.status = body.status;
+  r.body = std::move(body.body);
+  r.headers = std::move(headers);
+  bool ok = co_await write_reply(server, stream, r, rec.request_id, keep_alive);
+  co_return ok&& keep_alive;
+}
+
 }  // namespace
 
 template <typename Stream>
@@ -411,6 +533,16 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
   attempts.reserve(plan.hops.size());
   Result<adapters::BackendReply> result = Error::make(ErrorCode::kInternal, "not run");
   std::optional<TranslatingSink> translator;
+  if (plan.cache && !plan.cache->key.empty()) {
+    if (plan.cache->lookup) {
+      auto hit = server.gateway->response_cache().get(plan.cache->key, cache_clock_ms());
+      if (hit) {
+        set_header(headers, "x-ferry-cache", "hit");
+        co_return co_await serve_hit(server, stream, sink, job, *hit, headers, rec, keep_alive);
+      }
+    }
+    set_header(headers, "x-ferry-cache", "miss");
+  }
   for (size_t i = 0; i < plan.hops.size(); ++i) {
     PlannedHop& hop = plan.hops[i];
     if (hop.target->breaker && !hop.target->breaker->allow_request()) {
@@ -422,6 +554,7 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
     }
     set_header(headers, "x-ferry-target", hop.name);
     set_header(headers, "x-ferry-attempts", std::to_string(attempts.size() + 1));
+    if (!hop.reasoning.empty()) set_header(headers, "x-ferry-reasoning", hop.reasoning);
     AttemptOutcome& a = attempts.emplace_back();
     result = co_await try_hop(server, stream, plan, hop, sink, translator, a, rec, early, buffer);
     if (result || a.client_gone || sink.started() || !falls_through(result.error())) break;
@@ -433,6 +566,7 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
   }
   bool client_gone = !attempts.empty() && attempts.back().client_gone;
   Status durable = co_await settle(server, job, attempts, rec, client_gone);
+  if (result && durable) keep_answer(server, plan, attempts, plan.stream);
   ClientSide client{frontend(plan.api), translator ? &*translator : nullptr, false, {}};
   if (!attempts.empty()) {
     const PlannedHop& last = *attempts.back().hop;

@@ -62,6 +62,7 @@ ledger::RequestRecord base_record(const RequestContext& ctx, const Plan& plan, b
   r.policy_version = plan.policy_version;
   r.stream = plan.stream;
   r.facts_json = plan.facts_json;
+  r.trimmed_tokens = plan.trimmed_tokens;
   return r;
 }
 
@@ -205,17 +206,25 @@ void Recorder::note_attempt(const AttemptOutcome& o) {
   t->recent.add(!backend_failed, o.ttft_us >= 0 ? o.ttft_us / 1000 : -1);
 }
 
-std::string Recorder::settle(const RequestContext& ctx, Plan& plan,
-                             const std::vector<AttemptOutcome>& attempts,
-                             ledger::DurableCallback on_durable) {
-  count_checks(plan, attempts);
+std::optional<ledger::RequestRecord> Recorder::served_record(
+    const RequestContext& ctx, const Plan& plan, ledger::DurableCallback& on_durable) const {
   if (!ledger_) {
     if (on_durable) on_durable(Status{});
-    return "";
+    return std::nullopt;
   }
   ledger::RequestRecord r = base_record(ctx, plan, /*rule_tags=*/true);
   r.timings.routing_us = plan.routing_us;
   r.timings.total_us = r.ended_us - r.started_us;
+  return r;
+}
+
+std::string Recorder::settle(const RequestContext& ctx, Plan& plan,
+                             const std::vector<AttemptOutcome>& attempts,
+                             ledger::DurableCallback on_durable) {
+  count_checks(plan, attempts);
+  auto row = served_record(ctx, plan, on_durable);
+  if (!row) return "";
+  ledger::RequestRecord& r = *row;
   for (const auto& a : attempts) {
     r.attempts.push_back(attempt_record(plan, a, r.attempts.size(), r.usage_check));
   }
@@ -231,6 +240,7 @@ std::string Recorder::settle(const RequestContext& ctx, Plan& plan,
     r.constraint_mode = last.constraint;
     r.schema_hash = last.constraint_hash;
     r.timings.ttft_us = last.ttft_us;
+    if (last.hop != nullptr) r.reasoning_budget = last.hop->reasoning;
   }
   if (r.attempts.size() == 1) {
     r.tokens = r.attempts.front().tokens;
@@ -302,6 +312,23 @@ ledger::AttemptRecord Recorder::attempt_record(Plan& plan, const AttemptOutcome&
     note_usage_problem(usage_check, index, a, ar.tokens, problem);
   }
   return ar;
+}
+
+std::string Recorder::settle_cache_hit(const RequestContext& ctx, Plan& plan,
+                                       const CachedAnswer& hit,
+                                       ledger::DurableCallback on_durable) {
+  auto row = served_record(ctx, plan, on_durable);
+  if (!row) return "";
+  ledger::RequestRecord& r = *row;
+  r.target = hit.target;
+  r.upstream_model = hit.answer.model;
+  r.status = ledger::RequestStatus::kOk;
+  r.http_status = 200;
+  r.finish_reason = std::string(api::finish_reason_name(hit.answer.finish));
+  r.cache = "hit";
+  r.cache_tokens = hit.tokens;
+  if (!plan.hops.empty()) r.reasoning_budget = plan.hops.front().reasoning;
+  return ledger_->record(std::move(r), std::move(plan.admission), std::move(on_durable));
 }
 
 void Recorder::record_refusal(const RequestContext& ctx, const Plan& plan, const Error& error) {

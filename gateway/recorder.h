@@ -7,12 +7,14 @@
 // queues, the breakers and stats lock briefly).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/error.h"
 #include "gateway/plan.h"
+#include "gateway/response_cache.h"
 #include "gateway/route_counters.h"
 #include "ledger/ledger.h"
 
@@ -60,6 +62,11 @@ class Recorder {
                      const std::vector<AttemptOutcome>& attempts,
                      ledger::DurableCallback on_durable);
 
+  // An answer served from the response cache: its own row (no tokens, no cost; the tokens and
+  // cost the answer had when it was made, as the avoided cost), queued as settle() does.
+  std::string settle_cache_hit(const RequestContext& ctx, Plan& plan, const CachedAnswer& hit,
+                               ledger::DurableCallback on_durable);
+
   // A request refused while planning (policy reject, budget, context) still gets its row.
   void record_refusal(const RequestContext& ctx, const Plan& plan, const Error& error);
 
@@ -69,6 +76,10 @@ class Recorder {
   void skip_shadow(const PlannedHop& shadow);
 
  private:
+  // A served request's row (rule tags, routing and total time), or nullopt without a ledger
+  // (then `on_durable` has run).
+  std::optional<ledger::RequestRecord> served_record(const RequestContext& ctx, const Plan& plan,
+                                                     ledger::DurableCallback& on_durable) const;
   // The prompt-count checks and fallbacks of a finished request, for /metrics.
   void count_checks(const Plan& plan, const std::vector<AttemptOutcome>& attempts);
   // One attempt's ledger record (its tokens billed as reported or as ferry counts them).

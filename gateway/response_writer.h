@@ -65,6 +65,7 @@ class ChunkedSink final : public adapters::StreamSink {
   bool broken() const { return broken_; }
   // Every byte sent since the last take, for counting the answer when usage is missing.
   std::string take_captured() { return std::exchange(captured_, {}); }
+  std::string_view captured() const { return captured_; }
 
   void set_content_type(std::string type) { content_type_ = std::move(type); }
   void add_header(std::string name, std::string value) override {

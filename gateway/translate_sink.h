@@ -47,6 +47,7 @@ class TranslatingSink final : public adapters::StreamSink {
   const std::optional<Error>& error() const { return error_; }
   // The upstream (OpenAI) bytes since the last take, for counting the answer without usage.
   std::string take_upstream() { return std::exchange(upstream_, {}); }
+  std::string_view upstream() const { return upstream_; }
 
  private:
   // Renders each event the parser produces into out_, fixing what only ferry knows.

@@ -8,11 +8,11 @@ namespace {
 
 // A field added to one of these structs must be written and read below too, or a row kept in
 // the journal would reach the database without it: the sizes stop the build until it is.
-static_assert(sizeof(RequestRecord) == 744,
+static_assert(sizeof(RequestRecord) == 880,
               "a new RequestRecord field goes into the journal codec");
 static_assert(sizeof(AttemptRecord) == 184,
               "a new AttemptRecord field goes into the journal codec");
-static_assert(sizeof(LedgerEntry) == 984, "a new LedgerEntry field goes into the journal codec");
+static_assert(sizeof(LedgerEntry) == 1152, "a new LedgerEntry field goes into the journal codec");
 static_assert(sizeof(Cost) == 72, "a new Cost field goes into the journal codec");
 static_assert(sizeof(BudgetCharge) == 112, "a new BudgetCharge field goes into the journal codec");
 
@@ -182,6 +182,10 @@ void write_record(Writer& w, const RequestRecord& r) {
   }
   for (const std::string* s : {&r.facts_json, &r.usage_check, &r.constraint_mode, &r.schema_hash})
     w.str(*s);
+  w.i64(r.trimmed_tokens);
+  w.str(r.cache);
+  w.tokens(r.cache_tokens);
+  w.str(r.reasoning_budget);
 }
 
 RequestRecord read_record(Reader& in) {
@@ -210,6 +214,10 @@ RequestRecord read_record(Reader& in) {
   }
   for (std::string* s : {&r.facts_json, &r.usage_check, &r.constraint_mode, &r.schema_hash})
     *s = in.str();
+  r.trimmed_tokens = in.i64();
+  r.cache = in.str();
+  r.cache_tokens = in.tokens();
+  r.reasoning_budget = in.str();
   return r;
 }
 
@@ -252,6 +260,10 @@ std::string encode_entry(const LedgerEntry& e) {
   w.u8(e.avoided.has_value() ? 1 : 0);
   if (e.avoided) w.money(*e.avoided);
   w.str(e.avoided_version);
+  for (const std::optional<Money>* m : {&e.trim_avoided, &e.cache_avoided}) {
+    w.u8(m->has_value() ? 1 : 0);
+    if (m->has_value()) w.money(**m);
+  }
   w.i64(static_cast<int64_t>(e.charges.size()));
   for (const BudgetCharge& c : e.charges) write_charge(w, c);
   return w.take();
@@ -272,6 +284,9 @@ Result<LedgerEntry> decode_entry(std::string_view bytes) {
   for (Cost& c : e.attempt_costs) c = in.cost();
   if (in.small_enum<uint8_t>(1) != 0) e.avoided = in.money();
   e.avoided_version = in.str();
+  for (std::optional<Money>* m : {&e.trim_avoided, &e.cache_avoided}) {
+    if (in.small_enum<uint8_t>(1) != 0) *m = in.money();
+  }
   e.charges.resize(in.count(8));
   for (BudgetCharge& c : e.charges) c = read_charge(in);
   if (!in.ok() || !in.at_end()) {

@@ -305,6 +305,23 @@ bool has_tokens(const Tokens& t) {
   return t.input.count + t.cached_input.count + t.output.count + t.reasoning.count > 0;
 }
 
+// What the levers avoided, at the answering target's prices: the trimmed tokens as uncached
+// input, a cache hit's answer as it was billed when it was made. Unset when unpriced.
+void price_levers(LedgerEntry& entry, const RequestRecord& record, const PriceCatalog& prices,
+                  int64_t at) {
+  if (entry.kind != EntryKind::kRequest) return;
+  if (record.trimmed_tokens >= 0) {
+    Tokens trimmed;
+    trimmed.input = {record.trimmed_tokens, TokenSource::kTokenizer};
+    Cost cost = prices.price(record.target, trimmed, at);
+    if (cost.pricing != Pricing::kUnpriced) entry.trim_avoided = cost.total();
+  }
+  if (!record.cache.empty()) {
+    Cost cost = prices.price(record.target, record.cache_tokens, at);
+    if (cost.pricing != Pricing::kUnpriced) entry.cache_avoided = cost.total();
+  }
+}
+
 // Prices a request; with attempts, the request's tokens and cost are the sums of theirs.
 LedgerEntry price_request(RequestRecord record, const PriceCatalog& prices,
                           const std::string& reference_model) {
@@ -356,6 +373,7 @@ LedgerEntry price_request(RequestRecord record, const PriceCatalog& prices,
       entry.avoided_version = reference.price_version;
     }
   }
+  price_levers(entry, record, prices, at);
   entry.record = std::move(record);
   return entry;
 }

@@ -112,6 +112,12 @@ CREATE TABLE IF NOT EXISTS tasks (
   task_id TEXT PRIMARY KEY, status TEXT NOT NULL, labels TEXT NOT NULL, key_id TEXT NOT NULL,
   marked_us BIGINT NOT NULL, day TEXT NOT NULL);
 )sql",
+    // 3: the cost levers (lever_columns()), NULL for rows that pulled none.
+    R"sql(
+ALTER TABLE requests ADD COLUMN trimmed_tokens BIGINT, ADD COLUMN trim_avoided BIGINT,
+  ADD COLUMN cache TEXT, ADD COLUMN cache_tokens BIGINT, ADD COLUMN cache_avoided BIGINT,
+  ADD COLUMN reasoning_budget TEXT;
+)sql",
 };
 
 constexpr int kPgMigrationCount =
@@ -161,11 +167,27 @@ void make_storable(std::string& text) {
 
 void make_record_storable(LedgerEntry& e) {
   RequestRecord& r = e.record;
-  for (std::string* s :
-       {&r.id, &e.adjusts_id, &e.note, &r.key_id, &r.team, &r.project, &r.task_id,
-        &r.requested_model, &r.target, &r.upstream_model, &r.rule_id, &r.policy_version,
-        &r.error_code, &r.finish_reason, &r.facts_json, &r.usage_check, &r.request_id,
-        &e.cost.price_version, &e.avoided_version}) {
+  for (std::string* s : {&r.id,
+                         &e.adjusts_id,
+                         &e.note,
+                         &r.key_id,
+                         &r.team,
+                         &r.project,
+                         &r.task_id,
+                         &r.requested_model,
+                         &r.target,
+                         &r.upstream_model,
+                         &r.rule_id,
+                         &r.policy_version,
+                         &r.error_code,
+                         &r.finish_reason,
+                         &r.facts_json,
+                         &r.usage_check,
+                         &r.request_id,
+                         &r.cache,
+                         &r.reasoning_budget,
+                         &e.cost.price_version,
+                         &e.avoided_version}) {
     make_storable(*s);
   }
   for (auto* tags : {&r.trusted_tags, &r.claimed_tags}) {
@@ -503,6 +525,9 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
     rows.requests.push_back(pg_int(++chain_seq));
     rows.requests.push_back(text_or_null(r.constraint_mode));
     rows.requests.push_back(text_or_null(r.schema_hash));
+    scratch.levers.clear();
+    lever_values(*entry, scratch.levers);
+    for (const ValueRef& v : scratch.levers) rows.requests.push_back(param_of(v));
     ++rows.request_rows;
     for (size_t a = 0; a < attempt_count; ++a) {
       for (const ValueRef& v : scratch.attempts[a]) rows.attempts.push_back(param_of(v));
@@ -522,9 +547,10 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
   std::string request_head = "INSERT INTO requests(" + join_names(request_columns()) + "," +
                              kFactsColumn + "," + kUsageCheckColumn + "," + kRequestIdColumn +
                              ",hash,instance_id,chain_seq," + kConstraintColumn + "," +
-                             kSchemaHashColumn + ") VALUES";
+                             kSchemaHashColumn + "," + join_names(lever_columns()) + ") VALUES";
   std::string attempt_head = "INSERT INTO attempts(" + join_names(attempt_columns()) + ") VALUES";
-  for (Status st : {insert_rows(conn_, request_head, rows.requests, rows.request_rows, columns + 8),
+  for (Status st : {insert_rows(conn_, request_head, rows.requests, rows.request_rows,
+                                columns + 8 + lever_columns().size()),
                     insert_rows(conn_, attempt_head, rows.attempts, rows.attempt_rows,
                                 attempt_columns().size()),
                     upsert_deltas(conn_, "daily", kDailyKey, daily, true),

@@ -422,10 +422,119 @@ Result<Report> run_pg_report(const std::string& url, const ReportQuery& query) {
   return report;
 }
 
+Result<Report> run_report_groups(const std::string& db_path, const ReportQuery& query,
+                                 const ReportProgress& progress);
+
+// The savings by lever's SELECT over the rows (both dialects); `col` names a lever column
+// ("NULL" in a file from before they existed).
+template <typename Col>
+std::string savings_select(Col&& col) {
+  auto count = [](const std::string& cond) {
+    return "SUM(CASE WHEN " + cond + " THEN 1 ELSE 0 END)";
+  };
+  const std::string capped = col("reasoning_budget") + " IS NOT NULL AND " +
+                             col("reasoning_budget") + " NOT LIKE 'dropped%'";
+  return "SELECT " + count("avoided_cost IS NOT NULL") +
+         ", COALESCE(SUM(avoided_cost),0) - COALESCE(SUM(CASE WHEN avoided_cost IS NOT NULL THEN "
+         "COALESCE(cost_total,0) ELSE 0 END),0), " +
+         count(col("cache") + "='hit'") + ", COALESCE(SUM(" + col("cache_tokens") +
+         "),0), COALESCE(SUM(" + col("cache_avoided") + "),0), " +
+         count(col("trimmed_tokens") + " > 0") + ", COALESCE(SUM(" + col("trimmed_tokens") +
+         "),0), COALESCE(SUM(" + col("trim_avoided") + "),0), " + count(capped) +
+         ", COALESCE(SUM(CASE WHEN " + capped +
+         " THEN reasoning_tokens ELSE 0 END),0) FROM requests WHERE kind='request'";
+}
+
+template <typename Num>
+LeverSavings savings_row(const Num& num) {
+  LeverSavings s;
+  s.local_requests = num(0);
+  s.local_saved = Money::from_micros(num(1));
+  s.cache_hits = num(2);
+  s.cache_tokens = num(3);
+  s.cache_avoided = Money::from_micros(num(4));
+  s.trimmed_requests = num(5);
+  s.trimmed_tokens = num(6);
+  s.trim_avoided = Money::from_micros(num(7));
+  s.reasoning_capped = num(8);
+  s.reasoning_tokens = num(9);
+  return s;
+}
+
+Result<LeverSavings> sqlite_savings(Db& db, const ReportFilter& filter,
+                                    const std::string& request_id) {
+  auto version = db.prepare("PRAGMA user_version");
+  if (!version) return version.error();
+  auto got = version->step();
+  if (!got) return got.error();
+  const bool has_levers = *got && version->int_at(0) >= 8;
+  std::string sql = savings_select(
+      [&](const char* c) { return has_levers ? std::string(c) : std::string("NULL"); });
+  std::vector<Value> params;
+  add_filters(filter, true, sql, params, "", request_id);
+  auto stmt = db.prepare(sql);
+  if (!stmt) return stmt.error();
+  bind_all(*stmt, params);
+  auto row = stmt->step();
+  if (!row) return row.error();
+  return savings_row([&](int i) { return stmt->is_null(i) ? 0 : stmt->int_at(i); });
+}
+
+Result<LeverSavings> pg_savings(PgConn& conn, const ReportFilter& filter) {
+  std::string sql = savings_select([](const char* c) { return std::string(c); });
+  std::vector<Value> params;
+  add_filters(filter, true, sql, params);
+  std::vector<PgParam> pg_params;
+  for (const Value& v : params) {
+    const auto* text = std::get_if<std::string>(&v);
+    pg_params.emplace_back(text != nullptr ? PgParam(*text) : pg_int(std::get<int64_t>(v)));
+  }
+  auto rows = conn.run(numbered_placeholders(sql), pg_params);
+  if (!rows) return rows.error();
+  bool overflow = false;
+  LeverSavings s = savings_row([&](int i) {
+    std::string text = rows->text(0, i);
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    overflow |= ec != std::errc() || end != text.data() + text.size();
+    return value;
+  });
+  if (overflow) return Error::make(ErrorCode::kUnavailable, "report: integer overflow in a sum");
+  return s;
+}
+
 }  // namespace
 
 Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
                           const ReportProgress& progress) {
+  auto report = run_report_groups(db_path, query, progress);
+  if (!report || !query.levers) return report;
+  if (is_pg_url(db_path)) {
+    auto conn = PgConn::connect(db_path);
+    if (!conn) return conn.error();
+    auto levers = pg_savings(*conn, query.filter);
+    if (!levers) return levers.error();
+    report->levers = *levers;
+    return report;
+  }
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
+  std::string request_id = kRequestIdColumn;
+  if (query.filter.request_id) {
+    auto expr = request_id_expr(*db);
+    if (!expr) return expr.error();
+    request_id = *expr;
+  }
+  auto levers = sqlite_savings(*db, query.filter, request_id);
+  if (!levers) return levers.error();
+  report->levers = *levers;
+  return report;
+}
+
+namespace {
+
+Result<Report> run_report_groups(const std::string& db_path, const ReportQuery& query,
+                                 const ReportProgress& progress) {
   if (query.by.empty()) {
     return Error::make(ErrorCode::kInvalidRequest, "report: at least one --by dimension", "by");
   }
@@ -474,6 +583,8 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
   for (const auto& row : report.rows) report.totals.add(row);
   return report;
 }
+
+}  // namespace
 
 std::string csv_field(std::string_view text, bool is_text) {
   std::string value(text);
@@ -579,6 +690,21 @@ std::string report_json(const Report& report, bool savings) {
   out["groups"] = nlohmann::ordered_json::array();
   for (const auto& r : report.rows) out["groups"].push_back(row_json(report, r, true, savings));
   out["totals"] = row_json(report, report.totals, false, savings);
+  if (savings && report.levers) {
+    const LeverSavings& l = *report.levers;
+    out["savings_by_lever"] = {
+        {"local", {{"requests", l.local_requests}, {"avoided_cost", l.local_saved.to_string()}}},
+        {"cache",
+         {{"hits", l.cache_hits},
+          {"tokens", l.cache_tokens},
+          {"avoided_cost", l.cache_avoided.to_string()}}},
+        {"trim",
+         {{"requests", l.trimmed_requests},
+          {"tokens", l.trimmed_tokens},
+          {"avoided_cost", l.trim_avoided.to_string()}}},
+        {"reasoning", {{"capped_requests", l.reasoning_capped}, {"tokens", l.reasoning_tokens}}},
+        {"total_avoided", l.total().to_string()}};
+  }
   // Rows written by an older ferry can hold bytes that are not UTF-8 (a task header stored
   // unchecked): they are shown as U+FFFD rather than failing the report.
   return out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
@@ -650,7 +776,22 @@ std::string format_report(const Report& report, ReportFormat format, bool saving
     }
     return out;
   }
-  return table_text(cells, dims) + "currency: " + report.currency + "\n";
+  std::string out = table_text(cells, dims) + "currency: " + report.currency + "\n";
+  if (savings && report.levers) {
+    const LeverSavings& l = *report.levers;
+    out += "\nsavings by lever:\n";
+    out += table_text(
+        {{"lever", "requests", "tokens", "avoided_cost"},
+         {"local", std::to_string(l.local_requests), "", l.local_saved.to_string()},
+         {"cache", std::to_string(l.cache_hits), std::to_string(l.cache_tokens),
+          l.cache_avoided.to_string()},
+         {"trim", std::to_string(l.trimmed_requests), std::to_string(l.trimmed_tokens),
+          l.trim_avoided.to_string()},
+         {"reasoning", std::to_string(l.reasoning_capped), std::to_string(l.reasoning_tokens), ""},
+         {"total", "", "", l.total().to_string()}},
+        1);
+  }
+  return out;
 }
 
 namespace {

@@ -56,6 +56,7 @@ struct ReportQuery {
   // Reading the rows: aggregate `chunk_rows` seq values at a time and merge the groups (0: one
   // query, or about kReportChunks chunks when progress is asked for). Same result either way.
   int64_t chunk_rows = 0;
+  bool levers = false;  // also the savings by lever (Report::levers), read from the rows
 };
 
 inline constexpr int64_t kReportChunks = 64;
@@ -85,12 +86,32 @@ struct ReportRow {
   void add(const ReportRow& other);
 };
 
+// The avoided cost by lever over the request rows a filter selects (`--savings`): answered by
+// a cheaper target than the reference model (avoided_cost less the actual cost of those rows),
+// served from the response cache (what the answers cost when they were made), prompt tokens
+// trimmed (at the input price), and rows with a reasoning budget applied (their reasoning
+// tokens; no avoided cost is claimed: what an uncapped model would have spent is unknown).
+struct LeverSavings {
+  int64_t local_requests = 0;  // rows with an avoided cost against the reference model
+  Money local_saved;
+  int64_t cache_hits = 0;
+  int64_t cache_tokens = 0;
+  Money cache_avoided;
+  int64_t trimmed_requests = 0;
+  int64_t trimmed_tokens = 0;
+  Money trim_avoided;
+  int64_t reasoning_capped = 0;
+  int64_t reasoning_tokens = 0;
+  Money total() const { return local_saved + cache_avoided + trim_avoided; }
+};
+
 struct Report {
   std::vector<ReportBy> by;
   std::string currency;
   bool from_aggregate = false;
-  std::vector<ReportRow> rows;  // ordered by group
-  ReportRow totals;             // the sum of the rows, to the micro-unit
+  std::vector<ReportRow> rows;         // ordered by group
+  ReportRow totals;                    // the sum of the rows, to the micro-unit
+  std::optional<LeverSavings> levers;  // when ReportQuery::levers
 };
 
 // `progress(done, total)` after each chunk, counted in seq values (about rows): only a report

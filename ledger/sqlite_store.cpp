@@ -154,6 +154,17 @@ CREATE TABLE IF NOT EXISTS tasks (
   task_id TEXT PRIMARY KEY, status TEXT NOT NULL, labels TEXT NOT NULL, key_id TEXT NOT NULL,
   marked_us INTEGER NOT NULL, day TEXT NOT NULL) WITHOUT ROWID;
 )sql",
+    // 8: the cost levers (lever_columns()): tokens trimmed and their input price, a response
+    // cache hit and the tokens and cost it avoided, the reasoning budget applied. NULL for rows
+    // that pulled none (every row before this version): they hash as before.
+    R"sql(
+ALTER TABLE requests ADD COLUMN trimmed_tokens INTEGER;
+ALTER TABLE requests ADD COLUMN trim_avoided INTEGER;
+ALTER TABLE requests ADD COLUMN cache TEXT;
+ALTER TABLE requests ADD COLUMN cache_tokens INTEGER;
+ALTER TABLE requests ADD COLUMN cache_avoided INTEGER;
+ALTER TABLE requests ADD COLUMN reasoning_budget TEXT;
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -216,10 +227,11 @@ Result<SqliteStore> SqliteStore::open(const std::string& path, const std::string
 }
 
 Status SqliteStore::prepare_statements() {
-  auto ins = db_.prepare("INSERT INTO requests(" + join_names(request_columns()) + "," +
-                         kFactsColumn + "," + kUsageCheckColumn + "," + kRequestIdColumn +
-                         ",hash," + kConstraintColumn + "," + kSchemaHashColumn + ") VALUES(" +
-                         join_placeholders(request_columns().size() + 6) + ")");
+  auto ins =
+      db_.prepare("INSERT INTO requests(" + join_names(request_columns()) + "," + kFactsColumn +
+                  "," + kUsageCheckColumn + "," + kRequestIdColumn + ",hash," + kConstraintColumn +
+                  "," + kSchemaHashColumn + "," + join_names(lever_columns()) + ") VALUES(" +
+                  join_placeholders(request_columns().size() + 6 + lever_columns().size()) + ")");
   if (!ins) return ins.error();
   insert_request_ = std::move(*ins);
   auto att = db_.prepare("INSERT INTO attempts(" + join_names(attempt_columns()) + ") VALUES(" +
@@ -331,6 +343,11 @@ Status SqliteStore::append_one(LedgerEntry& entry, std::string& prev_hash, int64
   insert_request_.bind_ref(static_cast<int>(columns + 4), std::string_view(hash));
   bind_text_or_null(insert_request_, static_cast<int>(columns + 5), r.constraint_mode);
   bind_text_or_null(insert_request_, static_cast<int>(columns + 6), r.schema_hash);
+  scratch.levers.clear();
+  lever_values(entry, scratch.levers);
+  for (size_t i = 0; i < scratch.levers.size(); ++i) {
+    insert_request_.bind_ref(static_cast<int>(columns + 7 + i), scratch.levers[i]);
+  }
   auto st = insert_request_.run();
   if (!st) {
     // A constraint (duplicate id) refuses this row alone; anything else fails the batch.

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/json_text.h"
+#include "common/saturating.h"
 #include "common/sha256.h"
 #include "ledger/time_util.h"
 
@@ -159,6 +160,42 @@ void request_values(const LedgerEntry& e, std::string_view prev_hash, RowScratch
     v.emplace_back(std::string_view(kConstraintColumn));
     v.emplace_back(std::string_view(r.constraint_mode));
     if (!r.schema_hash.empty()) v.emplace_back(std::string_view(r.schema_hash));
+  }
+  if (r.has_levers()) {
+    v.emplace_back(std::string_view(kLeversColumn));
+    lever_values(e, v);
+  }
+}
+
+void lever_values(const LedgerEntry& e, std::vector<ValueRef>& v) {
+  const RequestRecord& r = e.record;
+  auto money = [&](const std::optional<Money>& m) {
+    if (m) {
+      v.emplace_back(m->micros());
+    } else {
+      v.emplace_back(std::monostate{});
+    }
+  };
+  if (r.trimmed_tokens >= 0) {
+    v.emplace_back(r.trimmed_tokens);
+  } else {
+    v.emplace_back(std::monostate{});
+  }
+  money(e.trim_avoided);
+  if (!r.cache.empty()) {
+    v.emplace_back(std::string_view(r.cache));
+    const Tokens& t = r.cache_tokens;
+    v.emplace_back(saturating_add(saturating_add(t.input.count, t.cached_input.count),
+                                  saturating_add(t.output.count, t.reasoning.count)));
+  } else {
+    v.emplace_back(std::monostate{});
+    v.emplace_back(std::monostate{});
+  }
+  money(e.cache_avoided);
+  if (!r.reasoning_budget.empty()) {
+    v.emplace_back(std::string_view(r.reasoning_budget));
+  } else {
+    v.emplace_back(std::monostate{});
   }
 }
 
@@ -337,6 +374,13 @@ void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& 
 }  // namespace detail
 
 using namespace detail;
+
+const std::vector<std::string>& lever_columns() {
+  static const std::vector<std::string> kColumns = {"trimmed_tokens", "trim_avoided",
+                                                    "cache",          "cache_tokens",
+                                                    "cache_avoided",  "reasoning_budget"};
+  return kColumns;
+}
 
 const std::vector<std::string>& request_columns() {
   static const std::vector<std::string> kColumns = {"id",

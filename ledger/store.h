@@ -25,8 +25,9 @@ namespace ferry::ledger {
 // 3: requests.usage_check (backend usage ferry did not bill as reported).
 // 4: requests.request_id (the gateway's x-request-id) and its index;
 // 5: daily/daily_team refused, shadows and unpriced_served (reports count served requests).
-// 6: requests.constraint_mode and schema_hash; 7: the tasks table (task outcomes).
-constexpr int kSchemaVersion = 7;
+// 6: requests.constraint_mode and schema_hash; 7: the tasks table (task outcomes);
+// 8: the cost levers' columns (lever_columns()).
+constexpr int kSchemaVersion = 8;
 // The trusted tag of a shadow copy's row; reports count these apart from served requests.
 inline constexpr std::string_view kShadowTag = "shadow";
 // The type_code of a row refused because a row with its id exists already (a journal shipping
@@ -54,14 +55,16 @@ struct BudgetCharge {
 // A row ready to append: the record plus everything the ledger computed for it.
 struct LedgerEntry {
   EntryKind kind = EntryKind::kRequest;
-  RequestRecord record;               // for adjustments the store fills the dimensions in
-  std::string adjusts_id;             // adjustments: the original request's id
-  std::string note;                   // adjustments: why
-  Cost cost;                          // the request's cost (sum of its attempts when it has some)
-  std::vector<Cost> attempt_costs;    // one per record.attempts
-  std::optional<Money> avoided;       // what the reference target would have charged
-  std::string avoided_version;        // the reference price version used
-  std::vector<BudgetCharge> charges;  // shared budgets only (see BudgetCharge)
+  RequestRecord record;                // for adjustments the store fills the dimensions in
+  std::string adjusts_id;              // adjustments: the original request's id
+  std::string note;                    // adjustments: why
+  Cost cost;                           // the request's cost (sum of its attempts when it has some)
+  std::vector<Cost> attempt_costs;     // one per record.attempts
+  std::optional<Money> avoided;        // what the reference target would have charged
+  std::string avoided_version;         // the reference price version used
+  std::optional<Money> trim_avoided;   // the input price of the tokens trimming removed
+  std::optional<Money> cache_avoided;  // what a cache hit's answer cost when it was made
+  std::vector<BudgetCharge> charges;   // shared budgets only (see BudgetCharge)
 };
 
 // The column lists, in insert and hash order (the hash column itself excluded).
@@ -80,6 +83,10 @@ constexpr const char* kRequestIdColumn = "request_id";
 // usage check, behind the marker value kConstraintColumn.
 constexpr const char* kConstraintColumn = "constraint_mode";
 constexpr const char* kSchemaHashColumn = "schema_hash";
+// The cost levers' columns (RequestRecord::trimmed_tokens ...), NULL when unused: hashed only
+// when one is set, after the constraint, behind the marker value kLeversColumn.
+const std::vector<std::string>& lever_columns();
+constexpr const char* kLeversColumn = "levers";
 
 // The canonical encoding of one row's values: each value as N; I<int>; or T<len>:<bytes>;
 std::string canonical_values(const std::vector<Value>& values);
@@ -122,6 +129,7 @@ struct RowScratch {
   std::string claimed_tags;
   std::string hash_text;  // the bytes the row hash covers
   std::vector<ValueRef> values;
+  std::vector<ValueRef> levers;                 // lever_values(), for the stores' own columns
   std::vector<std::vector<ValueRef>> attempts;  // grown, never shrunk: reused across rows
 };
 
@@ -149,6 +157,8 @@ std::string numbered_placeholders(const std::string& sql);
 // `rows` groups of `columns` PostgreSQL placeholders, numbered from `first`: ($1,$2),($3,$4)
 std::string pg_value_rows(size_t rows, size_t columns, size_t first);
 void encode_int(std::string& out, int64_t value);
+// The lever_columns() values of an entry (NULLs when it pulled no lever), appended to `out`.
+void lever_values(const LedgerEntry& e, std::vector<ValueRef>& out);
 // In request_columns() order; then the facts and the usage check when the entry has them.
 void request_values(const LedgerEntry& e, std::string_view prev_hash, RowScratch& s);
 void attempt_values(std::string_view request_id, size_t index, const AttemptRecord& a,

@@ -111,6 +111,17 @@ struct RequestRecord {
   // its compiled grammar's hash; "" for other backends.
   std::string constraint_mode;
   std::string schema_hash;
+  // Cost levers (policy `trim`, `cache`, `set: reasoning`): the prompt tokens trimming removed
+  // (-1: no trim); "hit" for an answer served from the response cache, whose own tokens and
+  // cost are zero and `cache_tokens` what the answer cost when it was made; the reasoning
+  // budget as applied ("off", "effort:high", "dropped: ..."; "" when none).
+  int64_t trimmed_tokens = -1;
+  std::string cache;
+  Tokens cache_tokens;
+  std::string reasoning_budget;
+  bool has_levers() const {
+    return trimmed_tokens >= 0 || !cache.empty() || !reasoning_budget.empty();
+  }
 };
 
 // How a row was priced.

@@ -98,6 +98,7 @@ struct Schema {
   bool usage_check = false;
   bool request_id = false;
   bool constraint = false;
+  bool levers = false;
   bool served = false;
 };
 
@@ -111,6 +112,7 @@ Result<Schema> read_schema(Db& db) {
   schema.usage_check = *got && version->int_at(0) >= 3;
   schema.request_id = *got && version->int_at(0) >= 4;
   schema.constraint = *got && version->int_at(0) >= 6;
+  schema.levers = *got && version->int_at(0) >= 8;
   auto served = db.prepare("SELECT 1 FROM pragma_table_info('daily') WHERE name='refused'");
   if (!served) return served.error();
   auto found = served->step();
@@ -145,6 +147,7 @@ std::string walk_select(const Schema& schema) {
   for (const auto& c : request_columns()) select += "," + c;
   select += schema.constraint ? std::string(",") + kConstraintColumn + "," + kSchemaHashColumn
                               : std::string(",NULL,NULL");
+  for (const auto& c : lever_columns()) select += "," + (schema.levers ? c : std::string("NULL"));
   return select;
 }
 
@@ -161,6 +164,21 @@ Result<Statements> prepare_walk(Db& db, const Schema& schema, const char* where 
   if (!original) return original.error();
   return Statements{std::move(rows).value(), std::move(attempts).value(),
                     std::move(original).value()};
+}
+
+// The lever columns of a row (read by `at(i)`, i over lever_columns()), behind their marker
+// when one is set (store.h).
+template <typename At>
+void append_levers(std::vector<Value>& values, At&& at) {
+  std::vector<Value> levers;
+  bool any = false;
+  for (size_t i = 0; i < lever_columns().size(); ++i) {
+    levers.push_back(at(static_cast<int>(i)));
+    any = any || !std::holds_alternative<std::monostate>(levers.back());
+  }
+  if (!any) return;
+  values.emplace_back(std::in_place_type<std::string>, kLeversColumn);
+  for (auto& v : levers) values.push_back(std::move(v));
 }
 
 // The hashed values of the current request row: its columns, then the facts and the usage
@@ -182,6 +200,7 @@ std::vector<Value> row_values(const Stmt& rows) {
       values.push_back(rows.value_at(static_cast<int>(n + 6)));
     }
   }
+  append_levers(values, [&](int i) { return rows.value_at(static_cast<int>(n + 7) + i); });
   return values;
 }
 
@@ -396,7 +415,8 @@ Status pg_check_rows(PgConn& conn, std::map<std::string, PgChain>& chains, Verif
   if (!attempts) return attempts.error();
   auto rows = conn.run("SELECT seq,hash,facts,usage_check,request_id,instance_id,chain_seq," +
                        detail::join_names(rcols) + "," + kConstraintColumn + "," +
-                       kSchemaHashColumn + " FROM requests ORDER BY instance_id, chain_seq");
+                       kSchemaHashColumn + "," + detail::join_names(lever_columns()) +
+                       " FROM requests ORDER BY instance_id, chain_seq");
   if (!rows) return rows.error();
   std::map<std::string, int64_t> request_seq;  // id -> seq, for adjustments
   for (int r = 0; r < rows->rows(); ++r) {
@@ -419,6 +439,7 @@ Status pg_check_rows(PgConn& conn, std::map<std::string, PgChain>& chains, Verif
       values.push_back(rows->text(r, constraint));
       if (!rows->is_null(r, constraint + 1)) values.push_back(rows->text(r, constraint + 1));
     }
+    append_levers(values, [&](int i) { return rows->value(r, constraint + 2 + i); });
     const std::string instance = rows->text(r, 5);
     const std::string id = as_text(values[0]);
     PgChain& chain = chains[instance];

@@ -9,6 +9,7 @@
 
 #include <re2/re2.h>
 
+#include "common/saturating.h"
 #include "common/sha256.h"
 #include "common/yaml_util.h"
 #include "policies/yaml_tree.h"
@@ -120,6 +121,11 @@ class PolicyBuilder {
   void parse_route(const Node& node, Action& action);
   ParamRule parse_param(const Node& node, const std::string& name, double min, double max,
                         bool integral);
+  void parse_set(const Node& node, Action& action);
+  TrimRule parse_trim(const Node& node);
+  CacheRule parse_cache(const Node& node);
+  ReasoningRule parse_reasoning(const Node& node);
+  int64_t parse_duration_ms(const Node& node, const std::string& what) const;
 
   Condition parse_mapping(const Node& node, int depth, bool top);
   void parse_clause(const Node& key, const Node& value, int depth, std::vector<Condition>& out);
@@ -437,7 +443,7 @@ void PolicyBuilder::build(const Node& root, const std::string& text) {
   } else {
     guarded([&] {
       const Node& d = root["default"];
-      check_keys(d, "default", {"route", "reject", "set", "shadow", "tag"});
+      check_keys(d, "default", {"route", "reject", "set", "shadow", "tag", "trim", "cache"});
       policy_.default_ = parse_action(d, "default", true);
     });
   }
@@ -519,8 +525,9 @@ void PolicyBuilder::parse_rules(const Node& node) {
 }
 
 Rule PolicyBuilder::parse_rule(const Node& node) {
-  check_keys(node, "a rule",
-             {"id", "description", "when", "route", "reject", "set", "shadow", "tag"});
+  check_keys(
+      node, "a rule",
+      {"id", "description", "when", "route", "reject", "set", "shadow", "tag", "trim", "cache"});
   Rule rule;
   rule.line = node.Mark().line + 1;
   rule.column = node.Mark().column + 1;
@@ -561,23 +568,16 @@ Action PolicyBuilder::parse_action(const Node& map, const std::string& what, boo
     if (!r["message"]) fail(r, "reject needs a message");
     reject.message = scalar(r["message"], "reject message");
     action.reject = std::move(reject);
-    if (map["shadow"]) fail(map["shadow"], "shadow has no effect with reject");
-    if (map["set"]) fail(map["set"], "set has no effect with reject");
+    for (const char* key : {"shadow", "set", "trim", "cache"}) {
+      if (map[key]) fail(map[key], std::string(key) + " has no effect with reject");
+    }
   }
   if (map["shadow"] && !map["shadow"].IsNull()) {
     action.shadow = target_ref(map["shadow"], "shadow");
   }
-  if (map["set"] && !map["set"].IsNull()) {
-    const Node& s = map["set"];
-    check_keys(s, "set", {"max_tokens", "temperature", "top_p"});
-    if (s["max_tokens"]) {
-      action.max_tokens = parse_param(s["max_tokens"], "max_tokens", 1, 1e9, true);
-    }
-    if (s["temperature"]) {
-      action.temperature = parse_param(s["temperature"], "temperature", 0, 2, false);
-    }
-    if (s["top_p"]) action.top_p = parse_param(s["top_p"], "top_p", 0, 1, false);
-  }
+  if (map["set"] && !map["set"].IsNull()) parse_set(map["set"], action);
+  if (map["trim"]) action.trim = parse_trim(map["trim"]);
+  if (map["cache"]) action.cache = parse_cache(map["cache"]);
   if (map["tag"] && !map["tag"].IsNull()) {
     const Node& t = map["tag"];
     if (t.IsSequence()) {
@@ -633,6 +633,135 @@ void PolicyBuilder::parse_route(const Node& node, Action& action) {
     if (total <= 0) fail(node, "the weights of a route must not all be 0");
     action.weighted = true;
   }
+}
+
+void PolicyBuilder::parse_set(const Node& s, Action& action) {
+  check_keys(s, "set", {"max_tokens", "temperature", "top_p", "reasoning"});
+  if (s["max_tokens"]) {
+    action.max_tokens = parse_param(s["max_tokens"], "max_tokens", 1, 1e9, true);
+  }
+  if (s["temperature"]) {
+    action.temperature = parse_param(s["temperature"], "temperature", 0, 2, false);
+  }
+  if (s["top_p"]) action.top_p = parse_param(s["top_p"], "top_p", 0, 1, false);
+  if (s["reasoning"]) {
+    action.reasoning = parse_reasoning(s["reasoning"]);
+    // A thinking budget the output limit cannot hold leaves no room for the answer.
+    if (action.reasoning.mode == ReasoningMode::kBudget && action.max_tokens.at_most &&
+        static_cast<double>(action.reasoning.max_tokens) >= *action.max_tokens.at_most) {
+      fail(s["reasoning"], "set reasoning max_tokens (" +
+                               std::to_string(action.reasoning.max_tokens) +
+                               ") conflicts with set max_tokens at most " +
+                               std::to_string(static_cast<int64_t>(*action.max_tokens.at_most)) +
+                               ": the budget must leave room for the answer");
+    }
+  }
+}
+
+ReasoningRule PolicyBuilder::parse_reasoning(const Node& node) {
+  ReasoningRule rule;
+  if (node.IsScalar()) {
+    const std::string& s = node.Scalar();
+    if (s == "off") {
+      rule.mode = ReasoningMode::kOff;
+    } else if (s == "low") {
+      rule.mode = ReasoningMode::kLow;
+    } else if (s == "medium") {
+      rule.mode = ReasoningMode::kMedium;
+    } else if (s == "high") {
+      rule.mode = ReasoningMode::kHigh;
+    } else {
+      fail(node,
+           "set reasoning must be off, low, medium, high or { max_tokens: N }, found '" + s + "'");
+    }
+    return rule;
+  }
+  check_keys(node, "set reasoning", {"max_tokens"});
+  if (!node["max_tokens"]) fail(node, "set reasoning needs max_tokens");
+  rule.max_tokens = integer(node["max_tokens"], "reasoning max_tokens");
+  if (rule.max_tokens < 1 || rule.max_tokens > 1000000) {
+    fail(node["max_tokens"], "reasoning max_tokens must be between 1 and 1000000");
+  }
+  rule.mode = ReasoningMode::kBudget;
+  return rule;
+}
+
+TrimRule PolicyBuilder::parse_trim(const Node& node) {
+  check_keys(node, "trim", {"to_fit", "max_prompt_tokens", "keep_system", "keep_last_turns"});
+  TrimRule rule;
+  const bool fit = node["to_fit"] && !node["to_fit"].IsNull();
+  const bool most = node["max_prompt_tokens"] && !node["max_prompt_tokens"].IsNull();
+  if (fit == most) fail(node, "trim needs exactly one of to_fit: TARGET or max_prompt_tokens: N");
+  if (fit) rule.to_fit = target_ref(node["to_fit"], "trim to_fit");
+  if (most) {
+    rule.max_prompt_tokens = integer(node["max_prompt_tokens"], "trim max_prompt_tokens");
+    if (rule.max_prompt_tokens < 1 || rule.max_prompt_tokens > 100000000) {
+      fail(node["max_prompt_tokens"], "trim max_prompt_tokens must be between 1 and 100000000");
+    }
+  }
+  if (node["keep_system"]) {
+    std::string v = scalar(node["keep_system"], "trim keep_system");
+    if (v != "true" && v != "false") {
+      fail(node["keep_system"], "trim keep_system must be true or false, found '" + v + "'");
+    }
+    rule.keep_system = v == "true";
+  }
+  if (node["keep_last_turns"]) {
+    rule.keep_last_turns = integer(node["keep_last_turns"], "trim keep_last_turns");
+    if (rule.keep_last_turns < 1 || rule.keep_last_turns > 10000) {
+      fail(node["keep_last_turns"],
+           "trim keep_last_turns must be between 1 and 10000 (the last user turn is always kept)");
+    }
+  }
+  return rule;
+}
+
+int64_t PolicyBuilder::parse_duration_ms(const Node& node, const std::string& what) const {
+  std::string s = scalar(node, what);
+  size_t digits = 0;
+  while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') ++digits;
+  std::string unit = s.substr(digits);
+  int64_t scale = unit == "ms"  ? 1
+                  : unit == "s" ? 1000
+                  : unit == "m" ? 60000
+                  : unit == "h" ? 3600000
+                  : unit == "d" ? 86400000
+                                : 0;
+  if (digits == 0 || digits > 12 || scale == 0) {
+    fail(node, what + " must be a duration such as 30s, 10m, 2h or 1d, found '" + s + "'");
+  }
+  return saturating_mul(std::stoll(s.substr(0, digits)), scale);
+}
+
+CacheRule PolicyBuilder::parse_cache(const Node& node) {
+  check_keys(node, "cache", {"ttl", "scope", "nondeterministic"});
+  CacheRule rule;
+  if (!node["ttl"]) fail(node, "cache needs a ttl (e.g. ttl: 10m)");
+  rule.ttl_ms = parse_duration_ms(node["ttl"], "cache ttl");
+  if (rule.ttl_ms < kMinCacheTtlMs || rule.ttl_ms > kMaxCacheTtlMs) {
+    fail(node["ttl"], "cache ttl must be between 1s and 7d, found '" + node["ttl"].Scalar() + "'");
+  }
+  if (node["scope"]) {
+    std::string v = scalar(node["scope"], "cache scope");
+    if (v == "key") {
+      rule.scope = CacheScope::kKey;
+    } else if (v == "team") {
+      rule.scope = CacheScope::kTeam;
+    } else if (v == "global") {
+      rule.scope = CacheScope::kGlobal;
+    } else {
+      fail(node["scope"], "cache scope must be key, team or global, found '" + v + "'");
+    }
+  }
+  if (node["nondeterministic"]) {
+    std::string v = scalar(node["nondeterministic"], "cache nondeterministic");
+    if (v != "true" && v != "false") {
+      fail(node["nondeterministic"],
+           "cache nondeterministic must be true or false, found '" + v + "'");
+    }
+    rule.nondeterministic = v == "true";
+  }
+  return rule;
 }
 
 ParamRule PolicyBuilder::parse_param(const Node& node, const std::string& name, double min,

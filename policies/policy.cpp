@@ -313,6 +313,13 @@ Decision build_decision(const Policy& policy, const Facts& facts, const Action& 
     const Target& t = targets[static_cast<size_t>(index)];
     return Hop{t.name, t.ref};
   };
+  d.cache = action.cache;
+  d.reasoning = action.reasoning;
+  if (action.trim) {
+    const TrimRule& t = *action.trim;
+    d.trim = TrimDecision{t.to_fit >= 0 ? std::optional<Hop>(hop_of(t.to_fit)) : std::nullopt,
+                          t.max_prompt_tokens, t.keep_system, t.keep_last_turns};
+  }
 
   // Order: a weighted route puts one hop, drawn by weight, first; the rest keep their order.
   size_t first = 0;
@@ -344,7 +351,8 @@ Decision build_decision(const Policy& policy, const Facts& facts, const Action& 
   for (int index : order) {
     Hop hop = hop_of(index);
     const TargetFacts* tf = facts.find_target(hop.ref);
-    if (tf && tf->context_length > 0) {
+    // With `trim` the planner fits the prompt to the hop (or refuses): no hop is dropped here.
+    if (tf && tf->context_length > 0 && !action.trim) {
       int64_t needed = saturating_add(tf->prompt_tokens.value_or(facts.prompt_tokens), generate);
       if (needed > tf->context_length) {
         d.skipped.push_back({hop, "does not fit: " + std::to_string(needed) +
@@ -373,6 +381,40 @@ Decision build_decision(const Policy& policy, const Facts& facts, const Action& 
   if (action.shadow >= 0) d.shadow = hop_of(action.shadow);
   return d;
 }
+
+}  // namespace
+
+std::string_view cache_scope_name(CacheScope scope) {
+  switch (scope) {
+    case CacheScope::kKey:
+      return "key";
+    case CacheScope::kTeam:
+      return "team";
+    case CacheScope::kGlobal:
+      return "global";
+  }
+  return "key";
+}
+
+std::string reasoning_name(const ReasoningRule& rule) {
+  switch (rule.mode) {
+    case ReasoningMode::kUnset:
+      return "";
+    case ReasoningMode::kOff:
+      return "off";
+    case ReasoningMode::kLow:
+      return "low";
+    case ReasoningMode::kMedium:
+      return "medium";
+    case ReasoningMode::kHigh:
+      return "high";
+    case ReasoningMode::kBudget:
+      return "max_tokens:" + std::to_string(rule.max_tokens);
+  }
+  return "";
+}
+
+namespace {
 
 std::string format_number(double v) {
   if (std::floor(v) == v && std::fabs(v) < 9e15) return std::to_string(static_cast<int64_t>(v));
@@ -504,6 +546,19 @@ nlohmann::json decision_to_json(const Decision& d) {
   if (d.params.temperature_changed) changed.push_back("temperature");
   if (d.params.top_p_changed) changed.push_back("top_p");
   j["params_changed"] = changed;
+  if (d.trim) {
+    json trim = {{"keep_system", d.trim->keep_system},
+                 {"keep_last_turns", d.trim->keep_last_turns}};
+    if (d.trim->to_fit) trim["to_fit"] = d.trim->to_fit->target;
+    if (d.trim->max_prompt_tokens >= 0) trim["max_prompt_tokens"] = d.trim->max_prompt_tokens;
+    j["trim"] = trim;
+  }
+  if (d.cache) {
+    j["cache"] = {{"ttl_ms", d.cache->ttl_ms},
+                  {"scope", cache_scope_name(d.cache->scope)},
+                  {"nondeterministic", d.cache->nondeterministic}};
+  }
+  if (d.reasoning.set()) j["reasoning"] = reasoning_name(d.reasoning);
   return j;
 }
 

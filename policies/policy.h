@@ -47,6 +47,45 @@ struct Params {
   bool top_p_changed = false;
 };
 
+// The cost levers a rule may pull (README "Cost levers"): context trimming, the response
+// cache, a reasoning budget.
+
+// `trim`: drop the oldest turns until the prompt, counted with the target's tokenizer and
+// template, fits `to_fit`'s context (less the output reserved) or max_prompt_tokens.
+struct TrimRule {
+  int to_fit = -1;                 // target index, or -1 with max_prompt_tokens
+  int64_t max_prompt_tokens = -1;  // -1 with to_fit
+  bool keep_system = true;         // system and developer messages are never dropped
+  int64_t keep_last_turns = 1;     // the last K turns (a user message and what follows it)
+};
+struct TrimDecision {
+  std::optional<Hop> to_fit;  // unset: max_prompt_tokens, counted for the first hop
+  int64_t max_prompt_tokens = -1;
+  bool keep_system = true;
+  int64_t keep_last_turns = 1;
+};
+
+// `cache`: answers reused for identical requests within ttl, namespaced by scope.
+enum class CacheScope : uint8_t { kKey, kTeam, kGlobal };
+std::string_view cache_scope_name(CacheScope scope);
+constexpr int64_t kMinCacheTtlMs = 1000;                    // 1 s
+constexpr int64_t kMaxCacheTtlMs = 7LL * 24 * 3600 * 1000;  // 7 days
+struct CacheRule {
+  int64_t ttl_ms = 0;
+  CacheScope scope = CacheScope::kKey;
+  bool nondeterministic = false;  // also cache answers sampled with temperature > 0, no seed
+};
+
+// `set: { reasoning: off | low | medium | high | { max_tokens: N } }`.
+enum class ReasoningMode : uint8_t { kUnset, kOff, kLow, kMedium, kHigh, kBudget };
+struct ReasoningRule {
+  ReasoningMode mode = ReasoningMode::kUnset;
+  int64_t max_tokens = 0;  // kBudget
+  bool set() const { return mode != ReasoningMode::kUnset; }
+};
+// "off", "low", "medium", "high", "max_tokens:N"; "" when unset (the ledger's reasoning_budget).
+std::string reasoning_name(const ReasoningRule& rule);
+
 struct Decision {
   std::string rule_id;         // the matching rule's id, or "default"
   std::string policy_version;  // the policy's content hash (short form)
@@ -58,6 +97,9 @@ struct Decision {
   std::optional<Hop> shadow;        // also send a copy here; discard the answer
   std::vector<std::string> tags;    // add to the ledger row
   Params params;
+  std::optional<TrimDecision> trim;
+  std::optional<CacheRule> cache;
+  ReasoningRule reasoning;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -118,6 +160,9 @@ struct Action {
   ParamRule max_tokens;
   ParamRule temperature;
   ParamRule top_p;
+  std::optional<TrimRule> trim;
+  std::optional<CacheRule> cache;
+  ReasoningRule reasoning;
 };
 
 struct Rule {

@@ -177,6 +177,7 @@ TEST(LedgerHistory, SchemaOneFileMigratesAndTheChainContinues) {
                  "ALTER TABLE daily DROP COLUMN unpriced_served; "
                  "ALTER TABLE requests DROP COLUMN constraint_mode; "
                  "ALTER TABLE requests DROP COLUMN schema_hash; PRAGMA user_version=1"));
+    ASSERT_TRUE(db->exec(testing::kUndoSchemaEight));
   }
   auto old = verify_ledger(path);  // read-only: no migration
   ASSERT_TRUE(old);

@@ -40,6 +40,10 @@ LedgerEntry full_entry() {
   r.usage_check = "checked";
   r.constraint_mode = "tools";
   r.schema_hash = "abc";
+  r.trimmed_tokens = 120;
+  r.cache = "hit";
+  r.cache_tokens = tokens_of(5, 6, 7, 8);
+  r.reasoning_budget = "effort:high";
   e.adjusts_id = "row-0";
   e.note = "refund";
   e.cost = Cost{Pricing::kInternal,    "v1",
@@ -48,6 +52,7 @@ LedgerEntry full_entry() {
   e.attempt_costs = {e.cost, Cost{}};
   e.avoided = Money::from_micros(99);
   e.avoided_version = "ref-v1";
+  e.cache_avoided = Money::from_micros(42);
   e.charges = {BudgetCharge{"team-month", 5, 6, Money::from_micros(1000), BudgetScope::kProject,
                             "proj-a", Money::from_micros(7), true}};
   return e;
@@ -74,6 +79,11 @@ TEST(JournalCodec, EveryFieldSurvives) {
   EXPECT_EQ(back->charges[0].scope, BudgetScope::kProject);
   EXPECT_TRUE(back->charges[0].from_lease);
   EXPECT_EQ(back->record.constraint_mode, "tools");
+  EXPECT_EQ(back->record.trimmed_tokens, 120);
+  EXPECT_EQ(back->record.cache_tokens.reasoning.count, 8);
+  EXPECT_FALSE(back->trim_avoided);
+  ASSERT_TRUE(back->cache_avoided);
+  EXPECT_EQ(back->cache_avoided->micros(), 42);
 }
 
 TEST(JournalCodec, DamagedBytesAreRefused) {

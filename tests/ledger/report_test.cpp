@@ -203,6 +203,7 @@ TEST_F(ReportTest, AnOlderFileIsMigratedWithItsRefusalsAndShadowsCounted) {
     // And without the later columns (version 6: the constraint).
     ASSERT_TRUE(db->exec("ALTER TABLE requests DROP COLUMN constraint_mode"));
     ASSERT_TRUE(db->exec("ALTER TABLE requests DROP COLUMN schema_hash"));
+    ASSERT_TRUE(db->exec(testing::kUndoSchemaEight));
     ASSERT_TRUE(db->exec("PRAGMA user_version=4"));
   }
   // Read-only, the old file is reported from its rows.

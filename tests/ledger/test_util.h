@@ -17,7 +17,15 @@ namespace ferry::ledger::testing {
 
 // SQL that takes a file back from schema 6 to how schema 4 left it (no constraint columns; daily
 // and daily_team without the served counts), for tests that simulate older files.
-inline constexpr const char* kUndoSchemaFive =
+// Schema 8's lever columns dropped (every undo below starts with it; schema 7's tasks table
+// stays: its migration is CREATE TABLE IF NOT EXISTS).
+#define FERRY_UNDO_SCHEMA_EIGHT                                                              \
+  "ALTER TABLE requests DROP COLUMN trimmed_tokens; ALTER TABLE requests DROP COLUMN "       \
+  "trim_avoided; ALTER TABLE requests DROP COLUMN cache; ALTER TABLE requests DROP COLUMN "  \
+  "cache_tokens; ALTER TABLE requests DROP COLUMN cache_avoided; ALTER TABLE requests DROP " \
+  "COLUMN reasoning_budget; "
+inline constexpr const char* kUndoSchemaEight = FERRY_UNDO_SCHEMA_EIGHT;
+inline constexpr const char* kUndoSchemaFive = FERRY_UNDO_SCHEMA_EIGHT
     "ALTER TABLE requests DROP COLUMN constraint_mode; ALTER TABLE requests DROP COLUMN "
     "schema_hash; "  // and schema 6
     "ALTER TABLE daily DROP COLUMN refused; ALTER TABLE daily DROP COLUMN shadows; "

@@ -1,0 +1,410 @@
+// The cost levers through the real binaries: context trimming (the prompt that reaches the
+// backend recounted with `ferry tokenize --chat`, tool pairs kept, a 400 when nothing fits),
+// the response cache (hits and misses, stream and body, keys isolated, no caching of failed-over
+// or sampled answers, expiry, the opt-out headers), each lever's row in the SQLite ledger and
+// the savings report reconciling with the rows.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "ledger/sqlite_db.h"
+#include "tests/integration/fixtures.h"
+
+namespace ferry::itest {
+namespace {
+
+constexpr const char* kOtherKey = "sk-test-other-team-777";
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class LeversTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = (dir_.path() / "tiny.gguf").string();
+    ASSERT_EQ(run_command(ferry_binary() + " model synth --preset tiny --type Q8_0 --seed 4 '" +
+                          model_ + "' > /dev/null"),
+              0);
+    upstream_ = start_upstream();
+    db_ = (dir_.path() / "ledger.db").string();
+  }
+  void TearDown() override {
+    if (ferry_.process) {
+      EXPECT_EQ(ferry_.process->stop(Ms(15000)), 0);
+    }
+    if (upstream_.process) upstream_.process->stop();
+  }
+
+  // `rules`: the policy's rules (YAML list items); `gpu` answers (the echo upstream, counted with
+  // the synthetic model's tokenizer and template), `broken` fails with a 500.
+  void start(const std::string& rules) {
+    std::string policy = "targets: { gpu: gpu, broken: broken }\nmodels: [chat]\nrules:\n" + rules +
+                         "default: { route: [gpu] }\n";
+    std::string policy_file = dir_.write("policies.yaml", policy);
+    std::string cfg =
+        "server: { listen: 127.0.0.1:0 }\n"
+        "auth:\n  keys:\n"
+        "    - { id: admin, key: " +
+        std::string(kAdminKey) +
+        ", role: admin }\n"
+        "    - { id: app, key: " +
+        std::string(kAppKey) +
+        ", role: app, team: red }\n"
+        "    - { id: other, key: " +
+        std::string(kOtherKey) +
+        ", role: app, team: blue }\n"
+        "backends:\n"
+        "  - { name: up, base_url: \"http://" +
+        upstream_.address.host + ":" + std::to_string(upstream_.address.port) +
+        "/v1\" }\n"
+        "models:\n"
+        "  - { name: gpu, backend: up, upstream_model: echo, context_length: 4096, tokenizer: " +
+        model_ +
+        " }\n"
+        "  - { name: broken, backend: up, upstream_model: fail-500, tokenizer: " +
+        model_ +
+        " }\n"
+        "policy: { file: " +
+        policy_file +
+        ", watch: false }\n"
+        "ledger:\n  path: " +
+        db_ +
+        "\nprices:\n  - { model: gpu, effective_from: 2026-01-01, input: 3.00, output: 15.00 }\n"
+        "  - { model: broken, effective_from: 2026-01-01, input: 3.00, output: 15.00 }\n";
+    ferry_ = start_ferry(dir_, cfg);
+  }
+
+  // `ferry tokenize --chat` of a chat body: the exact prompt count of the synthetic model.
+  int64_t tokenize(const json& body) {
+    std::string file = dir_.write("count.json", body.dump());
+    std::string out = (dir_.path() / "count.out").string();
+    EXPECT_EQ(run_command(ferry_binary() + " tokenize --chat --tokenizer '" + model_ + "' '" +
+                          file + "' > '" + out + "'"),
+              0);
+    return std::stoll(read_file(out));
+  }
+
+  Response chat(const json& body, const std::vector<std::string>& headers = auth_headers()) {
+    auto r = post_json(ferry_.address, "/v1/chat/completions", body, headers);
+    EXPECT_TRUE(r);
+    return r ? *r : Response{};
+  }
+
+  int64_t upstream_requests() { return upstream_stats(upstream_.address)["requests"]; }
+
+  // One column of every request row, in order ("<null>" for NULL).
+  std::vector<std::string> column(const std::string& expr) {
+    std::vector<std::string> out;
+    auto db = ledger::Db::open(db_, true);
+    EXPECT_TRUE(db);
+    if (!db) return out;
+    auto stmt = db->prepare("SELECT " + expr + " FROM requests WHERE kind='request' ORDER BY seq");
+    EXPECT_TRUE(stmt) << expr;
+    if (!stmt) return out;
+    for (;;) {
+      auto has = stmt->step();
+      if (!has || !*has) break;
+      if (stmt->is_null(0)) {
+        out.push_back("<null>");
+        continue;
+      }
+      ledger::Value v = stmt->value_at(0);
+      out.push_back(std::holds_alternative<int64_t>(v) ? std::to_string(std::get<int64_t>(v))
+                                                       : std::get<std::string>(v));
+    }
+    return out;
+  }
+
+  TempDir dir_;
+  std::string model_;
+  std::string db_;
+  Server upstream_;
+  Server ferry_;
+};
+
+// A conversation: a system prompt, `turns` user/assistant exchanges, then the last question.
+json conversation(int turns) {
+  json messages = json::array();
+  messages.push_back({{"role", "system"}, {"content", "You are a terse assistant."}});
+  for (int i = 0; i < turns; ++i) {
+    messages.push_back({{"role", "user"},
+                        {"content", "Question number " + std::to_string(i) +
+                                        " about the lighthouse keepers of the northern coast."}});
+    messages.push_back({{"role", "assistant"},
+                        {"content", "Answer " + std::to_string(i) + ": they kept the lamps lit."}});
+  }
+  messages.push_back({{"role", "user"}, {"content", "And what happened last?"}});
+  return {{"model", "chat"}, {"messages", messages}, {"max_tokens", 8}, {"temperature", 0}};
+}
+
+// The body with the first `drop` exchanges after the system prompt removed.
+json dropped(json body, int drop) {
+  auto& m = body["messages"];
+  m.erase(m.begin() + 1, m.begin() + 1 + 2 * drop);
+  return body;
+}
+
+TEST_F(LeversTest, TrimDropsTheOldestTurnsUntilTheExactCountFits) {
+  const json full = conversation(12);
+  const int64_t before = tokenize(full);
+  // A limit between the counts with 4 and with 3 whole exchanges dropped: trimming drops
+  // the 3 oldest exchanges' 6 messages and one more message (its exchange's user turn).
+  const int64_t limit = tokenize(dropped(full, 4)) + 1;
+  ASSERT_LT(limit, tokenize(dropped(full, 3)));
+  start("  - { id: fit, when: { model: chat }, route: [gpu], trim: { max_prompt_tokens: " +
+        std::to_string(limit) + " } }\n");
+  Response r = chat(full);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json sent = upstream_last_request(upstream_.address)["body"];
+  json resent = {{"model", "chat"}, {"messages", sent["messages"]}};
+  const int64_t after = tokenize(resent);
+  EXPECT_LE(after, limit);
+  EXPECT_EQ(r.header("x-ferry-trimmed-tokens"), std::to_string(before - after));
+  // The fewest messages dropped: one message more would have fit too many tokens.
+  const auto& kept = sent["messages"];
+  EXPECT_EQ(kept.front(), full["messages"].front()) << "the system prompt stays";
+  EXPECT_EQ(kept.back(), full["messages"].back()) << "the last user turn stays";
+  const size_t dropped_count = full["messages"].size() - kept.size();
+  ASSERT_GE(dropped_count, 1u);
+  json one_less = full;
+  one_less["messages"].erase(one_less["messages"].begin() + 1,
+                             one_less["messages"].begin() + static_cast<long>(dropped_count));
+  EXPECT_GT(tokenize(one_less), limit) << "dropping one message fewer would not fit";
+  // The ledger: the tokens removed, priced at the target's input price ($3 per million).
+  EXPECT_EQ(column("trimmed_tokens"), std::vector<std::string>{std::to_string(before - after)});
+  EXPECT_EQ(column("trim_avoided"), std::vector<std::string>{std::to_string((before - after) * 3)});
+
+  // A conversation that already fits is untouched, header 0.
+  Response small = chat(conversation(0));
+  ASSERT_EQ(small.status, 200) << small.body;
+  EXPECT_EQ(small.header("x-ferry-trimmed-tokens"), "0");
+  EXPECT_EQ(upstream_last_request(upstream_.address)["body"]["messages"].size(), 2u);
+}
+
+TEST_F(LeversTest, TrimNeverSplitsAToolCallFromItsResult) {
+  json body = conversation(0);
+  auto& m = body["messages"];
+  json call = {
+      {"role", "assistant"},
+      {"content", ""},  // (the synthetic template cannot render a null)
+      {"tool_calls",
+       json::array({{{"id", "call_1"},
+                     {"type", "function"},
+                     {"function", {{"name", "lookup"}, {"arguments", "{\"q\":\"keepers\"}"}}}}})}};
+  json result = {{"role", "tool"},
+                 {"tool_call_id", "call_1"},
+                 {"content", "A long tool result about the keepers of the northern lighthouse."}};
+  m.insert(m.begin() + 1, json{{"role", "user"}, {"content", "look it up please"}});
+  m.insert(m.begin() + 2, call);
+  m.insert(m.begin() + 3, result);
+  m.insert(m.begin() + 4, json{{"role", "assistant"}, {"content", "Found it."}});
+  // The limit lies between dropping the call and dropping its result too.
+  json without_call = body;
+  without_call["messages"].erase(without_call["messages"].begin() + 1,
+                                 without_call["messages"].begin() + 3);  // user, call
+  json without_pair = body;
+  without_pair["messages"].erase(without_pair["messages"].begin() + 1,
+                                 without_pair["messages"].begin() + 4);  // user, call, result
+  const int64_t limit = tokenize(without_pair);
+  ASSERT_LT(limit, tokenize(without_call));
+  start("  - { id: fit, when: { model: chat }, route: [gpu], trim: { max_prompt_tokens: " +
+        std::to_string(limit) + " } }\n");
+  Response r = chat(body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json sent = upstream_last_request(upstream_.address)["body"]["messages"];
+  for (size_t i = 0; i < sent.size(); ++i) {
+    if (sent[i]["role"] != "tool") continue;
+    ASSERT_GT(i, 0u);
+    EXPECT_TRUE(sent[i - 1].contains("tool_calls")) << "a tool result without its call";
+  }
+  EXPECT_EQ(sent.size(), body["messages"].size() - 3) << sent.dump();
+}
+
+TEST_F(LeversTest, TrimRefusesWhenEvenTheMinimumDoesNotFit) {
+  start(
+      "  - { id: fit, when: { model: chat }, route: [gpu], trim: { max_prompt_tokens: 5, "
+      "keep_last_turns: 1 } }\n");
+  Response r = chat(conversation(3));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.body_json()["error"]["code"], "context_length_exceeded") << r.body;
+  EXPECT_EQ(upstream_requests(), 0);
+  // It keeps serving: the policy's other requests still go through.
+  Response again = chat(conversation(3));
+  EXPECT_EQ(again.status, 400);
+  Response fits = chat(conversation(0));
+  EXPECT_EQ(fits.status, 400) << "a 5-token limit fits no conversation";
+  ASSERT_TRUE(ferry_.process);
+  EXPECT_EQ(ferry_.process->stop(Ms(15000)), 0);  // refusal rows are queued: all durable now
+  ferry_.process.reset();
+  EXPECT_EQ(column("status"), (std::vector<std::string>{"refused", "refused", "refused"}));
+}
+
+TEST_F(LeversTest, CacheServesRepeatsAsBodiesAndStreamsPerKey) {
+  start("  - { id: cached, when: { model: chat }, route: [gpu], cache: { ttl: 10m } }\n");
+  json body = chat_body("chat", "What is a lighthouse?");
+  body["temperature"] = 0;
+  Response first = chat(body);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(first.header("x-ferry-cache"), "miss");
+  EXPECT_EQ(upstream_requests(), 1);
+  Response second = chat(body);
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.header("x-ferry-cache"), "hit");
+  EXPECT_EQ(upstream_requests(), 1) << "a hit never reaches the backend";
+  const std::string content = first.body_json()["choices"][0]["message"]["content"];
+  EXPECT_EQ(second.body_json()["choices"][0]["message"]["content"], content);
+  EXPECT_EQ(second.body_json()["model"], "chat");
+
+  // The same request streamed: replayed as SSE from the kept answer.
+  json streamed = body;
+  streamed["stream"] = true;
+  StreamResult s = stream_request(ferry_.address, "/v1/chat/completions", streamed);
+  ASSERT_TRUE(s.head);
+  EXPECT_EQ(s.head->header("x-ferry-cache"), "hit");
+  EXPECT_EQ(s.content(), content);
+  EXPECT_TRUE(s.saw_done);
+  EXPECT_EQ(upstream_requests(), 1);
+
+  // Another key (another team) with the same prompt: its own namespace, a miss.
+  Response other = chat(body, auth_headers(kOtherKey));
+  ASSERT_EQ(other.status, 200);
+  EXPECT_EQ(other.header("x-ferry-cache"), "miss");
+  EXPECT_EQ(upstream_requests(), 2);
+
+  // The rows: hits cost nothing and carry what they avoided, the original row's cost.
+  auto cache = column("cache");
+  auto costs = column("cost_total");
+  auto avoided = column("cache_avoided");
+  ASSERT_EQ(cache, (std::vector<std::string>{"<null>", "hit", "hit", "<null>"}));
+  EXPECT_EQ(costs[1], "0");
+  EXPECT_EQ(costs[2], "0");
+  EXPECT_EQ(avoided[1], costs[0]);
+  EXPECT_EQ(avoided[2], costs[0]);
+  EXPECT_NE(costs[0], "0");
+}
+
+TEST_F(LeversTest, CacheStoresAStreamedMissAndServesItAsABody) {
+  start("  - { id: cached, when: { model: chat }, route: [gpu], cache: { ttl: 10m } }\n");
+  json body = chat_body("chat", "Tell me about the fog horn.", true);
+  body["seed"] = 7;
+  StreamResult s = stream_request(ferry_.address, "/v1/chat/completions", body);
+  ASSERT_TRUE(s.head);
+  EXPECT_EQ(s.head->header("x-ferry-cache"), "miss");
+  body["stream"] = false;
+  Response hit = chat(body);
+  ASSERT_EQ(hit.status, 200) << hit.body;
+  EXPECT_EQ(hit.header("x-ferry-cache"), "hit");
+  EXPECT_EQ(hit.body_json()["choices"][0]["message"]["content"], s.content());
+  EXPECT_EQ(upstream_requests(), 1);
+}
+
+TEST_F(LeversTest, CacheSkipsSampledAndFailedOverAnswers) {
+  start(
+      "  - { id: failover, when: { model: chat, claimed_tags: failover }, route: [broken, gpu], "
+      "cache: { ttl: 10m } }\n"
+      "  - { id: cached, when: { model: chat }, route: [gpu], cache: { ttl: 10m } }\n");
+  json sampled = chat_body("chat", "Sampled answer please.");
+  sampled["temperature"] = 0.8;
+  for (int i = 0; i < 2; ++i) {
+    Response r = chat(sampled);
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(r.header("x-ferry-cache"), "bypass");
+  }
+  EXPECT_EQ(upstream_requests(), 2);
+
+  json failed_over = chat_body("chat", "Through the fallback.");
+  failed_over["temperature"] = 0;
+  std::vector<std::string> headers = auth_headers();
+  headers.push_back("x-ferry-tags: failover");
+  for (int i = 0; i < 2; ++i) {
+    Response r = chat(failed_over, headers);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("x-ferry-target"), "gpu");
+    EXPECT_EQ(r.header("x-ferry-cache"), "miss") << "a fallback's answer is never kept";
+  }
+}
+
+TEST_F(LeversTest, CacheEntriesExpireAndClientsOptOut) {
+  start("  - { id: cached, when: { model: chat }, route: [gpu], cache: { ttl: 1s } }\n");
+  json body = chat_body("chat", "Short lived.");
+  body["temperature"] = 0;
+  EXPECT_EQ(chat(body).header("x-ferry-cache"), "miss");
+  EXPECT_EQ(chat(body).header("x-ferry-cache"), "hit");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  EXPECT_EQ(chat(body).header("x-ferry-cache"), "miss") << "expired after its ttl";
+
+  // no-cache: not answered from the cache (but kept); no-store: not kept.
+  std::vector<std::string> no_cache = auth_headers();
+  no_cache.push_back("x-ferry-cache: no-cache");
+  int64_t before = upstream_requests();
+  EXPECT_EQ(chat(body, no_cache).header("x-ferry-cache"), "miss");
+  EXPECT_EQ(upstream_requests(), before + 1);
+  json fresh = chat_body("chat", "Never kept.");
+  fresh["temperature"] = 0;
+  std::vector<std::string> no_store = auth_headers();
+  no_store.push_back("x-ferry-cache: no-store");
+  EXPECT_EQ(chat(fresh, no_store).header("x-ferry-cache"), "miss");
+  EXPECT_EQ(chat(fresh).header("x-ferry-cache"), "miss");
+  EXPECT_EQ(chat(fresh).header("x-ferry-cache"), "hit");
+  std::vector<std::string> bad = auth_headers();
+  bad.push_back("x-ferry-cache: sometimes");
+  Response refused = chat(fresh, bad);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(refused.body.find("x-ferry-cache"), std::string::npos) << refused.body;
+}
+
+TEST_F(LeversTest, SavingsByLeverReconcileWithTheRowsToTheMicroUnit) {
+  const json full = conversation(12);
+  const int64_t limit = tokenize(dropped(full, 4)) + 1;
+  start(
+      "  - { id: fit, when: { model: chat }, route: [gpu], cache: { ttl: 10m }, "
+      "trim: { max_prompt_tokens: " +
+      std::to_string(limit) + " }, set: { reasoning: high } }\n");
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(chat(full).status, 200);  // a miss, then two hits
+  json other = conversation(1);
+  ASSERT_EQ(chat(other).status, 200);
+  EXPECT_EQ(upstream_last_request(upstream_.address)["body"]["reasoning_effort"], "high");
+  ASSERT_TRUE(ferry_.process);
+  EXPECT_EQ(ferry_.process->stop(Ms(15000)), 0);  // every row durable and the file closed
+  ferry_.process.reset();
+  std::string out = (dir_.path() / "savings.json").string();
+  ASSERT_EQ(run_command(ferry_binary() + " ledger report --savings --format json --db '" + db_ +
+                        "' > '" + out + "'"),
+            0);
+  json report = json::parse(read_file(out));
+  const json& levers = report["savings_by_lever"];
+  ASSERT_TRUE(levers.is_object()) << report.dump(2);
+  auto sum = [&](const std::string& expr) {
+    auto v = column("COALESCE(SUM(" + expr + "),0)");
+    return v.empty() ? std::string("?") : v.front();
+  };
+  auto money = [](const std::string& micros) {
+    int64_t m = std::stoll(micros);
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%lld.%06lld", static_cast<long long>(m / 1000000),
+                  static_cast<long long>(m % 1000000));
+    return std::string(buf);
+  };
+  EXPECT_EQ(levers["cache"]["hits"], 2);
+  EXPECT_EQ(std::to_string(levers["cache"]["tokens"].get<int64_t>()), sum("cache_tokens"));
+  EXPECT_EQ(levers["cache"]["avoided_cost"], money(sum("cache_avoided")));
+  EXPECT_EQ(std::to_string(levers["trim"]["tokens"].get<int64_t>()), sum("trimmed_tokens"));
+  EXPECT_EQ(levers["trim"]["avoided_cost"], money(sum("trim_avoided")));
+  // The hits were planned (and trimmed) too: a hit avoids the trimmed answer's cost, its trim
+  // the tokens trimming took off; together what the request would have cost without levers.
+  EXPECT_EQ(levers["trim"]["requests"], 3);
+  EXPECT_EQ(levers["reasoning"]["capped_requests"], 4);
+  EXPECT_NE(levers["cache"]["avoided_cost"], "0.000000");
+  EXPECT_EQ(column("reasoning_budget"),
+            (std::vector<std::string>{"effort:high", "effort:high", "effort:high", "effort:high"}));
+}
+
+}  // namespace
+}  // namespace ferry::itest
