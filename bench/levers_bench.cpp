@@ -140,8 +140,12 @@ void cache_hit(benchmark::State& state, bool stream) {
     Hit hit = look_up(cache, body);
     gateway::RenderContext context{"req-1", hit.parsed->model, hit.entry->prompt_tokens};
     if (!stream) {
-      api::WireBody out = fe.render_answer(hit.answer, context);
-      benchmark::DoNotOptimize(out.body.data());
+      auto out = fe.render_answer(hit.answer, context);
+      if (!out) {
+        state.SkipWithError(out.error().message.c_str());
+        break;
+      }
+      benchmark::DoNotOptimize(out->body.data());
       continue;
     }
     auto renderer = fe.stream_renderer(context);

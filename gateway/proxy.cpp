@@ -502,7 +502,14 @@ asio::awaitable<bool> serve_hit(ServerState& server, Stream& stream, ChunkedSink
     co_return kept && !sink.broken() && keep_alive;
   }
   rec.ttft_us = micros_between(rec.started, Clock::now());
-  api::WireBody body = client.fe.render_answer(answer, client.context);
+  // A hit kept from one front-end may not render in another's shape (say, a call cut by its
+  // limit): then it is that front-end's error, recorded as one, never a success.
+  auto rendered = client.fe.render_answer(answer, client.context);
+  if (!rendered) {
+    co_return co_await answer_error(server, stream, sink, client, rendered.error(), nullptr, rec,
+                                    keep_alive);
+  }
+  api::WireBody body = std::move(*rendered);
   Status kept = co_await store_response(server, client, rec);
   if (!kept) {
     co_return co_await answer_error(server, stream, sink, client, not_stored(kept), nullptr, rec,

@@ -489,7 +489,7 @@ Result<LeverSavings> pg_savings(PgConn& conn, const ReportFilter& filter) {
     const auto* text = std::get_if<std::string>(&v);
     pg_params.emplace_back(text != nullptr ? PgParam(*text) : pg_int(std::get<int64_t>(v)));
   }
-  auto rows = conn.run(numbered_placeholders(sql), pg_params);
+  auto rows = conn.run(detail::numbered_placeholders(sql), pg_params);
   if (!rows) return rows.error();
   bool overflow = false;
   LeverSavings s = savings_row([&](int i) {
