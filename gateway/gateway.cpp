@@ -92,14 +92,11 @@ Status Gateway::open_ledger() {
       auto opened = ledger::Ledger::open(std::move(lc), std::move(prices), std::move(budgets));
       if (!opened) return opened.error();
       ledger_ = std::move(*opened);
-      // Stored Responses share the ledger's file (ledger/response_store.h). A PostgreSQL
-      // ledger has no store for them yet: previous_response_id is then refused as without a
-      // ledger, and nothing is stored.
-      if (!on_postgres) {
-        auto responses = ledger::ResponseStore::open(path, kept);
-        if (!responses) return responses.error();
-        responses_ = std::move(*responses);
-      }
+      // Stored Responses share the ledger's database, a file or PostgreSQL (there: every
+      // instance continues every conversation; ledger/response_store.h).
+      auto responses = ledger::ResponseStore::open(path, kept);
+      if (!responses) return responses.error();
+      responses_ = std::move(*responses);
     } catch (const yaml::YamlError& e) {
       return Error::make(ErrorCode::kInvalidRequest, e.what());
     } catch (const std::exception& e) {

@@ -97,6 +97,16 @@ void add_filters(const ReportFilter& f, bool raw, std::string& sql, std::vector<
   }
 }
 
+// Filter values as libpq parameters (integers as decimal text).
+std::vector<PgParam> to_pg_params(const std::vector<Value>& params) {
+  std::vector<PgParam> out;
+  for (const Value& v : params) {
+    const auto* text = std::get_if<std::string>(&v);
+    out.emplace_back(text != nullptr ? PgParam(*text) : pg_int(std::get<int64_t>(v)));
+  }
+  return out;
+}
+
 Money rounded_div(Money total, int64_t count) {
   if (count <= 0) return Money();
   int64_t q = total.micros() / count;
@@ -396,11 +406,7 @@ Result<Report> run_pg_report(const std::string& url, const ReportQuery& query) {
     order += std::string(i == 0 ? "" : ",") + "(" + (raw ? b.raw_expr : b.daily_expr) +
              ") COLLATE \"C\"";
   }
-  std::vector<PgParam> pg_params;
-  for (const Value& v : params) {
-    const auto* text = std::get_if<std::string>(&v);
-    pg_params.emplace_back(text != nullptr ? PgParam(*text) : pg_int(std::get<int64_t>(v)));
-  }
+  std::vector<PgParam> pg_params = to_pg_params(params);
   auto rows = conn->run(
       detail::numbered_placeholders(sql + " GROUP BY " + group + " ORDER BY " + order), pg_params);
   if (!rows) return rows.error();
@@ -484,11 +490,7 @@ Result<LeverSavings> pg_savings(PgConn& conn, const ReportFilter& filter) {
   std::string sql = savings_select([](const char* c) { return std::string(c); });
   std::vector<Value> params;
   add_filters(filter, true, sql, params);
-  std::vector<PgParam> pg_params;
-  for (const Value& v : params) {
-    const auto* text = std::get_if<std::string>(&v);
-    pg_params.emplace_back(text != nullptr ? PgParam(*text) : pg_int(std::get<int64_t>(v)));
-  }
+  std::vector<PgParam> pg_params = to_pg_params(params);
   auto rows = conn.run(detail::numbered_placeholders(sql), pg_params);
   if (!rows) return rows.error();
   bool overflow = false;
@@ -796,104 +798,179 @@ std::string format_report(const Report& report, ReportFormat format, bool saving
 
 namespace {
 
-// Streams the rows of `stmt` (its columns named by `columns`) as CSV after a header line;
-// money columns as exact decimals.
+// CSV lines after a header, handed to `sink` in chunks of about `chunk_bytes`; money columns as
+// exact decimals. One writer for both stores: each hands it a row's cells as Values.
+class CsvChunks {
+ public:
+  CsvChunks(const std::vector<std::string>& columns,
+            const std::function<bool(std::string_view chunk)>& sink, size_t chunk_bytes)
+      : columns_(columns), sink_(sink), chunk_bytes_(chunk_bytes) {
+    buffer_.reserve(chunk_bytes + 4096);
+    for (size_t i = 0; i < columns.size(); ++i) buffer_ += (i == 0 ? "" : ",") + columns[i];
+    buffer_ += "\n";
+  }
+
+  // Appends one line, cell i from `cell(i)`; false once the sink asked to stop.
+  template <typename Cell>
+  bool add(const Cell& cell) {
+    static const std::set<std::string> kMoney = {"cost_input",     "cost_cached", "cost_output",
+                                                 "cost_reasoning", "cost_total",  "avoided_cost"};
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      if (i != 0) buffer_ += ',';
+      Value v = cell(static_cast<int>(i));
+      if (const auto* n = std::get_if<int64_t>(&v)) {
+        buffer_ +=
+            kMoney.count(columns_[i]) ? Money::from_micros(*n).to_string() : std::to_string(*n);
+      } else if (const auto* t = std::get_if<std::string>(&v)) {
+        buffer_ += csv_field(*t, true);
+      }  // NULL: an empty cell
+    }
+    buffer_ += '\n';
+    if (buffer_.size() < chunk_bytes_) return true;
+    bool more = sink_(buffer_);
+    buffer_.clear();
+    return more;
+  }
+
+  void finish() {
+    if (!buffer_.empty()) sink_(buffer_);
+    buffer_.clear();
+  }
+
+ private:
+  const std::vector<std::string>& columns_;
+  const std::function<bool(std::string_view chunk)>& sink_;
+  size_t chunk_bytes_;
+  std::string buffer_;
+};
+
+// Streams the rows of `stmt` (its columns named by `columns`) as CSV after a header line.
 Status stream_csv(Stmt& stmt, const std::vector<std::string>& columns,
                   const std::function<bool(std::string_view chunk)>& sink, size_t chunk_bytes) {
-  static const std::set<std::string> kMoney = {"cost_input",     "cost_cached", "cost_output",
-                                               "cost_reasoning", "cost_total",  "avoided_cost"};
-  std::string buffer;
-  buffer.reserve(chunk_bytes + 4096);
-  for (size_t i = 0; i < columns.size(); ++i) buffer += (i == 0 ? "" : ",") + columns[i];
-  buffer += "\n";
+  CsvChunks out(columns, sink, chunk_bytes);
   for (;;) {
     auto has = stmt.step();
     if (!has) return has.error();
     if (!*has) break;
-    for (size_t i = 0; i < columns.size(); ++i) {
-      if (i != 0) buffer += ',';
-      int col = static_cast<int>(i);
-      if (stmt.is_null(col)) continue;
-      Value v = stmt.value_at(col);
-      if (const auto* n = std::get_if<int64_t>(&v)) {
-        buffer +=
-            kMoney.count(columns[i]) ? Money::from_micros(*n).to_string() : std::to_string(*n);
-      } else {
-        buffer += csv_field(std::get<std::string>(v), true);
-      }
-    }
-    buffer += '\n';
-    if (buffer.size() >= chunk_bytes) {
-      if (!sink(buffer)) return {};
-      buffer.clear();
-    }
+    if (!out.add([&](int c) { return stmt.is_null(c) ? Value{} : stmt.value_at(c); })) return {};
   }
-  if (!buffer.empty()) sink(buffer);
+  out.finish();
   return {};
 }
 
-}  // namespace
+// The same from a PostgreSQL ledger: through a cursor (a batch of rows in memory at a time) in
+// one read-only transaction, so the export is one snapshot however long it runs.
+Status stream_pg_csv(const std::string& url, const std::string& sql,
+                     const std::vector<Value>& params, const std::vector<std::string>& columns,
+                     const std::function<bool(std::string_view chunk)>& sink, size_t chunk_bytes) {
+  auto conn = PgConn::connect(url);
+  if (!conn) return conn.error();
+  if (Status st = conn->exec("BEGIN READ ONLY"); !st) return st;
+  auto declared =
+      conn->run("DECLARE export_rows NO SCROLL CURSOR FOR " + detail::numbered_placeholders(sql),
+                to_pg_params(params));
+  if (!declared) return declared.error();
+  CsvChunks out(columns, sink, chunk_bytes);
+  for (;;) {
+    auto rows = conn->run("FETCH 10000 FROM export_rows");
+    if (!rows) return rows.error();
+    if (rows->rows() == 0) break;
+    for (int r = 0; r < rows->rows(); ++r) {
+      if (!out.add([&](int c) { return rows->value(r, c); })) return conn->exec("COMMIT");
+    }
+  }
+  out.finish();
+  return conn->exec("COMMIT");
+}
 
-Status export_csv(const std::string& db_path, const ReportFilter& filter,
-                  const std::function<bool(std::string_view chunk)>& sink, size_t chunk_bytes) {
-  auto db = Db::open(db_path, true);
-  if (!db) return db.error();
-  auto request_id = request_id_expr(*db);
-  if (!request_id) return request_id.error();
-  std::vector<std::string> columns = {"seq"};
+// The request export's statement (without ORDER BY) and its columns; `request_id` as
+// request_id_expr gives it (PostgreSQL's schema always has the column).
+std::string export_select(const ReportFilter& filter, const std::string& request_id,
+                          std::vector<std::string>& columns, std::vector<Value>& params) {
+  columns = {"seq"};
   for (const auto& c : request_columns()) columns.push_back(c);
   columns.push_back("hash");
   columns.push_back(kRequestIdColumn);
   std::string sql = "SELECT ";
   for (size_t i = 0; i + 1 < columns.size(); ++i) sql += (i == 0 ? "" : ",") + columns[i];
-  sql += "," + *request_id + " FROM requests WHERE 1=1";
-  std::vector<Value> params;
-  add_filters(filter, true, sql, params, "", *request_id);
-  sql += " ORDER BY seq";
-  auto stmt = db->prepare(sql);
-  if (!stmt) return stmt.error();
-  for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
-  return stream_csv(*stmt, columns, sink, chunk_bytes);
+  sql += "," + request_id + " FROM requests WHERE 1=1";
+  add_filters(filter, true, sql, params, "", request_id);
+  return sql;
 }
 
-Status export_attempts_csv(const std::string& db_path, const ReportFilter& filter,
-                           const std::function<bool(std::string_view chunk)>& sink,
-                           size_t chunk_bytes) {
-  auto db = Db::open(db_path, true);
-  if (!db) return db.error();
-  // The filter reads the request's columns (qualified: attempts has a target too).
-  std::vector<std::string> columns = {"request_seq"};
+// The attempts export's statement: the filter reads the request's columns (qualified:
+// attempts has a target too).
+std::string export_attempts_select(const ReportFilter& filter, const std::string& request_id,
+                                   std::vector<std::string>& columns, std::vector<Value>& params) {
+  columns = {"request_seq"};
   std::string sql = "SELECT requests.seq";
   for (const auto& c : attempt_columns()) {
     columns.push_back(c);
     sql += ",a." + c;
   }
   sql += " FROM attempts AS a JOIN requests ON requests.id = a.request_id WHERE 1=1";
+  add_filters(filter, true, sql, params, "requests", request_id);
+  return sql;
+}
+
+// Runs `select` (export_select or export_attempts_select) ordered by `order` on either store.
+template <typename Select>
+Status run_export(const std::string& db_path, const ReportFilter& filter, const Select& select,
+                  const char* order, const std::function<bool(std::string_view chunk)>& sink,
+                  size_t chunk_bytes) {
+  std::vector<std::string> columns;
+  std::vector<Value> params;
+  if (is_pg_url(db_path)) {
+    std::string sql = select(filter, kRequestIdColumn, columns, params) + order;
+    return stream_pg_csv(db_path, sql, params, columns, sink, chunk_bytes);
+  }
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
   auto request_id = request_id_expr(*db);
   if (!request_id) return request_id.error();
-  std::vector<Value> params;
-  add_filters(filter, true, sql, params, "requests", *request_id);
-  sql += " ORDER BY requests.seq, a.attempt";
+  std::string sql = select(filter, *request_id, columns, params) + order;
   auto stmt = db->prepare(sql);
   if (!stmt) return stmt.error();
-  for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
+  bind_all(*stmt, params);
   return stream_csv(*stmt, columns, sink, chunk_bytes);
+}
+
+}  // namespace
+
+Status export_csv(const std::string& db_path, const ReportFilter& filter,
+                  const std::function<bool(std::string_view chunk)>& sink, size_t chunk_bytes) {
+  return run_export(db_path, filter, export_select, " ORDER BY seq", sink, chunk_bytes);
+}
+
+Status export_attempts_csv(const std::string& db_path, const ReportFilter& filter,
+                           const std::function<bool(std::string_view chunk)>& sink,
+                           size_t chunk_bytes) {
+  return run_export(db_path, filter, export_attempts_select, " ORDER BY requests.seq, a.attempt",
+                    sink, chunk_bytes);
 }
 
 Result<int64_t> count_export_rows(const std::string& db_path, const ReportFilter& filter,
                                   bool attempts) {
-  auto db = Db::open(db_path, true);
-  if (!db) return db.error();
   std::string sql = attempts ? "SELECT COUNT(*) FROM attempts AS a JOIN requests ON "
                                "requests.id = a.request_id WHERE 1=1"
                              : "SELECT COUNT(*) FROM requests WHERE 1=1";
+  std::vector<Value> params;
+  if (is_pg_url(db_path)) {
+    add_filters(filter, true, sql, params, "requests");
+    auto conn = PgConn::connect(db_path);
+    if (!conn) return conn.error();
+    auto rows = conn->run(detail::numbered_placeholders(sql), to_pg_params(params));
+    if (!rows) return rows.error();
+    return rows->rows() > 0 ? rows->integer(0, 0) : 0;
+  }
+  auto db = Db::open(db_path, true);
+  if (!db) return db.error();
   auto request_id = request_id_expr(*db);
   if (!request_id) return request_id.error();
-  std::vector<Value> params;
   add_filters(filter, true, sql, params, "requests", *request_id);
   auto stmt = db->prepare(sql);
   if (!stmt) return stmt.error();
-  for (size_t i = 0; i < params.size(); ++i) stmt->bind_value(static_cast<int>(i + 1), params[i]);
+  bind_all(*stmt, params);
   auto has = stmt->step();
   if (!has) return has.error();
   return *has ? stmt->int_at(0) : 0;

@@ -1,9 +1,10 @@
 // Stored OpenAI Responses (`store: true`, `previous_response_id`): each response with the input
-// items that led to it, in the ledger's database (its own table, created on open), kept for a
-// configured time, so a conversation continues on any instance that shares the file. Writes
-// are queued and committed in groups by one writer thread (WAL, synchronous=FULL, as ledger
-// rows); reads run on the caller's thread on their own connection. Thread-safe: every method may
-// be called from any thread; put() never blocks on SQLite, get() and flush() do (worker pool).
+// items that led to it, in the ledger's database (its own table, created on open: a SQLite file
+// or a PostgreSQL database), kept for a configured time, so a conversation continues on any
+// instance that shares the database. Writes are queued and committed in groups by one writer
+// thread (as ledger rows are); reads run on the caller's thread on their own connection.
+// Thread-safe: every method may be called from any thread; put() never blocks on SQLite, get() and
+// flush() do (worker pool).
 #pragma once
 
 #include <condition_variable>
@@ -17,7 +18,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "ledger/sqlite_db.h"
 
 namespace ferry::ledger {
 
@@ -37,9 +37,23 @@ struct StoredResponse {
   std::string response;    // the whole response object, as it was sent
 };
 
+// One connection's statements on the stored_responses table (SQLite or PostgreSQL). Owned by
+// one thread at a time.
+class ResponseTable {
+ public:
+  virtual ~ResponseTable() = default;
+  // Inserts (or replaces) the batch in one transaction.
+  virtual Status insert(const std::vector<const StoredResponse*>& batch) = 0;
+  virtual Result<std::optional<StoredResponse>> select(const std::string& id,
+                                                       const std::string& key_id,
+                                                       int64_t now_us) = 0;
+  virtual Result<int64_t> purge(int64_t now_us) = 0;  // deletes the expired, returns how many
+};
+
 class ResponseStore {
  public:
-  // Opens the database (creating the table and its index when missing) and starts the writer.
+  // Opens the database (`path` a SQLite file or a postgresql:// URL; creating the table and its
+  // index when missing) and starts the writer.
   static Result<std::unique_ptr<ResponseStore>> open(const std::string& path,
                                                      ResponseStoreConfig config = {});
   ~ResponseStore();  // writes everything queued, then stops the writer
@@ -74,14 +88,11 @@ class ResponseStore {
   void writer_loop();
 
   ResponseStoreConfig config_;
-  Db write_db_;  // the writer thread's
-  Stmt insert_;
-  Stmt purge_;
-  int64_t last_purge_us_ = 0;  // writer thread
+  std::unique_ptr<ResponseTable> writer_table_;  // the writer thread's
+  int64_t last_purge_us_ = 0;                    // writer thread
 
   std::mutex read_mu_;
-  Db read_db_;  // guarded by read_mu_
-  Stmt select_;
+  std::unique_ptr<ResponseTable> reader_table_;  // guarded by read_mu_
 
   std::mutex mu_;
   std::condition_variable wake_;

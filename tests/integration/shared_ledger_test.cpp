@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <fstream>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "ledger/pg_db.h"
 #include "tests/integration/ferry_test_base.h"
 #include "tests/integration/fixtures.h"
+#include "tests/ledger/pg_outage.h"
 
 namespace ferry::itest {
 namespace {
@@ -143,6 +145,20 @@ TEST_F(SharedLedgerTest, ThreeInstancesNeverOverspendOneHardBudget) {
         << total;
   }
 
+  // The CSV export (any instance, and the CLI on the URL) has every instance's rows, and the
+  // same bytes.
+  auto exported = http_request(ferries_[1].address, "GET", "/v1/ledger/export.csv", "",
+                               auth_headers(kAdminKey));
+  ASSERT_TRUE(exported);
+  ASSERT_EQ(exported->status, 200) << exported->body;
+  EXPECT_EQ(static_cast<int64_t>(std::count(exported->body.begin(), exported->body.end(), '\n')),
+            scalar("SELECT COUNT(*) FROM requests") + 1);
+  std::string csv = (dir_.path() / "export.csv").string();
+  ASSERT_EQ(run_command(ferry_binary() + " ledger export --db '" + url_ + "' --out " + csv), 0);
+  std::ifstream csv_file(csv, std::ios::binary);
+  std::string cli_csv((std::istreambuf_iterator<char>(csv_file)), {});
+  EXPECT_EQ(cli_csv, exported->body);
+
   // `ferry ledger verify` proves the three chains whole.
   std::string out = (dir_.path() / "verify.txt").string();
   EXPECT_EQ(run_command(ferry_binary() + " ledger verify --db '" + url_ + "' > " + out + " 2>&1"),
@@ -150,6 +166,37 @@ TEST_F(SharedLedgerTest, ThreeInstancesNeverOverspendOneHardBudget) {
   auto verify = run_command("grep -q 'gw-0=' " + out + " && grep -q 'gw-1=' " + out +
                             " && grep -q 'gw-2=' " + out);
   EXPECT_EQ(verify, 0);
+}
+
+// Stored Responses live in the shared database: a conversation begun on one instance is
+// continued on another with previous_response_id, its whole history sent upstream.
+TEST_F(SharedLedgerTest, AResponsesConversationContinuesOnAnotherInstance) {
+  for (int i = 0; i < 2; ++i) {
+    ferries_.push_back(
+        start_ferry(dir_, config(i, "1000.00"), "ferry" + std::to_string(i) + ".yaml"));
+  }
+  auto first = post_json(ferries_[0].address, "/v1/responses",
+                         {{"model", "gpt-test"}, {"input", "the first turn"}});
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  const std::string id = first->body_json()["id"];
+  auto second =
+      post_json(ferries_[1].address, "/v1/responses",
+                {{"model", "gpt-test"}, {"input", "the second"}, {"previous_response_id", id}});
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  EXPECT_EQ(second->body_json()["previous_response_id"], id);
+  json seen = upstream_last_request(upstream_.address)["body"];
+  ASSERT_EQ(seen["messages"].size(), 3u) << seen.dump();
+  EXPECT_EQ(seen["messages"][0]["content"], "the first turn");
+  EXPECT_EQ(seen["messages"][1]["role"], "assistant");
+  EXPECT_EQ(scalar("SELECT COUNT(*) FROM stored_responses"), 2);
+  // Another key cannot continue it, on either instance.
+  auto other = post_json(ferries_[0].address, "/v1/responses",
+                         {{"model", "gpt-test"}, {"input", "x"}, {"previous_response_id", id}},
+                         auth_headers(kAdminKey));
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404) << other->body;
 }
 
 // PostgreSQL unreachable under load (issue 18): two instances keep answering while the
@@ -162,16 +209,9 @@ TEST_F(SharedLedgerTest, DatabaseOutageUnderLoadLosesAndDoublesNothing) {
         start_ferry(dir_, config(i, "1000.00"), "ferry" + std::to_string(i) + ".yaml"));
   }
   auto set_connections = [&](bool allow) {
-    auto admin = ledger::PgConn::connect(env_or_empty("FERRY_TEST_PG_URL"));
-    ASSERT_TRUE(admin) << admin.error().message;
-    ASSERT_TRUE(admin->exec("ALTER DATABASE " + name_ + " ALLOW_CONNECTIONS " +
-                            (allow ? "true" : "false")));
-    if (!allow) {
-      ASSERT_TRUE(
-          admin->run("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                     "datname = '" +
-                     name_ + "' AND pid <> pg_backend_pid()"));
-    }
+    Status st =
+        ledger::testing::set_pg_connections(env_or_empty("FERRY_TEST_PG_URL"), name_, allow);
+    ASSERT_TRUE(st) << st.error().message;
   };
   auto journal_rows = [&](const Server& f) -> int64_t {
     auto m = http_request(f.address, "GET", "/metrics", "", {});

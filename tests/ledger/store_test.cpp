@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <future>
 #include <latch>
 #include <thread>
 
@@ -15,7 +16,9 @@
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
 #include "ledger/report.h"
+#include "ledger/response_store.h"
 #include "ledger/verify.h"
+#include "pg_outage.h"
 #include "test_util.h"
 
 namespace ferry::ledger {
@@ -484,6 +487,165 @@ TEST_P(LedgerStore, HistoryReadsTheRowsBack) {
   EXPECT_EQ(*currency, "USD");
 }
 
+// RFC 4180 lines: quoted fields may hold commas, doubled quotes and newlines.
+std::vector<std::vector<std::string>> csv_lines(const std::string& text) {
+  std::vector<std::vector<std::string>> lines(1);
+  std::string field;
+  bool quoted = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',' || c == '\n') {
+      lines.back().push_back(std::move(field));
+      field.clear();
+      if (c == '\n') lines.emplace_back();
+    } else {
+      field += c;
+    }
+  }
+  if (lines.back().empty()) lines.pop_back();
+  return lines;
+}
+
+TEST_P(LedgerStore, ExportWritesEveryRowAndAttemptOnEitherStore) {
+  std::vector<std::string> ids;
+  {
+    auto ledger = open();
+    ASSERT_TRUE(ledger);
+    for (int i = 0; i < 12; ++i) {
+      RequestRecord r = rich_record(i);
+      r.team = i % 2 == 0 ? "red" : "blue";
+      r.task_id = "task,with \"quotes\" " + std::to_string(i);
+      ids.emplace_back();
+      ASSERT_TRUE(record_durably(*ledger, std::move(r), &ids.back()));
+    }
+  }
+  const std::string path = db_->config("").path;
+  std::vector<RecordedRequest> history;
+  ASSERT_TRUE(for_each_request(path, HistoryQuery{}, [&](const RecordedRequest& r) {
+    history.push_back(r);
+    return true;
+  }));
+  auto exported = [&](const ReportFilter& filter, bool attempts) {
+    std::string text;
+    auto run = attempts ? export_attempts_csv : export_csv;
+    Status st = run(
+        path, filter,
+        [&](std::string_view chunk) {
+          text += chunk;
+          return true;
+        },
+        256);  // small chunks: many sink calls
+    EXPECT_TRUE(st) << st.error().message;
+    return csv_lines(text);
+  };
+  auto rows = exported(ReportFilter{}, false);
+  ASSERT_EQ(rows.size(), ids.size() + 1);
+  const auto& header = rows.front();
+  auto column = [&](const std::string& name) {
+    auto it = std::find(header.begin(), header.end(), name);
+    EXPECT_NE(it, header.end()) << name;
+    return static_cast<size_t>(it - header.begin());
+  };
+  EXPECT_EQ(header.front(), "seq");
+  EXPECT_EQ(header.back(), kRequestIdColumn);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto& line = rows[i + 1];
+    ASSERT_EQ(line.size(), header.size());
+    EXPECT_EQ(line[column("id")], ids[i]);
+    EXPECT_EQ(line[column("task_id")], "task,with \"quotes\" " + std::to_string(i));
+    EXPECT_EQ(line[column("cost_total")], history[i].cost.total().to_string());
+    EXPECT_EQ(line[column("input_tokens")], std::to_string(history[i].tokens.input.count));
+    EXPECT_EQ(line.back(), i % 2 == 0 ? "req-" + std::to_string(i) : "");
+  }
+  ReportFilter red;
+  red.team = "red";
+  EXPECT_EQ(exported(red, false).size(), ids.size() / 2 + 1);
+  auto count = count_export_rows(path, red, false);
+  ASSERT_TRUE(count);
+  EXPECT_EQ(*count, static_cast<int64_t>(ids.size() / 2));
+  // Attempts: rows 0, 5 and 10 fell back (two tries each, kept as attempt rows); a request
+  // answered by its first try has no attempt rows.
+  auto attempts = exported(ReportFilter{}, true);
+  ASSERT_EQ(attempts.size(), 3u * 2 + 1);
+  EXPECT_EQ(attempts[1][0], rows[1][0]);  // request_seq: the request's own seq
+  EXPECT_EQ(attempts[6][0], rows[11][0]);
+  auto counted = count_export_rows(path, ReportFilter{}, true);
+  ASSERT_TRUE(counted);
+  EXPECT_EQ(*counted, 6);
+  // A sink that stops ends the export early, with an ok status.
+  int calls = 0;
+  EXPECT_TRUE(export_csv(
+      path, ReportFilter{},
+      [&](std::string_view) {
+        ++calls;
+        return false;
+      },
+      64));
+  EXPECT_EQ(calls, 1);
+}
+
+// Stored Responses (`store: true`) live in the ledger's database on either store: a response
+// kept through one instance's store is read back whole through another's, by its key only,
+// until it expires.
+TEST_P(LedgerStore, StoredResponsesAreSharedByEveryInstance) {
+  { auto ledger = open(); }  // the ledger's own schema first, as a server opens it
+  const std::string path = db_->config("").path;
+  auto one = ResponseStore::open(path);
+  ASSERT_TRUE(one) << one.error().message;
+  auto two = ResponseStore::open(path, ResponseStoreConfig{1});
+  ASSERT_TRUE(two) << two.error().message;
+  const int64_t now = unix_micros_now();
+  auto put = [](ResponseStore& store, StoredResponse r) {
+    std::promise<Status> done;
+    store.put(std::move(r), [&](const Status& st) { done.set_value(st); });
+    return done.get_future().get();
+  };
+  StoredResponse r;
+  r.id = "resp_shared";
+  r.key_id = "app";
+  r.model = "m";
+  r.created_us = now;
+  r.items = R"([{"type":"message","role":"user","content":"h\u00e9 \"quoted\" \\ back"}])";
+  r.output = "[]";
+  r.response = R"({"id":"resp_shared"})";
+  ASSERT_TRUE(put(**one, r));
+  auto got = (*two)->get("resp_shared", "app", now + 1);
+  ASSERT_TRUE(got) << got.error().message;
+  ASSERT_TRUE(*got);
+  EXPECT_EQ((*got)->items, r.items);
+  EXPECT_EQ((*got)->response, r.response);
+  EXPECT_EQ((*got)->expires_us, now + 30 * 86'400'000'000LL);  // the writer's keep
+  auto other_key = (*two)->get("resp_shared", "someone-else", now + 1);
+  ASSERT_TRUE(other_key);
+  EXPECT_FALSE(*other_key);
+  // Written again (the same id), it replaces; expired, it is gone and purged.
+  const int64_t hour = 3'600'000'000;
+  r.expires_us = now + hour;  // later than the writer's own purges after its commits
+  r.output = R"([{"type":"message"}])";
+  ASSERT_TRUE(put(**two, r));
+  auto replaced = (*one)->get("resp_shared", "app", now + 1);
+  ASSERT_TRUE(replaced);
+  ASSERT_TRUE(*replaced);
+  EXPECT_EQ((*replaced)->output, r.output);
+  auto expired = (*one)->get("resp_shared", "app", now + hour);
+  ASSERT_TRUE(expired);
+  EXPECT_FALSE(*expired);
+  auto purged = (*one)->purge(now + hour);
+  ASSERT_TRUE(purged);
+  EXPECT_EQ(*purged, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, LedgerStore, ::testing::Values("sqlite", "postgres"),
                          [](const auto& info) { return info.param; });
 
@@ -498,17 +660,9 @@ class PgOutage {
 
  private:
   void set(bool allow) {
-    auto admin = PgConn::connect(pg_base_url());
-    ASSERT_TRUE(admin) << admin.error().message;
     const std::string name = db_.url().substr(db_.url().rfind('/') + 1);
-    ASSERT_TRUE(
-        admin->exec("ALTER DATABASE " + name + " ALLOW_CONNECTIONS " + (allow ? "true" : "false")));
-    if (!allow) {
-      ASSERT_TRUE(
-          admin->run("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                     "datname = '" +
-                     name + "' AND pid <> pg_backend_pid()"));
-    }
+    Status st = set_pg_connections(pg_base_url(), name, allow);
+    ASSERT_TRUE(st) << st.error().message;
   }
   const PgTestDb& db_;
 };
@@ -581,6 +735,45 @@ TEST_F(LedgerJournal, RowsKeptWhileDownShipWhenBack) {
   auto verified = verify_ledger(db_->config("").path);
   ASSERT_TRUE(verified) << verified.error().message;
   EXPECT_TRUE(verified->ok()) << (verified->problems.empty() ? "" : verified->problems[0]);
+}
+
+// Stored Responses while PostgreSQL is unreachable: a put fails with a clear error (the
+// response is then refused to the client, never answered as stored), and once the database
+// answers again the same store writes and reads without a restart.
+TEST_F(LedgerJournal, StoredResponsesFailClearlyWhileDownAndComeBack) {
+  { auto ledger = open(); }
+  auto store = ResponseStore::open(db_->config("").path);
+  ASSERT_TRUE(store) << store.error().message;
+  auto put = [&](const std::string& id) {
+    StoredResponse r;
+    r.id = id;
+    r.key_id = "app";
+    r.model = "m";
+    r.items = "[]";
+    r.output = "[]";
+    r.response = "{}";
+    std::promise<Status> done;
+    (*store)->put(std::move(r), [&](const Status& st) { done.set_value(st); });
+    return done.get_future().get();
+  };
+  ASSERT_TRUE(put("resp_before"));
+  PgOutage outage(*db_);
+  outage.cut();
+  Status during = put("resp_during");
+  ASSERT_FALSE(during);
+  EXPECT_EQ(during.error().code, ErrorCode::kUnavailable) << during.error().message;
+  auto read_during = (*store)->get("resp_before", "app", unix_micros_now());
+  EXPECT_FALSE(read_during);
+  outage.restore();
+  ASSERT_TRUE(put("resp_after"));
+  for (const char* id : {"resp_before", "resp_after"}) {
+    auto got = (*store)->get(id, "app", unix_micros_now());
+    ASSERT_TRUE(got) << got.error().message;
+    EXPECT_TRUE(*got) << id;
+  }
+  auto lost = (*store)->get("resp_during", "app", unix_micros_now());
+  ASSERT_TRUE(lost);
+  EXPECT_FALSE(*lost);
 }
 
 // The journal outlives the process: rows kept while the database was down ship on the next
