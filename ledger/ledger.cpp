@@ -583,7 +583,10 @@ bool Ledger::ship_journal() {
   if (journal_->pending() > 0) {
     // Any failure here is tried again after retry_ms (never in a tight loop).
     const int64_t retry_at = unix_micros_now() + config_.retry_ms * 1000;
-    auto rows = journal_->oldest(static_cast<size_t>(config_.max_batch));
+    // While the store is down each retry sends the oldest row alone (a probe: nothing more
+    // is read and decoded for a connection attempt that fails); the batches follow once it
+    // answers.
+    auto rows = journal_->oldest(store_down_.load() ? 1 : static_cast<size_t>(config_.max_batch));
     if (!rows) {
       next_ship_us_ = retry_at;
       return false;

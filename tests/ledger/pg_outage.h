@@ -16,8 +16,8 @@ inline Status set_pg_connections(const std::string& admin_url, const std::string
                                  bool allow) {
   auto admin = PgConn::connect(admin_url);
   if (!admin) return admin.error();
-  Status st =
-      admin->exec("ALTER DATABASE " + database + " ALLOW_CONNECTIONS " + (allow ? "true" : "false"));
+  Status st = admin->exec("ALTER DATABASE " + database + " ALLOW_CONNECTIONS " +
+                          (allow ? "true" : "false"));
   if (!st || allow) return st;
   auto cut = admin->run(
       "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> "
