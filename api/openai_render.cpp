@@ -107,6 +107,17 @@ class Object {
   bool first_ = true;
 };
 
+// A JSON array of `items`, each written by write_one(out, item).
+template <typename T, typename WriteOne>
+void write_array(std::string& out, const std::vector<T>& items, WriteOne&& write_one) {
+  out.push_back('[');
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    write_one(out, items[i]);
+  }
+  out.push_back(']');
+}
+
 // ---- the request's parts --------------------------------------------------------------------
 
 void write_content(std::string& out, const Content& content) {
@@ -114,16 +125,12 @@ void write_content(std::string& out, const Content& content) {
     append_json_string(out, content.text);
     return;
   }
-  out.push_back('[');
-  for (size_t i = 0; i < content.parts.size(); ++i) {
-    const ContentPart& p = content.parts[i];
-    if (i > 0) out.push_back(',');
-    Object part(out);
+  write_array(out, content.parts, [](std::string& o, const ContentPart& p) {
+    Object part(o);
     part.str("type", p.type);
     if (p.type == "text") part.str("text", p.text);
     part.extra(p.extra);
-  }
-  out.push_back(']');
+  });
 }
 
 void write_tool_call(std::string& out, const ToolCall& call) {
@@ -143,26 +150,13 @@ void write_message(std::string& out, const Message& m) {
   o.str("role", role_name(m.role));
   if (m.content.form != Content::Form::kAbsent) write_content(o.key("content"), m.content);
   o.opt("name", m.name);
-  if (m.tool_calls) {
-    std::string& calls = o.key("tool_calls");
-    calls.push_back('[');
-    for (size_t i = 0; i < m.tool_calls->size(); ++i) {
-      if (i > 0) calls.push_back(',');
-      write_tool_call(calls, (*m.tool_calls)[i]);
-    }
-    calls.push_back(']');
-  }
+  if (m.tool_calls) write_array(o.key("tool_calls"), *m.tool_calls, write_tool_call);
   o.opt("tool_call_id", m.tool_call_id);
   o.extra(m.extra);
 }
 
 void write_messages(std::string& out, const std::vector<Message>& messages) {
-  out.push_back('[');
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (i > 0) out.push_back(',');
-    write_message(out, messages[i]);
-  }
-  out.push_back(']');
+  write_array(out, messages, write_message);
 }
 
 void write_tool(std::string& out, const Tool& t) {
@@ -180,12 +174,7 @@ void write_tool(std::string& out, const Tool& t) {
 }
 
 void write_tools(std::string& out, const std::vector<Tool>& tools) {
-  out.push_back('[');
-  for (size_t i = 0; i < tools.size(); ++i) {
-    if (i > 0) out.push_back(',');
-    write_tool(out, tools[i]);
-  }
-  out.push_back(']');
+  write_array(out, tools, write_tool);
 }
 
 void write_tool_choice(std::string& out, const ToolChoice& c) {
@@ -220,12 +209,7 @@ void write_prompt(std::string& out, const Prompt& p) {
       case PromptItem::Kind::kTokenIds:
         break;
     }
-    out.push_back('[');
-    for (size_t k = 0; k < i.tokens.size(); ++k) {
-      if (k > 0) out.push_back(',');
-      append_json_int(out, i.tokens[k]);
-    }
-    out.push_back(']');
+    write_array(out, i.tokens, [](std::string& o, int32_t t) { append_json_int(o, t); });
   };
   if (!p.array) {
     if (p.items.empty()) {
@@ -235,12 +219,7 @@ void write_prompt(std::string& out, const Prompt& p) {
     }
     return;
   }
-  out.push_back('[');
-  for (size_t i = 0; i < p.items.size(); ++i) {
-    if (i > 0) out.push_back(',');
-    item(p.items[i]);
-  }
-  out.push_back(']');
+  write_array(out, p.items, [&](std::string&, const PromptItem& i) { item(i); });
 }
 
 // What render_openai changes of the typed value for a backend.
@@ -278,13 +257,8 @@ void write_parameters(Object& o, const ChatRequest& r, const Overrides& ov) {
   }
   if (s.stop) {
     if (s.stop_is_array) {
-      std::string& out = o.key("stop");
-      out.push_back('[');
-      for (size_t i = 0; i < s.stop->size(); ++i) {
-        if (i > 0) out.push_back(',');
-        append_json_string(out, (*s.stop)[i]);
-      }
-      out.push_back(']');
+      write_array(o.key("stop"), *s.stop,
+                  [](std::string& out, const std::string& v) { append_json_string(out, v); });
     } else {
       o.str("stop", s.stop->at(0));
     }
