@@ -35,11 +35,13 @@ std::string chunk(const std::string& delta, const std::string& finish = "null") 
 // got while it streamed.
 std::string translate_all(TranslatingSink& sink) {
   std::string sent;
-  for (const std::string& c :
-       {chunk(R"({"role":"assistant","content":""})"), chunk(R"({"content":"Hello"})"),
-        chunk("{}", "\"stop\""),
-        frame(R"({"id":"c1","object":"chat.completion.chunk","created":1,"model":"up",)"
-              R"("choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}})")}) {
+  for (
+      const std::string& c :
+      {chunk(R"({"role":"assistant","content":""})"), chunk(R"({"content":"Hello"})"),
+       chunk("{}", "\"stop\""),
+       frame(
+           R"({"id":"c1","object":"chat.completion.chunk","created":1,"model":"up",)"
+           R"("choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}})")}) {
     sent += std::string(sink.translate(c));
   }
   sink.end_upstream();
