@@ -1,146 +1,329 @@
 #include "api/openai_render.h"
 
+#include <string>
+#include <type_traits>
+
+#include "api/json_writer.h"
+
 namespace ferry::api {
 
 namespace {
 
-// Writes the kept members of `extra` (an object, or null) after the known ones.
-void append_extra(Json& out, const Json& extra) {
-  if (!extra.is_object()) return;
-  for (auto it = extra.begin(); it != extra.end(); ++it) out[it.key()] = it.value();
-}
+// ---- JSON values kept as sent (extra members, schemas, metadata) -----------------------------
 
-Json content_json(const Content& content) {
-  if (content.form == Content::Form::kText) return content.text;
-  Json parts = Json::array();
-  for (const ContentPart& p : content.parts) {
-    Json part = Json::object();
-    part["type"] = p.type;
-    if (p.type == "text") part["text"] = p.text;
-    append_extra(part, p.extra);
-    parts.push_back(std::move(part));
+// Appends `v` as nlohmann::json::dump() writes it (compact; strings through json_text's escaper,
+// which escapes as dump() does and writes bad UTF-8 as U+FFFD).
+void append_json(std::string& out, const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::object: {
+      out.push_back('{');
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!first) out.push_back(',');
+        first = false;
+        append_json_string(out, it.key());
+        out.push_back(':');
+        append_json(out, it.value());
+      }
+      out.push_back('}');
+      return;
+    }
+    case Json::value_t::array: {
+      out.push_back('[');
+      bool first = true;
+      for (const Json& e : v) {
+        if (!first) out.push_back(',');
+        first = false;
+        append_json(out, e);
+      }
+      out.push_back(']');
+      return;
+    }
+    case Json::value_t::string:
+      append_json_string(out, v.get_ref<const std::string&>());
+      return;
+    case Json::value_t::number_integer:
+      append_json_int(out, v.get<int64_t>());
+      return;
+    case Json::value_t::boolean:
+      out.append(v.get<bool>() ? "true" : "false");
+      return;
+    case Json::value_t::null:
+    case Json::value_t::discarded:
+      out.append("null");
+      return;
+    default:  // unsigned and floating point numbers, binary: nlohmann's own formatting
+      out.append(v.dump(-1, ' ', false, Json::error_handler_t::replace));
+      return;
   }
-  return parts;
 }
 
-Json tool_call_json(const ToolCall& call) {
-  Json out = Json::object();
-  out["id"] = call.id;
-  out["type"] = call.type;
-  out["function"] = Json{{"name", call.name}, {"arguments", call.arguments}};
-  append_extra(out, call.extra);
-  return out;
-}
-
-Json message_json(const Message& m) {
-  Json out = Json::object();
-  out["role"] = std::string(role_name(m.role));
-  if (m.content.form != Content::Form::kAbsent) out["content"] = content_json(m.content);
-  if (m.name) out["name"] = *m.name;
-  if (m.tool_calls) {
-    Json calls = Json::array();
-    for (const ToolCall& c : *m.tool_calls) calls.push_back(tool_call_json(c));
-    out["tool_calls"] = std::move(calls);
+// An object being written: members after the first get their comma.
+class Object {
+ public:
+  explicit Object(std::string& out) : out_(out) { out_.push_back('{'); }
+  ~Object() { out_.push_back('}'); }
+  Object(const Object&) = delete;
+  Object& operator=(const Object&) = delete;
+  // Writes `"key":` and returns the output for the value.
+  std::string& key(std::string_view k) {
+    if (!first_) out_.push_back(',');
+    first_ = false;
+    append_json_string(out_, k);
+    out_.push_back(':');
+    return out_;
   }
-  if (m.tool_call_id) out["tool_call_id"] = *m.tool_call_id;
-  append_extra(out, m.extra);
-  return out;
+  void str(std::string_view k, std::string_view v) { append_json_string(key(k), v); }
+  void json(std::string_view k, const Json& v) { append_json(key(k), v); }
+  void boolean(std::string_view k, bool v) { key(k).append(v ? "true" : "false"); }
+  void num(std::string_view k, int64_t v) { append_json_int(key(k), v); }
+  void num(std::string_view k, double v) { append_json(key(k), Json(v)); }
+  template <typename T>
+  void opt(std::string_view k, const std::optional<T>& v) {
+    if (!v) return;
+    if constexpr (std::is_same_v<T, bool>) {
+      boolean(k, *v);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      str(k, *v);
+    } else {
+      num(k, *v);
+    }
+  }
+  // The kept members of `extra` (an object, or null) after the known ones, but those `skip`
+  // names (written above from a value that replaces them).
+  template <typename Skip>
+  void extra(const Json& extra, Skip&& skip) {
+    if (!extra.is_object()) return;
+    for (auto it = extra.begin(); it != extra.end(); ++it) {
+      if (!skip(it.key())) json(it.key(), it.value());
+    }
+  }
+  void extra(const Json& extra) {
+    this->extra(extra, [](const std::string&) { return false; });
+  }
+
+ private:
+  std::string& out_;
+  bool first_ = true;
+};
+
+// A JSON array of `items`, each written by write_one(out, item).
+template <typename T, typename WriteOne>
+void write_array(std::string& out, const std::vector<T>& items, WriteOne&& write_one) {
+  out.push_back('[');
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    write_one(out, items[i]);
+  }
+  out.push_back(']');
 }
 
-Json tool_json(const Tool& t) {
-  Json fn = Json::object();
-  fn["name"] = t.name;
-  if (t.description) fn["description"] = *t.description;
-  if (!t.parameters.is_null()) fn["parameters"] = t.parameters;
-  if (t.strict) fn["strict"] = *t.strict;
-  append_extra(fn, t.function_extra);
-  Json out = Json::object();
-  out["type"] = "function";
-  out["function"] = std::move(fn);
-  append_extra(out, t.extra);
-  return out;
+// ---- the request's parts --------------------------------------------------------------------
+
+void write_content(std::string& out, const Content& content) {
+  if (content.form == Content::Form::kText) {
+    append_json_string(out, content.text);
+    return;
+  }
+  write_array(out, content.parts, [](std::string& o, const ContentPart& p) {
+    Object part(o);
+    part.str("type", p.type);
+    if (p.type == "text") part.str("text", p.text);
+    part.extra(p.extra);
+  });
 }
 
-Json tool_choice_json(const ToolChoice& c) {
+void write_tool_call(std::string& out, const ToolCall& call) {
+  Object o(out);
+  o.str("id", call.id);
+  o.str("type", call.type);
+  {
+    Object fn(o.key("function"));
+    fn.str("name", call.name);
+    fn.str("arguments", call.arguments);
+  }
+  o.extra(call.extra);
+}
+
+void write_message(std::string& out, const Message& m) {
+  Object o(out);
+  o.str("role", role_name(m.role));
+  if (m.content.form != Content::Form::kAbsent) write_content(o.key("content"), m.content);
+  o.opt("name", m.name);
+  if (m.tool_calls) write_array(o.key("tool_calls"), *m.tool_calls, write_tool_call);
+  o.opt("tool_call_id", m.tool_call_id);
+  o.extra(m.extra);
+}
+
+void write_messages(std::string& out, const std::vector<Message>& messages) {
+  write_array(out, messages, write_message);
+}
+
+void write_tool(std::string& out, const Tool& t) {
+  Object o(out);
+  o.str("type", "function");
+  {
+    Object fn(o.key("function"));
+    fn.str("name", t.name);
+    fn.opt("description", t.description);
+    if (!t.parameters.is_null()) fn.json("parameters", t.parameters);
+    fn.opt("strict", t.strict);
+    fn.extra(t.function_extra);
+  }
+  o.extra(t.extra);
+}
+
+void write_tools(std::string& out, const std::vector<Tool>& tools) {
+  write_array(out, tools, write_tool);
+}
+
+void write_tool_choice(std::string& out, const ToolChoice& c) {
   switch (c.mode) {
     case ToolChoice::Mode::kAuto:
-      return "auto";
+      out.append("\"auto\"");
+      return;
     case ToolChoice::Mode::kNone:
-      return "none";
+      out.append("\"none\"");
+      return;
     case ToolChoice::Mode::kRequired:
-      return "required";
+      out.append("\"required\"");
+      return;
     case ToolChoice::Mode::kFunction:
       break;
   }
-  return Json{{"type", "function"}, {"function", Json{{"name", c.name}}}};
+  Object o(out);
+  o.str("type", "function");
+  Object fn(o.key("function"));
+  fn.str("name", c.name);
 }
 
-Json prompt_json(const Prompt& p) {
-  auto item = [](const PromptItem& i) -> Json {
+void write_prompt(std::string& out, const Prompt& p) {
+  auto item = [&](const PromptItem& i) {
     switch (i.kind) {
       case PromptItem::Kind::kText:
-        return i.text;
+        append_json_string(out, i.text);
+        return;
       case PromptItem::Kind::kTokenId:
-        return static_cast<uint64_t>(i.tokens.at(0));
+        append_json_int(out, i.tokens.at(0));
+        return;
       case PromptItem::Kind::kTokenIds:
         break;
     }
-    Json ids = Json::array();
-    for (int32_t t : i.tokens) ids.push_back(static_cast<uint64_t>(t));
-    return ids;
+    write_array(out, i.tokens, [](std::string& o, int32_t t) { append_json_int(o, t); });
   };
-  if (!p.array) return p.items.empty() ? Json("") : item(p.items[0]);
-  Json out = Json::array();
-  for (const PromptItem& i : p.items) out.push_back(item(i));
-  return out;
+  if (!p.array) {
+    if (p.items.empty()) {
+      out.append("\"\"");
+    } else {
+      item(p.items[0]);
+    }
+    return;
+  }
+  write_array(out, p.items, [&](std::string&, const PromptItem& i) { item(i); });
 }
 
-Json messages_json(const std::vector<Message>& messages) {
-  Json out = Json::array();
-  for (const Message& m : messages) out.push_back(message_json(m));
-  return out;
+// What render_openai changes of the typed value for a backend.
+struct Tweaks {
+  std::string_view model;  // empty: the request's
+  bool force_usage = false;
+  Overrides overrides;
+};
+
+// Which names a rule's max_tokens is written under: the one the client used, max_tokens when
+// it used neither.
+bool caps_max_completion_tokens(const ChatRequest& r, const Overrides& ov) {
+  return ov.max_tokens && r.limits.max_completion_tokens;
+}
+bool caps_max_tokens(const ChatRequest& r, const Overrides& ov) {
+  return ov.max_tokens && (r.limits.max_tokens || !r.limits.max_completion_tokens);
 }
 
-Json tools_json(const ChatRequest& r) {
-  Json out = Json::array();
-  for (const Tool& t : *r.tools) out.push_back(tool_json(t));
-  return out;
-}
-
-template <typename T>
-void put(Json& out, const char* key, const std::optional<T>& v) {
-  if (v) out[key] = *v;
-}
-
-// Sampling, logprobs and limits in OpenAI's order.
-void parameters_json(const ChatRequest& r, Json& out) {
+// Sampling, logprobs and limits in OpenAI's order, a rule's overrides in place of the
+// client's values (max_tokens under the name the client used, max_tokens when none).
+void write_parameters(Object& o, const ChatRequest& r, const Overrides& ov) {
   const Sampling& s = r.sampling;
-  put(out, "max_tokens", r.limits.max_tokens);
-  put(out, "max_completion_tokens", r.limits.max_completion_tokens);
-  put(out, "n", r.limits.n);
-  put(out, "temperature", s.temperature);
-  put(out, "top_p", s.top_p);
-  put(out, "presence_penalty", s.presence_penalty);
-  put(out, "frequency_penalty", s.frequency_penalty);
-  put(out, "seed", s.seed);
+  o.opt("max_tokens", caps_max_tokens(r, ov) ? ov.max_tokens : r.limits.max_tokens);
+  o.opt("max_completion_tokens",
+        caps_max_completion_tokens(r, ov) ? ov.max_tokens : r.limits.max_completion_tokens);
+  o.opt("n", r.limits.n);
+  o.opt("temperature", ov.temperature ? ov.temperature : s.temperature);
+  o.opt("top_p", ov.top_p ? ov.top_p : s.top_p);
+  o.opt("presence_penalty", s.presence_penalty);
+  o.opt("frequency_penalty", s.frequency_penalty);
+  o.opt("seed", s.seed);
   if (s.logit_bias) {
-    Json bias = Json::object();
-    for (const auto& [id, v] : *s.logit_bias) bias[std::to_string(id)] = v;
-    out["logit_bias"] = std::move(bias);
+    Object bias(o.key("logit_bias"));
+    for (const auto& [id, v] : *s.logit_bias) bias.num(std::to_string(id), v);
   }
-  if (s.stop) out["stop"] = s.stop_is_array ? Json(*s.stop) : Json(s.stop->at(0));
+  if (s.stop) {
+    if (s.stop_is_array) {
+      write_array(o.key("stop"), *s.stop,
+                  [](std::string& out, const std::string& v) { append_json_string(out, v); });
+    } else {
+      o.str("stop", s.stop->at(0));
+    }
+  }
   if (r.chat()) {
-    put(out, "logprobs", r.logprobs.logprobs);
-    put(out, "top_logprobs", r.logprobs.top_logprobs);
+    o.opt("logprobs", r.logprobs.logprobs);
+    o.opt("top_logprobs", r.logprobs.top_logprobs);
   } else {
-    put(out, "logprobs", r.logprobs.top_logprobs);
+    o.opt("logprobs", r.logprobs.top_logprobs);
   }
-  put(out, "echo", r.limits.echo);
-  put(out, "best_of", r.limits.best_of);
-  put(out, "min_p", s.min_p);
-  put(out, "top_k", s.top_k);
-  put(out, "repetition_penalty", s.repetition_penalty);
-  put(out, "ignore_eos", s.ignore_eos);
+  o.opt("echo", r.limits.echo);
+  o.opt("best_of", r.limits.best_of);
+  o.opt("min_p", s.min_p);
+  o.opt("top_k", s.top_k);
+  o.opt("repetition_penalty", s.repetition_penalty);
+  o.opt("ignore_eos", s.ignore_eos);
+}
+
+void write_stream_options(Object& o, const ChatRequest& r, bool force_usage) {
+  if (!r.stream_options && !force_usage) return;
+  Object so(o.key("stream_options"));
+  if (force_usage) {
+    so.boolean("include_usage", true);
+  } else {
+    so.opt("include_usage", r.stream_options->include_usage);
+  }
+  if (r.stream_options) {
+    so.extra(r.stream_options->extra,
+             [&](const std::string& k) { return force_usage && k == "include_usage"; });
+  }
+}
+
+void write_request(std::string& out, const ChatRequest& r, const Tweaks& t) {
+  Object o(out);
+  o.str("model", t.model.empty() ? std::string_view(r.model) : t.model);
+  if (r.chat()) {
+    write_messages(o.key("messages"), r.messages);
+  } else {
+    write_prompt(o.key("prompt"), r.prompt);
+  }
+  o.opt("stream", r.stream);
+  write_stream_options(o, r, t.force_usage);
+  write_parameters(o, r, t.overrides);
+  if (r.tools) write_tools(o.key("tools"), *r.tools);
+  if (r.tool_choice) write_tool_choice(o.key("tool_choice"), *r.tool_choice);
+  o.opt("parallel_tool_calls", r.parallel_tool_calls);
+  if (!r.functions.is_null()) o.json("functions", r.functions);
+  if (r.response_format) {
+    Object rf(o.key("response_format"));
+    rf.str("type", r.response_format->type);
+    if (!r.response_format->json_schema.is_null()) {
+      rf.json("json_schema", r.response_format->json_schema);
+    }
+    rf.extra(r.response_format->extra);
+  }
+  o.opt("user", r.metadata.user);
+  if (!r.metadata.metadata.is_null()) o.json("metadata", r.metadata.metadata);
+  // A member kept in extra (sent as null, or not in OpenAI's shape) that a tweak wrote above.
+  const Overrides& ov = t.overrides;
+  o.extra(r.extra, [&](const std::string& k) {
+    return (t.force_usage && k == "stream_options") ||
+           (caps_max_tokens(r, ov) && k == "max_tokens") ||
+           (caps_max_completion_tokens(r, ov) && k == "max_completion_tokens") ||
+           (ov.temperature && k == "temperature") || (ov.top_p && k == "top_p");
+  });
 }
 
 }  // namespace
@@ -172,71 +355,40 @@ std::optional<Role> role_from_name(std::string_view name) {
 }
 
 Json to_openai_json(const ChatRequest& r) {
-  Json out = Json::object();
-  out["model"] = r.model;
-  if (r.chat()) {
-    out["messages"] = messages_json(r.messages);
-  } else {
-    out["prompt"] = prompt_json(r.prompt);
-  }
-  put(out, "stream", r.stream);
-  if (r.stream_options) {
-    Json so = Json::object();
-    put(so, "include_usage", r.stream_options->include_usage);
-    append_extra(so, r.stream_options->extra);
-    out["stream_options"] = std::move(so);
-  }
-  parameters_json(r, out);
-  if (r.tools) out["tools"] = tools_json(r);
-  if (r.tool_choice) out["tool_choice"] = tool_choice_json(*r.tool_choice);
-  put(out, "parallel_tool_calls", r.parallel_tool_calls);
-  if (!r.functions.is_null()) out["functions"] = r.functions;
-  if (r.response_format) {
-    Json rf = Json::object();
-    rf["type"] = r.response_format->type;
-    if (!r.response_format->json_schema.is_null())
-      rf["json_schema"] = r.response_format->json_schema;
-    append_extra(rf, r.response_format->extra);
-    out["response_format"] = std::move(rf);
-  }
-  put(out, "user", r.metadata.user);
-  if (!r.metadata.metadata.is_null()) out["metadata"] = r.metadata.metadata;
-  append_extra(out, r.extra);
-  return out;
+  std::string text;
+  write_request(text, r, {});
+  return Json::parse(text);
 }
 
 std::string render_openai(const ChatRequest& r, std::string_view upstream_model,
                           const Overrides& overrides) {
-  Json body = to_openai_json(r);
-  body["model"] = std::string(upstream_model);
-  if (r.streams()) body["stream_options"]["include_usage"] = true;
-  if (overrides.max_tokens) {
-    if (r.limits.max_completion_tokens) body["max_completion_tokens"] = *overrides.max_tokens;
-    if (r.limits.max_tokens || !r.limits.max_completion_tokens) {
-      body["max_tokens"] = *overrides.max_tokens;
-    }
-  }
-  if (overrides.temperature) body["temperature"] = *overrides.temperature;
-  if (overrides.top_p) body["top_p"] = *overrides.top_p;
-  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out;
+  out.reserve(r.messages.size() * 64 + 256);
+  write_request(out, r, {upstream_model, r.streams(), overrides});
+  return out;
 }
 
 Json template_input(const ChatRequest& r) {
-  Json out = Json::object();
-  if (!r.chat()) {
-    out["prompt"] = prompt_json(r.prompt);
-    return out;
+  // Written as text, then read into the tree the template engine takes: one writer of the
+  // typed request's OpenAI form.
+  std::string text;
+  {
+    Object o(text);
+    if (!r.chat()) {
+      write_prompt(o.key("prompt"), r.prompt);
+    } else {
+      write_messages(o.key("messages"), r.messages);
+      if (r.tools) {
+        write_tools(o.key("tools"), *r.tools);
+      } else if (r.extra.is_object() && r.extra.contains("tools")) {
+        o.json("tools", r.extra["tools"]);
+      }
+      if (r.extra.is_object() && r.extra.contains("chat_template_kwargs")) {
+        o.json("chat_template_kwargs", r.extra["chat_template_kwargs"]);
+      }
+    }
   }
-  out["messages"] = messages_json(r.messages);
-  if (r.tools) {
-    out["tools"] = tools_json(r);
-  } else if (r.extra.is_object() && r.extra.contains("tools")) {
-    out["tools"] = r.extra["tools"];
-  }
-  if (r.extra.is_object() && r.extra.contains("chat_template_kwargs")) {
-    out["chat_template_kwargs"] = r.extra["chat_template_kwargs"];
-  }
-  return out;
+  return Json::parse(text);
 }
 
 }  // namespace ferry::api

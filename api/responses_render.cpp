@@ -1,6 +1,7 @@
 #include "api/responses_render.h"
 
 #include <ctime>
+#include <utility>
 
 #include "api/json_writer.h"
 #include "api/openai_chat_render.h"
@@ -12,7 +13,7 @@ namespace {
 constexpr size_t kIdChars = 48;
 constexpr size_t kCallIdChars = 24;
 
-enum class ItemStatus : uint8_t { kInProgress, kCompleted, kIncomplete, kFailed };
+using ItemStatus = ResponsesStreamRenderer::ItemStatus;
 
 std::string_view status_name(ItemStatus s) {
   switch (s) {
@@ -38,6 +39,13 @@ ItemStatus final_status(FinishReason reason) {
     default:
       return ItemStatus::kCompleted;
   }
+}
+
+// A finished item's status: the item the answer ended in is cut short (incomplete) when the
+// limit, a filter or a failure ended the response; the others completed.
+ItemStatus item_status(ItemStatus response, bool last) {
+  return last && response != ItemStatus::kCompleted ? ItemStatus::kIncomplete
+                                                    : ItemStatus::kCompleted;
 }
 
 ResponseItemIds make_item_ids(BlockKind kind, std::string_view call_id) {
@@ -149,7 +157,8 @@ void write_response(JsonWriter& w, const ResponseView& r) {
   bool final_status = r.status != ItemStatus::kInProgress;
   for (size_t i = 0; final_status && i < a.blocks.size(); ++i) {
     if (i > 0) w.raw(",");
-    write_item(w, a.blocks[i], (*r.ids)[i], ItemStatus::kCompleted, /*whole=*/true);
+    write_item(w, a.blocks[i], (*r.ids)[i], item_status(r.status, i + 1 == a.blocks.size()),
+               /*whole=*/true);
   }
   w.raw("],\"parallel_tool_calls\":").raw(echo.parallel_tool_calls ? "true" : "false");
   w.raw(",\"previous_response_id\":").str_or_null(echo.previous_response_id);
@@ -234,6 +243,7 @@ void ResponsesStreamRenderer::render_start(const StartEvent& e, std::string& out
 }
 
 void ResponsesStreamRenderer::render_block_start(const BlockStartEvent& e, std::string& out) {
+  render_item_done(out, ItemStatus::kCompleted);  // another block follows the last one
   const ResponseItemIds& ids = ids_.emplace_back(make_item_ids(e.kind, e.call_id));
   const Block& b = builder_.answer().blocks.back();
   JsonWriter w(out);
@@ -299,36 +309,55 @@ void ResponsesStreamRenderer::render_block_stop(const BlockStopEvent& e, std::st
     w.raw("}");
     end_sse_event(out);
   }
+  pending_done_ = static_cast<int64_t>(e.index);  // its status: when the next event says
+}
+
+void ResponsesStreamRenderer::render_item_done(std::string& out, ItemStatus status) {
+  if (pending_done_ < 0) return;
+  auto index = static_cast<size_t>(std::exchange(pending_done_, -1));
+  JsonWriter w(out);
   begin(out, "response.output_item.done");
-  w.raw(",\"output_index\":").num(e.index).raw(",\"item\":");
-  write_item(w, b, ids, ItemStatus::kCompleted, /*whole=*/true);
+  w.raw(",\"output_index\":").num(static_cast<int64_t>(index)).raw(",\"item\":");
+  write_item(w, builder_.answer().blocks[index], ids_[index], status, /*whole=*/true);
   w.raw("}");
   end_sse_event(out);
 }
 
+void ResponsesStreamRenderer::render_failed(const Error& error, std::string& out) {
+  Answer failed = builder_.answer();
+  failed.finish = FinishReason::kError;
+  failed.error = error;
+  render_item_done(out, ItemStatus::kIncomplete);
+  begin(out, "response.failed");
+  JsonWriter w(out);
+  w.raw(",\"response\":");
+  write_response(w, ResponseView{id_, created_at_, model_, ItemStatus::kFailed, &failed, &ids_,
+                                 &options_.echo});
+  w.raw("}");
+  end_sse_event(out);
+}
+
+void ResponsesStreamRenderer::fail_after_end(const Error& error, std::string& out) {
+  if (!started_) return;
+  done_ = true;
+  sequence_ = end_sequence_;  // the end rendered is not sent: its numbers are free again
+  pending_done_ = end_pending_;
+  render_failed(error, out);
+}
+
 void ResponsesStreamRenderer::render_end(std::string& out) {
   done_ = true;
+  end_sequence_ = sequence_;
+  end_pending_ = pending_done_;
   const Answer& a = builder_.answer();
-  if (builder_.violation()) {
-    // A producer broke the event grammar: the stream fails rather than render nonsense.
-    if (started_) {
-      Answer failed = a;
-      failed.finish = FinishReason::kError;
-      failed.error = builder_.violation();
-      begin(out, "response.failed");
-      JsonWriter w(out);
-      w.raw(",\"response\":");
-      write_response(w, ResponseView{id_, created_at_, model_, ItemStatus::kFailed, &failed, &ids_,
-                                     &options_.echo});
-      w.raw("}");
-      end_sse_event(out);
-      return;
-    }
-  }
+  // A producer broke the event grammar: the stream fails rather than render nonsense.
+  if (builder_.violation() && started_) return render_failed(*builder_.violation(), out);
   if (a.finish != FinishReason::kError && !builder_.violation()) {
+    render_item_done(out, item_status(final_status(a.finish), true));
     bool complete = final_status(a.finish) == ItemStatus::kCompleted;
     return render_response_event(out, complete ? "response.completed" : "response.incomplete");
   }
+  render_item_done(out, ItemStatus::kIncomplete);
   if (started_) return render_response_event(out, "response.failed");
   // Nothing started: no response to fail, an `error` event.
   const Error& e = builder_.violation() ? *builder_.violation() : *a.error;

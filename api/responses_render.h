@@ -69,6 +69,14 @@ class ResponsesStreamRenderer {
   // Set when the producer's events broke the event grammar: the stream ended with
   // response.failed (or `error`) that the producer did not send.
   const std::optional<Error>& failure() const { return builder_.violation(); }
+  // After a stream this renderer ended, the answer failed anyway (e.g. the ledger could not
+  // record it): what the end rendered is not sent, and this is sent instead: the last item's
+  // output_item.done (incomplete) and response.failed with the output so far, the same id,
+  // the sequence numbers going on from before the end. Nothing before a start.
+  void fail_after_end(const Error& error, std::string& out);
+
+  // An output item's or the response's status.
+  enum class ItemStatus : uint8_t { kInProgress, kCompleted, kIncomplete, kFailed };
 
  private:
   // `event: <type>\ndata: {"type":"<type>","sequence_number":N` (the caller adds members).
@@ -79,6 +87,10 @@ class ResponsesStreamRenderer {
   void render_delta(const DeltaEvent& e, std::string& out);
   void render_block_stop(const BlockStopEvent& e, std::string& out);
   void render_end(std::string& out);
+  void render_failed(const Error& error, std::string& out);
+  // The output_item.done of the block that stopped last, once the next event says whether it
+  // completed (another block starts) or was cut (the answer ended by the limit or a failure).
+  void render_item_done(std::string& out, ItemStatus status);
 
   ResponsesRenderOptions options_;
   AnswerBuilder builder_;             // the answer so far, for the .done events and the end
@@ -89,6 +101,9 @@ class ResponsesStreamRenderer {
   int64_t sequence_ = 0;
   bool started_ = false;
   bool done_ = false;
+  int64_t pending_done_ = -1;  // the block whose output_item.done waits, or -1
+  int64_t end_sequence_ = 0;   // sequence_ and pending_done_ when the end was rendered
+  int64_t end_pending_ = -1;
 };
 
 }  // namespace ferry::api

@@ -69,13 +69,16 @@ std::vector<std::string> upstream_chunks() {
   return out;
 }
 
-// What adapters/http_backend's relay does with one chunk: usage, the model renamed, the SSE
-// frame. Returns the frame.
+// What adapters/http_backend's relay does with one chunk: usage, the model renamed (not for a
+// translated hop: its renderer names the model; `quoted_model` empty), the SSE frame. Returns
+// the frame.
 std::string relay(std::string_view data, const std::string& quoted_model, bool wants_usage) {
   adapters::ChunkAction action = adapters::inspect_stream_chunk(data, wants_usage);
   std::string_view current = action.rewritten ? std::string_view(*action.rewritten) : data;
-  if (auto renamed = adapters::with_quoted_model(current, quoted_model)) {
-    action.rewritten = std::move(renamed);
+  if (!quoted_model.empty()) {
+    if (auto renamed = adapters::with_quoted_model(current, quoted_model)) {
+      action.rewritten = std::move(renamed);
+    }
   }
   std::string frame = "data: ";
   frame.append(action.rewritten ? std::string_view(*action.rewritten) : data);
@@ -109,7 +112,7 @@ BENCHMARK(BM_RequestChat);
 void BM_RequestMessagesTranslated(benchmark::State& state) {
   const std::string body = messages_request();
   const auto chunks = upstream_chunks();
-  const std::string quoted = adapters::quote_model("coder");
+  const std::string quoted;  // a translated hop: the model is not renamed in the relay
   const gateway::FrontEnd& fe = gateway::frontend(api::Endpoint::kMessages);
   NullSink client;
   for (auto _ : state) {

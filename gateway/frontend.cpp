@@ -126,8 +126,8 @@ const FrontEnd kFrontEnds[] = {
      openai_error_body, openai_stream_error, "data: [DONE]\n\n"},
     {api::Endpoint::kMessages, parse_messages, anthropic_error_body, anthropic_stream_error, "",
      render_message, messages_stream},
-    {api::Endpoint::kResponses, parse_responses_request, openai_error_body, openai_stream_error, "",
-     render_responses_answer, responses_stream_renderer},
+    {api::Endpoint::kResponses, parse_responses_request, openai_error_body, responses_stream_error,
+     "", render_responses_answer, responses_stream_renderer},
     {api::Endpoint::kEmbeddings, parse_openai_request<api::Endpoint::kEmbeddings>,
      openai_error_body, openai_stream_error, "data: [DONE]\n\n"},
 };

@@ -41,6 +41,10 @@ class StreamRenderer {
   // Why the renderer could not render the answer it was given (it ended the stream with its
   // error event), if it could not.
   virtual std::optional<Error> failure() const = 0;
+  // The answer this renderer ended (its end not sent) failed after all (the ledger): the
+  // API's failure event in the same stream (Responses: response.failed with its id and next
+  // sequence number); false when the front-end's plain stream_error is its failure event.
+  virtual bool fail_after_end(const Error& /*error*/, std::string& /*out*/) { return false; }
 };
 
 // What the client's request carries beside its body that a front-end reads.

@@ -9,6 +9,7 @@
 #include "api/openai_render.h"
 #include "common/clock.h"
 #include "common/saturating.h"
+#include "gateway/frontend.h"
 #include "gateway/prompt_count.h"
 #include "gateway/response_cache.h"
 #include "gateway/trim.h"
@@ -128,7 +129,11 @@ PlannedHop make_hop(const RequestContext& ctx, const ParsedRequest& request,
   hop.request.stream = request.stream;
   hop.request.client_wants_usage = native ? request.include_usage : true;
   hop.request.request_id = ctx.request_id;
-  hop.request.reply_model = request.model;
+  // A translated answer gets the client's model name from its renderer (RenderContext): the
+  // backend leaves the upstream's name alone.
+  if (native || !translates(request.api, hop.request.endpoint)) {
+    hop.request.reply_model = request.model;
+  }
   if (native) {
     hop.request.body = upstream_body(request, t->model->upstream_model, overrides);
     if (request.api != request.endpoint) hop.request.headers = request.native_headers;

@@ -376,7 +376,7 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
     Status kept = co_await store_response(server, client, rec);
     if (!kept) {
       rec.error = kept.error().message;
-      done = client.fe.stream_error(not_stored(kept));
+      done = client.tail(not_stored(kept));
     }
     co_await sink.finish(done);
     co_return kept && !sink.broken() && keep_alive;

@@ -45,6 +45,11 @@ class ResponsesStream final : public StreamRenderer {
       *final_ = final_response_of(std::string_view(out).substr(before));
   }
   std::optional<Error> failure() const override { return renderer_.failure(); }
+  bool fail_after_end(const Error& error, std::string& out) override {
+    renderer_.fail_after_end(error, out);
+    if (final_ != nullptr) final_->clear();  // a failed response is not stored
+    return true;
+  }
 
  private:
   api::ResponsesStreamRenderer renderer_;
@@ -101,6 +106,13 @@ Result<api::WireBody> render_responses_answer(const api::Answer& answer,
   api::WireBody body = api::render_response(answer, options_of(context));
   if (context.final_response != nullptr && body.status == 200) *context.final_response = body.body;
   return body;
+}
+
+std::string responses_stream_error(const Error& error) {
+  std::string out;
+  api::ResponsesStreamRenderer renderer;
+  renderer.render(api::ErrorEvent{&error}, out);
+  return out;
 }
 
 std::unique_ptr<StreamRenderer> responses_stream_renderer(const RenderContext& context) {

@@ -28,6 +28,9 @@ Result<ParsedRequest> parse_responses_request(std::string body, const FrontEndHe
 Result<api::WireBody> render_responses_answer(const api::Answer& answer,
                                               const RenderContext& context);
 std::unique_ptr<StreamRenderer> responses_stream_renderer(const RenderContext& context);
+// A Responses stream that fails outside a renderer: its `error` event (type, code, message,
+// param).
+std::string responses_stream_error(const Error& error);
 
 // The 404 of a previous_response_id ferry does not have (missing, expired, another key's).
 Error previous_response_not_found(std::string_view id);

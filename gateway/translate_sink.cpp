@@ -1,6 +1,8 @@
 #include "gateway/translate_sink.h"
 
+#include <algorithm>
 #include <utility>
+#include <variant>
 
 namespace ferry::gateway {
 
@@ -23,6 +25,7 @@ void TranslatingSink::Renderer::on_event(const api::Event& event) {
     renderer_->render(s, out);
     return;
   }
+  if (std::holds_alternative<api::FinishEvent>(event)) finish_at = out.size();
   renderer_->render(event, out);
 }
 
@@ -71,6 +74,7 @@ boost::asio::awaitable<bool> TranslatingSink::write(std::string_view sse_bytes) 
 void TranslatingSink::end_upstream() {
   if (ended_) return;
   renderer_.out.clear();
+  renderer_.finish_at = std::string::npos;
   if (!parser_.finished()) {
     if (Status s = parser_.end(renderer_); !s) fail(s.error());
   }
@@ -90,7 +94,14 @@ std::string TranslatingSink::finish(const std::optional<Error>& error) {
     }
   }
   // The answer was rendered whole, and failed after (the ledger): the error event instead.
-  if (error && tail_finished_) return frontend_.stream_error(*error);
+  // What the tail holds before the finish (a block's end) still goes out.
+  if (error && tail_finished_) {
+    std::string out = std::exchange(tail_, {});
+    out.resize(std::min(out.size(), renderer_.finish_at));
+    renderer_.finish_at = 0;  // a second failure keeps nothing of the tail
+    if (!renderer_.fail_after_end(*error, out)) out += frontend_.stream_error(*error);
+    return out;
+  }
   ended_ = true;
   return std::exchange(tail_, {}) + std::exchange(renderer_.out, {});
 }

@@ -40,7 +40,8 @@ class TranslatingSink final : public adapters::StreamSink {
   void end_upstream();
 
   // The bytes that end the client's stream: after success the finish, after `error` (or a
-  // translation failure) the error event.
+  // translation failure) the error event; `error` after a successful end (the ledger or the
+  // response store failed) replaces the end with the front-end's failure event.
   std::string finish(const std::optional<Error>& error);
 
   // Why the upstream stream could not be translated (a kBackendError), if it could not.
@@ -56,7 +57,11 @@ class TranslatingSink final : public adapters::StreamSink {
     Renderer(std::unique_ptr<StreamRenderer> renderer, const RenderContext& context);
     void on_event(const api::Event& event) override;
     std::optional<Error> failure() const { return renderer_->failure(); }
+    bool fail_after_end(const Error& error, std::string& out_bytes) {
+      return renderer_->fail_after_end(error, out_bytes);
+    }
     std::string out;
+    size_t finish_at = std::string::npos;  // where in `out` the Finish event's bytes begin
 
    private:
     std::unique_ptr<StreamRenderer> renderer_;

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/api/event_log.h"
@@ -214,6 +216,68 @@ TEST(ResponsesStream, AProducerThatBreaksTheGrammarFailsTheResponse) {
   auto ev = parse_sse(out);
   EXPECT_EQ(ev.back().first, "response.failed");
   EXPECT_EQ(ev.back().second["response"]["error"]["code"], "server_error");
+}
+
+// A call the output limit cut: the item it ended in is incomplete, in its output_item.done and
+// in the final response; the items before it completed.
+TEST(ResponsesStream, TheItemTheLimitCutIsIncomplete) {
+  Answer a;
+  a.blocks.push_back(Block{BlockKind::kText, "Let me look.", "", "", "", ""});
+  a.blocks.push_back(Block{BlockKind::kToolCall, "", "", "call_1", "read", "{\"path\":\"ma"});
+  a.finish = FinishReason::kLength;
+  ResponsesStreamRenderer r;
+  RenderSink sink(r);
+  replay(a, sink, 3);
+  auto ev = parse_sse(sink.out);
+  std::map<int, std::string> done_status;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    EXPECT_EQ(ev[i].second["sequence_number"], i);
+    if (ev[i].first == "response.output_item.done") {
+      done_status[ev[i].second["output_index"]] = ev[i].second["item"]["status"];
+    }
+  }
+  EXPECT_EQ(done_status, (std::map<int, std::string>{{0, "completed"}, {1, "incomplete"}}));
+  ASSERT_EQ(ev.back().first, "response.incomplete");
+  const json& output = ev.back().second["response"]["output"];
+  EXPECT_EQ(output[0]["status"], "completed");
+  EXPECT_EQ(output[1]["status"], "incomplete");
+  EXPECT_EQ(output[1]["arguments"], "{\"path\":\"ma");
+
+  json body = json::parse(render_response(a).body);
+  EXPECT_EQ(body["output"][0]["status"], "completed");
+  EXPECT_EQ(body["output"][1]["status"], "incomplete");
+  a.finish = FinishReason::kToolCalls;  // not cut: every item completed
+  body = json::parse(render_response(a).body);
+  EXPECT_EQ(body["output"][1]["status"], "completed");
+}
+
+// The answer was rendered whole, then failed (the ledger): what the end rendered is replaced
+// by response.failed, numbered on from before the end, with the last item incomplete.
+TEST(ResponsesStream, FailAfterTheEndReplacesTheEnd) {
+  ResponsesStreamRenderer r;
+  std::string sent;
+  r.render(StartEvent{"x", "m", 0, {}}, sent);
+  r.render(BlockStartEvent{0, BlockKind::kText, {}, {}}, sent);
+  r.render(DeltaEvent{0, DeltaKind::kText, "all of it"}, sent);
+  r.render(BlockStopEvent{0}, sent);
+  std::string end;
+  r.render(FinishEvent{FinishReason::kStop, {}, Usage{3, 4, 0, 0, true}}, end);
+  ASSERT_NE(end.find("response.completed"), std::string::npos);
+  std::string failed;
+  Error e = Error::make(ErrorCode::kUnavailable, "the ledger is down");
+  r.fail_after_end(e, failed);
+  auto before = parse_sse(sent);
+  auto ev = parse_sse(failed);
+  ASSERT_EQ(ev.size(), 2u) << failed;
+  EXPECT_EQ(ev[0].first, "response.output_item.done");
+  EXPECT_EQ(ev[0].second["item"]["status"], "incomplete");
+  EXPECT_EQ(ev[0].second["sequence_number"], before.size());
+  EXPECT_EQ(ev[1].first, "response.failed");
+  EXPECT_EQ(ev[1].second["sequence_number"], before.size() + 1);
+  EXPECT_EQ(ev[1].second["response"]["id"], before[0].second["response"]["id"]);
+  EXPECT_EQ(ev[1].second["response"]["status"], "failed");
+  EXPECT_EQ(ev[1].second["response"]["error"]["message"], "the ledger is down");
+  EXPECT_EQ(ev[1].second["response"]["output"][0]["content"][0]["text"], "all of it");
 }
 
 }  // namespace

@@ -370,6 +370,7 @@ TEST_F(ResponsesTest, AFunctionCallCutByTheLimitIsIncomplete) {
   ASSERT_EQ(r["output"].size(), 1u) << r.dump();
   EXPECT_EQ(r["output"][0]["type"], "function_call");
   EXPECT_EQ(r["output"][0]["arguments"], cut);
+  EXPECT_EQ(r["output"][0]["status"], "incomplete") << "the item the limit cut";
   StreamResult s =
       stream_request(ferry_.address, "/v1/responses",
                      {{"model", "cut-call"}, {"input", text}, {"tools", tools}, {"stream", true}});
@@ -380,7 +381,15 @@ TEST_F(ResponsesTest, AFunctionCallCutByTheLimitIsIncomplete) {
     if (c["type"] == "response.function_call_arguments.delta") deltas += c["delta"];
   }
   EXPECT_EQ(deltas, cut);
+  int items_done = 0;
+  for (const auto& c : s.chunks) {
+    if (c["type"] != "response.output_item.done") continue;
+    ++items_done;
+    EXPECT_EQ(c["item"]["status"], "incomplete") << c.dump();
+  }
+  EXPECT_EQ(items_done, 1);
   EXPECT_EQ(s.chunks.back()["type"], "response.incomplete");
+  EXPECT_EQ(s.chunks.back()["response"]["output"][0]["status"], "incomplete");
   EXPECT_EQ(s.chunks.back()["response"]["incomplete_details"]["reason"], "max_output_tokens");
   expect_serving();
 }
