@@ -114,7 +114,9 @@ TEST_F(RateLimitTest, ConfigNeedsALedgerAndValidEntries) {
     Process p({ferry_binary(), "serve", "--config", path});
     auto status = p.wait_exit(Ms(10000));
     EXPECT_TRUE(status) << "ferry serve kept running on a bad config";
-    if (status) EXPECT_NE(*status, 0);
+    if (status) {
+      EXPECT_NE(*status, 0);
+    }
     return p.stderr_text();
   };
   std::string cfg = standard_config(upstream_.address);
