@@ -114,8 +114,9 @@ ReplicaPool::ReplicaPool(config::BackendConfig config, BreakerOptions breaker)
     one.port = r.port;
     one.path_prefix = r.path_prefix;
     one.replicas.clear();
-    replicas_.push_back(std::make_unique<Replica>(
-        r.base_url, std::make_unique<HttpBackend>(std::move(one)), breaker, mix(fnv1a(r.base_url))));
+    replicas_.push_back(std::make_unique<Replica>(r.base_url,
+                                                  std::make_unique<HttpBackend>(std::move(one)),
+                                                  breaker, mix(fnv1a(r.base_url))));
   }
 }
 
@@ -183,9 +184,9 @@ boost::asio::awaitable<Result<BackendReply>> ReplicaPool::send(const BackendRequ
       r.breaker.record_failure();
       r.failures.fetch_add(1, std::memory_order_relaxed);
       // A failing replica looks slow: ties on outstanding requests go to the others.
-      r.latency_ewma_us.store(std::max(r.latency_ewma_us.load(std::memory_order_relaxed),
-                                       kFailurePenaltyUs),
-                              std::memory_order_relaxed);
+      r.latency_ewma_us.store(
+          std::max(r.latency_ewma_us.load(std::memory_order_relaxed), kFailurePenaltyUs),
+          std::memory_order_relaxed);
     } else {
       r.breaker.record_success();  // it answered; the request was the problem
     }

@@ -480,7 +480,10 @@ double gateway_cpu_us(Ledger& ledger, std::vector<RequestRecord>& records,
     Money worst = ledger.worst_case(route, 2000, 512);
     (void)ledger.budget_left_pct(subject);
     auto admission = ledger.admit(subject, worst, 2512);
-    if (!admission) return -1;
+    if (!admission) {
+      std::fprintf(stderr, "admit: %s\n", admission.error().message.c_str());
+      return -1;
+    }
     ledger.record(std::move(r), std::move(*admission),
                   [&](const Status&) { durable.fetch_add(1); });
   }

@@ -639,18 +639,21 @@ Result<LeaseGrant> PgStore::lease(const BudgetCharge& budget, Money want, int64_
 
 Result<RateGrant> PgStore::take_rate(const std::string& name, std::string_view dimension,
                                      int64_t per_minute, int64_t want, int64_t now_us) {
+  // (Parameters cast to bigint: PostgreSQL would infer int4 from the literals and overflow.)
   // One statement, atomic under the bucket's row lock: the bucket is created full, refilled
   // for the time since it was last read (at most a minute's worth: it is then full; a clock
   // behind the last reader's refills nothing), and the grant taken out of what it holds.
   const std::string refilled =
-      "LEAST($3*60000000, b.level + LEAST(GREATEST($4-b.updated_us,0),60000000)*$3)";
-  const std::string granted = "LEAST(GREATEST(" + refilled + ",0),$5)";
+      "LEAST($3::bigint*60000000, b.level + "
+      "LEAST(GREATEST($4::bigint-b.updated_us,0),60000000)*$3::bigint)";
+  const std::string granted = "LEAST(GREATEST(" + refilled + ",0),$5::bigint)";
   auto got = conn_.run(
       "INSERT INTO rate_buckets AS b(name,dimension,per_minute,level,updated_us,last_grant) "
-      "VALUES($1,$2,$3,$3*60000000-LEAST($5,$3*60000000),$4,LEAST($5,$3*60000000)) "
-      "ON CONFLICT (name,dimension) DO UPDATE SET per_minute=$3, level=" +
+      "VALUES($1,$2,$3::bigint,$3::bigint*60000000-LEAST($5::bigint,$3::bigint*60000000),$4::"
+      "bigint,LEAST($5::bigint,$3::bigint*60000000)) "
+      "ON CONFLICT (name,dimension) DO UPDATE SET per_minute=$3::bigint, level=" +
           refilled + "-" + granted + ", last_grant=" + granted +
-          ", updated_us=GREATEST(b.updated_us,$4) RETURNING last_grant, level",
+          ", updated_us=GREATEST(b.updated_us,$4::bigint) RETURNING last_grant, level",
       {name, std::string(dimension), pg_int(per_minute), pg_int(now_us), pg_int(want)});
   if (!got) return got.error();
   return RateGrant{got->integer(0, 0), got->integer(0, 1)};
@@ -659,7 +662,8 @@ Result<RateGrant> PgStore::take_rate(const std::string& name, std::string_view d
 Status PgStore::give_rate(const std::string& name, std::string_view dimension, int64_t per_minute,
                           int64_t units) {
   auto done = conn_.run(
-      "UPDATE rate_buckets SET level = LEAST($3*60000000, level + $4) WHERE name=$1 AND "
+      "UPDATE rate_buckets SET level = LEAST($3::bigint*60000000, level + $4::bigint) WHERE "
+      "name=$1 AND "
       "dimension=$2",
       {name, std::string(dimension), pg_int(per_minute), pg_int(units)});
   if (!done) return done.error();

@@ -98,8 +98,7 @@ RateView RateBook::view(size_t bucket, int64_t now_us) const {
   return RateView{per_minute, have / kUnitsPerQuota, (missing_us + 999) / 1000};
 }
 
-std::optional<Error> RateBook::check(size_t limit, RateDimension d, int64_t units,
-                                     int64_t now_us) {
+std::optional<Error> RateBook::check(size_t limit, RateDimension d, int64_t units, int64_t now_us) {
   const RateLimitDef& def = defs_[limit];
   const size_t b = bucket(limit, d);
   const int64_t cap = capacity(b);
@@ -121,9 +120,10 @@ std::optional<Error> RateBook::check(size_t limit, RateDimension d, int64_t unit
   if (shared_ && now_us >= s.lease_until_us) {
     s.wanted = saturating_add(s.wanted, units);
     Error e = Error::make(ErrorCode::kRateLimited,
-                          head + ": this instance's lease on the shared limit has expired and "
-                                 "could not be renewed (is the ledger's database reachable?), "
-                                 "retry shortly",
+                          head +
+                              ": this instance's lease on the shared limit has expired and "
+                              "could not be renewed (is the ledger's database reachable?), "
+                              "retry shortly",
                           def.name, "rate_limit_exceeded");
     e.retry_after_s = 1;
     return e;
@@ -137,8 +137,8 @@ std::optional<Error> RateBook::check(size_t limit, RateDimension d, int64_t unit
   // Seconds until the bucket holds enough again, rounded up (at least 1).
   int64_t wait_us = have >= units ? 0 : (units - have + per_minute - 1) / per_minute;
   Error e = Error::make(ErrorCode::kRateLimited,
-                        head + " reached: retry after the Retry-After header's seconds",
-                        def.name, "rate_limit_exceeded");
+                        head + " reached: retry after the Retry-After header's seconds", def.name,
+                        "rate_limit_exceeded");
   e.retry_after_s = std::max<int64_t>(1, (wait_us + 999'999) / 1'000'000);
   return e;
 }
@@ -158,10 +158,10 @@ Result<RateHold> RateBook::reserve(const Subject& subject, int64_t tokens, int64
     hold.limits.push_back(static_cast<uint32_t>(i));
   }
   for (uint32_t i : hold.limits) {
-    states_[bucket(i, RateDimension::kRequests)].level -= defs_[i].requests_per_minute > 0
-                                                              ? kUnitsPerQuota
-                                                              : 0;
-    if (defs_[i].tokens_per_minute > 0) states_[bucket(i, RateDimension::kTokens)].level -= token_units;
+    states_[bucket(i, RateDimension::kRequests)].level -=
+        defs_[i].requests_per_minute > 0 ? kUnitsPerQuota : 0;
+    if (defs_[i].tokens_per_minute > 0)
+      states_[bucket(i, RateDimension::kTokens)].level -= token_units;
   }
   // The headers show the tightest applying limit of each dimension.
   for (uint32_t i : hold.limits) {
@@ -175,8 +175,7 @@ Result<RateHold> RateBook::reserve(const Subject& subject, int64_t tokens, int64
   return hold;
 }
 
-void RateBook::settle(const RateHold& hold, int64_t actual_tokens, bool cache_hit,
-                      int64_t now_us) {
+void RateBook::settle(const RateHold& hold, int64_t actual_tokens, bool cache_hit, int64_t now_us) {
   std::lock_guard lock(mu_);
   for (uint32_t i : hold.limits) {
     const RateLimitDef& def = defs_[i];
@@ -187,8 +186,8 @@ void RateBook::settle(const RateHold& hold, int64_t actual_tokens, bool cache_hi
       if (def.per_minute(d) == 0) continue;
       const size_t b = bucket(i, d);
       if (!shared_) refill(b, now_us);
-      int64_t delta = saturating_mul(give_back[d == RateDimension::kTokens ? 1 : 0],
-                                     kUnitsPerQuota);
+      int64_t delta =
+          saturating_mul(give_back[d == RateDimension::kTokens ? 1 : 0], kUnitsPerQuota);
       // Never more than a full bucket, never below an empty one by more than a bucket.
       int64_t cap = capacity(b);
       states_[b].level = std::clamp(saturating_add(states_[b].level, delta), -cap, cap);

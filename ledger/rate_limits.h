@@ -67,7 +67,7 @@ struct RateView {
 
 // What one admission took from the applying limits.
 struct RateHold {
-  int64_t tokens = 0;  // reserved at admission (prompt + output reserved)
+  int64_t tokens = 0;            // reserved at admission (prompt + output reserved)
   std::vector<uint32_t> limits;  // indexes into the book's definitions
   std::optional<RateView> requests;
   std::optional<RateView> tokens_view;

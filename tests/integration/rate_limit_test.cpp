@@ -123,8 +123,9 @@ TEST_F(RateLimitTest, ConfigNeedsALedgerAndValidEntries) {
   cfg += "rate_limits:\n  - { name: a, scope: key, match: app-key, requests_per_minute: 5 }\n";
   std::string err = refused(cfg);
   EXPECT_NE(err.find("need a 'ledger' section"), std::string::npos) << err;
-  cfg = standard_config(upstream_.address) + "ledger:\n  path: " + dir_.path().string() +
-        "/l.db\nrate_limits:\n  - { name: a, scope: key, match: app-key, requests_per_second: 5 }\n";
+  cfg =
+      standard_config(upstream_.address) + "ledger:\n  path: " + dir_.path().string() +
+      "/l.db\nrate_limits:\n  - { name: a, scope: key, match: app-key, requests_per_second: 5 }\n";
   err = refused(cfg);
   EXPECT_NE(err.find("requests_per_second"), std::string::npos) << err;
 }

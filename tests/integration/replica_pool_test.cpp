@@ -107,8 +107,7 @@ TEST_F(ReplicaPoolTest, ADeadReplicaIsRoutedAroundAndItsBreakerOpens) {
   EXPECT_GE(failures, 1);
   EXPECT_LT(failures, 12) << "the dead replica kept being tried first";
   // The pool as a whole stayed healthy: the target's own breaker saw no failure.
-  EXPECT_NE(metrics->body.find("ferry_backend_healthy{target=\"pool-echo\"} 1"),
-            std::string::npos)
+  EXPECT_NE(metrics->body.find("ferry_backend_healthy{target=\"pool-echo\"} 1"), std::string::npos)
       << metrics->body;
 }
 
@@ -154,10 +153,10 @@ TEST_F(ReplicaPoolTest, ConfigRefusesAPoolOfOneAndBothForms) {
   std::string u = url(upstreams_[0].address);
   EXPECT_NE(refused("  - name: gpu\n    replicas: [" + u + "]\n").find("at least two"),
             std::string::npos);
-  EXPECT_NE(refused("  - name: gpu\n    base_url: " + u + "\n    replicas: [" + u + ", " + u +
-                    "x]\n")
-                .find("exactly one"),
-            std::string::npos);
+  EXPECT_NE(
+      refused("  - name: gpu\n    base_url: " + u + "\n    replicas: [" + u + ", " + u + "x]\n")
+          .find("exactly one"),
+      std::string::npos);
   EXPECT_NE(refused("  - name: gpu\n    replicas: [" + u + ", " + u + "]\n").find("twice"),
             std::string::npos);
   EXPECT_NE(refused("  - name: gpu\n    replicas: [" + u + ", " + u + "x]\n    affinity: sticky\n")

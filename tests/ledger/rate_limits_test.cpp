@@ -59,7 +59,7 @@ TEST(RateBook, TokensAreReservedAtAdmissionAndCorrectedAtSettle) {
   auto b = book.reserve(kTeamA, 600, kT0);
   ASSERT_FALSE(b) << "600 more tokens do not fit in 400";
   EXPECT_EQ(b.error().retry_after_s, 12);  // 200 tokens at 1000/min: 12 s
-  book.settle(*a, 150, false, kT0);  // the row billed 150: 450 come back
+  book.settle(*a, 150, false, kT0);        // the row billed 150: 450 come back
   auto c = book.reserve(kTeamA, 600, kT0);
   ASSERT_TRUE(c);
   EXPECT_EQ(c->tokens_view->remaining, 250);
