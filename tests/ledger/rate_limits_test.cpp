@@ -1,9 +1,15 @@
-// RateBook: token buckets per limit, driven with explicit times (exact: no clock in the test).
+// RateBook: token buckets per limit, driven with explicit times (exact: no clock in the test);
+// the shared bucket in PostgreSQL when FERRY_TEST_PG_URL is set.
 #include "ledger/rate_limits.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "common/yaml_util.h"
+#include "ledger/pg_db.h"
+#include "ledger/pg_store.h"
 
 namespace ferry::ledger {
 namespace {
@@ -158,6 +164,60 @@ TEST(RateLimits, ResetIsWrittenAsOpenAIDoes) {
   EXPECT_EQ(format_reset(1500), "1.5s");
   EXPECT_EQ(format_reset(360000), "6m0s");
   EXPECT_EQ(format_reset(61250), "1m1.25s");
+}
+
+}  // namespace
+}  // namespace ferry::ledger
+
+namespace ferry::ledger {
+namespace {
+
+// The shared bucket in PostgreSQL (PgStore::take_rate / give_rate): created full, grants never
+// more than it holds, refilled by elapsed time, capped at one minute's quota.
+TEST(PgRateBucket, GrantsOnlyWhatTheSharedBucketHoldsAndRefills) {
+  const char* base = std::getenv("FERRY_TEST_PG_URL");
+  if (base == nullptr || *base == '\0') {
+    const char* ci = std::getenv("CI");
+    if (ci != nullptr && std::string(ci) == "true") FAIL() << "FERRY_TEST_PG_URL is not set";
+    GTEST_SKIP() << "PostgreSQL tests skipped: FERRY_TEST_PG_URL is not set";
+  }
+  std::string url(base);
+  std::string name = "ferry_rate" + std::to_string(getpid());
+  auto admin = PgConn::connect(url);
+  ASSERT_TRUE(admin) << admin.error().message;
+  ASSERT_TRUE(admin->exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)"));
+  ASSERT_TRUE(admin->exec("CREATE DATABASE " + name));
+  {
+    auto a = PgStore::open(url.substr(0, url.rfind('/') + 1) + name, "USD", "gw-a");
+    ASSERT_TRUE(a) << a.error().message;
+    const int64_t u = kUnitsPerQuota;
+    // 100 a minute (6e9 units): a first wish of 70 gets 70, a second of 70 only the 30 left.
+    auto g1 = a->take_rate("lim", "requests", 100, 70 * u, kT0);
+    ASSERT_TRUE(g1) << g1.error().message;
+    EXPECT_EQ(g1->granted, 70 * u);
+    EXPECT_EQ(g1->level, 30 * u);
+    auto g2 = a->take_rate("lim", "requests", 100, 70 * u, kT0);
+    ASSERT_TRUE(g2) << g2.error().message;
+    EXPECT_EQ(g2->granted, 30 * u);
+    EXPECT_EQ(g2->level, 0);
+    // 6 s later 10 have refilled; a clock behind the last reader's refills nothing.
+    auto g3 = a->take_rate("lim", "requests", 100, 50 * u, kT0 + 6 * kSecond);
+    ASSERT_TRUE(g3);
+    EXPECT_EQ(g3->granted, 10 * u);
+    auto g4 = a->take_rate("lim", "requests", 100, 50 * u, kT0);
+    ASSERT_TRUE(g4);
+    EXPECT_EQ(g4->granted, 0);
+    // A limit of 10 billion tokens a minute holds (6e17 units, bigint all the way).
+    auto big = a->take_rate("big", "tokens", kMaxPerMinute, 5 * u, kT0);
+    ASSERT_TRUE(big) << big.error().message;
+    EXPECT_EQ(big->granted, 5 * u);
+    // Given back, never past full; an hour idle refills to full, not beyond.
+    ASSERT_TRUE(a->give_rate("lim", "requests", 100, 500 * u));
+    auto full = a->take_rate("lim", "requests", 100, 1000 * u, kT0 + 3600 * kSecond);
+    ASSERT_TRUE(full);
+    EXPECT_EQ(full->granted, 100 * u);
+  }
+  (void)admin->exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)");
 }
 
 }  // namespace
