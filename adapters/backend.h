@@ -57,6 +57,7 @@ struct BackendRequest {
   bool stream = false;
   bool client_wants_usage = false;  // stream_options.include_usage as the client sent it
   std::string request_id;
+  std::string task_id;  // x-ferry-task or metadata.task_id: a replica pool's `affinity: task`
   // Headers sent upstream as the client sent them: a backend that speaks the client's API
   // natively (Messages: anthropic-version, anthropic-beta). Empty otherwise.
   std::vector<std::pair<std::string, std::string>> headers;

@@ -12,11 +12,14 @@
 //       default above 2M rows) generates the rows in SQL; 0 appends them through the store
 //       (synchronous=OFF, the writer's code, real hashes).
 //   ferry_ledger_bench writer-pg --pg URL [writer options]
-//       the same writer into PostgreSQL (batched multi-row INSERTs, synchronous commit on),
+//       the same writer into PostgreSQL (one COPY per table per batch, synchronous commit on),
 //       then into SQLite, in the same run: both rows/s figures (the PostgreSQL database's
 //       ledger tables must be empty or absent; use a throw-away database)
 //   ferry_ledger_bench cpu [--requests N] [--facts 0|1|2]
 //       CPU time per request on the calling (gateway) thread: worst_case + admit + record
+//   ferry_ledger_bench admit-pg --pg URL [--requests N] [--reps R]
+//       the same on a PostgreSQL ledger with 25 shared hard budgets and 20 rate limits
+//       (leases warm) against the same ledger without them, alternated R times
 #include <time.h>
 #include <unistd.h>
 
@@ -465,6 +468,28 @@ int bench_report(int argc, char** argv) {
   return 0;
 }
 
+// What the gateway's threads do per request with the ledger, on the calling thread's CPU
+// clock: worst_case + budget_left_pct + admit + record (the record itself is built by the
+// gateway anyway; moving it in is part of the cost). -1 when an admission is refused.
+double gateway_cpu_us(Ledger& ledger, std::vector<RequestRecord>& records,
+                      std::atomic<int64_t>& durable) {
+  const std::vector<std::string> route = {"gpu-mid", "gpu-large"};
+  double cpu0 = thread_cpu_seconds();
+  for (RequestRecord& r : records) {
+    Subject subject{r.key_id, r.team, r.project};
+    Money worst = ledger.worst_case(route, 2000, 512);
+    (void)ledger.budget_left_pct(subject);
+    auto admission = ledger.admit(subject, worst, 2512);
+    if (!admission) {
+      std::fprintf(stderr, "admit: %s\n", admission.error().message.c_str());
+      return -1;
+    }
+    ledger.record(std::move(r), std::move(*admission),
+                  [&](const Status&) { durable.fetch_add(1); });
+  }
+  return (thread_cpu_seconds() - cpu0) * 1e6 / static_cast<double>(records.size());
+}
+
 int bench_cpu(int argc, char** argv) {
   int64_t requests = arg(argc, argv, "--requests", 200000);
   std::string path = "/tmp/ferry_ledger_bench_cpu.db";
@@ -487,28 +512,88 @@ int bench_cpu(int argc, char** argv) {
   int64_t now = unix_micros_now();
   for (int64_t i = 0; i < requests; ++i)
     records.push_back(make_record(static_cast<uint64_t>(i), now));
-  std::vector<std::string> route = {"gpu-mid", "gpu-large"};
   std::atomic<int64_t> durable{0};
-  // Measured: what the gateway's threads do per request (the record itself is built by the
-  // gateway anyway; moving it in is part of the cost).
-  double cpu0 = thread_cpu_seconds();
-  for (int64_t i = 0; i < requests; ++i) {
-    RequestRecord& r = records[static_cast<size_t>(i)];
-    Subject subject{r.key_id, r.team, r.project};
-    Money worst = (*ledger)->worst_case(route, 2000, 512);
-    (void)(*ledger)->budget_left_pct(subject);
-    auto admission = (*ledger)->admit(subject, worst);
-    if (!admission) return 1;
-    (*ledger)->record(std::move(r), std::move(*admission),
-                      [&](const Status&) { durable.fetch_add(1); });
-  }
-  double cpu = thread_cpu_seconds() - cpu0;
+  double us = gateway_cpu_us(**ledger, records, durable);
+  if (us < 0) return 1;
   (*ledger)->flush();
   std::printf(
       "cpu: %.2f us of gateway-thread CPU per request (worst_case + budget_left_pct + "
       "admit + record), %lld requests, all durable: %s\n",
-      cpu * 1e6 / static_cast<double>(requests), static_cast<long long>(requests),
-      durable.load() == requests ? "yes" : "no");
+      us, static_cast<long long>(requests), durable.load() == requests ? "yes" : "no");
+  return 0;
+}
+
+// Admission on a PostgreSQL ledger with shared hard budgets and rate limits (leases warm),
+// against the same ledger without any, alternated `--reps` times in one run: the
+// gateway-thread CPU per request of each and the difference.
+int bench_admit_pg(int argc, char** argv, const std::string& url) {
+  int64_t requests = arg(argc, argv, "--requests", 20000);
+  int64_t reps = arg(argc, argv, "--reps", 5);
+  auto prices = PriceCatalog::from_yaml(yaml::parse(kPrices, "bench"), "bench");
+  // Every bench record is under one team budget, one project budget and one team rate limit.
+  std::string budget_yaml;
+  std::string limit_yaml;
+  for (int t = 0; t < 20; ++t) {
+    std::string team = "team-" + std::to_string(t);
+    budget_yaml += "- {name: b-" + team + ", scope: team, match: " + team +
+                   ", amount: 1000000, period: month}\n";
+    limit_yaml += "- {name: r-" + team + ", scope: team, match: " + team +
+                  ", requests_per_minute: 100000000, tokens_per_minute: 10000000000}\n";
+  }
+  for (int p = 0; p < 5; ++p) {
+    budget_yaml += "- {name: b-project-" + std::to_string(p) + ", scope: project, match: project-" +
+                   std::to_string(p) + ", amount: 1000000, period: day}\n";
+  }
+  std::vector<double> plain, shared;
+  for (int64_t rep = 0; rep < reps; ++rep) {
+    for (int with = 0; with < 2; ++with) {
+      LedgerConfig config;
+      config.path = url;
+      config.postgres = PgLedgerConfig{};
+      config.postgres->url = url;
+      config.postgres->instance_id =
+          "bench-admit-" + std::to_string(getpid()) + "-" + std::to_string(rep * 2 + with);
+      config.postgres->journal = "";
+      config.queue_capacity = requests + 16;
+      std::vector<BudgetDef> budgets;
+      std::vector<RateLimitDef> limits;
+      if (with != 0) {
+        budgets = parse_budgets(yaml::parse(budget_yaml, "bench"), "bench");
+        limits = parse_rate_limits(yaml::parse(limit_yaml, "bench"), "bench");
+      }
+      auto ledger = Ledger::open(config, prices, budgets, limits);
+      if (!ledger) {
+        std::fprintf(stderr, "%s\n", ledger.error().message.c_str());
+        return 1;
+      }
+      std::vector<RequestRecord> records;
+      int64_t now = unix_micros_now();
+      for (int64_t i = 0; i < requests; ++i)
+        records.push_back(make_record(static_cast<uint64_t>(i), now));
+      std::atomic<int64_t> durable{0};
+      double us = gateway_cpu_us(**ledger, records, durable);
+      if (us < 0) {
+        std::fprintf(stderr, "admit-pg: an admission was refused (leases not warm?)\n");
+        return 1;
+      }
+      (*ledger)->flush();
+      (with != 0 ? shared : plain).push_back(us);
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("admit-pg: %lld requests x %lld reps, gateway-thread CPU per request\n",
+              static_cast<long long>(requests), static_cast<long long>(reps));
+  for (size_t i = 0; i < plain.size(); ++i) {
+    std::printf(
+        "  rep %zu: without budgets %.2f us, with 25 shared budgets + 20 rate limits "
+        "%.2f us, added %.2f us\n",
+        i, plain[i], shared[i], shared[i] - plain[i]);
+  }
+  std::printf("admit-pg: median added %.2f us per request (medians %.2f vs %.2f us)\n",
+              median(shared) - median(plain), median(shared), median(plain));
   return 0;
 }
 
@@ -521,6 +606,7 @@ int main(int argc, char** argv) {
   if (mode == "writer") return bench_writer(argc, argv);
   if (mode == "report") return bench_report(argc, argv);
   if (mode == "cpu") return bench_cpu(argc, argv);
+  if (mode == "admit-pg") return bench_admit_pg(argc, argv, arg_str(argc, argv, "--pg", ""));
   if (mode == "writer-pg") {
     std::string url = arg_str(argc, argv, "--pg", "");
     if (url.empty()) {

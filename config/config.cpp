@@ -233,10 +233,49 @@ LocalEngineConfig parse_local_backend(const Map& bm) {
   return l;
 }
 
+// `base_url`, or `replicas` (a list of base URLs, at least two, each once) and `affinity`.
+void parse_replicas(const Map& bm, BackendConfig& b) {
+  if (bm.has("base_url") == bm.has("replicas")) {
+    bm.fail(bm.has("base_url") ? "replicas" : "base_url",
+            "give base_url (one server) or replicas (a list of base URLs), exactly one");
+  }
+  std::string affinity = bm.opt_str("affinity").value_or("none");
+  if (affinity == "none") {
+    b.affinity = Affinity::kNone;
+  } else if (affinity == "task") {
+    b.affinity = Affinity::kTask;
+  } else if (affinity == "prefix") {
+    b.affinity = Affinity::kPrefix;
+  } else {
+    bm.fail("affinity", "must be none, task or prefix, found '" + affinity + "'");
+  }
+  if (bm.has("base_url")) {
+    if (bm.has("affinity")) bm.fail("affinity", "applies to replicas only");
+    b.base_url = bm.str("base_url");
+    parse_base_url(bm, b);
+    return;
+  }
+  std::vector<std::string> urls = bm.str_list_or_empty("replicas");
+  if (urls.size() < 2) bm.fail("replicas", "must list at least two base URLs (or give base_url)");
+  std::set<std::string> seen;
+  for (const auto& url : urls) {
+    if (!seen.insert(url).second) bm.fail("replicas", "'" + url + "' is listed twice");
+    b.base_url = url;
+    parse_base_url(bm, b);
+    b.replicas.push_back(ReplicaConfig{b.base_url, b.tls, b.host, b.port, b.path_prefix});
+  }
+  const ReplicaConfig& first = b.replicas.front();
+  b.base_url = first.base_url;
+  b.tls = first.tls;
+  b.host = first.host;
+  b.port = first.port;
+  b.path_prefix = first.path_prefix;
+}
+
 void parse_http_backend(const Map& bm, BackendConfig& b) {
-  bm.allow_only({"name", "kind", "base_url", "ca_file", "verify_peer", "api_key", "api_key_env",
-                 "timeouts", "max_idle_connections", "apis"});
-  b.base_url = bm.str("base_url");
+  bm.allow_only({"name", "kind", "base_url", "replicas", "affinity", "ca_file", "verify_peer",
+                 "api_key", "api_key_env", "timeouts", "max_idle_connections", "apis"});
+  parse_replicas(bm, b);
   if (bm.has("apis")) {
     b.apis = bm.str_list_or_empty("apis");
     std::set<std::string_view> seen;
@@ -248,7 +287,6 @@ void parse_http_backend(const Map& bm, BackendConfig& b) {
     }
     if (b.apis.empty()) bm.fail("apis", "must list at least one API");
   }
-  parse_base_url(bm, b);
   b.ca_file = bm.opt_str("ca_file");
   b.verify_peer = bm.boolean_or("verify_peer", true);
   if (bm.has("api_key") && bm.has("api_key_env")) {
@@ -320,7 +358,7 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
   }
   Map root(root_node, file, "the config");
   root.allow_only({"server", "limits", "auth", "backends", "models", "log", "policy", "ledger",
-                   "prices", "budgets"});
+                   "prices", "budgets", "rate_limits"});
   if (auto slash = file.rfind('/'); slash != std::string::npos && file != "<embedded default>") {
     cfg.base_dir = file.substr(0, slash);
   } else if (file != "<embedded default>") {
@@ -346,6 +384,7 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
   if (root.has("ledger")) cfg.ledger.node = root.raw("ledger");
   if (root.has("prices")) cfg.prices.node = root.raw("prices");
   if (root.has("budgets")) cfg.budgets.node = root.raw("budgets");
+  if (root.has("rate_limits")) cfg.rate_limits.node = root.raw("rate_limits");
   for (auto& b : cfg.backends) {
     if (b.local) b.local->model_path = cfg.resolve_path(b.local->model_path);
   }

@@ -88,6 +88,18 @@ struct LocalEngineConfig {
   LocalEmbeddingsConfig embeddings;
 };
 
+// One replica of a pooled HTTP backend: its base URL, parsed as BackendConfig's own.
+struct ReplicaConfig {
+  std::string base_url;
+  bool tls = false;
+  std::string host;
+  uint16_t port = 0;
+  std::string path_prefix;
+};
+
+// How a replica pool keeps related requests on one replica (its KV/prefix cache reused).
+enum class Affinity : uint8_t { kNone, kTask, kPrefix };
+
 struct BackendConfig {
   std::string name;
   std::string kind = "openai";  // openai (an HTTP server) | local (the in-process engine)
@@ -108,6 +120,11 @@ struct BackendConfig {
   // and completions.
   std::vector<std::string> apis = {"chat", "completions"};
   bool speaks(std::string_view api) const;
+  // A replica pool (`replicas:` instead of base_url): the same server several times; each
+  // request goes to the replica with the fewest outstanding requests (adapters/replica_pool.h).
+  // base_url and its parts are then the first replica's.
+  std::vector<ReplicaConfig> replicas;
+  Affinity affinity = Affinity::kNone;  // `affinity: none | task | prefix`
 };
 
 // The API names a backend's `apis` may list (api::endpoint_name's words; config/ does not see
@@ -148,10 +165,11 @@ struct Config {
   std::vector<ModelConfig> models;
   LogConfig log;
   std::optional<PolicyConfig> policy;
-  RawSection ledger;     // `ledger:`
-  RawSection prices;     // `prices:`
-  RawSection budgets;    // `budgets:`
-  std::string base_dir;  // folder of the config file ("" for the embedded default)
+  RawSection ledger;       // `ledger:`
+  RawSection prices;       // `prices:`
+  RawSection budgets;      // `budgets:`
+  RawSection rate_limits;  // `rate_limits:` (ledger/rate_limits.h)
+  std::string base_dir;    // folder of the config file ("" for the embedded default)
 
   // A path from the config, made absolute against base_dir when relative.
   std::string resolve_path(const std::string& path) const;

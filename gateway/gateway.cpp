@@ -87,9 +87,13 @@ Status Gateway::open_ledger() {
       std::vector<ledger::BudgetDef> budgets;
       if (config_.budgets.present())
         budgets = ledger::parse_budgets(config_.budgets.node, config_.source);
+      std::vector<ledger::RateLimitDef> rate_limits;
+      if (config_.rate_limits.present())
+        rate_limits = ledger::parse_rate_limits(config_.rate_limits.node, config_.source);
       const std::string path = lc.path;
       const ledger::ResponseStoreConfig kept{lc.responses_keep_days};
-      auto opened = ledger::Ledger::open(std::move(lc), std::move(prices), std::move(budgets));
+      auto opened = ledger::Ledger::open(std::move(lc), std::move(prices), std::move(budgets),
+                                         std::move(rate_limits));
       if (!opened) return opened.error();
       ledger_ = std::move(*opened);
       // Stored Responses share the ledger's database, a file or PostgreSQL (there: every
@@ -102,9 +106,11 @@ Status Gateway::open_ledger() {
     } catch (const std::exception& e) {
       return Error::make(ErrorCode::kInvalidRequest, config_.source + ": " + e.what());
     }
-  } else if (config_.prices.present() || config_.budgets.present()) {
-    return Error::make(ErrorCode::kInvalidRequest,
-                       config_.source + ": 'prices' and 'budgets' need a 'ledger' section");
+  } else if (config_.prices.present() || config_.budgets.present() ||
+             config_.rate_limits.present()) {
+    return Error::make(
+        ErrorCode::kInvalidRequest,
+        config_.source + ": 'prices', 'budgets' and 'rate_limits' need a 'ledger' section");
   }
   return {};
 }
@@ -165,6 +171,7 @@ void Gateway::render_ledger_metrics(std::string& out) const {
   counter(MetricSeries::kLedgerStoreDown, s.store_down ? 1 : 0);
   counter(MetricSeries::kLedgerJournalRows, s.journal_pending);
   counter(MetricSeries::kBudgetHardRefusals, s.hard_refusals);
+  counter(MetricSeries::kRateLimitRefusals, s.rate_refusals);
   auto budgets = ledger_->budgets();
   if (budgets.empty()) return;
   append_family_head(out, MetricSeries::kBudgetSpentMicros);

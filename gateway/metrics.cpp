@@ -1,5 +1,7 @@
 #include "gateway/metrics.h"
 
+#include "adapters/replica_pool.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -347,6 +349,31 @@ void append_local_backend_metrics(std::string& out, std::span<const std::string_
     append_family_head(out, f.id);
     for (size_t i = 0; i < backends.size() && i < loads.size(); ++i) {
       append_sample(out, f.id, {backends[i]}, f.value(loads[i]));
+    }
+  }
+}
+
+void append_replica_metrics(std::string& out, std::span<const adapters::ReplicaPool* const> pools) {
+  if (pools.empty()) return;
+  std::vector<std::vector<adapters::ReplicaSnapshot>> snaps;
+  for (const auto* p : pools) snaps.push_back(p->snapshot());
+  using Snap = adapters::ReplicaSnapshot;
+  struct Family {
+    MetricSeries id;
+    int64_t (*value)(const Snap&);
+  };
+  static const Family kFamilies[] = {
+      {MetricSeries::kReplicaOutstanding, [](const Snap& s) { return s.outstanding; }},
+      {MetricSeries::kReplicaRequests, [](const Snap& s) { return s.requests; }},
+      {MetricSeries::kReplicaFailures, [](const Snap& s) { return s.failures; }},
+      {MetricSeries::kReplicaHealthy, [](const Snap& s) { return int64_t{s.healthy ? 1 : 0}; }},
+      {MetricSeries::kReplicaLatencyEwmaUs, [](const Snap& s) { return s.latency_ewma_us; }},
+  };
+  for (const Family& f : kFamilies) {
+    append_family_head(out, f.id);
+    for (size_t p = 0; p < pools.size(); ++p) {
+      for (const Snap& s : snaps[p])
+        append_sample(out, f.id, {pools[p]->name(), s.url}, f.value(s));
     }
   }
 }

@@ -22,6 +22,10 @@ namespace ferry::engine {
 struct LoadSnapshot;
 }
 
+namespace ferry::adapters {
+class ReplicaPool;
+}
+
 namespace ferry::gateway {
 
 // ---------------------------------------------------------------------------------------
@@ -92,8 +96,20 @@ namespace ferry::gateway {
     "Rows kept in the local journal, not yet shipped to the store.", "")                           \
   X(BudgetHardRefusals, "ferry_budget_hard_refusals_total", kCounter,                              \
     "Requests refused by a hard budget.", "")                                                      \
+  X(RateLimitRefusals, "ferry_rate_limit_refusals_total", kCounter,                                \
+    "Requests refused by a rate limit.", "")                                                       \
   X(BudgetSpentMicros, "ferry_budget_spent_micros", kGauge,                                        \
     "Settled cost in the budget's current period, micro-units.", "budget")                         \
+  X(ReplicaOutstanding, "ferry_replica_outstanding", kGauge,                                       \
+    "Requests in flight on one replica of a pooled backend.", "backend,replica")                   \
+  X(ReplicaRequests, "ferry_replica_requests_total", kCounter,                                     \
+    "Requests sent to one replica of a pooled backend.", "backend,replica")                        \
+  X(ReplicaFailures, "ferry_replica_failures_total", kCounter,                                     \
+    "Requests that failed on one replica (connection, 5xx, timeout).", "backend,replica")          \
+  X(ReplicaHealthy, "ferry_replica_healthy", kGauge,                                               \
+    "1 when the replica's circuit breaker lets requests through.", "backend,replica")              \
+  X(ReplicaLatencyEwmaUs, "ferry_replica_latency_ewma_us", kGauge,                                 \
+    "Moving average of the replica's answer time, microseconds.", "backend,replica")               \
   X(BackendConnections, "ferry_backend_connections_total", kCounter,                               \
     "Upstream connections by backend, opened or reused from the keep-alive pool.", "backend,how")  \
   X(AccessLogDropped, "ferry_access_log_dropped_total", kCounter,                                  \
@@ -164,6 +180,8 @@ void append_label_value(std::string& out, std::string_view value);
 // the scheduler snapshot of the backend named `backends[i]` (LocalBackend::load()).
 void append_local_backend_metrics(std::string& out, std::span<const std::string_view> backends,
                                   std::span<const engine::LoadSnapshot> loads);
+// The ferry_replica_* families: one sample per replica of each pooled backend.
+void append_replica_metrics(std::string& out, std::span<const adapters::ReplicaPool* const> pools);
 
 // Label values of one series, in the order of the family's label names. Views: finding a series
 // that exists allocates nothing.

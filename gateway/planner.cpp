@@ -199,6 +199,7 @@ Result<Plan> Planner::plan(const RequestContext& ctx, const ParsedRequest& reque
     return p;
   }
   p.max_tokens = max_tokens;
+  for (auto& hop : p.hops) hop.request.task_id = p.task_id;  // a replica pool's task affinity
   if (ledger_ && !admit(ctx, request, p, max_tokens)) return p;
   counters_.decisions.inc({p.rule_id, p.hops.front().name});
   p.routing_us = micros_between(t0, Clock::now());
@@ -521,6 +522,26 @@ bool Planner::route_direct(const RequestContext& ctx, const ParsedRequest& reque
   return true;
 }
 
+namespace {
+
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens}, as OpenAI sends them: the tightest
+// applying rate limit of each kind after this request was counted.
+void add_rate_headers(const ledger::RateHold& rate,
+                      std::vector<std::pair<std::string, std::string>>& headers) {
+  auto add = [&](const char* kind, const std::optional<ledger::RateView>& v) {
+    if (!v) return;
+    headers.emplace_back(std::string("x-ratelimit-limit-") + kind, std::to_string(v->limit));
+    headers.emplace_back(std::string("x-ratelimit-remaining-") + kind,
+                         std::to_string(v->remaining));
+    headers.emplace_back(std::string("x-ratelimit-reset-") + kind,
+                         ledger::format_reset(v->reset_ms));
+  };
+  add("requests", rate.requests);
+  add("tokens", rate.tokens_view);
+}
+
+}  // namespace
+
 bool Planner::admit(const RequestContext& ctx, const ParsedRequest& request, Plan& p,
                     int64_t max_tokens) {
   // The worst case over the route: the largest prompt count at the input price plus the
@@ -541,8 +562,10 @@ bool Planner::admit(const RequestContext& ctx, const ParsedRequest& request, Pla
     out = std::max(out, saturating_mul(most, std::max<int64_t>(request.n, 1)));
   }
   Money worst = ledger_->worst_case(refs, prompt, out);
+  // Rate limits count the exact prompt plus the output reserved (corrected at settle).
   auto admission = ledger_->admit(
-      ledger::Subject{ctx.principal.key_id, ctx.principal.team, ctx.principal.project}, worst);
+      ledger::Subject{ctx.principal.key_id, ctx.principal.team, ctx.principal.project}, worst,
+      saturating_add(prompt, out));
   if (!admission) {
     Error e = admission.error();
     if (e.code == ErrorCode::kRateLimited && e.retry_after_s == 0) {
@@ -555,11 +578,15 @@ bool Planner::admit(const RequestContext& ctx, const ParsedRequest& request, Pla
     } else if (e.code == ErrorCode::kUnavailable && e.retry_after_s == 0) {
       e.retry_after_s = 1;
     }
-    bool budget = e.code == ErrorCode::kRateLimited;
-    refuse(ctx, p, std::move(e), budget ? "budget" : "ledger", /*record=*/budget);
+    bool limited = e.code == ErrorCode::kRateLimited;
+    const char* reason = !limited                               ? "ledger"
+                         : e.type_code == "rate_limit_exceeded" ? "rate_limit"
+                                                                : "budget";
+    refuse(ctx, p, std::move(e), reason, /*record=*/limited);
     return false;
   }
   p.admission = std::move(*admission);
+  if (const ledger::RateHold* rate = p.admission.rate()) add_rate_headers(*rate, p.headers);
   if (!p.admission.soft_exceeded().empty()) {
     std::string names;
     for (const auto& b : p.admission.soft_exceeded()) {

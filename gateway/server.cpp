@@ -14,6 +14,7 @@
 
 #include "adapters/http_backend.h"
 #include "adapters/local_backend.h"
+#include "adapters/replica_pool.h"
 #include "common/clock.h"
 #include "gateway/connection.h"
 #include "gateway/net.h"
@@ -62,6 +63,13 @@ ServerState::ServerState(config::Config c)
       backends.emplace(b.name, std::move(*local));
       continue;
     }
+    if (!b.replicas.empty()) {
+      auto pool = std::make_unique<adapters::ReplicaPool>(b);
+      for (auto* h : pool->http_backends()) http_backends.push_back(h);
+      replica_pools.push_back(pool.get());
+      backends.emplace(b.name, std::move(pool));
+      continue;
+    }
     auto http = std::make_unique<adapters::HttpBackend>(b);
     http_backends.push_back(http.get());
     backends.emplace(b.name, std::move(http));
@@ -96,6 +104,7 @@ ServerState::ServerState(config::Config c)
       append_sample(out, MetricSeries::kBackendConnections, {b->name(), "reused"},
                     st.connections_reused.load());
     }
+    append_replica_metrics(out, replica_pools);
     append_family_head(out, MetricSeries::kAccessLogDropped);
     append_sample(out, MetricSeries::kAccessLogDropped, {}, access_log.dropped());
     gateway->render_metrics(out);

@@ -26,6 +26,7 @@ namespace ferry::adapters {
 class Backend;
 class HttpBackend;
 class LocalBackend;
+class ReplicaPool;
 }  // namespace ferry::adapters
 
 namespace ferry::gateway {
@@ -45,7 +46,8 @@ struct ServerState {
   Metrics metrics;
   AccessLog access_log;
   std::map<std::string, std::unique_ptr<adapters::Backend>, std::less<>> backends;
-  std::vector<adapters::HttpBackend*> http_backends;
+  std::vector<adapters::HttpBackend*> http_backends;  // a replica pool's too, one per replica
+  std::vector<const adapters::ReplicaPool*> replica_pools;
   std::vector<const adapters::LocalBackend*> local_backends;
   std::unique_ptr<Gateway> gateway;
   std::unique_ptr<Endpoints> endpoints;

@@ -31,6 +31,14 @@ std::string_view budget_period_name(BudgetPeriod period) {
   return "?";
 }
 
+BudgetScope parse_scope(const yaml::Map& map) {
+  std::string scope = map.str("scope");
+  if (scope == "key") return BudgetScope::kKey;
+  if (scope == "team") return BudgetScope::kTeam;
+  if (scope != "project") map.fail("scope", "must be key, team or project, found '" + scope + "'");
+  return BudgetScope::kProject;
+}
+
 std::vector<BudgetDef> parse_budgets(const YAML::Node& budgets, const std::string& file) {
   std::vector<BudgetDef> out;
   if (!budgets || budgets.IsNull()) return out;
@@ -46,16 +54,7 @@ std::vector<BudgetDef> parse_budgets(const YAML::Node& budgets, const std::strin
     if (def.name.empty()) map.fail("name", "must not be empty");
     if (!names.insert(def.name).second)
       map.fail("name", "duplicate budget name '" + def.name + "'");
-    std::string scope = map.str("scope");
-    if (scope == "key") {
-      def.scope = BudgetScope::kKey;
-    } else if (scope == "team") {
-      def.scope = BudgetScope::kTeam;
-    } else if (scope == "project") {
-      def.scope = BudgetScope::kProject;
-    } else {
-      map.fail("scope", "must be key, team or project, found '" + scope + "'");
-    }
+    def.scope = parse_scope(map);
     def.match = map.str("match");
     std::string amount = map.str("amount");
     auto money = Money::parse(amount);
@@ -86,16 +85,20 @@ std::vector<BudgetDef> parse_budgets(const YAML::Node& budgets, const std::strin
   return out;
 }
 
-bool budget_applies(const BudgetDef& def, const Subject& subject) {
-  switch (def.scope) {
+bool scope_applies(BudgetScope scope, const std::string& match, const Subject& subject) {
+  switch (scope) {
     case BudgetScope::kKey:
-      return subject.key_id == def.match;
+      return subject.key_id == match;
     case BudgetScope::kTeam:
-      return subject.team == def.match;
+      return subject.team == match;
     case BudgetScope::kProject:
-      return subject.project == def.match;
+      return subject.project == match;
   }
   return false;
+}
+
+bool budget_applies(const BudgetDef& def, const Subject& subject) {
+  return scope_applies(def.scope, def.match, subject);
 }
 
 PeriodBounds budget_period_at(const BudgetDef& def, int64_t at_us) {

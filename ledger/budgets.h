@@ -24,6 +24,7 @@
 
 #include "common/error.h"
 #include "common/money.h"
+#include "common/yaml_util.h"
 #include "ledger/time_util.h"
 
 namespace ferry::ledger {
@@ -43,6 +44,9 @@ struct BudgetDef {
   bool hard = true;
 };
 
+// A budget's or rate limit's `scope:` (key | team | project). Throws yaml::YamlError.
+BudgetScope parse_scope(const ferry::yaml::Map& map);
+
 // Parses the `budgets:` list. Throws ferry::yaml::YamlError (control plane).
 std::vector<BudgetDef> parse_budgets(const YAML::Node& budgets, const std::string& file);
 
@@ -54,6 +58,8 @@ struct Subject {
 };
 
 bool budget_applies(const BudgetDef& def, const Subject& subject);
+// A key, team or project scope and its match against a subject (budgets and rate limits).
+bool scope_applies(BudgetScope scope, const std::string& match, const Subject& subject);
 
 struct PeriodBounds {
   int64_t start_us = 0;  // inclusive

@@ -8,6 +8,7 @@
 #include <fstream>
 #include "common/clock.h"
 #include "common/ids.h"
+#include "common/saturating.h"
 #include "common/yaml_util.h"
 
 #include "ledger/journal.h"
@@ -22,10 +23,13 @@ namespace detail {
 
 // State shared by the ledger and the admissions it handed out (which may outlive it).
 struct Core {
-  explicit Core(std::vector<BudgetDef> defs) : book(std::move(defs)) {}
+  Core(std::vector<BudgetDef> defs, std::vector<RateLimitDef> limits)
+      : book(std::move(defs)), rates(std::move(limits)) {}
   BudgetBook book;
+  RateBook rates;
   std::atomic<int64_t> pending{0};
   std::atomic<int64_t> hard_refusals{0};
+  std::atomic<int64_t> rate_refusals{0};
   std::atomic<int64_t> soft_exceeded{0};
 };
 
@@ -34,6 +38,7 @@ struct Core {
 struct Ledger::Item {
   LedgerEntry entry;
   std::optional<Reservation> reservation;
+  std::optional<RateHold> rate;
   DurableCallback on_durable;
 };
 
@@ -139,6 +144,7 @@ Admission& Admission::operator=(Admission&& other) noexcept {
     give_back();
     core_ = std::move(other.core_);
     reservation_ = std::move(other.reservation_);
+    rate_ = std::move(other.rate_);
   }
   return *this;
 }
@@ -150,6 +156,7 @@ Admission::~Admission() {
 void Admission::give_back() {
   if (!core_) return;
   core_->book.release(reservation_);
+  if (rate_) core_->rates.release(*rate_, unix_micros_now());
   core_->pending.fetch_sub(1);
   core_.reset();
 }
@@ -158,7 +165,8 @@ Ledger::Ledger(LedgerConfig config, PriceCatalog prices)
     : config_(std::move(config)), prices_(std::move(prices)) {}
 
 Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog prices,
-                                             std::vector<BudgetDef> budgets) {
+                                             std::vector<BudgetDef> budgets,
+                                             std::vector<RateLimitDef> rate_limits) {
   std::unique_ptr<Store> store;
   std::unique_ptr<PgStore> lease_store;
   std::unique_ptr<Journal> journal;
@@ -197,7 +205,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
   if (auto st = store->sync_prices(prices); !st) return st.error();
   std::unique_ptr<Ledger> ledger(new Ledger(std::move(config), std::move(prices)));
   ledger->currency_ = store->currency();
-  ledger->core_ = std::make_shared<detail::Core>(std::move(budgets));
+  ledger->core_ = std::make_shared<detail::Core>(std::move(budgets), std::move(rate_limits));
   // Budget state is rebuilt from the ledger: the cost of every row that ended in each
   // budget's current period.
   int64_t now = unix_micros_now();
@@ -219,6 +227,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
 void Ledger::start_threads() {
   if (lease_store_) {
     core_->book.set_shared(true);
+    core_->rates.set_shared(true);
     lease_pass(unix_micros_now());  // the first leases before the first admission
     leaser_ = std::thread([this] { leaser_loop(); });
   } else {
@@ -241,7 +250,10 @@ Ledger::~Ledger() {
   if (writer_.joinable()) writer_.join();
   if (checkpointer_.joinable()) checkpointer_.join();
   // Every row is written: what this instance still holds goes back to the others.
-  if (lease_store_) (void)lease_store_->drop_leases();
+  if (lease_store_) {
+    (void)lease_store_->drop_leases();
+    give_back_rate_leases();
+  }
 }
 
 Money Ledger::worst_case(const std::vector<std::string>& targets, int64_t prompt_tokens,
@@ -255,7 +267,7 @@ Money Ledger::worst_case(const std::vector<std::string>& targets, int64_t prompt
   return worst;
 }
 
-Result<Admission> Ledger::admit(const Subject& subject, Money worst_case) {
+Result<Admission> Ledger::admit(const Subject& subject, Money worst_case, int64_t tokens) {
   if (auto st = health(); !st) return st.error();
   if (core_->pending.fetch_add(1) >= config_.queue_capacity) {
     core_->pending.fetch_sub(1);
@@ -264,8 +276,20 @@ Result<Admission> Ledger::admit(const Subject& subject, Money worst_case) {
                            " requests not yet recorded); refusing unbilled traffic",
                        "", "ledger_unavailable");
   }
-  auto reservation = core_->book.reserve(subject, worst_case, unix_micros_now());
+  const int64_t now = unix_micros_now();
+  std::optional<RateHold> rate;
+  if (!core_->rates.empty()) {
+    auto held = core_->rates.reserve(subject, tokens, now);
+    if (!held) {
+      core_->pending.fetch_sub(1);
+      core_->rate_refusals.fetch_add(1);
+      return held.error();
+    }
+    if (!held->limits.empty()) rate = std::move(*held);
+  }
+  auto reservation = core_->book.reserve(subject, worst_case, now);
   if (!reservation) {
+    if (rate) core_->rates.release(*rate, now);
     core_->pending.fetch_sub(1);
     core_->hard_refusals.fetch_add(1);
     return reservation.error();
@@ -274,6 +298,7 @@ Result<Admission> Ledger::admit(const Subject& subject, Money worst_case) {
   Admission admission;
   admission.core_ = core_;
   admission.reservation_ = std::move(*reservation);
+  admission.rate_ = std::move(rate);
   return admission;
 }
 
@@ -387,6 +412,8 @@ std::string Ledger::record(RequestRecord record, Admission admission, DurableCal
   item->on_durable = std::move(on_durable);
   if (admission.valid()) {
     item->reservation = std::move(admission.reservation_);
+    item->rate = std::move(admission.rate_);
+    admission.rate_.reset();
     admission.core_.reset();  // the queue slot moves to the item
   } else {
     core_->pending.fetch_add(1);
@@ -494,6 +521,7 @@ void Ledger::writer_loop() {
         } else if (status) {
           core_->book.add_spent(Subject{r.key_id, r.team, r.project}, actual, r.ended_us, now);
         }
+        if (item.rate) settle_rate(*item.rate, r, now);
         (status ? rows_committed_ : rows_refused_).fetch_add(1);
         core_->pending.fetch_sub(1);
         if (item.on_durable) item.on_durable(status);
@@ -698,6 +726,7 @@ void Ledger::lease_pass(int64_t now_us) {
                           grant->reset);
     core_->book.set_shared_spent(i, state.bounds.start_us, grant->spent);
   }
+  rate_lease_pass(now_us);
 }
 
 std::optional<double> Ledger::budget_left_pct(const Subject& subject) {
@@ -706,6 +735,60 @@ std::optional<double> Ledger::budget_left_pct(const Subject& subject) {
 
 std::vector<BudgetState> Ledger::budgets() {
   return core_->book.snapshot(unix_micros_now());
+}
+
+const std::vector<RateLimitDef>& Ledger::rate_limits() const {
+  return core_->rates.defs();
+}
+
+void Ledger::settle_rate(const RateHold& hold, const RequestRecord& r, int64_t now_us) {
+  // What the row billed; for a response-cache hit (whose own tokens are zero), what the answer
+  // cost when it was made (each limit's cache_hits says what of it counts).
+  const bool hit = r.cache == "hit";
+  const Tokens& t = hit ? r.cache_tokens : r.tokens;
+  int64_t used = saturating_add(saturating_add(t.input.count, t.cached_input.count),
+                                saturating_add(t.output.count, t.reasoning.count));
+  core_->rates.settle(hold, used, hit, now_us);
+}
+
+// One pass over the rate buckets (PostgreSQL): a bucket whose free slice is under half a slice
+// (plus what was refused for want of it) takes more from the database bucket; every pass
+// renews the local lease and reads the shared level back. A failed pass lets the lease expire.
+void Ledger::rate_lease_pass(int64_t now_us) {
+  const PgLedgerConfig& pg = *config_.postgres;
+  const auto& defs = core_->rates.defs();
+  if (defs.empty()) return;
+  std::vector<RateState> states = core_->rates.snapshot();
+  for (size_t i = 0; i < defs.size(); ++i) {
+    for (RateDimension d : {RateDimension::kRequests, RateDimension::kTokens}) {
+      const int64_t per_minute = defs[i].per_minute(d);
+      if (per_minute == 0) continue;
+      const size_t b = RateBook::bucket(i, d);
+      const RateState& s = states[b];
+      const int64_t slice =
+          std::max(kUnitsPerQuota, per_minute * kUnitsPerQuota / 100 * pg.lease_pct);
+      int64_t want = 0;
+      if (s.level < slice / 2 + s.wanted) want = slice + s.wanted - std::max<int64_t>(s.level, 0);
+      auto grant =
+          lease_store_->take_rate(defs[i].name, rate_dimension_name(d), per_minute, want, now_us);
+      if (!grant) continue;
+      core_->rates.add_lease(b, grant->granted, grant->level, now_us + pg.lease_ttl_ms * 500);
+    }
+  }
+}
+
+void Ledger::give_back_rate_leases() {
+  const auto& defs = core_->rates.defs();
+  for (size_t i = 0; i < defs.size(); ++i) {
+    for (RateDimension d : {RateDimension::kRequests, RateDimension::kTokens}) {
+      if (defs[i].per_minute(d) == 0) continue;
+      int64_t units = core_->rates.take_lease(RateBook::bucket(i, d));
+      if (units > 0) {
+        (void)lease_store_->give_rate(defs[i].name, rate_dimension_name(d), defs[i].per_minute(d),
+                                      units);
+      }
+    }
+  }
 }
 
 Status Ledger::health() const {
@@ -727,6 +810,7 @@ LedgerStats Ledger::stats() const {
   s.write_failures = write_failures_.load();
   s.pending = core_->pending.load();
   s.hard_refusals = core_->hard_refusals.load();
+  s.rate_refusals = core_->rate_refusals.load();
   s.soft_exceeded = core_->soft_exceeded.load();
   s.healthy = healthy_.load();
   s.store_down = store_down_.load();

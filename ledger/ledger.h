@@ -40,6 +40,7 @@
 #include "common/money.h"
 #include "ledger/budgets.h"
 #include "ledger/prices.h"
+#include "ledger/rate_limits.h"
 #include "ledger/store.h"
 #include "ledger/types.h"
 
@@ -98,6 +99,7 @@ struct LedgerStats {
   int64_t write_failures = 0;
   int64_t pending = 0;        // admitted or queued, not yet durable
   int64_t hard_refusals = 0;  // 429s from hard budgets
+  int64_t rate_refusals = 0;  // 429s from rate limits
   int64_t soft_exceeded = 0;  // admissions past a soft budget
   bool healthy = true;
   bool store_down = false;      // the PostgreSQL store cannot be reached (rows go to the journal)
@@ -131,12 +133,15 @@ class Admission {
   const std::vector<std::string>& soft_exceeded() const { return reservation_.soft_exceeded; }
   // Lowest budget_left_pct among the applying budgets after this reservation.
   std::optional<double> budget_left_pct() const { return reservation_.left_pct; }
+  // The rate limits this request counts against (null without any): the x-ratelimit-* headers.
+  const RateHold* rate() const { return rate_ ? &*rate_ : nullptr; }
 
  private:
   friend class Ledger;
   void give_back();
   std::shared_ptr<detail::Core> core_;
   Reservation reservation_;
+  std::optional<RateHold> rate_;
 };
 
 class Ledger {
@@ -144,7 +149,8 @@ class Ledger {
   // Opens (creating or migrating) the file, records the price versions, rebuilds budget
   // state from the rows of each budget's current period and starts the writer thread.
   static Result<std::unique_ptr<Ledger>> open(LedgerConfig config, PriceCatalog prices,
-                                              std::vector<BudgetDef> budgets);
+                                              std::vector<BudgetDef> budgets,
+                                              std::vector<RateLimitDef> rate_limits = {});
   ~Ledger();  // drains the queue (every accepted row is written) and stops the writer
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
@@ -154,10 +160,13 @@ class Ledger {
   Money worst_case(const std::vector<std::string>& targets, int64_t prompt_tokens,
                    int64_t max_tokens) const;
 
-  // Takes a queue slot and reserves `worst_case` against every applying budget, atomically.
+  // Takes a queue slot, one request and `tokens` (prompt + output reserved) from every applying
+  // rate limit, and reserves `worst_case` against every applying budget, atomically.
   // kUnavailable (503) when the ledger cannot write or its queue is full; kRateLimited (429,
-  // type_code "budget_exceeded", param = budget name) past a hard budget. Non-blocking.
-  Result<Admission> admit(const Subject& subject, Money worst_case);
+  // type_code "budget_exceeded", param = budget name) past a hard budget, or (type_code
+  // "rate_limit_exceeded", param = limit name, retry_after_s) past a rate limit. Non-blocking.
+  // The record's tokens correct the rate limits' count when it settles.
+  Result<Admission> admit(const Subject& subject, Money worst_case, int64_t tokens = 0);
 
   // Prices the record and queues it; `on_durable` runs once it is committed. Settles the
   // admission's reservation to the actual cost at commit. Returns the row id. Non-blocking.
@@ -171,6 +180,7 @@ class Ledger {
   // The policy fact: lowest remaining share (0..100) of the budgets that apply, or nullopt.
   std::optional<double> budget_left_pct(const Subject& subject);
   std::vector<BudgetState> budgets();
+  const std::vector<RateLimitDef>& rate_limits() const;
 
   // Ok, or kUnavailable with the reason the ledger cannot write.
   Status health() const;
@@ -197,6 +207,9 @@ class Ledger {
   // PostgreSQL: tops up and renews this instance's budget leases (its own connection).
   void leaser_loop();
   void lease_pass(int64_t now_us);
+  void rate_lease_pass(int64_t now_us);
+  void give_back_rate_leases();
+  void settle_rate(const RateHold& hold, const RequestRecord& r, int64_t now_us);
   std::vector<BudgetCharge> charges_for(const Item& item) const;
   // The writer's batch append: to the store, or to the journal while the store is down or
   // the journal still holds older rows (shipped first, so each instance's chain keeps order).

@@ -2,6 +2,7 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -112,6 +113,84 @@ Status PgConn::exec(const std::string& sql) {
                     raw != nullptr ? PQresultErrorField(raw, PG_DIAG_SQLSTATE) : nullptr);
   }
   return {};
+}
+
+Status PgConn::copy_in(const std::string& copy_sql, std::string_view rows) {
+  if (!conn_) return pg_error("copy", "not connected", nullptr);
+  auto fail = [&](PGresult* raw) -> Status {
+    PgRows keep(raw);
+    Error e =
+        pg_error("copy", raw != nullptr ? PQresultErrorMessage(raw) : PQerrorMessage(conn_.get()),
+                 raw != nullptr ? PQresultErrorField(raw, PG_DIAG_SQLSTATE) : nullptr);
+    if (PQstatus(conn_.get()) == CONNECTION_BAD) PQreset(conn_.get());
+    return e;
+  };
+  PGresult* start = PQexec(conn_.get(), copy_sql.c_str());
+  if (start == nullptr || PQresultStatus(start) != PGRES_COPY_IN) return fail(start);
+  PQclear(start);
+  // Sent in pieces of at most 1 MiB (libpq buffers each; a blocking connection flushes).
+  constexpr size_t kPiece = 1 << 20;
+  bool sent = true;
+  for (size_t at = 0; at < rows.size() && sent; at += kPiece) {
+    size_t n = std::min(kPiece, rows.size() - at);
+    sent = PQputCopyData(conn_.get(), rows.data() + at, static_cast<int>(n)) == 1;
+  }
+  if (PQputCopyEnd(conn_.get(), sent ? nullptr : "ferry: sending the rows failed") != 1) {
+    return fail(nullptr);
+  }
+  Status status;
+  // The COPY's own result, then nothing: read until libpq says the command is over.
+  while (PGresult* raw = PQgetResult(conn_.get())) {
+    if (PQresultStatus(raw) != PGRES_COMMAND_OK && status) {
+      status = fail(raw);
+      continue;
+    }
+    PQclear(raw);
+  }
+  return status;
+}
+
+namespace {
+
+void copy_separator(std::string& row, bool first) {
+  if (!first) row += '\t';
+}
+
+}  // namespace
+
+void pg_copy_text(std::string& row, std::string_view text, bool first) {
+  copy_separator(row, first);
+  for (char c : text) {
+    switch (c) {
+      case '\\':
+        row += "\\\\";
+        break;
+      case '\t':
+        row += "\\t";
+        break;
+      case '\n':
+        row += "\\n";
+        break;
+      case '\r':
+        row += "\\r";
+        break;
+      default:
+        row += c;
+    }
+  }
+}
+
+void pg_copy_int(std::string& row, int64_t value, bool first) {
+  copy_separator(row, first);
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  (void)ec;  // 24 bytes always hold an int64
+  row.append(buf, end);
+}
+
+void pg_copy_null(std::string& row, bool first) {
+  copy_separator(row, first);
+  row += "\\N";
 }
 
 bool PgConn::ok() const {

@@ -52,6 +52,9 @@ class PgConn {
   Result<PgRows> run(const std::string& sql, const std::vector<PgParam>& params = {});
   // Runs statements without parameters (may hold several, separated by ';').
   Status exec(const std::string& sql);
+  // `COPY table(columns) FROM STDIN` with `rows` in COPY's text format (pg_copy_* below): one
+  // round trip of data, no statement with a parameter per value to parse and plan.
+  Status copy_in(const std::string& copy_sql, std::string_view rows);
   bool ok() const;  // the connection is up
 
  private:
@@ -60,6 +63,15 @@ class PgConn {
   };
   std::unique_ptr<pg_conn, Close> conn_;
 };
+
+// COPY text format: one field appended to a row (a tab before every field but the first,
+// backslash escapes for \\, tab, newline and carriage return; NULL as \N), and the row's end.
+void pg_copy_text(std::string& row, std::string_view text, bool first = false);
+void pg_copy_int(std::string& row, int64_t value, bool first = false);
+void pg_copy_null(std::string& row, bool first = false);
+inline void pg_copy_end(std::string& row) {
+  row += '\n';
+}
 
 // `{"a","b"}`: a text[] literal for ANY($n) (each element quoted and escaped).
 std::string pg_text_array(const std::vector<std::string_view>& items);

@@ -18,8 +18,9 @@ namespace ferry::ledger {
 
 // 1: the first PostgreSQL schema (the rows of SQLite schema 5, plus instance_id/chain_seq,
 // chain_heads, budget_shares, budget_leases).
-// 2: the tasks table; 3: the cost levers' columns.
-constexpr int kPgSchemaVersion = 3;
+// 2: the tasks table; 3: the cost levers' columns; 4: (reserved: keys in the store);
+// 5: rate_buckets (shared rate limits).
+constexpr int kPgSchemaVersion = 5;
 
 // True for a postgresql:// or postgres:// URL (where a ledger path may name either store).
 bool is_pg_url(std::string_view path);
@@ -29,6 +30,12 @@ struct LeaseGrant {
   Money granted;       // added to this instance's lease
   bool reset = false;  // this instance's lease had expired: the local lease starts over at granted
   Money spent;         // the period's shared spent figure (every instance's rows)
+};
+
+// A rate bucket's lease outcome (ledger/rate_limits.h units).
+struct RateGrant {
+  int64_t granted = 0;  // taken out of the database bucket for this instance
+  int64_t level = 0;    // the database bucket after it
 };
 
 class PgStore final : public Store {
@@ -55,6 +62,13 @@ class PgStore final : public Store {
                            int64_t until_us);
   // Gives every lease of this instance back (start and clean shutdown).
   Status drop_leases();
+  // Rate limits: takes up to `want` units out of the shared bucket of limit `name` (created
+  // full, refilled as it is read). One statement under the bucket's row lock.
+  Result<RateGrant> take_rate(const std::string& name, std::string_view dimension,
+                              int64_t per_minute, int64_t want, int64_t now_us);
+  // Puts units this instance leased and did not use back (clean shutdown), up to full.
+  Status give_rate(const std::string& name, std::string_view dimension, int64_t per_minute,
+                   int64_t units);
 
   PgConn& conn() { return conn_; }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -361,6 +362,64 @@ TEST_F(SharedLedgerTest, KilledInstanceKeepsItsRowsAndItsLeaseComesBack) {
   EXPECT_LE(spent, budget_micros) << "hard budget overspent";
   // More than the budget left beside the dead instance's slice: its lease came back.
   EXPECT_GT(survivor_spent, budget_micros - dead_spent - dead_lease);
+}
+
+}  // namespace
+}  // namespace ferry::itest
+
+namespace ferry::itest {
+namespace {
+
+// Rate limits shared through the database: three instances, one limit of 30 requests a minute,
+// requests from the three at once. Stated tolerance (README, rate limits): the instances
+// together never admit more than the limit plus what refilled meanwhile; an instance may refuse
+// while the others hold unused slices of it, so at most instances x slice below the limit.
+TEST_F(SharedLedgerTest, ThreeInstancesHoldOneRateLimitWithinTheStatedTolerance) {
+  constexpr int kLimit = 30;
+  for (int i = 0; i < 3; ++i) {
+    std::string cfg = config(i, "1000.00");
+    cfg +=
+        "rate_limits:\n  - { name: team-a-rpm, scope: team, match: team-a, "
+        "requests_per_minute: " +
+        std::to_string(kLimit) + " }\n";
+    ferries_.push_back(start_ferry(dir_, cfg, "ferry" + std::to_string(i) + ".yaml"));
+  }
+  std::atomic<int> ok{0}, limited{0}, other{0};
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        json body = chat_body("gpt-test", "shared rate");
+        body["max_tokens"] = 8;
+        auto r = post_json(ferries_[t % 3].address, "/v1/chat/completions", body, auth_headers());
+        if (r && r->status == 200) {
+          ++ok;
+          EXPECT_EQ(r->header("x-ratelimit-limit-requests").value_or(""), "30");
+        } else if (r && r->status == 429) {
+          ++limited;
+          EXPECT_NE(r->body.find("team-a-rpm"), std::string::npos) << r->body;
+          EXPECT_TRUE(r->header("retry-after")) << r->body;
+        } else {
+          ++other;
+          ADD_FAILURE() << (r ? std::to_string(r->status) + " " + r->body : "no answer");
+        }
+        std::this_thread::sleep_for(Ms(20));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // What refilled while the test ran (30 a minute), rounded up, and the bucket's first fill.
+  int refilled = static_cast<int>(elapsed_s * kLimit / 60.0) + 1;
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(ok + limited, 150);
+  EXPECT_LE(ok.load(), kLimit + refilled) << "the instances together went past the limit";
+  // lease_pct 10: a slice is 3 requests; three instances may each hold one unused.
+  EXPECT_GE(ok.load(), kLimit - 3 * 3) << "far below the limit: leases were not renewed";
+  // The database's bucket and the rows agree: every admitted request has its row.
+  EXPECT_EQ(scalar("SELECT COUNT(*) FROM requests WHERE status='ok'"), ok.load());
+  EXPECT_EQ(scalar("SELECT COUNT(*) FROM requests WHERE http_status=429"), limited.load());
 }
 
 }  // namespace
