@@ -29,6 +29,23 @@ std::uint32_t GrammarBuilder::string_rule(std::uint32_t min_chars, std::uint32_t
   return id;
 }
 
+std::uint32_t GrammarBuilder::run_rule(const std::bitset<256>& bytes, std::uint32_t min,
+                                       std::uint32_t max) {
+  const std::string key = bytes.to_string() + "," + std::to_string(min) + "," + std::to_string(max);
+  if (const auto it = run_rules_.find(key); it != run_rules_.end()) return it->second;
+  Rule r;
+  r.kind = RuleKind::kRun;
+  r.name = "run{" + std::to_string(min) + "," + std::to_string(max) + "}";
+  r.min_chars = min;
+  r.max_chars = max;
+  r.run_bytes = bytes;
+  grammar_.rules.push_back(std::move(r));
+  const auto id = static_cast<std::uint32_t>(grammar_.rules.size() - 1);
+  run_rules_.emplace(key, id);
+  ++states_;
+  return id;
+}
+
 std::uint32_t GrammarBuilder::add_state(std::uint32_t rule) {
   auto& states = grammar_.rules[rule].states;
   states.emplace_back();
@@ -136,6 +153,7 @@ bool relax(Rule& rule, const std::vector<Rule>& rules) {
 void compute_distances(std::vector<Rule>& rules) {
   for (Rule& r : rules) {
     if (r.kind == RuleKind::kString) r.min_len = r.min_chars + 2;
+    if (r.kind == RuleKind::kRun) r.min_len = r.min_chars;
   }
   for (bool changed = true; changed;) {
     changed = false;
@@ -161,6 +179,7 @@ Grammar GrammarBuilder::finish(std::uint32_t root) {
   Grammar out = std::move(grammar_);
   grammar_ = Grammar{};
   string_rules_.clear();
+  run_rules_.clear();
   states_ = 0;
   return out;
 }

@@ -5,6 +5,7 @@
 // (its mask cache synchronises itself).
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -42,6 +43,10 @@ enum class RuleKind {
   // A JSON string value, quotes included: valid UTF-8, escapes (no lone surrogates), no raw
   // control characters, between min_chars and max_chars characters (an escape counts as one).
   kString,
+  // A run of min_chars to max_chars bytes of one ASCII class (`run_bytes`), e.g. a pattern's
+  // `[a-z0-9]{1,32}` or `\d{4}`: one frame with a byte counter instead of a state per byte, so
+  // that its masks come from per-vocabulary tables (Vocabulary::run_table).
+  kRun,
 };
 
 struct Rule {
@@ -49,8 +54,9 @@ struct Rule {
   std::string name;  // for diagnostics
   std::vector<NfaState> states;
   std::uint32_t start = 0;
-  std::uint32_t min_chars = 0;      // kString
-  std::uint32_t max_chars = 0;      // kString
+  std::uint32_t min_chars = 0;      // kString, kRun (bytes)
+  std::uint32_t max_chars = 0;      // kString, kRun (bytes)
+  std::bitset<256> run_bytes;       // kRun
   std::uint32_t min_len = kNoPath;  // fewest bytes of a whole match (set by finish())
 };
 
@@ -94,6 +100,8 @@ class GrammarBuilder {
   std::uint32_t add_rule(std::string name);  // an NFA rule with its start state
   // The string rule for these bounds (one per distinct pair).
   std::uint32_t string_rule(std::uint32_t min_chars, std::uint32_t max_chars);
+  // The run rule of these bytes (ASCII only) and bounds (one per distinct triple).
+  std::uint32_t run_rule(const std::bitset<256>& bytes, std::uint32_t min, std::uint32_t max);
   std::uint32_t add_state(std::uint32_t rule);
   void byte_edge(std::uint32_t rule, std::uint32_t from, std::uint8_t lo, std::uint8_t hi,
                  std::uint32_t to);
@@ -119,6 +127,7 @@ class GrammarBuilder {
  private:
   Grammar grammar_;
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> string_rules_;
+  std::map<std::string, std::uint32_t> run_rules_;  // by bytes and bounds
   std::uint32_t max_whitespace_ = 2;
   std::size_t states_ = 0;
 };

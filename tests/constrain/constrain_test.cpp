@@ -295,11 +295,12 @@ TEST(Constrain, HostileSchemasAreRefusedWithinBounds) {
   EXPECT_NE(c.error().message.find("too large: the object at '#/properties' has more than 1000"),
             std::string::npos)
       << c.error().message;
-  // Fewer properties, each a big pattern: the grammar's state bound, where it passed.
+  // Fewer properties, each a big pattern (a group repeated: unrolled; a class repeated would be
+  // one run frame): the grammar's state bound, where it passed.
   std::string big;
   for (int i = 0; i < 900; ++i)
     big +=
-        (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"string","pattern":"[a-z]{300}"})";
+        (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"string","pattern":"(?:ab){300}"})";
   auto c2 = compile_json_schema(R"({"type":"object","properties":{)" + big + "}}");
   ASSERT_FALSE(c2.has_value());
   EXPECT_NE(c2.error().message.find("grammar"), std::string::npos) << c2.error().message;
@@ -388,6 +389,8 @@ const char* const kMaskSchemas[] = {
     R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},"age":{"type":"integer","minimum":0,"maximum":130},"tags":{"type":"array","items":{"enum":["a","bb","ccc"]},"maxItems":3}},"required":["name","age"]})",
     R"({"anyOf":[{"type":"string","format":"date"},{"type":"number"},{"type":"object","properties":{"x":{"type":"boolean"}}}]})",
     R"({"type":"object","additionalProperties":{"type":"string","maxLength":4}})",
+    // Class runs (kRun: email's parts, a pattern's `[A-Z]{2}`, `\d{3,5}`) and what follows them.
+    R"({"type":"object","properties":{"e":{"type":"string","format":"email"},"p":{"type":"string","pattern":"^[A-Z]{2}-\\d{3,5}$"},"u":{"type":"string","format":"uuid"}},"required":["e","p","u"]})",
 };
 
 TEST(ConstrainMask, EqualsBruteForceOnTheDemoVocabulary) {
@@ -411,6 +414,16 @@ TEST(ConstrainMask, StateMasksEqualBruteForce) {
   check_masks_by_brute_force(*tv, R"({"type":"string","format":"email"})", 3, 30, true);
   const auto* llama = test_vocab("llama2");
   if (llama) check_masks_by_brute_force(*llama, kMaskSchemas[0], 4, 12, true);
+}
+
+TEST(ConstrainMask, EqualsBruteForceAtAQwenSizedVocabulary) {
+  // 151,936 tokens (o200k's lowest ranks as a GGUF BPE, Qwen's added tokens special): the run
+  // tables, the string tables of every sub-state (escapes, split characters) and state masks.
+  const auto* tv = test_vocab("qwen152k");
+  ASSERT_NE(tv, nullptr);
+  EXPECT_EQ(tv->vocab->size(), 151936u);
+  check_masks_by_brute_force(*tv, kMaskSchemas[3], 5, 10);
+  check_masks_by_brute_force(*tv, R"({"type":"string","maxLength":40})", 9, 10);
 }
 
 TEST(ConstrainMask, EqualsBruteForceOnSentencePieceWithByteFallback) {
