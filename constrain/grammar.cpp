@@ -87,6 +87,22 @@ std::uint32_t GrammarBuilder::literal(std::uint32_t rule, std::uint32_t from,
   return end;
 }
 
+void GrammarBuilder::marker_edge(std::uint32_t rule, std::uint32_t from, const std::string& text,
+                                 std::uint32_t to) {
+  auto& names = grammar_.markers;
+  const auto it = std::find(names.begin(), names.end(), text);
+  const auto index = static_cast<std::uint32_t>(it - names.begin());
+  if (it == names.end()) names.push_back(text);
+  grammar_.rules[rule].states[from].markers.push_back(MarkerEdge{index, to});
+}
+
+std::uint32_t GrammarBuilder::marker(std::uint32_t rule, std::uint32_t from,
+                                     const std::string& text) {
+  const std::uint32_t to = add_state(rule);
+  marker_edge(rule, from, text, to);
+  return to;
+}
+
 std::uint32_t GrammarBuilder::ws(std::uint32_t rule, std::uint32_t from) {
   const std::uint32_t end = add_state(rule);
   std::uint32_t cur = from;
@@ -138,6 +154,7 @@ bool relax(Rule& rule, const std::vector<Rule>& rules) {
     NfaState& st = rule.states[i];
     std::uint32_t d = st.accept ? 0 : st.dist;
     for (const ByteEdge& e : st.bytes) d = std::min(d, add_dist(1, rule.states[e.to].dist));
+    for (const MarkerEdge& e : st.markers) d = std::min(d, add_dist(1, rule.states[e.to].dist));
     for (const std::uint32_t e : st.eps) d = std::min(d, rule.states[e].dist);
     for (const CallEdge& c : st.calls)
       d = std::min(d, add_dist(rules[c.rule].min_len, rule.states[c.to].dist));

@@ -22,6 +22,13 @@ struct ByteEdge {
   std::uint32_t to = 0;
 };
 
+// A marker written as one of the vocabulary's own (special) tokens, e.g. Qwen's <tool_call>:
+// Grammar::markers[marker] is its text; the matcher allows the token of that text here.
+struct MarkerEdge {
+  std::uint32_t marker = 0;
+  std::uint32_t to = 0;
+};
+
 struct CallEdge {
   std::uint32_t rule = 0;  // pushed at its start state
   std::uint32_t to = 0;    // where the caller continues when it returns
@@ -34,6 +41,7 @@ struct NfaState {
   std::vector<ByteEdge> bytes;
   std::vector<CallEdge> calls;
   std::vector<std::uint32_t> eps;
+  std::vector<MarkerEdge> markers;
   bool accept = false;           // the rule may return here
   std::uint32_t dist = kNoPath;  // fewest bytes from here to a return (set by finish())
 };
@@ -88,6 +96,7 @@ std::uint32_t string_close_bytes(const Rule& rule, std::uint32_t state, std::uin
 struct Grammar {
   std::vector<Rule> rules;
   std::uint32_t root = 0;
+  std::vector<std::string> markers;  // the texts of the marker tokens (MarkerEdge)
   // Masks of expensive rule states, filled by the matchers that use this grammar (its own
   // synchronisation; see state_masks.h).
   std::shared_ptr<StateMasks> masks;
@@ -112,6 +121,10 @@ class GrammarBuilder {
   // Fragments (return the end state).
   std::uint32_t call(std::uint32_t rule, std::uint32_t from, std::uint32_t callee);
   std::uint32_t literal(std::uint32_t rule, std::uint32_t from, std::string_view bytes);
+  // The special token of this text (one token, never its bytes spelled out).
+  std::uint32_t marker(std::uint32_t rule, std::uint32_t from, const std::string& text);
+  void marker_edge(std::uint32_t rule, std::uint32_t from, const std::string& text,
+                   std::uint32_t to);
   // Zero to max_whitespace of space, newline, tab.
   std::uint32_t ws(std::uint32_t rule, std::uint32_t from);
   // One of several literals (e.g. enum values).

@@ -7,6 +7,7 @@ namespace ferry::constrain {
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar,
                  std::shared_ptr<const Vocabulary> vocabulary)
     : grammar_(std::move(grammar)), vocab_(std::move(vocabulary)) {
+  for (const std::string& m : grammar_->markers) marker_ids_.push_back(vocab_->special_token(m));
   std::vector<Frame> start{Frame{grammar_->root, grammar_->rules[grammar_->root].start, 0}};
   closure(start, cur_);
   dedup(cur_);
@@ -47,7 +48,7 @@ void Matcher::closure(std::vector<Frame>& stack, Stacks& out) const {
   }
   const std::uint32_t here = stack[top].state;
   const NfaState& st = rule.states[here];
-  if (!st.bytes.empty()) push(stack, out);
+  if (!st.bytes.empty() || !st.markers.empty()) push(stack, out);
   for (const std::uint32_t e : st.eps) {
     stack[top].state = e;
     closure(stack, out);
@@ -281,6 +282,47 @@ void Matcher::fill_content(std::vector<std::uint64_t>& mask) {
     keep_for_walk(cur_, i);
   }
   if (rest_.size() != 0) walk_trie(rest_, mask);
+  if (!marker_ids_.empty()) marker_tokens(mask);
+}
+
+// The marker tokens the stacks' top states may take here (within the budget).
+void Matcher::marker_tokens(std::vector<std::uint64_t>& mask) {
+  for (std::size_t i = 0; i < cur_.size(); ++i) {
+    if (cur_.begin(i) == cur_.ends[i]) continue;
+    const Frame& top = cur_.frames[cur_.ends[i] - 1];
+    const Rule& rule = grammar_->rules[top.rule];
+    if (rule.kind != RuleKind::kNfa) continue;
+    for (const MarkerEdge& e : rule.states[top.state].markers) {
+      const std::optional<TokenId> id = marker_ids_[e.marker];
+      if (!id || *id >= vocab_->size()) continue;
+      tmp_.assign(cur_.frames.begin() + cur_.begin(i), cur_.frames.begin() + cur_.ends[i]);
+      tmp_.back().state = e.to;
+      a_.clear();
+      closure(tmp_, a_);
+      if (fits(a_)) mask[*id / 64] |= std::uint64_t{1} << (*id % 64);
+    }
+  }
+}
+
+// A marker token: every stack whose top state takes it moves on; false when none does.
+bool Matcher::accept_marker(TokenId id) {
+  a_.clear();
+  for (std::size_t i = 0; i < cur_.size(); ++i) {
+    if (cur_.begin(i) == cur_.ends[i]) continue;
+    const Frame& top = cur_.frames[cur_.ends[i] - 1];
+    const Rule& rule = grammar_->rules[top.rule];
+    if (rule.kind != RuleKind::kNfa) continue;
+    for (const MarkerEdge& e : rule.states[top.state].markers) {
+      if (marker_ids_[e.marker] != id) continue;
+      tmp_.assign(cur_.frames.begin() + cur_.begin(i), cur_.frames.begin() + cur_.ends[i]);
+      tmp_.back().state = e.to;
+      closure(tmp_, a_);
+    }
+  }
+  dedup(a_);
+  if (a_.size() == 0) return false;
+  std::swap(cur_, a_);
+  return true;
 }
 
 // Every token whose bytes the stacks accept, by a pre-order walk of the trie: levels_[d] holds
@@ -497,6 +539,11 @@ bool Matcher::accept_token(TokenId id) {
   if (vocab_->is_eos(id)) {
     if (!complete(cur_)) return false;
     ended_ = true;
+    if (budget_ != kNoBudget && budget_ > 0) --budget_;
+    return true;
+  }
+  if (vocab_->is_special(id)) {
+    if (!accept_marker(id)) return false;
     if (budget_ != kNoBudget && budget_ > 0) --budget_;
     return true;
   }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -108,6 +109,8 @@ class Matcher {
   void apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,
                    std::vector<std::uint64_t>& mask);
   void string_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask);
+  void marker_tokens(std::vector<std::uint64_t>& mask);
+  bool accept_marker(TokenId id);
   bool run_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask);
   template <typename Items, typename Keep, typename IdOf, typename RestOf>
   void check_sorted(const Stacks& start, const Items& items, Keep keep, IdOf id_of, RestOf rest_of,
@@ -115,6 +118,7 @@ class Matcher {
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const Vocabulary> vocab_;
+  std::vector<std::optional<TokenId>> marker_ids_;  // Grammar::markers in this vocabulary
   Stacks cur_;
   bool ended_ = false;
   static constexpr std::int64_t kUnlimited = INT64_MAX;

@@ -738,7 +738,8 @@ Result<Json> parse_schema_text(std::string_view text, const std::string& where) 
   }
 }
 
-Result<Grammar> compile_json_schema(std::string_view schema_json, const CompileOptions& options) {
+Result<Grammar> compile_json_schema(std::string_view schema_json, const CompileOptions& options,
+                                    const ThinkBlock& think) {
   auto parsed = parse_schema_text(schema_json, "");
   if (!parsed) return std::move(parsed).error();
   const Json schema = std::move(parsed).value();
@@ -747,7 +748,7 @@ Result<Grammar> compile_json_schema(std::string_view schema_json, const CompileO
   auto body = compiler.document_rule(schema, "");
   if (!body) return std::move(body).error();
   const std::uint32_t root = b.add_rule("document");
-  b.accept(root, b.call(root, b.ws(root, b.start(root)), *body));
+  b.accept(root, b.call(root, b.ws(root, add_think_block(b, think, root)), *body));
   Grammar g = b.finish(root);
   if (g.rules[g.root].min_len == kNoPath) {
     return Error::make(ErrorCode::kInvalidRequest,
@@ -756,12 +757,12 @@ Result<Grammar> compile_json_schema(std::string_view schema_json, const CompileO
   return g;
 }
 
-Grammar compile_json_object(const CompileOptions& options) {
+Grammar compile_json_object(const CompileOptions& options, const ThinkBlock& think) {
   GrammarBuilder b;
   SchemaCompiler compiler(b, options);
   const std::uint32_t object = compiler.any_object_rule();
   const std::uint32_t root = b.add_rule("document");
-  b.accept(root, b.call(root, b.ws(root, b.start(root)), object));
+  b.accept(root, b.call(root, b.ws(root, add_think_block(b, think, root)), object));
   return b.finish(root);
 }
 

@@ -74,8 +74,13 @@ std::shared_ptr<const Vocabulary> Vocabulary::build(const tokenizer::Tokenizer& 
   v->eos_ = std::move(eos_ids);
   std::vector<TokenId> ids;
   v->offsets_.push_back(0);
+  v->special_.assign(v->size_, false);
   for (TokenId id = 0; id < v->size_; ++id) {
     const bool text = !tokenizer.is_special(id) && !v->is_eos(id);
+    if (tokenizer.is_special(id) && !v->is_eos(id)) {
+      v->special_[id] = true;
+      v->specials_.emplace(tokenizer.token_bytes(id), id);  // the first id of a text
+    }
     const std::string bytes = text ? tokenizer.token_bytes(id) : std::string();
     v->arena_ += bytes;
     v->offsets_.push_back(static_cast<std::uint32_t>(v->arena_.size()));
@@ -85,6 +90,12 @@ std::shared_ptr<const Vocabulary> Vocabulary::build(const tokenizer::Tokenizer& 
   for (std::uint32_t state = kStrOpen; state < kStrStates; ++state)
     v->build_string_tables(ids, state);
   return v;
+}
+
+std::optional<TokenId> Vocabulary::special_token(std::string_view text) const {
+  const auto it = specials_.find(text);
+  if (it == specials_.end() || text.empty()) return std::nullopt;
+  return it->second;
 }
 
 bool Vocabulary::is_eos(TokenId id) const {

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,6 +84,10 @@ class Vocabulary {
   }
   const std::vector<TokenId>& eos() const { return eos_; }
   bool is_eos(TokenId id) const;
+  // The special token (not an end-of-generation one) whose text this is: a marker the grammar
+  // may write as one token (MarkerEdge). Null when the vocabulary has none.
+  std::optional<TokenId> special_token(std::string_view text) const;
+  bool is_special(TokenId id) const { return id < special_.size() && special_[id]; }
   const std::vector<TrieNode>& trie() const { return trie_; }
   const std::vector<TokenId>& token_list() const { return trie_tokens_; }
   std::uint16_t max_depth() const { return max_depth_; }
@@ -110,6 +115,8 @@ class Vocabulary {
   std::string arena_;
   std::vector<std::uint32_t> offsets_;
   std::vector<TokenId> eos_;
+  std::map<std::string, TokenId, std::less<>> specials_;  // by text
+  std::vector<bool> special_;
   std::vector<TrieNode> trie_;
   std::vector<TokenId> trie_tokens_;
   std::uint16_t max_depth_ = 0;

@@ -426,6 +426,48 @@ TEST_F(ConstrainedBackendTest, AThinkBlockIsReasoningContentBeforeTheCalls) {
   EXPECT_GT(thought, 0);
 }
 
+TEST_F(ConstrainedBackendTest, AThinkBlockBeforeAJsonSchemaIsReasoningAndTheContentValidates) {
+  // Qwen3 thinking template + response_format: the think block stays free, the schema holds
+  // after it; reasoning_content apart, counted as reasoning tokens.
+  auto backend = open(test::kQwen3ThinkingTemplate);
+  const Json schema = Json::parse(R"({"type": "object", "properties": {"city": {"type": "string",
+    "maxLength": 12}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["city", "n"], "additionalProperties": false})");
+  int thought = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    Json body = ask(160, seed);
+    body["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", "place"}, {"strict", true}, {"schema", schema}}}};
+    if (seed > 7) body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    auto reply = run(*backend, body);
+    ASSERT_TRUE(reply.has_value()) << reply.error().message;
+    EXPECT_EQ(header(*reply, "x-ferry-constraint"), "json_schema");
+    const Json j = Json::parse(reply->body);
+    const Json choice = j["choices"][0];
+    ASSERT_EQ(choice["finish_reason"], "stop") << choice.dump();
+    const std::string content = choice["message"]["content"];
+    const Json doc = Json::parse(content);  // the content alone is the document
+    ASSERT_EQ(doc.size(), 2u) << content;
+    EXPECT_LE(doc["city"].get<std::string>().size(), 48u);
+    EXPECT_GE(doc["n"].get<int>(), 0);
+    EXPECT_LE(doc["n"].get<int>(), 9);
+    const int64_t reasoning = j["usage"]["completion_tokens_details"]["reasoning_tokens"];
+    EXPECT_EQ(reply->usage.reasoning_tokens, reasoning);
+    if (choice["message"].contains("reasoning_content")) {
+      EXPECT_LE(seed, 7u) << "a think block with thinking off";
+      const std::string r = choice["message"]["reasoning_content"];
+      EXPECT_EQ(r.find("</think>"), std::string::npos) << r;
+      EXPECT_GT(reasoning, 0);
+      EXPECT_LT(reasoning, j["usage"]["completion_tokens"].get<int64_t>());
+      ++thought;
+    } else {
+      EXPECT_EQ(reasoning, 0);
+    }
+  }
+  EXPECT_GT(thought, 0);
+}
+
 TEST_F(ConstrainedBackendTest, NamedChoiceCallsThatFunctionOnly) {
   auto backend = open(test::kGenericToolsTemplate);
   Json body = ask(200, 3);

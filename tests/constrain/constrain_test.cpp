@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "constrain/cache.h"
 #include "constrain/matcher.h"
@@ -595,6 +596,95 @@ TEST(ConstrainTools, AThinkBlockMayOpenTheOutputOnly) {
   EXPECT_FALSE(accepts(g, "<think>x</think>\n\n"));  // required: a call after it
   spec.syntax.think_end.clear();
   EXPECT_FALSE(compile_tools(spec).has_value());
+}
+
+// Seeded uniform walks over a Qwen-sized vocabulary whose <tool_call>, </tool_call>, <think> and
+// </think> are special tokens: every marker is that one token (never spelled out, never a
+// special token elsewhere), and the text between the markers is a call that parses.
+TEST(ConstrainTools, MarkerTokensOfTheVocabularyAreTheMarkersAndNeverInsideJson) {
+  const auto* tv = test_vocab("qwen152k");
+  ASSERT_NE(tv, nullptr);
+  const std::vector<std::string> markers = {"<tool_call>", "</tool_call>", "<think>", "</think>"};
+  std::set<TokenId> marker_ids;
+  for (const std::string& m : markers) {
+    const auto id = tv->vocab->special_token(m);
+    ASSERT_TRUE(id.has_value()) << m;
+    marker_ids.insert(*id);
+  }
+  for (const ToolChoice choice : {ToolChoice::kRequired, ToolChoice::kAuto}) {
+    ToolSpec spec = weather_tools(choice);
+    spec.syntax.think_begin = "<think>";
+    spec.syntax.think_end = "</think>";
+    spec.syntax.token_markers = markers;
+    const auto g = tools_grammar(spec);
+    Matcher first(g, tv->vocab);
+    std::vector<std::uint64_t> mask;
+    first.fill_mask(mask);
+    EXPECT_TRUE(bit(mask, *tv->vocab->special_token("<think>")));
+    if (choice == ToolChoice::kRequired) {
+      EXPECT_TRUE(bit(mask, *tv->vocab->special_token("<tool_call>")));
+      EXPECT_FALSE(first.accept_bytes("<tool_call>"));  // not spelled out
+    }
+    int calls = 0;
+    for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+      Matcher m(g, tv->vocab);
+      m.set_token_budget(300);
+      std::mt19937_64 rng(seed);
+      std::string text;  // the output, a marker token as its text
+      std::vector<TokenId> specials;
+      while (!m.ended()) {
+        m.fill_mask(mask);
+        const auto ids = allowed_ids(mask);
+        ASSERT_FALSE(ids.empty());
+        // Markers and the end are rare among 150k tokens: pick them half the time they're there.
+        // (This vocabulary's special tokens are its last ids, from 151,643.)
+        std::vector<TokenId> rare;
+        for (auto it = ids.rbegin(); it != ids.rend() && *it >= 151643; ++it) rare.push_back(*it);
+        const TokenId id =
+            !rare.empty() && rng() % 2 ? rare[rng() % rare.size()] : ids[rng() % ids.size()];
+        for (const TokenId r : rare) {
+          ASSERT_TRUE(marker_ids.count(r) == 1 || tv->vocab->is_eos(r))
+              << tv->tokenizer->token_text(r);
+        }
+        if (marker_ids.count(id) != 0) specials.push_back(id);
+        ASSERT_TRUE(m.accept_token(id));
+        if (!tv->vocab->is_eos(id)) text += tv->tokenizer->token_bytes(id);
+      }
+      // Every marker text in the output is a marker token.
+      std::size_t spelled = 0;
+      for (const std::string& mk : markers) {
+        for (std::size_t at = text.find(mk); at != std::string::npos; at = text.find(mk, at + 1))
+          ++spelled;
+      }
+      EXPECT_EQ(spelled, specials.size()) << text;
+      // Each call between its markers parses, names a declared function.
+      for (std::size_t at = text.find("<tool_call>"); at != std::string::npos;
+           at = text.find("<tool_call>", at + 1)) {
+        const std::size_t end = text.find("</tool_call>", at);
+        ASSERT_NE(end, std::string::npos) << text;
+        const auto call = nlohmann::json::parse(text.substr(at + 11, end - at - 11));
+        EXPECT_TRUE(call["name"] == "get_weather" || call["name"] == "now") << text;
+        ++calls;
+      }
+    }
+    EXPECT_GT(calls, 0);
+  }
+}
+
+TEST(ConstrainThink, AFreeThinkBlockMayComeBeforeTheDocument) {
+  const ThinkBlock think{"<think>", "</think>", {}};
+  auto g = compile_json_schema(
+      R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})", {}, think);
+  ASSERT_TRUE(g.has_value()) << g.error().message;
+  const auto s = std::make_shared<const Grammar>(std::move(g).value());
+  EXPECT_TRUE(accepts(s, R"({"a":1})"));
+  EXPECT_TRUE(accepts(s, "<think>free {not json\n</think>\n\n{\"a\":1}"));
+  EXPECT_FALSE(accepts(s, "<think>x</think>not json"));
+  EXPECT_FALSE(accepts(s, "<think>x</think>"));
+  EXPECT_FALSE(accepts(s, R"({"a":1}<think>x</think>)"));
+  const auto o = std::make_shared<const Grammar>(compile_json_object({}, think));
+  EXPECT_TRUE(accepts(o, "<think>hm</think>{}"));
+  EXPECT_FALSE(accepts(o, "<think>hm</think>[]"));
 }
 
 TEST(ConstrainTools, Errors) {
