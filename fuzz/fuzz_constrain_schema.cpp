@@ -26,7 +26,9 @@ const std::shared_ptr<const constrain::Vocabulary>& vocabulary() {
     auto tok = tokenizer::load_tokenizer("cl100k_base");
     if (!tok) __builtin_trap();
     std::vector<constrain::TokenId> eos;
+    if (const auto id = (*tok)->eos_id()) eos.push_back(*id);
     if (const auto id = (*tok)->token_id("<|endoftext|>")) eos.push_back(*id);
+    if (eos.empty()) __builtin_trap();  // the walk could never end
     return constrain::Vocabulary::build(**tok, eos);
   }();
   return v;
@@ -48,8 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   options.max_array_items = 4;
   auto g = constrain::compile_json_schema(text, options);
   if (!g) {
-    if (g.error().code != ErrorCode::kInvalidRequest || g.error().message.empty())
-      __builtin_trap();
+    if (g.error().code != ErrorCode::kInvalidRequest || g.error().message.empty()) __builtin_trap();
     return 0;
   }
   const auto grammar = std::make_shared<const constrain::Grammar>(std::move(g).value());
