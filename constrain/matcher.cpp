@@ -285,40 +285,42 @@ void Matcher::fill_content(std::vector<std::uint64_t>& mask) {
   if (!marker_ids_.empty()) marker_tokens(mask);
 }
 
-// The marker tokens the stacks' top states may take here (within the budget).
-void Matcher::marker_tokens(std::vector<std::uint64_t>& mask) {
+// Calls fn(i, edge) for each marker edge of stack i's top state, every stack in turn.
+template <typename Fn>
+void Matcher::each_marker_edge(Fn fn) {
   for (std::size_t i = 0; i < cur_.size(); ++i) {
     if (cur_.begin(i) == cur_.ends[i]) continue;
     const Frame& top = cur_.frames[cur_.ends[i] - 1];
     const Rule& rule = grammar_->rules[top.rule];
     if (rule.kind != RuleKind::kNfa) continue;
-    for (const MarkerEdge& e : rule.states[top.state].markers) {
-      const std::optional<TokenId> id = marker_ids_[e.marker];
-      if (!id || *id >= vocab_->size()) continue;
-      tmp_.assign(cur_.frames.begin() + cur_.begin(i), cur_.frames.begin() + cur_.ends[i]);
-      tmp_.back().state = e.to;
-      a_.clear();
-      closure(tmp_, a_);
-      if (fits(a_)) mask[*id / 64] |= std::uint64_t{1} << (*id % 64);
-    }
+    for (const MarkerEdge& e : rule.states[top.state].markers) fn(i, e);
   }
+}
+
+// Stack i past marker edge e, and what follows without a byte, into `out`.
+void Matcher::take_marker(std::size_t i, const MarkerEdge& e, Stacks& out) {
+  tmp_.assign(cur_.frames.begin() + cur_.begin(i), cur_.frames.begin() + cur_.ends[i]);
+  tmp_.back().state = e.to;
+  closure(tmp_, out);
+}
+
+// The marker tokens the stacks' top states may take here (within the budget).
+void Matcher::marker_tokens(std::vector<std::uint64_t>& mask) {
+  each_marker_edge([&](std::size_t i, const MarkerEdge& e) {
+    const std::optional<TokenId> id = marker_ids_[e.marker];
+    if (!id || *id >= vocab_->size()) return;
+    a_.clear();
+    take_marker(i, e, a_);
+    if (fits(a_)) mask[*id / 64] |= std::uint64_t{1} << (*id % 64);
+  });
 }
 
 // A marker token: every stack whose top state takes it moves on; false when none does.
 bool Matcher::accept_marker(TokenId id) {
   a_.clear();
-  for (std::size_t i = 0; i < cur_.size(); ++i) {
-    if (cur_.begin(i) == cur_.ends[i]) continue;
-    const Frame& top = cur_.frames[cur_.ends[i] - 1];
-    const Rule& rule = grammar_->rules[top.rule];
-    if (rule.kind != RuleKind::kNfa) continue;
-    for (const MarkerEdge& e : rule.states[top.state].markers) {
-      if (marker_ids_[e.marker] != id) continue;
-      tmp_.assign(cur_.frames.begin() + cur_.begin(i), cur_.frames.begin() + cur_.ends[i]);
-      tmp_.back().state = e.to;
-      closure(tmp_, a_);
-    }
-  }
+  each_marker_edge([&](std::size_t i, const MarkerEdge& e) {
+    if (marker_ids_[e.marker] == id) take_marker(i, e, a_);
+  });
   dedup(a_);
   if (a_.size() == 0) return false;
   std::swap(cur_, a_);

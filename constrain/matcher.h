@@ -110,6 +110,9 @@ class Matcher {
                    std::vector<std::uint64_t>& mask);
   void string_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask);
   void marker_tokens(std::vector<std::uint64_t>& mask);
+  template <typename Fn>
+  void each_marker_edge(Fn fn);
+  void take_marker(std::size_t i, const MarkerEdge& e, Stacks& out);
   bool accept_marker(TokenId id);
   bool run_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask);
   template <typename Items, typename Keep, typename IdOf, typename RestOf>

@@ -396,6 +396,25 @@ TEST_F(ConstrainedBackendTest, LlamaAndMistralTemplatesGetCallsInTheirOwnFormat)
 
 // Qwen3 thinking: a think block may come first; its text is reasoning_content (counted as
 // reasoning tokens), the calls after it as ever. enable_thinking false: no think block.
+// A think block's reasoning, if the answer has one (only when thinking is on): apart from the
+// content, without its end marker, counted as reasoning tokens in the body and the reply. 1 when
+// there was one.
+int expect_reasoning(const Json& j, const BackendReply& reply, bool thinking_on) {
+  const Json& message = j["choices"][0]["message"];
+  const int64_t reasoning = j["usage"]["completion_tokens_details"]["reasoning_tokens"];
+  EXPECT_EQ(reply.usage.reasoning_tokens, reasoning);
+  if (!message.contains("reasoning_content")) {
+    EXPECT_EQ(reasoning, 0);
+    return 0;
+  }
+  EXPECT_TRUE(thinking_on) << "a think block with thinking off";
+  const std::string r = message["reasoning_content"];
+  EXPECT_EQ(r.find("</think>"), std::string::npos) << r;
+  EXPECT_GT(reasoning, 0);
+  EXPECT_LT(reasoning, j["usage"]["completion_tokens"].get<int64_t>());
+  return 1;
+}
+
 TEST_F(ConstrainedBackendTest, AThinkBlockIsReasoningContentBeforeTheCalls) {
   auto backend = open(test::kQwen3ThinkingTemplate);
   int thought = 0;
@@ -410,18 +429,7 @@ TEST_F(ConstrainedBackendTest, AThinkBlockIsReasoningContentBeforeTheCalls) {
     const Json choice = j["choices"][0];
     ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice.dump();
     for (const Json& call : choice["message"]["tool_calls"]) expect_valid_weather_call(call);
-    const int64_t reasoning = j["usage"]["completion_tokens_details"]["reasoning_tokens"];
-    EXPECT_EQ(reply->usage.reasoning_tokens, reasoning);
-    if (choice["message"].contains("reasoning_content")) {
-      EXPECT_LE(seed, 8u) << "a think block with thinking off";
-      const std::string r = choice["message"]["reasoning_content"];
-      EXPECT_EQ(r.find("</think>"), std::string::npos) << r;
-      EXPECT_GT(reasoning, 0);
-      EXPECT_LT(reasoning, j["usage"]["completion_tokens"].get<int64_t>());
-      ++thought;
-    } else {
-      EXPECT_EQ(reasoning, 0);
-    }
+    thought += expect_reasoning(j, *reply, seed <= 8);
   }
   EXPECT_GT(thought, 0);
 }
@@ -452,18 +460,7 @@ TEST_F(ConstrainedBackendTest, AThinkBlockBeforeAJsonSchemaIsReasoningAndTheCont
     EXPECT_LE(doc["city"].get<std::string>().size(), 48u);
     EXPECT_GE(doc["n"].get<int>(), 0);
     EXPECT_LE(doc["n"].get<int>(), 9);
-    const int64_t reasoning = j["usage"]["completion_tokens_details"]["reasoning_tokens"];
-    EXPECT_EQ(reply->usage.reasoning_tokens, reasoning);
-    if (choice["message"].contains("reasoning_content")) {
-      EXPECT_LE(seed, 7u) << "a think block with thinking off";
-      const std::string r = choice["message"]["reasoning_content"];
-      EXPECT_EQ(r.find("</think>"), std::string::npos) << r;
-      EXPECT_GT(reasoning, 0);
-      EXPECT_LT(reasoning, j["usage"]["completion_tokens"].get<int64_t>());
-      ++thought;
-    } else {
-      EXPECT_EQ(reasoning, 0);
-    }
+    thought += expect_reasoning(j, *reply, seed <= 7);
   }
   EXPECT_GT(thought, 0);
 }
