@@ -162,6 +162,12 @@ Status check_constrained(const api::ChatRequest& r, const Params& p) {
     return unsupported_by_target("'logprobs' with 'tools' is not supported by the local engine",
                                  "logprobs");
   }
+  if (!p.constraint.think.begin.empty() && p.top_logprobs >= 0) {
+    return unsupported_by_target(
+        "'logprobs' with 'response_format' on a thinking model is not supported by the local "
+        "engine (set chat_template_kwargs.enable_thinking: false)",
+        "logprobs");
+  }
   return {};
 }
 
@@ -361,6 +367,7 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::open(const config::BackendCo
   if (impl->chat) impl->template_tools = detect_template_tools(*impl->chat);
   impl->vocab = constrain::Vocabulary::build(
       *impl->tok, std::vector<constrain::TokenId>(eog.begin(), eog.end()));
+  find_token_markers(impl->template_tools, *impl->vocab);
   auto eng = std::make_unique<engine::Engine>(std::move(model).value(),
                                               engine::EngineOptions{lc.threads, lc.context_length,
                                                                     /*batch_invariant=*/true});
@@ -551,10 +558,13 @@ class LocalBackend::Call {
                                                .count());
     format_.usage_null = stream_ && request.client_wants_usage;
     const ConstraintRequest& c = params_.constraint;
-    if (c.mode == ConstraintMode::kTools) {
+    if (c.mode == ConstraintMode::kTools || !c.think.begin.empty()) {
+      // Tool calls, or a think block before a response_format document: read as pieces.
+      const constrain::ToolCallSyntax syn =
+          c.mode == ConstraintMode::kTools ? c.tools.syntax : think_syntax(c.think);
       for (size_t k = 0; k < choices_.size(); ++k) {
-        choices_[k].tools.emplace(c.tools.syntax, request.request_id + "/" + std::to_string(k) +
-                                                      "/" + std::to_string(random_seed()));
+        choices_[k].tools.emplace(syn, request.request_id + "/" + std::to_string(k) + "/" +
+                                           std::to_string(random_seed()));
       }
     }
     reply_.constraint = std::string(constraint_mode_name(c.mode));

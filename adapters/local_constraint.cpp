@@ -28,8 +28,20 @@ bool all_ws(std::string_view s) {
   return true;
 }
 
-Result<ConstraintRequest> response_format_request(const api::ResponseFormat& f) {
+// Whether the request turned thinking off (`chat_template_kwargs.enable_thinking: false`).
+bool thinking_off(const api::ChatRequest& r) {
+  if (!r.extra.is_object() || !r.extra.contains("chat_template_kwargs")) return false;
+  const Json& k = r.extra["chat_template_kwargs"];
+  return k.is_object() && k.contains("enable_thinking") && k["enable_thinking"] == false;
+}
+
+Result<ConstraintRequest> response_format_request(const api::ChatRequest& r,
+                                                  const TemplateTools& t) {
+  const api::ResponseFormat& f = *r.response_format;
   ConstraintRequest c;
+  if (!thinking_off(r) && !t.think_begin.empty()) {
+    c.think = constrain::ThinkBlock{t.think_begin, t.think_end, t.token_markers};
+  }
   if (f.type == "json_object") {
     c.mode = ConstraintMode::kJsonObject;
     return c;
@@ -68,13 +80,6 @@ std::string tools_refusal(const TemplateTools& t) {
     return "this local model's chat template ignores 'tools' (the model would never see them)";
   }
   return t.unsupported;
-}
-
-// Whether the request turned thinking off (`chat_template_kwargs.enable_thinking: false`).
-bool thinking_off(const api::ChatRequest& r) {
-  if (!r.extra.is_object() || !r.extra.contains("chat_template_kwargs")) return false;
-  const Json& k = r.extra["chat_template_kwargs"];
-  return k.is_object() && k.contains("enable_thinking") && k["enable_thinking"] == false;
 }
 
 Result<ConstraintRequest> tools_request(const api::ChatRequest& r, const TemplateTools& t) {
@@ -205,6 +210,14 @@ TemplateTools detect_template_tools(const tokenizer::ChatFormatter& chat) {
   return t;
 }
 
+void find_token_markers(TemplateTools& t, const constrain::Vocabulary& vocab) {
+  const constrain::ToolCallSyntax syn = tool_call_syntax(t, true);
+  t.token_markers.clear();
+  for (const std::string* m : {&syn.begin, &syn.end, &syn.think_begin, &syn.think_end}) {
+    if (!m->empty() && vocab.special_token(*m)) t.token_markers.push_back(*m);
+  }
+}
+
 constrain::ToolCallSyntax tool_call_syntax(const TemplateTools& t, bool thinking) {
   constrain::ToolCallSyntax syn;
   if (t.format == ToolFormat::kMistral) {
@@ -221,6 +234,7 @@ constrain::ToolCallSyntax tool_call_syntax(const TemplateTools& t, bool thinking
     syn.think_begin = t.think_begin;
     syn.think_end = t.think_end;
   }
+  syn.token_markers = t.token_markers;
   return syn;
 }
 
@@ -248,7 +262,7 @@ Result<ConstraintRequest> constraint_request(const api::ChatRequest& r, const Te
         "'response_format' together with 'tools' is not supported by the local engine",
         "response_format");
   }
-  if (format) return response_format_request(*r.response_format);
+  if (format) return response_format_request(r, t);
   if (tools) return tools_request(r, t);
   return ConstraintRequest{};
 }
@@ -259,10 +273,10 @@ Result<constrain::CompiledGrammar> compile_constraint(const ConstraintRequest& c
   std::string param = "response_format";
   switch (c.mode) {
     case ConstraintMode::kJsonObject:
-      out = cache.json_object();
+      out = cache.json_object({}, c.think);
       break;
     case ConstraintMode::kJsonSchema:
-      out = cache.json_schema(c.schema_json);
+      out = cache.json_schema(c.schema_json, {}, c.think);
       break;
     case ConstraintMode::kTools:
       out = cache.tools(c.tools);
@@ -278,6 +292,15 @@ Result<constrain::CompiledGrammar> compile_constraint(const ConstraintRequest& c
     e.type_code = std::string(kUnsupportedByTarget);
   }
   return e;
+}
+
+constrain::ToolCallSyntax think_syntax(const constrain::ThinkBlock& think) {
+  constrain::ToolCallSyntax syn;
+  syn.begin.clear();  // no calls: after the think block, everything is text
+  syn.end.clear();
+  syn.think_begin = think.begin;
+  syn.think_end = think.end;
+  return syn;
 }
 
 // ---- ToolCallParser ---------------------------------------------------------------------------

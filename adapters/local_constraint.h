@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "constrain/cache.h"
 #include "constrain/tools.h"
+#include "constrain/vocabulary.h"
 #include "tokenizer/chat_template.h"
 
 namespace ferry::adapters {
@@ -45,10 +46,16 @@ struct TemplateTools {
   // prompt): the output may open with a think block between these markers.
   std::string think_begin;
   std::string think_end;
+  // The markers of this format that the model's vocabulary has as special tokens: written as
+  // that token only (find_token_markers).
+  std::vector<std::string> token_markers;
 };
 // The constraint's syntax for a template's format (think block included when `thinking`).
 constrain::ToolCallSyntax tool_call_syntax(const TemplateTools& t, bool thinking);
 TemplateTools detect_template_tools(const tokenizer::ChatFormatter& chat);
+// Fills t.token_markers: which of the format's markers (<tool_call>, </tool_call>,
+// [TOOL_CALLS], the think markers) are special tokens of `vocab`.
+void find_token_markers(TemplateTools& t, const constrain::Vocabulary& vocab);
 std::string_view tool_format_name(ToolFormat format);
 
 // The constraint a request asks for, not compiled yet.
@@ -56,7 +63,13 @@ struct ConstraintRequest {
   ConstraintMode mode = ConstraintMode::kNone;
   std::string schema_json;    // kJsonSchema: the schema's JSON text (member order kept)
   constrain::ToolSpec tools;  // kTools
+  // kJsonObject / kJsonSchema on a thinking template: the think block before the document
+  // (read back as reasoning, see think_syntax).
+  constrain::ThinkBlock think;
 };
+// The syntax a ToolCallParser reads a response_format output with: its think block, then text
+// (no calls).
+constrain::ToolCallSyntax think_syntax(const constrain::ThinkBlock& think);
 // Errors: kInvalidRequest naming the field; with code kUnsupportedByTarget when it is this
 // engine that cannot serve it (a template that ignores tools, a format not wired, ...).
 Result<ConstraintRequest> constraint_request(const api::ChatRequest& r, const TemplateTools& t);

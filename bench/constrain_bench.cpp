@@ -4,10 +4,13 @@
 // tokens, seeded) until the end of generation; every fill_mask is timed on one thread. The first
 // walk of a schema (its state masks still empty) is reported apart from the later ones.
 // Prints p50 / p99 / max microseconds per step per vocabulary and schema. See bench/README.md.
-//   constrain_bench [--walks N] [--vocab NAME]...
+// With --cpu 1 a step is timed by this thread's CPU clock (robust to a loaded machine), else by
+// the wall clock. --slow US prints the text before each later-walk step slower than US.
+//   constrain_bench [--walks N] [--vocab NAME]... [--cpu 0|1] [--slow US]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,6 +57,14 @@ Result<Grammar> compile_case(const Case& c, const CompileOptions& o) {
   return compile_json_schema(c.schema, o);
 }
 
+// This thread's CPU time: a step's own work, whatever else the machine runs (--cpu).
+bool cpu_time = false;
+double thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
+}
+
 double percentile(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -61,7 +72,7 @@ double percentile(std::vector<double>& v, double p) {
   return v[i];
 }
 
-void run_vocab(const testing::TestVocab& tv, int walks) {
+void run_vocab(const testing::TestVocab& tv, int walks, double slow_us) {
   CompileOptions o;
   o.max_string_chars = 64;
   o.max_array_items = 6;
@@ -86,17 +97,24 @@ void run_vocab(const testing::TestVocab& tv, int walks) {
       Matcher m(grammar, tv.vocab);
       std::mt19937_64 rng(static_cast<std::uint64_t>(w) + 1);
       std::vector<TokenId> allowed;
+      std::string text;
       for (int step = 0; step < 2000 && !m.ended(); ++step) {
+        const double c0 = thread_cpu_us();
         const auto s0 = Clock::now();
         m.fill_mask(mask);
-        const double us = std::chrono::duration<double, std::micro>(Clock::now() - s0).count();
+        const double wall = std::chrono::duration<double, std::micro>(Clock::now() - s0).count();
+        const double us = cpu_time ? thread_cpu_us() - c0 : wall;
         (w == 0 ? first_walk_us : step_us).push_back(us);
+        if (slow_us > 0 && us > slow_us && w > 0)
+          std::printf("  slow %s %.0f us after: %s\n", c.name, us, text.c_str());
         allowed.clear();
         for (std::size_t i = 0; i < mask.size(); ++i)
           for (std::uint64_t bits = mask[i]; bits; bits &= bits - 1)
             allowed.push_back(static_cast<TokenId>(i * 64 + __builtin_ctzll(bits)));
         if (allowed.empty()) break;
-        if (!m.accept_token(allowed[rng() % allowed.size()])) break;
+        const TokenId pick = allowed[rng() % allowed.size()];
+        if (!m.accept_token(pick)) break;
+        text += tv.vocab->bytes(pick);
       }
     }
     all.insert(all.end(), step_us.begin(), step_us.end());
@@ -121,13 +139,16 @@ void run_vocab(const testing::TestVocab& tv, int walks) {
 
 int main(int argc, char** argv) {
   int walks = 5;
+  double slow_us = 0;  // print the text before every later-walk step slower than this
   std::vector<std::string> vocabs;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--walks") walks = std::stoi(argv[i + 1]);
     if (a == "--vocab") vocabs.emplace_back(argv[i + 1]);
+    if (a == "--slow") slow_us = std::stod(argv[i + 1]);
+    if (a == "--cpu") ferry::constrain::cpu_time = std::string(argv[i + 1]) == "1";
   }
-  if (vocabs.empty()) vocabs = {"llama2", "cl100k", "o200k"};
+  if (vocabs.empty()) vocabs = {"llama2", "cl100k", "qwen152k", "o200k"};
   for (const std::string& name : vocabs) {
     const auto t0 = ferry::constrain::Clock::now();
     const auto* tv = ferry::constrain::testing::test_vocab(name);
@@ -138,7 +159,7 @@ int main(int argc, char** argv) {
     std::printf(
         "%s: vocabulary tables built in %.0f ms\n", name.c_str(),
         std::chrono::duration<double, std::milli>(ferry::constrain::Clock::now() - t0).count());
-    ferry::constrain::run_vocab(*tv, walks);
+    ferry::constrain::run_vocab(*tv, walks, slow_us);
   }
   return 0;
 }

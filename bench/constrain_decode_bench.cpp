@@ -6,9 +6,11 @@
 // constrained stream's tokens are replayed through a fresh Matcher over a freshly compiled
 // grammar (its state masks cold, as in the run) with every fill_mask timed on one thread,
 // p50/p99 set beside the unconstrained run's wall time per decode step (forward + sampling).
-//   constrain_decode_bench [--model FILE] [--preset smollm2-360m] [--threads 2] [--gen 64]
-//                          [--reps 3]
-// Without --model, the model is synthesized (random weights, real shapes, its real vocabulary).
+//   constrain_decode_bench [--model FILE] [--preset smollm2-360m|qwen2.5-0.5b] [--threads 2]
+//                          [--gen 64] [--reps 3]
+// Without --model, the model is synthesized (random weights, real shapes, its real vocabulary);
+// preset qwen2.5-0.5b is Qwen2.5-0.5B's shape with the 151,936-token Qwen-sized vocabulary of
+// the constraint tests (tests/constrain/test_vocab.h).
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -25,6 +27,7 @@
 #include "local_engine/gguf_source.h"
 #include "local_engine/scheduler.h"
 #include "model_tools/model_tools.h"
+#include "tests/constrain/test_vocab.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -154,7 +157,20 @@ int main(int argc, char** argv) {
     tmp = std::filesystem::temp_directory_path() /
           ("ferry-constrain-decode-" + std::to_string(::getpid()) + ".gguf");
     model_tools::SynthOptions o;
-    model_tools::apply_synth_preset(preset, o);
+    if (preset == "qwen2.5-0.5b") {
+      o.arch = "qwen2";
+      o.n_embd = 896;
+      o.n_layer = 24;
+      o.n_head = 14;
+      o.n_head_kv = 2;
+      o.head_dim = 64;
+      o.n_ff = 4864;
+      o.n_ctx = 4096;
+      o.tied_output = true;
+      o.vocab_from = constrain::testing::qwen152k_vocab_path();
+    } else {
+      model_tools::apply_synth_preset(preset, o);
+    }
     o.type = "Q8_0";
     if (auto st = model_tools::write_synth_model(o, tmp.string()); !st) return 1;
     path = tmp.string();

@@ -20,18 +20,30 @@ void add_field(std::string& key, std::string_view field) {
   key += field;
 }
 
+// The think block's part of a key ("" without one, so that older keys stay as they were).
+std::string think_key(const ThinkBlock& think) {
+  if (think.begin.empty()) return {};
+  std::string key = "think\n";
+  add_field(key, think.begin);
+  add_field(key, think.end);
+  for (const std::string& m : think.token_markers) add_field(key, m);
+  return key + "\n";
+}
+
 }  // namespace
 
 Result<CompiledGrammar> GrammarCache::json_schema(std::string_view schema_json,
-                                                  const CompileOptions& options) {
-  std::string key = "json_schema\n" + options_key(options);
+                                                  const CompileOptions& options,
+                                                  const ThinkBlock& think) {
+  std::string key = "json_schema\n" + options_key(options) + think_key(think);
   key += schema_json;
-  return get(key, [&] { return compile_json_schema(schema_json, options); });
+  return get(key, [&] { return compile_json_schema(schema_json, options, think); });
 }
 
-Result<CompiledGrammar> GrammarCache::json_object(const CompileOptions& options) {
-  return get("json_object\n" + options_key(options),
-             [&]() -> Result<Grammar> { return compile_json_object(options); });
+Result<CompiledGrammar> GrammarCache::json_object(const CompileOptions& options,
+                                                  const ThinkBlock& think) {
+  return get("json_object\n" + options_key(options) + think_key(think),
+             [&]() -> Result<Grammar> { return compile_json_object(options, think); });
 }
 
 Result<CompiledGrammar> GrammarCache::tools(const ToolSpec& spec, const CompileOptions& options) {
@@ -43,6 +55,7 @@ Result<CompiledGrammar> GrammarCache::tools(const ToolSpec& spec, const CompileO
        {&spec.named, &spec.syntax.begin, &spec.syntax.end, &spec.syntax.name_key,
         &spec.syntax.arguments_key, &spec.syntax.think_begin, &spec.syntax.think_end})
     add_field(key, *s);
+  for (const std::string& m : spec.syntax.token_markers) add_field(key, "token:" + m);
   for (const ToolFunction& f : spec.functions) {
     add_field(key, f.name);
     add_field(key, f.parameters_json);

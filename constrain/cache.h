@@ -30,8 +30,10 @@ class GrammarCache {
   explicit GrammarCache(std::size_t capacity = 256) : capacity_(capacity) {}
 
   Result<CompiledGrammar> json_schema(std::string_view schema_json,
-                                      const CompileOptions& options = {});
-  Result<CompiledGrammar> json_object(const CompileOptions& options = {});
+                                      const CompileOptions& options = {},
+                                      const ThinkBlock& think = {});
+  Result<CompiledGrammar> json_object(const CompileOptions& options = {},
+                                      const ThinkBlock& think = {});
   Result<CompiledGrammar> tools(const ToolSpec& spec, const CompileOptions& options = {});
 
   std::size_t size() const;

@@ -29,6 +29,23 @@ std::uint32_t GrammarBuilder::string_rule(std::uint32_t min_chars, std::uint32_t
   return id;
 }
 
+std::uint32_t GrammarBuilder::run_rule(const std::bitset<256>& bytes, std::uint32_t min,
+                                       std::uint32_t max) {
+  const std::string key = bytes.to_string() + "," + std::to_string(min) + "," + std::to_string(max);
+  if (const auto it = run_rules_.find(key); it != run_rules_.end()) return it->second;
+  Rule r;
+  r.kind = RuleKind::kRun;
+  r.name = "run{" + std::to_string(min) + "," + std::to_string(max) + "}";
+  r.min_chars = min;
+  r.max_chars = max;
+  r.run_bytes = bytes;
+  grammar_.rules.push_back(std::move(r));
+  const auto id = static_cast<std::uint32_t>(grammar_.rules.size() - 1);
+  run_rules_.emplace(key, id);
+  ++states_;
+  return id;
+}
+
 std::uint32_t GrammarBuilder::add_state(std::uint32_t rule) {
   auto& states = grammar_.rules[rule].states;
   states.emplace_back();
@@ -68,6 +85,22 @@ std::uint32_t GrammarBuilder::literal(std::uint32_t rule, std::uint32_t from,
   const std::uint32_t end = add_state(rule);  // an empty literal: still a fresh end state
   eps(rule, from, end);
   return end;
+}
+
+void GrammarBuilder::marker_edge(std::uint32_t rule, std::uint32_t from, const std::string& text,
+                                 std::uint32_t to) {
+  auto& names = grammar_.markers;
+  const auto it = std::find(names.begin(), names.end(), text);
+  const auto index = static_cast<std::uint32_t>(it - names.begin());
+  if (it == names.end()) names.push_back(text);
+  grammar_.rules[rule].states[from].markers.push_back(MarkerEdge{index, to});
+}
+
+std::uint32_t GrammarBuilder::marker(std::uint32_t rule, std::uint32_t from,
+                                     const std::string& text) {
+  const std::uint32_t to = add_state(rule);
+  marker_edge(rule, from, text, to);
+  return to;
 }
 
 std::uint32_t GrammarBuilder::ws(std::uint32_t rule, std::uint32_t from) {
@@ -121,6 +154,7 @@ bool relax(Rule& rule, const std::vector<Rule>& rules) {
     NfaState& st = rule.states[i];
     std::uint32_t d = st.accept ? 0 : st.dist;
     for (const ByteEdge& e : st.bytes) d = std::min(d, add_dist(1, rule.states[e.to].dist));
+    for (const MarkerEdge& e : st.markers) d = std::min(d, add_dist(1, rule.states[e.to].dist));
     for (const std::uint32_t e : st.eps) d = std::min(d, rule.states[e].dist);
     for (const CallEdge& c : st.calls)
       d = std::min(d, add_dist(rules[c.rule].min_len, rule.states[c.to].dist));
@@ -136,6 +170,7 @@ bool relax(Rule& rule, const std::vector<Rule>& rules) {
 void compute_distances(std::vector<Rule>& rules) {
   for (Rule& r : rules) {
     if (r.kind == RuleKind::kString) r.min_len = r.min_chars + 2;
+    if (r.kind == RuleKind::kRun) r.min_len = r.min_chars;
   }
   for (bool changed = true; changed;) {
     changed = false;
@@ -161,6 +196,7 @@ Grammar GrammarBuilder::finish(std::uint32_t root) {
   Grammar out = std::move(grammar_);
   grammar_ = Grammar{};
   string_rules_.clear();
+  run_rules_.clear();
   states_ = 0;
   return out;
 }

@@ -5,6 +5,7 @@
 // (its mask cache synchronises itself).
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -21,6 +22,13 @@ struct ByteEdge {
   std::uint32_t to = 0;
 };
 
+// A marker written as one of the vocabulary's own (special) tokens, e.g. Qwen's <tool_call>:
+// Grammar::markers[marker] is its text; the matcher allows the token of that text here.
+struct MarkerEdge {
+  std::uint32_t marker = 0;
+  std::uint32_t to = 0;
+};
+
 struct CallEdge {
   std::uint32_t rule = 0;  // pushed at its start state
   std::uint32_t to = 0;    // where the caller continues when it returns
@@ -33,6 +41,7 @@ struct NfaState {
   std::vector<ByteEdge> bytes;
   std::vector<CallEdge> calls;
   std::vector<std::uint32_t> eps;
+  std::vector<MarkerEdge> markers;
   bool accept = false;           // the rule may return here
   std::uint32_t dist = kNoPath;  // fewest bytes from here to a return (set by finish())
 };
@@ -42,6 +51,10 @@ enum class RuleKind {
   // A JSON string value, quotes included: valid UTF-8, escapes (no lone surrogates), no raw
   // control characters, between min_chars and max_chars characters (an escape counts as one).
   kString,
+  // A run of min_chars to max_chars bytes of one ASCII class (`run_bytes`), e.g. a pattern's
+  // `[a-z0-9]{1,32}` or `\d{4}`: one frame with a byte counter instead of a state per byte, so
+  // that its masks come from per-vocabulary tables (Vocabulary::run_table).
+  kRun,
 };
 
 struct Rule {
@@ -49,8 +62,9 @@ struct Rule {
   std::string name;  // for diagnostics
   std::vector<NfaState> states;
   std::uint32_t start = 0;
-  std::uint32_t min_chars = 0;      // kString
-  std::uint32_t max_chars = 0;      // kString
+  std::uint32_t min_chars = 0;      // kString, kRun (bytes)
+  std::uint32_t max_chars = 0;      // kString, kRun (bytes)
+  std::bitset<256> run_bytes;       // kRun
   std::uint32_t min_len = kNoPath;  // fewest bytes of a whole match (set by finish())
 };
 
@@ -82,6 +96,7 @@ std::uint32_t string_close_bytes(const Rule& rule, std::uint32_t state, std::uin
 struct Grammar {
   std::vector<Rule> rules;
   std::uint32_t root = 0;
+  std::vector<std::string> markers;  // the texts of the marker tokens (MarkerEdge)
   // Masks of expensive rule states, filled by the matchers that use this grammar (its own
   // synchronisation; see state_masks.h).
   std::shared_ptr<StateMasks> masks;
@@ -94,6 +109,8 @@ class GrammarBuilder {
   std::uint32_t add_rule(std::string name);  // an NFA rule with its start state
   // The string rule for these bounds (one per distinct pair).
   std::uint32_t string_rule(std::uint32_t min_chars, std::uint32_t max_chars);
+  // The run rule of these bytes (ASCII only) and bounds (one per distinct triple).
+  std::uint32_t run_rule(const std::bitset<256>& bytes, std::uint32_t min, std::uint32_t max);
   std::uint32_t add_state(std::uint32_t rule);
   void byte_edge(std::uint32_t rule, std::uint32_t from, std::uint8_t lo, std::uint8_t hi,
                  std::uint32_t to);
@@ -104,6 +121,10 @@ class GrammarBuilder {
   // Fragments (return the end state).
   std::uint32_t call(std::uint32_t rule, std::uint32_t from, std::uint32_t callee);
   std::uint32_t literal(std::uint32_t rule, std::uint32_t from, std::string_view bytes);
+  // The special token of this text (one token, never its bytes spelled out).
+  std::uint32_t marker(std::uint32_t rule, std::uint32_t from, const std::string& text);
+  void marker_edge(std::uint32_t rule, std::uint32_t from, const std::string& text,
+                   std::uint32_t to);
   // Zero to max_whitespace of space, newline, tab.
   std::uint32_t ws(std::uint32_t rule, std::uint32_t from);
   // One of several literals (e.g. enum values).
@@ -119,6 +140,7 @@ class GrammarBuilder {
  private:
   Grammar grammar_;
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> string_rules_;
+  std::map<std::string, std::uint32_t> run_rules_;  // by bytes and bounds
   std::uint32_t max_whitespace_ = 2;
   std::size_t states_ = 0;
 };

@@ -7,6 +7,7 @@ namespace ferry::constrain {
 Matcher::Matcher(std::shared_ptr<const Grammar> grammar,
                  std::shared_ptr<const Vocabulary> vocabulary)
     : grammar_(std::move(grammar)), vocab_(std::move(vocabulary)) {
+  for (const std::string& m : grammar_->markers) marker_ids_.push_back(vocab_->special_token(m));
   std::vector<Frame> start{Frame{grammar_->root, grammar_->rules[grammar_->root].start, 0}};
   closure(start, cur_);
   dedup(cur_);
@@ -35,9 +36,19 @@ void Matcher::closure(std::vector<Frame>& stack, Stacks& out) const {
     push(stack, out);
     return;
   }
+  if (rule.kind == RuleKind::kRun) {
+    const Frame f = stack[top];
+    if (f.count < rule.max_chars) push(stack, out);
+    if (f.count >= rule.min_chars) {
+      stack.pop_back();
+      closure(stack, out);
+      stack.push_back(f);
+    }
+    return;
+  }
   const std::uint32_t here = stack[top].state;
   const NfaState& st = rule.states[here];
-  if (!st.bytes.empty()) push(stack, out);
+  if (!st.bytes.empty() || !st.markers.empty()) push(stack, out);
   for (const std::uint32_t e : st.eps) {
     stack[top].state = e;
     closure(stack, out);
@@ -79,6 +90,13 @@ void Matcher::advance(const Stacks& in, std::uint8_t b, Stacks& out) const {
         tmp_.back().count += s.new_char ? 1 : 0;
         push(tmp_, out);
       }
+      continue;
+    }
+    if (rule.kind == RuleKind::kRun) {
+      if (top.count >= rule.max_chars || !rule.run_bytes.test(b)) continue;
+      tmp_.assign(in.frames.begin() + begin, in.frames.begin() + end);
+      ++tmp_.back().count;
+      closure(tmp_, out);
       continue;
     }
     const NfaState& st = rule.states[top.state];
@@ -145,6 +163,7 @@ void Matcher::dedup(Stacks& s) {
 std::uint64_t Matcher::frame_cost(const Frame& f) const {
   const Rule& rule = grammar_->rules[f.rule];
   if (rule.kind == RuleKind::kString) return string_close_bytes(rule, f.state, f.count);
+  if (rule.kind == RuleKind::kRun) return f.count < rule.min_chars ? rule.min_chars - f.count : 0;
   const std::uint32_t d = rule.states[f.state].dist;
   return d == kNoPath ? std::uint64_t{1} << 40 : d;  // unreachable: never fits
 }
@@ -177,10 +196,15 @@ bool Matcher::complete(const Stacks& s) {
   return false;
 }
 
-bool Matcher::in_string_body(const Stacks& s, std::size_t i) const {
+bool Matcher::in_string(const Stacks& s, std::size_t i) const {
   if (s.begin(i) == s.ends[i]) return false;
   const Frame& top = s.frames[s.ends[i] - 1];
-  return grammar_->rules[top.rule].kind == RuleKind::kString && top.state == kStrBody;
+  return grammar_->rules[top.rule].kind == RuleKind::kString;
+}
+
+bool Matcher::in_run(const Stacks& s, std::size_t i) const {
+  return s.begin(i) != s.ends[i] &&
+         grammar_->rules[s.frames[s.ends[i] - 1].rule].kind == RuleKind::kRun;
 }
 
 bool Matcher::is_complete() const {
@@ -238,11 +262,14 @@ void Matcher::fill_content(std::vector<std::uint64_t>& mask) {
     return limit_ == kUnlimited || (limit_ >= 0 && cost <= static_cast<std::uint64_t>(limit_));
   };
   for (std::size_t i = 0; i < cur_.size(); ++i) {
-    if (in_string_body(cur_, i)) {
+    if (in_string(cur_, i)) {
       if (within(stack_cost(cur_, i) + 4)) {
         string_fast_path(cur_, i, mask);
         continue;
       }
+    } else if (in_run(cur_, i)) {
+      // A token inside the run only shortens the way to the end; exits are checked one by one.
+      if (within(stack_cost(cur_, i)) && run_fast_path(cur_, i, mask)) continue;
     } else if (const auto e = state_entry(cur_, i); e && !e->cheap) {
       const std::uint64_t below =
           limit_ == kUnlimited ? 0
@@ -255,6 +282,49 @@ void Matcher::fill_content(std::vector<std::uint64_t>& mask) {
     keep_for_walk(cur_, i);
   }
   if (rest_.size() != 0) walk_trie(rest_, mask);
+  if (!marker_ids_.empty()) marker_tokens(mask);
+}
+
+// Calls fn(i, edge) for each marker edge of stack i's top state, every stack in turn.
+template <typename Fn>
+void Matcher::each_marker_edge(Fn fn) {
+  for (std::size_t i = 0; i < cur_.size(); ++i) {
+    if (cur_.begin(i) == cur_.ends[i]) continue;
+    const Frame& top = cur_.frames[cur_.ends[i] - 1];
+    const Rule& rule = grammar_->rules[top.rule];
+    if (rule.kind != RuleKind::kNfa) continue;
+    for (const MarkerEdge& e : rule.states[top.state].markers) fn(i, e);
+  }
+}
+
+// Stack i past marker edge e, and what follows without a byte, into `out`.
+void Matcher::take_marker(std::size_t i, const MarkerEdge& e, Stacks& out) {
+  tmp_.assign(cur_.frames.begin() + cur_.begin(i), cur_.frames.begin() + cur_.ends[i]);
+  tmp_.back().state = e.to;
+  closure(tmp_, out);
+}
+
+// The marker tokens the stacks' top states may take here (within the budget).
+void Matcher::marker_tokens(std::vector<std::uint64_t>& mask) {
+  each_marker_edge([&](std::size_t i, const MarkerEdge& e) {
+    const std::optional<TokenId> id = marker_ids_[e.marker];
+    if (!id || *id >= vocab_->size()) return;
+    a_.clear();
+    take_marker(i, e, a_);
+    if (fits(a_)) mask[*id / 64] |= std::uint64_t{1} << (*id % 64);
+  });
+}
+
+// A marker token: every stack whose top state takes it moves on; false when none does.
+bool Matcher::accept_marker(TokenId id) {
+  a_.clear();
+  each_marker_edge([&](std::size_t i, const MarkerEdge& e) {
+    if (marker_ids_[e.marker] == id) take_marker(i, e, a_);
+  });
+  dedup(a_);
+  if (a_.size() == 0) return false;
+  std::swap(cur_, a_);
+  return true;
 }
 
 // Every token whose bytes the stacks accept, by a pre-order walk of the trie: levels_[d] holds
@@ -333,23 +403,65 @@ void Matcher::apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size
   one_.clear();
   one_.frames.assign(s.frames.begin() + s.begin(i), s.frames.begin() + s.ends[i]);
   one_.ends.push_back(static_cast<std::uint32_t>(one_.frames.size()));
-  for (const TokenId id : e.uncertain) {
-    if (advance_bytes(one_, vocab_->bytes(id), after_) && fits(after_))
+  // The uncertain tokens are in the trie's order: sorted by their bytes.
+  check_sorted(
+      one_, e.uncertain, [](TokenId) { return true; }, [](TokenId id) { return id; },
+      [&](TokenId id) { return vocab_->bytes(id); }, mask);
+}
+
+// Allows each item that `keep` keeps when `start` accepts its bytes (`rest_of`, the items
+// sorted by them) and the stacks after them fit. Like a trie walk over the items: one shares
+// the stacks of the bytes it has in common with the one before (levels_), and a prefix
+// rejected once skips the items that begin with it.
+template <typename Items, typename Keep, typename IdOf, typename RestOf>
+void Matcher::check_sorted(const Stacks& start, const Items& items, Keep keep, IdOf id_of,
+                           RestOf rest_of, std::vector<std::uint64_t>& mask) {
+  constexpr std::size_t kNone = ~std::size_t{0};
+  levels_.resize(std::max<std::size_t>(levels_.size(), std::size_t{vocab_->max_depth()} + 2));
+  levels_[0] = start;
+  std::string_view prev;
+  std::size_t valid = 0;     // levels_[0..valid] hold the stacks after prev's first bytes
+  std::size_t dead = kNone;  // prev's first `dead` bytes are rejected
+  for (const auto& item : items) {
+    if (!keep(item)) continue;
+    const std::string_view bytes = rest_of(item);
+    std::size_t common = 0;
+    const std::size_t most = std::min(bytes.size(), prev.size());
+    while (common < most && bytes[common] == prev[common]) ++common;
+    if (dead != kNone && common >= dead) continue;
+    std::size_t d = std::min(common, valid);
+    prev = bytes;
+    dead = kNone;
+    while (d < bytes.size()) {
+      advance(levels_[d], static_cast<std::uint8_t>(bytes[d]), levels_[d + 1]);
+      if (levels_[d + 1].size() == 0) break;
+      ++d;
+    }
+    if (d < bytes.size()) {
+      valid = d;
+      dead = d + 1;
+      continue;
+    }
+    valid = d;
+    if (fits(levels_[d])) {
+      const TokenId id = id_of(item);
       mask[id / 64] |= std::uint64_t{1} << (id % 64);
+    }
   }
 }
 
-// Stack i is in a string body: the tokens that stay inside come from the precomputed masks by
-// the characters left; those that close the string are checked against what follows it.
+// Stack i is inside a string: the tokens that stay inside come from the precomputed masks (of
+// its sub-state) by the characters left; those that close the string are checked against what
+// follows it.
 void Matcher::string_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask) {
   const Frame& top = s.frames[s.ends[i] - 1];
   const Rule& rule = grammar_->rules[top.rule];
   const std::uint32_t left = rule.max_chars - std::min(rule.max_chars, top.count);
   const std::uint64_t* inside =
-      vocab_->inside_le(std::min<std::uint32_t>(left, Vocabulary::kMaxInsideChars));
+      vocab_->inside_le(top.state, std::min<std::uint32_t>(left, Vocabulary::kMaxInsideChars));
   for (std::size_t w = 0; w < mask.size(); ++w) mask[w] |= inside[w];
   const auto set = [&](TokenId id) { mask[id / 64] |= std::uint64_t{1} << (id % 64); };
-  for (const auto& [id, chars] : vocab_->long_inside())
+  for (const auto& [id, chars] : vocab_->long_inside(top.state))
     if (chars <= left) set(id);
 
   const auto may_close = [&](std::uint32_t chars) {
@@ -360,19 +472,66 @@ void Matcher::string_fast_path(const Stacks& s, std::size_t i, std::vector<std::
   closure(tmp_, a_);
   dedup(a_);
   const bool closed_fits = fits(a_);
-  for (const Vocabulary::StringExit& e : vocab_->exits(256))
+  for (const Vocabulary::StringExit& e : vocab_->exits(top.state, 256))
     if (closed_fits && may_close(e.chars)) set(e.id);
   for (std::uint32_t b = 0; b < 256; ++b) {
-    const auto& exits = vocab_->exits(b);
+    const auto& exits = vocab_->exits(top.state, b);
     if (exits.empty()) continue;
     advance(a_, static_cast<std::uint8_t>(b), b_);
     if (b_.size() == 0) continue;
-    for (const Vocabulary::StringExit& e : exits) {
-      if (!may_close(e.chars)) continue;
-      const std::string_view rest = vocab_->bytes(e.id).substr(e.suffix + 1);
-      if (rest.empty() ? fits(b_) : advance_bytes(b_, rest, after_) && fits(after_)) set(e.id);
-    }
+    check_sorted(
+        b_, exits, [&](const Vocabulary::StringExit& e) { return may_close(e.chars); },
+        [](const Vocabulary::StringExit& e) { return e.id; },
+        [&](const Vocabulary::StringExit& e) { return vocab_->bytes(e.id).substr(e.suffix + 1); },
+        mask);
   }
+}
+
+// Stack i is in a class run: the tokens made of class bytes that fit what is left come from the
+// vocabulary's table of the class; those that leave the run are checked, by the first byte
+// after it, against what follows the run. False when the vocabulary keeps no table for it.
+bool Matcher::run_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask) {
+  const Frame& top = s.frames[s.ends[i] - 1];
+  const Rule& rule = grammar_->rules[top.rule];
+  const auto table = vocab_->run_table(rule.run_bytes);
+  if (!table) return false;
+  tmp_.assign(s.frames.begin() + s.begin(i), s.frames.begin() + s.ends[i] - 1);
+  a_.clear();
+  closure(tmp_, a_);  // the run over: what follows it
+  dedup(a_);
+  // When what follows may begin with a class byte, a token may end the run before its last
+  // class byte: the tables do not say where, so the trie is walked instead.
+  for (std::uint32_t b = 0; b < 128; ++b) {
+    if (!rule.run_bytes.test(b)) continue;
+    advance(a_, static_cast<std::uint8_t>(b), b_);
+    if (b_.size() != 0) return false;
+  }
+  const std::uint32_t left = rule.max_chars - std::min(rule.max_chars, top.count);
+  const auto set = [&](TokenId id) { mask[id / 64] |= std::uint64_t{1} << (id % 64); };
+  if (table->dense) {
+    const std::uint64_t* inside =
+        table->inside_le.data() +
+        std::size_t{std::min<std::uint32_t>(left, Vocabulary::kMaxInsideChars)} * mask.size();
+    for (std::size_t w = 0; w < mask.size(); ++w) mask[w] |= inside[w];
+  }
+  for (const auto& [id, run] : table->inside) {
+    if (run > left) break;  // by length, ascending
+    set(id);
+  }
+  for (std::uint32_t b = 0; b < 256; ++b) {
+    const auto& exits = table->exits[b];
+    if (exits.empty()) continue;
+    advance(a_, static_cast<std::uint8_t>(b), b_);
+    if (b_.size() == 0) continue;
+    check_sorted(
+        b_, exits,
+        [&](const Vocabulary::RunExit& e) {
+          return e.run <= left && top.count + e.run >= rule.min_chars;
+        },
+        [](const Vocabulary::RunExit& e) { return e.id; },
+        [&](const Vocabulary::RunExit& e) { return vocab_->bytes(e.id).substr(e.run + 1); }, mask);
+  }
+  return true;
 }
 
 // ---- advancing ---------------------------------------------------------------------------
@@ -382,6 +541,11 @@ bool Matcher::accept_token(TokenId id) {
   if (vocab_->is_eos(id)) {
     if (!complete(cur_)) return false;
     ended_ = true;
+    if (budget_ != kNoBudget && budget_ > 0) --budget_;
+    return true;
+  }
+  if (vocab_->is_special(id)) {
+    if (!accept_marker(id)) return false;
     if (budget_ != kNoBudget && budget_ > 0) --budget_;
     return true;
   }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -26,9 +27,9 @@ namespace ferry::constrain {
 
 class Matcher {
  public:
-  static constexpr std::size_t kMaxFrames = 64;     // nesting bound (rule calls)
-  static constexpr std::size_t kMaxStacks = 128;    // alternatives kept (more: the first ones)
-  static constexpr std::size_t kCheapNodes = 4096;  // trie nodes below which no state mask is kept
+  static constexpr std::size_t kMaxFrames = 64;    // nesting bound (rule calls)
+  static constexpr std::size_t kMaxStacks = 128;   // alternatives kept (more: the first ones)
+  static constexpr std::size_t kCheapNodes = 512;  // trie nodes below which no state mask is kept
 
   Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocabulary);
 
@@ -96,7 +97,8 @@ class Matcher {
   void fill_content(std::vector<std::uint64_t>& mask);
   void keep_for_walk(const Stacks& s, std::size_t i);
   static bool complete(const Stacks& s);
-  bool in_string_body(const Stacks& s, std::size_t i) const;
+  bool in_string(const Stacks& s, std::size_t i) const;  // its top frame is a string
+  bool in_run(const Stacks& s, std::size_t i) const;
   // Returns the trie nodes visited. With `uncertain`, tokens that need the stack below the
   // start (they pop it and go on) are listed there instead of being decided.
   // With `max_after`, the largest shortest-completion of an accepted token's stacks.
@@ -107,9 +109,19 @@ class Matcher {
   void apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,
                    std::vector<std::uint64_t>& mask);
   void string_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask);
+  void marker_tokens(std::vector<std::uint64_t>& mask);
+  template <typename Fn>
+  void each_marker_edge(Fn fn);
+  void take_marker(std::size_t i, const MarkerEdge& e, Stacks& out);
+  bool accept_marker(TokenId id);
+  bool run_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask);
+  template <typename Items, typename Keep, typename IdOf, typename RestOf>
+  void check_sorted(const Stacks& start, const Items& items, Keep keep, IdOf id_of, RestOf rest_of,
+                    std::vector<std::uint64_t>& mask);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const Vocabulary> vocab_;
+  std::vector<std::optional<TokenId>> marker_ids_;  // Grammar::markers in this vocabulary
   Stacks cur_;
   bool ended_ = false;
   static constexpr std::int64_t kUnlimited = INT64_MAX;

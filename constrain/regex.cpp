@@ -380,6 +380,11 @@ struct Emitter {
         return to;
       }
       case Node::kRepeat: {
+        const Node& kid = n.kids[0];
+        if (kid.kind == Node::kChars && n.max > 1 && (kid.chars >> 128).none()) {
+          // One class repeated: a run frame (its masks come from per-vocabulary tables).
+          return b.call(rule, from, b.run_rule(kid.chars, n.min, n.max));
+        }
         std::uint32_t cur = from;
         for (std::uint32_t i = 0; i < n.min && !too_big(); ++i) cur = emit(n.kids[0], cur);
         const std::uint32_t to = b.add_state(rule);

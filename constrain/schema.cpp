@@ -33,14 +33,15 @@ const std::set<std::string, std::less<>> kKeywords = {"type",
                                                       "exclusiveMinimum",
                                                       "exclusiveMaximum"};
 
-// Strict subsets of the formats ajv-formats checks (see schema.h).
+// Strict subsets of the formats ajv-formats checks (see schema.h). Email's domain labels have
+// no hyphen: a class run followed by bytes of its own class would not take the run tables.
 constexpr std::string_view kDate =
     R"(\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2[0-8])))";
 constexpr std::string_view kTime =
     R"((?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d))";
 constexpr std::string_view kUuid = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
 constexpr std::string_view kEmail =
-    R"([a-z0-9_+-]{1,32}(?:\.[a-z0-9_+-]{1,32}){0,2}@[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?){1,3})";
+    R"([a-z0-9_+-]{1,32}(?:\.[a-z0-9_+-]{1,32}){0,2}@[a-z0-9]{1,32}(?:\.[a-z0-9]{1,32}){1,3})";
 
 std::string pointer_token(const std::string& name) {
   std::string out;
@@ -737,7 +738,8 @@ Result<Json> parse_schema_text(std::string_view text, const std::string& where) 
   }
 }
 
-Result<Grammar> compile_json_schema(std::string_view schema_json, const CompileOptions& options) {
+Result<Grammar> compile_json_schema(std::string_view schema_json, const CompileOptions& options,
+                                    const ThinkBlock& think) {
   auto parsed = parse_schema_text(schema_json, "");
   if (!parsed) return std::move(parsed).error();
   const Json schema = std::move(parsed).value();
@@ -746,7 +748,7 @@ Result<Grammar> compile_json_schema(std::string_view schema_json, const CompileO
   auto body = compiler.document_rule(schema, "");
   if (!body) return std::move(body).error();
   const std::uint32_t root = b.add_rule("document");
-  b.accept(root, b.call(root, b.ws(root, b.start(root)), *body));
+  b.accept(root, b.call(root, b.ws(root, add_think_block(b, think, root)), *body));
   Grammar g = b.finish(root);
   if (g.rules[g.root].min_len == kNoPath) {
     return Error::make(ErrorCode::kInvalidRequest,
@@ -755,12 +757,12 @@ Result<Grammar> compile_json_schema(std::string_view schema_json, const CompileO
   return g;
 }
 
-Grammar compile_json_object(const CompileOptions& options) {
+Grammar compile_json_object(const CompileOptions& options, const ThinkBlock& think) {
   GrammarBuilder b;
   SchemaCompiler compiler(b, options);
   const std::uint32_t object = compiler.any_object_rule();
   const std::uint32_t root = b.add_rule("document");
-  b.accept(root, b.call(root, b.ws(root, b.start(root)), object));
+  b.accept(root, b.call(root, b.ws(root, add_think_block(b, think, root)), object));
   return b.finish(root);
 }
 

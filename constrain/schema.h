@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
 #include "constrain/grammar.h"
@@ -40,15 +41,25 @@ struct CompileOptions {
   RegexLimits regex;
 };
 
+// An optional think block before the document (a thinking template, Qwen3): free text between
+// `begin` and `end`, then white space, then the document. Empty markers: no think block. A
+// marker listed in `token_markers` is written as the vocabulary's own token (see tools.h).
+struct ThinkBlock {
+  std::string begin;
+  std::string end;
+  std::vector<std::string> token_markers;
+};
+
 // Compiles the schema given as JSON text (the declared property order is read from the
 // text). Errors (kInvalidRequest) name the keyword and its path, e.g.
 // "JSON Schema keyword 'not' at '/properties/a' is not supported"; a schema nested deeper
 // than max_schema_depth, or whose grammar would pass regex.max_states states, or that admits
 // no finite document, is refused too (time and memory stay bounded whatever the input).
 Result<Grammar> compile_json_schema(std::string_view schema_json,
-                                    const CompileOptions& options = {});
+                                    const CompileOptions& options = {},
+                                    const ThinkBlock& think = {});
 
 // `response_format: json_object`: any JSON object (bounded as above).
-Grammar compile_json_object(const CompileOptions& options = {});
+Grammar compile_json_object(const CompileOptions& options = {}, const ThinkBlock& think = {});
 
 }  // namespace ferry::constrain

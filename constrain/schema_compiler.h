@@ -24,6 +24,9 @@ using Json = nlohmann::ordered_json;
 inline constexpr std::size_t kMaxMembers = 1000;
 Result<Json> parse_schema_text(std::string_view text, const std::string& where);
 
+// The think block (if any) at the start of `root`; returns the state the body starts from.
+std::uint32_t add_think_block(GrammarBuilder& b, const ThinkBlock& think, std::uint32_t root);
+
 class SchemaCompiler {
  public:
   SchemaCompiler(GrammarBuilder& builder, const CompileOptions& options);

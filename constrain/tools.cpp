@@ -1,11 +1,28 @@
 #include "constrain/tools.h"
 
+#include <algorithm>
 #include <set>
 
 #include "constrain/schema_compiler.h"
 
 namespace ferry::constrain {
 namespace {
+
+bool is_token(const std::vector<std::string>& token_markers, const std::string& marker) {
+  return !marker.empty() &&
+         std::find(token_markers.begin(), token_markers.end(), marker) != token_markers.end();
+}
+
+// The marker `text` from `from`: its special token when `token`, else its bytes.
+std::uint32_t write_marker(GrammarBuilder& b, bool token, std::uint32_t rule, std::uint32_t from,
+                           const std::string& text) {
+  return token ? b.marker(rule, from, text) : b.literal(rule, from, text);
+}
+
+std::uint32_t write_marker(GrammarBuilder& b, const ToolCallSyntax& syn, std::uint32_t rule,
+                           std::uint32_t from, const std::string& text) {
+  return write_marker(b, syn.is_token(text), rule, from, text);
+}
 
 Error invalid(std::string message) {
   return Error::make(ErrorCode::kInvalidRequest, std::move(message), "tools");
@@ -83,11 +100,11 @@ std::uint32_t add_calls_rule(GrammarBuilder& b, const ToolSpec& spec, std::uint3
   if (syn.layout == ToolLayout::kList) cur = b.literal(calls, b.ws(calls, cur), "[");
   for (std::uint32_t k = 0; k < n; ++k) {
     if (k > 0 && syn.layout == ToolLayout::kMarked)
-      cur = b.literal(calls, b.ws(calls, cur), syn.begin);
+      cur = write_marker(b, syn, calls, b.ws(calls, cur), syn.begin);
     if (k > 0 && syn.layout == ToolLayout::kList) cur = b.literal(calls, b.ws(calls, cur), ",");
     cur = b.ws(calls, b.call(calls, b.ws(calls, cur), call));
     if (syn.layout == ToolLayout::kMarked) {
-      cur = b.literal(calls, cur, syn.end);
+      cur = write_marker(b, syn, calls, cur, syn.end);
       b.accept(calls, cur);
     } else if (syn.layout == ToolLayout::kList) {
       b.accept(calls, b.literal(calls, cur, "]"));
@@ -101,8 +118,10 @@ std::uint32_t add_calls_rule(GrammarBuilder& b, const ToolSpec& spec, std::uint3
 // Free text in `rule` from `from`: one state per length of the marker's prefix that the text
 // ends with (each accepting when `accept`); with `opens`, a completed marker leads to the
 // returned state, else the text never contains the marker (and the returned state is unused).
+// A marker that is a token (`token`) is never completed by bytes: its token leads there.
 std::uint32_t add_text_states(GrammarBuilder& b, std::uint32_t rule, std::uint32_t from,
-                              const std::string& marker, bool accept, bool opens) {
+                              const std::string& marker, bool accept, bool opens,
+                              bool token = false) {
   const auto m = static_cast<std::uint32_t>(marker.size());
   std::vector<std::uint32_t> text(m);
   text[0] = from;
@@ -118,12 +137,13 @@ std::uint32_t add_text_states(GrammarBuilder& b, std::uint32_t rule, std::uint32
       if (target < m) {
         b.byte_edge(rule, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi),
                     text[target]);
-      } else if (opens) {
+      } else if (opens && !token) {
         b.byte_edge(rule, text[k], static_cast<std::uint8_t>(lo), static_cast<std::uint8_t>(hi),
                     opened);
       }
       lo = hi + 1;
     }
+    if (opens && token) b.marker_edge(rule, text[k], marker, opened);
   }
   return opened;
 }
@@ -155,15 +175,33 @@ void add_body(GrammarBuilder& b, const ToolSpec& spec, std::uint32_t root, std::
     return;
   }
   if (forced) {
-    b.accept(root, b.call(root, b.literal(root, b.ws(root, from), syn.begin), calls));
+    b.accept(root, b.call(root, write_marker(b, syn, root, b.ws(root, from), syn.begin), calls));
     return;
   }
   const bool opens = spec.choice == ToolChoice::kAuto;
-  const std::uint32_t opened = add_text_states(b, root, from, syn.begin, true, opens);
+  const std::uint32_t opened =
+      add_text_states(b, root, from, syn.begin, true, opens, syn.is_token(syn.begin));
   if (opens) b.accept(root, b.call(root, opened, calls));
 }
 
 }  // namespace
+
+bool ToolCallSyntax::is_token(const std::string& marker) const {
+  return constrain::is_token(token_markers, marker);
+}
+
+// An optional think block first: free text up to its end marker, then white space.
+std::uint32_t add_think_block(GrammarBuilder& b, const ThinkBlock& think, std::uint32_t root) {
+  if (think.begin.empty() || think.end.empty()) return b.start(root);
+  const std::uint32_t body = b.add_state(root);
+  b.eps(root, b.start(root), body);
+  const std::uint32_t in =
+      write_marker(b, is_token(think.token_markers, think.begin), root, b.start(root), think.begin);
+  const std::uint32_t text = add_text_states(b, root, in, think.end, false, true,
+                                             is_token(think.token_markers, think.end));
+  b.eps(root, b.ws(root, text), body);
+  return body;
+}
 
 Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& options) {
   const ToolCallSyntax& syn = spec.syntax;
@@ -179,14 +217,8 @@ Result<Grammar> compile_tools(const ToolSpec& spec, const CompileOptions& option
   if (!call) return std::move(call).error();
   const std::uint32_t calls = add_calls_rule(b, spec, *call);
   const std::uint32_t root = b.add_rule("document");
-  std::uint32_t body = b.start(root);
-  if (!syn.think_begin.empty()) {
-    // An optional think block first: free text up to its end marker, then white space.
-    body = b.add_state(root);
-    b.eps(root, b.start(root), body);
-    const std::uint32_t in = b.literal(root, b.start(root), syn.think_begin);
-    b.eps(root, b.ws(root, add_text_states(b, root, in, syn.think_end, false, true)), body);
-  }
+  const std::uint32_t body =
+      add_think_block(b, ThinkBlock{syn.think_begin, syn.think_end, syn.token_markers}, root);
   add_body(b, spec, root, body, calls);
   Grammar g = b.finish(root);
   if (g.rules[g.root].min_len == kNoPath) {

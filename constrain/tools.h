@@ -17,8 +17,11 @@
 //             always one)
 //   named     the same, of that function only
 // With think markers (Qwen3), a free think block `<think>`...`</think>` may come first; the
-// rules above apply after it. The markers are generated as text bytes (a vocabulary's own
-// marker token, when it is a special token, is never allowed).
+// rules above apply after it. A marker is written as text bytes, or, when it is in
+// `token_markers` (the model's vocabulary has it as a special token, as Qwen's <tool_call> and
+// <think>, Mistral's [TOOL_CALLS]), as that one token only: then free text never spells it out
+// either, so an output's marker text always comes from the token. Special tokens are never
+// allowed anywhere else (inside JSON in particular).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +51,8 @@ struct ToolCallSyntax {
   std::string arguments_key = "arguments";
   std::string think_begin;  // non-empty: a think block may open the output
   std::string think_end;
+  std::vector<std::string> token_markers;  // markers written as the vocabulary's own token
+  bool is_token(const std::string& marker) const;
 };
 
 struct ToolSpec {

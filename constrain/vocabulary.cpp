@@ -74,16 +74,28 @@ std::shared_ptr<const Vocabulary> Vocabulary::build(const tokenizer::Tokenizer& 
   v->eos_ = std::move(eos_ids);
   std::vector<TokenId> ids;
   v->offsets_.push_back(0);
+  v->special_.assign(v->size_, false);
   for (TokenId id = 0; id < v->size_; ++id) {
     const bool text = !tokenizer.is_special(id) && !v->is_eos(id);
+    if (tokenizer.is_special(id) && !v->is_eos(id)) {
+      v->special_[id] = true;
+      v->specials_.emplace(tokenizer.token_bytes(id), id);  // the first id of a text
+    }
     const std::string bytes = text ? tokenizer.token_bytes(id) : std::string();
     v->arena_ += bytes;
     v->offsets_.push_back(static_cast<std::uint32_t>(v->arena_.size()));
     if (!bytes.empty() && bytes.size() < 0xFFFF) ids.push_back(id);
   }
   v->build_trie(ids);
-  v->build_string_tables(ids);
+  for (std::uint32_t state = kStrOpen; state < kStrStates; ++state)
+    v->build_string_tables(ids, state);
   return v;
+}
+
+std::optional<TokenId> Vocabulary::special_token(std::string_view text) const {
+  const auto it = specials_.find(text);
+  if (it == specials_.end() || text.empty()) return std::nullopt;
+  return it->second;
 }
 
 bool Vocabulary::is_eos(TokenId id) const {
@@ -129,12 +141,13 @@ void Vocabulary::build_trie(const std::vector<TokenId>& ids) {
   }
 }
 
-void Vocabulary::build_string_tables(const std::vector<TokenId>& ids) {
+void Vocabulary::build_string_tables(const std::vector<TokenId>& ids, std::uint32_t from) {
   const std::size_t words = mask_words();
+  StringTables& t = tables_[from];
   std::vector<std::uint32_t> inside_chars(size_, 0xFFFFFFFFu);
   for (const TokenId id : ids) {
     const std::string_view s = bytes(id);
-    std::uint32_t state = kStrBody;
+    std::uint32_t state = from;
     std::uint32_t chars = 0;
     bool ok = true;
     for (std::size_t i = 0; i < s.size(); ++i) {
@@ -145,7 +158,7 @@ void Vocabulary::build_string_tables(const std::vector<TokenId>& ids) {
       }
       if (st.close) {
         const std::uint32_t bucket = i + 1 < s.size() ? static_cast<std::uint8_t>(s[i + 1]) : 256u;
-        exits_[bucket].push_back(StringExit{id, chars, static_cast<std::uint32_t>(i + 1)});
+        t.exits[bucket].push_back(StringExit{id, chars, static_cast<std::uint32_t>(i + 1)});
         ok = false;
         break;
       }
@@ -154,17 +167,69 @@ void Vocabulary::build_string_tables(const std::vector<TokenId>& ids) {
     }
     if (!ok) continue;
     if (chars > kMaxInsideChars) {
-      long_inside_.emplace_back(id, chars);
+      t.long_inside.emplace_back(id, chars);
     } else {
       inside_chars[id] = chars;
     }
   }
-  inside_le_.assign((kMaxInsideChars + 1) * words, 0);
+  // Each bucket (but the last: nothing after the quote) by the bytes after its first one (the
+  // matcher checks them as a sorted list).
+  for (std::size_t first = 0; first < 256; ++first) {
+    auto& bucket = t.exits[first];
+    std::stable_sort(bucket.begin(), bucket.end(), [&](const StringExit& a, const StringExit& b) {
+      return bytes(a.id).substr(a.suffix + 1) < bytes(b.id).substr(b.suffix + 1);
+    });
+  }
+  t.inside_le.assign((kMaxInsideChars + 1) * words, 0);
   for (TokenId id = 0; id < size_; ++id) {
     if (inside_chars[id] == 0xFFFFFFFFu) continue;
     for (std::uint32_t k = inside_chars[id]; k <= kMaxInsideChars; ++k)
-      inside_le_[k * words + id / 64] |= std::uint64_t{1} << (id % 64);
+      t.inside_le[k * words + id / 64] |= std::uint64_t{1} << (id % 64);
   }
+}
+
+std::shared_ptr<const Vocabulary::RunTable> Vocabulary::run_table(
+    const std::bitset<256>& bytes) const {
+  const std::string key = bytes.to_string();
+  std::lock_guard<std::mutex> lock(run_mu_);
+  if (const auto it = runs_.find(key); it != runs_.end()) return it->second;
+  if (runs_.size() >= kMaxRunTables) return nullptr;
+  auto t = std::make_shared<RunTable>();
+  for (const TokenId id : trie_tokens_) {
+    const std::string_view s = this->bytes(id);
+    std::uint32_t run = 0;
+    while (run < s.size() && bytes.test(static_cast<std::uint8_t>(s[run]))) ++run;
+    if (run == 0) continue;
+    if (run == s.size()) {
+      t->inside.emplace_back(id, run);
+    } else {
+      t->exits[static_cast<std::uint8_t>(s[run])].push_back(RunExit{id, run});
+    }
+  }
+  for (auto& bucket : t->exits) {
+    std::stable_sort(bucket.begin(), bucket.end(), [&](const RunExit& a, const RunExit& b) {
+      return this->bytes(a.id).substr(a.run + 1) < this->bytes(b.id).substr(b.run + 1);
+    });
+  }
+  std::stable_sort(t->inside.begin(), t->inside.end(),
+                   [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (t->inside.size() >= kDenseRun) {
+    const std::size_t words = mask_words();
+    t->dense = true;
+    t->inside_le.assign((kMaxInsideChars + 1) * words, 0);
+    std::size_t kept = 0;
+    for (const auto& [id, run] : t->inside) {
+      if (run > kMaxInsideChars) {
+        t->inside[kept++] = {id, run};
+        continue;
+      }
+      for (std::uint32_t k = run; k <= kMaxInsideChars; ++k)
+        t->inside_le[k * words + id / 64] |= std::uint64_t{1} << (id % 64);
+    }
+    t->inside.resize(kept);
+  }
+  runs_.emplace(key, t);
+  return t;
 }
 
 }  // namespace ferry::constrain

@@ -396,6 +396,25 @@ TEST_F(ConstrainedBackendTest, LlamaAndMistralTemplatesGetCallsInTheirOwnFormat)
 
 // Qwen3 thinking: a think block may come first; its text is reasoning_content (counted as
 // reasoning tokens), the calls after it as ever. enable_thinking false: no think block.
+// A think block's reasoning, if the answer has one (only when thinking is on): apart from the
+// content, without its end marker, counted as reasoning tokens in the body and the reply. 1 when
+// there was one.
+int expect_reasoning(const Json& j, const BackendReply& reply, bool thinking_on) {
+  const Json& message = j["choices"][0]["message"];
+  const int64_t reasoning = j["usage"]["completion_tokens_details"]["reasoning_tokens"];
+  EXPECT_EQ(reply.usage.reasoning_tokens, reasoning);
+  if (!message.contains("reasoning_content")) {
+    EXPECT_EQ(reasoning, 0);
+    return 0;
+  }
+  EXPECT_TRUE(thinking_on) << "a think block with thinking off";
+  const std::string r = message["reasoning_content"];
+  EXPECT_EQ(r.find("</think>"), std::string::npos) << r;
+  EXPECT_GT(reasoning, 0);
+  EXPECT_LT(reasoning, j["usage"]["completion_tokens"].get<int64_t>());
+  return 1;
+}
+
 TEST_F(ConstrainedBackendTest, AThinkBlockIsReasoningContentBeforeTheCalls) {
   auto backend = open(test::kQwen3ThinkingTemplate);
   int thought = 0;
@@ -410,18 +429,38 @@ TEST_F(ConstrainedBackendTest, AThinkBlockIsReasoningContentBeforeTheCalls) {
     const Json choice = j["choices"][0];
     ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice.dump();
     for (const Json& call : choice["message"]["tool_calls"]) expect_valid_weather_call(call);
-    const int64_t reasoning = j["usage"]["completion_tokens_details"]["reasoning_tokens"];
-    EXPECT_EQ(reply->usage.reasoning_tokens, reasoning);
-    if (choice["message"].contains("reasoning_content")) {
-      EXPECT_LE(seed, 8u) << "a think block with thinking off";
-      const std::string r = choice["message"]["reasoning_content"];
-      EXPECT_EQ(r.find("</think>"), std::string::npos) << r;
-      EXPECT_GT(reasoning, 0);
-      EXPECT_LT(reasoning, j["usage"]["completion_tokens"].get<int64_t>());
-      ++thought;
-    } else {
-      EXPECT_EQ(reasoning, 0);
-    }
+    thought += expect_reasoning(j, *reply, seed <= 8);
+  }
+  EXPECT_GT(thought, 0);
+}
+
+TEST_F(ConstrainedBackendTest, AThinkBlockBeforeAJsonSchemaIsReasoningAndTheContentValidates) {
+  // Qwen3 thinking template + response_format: the think block stays free, the schema holds
+  // after it; reasoning_content apart, counted as reasoning tokens.
+  auto backend = open(test::kQwen3ThinkingTemplate);
+  const Json schema = Json::parse(R"({"type": "object", "properties": {"city": {"type": "string",
+    "maxLength": 12}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["city", "n"], "additionalProperties": false})");
+  int thought = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    Json body = ask(160, seed);
+    body["response_format"] = {
+        {"type", "json_schema"},
+        {"json_schema", {{"name", "place"}, {"strict", true}, {"schema", schema}}}};
+    if (seed > 7) body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    auto reply = run(*backend, body);
+    ASSERT_TRUE(reply.has_value()) << reply.error().message;
+    EXPECT_EQ(header(*reply, "x-ferry-constraint"), "json_schema");
+    const Json j = Json::parse(reply->body);
+    const Json choice = j["choices"][0];
+    ASSERT_EQ(choice["finish_reason"], "stop") << choice.dump();
+    const std::string content = choice["message"]["content"];
+    const Json doc = Json::parse(content);  // the content alone is the document
+    ASSERT_EQ(doc.size(), 2u) << content;
+    EXPECT_LE(doc["city"].get<std::string>().size(), 48u);
+    EXPECT_GE(doc["n"].get<int>(), 0);
+    EXPECT_LE(doc["n"].get<int>(), 9);
+    thought += expect_reasoning(j, *reply, seed <= 7);
   }
   EXPECT_GT(thought, 0);
 }

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "constrain/cache.h"
 #include "constrain/matcher.h"
@@ -295,11 +296,12 @@ TEST(Constrain, HostileSchemasAreRefusedWithinBounds) {
   EXPECT_NE(c.error().message.find("too large: the object at '#/properties' has more than 1000"),
             std::string::npos)
       << c.error().message;
-  // Fewer properties, each a big pattern: the grammar's state bound, where it passed.
+  // Fewer properties, each a big pattern (a group repeated: unrolled; a class repeated would be
+  // one run frame): the grammar's state bound, where it passed.
   std::string big;
   for (int i = 0; i < 900; ++i)
     big +=
-        (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"string","pattern":"[a-z]{300}"})";
+        (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"type":"string","pattern":"(?:ab){300}"})";
   auto c2 = compile_json_schema(R"({"type":"object","properties":{)" + big + "}}");
   ASSERT_FALSE(c2.has_value());
   EXPECT_NE(c2.error().message.find("grammar"), std::string::npos) << c2.error().message;
@@ -388,6 +390,8 @@ const char* const kMaskSchemas[] = {
     R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},"age":{"type":"integer","minimum":0,"maximum":130},"tags":{"type":"array","items":{"enum":["a","bb","ccc"]},"maxItems":3}},"required":["name","age"]})",
     R"({"anyOf":[{"type":"string","format":"date"},{"type":"number"},{"type":"object","properties":{"x":{"type":"boolean"}}}]})",
     R"({"type":"object","additionalProperties":{"type":"string","maxLength":4}})",
+    // Class runs (kRun: email's parts, a pattern's `[A-Z]{2}`, `\d{3,5}`) and what follows them.
+    R"({"type":"object","properties":{"e":{"type":"string","format":"email"},"p":{"type":"string","pattern":"^[A-Z]{2}-\\d{3,5}$"},"u":{"type":"string","format":"uuid"}},"required":["e","p","u"]})",
 };
 
 TEST(ConstrainMask, EqualsBruteForceOnTheDemoVocabulary) {
@@ -411,6 +415,16 @@ TEST(ConstrainMask, StateMasksEqualBruteForce) {
   check_masks_by_brute_force(*tv, R"({"type":"string","format":"email"})", 3, 30, true);
   const auto* llama = test_vocab("llama2");
   if (llama) check_masks_by_brute_force(*llama, kMaskSchemas[0], 4, 12, true);
+}
+
+TEST(ConstrainMask, EqualsBruteForceAtAQwenSizedVocabulary) {
+  // 151,936 tokens (o200k's lowest ranks as a GGUF BPE, Qwen's added tokens special): the run
+  // tables, the string tables of every sub-state (escapes, split characters) and state masks.
+  const auto* tv = test_vocab("qwen152k");
+  ASSERT_NE(tv, nullptr);
+  EXPECT_EQ(tv->vocab->size(), 151936u);
+  check_masks_by_brute_force(*tv, kMaskSchemas[3], 5, 6);
+  check_masks_by_brute_force(*tv, R"({"type":"string","maxLength":40})", 9, 6);
 }
 
 TEST(ConstrainMask, EqualsBruteForceOnSentencePieceWithByteFallback) {
@@ -582,6 +596,95 @@ TEST(ConstrainTools, AThinkBlockMayOpenTheOutputOnly) {
   EXPECT_FALSE(accepts(g, "<think>x</think>\n\n"));  // required: a call after it
   spec.syntax.think_end.clear();
   EXPECT_FALSE(compile_tools(spec).has_value());
+}
+
+// Seeded uniform walks over a Qwen-sized vocabulary whose <tool_call>, </tool_call>, <think> and
+// </think> are special tokens: every marker is that one token (never spelled out, never a
+// special token elsewhere), and the text between the markers is a call that parses.
+TEST(ConstrainTools, MarkerTokensOfTheVocabularyAreTheMarkersAndNeverInsideJson) {
+  const auto* tv = test_vocab("qwen152k");
+  ASSERT_NE(tv, nullptr);
+  const std::vector<std::string> markers = {"<tool_call>", "</tool_call>", "<think>", "</think>"};
+  std::set<TokenId> marker_ids;
+  for (const std::string& m : markers) {
+    const auto id = tv->vocab->special_token(m);
+    ASSERT_TRUE(id.has_value()) << m;
+    marker_ids.insert(*id);
+  }
+  for (const ToolChoice choice : {ToolChoice::kRequired, ToolChoice::kAuto}) {
+    ToolSpec spec = weather_tools(choice);
+    spec.syntax.think_begin = "<think>";
+    spec.syntax.think_end = "</think>";
+    spec.syntax.token_markers = markers;
+    const auto g = tools_grammar(spec);
+    Matcher first(g, tv->vocab);
+    std::vector<std::uint64_t> mask;
+    first.fill_mask(mask);
+    EXPECT_TRUE(bit(mask, *tv->vocab->special_token("<think>")));
+    if (choice == ToolChoice::kRequired) {
+      EXPECT_TRUE(bit(mask, *tv->vocab->special_token("<tool_call>")));
+      EXPECT_FALSE(first.accept_bytes("<tool_call>"));  // not spelled out
+    }
+    int calls = 0;
+    for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+      Matcher m(g, tv->vocab);
+      m.set_token_budget(300);
+      std::mt19937_64 rng(seed);
+      std::string text;  // the output, a marker token as its text
+      std::vector<TokenId> specials;
+      while (!m.ended()) {
+        m.fill_mask(mask);
+        const auto ids = allowed_ids(mask);
+        ASSERT_FALSE(ids.empty());
+        // Markers and the end are rare among 150k tokens: pick them half the time they're there.
+        // (This vocabulary's special tokens are its last ids, from 151,643.)
+        std::vector<TokenId> rare;
+        for (auto it = ids.rbegin(); it != ids.rend() && *it >= 151643; ++it) rare.push_back(*it);
+        const TokenId id =
+            !rare.empty() && rng() % 2 ? rare[rng() % rare.size()] : ids[rng() % ids.size()];
+        for (const TokenId r : rare) {
+          ASSERT_TRUE(marker_ids.count(r) == 1 || tv->vocab->is_eos(r))
+              << tv->tokenizer->token_text(r);
+        }
+        if (marker_ids.count(id) != 0) specials.push_back(id);
+        ASSERT_TRUE(m.accept_token(id));
+        if (!tv->vocab->is_eos(id)) text += tv->tokenizer->token_bytes(id);
+      }
+      // Every marker text in the output is a marker token.
+      std::size_t spelled = 0;
+      for (const std::string& mk : markers) {
+        for (std::size_t at = text.find(mk); at != std::string::npos; at = text.find(mk, at + 1))
+          ++spelled;
+      }
+      EXPECT_EQ(spelled, specials.size()) << text;
+      // Each call between its markers parses, names a declared function.
+      for (std::size_t at = text.find("<tool_call>"); at != std::string::npos;
+           at = text.find("<tool_call>", at + 1)) {
+        const std::size_t end = text.find("</tool_call>", at);
+        ASSERT_NE(end, std::string::npos) << text;
+        const auto call = nlohmann::json::parse(text.substr(at + 11, end - at - 11));
+        EXPECT_TRUE(call["name"] == "get_weather" || call["name"] == "now") << text;
+        ++calls;
+      }
+    }
+    EXPECT_GT(calls, 0);
+  }
+}
+
+TEST(ConstrainThink, AFreeThinkBlockMayComeBeforeTheDocument) {
+  const ThinkBlock think{"<think>", "</think>", {}};
+  auto g = compile_json_schema(
+      R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})", {}, think);
+  ASSERT_TRUE(g.has_value()) << g.error().message;
+  const auto s = std::make_shared<const Grammar>(std::move(g).value());
+  EXPECT_TRUE(accepts(s, R"({"a":1})"));
+  EXPECT_TRUE(accepts(s, "<think>free {not json\n</think>\n\n{\"a\":1}"));
+  EXPECT_FALSE(accepts(s, "<think>x</think>not json"));
+  EXPECT_FALSE(accepts(s, "<think>x</think>"));
+  EXPECT_FALSE(accepts(s, R"({"a":1}<think>x</think>)"));
+  const auto o = std::make_shared<const Grammar>(compile_json_object({}, think));
+  EXPECT_TRUE(accepts(o, "<think>hm</think>{}"));
+  EXPECT_FALSE(accepts(o, "<think>hm</think>[]"));
 }
 
 TEST(ConstrainTools, Errors) {

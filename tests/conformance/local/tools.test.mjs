@@ -1,12 +1,15 @@
 // Tool calls and structured outputs on the in-process engine, driven by the official `openai`
 // client (issue 15): tools non-streaming and streaming (the client's stream helper and runTools
 // assemble the deltas), tool_choice in all four forms, a multi-turn conversation with tool
-// results, response_format json_object and json_schema strict, chat.completions.parse. The
+// results, response_format json_object and json_schema strict, chat.completions.parse (a JSON
+// Schema, and a zod schema through the client's zodResponseFormat). The
 // model has random weights: whatever is valid is the constraint's doing. Servers: run_local.mjs
 // (model local-tools: the synthesized model with a Hermes tool template).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import OpenAI from 'openai';
+import { zodResponseFormat } from 'openai/helpers/zod';
+import { z } from 'zod';
 
 const kBaseUrl = process.env.FERRY_BASE_URL;
 const kApiKey = process.env.FERRY_API_KEY;
@@ -144,6 +147,21 @@ test('chat.completions.parse gives the parsed object', async () => {
       schema: { type: 'object', properties: { name: { type: 'string', maxLength: 8 } },
                 required: ['name'], additionalProperties: false } } } });
   assert.equal(typeof r.choices[0].message.parsed.name, 'string');
+});
+
+test('chat.completions.parse with a zod schema (zodResponseFormat) parses and validates', async () => {
+  const Item = z.object({ name: z.string().max(8), count: z.number().int().min(0).max(5),
+    kind: z.enum(['a', 'b']), tags: z.array(z.string().max(4)).max(3),
+    note: z.string().max(6).nullable() });
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.parse({
+      model: 'local', messages: [{ role: 'user', content: 'An item, please' }], temperature: 1,
+      seed, max_tokens: 300, response_format: zodResponseFormat(Item, 'item') });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    const parsed = r.choices[0].message.parsed;
+    assert.deepEqual(Item.parse(parsed), parsed);  // zod itself finds it valid
+    assert.deepEqual(Object.keys(parsed), ['name', 'count', 'kind', 'tags', 'note']);
+  }
 });
 
 test('what the local engine cannot serve is a 400 naming the field', async () => {
