@@ -34,8 +34,7 @@ struct PieceCount {
 
 class CountCache {
  public:
-  explicit CountCache(const Tokenizer& tokenizer,
-                      std::size_t max_bytes = kDefaultCountCacheBytes);
+  explicit CountCache(const Tokenizer& tokenizer, std::size_t max_bytes = kDefaultCountCacheBytes);
   CountCache(const CountCache&) = delete;
   CountCache& operator=(const CountCache&) = delete;
 

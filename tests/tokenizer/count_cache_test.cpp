@@ -58,21 +58,21 @@ Json conversation(std::mt19937& rng) {
       messages.push_back(
           {{"role", "assistant"},
            {"content", ""},
-           {"tool_calls", Json::array({{{"id", "c1"},
-                                        {"type", "function"},
-                                        {"function", {{"name", "lookup"},
-                                                      {"arguments", "{\"q\": \"" +
-                                                                        std::to_string(rng() % 9) +
-                                                                        "\"}"}}}}})}});
+           {"tool_calls",
+            Json::array({{{"id", "c1"},
+                          {"type", "function"},
+                          {"function",
+                           {{"name", "lookup"},
+                            {"arguments", "{\"q\": \"" + std::to_string(rng() % 9) + "\"}"}}}}})}});
       messages.push_back({{"role", "tool"}, {"tool_call_id", "c1"}, {"content", text_at(rng)}});
     }
     messages.push_back({{"role", "assistant"}, {"content", text_at(rng)}});
   }
   Json request = {{"messages", messages}};
   if (rng() % 4 == 0) {
-    request["tools"] = Json::array(
-        {{{"type", "function"},
-          {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}});
+    request["tools"] =
+        Json::array({{{"type", "function"},
+                      {"function", {{"name", "lookup"}, {"parameters", {{"type", "object"}}}}}}});
   }
   return request;
 }
