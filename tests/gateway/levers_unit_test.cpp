@@ -35,15 +35,15 @@ Json conversation(std::mt19937& rng, int turns) {
     const std::string n = std::to_string(rng() % 1000);
     messages.push_back({{"role", "user"}, {"content", "Question " + n + " about the lamps?"}});
     if (rng() % 4 == 0) {
-      messages.push_back({{"role", "assistant"},
-                          {"content", "Let me look that up."},
-                          {"tool_calls", Json::array({{{"id", "c" + n},
-                                                       {"type", "function"},
-                                                       {"function",
-                                                        {{"name", "lookup"},
-                                                         {"arguments", "{\"q\":" + n + "}"}}}}})}});
       messages.push_back(
-          {{"role", "tool"}, {"tool_call_id", "c" + n}, {"content", "result " + n}});
+          {{"role", "assistant"},
+           {"content", "Let me look that up."},
+           {"tool_calls",
+            Json::array(
+                {{{"id", "c" + n},
+                  {"type", "function"},
+                  {"function", {{"name", "lookup"}, {"arguments", "{\"q\":" + n + "}"}}}}})}});
+      messages.push_back({{"role", "tool"}, {"tool_call_id", "c" + n}, {"content", "result " + n}});
     }
     messages.push_back({{"role", "assistant"},
                         {"content", std::string(1 + rng() % 60, 'a' + (rng() % 26)) + " done."}});
@@ -173,7 +173,8 @@ TEST(CanonicalRequest, EveryMemberThatShapesTheAnswerChangesItAndStreamingDoesNo
   EXPECT_NE(canonical_request(parse(other_role), "up"), key);
   // Length-prefixed: moving a byte from one message into the next is another request.
   Json two = base;
-  two["messages"] = Json::array({{{"role", "user"}, {"content", "ab"}}, {{"role", "user"}, {"content", "c"}}});
+  two["messages"] =
+      Json::array({{{"role", "user"}, {"content", "ab"}}, {{"role", "user"}, {"content", "c"}}});
   Json moved = two;
   moved["messages"][0]["content"] = "a";
   moved["messages"][1]["content"] = "bc";
