@@ -76,8 +76,8 @@ class Canonical {
     length(v.size());
     out_.append(v);
   }
-  void str(char tag, const std::optional<std::string>& v) {
-    if (v) str(tag, *v);
+  void opt(char tag, const std::optional<std::string>& v) {
+    if (v) str(tag, std::string_view(*v));
   }
   void num(char tag, std::optional<int64_t> v) {
     if (!v) return;
@@ -129,7 +129,7 @@ void canonical_message(Canonical& c, const api::Message& m) {
       }
       break;
   }
-  c.str('n', m.name);
+  c.opt('n', m.name);
   if (m.tool_calls) {
     c.tag('C');
     c.length(m.tool_calls->size());
@@ -141,7 +141,7 @@ void canonical_message(Canonical& c, const api::Message& m) {
       c.json('e', call.extra);
     }
   }
-  c.str('d', m.tool_call_id);
+  c.opt('d', m.tool_call_id);
   c.json('e', m.extra);
 }
 
@@ -151,7 +151,7 @@ void canonical_tools(Canonical& c, const api::ChatRequest& r) {
     c.length(r.tools->size());
     for (const api::Tool& t : *r.tools) {
       c.str('n', t.name);
-      c.str('d', t.description);
+      c.opt('d', t.description);
       c.json('p', t.parameters);
       c.flag('s', t.strict);
       c.json('f', t.function_extra);
@@ -159,7 +159,7 @@ void canonical_tools(Canonical& c, const api::ChatRequest& r) {
     }
   }
   if (r.tool_choice) {
-    c.num('h', static_cast<int64_t>(r.tool_choice->mode));
+    c.num('h', std::optional<int64_t>(static_cast<int64_t>(r.tool_choice->mode)));
     c.str('H', r.tool_choice->name);
   }
   c.flag('l', r.parallel_tool_calls);
@@ -182,8 +182,8 @@ void canonical_parameters(Canonical& c, const api::ChatRequest& r, const api::Ov
     c.tag('6');
     c.length(s.logit_bias->size());
     for (const auto& [id, bias] : *s.logit_bias) {
-      c.num('i', int64_t{id});
-      c.num('b', bias);
+      c.num('i', std::optional<int64_t>(id));
+      c.num('b', std::optional<double>(bias));
     }
   }
   if (s.stop) {
@@ -209,7 +209,7 @@ void canonical_parameters(Canonical& c, const api::ChatRequest& r, const api::Ov
   c.num('#', r.limits.n);
   c.flag('=', r.limits.echo);
   c.num('B', r.limits.best_of);
-  c.str('u', r.metadata.user);
+  c.opt('u', r.metadata.user);
   c.json('m', r.metadata.metadata);
   c.json('x', r.extra);
 }
