@@ -355,7 +355,7 @@ TEST_F(LeversTest, CacheSizeAndPolicyVersionAreConfigured) {
   EXPECT_EQ(chat(body).header("x-ferry-cache"), "miss");
   Response hit = chat(body);
   EXPECT_EQ(hit.header("x-ferry-cache"), "hit");
-  const std::string version = hit.header("x-ferry-policy");
+  const std::string version = hit.header("x-ferry-policy").value_or("");
   // Another policy version: the rule's id changes, and so does the version.
   dir_.write("policies.yaml",
              "targets: { gpu: gpu, broken: broken }\nmodels: [chat]\nrules:\n"
