@@ -10,6 +10,8 @@
 // Run: build/bench/ferry_levers_bench --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -81,8 +83,16 @@ void BM_PassThroughChat(benchmark::State& state) {
 }
 BENCHMARK(BM_PassThroughChat);
 
-// The key as gateway/planner.cpp (plan_cache) makes it.
+// The key as gateway/planner.cpp (plan_cache) makes it: the canonical typed request hashed.
 std::string cache_key(const api::ChatRequest& typed) {
+  std::string text = gateway::canonical_request(typed, "qwen2.5-coder");
+  text += "\nreasoning:";
+  return gateway::response_cache_key("key:app", "gpu", text);
+}
+
+// The key as it was made before (the typed request rendered as OpenAI JSON, parsed back for
+// its stream members to be dropped, dumped, hashed): the reference of BM_CacheKey.
+std::string json_cache_key(const api::ChatRequest& typed) {
   auto canonical = ordered_json::parse(api::render_openai(typed, "qwen2.5-coder"), nullptr, false);
   canonical.erase("stream");
   canonical.erase("stream_options");
@@ -90,6 +100,16 @@ std::string cache_key(const api::ChatRequest& typed) {
   text += "\nreasoning:";
   return gateway::response_cache_key("key:app", "gpu", text);
 }
+
+void BM_CacheKey(benchmark::State& state, bool typed) {
+  auto parsed = gateway::parse_request(api::Endpoint::kChatCompletions, chat_request());
+  for (auto _ : state) {
+    std::string key = typed ? cache_key(*parsed->typed) : json_cache_key(*parsed->typed);
+    benchmark::DoNotOptimize(key.data());
+  }
+}
+BENCHMARK_CAPTURE(BM_CacheKey, typed, true);
+BENCHMARK_CAPTURE(BM_CacheKey, json_round_trip, false);
 
 class Collect final : public api::EventSink {
  public:
@@ -165,6 +185,46 @@ void BM_CacheHitBody(benchmark::State& state) {
 }
 BENCHMARK(BM_CacheHitBody);
 
+// A streamed hit's first byte: wall time from the request's bytes (parsed, keyed, looked up)
+// to the first SSE frame rendered for the client (the socket write aside); issue 19: <= 0.1 ms.
+class FirstFrame final : public api::EventSink {
+ public:
+  FirstFrame(gateway::StreamRenderer& r, std::string& out, std::chrono::steady_clock::time_point& t)
+      : r_(r), out_(out), first_(t) {}
+  void on_event(const api::Event& e) override {
+    r_.render(e, out_);
+    if (!seen_ && !out_.empty()) {
+      first_ = std::chrono::steady_clock::now();
+      seen_ = true;
+    }
+  }
+
+ private:
+  gateway::StreamRenderer& r_;
+  std::string& out_;
+  std::chrono::steady_clock::time_point& first_;
+  bool seen_ = false;
+};
+void BM_CacheHitStreamFirstByte(benchmark::State& state) {
+  const std::string body = chat_request();
+  auto first = gateway::parse_request(api::Endpoint::kChatCompletions, body);
+  gateway::ResponseCache& cache = filled_cache(cache_key(*first->typed));
+  const gateway::FrontEnd& fe = gateway::frontend(api::Endpoint::kChatCompletions);
+  for (auto _ : state) {
+    const auto arrived = std::chrono::steady_clock::now();
+    Hit hit = look_up(cache, body);
+    gateway::RenderContext context{"req-1", hit.parsed->model, hit.entry->prompt_tokens};
+    auto renderer = fe.stream_renderer(context);
+    std::string out;
+    std::chrono::steady_clock::time_point first_byte;
+    FirstFrame into(*renderer, out, first_byte);
+    api::replay(hit.answer, into, 0, api::Usage{512, 0, 0, 0, true});
+    state.SetIterationTime(std::chrono::duration<double>(first_byte - arrived).count());
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK(BM_CacheHitStreamFirstByte)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
 // A 50-turn conversation.
 std::string long_conversation() {
   ordered_json messages = ordered_json::array();
@@ -180,7 +240,10 @@ std::string long_conversation() {
   return ordered_json{{"model", "m"}, {"messages", messages}}.dump();
 }
 
-void BM_Trim50Turns(benchmark::State& state) {
+// Trimming as the planner trims for an HTTP target (`shares`: the messages' shares from the
+// cached per-run counts, then one exact count), or by bisection alone (each step rendered and
+// counted).
+void trim_50_turns(benchmark::State& state, bool shares) {
   auto tok = tokenizer::load_tokenizer(FERRY_DEMO_MODEL);
   if (!tok) {
     state.SkipWithError(tok.error().message.c_str());
@@ -196,19 +259,60 @@ void BM_Trim50Turns(benchmark::State& state) {
   auto count = [&](const api::ChatRequest& r) {
     return counter.count(true, api::template_input(r)).value_or(0);
   };
+  gateway::MessageShareCounter share_counter;
+  if (shares) {
+    share_counter = [&](const api::ChatRequest& r) {
+      return counter.shares(api::template_input(r));
+    };
+  }
   const int64_t full = count(*parsed->typed);
   gateway::TrimOptions options;
   options.limit = full * 6 / 10;  // about 20 of the 50 exchanges go
   int64_t dropped = 0;
+  int64_t after = 0;
   for (auto _ : state) {
-    auto result = gateway::trim_to_fit(*parsed->typed, options, count);
+    auto result = gateway::trim_to_fit(*parsed->typed, options, count, share_counter);
     dropped = result->messages_dropped;
+    after = result->tokens_after;
     benchmark::DoNotOptimize(result->request.get());
   }
   state.counters["prompt_tokens"] = static_cast<double>(full);
   state.counters["messages_dropped"] = static_cast<double>(dropped);
+  state.counters["tokens_after"] = static_cast<double>(after);
+}
+void BM_Trim50Turns(benchmark::State& state) {
+  trim_50_turns(state, true);
 }
 BENCHMARK(BM_Trim50Turns)->Unit(benchmark::kMicrosecond);
+void BM_Trim50TurnsBisection(benchmark::State& state) {
+  trim_50_turns(state, false);
+}
+BENCHMARK(BM_Trim50TurnsBisection)->Unit(benchmark::kMicrosecond);
+
+// What one exact count of the 50-turn conversation costs: the template's input made, the
+// template rendered (the floor of any exact count: Jinja), the rendered prompt counted.
+void BM_Count50TurnsRenderOnly(benchmark::State& state) {
+  auto tok = tokenizer::load_tokenizer(FERRY_DEMO_MODEL);
+  auto chat = tokenizer::ChatFormatter::create(*tok, "");
+  auto parsed = gateway::parse_request(api::Endpoint::kChatCompletions, long_conversation());
+  for (auto _ : state) {
+    auto text = (*chat)->render(api::template_input(*parsed->typed), true);
+    benchmark::DoNotOptimize(text->data());
+  }
+}
+BENCHMARK(BM_Count50TurnsRenderOnly)->Unit(benchmark::kMicrosecond);
+void BM_Count50Turns(benchmark::State& state, bool cached) {
+  auto tok = tokenizer::load_tokenizer(FERRY_DEMO_MODEL);
+  auto chat = tokenizer::ChatFormatter::create(*tok, "");
+  auto parsed = gateway::parse_request(api::Endpoint::kChatCompletions, long_conversation());
+  for (auto _ : state) {
+    auto input = api::template_input(*parsed->typed);
+    auto n = cached ? (*chat)->count(input) : (*chat)->count_uncached(input);
+    benchmark::DoNotOptimize(*n);
+  }
+}
+BENCHMARK_CAPTURE(BM_Count50Turns, cached, true)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_Count50Turns, uncached, false)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -357,8 +357,8 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
     throw YamlError(file, YAML::Mark::null_mark(), "the config is empty");
   }
   Map root(root_node, file, "the config");
-  root.allow_only({"server", "limits", "auth", "backends", "models", "log", "policy", "ledger",
-                   "prices", "budgets", "rate_limits"});
+  root.allow_only({"server", "limits", "cache", "auth", "backends", "models", "log", "policy",
+                   "ledger", "prices", "budgets", "rate_limits"});
   if (auto slash = file.rfind('/'); slash != std::string::npos && file != "<embedded default>") {
     cfg.base_dir = file.substr(0, slash);
   } else if (file != "<embedded default>") {
@@ -366,6 +366,12 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
   }
   if (auto server = root.opt_map("server")) parse_server(*server, cfg);
   if (auto limits = root.opt_map("limits")) parse_limits(*limits, cfg.limits);
+  if (auto cache = root.opt_map("cache")) {
+    cache->allow_only({"max_bytes", "per_policy_version"});
+    cfg.cache.max_bytes = cache->integer_or("max_bytes", cfg.cache.max_bytes, 0, 1LL << 40);
+    cfg.cache.per_policy_version =
+        cache->boolean_or("per_policy_version", cfg.cache.per_policy_version);
+  }
   if (auto auth = root.opt_map("auth")) parse_auth(*auth, file, cfg);
   parse_backends(root, file, cfg);
   parse_models(root, file, cfg);

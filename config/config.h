@@ -41,6 +41,14 @@ struct Limits {
   // response being written, and reading is bounded by max_header_bytes + a small buffer.
 };
 
+// `cache:` the response cache's server-wide settings (policy rules turn caching on with
+// `cache: { ttl }`): its memory bound (answers, keys, bookkeeping; least recently used out),
+// and whether an entry is only found again under the policy version that made it.
+struct ResponseCacheConfig {
+  int64_t max_bytes = 64LL << 20;
+  bool per_policy_version = false;
+};
+
 enum class Role { kApp, kFinance, kAdmin };
 std::string_view role_name(Role role);
 
@@ -160,6 +168,7 @@ struct Config {
   std::string source;  // file path, or "<embedded default>"
   ServerConfig server;
   Limits limits;
+  ResponseCacheConfig cache;
   AuthConfig auth;
   std::vector<BackendConfig> backends;
   std::vector<ModelConfig> models;

@@ -26,7 +26,9 @@ Result<std::unique_ptr<Gateway>> Gateway::create(
 }
 
 Gateway::Gateway(const config::Config& config)
-    : config_(config), started_unix_us_(unix_micros_now()) {}
+    : config_(config),
+      response_cache_(config.cache.max_bytes),
+      started_unix_us_(unix_micros_now()) {}
 
 Gateway::~Gateway() {
   if (store_) store_->stop_watching();

@@ -323,7 +323,15 @@ bool Planner::trim(const RequestContext& ctx, const ParsedRequest& request,
     std::optional<ordered_json> input;
     return count_for(probe, t, input).tokens;
   };
-  auto result = trim_to_fit(*request.typed, options, counter);
+  // The shares come from the target's tokenizer and template; an in-process target's exact
+  // count is its engine's, so there they only predict, and the full count is the engine's.
+  MessageShareCounter shares;
+  if (t->tokenizer && t->chat && !t->backend_config->local) {
+    shares = [&](const api::ChatRequest& r) {
+      return PromptCounter{t->tokenizer, t->chat}.shares(api::template_input(r));
+    };
+  }
+  auto result = trim_to_fit(*request.typed, options, counter, shares);
   if (!result) {
     refuse(ctx, p, std::move(result.error()), "trim", true);
     return false;
@@ -475,16 +483,12 @@ void Planner::plan_cache(const RequestContext& ctx, const ParsedRequest& request
       scope = "key:" + ctx.principal.key_id;
       break;
   }
-  // Canonical: the typed request as OpenAI JSON for the target, whether it streams aside (a
-  // body answers a stream and back), then how the hop applies a reasoning budget.
-  auto canonical = ordered_json::parse(
-      api::render_openai(*typed, hop.target->model->upstream_model, overrides), nullptr, false);
-  if (canonical.is_object()) {
-    canonical.erase("stream");
-    canonical.erase("stream_options");
-  }
-  std::string text = canonical.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  // Canonical: the typed request as sent to the target, without its stream members (a body
+  // answers a stream and back), then how the hop applies a reasoning budget.
+  std::string text = canonical_request(*typed, hop.target->model->upstream_model, overrides);
   text += "\nreasoning:" + hop.reasoning;
+  // Configured: an answer is found again only under the policy version that made it.
+  if (config_.cache.per_policy_version) text += "\npolicy:" + p.policy_version;
   c.key = response_cache_key(scope, hop.target->model->name, text);
   p.cache = std::move(c);
 }

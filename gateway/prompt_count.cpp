@@ -46,6 +46,15 @@ std::optional<int64_t> PromptCounter::count(bool chat_request, const ordered_jso
   return total;
 }
 
+std::optional<MessageShares> PromptCounter::shares(const ordered_json& chat_body) const {
+  if (!tokenizer || !chat || !chat_body.is_object()) return std::nullopt;
+  auto counts = chat->count_messages(chat_body, /*add_generation_prompt=*/true);
+  if (!counts) return std::nullopt;
+  MessageShares out{static_cast<int64_t>(counts->total), {}, counts->exact_shares};
+  out.per_message.assign(counts->per_message.begin(), counts->per_message.end());
+  return out;
+}
+
 Result<std::map<std::string, PromptCounter, std::less<>>> load_prompt_counters(
     const config::Config& config) {
   std::map<std::string, PromptCounter, std::less<>> out;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -26,6 +27,14 @@ class ChatFormatter;
 
 namespace ferry::gateway {
 
+// A request's exact prompt tokens and each message's share of them (tokenizer::MessageCounts):
+// exact shares add up (OpenAI's accounting), others are predictions a caller checks.
+struct MessageShares {
+  int64_t total = 0;
+  std::vector<int64_t> per_message;  // one a message, or empty: unknown
+  bool exact = false;
+};
+
 struct PromptCounter {
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;  // null: every count is an estimate
   std::shared_ptr<const tokenizer::ChatFormatter> chat;   // null: chats are estimated
@@ -34,6 +43,8 @@ struct PromptCounter {
   // api::template_input of the typed request, the CLIs the parsed file); nullopt when this
   // model cannot count it (no tokenizer, no template, a body it cannot read).
   std::optional<int64_t> count(bool chat_request, const nlohmann::ordered_json& body) const;
+  // A chat's exact count (as count() gives it) with its messages' shares; nullopt as count().
+  std::optional<MessageShares> shares(const nlohmann::ordered_json& chat_body) const;
 };
 
 // One counter a configured model, by model name. Models naming the same tokenizer share it.

@@ -544,6 +544,10 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
     if (plan.cache->lookup) {
       auto hit = server.gateway->response_cache().get(plan.cache->key, cache_clock_ms());
       if (hit) {
+        // Rate limits: the planner admitted this request before the lookup, so a hit counts
+        // against the key's rate limits like a miss; a rule that should exempt hits releases
+        // its rate admission here (the hook for the rate-limit work). Budgets: the hit's row
+        // is settled at zero cost and releases the reserved worst case (settle_cache_hit).
         set_header(headers, "x-ferry-cache", "hit");
         co_return co_await serve_hit(server, stream, sink, job, *hit, headers, rec, keep_alive);
       }

@@ -63,6 +63,9 @@ ledger::RequestRecord base_record(const RequestContext& ctx, const Plan& plan, b
   r.stream = plan.stream;
   r.facts_json = plan.facts_json;
   r.trimmed_tokens = plan.trimmed_tokens;
+  // A rule with `cache`: "miss" (looked up, or not with no-cache, and answered by a backend) or
+  // "bypass" (not cacheable); settle_cache_hit writes "hit".
+  if (plan.cache) r.cache = plan.cache->bypass.empty() ? "miss" : "bypass";
   return r;
 }
 

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "api/chat_request.h"
 #include "api/events.h"
 #include "common/error.h"
 #include "ledger/types.h"
@@ -67,6 +68,15 @@ class ResponseCache {
   std::unordered_map<std::string_view, List::iterator> index_;  // views into Entry::key
   Stats stats_;
 };
+
+// The canonical chat request as sent to its target, as bytes to hash: every member of the typed
+// request that shapes the answer (the upstream model, messages, tools and tool choice, every
+// sampling, logprob, limit and output parameter, response format, metadata, members kept as
+// sent), in a fixed order, each tagged and length-prefixed (no two requests write the same
+// bytes), the rule's overrides applied, the stream members left out (a body answers a stream
+// and back). No JSON is built.
+std::string canonical_request(const api::ChatRequest& request, std::string_view upstream_model,
+                              const api::Overrides& overrides = {});
 
 // The cache key: SHA-256 hex of the scope's namespace, the target and the canonical request.
 std::string response_cache_key(std::string_view scope, std::string_view target,

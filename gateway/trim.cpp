@@ -1,5 +1,7 @@
 #include "gateway/trim.h"
 
+#include <optional>
+#include <utility>
 #include <vector>
 
 namespace ferry::gateway {
@@ -73,10 +75,31 @@ std::shared_ptr<api::ChatRequest> without(const api::ChatRequest& request,
 
 }  // namespace
 
+namespace {
+
+// The least number of units whose shares bring the prompt to the limit, and the count the
+// shares predict for it; nullopt when even dropping them all does not (by the shares).
+std::optional<std::pair<size_t, int64_t>> least_by_shares(
+    const MessageShares& shares, const std::vector<std::pair<size_t, size_t>>& units,
+    int64_t limit) {
+  int64_t predicted = shares.total;
+  for (size_t d = 0; d < units.size(); ++d) {
+    for (size_t i = units[d].first; i < units[d].second; ++i) predicted -= shares.per_message[i];
+    if (predicted <= limit) return std::make_pair(d + 1, predicted);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Result<TrimResult> trim_to_fit(const api::ChatRequest& request, const TrimOptions& options,
-                               const PromptTokenCounter& count) {
+                               const PromptTokenCounter& count,
+                               const MessageShareCounter& share_counter) {
   TrimResult result;
-  result.tokens_before = count(request);
+  std::optional<MessageShares> shares;
+  if (share_counter) shares = share_counter(request);
+  if (shares && shares->per_message.size() != request.messages.size()) shares.reset();
+  result.tokens_before = shares ? shares->total : count(request);
   result.tokens_after = result.tokens_before;
   if (result.tokens_before <= options.limit) return result;
   const auto units = droppable_units(request.messages, options);
@@ -91,6 +114,28 @@ Result<TrimResult> trim_to_fit(const api::ChatRequest& request, const TrimOption
                        "messages", "context_length_exceeded");
   };
   if (units.empty()) return refuse(result.tokens_before);
+  auto done = [&](std::shared_ptr<api::ChatRequest> kept, int64_t tokens) {
+    result.messages_dropped = static_cast<int64_t>(request.messages.size() - kept->messages.size());
+    result.tokens_after = tokens;
+    result.request = std::move(kept);
+    return result;
+  };
+  if (shares) {
+    const auto least = least_by_shares(*shares, units, options.limit);
+    if (!least && shares->exact) {
+      int64_t all = shares->total;
+      for (const auto& [b, e] : units) {
+        for (size_t i = b; i < e; ++i) all -= shares->per_message[i];
+      }
+      return refuse(all);
+    }
+    if (least) {
+      auto candidate = without(request, units, least->first);
+      // The one exact check: a prediction that does not hold falls back to the search.
+      const int64_t tokens = shares->exact ? least->second : count(*candidate);
+      if (tokens == least->second) return done(std::move(candidate), tokens);
+    }
+  }
   // Fewer messages never count more tokens: the least `drop` that fits, by bisection.
   auto all = without(request, units, units.size());
   const int64_t least = count(*all);
@@ -111,10 +156,7 @@ Result<TrimResult> trim_to_fit(const api::ChatRequest& request, const TrimOption
       lo = mid + 1;
     }
   }
-  result.messages_dropped = static_cast<int64_t>(request.messages.size() - best->messages.size());
-  result.tokens_after = best_tokens;
-  result.request = std::move(best);
-  return result;
+  return done(std::move(best), best_tokens);
 }
 
 }  // namespace ferry::gateway

@@ -7,9 +7,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "api/chat_request.h"
 #include "common/error.h"
+#include "gateway/prompt_count.h"
 
 namespace ferry::gateway {
 
@@ -29,10 +32,17 @@ struct TrimResult {
 // The prompt tokens of a request (the candidate with fewer messages).
 using PromptTokenCounter = std::function<int64_t(const api::ChatRequest&)>;
 
+// A request's exact count and its messages' shares (gateway/prompt_count.h).
+using MessageShareCounter = std::function<std::optional<MessageShares>(const api::ChatRequest&)>;
+
 // Drops the fewest oldest droppable units (a message with the tool results that follow it)
-// for the prompt to fit: a binary search over how many, each candidate counted once. A 400
-// (context_length_exceeded) when even the minimum kept does not fit.
+// for the prompt to fit. With shares: the least number of units whose shares make it fit, from
+// their prefix sums, then one exact count of that candidate (none when the shares are exact);
+// when the count is not what the shares predicted, or without shares, a binary search over
+// how many, each candidate counted once. A 400 (context_length_exceeded) when even the minimum
+// kept does not fit.
 Result<TrimResult> trim_to_fit(const api::ChatRequest& request, const TrimOptions& options,
-                               const PromptTokenCounter& count);
+                               const PromptTokenCounter& count,
+                               const MessageShareCounter& shares = {});
 
 }  // namespace ferry::gateway

@@ -341,7 +341,7 @@ void price_levers(LedgerEntry& entry, const RequestRecord& record, const PriceCa
     Cost cost = prices.price(record.target, trimmed, at);
     if (cost.pricing != Pricing::kUnpriced) entry.trim_avoided = cost.total();
   }
-  if (!record.cache.empty()) {
+  if (record.cache == "hit") {  // "miss" and "bypass" avoided nothing
     Cost cost = prices.price(record.target, record.cache_tokens, at);
     if (cost.pricing != Pricing::kUnpriced) entry.cache_avoided = cost.total();
   }

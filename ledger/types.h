@@ -111,10 +111,10 @@ struct RequestRecord {
   // its compiled grammar's hash; "" for other backends.
   std::string constraint_mode;
   std::string schema_hash;
-  // Cost levers (policy `trim`, `cache`, `set: reasoning`): the prompt tokens trimming removed
-  // (-1: no trim); "hit" for an answer served from the response cache, whose own tokens and
-  // cost are zero and `cache_tokens` what the answer cost when it was made; the reasoning
-  // budget as applied ("off", "effort:high", "dropped: ..."; "" when none).
+  // Cost levers: prompt tokens `trim` removed (-1: none); `cache` "hit" (own tokens and cost 0,
+  // `cache_tokens` what the answer cost when made), "miss" or "bypass" (rules with `cache`),
+  // "" (none); the reasoning budget as applied ("off", "effort:high", "dropped: ..."; "" when
+  // none).
   int64_t trimmed_tokens = -1;
   std::string cache;
   Tokens cache_tokens;

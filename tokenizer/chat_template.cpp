@@ -1,7 +1,10 @@
 #include "tokenizer/chat_template.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/count_cache.h"
 #include "tokenizer/jinja.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,6 +44,7 @@ Result<std::shared_ptr<const ChatFormatter>> ChatFormatter::create(
   if (!tokenizer) return Error::make(ErrorCode::kInternal, "chat: no tokenizer");
   std::shared_ptr<ChatFormatter> f(new ChatFormatter());
   f->tokenizer_ = std::move(tokenizer);
+  f->counts_ = std::make_unique<CountCache>(*f->tokenizer_);
   std::string_view source =
       template_source.empty() ? std::string_view(f->tokenizer_->chat_template()) : template_source;
   if (source.empty()) {
@@ -189,10 +193,100 @@ std::size_t count_prompt(const Tokenizer& tokenizer, std::string_view text) {
 }
 
 Result<std::size_t> ChatFormatter::count(const Json& request, bool add_generation_prompt) const {
-  if (!template_) return count_openai(request);
+  if (!template_) return count_openai(request, /*cached=*/true);
   auto text = render(request, add_generation_prompt);
   if (!text) return std::move(text).error();
-  return count_prompt(*tokenizer_, *text);  // BOS as the engine runs it
+  return counts_->count_prompt(*text);  // BOS as the engine runs it
+}
+
+Result<std::size_t> ChatFormatter::count_uncached(const Json& request,
+                                                  bool add_generation_prompt) const {
+  if (!template_) return count_openai(request, /*cached=*/false);
+  auto text = render(request, add_generation_prompt);
+  if (!text) return std::move(text).error();
+  return count_prompt(*tokenizer_, *text);
+}
+
+namespace {
+
+// What a message is found by in its rendered prompt: its text, else its first tool call's name.
+std::string needle_of(const Json& m) {
+  if (!m.is_object()) return {};
+  if (const auto c = m.find("content"); c != m.end()) {
+    const Json text = content_text(*c);
+    if (text.is_string() && !text.get_ref<const std::string&>().empty()) return text;
+  }
+  if (const auto calls = m.find("tool_calls"); calls != m.end() && calls->is_array()) {
+    for (const Json& call : *calls) {
+      if (!call.is_object()) continue;
+      const auto fn = call.find("function");
+      if (fn != call.end() && fn->is_object() && fn->contains("name") && (*fn)["name"].is_string())
+        return (*fn)["name"].get<std::string>();
+    }
+  }
+  return {};
+}
+
+// Where each message's share starts in `text` (see MessageCounts), or empty.
+std::vector<std::size_t> message_starts(const Json& messages, std::string_view text,
+                                        const std::vector<PieceCount>& specials) {
+  std::vector<std::size_t> starts;
+  std::size_t cursor = 0;  // the end of the previous message's needle
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const std::string needle = needle_of(messages[i]);
+    if (needle.empty()) return {};
+    const std::size_t at = text.find(needle, cursor);
+    if (at == std::string_view::npos) return {};
+    std::size_t start = 0;
+    if (i > 0) {
+      // Just after the first special token past the previous message's text.
+      auto it = std::find_if(specials.begin(), specials.end(),
+                             [&](const PieceCount& p) { return p.offset >= cursor; });
+      if (it == specials.end() || it->offset >= at) return {};
+      start = it->offset + it->tokens;  // here: the special's length in bytes
+    }
+    starts.push_back(start);
+    cursor = at + needle.size();
+  }
+  return starts;
+}
+
+}  // namespace
+
+Result<MessageCounts> ChatFormatter::count_messages(const Json& request,
+                                                    bool add_generation_prompt) const {
+  MessageCounts out;
+  if (!template_) {
+    auto n = count_openai(request, /*cached=*/true, &out.per_message);
+    if (!n) return std::move(n).error();
+    out.total = *n;
+    out.exact_shares = true;
+    return out;
+  }
+  auto text = render(request, add_generation_prompt);
+  if (!text) return std::move(text).error();
+  thread_local std::vector<PieceCount> pieces;
+  pieces.clear();
+  out.total = counts_->count_prompt(*text, &pieces);
+  // The special tokens by offset and byte length, to find the messages' boundaries.
+  thread_local std::vector<Tokenizer::Piece> split;
+  split.clear();
+  tokenizer_->split_specials(*text, split);
+  std::vector<PieceCount> specials;
+  for (const auto& p : split) {
+    if (p.special) specials.push_back({p.offset, p.length});
+  }
+  const Json& messages = messages_of(request);
+  const auto starts = message_starts(messages, *text, specials);
+  if (starts.empty()) return out;
+  out.per_message.assign(starts.size(), 0);
+  std::size_t m = 0;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    if (pieces[k].offset < starts.front()) continue;
+    while (m + 1 < starts.size() && pieces[k].offset >= starts[m + 1]) ++m;
+    out.per_message[m] += pieces[k].tokens;
+  }
+  return out;
 }
 
 Result<std::size_t> ChatFormatter::count_json(std::string_view request_json,
@@ -203,11 +297,16 @@ Result<std::size_t> ChatFormatter::count_json(std::string_view request_json,
   return count(request, add_generation_prompt);
 }
 
+std::size_t ChatFormatter::count_string(const std::string& text, bool cached) const {
+  return cached ? counts_->count_text(text) : tokenizer_->count(text);
+}
+
 // OpenAI's documented accounting (openai-cookbook, "How to count tokens with tiktoken"):
 // 3 tokens a message, the tokens of every string field, 1 more for a `name`, 3 to prime the
 // reply. Content parts count their text; tool calls and tool definitions count their JSON
 // text, which OpenAI does not document exactly.
-Result<std::size_t> ChatFormatter::count_openai(const Json& request) const {
+Result<std::size_t> ChatFormatter::count_openai(const Json& request, bool cached,
+                                                std::vector<std::size_t>* per_message) const {
   const Json& messages = messages_of(request);
   if (!messages.is_array())
     return Error::make(ErrorCode::kInvalidRequest, "'messages' must be an array", "messages");
@@ -215,33 +314,35 @@ Result<std::size_t> ChatFormatter::count_openai(const Json& request) const {
   for (const Json& m : messages) {
     if (!m.is_object())
       return Error::make(ErrorCode::kInvalidRequest, "a message must be an object", "messages");
-    total += 3;
+    std::size_t n = 3;
     for (auto it = m.begin(); it != m.end(); ++it) {
       const Json& v = it.value();
       if (it.key() == "content") {
         const Json c = content_text(v);
-        if (c.is_string()) total += tokenizer_->count(c.get<std::string>());
+        if (c.is_string()) n += count_string(c.get_ref<const std::string&>(), cached);
       } else if (it.key() == "tool_calls" && v.is_array()) {
         for (const Json& call : v) {
           if (!call.contains("function")) continue;
           const Json& fn = call["function"];
-          total += tokenizer_->count(fn.value("name", std::string()));
+          n += count_string(fn.value("name", std::string()), cached);
           if (fn.contains("arguments")) {
-            total +=
-                tokenizer_->count(fn["arguments"].is_string() ? fn["arguments"].get<std::string>()
-                                                              : fn["arguments"].dump());
+            n += count_string(fn["arguments"].is_string() ? fn["arguments"].get<std::string>()
+                                                          : fn["arguments"].dump(),
+                              cached);
           }
         }
       } else if (v.is_string()) {
-        total += tokenizer_->count(v.get<std::string>());
-        if (it.key() == "name") total += 1;
+        n += count_string(v.get_ref<const std::string&>(), cached);
+        if (it.key() == "name") n += 1;
       }
     }
+    total += n;
+    if (per_message != nullptr) per_message->push_back(n);
   }
   total += 3;
   if (request.is_object() && request.contains("tools") && request["tools"].is_array() &&
       !request["tools"].empty()) {
-    total += tokenizer_->count(request["tools"].dump());
+    total += count_string(request["tools"].dump(), cached);
   }
   return total;
 }

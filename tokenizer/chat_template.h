@@ -1,6 +1,7 @@
 // Chat prompts as the model sees them: renders an OpenAI messages array with the model's own
 // chat template (Jinja subset) and counts its tokens, or applies OpenAI's documented
-// per-message accounting for cl100k_base / o200k_base. Immutable once created; thread-safe.
+// per-message accounting for cl100k_base / o200k_base. Counts go through a per-formatter
+// tokenizer::CountCache (exact; shared by every thread). Thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -18,7 +19,21 @@
 namespace ferry::tokenizer {
 
 class Tokenizer;
+class CountCache;
 using TokenId = std::uint32_t;
+
+// A chat prompt's exact count, and each message's share of it (what dropping the message
+// removes). OpenAI's accounting: exact, the shares add up with the fixed tokens (priming,
+// tools). A template: read off the rendered prompt, a message's share running from just after
+// the first special token that follows the message before it (its end of turn) to the same
+// point after it; a share is then a prediction that holds where the template renders each
+// message on its own between special tokens, and a caller checks it with one exact count.
+// `per_message` is empty when a message cannot be found in the rendered prompt.
+struct MessageCounts {
+  std::size_t total = 0;
+  std::vector<std::size_t> per_message;
+  bool exact_shares = false;  // OpenAI's accounting: no check needed
+};
 
 // A prompt as ferry runs and counts it everywhere (the local engine, routing and the ledger,
 // `ferry tokenize`, `ferry policy explain`): `text` with special tokens parsed, and BOS in
@@ -43,6 +58,11 @@ class ChatFormatter {
   // count(): the rendered prompt's tokens as tokenizer::count_prompt counts them (with BOS).
   Result<std::size_t> count(const nlohmann::ordered_json& request,
                             bool add_generation_prompt = true) const;
+  // The same count without the cache (each call tokenizes the whole prompt).
+  Result<std::size_t> count_uncached(const nlohmann::ordered_json& request,
+                                     bool add_generation_prompt = true) const;
+  Result<MessageCounts> count_messages(const nlohmann::ordered_json& request,
+                                       bool add_generation_prompt = true) const;
   // Same, from JSON text.
   Result<std::size_t> count_json(std::string_view request_json,
                                  bool add_generation_prompt = true) const;
@@ -57,13 +77,16 @@ class ChatFormatter {
 
  private:
   ChatFormatter() = default;
-  Result<std::size_t> count_openai(const nlohmann::ordered_json& request) const;
+  Result<std::size_t> count_openai(const nlohmann::ordered_json& request, bool cached,
+                                   std::vector<std::size_t>* per_message = nullptr) const;
+  std::size_t count_string(const std::string& text, bool cached) const;
   std::vector<jinja::Template::Variable> template_variables(const nlohmann::ordered_json& request,
                                                             bool add_generation_prompt,
                                                             nlohmann::ordered_json& storage) const;
 
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<const jinja::Template> template_;
+  std::unique_ptr<CountCache> counts_;  // thread-safe itself
 };
 
 }  // namespace ferry::tokenizer

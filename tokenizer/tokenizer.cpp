@@ -282,6 +282,33 @@ void Tokenizer::encode(std::string_view text, std::vector<TokenId>& out, Special
   }
 }
 
+void Tokenizer::split_specials(std::string_view text, std::vector<Piece>& out) const {
+  const TokenizerImpl& t = *impl_;
+  if (t.specials.empty()) {
+    out.push_back({0, text.size(), std::nullopt, true});
+    return;
+  }
+  // The same walk as encode() with Specials::kParse.
+  std::size_t pos = 0;
+  bool first = true;
+  while (pos <= text.size()) {
+    const SpecialMatcher::Match m = t.specials.find(text, pos);
+    if (m.pos == std::string_view::npos) {
+      out.push_back({pos, text.size() - pos, std::nullopt, first});
+      break;
+    }
+    out.push_back({pos, m.pos - pos, std::nullopt, first});
+    out.push_back({m.pos, m.len, m.id, false});
+    first = false;
+    pos = m.pos + m.len;
+    if (pos == text.size()) break;
+  }
+}
+
+void Tokenizer::encode_run(std::string_view run, bool first, std::vector<TokenId>& out) const {
+  impl_->encode_segment(run, first, out);
+}
+
 std::vector<TokenId> Tokenizer::encode(std::string_view text, Specials specials) const {
   std::vector<TokenId> out;
   encode(text, out, specials);

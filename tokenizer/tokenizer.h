@@ -41,6 +41,19 @@ class Tokenizer {
   // The number of ids encode() would produce, without keeping them.
   std::size_t count(std::string_view text, Specials specials = Specials::kAsText) const;
 
+  // The input as encode(Specials::kParse) splits it: each special token (`special`) and the run
+  // of text before it, and the last run (runs may be empty: `first` is the run encode treats
+  // as the input's first). encode() is encode_run of every run with the specials between.
+  struct Piece {
+    std::size_t offset = 0;
+    std::size_t length = 0;
+    std::optional<TokenId> special;
+    bool first = false;
+  };
+  void split_specials(std::string_view text, std::vector<Piece>& out) const;
+  // Appends the ids of a run that holds no special token, as encode() encodes it.
+  void encode_run(std::string_view run, bool first, std::vector<TokenId>& out) const;
+
   // The bytes the ids stand for (special tokens as their text). Unknown ids are skipped.
   std::string decode(std::span<const TokenId> ids) const;
   // The bytes of one token as it appears in the middle of a text (no leading-space stripping).

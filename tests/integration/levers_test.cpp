@@ -44,7 +44,7 @@ class LeversTest : public ::testing::Test {
 
   // `rules`: the policy's rules (YAML list items); `gpu` answers (the echo upstream, counted with
   // the synthetic model's tokenizer and template), `broken` fails with a 500.
-  void start(const std::string& rules) {
+  void start(const std::string& rules, const std::string& extra_config = "") {
     std::string policy = "targets: { gpu: gpu, broken: broken }\nmodels: [chat]\nrules:\n" + rules +
                          "default: { route: [gpu] }\n";
     std::string policy_file = dir_.write("policies.yaml", policy);
@@ -77,7 +77,8 @@ class LeversTest : public ::testing::Test {
         "ledger:\n  path: " +
         db_ +
         "\nprices:\n  - { model: gpu, effective_from: 2026-01-01, input: 3.00, output: 15.00 }\n"
-        "  - { model: broken, effective_from: 2026-01-01, input: 3.00, output: 15.00 }\n";
+        "  - { model: broken, effective_from: 2026-01-01, input: 3.00, output: 15.00 }\n" +
+        extra_config;
     ferry_ = start_ferry(dir_, cfg);
   }
 
@@ -282,7 +283,7 @@ TEST_F(LeversTest, CacheServesRepeatsAsBodiesAndStreamsPerKey) {
   auto cache = column("cache");
   auto costs = column("cost_total");
   auto avoided = column("cache_avoided");
-  ASSERT_EQ(cache, (std::vector<std::string>{"<null>", "hit", "hit", "<null>"}));
+  ASSERT_EQ(cache, (std::vector<std::string>{"miss", "hit", "hit", "miss"}));
   EXPECT_EQ(costs[1], "0");
   EXPECT_EQ(costs[2], "0");
   EXPECT_EQ(avoided[1], costs[0]);
@@ -329,6 +330,45 @@ TEST_F(LeversTest, CacheSkipsSampledAndFailedOverAnswers) {
     EXPECT_EQ(r.header("x-ferry-target"), "gpu");
     EXPECT_EQ(r.header("x-ferry-cache"), "miss") << "a fallback's answer is never kept";
   }
+  // Each request of a caching rule says in its row what the cache did.
+  EXPECT_EQ(column("cache"), (std::vector<std::string>{"bypass", "bypass", "miss", "miss"}));
+  EXPECT_EQ(column("cache_avoided"),
+            (std::vector<std::string>{"<null>", "<null>", "<null>", "<null>"}));
+}
+
+// The server-wide `cache:` section: a bound of 0 keeps nothing; per_policy_version: an answer
+// is found again only under the policy version that kept it (a reload to another version
+// misses, and the new version's answers are then hits).
+TEST_F(LeversTest, CacheSizeAndPolicyVersionAreConfigured) {
+  start("  - { id: cached, when: { model: chat }, route: [gpu], cache: { ttl: 10m } }\n",
+        "cache: { max_bytes: 0 }\n");
+  json body = chat_body("chat", "Nothing is kept.");
+  body["temperature"] = 0;
+  EXPECT_EQ(chat(body).header("x-ferry-cache"), "miss");
+  EXPECT_EQ(chat(body).header("x-ferry-cache"), "miss");
+  EXPECT_EQ(upstream_requests(), 2);
+  ASSERT_EQ(ferry_.process->stop(Ms(15000)), 0);
+  ferry_.process.reset();
+
+  start("  - { id: cached, when: { model: chat }, route: [gpu], cache: { ttl: 10m } }\n",
+        "cache: { max_bytes: 1048576, per_policy_version: true }\n");
+  EXPECT_EQ(chat(body).header("x-ferry-cache"), "miss");
+  Response hit = chat(body);
+  EXPECT_EQ(hit.header("x-ferry-cache"), "hit");
+  const std::string version = hit.header("x-ferry-policy").value_or("");
+  // Another policy version: the rule's id changes, and so does the version.
+  dir_.write("policies.yaml",
+             "targets: { gpu: gpu, broken: broken }\nmodels: [chat]\nrules:\n"
+             "  - { id: cached2, when: { model: chat }, route: [gpu], cache: { ttl: 10m } }\n"
+             "default: { route: [gpu] }\n");
+  auto reload =
+      post_json(ferry_.address, "/admin/policy/reload", json::object(), auth_headers(kAdminKey));
+  ASSERT_TRUE(reload);
+  ASSERT_EQ(reload->status, 200) << reload->body;
+  Response after = chat(body);
+  EXPECT_NE(after.header("x-ferry-policy"), version);
+  EXPECT_EQ(after.header("x-ferry-cache"), "miss") << "kept under the old version";
+  EXPECT_EQ(chat(body).header("x-ferry-cache"), "hit");
 }
 
 TEST_F(LeversTest, CacheEntriesExpireAndClientsOptOut) {

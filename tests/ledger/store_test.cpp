@@ -284,6 +284,52 @@ TEST_P(LedgerStore, ReportsEqualTheRowsFromEverySource) {
             db_->scalar("SELECT SUM(cost_total) FROM requests WHERE team='team-b'"));
 }
 
+// The cost levers' columns (trimmed tokens, the cache's hit/miss/bypass and the tokens a hit
+// would have cost, the reasoning budget applied) written and read back alike by both stores,
+// and the savings by lever reconciling to the micro-unit with the priced rows.
+TEST_P(LedgerStore, LeverColumnsRoundTripAndTheSavingsReconcile) {
+  {
+    auto ledger = open();
+    ASSERT_TRUE(ledger);
+    for (int i = 0; i < 12; ++i) {
+      RequestRecord r = simple_record("gpu-large", tokens_of(100 + i, 0, 20, 0));
+      r.started_us += i;
+      r.ended_us += i;
+      if (i % 3 == 0) r.trimmed_tokens = 1000 + i;
+      r.cache = i % 4 == 0 ? "hit" : i % 4 == 1 ? "miss" : i % 4 == 2 ? "bypass" : "";
+      if (r.cache == "hit") {
+        r.cache_tokens = tokens_of(500, 0, 40 + i, 0);
+        r.tokens = Tokens{};
+      }
+      if (i % 2 == 1) r.reasoning_budget = i % 5 == 0 ? "dropped: no budget" : "budget:64";
+      ASSERT_TRUE(record_durably(*ledger, r));
+    }
+  }
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests WHERE cache='hit'"), 3);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests WHERE cache='miss'"), 3);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests WHERE cache='bypass'"), 3);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests WHERE cache_avoided IS NOT NULL"), 3);
+  EXPECT_EQ(db_->scalar("SELECT SUM(trimmed_tokens) FROM requests WHERE trimmed_tokens > 0"),
+            1000 + 1003 + 1006 + 1009);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests WHERE reasoning_budget='budget:64'"), 5);
+  ReportQuery q;
+  q.by = {ReportBy::kTeam};
+  q.levers = true;
+  auto report = run_report(db_->config("").path, q);
+  ASSERT_TRUE(report) << report.error().message;
+  ASSERT_TRUE(report->levers);
+  const LeverSavings& l = *report->levers;
+  EXPECT_EQ(l.cache_hits, 3);
+  EXPECT_EQ(l.cache_avoided.micros(),
+            db_->scalar("SELECT SUM(cache_avoided) FROM requests WHERE cache='hit'"));
+  // A hit's avoided cost is what its tokens cost at the price: 500 in at $3, 40+i out at $15.
+  EXPECT_EQ(l.cache_avoided.micros(), 3 * (500 * 3) + (40 + 44 + 48) * 15);
+  EXPECT_EQ(l.trimmed_requests, 4);
+  EXPECT_EQ(l.trimmed_tokens, 1000 + 1003 + 1006 + 1009);
+  EXPECT_EQ(l.trim_avoided.micros(), (1000 + 1003 + 1006 + 1009) * 3);
+  EXPECT_EQ(l.reasoning_capped, 5);
+}
+
 TEST_P(LedgerStore, DuplicateIdIsRefusedAloneAndRowsAreAppendOnly) {
   auto ledger = open();
   ASSERT_TRUE(ledger);

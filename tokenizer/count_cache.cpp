@@ -1,0 +1,99 @@
+#include "tokenizer/count_cache.h"
+
+#include <algorithm>
+
+namespace ferry::tokenizer {
+
+namespace {
+constexpr std::size_t kEntryOverheadBytes = 96;  // the list node, the map slot, the fields
+}  // namespace
+
+CountCache::CountCache(const Tokenizer& tokenizer, std::size_t max_bytes)
+    : tokenizer_(tokenizer), shard_bytes_(std::max<std::size_t>(max_bytes / kShards, 1)) {}
+
+CountCache::Run CountCache::run(std::string_view text, bool first) {
+  if (text.empty()) return {};
+  const Key key{text, first};
+  const std::size_t h = KeyHash()(key);
+  Shard& shard = shards_[(h >> 7) % kShards];
+  {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    if (auto it = shard.index.find(key); it != shard.index.end()) {
+      ++shard.stats.hits;
+      shard.lru.splice(shard.lru.begin(), shard.lru, it->second);
+      return it->second->run;
+    }
+  }
+  // Counted outside the lock: two threads may count the same run; the second insert is dropped.
+  thread_local std::vector<TokenId> ids;
+  ids.clear();
+  tokenizer_.encode_run(text, first, ids);
+  Run r{ids.size(), ids.empty() ? std::nullopt : std::optional<TokenId>(ids.front())};
+  if (ids.capacity() > (std::size_t{1} << 22)) std::vector<TokenId>().swap(ids);
+  const std::size_t bytes = text.size() + kEntryOverheadBytes;
+  std::lock_guard<std::mutex> lock(shard.mutex);
+  ++shard.stats.misses;
+  if (bytes > shard_bytes_) return r;  // larger than the bound: counted, not kept
+  if (shard.index.count(key) != 0) return r;
+  shard.lru.push_front(Entry{std::string(text), first, r, bytes});
+  shard.index.emplace(Key{shard.lru.front().text, first}, shard.lru.begin());
+  shard.bytes += bytes;
+  while (shard.bytes > shard_bytes_) {
+    const Entry& old = shard.lru.back();
+    shard.bytes -= old.bytes;
+    shard.index.erase(Key{old.text, old.first});
+    shard.lru.pop_back();
+    ++shard.stats.evictions;
+  }
+  return r;
+}
+
+std::size_t CountCache::count_prompt(std::string_view text, std::vector<PieceCount>* pieces) {
+  thread_local std::vector<Tokenizer::Piece> split;
+  split.clear();
+  tokenizer_.split_specials(text, split);
+  // encode_prompt's rule: BOS in front when the model adds one and the first token is not BOS.
+  const auto bos = tokenizer_.bos_id();
+  const bool add_bos = tokenizer_.add_bos() && bos.has_value();
+  bool seen_first_token = false;
+  bool bos_needed = add_bos;
+  std::size_t total = 0;
+  for (const Tokenizer::Piece& p : split) {
+    std::size_t n = 1;
+    if (p.special) {
+      if (!seen_first_token && *p.special == *bos) bos_needed = false;
+      seen_first_token = true;
+    } else {
+      const Run r = run(text.substr(p.offset, p.length), p.first);
+      n = r.tokens;
+      if (!seen_first_token && r.first_id) {
+        if (add_bos && *r.first_id == *bos) bos_needed = false;
+        seen_first_token = true;
+      }
+    }
+    total += n;
+    if (pieces != nullptr && n > 0) pieces->push_back({p.offset, n});
+  }
+  if (bos_needed) ++total;  // in no piece
+  if (split.capacity() > 4096) std::vector<Tokenizer::Piece>().swap(split);
+  return total;
+}
+
+std::size_t CountCache::count_text(std::string_view text) {
+  return run(text, true).tokens;
+}
+
+CountCache::Stats CountCache::stats() const {
+  Stats out;
+  for (Shard& s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    out.hits += s.stats.hits;
+    out.misses += s.stats.misses;
+    out.evictions += s.stats.evictions;
+    out.entries += static_cast<int64_t>(s.lru.size());
+    out.bytes += static_cast<int64_t>(s.bytes);
+  }
+  return out;
+}
+
+}  // namespace ferry::tokenizer
