@@ -18,8 +18,8 @@ namespace ferry::ledger {
 
 // 1: the first PostgreSQL schema (the rows of SQLite schema 5, plus instance_id/chain_seq,
 // chain_heads, budget_shares, budget_leases).
-// 2: the tasks table; 3: the cost levers' columns.
-constexpr int kPgSchemaVersion = 3;
+// 2: the tasks table; 3: the cost levers' columns; 4: the rollups and api_keys.
+constexpr int kPgSchemaVersion = 4;
 
 // True for a postgresql:// or postgres:// URL (where a ledger path may name either store).
 bool is_pg_url(std::string_view path);
