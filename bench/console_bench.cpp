@@ -34,6 +34,23 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The daily aggregates from the rows (the same SQL in both stores).
+constexpr const char* kAggregatesSql =
+    "INSERT INTO daily(day,key_id,team,project,model,target,rule_id,requests,unpriced,"
+    "input_tokens,cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,"
+    "cost_output,cost_reasoning,cost_total,avoided_total,avoided_base,refused,shadows,"
+    "unpriced_served,first_us,last_us) SELECT day,key_id,team,project,upstream_model,target,"
+    "rule_id,COUNT(*),0,SUM(input_tokens),0,SUM(output_tokens),0,SUM(cost_input),0,"
+    "SUM(cost_output),0,SUM(cost_total),SUM(avoided_cost),SUM(cost_total),0,0,0,"
+    "MIN(started_us),MAX(ended_us) FROM requests GROUP BY 1,2,3,4,5,6,7;"
+    "INSERT INTO daily_team(day,team,project,model,target,requests,unpriced,input_tokens,"
+    "cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,cost_output,"
+    "cost_reasoning,cost_total,avoided_total,avoided_base,refused,shadows,unpriced_served,"
+    "first_us,last_us) SELECT day,team,project,model,target,SUM(requests),0,"
+    "SUM(input_tokens),0,SUM(output_tokens),0,SUM(cost_input),0,SUM(cost_output),0,"
+    "SUM(cost_total),SUM(avoided_total),SUM(avoided_base),0,0,0,MIN(first_us),MAX(last_us) "
+    "FROM daily GROUP BY 1,2,3,4,5;";
+
 // N rows over 90 days, 500 keys in 25 teams, three targets (one local), a task every 8 rows;
 // then the daily aggregates from the rows and an outcome for every other task.
 int fill(const std::string& path, int64_t rows) {
@@ -44,11 +61,11 @@ int fill(const std::string& path, int64_t rows) {
   }
   auto n = [](int64_t v) { return std::to_string(v); };
   const int64_t start = days_from_civil({2026, 3, 1}) * kMicrosPerDay;
-  const int64_t span = 90 * kMicrosPerDay;
+  const int64_t span = 90 * kMicrosPerDay;  // k * (span / rows): no product beyond int64
   std::string sql =
       "PRAGMA synchronous=OFF; BEGIN;"
       "WITH RECURSIVE c(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM c WHERE k < " +
-      n(rows - 1) + "), r AS (SELECT k, " + n(start) + " + (k * " + n(span) + ") / " + n(rows) +
+      n(rows - 1) + "), r AS (SELECT k, " + n(start) + " + k * " + n(span / rows) +
       " AS t, (k * 7919) % 500 AS key, CASE k % 3 WHEN 0 THEN 'local-small' WHEN 1 THEN "
       "'gpu-mid' ELSE 'gpu-large' END AS target, 200 + k % 900 AS inp, 50 + k % 300 AS outp "
       "FROM c) INSERT INTO requests(id,kind,started_us,ended_us,day,key_id,team,project,task_id,"
@@ -62,21 +79,8 @@ int fill(const std::string& path, int64_t rows) {
       "'project-'||(key % 10),'task-'||(k / 8),'[]','[]','auto',target,target,"
       "'rule-'||(k % 12),'v1',1,'ok',200,'',0,'stop',inp,'backend',0,'backend',outp,'backend',"
       "0,'backend','priced',target||'@1',inp*3,0,outp*15,0,inp*3+outp*15,inp*5+outp*20,"
-      "'ref@1',0,0,0,0,'x','x' FROM r;"
-      "INSERT INTO daily(day,key_id,team,project,model,target,rule_id,requests,unpriced,"
-      "input_tokens,cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,"
-      "cost_output,cost_reasoning,cost_total,avoided_total,avoided_base,first_us,last_us) "
-      "SELECT day,key_id,team,project,upstream_model,target,rule_id,COUNT(*),0,"
-      "SUM(input_tokens),0,SUM(output_tokens),0,SUM(cost_input),0,SUM(cost_output),0,"
-      "SUM(cost_total),SUM(avoided_cost),SUM(cost_total),MIN(started_us),MAX(ended_us) "
-      "FROM requests GROUP BY 1,2,3,4,5,6,7;"
-      "INSERT INTO daily_team(day,team,project,model,target,requests,unpriced,input_tokens,"
-      "cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,cost_output,"
-      "cost_reasoning,cost_total,avoided_total,avoided_base,first_us,last_us) "
-      "SELECT day,team,project,model,target,SUM(requests),0,SUM(input_tokens),0,"
-      "SUM(output_tokens),0,SUM(cost_input),0,SUM(cost_output),0,SUM(cost_total),"
-      "SUM(avoided_total),SUM(avoided_base),MIN(first_us),MAX(last_us) FROM daily "
-      "GROUP BY 1,2,3,4,5;"
+      "'ref@1',0,0,0,0,'x','x' FROM r;" +
+      std::string(kAggregatesSql) +
       "INSERT INTO tasks(task_id,status,labels,key_id,marked_us,day) SELECT task_id,"
       "CASE (seq / 8) % 4 WHEN 0 THEN 'completed' ELSE 'failed' END,"
       "'{\"feature\":\"f'||((seq / 8) % 5)||'\"}','key-1',MAX(ended_us),MAX(day) FROM requests "
@@ -106,7 +110,7 @@ int fill_pg(const std::string& url, int64_t rows) {
   }
   auto n = [](int64_t v) { return std::to_string(v); };
   const int64_t start = days_from_civil({2026, 3, 1}) * kMicrosPerDay;
-  const int64_t span = 90 * kMicrosPerDay;
+  const int64_t span = 90 * kMicrosPerDay;  // k * (span / rows): no product beyond int64
   std::string sql =
       "SET synchronous_commit=off; BEGIN; INSERT INTO requests(id,kind,started_us,ended_us,day,"
       "key_id,team,project,task_id,trusted_tags,claimed_tags,requested_model,target,"
@@ -121,26 +125,11 @@ int fill_pg(const std::string& url, int64_t rows) {
       "'stop',inp,'backend',0,'backend',outp,'backend',0,'backend','priced',target||'@1',inp*3,"
       "0,outp*15,0,inp*3+outp*15,inp*5+outp*20,'ref@1',0,0,0,0,'x','x','bench',k + 1 FROM "
       "(SELECT k, " +
-      n(start) + " + (k * " + n(span) + ") / " + n(rows) +
+      n(start) + " + k * " + n(span / rows) +
       " AS t, (k * 7919) % 500 AS key, CASE k % 3 WHEN 0 THEN 'local-small' WHEN 1 THEN "
       "'gpu-mid' ELSE 'gpu-large' END AS target, 200 + k % 900 AS inp, 50 + k % 300 AS outp "
       "FROM generate_series(0::bigint, " +
-      n(rows - 1) +
-      ") AS k) AS r;"
-      "INSERT INTO daily(day,key_id,team,project,model,target,rule_id,requests,unpriced,"
-      "input_tokens,cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,"
-      "cost_output,cost_reasoning,cost_total,avoided_total,avoided_base,refused,shadows,"
-      "unpriced_served,first_us,last_us) SELECT day,key_id,team,project,upstream_model,target,"
-      "rule_id,COUNT(*),0,SUM(input_tokens),0,SUM(output_tokens),0,SUM(cost_input),0,"
-      "SUM(cost_output),0,SUM(cost_total),SUM(avoided_cost),SUM(cost_total),0,0,0,"
-      "MIN(started_us),MAX(ended_us) FROM requests GROUP BY 1,2,3,4,5,6,7;"
-      "INSERT INTO daily_team(day,team,project,model,target,requests,unpriced,input_tokens,"
-      "cached_tokens,output_tokens,reasoning_tokens,cost_input,cost_cached,cost_output,"
-      "cost_reasoning,cost_total,avoided_total,avoided_base,refused,shadows,unpriced_served,"
-      "first_us,last_us) SELECT day,team,project,model,target,SUM(requests),0,"
-      "SUM(input_tokens),0,SUM(output_tokens),0,SUM(cost_input),0,SUM(cost_output),0,"
-      "SUM(cost_total),SUM(avoided_total),SUM(avoided_base),0,0,0,MIN(first_us),MAX(last_us) "
-      "FROM daily GROUP BY 1,2,3,4,5;"
+      n(rows - 1) + ") AS k) AS r;" + std::string(kAggregatesSql) +
       "INSERT INTO tasks(task_id,status,labels,key_id,marked_us,day) SELECT task_id,"
       "CASE (MIN(chain_seq) / 8) % 4 WHEN 0 THEN 'completed' ELSE 'failed' END,"
       "'{\"feature\":\"f'||((MIN(chain_seq) / 8) % 5)||'\"}','key-1',MAX(ended_us),MAX(day) "

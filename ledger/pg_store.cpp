@@ -123,6 +123,9 @@ ALTER TABLE requests ADD COLUMN trimmed_tokens BIGINT, ADD COLUMN trim_avoided B
     // the store (ledger/keys.h; hashed, never in clear). task_totals' team, project and day are
     // NULL in a row mark_task made before any ledger row of the task was committed.
     R"sql(
+DROP TABLE IF EXISTS daily_key;
+DROP TABLE IF EXISTS task_totals;
+DROP TABLE IF EXISTS task_targets;
 CREATE TABLE daily_key (
   day TEXT NOT NULL, key_id TEXT NOT NULL, team TEXT NOT NULL, project TEXT NOT NULL,
   requests BIGINT NOT NULL, unpriced BIGINT NOT NULL,
@@ -143,7 +146,7 @@ CREATE INDEX task_totals_status ON task_totals(status, cost DESC, task_id COLLAT
 CREATE TABLE task_targets (
   target TEXT NOT NULL, task_id TEXT NOT NULL, requests BIGINT NOT NULL, tokens BIGINT NOT NULL,
   cost BIGINT NOT NULL, PRIMARY KEY (target, task_id));
-CREATE TABLE api_keys (
+CREATE TABLE IF NOT EXISTS api_keys (
   id TEXT PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, team TEXT NOT NULL, project TEXT NOT NULL,
   role TEXT NOT NULL, tags TEXT NOT NULL, created_us BIGINT NOT NULL, created_by TEXT NOT NULL,
   revoked_us BIGINT);

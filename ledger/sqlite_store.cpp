@@ -168,8 +168,12 @@ ALTER TABLE requests ADD COLUMN reasoning_budget TEXT;
     // 9: the rollups (detail::Rollups in store.h): daily sums by key, and per task and per task
     // and target; built here from the rows and `daily`, then kept by the writer in the rows'
     // transactions (and task_totals.status by mark_task). And the API keys kept in the store
-    // (ledger/keys.h; hashed, never in clear).
+    // (ledger/keys.h; hashed, never in clear). The rollups are derived: a file taken back to an
+    // older version keeps its tables, which are dropped and built again; its keys stay.
     R"sql(
+DROP TABLE IF EXISTS daily_key;
+DROP TABLE IF EXISTS task_totals;
+DROP TABLE IF EXISTS task_targets;
 CREATE TABLE daily_key (
   day TEXT NOT NULL, key_id TEXT NOT NULL, team TEXT NOT NULL, project TEXT NOT NULL,
   requests INTEGER NOT NULL, unpriced INTEGER NOT NULL,
@@ -191,10 +195,7 @@ CREATE TABLE task_targets (
   target TEXT NOT NULL, task_id TEXT NOT NULL, requests INTEGER NOT NULL,
   tokens INTEGER NOT NULL, cost INTEGER NOT NULL,
   PRIMARY KEY (target, task_id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS tasks (
-  task_id TEXT PRIMARY KEY, status TEXT NOT NULL, labels TEXT NOT NULL, key_id TEXT NOT NULL,
-  marked_us INTEGER NOT NULL, day TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE api_keys (
+CREATE TABLE IF NOT EXISTS api_keys (
   id TEXT PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, team TEXT NOT NULL, project TEXT NOT NULL,
   role TEXT NOT NULL, tags TEXT NOT NULL, created_us INTEGER NOT NULL, created_by TEXT NOT NULL,
   revoked_us INTEGER);
