@@ -57,8 +57,8 @@ StoredKey key_of(const std::vector<Value>& row) {
 }
 
 Result<std::optional<StoredKey>> find_key(const std::string& db, const std::string& id) {
-  auto rows = query_rows(db, std::string("SELECT ") + kColumns + " FROM api_keys WHERE id = ?",
-                         {id});
+  auto rows =
+      query_rows(db, std::string("SELECT ") + kColumns + " FROM api_keys WHERE id = ?", {id});
   if (!rows) return rows.error();
   if (rows->empty()) return std::optional<StoredKey>();
   return std::optional<StoredKey>(key_of(rows->front()));
@@ -69,8 +69,8 @@ Result<std::optional<StoredKey>> find_key(const std::string& db, const std::stri
 bool is_key_id(std::string_view id) {
   if (id.empty() || id.size() > 64) return false;
   return std::all_of(id.begin(), id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
   });
 }
 
@@ -87,8 +87,8 @@ Result<CreatedKey> create_key(const std::string& db, StoredKey spec,
                        "invalid_value");
   }
   auto conflict = [&] {
-    return Error::make(ErrorCode::kInvalidRequest, "a key with the id '" + spec.id + "' exists", "id",
-                       "key_exists");
+    return Error::make(ErrorCode::kInvalidRequest, "a key with the id '" + spec.id + "' exists",
+                       "id", "key_exists");
   };
   if (std::find(reserved_ids.begin(), reserved_ids.end(), spec.id) != reserved_ids.end()) {
     return conflict();
@@ -130,9 +130,9 @@ Result<std::vector<StoredKey>> list_keys(const std::string& db, bool include_rev
 }
 
 Result<StoredKey> revoke_key(const std::string& db, const std::string& id, int64_t now_us) {
-  auto done = query_rows(
-      db, "UPDATE api_keys SET revoked_us = ? WHERE id = ? AND revoked_us IS NULL", {now_us, id},
-      true);
+  auto done =
+      query_rows(db, "UPDATE api_keys SET revoked_us = ? WHERE id = ? AND revoked_us IS NULL",
+                 {now_us, id}, true);
   if (!done) return done.error();
   auto key = find_key(db, id);
   if (!key) return key.error();

@@ -34,8 +34,8 @@ struct CreatedKey {
 bool is_key_id(std::string_view id);
 
 // Creates a key with a fresh secret ("fk-" and 48 hex digits). `spec.id` empty: one is made
-// ("k-" and 12 hex digits). kInvalidRequest "key_exists": the id exists (revoked ones included) or is one of
-// `reserved_ids` (the config's keys).
+// ("k-" and 12 hex digits). kInvalidRequest "key_exists": the id exists (revoked ones included) or
+// is one of `reserved_ids` (the config's keys).
 Result<CreatedKey> create_key(const std::string& db, StoredKey spec,
                               const std::vector<std::string>& reserved_ids);
 
