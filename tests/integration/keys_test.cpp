@@ -59,7 +59,9 @@ class StoredKeysTest : public ::testing::Test {
   }
   void TearDown() override {
     for (auto& f : ferries_) {
-      if (f.process) EXPECT_EQ(f.process->stop(Ms(15000)), 0) << f.process->stderr_text();
+      if (f.process) {
+        EXPECT_EQ(f.process->stop(Ms(15000)), 0) << f.process->stderr_text();
+      }
     }
     if (upstream_.process) upstream_.process->stop();
   }
