@@ -190,7 +190,9 @@ TEST_F(ConsoleTest, ShortSessionExpiresAndIsRefused) {
                std::chrono::system_clock::now().time_since_epoch())
         .count();
   };
-  if (now() < expires) EXPECT_EQ(first->status, 200) << first->body;
+  if (now() < expires) {
+    EXPECT_EQ(first->status, 200) << first->body;
+  }
   while (now() <= expires) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto after = call("GET", "/console/api/v1/ledger/report?by=team", "", {"Cookie: " + cookie});
   ASSERT_TRUE(after);
