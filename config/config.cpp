@@ -145,8 +145,8 @@ bool is_lower_hex_sha256(const std::string& s) {
 }
 
 void parse_server(const Map& server, Config& cfg) {
-  server.allow_only(
-      {"listen", "io_threads", "tls", "shutdown_grace_ms", "console_session_minutes"});
+  server.allow_only({"listen", "io_threads", "tls", "shutdown_grace_ms", "console_session_minutes",
+                     "console_session_seconds"});
   if (auto listen = server.opt_str("listen")) {
     auto hp = parse_host_port(*listen);
     if (!hp) server.fail("listen", hp.error().message);
@@ -158,6 +158,8 @@ void parse_server(const Map& server, Config& cfg) {
       server.integer_or("shutdown_grace_ms", cfg.server.shutdown_grace_ms, 0, 3600000);
   cfg.server.console_session_minutes = server.integer_or(
       "console_session_minutes", cfg.server.console_session_minutes, 1, 7 * 24 * 60);
+  cfg.server.console_session_seconds =
+      server.integer_or("console_session_seconds", 0, 1, 7 * 24 * 3600);
   if (auto tls = server.opt_map("tls")) {
     tls->allow_only({"cert", "key"});
     cfg.server.tls = TlsConfig{tls->str("cert"), tls->str("key")};

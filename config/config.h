@@ -27,6 +27,7 @@ struct ServerConfig {
   std::optional<TlsConfig> tls;
   int64_t shutdown_grace_ms = 10000;
   int64_t console_session_minutes = 480;  // a console sign-in lasts this long (8 h)
+  int64_t console_session_seconds = 0;    // when set: the same in seconds (wins over minutes)
 };
 
 struct Limits {

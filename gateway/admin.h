@@ -51,6 +51,10 @@ enum class AdminRoute {
   kPolicyWhatIf,
   kBackends,
   kKeys,
+  kKeyCreate,        // POST /admin/keys: a key kept in the ledger's database (ledger/keys.h)
+  kKeyRevoke,        // DELETE /admin/keys/{id}
+  kRecentRequests,   // GET /admin/route/recent: rows the explain playground can pick
+  kExplainRecorded,  // GET /admin/route/explain_recorded?request=ID: a row's recorded facts
 };
 
 struct AdminReply {

@@ -1,5 +1,8 @@
 #include "gateway/auth.h"
 
+#include <chrono>
+#include <cstdio>
+
 #include "common/sha256.h"
 
 namespace ferry::gateway {
@@ -8,6 +11,83 @@ Authenticator::Authenticator(const config::AuthConfig& auth) {
   for (const auto& key : auth.keys) {
     by_hash_.emplace(key.sha256, Principal{key.id, key.team, key.project, key.role, key.tags});
   }
+}
+
+Authenticator::~Authenticator() {
+  {
+    std::lock_guard lock(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+namespace {
+
+// One read of the stored keys: the keys not revoked, and whether any was ever stored.
+Result<std::pair<std::vector<ledger::StoredKey>, bool>> read_stored(const std::string& db) {
+  auto keys = ledger::list_keys(db, false);
+  if (!keys) return keys.error();
+  auto count = ledger::stored_key_count(db);
+  if (!count) return count.error();
+  return std::pair{std::move(*keys), *count > 0};
+}
+
+}  // namespace
+
+Status Authenticator::watch_store(const std::string& db) {
+  auto first = read_stored(db);
+  if (!first) return first.error();
+  set_stored(first->first, first->second);
+  watcher_ = std::thread([this, db] {
+    bool failing = false;
+    std::unique_lock lock(stop_mu_);
+    while (
+        !stop_cv_.wait_for(lock, std::chrono::milliseconds(kKeyPollMs), [this] { return stop_; })) {
+      lock.unlock();
+      auto got = read_stored(db);
+      if (got) {
+        set_stored(got->first, got->second);
+      } else if (!failing) {  // once per outage, on stderr (the server log)
+        std::fprintf(stderr,
+                     "ferry: reading the stored API keys failed (%s); keeping the last ones\n",
+                     got.error().message.c_str());
+      }
+      failing = !got;
+      lock.lock();
+    }
+  });
+  return {};
+}
+
+void Authenticator::set_stored(const std::vector<ledger::StoredKey>& keys, bool ever_stored) {
+  auto map = std::make_shared<std::unordered_map<std::string, Principal>>();
+  for (const auto& k : keys) {
+    if (k.revoked_us) continue;
+    config::Role role = k.role == "admin"     ? config::Role::kAdmin
+                        : k.role == "finance" ? config::Role::kFinance
+                                              : config::Role::kApp;
+    map->emplace(k.sha256, Principal{k.id, k.team, k.project, role, k.tags});
+  }
+  std::lock_guard lock(stored_mu_);
+  stored_ = std::move(map);
+  stored_on_.store(ever_stored || !keys.empty());
+}
+
+bool Authenticator::key_active(const std::string& key_id) const {
+  for (const auto& [hash, p] : by_hash_) {
+    if (p.key_id == key_id) return true;
+  }
+  std::shared_ptr<const std::unordered_map<std::string, Principal>> stored;
+  {
+    std::lock_guard lock(stored_mu_);
+    stored = stored_;
+  }
+  if (!stored) return false;
+  for (const auto& [hash, p] : *stored) {
+    if (p.key_id == key_id) return true;
+  }
+  return false;
 }
 
 Result<Principal> Authenticator::authenticate(std::string_view authorization) const {
@@ -40,8 +120,18 @@ Result<Principal> Authenticator::authenticate_key(std::string_view key) const {
     std::lock_guard lock(cache_mu_);
     if (auto hit = cache_.find(std::string(key)); hit != cache_.end()) return *hit->second;
   }
-  auto it = by_hash_.find(sha256_hex(key));
+  std::string hash = sha256_hex(key);
+  auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) {
+    // A stored key: never cached, so that a revocation takes effect at the next read.
+    std::shared_ptr<const std::unordered_map<std::string, Principal>> stored;
+    {
+      std::lock_guard lock(stored_mu_);
+      stored = stored_;
+    }
+    if (stored) {
+      if (auto s = stored->find(hash); s != stored->end()) return s->second;
+    }
     return Error::make(ErrorCode::kUnauthorized, "Incorrect API key provided.");
   }
   std::lock_guard lock(cache_mu_);

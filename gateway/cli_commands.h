@@ -15,5 +15,6 @@ void add_model_commands(CLI::App& app, int& exit_code);    // gateway/cli_model.
 void add_engine_commands(CLI::App& app, int& exit_code);   // gateway/cli_engine.cpp
 void add_policy_commands(CLI::App& app, int& exit_code);   // gateway/cli_policy.cpp
 void add_ledger_commands(CLI::App& app, int& exit_code);   // gateway/cli_ledger.cpp
+void add_keys_commands(CLI::App& app, int& exit_code);     // gateway/cli_keys.cpp
 
 }  // namespace ferry::cli

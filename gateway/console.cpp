@@ -1,5 +1,7 @@
 #include "gateway/console.h"
 
+#include <algorithm>
+
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
@@ -74,7 +76,10 @@ bool is_safe_method(std::string_view method) {
 
 Console::Console(const Authenticator& auth, const config::Config& config)
     : auth_(auth),
-      session_us_(config.server.console_session_minutes * 60 * 1000000),
+      session_us_((config.server.console_session_seconds > 0
+                       ? config.server.console_session_seconds
+                       : config.server.console_session_minutes * 60) *
+                  1000000),
       secure_(config.server.tls.has_value()) {}
 
 bool Console::owns(std::string_view path) {
@@ -211,9 +216,20 @@ Reply Console::sign_in(const HttpRequestView& req, int64_t now_us) {
                          "configured finance or admin keys",
                          "auth_off");
   }
+  if (int64_t wait_s = sign_in_wait_s(now_us); wait_s > 0) {
+    Reply r =
+        console_error(429, ErrorCode::kRateLimited,
+                      "too many failed sign-ins: wait " + std::to_string(wait_s) + " s (at most " +
+                          std::to_string(kMaxFailedSignIns) + " a minute are allowed)",
+                      "sign_in_rate_limited");
+    r.headers.emplace_back("retry-after", std::to_string(wait_s));
+    return r;
+  }
   auto principal = auth_.authenticate_key(body["key"].get<std::string>());
-  if (!principal)
+  if (!principal) {
+    note_failed_sign_in(now_us);
     return console_error(401, ErrorCode::kUnauthorized, principal.error().message, "");
+  }
   if (principal->role == config::Role::kApp) {
     return console_error(403, ErrorCode::kForbidden,
                          "the console is for finance and admin keys; key '" + principal->key_id +
@@ -248,6 +264,24 @@ Reply Console::sign_in(const HttpRequestView& req, int64_t now_us) {
   return r;
 }
 
+// Failed sign-ins over the last minute, counted for the whole server (the console sees no
+// client address): past kMaxFailedSignIns the next attempt waits until the oldest leaves.
+int64_t Console::sign_in_wait_s(int64_t now_us) {
+  std::lock_guard lock(mu_);
+  while (!failed_sign_ins_.empty() && failed_sign_ins_.front() <= now_us - kSignInWindowUs) {
+    failed_sign_ins_.pop_front();
+  }
+  if (failed_sign_ins_.size() < kMaxFailedSignIns) return 0;
+  int64_t wait_us = failed_sign_ins_.front() + kSignInWindowUs - now_us;
+  return std::max<int64_t>(1, (wait_us + 999999) / 1000000);
+}
+
+void Console::note_failed_sign_in(int64_t now_us) {
+  std::lock_guard lock(mu_);
+  failed_sign_ins_.push_back(now_us);
+  if (failed_sign_ins_.size() > kMaxFailedSignIns) failed_sign_ins_.pop_front();
+}
+
 std::optional<Console::Session> Console::find_session(const HttpRequestView& req,
                                                       int64_t now_us) const {
   std::string_view id = cookie_value(req.cookie, kSessionCookie);
@@ -256,6 +290,8 @@ std::optional<Console::Session> Console::find_session(const HttpRequestView& req
   std::lock_guard lock(mu_);
   auto it = sessions_.find(hash);
   if (it == sessions_.end() || it->second.expires_us <= now_us) return std::nullopt;
+  // A session ends with its key: a stored key revoked (on any instance) signs it out.
+  if (!auth_.key_active(it->second.principal.key_id)) return std::nullopt;
   return it->second;
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -58,6 +59,9 @@ class Console {
   std::optional<Session> find_session(const HttpRequestView& request, int64_t now_us) const;
   void drop_session(const HttpRequestView& request);
   std::string cookie(std::string_view id, int64_t max_age_s) const;
+  // Seconds a sign-in must wait (0: none) after too many failed ones; and one more failure.
+  int64_t sign_in_wait_s(int64_t now_us);
+  void note_failed_sign_in(int64_t now_us);
 
   const Authenticator& auth_;
   const int64_t session_us_;
@@ -66,6 +70,9 @@ class Console {
   static constexpr size_t kMaxSessions = 10000;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Session> sessions_;  // by SHA-256 of the id; guarded by mu_
+  static constexpr size_t kMaxFailedSignIns = 10;
+  static constexpr int64_t kSignInWindowUs = 60 * 1000000;
+  std::deque<int64_t> failed_sign_ins_;  // their times, oldest first; guarded by mu_
 };
 
 }  // namespace ferry::gateway

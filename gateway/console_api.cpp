@@ -13,10 +13,14 @@
 #include "gateway/errors.h"
 #include "gateway/gateway.h"
 #include "gateway/http_wire.h"
+#include "ledger/any_db.h"
+#include "ledger/keys.h"
 #include "ledger/ledger.h"
 #include "ledger/report.h"
 #include "ledger/tasks.h"
+#include "policies/facts.h"
 #include "policies/loader.h"
+#include "policies/policy.h"
 #include "policies/store.h"
 #include "replay/replay.h"
 
@@ -346,8 +350,10 @@ std::string share_text(int64_t part, int64_t whole) {
 // GET /v1/ledger/local: what the in-process engine answered against the GPU backends, and what
 // the reference model would have charged for it.
 AdminReply local_share(Gateway& gateway, std::string_view query) {
-  auto filter = export_filter(query);
+  auto filter = export_filter(query, {"format"});
   if (!filter) return fail(filter.error());
+  auto csv = wants_csv(parse_query(query));
+  if (!csv) return fail(csv.error());
   auto report = report_by(gateway, *filter, {ledger::ReportBy::kDay, ledger::ReportBy::kTarget});
   if (!report) return fail(report.error());
   const auto local = local_targets(gateway.config());
@@ -360,7 +366,11 @@ AdminReply local_share(Gateway& gateway, std::string_view query) {
     (is_local ? day.first : day.second).add(row);
   }
   Json series = Json::array();
+  std::string text = "day,local_requests,gpu_requests,local_cost,gpu_cost,saved\n";
   for (const auto& [day, pair] : days) {
+    text += ledger::csv_field(day, true) + "," + std::to_string(pair.first.requests) + "," +
+            std::to_string(pair.second.requests) + "," + pair.first.total.to_string() + "," +
+            pair.second.total.to_string() + "," + pair.first.saved().to_string() + "\n";
     series.push_back({{"day", day},
                       {"local_requests", pair.first.requests},
                       {"gpu_requests", pair.second.requests},
@@ -368,6 +378,7 @@ AdminReply local_share(Gateway& gateway, std::string_view query) {
                       {"gpu_cost", pair.second.total.to_string()},
                       {"saved", pair.first.saved().to_string()}});
   }
+  if (*csv) return csv_reply(std::move(text));
   const int64_t tokens_local = on_local.input_tokens + on_local.output_tokens;
   const int64_t tokens_all = tokens_local + on_gpu.input_tokens + on_gpu.output_tokens;
   Json targets = Json::array();
@@ -396,15 +407,26 @@ Money projection(Money spent, const ledger::PeriodBounds& b, int64_t now_us) {
   return Money::from_micros(static_cast<int64_t>(p));
 }
 
-AdminReply budgets(Gateway& gateway) {
+AdminReply budgets(Gateway& gateway, std::string_view query) {
   if (gateway.ledger() == nullptr) {
     return fail(Error::make(ErrorCode::kNotFound, "no ledger is configured (config key 'ledger')"));
   }
+  auto csv = wants_csv(parse_query(query));
+  if (!csv) return fail(csv.error());
   const int64_t now = unix_micros_now();
   Json list = Json::array();
+  std::string text =
+      "budget,scope,match,kind,period,limit,spent,reserved,left,resets_at,projected\n";
   for (const auto& b : gateway.ledger()->budgets()) {
     if (b.def == nullptr) continue;
     Money left = b.def->amount - b.spent - b.reserved;
+    text += ledger::csv_field(b.def->name, true) + "," +
+            std::string(ledger::budget_scope_name(b.def->scope)) + "," +
+            ledger::csv_field(b.def->match, true) + "," + (b.def->hard ? "hard" : "soft") + "," +
+            std::string(ledger::budget_period_name(b.def->period)) + "," +
+            b.def->amount.to_string() + "," + b.spent.to_string() + "," + b.reserved.to_string() +
+            "," + left.to_string() + "," + format_utc_micros(b.bounds.end_us) + "," +
+            projection(b.spent, b.bounds, now).to_string() + "\n";
     list.push_back({{"name", b.def->name},
                     {"scope", ledger::budget_scope_name(b.def->scope)},
                     {"match", b.def->match},
@@ -419,6 +441,7 @@ AdminReply budgets(Gateway& gateway) {
                     {"resets_at", format_utc_micros(b.bounds.end_us)},
                     {"projected", projection(b.spent, b.bounds, now).to_string()}});
   }
+  if (*csv) return csv_reply(std::move(text));
   return json_reply({{"currency", gateway.ledger()->currency()}, {"budgets", list}});
 }
 
@@ -534,19 +557,180 @@ AdminReply backends(Gateway& gateway) {
   return json_reply({{"backends", list}});
 }
 
+// GET /admin/route/recent?limit=N: the latest request rows that recorded their routing facts
+// (the explain playground's "pick a recent request").
+AdminReply recent_requests(Gateway& gateway, std::string_view query) {
+  auto db = ledger_path(gateway);
+  if (!db) return fail(db.error());
+  auto limit = int_param(parse_query(query), "limit", 20, 1, 200);
+  if (!limit) return fail(limit.error());
+  auto rows = ledger::query_rows(
+      *db,
+      "SELECT id, COALESCE(request_id,''), started_us, key_id, requested_model, target, rule_id "
+      "FROM requests WHERE kind='request' AND facts IS NOT NULL ORDER BY ended_us DESC, id "
+      "LIMIT ?",
+      {*limit});
+  if (!rows) return fail(rows.error());
+  Json list = Json::array();
+  for (const auto& r : *rows) {
+    list.push_back({{"id", ledger::value_text(r[0])},
+                    {"request_id", ledger::value_text(r[1])},
+                    {"started_us", ledger::value_int(r[2])},
+                    {"key", ledger::value_text(r[3])},
+                    {"model", ledger::value_text(r[4])},
+                    {"target", ledger::value_text(r[5])},
+                    {"rule", ledger::value_text(r[6])}});
+  }
+  return json_reply({{"requests", list}});
+}
+
+// GET /admin/route/explain_recorded?request=ID: the active policy explained over the facts a
+// ledger row recorded when it was routed (its id or x-request-id), as POST /admin/route/explain
+// answers for a pasted body.
+AdminReply explain_recorded(Gateway& gateway, std::string_view query) {
+  auto db = ledger_path(gateway);
+  if (!db) return fail(db.error());
+  auto q = parse_query(query);
+  if (q["request"].empty()) return fail(bad("request", "'request' names a ledger row (its id)"));
+  auto* store = gateway.policy_store();
+  auto policy = store != nullptr ? store->current() : nullptr;
+  if (!policy) {
+    return fail(
+        Error::make(ErrorCode::kNotFound, "no routing policy is configured (config 'policy')"));
+  }
+  auto rows = ledger::query_rows(
+      *db, "SELECT facts, target FROM requests WHERE (id = ? OR request_id = ?) AND kind='request'",
+      {q["request"], q["request"]});
+  if (!rows) return fail(rows.error());
+  if (rows->empty() || std::holds_alternative<std::monostate>(rows->front()[0])) {
+    return fail(Error::make(ErrorCode::kNotFound,
+                            "no ledger row '" + q["request"] + "' with recorded routing facts",
+                            "request", "request_not_found"));
+  }
+  auto facts_json = nlohmann::json::parse(ledger::value_text(rows->front()[0]), nullptr, false);
+  auto facts = policies::facts_from_json(facts_json);
+  if (!facts) return fail(facts.error());
+  policies::Explanation ex = policy->explain(*facts);
+  nlohmann::json j = policies::explanation_to_json(ex);
+  j["text"] = policies::explanation_to_text(ex);
+  j["recorded_target"] = ledger::value_text(rows->front()[1]);
+  return AdminReply{200, "application/json", j.dump(2)};
+}
+
+Json stored_key_json(const ledger::StoredKey& k) {
+  return {{"id", k.id},
+          {"source", "store"},
+          {"role", k.role},
+          {"team", k.team},
+          {"project", k.project},
+          {"tags", k.tags},
+          {"created_us", k.created_us},
+          {"created_by", k.created_by},
+          {"revoked_us", k.revoked_us ? Json(*k.revoked_us) : Json(nullptr)}};
+}
+
+// GET /admin/keys: the config's keys (read-only) and, with a ledger, the stored ones.
 AdminReply keys(Gateway& gateway) {
   Json list = Json::array();
   for (const auto& k : gateway.config().auth.keys) {
     list.push_back({{"id", k.id},
+                    {"source", "config"},
                     {"role", config::role_name(k.role)},
                     {"team", k.team},
                     {"project", k.project},
                     {"tags", k.tags}});
   }
-  return json_reply({{"source", "config"},
-                     {"read_only", true},
-                     {"note", "keys live in the server config; edit it to add or revoke one"},
+  if (gateway.ledger() == nullptr) {
+    return json_reply(
+        {{"source", "config"},
+         {"read_only", true},
+         {"note",
+          "keys live in the server config; edit it to add or revoke one (with a ledger, "
+          "keys can also be kept in its database: POST /admin/keys)"},
+         {"keys", list}});
+  }
+  auto stored = ledger::list_keys(gateway.ledger()->config().path, true);
+  if (!stored) return fail(stored.error());
+  for (const auto& k : *stored) list.push_back(stored_key_json(k));
+  return json_reply({{"source", "store"},
+                     {"read_only", false},
+                     {"note",
+                      "stored keys are created and revoked here (a revocation reaches "
+                      "every instance within 5 s); config keys are edited in the config"},
                      {"keys", list}});
+}
+
+Result<ledger::StoredKey> parse_key_spec(const std::string& body, const Principal& principal) {
+  auto j = nlohmann::json::parse(body.empty() ? std::string("{}") : body, nullptr, false);
+  if (!j.is_object()) return bad("", "the body must be a JSON object");
+  ledger::StoredKey k;
+  for (const auto& [name, value] : j.items()) {
+    if (name == "tags") {
+      if (!value.is_array()) return bad("tags", "'tags' must be an array of strings");
+      for (const auto& t : value) {
+        if (!t.is_string()) return bad("tags", "'tags' must be an array of strings");
+        k.tags.push_back(t.get<std::string>());
+      }
+      continue;
+    }
+    if (name != "id" && name != "team" && name != "project" && name != "role") {
+      return bad(name, "unknown member '" + name + "' (id, role, team, project, tags)");
+    }
+    if (!value.is_string() || !is_valid_utf8(value.get<std::string>()) ||
+        value.get<std::string>().size() > 256) {
+      return bad(name, "'" + name + "' must be a string of at most 256 bytes");
+    }
+    std::string v = value.get<std::string>();
+    (name == "id" ? k.id : name == "team" ? k.team : name == "project" ? k.project : k.role) = v;
+  }
+  if (k.role.empty()) k.role = "app";
+  if (k.role != "app" && k.role != "finance" && k.role != "admin") {
+    return bad("role", "'role' must be app, finance or admin");
+  }
+  k.created_by = principal.key_id;
+  k.created_us = unix_micros_now();
+  return k;
+}
+
+// POST /admin/keys: a stored key; its secret is in this answer only.
+AdminReply create_key(Gateway& gateway, const Principal& principal, const std::string& body) {
+  if (gateway.ledger() == nullptr) {
+    return fail(Error::make(ErrorCode::kNotFound,
+                            "keys are kept in the ledger's database: configure a ledger "
+                            "(config key 'ledger'), or add the key to the config"));
+  }
+  auto spec = parse_key_spec(body, principal);
+  if (!spec) return fail(spec.error());
+  std::vector<std::string> reserved;
+  for (const auto& k : gateway.config().auth.keys) reserved.push_back(k.id);
+  auto made = ledger::create_key(gateway.ledger()->config().path, *spec, reserved);
+  if (!made) {
+    AdminReply r = fail(made.error());
+    if (made.error().type_code == "key_exists") r.status = 409;
+    return r;
+  }
+  Json j = stored_key_json(made->key);
+  j["key"] = made->secret;
+  j["note"] = "the key is shown once; ferry keeps only its SHA-256";
+  return json_reply(j, 201);
+}
+
+// DELETE /admin/keys/{id}: revokes a stored key.
+AdminReply revoke_key(Gateway& gateway, std::string_view path_arg) {
+  std::string id = url_decode(path_arg);
+  for (const auto& k : gateway.config().auth.keys) {
+    if (k.id == id) {
+      return fail(bad("id", "the key '" + id + "' lives in the config; remove it there"));
+    }
+  }
+  if (gateway.ledger() == nullptr) {
+    return fail(Error::make(ErrorCode::kNotFound, "no ledger is configured: no stored keys"));
+  }
+  auto done = ledger::revoke_key(gateway.ledger()->config().path, id, unix_micros_now());
+  if (!done) return fail(done.error());
+  Json j = stored_key_json(*done);
+  j["note"] = "revoked: every instance refuses the key within 5 s";
+  return json_reply(j);
 }
 
 }  // namespace
@@ -568,7 +752,7 @@ AdminReply run_console_admin(Gateway& gateway, AdminRoute route, const Principal
     case AdminRoute::kLocalShare:
       return local_share(gateway, query);
     case AdminRoute::kBudgets:
-      return budgets(gateway);
+      return budgets(gateway, query);
     case AdminRoute::kPolicySource:
       return policy_source(gateway);
     case AdminRoute::kPolicyValidate:
@@ -579,6 +763,14 @@ AdminReply run_console_admin(Gateway& gateway, AdminRoute route, const Principal
       return backends(gateway);
     case AdminRoute::kKeys:
       return keys(gateway);
+    case AdminRoute::kRecentRequests:
+      return recent_requests(gateway, query);
+    case AdminRoute::kExplainRecorded:
+      return explain_recorded(gateway, query);
+    case AdminRoute::kKeyCreate:
+      return create_key(gateway, principal, body);
+    case AdminRoute::kKeyRevoke:
+      return revoke_key(gateway, path_arg);
     default:
       break;
   }

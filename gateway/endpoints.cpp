@@ -60,6 +60,11 @@ constexpr Endpoint kEndpoints[] = {
     {"POST", "/admin/policy/whatif", Access::kAdmin, Handler::kAdmin, AdminRoute::kPolicyWhatIf},
     {"GET", "/admin/backends", Access::kAdmin, Handler::kAdmin, AdminRoute::kBackends},
     {"GET", "/admin/keys", Access::kAdmin, Handler::kAdmin, AdminRoute::kKeys},
+    {"GET", "/admin/route/recent", Access::kAdmin, Handler::kAdmin, AdminRoute::kRecentRequests},
+    {"GET", "/admin/route/explain_recorded", Access::kAdmin, Handler::kAdmin,
+     AdminRoute::kExplainRecorded},
+    {"POST", "/admin/keys", Access::kAdmin, Handler::kAdmin, AdminRoute::kKeyCreate},
+    {"DELETE", "/admin/keys/", Access::kAdmin, Handler::kAdmin, AdminRoute::kKeyRevoke},
 };
 
 bool path_matches(const Endpoint& e, std::string_view path) {

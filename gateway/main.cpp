@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   ferry::cli::add_engine_commands(app, exit_code);
   ferry::cli::add_policy_commands(app, exit_code);
   ferry::cli::add_ledger_commands(app, exit_code);
+  ferry::cli::add_keys_commands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

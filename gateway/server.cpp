@@ -80,6 +80,12 @@ ServerState::ServerState(config::Config c)
   if (!g) throw std::runtime_error(g.error().message);
   gateway = std::move(*g);
   endpoints = std::make_unique<Endpoints>(auth, metrics, *gateway, draining);
+  // The API keys kept in the ledger's database (ledger/keys.h), re-read every kKeyPollMs.
+  if (gateway->ledger() != nullptr) {
+    if (Status st = auth.watch_store(gateway->ledger()->config().path); !st) {
+      throw std::runtime_error("reading the stored API keys: " + st.error().message);
+    }
+  }
   if (auto* store = gateway->policy_store()) {
     store->set_listener([this](const policies::ReloadOutcome& o) {
       if (o.unchanged) return;

@@ -26,6 +26,10 @@ int PgRows::rows() const {
   return result_ ? PQntuples(result_.get()) : 0;
 }
 
+int PgRows::columns() const {
+  return result_ ? PQnfields(result_.get()) : 0;
+}
+
 bool PgRows::is_null(int row, int column) const {
   return PQgetisnull(result_.get(), row, column) != 0;
 }

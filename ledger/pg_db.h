@@ -24,6 +24,7 @@ class PgRows {
   PgRows() = default;
   explicit PgRows(pg_result* result);
   int rows() const;
+  int columns() const;
   bool is_null(int row, int column) const;
   std::string text(int row, int column) const;
   int64_t integer(int row, int column) const;  // 0 for NULL

@@ -118,9 +118,39 @@ ALTER TABLE requests ADD COLUMN trimmed_tokens BIGINT, ADD COLUMN trim_avoided B
   ADD COLUMN cache TEXT, ADD COLUMN cache_tokens BIGINT, ADD COLUMN cache_avoided BIGINT,
   ADD COLUMN reasoning_budget TEXT;
 )sql",
-    // 4: reserved for the keys in the store (another branch); IF NOT EXISTS below keeps the
-    // order of the two merges free.
-    "SELECT 1;",
+    // 4: the rollups (detail::Rollups in store.h), built from the rows (kBuildRollupsSql, run
+    // after this), then kept by the writers in the rows' transactions; and the API keys kept in
+    // the store (ledger/keys.h; hashed, never in clear). task_totals' team, project and day are
+    // NULL in a row mark_task made before any ledger row of the task was committed.
+    R"sql(
+DROP TABLE IF EXISTS daily_key;
+DROP TABLE IF EXISTS task_totals;
+DROP TABLE IF EXISTS task_targets;
+CREATE TABLE daily_key (
+  day TEXT NOT NULL, key_id TEXT NOT NULL, team TEXT NOT NULL, project TEXT NOT NULL,
+  requests BIGINT NOT NULL, unpriced BIGINT NOT NULL,
+  input_tokens BIGINT NOT NULL, cached_tokens BIGINT NOT NULL,
+  output_tokens BIGINT NOT NULL, reasoning_tokens BIGINT NOT NULL,
+  cost_input BIGINT NOT NULL, cost_cached BIGINT NOT NULL, cost_output BIGINT NOT NULL,
+  cost_reasoning BIGINT NOT NULL, cost_total BIGINT NOT NULL,
+  avoided_total BIGINT NOT NULL, avoided_base BIGINT NOT NULL,
+  refused BIGINT NOT NULL, shadows BIGINT NOT NULL, unpriced_served BIGINT NOT NULL,
+  first_us BIGINT NOT NULL, last_us BIGINT NOT NULL,
+  PRIMARY KEY (day, key_id, team, project));
+CREATE TABLE task_totals (
+  task_id TEXT PRIMARY KEY, team TEXT, project TEXT, day TEXT, first_us BIGINT, last_us BIGINT,
+  requests BIGINT NOT NULL, tokens BIGINT NOT NULL, cost BIGINT NOT NULL,
+  status TEXT NOT NULL DEFAULT 'open');
+CREATE INDEX task_totals_cost ON task_totals(cost DESC, task_id COLLATE "C");
+CREATE INDEX task_totals_status ON task_totals(status, cost DESC, task_id COLLATE "C");
+CREATE TABLE task_targets (
+  target TEXT NOT NULL, task_id TEXT NOT NULL, requests BIGINT NOT NULL, tokens BIGINT NOT NULL,
+  cost BIGINT NOT NULL, PRIMARY KEY (target, task_id));
+CREATE TABLE IF NOT EXISTS api_keys (
+  id TEXT PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, team TEXT NOT NULL, project TEXT NOT NULL,
+  role TEXT NOT NULL, tags TEXT NOT NULL, created_us BIGINT NOT NULL, created_by TEXT NOT NULL,
+  revoked_us BIGINT);
+)sql",
     // 5: shared rate limits (ledger/rate_limits.h): one token bucket per limit and dimension,
     // in kUnitsPerQuota units, refilled as it is read; instances lease slices out of it.
     R"sql(
@@ -270,6 +300,41 @@ Status upsert_deltas(PgConn& conn, const char* table, const char* key,
   return {};
 }
 
+// The batch's rollups (store.h), multi-row upserts in the rows' transaction, then the status
+// of its tasks marked before (mark_task's upsert waits for this transaction otherwise).
+Status upsert_rollups(PgConn& conn, const Rollups& rollups) {
+  std::vector<ValueRef> values;
+  auto upsert = [&](const auto& deltas, auto sql_of, auto values_of) -> Status {
+    std::vector<const typename std::decay_t<decltype(deltas)>::mapped_type*> all;
+    for (const auto& [k, d] : deltas) all.push_back(&d);
+    for (size_t begin = 0; begin < all.size(); begin += kRowsPerInsert) {
+      size_t n = std::min(kRowsPerInsert, all.size() - begin);
+      values.clear();
+      for (size_t i = begin; i < begin + n; ++i) values_of(*all[i], values);
+      std::vector<PgParam> params;
+      params.reserve(values.size());
+      for (const ValueRef& v : values) params.push_back(param_of(v));
+      auto done = conn.run(sql_of(n), params);
+      if (!done) return done.error();
+    }
+    return {};
+  };
+  for (Status st : {upsert(rollups.daily_key, daily_key_upsert_sql, daily_key_values),
+                    upsert(rollups.tasks, task_totals_upsert_sql, task_total_values),
+                    upsert(rollups.task_targets, task_targets_upsert_sql, task_target_values)}) {
+    if (!st) return st;
+  }
+  std::vector<std::string_view> ids;
+  for (const auto& [id, d] : rollups.tasks) ids.push_back(id);
+  if (ids.empty()) return {};
+  auto done = conn.run(
+      "UPDATE task_totals AS t SET status = k.status FROM tasks AS k WHERE k.task_id = t.task_id "
+      "AND t.status = 'open' AND t.task_id = ANY($1::text[])",
+      {pg_text_array(ids)});
+  if (!done) return done.error();
+  return {};
+}
+
 // The original requests of the batch's adjustments, and which of its ids exist already.
 struct Lookups {
   std::set<std::string> existing;
@@ -381,7 +446,8 @@ Status PgStore::migrate() {
                                 std::to_string(kPgSchemaVersion) + ")"));
   }
   for (int64_t v = version; v < kPgSchemaVersion; ++v) {
-    if (Status st = conn_.exec(kPgMigrations[v]); !st) {
+    std::string sql = std::string(kPgMigrations[v]) + (v + 1 == 4 ? kBuildRollupsSql : "");
+    if (Status st = conn_.exec(sql); !st) {
       return fail(Error::make(ErrorCode::kUnavailable, "ledger migration to version " +
                                                            std::to_string(v + 1) +
                                                            " failed: " + st.error().message));
@@ -495,6 +561,7 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
   RowScratch scratch;
   std::map<std::string, DailyDelta> daily;
   std::map<std::string, DailyDelta> daily_team;
+  Rollups rollups;
   std::vector<Status> results;
   results.reserve(entries.size());
   const size_t columns = request_columns().size();
@@ -554,6 +621,7 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
     add_to_daily(daily, key, scratch.day, *entry, r.key_id, r.rule_id);
     daily_key(key, {scratch.day, r.team, r.project, r.upstream_model, r.target});
     add_to_daily(daily_team, key, scratch.day, *entry, "", "");
+    add_to_rollups(rollups, key, scratch.day, *entry);
     lookups->existing.insert(r.id);
     if (entry->kind == EntryKind::kRequest) lookups->originals[r.id] = attribution_of(r);
     prev_hash = std::move(hash);
@@ -573,7 +641,7 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
                     copy(attempt_copy, rows.attempts, rows.attempt_rows),
                     upsert_deltas(conn_, "daily", kDailyKey, daily, true),
                     upsert_deltas(conn_, "daily_team", kDailyTeamKey, daily_team, false),
-                    apply_charges(entries, results)}) {
+                    upsert_rollups(conn_, rollups), apply_charges(entries, results)}) {
     if (!st) return rollback(st.error());
   }
   auto set_head = conn_.run("UPDATE chain_heads SET chain_seq=$2, hash=$3 WHERE instance_id=$1",

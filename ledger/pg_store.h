@@ -18,7 +18,7 @@ namespace ferry::ledger {
 
 // 1: the first PostgreSQL schema (the rows of SQLite schema 5, plus instance_id/chain_seq,
 // chain_heads, budget_shares, budget_leases).
-// 2: the tasks table; 3: the cost levers' columns; 4: (reserved: keys in the store);
+// 2: the tasks table; 3: the cost levers' columns; 4: the rollups and api_keys;
 // 5: rate_buckets (shared rate limits).
 constexpr int kPgSchemaVersion = 5;
 

@@ -23,23 +23,24 @@ struct ByInfo {
   const char* raw_expr;    // over `requests`
   const char* daily_expr;  // over `daily`; nullptr: needs the rows
   bool in_daily_team;      // `daily_team` has it (same expression as over `daily`)
+  bool in_daily_key;       // `daily_key` has it
 };
 
 constexpr ByInfo kBy[] = {
-    {ReportBy::kTask, "task", "task_id", nullptr, false},
-    {ReportBy::kTeam, "team", "team", "team", true},
-    {ReportBy::kProject, "project", "project", "project", true},
-    {ReportBy::kKey, "key", "key_id", "key_id", false},
-    {ReportBy::kModel, "model", "upstream_model", "model", true},
-    {ReportBy::kTarget, "target", "target", "target", true},
-    {ReportBy::kRule, "rule", "rule_id", "rule_id", false},
-    {ReportBy::kDay, "day", "day", "day", true},
-    {ReportBy::kMonth, "month", "substr(day,1,7)", "substr(day,1,7)", true},
+    {ReportBy::kTask, "task", "task_id", nullptr, false, false},
+    {ReportBy::kTeam, "team", "team", "team", true, true},
+    {ReportBy::kProject, "project", "project", "project", true, true},
+    {ReportBy::kKey, "key", "key_id", "key_id", false, true},
+    {ReportBy::kModel, "model", "upstream_model", "model", true, false},
+    {ReportBy::kTarget, "target", "target", "target", true, false},
+    {ReportBy::kRule, "rule", "rule_id", "rule_id", false, false},
+    {ReportBy::kDay, "day", "day", "day", true, true},
+    {ReportBy::kMonth, "month", "substr(day,1,7)", "substr(day,1,7)", true, true},
 };
 
-// The smallest table that can answer: daily_team (no key, rule or task), daily (no task),
-// or the rows.
-enum class Source : uint8_t { kRows, kDaily, kDailyTeam };
+// The smallest table that can answer: daily_team (no key, rule or task), daily_key (no model,
+// target, rule or task), daily (no task), or the rows.
+enum class Source : uint8_t { kRows, kDaily, kDailyTeam, kDailyKey };
 
 const ByInfo& info(ReportBy by) {
   for (const auto& i : kBy) {
@@ -265,7 +266,13 @@ Source current_source(const ReportQuery& query) {
   bool team_ok =
       !raw && !query.force_full_aggregate && !query.filter.key_id && !query.filter.rule_id;
   for (ReportBy by : query.by) team_ok = team_ok && info(by).in_daily_team;
-  return raw ? Source::kRows : team_ok ? Source::kDailyTeam : Source::kDaily;
+  bool key_ok = !raw && !query.force_full_aggregate && !query.filter.model &&
+                !query.filter.target && !query.filter.rule_id;
+  for (ReportBy by : query.by) key_ok = key_ok && info(by).in_daily_key;
+  return raw       ? Source::kRows
+         : team_ok ? Source::kDailyTeam
+         : key_ok  ? Source::kDailyKey
+                   : Source::kDaily;
 }
 
 // The smallest source that answers `query` in this file (older files lack daily_team or the
@@ -274,6 +281,12 @@ Result<Source> choose_source(Db& db, const ReportQuery& query) {
   Source wanted = current_source(query);
   bool raw = wanted == Source::kRows;
   bool team_ok = wanted == Source::kDailyTeam;
+  if (wanted == Source::kDailyKey) {  // schema 9; an older file answers from `daily`
+    auto found =
+        finds_row(db, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='daily_key'");
+    if (!found) return found.error();
+    if (*found) return wanted;
+  }
   if (team_ok) {
     auto found =
         finds_row(db, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='daily_team'");
@@ -325,7 +338,10 @@ std::string report_select(const ReportQuery& query, Source source, bool postgres
          "SUM(output_tokens), SUM(reasoning_tokens), SUM(cost_input), SUM(cost_cached), "
          "SUM(cost_output), SUM(cost_reasoning), SUM(cost_total), SUM(avoided_total), "
          "SUM(avoided_base), MIN(first_us), MAX(last_us), SUM(refused), SUM(shadows) FROM " +
-         (source == Source::kDailyTeam ? "daily_team" : "daily") + " WHERE 1=1";
+         (source == Source::kDailyTeam  ? "daily_team"
+          : source == Source::kDailyKey ? "daily_key"
+                                        : "daily") +
+         " WHERE 1=1";
 }
 
 void bind_all(Stmt& stmt, const std::vector<Value>& params) {

@@ -165,6 +165,41 @@ ALTER TABLE requests ADD COLUMN cache_tokens INTEGER;
 ALTER TABLE requests ADD COLUMN cache_avoided INTEGER;
 ALTER TABLE requests ADD COLUMN reasoning_budget TEXT;
 )sql",
+    // 9: the rollups (detail::Rollups in store.h): daily sums by key, and per task and per task
+    // and target; built here from the rows and `daily`, then kept by the writer in the rows'
+    // transactions (and task_totals.status by mark_task). And the API keys kept in the store
+    // (ledger/keys.h; hashed, never in clear). The rollups are derived: a file taken back to an
+    // older version keeps its tables, which are dropped and built again; its keys stay.
+    R"sql(
+DROP TABLE IF EXISTS daily_key;
+DROP TABLE IF EXISTS task_totals;
+DROP TABLE IF EXISTS task_targets;
+CREATE TABLE daily_key (
+  day TEXT NOT NULL, key_id TEXT NOT NULL, team TEXT NOT NULL, project TEXT NOT NULL,
+  requests INTEGER NOT NULL, unpriced INTEGER NOT NULL,
+  input_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+  cost_input INTEGER NOT NULL, cost_cached INTEGER NOT NULL, cost_output INTEGER NOT NULL,
+  cost_reasoning INTEGER NOT NULL, cost_total INTEGER NOT NULL,
+  avoided_total INTEGER NOT NULL, avoided_base INTEGER NOT NULL,
+  refused INTEGER NOT NULL, shadows INTEGER NOT NULL, unpriced_served INTEGER NOT NULL,
+  first_us INTEGER NOT NULL, last_us INTEGER NOT NULL,
+  PRIMARY KEY (day, key_id, team, project)) WITHOUT ROWID;
+CREATE TABLE task_totals (
+  task_id TEXT PRIMARY KEY, team TEXT, project TEXT, day TEXT,
+  first_us INTEGER, last_us INTEGER, requests INTEGER NOT NULL, tokens INTEGER NOT NULL,
+  cost INTEGER NOT NULL, status TEXT NOT NULL DEFAULT 'open');
+CREATE INDEX task_totals_cost ON task_totals(cost DESC, task_id);
+CREATE INDEX task_totals_status ON task_totals(status, cost DESC, task_id);
+CREATE TABLE task_targets (
+  target TEXT NOT NULL, task_id TEXT NOT NULL, requests INTEGER NOT NULL,
+  tokens INTEGER NOT NULL, cost INTEGER NOT NULL,
+  PRIMARY KEY (target, task_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS api_keys (
+  id TEXT PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, team TEXT NOT NULL, project TEXT NOT NULL,
+  role TEXT NOT NULL, tags TEXT NOT NULL, created_us INTEGER NOT NULL, created_by TEXT NOT NULL,
+  revoked_us INTEGER);
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -193,6 +228,7 @@ Result<SqliteStore> SqliteStore::open(const std::string& path, const std::string
   }
   for (int64_t v = version; v < kSchemaVersion; ++v) {
     std::string sql = std::string("BEGIN IMMEDIATE;") + kMigrations[v] +
+                      (v + 1 == 9 ? kBuildRollupsSql : "") +
                       "PRAGMA user_version=" + std::to_string(v + 1) + "; COMMIT;";
     auto st = store.db_.exec(sql);
     if (!st) {
@@ -244,6 +280,13 @@ Status SqliteStore::prepare_statements() {
   auto daily_team = db_.prepare(daily_upsert_sql("daily_team", kDailyTeamKey, 0));
   if (!daily_team) return daily_team.error();
   upsert_daily_team_ = std::move(*daily_team);
+  for (auto [stmt, sql] : {std::pair{&upsert_daily_key_, daily_key_upsert_sql(0)},
+                           std::pair{&upsert_task_total_, task_totals_upsert_sql(0)},
+                           std::pair{&upsert_task_target_, task_targets_upsert_sql(0)}}) {
+    auto prepared = db_.prepare(sql);
+    if (!prepared) return prepared.error();
+    *stmt = std::move(*prepared);
+  }
   auto orig = db_.prepare(
       "SELECT key_id,team,project,task_id,requested_model,target,upstream_model,rule_id,"
       "policy_version FROM requests WHERE id=? AND kind='request'");
@@ -316,7 +359,8 @@ Status SqliteStore::copy_original(RequestRecord& r, const std::string& adjusts_i
 Status SqliteStore::append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq,
                                detail::RowScratch& scratch,
                                std::map<std::string, detail::DailyDelta>& daily,
-                               std::map<std::string, detail::DailyDelta>& daily_team) {
+                               std::map<std::string, detail::DailyDelta>& daily_team,
+                               detail::Rollups& rollups) {
   RequestRecord& r = entry.record;
   if (entry.kind == EntryKind::kAdjustment) {
     if (Status st = copy_original(r, entry.adjusts_id); !st) return st;
@@ -371,6 +415,7 @@ Status SqliteStore::append_one(LedgerEntry& entry, std::string& prev_hash, int64
   add_to_daily(daily, key, scratch.day, entry, r.key_id, r.rule_id);
   daily_key(key, {scratch.day, r.team, r.project, r.upstream_model, r.target});
   add_to_daily(daily_team, key, scratch.day, entry, "", "");
+  add_to_rollups(rollups, key, scratch.day, entry);
   prev_hash = std::move(hash);
   ++last_seq;
   return {};
@@ -388,6 +433,39 @@ Status SqliteStore::upsert_daily(Stmt& upsert, const detail::DailyDelta& d,
   if (with_key_and_rule) upsert.bind_ref(p++, std::string_view(d.rule_id));
   for (int64_t v : daily_sums(d)) upsert.bind(p++, v);
   return upsert.run();
+}
+
+Status SqliteStore::upsert_rollups(const detail::Rollups& rollups) {
+  std::vector<ValueRef> values;
+  auto run = [&](Stmt& stmt) {
+    for (size_t i = 0; i < values.size(); ++i) stmt.bind_ref(static_cast<int>(i + 1), values[i]);
+    values.clear();
+    return stmt.run();
+  };
+  for (const auto& [key, d] : rollups.daily_key) {
+    daily_key_values(d, values);
+    if (auto st = run(upsert_daily_key_); !st) return st;
+  }
+  for (const auto& [key, d] : rollups.tasks) {
+    task_total_values(d, values);
+    if (auto st = run(upsert_task_total_); !st) return st;
+  }
+  for (const auto& [key, d] : rollups.task_targets) {
+    task_target_values(d, values);
+    if (auto st = run(upsert_task_target_); !st) return st;
+  }
+  // A task marked before this batch's rows of it: its status, once per batch.
+  constexpr size_t kIdsPerUpdate = 500;
+  std::vector<const std::string*> ids;
+  for (const auto& [id, d] : rollups.tasks) ids.push_back(&id);
+  for (size_t begin = 0; begin < ids.size(); begin += kIdsPerUpdate) {
+    size_t n = std::min(kIdsPerUpdate, ids.size() - begin);
+    auto stmt = db_.prepare(task_status_sql(n));
+    if (!stmt) return stmt.error();
+    for (size_t i = 0; i < n; ++i) stmt->bind(static_cast<int>(i + 1), *ids[begin + i]);
+    if (auto st = stmt->run(); !st) return st;
+  }
+  return {};
 }
 
 Result<std::vector<Status>> SqliteStore::append(std::vector<LedgerEntry*>& entries,
@@ -410,10 +488,11 @@ Result<std::vector<Status>> SqliteStore::append(std::vector<LedgerEntry*>& entri
   detail::RowScratch scratch;
   std::map<std::string, detail::DailyDelta> daily;
   std::map<std::string, detail::DailyDelta> daily_team;
+  detail::Rollups rollups;
   std::vector<Status> results;
   results.reserve(entries.size());
   for (LedgerEntry* entry : entries) {
-    auto st = append_one(*entry, prev_hash, last_seq, scratch, daily, daily_team);
+    auto st = append_one(*entry, prev_hash, last_seq, scratch, daily, daily_team, rollups);
     if (!st && st.error().code == ErrorCode::kUnavailable) return rollback(st.error());
     results.push_back(std::move(st));
   }
@@ -425,6 +504,7 @@ Result<std::vector<Status>> SqliteStore::append(std::vector<LedgerEntry*>& entri
       return rollback(st.error());
     }
   }
+  if (auto st = upsert_rollups(rollups); !st) return rollback(st.error());
   set_head_.bind(1, std::to_string(last_seq) + ":" + prev_hash);
   if (auto st = set_head_.run(); !st) return rollback(st.error());
   set_head_.reset();

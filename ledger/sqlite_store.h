@@ -47,7 +47,10 @@ class SqliteStore final : public Store {
   Status copy_original(RequestRecord& r, const std::string& adjusts_id);
   Status append_one(LedgerEntry& entry, std::string& prev_hash, int64_t& last_seq,
                     detail::RowScratch& scratch, std::map<std::string, detail::DailyDelta>& daily,
-                    std::map<std::string, detail::DailyDelta>& daily_team);
+                    std::map<std::string, detail::DailyDelta>& daily_team,
+                    detail::Rollups& rollups);
+  // The batch's rollups (store.h), in its transaction.
+  Status upsert_rollups(const detail::Rollups& rollups);
   static Status upsert_daily(Stmt& upsert, const detail::DailyDelta& delta, bool with_key_and_rule);
 
   Db db_;
@@ -56,6 +59,9 @@ class SqliteStore final : public Store {
   Stmt insert_attempt_;
   Stmt upsert_daily_;
   Stmt upsert_daily_team_;
+  Stmt upsert_daily_key_;
+  Stmt upsert_task_total_;
+  Stmt upsert_task_target_;
   Stmt find_original_;
   Stmt head_;
   Stmt set_head_;

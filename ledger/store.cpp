@@ -371,6 +371,135 @@ void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& 
   d.last_us = std::max(d.last_us, r.ended_us);
 }
 
+namespace {
+
+void add_to_task(TaskDelta& d, bool fresh, const LedgerEntry& entry, const std::string& day) {
+  const RequestRecord& r = entry.record;
+  if (fresh) {
+    d.task_id = r.task_id;
+    d.team = r.team;
+    d.project = r.project;
+    d.day = day;
+    d.first_us = r.started_us;
+    d.last_us = r.ended_us;
+  }
+  d.team = std::min(d.team, r.team);
+  d.project = std::min(d.project, r.project);
+  d.day = std::min(d.day, day);
+  d.first_us = std::min(d.first_us, r.started_us);
+  d.last_us = std::max(d.last_us, r.ended_us);
+  d.requests += entry.kind == EntryKind::kRequest ? 1 : 0;
+  d.tokens += r.tokens.input.count + r.tokens.output.count;
+  d.cost += entry.cost.pricing == Pricing::kUnpriced ? 0 : entry.cost.total().micros();
+}
+
+// "INSERT INTO table(columns) VALUES ... ON CONFLICT(key) DO UPDATE SET" and the updates:
+// `sums` added, `lows` and `highs` kept at their smallest and largest.
+std::string rollup_upsert(const char* table, const std::vector<const char*>& columns,
+                          const char* key, const std::vector<const char*>& sums,
+                          const std::vector<const char*>& lows,
+                          const std::vector<const char*>& highs, size_t pg_rows) {
+  std::vector<std::string> names(columns.begin(), columns.end());
+  const char* self = pg_rows == 0 ? "" : "t.";
+  std::string update;
+  auto set = [&](const char* column, const std::string& value) {
+    update += std::string(update.empty() ? "" : ", ") + column + "=" + value;
+  };
+  for (const char* c : sums) set(c, std::string(self) + c + "+excluded." + c);
+  for (const char* c : lows) {
+    set(c, std::string(pg_rows == 0 ? "min" : "LEAST") + "(" + self + c + ",excluded." + c + ")");
+  }
+  for (const char* c : highs) {
+    set(c,
+        std::string(pg_rows == 0 ? "max" : "GREATEST") + "(" + self + c + ",excluded." + c + ")");
+  }
+  std::string values = pg_rows == 0 ? "(" + join_placeholders(names.size()) + ")"
+                                    : pg_value_rows(pg_rows, names.size(), 1);
+  return std::string("INSERT INTO ") + table + (pg_rows == 0 ? "" : " AS t") + "(" +
+         join_names(names) + ") VALUES" + values + " ON CONFLICT(" + key + ") DO UPDATE SET " +
+         update;
+}
+
+}  // namespace
+
+void add_to_rollups(Rollups& rollups, std::string& key, const std::string& day,
+                    const LedgerEntry& entry) {
+  const RequestRecord& r = entry.record;
+  daily_key(key, {day, r.key_id, r.team, r.project});
+  add_to_daily(rollups.daily_key, key, day, entry, r.key_id, "");
+  if (r.task_id.empty()) return;
+  auto [task, fresh_task] = rollups.tasks.try_emplace(r.task_id);
+  add_to_task(task->second, fresh_task, entry, day);
+  daily_key(key, {r.task_id, r.target});
+  auto [target, fresh_target] = rollups.task_targets.try_emplace(key);
+  add_to_task(target->second, fresh_target, entry, day);
+  target->second.target = r.target;
+}
+
+std::string task_totals_upsert_sql(size_t pg_rows) {
+  return rollup_upsert(
+      "task_totals",
+      {"task_id", "team", "project", "day", "first_us", "last_us", "requests", "tokens", "cost"},
+      "task_id", {"requests", "tokens", "cost"}, {"team", "project", "day", "first_us"},
+      {"last_us"}, pg_rows);
+}
+
+std::string task_targets_upsert_sql(size_t pg_rows) {
+  return rollup_upsert("task_targets", {"target", "task_id", "requests", "tokens", "cost"},
+                       "target,task_id", {"requests", "tokens", "cost"}, {}, {}, pg_rows);
+}
+
+std::string daily_key_upsert_sql(size_t pg_rows) {
+  return daily_upsert_sql("daily_key", kDailyKeyKey, pg_rows);
+}
+
+void task_total_values(const TaskDelta& d, std::vector<ValueRef>& out) {
+  out.insert(out.end(),
+             {std::string_view(d.task_id), std::string_view(d.team), std::string_view(d.project),
+              std::string_view(d.day), d.first_us, d.last_us, d.requests, d.tokens, d.cost});
+}
+
+void task_target_values(const TaskDelta& d, std::vector<ValueRef>& out) {
+  out.insert(out.end(), {std::string_view(d.target), std::string_view(d.task_id), d.requests,
+                         d.tokens, d.cost});
+}
+
+void daily_key_values(const DailyDelta& d, std::vector<ValueRef>& out) {
+  out.insert(out.end(), {std::string_view(d.day), std::string_view(d.key_id),
+                         std::string_view(d.team), std::string_view(d.project)});
+  for (int64_t v : daily_sums(d)) out.emplace_back(v);
+}
+
+std::string task_status_sql(size_t count) {
+  return "UPDATE task_totals SET status = (SELECT status FROM tasks WHERE tasks.task_id = "
+         "task_totals.task_id) WHERE status = 'open' AND task_id IN (" +
+         join_placeholders(count) + ") AND task_id IN (SELECT task_id FROM tasks)";
+}
+
+const char* const kBuildRollupsSql = R"sql(
+INSERT INTO daily_key(day, key_id, team, project, requests, unpriced, input_tokens,
+  cached_tokens, output_tokens, reasoning_tokens, cost_input, cost_cached, cost_output,
+  cost_reasoning, cost_total, avoided_total, avoided_base, refused, shadows, unpriced_served,
+  first_us, last_us)
+  SELECT day, key_id, team, project, SUM(requests), SUM(unpriced), SUM(input_tokens),
+    SUM(cached_tokens), SUM(output_tokens), SUM(reasoning_tokens), SUM(cost_input),
+    SUM(cost_cached), SUM(cost_output), SUM(cost_reasoning), SUM(cost_total),
+    SUM(avoided_total), SUM(avoided_base), SUM(refused), SUM(shadows), SUM(unpriced_served),
+    MIN(first_us), MAX(last_us)
+  FROM daily GROUP BY day, key_id, team, project;
+INSERT INTO task_totals(task_id, team, project, day, first_us, last_us, requests, tokens, cost)
+  SELECT task_id, MIN(team), MIN(project), MIN(day), MIN(started_us), MAX(ended_us),
+    SUM(CASE WHEN kind='request' THEN 1 ELSE 0 END), SUM(input_tokens + output_tokens),
+    SUM(COALESCE(cost_total, 0))
+  FROM requests WHERE task_id <> '' GROUP BY task_id;
+INSERT INTO task_targets(target, task_id, requests, tokens, cost)
+  SELECT target, task_id, SUM(CASE WHEN kind='request' THEN 1 ELSE 0 END),
+    SUM(input_tokens + output_tokens), SUM(COALESCE(cost_total, 0))
+  FROM requests WHERE task_id <> '' GROUP BY target, task_id;
+UPDATE task_totals SET status = (SELECT status FROM tasks WHERE tasks.task_id = task_totals.task_id)
+  WHERE task_id IN (SELECT task_id FROM tasks);
+)sql";
+
 }  // namespace detail
 
 using namespace detail;

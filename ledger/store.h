@@ -27,7 +27,8 @@ namespace ferry::ledger {
 // 5: daily/daily_team refused, shadows and unpriced_served (reports count served requests).
 // 6: requests.constraint_mode and schema_hash; 7: the tasks table (task outcomes);
 // 8: the cost levers' columns (lever_columns()).
-constexpr int kSchemaVersion = 8;
+// 9: the rollups daily_key, task_totals and task_targets (detail::Rollups), built from the rows.
+constexpr int kSchemaVersion = 9;
 // The trusted tag of a shadow copy's row; reports count these apart from served requests.
 inline constexpr std::string_view kShadowTag = "shadow";
 // The type_code of a row refused because a row with its id exists already (a journal shipping
@@ -175,6 +176,44 @@ void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& 
                   const std::string& rule_id);
 // The values one delta binds, after its group columns, in daily_upsert_sql() order.
 std::vector<int64_t> daily_sums(const DailyDelta& d);
+
+// ---- the rollups of schema 9, kept by the writer in the rows' transaction ----------------
+// `daily_key`: the daily sums by key (the spend pages by key, a row a key a day where `daily`
+// holds one per key, model, target and rule). `task_totals`: one row per task id (every row
+// with a task id, adjustments included: requests counts request rows, tokens input + output,
+// cost the priced total), its team, project and day the smallest of its rows', its status
+// copied from `tasks` (the top tasks and the report by outcome read it without the rows).
+// `task_targets`: the same sums per task and target (the share answered locally).
+constexpr const char* kDailyKeyKey = "day,key_id,team,project";
+
+struct TaskDelta {
+  std::string task_id, target, team, project, day;
+  int64_t requests = 0, tokens = 0, cost = 0, first_us = 0, last_us = 0;
+};
+
+struct Rollups {
+  std::map<std::string, DailyDelta> daily_key;
+  std::map<std::string, TaskDelta> tasks;         // by task id
+  std::map<std::string, TaskDelta> task_targets;  // by task id and target
+};
+
+// Adds one appended row (its values already computed: `day`) to the batch's rollups; `key` is
+// scratch space for the group keys.
+void add_to_rollups(Rollups& rollups, std::string& key, const std::string& day,
+                    const LedgerEntry& entry);
+// The upserts of `rows` deltas (`pg_rows` 0: SQLite's one row of ? placeholders) and the values
+// one delta binds, in order.
+std::string task_totals_upsert_sql(size_t pg_rows);
+std::string task_targets_upsert_sql(size_t pg_rows);
+std::string daily_key_upsert_sql(size_t pg_rows);
+void task_total_values(const TaskDelta& d, std::vector<ValueRef>& out);
+void task_target_values(const TaskDelta& d, std::vector<ValueRef>& out);
+void daily_key_values(const DailyDelta& d, std::vector<ValueRef>& out);
+// Copies the status of `count` task ids (bound as ?) from `tasks` into task_totals: a task
+// marked before its first row was rolled up.
+std::string task_status_sql(size_t count);
+// The rollups built from the rows and the daily aggregate (schema 9's migration, both stores).
+extern const char* const kBuildRollupsSql;
 
 }  // namespace detail
 

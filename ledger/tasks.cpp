@@ -1,7 +1,11 @@
 #include "ledger/tasks.h"
 
+#include <algorithm>
+#include <tuple>
+
 #include <nlohmann/json.hpp>
 
+#include "ledger/any_db.h"
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
 #include "ledger/sqlite_db.h"
@@ -73,6 +77,14 @@ Result<MarkOutcome> mark_sqlite(const std::string& path, const TaskMark& mark) {
     (void)db->exec("ROLLBACK");
     return st.error();
   }
+  // The rollup's copy (a task without rows yet gets it when its first row is rolled up).
+  auto rollup = db->prepare("UPDATE task_totals SET status=? WHERE task_id=?");
+  if (!rollup) return rollup.error();
+  rollup->bind(1, task_status_name(mark.status)).bind(2, mark.task_id);
+  if (auto st = rollup->run(); !st) {
+    (void)db->exec("ROLLBACK");
+    return st.error();
+  }
   if (auto st = db->exec("COMMIT"); !st) return st.error();
   return MarkOutcome{MarkResult::kCreated, mark};
 }
@@ -82,19 +94,44 @@ Result<MarkOutcome> mark_pg(const std::string& url, const TaskMark& mark) {
   if (!conn) return conn.error();
   // ON CONFLICT DO NOTHING, then read what is there: concurrent marks on many instances agree
   // on the first one committed.
+  // In one transaction with the rollup's copy of the status: an upsert, so that it waits for
+  // a writer's uncommitted first row of the task (whose status step ran before this commit).
+  if (Status st = conn->exec("BEGIN"); !st) return st.error();
   auto put = conn->run(
       "INSERT INTO tasks(task_id,status,labels,key_id,marked_us,day) VALUES($1,$2,$3,$4,$5,$6) "
       "ON CONFLICT (task_id) DO NOTHING",
       {mark.task_id, std::string(task_status_name(mark.status)), labels_text(mark.labels),
        mark.key_id, pg_int(mark.marked_us), utc_day(mark.marked_us)});
   if (!put) return put.error();
-  if (put->affected() == 1) return MarkOutcome{MarkResult::kCreated, mark};
+  if (put->affected() == 1) {
+    auto rollup = conn->run(
+        "INSERT INTO task_totals(task_id,requests,tokens,cost,status) VALUES($1,0,0,0,$2) "
+        "ON CONFLICT (task_id) DO UPDATE SET status=excluded.status",
+        {mark.task_id, std::string(task_status_name(mark.status))});
+    if (!rollup) return rollup.error();
+    if (Status st = conn->exec("COMMIT"); !st) return st.error();
+    return MarkOutcome{MarkResult::kCreated, mark};
+  }
+  if (Status st = conn->exec("COMMIT"); !st) return st.error();
   auto got = conn->run("SELECT status, labels, key_id, marked_us FROM tasks WHERE task_id=$1",
                        {mark.task_id});
   if (!got) return got.error();
   if (got->rows() == 0) return Error::make(ErrorCode::kInternal, "task mark vanished");
   return compare(mark, TaskMark{mark.task_id, status_of(got->text(0, 0)),
                                 labels_from(got->text(0, 1)), got->text(0, 2), got->integer(0, 3)});
+}
+
+Result<Rows> query(const std::string& db, const std::string& sql,
+                   const std::vector<Value>& params) {
+  return query_rows(db, sql, params);
+}
+
+int64_t num(const Value& v) {
+  return value_int(v);
+}
+
+std::string text(const Value& v) {
+  return value_text(v);
 }
 
 // "AND column = ?" for each filter of the rows (as the reports filter them).
@@ -111,6 +148,7 @@ void add_row_filters(const ReportFilter& f, std::string& sql, std::vector<Value>
   eq(f.model, "upstream_model");
   eq(f.target, "target");
   eq(f.rule_id, "rule_id");
+  eq(f.request_id, "request_id");
   for (auto [date, op] : {std::pair{&f.from, ">="}, std::pair{&f.to, "<="}}) {
     if (!*date) continue;
     sql += std::string(" AND day ") + op + " ?";
@@ -118,24 +156,47 @@ void add_row_filters(const ReportFilter& f, std::string& sql, std::vector<Value>
   }
 }
 
-// The per-task sums of the rows matching the query, as a subquery `r`: task_id, team, project,
-// day, n, cost, local_cost, tokens, local_tokens, local_n, first_us, last_us.
-std::string per_task_sql(const TaskReportQuery& q, std::vector<Value>& params) {
-  std::string local = "0";
-  if (!q.local_targets.empty()) {
-    local = "target IN (";
-    for (size_t i = 0; i < q.local_targets.size(); ++i) local += i == 0 ? "?" : ",?";
-    local += ")";
+// The rollup (task_totals, task_targets) answers a query without a filter of the rows.
+bool use_rollup(const TaskReportQuery& q) {
+  const ReportFilter& f = q.filter;
+  return !q.force_raw && !f.key_id && !f.team && !f.project && !f.task_id && !f.model &&
+         !f.target && !f.rule_id && !f.request_id && !f.from && !f.to;
+}
+
+std::string in_list(const std::set<std::string>& items, std::vector<Value>& params) {
+  std::string out = "(";
+  for (const auto& t : items) {
+    out += out.size() == 1 ? "?" : ",?";
+    params.emplace_back(t);
   }
+  return out + ")";
+}
+
+// The per-task sums, as a subquery `r` with the rollup's columns (task_id, team, project, day,
+// requests, tokens, cost, status, first_us, last_us, local_requests, local_tokens, local_cost):
+// the rollup itself, or the rows matching the filter grouped by task (adjustments included, as
+// the rollup has them). The rollup's local columns are 0: local_sums() adds them.
+std::string per_task_sql(const TaskReportQuery& q, std::vector<Value>& params) {
+  if (use_rollup(q)) {
+    return "SELECT task_id, team, project, day, requests, tokens, cost, status, first_us, "
+           "last_us, 0 AS local_requests, 0 AS local_tokens, 0 AS local_cost FROM task_totals "
+           "WHERE requests > 0";
+  }
+  std::string local = "0=1";
+  if (!q.local_targets.empty()) {
+    std::vector<Value> ignored;
+    local = "target IN " + in_list(q.local_targets, ignored);
+  }
+  const std::string request = "CASE WHEN kind='request' THEN 1 ELSE 0 END";
   std::string sql =
-      "SELECT task_id, MIN(team) AS team, MIN(project) AS project, MIN(day) AS day, "
-      "COUNT(*) AS n, SUM(COALESCE(cost_total,0)) AS cost, "
-      "SUM(CASE WHEN " +
-      local + " THEN COALESCE(cost_total,0) ELSE 0 END) AS local_cost, " +
-      "SUM(input_tokens+output_tokens) AS tokens, SUM(CASE WHEN " + local +
+      "SELECT task_id, MIN(team) AS team, MIN(project) AS project, MIN(day) AS day, SUM(" +
+      request +
+      ") AS requests, SUM(input_tokens+output_tokens) AS tokens, "
+      "SUM(COALESCE(cost_total,0)) AS cost, 'open' AS status, MIN(started_us) AS "
+      "first_us, MAX(ended_us) AS last_us, SUM(CASE WHEN " +
+      local + " THEN " + request + " ELSE 0 END) AS local_requests, SUM(CASE WHEN " + local +
       " THEN input_tokens+output_tokens ELSE 0 END) AS local_tokens, SUM(CASE WHEN " + local +
-      " THEN 1 ELSE 0 END) AS local_n, MIN(started_us) AS first_us, MAX(ended_us) AS last_us "
-      "FROM requests WHERE kind='request' AND task_id<>''";
+      " THEN COALESCE(cost_total,0) ELSE 0 END) AS local_cost FROM requests WHERE task_id<>''";
   for (int copy = 0; copy < 3; ++copy) {
     for (const auto& t : q.local_targets) params.emplace_back(t);
   }
@@ -143,25 +204,22 @@ std::string per_task_sql(const TaskReportQuery& q, std::vector<Value>& params) {
   return sql + " GROUP BY task_id";
 }
 
-void bind_all(Stmt& stmt, const std::vector<Value>& params) {
-  for (size_t i = 0; i < params.size(); ++i) stmt.bind_value(static_cast<int>(i + 1), params[i]);
+// The task's status: the rollup's copy, or the `tasks` row joined as `t`.
+std::string status_expr(const TaskReportQuery& q) {
+  return use_rollup(q) ? "r.status" : "COALESCE(t.status,'open')";
 }
 
-Result<std::string> currency_of(Db& db) {
-  auto cur = db.prepare("SELECT value FROM meta WHERE key='currency'");
-  if (!cur) return cur.error();
-  auto found = cur->step();
-  if (!found) return found.error();
-  return *found ? cur->text_at(0) : std::string();
-}
-
-Result<std::string> group_expr(const std::string& by, std::vector<Value>& params) {
+Result<std::string> group_expr(const std::string& by, bool pg, std::vector<Value>& params) {
   if (by.empty()) return std::string("''");
-  if (by == "team") return std::string("r.team");
-  if (by == "project") return std::string("r.project");
-  if (by == "day") return std::string("COALESCE(t.day, r.day)");
-  if (by == "month") return std::string("substr(COALESCE(t.day, r.day),1,7)");
+  if (by == "team") return std::string("COALESCE(r.team,'')");
+  if (by == "project") return std::string("COALESCE(r.project,'')");
+  if (by == "day") return std::string("COALESCE(t.day, r.day, '')");
+  if (by == "month") return std::string("substr(COALESCE(t.day, r.day, ''),1,7)");
   if (by.starts_with("label:") && is_label_name(by.substr(6))) {
+    if (pg) {
+      params.emplace_back(by.substr(6));
+      return std::string("COALESCE(t.labels::jsonb ->> ?, '')");
+    }
     params.emplace_back("$.\"" + by.substr(6) + "\"");
     return std::string("COALESCE(json_extract(t.labels, ?), '')");
   }
@@ -172,12 +230,32 @@ Result<std::string> group_expr(const std::string& by, std::vector<Value>& params
                      "by", "invalid_value");
 }
 
-Status need_sqlite(const std::string& db) {
-  if (!is_pg_url(db)) return {};
-  return Error::make(ErrorCode::kInvalidRequest,
-                     "task reports read a SQLite ledger; a PostgreSQL ledger records task "
-                     "outcomes but has no task reports yet",
-                     "", "unsupported");
+Result<std::string> currency_of(const std::string& db) {
+  auto rows = query(db, "SELECT value FROM meta WHERE key='currency'", {});
+  if (!rows) return rows.error();
+  return rows->empty() ? std::string() : text(rows->front()[0]);
+}
+
+// The local share of each (group, status) from task_targets, added to the report's groups.
+Status add_local_sums(const std::string& db, const TaskReportQuery& q, const std::string& group,
+                      const std::vector<Value>& group_params, std::vector<TaskGroup>& groups) {
+  if (!use_rollup(q) || q.local_targets.empty()) return {};
+  std::vector<Value> params = group_params;
+  std::string sql = "SELECT " + group + " AS g, r.status, SUM(x.requests), SUM(x.tokens), " +
+                    "SUM(x.cost) FROM task_targets AS x JOIN task_totals AS r ON r.task_id = " +
+                    "x.task_id LEFT JOIN tasks AS t ON t.task_id = r.task_id WHERE x.target IN " +
+                    in_list(q.local_targets, params) + " AND r.requests > 0 GROUP BY g, r.status";
+  auto rows = query(db, sql, params);
+  if (!rows) return rows.error();
+  for (const auto& row : *rows) {
+    for (auto& g : groups) {
+      if (g.group != text(row[0]) || g.status != status_of(text(row[1]))) continue;
+      g.local_requests = num(row[2]);
+      g.local_tokens = num(row[3]);
+      g.local_cost = Money::from_micros(num(row[4]));
+    }
+  }
+  return {};
 }
 
 std::string json_text(const nlohmann::ordered_json& j) {
@@ -245,91 +323,104 @@ Result<std::set<std::string>> task_key_ids(const std::string& db, const std::str
   return out;
 }
 
-Result<TaskReport> task_report(const std::string& db_path, const TaskReportQuery& q) {
-  if (auto ok = need_sqlite(db_path); !ok) return ok.error();
+Result<TaskReport> task_report(const std::string& db, const TaskReportQuery& q) {
   std::vector<Value> group_params;
-  auto group = group_expr(q.by, group_params);
+  auto group = group_expr(q.by, is_pg_url(db), group_params);
   if (!group) return group.error();
   std::vector<Value> params = group_params;
   std::string inner = per_task_sql(q, params);
-  std::string sql = "SELECT " + *group +
-                    " AS g, COALESCE(t.status,'open') AS s, COUNT(*), SUM(r.n), SUM(r.tokens), "
-                    "SUM(r.local_tokens), SUM(r.cost), SUM(r.local_cost), SUM(r.local_n) FROM (" +
-                    inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id " +
-                    "GROUP BY g, s ORDER BY g, s";
-  auto db = Db::open(db_path, true);
-  if (!db) return db.error();
+  std::string sql = "SELECT " + *group + " AS g, " + status_expr(q) +
+                    " AS s, COUNT(*), SUM(r.requests), SUM(r.tokens), SUM(r.local_tokens), "
+                    "SUM(r.cost), SUM(r.local_cost), SUM(r.local_requests) FROM (" +
+                    inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id GROUP BY g, s";
   TaskReport report;
   report.by = q.by;
-  auto cur = currency_of(*db);
+  auto cur = currency_of(db);
   if (!cur) return cur.error();
   report.currency = *cur;
-  auto stmt = db->prepare(sql);
-  if (!stmt) return stmt.error();
-  bind_all(*stmt, params);
-  for (;;) {
-    auto has = stmt->step();
-    if (!has) return has.error();
-    if (!*has) break;
+  auto rows = query(db, sql, params);
+  if (!rows) return rows.error();
+  for (const auto& row : *rows) {
     TaskGroup g;
-    g.group = stmt->text_at(0);
-    g.status = status_of(stmt->text_at(1));
-    g.tasks = stmt->int_at(2);
-    g.requests = stmt->int_at(3);
-    g.tokens = stmt->int_at(4);
-    g.local_tokens = stmt->int_at(5);
-    g.cost = Money::from_micros(stmt->int_at(6));
-    g.local_cost = Money::from_micros(stmt->int_at(7));
-    g.local_requests = stmt->int_at(8);
+    g.group = text(row[0]);
+    g.status = status_of(text(row[1]));
+    g.tasks = num(row[2]);
+    g.requests = num(row[3]);
+    g.tokens = num(row[4]);
+    g.local_tokens = num(row[5]);
+    g.cost = Money::from_micros(num(row[6]));
+    g.local_cost = Money::from_micros(num(row[7]));
+    g.local_requests = num(row[8]);
     report.rows.push_back(std::move(g));
+  }
+  // By group (bytewise, in both stores), then status.
+  std::sort(report.rows.begin(), report.rows.end(), [](const TaskGroup& a, const TaskGroup& b) {
+    return std::tie(a.group, a.status) < std::tie(b.group, b.status);
+  });
+  if (Status st = add_local_sums(db, q, *group, group_params, report.rows); !st) {
+    return st.error();
   }
   return report;
 }
 
-Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
+// The local cost of the listed tasks from task_targets (the rollup's page of top tasks).
+Status add_local_costs(const std::string& db, const TaskReportQuery& q, TopTasks& top) {
+  if (!use_rollup(q) || q.local_targets.empty() || top.tasks.empty()) return {};
+  std::vector<Value> params;
+  std::string sql = "SELECT task_id, SUM(cost) FROM task_targets WHERE target IN " +
+                    in_list(q.local_targets, params) + " AND task_id IN (";
+  for (size_t i = 0; i < top.tasks.size(); ++i) {
+    sql += i == 0 ? "?" : ",?";
+    params.emplace_back(top.tasks[i].task_id);
+  }
+  auto rows = query(db, sql + ") GROUP BY task_id", params);
+  if (!rows) return rows.error();
+  for (const auto& row : *rows) {
+    for (auto& t : top.tasks) {
+      if (t.task_id == text(row[0])) t.local_cost = Money::from_micros(num(row[1]));
+    }
+  }
+  return {};
+}
+
+Result<TopTasks> top_tasks(const std::string& db, const TaskReportQuery& q,
                            std::optional<TaskStatus> status, int64_t limit, int64_t offset) {
-  if (auto ok = need_sqlite(db_path); !ok) return ok.error();
   std::vector<Value> params;
   std::string inner = per_task_sql(q, params);
   std::string from = " FROM (" + inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id";
   if (status) {
-    from += " WHERE COALESCE(t.status,'open') = ?";
+    from += " WHERE " + status_expr(q) + " = ?";
     params.emplace_back(std::string(task_status_name(*status)));
   }
-  auto db = Db::open(db_path, true);
-  if (!db) return db.error();
   TopTasks top;
-  auto count = db->prepare("SELECT COUNT(*)" + from);
-  if (!count) return count.error();
-  bind_all(*count, params);
-  auto counted = count->step();
+  auto counted = query(db, "SELECT COUNT(*)" + from, params);
   if (!counted) return counted.error();
-  top.total = *counted ? count->int_at(0) : 0;
-  auto stmt = db->prepare(
-      "SELECT r.task_id, COALESCE(t.status,'open'), COALESCE(t.labels,'{}'), r.team, r.project, "
-      "r.n, r.cost, r.local_cost, r.first_us, r.last_us" +
-      from + " ORDER BY r.cost DESC, r.task_id LIMIT ? OFFSET ?");
-  if (!stmt) return stmt.error();
+  top.total = counted->empty() ? 0 : num(counted->front()[0]);
+  const char* collate = is_pg_url(db) ? " COLLATE \"C\"" : "";
   params.emplace_back(limit);
   params.emplace_back(offset);
-  bind_all(*stmt, params);
-  for (;;) {
-    auto has = stmt->step();
-    if (!has) return has.error();
-    if (!*has) break;
+  auto rows = query(db,
+                    "SELECT r.task_id, " + status_expr(q) +
+                        ", COALESCE(t.labels,'{}'), r.team, r.project, r.requests, r.cost, "
+                        "r.local_cost, r.first_us, r.last_us" +
+                        from + " ORDER BY r.cost DESC, r.task_id" + collate + " LIMIT ? OFFSET ?",
+                    params);
+  if (!rows) return rows.error();
+  for (const auto& row : *rows) {
     TopTask t;
-    t.task_id = stmt->text_at(0);
-    t.status = status_of(stmt->text_at(1));
-    t.labels = stmt->text_at(2);
-    t.team = stmt->text_at(3);
-    t.project = stmt->text_at(4);
-    t.requests = stmt->int_at(5);
-    t.cost = Money::from_micros(stmt->int_at(6));
-    t.local_cost = Money::from_micros(stmt->int_at(7));
-    t.first_us = stmt->int_at(8);
-    t.last_us = stmt->int_at(9);
+    t.task_id = text(row[0]);
+    t.status = status_of(text(row[1]));
+    t.labels = text(row[2]);
+    t.team = text(row[3]);
+    t.project = text(row[4]);
+    t.requests = num(row[5]);
+    t.cost = Money::from_micros(num(row[6]));
+    t.local_cost = Money::from_micros(num(row[7]));
+    t.first_us = num(row[8]);
+    t.last_us = num(row[9]);
     top.tasks.push_back(std::move(t));
   }
+  if (Status st = add_local_costs(db, q, top); !st) return st.error();
   return top;
 }
 
@@ -463,7 +554,12 @@ Result<std::vector<nlohmann::ordered_json>> all_rows(Stmt& stmt,
 
 Result<std::string> task_requests_json(const std::string& db_path, const std::string& task_id,
                                        int64_t limit, int64_t offset) {
-  if (auto ok = need_sqlite(db_path); !ok) return ok.error();
+  if (is_pg_url(db_path)) {
+    return Error::make(ErrorCode::kInvalidRequest,
+                       "a task's drill-down reads a SQLite ledger; on PostgreSQL use "
+                       "/v1/ledger/export?task=ID",
+                       "", "unsupported");
+  }
   auto db = Db::open(db_path, true);
   if (!db) return db.error();
   std::vector<std::string> names(std::begin(kDrillColumns), std::end(kDrillColumns));

@@ -52,7 +52,7 @@ Result<MarkOutcome> mark_task(const std::string& db, const TaskMark& mark);
 // The key ids of the ledger rows of `task_id` (who may mark it besides finance and admins).
 Result<std::set<std::string>> task_key_ids(const std::string& db, const std::string& task_id);
 
-// ---- reports (SQLite ledgers) -------------------------------------------------------------
+// ---- reports (SQLite and PostgreSQL ledgers) -----------------------------------------------
 
 struct TaskReportQuery {
   ReportFilter filter;  // the rows' filter (team, project, key, from, to, ...)
@@ -60,6 +60,8 @@ struct TaskReportQuery {
   // first row's), or "label:NAME".
   std::string by;
   std::set<std::string> local_targets;  // targets answered by the in-process engine
+  // Read the rows, not the rollup (task_totals; it answers queries without a row filter).
+  bool force_raw = false;
 };
 
 struct TaskGroup {

@@ -154,7 +154,8 @@ async function localPage() {
     table([{ key: "day", title: "day" }, { key: "local_requests", title: "local", num: true },
            { key: "gpu_requests", title: "GPU", num: true }, { key: "local_cost", title: "local cost", num: true },
            { key: "gpu_cost", title: "GPU cost", num: true }, { key: "saved", title: "saved", num: true }],
-          b.series, { id: "local-table" }));
+          b.series, { id: "local-table" }),
+    csvLink("/v1/ledger/local" + query(Object.assign({ format: "csv" }, localState))));
 }
 
 const tasksState = { by: "", from: "", to: "", team: "", project: "", label: "" };
@@ -242,7 +243,8 @@ async function budgetsPage() {
            { key: "left", title: "left", num: true }, { key: "resets_at", title: "resets" },
            { key: "projected", title: "projected at reset", num: true }],
           r.body.budgets, { id: "budgets-table" }),
-    h("p", {}, "Projected: the period's spend so far, extended to its end at the same pace."));
+    h("p", {}, "Projected: the period's spend so far, extended to its end at the same pace. ",
+      csvLink("/v1/ledger/budgets?format=csv")));
 }
 
 // ---- admin pages --------------------------------------------------------------------------
@@ -317,8 +319,14 @@ async function explainPage() {
   const key = h("select", { id: "explain-key" }, h("option", { value: "" }, "(as me)"),
     (keys.ok ? keys.body.keys : []).map((k) => h("option", { value: k.id }, k.id)));
   const out = h("div", { id: "explain-out" });
+  const recent = await api("/admin/route/recent");
+  const pick = h("select", { id: "explain-recent" }, h("option", { value: "" }, "(paste a body above)"),
+    (recent.ok ? recent.body.requests : []).map((q) => h("option", { value: q.id },
+      `${fmtTime(q.started_us)} ${q.key} ${q.model} → ${q.target}`)));
   const run = async () => {
-    const r = await api("/admin/route/explain" + query({ key: key.value }), { method: "POST", body: body.value });
+    const r = pick.value
+      ? await api("/admin/route/explain_recorded" + query({ request: pick.value }))
+      : await api("/admin/route/explain" + query({ key: key.value }), { method: "POST", body: body.value });
     if (!r.ok) return out.replaceChildren(pageError(r));
     const d = r.body.decision || {};
     out.replaceChildren(
@@ -327,8 +335,9 @@ async function explainPage() {
         h("div", { class: "label" }, `rule ${rule.id} (line ${rule.line})${rule.chosen ? " — chosen" : ""}`),
         h("ul", {}, rule.clauses.map((c) => h("li", { class: c.value ? "ok" : "error" }, `${c.value ? "true " : "false"}  ${c.clause}`))))));
   };
-  page("Explain", h("p", {}, "Paste a request body; see every rule's clauses and the decision (no backend is called)."),
-    body, h("div", { class: "controls" }, h("label", {}, "route as key", key),
+  page("Explain", h("p", {}, "Paste a request body, or pick a recent request; see every rule's clauses and the decision (no backend is called)."),
+    body, h("div", { class: "controls" }, h("label", {}, "or pick a recent request (its recorded facts)", pick),
+      h("label", {}, "route as key", key),
       h("button", { type: "button", id: "explain-run", onclick: run }, "Explain")), out);
 }
 
@@ -352,15 +361,48 @@ async function backendsPage() {
   backendsTimer = setTimeout(() => { if (location.hash === "#/backends") backendsPage(); }, 5000);
 }
 
-async function keysPage() {
+async function keysPage(created) {
   const r = await api("/admin/keys");
   if (!r.ok) return page("Keys", pageError(r));
+  const columns = [{ key: "id", title: "id" }, { key: "source", title: "source" }, { key: "role", title: "role" },
+    { key: "team", title: "team" }, { key: "project", title: "project" },
+    { key: "tags", title: "tags", render: (k) => (k.tags || []).join(", ") }];
+  if (r.body.read_only) {
+    return page("Keys",
+      h("p", {}, "Read-only: keys live in the server config (", h("code", {}, "auth.keys"),
+        "); add or revoke one there. Only ids are shown, never a key or its hash."),
+      table(columns, r.body.keys, { id: "keys-table" }));
+  }
+  const revoke = async (k) => {
+    const done = await api("/admin/keys/" + encodeURIComponent(k.id), { method: "DELETE" });
+    if (!done.ok) return $("keys-error").replaceChildren(pageError(done));
+    keysPage();
+  };
+  columns.push({ key: "state", title: "state", render: (k) => (k.source === "config" ? "config" : k.revoked_us ? "revoked " + fmtTime(k.revoked_us) : "active") });
+  columns.push({ key: "action", title: "", render: (k) => (k.source === "store" && !k.revoked_us
+    ? h("button", { type: "button", class: "revoke", "data-key": k.id, onclick: () => revoke(k) }, "Revoke") : "") });
+  const id = h("input", { type: "text", size: 12, id: "key-id", placeholder: "(random)" });
+  const role = h("select", { id: "key-role" }, ["app", "finance", "admin"].map((o) => h("option", { value: o }, o)));
+  const team = h("input", { type: "text", size: 10, id: "key-team" });
+  const project = h("input", { type: "text", size: 10, id: "key-project" });
+  const create = async () => {
+    const spec = { role: role.value, team: team.value, project: project.value };
+    if (id.value) spec.id = id.value;
+    const made = await api("/admin/keys", { method: "POST", body: JSON.stringify(spec), headers: { "content-type": "application/json" } });
+    if (!made.ok) return $("keys-error").replaceChildren(pageError(made));
+    keysPage(made.body);
+  };
+  const shown = created
+    ? h("div", { class: "card", id: "key-created" }, h("div", { class: "label" }, `key ${created.id} — shown once, copy it now`),
+        h("code", { id: "key-secret" }, created.key))
+    : null;
   page("Keys",
-    h("p", {}, "Read-only: keys live in the server config (", h("code", {}, "auth.keys"),
-      "); add or revoke one there. Only ids are shown, never a key or its hash."),
-    table([{ key: "id", title: "id" }, { key: "role", title: "role" }, { key: "team", title: "team" },
-           { key: "project", title: "project" }, { key: "tags", title: "tags", render: (k) => k.tags.join(", ") }],
-          r.body.keys, { id: "keys-table" }));
+    h("p", {}, "Keys kept in the ledger's database: create (the key is shown once; ferry keeps only its SHA-256) ",
+      "and revoke (every instance refuses it within 5 s). Config keys are listed read-only."),
+    h("div", { class: "controls" }, h("label", {}, "id", id), h("label", {}, "role", role), h("label", {}, "team", team),
+      h("label", {}, "project", project), h("button", { type: "button", id: "key-create", onclick: create }, "Create key")),
+    shown, h("div", { id: "keys-error" }),
+    table(columns, r.body.keys, { id: "keys-table" }));
 }
 
 // ---- sign-in, navigation ------------------------------------------------------------------

@@ -238,11 +238,51 @@ describe('the console in chromium', () => {
                                                           messages: [{ role: 'user', content: 'hi' }] }));
         await page.click('#explain-run');
         await page.waitForSelector('#explain-decision');
+        // Or a recent request: the policy over the facts its row recorded, as the API says.
+        const recent = await api('/admin/route/recent', kKeys.admin);
+        assert.ok(recent.requests.length > 0, 'recent requests with facts');
+        await page.selectOption('#explain-recent', recent.requests[0].id);
+        await page.evaluate(() => { document.getElementById('explain-out').replaceChildren(); });
+        await page.click('#explain-run');
+        await page.waitForSelector('#explain-decision');
+        const recorded = await api('/admin/route/explain_recorded?request=' + encodeURIComponent(recent.requests[0].id), kKeys.admin);
+        const d = recorded.decision || {};
+        assert.equal(await page.textContent('#explain-decision'), JSON.stringify(d.targets || d.action || d));
       }
       await shot(page, name);
     }
     const keys = await api('/admin/keys', kKeys.admin);
     assert.deepEqual(await cells(page, 'keys-table', 'id'), keys.keys.map((k) => k.id));
+    // Keys in the store: created on the page (the secret shown once), working for scripts,
+    // revoked from the page, then refused (every instance re-reads the keys each second).
+    await page.fill('#key-id', 'console-made');
+    await page.selectOption('#key-role', 'finance');
+    await page.fill('#key-team', 'money');
+    await page.click('#key-create');
+    await page.waitForSelector('#key-secret');
+    const secret = await page.textContent('#key-secret');
+    assert.match(secret, /^fk-[0-9a-f]{48}$/);
+    await shot(page, 'keys-created');
+    const status_with = async (key) =>
+      (await fetch(kUrl + '/v1/ledger/report?by=team', { headers: { authorization: 'Bearer ' + key } })).status;
+    const until = async (key, want) => {
+      for (let i = 0; i < 300; i++) {
+        if ((await status_with(key)) === want) return true;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      return false;
+    };
+    assert.ok(await until(secret, 200), 'the new key works');
+    const listed = await api('/admin/keys', kKeys.admin);
+    assert.ok(!JSON.stringify(listed).includes(secret), 'the list never holds the secret');
+    await visit(page, '#/spend', '#spend-total');
+    await visit(page, '#/keys', '#keys-table');
+    assert.equal(await page.$('#key-secret'), null, 'shown once: not after a reload');
+    await page.click('button.revoke[data-key="console-made"]');
+    await page.waitForFunction(() => [...document.querySelectorAll('#keys-table td[data-col="state"]')]
+      .some((td) => td.textContent.startsWith('revoked')));
+    assert.ok(await until(secret, 401), 'the revoked key is refused');
+    await shot(page, 'keys-revoked');
     await visit(page, '#/spend', '#spend-total');
     await shot(page, 'admin-spend');
     await assert_no_key(page);

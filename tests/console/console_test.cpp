@@ -5,8 +5,11 @@
 // its own tasks, and cost per completed task from the ledger.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/ferry_test_base.h"
@@ -171,6 +174,56 @@ TEST_F(ConsoleTest, SessionsExpire) {
   EXPECT_GT(expires, now_us);
 }
 
+// A session configured to last 2 s ends: the cookie that worked is refused once the server's
+// clock passes its expiry (polled: no sleep beyond what the expiry needs, no timing assertion).
+TEST_F(ConsoleTest, ShortSessionExpiresAndIsRefused) {
+  start("  console_session_seconds: 2\n");
+  Response r;
+  auto [cookie, csrf] = sign_in(kAdminKey, &r);
+  EXPECT_NE(r.header("set-cookie").value_or("").find("Max-Age=2"), std::string::npos);
+  const int64_t expires = r.body_json()["expires_at_us"].get<int64_t>();
+  auto first = call("GET", "/console/api/v1/ledger/report?by=team", "", {"Cookie: " + cookie});
+  ASSERT_TRUE(first);
+  // Signed in: 200 unless the machine was so slow that the 2 s passed already.
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  if (now() < expires) {
+    EXPECT_EQ(first->status, 200) << first->body;
+  }
+  while (now() <= expires) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto after = call("GET", "/console/api/v1/ledger/report?by=team", "", {"Cookie: " + cookie});
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 401) << after->body;
+  auto who = call("GET", "/console/api/session", "", {"Cookie: " + cookie});
+  ASSERT_TRUE(who);
+  EXPECT_EQ(who->status, 401);
+}
+
+// Wrong keys are limited: after 10 failed sign-ins in a minute the next one is 429 with
+// Retry-After, even with a right key; the API with keys keeps serving meanwhile.
+TEST_F(ConsoleTest, FailedSignInsAreLimited) {
+  start();
+  for (int i = 0; i < 10; ++i) {
+    auto wrong = call("POST", "/console/api/session",
+                      json{{"key", "sk-guess-" + std::to_string(i)}}.dump(), {});
+    ASSERT_TRUE(wrong);
+    EXPECT_EQ(wrong->status, 401) << i;
+  }
+  auto limited = call("POST", "/console/api/session", json{{"key", kAdminKey}}.dump(), {});
+  ASSERT_TRUE(limited);
+  EXPECT_EQ(limited->status, 429) << limited->body;
+  EXPECT_NE(limited->body.find("sign_in_rate_limited"), std::string::npos);
+  ASSERT_TRUE(limited->header("retry-after"));
+  EXPECT_GT(std::stoi(*limited->header("retry-after")), 0);
+  EXPECT_FALSE(limited->header("set-cookie"));
+  auto api = call("GET", "/v1/ledger/report?by=team", "", auth_headers(kAdminKey));
+  ASSERT_TRUE(api);
+  EXPECT_EQ(api->status, 200);
+}
+
 TEST_F(ConsoleTest, AppKeysAnonymousAndForgedCallsAreRefused) {
   start();
   auto app = call("POST", "/console/api/session", json{{"key", kAppKey}}.dump(), {});
@@ -309,6 +362,88 @@ TEST_F(ConsoleTest, TasksAreMarkedOnceAndCostPerTaskFollows) {
     EXPECT_EQ(r["attempts"], 1);
     EXPECT_EQ(r["prices"]["input"], "1.500000");
   }
+}
+
+// Every console table exports CSV with the JSON's (and the CLI's) numbers: tasks, top tasks,
+// local versus GPU, budgets; the spend CSV's total is `ferry ledger report`'s.
+TEST_F(ConsoleTest, TablesExportCsvWithTheSameNumbers) {
+  start();
+  chat("t-a");
+  chat("t-a");
+  chat("t-b");
+  ASSERT_EQ(mark("t-a", {{"status", "completed"}})->status, 200);
+  auto get = [&](const std::string& target) {
+    auto r = call("GET", target, "", auth_headers(kFinanceKey));
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r ? r->status : 0, 200) << target << (r ? r->body : "");
+    return r ? *r : Response{};
+  };
+  // Lines of a CSV, its header first.
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::string line;
+    for (char c : text) {
+      if (c == '\n') {
+        out.push_back(line);
+        line.clear();
+      } else {
+        line += c;
+      }
+    }
+    return out;
+  };
+  const json tasks = get("/v1/ledger/tasks").body_json();
+  auto tasks_csv = lines(get("/v1/ledger/tasks?format=csv").body);
+  ASSERT_EQ(tasks_csv.size(), tasks["rows"].size() + 1);
+  for (size_t i = 0; i < tasks["rows"].size(); ++i) {
+    const json& row = tasks["rows"][i];
+    EXPECT_EQ(tasks_csv[i + 1],
+              row["group"].get<std::string>() + "," + row["status"].get<std::string>() + "," +
+                  std::to_string(row["tasks"].get<int64_t>()) + "," +
+                  std::to_string(row["requests"].get<int64_t>()) + "," +
+                  row["cost"].get<std::string>() + "," + row["cost_per_task"].get<std::string>() +
+                  "," + row["local_cost"].get<std::string>() + "," +
+                  std::to_string(row["local_requests"].get<int64_t>()) + "," +
+                  std::to_string(row["tokens"].get<int64_t>()) + "," +
+                  std::to_string(row["local_tokens"].get<int64_t>()));
+  }
+  const json top = get("/v1/ledger/top_tasks").body_json();
+  auto top_csv = lines(get("/v1/ledger/top_tasks?format=csv").body);
+  ASSERT_EQ(top_csv.size(), top["tasks"].size() + 1);
+  EXPECT_EQ(top_csv[1].substr(0, top_csv[1].find(',')), top["tasks"][0]["task"].get<std::string>());
+  const json local = get("/v1/ledger/local").body_json();
+  auto local_csv = lines(get("/v1/ledger/local?format=csv").body);
+  ASSERT_EQ(local_csv.size(), local["series"].size() + 1);
+  EXPECT_EQ(local_csv[0], "day,local_requests,gpu_requests,local_cost,gpu_cost,saved");
+  for (size_t i = 0; i < local["series"].size(); ++i) {
+    const json& d = local["series"][i];
+    EXPECT_EQ(local_csv[i + 1], d["day"].get<std::string>() + "," +
+                                    std::to_string(d["local_requests"].get<int64_t>()) + "," +
+                                    std::to_string(d["gpu_requests"].get<int64_t>()) + "," +
+                                    d["local_cost"].get<std::string>() + "," +
+                                    d["gpu_cost"].get<std::string>() + "," +
+                                    d["saved"].get<std::string>());
+  }
+  const json budgets = get("/v1/ledger/budgets").body_json();
+  auto budgets_csv = lines(get("/v1/ledger/budgets?format=csv").body);
+  ASSERT_EQ(budgets_csv.size(), budgets["budgets"].size() + 1);
+  auto xml = call("GET", "/v1/ledger/budgets?format=xml", "", auth_headers(kFinanceKey));
+  ASSERT_TRUE(xml);
+  EXPECT_EQ(xml->status, 400);  // refused, not ignored
+  // The spend CSV adds up to the CLI's report total, to the micro-unit.
+  auto spend_csv = lines(get("/v1/ledger/spend?format=csv&stack=team").body);
+  int64_t spend_total = 0;
+  for (size_t i = 1; i < spend_csv.size(); ++i) {
+    spend_total += micros(spend_csv[i].substr(spend_csv[i].rfind(',') + 1));
+  }
+  std::string out = (dir_.path() / "report.json").string();
+  ASSERT_EQ(run_command(ferry_binary() + " ledger report --db " + db_ +
+                        " --by team --format json > " + out),
+            0);
+  std::ifstream in(out);
+  json cli = json::parse(in);
+  EXPECT_EQ(spend_total, micros(cli["totals"]["cost"]["total"].get<std::string>()));
+  EXPECT_GT(spend_total, 0);
 }
 
 }  // namespace

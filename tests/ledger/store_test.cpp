@@ -17,6 +17,7 @@
 #include "ledger/pg_store.h"
 #include "ledger/report.h"
 #include "ledger/response_store.h"
+#include "ledger/tasks.h"
 #include "ledger/verify.h"
 #include "pg_outage.h"
 #include "test_util.h"
@@ -690,6 +691,151 @@ TEST_P(LedgerStore, StoredResponsesAreSharedByEveryInstance) {
   auto purged = (*one)->purge(now + hour);
   ASSERT_TRUE(purged);
   EXPECT_EQ(*purged, 1);
+}
+
+// Rows of 12 tasks over two targets (one local), three teams, two days, an adjustment, some
+// tasks marked before their rows and some after; and rows without a task.
+void record_task_rows(LedgerStore& t, Ledger& ledger, const std::string& db) {
+  std::string adjusted;
+  for (int i = 0; i < 60; ++i) {
+    RequestRecord r =
+        simple_record(i % 3 == 0 ? "local-small" : "gpu-large", tokens_of(100 + i, 0, 20 + i, 0),
+                      kJune15 + (i % 2) * 86400000000LL);
+    r.team = "team-" + std::to_string(i % 3);
+    r.task_id = i % 10 == 9 ? "" : "task-" + std::to_string(i % 12);
+    if (i == 20) {
+      // A task marked before any of its rows: the rollup takes its status from `tasks`.
+      TaskMark early{"task-8", TaskStatus::kFailed, {{"feature", "f-early"}}, "key-a", kJune15};
+      ASSERT_TRUE(mark_task(db, early));
+    }
+    if (i % 12 == 8 && i < 20) r.task_id = "task-x";  // rows of task-8 come after its mark
+    std::string id;
+    ASSERT_TRUE(record_durably(ledger, r, &id));
+    if (i == 4) adjusted = id;
+  }
+  Adjustment refund;
+  refund.adjusts_id = adjusted;  // task-4
+  refund.output = Money::from_micros(-700);
+  refund.note = "refund";
+  std::promise<Status> done;
+  ledger.adjust(refund, [&](const Status& st) { done.set_value(st); });
+  ASSERT_TRUE(done.get_future().get());
+  for (int k : {1, 2, 5}) {
+    TaskMark m{"task-" + std::to_string(k),
+               k == 5 ? TaskStatus::kAbandoned : TaskStatus::kCompleted,
+               {{"feature", "f" + std::to_string(k % 2)}},
+               "key-a",
+               kJune15 + 1};
+    ASSERT_TRUE(mark_task(db, m));
+  }
+  (void)t;
+}
+
+void expect_same_reports(const TaskReport& a, const TaskReport& b) {
+  ASSERT_EQ(a.rows.size(), b.rows.size());
+  for (size_t i = 0; i < a.rows.size(); ++i) {
+    SCOPED_TRACE(a.rows[i].group + "/" + std::string(task_status_name(a.rows[i].status)));
+    EXPECT_EQ(a.rows[i].group, b.rows[i].group);
+    EXPECT_EQ(a.rows[i].status, b.rows[i].status);
+    EXPECT_EQ(a.rows[i].tasks, b.rows[i].tasks);
+    EXPECT_EQ(a.rows[i].requests, b.rows[i].requests);
+    EXPECT_EQ(a.rows[i].tokens, b.rows[i].tokens);
+    EXPECT_EQ(a.rows[i].local_tokens, b.rows[i].local_tokens);
+    EXPECT_EQ(a.rows[i].cost.micros(), b.rows[i].cost.micros());
+    EXPECT_EQ(a.rows[i].local_cost.micros(), b.rows[i].local_cost.micros());
+    EXPECT_EQ(a.rows[i].local_requests, b.rows[i].local_requests);
+  }
+}
+
+constexpr const char* kTaskPrices = R"(
+- {model: gpu-large, effective_from: 2026-01-01, input: 3.00, cached_input: 0.30, output: 15.00, reasoning: 15.00}
+- {model: local-small, effective_from: 2026-01-01, input: 0.10, cached_input: 0.01, output: 0.20, reasoning: 0.20, internal: true}
+)";
+
+// The rollups (task_totals, task_targets, daily_key) answer as the rows do, to the micro-unit,
+// adjustments included; and a ledger migrated from schema 8 gets them built from its rows.
+TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
+  const std::string db = db_->config("").path;
+  {
+    auto opened = Ledger::open(db_->config("gw-1"), catalog_from(kTaskPrices), {});
+    ASSERT_TRUE(opened) << opened.error().message;
+    record_task_rows(*this, **opened, db);
+  }
+  auto check = [&] {
+    TaskReportQuery q;
+    q.local_targets = {"local-small"};
+    int64_t task_cost =
+        db_->scalar("SELECT SUM(COALESCE(cost_total,0)) FROM requests WHERE task_id <> ''");
+    for (std::string by : {"", "team", "day", "label:feature"}) {
+      SCOPED_TRACE("by " + by);
+      q.by = by;
+      q.force_raw = false;
+      auto rolled = task_report(db, q);
+      ASSERT_TRUE(rolled) << rolled.error().message;
+      q.force_raw = true;
+      auto raw = task_report(db, q);
+      ASSERT_TRUE(raw) << raw.error().message;
+      expect_same_reports(*rolled, *raw);
+      int64_t sum = 0;
+      for (const auto& g : rolled->rows) sum += g.cost.micros();
+      EXPECT_EQ(sum, task_cost);  // the adjustment included
+    }
+    q.by = "";
+    q.force_raw = false;
+    auto by_status = task_report(db, q);
+    ASSERT_TRUE(by_status);
+    std::map<TaskStatus, int64_t> tasks;
+    for (const auto& g : by_status->rows) tasks[g.status] += g.tasks;
+    EXPECT_EQ(tasks[TaskStatus::kCompleted], 2);
+    EXPECT_EQ(tasks[TaskStatus::kAbandoned], 1);
+    EXPECT_EQ(tasks[TaskStatus::kFailed], 1);  // task-8, marked before its rows
+    for (std::optional<TaskStatus> status :
+         {std::optional<TaskStatus>(), std::optional(TaskStatus::kCompleted)}) {
+      q.force_raw = false;
+      auto rolled = top_tasks(db, q, status, 5, 1);
+      q.force_raw = true;
+      auto raw = top_tasks(db, q, status, 5, 1);
+      ASSERT_TRUE(rolled && raw);
+      EXPECT_EQ(rolled->total, raw->total);
+      ASSERT_EQ(rolled->tasks.size(), raw->tasks.size());
+      for (size_t i = 0; i < raw->tasks.size(); ++i) {
+        EXPECT_EQ(rolled->tasks[i].task_id, raw->tasks[i].task_id);
+        EXPECT_EQ(rolled->tasks[i].status, raw->tasks[i].status);
+        EXPECT_EQ(rolled->tasks[i].cost.micros(), raw->tasks[i].cost.micros());
+        EXPECT_EQ(rolled->tasks[i].local_cost.micros(), raw->tasks[i].local_cost.micros());
+        EXPECT_EQ(rolled->tasks[i].requests, raw->tasks[i].requests);
+        EXPECT_EQ(rolled->tasks[i].team, raw->tasks[i].team);
+      }
+    }
+    // The spend report by key and month reads daily_key; the rows give the same figures.
+    ReportQuery by_key;
+    by_key.by = {ReportBy::kMonth, ReportBy::kKey};
+    by_key.filter.team = "team-1";
+    auto fast = run_report(db, by_key);
+    by_key.force_raw = true;
+    auto slow = run_report(db, by_key);
+    ASSERT_TRUE(fast && slow);
+    EXPECT_TRUE(fast->from_aggregate);
+    EXPECT_EQ(fast->totals.total.micros(), slow->totals.total.micros());
+    EXPECT_EQ(fast->totals.requests, slow->totals.requests);
+    EXPECT_EQ(fast->totals.output_tokens, slow->totals.output_tokens);
+    EXPECT_EQ(fast->totals.total.micros(),
+              db_->scalar("SELECT SUM(COALESCE(cost_total,0)) FROM requests WHERE team='team-1'"));
+  };
+  check();
+  EXPECT_GT(db_->scalar("SELECT COUNT(*) FROM task_totals"), 10);
+  // Back to the schema before the rollups; opening the ledger builds them from the rows.
+  ASSERT_TRUE(
+      db_->exec("DROP TABLE daily_key; DROP TABLE task_totals; DROP TABLE task_targets; "
+                "DROP TABLE api_keys"));
+  ASSERT_TRUE(db_->exec(db_->shared() ? "UPDATE meta SET value='3' WHERE key='schema_version'"
+                                      : "PRAGMA user_version=8"));
+  {
+    auto reopened = Ledger::open(db_->config("gw-1"), catalog_from(kTaskPrices), {});
+    ASSERT_TRUE(reopened) << reopened.error().message;
+  }
+  EXPECT_GT(db_->scalar("SELECT COUNT(*) FROM task_totals"), 10);
+  check();
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, LedgerStore, ::testing::Values("sqlite", "postgres"),

@@ -1,0 +1,68 @@
+#include "ledger/any_db.h"
+
+#include <charconv>
+
+#include "ledger/pg_db.h"
+#include "ledger/pg_store.h"
+#include "ledger/store.h"
+
+namespace ferry::ledger {
+
+Result<Rows> query_rows(const std::string& db, const std::string& sql,
+                        const std::vector<Value>& params, bool write) {
+  Rows out;
+  if (is_pg_url(db)) {
+    auto conn = PgConn::connect(db);
+    if (!conn) return conn.error();
+    std::vector<PgParam> pg;
+    for (const Value& v : params) {
+      if (const auto* text = std::get_if<std::string>(&v)) {
+        pg.emplace_back(*text);
+      } else if (const auto* i = std::get_if<int64_t>(&v)) {
+        pg.push_back(pg_int(*i));
+      } else {
+        pg.emplace_back(std::nullopt);
+      }
+    }
+    auto rows = conn->run(detail::numbered_placeholders(sql), pg);
+    if (!rows) return rows.error();
+    for (int r = 0; r < rows->rows(); ++r) {
+      auto& row = out.emplace_back();
+      for (int c = 0; c < rows->columns(); ++c) row.push_back(rows->value(r, c));
+    }
+    return out;
+  }
+  auto sdb = Db::open(db, !write);
+  if (!sdb) return sdb.error();
+  auto stmt = sdb->prepare(sql);
+  if (!stmt) return stmt.error();
+  for (size_t i = 0; i < params.size(); ++i) {
+    stmt->bind_value(static_cast<int>(i + 1), params[i]);
+  }
+  for (;;) {
+    auto has = stmt->step();
+    if (!has) return has.error();
+    if (!*has) break;
+    auto& row = out.emplace_back();
+    for (int c = 0; c < stmt->column_count(); ++c) row.push_back(stmt->value_at(c));
+  }
+  return out;
+}
+
+int64_t value_int(const Value& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
+  if (const auto* t = std::get_if<std::string>(&v)) {
+    int64_t out = 0;
+    std::from_chars(t->data(), t->data() + t->size(), out);
+    return out;
+  }
+  return 0;
+}
+
+std::string value_text(const Value& v) {
+  if (const auto* t = std::get_if<std::string>(&v)) return *t;
+  if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  return "";
+}
+
+}  // namespace ferry::ledger

@@ -1,0 +1,26 @@
+// One statement over either store's database (a SQLite path or a postgresql:// URL), for the
+// small readers and writers beside the stores (task reports, stored keys): the SQL is written
+// with ? placeholders (numbered for PostgreSQL), values bound apart, each row as values.
+// Every call opens its own connection; any worker or CLI thread, never an I/O thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "ledger/sqlite_db.h"  // Value
+
+namespace ferry::ledger {
+
+using Rows = std::vector<std::vector<Value>>;
+
+// Runs `sql` (read-only unless `write`) and returns its rows.
+Result<Rows> query_rows(const std::string& db, const std::string& sql,
+                        const std::vector<Value>& params, bool write = false);
+
+// A value as an integer (PostgreSQL's sums arrive as decimal text) or as text; NULL: 0 / "".
+int64_t value_int(const Value& v);
+std::string value_text(const Value& v);
+
+}  // namespace ferry::ledger

@@ -1,0 +1,53 @@
+// API keys kept in the ledger's database (`api_keys`, SQLite or PostgreSQL) beside those of the
+// config: created with a random secret that is returned once and stored only as its SHA-256,
+// listed, revoked by id (the row stays, with its revocation time). Every call opens its own
+// connection; any worker or CLI thread, never an I/O thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace ferry::ledger {
+
+struct StoredKey {
+  std::string id;
+  std::string sha256;  // lower-case hex of the secret
+  std::string team;
+  std::string project;
+  std::string role;               // "app", "finance" or "admin"
+  std::vector<std::string> tags;  // trusted tags
+  int64_t created_us = 0;
+  std::string created_by;  // the key id (or "cli") that created it
+  std::optional<int64_t> revoked_us;
+};
+
+struct CreatedKey {
+  StoredKey key;
+  std::string secret;  // shown once; never stored
+};
+
+// A key id: 1-64 of [A-Za-z0-9_.-].
+bool is_key_id(std::string_view id);
+
+// Creates a key with a fresh secret ("fk-" and 48 hex digits). `spec.id` empty: one is made
+// ("k-" and 12 hex digits). kInvalidRequest "key_exists": the id exists (revoked ones included) or
+// is one of `reserved_ids` (the config's keys).
+Result<CreatedKey> create_key(const std::string& db, StoredKey spec,
+                              const std::vector<std::string>& reserved_ids);
+
+// Every stored key, oldest first; revoked ones only when `include_revoked`.
+Result<std::vector<StoredKey>> list_keys(const std::string& db, bool include_revoked);
+
+// Revokes the key: kNotFound when no key has the id, the stored key (with its first revocation
+// time) otherwise; revoking twice is not an error.
+Result<StoredKey> revoke_key(const std::string& db, const std::string& id, int64_t now_us);
+
+// How many keys were ever stored (revoked ones included): once one was, authentication stays
+// on even when every key is revoked and the config has none.
+Result<int64_t> stored_key_count(const std::string& db);
+
+}  // namespace ferry::ledger
