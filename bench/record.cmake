@@ -4,5 +4,5 @@
 add_executable(ferry_record_bench ${CMAKE_CURRENT_LIST_DIR}/record_bench.cpp
   ${PROJECT_SOURCE_DIR}/gateway/metrics.cpp ${PROJECT_SOURCE_DIR}/gateway/access_log.cpp
   ${PROJECT_SOURCE_DIR}/gateway/request_record.cpp)
-target_link_libraries(ferry_record_bench PRIVATE ferry_common ferry_options
+target_link_libraries(ferry_record_bench PRIVATE ferry_adapters ferry_common ferry_options
   benchmark::benchmark Threads::Threads)

@@ -257,6 +257,13 @@ struct BatchRows {
   size_t attempt_rows = 0;
 };
 
+// A value as a statement parameter (the rollups' upserts; rows go by COPY).
+PgParam param_of(const ValueRef& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return pg_int(*i);
+  if (const auto* s = std::get_if<std::string_view>(&value)) return std::string(*s);
+  return std::nullopt;
+}
+
 void copy_value(std::string& row, const ValueRef& value, bool first = false) {
   if (const auto* i = std::get_if<int64_t>(&value)) {
     pg_copy_int(row, *i, first);

@@ -141,9 +141,10 @@ TEST(Config, ExampleFileLoads) {
   EXPECT_EQ(cfg->auth.keys.size(), 1u);
   EXPECT_EQ(cfg->backends[0].timeouts.first_byte_ms, 60000);
   EXPECT_EQ(cfg->models[0].upstream_model, "meta-llama/Llama-3.1-8B-Instruct");
-  ASSERT_EQ(cfg->backends.size(), 2u);
-  ASSERT_TRUE(cfg->backends[1].local);
-  EXPECT_EQ(cfg->backends[1].local->model_path,
+  ASSERT_EQ(cfg->backends.size(), 3u);  // one server, a replica pool, the local engine
+  EXPECT_EQ(cfg->backends[1].replicas.size(), 2u);
+  ASSERT_TRUE(cfg->backends[2].local);
+  EXPECT_EQ(cfg->backends[2].local->model_path,
             std::string(FERRY_SOURCE_DIR) + "/config/models/qwen2.5-0.5b-instruct-q8_0.gguf");
   ASSERT_TRUE(cfg->policy);
   EXPECT_EQ(cfg->policy->file, std::string(FERRY_SOURCE_DIR) + "/config/policies.yaml");
