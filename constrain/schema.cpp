@@ -31,7 +31,8 @@ const std::set<std::string, std::less<>> kKeywords = {"type",
                                                       "minimum",
                                                       "maximum",
                                                       "exclusiveMinimum",
-                                                      "exclusiveMaximum"};
+                                                      "exclusiveMaximum",
+                                                      "nullable"};
 
 // Strict subsets of the formats ajv-formats checks (see schema.h). Email's domain labels have
 // no hyphen: a class run followed by bytes of its own class would not take the run tables.
@@ -330,7 +331,17 @@ std::uint32_t SchemaCompiler::node_rule(const Json& s, const std::string& path) 
       }
     }
     if (types.empty()) unsupported("type", path, "expects a type name or a list of them");
+    // OpenAPI's `nullable: true` (what zod's .nullable() becomes): null is allowed too.
+    if (s.contains("nullable")) {
+      if (!s["nullable"].is_boolean()) {
+        unsupported("nullable", path, "expects true or false");
+      } else if (s["nullable"].get<bool>() &&
+                 std::find(types.begin(), types.end(), "null") == types.end()) {
+        types.push_back("null");
+      }
+    }
   } else {
+    if (s.contains("nullable")) unsupported("nullable", path, "only beside 'type'");
     // No type: the keywords say which kind of value they constrain; none: any value.
     const auto has = [&](std::initializer_list<const char*> keys) {
       return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return s.contains(k); });

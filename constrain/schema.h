@@ -10,7 +10,8 @@
 // subset in regex.h), `format` date, time, date-time, uuid, email (generated from a strict
 // subset of each: e.g. days 01-28 in February, times with a Z or an offset),
 // `minLength`/`maxLength`, and `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum`
-// (integers exactly; a bounded `number` is generated as an integer in its range). Annotations
+// (integers exactly; a bounded `number` is generated as an integer in its range), OpenAPI's
+// `nullable` beside `type` (what zod's .nullable() writes: null allowed too). Annotations
 // (title, description, default, examples, $comment, $schema, $id, deprecated, readOnly,
 // writeOnly) are accepted. Any other keyword is an error naming it and its JSON pointer path.
 #pragma once

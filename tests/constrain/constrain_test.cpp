@@ -102,6 +102,10 @@ INSTANTIATE_TEST_SUITE_P(
                     {R"("a")", "3"},
                     {"true", "1.5"}},
         KeywordCase{R"({"type":["string","null"]})", {R"("a")", "null"}, {"1"}},
+        KeywordCase{R"({"type":"string","maxLength":2,"nullable":true})",
+                    {R"("ab")", "null"},
+                    {R"("abc")", "1"}},
+        KeywordCase{R"({"type":"integer","nullable":false})", {"1"}, {"null"}},
         KeywordCase{R"({"allOf":[{"type":"integer","maximum":3}]})", {"3"}, {"4"}},
         KeywordCase{
             R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v","kids"]}},"$ref":"#/$defs/node"})",
