@@ -140,6 +140,60 @@ struct RenderError {
   throw RenderError{std::move(message)};
 }
 
+// A template comes from a model file or a config, and a corrupt or hostile one must end in an
+// error, never in a stack overflow, an exhausted memory or a render that never ends. These
+// bounds are far past what real chat templates use (nesting below 20, a few thousand steps per
+// message) and far below what would hurt the process.
+constexpr int kMaxNesting = 600;  // parser and interpreter recursion (a parenthesis costs 3)
+constexpr std::size_t kMaxStringBytes = 64u << 20;   // any one string, and the output
+constexpr std::size_t kMaxListItems = 1u << 20;      // range(), string repetition counts
+constexpr std::uint64_t kBaseSteps = 5'000'000;      // statements, loop turns and expressions, plus
+constexpr std::uint64_t kStepsPerInputValue = 1000;  // per value of the context: templates loop
+constexpr std::uint64_t kLoopTurnSteps = 10;         // over messages; a turn builds `loop`
+
+// Counts recursion depth for the thread (parsing and rendering never interleave on one thread).
+thread_local int t_nesting = 0;
+class Nested {
+ public:
+  Nested() {
+    if (++t_nesting > kMaxNesting) {
+      --t_nesting;
+      fail("nested more than " + std::to_string(kMaxNesting) + " levels deep");
+    }
+  }
+  ~Nested() { --t_nesting; }
+  Nested(const Nested&) = delete;
+  Nested& operator=(const Nested&) = delete;
+};
+
+void check_string_size(std::size_t bytes) {
+  if (bytes > kMaxStringBytes)
+    fail("a string would be longer than " + std::to_string(kMaxStringBytes >> 20) + " MiB");
+}
+
+// A double as an integer, refusing what does not fit (the cast would be undefined behaviour).
+std::int64_t to_int64(double d) {
+  if (!(d >= -9.2e18 && d <= 9.2e18)) fail("number out of integer range");
+  return static_cast<std::int64_t>(d);
+}
+
+// Integer arithmetic as Python's would give it, or an error where int64 cannot hold it.
+std::int64_t add_int(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) fail("integer overflow");
+  return r;
+}
+std::int64_t sub_int(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) fail("integer overflow");
+  return r;
+}
+std::int64_t mul_int(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) fail("integer overflow");
+  return r;
+}
+
 struct Args {
   std::vector<Value> positional;
   std::vector<std::pair<std::string, Value>> named;
@@ -156,7 +210,10 @@ struct Callable {
   std::function<Value(Args&)> call;
 };
 
-Value from_json(const nlohmann::ordered_json& j) {
+// `values` counts what was converted (the render's step budget grows with its input).
+Value from_json(const nlohmann::ordered_json& j, std::uint64_t& values) {
+  const Nested nested;
+  ++values;
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value::none();
@@ -171,13 +228,13 @@ Value from_json(const nlohmann::ordered_json& j) {
       return Value::string(Str::borrow(j.get_ref<const std::string&>()));
     case nlohmann::ordered_json::value_t::array: {
       Value v = Value::new_list();
-      for (const auto& e : j) v.list->push_back(from_json(e));
+      for (const auto& e : j) v.list->push_back(from_json(e, values));
       return v;
     }
     case nlohmann::ordered_json::value_t::object: {
       Value v = Value::new_dict();
       for (auto it = j.begin(); it != j.end(); ++it)
-        v.dict->items.emplace_back(it.key(), from_json(it.value()));
+        v.dict->items.emplace_back(it.key(), from_json(it.value(), values));
       return v;
     }
     default:
@@ -264,6 +321,8 @@ void json_string(std::string& out, std::string_view s) {
 }
 
 void to_json(std::string& out, const Value& v, int indent, int depth) {
+  const Nested nested;  // a list appended into itself would otherwise recurse forever
+  check_string_size(out.size());
   const std::string item_sep = indent > 0 ? "," : ", ";
   auto pad = [&](int d) {
     out.push_back('\n');
@@ -350,6 +409,7 @@ std::string to_string(const Value& v) {
 }
 
 bool equal(const Value& a, const Value& b) {
+  const Nested nested;
   const bool an = a.kind == Value::kInt || a.kind == Value::kFloat || a.kind == Value::kBool;
   const bool bn = b.kind == Value::kInt || b.kind == Value::kFloat || b.kind == Value::kBool;
   if (an && bn) {
@@ -574,6 +634,7 @@ class ExprParser {
   static ExprPtr make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
 
   ExprPtr parse_ternary() {
+    const Nested nested;  // every parenthesis, list, call argument and subscript comes here
     ExprPtr cond_true = parse_or();
     if (is_name("if")) {
       ++p_;
@@ -611,6 +672,7 @@ class ExprParser {
     return left;
   }
   ExprPtr parse_not() {
+    const Nested nested;
     if (is_name("not")) {
       ++p_;
       Expr e{Expr::kUnary};
@@ -680,6 +742,7 @@ class ExprParser {
     return left;
   }
   ExprPtr parse_unary() {
+    const Nested nested;
     if (is_op("-") || is_op("+")) {
       Expr e{Expr::kUnary};
       e.name = t_[p_++].text;
@@ -994,6 +1057,7 @@ class TemplateParser {
   // Parses nodes until a statement whose first word is in `stops`; returns it in `stop`
   // (with the statement's parser positioned after the word).
   std::vector<AstNodePtr> parse_block(const std::vector<std::string>& stops, std::string& stop) {
+    const Nested nested;
     std::vector<AstNodePtr> nodes;
     stop.clear();
     while (pos_ < chunks_.size()) {
@@ -1139,6 +1203,7 @@ class Interpreter {
   explicit Interpreter(std::string& out) : out_(&out) { scopes_.emplace_back(); }
 
   void set_global(const std::string& name, Value v) { scopes_.front()[name] = std::move(v); }
+  void set_step_budget(std::uint64_t steps) { max_steps_ = steps; }
 
   Flow run(const std::vector<AstNodePtr>& nodes) {
     for (const AstNodePtr& n : nodes) {
@@ -1182,17 +1247,48 @@ class Interpreter {
     return nullptr;
   }
 
+  // Whether `v` holds the list or dict at `target`: storing it there would make a cycle (values
+  // share their lists and dicts), which would never be freed and would print forever. Each
+  // value visited is a step of the render's budget.
+  bool reaches(const Value& v, const void* target, int depth) {
+    step();
+    if (depth > kMaxNesting)
+      fail("nested more than " + std::to_string(kMaxNesting) + " levels deep");
+    if (v.kind == Value::kList) {
+      if (v.list.get() == target) return true;
+      for (const Value& item : *v.list)
+        if (reaches(item, target, depth + 1)) return true;
+    } else if (v.kind == Value::kDict) {
+      if (v.dict.get() == target) return true;
+      for (const auto& [k, item] : v.dict->items)
+        if (reaches(item, target, depth + 1)) return true;
+    }
+    return false;
+  }
+
+  // One unit of the render's work; a template that loops past the budget is refused.
+  void step(std::uint64_t units = 1) {
+    steps_ += units;
+    if (steps_ > max_steps_)
+      fail("the template takes more than " + std::to_string(max_steps_) + " steps");
+  }
+
   Flow exec(const AstNode& n) {
+    const Nested nested;
+    step();
     switch (n.kind) {
       case AstNode::kText:
+        check_string_size(out_->size() + n.text.size());
         *out_ += n.text;
         return Flow::kNormal;
       case AstNode::kOutput: {
         const Value v = eval(*n.expr);
         if (v.kind == Value::kString) {
+          check_string_size(out_->size() + v.s.size());
           out_->append(v.s.view());
         } else {
           *out_ += to_string(v);
+          check_string_size(out_->size());
         }
         return Flow::kNormal;
       }
@@ -1219,6 +1315,7 @@ class Interpreter {
           Value* ns = lookup_mut(n.targets[0]);
           if (!ns || ns->kind != Value::kDict)
             fail("cannot set attribute of '" + n.targets[0] + "'");
+          if (reaches(v, ns->dict.get(), 0)) fail("cannot store a namespace inside itself");
           ns->dict->set(n.attr, std::move(v));
         } else if (n.targets.size() == 1) {
           scopes_.back()[n.targets[0]] = std::move(v);
@@ -1271,6 +1368,8 @@ class Interpreter {
     } else if (iterable.kind == Value::kDict) {
       for (const auto& [k, v] : iterable.dict->items) items.push_back(Value::string(k));
     } else if (iterable.kind == Value::kString) {
+      if (iterable.s.size() > kMaxListItems)
+        fail("iterating a string of more than " + std::to_string(kMaxListItems) + " bytes");
       for (const char ch : iterable.s.view()) items.push_back(Value::string(std::string(1, ch)));
     } else if (iterable.kind == Value::kUndefined || iterable.kind == Value::kNone) {
       // Iterating nothing.
@@ -1300,6 +1399,7 @@ class Interpreter {
     if (items.empty()) return run(n.else_body);
     const std::size_t count = items.size();
     for (std::size_t k = 0; k < count; ++k) {
+      step(kLoopTurnSteps);
       Scope scope;
       bind(scope, items[k]);
       Value loop = Value::new_dict();
@@ -1331,6 +1431,8 @@ class Interpreter {
   }
 
   Value eval(const Expr& e) {
+    const Nested nested;
+    step();
     switch (e.kind) {
       case Expr::kLiteral:
         return e.literal;
@@ -1366,7 +1468,7 @@ class Interpreter {
         Value v = eval(*e.a);
         if (e.name == "not") return Value::boolean(!truthy(v));
         if (e.name == "-") {
-          if (v.kind == Value::kInt) return Value::integer(-v.i);
+          if (v.kind == Value::kInt) return Value::integer(sub_int(0, v.i));
           return Value::real(-as_number(v));
         }
         return v;
@@ -1407,7 +1509,7 @@ class Interpreter {
     return v ? *v : Value();
   }
 
-  static Value attribute(const Value& obj, const std::string& name) {
+  Value attribute(const Value& obj, const std::string& name) {
     if (obj.kind == Value::kDict) {
       if (const Value* v = obj.dict->find(name)) return *v;
       if (name == "items" || name == "keys" || name == "values" || name == "get")
@@ -1426,11 +1528,11 @@ class Interpreter {
     return Value();
   }
 
-  static Value method_value(const Value& obj, const std::string& name) {
+  Value method_value(const Value& obj, const std::string& name) {
     Value m;
     m.kind = Value::kFunc;
     m.fn = std::make_shared<Callable>();
-    m.fn->call = [self = obj, name](Args& args) { return call_method(self, name, args); };
+    m.fn->call = [this, self = obj, name](Args& args) { return call_method(self, name, args); };
     return m;
   }
 
@@ -1451,7 +1553,7 @@ class Interpreter {
 
   // Long for a reason: a dispatch table of the methods templates call, grouped by receiver kind
   // (string, list, dict), each branch a few lines.
-  static Value call_method(const Value& self, std::string_view name, Args& args) {
+  Value call_method(const Value& self, std::string_view name, Args& args) {
     if (self.kind == Value::kString) {
       const std::string_view s = self.s.view();
       if (name == "strip")
@@ -1556,20 +1658,28 @@ class Interpreter {
     }
     if (self.kind == Value::kList && name == "append") {
       if (args.positional.empty()) fail("append needs an argument");
+      if (self.list->size() >= kMaxListItems)
+        fail("a list of more than " + std::to_string(kMaxListItems) + " items");
+      if (reaches(args.positional[0], self.list.get(), 0)) fail("cannot append a list into itself");
       self.list->push_back(args.positional[0]);
       return Value::none();
     }
     fail("unknown method '" + std::string(name) + "'");
   }
 
+  // One pass into a new string: replacing in place moves the tail on every hit (quadratic).
   static std::string replace_all(std::string s, const std::string& from, const std::string& to) {
     if (from.empty()) return s;
+    std::string out;
     std::size_t pos = 0;
-    while ((pos = s.find(from, pos)) != std::string::npos) {
-      s.replace(pos, from.size(), to);
-      pos += to.size();
+    for (std::size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
+      out.append(s, pos, hit - pos);
+      out += to;
+      check_string_size(out.size());
     }
-    return s;
+    out.append(s, pos);
+    check_string_size(out.size());
+    return out;
   }
 
   static Value index(const Value& obj, const Value& key) {
@@ -1661,18 +1771,27 @@ class Interpreter {
     }
     if (name == "range") {
       std::int64_t start = 0, stop = 0, step = 1;
+      auto int_arg = [](const Value& v) {
+        return v.kind == Value::kInt ? v.i : to_int64(as_number(v));
+      };
       if (args.positional.size() == 1) {
-        stop = static_cast<std::int64_t>(as_number(args.positional[0]));
+        stop = int_arg(args.positional[0]);
       } else if (args.positional.size() >= 2) {
-        start = static_cast<std::int64_t>(as_number(args.positional[0]));
-        stop = static_cast<std::int64_t>(as_number(args.positional[1]));
-        if (args.positional.size() > 2)
-          step = static_cast<std::int64_t>(as_number(args.positional[2]));
+        start = int_arg(args.positional[0]);
+        stop = int_arg(args.positional[1]);
+        if (args.positional.size() > 2) step = int_arg(args.positional[2]);
       }
       if (step == 0) fail("range step cannot be zero");
+      // The count in 128 bits: stop - start of two int64s does not fit in 64.
+      const __int128 span = static_cast<__int128>(stop) - start;
+      const __int128 count = step > 0 ? (span > 0 ? (span + step - 1) / step : 0)
+                                      : (span < 0 ? (span + step + 1) / step : 0);
+      if (count > static_cast<__int128>(kMaxListItems))
+        fail("range of more than " + std::to_string(kMaxListItems) + " items");
+      this->step(static_cast<std::uint64_t>(count));
       Value out = Value::new_list();
-      for (std::int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
-        out.list->push_back(Value::integer(k));
+      for (__int128 k = 0; k < count; ++k)
+        out.list->push_back(Value::integer(static_cast<std::int64_t>(start + k * step)));
       return out;
     }
     fail("unknown function '" + std::string(name) + "'");
@@ -1709,7 +1828,9 @@ class Interpreter {
     if (name == "tojson") {
       const Value* indent = args.get(0, "indent");
       std::string out;
-      to_json(out, v, indent && indent->kind == Value::kInt ? static_cast<int>(indent->i) : 0, 0);
+      const std::int64_t width = indent && indent->kind == Value::kInt ? indent->i : 0;
+      if (width < 0 || width > 64) fail("tojson indent must be between 0 and 64");
+      to_json(out, v, static_cast<int>(width), 0);
       return Value::string(std::move(out));
     }
     if (name == "length" || name == "count") {
@@ -1747,6 +1868,7 @@ class Interpreter {
       for (std::size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += d;
         out += to_string((*v.list)[k]);
+        check_string_size(out.size());
       }
       return Value::string(std::move(out));
     }
@@ -1781,14 +1903,14 @@ class Interpreter {
     if (name == "int") {
       if (v.kind == Value::kString)
         return Value::integer(std::strtoll(v.s.str().c_str(), nullptr, 10));
-      return Value::integer(static_cast<std::int64_t>(
-          v.kind == Value::kUndefined || v.kind == Value::kNone ? 0 : as_number(v)));
+      return Value::integer(
+          to_int64(v.kind == Value::kUndefined || v.kind == Value::kNone ? 0 : as_number(v)));
     }
     if (name == "float")
       return Value::real(v.kind == Value::kString ? std::strtod(v.s.str().c_str(), nullptr)
                                                   : as_number(v));
     if (name == "abs")
-      return v.kind == Value::kInt ? Value::integer(v.i < 0 ? -v.i : v.i)
+      return v.kind == Value::kInt ? Value::integer(v.i < 0 ? sub_int(0, v.i) : v.i)
                                    : Value::real(std::fabs(as_number(v)));
     if (name == "replace") {
       const Value* a = args.get(0, "old");
@@ -1916,7 +2038,12 @@ class Interpreter {
     if (op == "!=") return Value::boolean(!equal(a, b));
     if (op == "in") return Value::boolean(contains(b, a));
     if (op == "not in") return Value::boolean(!contains(b, a));
-    if (op == "~") return Value::string(to_string(a) + to_string(b));
+    if (op == "~") {
+      std::string out = to_string(a);
+      const std::string right = to_string(b);
+      check_string_size(out.size() + right.size());
+      return Value::string(out + right);
+    }
     if (op == "<" || op == ">" || op == "<=" || op == ">=") {
       int cmp;
       if (a.kind == Value::kString && b.kind == Value::kString) {
@@ -1933,6 +2060,7 @@ class Interpreter {
     }
     if (op == "+") {
       if (a.kind == Value::kString && b.kind == Value::kString) {
+        check_string_size(a.s.size() + b.s.size());
         std::string out;
         out.reserve(a.s.size() + b.s.size());
         out.append(a.s.view());
@@ -1940,33 +2068,40 @@ class Interpreter {
         return Value::string(std::move(out));
       }
       if (a.kind == Value::kList && b.kind == Value::kList) {
+        if (a.list->size() + b.list->size() > kMaxListItems)
+          fail("a list of more than " + std::to_string(kMaxListItems) + " items");
         Value out = Value::new_list();
         *out.list = *a.list;
         out.list->insert(out.list->end(), b.list->begin(), b.list->end());
         return out;
       }
-      if (a.kind == Value::kInt && b.kind == Value::kInt) return Value::integer(a.i + b.i);
+      if (a.kind == Value::kInt && b.kind == Value::kInt) return Value::integer(add_int(a.i, b.i));
       if (a.kind == Value::kString || b.kind == Value::kString)
         fail("cannot add a string and a non-string");
       return Value::real(as_number(a) + as_number(b));
     }
     if (op == "-") {
-      if (a.kind == Value::kInt && b.kind == Value::kInt) return Value::integer(a.i - b.i);
+      if (a.kind == Value::kInt && b.kind == Value::kInt) return Value::integer(sub_int(a.i, b.i));
       return Value::real(as_number(a) - as_number(b));
     }
     if (op == "*") {
       if (a.kind == Value::kString && b.kind == Value::kInt) {
+        if (b.i > 0) {
+          if (static_cast<std::uint64_t>(b.i) > kMaxStringBytes) check_string_size(SIZE_MAX);
+          check_string_size(a.s.size() * static_cast<std::size_t>(b.i));
+        }
         std::string out;
         for (std::int64_t k = 0; k < b.i; ++k) out += a.s.view();
         return Value::string(std::move(out));
       }
-      if (a.kind == Value::kInt && b.kind == Value::kInt) return Value::integer(a.i * b.i);
+      if (a.kind == Value::kInt && b.kind == Value::kInt) return Value::integer(mul_int(a.i, b.i));
       return Value::real(as_number(a) * as_number(b));
     }
     if (op == "/") return Value::real(as_number(a) / as_number(b));
     if (op == "//") {
       if (a.kind == Value::kInt && b.kind == Value::kInt) {
         if (b.i == 0) fail("division by zero");
+        if (a.i == INT64_MIN && b.i == -1) fail("integer overflow");
         std::int64_t q = a.i / b.i;
         if ((a.i % b.i != 0) && ((a.i < 0) != (b.i < 0))) --q;
         return Value::integer(q);
@@ -1976,6 +2111,7 @@ class Interpreter {
     if (op == "%") {
       if (a.kind == Value::kInt && b.kind == Value::kInt) {
         if (b.i == 0) fail("modulo by zero");
+        if (b.i == -1) return Value::integer(0);  // INT64_MIN % -1 would trap
         std::int64_t r = a.i % b.i;
         if (r != 0 && ((r < 0) != (b.i < 0))) r += b.i;
         return Value::integer(r);
@@ -1987,6 +2123,8 @@ class Interpreter {
 
   std::string* out_;
   std::vector<Scope> scopes_;
+  std::uint64_t steps_ = 0;
+  std::uint64_t max_steps_ = kBaseSteps;
 };
 
 }  // namespace
@@ -2026,7 +2164,10 @@ Result<std::string> Template::render(std::span<const Variable> variables,
   out.reserve(size_hint);
   try {
     Interpreter interp(out);
-    for (const Variable& v : variables) interp.set_global(std::string(v.name), from_json(*v.value));
+    std::uint64_t values = 0;
+    for (const Variable& v : variables)
+      interp.set_global(std::string(v.name), from_json(*v.value, values));
+    interp.set_step_budget(kBaseSteps + kStepsPerInputValue * values);
     interp.run(root_->body);
   } catch (const RenderError& e) {
     return Error::make(ErrorCode::kInvalidRequest, "chat template: " + e.message);

@@ -368,6 +368,117 @@ TEST(Jinja, ErrorsAreValues) {
   EXPECT_NE(out.error().message.find("roles must alternate"), std::string::npos);
 }
 
+// A corrupt or hostile template (from a model file or a config) ends in an error naming what
+// it exceeded, never in a stack overflow, an exhausted memory, a cycle or a render that never
+// ends; each of these crashed or hung the renderer before its bound existed.
+TEST(Jinja, HostileTemplatesEndInErrors) {
+  auto render_error = [](const std::string& source) -> std::string {
+    auto t = jinja::Template::parse(source);
+    if (!t) return t.error().message;
+    auto out = t->render(nlohmann::ordered_json::object());
+    return out ? std::string() : out.error().message;
+  };
+  const std::string deep_parens =
+      "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
+  const struct {
+    std::string source;
+    std::string expect;
+  } cases[] = {
+      {deep_parens, "nested more than"},
+      {"{{ " + std::string(5000, '-') + "1 }}", "nested more than"},
+      {"{{ " +
+           [] {
+             std::string s;
+             for (int k = 0; k < 5000; ++k) s += "not ";
+             return s;
+           }() +
+           "1 }}",
+       "nested more than"},
+      {[] {
+         std::string s;
+         for (int k = 0; k < 5000; ++k) s += "{% if 1 %}";
+         return s;
+       }(),
+       "nested more than"},
+      {"{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "nested more than"},
+      {"{% set x = [] %}{{ x.append(x) }}{{ x|tojson }}", "cannot append a list into itself"},
+      {"{% set a = [] %}{% set b = [a] %}{{ a.append(b) }}", "cannot append a list into itself"},
+      {"{% set ns = namespace(a=1) %}{% set ns.x = [ns] %}{{ ns|tojson }}",
+       "cannot store a namespace inside itself"},
+      {"{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+       "steps"},
+      {"{{ range(9223372036854775807) }}", "range of more than"},
+      {"{{ range(-9223372036854775807, 9223372036854775807, 3) }}", "range of more than"},
+      {"{{ range(1" + std::string(300, '0') + ".0) }}", "out of integer range"},
+      {"{{ 'ab' * 9000000000000000000 }}", "MiB"},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+       "{% endfor %}",
+       "MiB"},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+       "{% endfor %}",
+       "MiB"},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
+       "{% set ns.s = ns.s|replace('a', 'aa')|replace('b', 'bb') %}{% endfor %}",
+       "MiB"},
+      {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
+      {"{{ -9223372036854775807 - 2 }}", "integer overflow"},
+      {"{{ 4611686018427387904 * 2 }}", "integer overflow"},
+      {"{{ (-9223372036854775807 - 1) // -1 }}", "integer overflow"},
+      {"{{ (-9223372036854775807 - 1)|abs }}", "integer overflow"},
+      {"{{ 1" + std::string(300, '0') + ".0|int }}", "out of integer range"},
+      {"{{ [1]|tojson(indent=1000000000) }}", "indent"},
+  };
+  for (const auto& c : cases) {
+    const std::string error = render_error(c.source);
+    EXPECT_NE(error.find(c.expect), std::string::npos)
+        << c.source.substr(0, 80) << " gave: " << (error.empty() ? "(rendered)" : error);
+  }
+  // What real templates do stays well inside the bounds: 100 nested parentheses, INT64_MIN % -1
+  // (0, as in Python), and ranges counted exactly.
+  auto ok = jinja::Template::parse(
+      "{{ " + std::string(100, '(') + "7" + std::string(100, ')') +
+      " }} {{ (-9223372036854775807 - 1) % -1 }} {{ range(10, 0, -3)|list|tojson }} "
+      "{{ range(0, 10, 4)|length }}");
+  ASSERT_TRUE(ok) << ok.error().message;
+  auto out = ok->render(nlohmann::ordered_json::object());
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(*out, "7 0 [10, 7, 4, 1] 3");
+}
+
+// The step budget is far above what a chat template spends on the largest request the server
+// takes (8 MiB): every shipped template renders 100,000 messages with tool calls.
+TEST(Jinja, TheStepBudgetFitsTheLargestRequests) {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  messages.push_back({{"role", "system"}, {"content", "Be brief."}});
+  for (int k = 0; k < 50000; ++k) {
+    messages.push_back({{"role", "user"}, {"content", "q" + std::to_string(k)}});
+    messages.push_back({{"role", "assistant"}, {"content", "a" + std::to_string(k)}});
+  }
+  const nlohmann::ordered_json context = {{"messages", messages},
+                                          {"add_generation_prompt", true},
+                                          {"bos_token", "<s>"},
+                                          {"eos_token", "</s>"}};
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(FERRY_TOKENIZER_TEST_DIR) + "/templates")) {
+    if (entry.path().extension() != ".jinja") continue;
+    std::ifstream in(entry.path());
+    const std::string source((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    auto t = jinja::Template::parse(source);
+    ASSERT_TRUE(t) << entry.path() << ": " << t.error().message;
+    auto out = t->render(context);
+    // A template may refuse the conversation on its own terms (raise_exception), never on the
+    // renderer's bounds.
+    if (!out) {
+      EXPECT_EQ(out.error().message.find("steps"), std::string::npos)
+          << entry.path() << ": " << out.error().message;
+      EXPECT_EQ(out.error().message.find("nested"), std::string::npos) << entry.path();
+    } else {
+      EXPECT_NE(out->find("q49999"), std::string::npos) << entry.path();
+    }
+  }
+}
+
 TEST(ChatFormatter, OpenAiAccounting) {
   auto cl = load_tokenizer("cl100k_base");
   ASSERT_TRUE(cl);
