@@ -13,55 +13,15 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/common/csv_rows.h"
 #include "tests/integration/ferry_test_base.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferry::itest {
 namespace {
 
-using Row = std::map<std::string, std::string>;
-
-// RFC 4180 CSV into rows keyed by the header's names.
-std::vector<Row> parse_csv(const std::string& text) {
-  std::vector<std::vector<std::string>> lines;
-  std::vector<std::string> fields;
-  std::string field;
-  bool quoted = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
-        field += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        field += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.push_back(std::move(field));
-      field.clear();
-    } else if (c == '\n') {
-      fields.push_back(std::move(field));
-      field.clear();
-      lines.push_back(std::move(fields));
-      fields.clear();
-    } else if (c != '\r') {
-      field += c;
-    }
-  }
-  std::vector<Row> rows;
-  if (lines.empty()) return rows;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    Row r;
-    for (size_t j = 0; j < lines[0].size() && j < lines[i].size(); ++j)
-      r[lines[0][j]] = lines[i][j];
-    rows.push_back(std::move(r));
-  }
-  return rows;
-}
+using Row = ferry::testing::CsvRow;
+using ferry::testing::csv_rows;
 
 // "12.345678" -> 12345678 micro-units (exact).
 int64_t micros(const std::string& decimal) {
@@ -104,7 +64,7 @@ class LedgerHttpTest : public OwnConfigTest {
     EXPECT_TRUE(r);
     if (!r) return {};
     EXPECT_EQ(r->status, 200) << r->body;
-    return parse_csv(r->body);
+    return csv_rows(r->body);
   }
 
   static std::map<std::string, Row> by_task(const std::vector<Row>& rows) {
@@ -223,7 +183,7 @@ TEST_F(LedgerHttpTest, EveryRequestHasAnExactlyPricedRow) {
                    "", auth_headers(kAdminKey));
   ASSERT_TRUE(inj);
   EXPECT_EQ(inj->status, 200);
-  EXPECT_EQ(parse_csv(inj->body).size(), 0u) << inj->body;
+  EXPECT_EQ(csv_rows(inj->body).size(), 0u) << inj->body;
 }
 
 TEST_F(LedgerHttpTest, HardBudgetHoldsUnder200ConcurrentRequests) {
@@ -335,7 +295,7 @@ TEST_F(LedgerHttpTest, SigkillUnderLoadLosesNoAnsweredRequest) {
   std::ifstream in(csv_path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::set<std::string> recorded;
-  for (const auto& r : parse_csv(text)) recorded.insert(r.at("task_id"));
+  for (const auto& r : csv_rows(text)) recorded.insert(r.at("task_id"));
   for (const auto& task : received) EXPECT_EQ(recorded.count(task), 1u) << task << " has no row";
 
   // After a restart the chain continues.
@@ -383,7 +343,7 @@ TEST_F(LedgerHttpTest, RowsCarryTheRequestIdAndFiltersFindThem) {
                            auth_headers(kAdminKey));
   ASSERT_TRUE(only);
   ASSERT_EQ(only->status, 200) << only->body;
-  auto found = parse_csv(only->body);
+  auto found = csv_rows(only->body);
   ASSERT_EQ(found.size(), 1u) << only->body;
   EXPECT_EQ(found[0].at("request_id"), "abc-123");
   EXPECT_EQ(found[0].at("task_id"), "t-mine");
@@ -392,8 +352,8 @@ TEST_F(LedgerHttpTest, RowsCarryTheRequestIdAndFiltersFindThem) {
       http_request(ferry_.address, "GET", "/v1/ledger/export.csv?request_id=" + made_id, "",
                    auth_headers(kAdminKey));
   ASSERT_TRUE(generated);
-  ASSERT_EQ(parse_csv(generated->body).size(), 1u) << generated->body;
-  EXPECT_EQ(parse_csv(generated->body)[0].at("task_id"), "t-made");
+  ASSERT_EQ(csv_rows(generated->body).size(), 1u) << generated->body;
+  EXPECT_EQ(csv_rows(generated->body)[0].at("task_id"), "t-made");
 
   auto rep = http_request(ferry_.address, "GET",
                           "/v1/ledger/report?by=task&format=json&request_id=abc-1234", "",

@@ -21,6 +21,7 @@
 #include "ledger/verify.h"
 #include "pg_outage.h"
 #include "test_util.h"
+#include "tests/common/csv_rows.h"
 
 namespace ferry::ledger {
 namespace {
@@ -534,36 +535,6 @@ TEST_P(LedgerStore, HistoryReadsTheRowsBack) {
   EXPECT_EQ(*currency, "USD");
 }
 
-// RFC 4180 lines: quoted fields may hold commas, doubled quotes and newlines.
-std::vector<std::vector<std::string>> csv_lines(const std::string& text) {
-  std::vector<std::vector<std::string>> lines(1);
-  std::string field;
-  bool quoted = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
-        field += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        field += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',' || c == '\n') {
-      lines.back().push_back(std::move(field));
-      field.clear();
-      if (c == '\n') lines.emplace_back();
-    } else {
-      field += c;
-    }
-  }
-  if (lines.back().empty()) lines.pop_back();
-  return lines;
-}
-
 TEST_P(LedgerStore, ExportWritesEveryRowAndAttemptOnEitherStore) {
   std::vector<std::string> ids;
   {
@@ -594,7 +565,7 @@ TEST_P(LedgerStore, ExportWritesEveryRowAndAttemptOnEitherStore) {
         },
         256);  // small chunks: many sink calls
     EXPECT_TRUE(st) << st.error().message;
-    return csv_lines(text);
+    return ferry::testing::csv_lines(text);
   };
   auto rows = exported(ReportFilter{}, false);
   ASSERT_EQ(rows.size(), ids.size() + 1);
