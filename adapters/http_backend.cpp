@@ -81,6 +81,38 @@ void read_anthropic_usage(const nlohmann::json& usage, Usage& into) {
   into.malformed = into.malformed || malformed;
 }
 
+// ---- OpenAI Responses, for a backend that speaks it natively -----------------------------
+
+// The usage of a Responses `response` object (input_tokens, output_tokens and their details).
+void read_responses_usage(const nlohmann::json& usage, Usage& into) {
+  if (!usage.is_object()) return;
+  bool malformed = false;
+  into.prompt_tokens = anthropic_count(usage, "input_tokens", malformed);
+  into.completion_tokens = anthropic_count(usage, "output_tokens", malformed);
+  into.total_tokens = saturating_add(into.prompt_tokens, into.completion_tokens);
+  auto detail = [&](const char* holder, const char* key) -> int64_t {
+    auto it = usage.find(holder);
+    return it != usage.end() && it->is_object() ? anthropic_count(*it, key, malformed) : 0;
+  };
+  into.cached_tokens = detail("input_tokens_details", "cached_tokens");
+  into.reasoning_tokens = detail("output_tokens_details", "reasoning_tokens");
+  into.malformed = into.malformed || malformed;
+}
+
+// The ledger's finish reason for a finished `response` object: stop, length (cut by
+// max_output_tokens), the other incomplete reason, or failed.
+std::string responses_finish(const nlohmann::json& response) {
+  const std::string status = response.value("status", std::string());
+  if (status == "completed") return "stop";
+  if (status == "incomplete") {
+    const auto& details = response.value("incomplete_details", nlohmann::json());
+    const std::string reason =
+        details.is_object() ? details.value("reason", std::string()) : std::string();
+    return reason == "max_output_tokens" ? "length" : reason.empty() ? "incomplete" : reason;
+  }
+  return status.empty() ? "failed" : status;
+}
+
 // The path of an endpoint on an OpenAI-compatible (or Messages-speaking) server.
 const char* endpoint_path(Endpoint endpoint) {
   switch (endpoint) {
@@ -348,6 +380,7 @@ struct HttpBackend::Impl {
     std::optional<std::string> feed(std::string_view bytes) {
       bool malformed = false;
       const bool messages = request.endpoint == Endpoint::kMessages;
+      const bool responses = request.endpoint == Endpoint::kResponses;
       const bool ok = sse.feed(bytes, [&](std::string_view event, std::string_view data) {
         if (saw_done || malformed) return;
         if (!messages && data == "[DONE]") {
@@ -356,6 +389,8 @@ struct HttpBackend::Impl {
           malformed = true;
         } else if (messages) {
           relay_message_event(event, data);
+        } else if (responses) {
+          relay_response_event(event, data);
         } else {
           relay(data);
         }
@@ -406,6 +441,35 @@ struct HttpBackend::Impl {
       to_client.append("event: ");
       to_client.append(event);
       to_client.append("\ndata: ");
+      to_client.append(renamed ? std::string_view(*renamed) : data);
+      to_client.append("\n\n");
+    }
+
+    // A Responses stream, relayed verbatim (the model renamed in the events that carry the
+    // `response` object): the terminal event (response.completed, .incomplete, .failed) gives
+    // the usage and the status, and ends it. Deltas (most events) are not parsed.
+    void relay_response_event(std::string_view event, std::string_view data) {
+      std::optional<std::string> renamed;
+      if (data.find("\"response\"") != std::string_view::npos) {
+        auto j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
+        const std::string type = j.value("type", std::string(event));
+        const auto& response = j.value("response", nlohmann::json());
+        if (response.is_object() && (type == "response.completed" ||
+                                     type == "response.incomplete" || type == "response.failed")) {
+          read_responses_usage(response.value("usage", nlohmann::json()), reply.usage);
+          reply.finish_reason = responses_finish(response);
+          saw_done = true;
+        }
+        if (response.is_object() && !reply_model.empty()) {
+          renamed = with_quoted_model(data, reply_model);
+        }
+      }
+      if (!event.empty()) {
+        to_client.append("event: ");
+        to_client.append(event);
+        to_client.append("\n");
+      }
+      to_client.append("data: ");
       to_client.append(renamed ? std::string_view(*renamed) : data);
       to_client.append("\n\n");
     }
@@ -625,6 +689,16 @@ struct HttpBackend::Impl {
         read_anthropic_usage(j.value("usage", nlohmann::json()), reply.usage);
         const auto& stop = j.value("stop_reason", nlohmann::json());
         if (stop.is_string()) reply.finish_reason = stop.get<std::string>();
+      } else if (request_endpoint == Endpoint::kResponses) {
+        auto j = nlohmann::json::parse(body.bytes, nullptr, /*allow_exceptions=*/false);
+        if (!j.is_object() || !j.contains("output") || !j["output"].is_array()) {
+          return ended(backend_error(ErrorCode::kBackendError, cfg.name,
+                                     "answered with a body that is not a Responses answer (a JSON "
+                                     "object with an 'output' array)"),
+                       parser.keep_alive());
+        }
+        read_responses_usage(j.value("usage", nlohmann::json()), reply.usage);
+        reply.finish_reason = responses_finish(j);
       } else if (embeddings ? !is_embeddings_answer(body.bytes) : !is_openai_answer(body.bytes)) {
         // The exchange was whole; only the answer is bad.
         return ended(backend_error(ErrorCode::kBackendError, cfg.name,
@@ -634,7 +708,7 @@ struct HttpBackend::Impl {
                                                 "answer (valid JSON with a 'choices' array)"),
                      parser.keep_alive());
       }
-      if (request_endpoint != Endpoint::kMessages) {
+      if (request_endpoint != Endpoint::kMessages && request_endpoint != Endpoint::kResponses) {
         if (auto u = find_usage(body.bytes)) reply.usage = *u;
         // Embeddings usage has prompt and total tokens only: no output.
         if (embeddings && reply.usage.prompt_tokens >= 0 && reply.usage.completion_tokens == -1) {

@@ -384,6 +384,67 @@ std::string with_member(const std::string& body, const char* member, const char*
   return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
+// Anthropic Messages passed through natively: `thinking` is the switch and the budget. Thinking
+// is the client's opt-in there, so a budget caps a requested one (never turns it on, which would
+// cost more); Anthropic refuses budgets under 1024, so a smaller cap turns thinking off.
+void apply_messages_reasoning(const policies::ReasoningRule& rule, const std::string& name,
+                              PlannedHop& hop) {
+  using policies::ReasoningMode;
+  constexpr int64_t kAnthropicMinBudget = 1024;
+  const ordered_json disabled = {{"type", "disabled"}};
+  if (rule.mode == ReasoningMode::kOff) {
+    hop.request.body = with_member(hop.request.body, "thinking", nullptr, disabled);
+    hop.reasoning = "off";
+    return;
+  }
+  if (rule.mode != ReasoningMode::kBudget) {
+    hop.reasoning = "dropped: Anthropic Messages has no reasoning effort (" + name + ")";
+    return;
+  }
+  auto j = ordered_json::parse(hop.request.body, nullptr, /*allow_exceptions=*/false);
+  ordered_json thinking = j.is_object() ? j.value("thinking", ordered_json()) : ordered_json();
+  const std::string type = thinking.is_object() ? thinking.value("type", std::string()) : "";
+  if (type != "enabled" && type != "adaptive") {
+    hop.reasoning = "max_tokens:" + std::to_string(rule.max_tokens) + " (no thinking requested)";
+    return;
+  }
+  if (rule.max_tokens < kAnthropicMinBudget) {
+    hop.request.body = with_member(hop.request.body, "thinking", nullptr, disabled);
+    hop.reasoning = "off: Anthropic's smallest thinking budget is 1024 (" + name + ")";
+    return;
+  }
+  // Adaptive thinking is bounded by max_tokens only: a smaller cap makes it a fixed budget.
+  const ordered_json asked = thinking.value("budget_tokens", ordered_json());
+  const int64_t requested = asked.is_number_integer() ? asked.get<int64_t>() : INT64_MAX;
+  const ordered_json limit = j.value("max_tokens", ordered_json());
+  const int64_t max_tokens = limit.is_number_integer() ? limit.get<int64_t>() : INT64_MAX;
+  const int64_t budget = std::min(requested, rule.max_tokens);
+  if (budget >= max_tokens) {
+    hop.reasoning = "max_tokens:" + std::to_string(rule.max_tokens) + " (max_tokens is lower)";
+    return;
+  }
+  thinking["type"] = "enabled";
+  thinking["budget_tokens"] = budget;
+  hop.request.body = with_member(hop.request.body, "thinking", nullptr, thinking);
+  hop.reasoning = "max_tokens:" + std::to_string(budget);
+}
+
+// OpenAI Responses passed through natively: `reasoning.effort`. It has no token budget, and
+// "off" has no portable spelling there (models differ on "minimal" and "none").
+void apply_responses_reasoning(const policies::ReasoningRule& rule, const std::string& name,
+                               PlannedHop& hop) {
+  using policies::ReasoningMode;
+  if (rule.mode == ReasoningMode::kLow || rule.mode == ReasoningMode::kMedium ||
+      rule.mode == ReasoningMode::kHigh) {
+    hop.request.body = with_member(hop.request.body, "reasoning", "effort", ordered_json(name));
+    hop.reasoning = "effort:" + name;
+    return;
+  }
+  hop.reasoning = "dropped: OpenAI Responses has no " +
+                  std::string(rule.mode == ReasoningMode::kOff ? "portable off" : "token budget") +
+                  " for reasoning (" + name + ")";
+}
+
 }  // namespace
 
 void Planner::apply_reasoning(const policies::ReasoningRule& rule, Plan& p) const {
@@ -411,6 +472,14 @@ void Planner::apply_reasoning(const policies::ReasoningRule& rule, Plan& p) cons
       hop.request.prompt = std::move(exact);
       hop.request.typed = std::move(typed);
       hop.reasoning = "off";
+      continue;
+    }
+    if (hop.request.endpoint == adapters::Endpoint::kMessages) {
+      apply_messages_reasoning(rule, name, hop);
+      continue;
+    }
+    if (hop.request.endpoint == adapters::Endpoint::kResponses) {
+      apply_responses_reasoning(rule, name, hop);
       continue;
     }
     if (hop.request.endpoint != adapters::Endpoint::kChatCompletions) {

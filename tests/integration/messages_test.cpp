@@ -316,6 +316,55 @@ TEST_F(MessagesTest, PolicyRefusalAndExhaustedFallbacksInAnthropicsShape) {
   EXPECT_FALSE(on_chat->body_json().contains("type")) << on_chat->body;
 }
 
+// A policy's reasoning setting reaches a native Messages backend as `thinking`: a budget caps
+// the thinking a client asked for (never turns it on), under Anthropic's 1024 minimum it turns
+// thinking off, `off` disables it, an effort is dropped; each said in x-ferry-reasoning.
+TEST_F(MessagesTest, ReasoningBudgetsReachANativeBackendAsThinking) {
+  std::string policy = dir_.write(
+      "policies.yaml",
+      "targets: { native: claude-native }\n"
+      "models: [capped, tiny, off, effort]\n"
+      "rules:\n"
+      "  - { id: capped, when: { model: capped }, route: [native], set: { reasoning: { "
+      "max_tokens: 2000 } } }\n"
+      "  - { id: tiny, when: { model: tiny }, route: [native], set: { reasoning: { max_tokens: "
+      "500 } } }\n"
+      "  - { id: off, when: { model: off }, route: [native], set: { reasoning: off } }\n"
+      "  - { id: effort, when: { model: effort }, route: [native], set: { reasoning: high } }\n"
+      "default: { route: [native] }\n");
+  start("policy: { file: " + policy + ", watch: false }\n");
+  auto sent_thinking = [&](const std::string& model, const json& thinking,
+                           std::string* header = nullptr) {
+    json body = message_body(model, "think about it");
+    body["max_tokens"] = 8000;
+    if (!thinking.is_null()) body["thinking"] = thinking;
+    auto r = post(body);
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
+    if (header != nullptr && r) *header = r->header("x-ferry-reasoning").value_or("");
+    return body_of(upstream_last_request(upstream_.address)).value("thinking", json());
+  };
+  std::string header;
+  const json asked = {{"type", "enabled"}, {"budget_tokens", 5000}};
+  EXPECT_EQ(sent_thinking("capped", asked, &header),
+            (json{{"type", "enabled"}, {"budget_tokens", 2000}}));
+  EXPECT_EQ(header, "max_tokens:2000");
+  // A smaller budget than the cap is the client's own.
+  EXPECT_EQ(sent_thinking("capped", {{"type", "enabled"}, {"budget_tokens", 1500}}),
+            (json{{"type", "enabled"}, {"budget_tokens", 1500}}));
+  // Adaptive thinking becomes a fixed budget at the cap.
+  EXPECT_EQ(sent_thinking("capped", {{"type", "adaptive"}}),
+            (json{{"type", "enabled"}, {"budget_tokens", 2000}}));
+  // No thinking asked: none turned on.
+  EXPECT_TRUE(sent_thinking("capped", json(), &header).is_null());
+  EXPECT_NE(header.find("no thinking requested"), std::string::npos) << header;
+  EXPECT_EQ(sent_thinking("tiny", asked, &header), (json{{"type", "disabled"}}));
+  EXPECT_NE(header.find("1024"), std::string::npos) << header;
+  EXPECT_EQ(sent_thinking("off", asked, &header), (json{{"type", "disabled"}}));
+  EXPECT_EQ(header, "off");
+  EXPECT_EQ(sent_thinking("effort", asked, &header), asked) << "an effort is not a budget";
+  EXPECT_NE(header.find("dropped"), std::string::npos) << header;
+}
+
 TEST_F(MessagesTest, ClaudeCodeSessionIsTheTask) {
   start();
   std::vector<std::string> h = x_api_key();

@@ -10,52 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/csv_rows.h"
 #include "tests/integration/ferry_test_base.h"
 
 namespace ferry::itest {
 namespace {
 
-using Row = std::map<std::string, std::string>;
-
-std::vector<Row> parse_csv(const std::string& text) {
-  std::vector<std::vector<std::string>> lines;
-  std::vector<std::string> fields;
-  std::string field;
-  bool quoted = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
-        field += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        field += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.push_back(std::move(field));
-      field.clear();
-    } else if (c == '\n') {
-      fields.push_back(std::move(field));
-      field.clear();
-      lines.push_back(std::move(fields));
-      fields.clear();
-    } else if (c != '\r') {
-      field += c;
-    }
-  }
-  std::vector<Row> rows;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    Row r;
-    for (size_t j = 0; j < lines[0].size() && j < lines[i].size(); ++j)
-      r[lines[0][j]] = lines[i][j];
-    rows.push_back(std::move(r));
-  }
-  return rows;
-}
+using Row = ferry::testing::CsvRow;
+using ferry::testing::csv_rows;
 
 class ResponsesTest : public OwnConfigTest {
  protected:
@@ -110,7 +72,7 @@ class ResponsesTest : public OwnConfigTest {
     auto r =
         http_request(ferry_.address, "GET", "/v1/ledger/export.csv", "", auth_headers(kAdminKey));
     EXPECT_TRUE(r && r->status == 200);
-    return r ? parse_csv(r->body) : std::vector<Row>{};
+    return r ? csv_rows(r->body) : std::vector<Row>{};
   }
 };
 
@@ -408,6 +370,92 @@ TEST_F(ResponsesTest, UpstreamFailuresAreResponsesErrors) {
   const std::string last = s.chunks.back()["type"];
   EXPECT_TRUE(last == "response.failed" || last == "error") << last;
   expect_serving();
+}
+
+// A backend with `responses` in its `apis` gets the client's body as sent (the model renamed)
+// and its answer relayed verbatim, whole and streamed; the ledger reads the usage and status
+// from the response object (incomplete at max_output_tokens is a `length` row); a policy's
+// effort reaches it as reasoning.effort, a token budget is dropped and said so.
+TEST_F(ResponsesTest, PassedThroughToANativeBackendWithItsReasoningEffort) {
+  std::string cfg = config();
+  const std::string base =
+      "http://" + upstream_.address.host + ":" + std::to_string(upstream_.address.port) + "/v1";
+  cfg.replace(cfg.find("models:\n"), 8,
+              "  - name: native\n    base_url: " + base +
+                  "\n    apis: [chat, responses]\n    timeouts: { first_byte_ms: 2000 }\n"
+                  "models:\n  - {name: resp-native, backend: native, upstream_model: echo}\n");
+  cfg += "policy: { file: " +
+         dir_.write("policies.yaml",
+                    "targets: { native: resp-native }\n"
+                    "models: [resp-native, thinker, budgeted]\n"
+                    "rules:\n"
+                    "  - { id: think, when: { model: thinker }, route: [native], set: { "
+                    "reasoning: low } }\n"
+                    "  - { id: budget, when: { model: budgeted }, route: [native], set: { "
+                    "reasoning: { max_tokens: 100 } } }\n"
+                    "default: { route: [native] }\n") +
+         ", watch: false }\n";
+  ferry_ = start_ferry(dir_, cfg);
+
+  json body = {{"model", "resp-native"}, {"input", "native hello"}, {"prompt_cache_key", "t-1"}};
+  json r = ok(body);
+  EXPECT_TRUE(r["id"].get<std::string>().starts_with("resp_up_")) << "relayed as sent: " << r;
+  EXPECT_EQ(r["model"], "resp-native");
+  EXPECT_EQ(output_text(r), "echo: native hello");
+  json last = upstream_last_request(upstream_.address);
+  EXPECT_EQ(last["target"], "/v1/responses") << last.dump();
+  json sent =
+      last["body"].is_string() ? json::parse(last["body"].get<std::string>()) : last["body"];
+  json expected = body;
+  expected["model"] = "echo";
+  EXPECT_EQ(sent, expected) << "the client's body, only the model renamed";
+
+  // Cut by max_output_tokens: incomplete, relayed as such.
+  json cut = ok({{"model", "resp-native"},
+                 {"input", "one two three four five"},
+                 {"max_output_tokens", 2},
+                 {"prompt_cache_key", "t-cut"}});
+  EXPECT_EQ(cut["status"], "incomplete");
+  EXPECT_EQ(cut["incomplete_details"]["reason"], "max_output_tokens");
+
+  StreamResult s = stream_request(ferry_.address, "/v1/responses",
+                                  {{"model", "resp-native"},
+                                   {"input", "a b c"},
+                                   {"stream", true},
+                                   {"prompt_cache_key", "t-stream"}});
+  ASSERT_TRUE(s.head);
+  EXPECT_EQ(s.head->status, 200);
+  EXPECT_EQ(s.end, ReadStatus::kEnd);
+  ASSERT_FALSE(s.chunks.empty());
+  EXPECT_EQ(s.chunks.front()["type"], "response.created");
+  EXPECT_EQ(s.chunks.front()["response"]["model"], "resp-native") << "renamed in the relay";
+  EXPECT_EQ(s.chunks.back()["type"], "response.completed");
+  EXPECT_EQ(s.chunks.back()["response"]["id"].get<std::string>().substr(0, 8), "resp_up_");
+  EXPECT_FALSE(s.saw_done);
+
+  // The policy's reasoning: an effort sent as reasoning.effort, a budget dropped with a header.
+  auto thinker = post({{"model", "thinker"}, {"input", "hm"}});
+  ASSERT_TRUE(thinker && thinker->status == 200) << (thinker ? thinker->body : "");
+  EXPECT_EQ(thinker->header("x-ferry-reasoning").value_or(""), "effort:low");
+  json thought = upstream_last_request(upstream_.address)["body"];
+  if (thought.is_string()) thought = json::parse(thought.get<std::string>());
+  EXPECT_EQ(thought["reasoning"]["effort"], "low") << thought;
+  auto budgeted = post({{"model", "budgeted"}, {"input", "hm"}});
+  ASSERT_TRUE(budgeted && budgeted->status == 200) << (budgeted ? budgeted->body : "");
+  EXPECT_NE(budgeted->header("x-ferry-reasoning").value_or("").find("dropped"), std::string::npos);
+
+  std::map<std::string, Row> by_task;
+  for (auto& row : ledger_rows()) by_task[row["task_id"]] = row;
+  for (const char* task : {"t-1", "t-cut", "t-stream"}) {
+    ASSERT_TRUE(by_task.count(task)) << task;
+    EXPECT_EQ(by_task[task]["status"], "ok") << task;
+    EXPECT_NE(by_task[task]["input_tokens"], "0") << task;
+    EXPECT_NE(by_task[task]["output_tokens"], "0") << task;
+  }
+  EXPECT_EQ(by_task["t-cut"]["output_tokens"], "2");
+  EXPECT_EQ(by_task["t-cut"]["finish_reason"], "length");
+  EXPECT_EQ(by_task["t-1"]["finish_reason"], "stop");
+  EXPECT_EQ(by_task["t-stream"]["stream"], "1");
 }
 
 }  // namespace

@@ -33,7 +33,9 @@
 // A request body member "x_test_usage" (a string holding JSON) is sent as the usage object
 // instead of the counted one, e.g. "{\"prompt_tokens\":-5,\"completion_tokens\":1e300}".
 // POST /v1/messages speaks Anthropic Messages natively (the same echo answer, fail-<status> as
-// Anthropic's error shape, streams as Anthropic's events), for ferry's pass-through.
+// Anthropic's error shape, streams as Anthropic's events), for ferry's pass-through; POST
+// /v1/responses speaks OpenAI Responses natively likewise (the echo of the input's last user
+// text, max_output_tokens cuts it into an `incomplete` response, streams as response.* events).
 // Introspection: GET /_last_request (method, target, headers, body of the last /v1 request),
 // GET /_stats (connections, api_connections, requests, completed, cancelled, in_flight),
 // POST /_reset (zero the counters).
@@ -818,6 +820,98 @@ awaitable<Reply> serve_messages(Stream& stream, const http::request<http::string
   co_return Reply{ok && keep_alive};
 }
 
+// OpenAI Responses, natively: the echo answer as a `response` object, or its event stream.
+template <typename Stream>
+awaitable<Reply> serve_responses(Stream& stream, const http::request<http::string_body>& req) {
+  bool keep_alive = req.keep_alive();
+  Lcg rng{static_cast<uint64_t>(g_stats.requests) * 7919 + 29};
+  json body = json::parse(req.body(), nullptr, false);
+  std::string model = body.is_object() && body.contains("model") && body["model"].is_string()
+                          ? body["model"].get<std::string>()
+                          : std::string("echo");
+  Behaviour b = parse_behaviour(model);
+  if (b.fail_status != 0 || !body.is_object()) {
+    unsigned status = b.fail_status != 0 ? static_cast<unsigned>(b.fail_status) : 400u;
+    json err = {{"error",
+                 {{"type", status == 429 ? "rate_limit_exceeded" : "server_error"},
+                  {"message", "upstream: injected failure " + std::to_string(status)}}}};
+    co_await send_json(stream, status, err, keep_alive, false, rng);
+    ++g_stats.completed;
+    co_return Reply{keep_alive};
+  }
+  // The input as chat messages, for the echo answer.
+  json chat = {{"messages", json::array()}};
+  const json input = body.value("input", json());
+  if (input.is_string()) {
+    chat["messages"].push_back({{"role", "user"}, {"content", input}});
+  } else if (input.is_array()) {
+    for (const auto& item : input) {
+      if (item.is_object() && item.contains("role") && item.contains("content"))
+        chat["messages"].push_back({{"role", item["role"]}, {"content", item["content"]}});
+    }
+  }
+  if (body.contains("max_output_tokens")) chat["max_tokens"] = body["max_output_tokens"];
+  Answer answer = make_answer(chat, true);
+  const bool cut = answer.finish_reason == "length";
+  const std::string id = "resp_up_" + std::to_string(g_stats.requests);
+  const std::string text = join(answer.pieces);
+  const auto output_tokens = static_cast<int64_t>(answer.pieces.size());
+  auto response = [&](const char* status, bool done) {
+    json message = {{"type", "message"},
+                    {"id", "msg_up_" + std::to_string(g_stats.requests)},
+                    {"status", status},
+                    {"role", "assistant"},
+                    {"content", json::array({{{"type", "output_text"},
+                                              {"text", done ? text : std::string()},
+                                              {"annotations", json::array()}}})}};
+    json r = {{"id", id},
+              {"object", "response"},
+              {"created_at", 1700000000},
+              {"status", status},
+              {"model", model},
+              {"output", done ? json::array({message}) : json::array()},
+              {"incomplete_details", cut && done ? json{{"reason", "max_output_tokens"}} : json()},
+              {"usage", json()}};
+    if (done) {
+      r["usage"] = {{"input_tokens", answer.prompt_tokens},
+                    {"input_tokens_details", {{"cached_tokens", 0}}},
+                    {"output_tokens", output_tokens},
+                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                    {"total_tokens", answer.prompt_tokens + output_tokens}};
+    }
+    return r;
+  };
+  const char* final_status = cut ? "incomplete" : "completed";
+  if (!body.value("stream", false)) {
+    bool ok = co_await send_json(stream, 200, response(final_status, true), keep_alive, false, rng);
+    ++g_stats.completed;
+    co_return Reply{ok && keep_alive};
+  }
+  int seq = 0;
+  auto event = [&seq](const std::string& type, json data) {
+    data["type"] = type;
+    data["sequence_number"] = seq++;
+    return "event: " + type + "\ndata: " + dump(data) + "\n\n";
+  };
+  std::string out = event("response.created", {{"response", response("in_progress", false)}});
+  for (const auto& piece : answer.pieces) {
+    out += event("response.output_text.delta",
+                 {{"item_id", "msg_up_" + std::to_string(g_stats.requests)},
+                  {"output_index", 0},
+                  {"content_index", 0},
+                  {"delta", piece}});
+  }
+  out += event(cut ? "response.incomplete" : "response.completed",
+               {{"response", response(final_status, true)}});
+  std::string head =
+      "HTTP/1.1 200 OK\r\nServer: ferry_test_upstream\r\nContent-Type: text/event-stream\r\n"
+      "Content-Length: " +
+      std::to_string(out.size()) + (keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n");
+  bool ok = co_await write_raw(stream, head + out);
+  ++g_stats.completed;
+  co_return Reply{ok && keep_alive};
+}
+
 json models_json() {
   json data = json::array();
   for (const char* name : {"echo",
@@ -913,6 +1007,13 @@ awaitable<void> serve_http(Stream& stream) {
     if (req.method() == http::verb::post && path == "/v1/messages") {
       ++g_stats.in_flight;
       Reply r = co_await serve_messages(stream, req);
+      --g_stats.in_flight;
+      if (!r.keep_alive) co_return;
+      continue;
+    }
+    if (req.method() == http::verb::post && path == "/v1/responses") {
+      ++g_stats.in_flight;
+      Reply r = co_await serve_responses(stream, req);
       --g_stats.in_flight;
       if (!r.keep_alive) co_return;
       continue;
