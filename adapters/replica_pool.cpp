@@ -13,7 +13,8 @@ struct ReplicaPool::Replica {
   std::atomic<int64_t> outstanding{0};
   std::atomic<int64_t> requests{0};
   std::atomic<int64_t> failures{0};
-  std::atomic<int64_t> latency_ewma_us{0};
+  std::atomic<int64_t> latency_ewma_us{0};     // of successful answers only
+  std::atomic<int64_t> penalised_until_us{0};  // steady clock: loses ties until then
 
   Replica(std::string u, std::unique_ptr<HttpBackend> h, BreakerOptions options, uint64_t s)
       : url(std::move(u)), http(std::move(h)), breaker(options), seed(s) {}
@@ -40,7 +41,16 @@ uint64_t mix(uint64_t x) {
 }
 
 constexpr size_t kPrefixBytes = 4096;
-constexpr int64_t kFailurePenaltyUs = 1'000'000;
+// A failed replica loses ties on outstanding requests for this long, then competes on its
+// latency again: a penalty that lasted until it served again would starve it for good under
+// sequential traffic (it would never be picked to serve).
+constexpr int64_t kFailurePenaltyUs = 2'000'000;
+
+int64_t steady_micros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 // Counts what reached the client: a failure after that cannot be tried on another replica.
 class WatchedSink final : public StreamSink {
@@ -124,6 +134,10 @@ ReplicaPool::~ReplicaPool() = default;
 
 int ReplicaPool::pick(const BackendRequest& request, const std::vector<bool>& tried) const {
   const uint64_t key = affinity_key(request, affinity_);
+  const int64_t now = steady_micros();
+  auto penalised = [now](const Replica& r) {
+    return now < r.penalised_until_us.load(std::memory_order_relaxed);
+  };
   int best = -1;
   for (size_t i = 0; i < replicas_.size(); ++i) {
     const Replica& r = *replicas_[i];
@@ -139,8 +153,12 @@ int ReplicaPool::pick(const BackendRequest& request, const std::vector<bool>& tr
     } else {
       int64_t ro = r.outstanding.load(std::memory_order_relaxed);
       int64_t bo = b.outstanding.load(std::memory_order_relaxed);
-      better = ro < bo || (ro == bo && r.latency_ewma_us.load(std::memory_order_relaxed) <
-                                           b.latency_ewma_us.load(std::memory_order_relaxed));
+      const bool rp = penalised(r);
+      const bool bp = penalised(b);
+      better = ro < bo ||
+               (ro == bo && (rp != bp ? bp
+                                      : r.latency_ewma_us.load(std::memory_order_relaxed) <
+                                            b.latency_ewma_us.load(std::memory_order_relaxed)));
     }
     if (better) best = static_cast<int>(i);
   }
@@ -177,16 +195,15 @@ boost::asio::awaitable<Result<BackendReply>> ReplicaPool::send(const BackendRequ
       int64_t ewma = r.latency_ewma_us.load(std::memory_order_relaxed);
       r.latency_ewma_us.store(ewma == 0 ? took : ewma + (took - ewma) / 8,
                               std::memory_order_relaxed);
+      r.penalised_until_us.store(0, std::memory_order_relaxed);
       co_return result;
     }
     const Error& e = result.error();
     if (replica_failed(e)) {
       r.breaker.record_failure();
       r.failures.fetch_add(1, std::memory_order_relaxed);
-      // A failing replica looks slow: ties on outstanding requests go to the others.
-      r.latency_ewma_us.store(
-          std::max(r.latency_ewma_us.load(std::memory_order_relaxed), kFailurePenaltyUs),
-          std::memory_order_relaxed);
+      // Ties on outstanding requests go to the others for a while.
+      r.penalised_until_us.store(steady_micros() + kFailurePenaltyUs, std::memory_order_relaxed);
     } else {
       r.breaker.record_success();  // it answered; the request was the problem
     }

@@ -1,10 +1,10 @@
 // A pool of replicas of one OpenAI-compatible server (`replicas:` of a backend): each request
-// goes to the healthy replica with the fewest outstanding requests (ties: the lower latency
-// EWMA), or, with affinity, to the replica its task id or prompt prefix hashes to (rendezvous
-// hashing, so a dead replica moves only its own keys). Each replica has its own circuit
-// breaker; a replica that refuses or fails before anything reached the client is retried on
-// the next one. Thread-safe: one instance serves every I/O thread (counters are atomics, each
-// breaker locks itself).
+// goes to the healthy replica with the fewest outstanding requests (ties: not one that failed in
+// the last 2 s, then the lower latency EWMA), or, with affinity, to the replica its task id or
+// prompt prefix hashes to (rendezvous hashing, so a dead replica moves only its own keys). Each
+// replica has its own circuit breaker; a replica that refuses or fails before anything reached the
+// client is retried on the next one. Thread-safe: one instance serves every I/O thread (counters
+// are atomics, each breaker locks itself).
 #pragma once
 
 #include <atomic>

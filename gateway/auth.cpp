@@ -39,6 +39,7 @@ Status Authenticator::watch_store(const std::string& db) {
   auto first = read_stored(db);
   if (!first) return first.error();
   set_stored(first->first, first->second);
+  db_ = db;
   watcher_ = std::thread([this, db] {
     bool failing = false;
     std::unique_lock lock(stop_mu_);
@@ -58,6 +59,11 @@ Status Authenticator::watch_store(const std::string& db) {
     }
   });
   return {};
+}
+
+void Authenticator::refresh_stored() {
+  if (db_.empty()) return;
+  if (auto got = read_stored(db_)) set_stored(got->first, got->second);
 }
 
 void Authenticator::set_stored(const std::vector<ledger::StoredKey>& keys, bool ever_stored) {

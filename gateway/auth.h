@@ -47,6 +47,10 @@ class Authenticator {
   // Reads the keys kept in the ledger's database `db` now (an error stops the start), then
   // every kKeyPollMs on a thread of its own (a failed read keeps the keys of the last one).
   Status watch_store(const std::string& db);
+  // Reads the stored keys now (after this instance created or revoked one, so that the change
+  // holds here at once rather than after the next poll); a failed read keeps the last ones.
+  // Blocking (a database read): not on an I/O thread. No-op without watch_store().
+  void refresh_stored();
   // Replaces the stored keys (the watcher; tests). `ever_stored`: auth stays on.
   void set_stored(const std::vector<ledger::StoredKey>& keys, bool ever_stored);
   // Whether `key_id` is a key of the config or a stored key not revoked (a console session of
@@ -69,6 +73,7 @@ class Authenticator {
   mutable std::mutex stored_mu_;
   std::shared_ptr<const std::unordered_map<std::string, Principal>> stored_;
   std::atomic<bool> stored_on_{false};
+  std::string db_;  // set once by watch_store, before the watcher starts
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;

@@ -641,7 +641,15 @@ bool Planner::admit(const RequestContext& ctx, const ParsedRequest& request, Pla
       saturating_add(prompt, out));
   if (!admission) {
     Error e = admission.error();
-    if (e.code == ErrorCode::kRateLimited && e.retry_after_s == 0) {
+    if (e.type_code == "rate_limit_exceeded") {
+      // As OpenAI does, the 429 says where the limits stand too.
+      if (auto views = ledger_->rate_views(
+              ledger::Subject{ctx.principal.key_id, ctx.principal.team, ctx.principal.project})) {
+        add_rate_headers(*views, p.headers);
+      }
+    }
+    if (e.code == ErrorCode::kRateLimited && e.retry_after_s == 0 &&
+        e.type_code != "rate_limit_exceeded") {
       // A spent budget is not transient: the reply says when it resets, not to retry soon
       // (no Retry-After; errors.cpp adds x-should-retry: false).
       for (const auto& b : ledger_->budgets()) {

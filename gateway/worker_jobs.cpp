@@ -98,8 +98,14 @@ template <typename Stream>
 asio::awaitable<bool> run_admin_job(ServerState& server, Stream& stream, Job& job,
                                     RequestRecord& rec, bool keep_alive) {
   std::function<AdminReply()> fn = [&server, &job] {
-    return run_admin(*server.gateway, job.admin, job.ctx.principal, job.query, job.body,
-                     job.ctx.request_id, job.path_arg);
+    AdminReply reply = run_admin(*server.gateway, job.admin, job.ctx.principal, job.query, job.body,
+                                 job.ctx.request_id, job.path_arg);
+    // A key made or revoked here holds here at once (the other instances: their next poll).
+    if ((job.admin == AdminRoute::kKeyCreate || job.admin == AdminRoute::kKeyRevoke) &&
+        reply.status < 300) {
+      server.auth.refresh_stored();
+    }
+    return reply;
   };
   Result<AdminReply> done = co_await offload<AdminReply>(server, std::move(fn));
   Reply r;

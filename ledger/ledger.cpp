@@ -741,6 +741,13 @@ const std::vector<RateLimitDef>& Ledger::rate_limits() const {
   return core_->rates.defs();
 }
 
+std::optional<RateHold> Ledger::rate_views(const Subject& subject) {
+  if (core_->rates.empty()) return std::nullopt;
+  RateHold hold = core_->rates.views(subject, unix_micros_now());
+  if (hold.limits.empty()) return std::nullopt;
+  return hold;
+}
+
 void Ledger::settle_rate(const RateHold& hold, const RequestRecord& r, int64_t now_us) {
   // What the row billed; for a response-cache hit (whose own tokens are zero), what the answer
   // cost when it was made (each limit's cache_hits says what of it counts).

@@ -181,6 +181,9 @@ class Ledger {
   std::optional<double> budget_left_pct(const Subject& subject);
   std::vector<BudgetState> budgets();
   const std::vector<RateLimitDef>& rate_limits() const;
+  // The applying rate limits' state for `subject` now, taking nothing (a 429's headers); null
+  // when none applies.
+  std::optional<RateHold> rate_views(const Subject& subject);
 
   // Ok, or kUnavailable with the reason the ledger cannot write.
   Status health() const;

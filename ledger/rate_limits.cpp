@@ -163,7 +163,12 @@ Result<RateHold> RateBook::reserve(const Subject& subject, int64_t tokens, int64
     if (defs_[i].tokens_per_minute > 0)
       states_[bucket(i, RateDimension::kTokens)].level -= token_units;
   }
-  // The headers show the tightest applying limit of each dimension.
+  fill_views(hold, now_us);
+  return hold;
+}
+
+// The headers show the tightest applying limit of each dimension.
+void RateBook::fill_views(RateHold& hold, int64_t now_us) const {
   for (uint32_t i : hold.limits) {
     for (RateDimension d : {RateDimension::kRequests, RateDimension::kTokens}) {
       if (defs_[i].per_minute(d) == 0) continue;
@@ -172,6 +177,20 @@ Result<RateHold> RateBook::reserve(const Subject& subject, int64_t tokens, int64
       if (!slot || v.remaining < slot->remaining) slot = v;
     }
   }
+}
+
+RateHold RateBook::views(const Subject& subject, int64_t now_us) {
+  RateHold hold;
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < defs_.size(); ++i) {
+    if (!scope_applies(defs_[i].scope, defs_[i].match, subject)) continue;
+    if (!shared_) {
+      refill(bucket(i, RateDimension::kRequests), now_us);
+      refill(bucket(i, RateDimension::kTokens), now_us);
+    }
+    hold.limits.push_back(static_cast<uint32_t>(i));
+  }
+  fill_views(hold, now_us);
   return hold;
 }
 

@@ -100,6 +100,9 @@ class RateBook {
   void settle(const RateHold& hold, int64_t actual_tokens, bool cache_hit, int64_t now_us);
   // A hold that never reached a backend (refused by a budget after the rate admission).
   void release(const RateHold& hold, int64_t now_us);
+  // The tightest applying limit of each dimension for `subject`, taking nothing: what a 429's
+  // x-ratelimit-* headers say (limits and views only; tokens 0).
+  RateHold views(const Subject& subject, int64_t now_us);
 
   // Shared (PostgreSQL): admission takes from leased slices only.
   void set_shared(bool shared);
@@ -119,7 +122,8 @@ class RateBook {
   int64_t capacity(size_t bucket) const;
   void refill(size_t bucket, int64_t now_us);  // requires mu_ (local only)
   std::optional<Error> check(size_t limit, RateDimension d, int64_t units, int64_t now_us);
-  RateView view(size_t bucket, int64_t now_us) const;  // requires mu_
+  RateView view(size_t bucket, int64_t now_us) const;     // requires mu_
+  void fill_views(RateHold& hold, int64_t now_us) const;  // requires mu_; from hold.limits
 
   std::vector<RateLimitDef> defs_;
   bool shared_ = false;  // set before use

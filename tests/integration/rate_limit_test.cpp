@@ -65,6 +65,12 @@ TEST_F(RateLimitTest, RequestsPerMinuteIsExactWithHeadersAndRetryAfter) {
   ASSERT_TRUE(retry) << "a rate-limited answer says when to retry";
   EXPECT_GE(std::stoll(*retry), 1);
   EXPECT_LE(std::stoll(*retry), 20);
+  // As OpenAI's 429s, it says where the limit stands: none left, full again within a minute.
+  EXPECT_EQ(refused->header("x-ratelimit-limit-requests").value_or(""), "3");
+  EXPECT_EQ(header_int(*refused, "x-ratelimit-remaining-requests"), 0);
+  auto refused_reset = refused->header("x-ratelimit-reset-requests");
+  ASSERT_TRUE(refused_reset);
+  EXPECT_EQ(refused_reset->back(), 's') << *refused_reset;
   // Another team's key is not limited by team-a's limit.
   auto other = chat(16, kHashedKey);
   ASSERT_TRUE(other);

@@ -111,6 +111,32 @@ TEST_F(ReplicaPoolTest, ADeadReplicaIsRoutedAroundAndItsBreakerOpens) {
       << metrics->body;
 }
 
+// A replica that failed and came back serves again: its failure penalises it for a while, not
+// until it happens to be picked (under sequential traffic it never would be).
+TEST_F(ReplicaPoolTest, ARecoveredReplicaServesAgain) {
+  upstreams_.push_back(start_upstream());
+  const uint16_t port = closed_port();
+  const std::string back = "http://127.0.0.1:" + std::to_string(port) + "/v1";
+  start({back, url(upstreams_[0].address)});
+  for (int i = 0; i < 3; ++i) {
+    auto r = chat("pool-echo");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  // The replica comes up on its port; after the failure penalty (2 s) it competes again.
+  upstreams_.push_back(
+      start_server({upstream_binary(), "--listen", "127.0.0.1:" + std::to_string(port)}));
+  ASSERT_TRUE(upstreams_.back().process);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  for (int i = 0; i < 10; ++i) {
+    auto r = chat("pool-echo");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_GE(served_by(1), 1) << "the recovered replica was never picked again";
+  EXPECT_EQ(served_by(0) + served_by(1), 13);
+}
+
 TEST_F(ReplicaPoolTest, TaskAffinityKeepsATaskOnOneReplica) {
   for (int i = 0; i < 3; ++i) upstreams_.push_back(start_upstream());
   start({url(upstreams_[0].address), url(upstreams_[1].address), url(upstreams_[2].address)},
