@@ -519,93 +519,89 @@ bool is_money_column(std::string_view name) {
   return name.starts_with("cost_");
 }
 
-// One statement's current row as JSON: integers, text, money as exact decimal strings.
-nlohmann::ordered_json row_object(const Stmt& stmt, const std::vector<std::string>& names) {
+// One row as JSON: integers, text, money as exact decimal strings (either store's values).
+nlohmann::ordered_json row_object(const std::vector<Value>& row,
+                                  const std::vector<std::string>& names, size_t from = 0) {
   nlohmann::ordered_json o;
-  for (size_t i = 0; i < names.size(); ++i) {
-    int c = static_cast<int>(i);
-    if (stmt.is_null(c)) {
+  for (size_t i = 0; i < names.size() && from + i < row.size(); ++i) {
+    const Value& v = row[from + i];
+    if (std::holds_alternative<std::monostate>(v)) {
       o[names[i]] = nullptr;
     } else if (is_money_column(names[i])) {
-      o[names[i]] = Money::from_micros(stmt.int_at(c)).to_string();
-    } else if (auto v = stmt.value_at(c); std::holds_alternative<int64_t>(v)) {
+      o[names[i]] = Money::from_micros(value_int(v)).to_string();
+    } else if (std::holds_alternative<int64_t>(v)) {
       o[names[i]] = std::get<int64_t>(v);
     } else {
-      o[names[i]] = stmt.text_at(c);
+      o[names[i]] = value_text(v);
     }
   }
   return o;
 }
 
-Result<std::vector<nlohmann::ordered_json>> all_rows(Stmt& stmt,
-                                                     const std::vector<std::string>& names) {
-  std::vector<nlohmann::ordered_json> out;
-  for (;;) {
-    auto has = stmt.step();
-    if (!has) return has.error();
-    if (!*has) break;
-    out.push_back(row_object(stmt, names));
-  }
-  stmt.reset();
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ",") + n;
   return out;
 }
 
 }  // namespace
 
+// Three reads whatever the page size (its rows, their attempts, their prices), then the chain
+// links of the page's rows; either store.
 Result<std::string> task_requests_json(const std::string& db_path, const std::string& task_id,
                                        int64_t limit, int64_t offset) {
-  if (is_pg_url(db_path)) {
-    return Error::make(ErrorCode::kInvalidRequest,
-                       "a task's drill-down reads a SQLite ledger; on PostgreSQL use "
-                       "/v1/ledger/export?task=ID",
-                       "", "unsupported");
-  }
-  auto db = Db::open(db_path, true);
-  if (!db) return db.error();
-  std::vector<std::string> names(std::begin(kDrillColumns), std::end(kDrillColumns));
-  std::string select;
-  for (const auto& n : names) select += (select.empty() ? "" : ",") + n;
-  auto rows = db->prepare("SELECT " + select +
-                          " FROM requests WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?");
-  if (!rows) return rows.error();
-  rows->bind(1, task_id).bind(2, limit).bind(3, offset);
-  auto got = all_rows(*rows, names);
+  const std::vector<std::string> names(std::begin(kDrillColumns), std::end(kDrillColumns));
+  const std::string page = "SELECT id FROM requests WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?";
+  const std::vector<Value> params = {task_id, limit, offset};
+  auto got = query(
+      db_path,
+      "SELECT " + joined(names) + " FROM requests WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?",
+      params);
   if (!got) return got.error();
   const std::vector<std::string> anames = {
       "attempt",    "target",       "upstream_model", "status",        "http_status",
       "error_code", "input_tokens", "output_tokens",  "price_version", "cost_total"};
-  auto attempts = db->prepare(
-      "SELECT attempt,target,upstream_model,status,http_status,error_code,input_tokens,"
-      "output_tokens,price_version,cost_total FROM attempts WHERE request_id=? ORDER BY attempt");
+  auto attempts =
+      query(db_path,
+            "SELECT request_id," + joined(anames) + " FROM attempts WHERE request_id IN (" + page +
+                ") ORDER BY request_id, attempt",
+            params);
   if (!attempts) return attempts.error();
+  std::map<std::string, nlohmann::ordered_json> attempts_of;
+  for (const auto& a : *attempts) {
+    auto& list = attempts_of[value_text(a[0])];
+    if (list.is_null()) list = nlohmann::ordered_json::array();
+    list.push_back(row_object(a, anames, 1));
+  }
   const std::vector<std::string> pnames = {"version", "model",     "input",   "cached_input",
                                            "output",  "reasoning", "internal"};
-  auto price = db->prepare(
-      "SELECT version,model,input,cached_input,output,reasoning,internal FROM prices WHERE "
-      "version=?");
-  if (!price) return price.error();
+  auto prices = query(db_path,
+                      "SELECT " + joined(pnames) +
+                          " FROM prices WHERE version IN (SELECT price_version FROM requests "
+                          "WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?)",
+                      params);
+  if (!prices) return prices.error();
+  std::map<std::string, nlohmann::ordered_json> price_of;
+  for (const auto& p : *prices) {
+    nlohmann::ordered_json po = row_object(p, pnames);
+    // Prices are per million tokens, in micro-units: exact decimal strings too.
+    for (const char* k : {"input", "cached_input", "output", "reasoning"}) {
+      if (po[k].is_number_integer()) po[k] = Money::from_micros(po[k].get<int64_t>()).to_string();
+    }
+    price_of[value_text(p[0])] = po;
+  }
   std::vector<int64_t> seqs;
-  for (const auto& r : *got) seqs.push_back(r["seq"].get<int64_t>());
+  for (const auto& r : *got) seqs.push_back(value_int(r[0]));
   auto links = verify_links(db_path, seqs);
   if (!links) return links.error();
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (auto r : *got) {
-    attempts->bind(1, r["id"].get<std::string>());
-    auto a = all_rows(*attempts, anames);
-    if (!a) return a.error();
-    r["attempt_list"] = *a;
-    price->bind(1, r["price_version"].get<std::string>());
-    auto p = all_rows(*price, pnames);
-    if (!p) return p.error();
-    // Prices are per million tokens, in micro-units: exact decimal strings too.
-    r["prices"] = nullptr;
-    if (!p->empty()) {
-      auto& po = p->front();
-      for (const char* k : {"input", "cached_input", "output", "reasoning"}) {
-        po[k] = Money::from_micros(po[k].get<int64_t>()).to_string();
-      }
-      r["prices"] = po;
-    }
+  for (const auto& row : *got) {
+    nlohmann::ordered_json r = row_object(row, names);
+    auto a = attempts_of.find(r["id"].get<std::string>());
+    r["attempt_list"] = a != attempts_of.end() ? a->second : nlohmann::ordered_json::array();
+    const auto& version = r["price_version"];
+    auto p = version.is_string() ? price_of.find(version.get<std::string>()) : price_of.end();
+    r["prices"] = p != price_of.end() ? p->second : nlohmann::ordered_json();
     auto link = links->find(r["seq"].get<int64_t>());
     r["chain_verifies"] = link != links->end() && link->second;
     out.push_back(std::move(r));

@@ -391,11 +391,12 @@ struct PgChain {
   std::string hash = kGenesisHash;
 };
 
-// The attempts of the rows of one chain, by request id.
-Result<std::map<std::string, std::vector<std::vector<Value>>>> pg_attempts(PgConn& conn) {
-  std::string select = "SELECT " + detail::join_names(attempt_columns()) +
-                       " FROM attempts ORDER BY request_id, attempt";
-  auto rows = conn.run(select);
+// The attempts of every row (or of the one request `only`), by request id.
+Result<std::map<std::string, std::vector<std::vector<Value>>>> pg_attempts(
+    PgConn& conn, const std::string* only = nullptr) {
+  std::string select = "SELECT " + detail::join_names(attempt_columns()) + " FROM attempts" +
+                       (only ? " WHERE request_id=$1" : "") + " ORDER BY request_id, attempt";
+  auto rows = only ? conn.run(select, {PgParam(*only)}) : conn.run(select);
   if (!rows) return rows.error();
   std::map<std::string, std::vector<std::vector<Value>>> out;
   const int n = static_cast<int>(attempt_columns().size());
@@ -407,16 +408,43 @@ Result<std::map<std::string, std::vector<std::vector<Value>>>> pg_attempts(PgCon
   return out;
 }
 
+// The columns a row's hash covers, in pg_row_values' order: seq, hash, facts, usage_check,
+// request_id, instance_id, chain_seq, then the request columns, constraint, schema hash and
+// levers.
+std::string pg_row_select() {
+  return "SELECT seq,hash,facts,usage_check,request_id,instance_id,chain_seq," +
+         detail::join_names(request_columns()) + "," + kConstraintColumn + "," + kSchemaHashColumn +
+         "," + detail::join_names(lever_columns()) + " FROM requests";
+}
+
+// The values a row's hash is over, from row `r` of a pg_row_select().
+std::vector<Value> pg_row_values(const PgRows& rows, int r) {
+  const auto& rcols = request_columns();
+  std::vector<Value> values;
+  for (size_t i = 0; i < rcols.size(); ++i)
+    values.push_back(rows.value(r, static_cast<int>(i) + 7));
+  if (!rows.is_null(r, 2)) values.push_back(rows.text(r, 2));
+  if (!rows.is_null(r, 3)) {
+    values.emplace_back(std::in_place_type<std::string>, kUsageCheckColumn);
+    values.push_back(rows.text(r, 3));
+  }
+  const int constraint = static_cast<int>(rcols.size()) + 7;  // then schema_hash
+  if (!rows.is_null(r, constraint)) {
+    values.emplace_back(std::in_place_type<std::string>, kConstraintColumn);
+    values.push_back(rows.text(r, constraint));
+    if (!rows.is_null(r, constraint + 1)) values.push_back(rows.text(r, constraint + 1));
+  }
+  append_levers(values, [&](int i) { return rows.value(r, constraint + 2 + i); });
+  return values;
+}
+
 // Walks every chain: links, hashes (over the instance too), costs, attempts, adjustments.
 Status pg_check_rows(PgConn& conn, std::map<std::string, PgChain>& chains, VerifyResult& result,
                      Checker& check) {
   const auto& rcols = request_columns();
   auto attempts = pg_attempts(conn);
   if (!attempts) return attempts.error();
-  auto rows = conn.run("SELECT seq,hash,facts,usage_check,request_id,instance_id,chain_seq," +
-                       detail::join_names(rcols) + "," + kConstraintColumn + "," +
-                       kSchemaHashColumn + "," + detail::join_names(lever_columns()) +
-                       " FROM requests ORDER BY instance_id, chain_seq");
+  auto rows = conn.run(pg_row_select() + " ORDER BY instance_id, chain_seq");
   if (!rows) return rows.error();
   std::map<std::string, int64_t> request_seq;  // id -> seq, for adjustments
   for (int r = 0; r < rows->rows(); ++r) {
@@ -425,21 +453,7 @@ Status pg_check_rows(PgConn& conn, std::map<std::string, PgChain>& chains, Verif
   const std::vector<std::vector<Value>> none;
   for (int r = 0; r < rows->rows(); ++r) {
     ++result.rows;
-    std::vector<Value> values;
-    for (size_t i = 0; i < rcols.size(); ++i)
-      values.push_back(rows->value(r, static_cast<int>(i) + 7));
-    if (!rows->is_null(r, 2)) values.push_back(rows->text(r, 2));
-    if (!rows->is_null(r, 3)) {
-      values.emplace_back(std::in_place_type<std::string>, kUsageCheckColumn);
-      values.push_back(rows->text(r, 3));
-    }
-    const int constraint = static_cast<int>(rcols.size()) + 7;  // then schema_hash
-    if (!rows->is_null(r, constraint)) {
-      values.emplace_back(std::in_place_type<std::string>, kConstraintColumn);
-      values.push_back(rows->text(r, constraint));
-      if (!rows->is_null(r, constraint + 1)) values.push_back(rows->text(r, constraint + 1));
-    }
-    append_levers(values, [&](int i) { return rows->value(r, constraint + 2 + i); });
+    const std::vector<Value> values = pg_row_values(*rows, r);
     const std::string instance = rows->text(r, 5);
     const std::string id = as_text(values[0]);
     PgChain& chain = chains[instance];
@@ -574,11 +588,56 @@ Result<VerifyResult> verify_ledger(const std::string& db_path) {
 
 namespace ferry::ledger {
 
+namespace {
+
+// verify_links on PostgreSQL: each row's hash (over its instance too) and its prev_hash against
+// the row before it in its instance's chain.
+Result<std::map<int64_t, bool>> verify_pg_links(const std::string& url,
+                                                const std::vector<int64_t>& seqs) {
+  std::map<int64_t, bool> out;
+  auto conn = PgConn::connect(url);
+  if (!conn) return conn.error();
+  if (Status st = conn->exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); !st) {
+    return st.error();
+  }
+  const auto& rcols = request_columns();
+  const std::string select = pg_row_select() + " WHERE seq=$1";
+  for (int64_t seq : seqs) {
+    auto rows = conn->run(select, {pg_int(seq)});
+    if (!rows) return rows.error();
+    if (rows->rows() == 0) continue;
+    const std::vector<Value> values = pg_row_values(*rows, 0);
+    const std::string id = as_text(values[0]);
+    const std::string instance = rows->text(0, 5);
+    const int64_t chain_seq = rows->integer(0, 6);
+    auto attempts = pg_attempts(*conn, &id);
+    if (!attempts) return attempts.error();
+    const auto found = attempts->find(id);
+    const std::vector<std::vector<Value>> none;
+    std::string prev_hash(kGenesisHash);
+    if (chain_seq > 1) {
+      auto prev = conn->run("SELECT hash FROM requests WHERE instance_id=$1 AND chain_seq=$2",
+                            {PgParam(instance), pg_int(chain_seq - 1)});
+      if (!prev) return prev.error();
+      prev_hash = prev->rows() > 0 ? prev->text(0, 0) : std::string();
+    }
+    const std::string request_id = rows->is_null(0, 4) ? "" : rows->text(0, 4);
+    out[seq] = row_hash(values, found != attempts->end() ? found->second : none, request_id,
+                        instance) == rows->text(0, 1) &&
+               as_text(values[column_index(rcols, "prev_hash")]) == prev_hash;
+  }
+  (void)conn->exec("COMMIT");
+  return out;
+}
+
+}  // namespace
+
 // Each row: its hash again, and its prev_hash against the row before it in the chain.
 Result<std::map<int64_t, bool>> verify_links(const std::string& db_path,
                                              const std::vector<int64_t>& seqs) {
   std::map<int64_t, bool> out;
   if (seqs.empty()) return out;
+  if (is_pg_url(db_path)) return verify_pg_links(db_path, seqs);
   auto db = Db::open(db_path, true);
   if (!db) return db.error();
   if (auto st = db->exec("BEGIN"); !st) return st.error();

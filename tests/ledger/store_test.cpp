@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <future>
 #include <latch>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/clock.h"
@@ -377,6 +378,54 @@ TEST_P(LedgerStore, VerifyFindsAnAlteredRow) {
   bool named = false;
   for (const auto& p : v.problems) named = named || p.find("hash mismatch") != std::string::npos;
   EXPECT_TRUE(named);
+}
+
+// A task's drill-down (the console's) reads either store: its rows in order with their
+// attempts and prices, and each row's hash-chain link checked; an altered row is named.
+TEST_P(LedgerStore, ATasksDrillDownChecksEachLinkOnEitherStore) {
+  {
+    auto ledger = open();
+    ASSERT_TRUE(ledger);
+    for (int i = 0; i < 6; ++i) {
+      RequestRecord r = rich_record(i);
+      r.task_id = i % 2 == 0 ? "drill" : "other";
+      ASSERT_TRUE(record_durably(*ledger, std::move(r)));
+    }
+  }
+  const std::string path = db_->config("").path;
+  auto drill = [&](int64_t limit, int64_t offset) {
+    auto text = task_requests_json(path, "drill", limit, offset);
+    EXPECT_TRUE(text) << text.error().message;
+    return text ? nlohmann::json::parse(*text) : nlohmann::json();
+  };
+  nlohmann::json all = drill(200, 0);
+  ASSERT_EQ(all["requests"].size(), 3u) << all.dump(2);
+  int64_t last_seq = 0;
+  for (const auto& r : all["requests"]) {
+    EXPECT_GT(r["seq"].get<int64_t>(), last_seq) << "in the ledger's order";
+    last_seq = r["seq"].get<int64_t>();
+    EXPECT_EQ(r["chain_verifies"], true) << r.dump(2);
+    EXPECT_TRUE(r["cost_total"].is_string()) << "money as an exact decimal";
+  }
+  // Row 0 failed over: both attempts, in order, each priced.
+  const auto& attempts = all["requests"][0]["attempt_list"];
+  ASSERT_EQ(attempts.size(), 2u) << all.dump(2);
+  EXPECT_EQ(attempts[0]["http_status"], 500);
+  EXPECT_EQ(attempts[1]["http_status"], 200);
+  EXPECT_TRUE(attempts[1]["cost_total"].is_string());
+  EXPECT_TRUE(all["requests"][1]["attempt_list"].empty());
+  nlohmann::json second = drill(1, 1);
+  ASSERT_EQ(second["requests"].size(), 1u);
+  EXPECT_EQ(second["requests"][0]["id"], all["requests"][1]["id"]);
+  // An altered row fails its link; the others still verify.
+  ASSERT_TRUE(db_->exec(db_->allow_tampering()));
+  ASSERT_TRUE(db_->exec("UPDATE requests SET input_tokens = input_tokens + 1 WHERE id = '" +
+                        all["requests"][1]["id"].get<std::string>() + "'"));
+  nlohmann::json after = drill(200, 0);
+  ASSERT_EQ(after["requests"].size(), 3u);
+  EXPECT_EQ(after["requests"][0]["chain_verifies"], true);
+  EXPECT_EQ(after["requests"][1]["chain_verifies"], false);
+  EXPECT_TRUE(drill(200, 0)["requests"][2]["chain_verifies"].is_boolean());
 }
 
 TEST_P(LedgerStore, NewerSchemaIsRefused) {
