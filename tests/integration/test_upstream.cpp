@@ -745,18 +745,52 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
   co_return Reply{keep_alive};
 }
 
+// What a native endpoint (Messages, Responses) reads first: the body, the model it names and
+// that model's behaviour, and the status to fail with (injected, or 400: not a JSON object).
+struct NativeCall {
+  json body;
+  std::string model;
+  Behaviour behaviour;
+  unsigned failure = 0;
+};
+
+NativeCall read_native_call(const http::request<http::string_body>& req) {
+  NativeCall c;
+  c.body = json::parse(req.body(), nullptr, false);
+  c.model = c.body.is_object() && c.body.contains("model") && c.body["model"].is_string()
+                ? c.body["model"].get<std::string>()
+                : std::string("echo");
+  c.behaviour = parse_behaviour(c.model);
+  if (c.behaviour.fail_status != 0) {
+    c.failure = static_cast<unsigned>(c.behaviour.fail_status);
+  } else if (!c.body.is_object()) {
+    c.failure = 400;
+  }
+  return c;
+}
+
+// A whole event stream as one response with a Content-Length.
+template <typename Stream>
+awaitable<Reply> send_event_stream(Stream& stream, const std::string& events, bool keep_alive) {
+  std::string head =
+      "HTTP/1.1 200 OK\r\nServer: ferry_test_upstream\r\nContent-Type: text/event-stream\r\n"
+      "Content-Length: " +
+      std::to_string(events.size()) + (keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n");
+  bool ok = co_await write_raw(stream, head + events);
+  ++g_stats.completed;
+  co_return Reply{ok && keep_alive};
+}
+
 // Anthropic Messages, natively: the echo answer as a `message`, or its event stream.
 template <typename Stream>
 awaitable<Reply> serve_messages(Stream& stream, const http::request<http::string_body>& req) {
   bool keep_alive = req.keep_alive();
   Lcg rng{static_cast<uint64_t>(g_stats.requests) * 7919 + 17};
-  json body = json::parse(req.body(), nullptr, false);
-  std::string model = body.is_object() && body.contains("model") && body["model"].is_string()
-                          ? body["model"].get<std::string>()
-                          : std::string("echo");
-  Behaviour b = parse_behaviour(model);
-  if (b.fail_status != 0 || !body.is_object()) {
-    unsigned status = b.fail_status != 0 ? static_cast<unsigned>(b.fail_status) : 400u;
+  NativeCall call = read_native_call(req);
+  const json& body = call.body;
+  const std::string& model = call.model;
+  if (call.failure != 0) {
+    const unsigned status = call.failure;
     json err = {{"type", "error"},
                 {"error",
                  {{"type", status == 429 ? "rate_limit_error" : "api_error"},
@@ -811,13 +845,7 @@ awaitable<Reply> serve_messages(Stream& stream, const http::request<http::string
                                  {"delta", {{"stop_reason", stop}, {"stop_sequence", nullptr}}},
                                  {"usage", {{"output_tokens", usage["output_tokens"]}}}});
   out += event("message_stop", {{"type", "message_stop"}});
-  std::string head =
-      "HTTP/1.1 200 OK\r\nServer: ferry_test_upstream\r\nContent-Type: text/event-stream\r\n"
-      "Content-Length: " +
-      std::to_string(out.size()) + (keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n");
-  bool ok = co_await write_raw(stream, head + out);
-  ++g_stats.completed;
-  co_return Reply{ok && keep_alive};
+  co_return co_await send_event_stream(stream, out, keep_alive);
 }
 
 // OpenAI Responses, natively: the echo answer as a `response` object, or its event stream.
@@ -825,13 +853,11 @@ template <typename Stream>
 awaitable<Reply> serve_responses(Stream& stream, const http::request<http::string_body>& req) {
   bool keep_alive = req.keep_alive();
   Lcg rng{static_cast<uint64_t>(g_stats.requests) * 7919 + 29};
-  json body = json::parse(req.body(), nullptr, false);
-  std::string model = body.is_object() && body.contains("model") && body["model"].is_string()
-                          ? body["model"].get<std::string>()
-                          : std::string("echo");
-  Behaviour b = parse_behaviour(model);
-  if (b.fail_status != 0 || !body.is_object()) {
-    unsigned status = b.fail_status != 0 ? static_cast<unsigned>(b.fail_status) : 400u;
+  NativeCall call = read_native_call(req);
+  const json& body = call.body;
+  const std::string& model = call.model;
+  if (call.failure != 0) {
+    const unsigned status = call.failure;
     json err = {{"error",
                  {{"type", status == 429 ? "rate_limit_exceeded" : "server_error"},
                   {"message", "upstream: injected failure " + std::to_string(status)}}}};
@@ -903,13 +929,7 @@ awaitable<Reply> serve_responses(Stream& stream, const http::request<http::strin
   }
   out += event(cut ? "response.incomplete" : "response.completed",
                {{"response", response(final_status, true)}});
-  std::string head =
-      "HTTP/1.1 200 OK\r\nServer: ferry_test_upstream\r\nContent-Type: text/event-stream\r\n"
-      "Content-Length: " +
-      std::to_string(out.size()) + (keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n");
-  bool ok = co_await write_raw(stream, head + out);
-  ++g_stats.completed;
-  co_return Reply{ok && keep_alive};
+  co_return co_await send_event_stream(stream, out, keep_alive);
 }
 
 json models_json() {
