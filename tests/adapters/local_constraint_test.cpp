@@ -209,6 +209,28 @@ TEST(ToolCallParserTest, MistralListAndLlamaBareCallsReadInEverySplit) {
   EXPECT_TRUE(text.calls.empty());
 }
 
+// Llama 3.1+ with <|python_tag|> in the vocabulary: the call may open with it, never shown.
+TEST(ToolCallParserTest, LlamaPythonTagOpensTheCallAndIsNeverShown) {
+  TemplateTools llama;
+  llama.format = ToolFormat::kLlama3Json;
+  llama.arguments_key = "parameters";
+  llama.token_markers = {"<|python_tag|>"};
+  const auto syn = tool_call_syntax(llama, false);
+  EXPECT_EQ(syn.begin, "<|python_tag|>");
+  const std::string out = "<|python_tag|>{\"name\": \"get_time\", \"parameters\": {\"zone\": 1}}";
+  const Read one = read_all(out, {}, syn);
+  EXPECT_EQ(one.text, "");
+  ASSERT_EQ(one.calls.size(), 1u);
+  EXPECT_EQ(one.calls[0].first, "get_time");
+  EXPECT_EQ(one.calls[0].second, "{\"zone\": 1}");
+  expect_same_in_every_split(out, syn, one);
+  const Read bare = read_all("{\"name\": \"f\", \"parameters\": {}}", {}, syn);
+  ASSERT_EQ(bare.calls.size(), 1u);
+  const Read text = read_all("It is <b>so</b>.", {2}, syn);
+  EXPECT_EQ(text.text, "It is <b>so</b>.");
+  EXPECT_TRUE(text.calls.empty());
+}
+
 TEST(ToolCallParserTest, AThinkBlockIsReasoningAndTheBodyFollowsIt) {
   TemplateTools qwen3;
   qwen3.format = ToolFormat::kHermes;
