@@ -1,7 +1,6 @@
 #include "constrain/matcher.h"
 
 #include <algorithm>
-#include <array>
 
 namespace ferry::constrain {
 
@@ -55,7 +54,6 @@ void Matcher::closure(std::vector<Frame>& stack, Stacks& out) const {
     closure(stack, out);
   }
   for (const CallEdge& c : st.calls) {
-    call_height_ = std::max(call_height_, stack.size());
     if (stack.size() + depth_offset_ >= kMaxFrames) break;
     stack[top].state = c.to;
     stack.push_back(Frame{c.rule, grammar_->rules[c.rule].start, 0});
@@ -211,38 +209,6 @@ bool Matcher::in_run(const Stacks& s, std::size_t i) const {
          grammar_->rules[s.frames[s.ends[i] - 1].rule].kind == RuleKind::kRun;
 }
 
-// A superset of the bytes `advance` accepts from these stacks (exact but for string and run
-// counts).
-std::bitset<256> Matcher::next_bytes(const Stacks& s) const {
-  static const std::array<std::bitset<256>, kStrStates> kString = [] {
-    std::array<std::bitset<256>, kStrStates> t{};
-    for (std::uint32_t st = 0; st < kStrStates; ++st)
-      for (std::uint32_t b = 0; b < 256; ++b)
-        t[st][b] = string_step(st, static_cast<std::uint8_t>(b)).ok;
-    return t;
-  }();
-  std::bitset<256> out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s.begin(i) == s.ends[i]) continue;
-    const Frame& top = s.frames[s.ends[i] - 1];
-    const Rule& rule = grammar_->rules[top.rule];
-    if (rule.kind == RuleKind::kString) {
-      out |= kString[str_sub(top.state)];
-    } else if (rule.kind == RuleKind::kRun) {
-      if (top.count < rule.max_chars) out |= rule.run_bytes;
-    } else {
-      for (const ByteEdge& e : rule.states[top.state].bytes)
-        for (std::uint32_t b = e.lo; b <= e.hi; ++b) out.set(b);
-    }
-  }
-  return out;
-}
-
-bool Matcher::in_nfa(const Stacks& s, std::size_t i) const {
-  return s.begin(i) != s.ends[i] &&
-         grammar_->rules[s.frames[s.ends[i] - 1].rule].kind == RuleKind::kNfa;
-}
-
 bool Matcher::is_complete() const {
   return complete(cur_);
 }
@@ -294,7 +260,9 @@ void Matcher::keep_for_walk(const Stacks& s, std::size_t i) {
 // a state mask when its worst accepted token fits; other stacks are walked token by token.
 void Matcher::fill_content(std::vector<std::uint64_t>& mask) {
   rest_.clear();
-  unknown_.clear();
+  const auto within = [&](std::uint64_t cost) {
+    return limit_ == kUnlimited || (limit_ >= 0 && cost <= static_cast<std::uint64_t>(limit_));
+  };
   for (std::size_t i = 0; i < cur_.size(); ++i) {
     if (in_string(cur_, i)) {
       if (within(stack_cost(cur_, i) + 4)) {
@@ -304,9 +272,7 @@ void Matcher::fill_content(std::vector<std::uint64_t>& mask) {
     } else if (in_run(cur_, i)) {
       // A token inside the run only shortens the way to the end; exits are checked one by one.
       if (within(stack_cost(cur_, i)) && run_fast_path(cur_, i, mask)) continue;
-    } else if (const auto e = state_entry(cur_, i); !e) {
-      if (in_nfa(cur_, i)) unknown_.push_back(i);
-    } else if (!e->cheap) {
+    } else if (const auto e = state_entry(cur_, i); e && !e->cheap) {
       const std::uint64_t below =
           limit_ == kUnlimited ? 0
                                : stack_cost(cur_, i) - frame_cost(cur_.frames[cur_.ends[i] - 1]);
@@ -317,53 +283,8 @@ void Matcher::fill_content(std::vector<std::uint64_t>& mask) {
     }
     keep_for_walk(cur_, i);
   }
-  if (rest_.size() != 0) {
-    std::size_t visited = 0;
-    const auto c = context(
-        rest_, 0, [&](Tokens& out) { visited = walk_trie(rest_, mask, nullptr, nullptr, &out); });
-    apply_context(c, mask);
-    if (!unknown_.empty() && visited != 0) note_walked(unknown_, visited);
-  }
+  if (rest_.size() != 0) walk_trie(rest_, mask);
   if (!marker_ids_.empty()) marker_tokens(mask);
-}
-
-bool Matcher::within(std::uint64_t cost) const {
-  return limit_ == kUnlimited || (limit_ >= 0 && cost <= static_cast<std::uint64_t>(limit_));
-}
-
-// What `s` accepts (a trie walk, or a check of a state's uncertain tokens: `tag` tells which),
-// from the grammar's context cache, else computed by `compute` and kept there.
-template <typename Compute>
-std::shared_ptr<const StateMasks::Context> Matcher::context(const Stacks& s, std::uint32_t tag,
-                                                            Compute compute) {
-  key_.clear();
-  key_.push_back(tag);
-  key_.push_back(static_cast<std::uint32_t>(s.size()));
-  key_.insert(key_.end(), s.ends.begin(), s.ends.end());
-  for (const Frame& f : s.frames) {
-    key_.push_back(f.rule);
-    key_.push_back(f.state);
-    key_.push_back(f.count);
-  }
-  std::uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a over the words
-  for (const std::uint32_t w : key_) hash = (hash ^ w) * 0x100000001b3ull;
-  if (grammar_->masks) {
-    if (auto c = grammar_->masks->find_context(vocab_->serial(), hash, key_)) return c;
-  }
-  auto c = std::make_shared<StateMasks::Context>();
-  c->key = key_;
-  const std::int64_t limit = limit_;
-  limit_ = kUnlimited;  // what the stacks accept, whatever the budget (the costs say the rest)
-  compute(c->tokens);
-  limit_ = limit;
-  if (grammar_->masks) grammar_->masks->insert_context(vocab_->serial(), hash, c);
-  return c;
-}
-
-void Matcher::apply_context(const std::shared_ptr<const StateMasks::Context>& c,
-                            std::vector<std::uint64_t>& mask) const {
-  for (const auto& [id, cost] : c->tokens)
-    if (within(cost)) mask[id / 64] |= std::uint64_t{1} << (id % 64);
 }
 
 // Calls fn(i, edge) for each marker edge of stack i's top state, every stack in turn.
@@ -411,27 +332,19 @@ bool Matcher::accept_marker(TokenId id) {
 // Every token whose bytes the stacks accept, by a pre-order walk of the trie: levels_[d] holds
 // the stacks after the first d bytes of the current path; a node they reject skips its subtree.
 std::size_t Matcher::walk_trie(const Stacks& start, std::vector<std::uint64_t>& mask,
-                               std::vector<TokenId>* uncertain, std::uint64_t* max_after,
-                               Tokens* record) {
+                               std::vector<TokenId>* uncertain, std::uint64_t* max_after) {
   const auto& trie = vocab_->trie();
   const auto& tokens = vocab_->token_list();
   levels_.resize(static_cast<std::size_t>(vocab_->max_depth()) + 1);
   marker_.assign(levels_.size(), 0);
-  next_bytes_.resize(levels_.size());
   levels_[0] = start;
-  next_bytes_[0] = next_bytes(start);
   std::size_t i = 0;
   std::size_t visited = 0;
   while (i < trie.size()) {
     const Vocabulary::TrieNode& node = trie[i];
     ++visited;
     Stacks& out = levels_[node.depth];
-    // A byte no stack can read is rejected without advancing (most of a level's children).
-    if (next_bytes_[node.depth - 1].test(node.byte)) {
-      advance(levels_[node.depth - 1], node.byte, out);
-    } else {
-      out.clear();
-    }
+    advance(levels_[node.depth - 1], node.byte, out);
     if (out.size() == 0) {
       if (uncertain && marker_[node.depth - 1]) {
         // Past the start's return: the tokens of this subtree depend on what called it.
@@ -444,15 +357,9 @@ std::size_t Matcher::walk_trie(const Stacks& start, std::vector<std::uint64_t>& 
       continue;
     }
     if (uncertain) marker_[node.depth] = marker_[node.depth - 1] || complete(out);
-    if (i + 1 < trie.size() && trie[i + 1].depth > node.depth)
-      next_bytes_[node.depth] = next_bytes(out);
     if (node.tokens < node.tokens_end) {
       if (max_after) *max_after = std::max(*max_after, min_cost(out));
-      if (record) {
-        const std::uint64_t cost = min_cost(out);
-        for (std::uint32_t t = node.tokens; t < node.tokens_end; ++t)
-          record->emplace_back(tokens[t], cost);
-      } else if (fits(out)) {
+      if (fits(out)) {
         for (std::uint32_t t = node.tokens; t < node.tokens_end; ++t)
           mask[tokens[t] / 64] |= std::uint64_t{1} << (tokens[t] % 64);
       }
@@ -462,58 +369,16 @@ std::size_t Matcher::walk_trie(const Stacks& start, std::vector<std::uint64_t>& 
   return visited;
 }
 
-// Stack i's top state and its keys in the state masks: without the depth when a walk from it
-// never comes near kMaxFrames (the common case), else with it (bit 63). False for a string or
-// run frame, a complete stack, or a grammar without state masks.
-bool Matcher::entry_keys(const Stacks& s, std::size_t i, std::uint64_t& key,
-                         std::uint64_t& deep_key) const {
-  const std::uint32_t depth = s.ends[i] - s.begin(i);
-  if (depth == 0 || !grammar_->masks) return false;
-  const Frame& top = s.frames[s.ends[i] - 1];
-  if (grammar_->rules[top.rule].kind != RuleKind::kNfa) return false;
-  key = (std::uint64_t{top.rule} << 40) | top.state;
-  deep_key = key | (std::uint64_t{1} << 63) | (std::uint64_t{depth} << 32);
-  return true;
-}
-
-// The context-free part of stack i's mask, by its top frame; null while none is kept (the
-// stack is then walked, and the walk's size says whether one pays: note_walked). A pending
-// entry (the state was seen once in an expensive walk) is computed now.
+// The context-free part of stack i's mask, by its top frame (computed once per grammar,
+// vocabulary, rule state and depth); null for a string frame or a complete stack.
 std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Stacks& s, std::size_t i) {
-  std::uint64_t key = 0;
-  std::uint64_t deep_key = 0;
-  if (!entry_keys(s, i, key, deep_key)) return nullptr;
   const std::uint32_t depth = s.ends[i] - s.begin(i);
-  auto e = grammar_->masks->find(vocab_->serial(), deep_key);
-  if (!e) {
-    e = grammar_->masks->find(vocab_->serial(), key);
-    if (e && e->call_height + depth - 1 >= kMaxFrames) e = nullptr;
-  }
-  if (!e || !e->pending) return e;
-  return compute_entry(s, i);
-}
-
-// After a walk of `visited` trie nodes over stacks that included these (unknown) states: a
-// walk that cheap keeps no entry for any of them (each alone walks fewer nodes), else each
-// gets a pending one (computed on its next visit, so that no step pays two walks).
-void Matcher::note_walked(const std::vector<std::size_t>& unknown, std::size_t visited) {
-  for (const std::size_t i : unknown) {
-    std::uint64_t key = 0;
-    std::uint64_t deep_key = 0;
-    if (!entry_keys(cur_, i, key, deep_key)) continue;
-    auto e = std::make_shared<StateMasks::Entry>();
-    e->cheap = visited < cheap_nodes_;
-    e->pending = !e->cheap;
-    grammar_->masks->insert(vocab_->serial(), key, std::move(e));
-  }
-}
-
-std::shared_ptr<const StateMasks::Entry> Matcher::compute_entry(const Stacks& s, std::size_t i) {
-  std::uint64_t key = 0;
-  std::uint64_t deep_key = 0;
-  entry_keys(s, i, key, deep_key);
-  const std::uint32_t depth = s.ends[i] - s.begin(i);
+  if (depth == 0 || !grammar_->masks) return nullptr;
   const Frame& top = s.frames[s.ends[i] - 1];
+  if (grammar_->rules[top.rule].kind != RuleKind::kNfa) return nullptr;
+  const std::uint64_t key =
+      (std::uint64_t{top.rule} << 40) | (std::uint64_t{depth} << 32) | top.state;
+  if (auto e = grammar_->masks->find(vocab_->serial(), key)) return e;
   auto e = std::make_shared<StateMasks::Entry>();
   one_.clear();
   one_.frames.push_back(top);
@@ -522,9 +387,7 @@ std::shared_ptr<const StateMasks::Entry> Matcher::compute_entry(const Stacks& s,
   depth_offset_ = depth - 1;
   const std::int64_t limit = limit_;
   limit_ = kUnlimited;  // what the state accepts, whatever the budget
-  call_height_ = 0;
   const std::size_t visited = walk_trie(one_, e->accepted, &e->uncertain, &e->max_after);
-  e->call_height = call_height_;
   limit_ = limit;
   depth_offset_ = 0;
   if (visited < cheap_nodes_) {
@@ -532,10 +395,7 @@ std::shared_ptr<const StateMasks::Entry> Matcher::compute_entry(const Stacks& s,
     e->accepted.clear();
     e->uncertain.clear();
   }
-  // Every call was below kMaxFrames at this depth: the walk is the same at any depth that
-  // keeps them below it.
-  const bool any_depth = e->call_height + depth - 1 < kMaxFrames;
-  grammar_->masks->insert(vocab_->serial(), any_depth ? key : deep_key, e);
+  grammar_->masks->insert(vocab_->serial(), key, e);
   return e;
 }
 
@@ -545,16 +405,10 @@ void Matcher::apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size
   one_.clear();
   one_.frames.assign(s.frames.begin() + s.begin(i), s.frames.begin() + s.ends[i]);
   one_.ends.push_back(static_cast<std::uint32_t>(one_.frames.size()));
-  // The uncertain tokens are in the trie's order: sorted by their bytes. Checked once per
-  // context (these stacks), then taken from the context cache.
-  apply_context(context(one_, 1,
-                        [&](Tokens& out) {
-                          check_sorted(
-                              one_, e.uncertain, [](TokenId) { return true; },
-                              [](TokenId id) { return id; },
-                              [&](TokenId id) { return vocab_->bytes(id); }, mask, &out);
-                        }),
-                mask);
+  // The uncertain tokens are in the trie's order: sorted by their bytes.
+  check_sorted(
+      one_, e.uncertain, [](TokenId) { return true; }, [](TokenId id) { return id; },
+      [&](TokenId id) { return vocab_->bytes(id); }, mask);
 }
 
 // Allows each item that `keep` keeps when `start` accepts its bytes (`rest_of`, the items
@@ -563,7 +417,7 @@ void Matcher::apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size
 // rejected once skips the items that begin with it.
 template <typename Items, typename Keep, typename IdOf, typename RestOf>
 void Matcher::check_sorted(const Stacks& start, const Items& items, Keep keep, IdOf id_of,
-                           RestOf rest_of, std::vector<std::uint64_t>& mask, Tokens* record) {
+                           RestOf rest_of, std::vector<std::uint64_t>& mask) {
   constexpr std::size_t kNone = ~std::size_t{0};
   levels_.resize(std::max<std::size_t>(levels_.size(), std::size_t{vocab_->max_depth()} + 2));
   levels_[0] = start;
@@ -591,9 +445,7 @@ void Matcher::check_sorted(const Stacks& start, const Items& items, Keep keep, I
       continue;
     }
     valid = d;
-    if (record) {
-      record->emplace_back(id_of(item), min_cost(levels_[d]));
-    } else if (fits(levels_[d])) {
+    if (fits(levels_[d])) {
       const TokenId id = id_of(item);
       mask[id / 64] |= std::uint64_t{1} << (id % 64);
     }

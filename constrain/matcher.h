@@ -12,7 +12,6 @@
 // steps (of any sequence) in that state check only the tokens that leave the rule.
 #pragma once
 
-#include <bitset>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -103,25 +102,10 @@ class Matcher {
   // Returns the trie nodes visited. With `uncertain`, tokens that need the stack below the
   // start (they pop it and go on) are listed there instead of being decided.
   // With `max_after`, the largest shortest-completion of an accepted token's stacks.
-  // With `record`, every accepted token goes there with its shortest completion, whatever
-  // the budget, and `mask` is left alone.
-  using Tokens = std::vector<std::pair<TokenId, std::uint64_t>>;
   std::size_t walk_trie(const Stacks& start, std::vector<std::uint64_t>& mask,
                         std::vector<TokenId>* uncertain = nullptr,
-                        std::uint64_t* max_after = nullptr, Tokens* record = nullptr);
-  bool within(std::uint64_t cost) const;  // a shortest completion fits limit_
-  template <typename Compute>
-  std::shared_ptr<const StateMasks::Context> context(const Stacks& s, std::uint32_t tag,
-                                                     Compute compute);
-  void apply_context(const std::shared_ptr<const StateMasks::Context>& c,
-                     std::vector<std::uint64_t>& mask) const;
-  bool in_nfa(const Stacks& s, std::size_t i) const;
-  std::bitset<256> next_bytes(const Stacks& s) const;
-  bool entry_keys(const Stacks& s, std::size_t i, std::uint64_t& key,
-                  std::uint64_t& deep_key) const;
+                        std::uint64_t* max_after = nullptr);
   std::shared_ptr<const StateMasks::Entry> state_entry(const Stacks& s, std::size_t i);
-  std::shared_ptr<const StateMasks::Entry> compute_entry(const Stacks& s, std::size_t i);
-  void note_walked(const std::vector<std::size_t>& unknown, std::size_t visited);
   void apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,
                    std::vector<std::uint64_t>& mask);
   void string_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask);
@@ -133,7 +117,7 @@ class Matcher {
   bool run_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask);
   template <typename Items, typename Keep, typename IdOf, typename RestOf>
   void check_sorted(const Stacks& start, const Items& items, Keep keep, IdOf id_of, RestOf rest_of,
-                    std::vector<std::uint64_t>& mask, Tokens* record = nullptr);
+                    std::vector<std::uint64_t>& mask);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const Vocabulary> vocab_;
@@ -149,12 +133,8 @@ class Matcher {
   Stacks a_, b_, rest_, after_;
   mutable Stacks bytes_scratch_;  // advance_bytes
   Stacks one_;
-  std::vector<char> marker_;                  // walk_trie: the start was popped on this path
-  mutable std::size_t depth_offset_ = 0;      // frames below the stack being walked (state_entry)
-  mutable std::size_t call_height_ = 0;       // closure: the deepest stack that called a rule
-  std::vector<std::uint32_t> key_;            // context(): the stacks, flattened
-  std::vector<std::bitset<256>> next_bytes_;  // walk_trie: next_bytes() of each level
-  std::vector<std::size_t> unknown_;          // fill_content: stacks whose state has no entry yet
+  std::vector<char> marker_;              // walk_trie: the start was popped on this path
+  mutable std::size_t depth_offset_ = 0;  // frames below the stack being walked (state_entry)
   std::size_t cheap_nodes_ = kCheapNodes;
 };
 
