@@ -1,11 +1,15 @@
 #include "adapters/local_constraint.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/sha256.h"
 
 namespace ferry::adapters {
 namespace {
+
+constexpr const char* kPythonTag = "<|python_tag|>";  // Llama 3.1+: may open a call
 
 using Json = nlohmann::ordered_json;
 
@@ -216,6 +220,9 @@ void find_token_markers(TemplateTools& t, const constrain::Vocabulary& vocab) {
   for (const std::string* m : {&syn.begin, &syn.end, &syn.think_begin, &syn.think_end}) {
     if (!m->empty() && vocab.special_token(*m)) t.token_markers.push_back(*m);
   }
+  // Llama 3.1+: the call may open with <|python_tag|> where the vocabulary has it as a token.
+  if (t.format == ToolFormat::kLlama3Json && vocab.special_token(kPythonTag))
+    t.token_markers.push_back(kPythonTag);
 }
 
 constrain::ToolCallSyntax tool_call_syntax(const TemplateTools& t, bool thinking) {
@@ -226,7 +233,9 @@ constrain::ToolCallSyntax tool_call_syntax(const TemplateTools& t, bool thinking
     syn.end.clear();
   } else if (t.format == ToolFormat::kLlama3Json) {
     syn.layout = constrain::ToolLayout::kBare;
-    syn.begin.clear();
+    const bool tag = std::find(t.token_markers.begin(), t.token_markers.end(), kPythonTag) !=
+                     t.token_markers.end();
+    syn.begin = tag ? kPythonTag : "";
     syn.end.clear();
     syn.arguments_key = t.arguments_key;
   }
@@ -413,8 +422,22 @@ void ToolCallParser::think_byte(char c) {
   }
 }
 
-// kBare: white space is held like leading text; `{` opens the one call, anything else is text.
+// kBare: white space is held like leading text; `{` opens the one call (after the opening
+// marker, when the syntax has one), anything else is text.
 void ToolCallParser::body_start_byte(char c, std::vector<ToolPiece>& out) {
+  const std::string& tag = syntax_.begin;
+  if (!tag.empty() && !tag_seen_ && (!held_.empty() || c == tag[0])) {
+    held_ += c;
+    if (held_ == tag) {
+      held_.clear();
+      tag_seen_ = true;
+      return;
+    }
+    if (tag.compare(0, held_.size(), held_) == 0) return;
+    bare_start_ = false;  // not the marker after all: text
+    for (const char h : std::exchange(held_, {})) text_byte(h, out);
+    return;
+  }
   if (is_ws(c)) {
     text_ += c;
     return;

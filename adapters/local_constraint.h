@@ -123,6 +123,7 @@ class ToolCallParser {
   std::string reasoning_;  // kThink: reasoning to emit at the end of this feed
   bool think_pending_ = false;  // the output may still open with the think block
   bool bare_start_ = false;     // kBare: no byte of the body but white space yet
+  bool tag_seen_ = false;       // kBare: the opening marker (<|python_tag|>) was read
   bool closed_ = false;         // kList/kBare: the calls are over
   std::string leading_ws_;      // white space before any text: dropped when a call follows
   bool text_shown_ = false;

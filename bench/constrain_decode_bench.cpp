@@ -2,7 +2,8 @@
 // JSON Schema constraint, same model, same threads, 1 and 8 streams (issue 15: constrained >= 95%
 // of unconstrained). Tokens per CPU-second of the process over decode-only steps (sampling and
 // mask computation included, robust to other load on the machine), times the thread count;
-// the ratio constrained / unconstrained is taken within one run. Then the mask per step: each
+// the ratio constrained / unconstrained is taken within one run, per pair of back-to-back runs
+// (their order alternating from pair to pair) and of the bests. Then the mask per step: each
 // constrained stream's tokens are replayed through a fresh Matcher over a freshly compiled
 // grammar (its state masks cold, as in the run) with every fill_mask timed on one thread,
 // p50/p99 set beside the unconstrained run's wall time per decode step (forward + sampling).
@@ -192,16 +193,33 @@ int main(int argc, char** argv) {
   for (int streams : {1, 8}) {
     double best_free = 0, best_constrained = 0, step_us = 0;
     std::vector<std::vector<engine::TokenId>> outputs;
+    std::vector<double> ratios;  // per pair: the two runs back to back, in alternating order
     for (int r = 0; r < reps; ++r) {
-      const Run free = run(path, threads, gen, streams, nullptr, vocab);
+      Run free, constrained;
+      for (int k = 0; k < 2; ++k) {
+        if ((k == 0) == (r % 2 == 0)) {
+          free = run(path, threads, gen, streams, nullptr, vocab);
+        } else {
+          constrained = run(path, threads, gen, streams, grammar->grammar, vocab);
+        }
+      }
       if (free.cpu_tps > best_free) step_us = free.step_wall_us;
       best_free = std::max(best_free, free.cpu_tps);
-      Run constrained = run(path, threads, gen, streams, grammar->grammar, vocab);
       best_constrained = std::max(best_constrained, constrained.cpu_tps);
+      ratios.push_back(free.cpu_tps > 0 ? constrained.cpu_tps / free.cpu_tps : 0);
+      std::printf(
+          "  %d stream(s) pair %d: unconstrained %.1f tok/s, constrained %.1f tok/s, "
+          "ratio %.1f%%\n",
+          streams, r + 1, free.cpu_tps, constrained.cpu_tps, 100.0 * ratios.back());
+      std::fflush(stdout);
       outputs = std::move(constrained.outputs);
     }
-    std::printf("%d stream(s): unconstrained %.1f tok/s, constrained %.1f tok/s, ratio %.1f%%\n",
-                streams, best_free, best_constrained, 100.0 * best_constrained / best_free);
+    std::sort(ratios.begin(), ratios.end());
+    std::printf(
+        "%d stream(s): unconstrained %.1f tok/s, constrained %.1f tok/s (best of %d), "
+        "ratio of bests %.1f%%, median pair ratio %.1f%% (min %.1f%%, max %.1f%%)\n",
+        streams, best_free, best_constrained, reps, 100.0 * best_constrained / best_free,
+        100.0 * ratios[ratios.size() / 2], 100.0 * ratios.front(), 100.0 * ratios.back());
     const std::vector<double> masks = replay_masks(outputs, vocab);
     std::printf(
         "  mask per step (%zu steps): p50 %.1f us, p99 %.1f us, max %.1f us; "

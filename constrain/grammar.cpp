@@ -135,9 +135,11 @@ std::uint32_t string_close_bytes(const Rule& rule, std::uint32_t state, std::uin
       1, 2, 3,        // kStrCont1..3
       2, 2, 3, 3,     // kStrE0, kStrED, kStrF0, kStrF4
   };
-  if (state == kStrOpen) return rule.min_chars + 2;
-  const std::uint32_t rest = state < kStrStates ? kRest[state] : 0;
-  return rest + (count < rule.min_chars ? rule.min_chars - count : 0) + 1;
+  const std::uint32_t sub = str_sub(state);
+  if (sub == kStrOpen) return rule.min_chars + 2;
+  const std::uint32_t rest = sub < kStrStates ? kRest[sub] : 0;
+  const std::uint32_t points = count - std::min(count, str_astral(state));
+  return rest + (points < rule.min_chars ? rule.min_chars - points : 0) + 1;
 }
 
 namespace {

@@ -50,6 +50,10 @@ enum class RuleKind {
   kNfa,
   // A JSON string value, quotes included: valid UTF-8, escapes (no lone surrogates), no raw
   // control characters, between min_chars and max_chars characters (an escape counts as one).
+  // A character above U+FFFF counts 2 toward max_chars and 1 toward min_chars, so that a string
+  // fits both JSON Schema's lengths (code points) and zod's / JavaScript's (UTF-16 units). The
+  // frame's count is in UTF-16 units; its state holds the sub-state and, above kStrSubBits,
+  // how many of those characters it read (count minus them: code points).
   kString,
   // A run of min_chars to max_chars bytes of one ASCII class (`run_bytes`), e.g. a pattern's
   // `[a-z0-9]{1,32}` or `\d{4}`: one frame with a byte counter instead of a state per byte, so
@@ -88,9 +92,18 @@ enum StringState : std::uint32_t {
   kStrStates,
 };
 
+inline constexpr std::uint32_t kStrSubBits = 5;
+inline constexpr std::uint32_t str_sub(std::uint32_t state) {
+  return state & ((1u << kStrSubBits) - 1);
+}
+inline constexpr std::uint32_t str_astral(std::uint32_t state) {
+  return state >> kStrSubBits;
+}
+
 class StateMasks;
 
-// Bytes a kString frame in sub-state `state` with `count` characters needs to close.
+// Bytes a kString frame in state `state` (sub-state and astral count) with `count` UTF-16 units
+// needs to close.
 std::uint32_t string_close_bytes(const Rule& rule, std::uint32_t state, std::uint32_t count);
 
 struct Grammar {

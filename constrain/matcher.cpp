@@ -78,16 +78,18 @@ void Matcher::advance(const Stacks& in, std::uint8_t b, Stacks& out) const {
     const Frame& top = in.frames[end - 1];
     const Rule& rule = grammar_->rules[top.rule];
     if (rule.kind == RuleKind::kString) {
-      const StringStep s = string_step(top.state, b);
-      if (!s.ok || (s.new_char && top.count >= rule.max_chars)) continue;
-      if (s.close && top.count < rule.min_chars) continue;
+      const StringStep s = string_step(str_sub(top.state), b);
+      const std::uint32_t units = s.new_char ? (s.astral ? 2 : 1) : 0;
+      if (!s.ok || (units != 0 && top.count + units > rule.max_chars)) continue;
+      const std::uint32_t astral = str_astral(top.state);
+      if (s.close && top.count - astral < rule.min_chars) continue;
       tmp_.assign(in.frames.begin() + begin, in.frames.begin() + end);
       if (s.close) {
         tmp_.pop_back();
         closure(tmp_, out);
       } else {
-        tmp_.back().state = s.next;
-        tmp_.back().count += s.new_char ? 1 : 0;
+        tmp_.back().state = s.next | ((astral + (s.astral ? 1 : 0)) << kStrSubBits);
+        tmp_.back().count += units;
         push(tmp_, out);
       }
       continue;
@@ -456,31 +458,33 @@ void Matcher::check_sorted(const Stacks& start, const Items& items, Keep keep, I
 void Matcher::string_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask) {
   const Frame& top = s.frames[s.ends[i] - 1];
   const Rule& rule = grammar_->rules[top.rule];
+  const std::uint32_t sub = str_sub(top.state);
   const std::uint32_t left = rule.max_chars - std::min(rule.max_chars, top.count);
+  const std::uint32_t points = top.count - str_astral(top.state);
   const std::uint64_t* inside =
-      vocab_->inside_le(top.state, std::min<std::uint32_t>(left, Vocabulary::kMaxInsideChars));
+      vocab_->inside_le(sub, std::min<std::uint32_t>(left, Vocabulary::kMaxInsideChars));
   for (std::size_t w = 0; w < mask.size(); ++w) mask[w] |= inside[w];
   const auto set = [&](TokenId id) { mask[id / 64] |= std::uint64_t{1} << (id % 64); };
-  for (const auto& [id, chars] : vocab_->long_inside(top.state))
+  for (const auto& [id, chars] : vocab_->long_inside(sub))
     if (chars <= left) set(id);
 
-  const auto may_close = [&](std::uint32_t chars) {
-    return chars <= left && top.count + chars >= rule.min_chars;
+  const auto may_close = [&](const Vocabulary::StringExit& e) {
+    return e.chars <= left && points + e.points >= rule.min_chars;
   };
   tmp_.assign(s.frames.begin() + s.begin(i), s.frames.begin() + s.ends[i] - 1);
   a_.clear();
   closure(tmp_, a_);
   dedup(a_);
   const bool closed_fits = fits(a_);
-  for (const Vocabulary::StringExit& e : vocab_->exits(top.state, 256))
-    if (closed_fits && may_close(e.chars)) set(e.id);
+  for (const Vocabulary::StringExit& e : vocab_->exits(sub, 256))
+    if (closed_fits && may_close(e)) set(e.id);
   for (std::uint32_t b = 0; b < 256; ++b) {
-    const auto& exits = vocab_->exits(top.state, b);
+    const auto& exits = vocab_->exits(sub, b);
     if (exits.empty()) continue;
     advance(a_, static_cast<std::uint8_t>(b), b_);
     if (b_.size() == 0) continue;
     check_sorted(
-        b_, exits, [&](const Vocabulary::StringExit& e) { return may_close(e.chars); },
+        b_, exits, [&](const Vocabulary::StringExit& e) { return may_close(e); },
         [](const Vocabulary::StringExit& e) { return e.id; },
         [&](const Vocabulary::StringExit& e) { return vocab_->bytes(e.id).substr(e.suffix + 1); },
         mask);

@@ -148,14 +148,15 @@ std::uint32_t add_text_states(GrammarBuilder& b, std::uint32_t rule, std::uint32
   return opened;
 }
 
-// kBare text: empty, or a first byte that cannot begin a call (not `{`, not white space), then
-// anything.
-void add_bare_text(GrammarBuilder& b, std::uint32_t rule, std::uint32_t from) {
+// kBare text: empty, or a first byte that cannot begin a call (not `{`, not white space; with
+// an opening marker such as `<|python_tag|>`, not `<` either), then anything.
+void add_bare_text(GrammarBuilder& b, std::uint32_t rule, std::uint32_t from, bool marker) {
   b.accept(rule, from);
   const std::uint32_t text = b.add_state(rule);
   b.accept(rule, text);
   b.byte_edge(rule, text, 0, 255, text);
-  const std::uint8_t excluded[] = {'\t', '\n', ' ', '{'};
+  std::vector<std::uint8_t> excluded = {'\t', '\n', ' ', '{'};
+  if (marker) excluded.insert(excluded.begin() + 3, '<');
   std::uint32_t lo = 0;
   for (const std::uint8_t x : excluded) {
     if (lo < x) b.byte_edge(rule, from, static_cast<std::uint8_t>(lo), x - 1, text);
@@ -170,8 +171,18 @@ void add_body(GrammarBuilder& b, const ToolSpec& spec, std::uint32_t root, std::
   const ToolCallSyntax& syn = spec.syntax;
   const bool forced = spec.choice == ToolChoice::kRequired || spec.choice == ToolChoice::kNamed;
   if (syn.layout == ToolLayout::kBare) {
-    if (spec.choice != ToolChoice::kNone) b.accept(root, b.call(root, b.ws(root, from), calls));
-    if (!forced) add_bare_text(b, root, from);
+    if (spec.choice != ToolChoice::kNone) {
+      // The call, after the opening marker when there is one (Llama's <|python_tag|>: the
+      // model may write it or not).
+      std::uint32_t start = from;
+      if (!syn.begin.empty()) {
+        start = b.add_state(root);
+        b.eps(root, from, start);
+        b.eps(root, write_marker(b, syn, root, from, syn.begin), start);
+      }
+      b.accept(root, b.call(root, b.ws(root, start), calls));
+    }
+    if (!forced) add_bare_text(b, root, from, !syn.begin.empty());
     return;
   }
   if (forced) {

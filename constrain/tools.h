@@ -8,10 +8,12 @@
 //            and which is also the generic format): `<tool_call>` ws call ws `</tool_call>`
 //            per call, white space between calls.
 //   kList   (Mistral): `[TOOL_CALLS]` ws `[` call, call... `]`.
-//   kBare   (Llama 3.1+ JSON, key "parameters"): one call as the whole output, no marker.
+//   kBare   (Llama 3.1+ JSON, key "parameters"): one call as the whole output, after the
+//            opening marker if there is one (Llama's `<|python_tag|>`, when the vocabulary has
+//            it as a token: written or not, as the model likes).
 // tool_choice:
 //   auto      free text; once the text contains the opening marker, the rest is calls (kBare:
-//             a call, or text that does not begin with `{` or white space)
+//             a call, or text that does not begin with `{`, white space or the marker's `<`)
 //   none      free text that never contains the opening marker (kBare: the same text)
 //   required  one or more calls from the first byte (one when parallel calls are off; kBare
 //             always one)
@@ -45,7 +47,8 @@ enum class ToolLayout { kMarked, kList, kBare };
 
 struct ToolCallSyntax {
   ToolLayout layout = ToolLayout::kMarked;
-  std::string begin = "<tool_call>";  // kMarked: before each call; kList: before the list
+  std::string begin = "<tool_call>";  // kMarked: before each call; kList: before the list;
+                                      // kBare: optional before the call (or empty)
   std::string end = "</tool_call>";   // kMarked: after each call
   std::string name_key = "name";
   std::string arguments_key = "arguments";

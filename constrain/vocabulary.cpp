@@ -23,9 +23,9 @@ StringStep string_step(std::uint32_t state, std::uint8_t b) {
       if (b == 0xE0) return to(kStrE0, true);
       if (b == 0xED) return to(kStrED, true);
       if (b >= 0xE1 && b <= 0xEF) return to(kStrCont2, true);
-      if (b == 0xF0) return to(kStrF0, true);
-      if (b >= 0xF1 && b <= 0xF3) return to(kStrCont3, true);
-      if (b == 0xF4) return to(kStrF4, true);
+      if (b == 0xF0) return StringStep{kStrF0, true, true, false, true};
+      if (b >= 0xF1 && b <= 0xF3) return StringStep{kStrCont3, true, true, false, true};
+      if (b == 0xF4) return StringStep{kStrF4, true, true, false, true};
       return StringStep{};
     case kStrEscape:
       if (b == 'u') return to(kStrHex1);
@@ -148,7 +148,8 @@ void Vocabulary::build_string_tables(const std::vector<TokenId>& ids, std::uint3
   for (const TokenId id : ids) {
     const std::string_view s = bytes(id);
     std::uint32_t state = from;
-    std::uint32_t chars = 0;
+    std::uint32_t chars = 0;   // UTF-16 units
+    std::uint32_t points = 0;  // code points
     bool ok = true;
     for (std::size_t i = 0; i < s.size(); ++i) {
       const StringStep st = string_step(state, static_cast<std::uint8_t>(s[i]));
@@ -158,11 +159,12 @@ void Vocabulary::build_string_tables(const std::vector<TokenId>& ids, std::uint3
       }
       if (st.close) {
         const std::uint32_t bucket = i + 1 < s.size() ? static_cast<std::uint8_t>(s[i + 1]) : 256u;
-        t.exits[bucket].push_back(StringExit{id, chars, static_cast<std::uint32_t>(i + 1)});
+        t.exits[bucket].push_back(StringExit{id, chars, points, static_cast<std::uint32_t>(i + 1)});
         ok = false;
         break;
       }
-      chars += st.new_char ? 1 : 0;
+      chars += st.new_char ? (st.astral ? 2 : 1) : 0;
+      points += st.new_char ? 1 : 0;
       state = st.next;
     }
     if (!ok) continue;

@@ -29,6 +29,7 @@ struct StringStep {
   bool ok = false;        // the byte may come here
   bool new_char = false;  // it starts a character (counts against max_chars)
   bool close = false;     // it is the closing quote
+  bool astral = false;    // the character it starts is above U+FFFF (two UTF-16 units)
 };
 StringStep string_step(std::uint32_t state, std::uint8_t b);
 
@@ -41,11 +42,12 @@ class Vocabulary {
     std::uint32_t tokens = 0;  // [tokens, tokens_end) in token_list()
     std::uint32_t tokens_end = 0;
   };
-  // A token that closes a string from the body state: characters before the quote, and
-  // where the bytes after the quote start.
+  // A token that closes a string from the body state: characters before the quote (in UTF-16
+  // units, and in code points), and where the bytes after the quote start.
   struct StringExit {
     TokenId id = 0;
     std::uint32_t chars = 0;
+    std::uint32_t points = 0;
     std::uint32_t suffix = 0;
   };
   static constexpr std::uint32_t kMaxInsideChars = 32;  // inside_le(k) for k up to this
@@ -93,7 +95,8 @@ class Vocabulary {
   std::uint16_t max_depth() const { return max_depth_; }
 
   // String fast path, from string sub-state `state` (below kStrStates; kStrOpen: the opening
-  // quote first): tokens that stay inside the string with at most k characters.
+  // quote first): tokens that stay inside the string with at most k characters (UTF-16 units,
+  // as every count of the tables).
   const std::uint64_t* inside_le(std::uint32_t state, std::uint32_t k) const {
     return tables_[state].inside_le.data() + static_cast<std::size_t>(k) * mask_words();
   }

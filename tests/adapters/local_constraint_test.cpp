@@ -177,6 +177,17 @@ void expect_same_in_every_split(const std::string& out, const constrain::ToolCal
   }
 }
 
+// `out` reads as one call of `name` with `args` and no text, however it is split.
+void expect_one_call(const std::string& out, const constrain::ToolCallSyntax& syn, const char* name,
+                     const char* args) {
+  const Read one = read_all(out, {}, syn);
+  EXPECT_EQ(one.text, "");
+  ASSERT_EQ(one.calls.size(), 1u);
+  EXPECT_EQ(one.calls[0].first, name);
+  EXPECT_EQ(one.calls[0].second, args);
+  expect_same_in_every_split(out, syn, one);
+}
+
 TEST(ToolCallParserTest, MistralListAndLlamaBareCallsReadInEverySplit) {
   TemplateTools mistral;
   mistral.format = ToolFormat::kMistral;
@@ -196,16 +207,28 @@ TEST(ToolCallParserTest, MistralListAndLlamaBareCallsReadInEverySplit) {
   llama.format = ToolFormat::kLlama3Json;
   llama.arguments_key = "parameters";
   const auto bare = tool_call_syntax(llama, false);
-  const std::string call = " {\"name\": \"get_time\", \"parameters\": {\"zone\": -3}}";
-  const Read one = read_all(call, {}, bare);
-  EXPECT_EQ(one.text, "");
-  ASSERT_EQ(one.calls.size(), 1u);
-  EXPECT_EQ(one.calls[0].first, "get_time");
-  EXPECT_EQ(one.calls[0].second, "{\"zone\": -3}");
-  expect_same_in_every_split(call, bare, one);
+  expect_one_call(" {\"name\": \"get_time\", \"parameters\": {\"zone\": -3}}", bare, "get_time",
+                  "{\"zone\": -3}");
   // Text that does not open with '{' is text, braces and all.
   const Read text = read_all("It is {sunny}.", {3}, bare);
   EXPECT_EQ(text.text, "It is {sunny}.");
+  EXPECT_TRUE(text.calls.empty());
+}
+
+// Llama 3.1+ with <|python_tag|> in the vocabulary: the call may open with it, never shown.
+TEST(ToolCallParserTest, LlamaPythonTagOpensTheCallAndIsNeverShown) {
+  TemplateTools llama;
+  llama.format = ToolFormat::kLlama3Json;
+  llama.arguments_key = "parameters";
+  llama.token_markers = {"<|python_tag|>"};
+  const auto syn = tool_call_syntax(llama, false);
+  EXPECT_EQ(syn.begin, "<|python_tag|>");
+  expect_one_call("<|python_tag|>{\"name\": \"get_time\", \"parameters\": {\"zone\": 1}}", syn,
+                  "get_time", "{\"zone\": 1}");
+  const Read bare = read_all("{\"name\": \"f\", \"parameters\": {}}", {}, syn);
+  ASSERT_EQ(bare.calls.size(), 1u);
+  const Read text = read_all("It is <b>so</b>.", {2}, syn);
+  EXPECT_EQ(text.text, "It is <b>so</b>.");
   EXPECT_TRUE(text.calls.empty());
 }
 

@@ -141,6 +141,30 @@ INSTANTIATE_TEST_SUITE_P(
                     {R"("ab")", R"("abc")", "\"\xc3\xa9\xc3\xa9\"", R"("\n\t")"},
                     {R"("a")", R"("abcd")", R"("")"}}));
 
+// zod (and JavaScript) count a string's length in UTF-16 units, JSON Schema in code points: a
+// character above U+FFFF counts 2 toward maxLength and 1 toward minLength, so every string
+// satisfies both.
+TEST(Constrain, StringLengthsFitBothCodePointsAndUtf16Units) {
+  const std::string emoji = "\xf0\x9f\x98\x80";  // U+1F600: 1 code point, 2 UTF-16 units
+  const auto max2 = schema_grammar(R"({"type":"string","maxLength":2})");
+  ASSERT_NE(max2, nullptr);
+  EXPECT_TRUE(accepts(max2, "\"" + emoji + "\""));
+  EXPECT_TRUE(accepts(max2, "\"\xc3\xa9\xe2\x82\xac\""));  // BMP: one unit each
+  EXPECT_FALSE(accepts(max2, "\"a" + emoji + "\""));       // 2 code points, 3 units
+  EXPECT_FALSE(accepts(max2, "\"" + emoji + emoji + "\""));
+  const auto min2 = schema_grammar(R"({"type":"string","minLength":2,"maxLength":3})");
+  ASSERT_NE(min2, nullptr);
+  EXPECT_FALSE(accepts(min2, "\"" + emoji + "\""));  // 2 units but 1 code point
+  EXPECT_TRUE(accepts(min2, "\"" + emoji + "a\""));
+  EXPECT_FALSE(accepts(min2, "\"" + emoji + emoji + "\""));  // 4 units
+  // The shortest completion counts code points toward minLength.
+  const auto g = schema_grammar(R"({"type":"string","minLength":2})");
+  ASSERT_NE(g, nullptr);
+  Matcher m(g, test_vocab("demo")->vocab);
+  ASSERT_TRUE(m.accept_bytes("\"" + emoji));
+  EXPECT_EQ(m.shortest_completion(), 2u);  // one more character and the quote
+}
+
 TEST(Constrain, BoundsWhitespaceAndStringLength) {
   CompileOptions o;
   o.max_whitespace = 2;
@@ -585,6 +609,30 @@ TEST(ConstrainTools, LlamaBareLayoutIsOneCallOrText) {
   const auto n = tools_grammar(spec);
   EXPECT_TRUE(accepts(n, "It is {sunny}"));
   EXPECT_FALSE(accepts(n, R"({"name":"now","parameters":{}})"));
+}
+
+// Llama 3.1+: where the vocabulary has <|python_tag|> as a token, a call may open with it (the
+// model writes it or not); text never begins with its `<`, so a reader of the output can tell.
+TEST(ConstrainTools, LlamaPythonTagMayOpenTheBareCall) {
+  ToolSpec spec = weather_tools(ToolChoice::kRequired);
+  spec.syntax.layout = ToolLayout::kBare;
+  spec.syntax.begin = "<|python_tag|>";
+  spec.syntax.end.clear();
+  spec.syntax.arguments_key = "parameters";
+  const std::string call = R"({"name":"now","parameters":{}})";
+  const auto g = tools_grammar(spec);
+  EXPECT_TRUE(accepts(g, call));
+  EXPECT_TRUE(accepts(g, "<|python_tag|>" + call));
+  EXPECT_TRUE(accepts(g, "<|python_tag|> " + call));
+  EXPECT_FALSE(accepts(g, "<|python_tag|><|python_tag|>" + call));
+  EXPECT_FALSE(accepts(g, "<|python_tag|>"));
+  EXPECT_FALSE(accepts(g, call + "<|python_tag|>"));
+  spec.choice = ToolChoice::kAuto;
+  const auto a = tools_grammar(spec);
+  EXPECT_TRUE(accepts(a, "<|python_tag|>" + call));
+  EXPECT_TRUE(accepts(a, "It is <b>sunny</b>"));
+  EXPECT_FALSE(accepts(a, "<b>sunny</b>"));
+  EXPECT_FALSE(accepts(a, "<|python_tag|>text"));
 }
 
 TEST(ConstrainTools, AThinkBlockMayOpenTheOutputOnly) {

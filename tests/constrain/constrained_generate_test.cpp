@@ -29,7 +29,7 @@ struct Loaded {
   std::vector<TokenId> eog;
 };
 
-Loaded load_synth() {
+Loaded load_synth(bool batch_invariant = false) {
   Loaded l;
   l.tv = constrain::testing::test_vocab("synth");
   if (!l.tv) return l;
@@ -40,7 +40,8 @@ Loaded load_synth() {
   auto model = Model::load(l.source);
   EXPECT_TRUE(model.has_value()) << (model ? "" : model.error().message);
   if (!model) return l;
-  l.engine = std::make_unique<Engine>(std::move(model).value(), EngineOptions{1, 1024});
+  l.engine =
+      std::make_unique<Engine>(std::move(model).value(), EngineOptions{1, 1024, batch_invariant});
   l.eog = eog_tokens_from_source(*l.source);
   return l;
 }
@@ -201,6 +202,81 @@ TEST(ConstrainedGenerate, TheSchedulerAppliesTheConstraintPerSequence) {
     EXPECT_EQ(completions[i].finish, FinishReason::kStop) << texts[i];
     expect_valid(texts[i]);
   }
+}
+
+// Batch-invariant serving with masks: each sequence's tokens (two constrained by different
+// schemas, one free) are the same alone and batched with the others, so the batched sampler
+// applies each sequence's own mask to its own logits, and the forward pass is invariant.
+TEST(ConstrainedGenerate, BatchInvariantModeGivesTheSameConstrainedOutputAloneAndBatched) {
+  const char* kOther =
+      R"({"type":"object","properties":{"k":{"enum":["a","b"]},"n":{"type":"number"}},"required":["k","n"]})";
+  const auto tok = constrain::testing::test_vocab("synth")->tokenizer;
+  const std::vector<tokenizer::TokenId> ids = tok->encode("Give me JSON");
+  struct Out {
+    std::vector<TokenId> tokens;
+    std::string text;
+    Completion done;
+  };
+  // Runs the requests in one scheduler, all submitted at once; returns each one's output and
+  // the most sequences one decode step held.
+  const auto run = [&](const std::vector<int>& which, int64_t& max_batch) {
+    Loaded l = load_synth(/*batch_invariant=*/true);
+    EXPECT_TRUE(l.engine);
+    SchedulerOptions options;
+    options.prefix_cache = false;
+    std::mutex mu;
+    std::condition_variable cv;
+    max_batch = 0;
+    options.on_step = [&](const StepStats& st) {
+      std::lock_guard<std::mutex> lock(mu);
+      max_batch = std::max(max_batch, st.decode_tokens);
+    };
+    Scheduler scheduler(
+        std::move(l.engine), options, [tok](TokenId id) { return tok->token_bytes(id); }, l.eog);
+    std::vector<Out> outs(which.size());
+    std::size_t done = 0;
+    for (std::size_t k = 0; k < which.size(); ++k) {
+      const int i = which[k];
+      GenerationRequest req;
+      req.prompt.assign(ids.begin(), ids.end());
+      req.max_tokens = 200;
+      req.sampling.temperature = 1.0f;
+      req.sampling.seed = 40 + static_cast<std::uint64_t>(i);
+      if (i < 2) {
+        auto m = matcher_for(l, i == 0 ? kSchema : kOther);
+        m->set_token_budget(200);  // the document closes within max_tokens
+        req.sampling.constraint = std::move(m);
+      }
+      req.on_token = [&, k](const TokenEvent& ev) {
+        if (ev.token >= 0) outs[k].tokens.push_back(ev.token);
+        outs[k].text += ev.text;
+      };
+      req.on_done = [&, k](const Completion& c) {
+        std::lock_guard<std::mutex> lock(mu);
+        outs[k].done = c;
+        ++done;
+        cv.notify_all();
+      };
+      EXPECT_TRUE(scheduler.submit(std::move(req)).has_value());
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done == which.size(); });
+    return outs;
+  };
+  int64_t solo_batch = 0;
+  std::vector<Out> solo;
+  for (int i = 0; i < 3; ++i) solo.push_back(run({i}, solo_batch)[0]);
+  int64_t batch = 0;
+  const std::vector<Out> together = run({0, 1, 2}, batch);
+  EXPECT_GE(batch, 2);  // the sequences did decode together
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(together[i].done.error.has_value());
+    EXPECT_GE(solo[i].tokens.size(), 8u) << "sequence " << i;  // a document, not one token
+    EXPECT_EQ(together[i].tokens, solo[i].tokens) << "sequence " << i;
+  }
+  expect_valid(together[0].text);
+  const nlohmann::json other = nlohmann::json::parse(together[1].text, nullptr, false);
+  EXPECT_TRUE(other.is_object()) << together[1].text;
 }
 
 TEST(ConstrainedGenerate, ADeadConstraintIsAnErrorNotAnUnconstrainedToken) {

@@ -298,5 +298,30 @@ TEST(Loader, ExampleFileIsValidAndChecksAgainstTheDefaultConfig) {
   EXPECT_TRUE(r.policy->has_alias("chat-large"));
 }
 
+// Issue 15: the example policy sends short tool and JSON requests to the local model first
+// (the large one as the fallback hop), and long ones straight to the large model.
+TEST(Loader, ExamplePolicySendsShortToolAndJsonRequestsToTheLocalModel) {
+  LoadOptions options;
+  options.known_targets = std::vector<std::string>{"default"};
+  LoadResult r = load_policy_file(FERRY_POLICY_EXAMPLE, options);
+  ASSERT_TRUE(r.ok()) << r.errors_text();
+  for (const bool tools : {true, false}) {
+    Facts f;
+    f.model = "auto";
+    f.prompt_tokens = 400;
+    f.max_tokens = 256;
+    f.tools = tools;
+    f.response_format = !tools;
+    f.unix_seconds = 1767225600;  // 2026-01-01, a Thursday, 01:00 at +01:00
+    const Decision d = r.policy->decide(f);
+    EXPECT_EQ(d.rule_id, "short-tools-and-json-go-local");
+    ASSERT_EQ(d.route.size(), 2u);
+    EXPECT_EQ(d.route[0].target, "small");
+    EXPECT_EQ(d.route[1].target, "large");
+    f.prompt_tokens = 5000;  // not short: not this rule
+    EXPECT_NE(r.policy->decide(f).rule_id, "short-tools-and-json-go-local");
+  }
+}
+
 }  // namespace
 }  // namespace ferry::policies

@@ -150,11 +150,10 @@ test('chat.completions.parse gives the parsed object', async () => {
 });
 
 test('chat.completions.parse with a zod schema (zodResponseFormat) parses and validates', async () => {
-  // No .max() on strings: zod counts a string's length in UTF-16 units, JSON Schema's
-  // maxLength (which ferry enforces, as ajv checks it) in code points, so a character beyond
-  // U+FFFF (random weights pick them) fits one and not the other. Lengths are covered by the
-  // ajv walks; this checks the client's zod path end to end.
-  const Item = z.object({ name: z.string(), count: z.number().int().min(0).max(5),
+  // String lengths: zod counts UTF-16 units, JSON Schema (ajv) code points; ferry counts a
+  // character above U+FFFF as 2 toward maxLength and 1 toward minLength, so the random weights'
+  // astral characters fit both: zod's parse below (UTF-16) and the code-point count after it.
+  const Item = z.object({ name: z.string().min(2).max(6), count: z.number().int().min(0).max(5),
     kind: z.enum(['a', 'b']), tags: z.array(z.string()).max(3), note: z.string().nullable() });  // OpenAPI's `nullable: true`
   for (const seed of [1, 2, 3]) {
     const r = await client.chat.completions.parse({
@@ -163,6 +162,8 @@ test('chat.completions.parse with a zod schema (zodResponseFormat) parses and va
     assert.equal(r.choices[0].finish_reason, 'stop');
     const parsed = r.choices[0].message.parsed;
     assert.deepEqual(Item.parse(parsed), parsed);  // zod itself finds it valid
+    const points = [...parsed.name].length;  // JSON Schema's length: code points
+    assert.ok(points >= 2 && points <= 6, JSON.stringify(parsed.name));
     assert.deepEqual(Object.keys(parsed), ['name', 'count', 'kind', 'tags', 'note']);
   }
 });
