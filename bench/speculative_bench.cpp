@@ -138,7 +138,8 @@ std::vector<std::string> passages(const std::string& text, int count, size_t cha
 std::string edit_prompt(const std::string& p) {
   const size_t sp = p.find(' ');
   return "<|im_start|>user\nRewrite this with its first word changed to Then: " + p +
-         "<|im_end|>\n<|im_start|>assistant\nThen" + p.substr(sp, std::min<size_t>(20, p.size() - sp));
+         "<|im_end|>\n<|im_start|>assistant\nThen" +
+         p.substr(sp, std::min<size_t>(20, p.size() - sp));
 }
 
 // Extraction/quoting: a chat turn asking for the passage back, the answer begun with its words.
@@ -265,12 +266,10 @@ void run_workload(const Args& a, const Workload& w, Side& on_side, Side& off_sid
   const double mean_tokens = tok_on / static_cast<double>(a.reps * w.prompts.size());
   std::printf(
       "%-15s %6.0f %10.1f %10.1f %7.3fx %6.3f-%5.3fx %7.3fx %9.0f %8.2f %s\n", w.name.c_str(),
-      mean_tokens,
-      s_off > 0 ? tok_off / s_off : 0, s_on > 0 ? tok_on / s_on : 0, median(ratios),
+      mean_tokens, s_off > 0 ? tok_off / s_off : 0, s_on > 0 ? tok_on / s_on : 0, median(ratios),
       ratios.empty() ? 0 : *std::min_element(ratios.begin(), ratios.end()),
       ratios.empty() ? 0 : *std::max_element(ratios.begin(), ratios.end()), median(cpu_ratios),
-      drafted,
-      drafted > 0 ? accepted / drafted : 0, identical ? "yes" : "NO");
+      drafted, drafted > 0 ? accepted / drafted : 0, identical ? "yes" : "NO");
   std::fflush(stdout);
 }
 
@@ -359,8 +358,7 @@ int main(int argc, char** argv) {
               a.model.c_str(), a.threads, static_cast<long long>(n_ctx),
               static_cast<long long>(a.max_draft), static_cast<long long>(a.min_match), a.reps);
   std::printf("%-15s %6s %10s %10s %8s %13s %8s %9s %8s %s\n", "workload", "tokens", "off tok/s",
-              "on tok/s", "on/off", "per-rep range", "CPU o/o", "drafted", "accepted",
-              "identical");
+              "on tok/s", "on/off", "per-rep range", "CPU o/o", "drafted", "accepted", "identical");
   for (const Workload& w : all) {
     if (("," + a.workloads + ",").find("," + w.name + ",") == std::string::npos) continue;
     run_workload(a, w, on, off, n_ctx);

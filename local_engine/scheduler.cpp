@@ -345,6 +345,10 @@ struct Scheduler::Impl {
         insert_prefix(r);
       }
     }
+    if (stats.decode_tokens > 0 && stats.prefill_tokens == 0) {
+      draft_cost.observe(stats.decode_tokens + stats.draft_tokens, stats.seconds);
+    }
+    decoding_sequences = stats.decode_tokens;
     if (stats.decode_tokens > 0) {
       const double ms = stats.seconds * 1000.0;
       step_ms = step_ms <= 0 ? ms : 0.8 * step_ms + 0.2 * ms;
@@ -372,6 +376,10 @@ struct Scheduler::Impl {
         continue;
       }
       if (r.lookup) r.lookup->draft(draft_limit(r, pos), r.draft);
+      if (!r.draft.empty() && opt.speculative.cost_gate) {
+        r.draft.resize(static_cast<size_t>(draft_cost.best_draft(
+            static_cast<int64_t>(r.draft.size()), r.lookup->acceptance(), decoding_sequences)));
+      }
       const auto drafted = static_cast<int64_t>(r.draft.size());
       grow(r, pos + 1 + drafted);
       batch.push_back({r.seq, pos, r.next_token, true});
@@ -856,9 +864,11 @@ struct Scheduler::Impl {
   bool speculate = false;  // prompt-lookup drafts (options on, batch-invariant engine)
   int64_t spec_drafted_total = 0;
   int64_t spec_accepted_total = 0;
-  int64_t produced = 0;         // tokens generated in the current step
-  double step_ms = 0;           // recent decode step time
-  double avg_completion = 128;  // recent completion length
+  DraftCost draft_cost;            // whether drafts pay, from the steps' timings
+  int64_t decoding_sequences = 1;  // in the last step
+  int64_t produced = 0;            // tokens generated in the current step
+  double step_ms = 0;              // recent decode step time
+  double avg_completion = 128;     // recent completion length
   struct RateSample {
     Clock::time_point start, end;
     int64_t tokens;

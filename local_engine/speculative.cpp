@@ -60,6 +60,11 @@ void PromptLookup::draft(int64_t limit, std::vector<TokenId>& out) {
 
 void PromptLookup::feedback(int64_t drafted, int64_t accepted) {
   if (drafted <= 0) return;
+  // A kept token counts for the position after it only when it was kept: the chance of the
+  // i-th given the one before, as the cost model uses it.
+  constexpr double kForget = 0.8;
+  drafted_ = kForget * drafted_ + static_cast<double>(std::min(drafted, accepted + 1));
+  kept_ = kForget * kept_ + static_cast<double>(accepted);
   if (accepted <= 0) {
     ++misses_;
     skip_ = std::min(kMaxSkip, int64_t{1} << std::min<int64_t>(misses_ - 1, 4));
@@ -69,6 +74,40 @@ void PromptLookup::feedback(int64_t drafted, int64_t accepted) {
   misses_ = 0;
   cap_ = accepted >= drafted ? std::min(max_draft_, 2 * cap_)
                              : std::clamp<int64_t>(accepted + 1, 1, max_draft_);
+}
+
+void DraftCost::observe(int64_t positions, double seconds) {
+  constexpr double kForget = 0.98;  // about the last 50 steps
+  const auto x = static_cast<double>(positions);
+  n_ = kForget * n_ + 1;
+  sx_ = kForget * sx_ + x;
+  sy_ = kForget * sy_ + seconds;
+  sxx_ = kForget * sxx_ + x * x;
+  sxy_ = kForget * sxy_ + x * seconds;
+}
+
+bool DraftCost::known() const {
+  if (n_ < 8) return false;
+  const double mean = sx_ / n_;
+  return sxx_ / n_ - mean * mean > 0.25;  // steps of different sizes seen
+}
+
+int64_t DraftCost::best_draft(int64_t limit, double alpha, int64_t sequences) const {
+  if (limit <= 0 || !known()) return std::max<int64_t>(0, limit);
+  const double mx = sx_ / n_, my = sy_ / n_;
+  const double b = std::max(0.0, (sxy_ / n_ - mx * my) / (sxx_ / n_ - mx * mx));
+  const double a = std::max(0.0, my - b * mx);
+  if (b <= 0) return limit;
+  const double fixed = a / static_cast<double>(std::max<int64_t>(1, sequences));
+  int64_t best = 0;
+  double best_rate = 1.0 / (fixed + b), expected = 0, term = 1;
+  for (int64_t k = 1; k <= limit; ++k) {
+    term *= alpha;
+    expected += term;
+    const double rate = (1 + expected) / (fixed + b * static_cast<double>(1 + k));
+    if (rate > best_rate) best_rate = rate, best = k;
+  }
+  return best;
 }
 
 }  // namespace ferry::engine

@@ -16,6 +16,28 @@ struct SpeculativeOptions {
   bool enabled = true;    // mode: prompt_lookup (true) | off (false)
   int64_t max_draft = 8;  // K: drafted tokens verified with a sequence's next token, at most
   int64_t min_match = 2;  // the shortest suffix (tokens) whose earlier occurrence may propose
+  // Draft only as many tokens as pay on this model and machine (DraftCost below); false: the
+  // drafter's own length (tests that need drafts whatever the timings).
+  bool cost_gate = true;
+};
+
+// Whether drafted tokens pay: the forward pass's time is fitted as a + b * positions over recent
+// decode steps (least squares, older steps forgotten), and a sequence that keeps a drafted token
+// with probability alpha gets k drafted tokens only where (1 + E(k)) / (a / n + b * (1 + k)) -
+// tokens per unit of time, E(k) = alpha + ... + alpha^k kept on average, n sequences sharing the
+// step's fixed cost - is the best over 0..k. A memory-bound model (b small against a) drafts in
+// full; a compute-bound one only while its drafts are nearly always kept. Scheduler thread only.
+class DraftCost {
+ public:
+  // One decode step's forward pass: `positions` entries in `seconds`.
+  void observe(int64_t positions, double seconds);
+  // The number of tokens (0..limit) to draft for a sequence with acceptance estimate `alpha`
+  // in a step of `sequences` decoding sequences; `limit` while the fit is not yet known.
+  int64_t best_draft(int64_t limit, double alpha, int64_t sequences) const;
+  bool known() const;
+
+ private:
+  double n_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;  // decayed sums over steps
 };
 
 // The longest suffix a lookup tries to match (longer ones are not searched further).
@@ -37,8 +59,11 @@ class PromptLookup {
   void feedback(int64_t drafted, int64_t accepted);
 
   const std::vector<TokenId>& tokens() const { return tokens_; }
+  // The chance that a drafted token is kept, from this sequence's recent drafts (0.5 at first).
+  double acceptance() const { return (kept_ + 1.0) / (drafted_ + 2.0); }
 
  private:
+  double kept_ = 0, drafted_ = 0;  // decayed counts
   int64_t max_draft_;
   int64_t min_match_;
   int64_t cap_;         // the next draft's length, at most

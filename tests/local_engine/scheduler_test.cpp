@@ -605,6 +605,7 @@ void SchedulerTest::expect_speculation_changes_nothing(
   SchedulerOptions on = off;
   on.speculative = SpeculativeOptions{};  // the default: on, 8 drafted tokens, suffix of 2+
   ASSERT_TRUE(on.speculative.enabled);
+  on.speculative.cost_gate = false;  // drafts whatever this machine's timings say
   int64_t max_decode = 0, steps_with_drafts = 0;
   std::mutex mu;
   on.on_step = [&](const StepStats& st) {
@@ -672,7 +673,9 @@ TEST_F(SchedulerTest, SpeculationKeepsStopStringsAndLengths) {
   }
   ASSERT_GE(stopped.size(), 4u);
   const std::vector<Produced> want = run_requests(*plain, stopped, false);
-  auto spec = make(SchedulerOptions{});
+  SchedulerOptions on;
+  on.speculative.cost_gate = false;
+  auto spec = make(on);
   const std::vector<Produced> got = run_requests(*spec, stopped, true);
   for (size_t i = 0; i < stopped.size(); ++i) {
     EXPECT_TRUE(got[i] == want[i]) << "request " << i;
@@ -680,6 +683,19 @@ TEST_F(SchedulerTest, SpeculationKeepsStopStringsAndLengths) {
     EXPECT_EQ(got[i].text.find(stopped[i].stop[0]), std::string::npos);
   }
   EXPECT_GT(spec->load().spec_accepted_total, 0);
+}
+
+// With the cost gate (the default): drafts only where this machine's timings say they pay;
+// whatever it decides, the output is the same.
+TEST_F(SchedulerTest, SpeculationWithTheCostGateGivesTheSameOutput) {
+  SchedulerOptions off;
+  off.speculative.enabled = false;
+  auto plain = make(off);
+  auto gated = make(SchedulerOptions{});
+  const auto requests = repeating_requests(1000);
+  const auto want = run_requests(*plain, requests, false);
+  const auto got = run_requests(*gated, requests, true);
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_TRUE(got[i] == want[i]) << "request " << i;
 }
 
 // An engine with llama.cpp's numerics picks kernels by batch shape, so a verified draft could
@@ -698,6 +714,7 @@ TEST_F(SchedulerTest, NoSpeculationWithoutBatchInvariantNumerics) {
 TEST_F(SchedulerTest, SpeculatingSequenceCancelsAndFreesItsKv) {
   SchedulerOptions o;
   o.prefix_cache = false;
+  o.speculative.cost_gate = false;
   auto s = make(o);
   GenerationRequest r = repeating_requests(900).back();
   r.max_tokens = 300;

@@ -86,6 +86,31 @@ TEST(PromptLookup, MissesBackOffAndHitsGrowTheDraft) {
   EXPECT_EQ(d, (std::vector<TokenId>{4, 5}));
 }
 
+// The cost model: where a step's fixed cost dominates (memory-bound), drafts go in full; where
+// each position costs about a whole step (compute-bound), only nearly-sure drafts are worth it.
+TEST(DraftCost, DraftsWhereTheyPay) {
+  DraftCost memory_bound, compute_bound;
+  EXPECT_EQ(memory_bound.best_draft(6, 0.5, 1), 6);  // nothing known yet: the drafter's length
+  for (int i = 0; i < 40; ++i) {
+    const int64_t positions = 1 + i % 5;
+    memory_bound.observe(positions, 10e-3 + 0.2e-3 * static_cast<double>(positions));
+    compute_bound.observe(positions, 0.02e-3 + 0.2e-3 * static_cast<double>(positions));
+  }
+  ASSERT_TRUE(memory_bound.known());
+  EXPECT_EQ(memory_bound.best_draft(8, 0.9, 1), 8);
+  // Half kept: the 5th and later drafted tokens would add less than they cost.
+  EXPECT_EQ(memory_bound.best_draft(8, 0.5, 1), 4);
+  EXPECT_EQ(compute_bound.best_draft(8, 0.5, 1), 0);
+  EXPECT_EQ(compute_bound.best_draft(8, 0.3, 1), 0);
+  const int64_t sure = compute_bound.best_draft(8, 0.97, 1);
+  EXPECT_GT(sure, 0);
+  EXPECT_LT(sure, 8);
+  // Sharing the step's fixed cost with 16 other sequences makes a memory-bound step's drafts
+  // cost their positions: fewer pay.
+  EXPECT_EQ(memory_bound.best_draft(8, 0.9, 64), 3);
+  EXPECT_EQ(memory_bound.best_draft(0, 0.9, 1), 0);
+}
+
 // The scheduler's rule for a drafted token x: draw y from the sampler; keep x when y == x, else
 // emit y. P(keep) must be p(x), and a rejection must be distributed as p without x,
 // renormalised (the speculative-sampling rule for a point-mass draft). p is computed here from
