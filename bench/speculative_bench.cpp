@@ -177,23 +177,15 @@ std::vector<Workload> text_workloads(const Args& a, const tokenizer::Tokenizer& 
   return out;
 }
 
-std::vector<TokenId> random_tokens(int64_t n, int64_t n_vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<TokenId> pick(0, static_cast<TokenId>(n_vocab - 1));
-  std::vector<TokenId> out(static_cast<size_t>(n));
-  for (auto& t : out) t = pick(rng);
-  return out;
-}
-
 std::vector<Workload> token_workloads(int64_t n_vocab) {
   Workload repeat{"random-repeat"}, sampled{"random-sampled"};
   for (uint32_t i = 0; i < 4; ++i) {
-    auto span = random_tokens(40, n_vocab, 10 + i);
+    auto span = bench::random_tokens(40, n_vocab, 10 + i);
     auto p = span;
     p.insert(p.end(), span.begin(), span.end());
     p.insert(p.end(), span.begin(), span.begin() + 8);
     repeat.prompts.push_back(p);
-    sampled.prompts.push_back(random_tokens(88, n_vocab, 20 + i));
+    sampled.prompts.push_back(bench::random_tokens(88, n_vocab, 20 + i));
   }
   sampled.temperature = 1.0f;
   return {repeat, sampled};
@@ -282,7 +274,7 @@ void verify_cost(const Args& a) {
   (void)eng->kv().seq_add(0);
   std::vector<engine::BatchEntry> batch;
   std::vector<float> logits;
-  const auto toks = random_tokens(prompt + 16, n_vocab, 5);
+  const auto toks = bench::random_tokens(prompt + 16, n_vocab, 5);
   for (int64_t i = 0; i < prompt; ++i) batch.push_back({0, i, toks[static_cast<size_t>(i)], false});
   batch.back().logits = true;
   if (!eng->forward(batch, logits)) std::exit(1);
