@@ -211,13 +211,17 @@ TEST(Config, LocalBackendSpeculativeKeys) {
   EXPECT_FALSE(s.prompt_lookup);
   EXPECT_EQ(s.max_draft, 4);
   EXPECT_EQ(s.min_match, 3);
-  for (const std::string bad : {"{ mode: medusa }", "{ max_draft: 0 }", "{ max_draft: 65 }",
-                                "{ min_match: 0 }", "{ draft_model: x.gguf }"}) {
+  const std::pair<std::string, std::string> bad[] = {{"{ mode: medusa }", "mode"},
+                                                     {"{ max_draft: 0 }", "max_draft"},
+                                                     {"{ max_draft: 65 }", "max_draft"},
+                                                     {"{ min_match: 0 }", "min_match"},
+                                                     {"{ draft_model: x.gguf }", "draft_model"}};
+  for (const auto& [value, key] : bad) {
     auto r = load_config_text(
-        "backends:\n  - { name: cpu, kind: local, model: x.gguf, speculative: " + bad + " }\n",
+        "backends:\n  - { name: cpu, kind: local, model: x.gguf, speculative: " + value + " }\n",
         "t.yaml");
-    ASSERT_FALSE(r) << bad;
-    EXPECT_NE(r.error().message.find("speculative"), std::string::npos) << r.error().message;
+    ASSERT_FALSE(r) << value;
+    EXPECT_NE(r.error().message.find(key), std::string::npos) << r.error().message;
   }
 }
 
