@@ -377,6 +377,8 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::open(const config::BackendCo
   options.kv_budget_bytes = lc.kv_budget_mb > 0 ? lc.kv_budget_mb << 20 : 0;
   options.prefill_chunk = lc.prefill_chunk;
   options.prefix_cache = lc.prefix_cache;
+  options.speculative = {lc.speculative.prompt_lookup, lc.speculative.max_draft,
+                         lc.speculative.min_match};
   const tokenizer::Tokenizer* raw_tok = impl->tok.get();
   engine::TokenPieceFn piece = [raw_tok](TokenId id) {
     return raw_tok->token_bytes(static_cast<tokenizer::TokenId>(id));

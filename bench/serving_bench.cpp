@@ -76,14 +76,6 @@ engine::GenerationRequest request(std::vector<engine::TokenId> prompt, int64_t m
   return r;
 }
 
-std::vector<engine::TokenId> random_tokens(int64_t n, int64_t n_vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<engine::TokenId> pick(0, static_cast<engine::TokenId>(n_vocab - 1));
-  std::vector<engine::TokenId> out(static_cast<size_t>(n));
-  for (auto& t : out) t = pick(rng);
-  return out;
-}
-
 double process_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -123,8 +115,8 @@ StreamResult run_streams(const Args& a, int64_t n_streams) {
   latch.left = n_streams;
   const auto start = Clock::now();
   for (int64_t i = 0; i < n_streams; ++i) {
-    auto id = sched->submit(
-        request(random_tokens(a.prompt, n_vocab, 1000 + static_cast<uint32_t>(i)), a.gen, latch));
+    auto id = sched->submit(request(
+        bench::random_tokens(a.prompt, n_vocab, 1000 + static_cast<uint32_t>(i)), a.gen, latch));
     if (!id) {
       std::fprintf(stderr, "submit: %s\n", id.error().message.c_str());
       std::exit(1);
@@ -159,11 +151,11 @@ std::pair<double, double> run_ttft(const Args& a, uint32_t seed, int64_t* cached
   auto sched = make_scheduler(a.model, a.threads, a.ttft_prompt + 64, options);
   const int64_t n_vocab = sched->model_config().n_vocab;
   const int64_t question = 24;
-  const auto prefix = random_tokens(a.ttft_prompt - question, n_vocab, seed);
+  const auto prefix = bench::random_tokens(a.ttft_prompt - question, n_vocab, seed);
   double ttft[2] = {0, 0};
   for (int i = 0; i < 2; ++i) {
     auto prompt = prefix;
-    const auto q = random_tokens(question, n_vocab, seed * 7 + static_cast<uint32_t>(i) + 1);
+    const auto q = bench::random_tokens(question, n_vocab, seed * 7 + static_cast<uint32_t>(i) + 1);
     prompt.insert(prompt.end(), q.begin(), q.end());
     Latch latch;
     latch.left = 1;

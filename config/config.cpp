@@ -211,7 +211,7 @@ void parse_auth(const Map& auth, const std::string& file, Config& cfg) {
 LocalEngineConfig parse_local_backend(const Map& bm) {
   bm.allow_only({"name", "kind", "model", "threads", "context_length", "max_sequences", "max_queue",
                  "kv_budget_mb", "prefill_chunk", "prefix_cache", "max_unread_tokens",
-                 "chat_template", "timeouts", "embeddings"});
+                 "chat_template", "timeouts", "embeddings", "speculative"});
   LocalEngineConfig l;
   l.model_path = bm.str("model");
   l.threads = static_cast<int>(bm.integer_or("threads", 0, 0, 1024));
@@ -231,6 +231,15 @@ LocalEngineConfig parse_local_backend(const Map& bm) {
     }
     l.embeddings.chunk_long_input = long_input == "chunk";
     l.embeddings.matryoshka = e->boolean_or("matryoshka", false);
+  }
+  if (auto sp = bm.opt_map("speculative")) {
+    sp->allow_only({"mode", "max_draft", "min_match"});
+    const std::string mode = sp->opt_str("mode").value_or("prompt_lookup");
+    if (mode != "prompt_lookup" && mode != "off")
+      sp->fail("mode", "must be 'prompt_lookup' or 'off'");
+    l.speculative.prompt_lookup = mode == "prompt_lookup";
+    l.speculative.max_draft = sp->integer_or("max_draft", l.speculative.max_draft, 1, 64);
+    l.speculative.min_match = sp->integer_or("min_match", l.speculative.min_match, 1, 8);
   }
   return l;
 }

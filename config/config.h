@@ -80,6 +80,14 @@ struct LocalEmbeddingsConfig {
   bool matryoshka = false;        // the model is Matryoshka-trained: `dimensions` truncates
 };
 
+// Speculative decoding of a local backend (`speculative:`): drafts by prompt lookup from the
+// sequence's own prompt and output, verified in the decode step's forward pass.
+struct LocalSpeculativeConfig {
+  bool prompt_lookup = true;  // mode: prompt_lookup (true) | off (false)
+  int64_t max_draft = 8;      // drafted tokens verified per step, at most
+  int64_t min_match = 2;      // the shortest suffix (tokens) whose earlier occurrence drafts
+};
+
 // The in-process engine as a backend (`kind: local`).
 struct LocalEngineConfig {
   std::string model_path;       // the GGUF file (relative paths: to the config file's folder)
@@ -95,6 +103,7 @@ struct LocalEngineConfig {
   int64_t max_unread_tokens = 64;
   std::string chat_template;  // "" = the model's own template; else a Jinja template
   LocalEmbeddingsConfig embeddings;
+  LocalSpeculativeConfig speculative;
 };
 
 // One replica of a pooled HTTP backend: its base URL, parsed as BackendConfig's own.

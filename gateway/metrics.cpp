@@ -344,6 +344,10 @@ void append_local_backend_metrics(std::string& out, std::span<const std::string_
        [](const Snapshot& s) { return format_double(s.prefix_cache_hit_ratio); }},
       {MetricSeries::kLocalSequencesCancelled,
        [](const Snapshot& s) { return std::to_string(s.sequences_cancelled); }},
+      {MetricSeries::kLocalSpecDrafted,
+       [](const Snapshot& s) { return std::to_string(s.spec_drafted_total); }},
+      {MetricSeries::kLocalSpecAccepted,
+       [](const Snapshot& s) { return std::to_string(s.spec_accepted_total); }},
   };
   for (const Family& f : kFamilies) {
     append_family_head(out, f.id);

@@ -131,7 +131,11 @@ namespace ferry::gateway {
   X(LocalPrefixCacheHitRatio, "ferry_local_prefix_cache_hit_ratio", kGauge,                        \
     "Prompt tokens reused from the prefix cache / prompt tokens.", "backend")                      \
   X(LocalSequencesCancelled, "ferry_local_sequences_cancelled_total", kCounter,                    \
-    "Sequences cancelled by the client or stopped at their deadline.", "backend")
+    "Sequences cancelled by the client or stopped at their deadline.", "backend")                  \
+  X(LocalSpecDrafted, "ferry_local_spec_drafted_total", kCounter,                                  \
+    "Tokens drafted by prompt lookup and verified (speculative decoding).", "backend")             \
+  X(LocalSpecAccepted, "ferry_local_spec_accepted_total", kCounter,                                \
+    "Drafted tokens the model agreed with and kept (each one saved a decode step).", "backend")
 
 enum class MetricType : uint8_t { kCounter, kGauge, kHistogram };
 

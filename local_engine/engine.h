@@ -53,6 +53,8 @@ class Engine {
   const ModelConfig& config() const { return model_->config(); }
   int64_t n_ctx() const { return kv_.n_ctx(); }
   int n_threads() const { return pool_.n_threads(); }
+  // Every entry computed as if alone in its batch (EngineOptions::batch_invariant).
+  bool batch_invariant() const { return forms_ == kernels::BatchForms::kInvariant; }
   KvCache& kv() { return kv_; }
   const KvCache& kv() const { return kv_; }
 

@@ -107,6 +107,10 @@ struct Scheduler::Impl {
     // token is out (or when the request ends with it), so the copy does not delay that token.
     bool prefix_pending = false;
     TokenId next_token = -1;
+    // Speculative decoding (null when off): this sequence's drafter, and the tokens it drafted
+    // for the current step (verified beside next_token).
+    std::optional<PromptLookup> lookup;
+    std::vector<TokenId> draft;
     int64_t generated = 0;
     int64_t unread = 0;  // on_token events not yet acknowledged (Scheduler::consumed)
     int64_t first_token_us = -1;
@@ -137,6 +141,8 @@ struct Scheduler::Impl {
     snapshot.max_sequences = opt.max_sequences;
     snapshot.kv_budget_bytes = budget;
     embedder = std::make_unique<EmbeddingRunner>(std::max<int64_t>(1, opt.embedding_batch_tokens));
+    speculate =
+        opt.speculative.enabled && opt.speculative.max_draft > 0 && engine->batch_invariant();
     thread = std::thread([this] { run(); });
   }
 
@@ -297,6 +303,7 @@ struct Scheduler::Impl {
       r->reserve_tokens = tokens;
       r->reserved_bytes = need;
       reserved += need;
+      if (speculate) r->lookup.emplace(opt.speculative, r->req.prompt);
       active.push_back(std::move(r));
     }
   }
@@ -321,20 +328,27 @@ struct Scheduler::Impl {
       return true;
     }
     produced = 0;
-    for (size_t k = 0; k < rows.size(); ++k) {
-      Running& r = *rows[k];
-      std::span<float> row(logits.data() + k * static_cast<size_t>(n_vocab),
-                           static_cast<size_t>(n_vocab));
-      if (!r.decoding) {
-        r.decoding = true;
-        r.prefix_pending = true;
+    float* next_row = logits.data();  // each sequence's rows: its next token's, then its draft's
+    for (Running* rp : rows) {
+      Running& r = *rp;
+      float* first = next_row;
+      next_row += (1 + r.draft.size()) * static_cast<size_t>(n_vocab);
+      if (r.decoding) {
+        take_decode(r, first, stats);
+        continue;
       }
-      sample_and_emit(r, row);
+      r.decoding = true;
+      r.prefix_pending = true;
+      sample_and_emit(r, {first, static_cast<size_t>(n_vocab)}, engine->kv().seq_len(r.seq));
       if (r.prefix_pending && !r.done) {
         r.prefix_pending = false;
         insert_prefix(r);
       }
     }
+    if (stats.decode_tokens > 0 && stats.prefill_tokens == 0) {
+      draft_cost.observe(stats.decode_tokens + stats.draft_tokens, stats.seconds);
+    }
+    decoding_sequences = stats.decode_tokens;
     if (stats.decode_tokens > 0) {
       const double ms = stats.seconds * 1000.0;
       step_ms = step_ms <= 0 ? ms : 0.8 * step_ms + 0.2 * ms;
@@ -344,11 +358,13 @@ struct Scheduler::Impl {
     return true;
   }
 
-  // The next token of every decoding sequence, except those paused at their max_unread bound:
-  // they stay in `active` with their KV, and rejoin once their consumer has caught up.
+  // The next token of every decoding sequence (with the tokens drafted after it, when
+  // speculating), except those paused at their max_unread bound: they stay in `active` with
+  // their KV, and rejoin once their consumer has caught up.
   void add_decodes(StepStats& stats) {
     for (auto& rp : active) {
       Running& r = *rp;
+      r.draft.clear();
       if (!r.decoding || r.done || paused(r)) continue;
       const int64_t pos = engine->kv().seq_len(r.seq);
       if (pos + 1 > r.reserve_tokens) {
@@ -359,11 +375,55 @@ struct Scheduler::Impl {
             Error::make(ErrorCode::kInternal, "local engine: sequence reached its KV reservation"));
         continue;
       }
-      grow(r, pos + 1);
+      if (r.lookup) r.lookup->draft(draft_limit(r, pos), r.draft);
+      if (!r.draft.empty() && opt.speculative.cost_gate) {
+        r.draft.resize(static_cast<size_t>(draft_cost.best_draft(
+            static_cast<int64_t>(r.draft.size()), r.lookup->acceptance(), decoding_sequences)));
+      }
+      const auto drafted = static_cast<int64_t>(r.draft.size());
+      grow(r, pos + 1 + drafted);
       batch.push_back({r.seq, pos, r.next_token, true});
+      for (int64_t i = 0; i < drafted; ++i) {
+        batch.push_back({r.seq, pos + 1 + i, r.draft[static_cast<size_t>(i)], true});
+      }
       rows.push_back(&r);
       ++stats.decode_tokens;
+      stats.draft_tokens += drafted;
     }
+  }
+
+  // How many tokens may be drafted after a sequence's next token at `pos`: every one kept is
+  // emitted, so within max_tokens, the KV reservation, the context and the max_unread bound.
+  int64_t draft_limit(const Running& r, int64_t pos) const {
+    int64_t limit = std::min({opt.speculative.max_draft, r.req.max_tokens - r.generated - 1,
+                              r.reserve_tokens - pos - 1, n_ctx - pos - 1});
+    if (r.req.max_unread > 0) limit = std::min(limit, r.req.max_unread - r.unread - 1);
+    return limit;
+  }
+
+  // Samples a decoding sequence's rows in order: its next token's, then one per drafted token
+  // for as long as the token sampled is the one drafted (the logits of row i + 1 are those that
+  // follow it). For a deterministic draft this is the speculative-sampling rule: the drafted x
+  // is kept with probability p(x), and otherwise the token is a draw from p without x,
+  // renormalised; every emitted token is the sampler's own draw from the right logits, so the
+  // output is what decoding without a draft gives. The KV of the drafted tokens not kept is
+  // truncated (their positions are written again by the next step).
+  void take_decode(Running& r, float* first_row, StepStats& stats) {
+    const auto drafted = static_cast<int64_t>(r.draft.size());
+    const int64_t pos = engine->kv().seq_len(r.seq) - 1 - drafted;  // the next token's
+    int64_t accepted = 0;
+    for (int64_t i = 0; i <= drafted; ++i) {
+      const std::span<float> row(first_row + i * n_vocab, static_cast<size_t>(n_vocab));
+      const TokenId token = sample_and_emit(r, row, pos + i + 1);
+      if (r.done || i == drafted || token != r.draft[static_cast<size_t>(i)]) break;
+      ++accepted;
+    }
+    if (drafted == 0) return;
+    r.lookup->feedback(drafted, accepted);
+    if (!r.done) engine->kv().seq_truncate(r.seq, pos + 1 + accepted);
+    stats.accepted_tokens += accepted;
+    spec_drafted_total += drafted;
+    spec_accepted_total += accepted;
   }
 
   // Prompt pieces of the sequences still prefilling, in admission order, within `chunk` tokens.
@@ -553,20 +613,23 @@ struct Scheduler::Impl {
     drop_entry(oldest);
   }
 
-  void sample_and_emit(Running& r, std::span<float> row) {
+  // Samples the token after `filled` KV positions from `row` and delivers it, or ends the
+  // request (end of generation, a stop string, max_tokens, the context). Returns the token.
+  TokenId sample_and_emit(Running& r, std::span<float> row, int64_t filled) {
     const bool want_logprobs = r.req.top_logprobs >= 0;
     if (want_logprobs) raw.assign(row.begin(), row.end());
     const int32_t sampled = r.sampler.sample(row);
     if (sampled == kNoAllowedToken) {
       finish(r, FinishReason::kStop, no_allowed_token());
-      return;
+      return sampled;
     }
     const TokenId token = sampled;
     if (r.req.stop_at_eog && std::find(eog.begin(), eog.end(), token) != eog.end()) {
       finish(r, FinishReason::kStop, std::nullopt);
-      return;
+      return token;
     }
     r.sampler.accept(token);
+    if (r.lookup) r.lookup->push(token);
     ++r.generated;
     ++produced;
     if (r.first_token_us < 0) r.first_token_us = micros(Clock::now() - r.submitted);
@@ -601,11 +664,12 @@ struct Scheduler::Impl {
     }
     if (r.stream.stopped()) {
       finish(r, FinishReason::kStop, std::nullopt);
-    } else if (r.generated >= r.req.max_tokens || engine->kv().seq_len(r.seq) >= n_ctx) {
+    } else if (r.generated >= r.req.max_tokens || filled >= n_ctx) {
       finish(r, FinishReason::kLength, std::nullopt);
     } else {
       r.next_token = token;
     }
+    return token;
   }
 
   void deliver(Running& r, const TokenEvent& ev) {
@@ -726,6 +790,8 @@ struct Scheduler::Impl {
     s.completion_tokens_total = completion_tokens_total;
     s.requests_completed = requests_completed;
     s.sequences_cancelled = sequences_cancelled;
+    s.spec_drafted_total = spec_drafted_total;
+    s.spec_accepted_total = spec_accepted_total;
     n_active_shared = running;
   }
 
@@ -795,9 +861,14 @@ struct Scheduler::Impl {
   int64_t completion_tokens_total = 0;
   int64_t requests_completed = 0;
   int64_t sequences_cancelled = 0;
-  int64_t produced = 0;         // tokens generated in the current step
-  double step_ms = 0;           // recent decode step time
-  double avg_completion = 128;  // recent completion length
+  bool speculate = false;  // prompt-lookup drafts (options on, batch-invariant engine)
+  int64_t spec_drafted_total = 0;
+  int64_t spec_accepted_total = 0;
+  DraftCost draft_cost;            // whether drafts pay, from the steps' timings
+  int64_t decoding_sequences = 1;  // in the last step
+  int64_t produced = 0;            // tokens generated in the current step
+  double step_ms = 0;              // recent decode step time
+  double avg_completion = 128;     // recent completion length
   struct RateSample {
     Clock::time_point start, end;
     int64_t tokens;

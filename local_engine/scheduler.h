@@ -23,6 +23,7 @@
 #include "local_engine/engine.h"
 #include "local_engine/generate.h"
 #include "local_engine/sampler.h"
+#include "local_engine/speculative.h"
 
 namespace ferry::engine {
 
@@ -31,7 +32,9 @@ struct StepStats {
   int64_t decode_tokens = 0;   // running sequences that got a token's forward this step
   int64_t prefill_tokens = 0;  // prompt tokens computed this step
   int64_t prefill_sequences = 0;
-  double seconds = 0;  // the forward pass
+  int64_t draft_tokens = 0;     // drafted tokens verified beside the decode tokens
+  int64_t accepted_tokens = 0;  // of those, the ones the model agreed with
+  double seconds = 0;           // the forward pass
 };
 
 struct SchedulerOptions {
@@ -47,6 +50,14 @@ struct SchedulerOptions {
   // Input tokens per embeddings forward pass (EmbeddingRunner); one such pass runs between
   // two decode steps while embeddings are waiting.
   int64_t embedding_batch_tokens = 512;
+  // Speculative decoding by prompt lookup (local_engine/speculative.h): a decoding sequence's
+  // next token goes into the step with up to max_draft tokens drafted from its own prompt and
+  // output, all verified in the same forward pass; the longest prefix the sampler agrees with
+  // is kept and the KV of the rest is truncated. Only in a batch-invariant engine, where a
+  // position's logits do not depend on the batch, so outputs are exactly those without it
+  // (greedy and, for a seed, sampled: each kept token is the sampler's own draw from the
+  // logits of the tokens before it). Off in an engine with llama.cpp's numerics.
+  SpeculativeOptions speculative;
   // Called on the scheduler thread after every step (tests and benchmarks).
   std::function<void(const StepStats&)> on_step;
 };
@@ -113,6 +124,8 @@ struct LoadSnapshot {
   int64_t completion_tokens_total = 0;
   int64_t requests_completed = 0;
   int64_t sequences_cancelled = 0;  // cancelled or past their deadline, since start
+  int64_t spec_drafted_total = 0;   // tokens drafted by prompt lookup and verified, since start
+  int64_t spec_accepted_total = 0;  // of those, the ones kept (each saved a step)
 };
 
 class Scheduler {

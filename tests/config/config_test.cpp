@@ -192,6 +192,39 @@ TEST(Config, LocalBackendMaxUnreadTokensIsBounded) {
       << zero.error().message;
 }
 
+// speculative: on by default (prompt lookup, 8 drafted, suffixes of 2+); a mode or a number it
+// cannot take is refused naming the key.
+TEST(Config, LocalBackendSpeculativeKeys) {
+  auto dflt =
+      load_config_text("backends:\n  - { name: cpu, kind: local, model: x.gguf }\n", "t.yaml");
+  ASSERT_TRUE(dflt) << dflt.error().message;
+  const auto& d = dflt->backends[0].local->speculative;
+  EXPECT_TRUE(d.prompt_lookup);
+  EXPECT_EQ(d.max_draft, 8);
+  EXPECT_EQ(d.min_match, 2);
+  auto set = load_config_text(
+      "backends:\n  - { name: cpu, kind: local, model: x.gguf,\n"
+      "      speculative: { mode: off, max_draft: 4, min_match: 3 } }\n",
+      "t.yaml");
+  ASSERT_TRUE(set) << set.error().message;
+  const auto& s = set->backends[0].local->speculative;
+  EXPECT_FALSE(s.prompt_lookup);
+  EXPECT_EQ(s.max_draft, 4);
+  EXPECT_EQ(s.min_match, 3);
+  const std::pair<std::string, std::string> bad[] = {{"{ mode: medusa }", "mode"},
+                                                     {"{ max_draft: 0 }", "max_draft"},
+                                                     {"{ max_draft: 65 }", "max_draft"},
+                                                     {"{ min_match: 0 }", "min_match"},
+                                                     {"{ draft_model: x.gguf }", "draft_model"}};
+  for (const auto& [value, key] : bad) {
+    auto r = load_config_text(
+        "backends:\n  - { name: cpu, kind: local, model: x.gguf, speculative: " + value + " }\n",
+        "t.yaml");
+    ASSERT_FALSE(r) << value;
+    EXPECT_NE(r.error().message.find(key), std::string::npos) << r.error().message;
+  }
+}
+
 TEST(Config, LocalBackendRefusesHttpKeysAndUnknownKinds) {
   auto cfg = load_config_text(
       "backends:\n  - { name: cpu, kind: local, model: x.gguf, base_url: http://a/v1 }\n",

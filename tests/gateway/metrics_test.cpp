@@ -193,6 +193,8 @@ TEST(Metrics, LocalBackendLoadsRenderEachFamilyOnceWithOneSamplePerBackend) {
   a.queue_depth = 3;
   a.paused_sequences = 1;
   a.tokens_per_second = 12.5;
+  a.spec_drafted_total = 40;
+  a.spec_accepted_total = 31;
   engine::LoadSnapshot b;
   b.kv_budget_bytes = 1 << 20;
   b.prefix_cache_hit_ratio = 0.25;
@@ -205,7 +207,8 @@ TEST(Metrics, LocalBackendLoadsRenderEachFamilyOnceWithOneSamplePerBackend) {
         MetricSeries::kLocalPausedSequences, MetricSeries::kLocalKvBytes,
         MetricSeries::kLocalKvBudgetBytes, MetricSeries::kLocalEstWaitMs,
         MetricSeries::kLocalTokensPerSecond, MetricSeries::kLocalPrefixCacheHitRatio,
-        MetricSeries::kLocalSequencesCancelled}) {
+        MetricSeries::kLocalSequencesCancelled, MetricSeries::kLocalSpecDrafted,
+        MetricSeries::kLocalSpecAccepted}) {
     std::string head;
     append_family_head(head, id);
     size_t at = out.find(head);
@@ -218,6 +221,8 @@ TEST(Metrics, LocalBackendLoadsRenderEachFamilyOnceWithOneSamplePerBackend) {
   EXPECT_NE(out.find("ferry_local_queue_depth{backend=\"local\"} 3\n"), std::string::npos);
   EXPECT_NE(out.find("ferry_local_paused_sequences{backend=\"local\"} 1\n"), std::string::npos);
   EXPECT_NE(out.find("ferry_local_tokens_per_second{backend=\"local\"} 12.5\n"), std::string::npos);
+  EXPECT_NE(out.find("ferry_local_spec_drafted_total{backend=\"local\"} 40\n"), std::string::npos);
+  EXPECT_NE(out.find("ferry_local_spec_accepted_total{backend=\"local\"} 31\n"), std::string::npos);
   EXPECT_NE(out.find("ferry_local_kv_budget_bytes{backend=\"lo\\\"cal2\"} 1048576\n"),
             std::string::npos);
   EXPECT_NE(out.find("ferry_local_prefix_cache_hit_ratio{backend=\"lo\\\"cal2\"} 0.25\n"),

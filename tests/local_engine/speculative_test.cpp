@@ -1,0 +1,174 @@
+// Prompt-lookup drafting (local_engine/speculative.h): the longest recent suffix found earlier
+// proposes what followed it, repeating patterns continue, short matches propose nothing, misses
+// back off; and the acceptance rule the scheduler applies to a drafted token (one draw from the
+// sampler compared with it) keeps the sampler's distribution, checked by chi-square.
+#include "local_engine/speculative.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "local_engine/sampler.h"
+
+namespace ferry::engine {
+namespace {
+
+std::vector<TokenId> draft(const std::vector<TokenId>& tokens, int64_t min_match, int64_t limit,
+                           int64_t* matched = nullptr) {
+  std::vector<TokenId> out = {99};  // emptied first
+  const int64_t m = lookup_draft(tokens, min_match, limit, out);
+  if (matched != nullptr) *matched = m;
+  return out;
+}
+
+TEST(PromptLookup, DraftsWhatFollowedTheLongestRecentSuffix) {
+  int64_t m = 0;
+  // "2 3 4" ends at 3 and at 8 (equally long): the most recent one proposes 7 8 2 3.
+  EXPECT_EQ(draft({1, 2, 3, 4, 5, 9, 2, 3, 4, 7, 8, 2, 3, 4}, 2, 4, &m),
+            (std::vector<TokenId>{7, 8, 2, 3}));
+  EXPECT_EQ(m, 3);
+  // "5 2 3 4" occurs only at 0-3: longer beats more recent.
+  EXPECT_EQ(draft({5, 2, 3, 4, 1, 6, 2, 3, 4, 7, 5, 2, 3, 4}, 2, 3, &m),
+            (std::vector<TokenId>{1, 6, 2}));
+  EXPECT_EQ(m, 4);
+  // Fewer tokens follow the occurrence than asked for: the draft is what there is.
+  EXPECT_EQ(draft({4, 5, 6, 7, 4, 5}, 2, 8), (std::vector<TokenId>{6, 7, 4, 5, 6, 7, 4, 5}));
+}
+
+TEST(PromptLookup, ARepeatingPatternGoesOnRepeating) {
+  EXPECT_EQ(draft({1, 2, 3, 1, 2, 3, 1, 2}, 2, 7), (std::vector<TokenId>{3, 1, 2, 3, 1, 2, 3}));
+  EXPECT_EQ(draft({7, 7, 7}, 2, 3), (std::vector<TokenId>{7, 7, 7}));
+}
+
+TEST(PromptLookup, ShortOrMissingMatchesProposeNothing) {
+  EXPECT_TRUE(draft({1, 2, 3, 9, 3}, 2, 4).empty());  // "3" recurs, "9 3" does not
+  EXPECT_EQ(draft({1, 2, 3, 9, 3}, 1, 2), (std::vector<TokenId>{9, 3}));
+  EXPECT_TRUE(draft({1, 2, 3, 4}, 1, 4).empty());
+  EXPECT_TRUE(draft({1, 2, 1, 2}, 2, 0).empty());
+  EXPECT_TRUE(draft({1}, 1, 4).empty());
+}
+
+TEST(PromptLookup, MissesBackOffAndHitsGrowTheDraft) {
+  SpeculativeOptions o;
+  o.max_draft = 8;
+  o.min_match = 2;
+  const std::vector<TokenId> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2};
+  PromptLookup lookup(o, prompt);
+  std::vector<TokenId> d;
+  lookup.draft(100, d);
+  EXPECT_EQ(d.size(), 8u);  // max_draft
+  lookup.draft(3, d);
+  EXPECT_EQ(d, (std::vector<TokenId>{3, 4, 5}));  // the caller's limit
+  // Misses: the next 1, then 2, then 4 steps draft nothing (and the draft shrinks).
+  for (const int skipped : {1, 2, 4}) {
+    lookup.feedback(3, 0);
+    for (int i = 0; i < skipped; ++i) {
+      lookup.draft(8, d);
+      EXPECT_TRUE(d.empty()) << "skip " << skipped << ", step " << i;
+    }
+    lookup.draft(8, d);
+    EXPECT_FALSE(d.empty()) << "after skipping " << skipped;
+  }
+  EXPECT_EQ(d.size(), 1u);  // halved at each miss: 8, 4, 2, 1
+  lookup.feedback(1, 1);    // taken whole: doubles
+  lookup.draft(8, d);
+  EXPECT_EQ(d.size(), 2u);
+  lookup.feedback(2, 2);
+  lookup.draft(8, d);
+  EXPECT_EQ(d.size(), 4u);
+  lookup.feedback(4, 1);  // partly taken: what was taken, plus one
+  lookup.draft(8, d);
+  EXPECT_EQ(d.size(), 2u);
+  // Tokens pushed are looked up too.
+  lookup.push(3);
+  lookup.draft(2, d);
+  EXPECT_EQ(d, (std::vector<TokenId>{4, 5}));
+}
+
+// The cost model: where a step's fixed cost dominates (memory-bound), drafts go in full; where
+// each position costs about a whole step (compute-bound), only nearly-sure drafts are worth it.
+TEST(DraftCost, DraftsWhereTheyPay) {
+  DraftCost memory_bound, compute_bound;
+  EXPECT_EQ(memory_bound.best_draft(6, 0.5, 1), 6);  // nothing known yet: the drafter's length
+  for (int i = 0; i < 40; ++i) {
+    const int64_t positions = 1 + i % 5;
+    memory_bound.observe(positions, 10e-3 + 0.2e-3 * static_cast<double>(positions));
+    compute_bound.observe(positions, 0.02e-3 + 0.2e-3 * static_cast<double>(positions));
+  }
+  ASSERT_TRUE(memory_bound.known());
+  EXPECT_EQ(memory_bound.best_draft(8, 0.9, 1), 8);
+  // Half kept: the 5th and later drafted tokens would add less than they cost.
+  EXPECT_EQ(memory_bound.best_draft(8, 0.5, 1), 4);
+  EXPECT_EQ(compute_bound.best_draft(8, 0.5, 1), 0);
+  EXPECT_EQ(compute_bound.best_draft(8, 0.3, 1), 0);
+  const int64_t sure = compute_bound.best_draft(8, 0.97, 1);
+  EXPECT_GT(sure, 0);
+  EXPECT_LT(sure, 8);
+  // Sharing the step's fixed cost with 16 other sequences makes a memory-bound step's drafts
+  // cost their positions: fewer pay.
+  EXPECT_EQ(memory_bound.best_draft(8, 0.9, 64), 3);
+  EXPECT_EQ(memory_bound.best_draft(0, 0.9, 1), 0);
+}
+
+// The scheduler's rule for a drafted token x: draw y from the sampler; keep x when y == x, else
+// emit y. P(keep) must be p(x), and a rejection must be distributed as p without x,
+// renormalised (the speculative-sampling rule for a point-mass draft). p is computed here from
+// the logits independently of the sampler (softmax with temperature, top-k).
+TEST(SpeculativeSampling, DraftAcceptanceKeepsTheDistribution) {
+  const std::vector<float> logits = {1.0f, 2.2f, 0.3f, 1.7f, -0.5f, 2.0f};
+  constexpr float kTemperature = 0.8f;
+  constexpr int kTopK = 5;  // token 4 is out
+  std::vector<double> p(logits.size(), 0.0);
+  double sum = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (i == 4) continue;
+    p[i] = std::exp(static_cast<double>(logits[i]) / kTemperature);
+    sum += p[i];
+  }
+  for (double& v : p) v /= sum;
+
+  SamplingParams params;
+  params.temperature = kTemperature;
+  params.top_k = kTopK;
+  params.seed = 2024;
+  Sampler sampler(params);
+  constexpr int kTrials = 60000;
+  for (const TokenId x : {1, 3, 2}) {
+    int kept = 0;
+    std::vector<int> rejected(logits.size(), 0);
+    for (int t = 0; t < kTrials; ++t) {
+      std::vector<float> row = logits;
+      const int32_t y = sampler.sample(row);
+      if (y == x) {
+        ++kept;
+      } else {
+        ++rejected[static_cast<size_t>(y)];
+      }
+    }
+    // Kept with probability p(x): within 5 standard deviations.
+    const double px = p[static_cast<size_t>(x)];
+    const double sd = std::sqrt(kTrials * px * (1 - px));
+    EXPECT_NEAR(kept, kTrials * px, 5 * sd) << "draft " << x;
+    // Rejections follow the residual distribution: chi-square over the other tokens with p > 0
+    // (4 cells, 3 degrees of freedom; P(chi2 > 25) < 2e-5).
+    const int n_rejected = kTrials - kept;
+    double chi2 = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (static_cast<TokenId>(i) == x) {
+        EXPECT_EQ(rejected[i], 0);
+        continue;
+      }
+      if (p[i] == 0) {
+        EXPECT_EQ(rejected[i], 0) << "token " << i << " is outside top-k";
+        continue;
+      }
+      const double expected = n_rejected * p[i] / (1 - px);
+      chi2 += (rejected[i] - expected) * (rejected[i] - expected) / expected;
+    }
+    EXPECT_LT(chi2, 25.0) << "draft " << x;
+  }
+}
+
+}  // namespace
+}  // namespace ferry::engine
