@@ -370,6 +370,11 @@ bool Planner::trim(const RequestContext& ctx, const ParsedRequest& request,
 
 namespace {
 
+// A body as sent on (invalid UTF-8 replaced).
+std::string body_text(const ordered_json& j) {
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
 // A member set in an OpenAI JSON body (re-serialised: only when a reasoning budget applies).
 std::string with_member(const std::string& body, const char* member, const char* inner,
                         const ordered_json& value) {
@@ -381,7 +386,7 @@ std::string with_member(const std::string& body, const char* member, const char*
   } else {
     j[member] = value;
   }
-  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  return body_text(j);
 }
 
 // Anthropic Messages passed through natively: `thinking` is the switch and the budget. Thinking
@@ -409,7 +414,8 @@ void apply_messages_reasoning(const policies::ReasoningRule& rule, const std::st
     return;
   }
   if (rule.max_tokens < kAnthropicMinBudget) {
-    hop.request.body = with_member(hop.request.body, "thinking", nullptr, disabled);
+    j["thinking"] = disabled;
+    hop.request.body = body_text(j);  // the body parsed once, above
     hop.reasoning = "off: Anthropic's smallest thinking budget is 1024 (" + name + ")";
     return;
   }
@@ -425,7 +431,8 @@ void apply_messages_reasoning(const policies::ReasoningRule& rule, const std::st
   }
   thinking["type"] = "enabled";
   thinking["budget_tokens"] = budget;
-  hop.request.body = with_member(hop.request.body, "thinking", nullptr, thinking);
+  j["thinking"] = std::move(thinking);
+  hop.request.body = body_text(j);
   hop.reasoning = "max_tokens:" + std::to_string(budget);
 }
 
