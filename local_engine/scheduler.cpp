@@ -346,7 +346,9 @@ struct Scheduler::Impl {
       }
     }
     if (stats.decode_tokens > 0 && stats.prefill_tokens == 0) {
-      draft_cost.observe(stats.decode_tokens + stats.draft_tokens, stats.seconds);
+      // The rows' sampling counts too: a drafted position costs its forward share and a draw.
+      const double step_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+      draft_cost.observe(stats.decode_tokens + stats.draft_tokens, step_seconds);
     }
     decoding_sequences = stats.decode_tokens;
     if (stats.decode_tokens > 0) {

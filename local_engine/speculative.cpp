@@ -100,7 +100,8 @@ int64_t DraftCost::best_draft(int64_t limit, double alpha, int64_t sequences) co
   if (b <= 0) return limit;
   const double fixed = a / static_cast<double>(std::max<int64_t>(1, sequences));
   int64_t best = 0;
-  double best_rate = 1.0 / (fixed + b), expected = 0, term = 1;
+  const double undrafted = 1.0 / (fixed + b);
+  double best_rate = undrafted * (1 + kMinDraftGain), expected = 0, term = 1;
   for (int64_t k = 1; k <= limit; ++k) {
     term *= alpha;
     expected += term;

@@ -21,15 +21,21 @@ struct SpeculativeOptions {
   bool cost_gate = true;
 };
 
-// Whether drafted tokens pay: the forward pass's time is fitted as a + b * positions over recent
-// decode steps (least squares, older steps forgotten), and a sequence that keeps a drafted token
-// with probability alpha gets k drafted tokens only where (1 + E(k)) / (a / n + b * (1 + k)) -
-// tokens per unit of time, E(k) = alpha + ... + alpha^k kept on average, n sequences sharing the
-// step's fixed cost - is the best over 0..k. A memory-bound model (b small against a) drafts in
-// full; a compute-bound one only while its drafts are nearly always kept. Scheduler thread only.
+// Whether drafted tokens pay: a decode step's time (the forward pass and the sampling of its
+// rows) is fitted as a + b * positions over recent decode steps (least squares, older steps
+// forgotten), and a sequence that keeps a drafted token with probability alpha gets k drafted
+// tokens only where (1 + E(k)) / (a / n + b * (1 + k)) - tokens per unit of time, E(k) = alpha +
+// ... + alpha^k kept on average, n sequences sharing the step's fixed cost - is the best over
+// 0..k and beats no draft by kMinDraftGain at least: a predicted gain smaller than that is within
+// what the fit cannot see (the drafter, the KV truncation, a rejected row's sampling), so it
+// is not worth the risk of a slower sequence. A memory-bound model (b small against a) drafts in
+// full; a compute-bound one, whose drafted positions cost about what the tokens they save do,
+// not at all. Scheduler thread only.
+inline constexpr double kMinDraftGain = 0.10;
+
 class DraftCost {
  public:
-  // One decode step's forward pass: `positions` entries in `seconds`.
+  // One decode step: `positions` entries forwarded and sampled in `seconds`.
   void observe(int64_t positions, double seconds);
   // The number of tokens (0..limit) to draft for a sequence with acceptance estimate `alpha`
   // in a step of `sequences` decoding sequences; `limit` while the fit is not yet known.

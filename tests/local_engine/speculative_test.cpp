@@ -102,9 +102,25 @@ TEST(DraftCost, DraftsWhereTheyPay) {
   EXPECT_EQ(memory_bound.best_draft(8, 0.5, 1), 4);
   EXPECT_EQ(compute_bound.best_draft(8, 0.5, 1), 0);
   EXPECT_EQ(compute_bound.best_draft(8, 0.3, 1), 0);
-  const int64_t sure = compute_bound.best_draft(8, 0.97, 1);
-  EXPECT_GT(sure, 0);
-  EXPECT_LT(sure, 8);
+  // Even nearly sure drafts gain under 4 % when a drafted position costs what a token does:
+  // within what the fit cannot see, so nothing is drafted.
+  EXPECT_EQ(compute_bound.best_draft(8, 0.97, 1), 0);
+  // The demo model on a quiet machine: verifying k = 1 / 8 drafted tokens cost 1.77 / 7.51 times
+  // one token's step. At 87 % kept a one-token draft would gain ~5 %: not drafted.
+  DraftCost demo;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t k = i % 9;
+    demo.observe(1 + k, 0.130e-3 * (1.0 + 0.82 * static_cast<double>(k)));
+  }
+  ASSERT_TRUE(demo.known());
+  EXPECT_EQ(demo.best_draft(8, 0.87, 1), 0);
+  // Where a drafted position costs a third of a token's step, the same drafts pay.
+  DraftCost cheaper;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t k = i % 9;
+    cheaper.observe(1 + k, 0.130e-3 * (1.0 + 0.33 * static_cast<double>(k)));
+  }
+  EXPECT_GT(cheaper.best_draft(8, 0.87, 1), 0);
   // Sharing the step's fixed cost with 16 other sequences makes a memory-bound step's drafts
   // cost their positions: fewer pay.
   EXPECT_EQ(memory_bound.best_draft(8, 0.9, 64), 3);
