@@ -18,6 +18,7 @@
 #include "ledger/pg_store.h"
 #include "ledger/report.h"
 #include "ledger/response_store.h"
+#include "ledger/sqlite_store.h"
 #include "ledger/tasks.h"
 #include "ledger/verify.h"
 #include "pg_outage.h"
@@ -360,6 +361,56 @@ TEST_P(LedgerStore, DuplicateIdIsRefusedAloneAndRowsAreAppendOnly) {
   EXPECT_FALSE(db_->exec("DELETE FROM requests"));
   EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests"), 2);
   EXPECT_TRUE(verify().ok());
+}
+
+// A batch holding a row that is there already among new ones (a journal shipping again a
+// batch whose COMMIT went through): that row alone is refused as a duplicate, the others are
+// written once, in order, and the chain verifies. PostgreSQL finds the duplicate through the
+// unique index and redoes the batch with a lookup of its ids; SQLite looks them up first.
+TEST_P(LedgerStore, ADuplicateInsideABatchIsRefusedAloneTheOthersWrittenOnce) {
+  const LedgerConfig config = db_->config("gw-1");
+  std::unique_ptr<Store> store;
+  if (config.postgres) {
+    auto pg = PgStore::open(config.postgres->url, "USD", "gw-1");
+    ASSERT_TRUE(pg) << pg.error().message;
+    store = std::make_unique<PgStore>(std::move(*pg));
+  } else {
+    auto lite = SqliteStore::open(config.path, "USD");
+    ASSERT_TRUE(lite) << lite.error().message;
+    store = std::make_unique<SqliteStore>(std::move(*lite));
+  }
+  auto entry = [](const std::string& id, int i) {
+    LedgerEntry e;
+    e.record = rich_record(i);
+    e.record.id = id;
+    e.record.attempts.clear();  // the ledger sums the attempts into the row; none here
+    return e;
+  };
+  std::vector<LedgerEntry> first = {entry("a", 0), entry("b", 1)};
+  std::vector<LedgerEntry*> ptrs = {&first[0], &first[1]};
+  auto written = store->append(ptrs);
+  ASSERT_TRUE(written) << written.error().message;
+  std::vector<LedgerEntry> second = {entry("c", 2), entry("b", 1), entry("d", 3), entry("c", 2)};
+  ptrs = {&second[0], &second[1], &second[2], &second[3]};
+  auto again = store->append(ptrs);
+  ASSERT_TRUE(again) << again.error().message;
+  ASSERT_EQ(again->size(), 4u);
+  EXPECT_TRUE((*again)[0]);
+  ASSERT_FALSE((*again)[1]);
+  EXPECT_EQ((*again)[1].error().code, ErrorCode::kInvalidRequest);
+  EXPECT_TRUE((*again)[2]);
+  ASSERT_FALSE((*again)[3]);  // twice in the same batch
+  EXPECT_EQ((*again)[3].error().code, ErrorCode::kInvalidRequest);
+  if (config.postgres) {  // what the journal counts as shipped
+    EXPECT_EQ((*again)[1].error().type_code, kDuplicateIdCode);
+    EXPECT_EQ((*again)[3].error().type_code, kDuplicateIdCode);
+  }
+  store.reset();
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests"), 4);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests WHERE id IN ('a','b','c','d')"), 4);
+  EXPECT_EQ(db_->scalar("SELECT SUM(requests) FROM daily"), 4);
+  VerifyResult v = verify();
+  EXPECT_TRUE(v.ok()) << (v.problems.empty() ? "" : v.problems[0]);
 }
 
 TEST_P(LedgerStore, VerifyFindsAnAlteredRow) {
