@@ -299,12 +299,10 @@ int bench_writer(int argc, char** argv, const std::string& pg_url = "") {
   wal_watch.join();
   LedgerStats stats = (*ledger)->stats();
   std::printf(
-      pg_url.empty()
-          ? "writer: %lld durable rows in %.3f s = %.0f rows/s (SQLite, synchronous=FULL, WAL), "
-          : "writer: %lld durable rows in %.3f s = %.0f rows/s (PostgreSQL, synchronous_commit "
-            "on), "
-            "%lld group commits (%.1f rows/commit), %.1f us CPU/row (whole process)\n",
+      "writer: %lld durable rows in %.3f s = %.0f rows/s (%s), %lld group commits (%.1f "
+      "rows/commit), %.1f us CPU/row (whole process)\n",
       static_cast<long long>(durable.load()), wall, static_cast<double>(durable.load()) / wall,
+      pg_url.empty() ? "SQLite, synchronous=FULL, WAL" : "PostgreSQL, synchronous_commit on",
       static_cast<long long>(stats.batches),
       static_cast<double>(stats.rows_committed) /
           static_cast<double>(std::max<int64_t>(1, stats.batches)),
