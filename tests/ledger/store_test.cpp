@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <latch>
 #include <nlohmann/json.hpp>
@@ -591,6 +592,53 @@ TEST_P(LedgerStore, HardBudgetHoldsAcrossInstances) {
 
 // The history `ferry policy replay` reads: the same rows, with their facts and costs, from
 // either store; the range and with_facts_only filters hold.
+// Every instance reads the shared spent figure: what one instance spends shows in another's
+// budget_left_pct (the routing fact) and, past a soft budget, in the other's admissions as the
+// soft warning; within a lease pass (lease_refresh_ms 20 here), polled for, never timed.
+TEST_P(LedgerStore, SpendOnOneInstanceShowsInAnothersLeftPctAndSoftWarning) {
+  if (!db_->shared()) GTEST_SKIP() << "a SQLite ledger belongs to one instance";
+  // A row of 1000 input and 500 output tokens on gpu-large costs 3000 + 7500 = 10,500 micros.
+  auto budgets = budgets_from(
+      "- name: team-soft\n  scope: team\n  match: team-a\n  amount: 0.042\n  period: day\n"
+      "  mode: soft\n");
+  auto a = open("gw-a", budgets);
+  auto b = open("gw-b", budgets);
+  ASSERT_TRUE(a && b);
+  const Subject subject{"key-a", "team-a", "proj-a"};
+  EXPECT_EQ(b->budget_left_pct(subject), 100.0);
+  auto spend = [&](int rows) {
+    for (int i = 0; i < rows; ++i) {
+      int64_t t = unix_micros_now();
+      RequestRecord r = simple_record("gpu-large", tokens_of(1000, 0, 500, 0), t);
+      r.ended_us = t;
+      ASSERT_TRUE(record_durably(*a, r));
+    }
+  };
+  auto b_sees = [&](const std::function<bool()>& seen) {
+    for (int i = 0; i < 500 && !seen(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return seen();
+  };
+  spend(2);  // 21,000 of 42,000: half left
+  EXPECT_TRUE(b_sees([&] { return b->budget_left_pct(subject) == 50.0; }))
+      << "instance b reads " << b->budget_left_pct(subject).value_or(-1);
+  auto fine = b->admit(subject, Money());
+  ASSERT_TRUE(fine);
+  EXPECT_TRUE(fine->soft_exceeded().empty());
+  spend(3);  // 52,500: past the soft budget, and soft: admitted with the warning
+  EXPECT_TRUE(b_sees([&] {
+    auto admission = b->admit(subject, Money());
+    return admission && !admission->soft_exceeded().empty();
+  }));
+  auto warned = b->admit(subject, Money());
+  ASSERT_TRUE(warned);
+  ASSERT_EQ(warned->soft_exceeded().size(), 1u);
+  EXPECT_EQ(warned->soft_exceeded()[0], "team-soft");
+  EXPECT_EQ(warned->budget_left_pct(), 0.0);
+  EXPECT_EQ(b->budgets()[0].spent.micros(), 52500);
+}
+
 TEST_P(LedgerStore, HistoryReadsTheRowsBack) {
   std::vector<std::string> ids;
   {
