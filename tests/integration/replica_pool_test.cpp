@@ -1,7 +1,7 @@
 // GPU replica pools (issue 18): a backend listing several replica URLs, each a real
 // ferry_test_upstream. Load spreads by outstanding requests, a dead replica is routed around
-// (its breaker opens, nothing fails for the client), task affinity keeps a task on one replica,
-// and /metrics shows each replica.
+// (its breaker opens, nothing fails for the client), task and prompt-prefix affinity keep a
+// task or a shared prompt prefix on one replica, and /metrics shows each replica.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -157,6 +157,43 @@ TEST_F(ReplicaPoolTest, TaskAffinityKeepsATaskOnOneReplica) {
   // Other tasks hash elsewhere too: 24 distinct tasks do not all land on one replica.
   for (int t = 0; t < 24; ++t) {
     auto r = chat("pool-echo", "task-" + std::to_string(t));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  int used = 0;
+  for (size_t i = 0; i < 3; ++i) used += served_by(i) > before[i] ? 1 : 0;
+  EXPECT_GE(used, 2);
+}
+
+// Prefix affinity: requests whose conversations open with the same 4 KiB (a long system prompt
+// and the turns after it) go to one replica, whose KV cache holds that prefix, whatever their
+// last turn; conversations with other prefixes spread over the pool.
+TEST_F(ReplicaPoolTest, PrefixAffinityKeepsASharedPromptPrefixOnOneReplica) {
+  for (int i = 0; i < 3; ++i) upstreams_.push_back(start_upstream());
+  start({url(upstreams_[0].address), url(upstreams_[1].address), url(upstreams_[2].address)},
+        "prefix");
+  auto ask = [&](const std::string& system, const std::string& question) {
+    json body = chat_body("pool-echo", question);
+    body["messages"].insert(body["messages"].begin(),
+                            json{{"role", "system"}, {"content", system}});
+    return post_json(ferry_.address, "/v1/chat/completions", body, auth_headers());
+  };
+  const std::string shared = "You are the support agent of shop 7. " + std::string(5000, 'r');
+  for (int i = 0; i < 9; ++i) {
+    auto r = ask(shared, "question " + std::to_string(i));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  std::vector<int64_t> before;
+  int holders = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    before.push_back(served_by(i));
+    if (before.back() > 0) ++holders;
+  }
+  EXPECT_EQ(holders, 1) << before[0] << " " << before[1] << " " << before[2];
+  EXPECT_EQ(before[0] + before[1] + before[2], 9);
+  for (int p = 0; p < 24; ++p) {
+    auto r = ask("You are the support agent of shop " + std::to_string(100 + p) + ".", "hi");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
   }
