@@ -13,8 +13,9 @@
 //       (synchronous=OFF, the writer's code, real hashes).
 //   ferry_ledger_bench writer-pg --pg URL [writer options]
 //       the same writer into PostgreSQL (one COPY per table per batch, synchronous commit on),
-//       then into SQLite, in the same run: both rows/s figures (the PostgreSQL database's
-//       ledger tables must be empty or absent; use a throw-away database)
+//       then into SQLite, in the same run: both rows/s figures, and the PostgreSQL server's CPU
+//       per row when it runs on this machine (the PostgreSQL database's ledger tables must be
+//       empty or absent; use a throw-away database)
 //   ferry_ledger_bench cpu [--requests N] [--facts 0|1|2]
 //       CPU time per request on the calling (gateway) thread: worst_case + admit + record
 //   ferry_ledger_bench admit-pg --pg URL [--requests N] [--reps R]
