@@ -13,8 +13,9 @@
 //       (synchronous=OFF, the writer's code, real hashes).
 //   ferry_ledger_bench writer-pg --pg URL [writer options]
 //       the same writer into PostgreSQL (one COPY per table per batch, synchronous commit on),
-//       then into SQLite, in the same run: both rows/s figures (the PostgreSQL database's
-//       ledger tables must be empty or absent; use a throw-away database)
+//       then into SQLite, in the same run: both rows/s figures, and the PostgreSQL server's CPU
+//       per row when it runs on this machine (the PostgreSQL database's ledger tables must be
+//       empty or absent; use a throw-away database)
 //   ferry_ledger_bench cpu [--requests N] [--facts 0|1|2]
 //       CPU time per request on the calling (gateway) thread: worst_case + admit + record
 //   ferry_ledger_bench admit-pg --pg URL [--requests N] [--reps R]
@@ -28,7 +29,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <semaphore>
 #include <string>
 #include <thread>
@@ -37,6 +40,7 @@
 #include "common/clock.h"
 #include "common/yaml_util.h"
 #include "ledger/ledger.h"
+#include "ledger/pg_db.h"
 #include "ledger/report.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/sqlite_store.h"
@@ -165,6 +169,65 @@ RequestRecord make_record(uint64_t n, int64_t at_us) {
   return r;
 }
 
+// The CPU seconds a PostgreSQL server has used: its postmaster (the parent of a backend of
+// ours) and every process it started (backends, WAL writer, checkpointer, autovacuum), read
+// from /proc (the server must run on this machine). A process that exits meanwhile takes its
+// time with it (autovacuum workers): a lower bound. -1 when it cannot be read.
+class ServerCpu {
+ public:
+  explicit ServerCpu(const std::string& url) {
+    auto conn = PgConn::connect(url);
+    if (!conn) return;
+    auto pid = conn->run("SELECT pg_backend_pid()");
+    if (!pid || pid->rows() == 0) return;
+    postmaster_ = parent_of(pid->integer(0, 0));
+  }
+  double seconds() const {
+    if (postmaster_ <= 0) return -1;
+    double total = 0;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      int64_t pid = std::atoll(name.c_str());
+      Stat st = read_stat(pid);
+      if (pid == postmaster_ || st.ppid == postmaster_) total += st.cpu_seconds;
+    }
+    return total;
+  }
+
+ private:
+  struct Stat {
+    int64_t ppid = 0;
+    double cpu_seconds = 0;
+  };
+  static Stat read_stat(int64_t pid) {
+    Stat out;
+    FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+    if (f == nullptr) return out;
+    char buf[1024];
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
+    if (p == nullptr) return out;
+    // Fields after the name: state ppid ... utime (12th after it) stime (13th).
+    long long ppid = 0;
+    unsigned long long utime = 0;
+    unsigned long long stime = 0;
+    if (std::sscanf(p + 2, "%*c %lld %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ppid, &utime,
+                    &stime) != 3) {
+      return out;
+    }
+    out.ppid = ppid;
+    out.cpu_seconds =
+        static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    return out;
+  }
+  static int64_t parent_of(int64_t pid) { return read_stat(pid).ppid; }
+  int64_t postmaster_ = 0;
+};
+
 // `pg_url` "": SQLite at --db; else that PostgreSQL database.
 int bench_writer(int argc, char** argv, const std::string& pg_url = "") {
   int64_t rows = arg(argc, argv, "--rows", 200000);
@@ -201,6 +264,9 @@ int bench_writer(int argc, char** argv, const std::string& pg_url = "") {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
+  std::optional<ServerCpu> server;
+  if (!pg_url.empty()) server.emplace(pg_url);
+  const double server0 = server ? server->seconds() : -1;
   auto t0 = std::chrono::steady_clock::now();
   double cpu0 = process_cpu_seconds();
   std::vector<std::thread> threads;
@@ -234,16 +300,18 @@ int bench_writer(int argc, char** argv, const std::string& pg_url = "") {
   wal_watch.join();
   LedgerStats stats = (*ledger)->stats();
   std::printf(
-      pg_url.empty()
-          ? "writer: %lld durable rows in %.3f s = %.0f rows/s (SQLite, synchronous=FULL, WAL), "
-          : "writer: %lld durable rows in %.3f s = %.0f rows/s (PostgreSQL, synchronous_commit "
-            "on), "
-            "%lld group commits (%.1f rows/commit), %.1f us CPU/row (whole process)\n",
+      "writer: %lld durable rows in %.3f s = %.0f rows/s (%s), %lld group commits (%.1f "
+      "rows/commit), %.1f us CPU/row (whole process)\n",
       static_cast<long long>(durable.load()), wall, static_cast<double>(durable.load()) / wall,
+      pg_url.empty() ? "SQLite, synchronous=FULL, WAL" : "PostgreSQL, synchronous_commit on",
       static_cast<long long>(stats.batches),
       static_cast<double>(stats.rows_committed) /
           static_cast<double>(std::max<int64_t>(1, stats.batches)),
       cpu * 1e6 / static_cast<double>(rows));
+  if (server && server0 >= 0) {
+    std::printf("writer: PostgreSQL server CPU %.1f us/row (postmaster and its processes)\n",
+                (server->seconds() - server0) * 1e6 / static_cast<double>(rows));
+  }
   if (pg_url.empty()) {
     std::printf("writer: largest WAL during the run %.1f MiB\n",
                 static_cast<double>(max_wal.load()) / (1024.0 * 1024.0));

@@ -119,34 +119,50 @@ Status PgConn::exec(const std::string& sql) {
   return {};
 }
 
+Status PgConn::copy_failure(pg_result* raw) {
+  PgRows keep(raw);
+  Error e =
+      pg_error("copy", raw != nullptr ? PQresultErrorMessage(raw) : PQerrorMessage(conn_.get()),
+               raw != nullptr ? PQresultErrorField(raw, PG_DIAG_SQLSTATE) : nullptr);
+  if (PQstatus(conn_.get()) == CONNECTION_BAD) PQreset(conn_.get());
+  return e;
+}
+
 Status PgConn::copy_in(const std::string& copy_sql, std::string_view rows) {
+  if (Status st = copy_begin(copy_sql); !st) return st;
+  (void)copy_put(rows);  // a failure is copy_end's
+  return copy_end();
+}
+
+Status PgConn::copy_begin(const std::string& copy_sql) {
   if (!conn_) return pg_error("copy", "not connected", nullptr);
-  auto fail = [&](PGresult* raw) -> Status {
-    PgRows keep(raw);
-    Error e =
-        pg_error("copy", raw != nullptr ? PQresultErrorMessage(raw) : PQerrorMessage(conn_.get()),
-                 raw != nullptr ? PQresultErrorField(raw, PG_DIAG_SQLSTATE) : nullptr);
-    if (PQstatus(conn_.get()) == CONNECTION_BAD) PQreset(conn_.get());
-    return e;
-  };
+  copy_sent_ = true;
   PGresult* start = PQexec(conn_.get(), copy_sql.c_str());
-  if (start == nullptr || PQresultStatus(start) != PGRES_COPY_IN) return fail(start);
+  if (start == nullptr || PQresultStatus(start) != PGRES_COPY_IN) return copy_failure(start);
   PQclear(start);
+  return {};
+}
+
+Status PgConn::copy_put(std::string_view rows) {
   // Sent in pieces of at most 1 MiB (libpq buffers each; a blocking connection flushes).
   constexpr size_t kPiece = 1 << 20;
-  bool sent = true;
-  for (size_t at = 0; at < rows.size() && sent; at += kPiece) {
+  for (size_t at = 0; at < rows.size() && copy_sent_; at += kPiece) {
     size_t n = std::min(kPiece, rows.size() - at);
-    sent = PQputCopyData(conn_.get(), rows.data() + at, static_cast<int>(n)) == 1;
+    copy_sent_ = PQputCopyData(conn_.get(), rows.data() + at, static_cast<int>(n)) == 1;
   }
-  if (PQputCopyEnd(conn_.get(), sent ? nullptr : "ferry: sending the rows failed") != 1) {
-    return fail(nullptr);
+  if (copy_sent_) return {};
+  return pg_error("copy", PQerrorMessage(conn_.get()), nullptr);
+}
+
+Status PgConn::copy_end() {
+  if (PQputCopyEnd(conn_.get(), copy_sent_ ? nullptr : "ferry: sending the rows failed") != 1) {
+    return copy_failure(nullptr);
   }
   Status status;
   // The COPY's own result, then nothing: read until libpq says the command is over.
   while (PGresult* raw = PQgetResult(conn_.get())) {
     if (PQresultStatus(raw) != PGRES_COMMAND_OK && status) {
-      status = fail(raw);
+      status = copy_failure(raw);
       continue;
     }
     PQclear(raw);

@@ -56,13 +56,23 @@ class PgConn {
   // `COPY table(columns) FROM STDIN` with `rows` in COPY's text format (pg_copy_* below): one
   // round trip of data, no statement with a parameter per value to parse and plan.
   Status copy_in(const std::string& copy_sql, std::string_view rows);
+  // The same COPY sent as its rows are made: copy_begin, copy_put each piece (the server
+  // parses and inserts a piece while the caller makes the next: the writer's row building and
+  // the server's inserts overlap), copy_end for its result. After a failed copy_put, copy_end
+  // ends the COPY and returns that failure; nothing else may run on the connection between
+  // copy_begin and copy_end.
+  Status copy_begin(const std::string& copy_sql);
+  Status copy_put(std::string_view rows);
+  Status copy_end();
   bool ok() const;  // the connection is up
 
  private:
   struct Close {
     void operator()(pg_conn* conn) const;
   };
+  Status copy_failure(pg_result* raw);
   std::unique_ptr<pg_conn, Close> conn_;
+  bool copy_sent_ = true;  // every copy_put since copy_begin went out
 };
 
 // COPY text format: one field appended to a row (a tab before every field but the first,

@@ -168,6 +168,9 @@ static_assert(kPgMigrationCount == kPgSchemaVersion);
 constexpr const char* kMigrationLock = "SELECT pg_advisory_xact_lock(7236142908811)";
 // Rows per multi-row INSERT: PostgreSQL takes at most 65535 parameters per statement.
 constexpr size_t kRowsPerInsert = 1000;
+// Bytes of COPY rows sent at a time while the batch's rows are made (about 100 rows; the
+// server reads COPY data in 64 KiB pieces).
+constexpr size_t kCopyPiece = 64 * 1024;
 
 // PostgreSQL text holds valid UTF-8 without NUL; SQLite holds any bytes. A value that is not
 // (a client's header can carry anything) is stored, and hashed, with U+FFFD for each bad byte.
@@ -197,6 +200,9 @@ void make_storable(std::string& text) {
 
 void make_record_storable(LedgerEntry& e) {
   RequestRecord& r = e.record;
+  // One cost per attempt (the ledger always gives them; an entry made elsewhere, e.g. kept in
+  // a journal by hand, may not): a missing one is an unpriced attempt, never a read past the end.
+  if (e.attempt_costs.size() < r.attempts.size()) e.attempt_costs.resize(r.attempts.size());
   for (std::string* s : {&r.id,
                          &e.adjusts_id,
                          &e.note,
@@ -249,20 +255,14 @@ Status ensure_share(PgConn& conn, const BudgetCharge& b) {
 
 // The rows of one batch in COPY's text format: one COPY per table per batch, the server
 // parsing no statement per row (the multi-row INSERTs it replaced bound ~45 parameters a row
-// and left the server CPU-bound at ~3.5k rows/s; bench/README.md).
+// and left the server CPU-bound at ~3.5k rows/s; bench/README.md). The requests' rows are sent
+// in pieces as they are made (kCopyPiece), the attempts' at the end.
 struct BatchRows {
   std::string requests;
   size_t request_rows = 0;
   std::string attempts;
   size_t attempt_rows = 0;
 };
-
-// A value as a statement parameter (the rollups' upserts; rows go by COPY).
-PgParam param_of(const ValueRef& value) {
-  if (const auto* i = std::get_if<int64_t>(&value)) return pg_int(*i);
-  if (const auto* s = std::get_if<std::string_view>(&value)) return std::string(*s);
-  return std::nullopt;
-}
 
 void copy_value(std::string& row, const ValueRef& value, bool first = false) {
   if (const auto* i = std::get_if<int64_t>(&value)) {
@@ -282,49 +282,90 @@ void copy_text_or_null(std::string& row, const std::string& text) {
   }
 }
 
-Status upsert_deltas(PgConn& conn, const char* table, const char* key,
-                     const std::map<std::string, DailyDelta>& deltas, bool with_key_and_rule) {
-  std::vector<const DailyDelta*> all;
-  all.reserve(deltas.size());
-  for (const auto& [k, d] : deltas) all.push_back(&d);
-  for (size_t begin = 0; begin < all.size(); begin += kRowsPerInsert) {
-    size_t n = std::min(kRowsPerInsert, all.size() - begin);
-    std::vector<PgParam> params;
-    for (size_t i = begin; i < begin + n; ++i) {
-      const DailyDelta& d = *all[i];
-      params.emplace_back(d.day);
-      if (with_key_and_rule) params.emplace_back(d.key_id);
-      params.emplace_back(d.team);
-      params.emplace_back(d.project);
-      params.emplace_back(d.model);
-      params.emplace_back(d.target);
-      if (with_key_and_rule) params.emplace_back(d.rule_id);
-      for (int64_t v : daily_sums(d)) params.push_back(pg_int(v));
+// One table's upsert of a batch as one statement: its rows as one array per column (unnest),
+// the statement short and the same at any row count. The multi-row VALUES it replaced bound
+// a parameter per value, and the server's parsing and planning of them was ~15% of its CPU
+// per batch (perf; bench/README.md). `one_row_sql` is the upsert of one row ("VALUES($1,...)");
+// `values` holds `columns` values per row; a column's type is that of its first non-NULL value
+// (text when it has none).
+Status upsert_unnest(PgConn& conn, const std::string& one_row_sql,
+                     const std::vector<ValueRef>& values, size_t columns) {
+  if (values.empty()) return {};
+  const size_t rows = values.size() / columns;
+  std::vector<PgParam> arrays;
+  std::string from = "SELECT * FROM unnest(";
+  for (size_t c = 0; c < columns; ++c) {
+    bool text = true;
+    for (size_t r = 0; r < rows; ++r) {
+      const ValueRef& v = values[r * columns + c];
+      if (std::holds_alternative<std::monostate>(v)) continue;
+      text = std::holds_alternative<std::string_view>(v);
+      break;
     }
-    auto done = conn.run(daily_upsert_sql(table, key, n), params);
-    if (!done) return done.error();
+    std::string array = "{";
+    for (size_t r = 0; r < rows; ++r) {
+      if (r != 0) array += ',';
+      const ValueRef& v = values[r * columns + c];
+      if (const auto* i = std::get_if<int64_t>(&v)) {
+        encode_int(array, *i);
+      } else if (const auto* t = std::get_if<std::string_view>(&v)) {
+        array += '"';
+        for (char ch : *t) {
+          if (ch == '"' || ch == '\\') array += '\\';
+          array += ch;
+        }
+        array += '"';
+      } else {
+        array += "NULL";
+      }
+    }
+    array += '}';
+    arrays.emplace_back(std::move(array));
+    from += std::string(c == 0 ? "$" : ",$") + std::to_string(c + 1) +
+            (text ? "::text[]" : "::bigint[]");
   }
+  from += ")";
+  const size_t at = one_row_sql.find("VALUES(");
+  const size_t close = one_row_sql.find(')', at);
+  if (at == std::string::npos || close == std::string::npos) {
+    return Error::make(ErrorCode::kInternal, "ledger: an upsert without VALUES");
+  }
+  auto done = conn.run(one_row_sql.substr(0, at) + from + one_row_sql.substr(close + 1), arrays);
+  if (!done) return done.error();
   return {};
 }
 
-// The batch's rollups (store.h), multi-row upserts in the rows' transaction, then the status
+Status upsert_deltas(PgConn& conn, const char* table, const char* key,
+                     const std::map<std::string, DailyDelta>& deltas, bool with_key_and_rule) {
+  std::vector<ValueRef> values;
+  size_t columns = 0;
+  for (const auto& [k, d] : deltas) {
+    const size_t before = values.size();
+    values.emplace_back(std::string_view(d.day));
+    if (with_key_and_rule) values.emplace_back(std::string_view(d.key_id));
+    values.emplace_back(std::string_view(d.team));
+    values.emplace_back(std::string_view(d.project));
+    values.emplace_back(std::string_view(d.model));
+    values.emplace_back(std::string_view(d.target));
+    if (with_key_and_rule) values.emplace_back(std::string_view(d.rule_id));
+    for (int64_t v : daily_sums(d)) values.emplace_back(v);
+    columns = values.size() - before;
+  }
+  return upsert_unnest(conn, daily_upsert_sql(table, key, 1), values, columns);
+}
+
+// The batch's rollups (store.h), one upsert per table in the rows' transaction, then the status
 // of its tasks marked before (mark_task's upsert waits for this transaction otherwise).
 Status upsert_rollups(PgConn& conn, const Rollups& rollups) {
-  std::vector<ValueRef> values;
   auto upsert = [&](const auto& deltas, auto sql_of, auto values_of) -> Status {
-    std::vector<const typename std::decay_t<decltype(deltas)>::mapped_type*> all;
-    for (const auto& [k, d] : deltas) all.push_back(&d);
-    for (size_t begin = 0; begin < all.size(); begin += kRowsPerInsert) {
-      size_t n = std::min(kRowsPerInsert, all.size() - begin);
-      values.clear();
-      for (size_t i = begin; i < begin + n; ++i) values_of(*all[i], values);
-      std::vector<PgParam> params;
-      params.reserve(values.size());
-      for (const ValueRef& v : values) params.push_back(param_of(v));
-      auto done = conn.run(sql_of(n), params);
-      if (!done) return done.error();
+    std::vector<ValueRef> values;
+    size_t columns = 0;
+    for (const auto& [k, d] : deltas) {
+      const size_t before = values.size();
+      values_of(d, values);
+      columns = values.size() - before;
     }
-    return {};
+    return upsert_unnest(conn, sql_of(1), values, columns);
   };
   for (Status st : {upsert(rollups.daily_key, daily_key_upsert_sql, daily_key_values),
                     upsert(rollups.tasks, task_totals_upsert_sql, task_total_values),
@@ -351,7 +392,7 @@ struct Lookups {
 constexpr const char* kOriginalColumns =
     "key_id,team,project,task_id,requested_model,target,upstream_model,rule_id,policy_version";
 
-Result<Lookups> look_up(PgConn& conn, const std::vector<LedgerEntry*>& entries) {
+Result<Lookups> look_up(PgConn& conn, const std::vector<LedgerEntry*>& entries, bool ids_too) {
   std::vector<std::string_view> ids;
   std::vector<std::string_view> adjusted;
   for (const LedgerEntry* e : entries) {
@@ -359,9 +400,12 @@ Result<Lookups> look_up(PgConn& conn, const std::vector<LedgerEntry*>& entries) 
     if (e->kind == EntryKind::kAdjustment) adjusted.push_back(e->adjusts_id);
   }
   Lookups out;
-  auto found = conn.run("SELECT id FROM requests WHERE id = ANY($1::text[])", {pg_text_array(ids)});
-  if (!found) return found.error();
-  for (int i = 0; i < found->rows(); ++i) out.existing.insert(found->text(i, 0));
+  if (ids_too) {
+    auto found =
+        conn.run("SELECT id FROM requests WHERE id = ANY($1::text[])", {pg_text_array(ids)});
+    if (!found) return found.error();
+    for (int i = 0; i < found->rows(); ++i) out.existing.insert(found->text(i, 0));
+  }
   if (adjusted.empty()) return out;
   auto orig = conn.run(std::string("SELECT id,") + kOriginalColumns +
                            " FROM requests WHERE kind='request' AND id = ANY($1::text[])",
@@ -530,9 +574,19 @@ Status PgStore::apply_charges(const std::vector<LedgerEntry*>& entries,
   return {};
 }
 
+Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, bool fail_commit) {
+  auto done = append_batch(entries, fail_commit, false);
+  // A unique violation (SQLSTATE 23505): a row of the batch is there already.
+  if (!done && done.error().code == ErrorCode::kInvalidRequest) {
+    return append_batch(entries, fail_commit, true);
+  }
+  return done;
+}
+
 // One transaction per batch; see the header. The steps are in order and each is short, but
 // they share the transaction's state (head, lookups, rows), hence one function.
-Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, bool fail_commit) {
+Result<std::vector<Status>> PgStore::append_batch(std::vector<LedgerEntry*>& entries,
+                                                  bool fail_commit, bool look_up_ids) {
   auto rollback = [&](Error error) -> Result<std::vector<Status>> {
     (void)conn_.exec("ROLLBACK");
     return error;
@@ -561,10 +615,19 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
   if (!head) return rollback(head.error());
   int64_t chain_seq = head->integer(0, 0);
   std::string prev_hash = head->text(0, 1);
-  auto lookups = look_up(conn_, entries);
+  auto lookups = look_up(conn_, entries, look_up_ids);
   if (!lookups) return rollback(lookups.error());
 
+  // The rows go out while the next are made (PgConn::copy_put): the server inserts a piece
+  // while this thread hashes and encodes the next one.
+  static const std::string request_copy = "COPY requests(" + join_names(request_columns()) + "," +
+                                          kFactsColumn + "," + kUsageCheckColumn + "," +
+                                          kRequestIdColumn + ",hash,instance_id,chain_seq," +
+                                          kConstraintColumn + "," + kSchemaHashColumn + "," +
+                                          join_names(lever_columns()) + ") FROM STDIN";
+  if (Status st = conn_.copy_begin(request_copy); !st) return rollback(st.error());
   BatchRows rows;
+  rows.requests.reserve(kCopyPiece + 4096);
   RowScratch scratch;
   std::map<std::string, DailyDelta> daily;
   std::map<std::string, DailyDelta> daily_team;
@@ -613,6 +676,10 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
     for (const ValueRef& v : scratch.levers) copy_value(out, v);
     pg_copy_end(out);
     ++rows.request_rows;
+    if (out.size() >= kCopyPiece) {
+      (void)conn_.copy_put(out);  // a failure is copy_end's
+      out.clear();
+    }
     for (size_t a = 0; a < attempt_count; ++a) {
       bool first = true;
       for (const ValueRef& v : scratch.attempts[a]) {
@@ -634,18 +701,11 @@ Result<std::vector<Status>> PgStore::append(std::vector<LedgerEntry*>& entries, 
     prev_hash = std::move(hash);
     results.emplace_back();
   }
-  static const std::string request_copy = "COPY requests(" + join_names(request_columns()) + "," +
-                                          kFactsColumn + "," + kUsageCheckColumn + "," +
-                                          kRequestIdColumn + ",hash,instance_id,chain_seq," +
-                                          kConstraintColumn + "," + kSchemaHashColumn + "," +
-                                          join_names(lever_columns()) + ") FROM STDIN";
+  (void)conn_.copy_put(rows.requests);
+  if (Status st = conn_.copy_end(); !st) return rollback(st.error());
   static const std::string attempt_copy =
       "COPY attempts(" + join_names(attempt_columns()) + ") FROM STDIN";
-  auto copy = [&](const std::string& sql, const std::string& data, size_t count) -> Status {
-    return count == 0 ? Status{} : conn_.copy_in(sql, data);
-  };
-  for (Status st : {copy(request_copy, rows.requests, rows.request_rows),
-                    copy(attempt_copy, rows.attempts, rows.attempt_rows),
+  for (Status st : {rows.attempt_rows == 0 ? Status{} : conn_.copy_in(attempt_copy, rows.attempts),
                     upsert_deltas(conn_, "daily", kDailyKey, daily, true),
                     upsert_deltas(conn_, "daily_team", kDailyTeamKey, daily_team, false),
                     upsert_rollups(conn_, rollups), apply_charges(entries, results)}) {

@@ -1,6 +1,6 @@
 // The ledger in PostgreSQL, shared by many ferry instances: versioned schema (migrations run
 // at start under an advisory lock; a newer schema is refused), batched append (multi-row
-// INSERTs in one transaction per batch, synchronous commit), one hash chain per instance, and
+// COPY in one transaction per batch, synchronous commit), one hash chain per instance, and
 // the shared budget tables (spent per period, leases per instance). A PgStore owns one
 // connection and is used by one thread at a time.
 #pragma once
@@ -47,9 +47,12 @@ class PgStore final : public Store {
 
   const std::string& currency() const override { return currency_; }
   Status sync_prices(const PriceCatalog& catalog) override;
-  // One transaction: the chain head of this instance (locked), the duplicate and original
-  // lookups, multi-row INSERTs of rows and attempts, the daily upserts, the budget charges,
-  // the new head, COMMIT. Returns once COMMIT has returned (synchronous_commit on).
+  // One transaction: the chain head of this instance (locked), the originals of adjustments,
+  // the rows and attempts by COPY (the rows sent while they are made), one upsert per
+  // aggregate and rollup, the budget charges, the new head, COMMIT. Returns once COMMIT has
+  // returned (synchronous_commit on). A row whose id exists already is found by the unique
+  // index (the batch is then redone with a lookup of its ids, refusing those rows alone):
+  // such a row comes only from a journal shipping a batch twice, so no batch pays a lookup.
   Result<std::vector<Status>> append(std::vector<LedgerEntry*>& entries,
                                      bool fail_commit = false) override;
   Result<Money> spent_between(BudgetScope scope, const std::string& match, int64_t start_us,
@@ -74,6 +77,9 @@ class PgStore final : public Store {
 
  private:
   Status migrate();
+  // append() once; `look_up_ids`: refuse the rows whose id exists (else the COPY fails on them).
+  Result<std::vector<Status>> append_batch(std::vector<LedgerEntry*>& entries, bool fail_commit,
+                                           bool look_up_ids);
   Status ensure_shares(const std::vector<const BudgetCharge*>& budgets);
   Status apply_charges(const std::vector<LedgerEntry*>& entries,
                        const std::vector<Status>& results);

@@ -368,6 +368,8 @@ Status SqliteStore::append_one(LedgerEntry& entry, std::string& prev_hash, int64
   request_values(entry, prev_hash, scratch);
   size_t attempt_count = r.attempts.size();
   if (scratch.attempts.size() < attempt_count) scratch.attempts.resize(attempt_count);
+  // One cost per attempt; a missing one (an entry not made by the ledger) is unpriced.
+  if (entry.attempt_costs.size() < attempt_count) entry.attempt_costs.resize(attempt_count);
   for (size_t i = 0; i < attempt_count; ++i) {
     attempt_values(r.id, i, r.attempts[i], entry.attempt_costs[i], scratch.attempts[i]);
   }

@@ -1,10 +1,11 @@
 // GPU replica pools (issue 18): a backend listing several replica URLs, each a real
 // ferry_test_upstream. Load spreads by outstanding requests, a dead replica is routed around
-// (its breaker opens, nothing fails for the client), task affinity keeps a task on one replica,
-// and /metrics shows each replica.
+// (its breaker opens, nothing fails for the client), task and prompt-prefix affinity keep a
+// task or a shared prompt prefix on one replica, and /metrics shows each replica.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -48,6 +49,33 @@ class ReplicaPoolTest : public ::testing::Test {
     auto headers = auth_headers();
     if (!task.empty()) headers.push_back("x-ferry-task: " + task);
     return post_json(ferry_.address, "/v1/chat/completions", chat_body(model, "pooled"), headers);
+  }
+
+  // 9 requests sharing an affinity key (`same`) land on one of the three replicas; 24 with
+  // other keys (`other`) on at least two.
+  void expect_affinity(const std::function<std::optional<Response>(int)>& same,
+                       const std::function<std::optional<Response>(int)>& other) {
+    for (int i = 0; i < 9; ++i) {
+      auto r = same(i);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+    }
+    std::vector<int64_t> before;
+    int holders = 0;
+    for (size_t i = 0; i < 3; ++i) {
+      before.push_back(served_by(i));
+      if (before.back() > 0) ++holders;
+    }
+    EXPECT_EQ(holders, 1) << before[0] << " " << before[1] << " " << before[2];
+    EXPECT_EQ(before[0] + before[1] + before[2], 9);
+    for (int t = 0; t < 24; ++t) {
+      auto r = other(t);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+    }
+    int used = 0;
+    for (size_t i = 0; i < 3; ++i) used += served_by(i) > before[i] ? 1 : 0;
+    EXPECT_GE(used, 2);
   }
 
   TempDir dir_;
@@ -141,28 +169,30 @@ TEST_F(ReplicaPoolTest, TaskAffinityKeepsATaskOnOneReplica) {
   for (int i = 0; i < 3; ++i) upstreams_.push_back(start_upstream());
   start({url(upstreams_[0].address), url(upstreams_[1].address), url(upstreams_[2].address)},
         "task");
-  for (int i = 0; i < 9; ++i) {
-    auto r = chat("pool-echo", "agent-run-42");
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 200) << r->body;
-  }
-  std::vector<int64_t> before;
-  int holders = 0;
-  for (size_t i = 0; i < 3; ++i) {
-    before.push_back(served_by(i));
-    if (before.back() > 0) ++holders;
-  }
-  EXPECT_EQ(holders, 1) << before[0] << " " << before[1] << " " << before[2];
-  EXPECT_EQ(before[0] + before[1] + before[2], 9);
   // Other tasks hash elsewhere too: 24 distinct tasks do not all land on one replica.
-  for (int t = 0; t < 24; ++t) {
-    auto r = chat("pool-echo", "task-" + std::to_string(t));
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 200) << r->body;
-  }
-  int used = 0;
-  for (size_t i = 0; i < 3; ++i) used += served_by(i) > before[i] ? 1 : 0;
-  EXPECT_GE(used, 2);
+  expect_affinity([&](int) { return chat("pool-echo", "agent-run-42"); },
+                  [&](int t) { return chat("pool-echo", "task-" + std::to_string(t)); });
+}
+
+// Prefix affinity: requests whose conversations open with the same 4 KiB (a long system prompt
+// and the turns after it) go to one replica, whose KV cache holds that prefix, whatever their
+// last turn; conversations with other prefixes spread over the pool.
+TEST_F(ReplicaPoolTest, PrefixAffinityKeepsASharedPromptPrefixOnOneReplica) {
+  for (int i = 0; i < 3; ++i) upstreams_.push_back(start_upstream());
+  start({url(upstreams_[0].address), url(upstreams_[1].address), url(upstreams_[2].address)},
+        "prefix");
+  auto ask = [&](const std::string& system, const std::string& question) {
+    json body = chat_body("pool-echo", question);
+    body["messages"].insert(body["messages"].begin(),
+                            json{{"role", "system"}, {"content", system}});
+    return post_json(ferry_.address, "/v1/chat/completions", body, auth_headers());
+  };
+  const std::string shared = "You are the support agent of shop 7. " + std::string(5000, 'r');
+  expect_affinity([&](int i) { return ask(shared, "question " + std::to_string(i)); },
+                  [&](int p) {
+                    return ask("You are the support agent of shop " + std::to_string(100 + p) + ".",
+                               "hi");
+                  });
 }
 
 TEST_F(ReplicaPoolTest, ConfigRefusesAPoolOfOneAndBothForms) {

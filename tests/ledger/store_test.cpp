@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <latch>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "ledger/pg_store.h"
 #include "ledger/report.h"
 #include "ledger/response_store.h"
+#include "ledger/sqlite_store.h"
 #include "ledger/tasks.h"
 #include "ledger/verify.h"
 #include "pg_outage.h"
@@ -362,6 +364,69 @@ TEST_P(LedgerStore, DuplicateIdIsRefusedAloneAndRowsAreAppendOnly) {
   EXPECT_TRUE(verify().ok());
 }
 
+// A batch holding a row that is there already among new ones (a journal shipping again a
+// batch whose COMMIT went through): that row alone is refused as a duplicate, the others are
+// written once, in order, and the chain verifies. PostgreSQL finds the duplicate through the
+// unique index and redoes the batch with a lookup of its ids; SQLite looks them up first.
+TEST_P(LedgerStore, ADuplicateInsideABatchIsRefusedAloneTheOthersWrittenOnce) {
+  const LedgerConfig config = db_->config("gw-1");
+  std::unique_ptr<Store> store;
+  if (config.postgres) {
+    auto pg = PgStore::open(config.postgres->url, "USD", "gw-1");
+    ASSERT_TRUE(pg) << pg.error().message;
+    store = std::make_unique<PgStore>(std::move(*pg));
+  } else {
+    auto lite = SqliteStore::open(config.path, "USD");
+    ASSERT_TRUE(lite) << lite.error().message;
+    store = std::make_unique<SqliteStore>(std::move(*lite));
+  }
+  auto entry = [](const std::string& id, int i) {
+    LedgerEntry e;
+    e.record = rich_record(i);
+    e.record.id = id;
+    e.record.attempts.clear();  // the ledger sums the attempts into the row; none here
+    return e;
+  };
+  std::vector<LedgerEntry> first = {entry("a", 0), entry("b", 1)};
+  std::vector<LedgerEntry*> ptrs = {&first[0], &first[1]};
+  auto written = store->append(ptrs);
+  ASSERT_TRUE(written) << written.error().message;
+  std::vector<LedgerEntry> second = {entry("c", 2), entry("b", 1), entry("d", 3), entry("c", 2)};
+  ptrs = {&second[0], &second[1], &second[2], &second[3]};
+  auto again = store->append(ptrs);
+  ASSERT_TRUE(again) << again.error().message;
+  ASSERT_EQ(again->size(), 4u);
+  EXPECT_TRUE((*again)[0]);
+  ASSERT_FALSE((*again)[1]);
+  EXPECT_EQ((*again)[1].error().code, ErrorCode::kInvalidRequest);
+  EXPECT_TRUE((*again)[2]);
+  ASSERT_FALSE((*again)[3]);  // twice in the same batch
+  EXPECT_EQ((*again)[3].error().code, ErrorCode::kInvalidRequest);
+  if (config.postgres) {  // what the journal counts as shipped
+    EXPECT_EQ((*again)[1].error().type_code, kDuplicateIdCode);
+    EXPECT_EQ((*again)[3].error().type_code, kDuplicateIdCode);
+  }
+  // A batch of many rows (PostgreSQL sends them in several pieces before the duplicate near
+  // the end fails the COPY): the same outcome.
+  std::vector<LedgerEntry> big;
+  for (int i = 0; i < 300; ++i) {
+    big.push_back(entry(i == 250 ? "a" : "big-" + std::to_string(i), i));
+    big.back().record.facts_json = R"({"pad":")" + std::string(1000, 'p') + R"("})";
+  }
+  ptrs.clear();
+  for (auto& e : big) ptrs.push_back(&e);
+  auto large = store->append(ptrs);
+  ASSERT_TRUE(large) << large.error().message;
+  ASSERT_EQ(large->size(), 300u);
+  for (size_t i = 0; i < 300; ++i) EXPECT_EQ(static_cast<bool>((*large)[i]), i != 250) << i;
+  store.reset();
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests"), 4 + 299);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests WHERE id IN ('a','b','c','d')"), 4);
+  EXPECT_EQ(db_->scalar("SELECT SUM(requests) FROM daily"), 4 + 299);
+  VerifyResult v = verify();
+  EXPECT_TRUE(v.ok()) << (v.problems.empty() ? "" : v.problems[0]);
+}
+
 TEST_P(LedgerStore, VerifyFindsAnAlteredRow) {
   {
     auto ledger = open();
@@ -540,6 +605,53 @@ TEST_P(LedgerStore, HardBudgetHoldsAcrossInstances) {
 
 // The history `ferry policy replay` reads: the same rows, with their facts and costs, from
 // either store; the range and with_facts_only filters hold.
+// Every instance reads the shared spent figure: what one instance spends shows in another's
+// budget_left_pct (the routing fact) and, past a soft budget, in the other's admissions as the
+// soft warning; within a lease pass (lease_refresh_ms 20 here), polled for, never timed.
+TEST_P(LedgerStore, SpendOnOneInstanceShowsInAnothersLeftPctAndSoftWarning) {
+  if (!db_->shared()) GTEST_SKIP() << "a SQLite ledger belongs to one instance";
+  // A row of 1000 input and 500 output tokens on gpu-large costs 3000 + 7500 = 10,500 micros.
+  auto budgets = budgets_from(
+      "- name: team-soft\n  scope: team\n  match: team-a\n  amount: 0.042\n  period: day\n"
+      "  mode: soft\n");
+  auto a = open("gw-a", budgets);
+  auto b = open("gw-b", budgets);
+  ASSERT_TRUE(a && b);
+  const Subject subject{"key-a", "team-a", "proj-a"};
+  EXPECT_EQ(b->budget_left_pct(subject), 100.0);
+  auto spend = [&](int rows) {
+    for (int i = 0; i < rows; ++i) {
+      int64_t t = unix_micros_now();
+      RequestRecord r = simple_record("gpu-large", tokens_of(1000, 0, 500, 0), t);
+      r.ended_us = t;
+      ASSERT_TRUE(record_durably(*a, r));
+    }
+  };
+  auto b_sees = [&](const std::function<bool()>& seen) {
+    for (int i = 0; i < 500 && !seen(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return seen();
+  };
+  spend(2);  // 21,000 of 42,000: half left
+  EXPECT_TRUE(b_sees([&] { return b->budget_left_pct(subject) == 50.0; }))
+      << "instance b reads " << b->budget_left_pct(subject).value_or(-1);
+  auto fine = b->admit(subject, Money());
+  ASSERT_TRUE(fine);
+  EXPECT_TRUE(fine->soft_exceeded().empty());
+  spend(3);  // 52,500: past the soft budget, and soft: admitted with the warning
+  EXPECT_TRUE(b_sees([&] {
+    auto admission = b->admit(subject, Money());
+    return admission && !admission->soft_exceeded().empty();
+  }));
+  auto warned = b->admit(subject, Money());
+  ASSERT_TRUE(warned);
+  ASSERT_EQ(warned->soft_exceeded().size(), 1u);
+  EXPECT_EQ(warned->soft_exceeded()[0], "team-soft");
+  EXPECT_EQ(warned->budget_left_pct(), 0.0);
+  EXPECT_EQ(b->budgets()[0].spent.micros(), 52500);
+}
+
 TEST_P(LedgerStore, HistoryReadsTheRowsBack) {
   std::vector<std::string> ids;
   {
