@@ -1016,12 +1016,15 @@ Result<RequestId> Scheduler::submit_embeddings(EmbeddingRequest request) {
     return e;
   }
   ++im.embed_pending;
-  // The count drops when the request ends, on the scheduler thread and never under mu.
+  // The count drops when the request ends, on the scheduler thread and never under mu; the
+  // snapshot is refreshed first (its last pass counted), as a generation's is before on_done.
   request.on_done = [&im, done = std::move(request.on_done)](Result<EmbeddingResult> r) {
     {
       std::lock_guard guard(im.mu);
       --im.embed_pending;
     }
+    im.kv_peak = std::max(im.kv_peak, im.embedder->last_pass_kv_bytes());
+    im.publish();
     if (done) done(std::move(r));
   };
   const RequestId id = im.next_id++;
