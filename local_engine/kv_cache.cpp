@@ -55,7 +55,8 @@ void KvCache::seq_extend(SeqId id, int64_t len) {
   Seq& s = seq(id);
   assert(len <= n_ctx_);  // the engine checks positions against n_ctx before extending
   if (len > s.capacity) {
-    const int64_t capacity = std::min(n_ctx_, std::max<int64_t>({len, s.capacity * 2, kMinCapacity}));
+    const int64_t capacity =
+        std::min(n_ctx_, std::max<int64_t>({len, s.capacity * 2, kMinCapacity}));
     for (size_t layer = 0; layer < static_cast<size_t>(n_layer_); ++layer) {
       s.k[layer].resize(static_cast<size_t>(capacity * kv_dim_));
       s.v[layer].resize(static_cast<size_t>(capacity * kv_dim_));

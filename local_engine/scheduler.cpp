@@ -223,8 +223,7 @@ struct Scheduler::Impl {
     // waits behind it meanwhile, see admit()).
     const int64_t need = embedder->next_kv_bytes(*engine);
     while (committed() + cache_bytes + need > budget && !cache.empty()) evict_lru();
-    const int64_t computed =
-        embedder->step(*engine, next_seq, budget - committed() - cache_bytes);
+    const int64_t computed = embedder->step(*engine, next_seq, budget - committed() - cache_bytes);
     kv_peak = std::max(kv_peak, embedder->last_pass_kv_bytes());
     return computed > 0;
   }
@@ -317,7 +316,7 @@ struct Scheduler::Impl {
       Waiting& w = waiting.front();
       const int64_t tokens = reservation_tokens(w.req);
       const int64_t need = tokens * bytes_per_token;  // tokens <= n_ctx: checked at submit
-      if (committed() + need > budget) break;  // wait for running work to finish (FIFO)
+      if (committed() + need > budget) break;         // wait for running work to finish (FIFO)
       while (committed() + cache_bytes + need > budget && !cache.empty()) evict_lru();
       auto r = std::make_unique<Running>(std::move(w), now);
       waiting.pop_front();
@@ -1000,9 +999,10 @@ Result<RequestId> Scheduler::submit_embeddings(EmbeddingRequest request) {
     const int64_t need = im.capacity_tokens(n) * im.bytes_per_token;
     if (need > im.budget) {
       return Error::make(ErrorCode::kContextOverflow,
-                         "input " + std::to_string(i) + " (" + std::to_string(n) + " tokens) needs " +
-                             kv_size_text(need) + " of KV cache, more than the local engine's " +
-                             "budget of " + kv_size_text(im.budget),
+                         "input " + std::to_string(i) + " (" + std::to_string(n) +
+                             " tokens) needs " + kv_size_text(need) +
+                             " of KV cache, more than the local engine's " + "budget of " +
+                             kv_size_text(im.budget),
                          "input", "context_length_exceeded");
     }
   }

@@ -38,8 +38,8 @@ struct StepStats {
 };
 
 struct SchedulerOptions {
-  int64_t max_sequences = 16;   // sequences decoded together
-  int64_t max_queue = 64;       // requests waiting beyond the free sequence slots
+  int64_t max_sequences = 16;  // sequences decoded together
+  int64_t max_queue = 64;      // requests waiting beyond the free sequence slots
   // KV of running sequences, embeddings inputs being computed and cached prefixes; 0: auto.
   int64_t kv_budget_bytes = 0;
   int64_t prefill_chunk = 256;  // prompt tokens prefilled per step (whole prefix blocks)
@@ -113,7 +113,7 @@ struct LoadSnapshot {
   int64_t active_sequences = 0;
   int64_t paused_sequences = 0;  // running, paused at their max_unread bound (a slow consumer)
   int64_t max_sequences = 0;
-  int64_t kv_bytes_used = 0;  // allocated KV: running sequences, embeddings, cached prefixes
+  int64_t kv_bytes_used = 0;        // allocated KV: running sequences, embeddings, cached prefixes
   int64_t kv_bytes_embeddings = 0;  // of that, held by embeddings inputs being computed
   int64_t kv_bytes_peak = 0;        // the most KV allocated at any forward pass, since start
   int64_t kv_budget_bytes = 0;

@@ -7,8 +7,8 @@
 
 #include <atomic>
 #include <cmath>
-#include <functional>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 
 #include "local_engine/embeddings.h"
