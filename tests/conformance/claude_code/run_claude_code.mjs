@@ -104,7 +104,8 @@ function claude_binary() {
   return path.join(kHere, 'node_modules', '.bin', 'claude');
 }
 
-function run_claude(base_url, home, cwd, prompt, model = kModel, cli_args = ['--max-turns', '4']) {
+function run_claude(base_url, home, cwd, prompt, model = kModel, cli_args = ['--max-turns', '4'],
+                    extra_env = {}) {
   const env = {
     PATH: process.env.PATH,
     HOME: home,
@@ -121,6 +122,7 @@ function run_claude(base_url, home, cwd, prompt, model = kModel, cli_args = ['--
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
     CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY: '1',
     CLAUDE_CODE_DISABLE_TERMINAL_TITLE: '1',
+    ...extra_env,
   };
   return new Promise((resolve) => {
     const child = spawn(claude_binary(),
@@ -217,6 +219,16 @@ async function check_run(ferry, seen, work, name, run, expect) {
               'an answer called a tool');
     const with_tool_result = messages.filter((r) => r.body.includes('"tool_result"'));
     assert.ok(with_tool_result.length >= 1, 'the CLI sent the tool result back');
+    const call = /"type":"tool_use"[^}]*"name":"([^"]*)"/.exec(
+        messages.find((r) => /"type":"tool_use"/.test(r.answer ?? '')).answer)?.[1];
+    const sent = JSON.parse(with_tool_result[0].body).messages.flatMap((m) =>
+        Array.isArray(m.content) ? m.content : []).filter((b) => b.type === 'tool_result');
+    console.log(`claude code (${name}): called ${call}; sent back ` +
+                JSON.stringify(sent).slice(0, 300));
+    if (expect.calls_a_tool) {
+      assert.equal(call, expect.calls_a_tool, 'the call named the one tool offered');
+      assert.ok(!JSON.stringify(sent).includes('No such tool'), 'the CLI ran the call');
+    }
     if (expect.secret) assert.ok(with_tool_result.every((r) => r.body.includes(expect.secret)));
   }
   assert.ok(messages.every((r) => r.headers['x-claude-code-session-id'] === result.session_id));
@@ -282,16 +294,18 @@ async function main() {
       await check_run(ferry, seen, work, 'text',
                       await timed(run_claude(base_url, fresh_home('text'), project, 'Say hello.')),
                       { tools_at_least: 5 });
+      // Read alone (tool search off: no DeferredToolPlaceholder beside it).
       const tool_run = (name) => timed(run_claude(base_url, fresh_home(name), project,
                                                   'Read my notes.', kToolModel,
-                                                  ['--tools', 'Read', '--max-turns', '4']));
+                                                  ['--tools', 'Read', '--max-turns', '4'],
+                                                  { ENABLE_TOOL_SEARCH: 'false' }));
       const first = await check_run(ferry, seen, work, 'measure', await tool_run('measure'),
                                     { tools_at_least: 1 });
       assert.ok(first > 0, 'message_start carried ferry\'s prompt count');
       await put_policy(ferry.url, kAdminKey,
                        agent_policy(kTargets, kRoutes, kMaxTokens,
                                     { model: kToolModel, target: 'tools', tokens: first + 16 }));
-      await check_run(ferry, seen, work, 'tool', await tool_run('tool'), { calls_a_tool: true });
+      await check_run(ferry, seen, work, 'tool', await tool_run('tool'), { calls_a_tool: 'Read' });
     } else {
       await check_run(ferry, seen, work, 'upstream',
                       await timed(run_claude(base_url, home, project,
