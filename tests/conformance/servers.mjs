@@ -195,10 +195,25 @@ export function synth_agent_model(ferry, vocab_writer, dir, name, favor = null) 
   return model;
 }
 
-// Such a model as a ferry backend (YAML lines under `backends:`).
-export function agent_local_backend(name, model) {
-  return `  - { name: ${name}, kind: local, model: ${model}, threads: 2, context_length: 32768,
-      max_sequences: 4, max_queue: 16 }
+// The two models of an agent run: `plain` (random weights) and `tools` (favoring <tool_call>,
+// so its answers under tool_choice auto call a tool). Their paths.
+export function synth_agent_models(ferry, vocab_writer, dir) {
+  return { plain: synth_agent_model(ferry, vocab_writer, dir, 'plain'),
+           tools: synth_agent_model(ferry, vocab_writer, dir, 'tools', '<tool_call>') };
+}
+
+// ferry config lines for them: a local backend each, configured models `agent-plain` and
+// `agent-tools` (kAgentTargets names them as policy targets), the policy file in `dir`.
+export const kAgentTargets = { plain: 'agent-plain', tools: 'agent-tools' };
+export function agent_config_lines(models, dir) {
+  const backend = (name, model) =>
+    `  - { name: ${name}, kind: local, model: ${model}, threads: 2, context_length: 32768,
+      max_sequences: 4, max_queue: 16 }\n`;
+  return `backends:
+${backend('cpu', models.plain)}${backend('cpu-tools', models.tools)}models:
+  - { name: agent-plain, backend: cpu }
+  - { name: agent-tools, backend: cpu-tools }
+policy: { file: ${dir}/policies.yaml, watch: false }
 `;
 }
 

@@ -140,7 +140,7 @@ TEST(Synth, AFavoredTokenIsTheMostLikelyEverywhere) {
           std::find(tokens.begin(), tokens.end(), "<|im_end|>") - tokens.begin());
       auto model = Model::load(src);
       ASSERT_TRUE(model.has_value()) << model.error().message;
-      const int64_t n_vocab = model->config().n_vocab;
+      const int64_t n_vocab = (*model)->config().n_vocab;
       Engine engine(std::move(model).value(), EngineOptions{2, 128});
       ASSERT_TRUE(engine.kv().seq_add(0).has_value());
       std::vector<BatchEntry> batch;

@@ -28,49 +28,37 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { agent_local_backend, agent_policy, ensure_node_modules, parse_runner_args, print_tail,
-         put_policy, start_server, stop_server, synth_agent_model } from '../servers.mjs';
+import { agent_config_lines, agent_policy, ensure_node_modules, kAgentTargets, parse_runner_args,
+         print_tail, put_policy, start_server, stop_server, synth_agent_models } from '../servers.mjs';
 
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kAppKey = 'sk-ferry-claude-app';
 const kAdminKey = 'sk-ferry-claude-admin';
 const kModel = 'claude-ferry';
 const kToolModel = 'claude-ferry-tools';  // local mode: its first turn goes to agent-tools
-const kTargets = { plain: 'agent-plain', tools: 'agent-tools' };
 const kRoutes = { [kModel]: 'plain', [kToolModel]: 'plain' };
 const kMaxTokens = 48;
 const kSecret = 'ferry-tool-ran-5f1c';  // the text of the file the CLI reads
 
-function config(upstream_url, dir) {
+// `backends` are the config's backend, model (and policy) lines: the upstream scripted to call
+// Read (upstream_lines), or local mode's models (servers.mjs agent_config_lines: the policy
+// routes the CLI's model names to them).
+function config(backends, dir) {
   return `server: { listen: 127.0.0.1:0, shutdown_grace_ms: 2000 }
 limits: { max_body_bytes: 16777216 }
 auth:
   keys:
     - { id: claude-app, key: ${kAppKey}, team: agents, project: claude-code, role: app }
     - { id: claude-admin, key: ${kAdminKey}, team: ops, role: admin }
-backends:
-  - { name: up, base_url: "${upstream_url}/v1", timeouts: { first_byte_ms: 20000 } }
-models:
-  - { name: ${kModel}, backend: up, upstream_model: call-tool-Read }
-ledger: { path: ${dir}/ledger.db }
+${backends}ledger: { path: ${dir}/ledger.db }
 `;
 }
 
-// Local mode: the models served by ferry's engine (`agent-plain`: random weights,
-// `agent-tools`: favoring <tool_call>); the policy routes the CLI's model names to them.
-function local_config(model, tool_model, dir) {
-  return `server: { listen: 127.0.0.1:0, shutdown_grace_ms: 2000 }
-limits: { max_body_bytes: 16777216 }
-auth:
-  keys:
-    - { id: claude-app, key: ${kAppKey}, team: agents, project: claude-code, role: app }
-    - { id: claude-admin, key: ${kAdminKey}, team: ops, role: admin }
-backends:
-${agent_local_backend('cpu', model)}${agent_local_backend('cpu-tools', tool_model)}models:
-  - { name: agent-plain, backend: cpu }
-  - { name: agent-tools, backend: cpu-tools }
-policy: { file: ${dir}/policies.yaml, watch: false }
-ledger: { path: ${dir}/ledger.db }
+function upstream_lines(upstream_url) {
+  return `backends:
+  - { name: up, base_url: "${upstream_url}/v1", timeouts: { first_byte_ms: 20000 } }
+models:
+  - { name: ${kModel}, backend: up, upstream_model: call-tool-Read }
 `;
 }
 
@@ -259,18 +247,18 @@ async function main() {
   let exit_code = 1;
   const local = args.vocab_writer !== null;
   try {
+    let backends;
     if (local) {
-      const model = synth_agent_model(args.ferry, args.vocab_writer, work, 'plain');
-      const tool_model = synth_agent_model(args.ferry, args.vocab_writer, work, 'tools',
-                                           '<tool_call>');
-      fs.writeFileSync(path.join(work, 'policies.yaml'), agent_policy(kTargets, kRoutes, kMaxTokens));
-      fs.writeFileSync(path.join(work, 'ferry.yaml'), local_config(model, tool_model, work));
+      const models = synth_agent_models(args.ferry, args.vocab_writer, work);
+      fs.writeFileSync(path.join(work, 'policies.yaml'),
+                       agent_policy(kAgentTargets, kRoutes, kMaxTokens));
+      backends = agent_config_lines(models, work);
     } else {
       upstream = await start_server('ferry_test_upstream', args.upstream,
                                     ['--listen', '127.0.0.1:0'], path.join(work, 'upstream.log'));
-      fs.writeFileSync(path.join(work, 'ferry.yaml'),
-                       config(upstream.url.replace(/\/+$/, ''), work));
+      backends = upstream_lines(upstream.url.replace(/\/+$/, ''));
     }
+    fs.writeFileSync(path.join(work, 'ferry.yaml'), config(backends, work));
     ferry = await start_server('ferry', args.ferry,
                                ['serve', '--config', path.join(work, 'ferry.yaml')],
                                path.join(work, 'ferry.log'),
@@ -303,7 +291,7 @@ async function main() {
                                     { tools_at_least: 1 });
       assert.ok(first > 0, 'message_start carried ferry\'s prompt count');
       await put_policy(ferry.url, kAdminKey,
-                       agent_policy(kTargets, kRoutes, kMaxTokens,
+                       agent_policy(kAgentTargets, kRoutes, kMaxTokens,
                                     { model: kToolModel, target: 'tools', tokens: first + 16 }));
       await check_run(ferry, seen, work, 'tool', await tool_run('tool'), { calls_a_tool: 'Read' });
     } else {

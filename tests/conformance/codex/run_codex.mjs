@@ -28,8 +28,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { agent_local_backend, agent_policy, ensure_node_modules, parse_runner_args, print_tail,
-         put_policy, start_server, stop_server, synth_agent_model } from '../servers.mjs';
+import { agent_config_lines, agent_policy, ensure_node_modules, kAgentTargets, parse_runner_args,
+         print_tail, put_policy, start_server, stop_server, synth_agent_models } from '../servers.mjs';
 
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kKey = 'sk-ferry-codex-app';
@@ -40,44 +40,33 @@ function fail(message) {
   throw new Error(message);
 }
 
-function ferry_config(upstream_url, dir) {
+// `backends` are the config's backend, model (and policy) lines: the upstream scripted to call
+// exec_command (upstream_lines), or local mode's models (servers.mjs agent_config_lines: the
+// policy routes `local` to them, kRoutes).
+function ferry_config(backends, dir) {
+  const price = (model) =>
+    `  - { model: ${model}, effective_from: 2026-01-01, internal: true, input: 0.01, output: 0.02 }`;
   return `server: { listen: 127.0.0.1:0, shutdown_grace_ms: 2000 }
 auth:
   keys:
     - { id: codex-app, key: ${kKey}, team: agents, project: codex, role: app }
     - { id: codex-admin, key: ${kAdminKey}, team: ops, role: admin }
-backends:
-  - { name: up, base_url: "${upstream_url}/v1", timeouts: { first_byte_ms: 20000 } }
-models:
-  - { name: local, backend: up, upstream_model: call-tool-exec_command }
-ledger: { path: ${dir}/ledger.db }
+${backends}ledger: { path: ${dir}/ledger.db }
 prices:
-  - { model: local, effective_from: 2026-01-01, internal: true, input: 0.01, output: 0.02 }
+${['local', ...Object.values(kAgentTargets)].map(price).join('\n')}
 `;
 }
 
-// Local mode: the models served by ferry's engine (`agent-plain`: random weights,
-// `agent-tools`: favoring <tool_call>); the policy routes `local` to them.
-const kTargets = { plain: 'agent-plain', tools: 'agent-tools' };
-const kRoutes = { local: 'plain' };
-const kMaxTokens = 48;
-function local_config(model, tool_model, dir) {
-  return `server: { listen: 127.0.0.1:0, shutdown_grace_ms: 2000 }
-auth:
-  keys:
-    - { id: codex-app, key: ${kKey}, team: agents, project: codex, role: app }
-    - { id: codex-admin, key: ${kAdminKey}, team: ops, role: admin }
-backends:
-${agent_local_backend('cpu', model)}${agent_local_backend('cpu-tools', tool_model)}models:
-  - { name: agent-plain, backend: cpu }
-  - { name: agent-tools, backend: cpu-tools }
-policy: { file: ${dir}/policies.yaml, watch: false }
-ledger: { path: ${dir}/ledger.db }
-prices:
-  - { model: agent-plain, effective_from: 2026-01-01, internal: true, input: 0.01, output: 0.02 }
-  - { model: agent-tools, effective_from: 2026-01-01, internal: true, input: 0.01, output: 0.02 }
+function upstream_lines(upstream_url) {
+  return `backends:
+  - { name: up, base_url: "${upstream_url}/v1", timeouts: { first_byte_ms: 20000 } }
+models:
+  - { name: local, backend: up, upstream_model: call-tool-exec_command }
 `;
 }
+
+const kRoutes = { local: 'plain' };
+const kMaxTokens = 48;
 
 function codex_config(base_url) {
   return `model = "local"
@@ -136,18 +125,18 @@ async function main() {
   let exit_code = 1;
   const local = args.vocab_writer !== null;
   try {
+    let backends;
     if (local) {
-      const model = synth_agent_model(args.ferry, args.vocab_writer, work, 'plain');
-      const tool_model = synth_agent_model(args.ferry, args.vocab_writer, work, 'tools',
-                                           '<tool_call>');
-      fs.writeFileSync(path.join(work, 'policies.yaml'), agent_policy(kTargets, kRoutes, kMaxTokens));
-      fs.writeFileSync(path.join(work, 'ferry.yaml'), local_config(model, tool_model, work));
+      const models = synth_agent_models(args.ferry, args.vocab_writer, work);
+      fs.writeFileSync(path.join(work, 'policies.yaml'),
+                       agent_policy(kAgentTargets, kRoutes, kMaxTokens));
+      backends = agent_config_lines(models, work);
     } else {
       upstream = await start_server('ferry_test_upstream', args.upstream,
                                     ['--listen', '127.0.0.1:0'], path.join(work, 'upstream.log'));
-      fs.writeFileSync(path.join(work, 'ferry.yaml'),
-                       ferry_config(upstream.url.replace(/\/+$/, ''), work));
+      backends = upstream_lines(upstream.url.replace(/\/+$/, ''));
     }
+    fs.writeFileSync(path.join(work, 'ferry.yaml'), ferry_config(backends, work));
     server = await start_server('ferry', args.ferry,
                                 ['serve', '--config', path.join(work, 'ferry.yaml')],
                                 path.join(work, 'ferry.log'),
@@ -198,7 +187,7 @@ async function main() {
       // A row's prompt: its input tokens and those read from the prefix cache.
       const prompt = (r) => Number(r.input_tokens) + Number(r.cached_tokens);
       const first = Math.max(...text.rows.map(prompt));
-      await put_policy(url, kAdminKey, agent_policy(kTargets, kRoutes, kMaxTokens,
+      await put_policy(url, kAdminKey, agent_policy(kAgentTargets, kRoutes, kMaxTokens,
                                                     { model: 'local', target: 'tools',
                                                       tokens: first + 16 }));
       const tool = await checked_run('tool', 'Say hello.');
