@@ -1001,7 +1001,7 @@ Result<RequestId> Scheduler::submit_embeddings(EmbeddingRequest request) {
       return Error::make(ErrorCode::kContextOverflow,
                          "input " + std::to_string(i) + " (" + std::to_string(n) +
                              " tokens) needs " + kv_size_text(need) +
-                             " of KV cache, more than the local engine's " + "budget of " +
+                             " of KV cache, more than the local engine's budget of " +
                              kv_size_text(im.budget),
                          "input", "context_length_exceeded");
     }
