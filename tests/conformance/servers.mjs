@@ -249,3 +249,28 @@ export async function put_policy(ferry_url, admin_key, yaml) {
                             body: yaml });
   if (res.status !== 200) throw new Error(`PUT /admin/policy: ${res.status} ${await res.text()}`);
 }
+
+// Starts an agent run's servers into `held` (so the caller can stop what started): in local
+// mode (args.vocab_writer) the two models and the policy routing `routes` with max_tokens
+// clamped, else ferry_test_upstream (`upstream_lines(url)`: its backend and model lines); then
+// ferry with `config(backend_lines)`, given time to load the models' vocabularies.
+export async function start_agent_servers(args, work, routes, max_tokens, upstream_lines, config,
+                                          held) {
+  let backends;
+  const local = args.vocab_writer !== null;
+  if (local) {
+    const models = synth_agent_models(args.ferry, args.vocab_writer, work);
+    fs.writeFileSync(path.join(work, 'policies.yaml'),
+                     agent_policy(kAgentTargets, routes, max_tokens));
+    backends = agent_config_lines(models, work);
+  } else {
+    held.upstream = await start_server('ferry_test_upstream', args.upstream,
+                                       ['--listen', '127.0.0.1:0'], path.join(work, 'upstream.log'));
+    backends = upstream_lines(held.upstream.url.replace(/\/+$/, ''));
+  }
+  fs.writeFileSync(path.join(work, 'ferry.yaml'), config(backends));
+  held.ferry = await start_server('ferry', args.ferry,
+                                  ['serve', '--config', path.join(work, 'ferry.yaml')],
+                                  path.join(work, 'ferry.log'),
+                                  local ? 120000 : undefined);  // two 152k vocabularies to load
+}

@@ -28,8 +28,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { agent_config_lines, agent_policy, ensure_node_modules, kAgentTargets, parse_runner_args,
-         print_tail, put_policy, start_server, stop_server, synth_agent_models } from '../servers.mjs';
+import { agent_policy, ensure_node_modules, kAgentTargets, parse_runner_args, print_tail,
+         put_policy, start_agent_servers, stop_server } from '../servers.mjs';
 
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kKey = 'sk-ferry-codex-app';
@@ -125,22 +125,13 @@ async function main() {
   let exit_code = 1;
   const local = args.vocab_writer !== null;
   try {
-    let backends;
-    if (local) {
-      const models = synth_agent_models(args.ferry, args.vocab_writer, work);
-      fs.writeFileSync(path.join(work, 'policies.yaml'),
-                       agent_policy(kAgentTargets, kRoutes, kMaxTokens));
-      backends = agent_config_lines(models, work);
-    } else {
-      upstream = await start_server('ferry_test_upstream', args.upstream,
-                                    ['--listen', '127.0.0.1:0'], path.join(work, 'upstream.log'));
-      backends = upstream_lines(upstream.url.replace(/\/+$/, ''));
+    const held = {};
+    try {
+      await start_agent_servers(args, work, kRoutes, kMaxTokens, upstream_lines,
+                                (backends) => ferry_config(backends, work), held);
+    } finally {
+      ({ ferry: server, upstream } = held);
     }
-    fs.writeFileSync(path.join(work, 'ferry.yaml'), ferry_config(backends, work));
-    server = await start_server('ferry', args.ferry,
-                                ['serve', '--config', path.join(work, 'ferry.yaml')],
-                                path.join(work, 'ferry.log'),
-                                local ? 120000 : undefined);  // two 152k vocabularies to load
     const url = server.url.replace(/\/+$/, '');
     const cwd = path.join(work, 'project');
     fs.mkdirSync(cwd);
