@@ -169,6 +169,8 @@ void add_synth_command(CLI::App* model, int& exit_code) {
   synth->add_option("--type", so->type, "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M")
       ->capture_default_str();
   synth->add_option("--vocab-from", so->vocab_from, "Copy the tokenizer from this GGUF file");
+  synth->add_option("--favor", so->favor_token,
+                    "A token the model prefers everywhere (e.g. \"<tool_call>\"; untied output)");
   synth->add_option("--seed", so->seed, "Random seed")->capture_default_str();
   synth->add_option("--name", so->name, "general.name");
   synth->add_option("out", *synth_out, "Output GGUF file")->required();

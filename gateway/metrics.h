@@ -122,6 +122,10 @@ namespace ferry::gateway {
     "Sequences paused: their client reads slowly.", "backend")                                     \
   X(LocalKvBytes, "ferry_local_kv_bytes", kGauge,                                                  \
     "KV cache bytes allocated (running and cached prefixes).", "backend")                          \
+  X(LocalKvEmbeddingsBytes, "ferry_local_kv_embeddings_bytes", kGauge,                             \
+    "Of the KV cache bytes allocated, those held by embeddings inputs being computed.", "backend") \
+  X(LocalKvPeakBytes, "ferry_local_kv_peak_bytes", kGauge,                                         \
+    "The most KV cache bytes allocated at any forward pass since start.", "backend")               \
   X(LocalKvBudgetBytes, "ferry_local_kv_budget_bytes", kGauge, "KV cache memory budget in bytes.", \
     "backend")                                                                                     \
   X(LocalEstWaitMs, "ferry_local_est_wait_ms", kGauge,                                             \

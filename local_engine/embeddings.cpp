@@ -102,11 +102,26 @@ EmbeddingRunner::Job* EmbeddingRunner::find(uint64_t id) {
   return nullptr;
 }
 
+std::vector<EmbeddingRunner::Input>::iterator EmbeddingRunner::drop(
+    Engine& engine, std::vector<Input>::iterator it) {
+  engine.kv().seq_remove(it->seq);
+  kv_bytes_ -= it->kv_bytes;
+  return running_.erase(it);
+}
+
+int64_t EmbeddingRunner::next_kv_bytes(const Engine& engine) const {
+  for (const Job& j : jobs_) {
+    if (j.next_input < j.req.inputs.size()) {
+      return engine.kv().allocation_bytes(static_cast<int64_t>(j.req.inputs[j.next_input].size()));
+    }
+  }
+  return 0;
+}
+
 void EmbeddingRunner::end(Engine& engine, uint64_t id, std::optional<Error> error) {
   for (auto it = running_.begin(); it != running_.end();) {
     if (it->job == id) {
-      engine.kv().seq_remove(it->seq);
-      it = running_.erase(it);
+      it = drop(engine, it);
     } else {
       ++it;
     }
@@ -161,18 +176,28 @@ int64_t EmbeddingRunner::add_tokens(size_t i, int64_t room) {
   return k;
 }
 
-int64_t EmbeddingRunner::start_inputs(Engine& engine, SeqId& next_seq, int64_t room) {
+int64_t EmbeddingRunner::start_inputs(Engine& engine, SeqId& next_seq, int64_t room,
+                                      int64_t kv_room) {
   const int64_t dim = engine.config().n_embd;
+  KvCache& kv = engine.kv();
+  waiting_for_kv_ = false;
   for (Job& j : jobs_) {
     while (room > 0 && j.next_input < j.req.inputs.size()) {
+      const auto n = static_cast<int64_t>(j.req.inputs[j.next_input].size());
+      const int64_t bytes = kv.allocation_bytes(n);
+      if (bytes > kv_room) {  // inputs start in order: the rest wait for KV to be freed
+        waiting_for_kv_ = true;
+        return room;
+      }
+      kv_room -= bytes;
       if (!j.started) j.started = Clock::now();
-      Input in{j.id, j.next_input, next_seq++, 0, PoolAccumulator(j.req.pooling, dim)};
+      Input in{j.id, j.next_input, next_seq++, 0, bytes, PoolAccumulator(j.req.pooling, dim)};
       ++j.next_input;
-      KvCache& kv = engine.kv();
       (void)kv.seq_add(in.seq);  // ids are never reused: cannot fail
       // Storage for the whole input at once (exact, no doubling), marked empty again.
-      kv.seq_extend(in.seq, static_cast<int64_t>(j.req.inputs[in.index].size()));
+      kv.seq_extend(in.seq, n);
       kv.seq_truncate(in.seq, 0);
+      kv_bytes_ += bytes;
       running_.push_back(std::move(in));
       room -= add_tokens(running_.size() - 1, room);
     }
@@ -193,20 +218,20 @@ void EmbeddingRunner::finish_inputs(Engine& engine) {
     l2_normalize(v);
     job->result.vectors[it->index] = std::move(v);
     if (++job->done_inputs == job->req.inputs.size()) complete.push_back(job->id);
-    engine.kv().seq_remove(it->seq);
-    it = running_.erase(it);
+    it = drop(engine, it);
   }
   for (const uint64_t id : complete) end(engine, id, std::nullopt);
 }
 
-int64_t EmbeddingRunner::step(Engine& engine, SeqId& next_seq) {
+int64_t EmbeddingRunner::step(Engine& engine, SeqId& next_seq, int64_t kv_room) {
   batch_.clear();
   rows_.clear();
   int64_t room = batch_tokens_;
   // Inputs already running continue first (their KV is held), then new ones start.
   for (size_t i = 0; i < running_.size() && room > 0; ++i) room -= add_tokens(i, room);
-  room = start_inputs(engine, next_seq, room);
+  room = start_inputs(engine, next_seq, room, kv_room);
   if (batch_.empty()) return 0;
+  last_pass_kv_bytes_ = static_cast<int64_t>(engine.kv().memory_bytes());
   const Status s = engine.forward_hidden(batch_, hidden_);
   if (!s) {  // not expected (inputs are checked at submit): ends every request
     fail_all(engine, Error::make(ErrorCode::kInternal, "local engine: " + s.error().message));

@@ -64,28 +64,40 @@ struct EmbeddingRequest {
 // Runs embedding requests: each step() is one Engine::forward_hidden over up to `batch_tokens`
 // input tokens, taken from the requests in order (several inputs, and several requests, share a
 // pass; an input longer than the room left continues in the next pass with its KV kept). Each
-// input is a sequence of its own whose KV is freed as soon as it is pooled.
+// input is a sequence of its own whose KV (its whole length, allocated when it starts) is freed
+// as soon as it is pooled. An input starts only when its KV fits the room the caller gives (the
+// scheduler's budget less what chat sequences and cached prefixes hold); the next one waits.
 class EmbeddingRunner {
  public:
   explicit EmbeddingRunner(int64_t batch_tokens) : batch_tokens_(batch_tokens) {}
 
   void add(uint64_t id, EmbeddingRequest request, std::chrono::steady_clock::time_point submitted);
   bool busy() const { return !jobs_.empty(); }
+  // KV bytes the running inputs hold.
+  int64_t kv_bytes() const { return kv_bytes_; }
+  // KV bytes the next input to start needs (0: none waiting to start).
+  int64_t next_kv_bytes(const Engine& engine) const;
+  // True when the last step() left an input unstarted for want of KV room.
+  bool waiting_for_kv() const { return waiting_for_kv_; }
+  // All KV allocated (every sequence of the engine) at the last step's forward pass.
+  int64_t last_pass_kv_bytes() const { return last_pass_kv_bytes_; }
   // Ends request `id` (queued or running) with `error`; unknown ids are ignored.
   void fail(Engine& engine, uint64_t id, const Error& error);
   // Ends every request past its deadline.
   void expire(Engine& engine, std::chrono::steady_clock::time_point now);
   void fail_all(Engine& engine, const Error& error);
-  // One forward pass; `next_seq` hands out sequence ids (never reused). Returns the tokens it
-  // computed (0: nothing to do).
-  int64_t step(Engine& engine, SeqId& next_seq);
+  // One forward pass; `next_seq` hands out sequence ids (never reused); new inputs start while
+  // their KV fits `kv_room` bytes beside what the running ones hold. Returns the tokens it
+  // computed (0: nothing to do, or nothing fits).
+  int64_t step(Engine& engine, SeqId& next_seq, int64_t kv_room);
 
  private:
   struct Input {
     uint64_t job = 0;  // the request's id
     size_t index = 0;  // in the request's inputs
     SeqId seq = -1;
-    int64_t pos = 0;  // next position to compute
+    int64_t pos = 0;       // next position to compute
+    int64_t kv_bytes = 0;  // its KV storage
     PoolAccumulator acc;
   };
   struct Job {
@@ -102,12 +114,18 @@ class EmbeddingRunner {
   void end(Engine& engine, uint64_t id, std::optional<Error> error);
   // Adds up to `room` tokens of running_[i] to the batch; returns how many.
   int64_t add_tokens(size_t i, int64_t room);
-  // Starts the next inputs of the queued requests while there is room; returns the room left.
-  int64_t start_inputs(Engine& engine, SeqId& next_seq, int64_t room);
+  // Starts the next inputs of the queued requests while there is room in the pass and their KV
+  // fits `kv_room`; returns the room left in the pass.
+  int64_t start_inputs(Engine& engine, SeqId& next_seq, int64_t room, int64_t kv_room);
+  // Frees a running input's KV and forgets it.
+  std::vector<Input>::iterator drop(Engine& engine, std::vector<Input>::iterator it);
   // Pools the inputs the pass completed and ends the requests whose inputs are all pooled.
   void finish_inputs(Engine& engine);
 
   int64_t batch_tokens_;
+  int64_t kv_bytes_ = 0;
+  int64_t last_pass_kv_bytes_ = 0;
+  bool waiting_for_kv_ = false;
   std::deque<Job> jobs_;
   std::vector<Input> running_;  // inputs with KV, in order
   std::vector<BatchEntry> batch_;

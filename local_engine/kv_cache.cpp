@@ -6,6 +6,10 @@
 
 namespace ferry::engine {
 
+namespace {
+constexpr int64_t kMinCapacity = 64;  // positions of a sequence's first allocation
+}  // namespace
+
 Status KvCache::seq_add(SeqId id) {
   if (seqs_.count(id) != 0) {
     return Error::make(ErrorCode::kInvalidRequest, "sequence " + std::to_string(id) + " exists");
@@ -51,7 +55,8 @@ void KvCache::seq_extend(SeqId id, int64_t len) {
   Seq& s = seq(id);
   assert(len <= n_ctx_);  // the engine checks positions against n_ctx before extending
   if (len > s.capacity) {
-    const int64_t capacity = std::min(n_ctx_, std::max<int64_t>({len, s.capacity * 2, 64}));
+    const int64_t capacity =
+        std::min(n_ctx_, std::max<int64_t>({len, s.capacity * 2, kMinCapacity}));
     for (size_t layer = 0; layer < static_cast<size_t>(n_layer_); ++layer) {
       s.k[layer].resize(static_cast<size_t>(capacity * kv_dim_));
       s.v[layer].resize(static_cast<size_t>(capacity * kv_dim_));
@@ -80,6 +85,11 @@ size_t KvCache::memory_bytes() const {
     total += 2 * static_cast<size_t>(n_layer_ * s.capacity * kv_dim_) * sizeof(uint16_t);
   }
   return total;
+}
+
+int64_t KvCache::allocation_bytes(int64_t len) const {
+  const int64_t capacity = std::min(n_ctx_, std::max<int64_t>(len, kMinCapacity));
+  return 2 * n_layer_ * capacity * kv_dim_ * static_cast<int64_t>(sizeof(uint16_t));
 }
 
 KvCache::Seq& KvCache::seq(SeqId id) {

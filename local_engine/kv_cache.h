@@ -41,6 +41,8 @@ class KvCache {
 
   // Bytes held by all sequences.
   size_t memory_bytes() const;
+  // Bytes a new sequence holds after seq_extend(id, len): capacity min(n_ctx, max(len, 64)).
+  int64_t allocation_bytes(int64_t len) const;
 
  private:
   struct Seq {

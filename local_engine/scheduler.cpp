@@ -55,6 +55,12 @@ int64_t auto_budget(int64_t bytes_per_token, int64_t n_ctx, int64_t max_sequence
   return std::max(2 * per_seq, std::min(want, cap));
 }
 
+// "12 MiB", or "96 KiB" below a MiB (a small budget must not read as 0 MiB).
+std::string kv_size_text(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 20)) return std::to_string(bytes >> 20) + " MiB";
+  return std::to_string((bytes + 1023) >> 10) + " KiB";
+}
+
 Error cancelled_error() {
   return Error::make(ErrorCode::kCancelled, "request cancelled");
 }
@@ -212,8 +218,19 @@ struct Scheduler::Impl {
     if (!embedder->busy()) return false;
     for (const RequestId id : cancelled) embedder->fail(*engine, id, cancelled_error());
     embedder->expire(*engine, now);
-    return embedder->step(*engine, next_seq) > 0;
+    // The next input's KV is charged to the budget beside the chat sequences' reservations:
+    // cached prefixes make room for it, else it waits for sequences to end (chat admission
+    // waits behind it meanwhile, see admit()).
+    const int64_t need = embedder->next_kv_bytes(*engine);
+    while (committed() + cache_bytes + need > budget && !cache.empty()) evict_lru();
+    const int64_t computed = embedder->step(*engine, next_seq, budget - committed() - cache_bytes);
+    kv_peak = std::max(kv_peak, embedder->last_pass_kv_bytes());
+    return computed > 0;
   }
+
+  // KV bytes held against the budget by running work: chat sequences' reservations and the
+  // embeddings inputs being computed (cached prefixes come on top and are evictable).
+  int64_t committed() const { return reserved + embedder->kv_bytes(); }
 
   // Blocks until the loop has something to do: a request queued, running or cancelled. After a
   // step that computed nothing (every running sequence paused at its max_unread bound) only news
@@ -290,14 +307,17 @@ struct Scheduler::Impl {
   }
 
   // Moves queued requests into sequence slots while the budget holds their worst case
-  // (prompt + max_tokens), evicting cached prefixes when that makes room. Under mu.
+  // (prompt + max_tokens) beside the embeddings' KV, evicting cached prefixes when that makes
+  // room. An embeddings input waiting for KV goes first, so a stream of chat requests cannot
+  // starve it. Under mu.
   void admit(Clock::time_point now) {
+    if (embedder->busy() && embedder->waiting_for_kv()) return;
     while (!waiting.empty() && static_cast<int64_t>(active.size()) < opt.max_sequences) {
       Waiting& w = waiting.front();
       const int64_t tokens = reservation_tokens(w.req);
       const int64_t need = tokens * bytes_per_token;  // tokens <= n_ctx: checked at submit
-      if (reserved + need > budget) break;            // wait for running sequences to finish (FIFO)
-      while (reserved + cache_bytes + need > budget && !cache.empty()) evict_lru();
+      if (committed() + need > budget) break;         // wait for running work to finish (FIFO)
+      while (committed() + cache_bytes + need > budget && !cache.empty()) evict_lru();
       auto r = std::make_unique<Running>(std::move(w), now);
       waiting.pop_front();
       r->reserve_tokens = tokens;
@@ -319,6 +339,7 @@ struct Scheduler::Impl {
     add_prefills(stats);
     if (batch.empty()) return false;
 
+    kv_peak = std::max(kv_peak, static_cast<int64_t>(engine->kv().memory_bytes()));
     const auto started = Clock::now();
     const Status s = engine->forward(batch, logits);
     const auto ended = Clock::now();
@@ -588,8 +609,8 @@ struct Scheduler::Impl {
     }
     const int64_t len = blocks * block;
     const int64_t need = capacity_tokens(len) * bytes_per_token;
-    while (reserved + cache_bytes + need > budget && !cache.empty()) evict_lru();
-    if (reserved + cache_bytes + need > budget) return;
+    while (committed() + cache_bytes + need > budget && !cache.empty()) evict_lru();
+    if (committed() + cache_bytes + need > budget) return;
     CacheEntry e;
     e.seq = next_seq++;
     if (!engine->kv().seq_copy(r.seq, e.seq, len)) return;
@@ -779,6 +800,8 @@ struct Scheduler::Impl {
     s.active_sequences = running;
     s.paused_sequences = n_paused;
     s.kv_bytes_used = kv_used;
+    s.kv_bytes_embeddings = embedder->kv_bytes();
+    s.kv_bytes_peak = kv_peak;
     s.prefix_cache_bytes = cache_bytes;
     s.prefix_cache_entries = static_cast<int64_t>(cache.size());
     s.est_wait_ms = static_cast<int64_t>(static_cast<double>(wait_steps) * std::max(step_ms, 1.0));
@@ -856,6 +879,7 @@ struct Scheduler::Impl {
   uint64_t seen_submits = 0;
   int64_t reserved = 0;     // bytes reserved by running sequences
   int64_t cache_bytes = 0;  // bytes held by cached prefixes
+  int64_t kv_peak = 0;      // the most KV allocated at any forward pass, since start
   SeqId next_seq = 0;
   uint64_t tick = 0;
   int64_t prompt_tokens_total = 0;
@@ -925,9 +949,9 @@ Result<RequestId> Scheduler::submit(GenerationRequest request) {
   }
   if (need > im.budget) {
     return Error::make(ErrorCode::kContextOverflow,
-                       "the prompt and max_tokens need " + std::to_string(need >> 20) +
-                           " MiB of KV cache, more than the local engine's budget of " +
-                           std::to_string(im.budget >> 20) + " MiB",
+                       "the prompt and max_tokens need " + kv_size_text(need) +
+                           " of KV cache, more than the local engine's budget of " +
+                           kv_size_text(im.budget),
                        "max_tokens", "context_length_exceeded");
   }
   std::unique_lock lock(im.mu);
@@ -972,6 +996,17 @@ Result<RequestId> Scheduler::submit_embeddings(EmbeddingRequest request) {
                              std::to_string(i) + " is " + std::to_string(n) + " tokens",
                          "input", "context_length_exceeded");
     }
+    // Each input's KV is held while it is computed; one that the whole budget cannot hold
+    // would wait for ever.
+    const int64_t need = im.capacity_tokens(n) * im.bytes_per_token;
+    if (need > im.budget) {
+      return Error::make(ErrorCode::kContextOverflow,
+                         "input " + std::to_string(i) + " (" + std::to_string(n) +
+                             " tokens) needs " + kv_size_text(need) +
+                             " of KV cache, more than the local engine's budget of " +
+                             kv_size_text(im.budget),
+                         "input", "context_length_exceeded");
+    }
   }
   std::unique_lock lock(im.mu);
   if (im.stopping) return shutdown_error();
@@ -983,12 +1018,15 @@ Result<RequestId> Scheduler::submit_embeddings(EmbeddingRequest request) {
     return e;
   }
   ++im.embed_pending;
-  // The count drops when the request ends, on the scheduler thread and never under mu.
+  // The count drops when the request ends, on the scheduler thread and never under mu; the
+  // snapshot is refreshed first (its last pass counted), as a generation's is before on_done.
   request.on_done = [&im, done = std::move(request.on_done)](Result<EmbeddingResult> r) {
     {
       std::lock_guard guard(im.mu);
       --im.embed_pending;
     }
+    im.kv_peak = std::max(im.kv_peak, im.embedder->last_pass_kv_bytes());
+    im.publish();
     if (done) done(std::move(r));
   };
   const RequestId id = im.next_id++;

@@ -38,9 +38,10 @@ struct StepStats {
 };
 
 struct SchedulerOptions {
-  int64_t max_sequences = 16;   // sequences decoded together
-  int64_t max_queue = 64;       // requests waiting beyond the free sequence slots
-  int64_t kv_budget_bytes = 0;  // KV of running sequences + cached prefixes; 0: auto
+  int64_t max_sequences = 16;  // sequences decoded together
+  int64_t max_queue = 64;      // requests waiting beyond the free sequence slots
+  // KV of running sequences, embeddings inputs being computed and cached prefixes; 0: auto.
+  int64_t kv_budget_bytes = 0;
   int64_t prefill_chunk = 256;  // prompt tokens prefilled per step (whole prefix blocks)
   bool prefix_cache = true;     // keep and reuse the KV of prompt prefixes
   // Prompt tokens per prefix-cache block. Prompts are prefilled in whole blocks and the last
@@ -112,7 +113,9 @@ struct LoadSnapshot {
   int64_t active_sequences = 0;
   int64_t paused_sequences = 0;  // running, paused at their max_unread bound (a slow consumer)
   int64_t max_sequences = 0;
-  int64_t kv_bytes_used = 0;  // allocated KV: running sequences + cached prefixes
+  int64_t kv_bytes_used = 0;        // allocated KV: running sequences, embeddings, cached prefixes
+  int64_t kv_bytes_embeddings = 0;  // of that, held by embeddings inputs being computed
+  int64_t kv_bytes_peak = 0;        // the most KV allocated at any forward pass, since start
   int64_t kv_budget_bytes = 0;
   int64_t prefix_cache_bytes = 0;
   int64_t prefix_cache_entries = 0;
@@ -146,8 +149,10 @@ class Scheduler {
   // Queues an embeddings request (local_engine/embeddings.h): its inputs run in batched
   // forward passes between decode steps, sharing passes with other embeddings requests. Fails
   // at once (on_done never called) with kInvalidRequest (no input, an empty input, a bad token),
-  // kContextOverflow (an input longer than the context, with the numbers) or kUnavailable
-  // (queue full, shutting down). cancel() applies to it as to a generation.
+  // kContextOverflow (an input longer than the context, or whose KV is more than the whole
+  // budget, with the numbers) or kUnavailable (queue full, shutting down). Each input's KV is
+  // charged to the budget while it is computed: an input waits for the room, and chat requests
+  // queued after it wait behind it. cancel() applies to it as to a generation.
   Result<RequestId> submit_embeddings(EmbeddingRequest request);
   // Stops a queued or running request within one step and frees its KV; its on_done gets
   // kCancelled. Unknown or finished ids are ignored.

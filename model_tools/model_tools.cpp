@@ -341,9 +341,18 @@ void set_hparams(GgufWriter& w, const SynthOptions& o, const QuantTarget& target
   }
 }
 
+// The id of o.favor_token in a vocabulary's tokens (-1: none asked for).
+Result<int64_t> favor_id(const SynthOptions& o, const std::vector<std::string>& tokens) {
+  if (o.favor_token.empty()) return int64_t{-1};
+  const auto it = std::find(tokens.begin(), tokens.end(), o.favor_token);
+  if (it == tokens.end())
+    return invalid("--favor: no token '" + o.favor_token + "' in the vocabulary");
+  return static_cast<int64_t>(it - tokens.begin());
+}
+
 // The vocabulary: copied from another GGUF's tokenizer, or the built-in byte-level one padded
-// to o.n_vocab with unused tokens. Its size.
-Result<int64_t> set_vocab(GgufWriter& w, const SynthOptions& o) {
+// to o.n_vocab with unused tokens. Its size; `favor` gets o.favor_token's id.
+Result<int64_t> set_vocab(GgufWriter& w, const SynthOptions& o, int64_t& favor) {
   int64_t n_vocab = 0;
   if (!o.vocab_from.empty()) {
     auto src = GgufFile::open(o.vocab_from);
@@ -356,6 +365,9 @@ Result<int64_t> set_vocab(GgufWriter& w, const SynthOptions& o) {
       return invalid(o.vocab_from + ": no tokenizer.ggml.tokens to copy");
     }
     n_vocab = static_cast<int64_t>(tokens->strings.size());
+    auto id = favor_id(o, tokens->strings);
+    if (!id) return id.error();
+    favor = *id;
   } else {
     Vocab v = builtin_vocab(240);
     const auto n_real = static_cast<int64_t>(v.tokens.size());
@@ -364,6 +376,9 @@ Result<int64_t> set_vocab(GgufWriter& w, const SynthOptions& o) {
       v.types.push_back(5);  // unused
     }
     n_vocab = static_cast<int64_t>(v.tokens.size());
+    auto id = favor_id(o, v.tokens);
+    if (!id) return id.error();
+    favor = *id;
     const auto eot = static_cast<uint32_t>(n_real - 3);
     w.set("tokenizer.ggml.model", Value::string("gpt2"));
     w.set("tokenizer.ggml.pre", Value::string("default"));
@@ -386,7 +401,7 @@ Result<int64_t> set_vocab(GgufWriter& w, const SynthOptions& o) {
 
 // Random weights for every tensor of the architecture, each in the type the target picks for it.
 Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& target,
-                   int64_t head_dim, int64_t n_vocab) {
+                   int64_t head_dim, int64_t n_vocab, int64_t favor) {
   std::mt19937_64 rng(o.seed);
   auto normal = [&](int64_t count, double mean, double stddev) {
     std::normal_distribution<float> dist(static_cast<float>(mean), static_cast<float>(stddev));
@@ -401,12 +416,15 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
       2 + static_cast<uint64_t>(n_layers) * per_layer + (o.tied_output ? 0 : 1);
   uint64_t made = 0;
   // shape = {ne0 (row length), ne1 (rows)}; 1-D when rows == 0.
-  auto add = [&](const std::string& name, int64_t ne0, int64_t ne1, double mean, double stddev) {
+  // `edit` may change the values (row-major, rows of ne0) before they are encoded.
+  auto add = [&](const std::string& name, int64_t ne0, int64_t ne1, double mean, double stddev,
+                 const std::function<void(std::vector<float>&)>& edit = {}) {
     if (!status) return;
     if (o.progress) o.progress(made, n_tensors);
     ++made;
     const int n_dims = ne1 > 0 ? 2 : 1;
-    const auto values = normal(ne0 * std::max<int64_t>(ne1, 1), mean, stddev);
+    auto values = normal(ne0 * std::max<int64_t>(ne1, 1), mean, stddev);
+    if (edit) edit(values);
     const TensorType type =
         choose_tensor_type(target, name, ne0, n_dims, layer_of(name), n_layers, o.tied_output);
     std::vector<int64_t> shape{ne0};
@@ -415,7 +433,21 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
   };
   const int64_t q_dim = o.n_head * head_dim, kv_dim = o.n_head_kv * head_dim;
   const double in_scale = 1.0 / std::sqrt(static_cast<double>(o.n_embd));
-  add("token_embd.weight", o.n_embd, n_vocab, 0.0, 1.0);
+  // The favored token: dimension 0 of every embedding carries a constant that survives the
+  // layers' random updates and the final norm, and only that token's output row reads it (the
+  // other rows' dimension 0 is zero), so its logit stands far above the others' everywhere.
+  const auto embd = static_cast<size_t>(o.n_embd);
+  auto favor_embd = [&](std::vector<float>& v) {
+    for (size_t i = 0; i < v.size(); i += embd) v[i] += 8.0F;
+  };
+  auto favor_output = [&](std::vector<float>& v) {
+    for (size_t i = 0, row = 0; i < v.size(); i += embd, ++row) {
+      v[i] = static_cast<int64_t>(row) == favor ? 4.0F : 0.0F;
+    }
+  };
+  const bool favoring = favor >= 0;
+  add("token_embd.weight", o.n_embd, n_vocab, 0.0, 1.0,
+      favoring ? std::function<void(std::vector<float>&)>(favor_embd) : nullptr);
   for (int i = 0; i < n_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     add(p + "attn_norm.weight", o.n_embd, 0, 1.0, 0.1);
@@ -439,7 +471,10 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
     add(p + "ffn_down.weight", o.n_ff, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(o.n_ff)));
   }
   add("output_norm.weight", o.n_embd, 0, 1.0, 0.1);
-  if (!o.tied_output) add("output.weight", o.n_embd, n_vocab, 0.0, 2.0 * in_scale);
+  if (!o.tied_output) {
+    add("output.weight", o.n_embd, n_vocab, 0.0, 2.0 * in_scale,
+        favoring ? std::function<void(std::vector<float>&)>(favor_output) : nullptr);
+  }
   if (!status) return status.error();
   if (o.progress) o.progress(made, n_tensors);
   return {};
@@ -461,11 +496,15 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
         "bad shape: sizes must be positive, n_head a multiple of n_head_kv, "
         "head_dim even");
   }
+  if (!o.favor_token.empty() && o.tied_output) {
+    return invalid("--favor needs an untied output (its row reads what no embedding row may)");
+  }
   GgufWriter w;
   set_hparams(w, o, *target, head_dim);
-  auto n_vocab = set_vocab(w, o);
+  int64_t favor = -1;
+  auto n_vocab = set_vocab(w, o, favor);
   if (!n_vocab) return n_vocab.error();
-  if (Status s = add_weights(w, o, *target, head_dim, *n_vocab); !s) return s.error();
+  if (Status s = add_weights(w, o, *target, head_dim, *n_vocab, favor); !s) return s.error();
   return w;
 }
 

@@ -62,6 +62,11 @@ struct SynthOptions {
   bool tied_output = false;  // no output.weight: the token embedding is reused
   std::string type = "F16";  // a QuantTarget name
   std::string vocab_from;    // copy tokenizer.* metadata from this GGUF file
+  // A token (its text in the vocabulary) the model prefers at every position, far above the
+  // others: every token embedding gets a constant in dimension 0 and only this token's output
+  // row reads it. For an agent's tests on random weights: "<tool_call>" makes a model whose
+  // constrained answers open a tool call under tool_choice auto. Needs an untied output.
+  std::string favor_token;
   uint64_t seed = 1;
   std::string name = "ferry-synth";
   // Called after each tensor is made with (tensors made, tensors in all); may be empty.

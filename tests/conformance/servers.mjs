@@ -68,8 +68,8 @@ export function ensure_node_modules(dir = kHere) {
 // Child servers.
 
 // Starts `bin args...`, resolves with the URL of its `listening on URL` line. Everything it
-// writes is appended to log_file.
-export function start_server(name, bin, args, log_file) {
+// writes is appended to log_file. A server that does not listen within `timeout_ms` is killed.
+export function start_server(name, bin, args, log_file, timeout_ms = kStartTimeoutMs) {
   const out = fs.createWriteStream(log_file);
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   child.stderr.pipe(out, { end: false });
@@ -77,8 +77,9 @@ export function start_server(name, bin, args, log_file) {
   return new Promise((resolve, reject) => {
     let url = null;
     const timer = setTimeout(() => {
-      reject(new Error(`${name} printed no 'listening on' line in ${kStartTimeoutMs} ms`));
-    }, kStartTimeoutMs);
+      child.kill('SIGKILL');
+      reject(new Error(`${name} printed no 'listening on' line in ${timeout_ms} ms`));
+    }, timeout_ms);
     lines.on('line', (line) => {
       out.write(line + '\n');
       const m = /^listening on (https?:\/\/\S+)$/.exec(line);
@@ -153,10 +154,11 @@ export function run_test_file(file, env) {
 // `--ferry PATH --upstream PATH [test files...]`; without files, every *.test.mjs in
 // `default_dir`. Exits with 2 and the usage line when a binary is missing.
 export function parse_runner_args(argv, usage, default_dir) {
-  const args = { ferry: null, upstream: null, files: [] };
+  const args = { ferry: null, upstream: null, vocab_writer: null, files: [] };
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === '--ferry') args.ferry = argv[++i];
     else if (argv[i] === '--upstream') args.upstream = argv[++i];
+    else if (argv[i] === '--vocab-writer') args.vocab_writer = argv[++i];
     else args.files.push(argv[i]);
   }
   if (!args.ferry || !args.upstream) {
@@ -168,4 +170,107 @@ export function parse_runner_args(argv, usage, default_dir) {
         .map((f) => path.join(default_dir, f));
   }
   return args;
+}
+
+// A local model an agent CLI can run on: random weights (one layer of width 64, so a prefill
+// of ~10k tokens takes seconds), a real tokenizer's vocabulary (o200k_base's ranks as a
+// Qwen-sized GGUF BPE with Qwen's added tokens, written by `vocab_writer`,
+// tests/constrain/write_qwen_vocab.cpp) so the CLIs' ~40 kB prompts are ~10k tokens, and the
+// Qwen3 chat template (tools as Hermes <tool_call>, an optional think block). `favor`: a token
+// the model prefers everywhere (`ferry model synth --favor`), e.g. '<tool_call>' for a model
+// whose answers under tool_choice auto call a tool. Returns its path.
+export function synth_agent_model(ferry, vocab_writer, dir, name, favor = null) {
+  const vocab = path.join(dir, 'qwen-vocab.gguf');
+  const model = path.join(dir, `agent-${name}.gguf`);
+  const steps = [];
+  if (!fs.existsSync(vocab)) steps.push([vocab_writer, [vocab]]);
+  steps.push([ferry, ['model', 'synth', '--arch', 'qwen2', '--embd', '64', '--layers', '1',
+                      '--heads', '2', '--kv-heads', '1', '--ffn', '128', '--ctx', '32768',
+                      '--type', 'F16', '--vocab-from', vocab, '--seed', '7',
+                      ...(favor ? ['--favor', favor] : []), model]]);
+  for (const [bin, argv] of steps) {
+    const r = spawnSync(bin, argv, { stdio: 'inherit', timeout: 120000 });
+    if (r.status !== 0) throw new Error(`${path.basename(bin)} ${argv.join(' ')} failed`);
+  }
+  return model;
+}
+
+// The two models of an agent run: `plain` (random weights) and `tools` (favoring <tool_call>,
+// so its answers under tool_choice auto call a tool). Their paths.
+export function synth_agent_models(ferry, vocab_writer, dir) {
+  return { plain: synth_agent_model(ferry, vocab_writer, dir, 'plain'),
+           tools: synth_agent_model(ferry, vocab_writer, dir, 'tools', '<tool_call>') };
+}
+
+// ferry config lines for them: a local backend each, configured models `agent-plain` and
+// `agent-tools` (kAgentTargets names them as policy targets), the policy file in `dir`.
+export const kAgentTargets = { plain: 'agent-plain', tools: 'agent-tools' };
+export function agent_config_lines(models, dir) {
+  const backend = (name, model) =>
+    `  - { name: ${name}, kind: local, model: ${model}, threads: 2, context_length: 32768,
+      max_sequences: 4, max_queue: 16 }\n`;
+  return `backends:
+${backend('cpu', models.plain)}${backend('cpu-tools', models.tools)}models:
+  - { name: agent-plain, backend: cpu }
+  - { name: agent-tools, backend: cpu-tools }
+policy: { file: ${dir}/policies.yaml, watch: false }
+`;
+}
+
+// A policy for agent runs: `targets` ({target: configured model}), `routes` ({model a client
+// asks for: target}), max_tokens clamped and defaulted (Claude Code asks for tens of thousands,
+// Codex for nothing: the rest of the context; random weights need no more). `first_turn`: { model, target, tokens }: that model's requests of at most `tokens`
+// prompt tokens (its first turn: the ones after it carry the tool call and its result) go to
+// `target` instead.
+export function agent_policy(targets, routes, max_tokens, first_turn = null) {
+  const names = Object.keys(routes);
+  const clamp = `set: { max_tokens: { at_most: ${max_tokens}, default: ${max_tokens} } }`;
+  const rules = [];
+  if (first_turn) {
+    rules.push(`  - { id: first-turn, when: { all: [{ model: ${first_turn.model} }, ` +
+               `{ prompt_tokens: { lte: ${first_turn.tokens} } }] },\n` +
+               `      route: [${first_turn.target}], ${clamp} }`);
+  }
+  for (const m of names) {
+    rules.push(`  - { id: ${m}, when: { model: ${m} }, route: [${routes[m]}], ${clamp} }`);
+  }
+  return `targets: { ${Object.entries(targets).map(([t, m]) => `${t}: ${m}`).join(', ')} }
+models: [${names.join(', ')}]
+rules:
+${rules.join('\n')}
+default: { route: [${routes[names[0]]}] }
+`;
+}
+
+// Offers a policy to a running ferry (PUT /admin/policy, not persisted).
+export async function put_policy(ferry_url, admin_key, yaml) {
+  const res = await fetch(`${ferry_url.replace(/\/+$/, '')}/admin/policy?persist=false`,
+                          { method: 'PUT', headers: { authorization: `Bearer ${admin_key}` },
+                            body: yaml });
+  if (res.status !== 200) throw new Error(`PUT /admin/policy: ${res.status} ${await res.text()}`);
+}
+
+// Starts an agent run's servers into `held` (so the caller can stop what started): in local
+// mode (args.vocab_writer) the two models and the policy routing `routes` with max_tokens
+// clamped, else ferry_test_upstream (`upstream_lines(url)`: its backend and model lines); then
+// ferry with `config(backend_lines)`, given time to load the models' vocabularies.
+export async function start_agent_servers(args, work, routes, max_tokens, upstream_lines, config,
+                                          held) {
+  let backends;
+  const local = args.vocab_writer !== null;
+  if (local) {
+    const models = synth_agent_models(args.ferry, args.vocab_writer, work);
+    fs.writeFileSync(path.join(work, 'policies.yaml'),
+                     agent_policy(kAgentTargets, routes, max_tokens));
+    backends = agent_config_lines(models, work);
+  } else {
+    held.upstream = await start_server('ferry_test_upstream', args.upstream,
+                                       ['--listen', '127.0.0.1:0'], path.join(work, 'upstream.log'));
+    backends = upstream_lines(held.upstream.url.replace(/\/+$/, ''));
+  }
+  fs.writeFileSync(path.join(work, 'ferry.yaml'), config(backends));
+  held.ferry = await start_server('ferry', args.ferry,
+                                  ['serve', '--config', path.join(work, 'ferry.yaml')],
+                                  path.join(work, 'ferry.log'),
+                                  local ? 120000 : undefined);  // two 152k vocabularies to load
 }

@@ -195,6 +195,8 @@ TEST(Metrics, LocalBackendLoadsRenderEachFamilyOnceWithOneSamplePerBackend) {
   a.tokens_per_second = 12.5;
   a.spec_drafted_total = 40;
   a.spec_accepted_total = 31;
+  a.kv_bytes_embeddings = 4096;
+  a.kv_bytes_peak = 65536;
   engine::LoadSnapshot b;
   b.kv_budget_bytes = 1 << 20;
   b.prefix_cache_hit_ratio = 0.25;
@@ -205,6 +207,7 @@ TEST(Metrics, LocalBackendLoadsRenderEachFamilyOnceWithOneSamplePerBackend) {
   for (MetricSeries id :
        {MetricSeries::kLocalQueueDepth, MetricSeries::kLocalActiveSequences,
         MetricSeries::kLocalPausedSequences, MetricSeries::kLocalKvBytes,
+        MetricSeries::kLocalKvEmbeddingsBytes, MetricSeries::kLocalKvPeakBytes,
         MetricSeries::kLocalKvBudgetBytes, MetricSeries::kLocalEstWaitMs,
         MetricSeries::kLocalTokensPerSecond, MetricSeries::kLocalPrefixCacheHitRatio,
         MetricSeries::kLocalSequencesCancelled, MetricSeries::kLocalSpecDrafted,
@@ -223,6 +226,9 @@ TEST(Metrics, LocalBackendLoadsRenderEachFamilyOnceWithOneSamplePerBackend) {
   EXPECT_NE(out.find("ferry_local_tokens_per_second{backend=\"local\"} 12.5\n"), std::string::npos);
   EXPECT_NE(out.find("ferry_local_spec_drafted_total{backend=\"local\"} 40\n"), std::string::npos);
   EXPECT_NE(out.find("ferry_local_spec_accepted_total{backend=\"local\"} 31\n"), std::string::npos);
+  EXPECT_NE(out.find("ferry_local_kv_embeddings_bytes{backend=\"local\"} 4096\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("ferry_local_kv_peak_bytes{backend=\"local\"} 65536\n"), std::string::npos);
   EXPECT_NE(out.find("ferry_local_kv_budget_bytes{backend=\"lo\\\"cal2\"} 1048576\n"),
             std::string::npos);
   EXPECT_NE(out.find("ferry_local_prefix_cache_hit_ratio{backend=\"lo\\\"cal2\"} 0.25\n"),

@@ -1,11 +1,14 @@
 // Embeddings in the local engine on a small random model: pooling and normalization against a
 // scalar reference over the engine's own final-norm hidden states, the hidden states against the
 // logits the engine projects from them, batched requests equal single ones (however the inputs
-// are split over passes), chat decoding undisturbed by embeddings, and the refusals.
+// are split over passes), chat decoding undisturbed by embeddings, embeddings' KV within the
+// scheduler's KV budget beside chat sequences, and the refusals.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 
 #include "local_engine/embeddings.h"
@@ -235,6 +238,132 @@ TEST_P(EmbeddingsTest, RefusesWhatItCannotEmbed) {
   EXPECT_NE(longer.error().message.find(std::to_string(kCtx + 1)), std::string::npos);
   // And it keeps serving.
   EXPECT_TRUE(embed(*s, {tokens(4, 2)}).has_value());
+}
+
+// A chat sequence held at its max_unread bound (one token out, not acknowledged) keeps its KV
+// reservation while embeddings run beside it; released, it decodes to the end.
+struct HeldChat {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TokenId> out;
+  bool finished = false;
+  std::atomic<bool> released{false};
+  RequestId id = 0;
+  Scheduler* s = nullptr;
+
+  bool wait(const std::function<bool()>& pred) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(60), pred);
+  }
+  void release() {
+    released = true;
+    s->consumed(id, 1);
+  }
+};
+
+std::shared_ptr<HeldChat> start_held_chat(Scheduler& s, std::vector<TokenId> prompt,
+                                          int64_t max_tokens) {
+  auto h = std::make_shared<HeldChat>();
+  h->s = &s;
+  GenerationRequest g;
+  g.prompt = std::move(prompt);
+  g.max_tokens = max_tokens;
+  g.sampling.temperature = 0;
+  g.stop_at_eog = false;
+  g.max_unread = 1;
+  g.on_token = [h](const TokenEvent& ev) {
+    {
+      std::lock_guard lock(h->mu);
+      if (ev.token >= 0) h->out.push_back(ev.token);
+    }
+    h->cv.notify_all();
+    if (h->released) h->s->consumed(h->id, 1);  // on the scheduler thread, outside its lock
+  };
+  g.on_done = [h](const Completion&) {
+    std::lock_guard lock(h->mu);
+    h->finished = true;
+    h->cv.notify_all();
+  };
+  std::unique_lock lock(h->mu);  // id set before on_token can read it
+  auto id = s.submit(std::move(g));
+  EXPECT_TRUE(id.has_value());
+  if (id) h->id = *id;
+  lock.unlock();
+  EXPECT_TRUE(h->wait([&] { return !h->out.empty(); }));
+  return h;
+}
+
+// Embeddings' KV is charged to the scheduler's KV budget beside chat sequences: with a chat
+// sequence holding most of a small budget, embeddings inputs start one at a time as their KV
+// fits (the most KV ever allocated stays within the budget), or wait until the sequence ends;
+// an input the whole budget cannot hold is refused with the numbers. Both answers stay exact.
+TEST_P(EmbeddingsTest, EmbeddingsKvIsChargedToTheKvBudgetBesideChat) {
+  const auto bytes_per_token = scheduler()->kv_bytes_per_token();
+  const int64_t budget = 192 * bytes_per_token;
+  auto make = [&] {
+    SchedulerOptions o;
+    o.kv_budget_bytes = budget;
+    return std::make_unique<Scheduler>(engine(), o, nullptr, std::vector<TokenId>{});
+  };
+  const std::vector<std::vector<TokenId>> inputs = {tokens(60, 1), tokens(60, 2), tokens(60, 3)};
+  auto alone = make();
+  auto want = embed(*alone, inputs);
+  ASSERT_TRUE(want.has_value()) << want.error().message;
+  auto chat_alone = start_held_chat(*alone, tokens(20, 5), 100);
+  chat_alone->release();
+  ASSERT_TRUE(chat_alone->wait([&] { return chat_alone->finished; }));
+
+  {  // room for one input (64 positions) beside a chat reservation of 120: one at a time
+    auto s = make();
+    auto chat = start_held_chat(*s, tokens(20, 5), 100);
+    auto got = embed(*s, inputs);
+    ASSERT_TRUE(got.has_value()) << got.error().message;
+    EXPECT_EQ(got->vectors, want->vectors);
+    const LoadSnapshot load = s->load();
+    EXPECT_GT(load.kv_bytes_peak, 120 * bytes_per_token);  // the chat's and an input's
+    EXPECT_LE(load.kv_bytes_peak, load.kv_budget_bytes);
+    EXPECT_EQ(load.kv_bytes_embeddings, 0);
+    chat->release();
+    ASSERT_TRUE(chat->wait([&] { return chat->finished; }));
+    EXPECT_EQ(chat->out, chat_alone->out);
+  }
+  {  // a chat reservation of 150 leaves no room for an input: it waits for the chat to end
+    auto s = make();
+    auto chat = start_held_chat(*s, tokens(20, 5), 130);
+    auto w = std::make_shared<Waiter>();
+    EmbeddingRequest r;
+    r.inputs = inputs;
+    r.pooling = pooling();
+    r.on_done = [w](Result<EmbeddingResult> res) {
+      std::lock_guard lock(w->mu);
+      w->done = std::move(res);
+      w->cv.notify_all();
+    };
+    ASSERT_TRUE(s->submit_embeddings(std::move(r)).has_value());
+    {
+      std::unique_lock lock(w->mu);
+      // Not a timing assertion: with the chat held, the input can never start.
+      EXPECT_FALSE(w->cv.wait_for(lock, std::chrono::milliseconds(300),
+                                  [&] { return w->done.has_value(); }));
+    }
+    chat->release();
+    auto got = w->wait();
+    ASSERT_TRUE(got.has_value()) << got.error().message;
+    EXPECT_EQ(got->vectors, want->vectors);
+    EXPECT_LE(s->load().kv_bytes_peak, budget);
+    ASSERT_TRUE(chat->wait([&] { return chat->finished; }));
+  }
+  {  // an input whose KV is more than the whole budget: refused, and serving goes on
+    auto s = make();
+    auto big = embed(*s, {tokens(4, 1), tokens(200, 1)});
+    ASSERT_FALSE(big.has_value());
+    EXPECT_EQ(big.error().code, ErrorCode::kContextOverflow);
+    EXPECT_EQ(big.error().param, "input");
+    EXPECT_NE(big.error().message.find("input 1 (200 tokens)"), std::string::npos)
+        << big.error().message;
+    EXPECT_NE(big.error().message.find("budget"), std::string::npos);
+    EXPECT_TRUE(embed(*s, {tokens(4, 2)}).has_value());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Poolings, EmbeddingsTest, ::testing::Values(-1, 1, 2),

@@ -3,6 +3,7 @@
 // with the plain float reference on the same weights dequantized.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -117,6 +118,59 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen2", "Q4_K_M", 2e-2}, Case{"qwen3", "F16", 3e-3},
                       Case{"qwen3", "Q8_0", 2e-2}, Case{"qwen3", "Q5_K_M", 2e-2}),
     case_name);
+
+// `favor_token`: the favored token is the most likely one after every position, in the agent
+// runners' shape (one layer of width 64) and the default one; without it, it is not.
+TEST(Synth, AFavoredTokenIsTheMostLikelyEverywhere) {
+  for (const int64_t embd : {64, 256}) {
+    for (const bool favoring : {true, false}) {
+      model_tools::SynthOptions options;
+      options.arch = "qwen2";
+      options.n_embd = embd;
+      options.n_layer = embd == 64 ? 1 : 2;
+      options.n_head = 2;
+      options.n_head_kv = 1;
+      options.n_ff = 2 * embd;
+      options.n_ctx = 128;
+      options.favor_token = favoring ? "<|im_end|>" : "";
+      auto src = synth_source(options);
+      ASSERT_TRUE(src);
+      const auto& tokens = src->file().find("tokenizer.ggml.tokens")->strings;
+      const auto favored = static_cast<int64_t>(
+          std::find(tokens.begin(), tokens.end(), "<|im_end|>") - tokens.begin());
+      auto model = Model::load(src);
+      ASSERT_TRUE(model.has_value()) << model.error().message;
+      const int64_t n_vocab = (*model)->config().n_vocab;
+      Engine engine(std::move(model).value(), EngineOptions{2, 128});
+      ASSERT_TRUE(engine.kv().seq_add(0).has_value());
+      std::vector<BatchEntry> batch;
+      for (int64_t i = 0; i < 60; ++i) {
+        batch.push_back({0, i, static_cast<int32_t>((i * 37 + 11) % n_vocab), true});
+      }
+      std::vector<float> logits;
+      ASSERT_TRUE(engine.forward(batch, logits).has_value());
+      int64_t favored_first = 0;
+      for (size_t row = 0; row < batch.size(); ++row) {
+        const float* l = logits.data() + row * static_cast<size_t>(n_vocab);
+        favored_first += std::max_element(l, l + n_vocab) - l == favored;
+      }
+      if (favoring) {
+        EXPECT_EQ(favored_first, 60) << embd;
+      } else {
+        EXPECT_LT(favored_first, 5) << embd;
+      }
+    }
+  }
+  model_tools::SynthOptions tied;
+  tied.favor_token = "<|im_end|>";
+  tied.tied_output = true;
+  EXPECT_FALSE(model_tools::build_synth_model(tied).has_value());
+  model_tools::SynthOptions unknown;
+  unknown.favor_token = "<no such token>";
+  auto refused = model_tools::build_synth_model(unknown);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("<no such token>"), std::string::npos);
+}
 
 TEST(SharedModel, ThirdPartyTinyLlamaRunsWhenPresent) {
   const char* dir = std::getenv("FERRY_SHARED_DIR");

@@ -10,15 +10,26 @@
 // under Codex's session (prompt_cache_key is the task).
 // The config turns off Codex's web_search and multi-agent tools, built-in tool types ferry
 // refuses to translate.
+// With --vocab-writer (conformance.codex_cli_local), Codex runs on local models instead:
+// random-weight models with a real tokenizer's vocabulary (servers.mjs synth_agent_model) in
+// ferry's engine, Codex's whole prompt (instructions, its tools) prefilled, the answers
+// generated under the constraint engine (a policy clamps max_tokens). First a text turn on the
+// plain model, whose ledger row gives the first request's prompt count; then the policy sends
+// requests up to that count to a model that favors <tool_call> (`ferry model synth --favor`),
+// so the same prompt's first answer is a function call (one of Codex's tools, its arguments
+// constrained by the tool's schema; Codex runs it in its read-only sandbox) and the request
+// carrying its output goes to the plain model, whose text ends the turn. Each run: exit 0, no
+// protocol error, successful ledger rows under Codex's session.
 // Usage (ctest passes the paths): node run_codex.mjs --ferry PATH --upstream PATH
+//        [--vocab-writer PATH]
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { ensure_node_modules, parse_runner_args, print_tail, start_server,
-         stop_server } from '../servers.mjs';
+import { agent_policy, ensure_node_modules, kAgentTargets, parse_runner_args, print_tail,
+         put_policy, start_agent_servers, stop_server } from '../servers.mjs';
 
 const kHere = path.dirname(fileURLToPath(import.meta.url));
 const kKey = 'sk-ferry-codex-app';
@@ -29,21 +40,33 @@ function fail(message) {
   throw new Error(message);
 }
 
-function ferry_config(upstream_url, dir) {
+// `backends` are the config's backend, model (and policy) lines: the upstream scripted to call
+// exec_command (upstream_lines), or local mode's models (servers.mjs agent_config_lines: the
+// policy routes `local` to them, kRoutes).
+function ferry_config(backends, dir) {
+  const price = (model) =>
+    `  - { model: ${model}, effective_from: 2026-01-01, internal: true, input: 0.01, output: 0.02 }`;
   return `server: { listen: 127.0.0.1:0, shutdown_grace_ms: 2000 }
 auth:
   keys:
     - { id: codex-app, key: ${kKey}, team: agents, project: codex, role: app }
     - { id: codex-admin, key: ${kAdminKey}, team: ops, role: admin }
-backends:
+${backends}ledger: { path: ${dir}/ledger.db }
+prices:
+${['local', ...Object.values(kAgentTargets)].map(price).join('\n')}
+`;
+}
+
+function upstream_lines(upstream_url) {
+  return `backends:
   - { name: up, base_url: "${upstream_url}/v1", timeouts: { first_byte_ms: 20000 } }
 models:
   - { name: local, backend: up, upstream_model: call-tool-exec_command }
-ledger: { path: ${dir}/ledger.db }
-prices:
-  - { model: local, effective_from: 2026-01-01, internal: true, input: 0.01, output: 0.02 }
 `;
 }
+
+const kRoutes = { local: 'plain' };
+const kMaxTokens = 48;
 
 function codex_config(base_url) {
   return `model = "local"
@@ -74,7 +97,7 @@ function run_codex(home, cwd, prompt) {
     let err = '';
     child.stdout.on('data', (d) => { out += d; });
     child.stderr.on('data', (d) => { err += d; });
-    const timer = setTimeout(() => child.kill('SIGKILL'), 120000);
+    const timer = setTimeout(() => child.kill('SIGKILL'), 300000);
     child.on('exit', (code) => {
       clearTimeout(timer);
       resolve({ code, out, err });
@@ -100,44 +123,83 @@ async function main() {
   let server = null;
   let upstream = null;
   let exit_code = 1;
+  const local = args.vocab_writer !== null;
   try {
-    upstream = await start_server('ferry_test_upstream', args.upstream, ['--listen', '127.0.0.1:0'],
-                                  path.join(work, 'upstream.log'));
-    fs.writeFileSync(path.join(work, 'ferry.yaml'),
-                     ferry_config(upstream.url.replace(/\/+$/, ''), work));
-    server = await start_server('ferry', args.ferry,
-                                ['serve', '--config', path.join(work, 'ferry.yaml')],
-                                path.join(work, 'ferry.log'));
+    const held = {};
+    try {
+      await start_agent_servers(args, work, kRoutes, kMaxTokens, upstream_lines,
+                                (backends) => ferry_config(backends, work), held);
+    } finally {
+      ({ ferry: server, upstream } = held);
+    }
     const url = server.url.replace(/\/+$/, '');
-    const home = path.join(work, 'codex-home');
     const cwd = path.join(work, 'project');
-    fs.mkdirSync(home);
     fs.mkdirSync(cwd);
     fs.writeFileSync(path.join(cwd, 'notes.txt'), `${kSecret}\n`);
-    fs.writeFileSync(path.join(home, 'config.toml'), codex_config(`${url}/v1`));
+    const codex_home = (name) => {
+      const home = path.join(work, `codex-home-${name}`);
+      fs.mkdirSync(home);
+      fs.writeFileSync(path.join(home, 'config.toml'), codex_config(`${url}/v1`));
+      return home;
+    };
+    const seen_rows = new Set();
+    // One codex run and its checks; returns its rows (those not seen in an earlier run).
+    const checked_run = async (name, prompt) => {
+      const started = Date.now();
+      const run = await run_codex(codex_home(name), cwd, prompt);
+      console.log(`codex (${name}): exit ${run.code} after ` +
+                  `${((Date.now() - started) / 1000).toFixed(1)} s\n` +
+                  `---- stdout ----\n${run.out}\n---- stderr ----\n${run.err}`);
+      if (run.code !== 0) fail(`codex exec exited with ${run.code}`);
+      for (const bad of [/stream error/i, /unexpected status/i, /error decoding/i,
+                         /stream disconnected/i]) {
+        if (bad.test(run.err) || bad.test(run.out)) fail(`codex reported a protocol error: ${bad}`);
+      }
+      const session = /session id: ([0-9a-f-]+)/.exec(run.err + run.out)?.[1];
+      if (!session) fail('codex printed no session id');
+      const ours = (await ledger_rows(url)).filter((r) => r.key_id === 'codex-app' &&
+                                                         !seen_rows.has(r.id));
+      for (const r of ours) seen_rows.add(r.id);
+      if (ours.length < 1) fail('no ledger row for Codex\'s requests');
+      if (!ours.every((r) => r.status === 'ok')) {
+        fail(`a Codex row did not succeed: ${JSON.stringify(ours)}`);
+      }
+      if (!ours.every((r) => r.task_id === session)) {
+        fail(`rows not under Codex's session ${session}: ${ours.map((r) => r.task_id)}`);
+      }
+      console.log(`codex (${name}): ${ours.length} ledger row(s) under task ${session}: ` +
+                  ours.map((r) => `${r.target} ${r.input_tokens} in (${r.cached_tokens} cached) ` +
+                                  r.finish_reason).join('; '));
+      return { run, rows: ours };
+    };
 
-    const run = await run_codex(home, cwd, 'What do the notes say?\ntool-arg: cat notes.txt');
-    console.log(`codex: exit ${run.code}\n---- stdout ----\n${run.out}\n---- stderr ----\n${run.err}`);
-    if (run.code !== 0) fail(`codex exec exited with ${run.code}`);
-    for (const bad of [/stream error/i, /unexpected status/i, /error decoding/i,
-                       /stream disconnected/i]) {
-      if (bad.test(run.err) || bad.test(run.out)) fail(`codex reported a protocol error: ${bad}`);
+    if (local) {
+      const text = await checked_run('text', 'Say hello.');
+      // A row's prompt: its input tokens and those read from the prefix cache.
+      const prompt = (r) => Number(r.input_tokens) + Number(r.cached_tokens);
+      const first = Math.max(...text.rows.map(prompt));
+      await put_policy(url, kAdminKey, agent_policy(kAgentTargets, kRoutes, kMaxTokens,
+                                                    { model: 'local', target: 'tools',
+                                                      tokens: first + 16 }));
+      const tool = await checked_run('tool', 'Say hello.');
+      const call = tool.rows.find((r) => r.target === 'agent-tools');
+      if (!call || call.finish_reason !== 'tool_calls') {
+        fail('the first turn was not a function call from agent-tools');
+      }
+      if (!tool.rows.some((r) => r.target === 'agent-plain' && prompt(r) > first)) {
+        fail('no request carried the function call\'s output back');
+      }
+    } else {
+      const { run, rows: ours } = await checked_run('upstream',
+                                                    'What do the notes say?\ntool-arg: cat notes.txt');
+      if (!/exec_command|cat notes\.txt/.test(run.err + run.out)) fail('codex ran no command');
+      if (!run.out.includes(kSecret)) fail('the final message does not carry the command\'s output');
+      const stats = await (await fetch(`${upstream.url.replace(/\/+$/, '')}/_stats`)).json();
+      if (ours.length !== stats.requests) {
+        fail(`${ours.length} ledger row(s) for ${stats.requests} request(s) to the backend`);
+      }
+      if (ours.length < 2) fail('no second request: the function output never came back');
     }
-    if (!/exec_command|cat notes\.txt/.test(run.err + run.out)) fail('codex ran no command');
-    if (!run.out.includes(kSecret)) fail('the final message does not carry the command\'s output');
-    const stats = await (await fetch(`${upstream.url.replace(/\/+$/, '')}/_stats`)).json();
-    const rows = await ledger_rows(url);
-    const session = /session id: ([0-9a-f-]+)/.exec(run.err + run.out)?.[1];
-    const ours = rows.filter((r) => r.key_id === 'codex-app');
-    if (ours.length !== stats.requests) {
-      fail(`${ours.length} ledger row(s) for ${stats.requests} request(s) to the backend`);
-    }
-    if (ours.length < 2) fail('no second request: the function output never came back');
-    if (!ours.every((r) => r.status === 'ok')) fail(`a Codex row did not succeed: ${JSON.stringify(ours)}`);
-    if (session && !ours.every((r) => r.task_id === session)) {
-      fail(`rows not under Codex's session ${session}: ${ours.map((r) => r.task_id)}`);
-    }
-    console.log(`codex: ${ours.length} ledger row(s) under task ${ours[0].task_id}`);
     console.log('codex: 1 passed, 0 failed');
     exit_code = 0;
   } catch (e) {
