@@ -13,11 +13,15 @@
 
 namespace ferry::ledger {
 
+class PgConn;
 using Rows = std::vector<std::vector<Value>>;
 
 // Runs `sql` (read-only unless `write`) and returns its rows.
 Result<Rows> query_rows(const std::string& db, const std::string& sql,
                         const std::vector<Value>& params, bool write = false);
+// The same on a connection already open (inside its transaction).
+Result<Rows> query_rows(Db& db, const std::string& sql, const std::vector<Value>& params);
+Result<Rows> query_rows(PgConn& conn, const std::string& sql, const std::vector<Value>& params);
 
 // A value as an integer (PostgreSQL's sums arrive as decimal text) or as text; NULL: 0 / "".
 int64_t value_int(const Value& v);

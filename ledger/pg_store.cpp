@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/json_text.h"
 #include "common/sha256.h"
+#include "ledger/task_groups.h"
 #include "ledger/time_util.h"
 
 namespace ferry::ledger {
@@ -158,6 +159,24 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
   name TEXT NOT NULL, dimension TEXT NOT NULL, per_minute BIGINT NOT NULL,
   level BIGINT NOT NULL, updated_us BIGINT NOT NULL, last_grant BIGINT NOT NULL,
   PRIMARY KEY (name, dimension));
+)sql",
+    // 6: the task reports' rollup (ledger/task_groups.h), built from task_totals, task_targets
+    // and tasks (task_groups_build_sql, run after this), then kept by the writers and
+    // mark_task; derived, so dropped and built again. task_targets gets an index by task.
+    R"sql(
+DROP TABLE IF EXISTS task_groups;
+DROP TABLE IF EXISTS task_group_targets;
+CREATE TABLE task_groups (
+  label TEXT NOT NULL, value TEXT NOT NULL, status TEXT NOT NULL, day TEXT NOT NULL,
+  team TEXT NOT NULL, project TEXT NOT NULL, tasks BIGINT NOT NULL, requests BIGINT NOT NULL,
+  tokens BIGINT NOT NULL, cost BIGINT NOT NULL,
+  PRIMARY KEY (label, value, status, day, team, project));
+CREATE TABLE task_group_targets (
+  label TEXT NOT NULL, value TEXT NOT NULL, status TEXT NOT NULL, day TEXT NOT NULL,
+  team TEXT NOT NULL, project TEXT NOT NULL, target TEXT NOT NULL, requests BIGINT NOT NULL,
+  tokens BIGINT NOT NULL, cost BIGINT NOT NULL,
+  PRIMARY KEY (label, value, status, day, team, project, target));
+CREATE INDEX IF NOT EXISTS task_targets_task ON task_targets(task_id);
 )sql",
 };
 
@@ -310,6 +329,11 @@ Status upsert_deltas(PgConn& conn, const char* table, const char* key,
 // The batch's rollups (store.h), multi-row upserts in the rows' transaction, then the status
 // of its tasks marked before (mark_task's upsert waits for this transaction otherwise).
 Status upsert_rollups(PgConn& conn, const Rollups& rollups) {
+  const RunSql on_conn = [&conn](const std::string& sql, const std::vector<Value>& params) {
+    return query_rows(conn, sql, params);
+  };
+  auto groups = batch_group_deltas(on_conn, rollups, true);
+  if (!groups) return groups.error();
   std::vector<ValueRef> values;
   auto upsert = [&](const auto& deltas, auto sql_of, auto values_of) -> Status {
     std::vector<const typename std::decay_t<decltype(deltas)>::mapped_type*> all;
@@ -339,7 +363,7 @@ Status upsert_rollups(PgConn& conn, const Rollups& rollups) {
       "AND t.status = 'open' AND t.task_id = ANY($1::text[])",
       {pg_text_array(ids)});
   if (!done) return done.error();
-  return {};
+  return upsert_task_groups(on_conn, *groups);
 }
 
 // The original requests of the batch's adjustments, and which of its ids exist already.
@@ -453,7 +477,8 @@ Status PgStore::migrate() {
                                 std::to_string(kPgSchemaVersion) + ")"));
   }
   for (int64_t v = version; v < kPgSchemaVersion; ++v) {
-    std::string sql = std::string(kPgMigrations[v]) + (v + 1 == 4 ? kBuildRollupsSql : "");
+    std::string sql = std::string(kPgMigrations[v]) + (v + 1 == 4 ? kBuildRollupsSql : "") +
+                      (v + 1 == 6 ? task_groups_build_sql(true) : "");
     if (Status st = conn_.exec(sql); !st) {
       return fail(Error::make(ErrorCode::kUnavailable, "ledger migration to version " +
                                                            std::to_string(v + 1) +

@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/sha256.h"
+#include "ledger/task_groups.h"
 #include "ledger/time_util.h"
 
 namespace ferry::ledger {
@@ -200,6 +201,26 @@ CREATE TABLE IF NOT EXISTS api_keys (
   role TEXT NOT NULL, tags TEXT NOT NULL, created_us INTEGER NOT NULL, created_by TEXT NOT NULL,
   revoked_us INTEGER);
 )sql",
+    // 10: the task reports' rollup (ledger/task_groups.h): the tasks' sums by status, day,
+    // team and project and by label, and per target; built from task_totals, task_targets and
+    // tasks (task_groups_build_sql, run after this), then kept by the writer and mark_task.
+    // Derived, so dropped and built again; task_targets gets an index by task (a task that
+    // changes group moves its targets' sums).
+    R"sql(
+DROP TABLE IF EXISTS task_groups;
+DROP TABLE IF EXISTS task_group_targets;
+CREATE TABLE task_groups (
+  label TEXT NOT NULL, value TEXT NOT NULL, status TEXT NOT NULL, day TEXT NOT NULL,
+  team TEXT NOT NULL, project TEXT NOT NULL, tasks INTEGER NOT NULL, requests INTEGER NOT NULL,
+  tokens INTEGER NOT NULL, cost INTEGER NOT NULL,
+  PRIMARY KEY (label, value, status, day, team, project)) WITHOUT ROWID;
+CREATE TABLE task_group_targets (
+  label TEXT NOT NULL, value TEXT NOT NULL, status TEXT NOT NULL, day TEXT NOT NULL,
+  team TEXT NOT NULL, project TEXT NOT NULL, target TEXT NOT NULL, requests INTEGER NOT NULL,
+  tokens INTEGER NOT NULL, cost INTEGER NOT NULL,
+  PRIMARY KEY (label, value, status, day, team, project, target)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS task_targets_task ON task_targets(task_id);
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -229,6 +250,7 @@ Result<SqliteStore> SqliteStore::open(const std::string& path, const std::string
   for (int64_t v = version; v < kSchemaVersion; ++v) {
     std::string sql = std::string("BEGIN IMMEDIATE;") + kMigrations[v] +
                       (v + 1 == 9 ? kBuildRollupsSql : "") +
+                      (v + 1 == 10 ? task_groups_build_sql(false) : "") +
                       "PRAGMA user_version=" + std::to_string(v + 1) + "; COMMIT;";
     auto st = store.db_.exec(sql);
     if (!st) {
@@ -436,6 +458,11 @@ Status SqliteStore::upsert_daily(Stmt& upsert, const detail::DailyDelta& d,
 }
 
 Status SqliteStore::upsert_rollups(const detail::Rollups& rollups) {
+  const RunSql on_db = [this](const std::string& sql, const std::vector<Value>& params) {
+    return query_rows(db_, sql, params);
+  };
+  auto groups = batch_group_deltas(on_db, rollups, false);
+  if (!groups) return groups.error();
   std::vector<ValueRef> values;
   auto run = [&](Stmt& stmt) {
     for (size_t i = 0; i < values.size(); ++i) stmt.bind_ref(static_cast<int>(i + 1), values[i]);
@@ -465,7 +492,7 @@ Status SqliteStore::upsert_rollups(const detail::Rollups& rollups) {
     for (size_t i = 0; i < n; ++i) stmt->bind(static_cast<int>(i + 1), *ids[begin + i]);
     if (auto st = stmt->run(); !st) return st;
   }
-  return {};
+  return upsert_task_groups(on_db, *groups);
 }
 
 Result<std::vector<Status>> SqliteStore::append(std::vector<LedgerEntry*>& entries,
