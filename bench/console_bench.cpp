@@ -91,10 +91,9 @@ int fill(const std::string& path, int64_t rows) {
   const int64_t start = days_from_civil({2026, 3, 1}) * kMicrosPerDay;
   const int64_t span = 90 * kMicrosPerDay;  // k * (span / rows): no product beyond int64
   std::string sql =
-      "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-2097152; BEGIN;" +
-      drop +
-      "WITH RECURSIVE c(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM c WHERE k < " +
-      n(rows - 1) + "), r AS (SELECT k, " + n(start) + " + k * " + n(span / rows) +
+      "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-2097152; BEGIN;" + drop +
+      "WITH RECURSIVE c(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM c WHERE k < " + n(rows - 1) +
+      "), r AS (SELECT k, " + n(start) + " + k * " + n(span / rows) +
       " AS t, (k * 7919) % 500 AS key, CASE k % 3 WHEN 0 THEN 'local-small' WHEN 1 THEN "
       "'gpu-mid' ELSE 'gpu-large' END AS target, 200 + k % 900 AS inp, 50 + k % 300 AS outp "
       "FROM c) INSERT INTO requests(id,kind,started_us,ended_us,day,key_id,team,project,task_id,"

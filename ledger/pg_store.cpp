@@ -160,23 +160,9 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
   level BIGINT NOT NULL, updated_us BIGINT NOT NULL, last_grant BIGINT NOT NULL,
   PRIMARY KEY (name, dimension));
 )sql",
-    // 6: the task reports' rollup (ledger/task_groups.h), built from task_totals, task_targets
-    // and tasks (task_groups_build_sql, run after this), then kept by the writers and
-    // mark_task; derived, so dropped and built again. task_targets gets an index by task.
+    // 6: the task reports' rollup (ledger/task_groups.h): its tables, written once for both
+    // stores, are task_groups_migration_sql(), run after this.
     R"sql(
-DROP TABLE IF EXISTS task_groups;
-DROP TABLE IF EXISTS task_group_targets;
-CREATE TABLE task_groups (
-  label TEXT NOT NULL, value TEXT NOT NULL, status TEXT NOT NULL, day TEXT NOT NULL,
-  team TEXT NOT NULL, project TEXT NOT NULL, tasks BIGINT NOT NULL, requests BIGINT NOT NULL,
-  tokens BIGINT NOT NULL, cost BIGINT NOT NULL,
-  PRIMARY KEY (label, value, status, day, team, project));
-CREATE TABLE task_group_targets (
-  label TEXT NOT NULL, value TEXT NOT NULL, status TEXT NOT NULL, day TEXT NOT NULL,
-  team TEXT NOT NULL, project TEXT NOT NULL, target TEXT NOT NULL, requests BIGINT NOT NULL,
-  tokens BIGINT NOT NULL, cost BIGINT NOT NULL,
-  PRIMARY KEY (label, value, status, day, team, project, target));
-CREATE INDEX IF NOT EXISTS task_targets_task ON task_targets(task_id);
 )sql",
 };
 
@@ -478,7 +464,7 @@ Status PgStore::migrate() {
   }
   for (int64_t v = version; v < kPgSchemaVersion; ++v) {
     std::string sql = std::string(kPgMigrations[v]) + (v + 1 == 4 ? kBuildRollupsSql : "") +
-                      (v + 1 == 6 ? task_groups_build_sql(true) : "");
+                      (v + 1 == 6 ? task_groups_migration_sql(true) : "");
     if (Status st = conn_.exec(sql); !st) {
       return fail(Error::make(ErrorCode::kUnavailable, "ledger migration to version " +
                                                            std::to_string(v + 1) +

@@ -201,25 +201,9 @@ CREATE TABLE IF NOT EXISTS api_keys (
   role TEXT NOT NULL, tags TEXT NOT NULL, created_us INTEGER NOT NULL, created_by TEXT NOT NULL,
   revoked_us INTEGER);
 )sql",
-    // 10: the task reports' rollup (ledger/task_groups.h): the tasks' sums by status, day,
-    // team and project and by label, and per target; built from task_totals, task_targets and
-    // tasks (task_groups_build_sql, run after this), then kept by the writer and mark_task.
-    // Derived, so dropped and built again; task_targets gets an index by task (a task that
-    // changes group moves its targets' sums).
+    // 10: the task reports' rollup (ledger/task_groups.h): its tables, written once for both
+    // stores, are task_groups_migration_sql(), run after this.
     R"sql(
-DROP TABLE IF EXISTS task_groups;
-DROP TABLE IF EXISTS task_group_targets;
-CREATE TABLE task_groups (
-  label TEXT NOT NULL, value TEXT NOT NULL, status TEXT NOT NULL, day TEXT NOT NULL,
-  team TEXT NOT NULL, project TEXT NOT NULL, tasks INTEGER NOT NULL, requests INTEGER NOT NULL,
-  tokens INTEGER NOT NULL, cost INTEGER NOT NULL,
-  PRIMARY KEY (label, value, status, day, team, project)) WITHOUT ROWID;
-CREATE TABLE task_group_targets (
-  label TEXT NOT NULL, value TEXT NOT NULL, status TEXT NOT NULL, day TEXT NOT NULL,
-  team TEXT NOT NULL, project TEXT NOT NULL, target TEXT NOT NULL, requests INTEGER NOT NULL,
-  tokens INTEGER NOT NULL, cost INTEGER NOT NULL,
-  PRIMARY KEY (label, value, status, day, team, project, target)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS task_targets_task ON task_targets(task_id);
 )sql",
 };
 
@@ -250,7 +234,7 @@ Result<SqliteStore> SqliteStore::open(const std::string& path, const std::string
   for (int64_t v = version; v < kSchemaVersion; ++v) {
     std::string sql = std::string("BEGIN IMMEDIATE;") + kMigrations[v] +
                       (v + 1 == 9 ? kBuildRollupsSql : "") +
-                      (v + 1 == 10 ? task_groups_build_sql(false) : "") +
+                      (v + 1 == 10 ? task_groups_migration_sql(false) : "") +
                       "PRAGMA user_version=" + std::to_string(v + 1) + "; COMMIT;";
     auto st = store.db_.exec(sql);
     if (!st) {

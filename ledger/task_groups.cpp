@@ -142,8 +142,7 @@ Result<TaskGroupDeltas> batch_group_deltas(const RunSql& run, const Rollups& rol
           [pg](const std::string& list) {
             return "SELECT task_id, status, COALESCE(team,''), COALESCE(project,''), "
                    "COALESCE(day,''), requests, tokens, cost FROM task_totals WHERE task_id IN " +
-                   list +
-                   (pg ? " ORDER BY task_id COLLATE \"C\" FOR UPDATE" : std::string());
+                   list + (pg ? " ORDER BY task_id COLLATE \"C\" FOR UPDATE" : std::string());
           },
           [&](const std::vector<Value>& row) {
             stored[value_text(row[0])] = {value_text(row[1]), value_text(row[2]),
@@ -268,8 +267,8 @@ Status upsert_task_groups(const RunSql& run, const TaskGroupDeltas& deltas) {
     std::string update;
     for (const char* c : {"tasks", "requests", "tokens", "cost"}) {
       if (!with_tasks && std::string_view(c) == "tasks") continue;
-      update += std::string(update.empty() ? "" : ", ") + c + "=" + table + "." + c +
-                "+excluded." + c;
+      update +=
+          std::string(update.empty() ? "" : ", ") + c + "=" + table + "." + c + "+excluded." + c;
     }
     const size_t width = (with_tasks ? 6 : 7) + (with_tasks ? 4 : 3);
     for (size_t begin = 0; begin < changed.size(); begin += kRowsPerUpsert) {
@@ -283,16 +282,39 @@ Status upsert_task_groups(const RunSql& run, const TaskGroupDeltas& deltas) {
         for (int64_t v : {g.requests, g.tokens, g.cost}) params.emplace_back(v);
         values += std::string(i == begin ? "" : ",") + "(" + join_placeholders(width) + ")";
       }
-      auto done = run(std::string("INSERT INTO ") + table + "(" + columns + "," + sums +
-                          ") VALUES" + values + " ON CONFLICT(" + columns + ") DO UPDATE SET " +
-                          update,
-                      params);
+      auto done =
+          run(std::string("INSERT INTO ") + table + "(" + columns + "," + sums + ") VALUES" +
+                  values + " ON CONFLICT(" + columns + ") DO UPDATE SET " + update,
+              params);
       if (!done) return done.error();
     }
     return {};
   };
   if (Status st = upsert("task_groups", deltas.groups, true); !st) return st;
   return upsert("task_group_targets", deltas.targets, false);
+}
+
+std::string task_groups_migration_sql(bool pg) {
+  const std::string integer = pg ? "BIGINT" : "INTEGER";
+  const std::string keyed = pg ? ")" : ") WITHOUT ROWID";
+  const std::string group =
+      "label TEXT NOT NULL, value TEXT NOT NULL, status TEXT NOT NULL, day TEXT NOT NULL, "
+      "team TEXT NOT NULL, project TEXT NOT NULL, ";
+  auto sums = [&](bool tasks) {
+    std::string out;
+    for (const char* c : {"tasks", "requests", "tokens", "cost"}) {
+      if (tasks || std::string_view(c) != "tasks")
+        out += std::string(c) + " " + integer + " NOT NULL, ";
+    }
+    return out;
+  };
+  return "DROP TABLE IF EXISTS task_groups;\nDROP TABLE IF EXISTS task_group_targets;\n"
+         "CREATE TABLE task_groups (" +
+         group + sums(true) + "PRIMARY KEY (label, value, status, day, team, project)" + keyed +
+         ";\nCREATE TABLE task_group_targets (" + group + "target TEXT NOT NULL, " + sums(false) +
+         "PRIMARY KEY (label, value, status, day, team, project, target)" + keyed +
+         ";\nCREATE INDEX IF NOT EXISTS task_targets_task ON task_targets(task_id);\n" +
+         task_groups_build_sql(pg);
 }
 
 std::string task_groups_build_sql(bool pg) {

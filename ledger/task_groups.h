@@ -67,7 +67,11 @@ Result<TaskGroupDeltas> mark_group_deltas(const RunSql& run, const std::string& 
                                           const std::map<std::string, std::string>& labels);
 Status upsert_task_groups(const RunSql& run, const TaskGroupDeltas& deltas);
 
-// Builds both tables from task_totals, task_targets and tasks (the migration; the bench's fill).
+// SQLite schema 10's and PostgreSQL schema 6's migration (never edit it; add a migration):
+// both tables (derived, so dropped and made again), an index of task_targets by task (a task
+// that changes group moves its targets' sums), then task_groups_build_sql().
+std::string task_groups_migration_sql(bool pg);
+// Fills both tables from task_totals, task_targets and tasks (the migration; the bench's fill).
 std::string task_groups_build_sql(bool pg);
 
 }  // namespace ferry::ledger::detail

@@ -76,8 +76,9 @@ Result<MarkOutcome> mark_sqlite(const std::string& path, const TaskMark& mark) {
   const detail::RunSql on_db = [&db](const std::string& sql, const std::vector<Value>& params) {
     return query_rows(*db, sql, params);
   };
-  auto groups = detail::mark_group_deltas(on_db, mark.task_id, std::string(task_status_name(mark.status)),
-                                          utc_day(mark.marked_us), mark.labels);
+  auto groups =
+      detail::mark_group_deltas(on_db, mark.task_id, std::string(task_status_name(mark.status)),
+                                utc_day(mark.marked_us), mark.labels);
   if (groups) {
     if (Status st = detail::upsert_task_groups(on_db, *groups); !st) groups = st.error();
   }
@@ -123,9 +124,9 @@ Result<MarkOutcome> mark_pg(const std::string& url, const TaskMark& mark) {
                                            const std::vector<Value>& params) {
       return query_rows(*conn, sql, params);
     };
-    auto groups = detail::mark_group_deltas(on_conn, mark.task_id,
-                                            std::string(task_status_name(mark.status)),
-                                            utc_day(mark.marked_us), mark.labels);
+    auto groups =
+        detail::mark_group_deltas(on_conn, mark.task_id, std::string(task_status_name(mark.status)),
+                                  utc_day(mark.marked_us), mark.labels);
     if (!groups) return groups.error();
     if (Status st = detail::upsert_task_groups(on_conn, *groups); !st) return st.error();
     if (Status st = conn->exec("COMMIT"); !st) return st.error();
@@ -298,11 +299,11 @@ Result<std::vector<TaskGroup>> rollup_report(const std::string& db, const TaskRe
     const std::string sums = targets ? "SUM(requests), SUM(tokens), SUM(cost)"
                                      : "SUM(tasks), SUM(requests), SUM(tokens), SUM(cost)";
     std::string where = targets ? " AND target IN " + in_list(q.local_targets, params) : "";
-    auto totals = query(db,
-                        "SELECT " + (by_label ? std::string("''") : *group) + " AS g, status, " +
-                            sums + " FROM " + table + " WHERE label = ''" + where +
-                            " GROUP BY g, status",
-                        params);
+    auto totals =
+        query(db,
+              "SELECT " + (by_label ? std::string("''") : *group) + " AS g, status, " + sums +
+                  " FROM " + table + " WHERE label = ''" + where + " GROUP BY g, status",
+              params);
     if (!totals) return totals.error();
     for (const auto& row : *totals) add_group_row(groups, row, targets);
     if (!by_label) continue;
@@ -485,12 +486,13 @@ Result<TopTasks> top_tasks(const std::string& db, const TaskReportQuery& q,
       where += " AND status = ?";
       params.emplace_back(status_name);
     }
-    page_sql = "SELECT r.task_id, r.status, COALESCE(t.labels,'{}'), r.team, r.project, "
-               "r.requests, r.cost, 0, r.first_us, r.last_us FROM (SELECT * FROM task_totals" +
-               where + " ORDER BY cost DESC, task_id" + collate +
-               " LIMIT ? OFFSET ?) AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id ORDER BY "
-               "r.cost DESC, r.task_id" +
-               collate;
+    page_sql =
+        "SELECT r.task_id, r.status, COALESCE(t.labels,'{}'), r.team, r.project, "
+        "r.requests, r.cost, 0, r.first_us, r.last_us FROM (SELECT * FROM task_totals" +
+        where + " ORDER BY cost DESC, task_id" + collate +
+        " LIMIT ? OFFSET ?) AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id ORDER BY "
+        "r.cost DESC, r.task_id" +
+        collate;
   } else {
     std::string inner = per_task_sql(q, params);
     std::string from = " FROM (" + inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id";

@@ -766,8 +766,11 @@ void record_task_rows(LedgerStore& t, Ledger& ledger, const std::string& db) {
     r.task_id = later.task;
     ASSERT_TRUE(record_durably(ledger, r));
   }
-  TaskMark labelled{"task-3", TaskStatus::kCompleted, {{"feature", "f1"}, {"tier", "gold"}},
-                    "key-a", kJune15 + 2 * day};
+  TaskMark labelled{"task-3",
+                    TaskStatus::kCompleted,
+                    {{"feature", "f1"}, {"tier", "gold"}},
+                    "key-a",
+                    kJune15 + 2 * day};
   ASSERT_TRUE(mark_task(db, labelled));
   (void)t;
 }
