@@ -48,14 +48,31 @@ Result<Rows> query_rows(Db& db, const std::string& sql, const std::vector<Value>
 
 Result<Rows> query_rows(const std::string& db, const std::string& sql,
                         const std::vector<Value>& params, bool write) {
+  auto conn = AnyDb::open(db, write);
+  if (!conn) return conn.error();
+  return conn->query(sql, params);
+}
+
+Result<AnyDb> AnyDb::open(const std::string& db, bool write) {
+  AnyDb out;
   if (is_pg_url(db)) {
     auto conn = PgConn::connect(db);
     if (!conn) return conn.error();
-    return query_rows(*conn, sql, params);
+    out.pg_ = std::make_unique<PgConn>(std::move(*conn));
+    return out;
   }
   auto sdb = Db::open(db, !write);
   if (!sdb) return sdb.error();
-  return query_rows(*sdb, sql, params);
+  out.sqlite_ = std::make_unique<Db>(std::move(*sdb));
+  return out;
+}
+
+AnyDb::AnyDb(AnyDb&&) noexcept = default;
+AnyDb& AnyDb::operator=(AnyDb&&) noexcept = default;
+AnyDb::~AnyDb() = default;
+
+Result<Rows> AnyDb::query(const std::string& sql, const std::vector<Value>& params) {
+  return pg_ ? query_rows(*pg_, sql, params) : query_rows(*sqlite_, sql, params);
 }
 
 int64_t value_int(const Value& v) {

@@ -141,11 +141,6 @@ Result<MarkOutcome> mark_pg(const std::string& url, const TaskMark& mark) {
                                 labels_from(got->text(0, 1)), got->text(0, 2), got->integer(0, 3)});
 }
 
-Result<Rows> query(const std::string& db, const std::string& sql,
-                   const std::vector<Value>& params) {
-  return query_rows(db, sql, params);
-}
-
 int64_t num(const Value& v) {
   return value_int(v);
 }
@@ -250,8 +245,8 @@ Result<std::string> group_expr(const std::string& by, bool pg, std::vector<Value
                      "by", "invalid_value");
 }
 
-Result<std::string> currency_of(const std::string& db) {
-  auto rows = query(db, "SELECT value FROM meta WHERE key='currency'", {});
+Result<std::string> currency_of(AnyDb& db) {
+  auto rows = db.query("SELECT value FROM meta WHERE key='currency'", {});
   if (!rows) return rows.error();
   return rows->empty() ? std::string() : text(rows->front()[0]);
 }
@@ -287,7 +282,7 @@ void add_group_row(std::map<std::pair<std::string, TaskStatus>, TaskGroup>& out,
 // (status, day, team, project), whatever the number of tasks. A label's report takes its
 // values' groups from the label's rows, and the tasks without the label ("" group) as the
 // status' totals less them.
-Result<std::vector<TaskGroup>> rollup_report(const std::string& db, const TaskReportQuery& q) {
+Result<std::vector<TaskGroup>> rollup_report(AnyDb& db, const TaskReportQuery& q) {
   const bool by_label = q.by.starts_with("label:");
   auto group = rollup_group(q.by);
   if (!group) return group.error();
@@ -300,19 +295,18 @@ Result<std::vector<TaskGroup>> rollup_report(const std::string& db, const TaskRe
                                      : "SUM(tasks), SUM(requests), SUM(tokens), SUM(cost)";
     std::string where = targets ? " AND target IN " + in_list(q.local_targets, params) : "";
     auto totals =
-        query(db,
-              "SELECT " + (by_label ? std::string("''") : *group) + " AS g, status, " + sums +
-                  " FROM " + table + " WHERE label = ''" + where + " GROUP BY g, status",
-              params);
+        db.query("SELECT " + (by_label ? std::string("''") : *group) + " AS g, status, " + sums +
+                     " FROM " + table + " WHERE label = ''" + where + " GROUP BY g, status",
+                 params);
     if (!totals) return totals.error();
     for (const auto& row : *totals) add_group_row(groups, row, targets);
     if (!by_label) continue;
     std::vector<Value> label_params = {q.by.substr(6)};
     if (targets) label_params.insert(label_params.end(), params.begin(), params.end());
-    auto values = query(db,
-                        "SELECT value, status, " + sums + " FROM " + table +
-                            " WHERE label = ? AND value <> ''" + where + " GROUP BY value, status",
-                        label_params);
+    auto values =
+        db.query("SELECT value, status, " + sums + " FROM " + table +
+                     " WHERE label = ? AND value <> ''" + where + " GROUP BY value, status",
+                 label_params);
     if (!values) return values.error();
     for (const auto& row : *values) {
       add_group_row(groups, row, targets);
@@ -329,7 +323,7 @@ Result<std::vector<TaskGroup>> rollup_report(const std::string& db, const TaskRe
 }
 
 // The report from the rows matching the filter, grouped by task then by group.
-Result<std::vector<TaskGroup>> raw_report(const std::string& db, const TaskReportQuery& q,
+Result<std::vector<TaskGroup>> raw_report(AnyDb& db, const TaskReportQuery& q,
                                           const std::string& group,
                                           const std::vector<Value>& group_params) {
   std::vector<Value> params = group_params;
@@ -339,7 +333,7 @@ Result<std::vector<TaskGroup>> raw_report(const std::string& db, const TaskRepor
                     "SUM(r.cost), SUM(r.local_cost), SUM(r.local_requests) FROM (" +
                     inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id GROUP BY g, s";
   std::vector<TaskGroup> out;
-  auto rows = query(db, sql, params);
+  auto rows = db.query(sql, params);
   if (!rows) return rows.error();
   for (const auto& row : *rows) {
     TaskGroup g;
@@ -422,21 +416,23 @@ Result<std::set<std::string>> task_key_ids(const std::string& db, const std::str
   return out;
 }
 
-Result<TaskReport> task_report(const std::string& db, const TaskReportQuery& q) {
+Result<TaskReport> task_report(const std::string& db_path, const TaskReportQuery& q) {
   std::vector<Value> group_params;
-  auto group = group_expr(q.by, is_pg_url(db), group_params);
+  auto group = group_expr(q.by, is_pg_url(db_path), group_params);
   if (!group) return group.error();
+  auto db = AnyDb::open(db_path);
+  if (!db) return db.error();
   TaskReport report;
   report.by = q.by;
-  auto cur = currency_of(db);
+  auto cur = currency_of(*db);
   if (!cur) return cur.error();
   report.currency = *cur;
   if (use_rollup(q)) {
-    auto rows = rollup_report(db, q);
+    auto rows = rollup_report(*db, q);
     if (!rows) return rows.error();
     report.rows = std::move(*rows);
   } else {
-    auto rows = raw_report(db, q, *group, group_params);
+    auto rows = raw_report(*db, q, *group, group_params);
     if (!rows) return rows.error();
     report.rows = std::move(*rows);
   }
@@ -448,7 +444,7 @@ Result<TaskReport> task_report(const std::string& db, const TaskReportQuery& q) 
 }
 
 // The local cost of the listed tasks from task_targets (the rollup's page of top tasks).
-Status add_local_costs(const std::string& db, const TaskReportQuery& q, TopTasks& top) {
+Status add_local_costs(AnyDb& db, const TaskReportQuery& q, TopTasks& top) {
   if (!use_rollup(q) || q.local_targets.empty() || top.tasks.empty()) return {};
   std::vector<Value> params;
   std::string sql = "SELECT task_id, SUM(cost) FROM task_targets WHERE target IN " +
@@ -457,7 +453,7 @@ Status add_local_costs(const std::string& db, const TaskReportQuery& q, TopTasks
     sql += i == 0 ? "?" : ",?";
     params.emplace_back(top.tasks[i].task_id);
   }
-  auto rows = query(db, sql + ") GROUP BY task_id", params);
+  auto rows = db.query(sql + ") GROUP BY task_id", params);
   if (!rows) return rows.error();
   for (const auto& row : *rows) {
     for (auto& t : top.tasks) {
@@ -470,11 +466,13 @@ Status add_local_costs(const std::string& db, const TaskReportQuery& q, TopTasks
 // The count, then the page: without a filter of the rows, the count from task_groups and the
 // page from task_totals' cost index (by status: its (status, cost) index), the labels of the
 // page's tasks alone joined; with one, from the rows grouped by task.
-Result<TopTasks> top_tasks(const std::string& db, const TaskReportQuery& q,
+Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
                            std::optional<TaskStatus> status, int64_t limit, int64_t offset) {
+  auto db = AnyDb::open(db_path);
+  if (!db) return db.error();
   const bool rollup = use_rollup(q);
   const std::string status_name = status ? std::string(task_status_name(*status)) : "";
-  const char* collate = is_pg_url(db) ? " COLLATE \"C\"" : "";
+  const char* collate = db->pg() ? " COLLATE \"C\"" : "";
   std::vector<Value> params;
   std::string count_sql;
   std::string page_sql;
@@ -507,12 +505,12 @@ Result<TopTasks> top_tasks(const std::string& db, const TaskReportQuery& q,
                from + " ORDER BY r.cost DESC, r.task_id" + collate + " LIMIT ? OFFSET ?";
   }
   TopTasks top;
-  auto counted = query(db, count_sql, params);
+  auto counted = db->query(count_sql, params);
   if (!counted) return counted.error();
   top.total = counted->empty() ? 0 : num(counted->front()[0]);
   params.emplace_back(limit);
   params.emplace_back(offset);
-  auto rows = query(db, page_sql, params);
+  auto rows = db->query(page_sql, params);
   if (!rows) return rows.error();
   for (const auto& row : *rows) {
     TopTask t;
@@ -528,7 +526,7 @@ Result<TopTasks> top_tasks(const std::string& db, const TaskReportQuery& q,
     t.last_us = num(row[9]);
     top.tasks.push_back(std::move(t));
   }
-  if (Status st = add_local_costs(db, q, top); !st) return st.error();
+  if (Status st = add_local_costs(*db, q, top); !st) return st.error();
   return top;
 }
 
@@ -661,8 +659,9 @@ Result<std::string> task_requests_json(const std::string& db_path, const std::st
   const std::vector<std::string> names(std::begin(kDrillColumns), std::end(kDrillColumns));
   const std::string page = "SELECT id FROM requests WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?";
   const std::vector<Value> params = {task_id, limit, offset};
-  auto got = query(
-      db_path,
+  auto db = AnyDb::open(db_path);
+  if (!db) return db.error();
+  auto got = db->query(
       "SELECT " + joined(names) + " FROM requests WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?",
       params);
   if (!got) return got.error();
@@ -670,10 +669,9 @@ Result<std::string> task_requests_json(const std::string& db_path, const std::st
       "attempt",    "target",       "upstream_model", "status",        "http_status",
       "error_code", "input_tokens", "output_tokens",  "price_version", "cost_total"};
   auto attempts =
-      query(db_path,
-            "SELECT request_id," + joined(anames) + " FROM attempts WHERE request_id IN (" + page +
-                ") ORDER BY request_id, attempt",
-            params);
+      db->query("SELECT request_id," + joined(anames) + " FROM attempts WHERE request_id IN (" +
+                    page + ") ORDER BY request_id, attempt",
+                params);
   if (!attempts) return attempts.error();
   std::map<std::string, nlohmann::ordered_json> attempts_of;
   for (const auto& a : *attempts) {
@@ -683,11 +681,10 @@ Result<std::string> task_requests_json(const std::string& db_path, const std::st
   }
   const std::vector<std::string> pnames = {"version", "model",     "input",   "cached_input",
                                            "output",  "reasoning", "internal"};
-  auto prices = query(db_path,
-                      "SELECT " + joined(pnames) +
-                          " FROM prices WHERE version IN (SELECT price_version FROM requests "
-                          "WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?)",
-                      params);
+  auto prices = db->query("SELECT " + joined(pnames) +
+                              " FROM prices WHERE version IN (SELECT price_version FROM requests "
+                              "WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?)",
+                          params);
   if (!prices) return prices.error();
   std::map<std::string, nlohmann::ordered_json> price_of;
   for (const auto& p : *prices) {
