@@ -791,6 +791,28 @@ void expect_same_reports(const TaskReport& a, const TaskReport& b) {
   }
 }
 
+// Every task report from the rollups equals the same report from the rows, and adds up to
+// `task_cost` (the rows' cost with a task, adjustments included).
+void expect_task_reports_equal_rows(const std::string& db, int64_t task_cost) {
+  TaskReportQuery q;
+  q.local_targets = {"local-small"};
+  for (std::string by :
+       {"", "team", "project", "day", "month", "label:feature", "label:tier", "label:none"}) {
+    SCOPED_TRACE("by " + by);
+    q.by = by;
+    q.force_raw = false;
+    auto rolled = task_report(db, q);
+    ASSERT_TRUE(rolled) << rolled.error().message;
+    q.force_raw = true;
+    auto raw = task_report(db, q);
+    ASSERT_TRUE(raw) << raw.error().message;
+    expect_same_reports(*rolled, *raw);
+    int64_t sum = 0;
+    for (const auto& g : rolled->rows) sum += g.cost.micros();
+    EXPECT_EQ(sum, task_cost);
+  }
+}
+
 constexpr const char* kTaskPrices = R"(
 - {model: gpu-large, effective_from: 2026-01-01, input: 3.00, cached_input: 0.30, output: 15.00, reasoning: 15.00}
 - {model: local-small, effective_from: 2026-01-01, input: 0.10, cached_input: 0.01, output: 0.20, reasoning: 0.20, internal: true}
@@ -808,25 +830,10 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
     record_task_rows(*this, **opened, db);
   }
   auto check = [&] {
+    expect_task_reports_equal_rows(
+        db, db_->scalar("SELECT SUM(COALESCE(cost_total,0)) FROM requests WHERE task_id <> ''"));
     TaskReportQuery q;
     q.local_targets = {"local-small"};
-    int64_t task_cost =
-        db_->scalar("SELECT SUM(COALESCE(cost_total,0)) FROM requests WHERE task_id <> ''");
-    for (std::string by :
-         {"", "team", "project", "day", "month", "label:feature", "label:tier", "label:none"}) {
-      SCOPED_TRACE("by " + by);
-      q.by = by;
-      q.force_raw = false;
-      auto rolled = task_report(db, q);
-      ASSERT_TRUE(rolled) << rolled.error().message;
-      q.force_raw = true;
-      auto raw = task_report(db, q);
-      ASSERT_TRUE(raw) << raw.error().message;
-      expect_same_reports(*rolled, *raw);
-      int64_t sum = 0;
-      for (const auto& g : rolled->rows) sum += g.cost.micros();
-      EXPECT_EQ(sum, task_cost);  // the adjustment included
-    }
     q.by = "";
     q.force_raw = false;
     auto by_status = task_report(db, q);
@@ -898,6 +905,57 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
   }
   EXPECT_GT(db_->scalar("SELECT COUNT(*) FROM task_totals"), 10);
   check();
+}
+
+// Writers (two instances on PostgreSQL) append rows of the same tasks, from several teams and
+// days, while another thread marks those tasks: the task groups still equal the rows.
+TEST_P(LedgerStore, ConcurrentWritersAndMarksKeepTheTaskGroupsExact) {
+  const std::string db = db_->config("").path;
+  std::vector<std::unique_ptr<Ledger>> ledgers;
+  for (const char* instance : {"gw-1", "gw-2"}) {
+    if (!ledgers.empty() && !db_->shared()) break;  // a SQLite ledger has one writer
+    auto opened = Ledger::open(db_->config(instance), catalog_from(kTaskPrices), {});
+    ASSERT_TRUE(opened) << opened.error().message;
+    ledgers.push_back(std::move(*opened));
+  }
+  constexpr int kTasks = 24;
+  constexpr int kRowsPerThread = 300;
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Ledger& ledger = *ledgers[t % ledgers.size()];
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        int n = t * kRowsPerThread + i;
+        RequestRecord r = simple_record(n % 3 == 0 ? "local-small" : "gpu-large",
+                                        tokens_of(10 + n % 50, 0, 5 + n % 7, 0),
+                                        kJune15 + (n % 4) * 86400000000LL);
+        r.team = "team-" + std::to_string((n / 7) % 3);
+        r.task_id = "task-" + std::to_string((n * 7) % kTasks);
+        ledger.record(std::move(r), [&](const Status& st) {
+          if (!st) failed.fetch_add(1);
+        });
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int k = 0; k < kTasks; k += 2) {
+      TaskMark m{"task-" + std::to_string(k),
+                 k % 4 == 0 ? TaskStatus::kCompleted : TaskStatus::kFailed,
+                 {{"feature", "f" + std::to_string(k % 3)}},
+                 "key-a",
+                 kJune15 + (k % 5) * 86400000000LL};
+      if (!mark_task(db, m)) failed.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  for (auto& t : threads) t.join();
+  for (auto& l : ledgers) l->flush();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests"), 4 * kRowsPerThread);
+  expect_task_reports_equal_rows(db, db_->scalar("SELECT SUM(COALESCE(cost_total,0)) FROM "
+                                                 "requests WHERE task_id <> ''"));
+  EXPECT_EQ(db_->scalar("SELECT SUM(tasks) FROM task_groups WHERE label = ''"), kTasks);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, LedgerStore, ::testing::Values("sqlite", "postgres"),
