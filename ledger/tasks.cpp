@@ -187,16 +187,11 @@ std::string in_list(const std::set<std::string>& items, std::vector<Value>& para
   return out + ")";
 }
 
-// The per-task sums, as a subquery `r` with the rollup's columns (task_id, team, project, day,
-// requests, tokens, cost, status, first_us, last_us, local_requests, local_tokens, local_cost):
-// the rollup itself, or the rows matching the filter grouped by task (adjustments included, as
-// the rollup has them). The rollup's local columns are 0: local_sums() adds them.
+// The per-task sums of the rows matching the filter, as a subquery `r` (task_id, team, project,
+// day, requests, tokens, cost, status, first_us, last_us, local_requests, local_tokens,
+// local_cost; adjustments included, as the rollups have them; status 'open': the `tasks` row
+// joined as `t` has the outcome).
 std::string per_task_sql(const TaskReportQuery& q, std::vector<Value>& params) {
-  if (use_rollup(q)) {
-    return "SELECT task_id, team, project, day, requests, tokens, cost, status, first_us, "
-           "last_us, 0 AS local_requests, 0 AS local_tokens, 0 AS local_cost FROM task_totals "
-           "WHERE requests > 0";
-  }
   std::string local = "0=1";
   if (!q.local_targets.empty()) {
     std::vector<Value> ignored;
@@ -219,10 +214,8 @@ std::string per_task_sql(const TaskReportQuery& q, std::vector<Value>& params) {
   return sql + " GROUP BY task_id";
 }
 
-// The task's status: the rollup's copy, or the `tasks` row joined as `t`.
-std::string status_expr(const TaskReportQuery& q) {
-  return use_rollup(q) ? "r.status" : "COALESCE(t.status,'open')";
-}
+// The task's status from the `tasks` row joined as `t` (the rows' path).
+constexpr const char* kStatusExpr = "COALESCE(t.status,'open')";
 
 Result<std::string> group_expr(const std::string& by, bool pg, std::vector<Value>& params) {
   if (by.empty()) return std::string("''");
@@ -328,7 +321,7 @@ Result<std::vector<TaskGroup>> raw_report(AnyDb& db, const TaskReportQuery& q,
                                           const std::vector<Value>& group_params) {
   std::vector<Value> params = group_params;
   std::string inner = per_task_sql(q, params);
-  std::string sql = "SELECT " + group + " AS g, " + status_expr(q) +
+  std::string sql = "SELECT " + group + " AS g, " + std::string(kStatusExpr) +
                     " AS s, COUNT(*), SUM(r.requests), SUM(r.tokens), SUM(r.local_tokens), "
                     "SUM(r.cost), SUM(r.local_cost), SUM(r.local_requests) FROM (" +
                     inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id GROUP BY g, s";
@@ -495,11 +488,11 @@ Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
     std::string inner = per_task_sql(q, params);
     std::string from = " FROM (" + inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id";
     if (status) {
-      from += " WHERE " + status_expr(q) + " = ?";
+      from += std::string(" WHERE ") + kStatusExpr + " = ?";
       params.emplace_back(status_name);
     }
     count_sql = "SELECT COUNT(*)" + from;
-    page_sql = "SELECT r.task_id, " + status_expr(q) +
+    page_sql = std::string("SELECT r.task_id, ") + kStatusExpr +
                ", COALESCE(t.labels,'{}'), r.team, r.project, r.requests, r.cost, "
                "r.local_cost, r.first_us, r.last_us" +
                from + " ORDER BY r.cost DESC, r.task_id" + collate + " LIMIT ? OFFSET ?";
