@@ -8,37 +8,34 @@
 
 namespace ferry::ledger {
 
-Result<Rows> query_rows(const std::string& db, const std::string& sql,
-                        const std::vector<Value>& params, bool write) {
-  Rows out;
-  if (is_pg_url(db)) {
-    auto conn = PgConn::connect(db);
-    if (!conn) return conn.error();
-    std::vector<PgParam> pg;
-    for (const Value& v : params) {
-      if (const auto* text = std::get_if<std::string>(&v)) {
-        pg.emplace_back(*text);
-      } else if (const auto* i = std::get_if<int64_t>(&v)) {
-        pg.push_back(pg_int(*i));
-      } else {
-        pg.emplace_back(std::nullopt);
-      }
+Result<Rows> query_rows(PgConn& conn, const std::string& sql, const std::vector<Value>& params) {
+  std::vector<PgParam> pg;
+  for (const Value& v : params) {
+    if (const auto* text = std::get_if<std::string>(&v)) {
+      pg.emplace_back(*text);
+    } else if (const auto* i = std::get_if<int64_t>(&v)) {
+      pg.push_back(pg_int(*i));
+    } else {
+      pg.emplace_back(std::nullopt);
     }
-    auto rows = conn->run(detail::numbered_placeholders(sql), pg);
-    if (!rows) return rows.error();
-    for (int r = 0; r < rows->rows(); ++r) {
-      auto& row = out.emplace_back();
-      for (int c = 0; c < rows->columns(); ++c) row.push_back(rows->value(r, c));
-    }
-    return out;
   }
-  auto sdb = Db::open(db, !write);
-  if (!sdb) return sdb.error();
-  auto stmt = sdb->prepare(sql);
+  auto rows = conn.run(detail::numbered_placeholders(sql), pg);
+  if (!rows) return rows.error();
+  Rows out;
+  for (int r = 0; r < rows->rows(); ++r) {
+    auto& row = out.emplace_back();
+    for (int c = 0; c < rows->columns(); ++c) row.push_back(rows->value(r, c));
+  }
+  return out;
+}
+
+Result<Rows> query_rows(Db& db, const std::string& sql, const std::vector<Value>& params) {
+  auto stmt = db.prepare(sql);
   if (!stmt) return stmt.error();
   for (size_t i = 0; i < params.size(); ++i) {
     stmt->bind_value(static_cast<int>(i + 1), params[i]);
   }
+  Rows out;
   for (;;) {
     auto has = stmt->step();
     if (!has) return has.error();
@@ -47,6 +44,35 @@ Result<Rows> query_rows(const std::string& db, const std::string& sql,
     for (int c = 0; c < stmt->column_count(); ++c) row.push_back(stmt->value_at(c));
   }
   return out;
+}
+
+Result<Rows> query_rows(const std::string& db, const std::string& sql,
+                        const std::vector<Value>& params, bool write) {
+  auto conn = AnyDb::open(db, write);
+  if (!conn) return conn.error();
+  return conn->query(sql, params);
+}
+
+Result<AnyDb> AnyDb::open(const std::string& db, bool write) {
+  AnyDb out;
+  if (is_pg_url(db)) {
+    auto conn = PgConn::connect(db);
+    if (!conn) return conn.error();
+    out.pg_ = std::make_unique<PgConn>(std::move(*conn));
+    return out;
+  }
+  auto sdb = Db::open(db, !write);
+  if (!sdb) return sdb.error();
+  out.sqlite_ = std::make_unique<Db>(std::move(*sdb));
+  return out;
+}
+
+AnyDb::AnyDb(AnyDb&&) noexcept = default;
+AnyDb& AnyDb::operator=(AnyDb&&) noexcept = default;
+AnyDb::~AnyDb() = default;
+
+Result<Rows> AnyDb::query(const std::string& sql, const std::vector<Value>& params) {
+  return pg_ ? query_rows(*pg_, sql, params) : query_rows(*sqlite_, sql, params);
 }
 
 int64_t value_int(const Value& v) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,11 +14,32 @@
 
 namespace ferry::ledger {
 
+class PgConn;
 using Rows = std::vector<std::vector<Value>>;
 
 // Runs `sql` (read-only unless `write`) and returns its rows.
 Result<Rows> query_rows(const std::string& db, const std::string& sql,
                         const std::vector<Value>& params, bool write = false);
+// The same on a connection already open (inside its transaction).
+Result<Rows> query_rows(Db& db, const std::string& sql, const std::vector<Value>& params);
+Result<Rows> query_rows(PgConn& conn, const std::string& sql, const std::vector<Value>& params);
+
+// One connection to either store for several statements (a connection costs more than a small
+// query, most of all a PostgreSQL one on a loaded server). One thread at a time.
+class AnyDb {
+ public:
+  static Result<AnyDb> open(const std::string& db, bool write = false);
+  AnyDb(AnyDb&&) noexcept;
+  AnyDb& operator=(AnyDb&&) noexcept;
+  ~AnyDb();
+  Result<Rows> query(const std::string& sql, const std::vector<Value>& params);
+  bool pg() const { return pg_ != nullptr; }
+
+ private:
+  AnyDb() = default;
+  std::unique_ptr<Db> sqlite_;
+  std::unique_ptr<PgConn> pg_;
+};
 
 // A value as an integer (PostgreSQL's sums arrive as decimal text) or as text; NULL: 0 / "".
 int64_t value_int(const Value& v);

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/json_text.h"
 #include "common/sha256.h"
+#include "ledger/task_groups.h"
 #include "ledger/time_util.h"
 
 namespace ferry::ledger {
@@ -158,6 +159,10 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
   name TEXT NOT NULL, dimension TEXT NOT NULL, per_minute BIGINT NOT NULL,
   level BIGINT NOT NULL, updated_us BIGINT NOT NULL, last_grant BIGINT NOT NULL,
   PRIMARY KEY (name, dimension));
+)sql",
+    // 6: the task reports' rollup (ledger/task_groups.h): its tables, written once for both
+    // stores, are task_groups_migration_sql(), run after this.
+    R"sql(
 )sql",
 };
 
@@ -357,6 +362,11 @@ Status upsert_deltas(PgConn& conn, const char* table, const char* key,
 // The batch's rollups (store.h), one upsert per table in the rows' transaction, then the status
 // of its tasks marked before (mark_task's upsert waits for this transaction otherwise).
 Status upsert_rollups(PgConn& conn, const Rollups& rollups) {
+  const RunSql on_conn = [&conn](const std::string& sql, const std::vector<Value>& params) {
+    return query_rows(conn, sql, params);
+  };
+  auto groups = batch_group_deltas(on_conn, rollups, true);
+  if (!groups) return groups.error();
   auto upsert = [&](const auto& deltas, auto sql_of, auto values_of) -> Status {
     std::vector<ValueRef> values;
     size_t columns = 0;
@@ -380,7 +390,7 @@ Status upsert_rollups(PgConn& conn, const Rollups& rollups) {
       "AND t.status = 'open' AND t.task_id = ANY($1::text[])",
       {pg_text_array(ids)});
   if (!done) return done.error();
-  return {};
+  return upsert_task_groups(on_conn, *groups);
 }
 
 // The original requests of the batch's adjustments, and which of its ids exist already.
@@ -497,7 +507,8 @@ Status PgStore::migrate() {
                                 std::to_string(kPgSchemaVersion) + ")"));
   }
   for (int64_t v = version; v < kPgSchemaVersion; ++v) {
-    std::string sql = std::string(kPgMigrations[v]) + (v + 1 == 4 ? kBuildRollupsSql : "");
+    std::string sql = std::string(kPgMigrations[v]) + (v + 1 == 4 ? kBuildRollupsSql : "") +
+                      (v + 1 == 6 ? task_groups_migration_sql(true) : "");
     if (Status st = conn_.exec(sql); !st) {
       return fail(Error::make(ErrorCode::kUnavailable, "ledger migration to version " +
                                                            std::to_string(v + 1) +

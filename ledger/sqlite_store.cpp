@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/sha256.h"
+#include "ledger/task_groups.h"
 #include "ledger/time_util.h"
 
 namespace ferry::ledger {
@@ -200,6 +201,10 @@ CREATE TABLE IF NOT EXISTS api_keys (
   role TEXT NOT NULL, tags TEXT NOT NULL, created_us INTEGER NOT NULL, created_by TEXT NOT NULL,
   revoked_us INTEGER);
 )sql",
+    // 10: the task reports' rollup (ledger/task_groups.h): its tables, written once for both
+    // stores, are task_groups_migration_sql(), run after this.
+    R"sql(
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -229,6 +234,7 @@ Result<SqliteStore> SqliteStore::open(const std::string& path, const std::string
   for (int64_t v = version; v < kSchemaVersion; ++v) {
     std::string sql = std::string("BEGIN IMMEDIATE;") + kMigrations[v] +
                       (v + 1 == 9 ? kBuildRollupsSql : "") +
+                      (v + 1 == 10 ? task_groups_migration_sql(false) : "") +
                       "PRAGMA user_version=" + std::to_string(v + 1) + "; COMMIT;";
     auto st = store.db_.exec(sql);
     if (!st) {
@@ -438,6 +444,11 @@ Status SqliteStore::upsert_daily(Stmt& upsert, const detail::DailyDelta& d,
 }
 
 Status SqliteStore::upsert_rollups(const detail::Rollups& rollups) {
+  const RunSql on_db = [this](const std::string& sql, const std::vector<Value>& params) {
+    return query_rows(db_, sql, params);
+  };
+  auto groups = batch_group_deltas(on_db, rollups, false);
+  if (!groups) return groups.error();
   std::vector<ValueRef> values;
   auto run = [&](Stmt& stmt) {
     for (size_t i = 0; i < values.size(); ++i) stmt.bind_ref(static_cast<int>(i + 1), values[i]);
@@ -467,7 +478,7 @@ Status SqliteStore::upsert_rollups(const detail::Rollups& rollups) {
     for (size_t i = 0; i < n; ++i) stmt->bind(static_cast<int>(i + 1), *ids[begin + i]);
     if (auto st = stmt->run(); !st) return st;
   }
-  return {};
+  return upsert_task_groups(on_db, *groups);
 }
 
 Result<std::vector<Status>> SqliteStore::append(std::vector<LedgerEntry*>& entries,

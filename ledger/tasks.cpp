@@ -9,6 +9,7 @@
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
 #include "ledger/sqlite_db.h"
+#include "ledger/task_groups.h"
 #include "ledger/time_util.h"
 #include "ledger/verify.h"
 
@@ -25,13 +26,7 @@ std::string labels_text(const std::map<std::string, std::string>& labels) {
 }
 
 std::map<std::string, std::string> labels_from(const std::string& text) {
-  std::map<std::string, std::string> out;
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_object()) return out;
-  for (const auto& [k, v] : j.items()) {
-    if (v.is_string()) out[k] = v.get<std::string>();
-  }
-  return out;
+  return detail::task_labels_from(text);
 }
 
 TaskStatus status_of(const std::string& text) {
@@ -77,6 +72,20 @@ Result<MarkOutcome> mark_sqlite(const std::string& path, const TaskMark& mark) {
     (void)db->exec("ROLLBACK");
     return st.error();
   }
+  // The task's sums move from open to its outcome and labels (before the status changes).
+  const detail::RunSql on_db = [&db](const std::string& sql, const std::vector<Value>& params) {
+    return query_rows(*db, sql, params);
+  };
+  auto groups =
+      detail::mark_group_deltas(on_db, mark.task_id, std::string(task_status_name(mark.status)),
+                                utc_day(mark.marked_us), mark.labels);
+  if (groups) {
+    if (Status st = detail::upsert_task_groups(on_db, *groups); !st) groups = st.error();
+  }
+  if (!groups) {
+    (void)db->exec("ROLLBACK");
+    return groups.error();
+  }
   // The rollup's copy (a task without rows yet gets it when its first row is rolled up).
   auto rollup = db->prepare("UPDATE task_totals SET status=? WHERE task_id=?");
   if (!rollup) return rollup.error();
@@ -109,6 +118,17 @@ Result<MarkOutcome> mark_pg(const std::string& url, const TaskMark& mark) {
         "ON CONFLICT (task_id) DO UPDATE SET status=excluded.status",
         {mark.task_id, std::string(task_status_name(mark.status))});
     if (!rollup) return rollup.error();
+    // That row is locked now (a writer's batch of the task waits, or was waited for): the
+    // task's sums move from open to its outcome and labels.
+    const detail::RunSql on_conn = [&conn](const std::string& sql,
+                                           const std::vector<Value>& params) {
+      return query_rows(*conn, sql, params);
+    };
+    auto groups =
+        detail::mark_group_deltas(on_conn, mark.task_id, std::string(task_status_name(mark.status)),
+                                  utc_day(mark.marked_us), mark.labels);
+    if (!groups) return groups.error();
+    if (Status st = detail::upsert_task_groups(on_conn, *groups); !st) return st.error();
     if (Status st = conn->exec("COMMIT"); !st) return st.error();
     return MarkOutcome{MarkResult::kCreated, mark};
   }
@@ -119,11 +139,6 @@ Result<MarkOutcome> mark_pg(const std::string& url, const TaskMark& mark) {
   if (got->rows() == 0) return Error::make(ErrorCode::kInternal, "task mark vanished");
   return compare(mark, TaskMark{mark.task_id, status_of(got->text(0, 0)),
                                 labels_from(got->text(0, 1)), got->text(0, 2), got->integer(0, 3)});
-}
-
-Result<Rows> query(const std::string& db, const std::string& sql,
-                   const std::vector<Value>& params) {
-  return query_rows(db, sql, params);
 }
 
 int64_t num(const Value& v) {
@@ -172,16 +187,11 @@ std::string in_list(const std::set<std::string>& items, std::vector<Value>& para
   return out + ")";
 }
 
-// The per-task sums, as a subquery `r` with the rollup's columns (task_id, team, project, day,
-// requests, tokens, cost, status, first_us, last_us, local_requests, local_tokens, local_cost):
-// the rollup itself, or the rows matching the filter grouped by task (adjustments included, as
-// the rollup has them). The rollup's local columns are 0: local_sums() adds them.
+// The per-task sums of the rows matching the filter, as a subquery `r` (task_id, team, project,
+// day, requests, tokens, cost, status, first_us, last_us, local_requests, local_tokens,
+// local_cost; adjustments included, as the rollups have them; status 'open': the `tasks` row
+// joined as `t` has the outcome).
 std::string per_task_sql(const TaskReportQuery& q, std::vector<Value>& params) {
-  if (use_rollup(q)) {
-    return "SELECT task_id, team, project, day, requests, tokens, cost, status, first_us, "
-           "last_us, 0 AS local_requests, 0 AS local_tokens, 0 AS local_cost FROM task_totals "
-           "WHERE requests > 0";
-  }
   std::string local = "0=1";
   if (!q.local_targets.empty()) {
     std::vector<Value> ignored;
@@ -204,10 +214,8 @@ std::string per_task_sql(const TaskReportQuery& q, std::vector<Value>& params) {
   return sql + " GROUP BY task_id";
 }
 
-// The task's status: the rollup's copy, or the `tasks` row joined as `t`.
-std::string status_expr(const TaskReportQuery& q) {
-  return use_rollup(q) ? "r.status" : "COALESCE(t.status,'open')";
-}
+// The task's status from the `tasks` row joined as `t` (the rows' path).
+constexpr const char* kStatusExpr = "COALESCE(t.status,'open')";
 
 Result<std::string> group_expr(const std::string& by, bool pg, std::vector<Value>& params) {
   if (by.empty()) return std::string("''");
@@ -230,32 +238,110 @@ Result<std::string> group_expr(const std::string& by, bool pg, std::vector<Value
                      "by", "invalid_value");
 }
 
-Result<std::string> currency_of(const std::string& db) {
-  auto rows = query(db, "SELECT value FROM meta WHERE key='currency'", {});
+Result<std::string> currency_of(AnyDb& db) {
+  auto rows = db.query("SELECT value FROM meta WHERE key='currency'", {});
   if (!rows) return rows.error();
   return rows->empty() ? std::string() : text(rows->front()[0]);
 }
 
-// The local share of each (group, status) from task_targets, added to the report's groups.
-Status add_local_sums(const std::string& db, const TaskReportQuery& q, const std::string& group,
-                      const std::vector<Value>& group_params, std::vector<TaskGroup>& groups) {
-  if (!use_rollup(q) || q.local_targets.empty()) return {};
-  std::vector<Value> params = group_params;
-  std::string sql = "SELECT " + group + " AS g, r.status, SUM(x.requests), SUM(x.tokens), " +
-                    "SUM(x.cost) FROM task_targets AS x JOIN task_totals AS r ON r.task_id = " +
-                    "x.task_id LEFT JOIN tasks AS t ON t.task_id = r.task_id WHERE x.target IN " +
-                    in_list(q.local_targets, params) + " AND r.requests > 0 GROUP BY g, r.status";
-  auto rows = query(db, sql, params);
-  if (!rows) return rows.error();
-  for (const auto& row : *rows) {
-    for (auto& g : groups) {
-      if (g.group != text(row[0]) || g.status != status_of(text(row[1]))) continue;
-      g.local_requests = num(row[2]);
-      g.local_tokens = num(row[3]);
-      g.local_cost = Money::from_micros(num(row[4]));
+// The column of task_groups a report groups by (label "" rows; a label's rows apart).
+Result<std::string> rollup_group(const std::string& by) {
+  if (by.empty()) return std::string("''");
+  if (by == "team" || by == "project" || by == "day") return by;
+  if (by == "month") return std::string("substr(day,1,7)");
+  std::vector<Value> ignored;
+  return group_expr(by, false, ignored);  // the same error for anything else
+}
+
+void add_group_row(std::map<std::pair<std::string, TaskStatus>, TaskGroup>& out,
+                   const std::vector<Value>& row, bool targets, int64_t sign = 1) {
+  TaskGroup& g = out[{text(row[0]), status_of(text(row[1]))}];
+  g.group = text(row[0]);
+  g.status = status_of(text(row[1]));
+  size_t c = 2;
+  if (!targets) {
+    g.tasks += sign * num(row[c++]);
+    g.requests += sign * num(row[c++]);
+    g.tokens += sign * num(row[c++]);
+    g.cost = Money::from_micros(g.cost.micros() + sign * num(row[c++]));
+  } else {
+    g.local_requests += sign * num(row[c++]);
+    g.local_tokens += sign * num(row[c++]);
+    g.local_cost = Money::from_micros(g.local_cost.micros() + sign * num(row[c++]));
+  }
+}
+
+// The report from task_groups and task_group_targets (no filter of the rows): a few rows per
+// (status, day, team, project), whatever the number of tasks. A label's report takes its
+// values' groups from the label's rows, and the tasks without the label ("" group) as the
+// status' totals less them.
+Result<std::vector<TaskGroup>> rollup_report(AnyDb& db, const TaskReportQuery& q) {
+  const bool by_label = q.by.starts_with("label:");
+  auto group = rollup_group(q.by);
+  if (!group) return group.error();
+  std::map<std::pair<std::string, TaskStatus>, TaskGroup> groups;
+  for (bool targets : {false, true}) {
+    if (targets && q.local_targets.empty()) break;
+    std::vector<Value> params;
+    const std::string table = targets ? "task_group_targets" : "task_groups";
+    const std::string sums = targets ? "SUM(requests), SUM(tokens), SUM(cost)"
+                                     : "SUM(tasks), SUM(requests), SUM(tokens), SUM(cost)";
+    std::string where = targets ? " AND target IN " + in_list(q.local_targets, params) : "";
+    auto totals =
+        db.query("SELECT " + (by_label ? std::string("''") : *group) + " AS g, status, " + sums +
+                     " FROM " + table + " WHERE label = ''" + where + " GROUP BY g, status",
+                 params);
+    if (!totals) return totals.error();
+    for (const auto& row : *totals) add_group_row(groups, row, targets);
+    if (!by_label) continue;
+    std::vector<Value> label_params = {q.by.substr(6)};
+    if (targets) label_params.insert(label_params.end(), params.begin(), params.end());
+    auto values =
+        db.query("SELECT value, status, " + sums + " FROM " + table +
+                     " WHERE label = ? AND value <> ''" + where + " GROUP BY value, status",
+                 label_params);
+    if (!values) return values.error();
+    for (const auto& row : *values) {
+      add_group_row(groups, row, targets);
+      std::vector<Value> rest = row;
+      rest[0] = std::string();
+      add_group_row(groups, rest, targets, -1);
     }
   }
-  return {};
+  std::vector<TaskGroup> out;
+  for (auto& [key, g] : groups) {
+    if (g.tasks > 0) out.push_back(std::move(g));  // a group whose tasks all moved is gone
+  }
+  return out;
+}
+
+// The report from the rows matching the filter, grouped by task then by group.
+Result<std::vector<TaskGroup>> raw_report(AnyDb& db, const TaskReportQuery& q,
+                                          const std::string& group,
+                                          const std::vector<Value>& group_params) {
+  std::vector<Value> params = group_params;
+  std::string inner = per_task_sql(q, params);
+  std::string sql = "SELECT " + group + " AS g, " + std::string(kStatusExpr) +
+                    " AS s, COUNT(*), SUM(r.requests), SUM(r.tokens), SUM(r.local_tokens), "
+                    "SUM(r.cost), SUM(r.local_cost), SUM(r.local_requests) FROM (" +
+                    inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id GROUP BY g, s";
+  std::vector<TaskGroup> out;
+  auto rows = db.query(sql, params);
+  if (!rows) return rows.error();
+  for (const auto& row : *rows) {
+    TaskGroup g;
+    g.group = text(row[0]);
+    g.status = status_of(text(row[1]));
+    g.tasks = num(row[2]);
+    g.requests = num(row[3]);
+    g.tokens = num(row[4]);
+    g.local_tokens = num(row[5]);
+    g.cost = Money::from_micros(num(row[6]));
+    g.local_cost = Money::from_micros(num(row[7]));
+    g.local_requests = num(row[8]);
+    out.push_back(std::move(g));
+  }
+  return out;
 }
 
 std::string json_text(const nlohmann::ordered_json& j) {
@@ -323,48 +409,35 @@ Result<std::set<std::string>> task_key_ids(const std::string& db, const std::str
   return out;
 }
 
-Result<TaskReport> task_report(const std::string& db, const TaskReportQuery& q) {
+Result<TaskReport> task_report(const std::string& db_path, const TaskReportQuery& q) {
   std::vector<Value> group_params;
-  auto group = group_expr(q.by, is_pg_url(db), group_params);
+  auto group = group_expr(q.by, is_pg_url(db_path), group_params);
   if (!group) return group.error();
-  std::vector<Value> params = group_params;
-  std::string inner = per_task_sql(q, params);
-  std::string sql = "SELECT " + *group + " AS g, " + status_expr(q) +
-                    " AS s, COUNT(*), SUM(r.requests), SUM(r.tokens), SUM(r.local_tokens), "
-                    "SUM(r.cost), SUM(r.local_cost), SUM(r.local_requests) FROM (" +
-                    inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id GROUP BY g, s";
+  auto db = AnyDb::open(db_path);
+  if (!db) return db.error();
   TaskReport report;
   report.by = q.by;
-  auto cur = currency_of(db);
+  auto cur = currency_of(*db);
   if (!cur) return cur.error();
   report.currency = *cur;
-  auto rows = query(db, sql, params);
-  if (!rows) return rows.error();
-  for (const auto& row : *rows) {
-    TaskGroup g;
-    g.group = text(row[0]);
-    g.status = status_of(text(row[1]));
-    g.tasks = num(row[2]);
-    g.requests = num(row[3]);
-    g.tokens = num(row[4]);
-    g.local_tokens = num(row[5]);
-    g.cost = Money::from_micros(num(row[6]));
-    g.local_cost = Money::from_micros(num(row[7]));
-    g.local_requests = num(row[8]);
-    report.rows.push_back(std::move(g));
+  if (use_rollup(q)) {
+    auto rows = rollup_report(*db, q);
+    if (!rows) return rows.error();
+    report.rows = std::move(*rows);
+  } else {
+    auto rows = raw_report(*db, q, *group, group_params);
+    if (!rows) return rows.error();
+    report.rows = std::move(*rows);
   }
   // By group (bytewise, in both stores), then status.
   std::sort(report.rows.begin(), report.rows.end(), [](const TaskGroup& a, const TaskGroup& b) {
     return std::tie(a.group, a.status) < std::tie(b.group, b.status);
   });
-  if (Status st = add_local_sums(db, q, *group, group_params, report.rows); !st) {
-    return st.error();
-  }
   return report;
 }
 
 // The local cost of the listed tasks from task_targets (the rollup's page of top tasks).
-Status add_local_costs(const std::string& db, const TaskReportQuery& q, TopTasks& top) {
+Status add_local_costs(AnyDb& db, const TaskReportQuery& q, TopTasks& top) {
   if (!use_rollup(q) || q.local_targets.empty() || top.tasks.empty()) return {};
   std::vector<Value> params;
   std::string sql = "SELECT task_id, SUM(cost) FROM task_targets WHERE target IN " +
@@ -373,7 +446,7 @@ Status add_local_costs(const std::string& db, const TaskReportQuery& q, TopTasks
     sql += i == 0 ? "?" : ",?";
     params.emplace_back(top.tasks[i].task_id);
   }
-  auto rows = query(db, sql + ") GROUP BY task_id", params);
+  auto rows = db.query(sql + ") GROUP BY task_id", params);
   if (!rows) return rows.error();
   for (const auto& row : *rows) {
     for (auto& t : top.tasks) {
@@ -383,28 +456,54 @@ Status add_local_costs(const std::string& db, const TaskReportQuery& q, TopTasks
   return {};
 }
 
-Result<TopTasks> top_tasks(const std::string& db, const TaskReportQuery& q,
+// The count, then the page: without a filter of the rows, the count from task_groups and the
+// page from task_totals' cost index (by status: its (status, cost) index), the labels of the
+// page's tasks alone joined; with one, from the rows grouped by task.
+Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
                            std::optional<TaskStatus> status, int64_t limit, int64_t offset) {
+  auto db = AnyDb::open(db_path);
+  if (!db) return db.error();
+  const bool rollup = use_rollup(q);
+  const std::string status_name = status ? std::string(task_status_name(*status)) : "";
+  const char* collate = db->pg() ? " COLLATE \"C\"" : "";
   std::vector<Value> params;
-  std::string inner = per_task_sql(q, params);
-  std::string from = " FROM (" + inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id";
-  if (status) {
-    from += " WHERE " + status_expr(q) + " = ?";
-    params.emplace_back(std::string(task_status_name(*status)));
+  std::string count_sql;
+  std::string page_sql;
+  if (rollup) {
+    count_sql = "SELECT COALESCE(SUM(tasks),0) FROM task_groups WHERE label = ''";
+    std::string where = " WHERE requests > 0";
+    if (status) {
+      count_sql += " AND status = ?";
+      where += " AND status = ?";
+      params.emplace_back(status_name);
+    }
+    page_sql =
+        "SELECT r.task_id, r.status, COALESCE(t.labels,'{}'), r.team, r.project, "
+        "r.requests, r.cost, 0, r.first_us, r.last_us FROM (SELECT * FROM task_totals" +
+        where + " ORDER BY cost DESC, task_id" + collate +
+        " LIMIT ? OFFSET ?) AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id ORDER BY "
+        "r.cost DESC, r.task_id" +
+        collate;
+  } else {
+    std::string inner = per_task_sql(q, params);
+    std::string from = " FROM (" + inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id";
+    if (status) {
+      from += std::string(" WHERE ") + kStatusExpr + " = ?";
+      params.emplace_back(status_name);
+    }
+    count_sql = "SELECT COUNT(*)" + from;
+    page_sql = std::string("SELECT r.task_id, ") + kStatusExpr +
+               ", COALESCE(t.labels,'{}'), r.team, r.project, r.requests, r.cost, "
+               "r.local_cost, r.first_us, r.last_us" +
+               from + " ORDER BY r.cost DESC, r.task_id" + collate + " LIMIT ? OFFSET ?";
   }
   TopTasks top;
-  auto counted = query(db, "SELECT COUNT(*)" + from, params);
+  auto counted = db->query(count_sql, params);
   if (!counted) return counted.error();
   top.total = counted->empty() ? 0 : num(counted->front()[0]);
-  const char* collate = is_pg_url(db) ? " COLLATE \"C\"" : "";
   params.emplace_back(limit);
   params.emplace_back(offset);
-  auto rows = query(db,
-                    "SELECT r.task_id, " + status_expr(q) +
-                        ", COALESCE(t.labels,'{}'), r.team, r.project, r.requests, r.cost, "
-                        "r.local_cost, r.first_us, r.last_us" +
-                        from + " ORDER BY r.cost DESC, r.task_id" + collate + " LIMIT ? OFFSET ?",
-                    params);
+  auto rows = db->query(page_sql, params);
   if (!rows) return rows.error();
   for (const auto& row : *rows) {
     TopTask t;
@@ -420,7 +519,7 @@ Result<TopTasks> top_tasks(const std::string& db, const TaskReportQuery& q,
     t.last_us = num(row[9]);
     top.tasks.push_back(std::move(t));
   }
-  if (Status st = add_local_costs(db, q, top); !st) return st.error();
+  if (Status st = add_local_costs(*db, q, top); !st) return st.error();
   return top;
 }
 
@@ -553,8 +652,9 @@ Result<std::string> task_requests_json(const std::string& db_path, const std::st
   const std::vector<std::string> names(std::begin(kDrillColumns), std::end(kDrillColumns));
   const std::string page = "SELECT id FROM requests WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?";
   const std::vector<Value> params = {task_id, limit, offset};
-  auto got = query(
-      db_path,
+  auto db = AnyDb::open(db_path);
+  if (!db) return db.error();
+  auto got = db->query(
       "SELECT " + joined(names) + " FROM requests WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?",
       params);
   if (!got) return got.error();
@@ -562,10 +662,9 @@ Result<std::string> task_requests_json(const std::string& db_path, const std::st
       "attempt",    "target",       "upstream_model", "status",        "http_status",
       "error_code", "input_tokens", "output_tokens",  "price_version", "cost_total"};
   auto attempts =
-      query(db_path,
-            "SELECT request_id," + joined(anames) + " FROM attempts WHERE request_id IN (" + page +
-                ") ORDER BY request_id, attempt",
-            params);
+      db->query("SELECT request_id," + joined(anames) + " FROM attempts WHERE request_id IN (" +
+                    page + ") ORDER BY request_id, attempt",
+                params);
   if (!attempts) return attempts.error();
   std::map<std::string, nlohmann::ordered_json> attempts_of;
   for (const auto& a : *attempts) {
@@ -575,11 +674,10 @@ Result<std::string> task_requests_json(const std::string& db_path, const std::st
   }
   const std::vector<std::string> pnames = {"version", "model",     "input",   "cached_input",
                                            "output",  "reasoning", "internal"};
-  auto prices = query(db_path,
-                      "SELECT " + joined(pnames) +
-                          " FROM prices WHERE version IN (SELECT price_version FROM requests "
-                          "WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?)",
-                      params);
+  auto prices = db->query("SELECT " + joined(pnames) +
+                              " FROM prices WHERE version IN (SELECT price_version FROM requests "
+                              "WHERE task_id=? ORDER BY seq LIMIT ? OFFSET ?)",
+                          params);
   if (!prices) return prices.error();
   std::map<std::string, nlohmann::ordered_json> price_of;
   for (const auto& p : *prices) {

@@ -249,6 +249,16 @@ describe('the console in chromium', () => {
         const d = recorded.decision || {};
         assert.equal(await page.textContent('#explain-decision'), JSON.stringify(d.targets || d.action || d));
       }
+      if (name === 'backends') {
+        // The page is /admin/backends: each target, its backend, health and breaker state.
+        const backends = await api('/admin/backends', kKeys.admin);
+        assert.ok(backends.backends.length > 0);
+        for (const col of ['target', 'backend', 'kind', 'circuit']) {
+          assert.deepEqual(await cells(page, 'backends-table', col), backends.backends.map((b) => String(b[col])));
+        }
+        assert.deepEqual(await cells(page, 'backends-table', 'healthy'),
+                         backends.backends.map((b) => (b.healthy ? 'yes' : 'no')));
+      }
       await shot(page, name);
     }
     const keys = await api('/admin/keys', kKeys.admin);

@@ -32,7 +32,7 @@ int64_t micros(const std::string& decimal) {
 
 class ConsoleTest : public OwnConfigTest {
  protected:
-  void start(const std::string& extra_server = "") {
+  void start(const std::string& extra_server = "", const std::string& extra_config = "") {
     std::string cfg = standard_config(upstream_.address);
     const std::string keys = "auth:\n  keys:\n";
     cfg.insert(cfg.find(keys) + keys.size(), std::string("    - id: finance-key\n      key: ") +
@@ -45,6 +45,7 @@ class ConsoleTest : public OwnConfigTest {
     cfg +=
         "prices:\n  - { model: gpt-test, effective_from: 2026-01-01, input: 1.50, output: "
         "10.00 }\n";
+    cfg += extra_config;
     ferry_ = start_ferry(dir_, cfg);
   }
 
@@ -444,6 +445,60 @@ TEST_F(ConsoleTest, TablesExportCsvWithTheSameNumbers) {
   json cli = json::parse(in);
   EXPECT_EQ(spend_total, micros(cli["totals"]["cost"]["total"].get<std::string>()));
   EXPECT_GT(spend_total, 0);
+}
+
+// A budget's row: its limit, what its scope spent (the ledger report's figure), nothing
+// reserved once the requests settled, what is left, the period's reset (the next first of the
+// month, UTC) and the burn-rate projection (spent × the period's length / the time gone, within
+// what the clock said before and after the call).
+TEST_F(ConsoleTest, BudgetsShowLimitSpentReservedResetAndProjection) {
+  start("",
+        "budgets:\n  - { name: team-a-month, scope: team, match: team-a, amount: 250.00, "
+        "period: month }\n");
+  chat("b-1");
+  chat("b-2");
+  auto now_us = [] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  const int64_t before = now_us();
+  auto r = call("GET", "/v1/ledger/budgets", "", auth_headers(kFinanceKey));
+  const int64_t after = now_us();
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  ASSERT_EQ(r->body_json()["budgets"].size(), 1u) << r->body;
+  const json b = r->body_json()["budgets"][0];
+  EXPECT_EQ(b["name"], "team-a-month");
+  EXPECT_EQ(b["period"], "month");
+  auto report = call("GET", "/v1/ledger/report?by=team&team=team-a&format=json", "",
+                     auth_headers(kFinanceKey));
+  ASSERT_TRUE(report);
+  const int64_t spent = micros(b["spent"].get<std::string>());
+  EXPECT_EQ(spent, micros(report->body_json()["totals"]["cost"]["total"].get<std::string>()));
+  EXPECT_GT(spent, 0);
+  EXPECT_EQ(micros(b["limit"].get<std::string>()), 250'000'000);
+  EXPECT_EQ(micros(b["reserved"].get<std::string>()), 0);
+  EXPECT_EQ(micros(b["left"].get<std::string>()), 250'000'000 - spent);
+  // The period: this month, UTC, from its first day to the next month's.
+  using namespace std::chrono;
+  const int64_t start_us = b["period_start_us"].get<int64_t>();
+  const int64_t end_us = b["resets_at_us"].get<int64_t>();
+  auto day_of = [](int64_t us) {
+    return year_month_day(floor<days>(sys_time<microseconds>(microseconds(us))));
+  };
+  const year_month_day today = day_of(before);
+  EXPECT_EQ(day_of(start_us), today.year() / today.month() / 1);
+  EXPECT_EQ(day_of(end_us), (today.year() / today.month() + months(1)) / 1);
+  EXPECT_EQ(start_us % 86'400'000'000LL, 0);
+  EXPECT_EQ(end_us % 86'400'000'000LL, 0);
+  // Projected: spent × length / gone, for a "now" between the two clock readings.
+  ASSERT_GT(before, start_us);
+  const __int128 length = end_us - start_us;
+  const int64_t projected = micros(b["projected"].get<std::string>());
+  EXPECT_GE(projected, static_cast<int64_t>(spent * length / (after - start_us)));
+  EXPECT_LE(projected, static_cast<int64_t>(spent * length / (before - start_us)));
+  EXPECT_GT(projected, spent);
 }
 
 }  // namespace

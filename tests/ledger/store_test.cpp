@@ -860,6 +860,30 @@ void record_task_rows(LedgerStore& t, Ledger& ledger, const std::string& db) {
                kJune15 + 1};
     ASSERT_TRUE(mark_task(db, m));
   }
+  // Rows after the marks: task-2 (completed) in its own group; task-1 (completed, team-1) from
+  // a smaller team and task-3 (open, June 16) from an earlier day: both change group, moving
+  // their sums whole, local and not; then task-3 marked with two labels.
+  const int64_t day = 86400000000LL;
+  struct Later {
+    const char* task;
+    const char* team;
+    int64_t at;
+    const char* target;
+  };
+  for (Later later : {Later{"task-2", "team-2", kJune15, "gpu-large"},
+                      Later{"task-1", "team-0", kJune15 + day, "local-small"},
+                      Later{"task-3", "team-0", kJune15 - day, "gpu-large"}}) {
+    RequestRecord r = simple_record(later.target, tokens_of(50, 0, 9, 0), later.at);
+    r.team = later.team;
+    r.task_id = later.task;
+    ASSERT_TRUE(record_durably(ledger, r));
+  }
+  TaskMark labelled{"task-3",
+                    TaskStatus::kCompleted,
+                    {{"feature", "f1"}, {"tier", "gold"}},
+                    "key-a",
+                    kJune15 + 2 * day};
+  ASSERT_TRUE(mark_task(db, labelled));
   (void)t;
 }
 
@@ -879,13 +903,37 @@ void expect_same_reports(const TaskReport& a, const TaskReport& b) {
   }
 }
 
+// Every task report from the rollups equals the same report from the rows, and adds up to
+// `task_cost` (the rows' cost with a task, adjustments included).
+void expect_task_reports_equal_rows(const std::string& db, int64_t task_cost) {
+  TaskReportQuery q;
+  q.local_targets = {"local-small"};
+  for (std::string by :
+       {"", "team", "project", "day", "month", "label:feature", "label:tier", "label:none"}) {
+    SCOPED_TRACE("by " + by);
+    q.by = by;
+    q.force_raw = false;
+    auto rolled = task_report(db, q);
+    ASSERT_TRUE(rolled) << rolled.error().message;
+    q.force_raw = true;
+    auto raw = task_report(db, q);
+    ASSERT_TRUE(raw) << raw.error().message;
+    expect_same_reports(*rolled, *raw);
+    int64_t sum = 0;
+    for (const auto& g : rolled->rows) sum += g.cost.micros();
+    EXPECT_EQ(sum, task_cost);
+  }
+}
+
 constexpr const char* kTaskPrices = R"(
 - {model: gpu-large, effective_from: 2026-01-01, input: 3.00, cached_input: 0.30, output: 15.00, reasoning: 15.00}
 - {model: local-small, effective_from: 2026-01-01, input: 0.10, cached_input: 0.01, output: 0.20, reasoning: 0.20, internal: true}
 )";
 
-// The rollups (task_totals, task_targets, daily_key) answer as the rows do, to the micro-unit,
-// adjustments included; and a ledger migrated from schema 8 gets them built from its rows.
+// The rollups (task_totals, task_targets, daily_key, task_groups, task_group_targets) answer as
+// the rows do, to the micro-unit, adjustments included, after rows that move a task to another
+// group and marks that move it to its outcome and labels; and a ledger migrated from schema 8
+// (or 9, before task_groups) gets them built from its rows.
 TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
   const std::string db = db_->config("").path;
   {
@@ -894,31 +942,17 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
     record_task_rows(*this, **opened, db);
   }
   auto check = [&] {
+    expect_task_reports_equal_rows(
+        db, db_->scalar("SELECT SUM(COALESCE(cost_total,0)) FROM requests WHERE task_id <> ''"));
     TaskReportQuery q;
     q.local_targets = {"local-small"};
-    int64_t task_cost =
-        db_->scalar("SELECT SUM(COALESCE(cost_total,0)) FROM requests WHERE task_id <> ''");
-    for (std::string by : {"", "team", "day", "label:feature"}) {
-      SCOPED_TRACE("by " + by);
-      q.by = by;
-      q.force_raw = false;
-      auto rolled = task_report(db, q);
-      ASSERT_TRUE(rolled) << rolled.error().message;
-      q.force_raw = true;
-      auto raw = task_report(db, q);
-      ASSERT_TRUE(raw) << raw.error().message;
-      expect_same_reports(*rolled, *raw);
-      int64_t sum = 0;
-      for (const auto& g : rolled->rows) sum += g.cost.micros();
-      EXPECT_EQ(sum, task_cost);  // the adjustment included
-    }
     q.by = "";
     q.force_raw = false;
     auto by_status = task_report(db, q);
     ASSERT_TRUE(by_status);
     std::map<TaskStatus, int64_t> tasks;
     for (const auto& g : by_status->rows) tasks[g.status] += g.tasks;
-    EXPECT_EQ(tasks[TaskStatus::kCompleted], 2);
+    EXPECT_EQ(tasks[TaskStatus::kCompleted], 3);
     EXPECT_EQ(tasks[TaskStatus::kAbandoned], 1);
     EXPECT_EQ(tasks[TaskStatus::kFailed], 1);  // task-8, marked before its rows
     for (std::optional<TaskStatus> status :
@@ -956,10 +990,25 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
   };
   check();
   EXPECT_GT(db_->scalar("SELECT COUNT(*) FROM task_totals"), 10);
+  // The label's groups: task-1 and task-3 have feature f1 (task-5's is f1 too, abandoned).
+  EXPECT_EQ(db_->scalar("SELECT SUM(tasks) FROM task_groups WHERE label='feature' AND "
+                        "value='f1' AND status='completed'"),
+            2);
+  // Back to the schema before the task groups; opening the ledger builds them again.
+  const int64_t group_rows = db_->scalar("SELECT COUNT(*) FROM task_groups WHERE tasks > 0");
+  ASSERT_TRUE(db_->exec("DROP TABLE task_groups; DROP TABLE task_group_targets"));
+  ASSERT_TRUE(db_->exec(db_->shared() ? "UPDATE meta SET value='5' WHERE key='schema_version'"
+                                      : "PRAGMA user_version=9"));
+  {
+    auto reopened = Ledger::open(db_->config("gw-1"), catalog_from(kTaskPrices), {});
+    ASSERT_TRUE(reopened) << reopened.error().message;
+  }
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM task_groups"), group_rows);
+  check();
   // Back to the schema before the rollups; opening the ledger builds them from the rows.
   ASSERT_TRUE(
       db_->exec("DROP TABLE daily_key; DROP TABLE task_totals; DROP TABLE task_targets; "
-                "DROP TABLE api_keys"));
+                "DROP TABLE api_keys; DROP TABLE task_groups; DROP TABLE task_group_targets"));
   ASSERT_TRUE(db_->exec(db_->shared() ? "UPDATE meta SET value='3' WHERE key='schema_version'"
                                       : "PRAGMA user_version=8"));
   {
@@ -968,6 +1017,57 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
   }
   EXPECT_GT(db_->scalar("SELECT COUNT(*) FROM task_totals"), 10);
   check();
+}
+
+// Writers (two instances on PostgreSQL) append rows of the same tasks, from several teams and
+// days, while another thread marks those tasks: the task groups still equal the rows.
+TEST_P(LedgerStore, ConcurrentWritersAndMarksKeepTheTaskGroupsExact) {
+  const std::string db = db_->config("").path;
+  std::vector<std::unique_ptr<Ledger>> ledgers;
+  for (const char* instance : {"gw-1", "gw-2"}) {
+    if (!ledgers.empty() && !db_->shared()) break;  // a SQLite ledger has one writer
+    auto opened = Ledger::open(db_->config(instance), catalog_from(kTaskPrices), {});
+    ASSERT_TRUE(opened) << opened.error().message;
+    ledgers.push_back(std::move(*opened));
+  }
+  constexpr int kTasks = 24;
+  constexpr int kRowsPerThread = 300;
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Ledger& ledger = *ledgers[t % ledgers.size()];
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        int n = t * kRowsPerThread + i;
+        RequestRecord r = simple_record(n % 3 == 0 ? "local-small" : "gpu-large",
+                                        tokens_of(10 + n % 50, 0, 5 + n % 7, 0),
+                                        kJune15 + (n % 4) * 86400000000LL);
+        r.team = "team-" + std::to_string((n / 7) % 3);
+        r.task_id = "task-" + std::to_string((n * 7) % kTasks);
+        ledger.record(std::move(r), [&](const Status& st) {
+          if (!st) failed.fetch_add(1);
+        });
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int k = 0; k < kTasks; k += 2) {
+      TaskMark m{"task-" + std::to_string(k),
+                 k % 4 == 0 ? TaskStatus::kCompleted : TaskStatus::kFailed,
+                 {{"feature", "f" + std::to_string(k % 3)}},
+                 "key-a",
+                 kJune15 + (k % 5) * 86400000000LL};
+      if (!mark_task(db, m)) failed.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  for (auto& t : threads) t.join();
+  for (auto& l : ledgers) l->flush();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM requests"), 4 * kRowsPerThread);
+  expect_task_reports_equal_rows(db, db_->scalar("SELECT SUM(COALESCE(cost_total,0)) FROM "
+                                                 "requests WHERE task_id <> ''"));
+  EXPECT_EQ(db_->scalar("SELECT SUM(tasks) FROM task_groups WHERE label = ''"), kTasks);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, LedgerStore, ::testing::Values("sqlite", "postgres"),
