@@ -373,9 +373,16 @@ std::size_t Matcher::walk_trie(const Stacks& start, std::vector<std::uint64_t>& 
 // vocabulary, rule state and depth); null for a string frame or a complete stack.
 std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Stacks& s, std::size_t i) {
   const std::uint32_t depth = s.ends[i] - s.begin(i);
-  if (depth == 0 || !grammar_->masks) return nullptr;
-  const Frame& top = s.frames[s.ends[i] - 1];
-  if (grammar_->rules[top.rule].kind != RuleKind::kNfa) return nullptr;
+  if (depth == 0) return nullptr;
+  return state_entry(s.frames[s.ends[i] - 1], depth);
+}
+
+// The depth matters only where a token could push the stack to kMaxFrames (the closure stops
+// there): never in a grammar whose stacks stay below it, whose entries are keyed without it.
+std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Frame& top,
+                                                              std::uint32_t depth) {
+  if (!grammar_->masks || grammar_->rules[top.rule].kind != RuleKind::kNfa) return nullptr;
+  if (grammar_->max_frames <= kMaxFrames) depth = 1;
   const std::uint64_t key =
       (std::uint64_t{top.rule} << 40) | (std::uint64_t{depth} << 32) | top.state;
   if (auto e = grammar_->masks->find(vocab_->serial(), key)) return e;
@@ -397,6 +404,24 @@ std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Stacks& s, s
   }
   grammar_->masks->insert(vocab_->serial(), key, e);
   return e;
+}
+
+std::size_t Matcher::prepare_state_masks() {
+  for (const Rule& rule : grammar_->rules) {
+    if (rule.kind == RuleKind::kRun) vocab_->run_table(rule.run_bytes);  // made on first use
+  }
+  if (!grammar_->masks || grammar_->max_frames > kMaxFrames) return 0;
+  std::size_t made = 0;
+  for (std::uint32_t r = 0; r < grammar_->rules.size(); ++r) {
+    const Rule& rule = grammar_->rules[r];
+    if (rule.kind != RuleKind::kNfa) continue;
+    for (std::uint32_t st = 0; st < rule.states.size(); ++st) {
+      if (rule.states[st].bytes.empty()) continue;  // no stack stops here
+      const auto e = state_entry(Frame{r, st, 0}, 1);
+      if (e && !e->cheap) ++made;
+    }
+  }
+  return made;
 }
 
 void Matcher::apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,

@@ -54,6 +54,14 @@ class Matcher {
   // Fewest bytes that complete the document from here (0 when complete).
   std::uint64_t shortest_completion() const { return min_cost(cur_); }
 
+  // Computes the state mask of every rule state now (in the grammar's StateMasks, for this
+  // vocabulary), and the vocabulary's tables of the grammar's class runs, so that no later step
+  // of any sequence walks a state for the first time. State masks only
+  // for grammars whose stacks stay below kMaxFrames (the entries of others depend on the
+  // depth; they fill as sequences reach them). Returns the entries kept (expensive states).
+  // Costs a trie walk per state: run it off the request path (a compile thread).
+  std::size_t prepare_state_masks();
+
   // States whose trie walk visits fewer nodes than this keep no state mask (default
   // kCheapNodes; 0 keeps one for every rule state: tests compare both ways).
   void set_state_mask_threshold(std::size_t nodes) { cheap_nodes_ = nodes; }
@@ -106,6 +114,7 @@ class Matcher {
                         std::vector<TokenId>* uncertain = nullptr,
                         std::uint64_t* max_after = nullptr);
   std::shared_ptr<const StateMasks::Entry> state_entry(const Stacks& s, std::size_t i);
+  std::shared_ptr<const StateMasks::Entry> state_entry(const Frame& top, std::uint32_t depth);
   void apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,
                    std::vector<std::uint64_t>& mask);
   void string_fast_path(const Stacks& s, std::size_t i, std::vector<std::uint64_t>& mask);
