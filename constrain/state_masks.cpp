@@ -20,6 +20,11 @@ void StateMasks::insert(std::uint64_t vocab, std::uint64_t key,
   if (by_vocab_[vocab].emplace(key, std::move(entry)).second) bytes_ += size;
 }
 
+bool StateMasks::claim_prepare(std::uint64_t vocab) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return prepared_.emplace(vocab, true).second;
+}
+
 std::size_t StateMasks::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;

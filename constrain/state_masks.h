@@ -31,12 +31,16 @@ class StateMasks {
   std::shared_ptr<const Entry> find(std::uint64_t vocab, std::uint64_t key) const;
   void insert(std::uint64_t vocab, std::uint64_t key, std::shared_ptr<const Entry> entry);
   std::size_t bytes() const;
+  // True the first time for this vocabulary: the caller then computes every entry up front
+  // (Matcher::prepare_state_masks), once per grammar and vocabulary.
+  bool claim_prepare(std::uint64_t vocab);
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<std::uint64_t, std::unordered_map<std::uint64_t, std::shared_ptr<const Entry>>>
       by_vocab_;
   std::size_t bytes_ = 0;
+  std::unordered_map<std::uint64_t, bool> prepared_;  // by vocabulary
 };
 
 }  // namespace ferry::constrain
