@@ -108,6 +108,7 @@ void run_vocab(const testing::TestVocab& tv, int walks, double slow_us) {
     std::shared_ptr<const Grammar> grammar;
     std::size_t prepared = 0;
     double prepare_ms = 0;
+    double prepared_mb = 0;
     for (int w = 0; w < walks; ++w) {
       // Compiled each time (timed), but walked on the first grammar: the way a cached
       // schema is served (its state masks fill up on the first walks).
@@ -125,6 +126,7 @@ void run_vocab(const testing::TestVocab& tv, int walks, double slow_us) {
           const double p0 = thread_cpu_us();
           prepared = Matcher(grammar, tv.vocab).prepare_state_masks();
           prepare_ms = (thread_cpu_us() - p0) / 1000;
+          prepared_mb = static_cast<double>(grammar->masks->bytes()) / (1 << 20);
         }
       }
       Matcher m(grammar, tv.vocab);
@@ -157,9 +159,11 @@ void run_vocab(const testing::TestVocab& tv, int walks, double slow_us) {
     const double cold_p99 = percentile(first_walk_us, 0.99);
     std::printf(
         "%-8s %7zu  %-12s steps %6zu  mask p50 %8.1f us  p99 %8.1f us  max %8.1f us  "
-        "first walk p99 %8.1f us  compile p50 %7.1f us p99 %7.1f us  prepared %4zu in %6.1f ms\n",
+        "first walk p99 %8.1f us  compile p50 %7.1f us p99 %7.1f us  prepared %4zu in %6.1f ms, "
+        "%5.1f MB\n",
         tv.name.c_str(), tv.vocab->size(), c.name, steps, p50, p99, step_us.back(), cold_p99,
-        percentile(compile_us, 0.5), percentile(compile_us, 0.99), prepared, prepare_ms);
+        percentile(compile_us, 0.5), percentile(compile_us, 0.99), prepared, prepare_ms,
+        prepared_mb);
   }
   const double p50 = percentile(all, 0.5);
   const double p99 = percentile(all, 0.99);

@@ -397,10 +397,19 @@ std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Frame& top,
   const std::size_t visited = walk_trie(one_, e->accepted, &e->uncertain, &e->max_after);
   limit_ = limit;
   depth_offset_ = 0;
+  std::size_t accepted = 0;
+  for (const std::uint64_t w : e->accepted) accepted += __builtin_popcountll(w);
   if (visited < cheap_nodes_) {
     e->cheap = true;
     e->accepted.clear();
     e->uncertain.clear();
+  } else if (accepted * StateMasks::kSparse < e->accepted.size()) {
+    // Few tokens (a punctuation or white-space state): their ids, not a whole mask.
+    for (std::size_t w = 0; w < e->accepted.size(); ++w)
+      for (std::uint64_t bits = e->accepted[w]; bits; bits &= bits - 1)
+        e->accepted_ids.push_back(static_cast<TokenId>(w * 64 + __builtin_ctzll(bits)));
+    e->accepted.clear();
+    e->accepted.shrink_to_fit();
   }
   grammar_->masks->insert(vocab_->serial(), key, e);
   return e;
@@ -426,7 +435,11 @@ std::size_t Matcher::prepare_state_masks() {
 
 void Matcher::apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,
                           std::vector<std::uint64_t>& mask) {
-  for (std::size_t w = 0; w < mask.size(); ++w) mask[w] |= e.accepted[w];
+  if (e.accepted.empty()) {
+    for (const TokenId id : e.accepted_ids) mask[id / 64] |= std::uint64_t{1} << (id % 64);
+  } else {
+    for (std::size_t w = 0; w < mask.size(); ++w) mask[w] |= e.accepted[w];
+  }
   one_.clear();
   one_.frames.assign(s.frames.begin() + s.begin(i), s.frames.begin() + s.ends[i]);
   one_.ends.push_back(static_cast<std::uint32_t>(one_.frames.size()));

@@ -27,9 +27,9 @@ namespace ferry::constrain {
 
 class Matcher {
  public:
-  static constexpr std::size_t kMaxFrames = 64;    // nesting bound (rule calls)
-  static constexpr std::size_t kMaxStacks = 128;   // alternatives kept (more: the first ones)
-  static constexpr std::size_t kCheapNodes = 512;  // trie nodes below which no state mask is kept
+  static constexpr std::size_t kMaxFrames = 64;   // nesting bound (rule calls)
+  static constexpr std::size_t kMaxStacks = 128;  // alternatives kept (more: the first ones)
+  static constexpr std::size_t kCheapNodes = 16;  // trie nodes below which no state mask is kept
 
   Matcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocabulary);
 

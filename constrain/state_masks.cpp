@@ -13,8 +13,9 @@ std::shared_ptr<const StateMasks::Entry> StateMasks::find(std::uint64_t vocab,
 
 void StateMasks::insert(std::uint64_t vocab, std::uint64_t key,
                         std::shared_ptr<const Entry> entry) {
-  const std::size_t size = 64 + entry->accepted.size() * sizeof(std::uint64_t) +
-                           entry->uncertain.size() * sizeof(tokenizer::TokenId);
+  const std::size_t size =
+      64 + entry->accepted.size() * sizeof(std::uint64_t) +
+      (entry->accepted_ids.size() + entry->uncertain.size()) * sizeof(tokenizer::TokenId);
   std::lock_guard<std::mutex> lock(mu_);
   if (bytes_ + size > kMaxBytes) return;  // full: the walk is done each time instead
   if (by_vocab_[vocab].emplace(key, std::move(entry)).second) bytes_ += size;

@@ -19,14 +19,17 @@ namespace ferry::constrain {
 class StateMasks {
  public:
   struct Entry {
-    bool cheap = false;                         // the plain trie walk is cheap: nothing kept
-    std::vector<std::uint64_t> accepted;        // tokens accepted in any context
-    std::vector<tokenizer::TokenId> uncertain;  // tokens to check against the real stack
+    bool cheap = false;                            // the plain trie walk is cheap: nothing kept
+    std::vector<std::uint64_t> accepted;           // tokens accepted in any context (a mask)...
+    std::vector<tokenizer::TokenId> accepted_ids;  // ...or, when few (accepted empty), their ids
+    std::vector<tokenizer::TokenId> uncertain;     // tokens to check against the real stack
     // The longest shortest-completion (bytes) of the frames the start becomes after an
     // accepted token: below + this within the budget means every accepted token fits.
     std::uint64_t max_after = 0;
   };
   static constexpr std::size_t kMaxBytes = std::size_t{256} << 20;
+  // Accepted tokens are kept as ids when fewer than mask words / kSparse.
+  static constexpr std::size_t kSparse = 2;
 
   std::shared_ptr<const Entry> find(std::uint64_t vocab, std::uint64_t key) const;
   void insert(std::uint64_t vocab, std::uint64_t key, std::shared_ptr<const Entry> entry);
