@@ -421,11 +421,15 @@ std::size_t Matcher::prepare_state_masks() {
   }
   if (!grammar_->masks || grammar_->max_frames > kMaxFrames) return 0;
   std::size_t made = 0;
+  std::size_t walked = 0;
   for (std::uint32_t r = 0; r < grammar_->rules.size(); ++r) {
     const Rule& rule = grammar_->rules[r];
     if (rule.kind != RuleKind::kNfa) continue;
     for (std::uint32_t st = 0; st < rule.states.size(); ++st) {
       if (rule.states[st].bytes.empty()) continue;  // no stack stops here
+      // A huge grammar (a hostile schema near the state limit) is prepared in part; its other
+      // states fill as sequences reach them.
+      if (++walked > kPrepareStates || grammar_->masks->bytes() > kPrepareBytes) return made;
       const auto e = state_entry(Frame{r, st, 0}, 1);
       if (e && !e->cheap) ++made;
     }

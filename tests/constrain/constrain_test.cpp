@@ -464,6 +464,20 @@ TEST(ConstrainMask, PreparedStateMasksEqualBruteForce) {
     EXPECT_GT(prepare.prepare_state_masks(), 0u);
     for (std::uint64_t seed = 21; seed <= 23; ++seed) check_masks_by_brute_force(*tv, g, seed, 40);
   }
+  // A grammar past Matcher::kPrepareStates (an enum of 6,000 values) is prepared in part; the
+  // states left fill as the walks reach them.
+  std::string values;
+  for (int i = 0; i < 6000; ++i) values += (i ? ",\"v" : "\"v") + std::to_string(i * 7919) + "\"";
+  const auto big = schema_grammar(R"({"type":"array","items":{"enum":[)" + values + "]}}");
+  ASSERT_NE(big, nullptr);
+  std::size_t reading = 0;  // states a stack may stop at
+  for (const Rule& r : big->rules)
+    for (const NfaState& st : r.states) reading += st.bytes.empty() ? 0 : 1;
+  EXPECT_GT(reading, Matcher::kPrepareStates);
+  Matcher big_prepare(big, tv->vocab);
+  big_prepare.set_state_mask_threshold(0);
+  EXPECT_GT(big_prepare.prepare_state_masks(), 0u);
+  check_masks_by_brute_force(*tv, big, 24, 30);
   // A recursive grammar's entries depend on the depth: nothing is made up front.
   const auto tree = schema_grammar(
       R"({"$defs":{"n":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"$ref":"#/$defs/n"})");
