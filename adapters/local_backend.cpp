@@ -223,9 +223,30 @@ struct LocalBackend::Impl {
   TemplateTools template_tools;                        // how the template writes tool calls
   std::shared_ptr<const constrain::Vocabulary> vocab;  // the constraint engine's view of tok
   constrain::GrammarCache grammars;
+  // Every state mask of a newly compiled grammar is computed here for the model's vocabulary,
+  // once per grammar, while its first requests run (they fill masks as they go meanwhile):
+  // later steps never walk a state for the first time. Apart from compile_pool, so that a
+  // long preparation (json_object: 25-40 ms at 152k tokens) never delays a compilation.
+  asio::thread_pool prepare_pool{1};  // declared before compile_pool: joined after it
   // Constraints compile here, off the I/O loops and off the scheduler thread (one thread: a
   // cache hit costs a hand-off; a miss a few ms at the p99 of the schema set).
   asio::thread_pool compile_pool{1};
+  // json_object is one grammar for every request (with the template's think block or
+  // without): compiled and prepared at load, on prepare_pool.
+  void prepare_json_object() {
+    std::vector<constrain::ThinkBlock> thinks{constrain::ThinkBlock{}};
+    if (!template_tools.think_begin.empty()) thinks.push_back(think_block(template_tools));
+    for (const constrain::ThinkBlock& think : thinks) {
+      auto g = grammars.json_object({}, think);
+      if (g && g->grammar->masks && g->grammar->masks->claim_prepare(vocab->serial()))
+        constrain::Matcher(g->grammar, vocab).prepare_state_masks();
+    }
+  }
+  void prepare_masks(const std::shared_ptr<const constrain::Grammar>& grammar) {
+    if (!grammar->masks || !grammar->masks->claim_prepare(vocab->serial())) return;
+    asio::post(prepare_pool,
+               [grammar, v = vocab] { constrain::Matcher(grammar, v).prepare_state_masks(); });
+  }
   std::unique_ptr<engine::Scheduler> scheduler;
 
   // Compiles `c` on the compile pool; the coroutine waits on its own executor.
@@ -325,6 +346,7 @@ asio::awaitable<Result<constrain::CompiledGrammar>> LocalBackend::Impl::compile(
   auto job = std::make_shared<Job>(co_await asio::this_coro::executor);
   asio::post(compile_pool, [this, job, c] {
     job->out = compile_constraint(c, grammars);
+    if (*job->out) prepare_masks((*job->out)->grammar);
     job->done.try_send(boost::system::error_code{});
   });
   auto [ec] = co_await job->done.async_receive(kAwait);
@@ -385,6 +407,7 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::open(const config::BackendCo
   };
   impl->scheduler =
       std::make_unique<engine::Scheduler>(std::move(eng), options, std::move(piece), eog);
+  asio::post(impl->prepare_pool, [im = impl.get()] { im->prepare_json_object(); });
   return std::unique_ptr<LocalBackend>(new LocalBackend(std::move(impl)));
 }
 
@@ -398,6 +421,10 @@ int64_t LocalBackend::context_length() const {
 
 engine::LoadSnapshot LocalBackend::load() const {
   return impl_->scheduler->load();
+}
+
+constrain::GrammarCache& LocalBackend::grammar_cache() {
+  return impl_->grammars;
 }
 
 BackendLoad LocalBackend::load_facts() const {

@@ -16,6 +16,7 @@
 #include "adapters/backend.h"
 #include "api/embeddings_parse.h"
 #include "config/config.h"
+#include "constrain/cache.h"
 #include "local_engine/scheduler.h"
 
 namespace ferry::adapters {
@@ -51,6 +52,8 @@ class LocalBackend final : public Backend {
   Result<int64_t> count_prompt(Endpoint endpoint, std::string_view body) const;
   // The scheduler's load (gateway/metrics.h renders it as the ferry_local_* families).
   engine::LoadSnapshot load() const;
+  // The compiled constraints (tests observe which thread compiles: GrammarCache::observe_compiles).
+  constrain::GrammarCache& grammar_cache();
 
  private:
   struct Impl;

@@ -7,6 +7,12 @@
 #include "common/sha256.h"
 
 namespace ferry::adapters {
+
+constrain::ThinkBlock think_block(const TemplateTools& t) {
+  if (t.think_begin.empty()) return {};
+  return constrain::ThinkBlock{t.think_begin, t.think_end, t.token_markers};
+}
+
 namespace {
 
 constexpr const char* kPythonTag = "<|python_tag|>";  // Llama 3.1+: may open a call
@@ -43,9 +49,7 @@ Result<ConstraintRequest> response_format_request(const api::ChatRequest& r,
                                                   const TemplateTools& t) {
   const api::ResponseFormat& f = *r.response_format;
   ConstraintRequest c;
-  if (!thinking_off(r) && !t.think_begin.empty()) {
-    c.think = constrain::ThinkBlock{t.think_begin, t.think_end, t.token_markers};
-  }
+  if (!thinking_off(r)) c.think = think_block(t);
   if (f.type == "json_object") {
     c.mode = ConstraintMode::kJsonObject;
     return c;

@@ -50,6 +50,9 @@ struct TemplateTools {
   // that token only (find_token_markers).
   std::vector<std::string> token_markers;
 };
+// The think block a response_format document may open with on this template (empty when the
+// template does not think).
+constrain::ThinkBlock think_block(const TemplateTools& t);
 // The constraint's syntax for a template's format (think block included when `thinking`).
 constrain::ToolCallSyntax tool_call_syntax(const TemplateTools& t, bool thinking);
 TemplateTools detect_template_tools(const tokenizer::ChatFormatter& chat);

@@ -6,7 +6,9 @@
 // Prints p50 / p99 / max microseconds per step per vocabulary and schema. See bench/README.md.
 // With --cpu 1 a step is timed by this thread's CPU clock (robust to a loaded machine), else by
 // the wall clock. --slow US prints the text before each later-walk step slower than US.
-//   constrain_bench [--walks N] [--vocab NAME]... [--cpu 0|1] [--slow US]
+// --prepare 1 (default) computes every state mask of a grammar before its first walk, as the
+// served path does on its compile thread (timed apart: "prepared N in MS"); 0 leaves them lazy.
+//   constrain_bench [--walks N] [--vocab NAME]... [--cpu 0|1] [--slow US] [--prepare 0|1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -59,10 +61,31 @@ Result<Grammar> compile_case(const Case& c, const CompileOptions& o) {
 
 // This thread's CPU time: a step's own work, whatever else the machine runs (--cpu).
 bool cpu_time = false;
+// Every state mask computed before the first walk (--prepare 1, the default), as served.
+bool prepare = true;
 double thread_cpu_us() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
+}
+
+// The last bytes of a walk's text on one line (control bytes escaped), for --slow.
+std::string shown_tail(const std::string& text) {
+  constexpr std::size_t kShown = 80;
+  std::string out;
+  for (std::size_t i = text.size() > kShown ? text.size() - kShown : 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
 }
 
 double percentile(std::vector<double>& v, double p) {
@@ -83,6 +106,9 @@ void run_vocab(const testing::TestVocab& tv, int walks, double slow_us) {
     std::vector<double> step_us;
     std::vector<double> first_walk_us;
     std::shared_ptr<const Grammar> grammar;
+    std::size_t prepared = 0;
+    double prepare_ms = 0;
+    double prepared_mb = 0;
     for (int w = 0; w < walks; ++w) {
       // Compiled each time (timed), but walked on the first grammar: the way a cached
       // schema is served (its state masks fill up on the first walks).
@@ -93,7 +119,16 @@ void run_vocab(const testing::TestVocab& tv, int walks, double slow_us) {
         std::printf("%s: %s\n", c.name, g.error().message.c_str());
         return;
       }
-      if (!grammar) grammar = std::make_shared<const Grammar>(std::move(g).value());
+      if (!grammar) {
+        grammar = std::make_shared<const Grammar>(std::move(g).value());
+        if (prepare) {
+          // As the served path does on its compile thread once per grammar and vocabulary.
+          const double p0 = thread_cpu_us();
+          prepared = Matcher(grammar, tv.vocab).prepare_state_masks();
+          prepare_ms = (thread_cpu_us() - p0) / 1000;
+          prepared_mb = static_cast<double>(grammar->masks->bytes()) / (1 << 20);
+        }
+      }
       Matcher m(grammar, tv.vocab);
       std::mt19937_64 rng(static_cast<std::uint64_t>(w) + 1);
       std::vector<TokenId> allowed;
@@ -106,7 +141,7 @@ void run_vocab(const testing::TestVocab& tv, int walks, double slow_us) {
         const double us = cpu_time ? thread_cpu_us() - c0 : wall;
         (w == 0 ? first_walk_us : step_us).push_back(us);
         if (slow_us > 0 && us > slow_us && w > 0)
-          std::printf("  slow %s %.0f us after: %s\n", c.name, us, text.c_str());
+          std::printf("  slow %s %.0f us after: %s\n", c.name, us, shown_tail(text).c_str());
         allowed.clear();
         for (std::size_t i = 0; i < mask.size(); ++i)
           for (std::uint64_t bits = mask[i]; bits; bits &= bits - 1)
@@ -124,9 +159,11 @@ void run_vocab(const testing::TestVocab& tv, int walks, double slow_us) {
     const double cold_p99 = percentile(first_walk_us, 0.99);
     std::printf(
         "%-8s %7zu  %-12s steps %6zu  mask p50 %8.1f us  p99 %8.1f us  max %8.1f us  "
-        "first walk p99 %8.1f us  compile p50 %7.1f us p99 %7.1f us\n",
+        "first walk p99 %8.1f us  compile p50 %7.1f us p99 %7.1f us  prepared %4zu in %6.1f ms, "
+        "%5.1f MB\n",
         tv.name.c_str(), tv.vocab->size(), c.name, steps, p50, p99, step_us.back(), cold_p99,
-        percentile(compile_us, 0.5), percentile(compile_us, 0.99));
+        percentile(compile_us, 0.5), percentile(compile_us, 0.99), prepared, prepare_ms,
+        prepared_mb);
   }
   const double p50 = percentile(all, 0.5);
   const double p99 = percentile(all, 0.99);
@@ -147,6 +184,7 @@ int main(int argc, char** argv) {
     if (a == "--vocab") vocabs.emplace_back(argv[i + 1]);
     if (a == "--slow") slow_us = std::stod(argv[i + 1]);
     if (a == "--cpu") ferry::constrain::cpu_time = std::string(argv[i + 1]) == "1";
+    if (a == "--prepare") ferry::constrain::prepare = std::string(argv[i + 1]) == "1";
   }
   if (vocabs.empty()) vocabs = {"llama2", "cl100k", "qwen152k", "o200k"};
   for (const std::string& name : vocabs) {

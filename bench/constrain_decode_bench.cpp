@@ -3,12 +3,14 @@
 // of unconstrained). Tokens per CPU-second of the process over decode-only steps (sampling and
 // mask computation included, robust to other load on the machine), times the thread count;
 // the ratio constrained / unconstrained is taken within one run, per pair of back-to-back runs
-// (their order alternating from pair to pair) and of the bests. Then the mask per step: each
-// constrained stream's tokens are replayed through a fresh Matcher over a freshly compiled
-// grammar (its state masks cold, as in the run) with every fill_mask timed on one thread,
-// p50/p99 set beside the unconstrained run's wall time per decode step (forward + sampling).
+// (their order alternating from pair to pair) and of the bests. The grammar's state masks are
+// prepared before the runs, as the served path does. Then the mask per step: each constrained
+// stream's tokens are replayed through a fresh Matcher over a freshly compiled and prepared
+// grammar with every fill_mask timed on one thread, p50/p99 set beside the unconstrained run's
+// wall time per decode step (forward + sampling). Speculative decoding is off unless
+// --speculative 1.
 //   constrain_decode_bench [--model FILE] [--preset smollm2-360m|qwen2.5-0.5b] [--threads 2]
-//                          [--gen 64] [--reps 3]
+//                          [--gen 64] [--reps 3] [--speculative 0|1]
 // Without --model, the model is synthesized (random weights, real shapes, its real vocabulary);
 // preset qwen2.5-0.5b is Qwen2.5-0.5B's shape with the 151,936-token Qwen-sized vocabulary of
 // the constraint tests (tests/constrain/test_vocab.h).
@@ -56,6 +58,11 @@ struct Run {
   std::vector<std::vector<engine::TokenId>> outputs;  // per stream
 };
 
+// --speculative 1: prompt-lookup drafts as served. Off by default: a constrained output of
+// random weights repeats its structure (keys, punctuation), so drafts are taken far more often
+// than in the unconstrained noise, and the ratio would measure that, not the mask's cost.
+bool speculative = false;
+
 Run run(const std::string& path, int threads, int64_t gen, int streams,
         const std::shared_ptr<const constrain::Grammar>& grammar,
         const std::shared_ptr<const constrain::Vocabulary>& vocab) {
@@ -72,6 +79,7 @@ Run run(const std::string& path, int threads, int64_t gen, int streams,
   engine::SchedulerOptions options;
   options.max_sequences = 16;
   options.prefix_cache = false;
+  options.speculative.enabled = speculative;
   options.on_step = [&](const engine::StepStats& s) {
     const double now = process_cpu_seconds();
     const auto wall_now = std::chrono::steady_clock::now();
@@ -117,6 +125,7 @@ std::vector<double> replay_masks(const std::vector<std::vector<engine::TokenId>>
                                  const std::shared_ptr<const constrain::Vocabulary>& vocab) {
   constrain::GrammarCache fresh;
   auto grammar = fresh.json_schema(kSchema);
+  constrain::Matcher(grammar->grammar, vocab).prepare_state_masks();  // as the run's
   std::vector<double> us;
   std::vector<uint64_t> mask;
   for (const auto& tokens : outputs) {
@@ -152,6 +161,7 @@ int main(int argc, char** argv) {
     if (a == "--threads") threads = std::stoi(argv[i + 1]);
     if (a == "--gen") gen = std::stoll(argv[i + 1]);
     if (a == "--reps") reps = std::stoi(argv[i + 1]);
+    if (a == "--speculative") speculative = std::string(argv[i + 1]) == "1";
   }
   std::filesystem::path tmp;
   if (path.empty()) {
@@ -188,8 +198,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", grammar.error().message.c_str());
     return 1;
   }
-  std::printf("model %s, vocabulary %zu, threads %d, gen %lld, best of %d\n", path.c_str(),
-              vocab->size(), threads, static_cast<long long>(gen), reps);
+  // Every state mask computed up front, as the served path does once per grammar.
+  constrain::Matcher(grammar->grammar, vocab).prepare_state_masks();
+  std::printf("model %s, vocabulary %zu, threads %d, gen %lld, best of %d, speculative %s\n",
+              path.c_str(), vocab->size(), threads, static_cast<long long>(gen), reps,
+              speculative ? "on" : "off");
   for (int streams : {1, 8}) {
     double best_free = 0, best_constrained = 0, step_us = 0;
     std::vector<std::vector<engine::TokenId>> outputs;

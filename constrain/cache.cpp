@@ -74,6 +74,12 @@ Result<CompiledGrammar> GrammarCache::get(const std::string& key,
       return CompiledGrammar{it->second.grammar, hash};
     }
   }
+  std::shared_ptr<const std::function<void(std::string_view)>> observer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    observer = observer_;
+  }
+  if (observer) (*observer)(key);
   auto grammar = compile();
   if (!grammar) return std::move(grammar).error();
   auto shared = std::make_shared<const Grammar>(std::move(grammar).value());
@@ -88,6 +94,12 @@ Result<CompiledGrammar> GrammarCache::get(const std::string& key,
     lru_.pop_back();
   }
   return CompiledGrammar{shared, hash};
+}
+
+void GrammarCache::observe_compiles(std::function<void(std::string_view key)> observer) {
+  auto shared = std::make_shared<const std::function<void(std::string_view)>>(std::move(observer));
+  std::lock_guard<std::mutex> lock(mu_);
+  observer_ = std::move(shared);
 }
 
 std::size_t GrammarCache::size() const {

@@ -38,6 +38,10 @@ class GrammarCache {
 
   std::size_t size() const;
   std::uint64_t hits() const;
+  // Called on the compiling thread before each compilation (a miss) with the cache key (it
+  // starts with the mode: "json_schema\n", "json_object\n", "tools\n"); tests observe where
+  // and when compilation runs.
+  void observe_compiles(std::function<void(std::string_view key)> observer);
 
  private:
   Result<CompiledGrammar> get(const std::string& key,
@@ -52,6 +56,7 @@ class GrammarCache {
   std::unordered_map<std::string, Entry> entries_;  // by hash
   std::list<std::string> lru_;                      // most recent first
   std::uint64_t hits_ = 0;
+  std::shared_ptr<const std::function<void(std::string_view)>> observer_;  // under mu_
 };
 
 }  // namespace ferry::constrain

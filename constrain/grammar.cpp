@@ -189,10 +189,34 @@ void compute_distances(std::vector<Rule>& rules) {
   }
 }
 
+// Frames a stack holds at most from rule r down (1 + its deepest callee), by a depth-first
+// walk of the call graph; kNoPath when r reaches a rule still on the walk (recursion).
+std::uint32_t frames_below(const std::vector<Rule>& rules, std::uint32_t r,
+                           std::vector<std::uint32_t>& memo, std::vector<char>& on_path) {
+  if (memo[r] != 0) return memo[r];
+  if (on_path[r]) return kNoPath;
+  on_path[r] = 1;
+  std::uint32_t most = 1;
+  for (const NfaState& st : rules[r].states) {
+    for (const CallEdge& c : st.calls) {
+      const std::uint32_t below = frames_below(rules, c.rule, memo, on_path);
+      most = below == kNoPath ? kNoPath : std::max(most, below + 1);
+      if (most == kNoPath) break;
+    }
+    if (most == kNoPath) break;
+  }
+  on_path[r] = 0;
+  memo[r] = most;
+  return most;
+}
+
 }  // namespace
 
 Grammar GrammarBuilder::finish(std::uint32_t root) {
   compute_distances(grammar_.rules);
+  std::vector<std::uint32_t> memo(grammar_.rules.size(), 0);
+  std::vector<char> on_path(grammar_.rules.size(), 0);
+  grammar_.max_frames = frames_below(grammar_.rules, root, memo, on_path);
   grammar_.root = root;
   grammar_.masks = std::make_shared<StateMasks>();
   Grammar out = std::move(grammar_);

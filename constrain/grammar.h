@@ -110,6 +110,9 @@ struct Grammar {
   std::vector<Rule> rules;
   std::uint32_t root = 0;
   std::vector<std::string> markers;  // the texts of the marker tokens (MarkerEdge)
+  // The most frames a parse stack can hold: the longest chain of calls from the root, plus one
+  // (set by finish()); kNoPath when a rule can call itself (recursion, bounded by the matcher).
+  std::uint32_t max_frames = kNoPath;
   // Masks of expensive rule states, filled by the matchers that use this grammar (its own
   // synchronisation; see state_masks.h).
   std::shared_ptr<StateMasks> masks;

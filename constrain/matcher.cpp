@@ -373,9 +373,16 @@ std::size_t Matcher::walk_trie(const Stacks& start, std::vector<std::uint64_t>& 
 // vocabulary, rule state and depth); null for a string frame or a complete stack.
 std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Stacks& s, std::size_t i) {
   const std::uint32_t depth = s.ends[i] - s.begin(i);
-  if (depth == 0 || !grammar_->masks) return nullptr;
-  const Frame& top = s.frames[s.ends[i] - 1];
-  if (grammar_->rules[top.rule].kind != RuleKind::kNfa) return nullptr;
+  if (depth == 0) return nullptr;
+  return state_entry(s.frames[s.ends[i] - 1], depth);
+}
+
+// The depth matters only where a token could push the stack to kMaxFrames (the closure stops
+// there): never in a grammar whose stacks stay below it, whose entries are keyed without it.
+std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Frame& top,
+                                                              std::uint32_t depth) {
+  if (!grammar_->masks || grammar_->rules[top.rule].kind != RuleKind::kNfa) return nullptr;
+  if (grammar_->max_frames <= kMaxFrames) depth = 1;
   const std::uint64_t key =
       (std::uint64_t{top.rule} << 40) | (std::uint64_t{depth} << 32) | top.state;
   if (auto e = grammar_->masks->find(vocab_->serial(), key)) return e;
@@ -390,18 +397,53 @@ std::shared_ptr<const StateMasks::Entry> Matcher::state_entry(const Stacks& s, s
   const std::size_t visited = walk_trie(one_, e->accepted, &e->uncertain, &e->max_after);
   limit_ = limit;
   depth_offset_ = 0;
+  std::size_t accepted = 0;
+  for (const std::uint64_t w : e->accepted) accepted += __builtin_popcountll(w);
   if (visited < cheap_nodes_) {
     e->cheap = true;
     e->accepted.clear();
     e->uncertain.clear();
+  } else if (accepted * StateMasks::kSparse < e->accepted.size()) {
+    // Few tokens (a punctuation or white-space state): their ids, not a whole mask.
+    for (std::size_t w = 0; w < e->accepted.size(); ++w)
+      for (std::uint64_t bits = e->accepted[w]; bits; bits &= bits - 1)
+        e->accepted_ids.push_back(static_cast<TokenId>(w * 64 + __builtin_ctzll(bits)));
+    e->accepted.clear();
+    e->accepted.shrink_to_fit();
   }
   grammar_->masks->insert(vocab_->serial(), key, e);
   return e;
 }
 
+std::size_t Matcher::prepare_state_masks() {
+  for (const Rule& rule : grammar_->rules) {
+    if (rule.kind == RuleKind::kRun) vocab_->run_table(rule.run_bytes);  // made on first use
+  }
+  if (!grammar_->masks || grammar_->max_frames > kMaxFrames) return 0;
+  std::size_t made = 0;
+  std::size_t walked = 0;
+  for (std::uint32_t r = 0; r < grammar_->rules.size(); ++r) {
+    const Rule& rule = grammar_->rules[r];
+    if (rule.kind != RuleKind::kNfa) continue;
+    for (std::uint32_t st = 0; st < rule.states.size(); ++st) {
+      if (rule.states[st].bytes.empty()) continue;  // no stack stops here
+      // A huge grammar (a hostile schema near the state limit) is prepared in part; its other
+      // states fill as sequences reach them.
+      if (++walked > kPrepareStates || grammar_->masks->bytes() > kPrepareBytes) return made;
+      const auto e = state_entry(Frame{r, st, 0}, 1);
+      if (e && !e->cheap) ++made;
+    }
+  }
+  return made;
+}
+
 void Matcher::apply_entry(const StateMasks::Entry& e, const Stacks& s, std::size_t i,
                           std::vector<std::uint64_t>& mask) {
-  for (std::size_t w = 0; w < mask.size(); ++w) mask[w] |= e.accepted[w];
+  if (e.accepted.empty()) {
+    for (const TokenId id : e.accepted_ids) mask[id / 64] |= std::uint64_t{1} << (id % 64);
+  } else {
+    for (std::size_t w = 0; w < mask.size(); ++w) mask[w] |= e.accepted[w];
+  }
   one_.clear();
   one_.frames.assign(s.frames.begin() + s.begin(i), s.frames.begin() + s.ends[i]);
   one_.ends.push_back(static_cast<std::uint32_t>(one_.frames.size()));

@@ -1,10 +1,40 @@
 #include "local_engine/sampler.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace ferry::engine {
+
+void sort_by_logit(std::vector<Candidate>& candidates, std::vector<Candidate>& scratch) {
+  constexpr size_t kRadixFrom = 2048;  // below: a comparison sort is as fast
+  if (candidates.size() < kRadixFrom) {
+    std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    return;
+  }
+  // A key whose ascending unsigned order is the floats' descending order (-0 counted as +0).
+  const auto key = [](float f) {
+    const uint32_t u = std::bit_cast<uint32_t>(f + 0.0f);
+    return (u & 0x80000000u) != 0 ? u : ~u & 0x7fffffffu;
+  };
+  constexpr int kBits = 11;  // three passes over 32 bits
+  constexpr uint32_t kBuckets = 1u << kBits;
+  scratch.resize(candidates.size());
+  for (int shift = 0; shift < 32; shift += kBits) {
+    std::array<uint32_t, kBuckets> at{};
+    for (const Candidate& c : candidates) ++at[(key(c.first) >> shift) & (kBuckets - 1)];
+    uint32_t sum = 0;
+    for (uint32_t& n : at) sum += std::exchange(n, sum);
+    for (const Candidate& c : candidates)
+      scratch[at[(key(c.first) >> shift) & (kBuckets - 1)]++] = c;
+    candidates.swap(scratch);
+  }
+}
 
 Sampler::Sampler(SamplingParams params)
     : params_(std::move(params)), rng_state_(params_.seed ^ 0x9e3779b97f4a7c15ull) {}
@@ -111,13 +141,14 @@ int32_t Sampler::draw() {
                       candidates_.end(), by_logit);
     candidates_.resize(keep);
   } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    sort_by_logit(candidates_, sorted_);
   }
 
   // Softmax with temperature, as probabilities in place of logits.
   const float max_logit = candidates_.front().first;
   double sum = 0.0;
-  std::vector<double> probs(candidates_.size());
+  std::vector<double>& probs = probs_;
+  probs.resize(candidates_.size());
   for (size_t i = 0; i < candidates_.size(); ++i) {
     probs[i] = std::exp(static_cast<double>(candidates_[i].first - max_logit) /
                         static_cast<double>(params_.temperature));

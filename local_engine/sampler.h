@@ -34,6 +34,13 @@ struct SamplingParams {
 // What sample() returns when a constraint allows no token (or only banned ones).
 inline constexpr int32_t kNoAllowedToken = -1;
 
+// (logit, token id) pairs, as the sampler ranks them.
+using Candidate = std::pair<float, int32_t>;
+// Sorts candidates given in ascending id order by logit, largest first, ties by id (the order
+// of a comparison sort on (logit desc, id asc); -0 and +0 tie). Long lists (a whole vocabulary)
+// by a stable radix sort on the floats' bits, in linear time; `scratch` is its buffer.
+void sort_by_logit(std::vector<Candidate>& candidates, std::vector<Candidate>& scratch);
+
 class Sampler {
  public:
   explicit Sampler(SamplingParams params);
@@ -55,8 +62,10 @@ class Sampler {
   SamplingParams params_;
   uint64_t rng_state_;
   std::vector<int32_t> history_;
-  std::vector<std::pair<float, int32_t>> candidates_;  // scratch
-  std::vector<uint64_t> mask_;                         // scratch: the constraint's mask
+  std::vector<Candidate> candidates_;  // scratch
+  std::vector<Candidate> sorted_;      // scratch: sort_by_logit's buffer
+  std::vector<double> probs_;          // scratch: the candidates' probabilities
+  std::vector<uint64_t> mask_;         // scratch: the constraint's mask
 };
 
 }  // namespace ferry::engine

@@ -11,7 +11,11 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <chrono>
 #include <filesystem>
+#include <functional>
+#include <future>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -280,7 +284,7 @@ class CollectingSink : public StreamSink {
 
 class ConstrainedBackendTest : public TemplateFamilyTest {
  protected:
-  static std::unique_ptr<LocalBackend> open(const char* chat_template) {
+  static std::unique_ptr<LocalBackend> open(const char* chat_template, bool prefix_cache = true) {
     config::BackendConfig c;
     c.name = "local";
     c.kind = "local";
@@ -289,25 +293,37 @@ class ConstrainedBackendTest : public TemplateFamilyTest {
     l.threads = 1;
     l.context_length = 1024;
     if (chat_template != nullptr) l.chat_template = chat_template;
+    l.prefix_cache = prefix_cache;
     c.local = l;
     auto b = LocalBackend::open(c);
     EXPECT_TRUE(b.has_value()) << b.error().message;
     return std::move(b).value();
   }
 
-  static Result<BackendReply> run(LocalBackend& b, Json body, CollectingSink* sink = nullptr) {
+  // Sends `body` on `ioc` (not run here); the reply lands in `out`, then `done` runs.
+  static void spawn(asio::io_context& ioc, LocalBackend& b, Json body,
+                    std::optional<Result<BackendReply>>& out, CollectingSink* sink = nullptr,
+                    std::function<void()> done = {}) {
     body["model"] = "tiny";
-    BackendRequest r;
-    r.endpoint = Endpoint::kChatCompletions;
-    r.stream = sink != nullptr;
-    if (r.stream) body["stream"] = true;
-    r.body = body.dump();
+    auto r = std::make_shared<BackendRequest>();
+    r->endpoint = Endpoint::kChatCompletions;
+    r->stream = sink != nullptr;
+    if (r->stream) body["stream"] = true;
+    r->body = body.dump();
+    asio::co_spawn(
+        ioc,
+        [&b, r, sink, &out, done = std::move(done)]() -> asio::awaitable<void> {
+          CancelSignal cancel;
+          out.emplace(co_await b.send(*r, sink, cancel));
+          if (done) done();
+        },
+        asio::detached);
+  }
+
+  static Result<BackendReply> run(LocalBackend& b, Json body, CollectingSink* sink = nullptr) {
     asio::io_context ioc;
     std::optional<Result<BackendReply>> result;
-    CancelSignal cancel;
-    asio::co_spawn(
-        ioc, [&]() -> asio::awaitable<void> { result.emplace(co_await b.send(r, sink, cancel)); },
-        asio::detached);
+    spawn(ioc, b, std::move(body), result, sink);
     ioc.run();
     return std::move(*result);
   }
@@ -585,6 +601,99 @@ TEST_F(ConstrainedBackendTest, JsonSchemaOutputsParseAndTruncationIsLength) {
   const std::string text = choice["message"]["content"];
   ASSERT_FALSE(text.empty());
   EXPECT_EQ(text[0], '{') << text;
+}
+
+TEST_F(ConstrainedBackendTest, CompilationRunsOffTheIoThreadWhichKeepsServingMeanwhile) {
+  // The schema's compilation is held (its observer waits) until the I/O thread (this one) has
+  // answered a whole other request, started only once the compilation began. Compiling on the
+  // I/O thread would block that request: no answer within the wait, and the same thread id.
+  auto backend = open(nullptr);
+  asio::io_context ioc;
+  const std::thread::id io_thread = std::this_thread::get_id();
+  std::thread::id compiled_on;
+  std::promise<void> served;
+  std::future<void> served_future = served.get_future();
+  bool held_until_served = false;
+  std::optional<Result<BackendReply>> plain;
+  std::optional<Result<BackendReply>> schema;
+  backend->grammar_cache().observe_compiles([&](std::string_view key) {
+    if (key.rfind("json_schema\n", 0) != 0) return;  // json_object, prepared at load
+    compiled_on = std::this_thread::get_id();
+    spawn(ioc, *backend, ask(4, 1), plain, nullptr, [&] { served.set_value(); });
+    held_until_served =
+        served_future.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  });
+  Json body = ask(40, 1);
+  body["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema",
+       {{"name", "held"},
+        {"schema", Json::parse(R"({"type": "object", "properties": {"held": {"type":
+          "boolean"}}, "required": ["held"], "additionalProperties": false})")}}}};
+  spawn(ioc, *backend, body, schema);
+  ioc.run();
+  EXPECT_NE(compiled_on, std::thread::id{});
+  EXPECT_NE(compiled_on, io_thread);
+  EXPECT_TRUE(held_until_served);
+  ASSERT_TRUE(plain.has_value() && plain->has_value());
+  ASSERT_TRUE(schema.has_value() && schema->has_value()) << (*schema).error().message;
+  const Json choice = Json::parse((*schema)->body)["choices"][0];
+  if (choice["finish_reason"] == "stop") {
+    EXPECT_TRUE(Json::parse(choice["message"]["content"].get<std::string>())["held"].is_boolean());
+  }
+}
+
+TEST_F(ConstrainedBackendTest, PrefixCacheHitsGiveTheSameConstrainedOutputs) {
+  // A long system prompt (several prefix blocks), seeded sampling at temperature 1: the same
+  // constrained request on a backend without the prefix cache, then twice on one with it (the
+  // second reuses the prompt's KV) gives the same tokens.
+  auto cached = open(test::kHermesTemplate, true);
+  auto uncached = open(test::kHermesTemplate, false);
+  std::string system = "You answer with the weather of the city the user names.";
+  for (int i = 0; i < 2; ++i) system += " Keep units consistent and name the city as given.";
+  const auto with_system = [&](Json body) {
+    body["messages"].insert(body["messages"].begin(),
+                            Json::object({{"role", "system"}, {"content", system}}));
+    return body;
+  };
+  Json schema_body = with_system(ask(60, 3));
+  schema_body["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema",
+       {{"name", "w"},
+        {"schema", Json::parse(R"({"type": "object", "properties": {"city": {"type": "string",
+          "maxLength": 10}, "celsius": {"type": "integer", "minimum": -50, "maximum": 50}},
+          "required": ["city", "celsius"], "additionalProperties": false})")}}}};
+  Json tools_body = with_system(ask(80, 4));
+  tools_body["tools"] = weather_tools();
+  tools_body["tool_choice"] = "required";
+  Json object_body = with_system(ask(40, 5));
+  object_body["response_format"] = {{"type", "json_object"}};
+  // What a choice says, without the call ids (random per reply).
+  const auto said = [](const Json& choice) {
+    Json out = {{"finish_reason", choice["finish_reason"]},
+                {"content", choice["message"]["content"]}};
+    for (const Json& call : choice["message"].value("tool_calls", Json::array()))
+      out["calls"].push_back(call["function"]);
+    return out;
+  };
+  for (const Json& body : {schema_body, tools_body, object_body}) {
+    auto alone = run(*uncached, body);
+    auto first = run(*cached, body);
+    auto hit = run(*cached, body);
+    ASSERT_TRUE(alone.has_value()) << alone.error().message;
+    ASSERT_TRUE(first.has_value()) << first.error().message;
+    ASSERT_TRUE(hit.has_value()) << hit.error().message;
+    const Json a = Json::parse(alone->body);
+    const Json f = Json::parse(first->body);
+    const Json h = Json::parse(hit->body);
+    EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    EXPECT_GE(h["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 64) << h.dump();
+    EXPECT_EQ(said(f["choices"][0]), said(a["choices"][0]));
+    EXPECT_EQ(said(h["choices"][0]), said(a["choices"][0]));
+    const Json what = said(a["choices"][0]);
+    EXPECT_TRUE(what.contains("calls") || !what["content"].get<std::string>().empty()) << a.dump();
+  }
 }
 
 TEST_F(ConstrainedBackendTest, WhatTheEngineCannotHonourIsA400ThatMayFallBack) {

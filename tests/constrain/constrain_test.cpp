@@ -445,6 +445,62 @@ TEST(ConstrainMask, StateMasksEqualBruteForce) {
   if (llama) check_masks_by_brute_force(*llama, kMaskSchemas[0], 4, 12, true);
 }
 
+TEST(ConstrainMask, PreparedStateMasksEqualBruteForce) {
+  // Every rule state's mask computed up front (as the served path does on its compile thread),
+  // keyed without the stack depth (the grammar's stacks stay below kMaxFrames): the walks that
+  // follow, from other depths, must get exactly the brute-force masks.
+  const auto* tv = test_vocab("demo");
+  std::vector<std::shared_ptr<const Grammar>> grammars;
+  for (const char* s : kMaskSchemas) grammars.push_back(schema_grammar(s));
+  CompileOptions small;
+  small.max_string_chars = 6;
+  small.max_array_items = 3;
+  grammars.push_back(std::make_shared<const Grammar>(compile_json_object(small)));
+  for (const auto& g : grammars) {
+    ASSERT_NE(g, nullptr);
+    EXPECT_LE(g->max_frames, Matcher::kMaxFrames);
+    Matcher prepare(g, tv->vocab);
+    prepare.set_state_mask_threshold(0);  // every state keeps its entry
+    EXPECT_GT(prepare.prepare_state_masks(), 0u);
+    for (std::uint64_t seed = 21; seed <= 23; ++seed) check_masks_by_brute_force(*tv, g, seed, 40);
+  }
+  // A grammar past Matcher::kPrepareStates (an enum of 6,000 values) is prepared in part; the
+  // states left fill as the walks reach them.
+  std::string values;
+  for (int i = 0; i < 6000; ++i) values += (i ? ",\"v" : "\"v") + std::to_string(i * 7919) + "\"";
+  const auto big = schema_grammar(R"({"type":"array","items":{"enum":[)" + values + "]}}");
+  ASSERT_NE(big, nullptr);
+  std::size_t reading = 0;  // states a stack may stop at
+  for (const Rule& r : big->rules)
+    for (const NfaState& st : r.states) reading += st.bytes.empty() ? 0 : 1;
+  EXPECT_GT(reading, Matcher::kPrepareStates);
+  Matcher big_prepare(big, tv->vocab);
+  big_prepare.set_state_mask_threshold(0);
+  EXPECT_GT(big_prepare.prepare_state_masks(), 0u);
+  check_masks_by_brute_force(*tv, big, 24, 30);
+  // A recursive grammar's entries depend on the depth: nothing is made up front.
+  const auto tree = schema_grammar(
+      R"({"$defs":{"n":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"$ref":"#/$defs/n"})");
+  EXPECT_EQ(tree->max_frames, kNoPath);
+  EXPECT_EQ(Matcher(tree, tv->vocab).prepare_state_masks(), 0u);
+}
+
+TEST(ConstrainGrammar, MaxFramesIsTheDeepestChainOfCalls) {
+  // document -> root -> string: three frames at most; json_object: document, object, then one
+  // rule per level of the free-form value down to max_any_depth.
+  EXPECT_EQ(schema_grammar(R"({"type":"string"})")->max_frames, 3u);
+  CompileOptions o;
+  o.max_any_depth = 4;
+  const Grammar object = compile_json_object(o);
+  EXPECT_GE(object.max_frames, 5u);
+  EXPECT_LE(object.max_frames, Matcher::kMaxFrames);
+  EXPECT_EQ(
+      schema_grammar(
+          R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v","kids"]}},"$ref":"#/$defs/node"})")
+          ->max_frames,
+      kNoPath);
+}
+
 TEST(ConstrainMask, EqualsBruteForceAtAQwenSizedVocabulary) {
   // 151,936 tokens (o200k's lowest ranks as a GGUF BPE, Qwen's added tokens special): the run
   // tables, the string tables of every sub-state (escapes, split characters) and state masks.

@@ -1,7 +1,9 @@
 // Sampler: greedy, logit bias, penalties, top-k/top-p/min-p and seed determinism.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <map>
 
@@ -12,6 +14,38 @@ namespace {
 
 std::vector<float> logits_of(std::initializer_list<float> values) {
   return values;
+}
+
+TEST(Sampler, RadixSortByLogitGivesTheComparisonSortsOrder) {
+  // A whole vocabulary's worth of candidates (the radix path), with many ties, both zeros,
+  // subnormals, infinities' neighbours and both signs: the same order as sorting by (logit
+  // descending, id ascending), so every seeded draw stays what it was.
+  const float values[] = {0.0f,    -0.0f,  1.0f,  -1.0f, 1e-40f,
+                          -1e-40f, 3.5f,   -3.5f, 1e30f, -1e30f,
+                          7.25f,   -7.25f, 0.5f,  -0.5f, std::numeric_limits<float>::max(),
+                          -2e-3f};
+  uint64_t z = 42;
+  std::vector<Candidate> candidates;
+  for (int32_t id = 0; id < 152000; ++id) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    const float v = (z >> 60) < 8
+                        ? values[(z >> 33) % std::size(values)]
+                        : static_cast<float>(static_cast<int64_t>(z >> 40) - (1 << 23)) / 4096.0f;
+    candidates.emplace_back(v, id);
+  }
+  std::vector<Candidate> expected = candidates;
+  std::sort(expected.begin(), expected.end(), [](const Candidate& a, const Candidate& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  std::vector<Candidate> scratch;
+  sort_by_logit(candidates, scratch);
+  ASSERT_EQ(candidates.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(candidates[i].second, expected[i].second) << "at " << i;
+  }
+  std::vector<Candidate> few = {{1.0f, 0}, {-0.0f, 1}, {2.0f, 2}, {0.0f, 3}, {2.0f, 4}};
+  sort_by_logit(few, scratch);
+  EXPECT_EQ(few, (std::vector<Candidate>{{2.0f, 2}, {2.0f, 4}, {1.0f, 0}, {-0.0f, 1}, {0.0f, 3}}));
 }
 
 TEST(Sampler, GreedyPicksTheLargestLogitFirstOnTies) {
