@@ -232,7 +232,8 @@ std::string needle_of(const Json& m) {
 std::vector<std::size_t> message_starts(const Json& messages, std::string_view text,
                                         const std::vector<PieceCount>& specials) {
   std::vector<std::size_t> starts;
-  std::size_t cursor = 0;  // the end of the previous message's needle
+  std::size_t cursor = 0;      // the end of the previous message's needle
+  auto it = specials.begin();  // specials before `cursor` are behind it
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const std::string needle = needle_of(messages[i]);
     if (needle.empty()) return {};
@@ -241,10 +242,9 @@ std::vector<std::size_t> message_starts(const Json& messages, std::string_view t
     std::size_t start = 0;
     if (i > 0) {
       // Just after the first special token past the previous message's text.
-      auto it = std::find_if(specials.begin(), specials.end(),
-                             [&](const PieceCount& p) { return p.offset >= cursor; });
+      while (it != specials.end() && it->offset < cursor) ++it;
       if (it == specials.end() || it->offset >= at) return {};
-      start = it->offset + it->tokens;  // here: the special's length in bytes
+      start = it->offset + it->length;
     }
     starts.push_back(start);
     cursor = at + needle.size();
@@ -269,13 +269,11 @@ Result<MessageCounts> ChatFormatter::count_messages(const Json& request,
   thread_local std::vector<PieceCount> pieces;
   pieces.clear();
   out.total = counts_->count_prompt(*text, &pieces);
-  // The special tokens by offset and byte length, to find the messages' boundaries.
-  thread_local std::vector<Tokenizer::Piece> split;
-  split.clear();
-  tokenizer_->split_specials(*text, split);
-  std::vector<PieceCount> specials;
-  for (const auto& p : split) {
-    if (p.special) specials.push_back({p.offset, p.length});
+  // The special tokens, to find the messages' boundaries.
+  thread_local std::vector<PieceCount> specials;
+  specials.clear();
+  for (const PieceCount& p : pieces) {
+    if (p.special) specials.push_back(p);
   }
   const Json& messages = messages_of(request);
   const auto starts = message_starts(messages, *text, specials);
@@ -337,7 +335,7 @@ bool ChatFormatter::probe_compositional() const {
     tokenizer_->split_specials(*whole, split);
     std::vector<PieceCount> specials;
     for (const auto& p : split) {
-      if (p.special) specials.push_back({p.offset, p.length});
+      if (p.special) specials.push_back({p.offset, 1, p.length, true});
     }
     const auto starts = message_starts(messages, *whole, specials);
     if (starts.size() != n) return false;
