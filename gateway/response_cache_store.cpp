@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "ledger/byte_codec.h"
 #include "ledger/sqlite_db.h"
 
 namespace ferry::gateway {
@@ -13,78 +14,11 @@ namespace {
 
 constexpr uint8_t kFormat = 1;  // the first byte of every value
 
-class Writer {
- public:
-  void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void i64(int64_t v) {
-    auto u = static_cast<uint64_t>(v);
-    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
-  }
-  void str(std::string_view s) {
-    i64(static_cast<int64_t>(s.size()));
-    out_.append(s);
-  }
-  void count(const ledger::TokenCount& c) {
-    i64(c.count);
-    u8(static_cast<uint8_t>(c.source));
-  }
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  bool ok() const { return ok_; }
-  bool done() const { return ok_ && at_ == in_.size(); }
-  uint8_t u8(uint8_t max) {
-    if (!need(1)) return 0;
-    const auto v = static_cast<uint8_t>(in_[at_++]);
-    if (v > max) ok_ = false;
-    return v;
-  }
-  int64_t i64() {
-    if (!need(8)) return 0;
-    uint64_t u = 0;
-    for (int i = 0; i < 8; ++i)
-      u |= static_cast<uint64_t>(static_cast<uint8_t>(in_[at_++])) << (8 * i);
-    return static_cast<int64_t>(u);
-  }
-  std::string str() {
-    const int64_t n = i64();
-    if (n < 0 || !need(static_cast<size_t>(n))) {
-      ok_ = false;
-      return {};
-    }
-    std::string s(in_.substr(at_, static_cast<size_t>(n)));
-    at_ += static_cast<size_t>(n);
-    return s;
-  }
-  ledger::TokenCount count() {
-    ledger::TokenCount c;
-    c.count = i64();
-    c.source =
-        static_cast<ledger::TokenSource>(u8(static_cast<uint8_t>(ledger::TokenSource::kEstimate)));
-    return c;
-  }
-
- private:
-  bool need(size_t n) {
-    if (!ok_ || in_.size() - at_ < n) ok_ = false;
-    return ok_;
-  }
-  std::string_view in_;
-  size_t at_ = 0;
-  bool ok_ = true;
-};
-
 }  // namespace
 
 std::string encode_cached_answer(const CachedAnswer& value) {
   const api::Answer& a = value.answer;
-  Writer w;
+  ledger::ByteWriter w;
   w.u8(kFormat);
   w.str(a.id);
   w.str(a.model);
@@ -105,51 +39,42 @@ std::string encode_cached_answer(const CachedAnswer& value) {
   w.i64(a.usage.cached_tokens);
   w.i64(a.usage.reasoning_tokens);
   w.u8(a.usage.reported ? 1 : 0);
-  w.count(value.tokens.input);
-  w.count(value.tokens.cached_input);
-  w.count(value.tokens.output);
-  w.count(value.tokens.reasoning);
+  w.tokens(value.tokens);
   w.str(value.target);
   w.i64(value.prompt_tokens);
   return w.take();
 }
 
 Result<CachedAnswer> decode_cached_answer(std::string_view bytes) {
-  Reader r(bytes);
+  ledger::ByteReader r(bytes);
   CachedAnswer v;
   api::Answer& a = v.answer;
-  if (r.u8(255) != kFormat) return Error::make(ErrorCode::kInvalidRequest, "not a cached answer");
+  if (r.u8() != kFormat) return Error::make(ErrorCode::kInvalidRequest, "not a cached answer");
   a.id = r.str();
   a.model = r.str();
   a.created = r.i64();
-  const int64_t blocks = r.i64();
-  // Every block takes at least 41 bytes: a count beyond what is left is not ours.
-  if (blocks < 0 || blocks > static_cast<int64_t>(bytes.size() / 41)) {
-    return Error::make(ErrorCode::kInvalidRequest, "cached answer: bad block count");
-  }
-  for (int64_t i = 0; i < blocks && r.ok(); ++i) {
-    api::Block& b = a.blocks.emplace_back();
-    b.kind = static_cast<api::BlockKind>(r.u8(static_cast<uint8_t>(api::BlockKind::kThinking)));
+  a.blocks.resize(r.count(41));  // a block is at least 41 bytes
+  for (api::Block& b : a.blocks) {
+    b.kind = r.small_enum<api::BlockKind>(static_cast<uint8_t>(api::BlockKind::kThinking));
     b.text = r.str();
     b.signature = r.str();
     b.call_id = r.str();
     b.name = r.str();
     b.arguments = r.str();
   }
-  a.finish = static_cast<api::FinishReason>(r.u8(static_cast<uint8_t>(api::FinishReason::kError)));
+  a.finish = r.small_enum<api::FinishReason>(static_cast<uint8_t>(api::FinishReason::kError));
   a.stop_sequence = r.str();
   a.usage.prompt_tokens = r.i64();
   a.usage.completion_tokens = r.i64();
   a.usage.cached_tokens = r.i64();
   a.usage.reasoning_tokens = r.i64();
-  a.usage.reported = r.u8(1) == 1;
-  v.tokens.input = r.count();
-  v.tokens.cached_input = r.count();
-  v.tokens.output = r.count();
-  v.tokens.reasoning = r.count();
+  a.usage.reported = r.small_enum<uint8_t>(1) == 1;
+  v.tokens = r.tokens();
   v.target = r.str();
   v.prompt_tokens = r.i64();
-  if (!r.done()) return Error::make(ErrorCode::kInvalidRequest, "cached answer: truncated or bad");
+  if (!r.ok() || !r.at_end()) {
+    return Error::make(ErrorCode::kInvalidRequest, "cached answer: truncated or bad");
+  }
   return v;
 }
 
