@@ -241,8 +241,10 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(
     }
   }
   if (a.ok && plan.cache && !plan.cache->key.empty() && plan.cache->store) {
-    // The answer as the backend wrote it (OpenAI chat), for the response cache.
-    a.cache_bytes = !streaming   ? std::string_view(result->body)
+    // The answer as the backend wrote it (OpenAI chat, before a front-end's translation), for
+    // the response cache.
+    a.cache_bytes = !streaming
+                        ? std::string_view(upstream_body.empty() ? result->body : upstream_body)
                     : translator ? translator->upstream()
                                  : sink.captured();
   }

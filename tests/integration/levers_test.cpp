@@ -451,6 +451,43 @@ TEST_F(LeversTest, SavingsByLeverReconcileWithTheRowsToTheMicroUnit) {
             (std::vector<std::string>{"effort:high", "effort:high", "effort:high", "effort:high"}));
 }
 
+// A hit is served in the front-end the client speaks: an Anthropic Messages request answered
+// by an OpenAI chat target is kept and replayed as a Messages body and as its event stream.
+TEST_F(LeversTest, CacheHitsAreServedInTheMessagesFrontEnd) {
+  start("  - { id: cached, when: { model: chat }, route: [gpu], cache: { ttl: 10m } }\n");
+  const json body = {
+      {"model", "chat"},
+      {"max_tokens", 64},
+      {"temperature", 0},
+      {"messages", json::array({{{"role", "user"}, {"content", "Hail the keeper."}}})}};
+  const std::vector<std::string> headers = {std::string("x-api-key: ") + kAppKey,
+                                            "anthropic-version: 2023-06-01"};
+  auto first = post_json(ferry_.address, "/v1/messages", body, headers);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  EXPECT_EQ(first->header("x-ferry-cache"), "miss");
+  auto second = post_json(ferry_.address, "/v1/messages", body, headers);
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  EXPECT_EQ(second->header("x-ferry-cache"), "hit");
+  EXPECT_EQ(second->body_json()["type"], "message");
+  EXPECT_EQ(second->body_json()["content"], first->body_json()["content"]);
+  json streamed = body;
+  streamed["stream"] = true;
+  StreamResult s = stream_request(ferry_.address, "/v1/messages", streamed, headers);
+  ASSERT_TRUE(s.head);
+  EXPECT_EQ(s.head->header("x-ferry-cache"), "hit");
+  std::string text;
+  bool stopped = false;
+  for (const json& e : s.chunks) {
+    if (e.value("type", "") == "content_block_delta") text += e["delta"].value("text", "");
+    stopped = stopped || e.value("type", "") == "message_stop";
+  }
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(text, first->body_json()["content"][0]["text"]);
+  EXPECT_EQ(upstream_requests(), 1);
+}
+
 // A hit costs nothing, so no budget reserves for it or refuses it: team red's hard budget of one
 // micro-dollar refuses any request it would pay for, but not the answer another team's request
 // left in a global cache.
