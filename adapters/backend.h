@@ -64,6 +64,9 @@ struct BackendRequest {
   // The model name the client asked for (an alias): every reply's `model` says this, never
   // the target's or upstream's name, so a client can send it back. Empty: left as it is.
   std::string reply_model;
+  // A policy's reasoning budget that this backend applies itself (Backend::closes_think_blocks):
+  // the think block is closed after this many tokens and the answer follows. < 0: none.
+  int64_t think_budget = -1;
 };
 
 // Receives a streamed answer, already formatted as SSE bytes ("data: ...\n\n").
@@ -133,6 +136,9 @@ class Backend {
       const api::ChatRequest& /*request*/) const {
     return nullptr;
   }
+  // Whether a reasoning token budget can be handed to this backend in
+  // BackendRequest::think_budget: the in-process engine on a chat template with a think block.
+  virtual bool closes_think_blocks() const { return false; }
   // Runs one request. For streams, chunks go to `sink` as they arrive; an Error returned after
   // the sink was written to means the stream broke midway. `cancel` may be triggered while the
   // call is suspended.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -220,7 +221,9 @@ struct LocalBackend::Impl {
   std::shared_ptr<const tokenizer::Tokenizer> tok;
   std::shared_ptr<const tokenizer::ChatFormatter> chat;  // null: the model has no template
   std::string chat_error;
-  TemplateTools template_tools;                        // how the template writes tool calls
+  TemplateTools template_tools;  // how the template writes tool calls
+  // The think block's markers as token ids (a thinking template), for a reasoning budget.
+  std::vector<TokenId> think_open, think_close;
   std::shared_ptr<const constrain::Vocabulary> vocab;  // the constraint engine's view of tok
   constrain::GrammarCache grammars;
   // Every state mask of a newly compiled grammar is computed here for the model's vocabulary,
@@ -310,6 +313,7 @@ struct LocalBackend::Impl {
       if (!prompt) return std::move(prompt).error();
       params->prompt = std::move(prompt).value();
     }
+    if (request.think_budget >= 0) params->sampling.think = think_budget(*params, request);
     const int64_t n_ctx = scheduler->n_ctx();
     const auto n_prompt = static_cast<int64_t>(params->prompt.size());
     // Compared without adding: prompt + max_tokens would overflow for a max_tokens near INT64_MAX.
@@ -321,6 +325,39 @@ struct LocalBackend::Impl {
           "context_length_exceeded");
     }
     return params;
+  }
+
+  // A policy's reasoning budget for this request's think block: inactive where there is none
+  // to close (no thinking template, a completion) or where a constraint's grammar would not take
+  // the closing marker there (its think block opens in the output, never in the prompt).
+  engine::ThinkBudget think_budget(const Params& p, const BackendRequest& request) const {
+    engine::ThinkBudget t;
+    if (think_close.empty() || request.endpoint != Endpoint::kChatCompletions) return t;
+    t.open_at_start = prompt_opens_think(p.prompt);
+    if (p.constraint.mode != ConstraintMode::kNone &&
+        (p.constraint.think.begin.empty() || t.open_at_start)) {
+      return t;
+    }
+    t.open = think_open;
+    t.close = think_close;
+    t.max_tokens = request.think_budget;
+    return t;
+  }
+
+  // Whether the prompt ends inside a think block: its text ends with the opening marker (and
+  // white space), as a template that starts the model's thinking for it writes.
+  bool prompt_opens_think(const std::vector<TokenId>& prompt) const {
+    const std::string& open = template_tools.think_begin;
+    const size_t n = std::min<size_t>(prompt.size(), open.size() + 8);
+    std::string tail;
+    for (size_t i = prompt.size() - n; i < prompt.size(); ++i) {
+      tail += tok->token_bytes(static_cast<tokenizer::TokenId>(prompt[i]));
+    }
+    while (!tail.empty() && std::isspace(static_cast<unsigned char>(tail.back())) != 0) {
+      tail.pop_back();
+    }
+    return tail.size() >= open.size() &&
+           tail.compare(tail.size() - open.size(), open.size(), open) == 0;
   }
 
   LocalEmbeddingsModel embeddings_model() const {
@@ -390,6 +427,15 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::open(const config::BackendCo
   impl->vocab = constrain::Vocabulary::build(
       *impl->tok, std::vector<constrain::TokenId>(eog.begin(), eog.end()));
   find_token_markers(impl->template_tools, *impl->vocab);
+  if (!impl->template_tools.think_begin.empty()) {
+    for (const auto& [text, ids] :
+         {std::pair{&impl->template_tools.think_begin, &impl->think_open},
+          std::pair{&impl->template_tools.think_end, &impl->think_close}}) {
+      const std::vector<tokenizer::TokenId> enc =
+          impl->tok->encode(*text, tokenizer::Specials::kParse);
+      ids->assign(enc.begin(), enc.end());
+    }
+  }
   auto eng = std::make_unique<engine::Engine>(std::move(model).value(),
                                               engine::EngineOptions{lc.threads, lc.context_length,
                                                                     /*batch_invariant=*/true});
@@ -594,6 +640,17 @@ class LocalBackend::Call {
       for (size_t k = 0; k < choices_.size(); ++k) {
         choices_[k].tools.emplace(syn, request.request_id + "/" + std::to_string(k) + "/" +
                                            std::to_string(random_seed()));
+      }
+    }
+    const engine::ThinkBudget& think = params_.sampling.think;
+    if (think.active() && !choices_[0].tools) {
+      // A reasoning budget: the output's think block is read back as reasoning.
+      const TemplateTools& tt = im.template_tools;
+      const constrain::ToolCallSyntax syn =
+          think_syntax(constrain::ThinkBlock{tt.think_begin, tt.think_end, tt.token_markers});
+      for (size_t k = 0; k < choices_.size(); ++k) {
+        choices_[k].tools.emplace(syn, request.request_id + "/" + std::to_string(k));
+        if (think.open_at_start) choices_[k].tools->open_think();
       }
     }
     reply_.constraint = std::string(constraint_mode_name(c.mode));
@@ -1073,6 +1130,10 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
   co_return co_await call.run();
 }
 #pragma GCC diagnostic pop
+
+bool LocalBackend::closes_think_blocks() const {
+  return !impl_->think_close.empty();
+}
 
 std::shared_ptr<const PromptTokens> LocalBackend::exact_prompt(
     const api::ChatRequest& request) const {

@@ -35,6 +35,8 @@ class LocalBackend final : public Backend {
   // The prompt's tokens (chat template applied) for routing, handed back to send() in
   // BackendRequest::prompt; null when the request cannot be run (send() will say why).
   std::shared_ptr<const PromptTokens> exact_prompt(const api::ChatRequest& request) const override;
+  // A thinking template (a think block the engine can close: BackendRequest::think_budget).
+  bool closes_think_blocks() const override;
   // Chat completions (messages through the chat template) and completions (a prompt string or
   // token ids), streamed as OpenAI SSE chunks without "data: [DONE]" or answered as one JSON
   // body. Runs request.typed (the body only when there is none: parsed by api::parse_openai)

@@ -182,6 +182,8 @@ void detect_thinking(const tokenizer::ChatFormatter& chat, const Json& base, Tem
 TemplateTools detect_template_tools(const tokenizer::ChatFormatter& chat) {
   if (chat.uses_openai_accounting()) return {};
   const Json base = {{"messages", Json::array({{{"role", "user"}, {"content", "ping"}}})}};
+  TemplateTools t;
+  detect_thinking(chat, base, t);  // also in a template that ignores tools
   Json with = base;
   with["tools"] =
       Json::array({{{"type", "function"},
@@ -191,8 +193,7 @@ TemplateTools detect_template_tools(const tokenizer::ChatFormatter& chat) {
                       {"parameters", {{"type", "object"}, {"properties", Json::object()}}}}}}});
   auto plain = chat.render(base);
   auto tooled = chat.render(with);
-  if (!plain || !tooled || *plain == *tooled) return {};
-  TemplateTools t;
+  if (!plain || !tooled || *plain == *tooled) return t;
   t.renders_tools = tooled->find("ferry_probe_tool") != std::string::npos;
   const std::string& s = *tooled;
   const std::string history = render_probe_call(chat, with["tools"]);
@@ -214,7 +215,6 @@ TemplateTools detect_template_tools(const tokenizer::ChatFormatter& chat) {
     t.arguments_key =
         history.find("\"arguments\"") != std::string::npos ? "arguments" : "parameters";
   }
-  detect_thinking(chat, base, t);
   return t;
 }
 
@@ -322,6 +322,11 @@ ToolCallParser::ToolCallParser(constrain::ToolCallSyntax syntax, std::string id_
     : syntax_(std::move(syntax)), id_seed_(std::move(id_seed)) {
   think_pending_ = !syntax_.think_begin.empty();
   bare_start_ = syntax_.layout == constrain::ToolLayout::kBare;
+}
+
+void ToolCallParser::open_think() {
+  think_pending_ = false;
+  state_ = State::kThink;
 }
 
 void ToolCallParser::feed(std::string_view bytes, std::vector<ToolPiece>& out) {

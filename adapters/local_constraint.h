@@ -103,6 +103,9 @@ class ToolCallParser {
   void finish(std::vector<ToolPiece>& out);
   int calls() const { return calls_; }
   bool thinking() const { return state_ == State::kThink; }  // inside the think block
+  // The prompt opened the think block (a template that ends with its opening marker): the
+  // output starts inside it. Before the first feed.
+  void open_think();
 
  private:
   enum class State { kText, kHead, kArguments, kTail, kThink };

@@ -6,10 +6,11 @@
 //   through the front-end's stream renderer; and the same hit as a body;
 // - trim: a 50-turn conversation (system prompt, 50 user/assistant exchanges, the question)
 //   fitted to a limit that drops 20 exchanges, counted with the demo model's tokenizer and chat
-//   template as the planner counts (each candidate rendered and tokenized).
+//   template as the planner counts (BM_Trim50Turns, against the routing count it adds to).
 // Run: build/bench/ferry_levers_bench --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <nlohmann/json.hpp>
@@ -240,10 +241,17 @@ std::string long_conversation() {
   return ordered_json{{"model", "m"}, {"messages", messages}}.dump();
 }
 
-// Trimming as the planner trims for an HTTP target (`shares`: the messages' shares from the
-// cached per-run counts, then one exact count), or by bisection alone (each step rendered and
-// counted).
-void trim_50_turns(benchmark::State& state, bool shares) {
+// Trimming as the planner trims for an HTTP target, per request:
+// - BM_Trim50Turns (now): the routing count kept the messages' shares (its cost over a plain count
+//   is BM_Count50TurnsShares against BM_Count50Turns/cached), the demo template is compositional,
+//   so the least turns to drop come from the shares with no render and no check; then the trimmed
+//   request is written as the hop's OpenAI body (what passing the client's bytes on avoids);
+// - BM_Trim50TurnsRenderAndCheck (before): the shares rendered again for the trim, the candidate
+// checked by
+//   one exact count (a template not proven compositional still takes this path), the body;
+// - BM_Trim50TurnsBisection: each candidate rendered and counted.
+// `counts`: exact counts (renders) per trim.
+void trim_50_turns(benchmark::State& state, int mode) {
   auto tok = tokenizer::load_tokenizer(FERRY_DEMO_MODEL);
   if (!tok) {
     state.SkipWithError(tok.error().message.c_str());
@@ -256,13 +264,20 @@ void trim_50_turns(benchmark::State& state, bool shares) {
   }
   gateway::PromptCounter counter{*tok, *chat};
   auto parsed = gateway::parse_request(api::Endpoint::kChatCompletions, long_conversation());
+  int64_t counts = 0;
   auto count = [&](const api::ChatRequest& r) {
+    ++counts;
     return counter.count(true, api::template_input(r)).value_or(0);
   };
+  const auto kept = counter.shares(api::template_input(*parsed->typed));
   gateway::MessageShareCounter share_counter;
-  if (shares) {
+  if (mode == 0) {
+    share_counter = [&](const api::ChatRequest&) { return kept; };
+  } else if (mode == 1) {
     share_counter = [&](const api::ChatRequest& r) {
-      return counter.shares(api::template_input(r));
+      auto s = counter.shares(api::template_input(r));
+      if (s) s->compositional = false;  // as before: the prediction checked
+      return s;
     };
   }
   const int64_t full = count(*parsed->typed);
@@ -270,22 +285,31 @@ void trim_50_turns(benchmark::State& state, bool shares) {
   options.limit = full * 6 / 10;  // about 20 of the 50 exchanges go
   int64_t dropped = 0;
   int64_t after = 0;
+  counts = 0;
   for (auto _ : state) {
     auto result = gateway::trim_to_fit(*parsed->typed, options, count, share_counter);
     dropped = result->messages_dropped;
     after = result->tokens_after;
-    benchmark::DoNotOptimize(result->request.get());
+    std::string body = api::render_openai(*result->request, "qwen2.5-coder");
+    benchmark::DoNotOptimize(body.data());
   }
   state.counters["prompt_tokens"] = static_cast<double>(full);
   state.counters["messages_dropped"] = static_cast<double>(dropped);
   state.counters["tokens_after"] = static_cast<double>(after);
+  state.counters["counts"] =
+      static_cast<double>(counts) / static_cast<double>(std::max<int64_t>(1, state.iterations()));
+  state.counters["compositional"] = (*chat)->compositional() ? 1 : 0;
 }
 void BM_Trim50Turns(benchmark::State& state) {
-  trim_50_turns(state, true);
+  trim_50_turns(state, 0);
 }
 BENCHMARK(BM_Trim50Turns)->Unit(benchmark::kMicrosecond);
+void BM_Trim50TurnsRenderAndCheck(benchmark::State& state) {
+  trim_50_turns(state, 1);
+}
+BENCHMARK(BM_Trim50TurnsRenderAndCheck)->Unit(benchmark::kMicrosecond);
 void BM_Trim50TurnsBisection(benchmark::State& state) {
-  trim_50_turns(state, false);
+  trim_50_turns(state, 2);
 }
 BENCHMARK(BM_Trim50TurnsBisection)->Unit(benchmark::kMicrosecond);
 
@@ -312,6 +336,19 @@ void BM_Count50Turns(benchmark::State& state, bool cached) {
   }
 }
 BENCHMARK_CAPTURE(BM_Count50Turns, cached, true)->Unit(benchmark::kMicrosecond);
+// The routing count keeping the messages' shares (when the policy trims): the same render.
+void BM_Count50TurnsShares(benchmark::State& state) {
+  auto tok = tokenizer::load_tokenizer(FERRY_DEMO_MODEL);
+  auto chat = tokenizer::ChatFormatter::create(*tok, "");
+  gateway::PromptCounter counter{*tok, *chat};
+  auto parsed = gateway::parse_request(api::Endpoint::kChatCompletions, long_conversation());
+  for (auto _ : state) {
+    auto input = api::template_input(*parsed->typed);
+    auto s = counter.shares(input);
+    benchmark::DoNotOptimize(s->total);
+  }
+}
+BENCHMARK(BM_Count50TurnsShares)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Count50Turns, uncached, false)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -378,10 +378,18 @@ Config parse(const YAML::Node& root_node, const std::string& file) {
   if (auto server = root.opt_map("server")) parse_server(*server, cfg);
   if (auto limits = root.opt_map("limits")) parse_limits(*limits, cfg.limits);
   if (auto cache = root.opt_map("cache")) {
-    cache->allow_only({"max_bytes", "per_policy_version"});
+    cache->allow_only({"max_bytes", "per_policy_version", "per_price_version", "persist"});
     cfg.cache.max_bytes = cache->integer_or("max_bytes", cfg.cache.max_bytes, 0, 1LL << 40);
     cfg.cache.per_policy_version =
         cache->boolean_or("per_policy_version", cfg.cache.per_policy_version);
+    cfg.cache.per_price_version =
+        cache->boolean_or("per_price_version", cfg.cache.per_price_version);
+    if (auto persist = cache->opt_map("persist")) {
+      persist->allow_only({"path", "max_bytes"});
+      cfg.cache.persist_path = cfg.resolve_path(persist->str("path"));
+      cfg.cache.persist_max_bytes =
+          persist->integer_or("max_bytes", cfg.cache.persist_max_bytes, 1 << 20, 1LL << 40);
+    }
   }
   if (auto auth = root.opt_map("auth")) parse_auth(*auth, file, cfg);
   parse_backends(root, file, cfg);

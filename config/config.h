@@ -44,10 +44,17 @@ struct Limits {
 
 // `cache:` the response cache's server-wide settings (policy rules turn caching on with
 // `cache: { ttl }`): its memory bound (answers, keys, bookkeeping; least recently used out),
-// and whether an entry is only found again under the policy version that made it.
+// whether an entry is only found again under the policy version, or the target's price version,
+// that made it, and an optional persistent tier (a SQLite file: the entries survive a restart).
 struct ResponseCacheConfig {
   int64_t max_bytes = 64LL << 20;
   bool per_policy_version = false;
+  bool per_price_version = false;
+  // `persist: { path, max_bytes }`: entries written behind to this file (its own writer thread)
+  // and read back at start-up; expired ones dropped, the file bounded by max_bytes (least
+  // recently stored out). "" = off (the default).
+  std::string persist_path;
+  int64_t persist_max_bytes = 256LL << 20;
 };
 
 enum class Role { kApp, kFinance, kAdmin };

@@ -19,9 +19,11 @@ Result<std::unique_ptr<Gateway>> Gateway::create(
   if (auto st = g->load_targets(backends); !st) return st.error();
   if (auto st = g->open_policy(); !st) return st.error();
   if (auto st = g->open_ledger(); !st) return st.error();
+  if (auto st = g->open_persistent_cache(); !st) return st.error();
   g->recorder_ = std::make_unique<Recorder>(g->ledger_.get(), g->counters_);
   g->planner_ = std::make_unique<Planner>(config, g->targets_, g->store_.get(), g->ledger_.get(),
-                                          *g->recorder_, g->counters_, g->started_unix_us_);
+                                          *g->recorder_, g->counters_, g->started_unix_us_,
+                                          &g->response_cache_);
   return g;
 }
 
@@ -55,6 +57,19 @@ Status Gateway::load_targets(const std::map<std::string, adapters::Backend*>& ba
     targets_.emplace(m.name, std::move(t));
   }
 
+  return {};
+}
+
+Status Gateway::open_persistent_cache() {
+  if (config_.cache.persist_path.empty()) return {};
+  auto tier = PersistentCache::open(config_.cache.persist_path, config_.cache.persist_max_bytes);
+  if (!tier) return tier.error();
+  auto loaded = (*tier)->load_into(response_cache_, response_cache_now_ms());
+  if (!loaded) {
+    return Error::make(ErrorCode::kUnavailable, "cache.persist: " + config_.cache.persist_path +
+                                                    ": " + loaded.error().message);
+  }
+  persistent_cache_ = std::move(tier).value();
   return {};
 }
 

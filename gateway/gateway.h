@@ -16,6 +16,7 @@
 #include "gateway/planner.h"
 #include "gateway/recorder.h"
 #include "gateway/response_cache.h"
+#include "gateway/response_cache_store.h"
 #include "gateway/route_counters.h"
 #include "gateway/targets.h"
 #include "ledger/ledger.h"
@@ -45,6 +46,8 @@ class Gateway {
   policies::PolicyStore* policy_store() { return store_.get(); }
   // The response cache (policy `cache`): kept across policy reloads.
   ResponseCache& response_cache() { return response_cache_; }
+  // Its persistent tier (config cache.persist); null when off. A kept answer goes to both.
+  PersistentCache* persistent_cache() { return persistent_cache_.get(); }
   const config::Config& config() const { return config_; }
   Target* find_target(std::string_view model_name) {
     return gateway::find_target(targets_, model_name);
@@ -60,6 +63,7 @@ class Gateway {
   Status load_targets(const std::map<std::string, adapters::Backend*>& backends);
   Status open_policy();
   Status open_ledger();
+  Status open_persistent_cache();  // cache.persist: the file opened, its entries loaded
 
   const config::Config& config_;
   TargetMap targets_;
@@ -68,6 +72,7 @@ class Gateway {
   std::unique_ptr<ledger::ResponseStore> responses_;
   RouteCounters counters_;
   ResponseCache response_cache_;
+  std::unique_ptr<PersistentCache> persistent_cache_;
   int64_t started_unix_us_ = 0;
   std::unique_ptr<Recorder> recorder_;
   std::unique_ptr<Planner> planner_;

@@ -15,11 +15,14 @@
 #include "api/responses_parse.h"
 #include "common/error.h"
 #include "gateway/auth.h"
+#include "gateway/prompt_count.h"
 #include "gateway/targets.h"
 #include "ledger/ledger.h"
 #include "policies/policy.h"
 
 namespace ferry::gateway {
+
+struct CachedAnswer;  // gateway/response_cache.h
 
 // Who asks and the headers routing reads.
 struct RequestContext {
@@ -45,8 +48,12 @@ struct CachePlan {
   std::string key;     // SHA-256 hex of the scope and the canonical request; "" = bypass
   std::string bypass;  // why the request is not cacheable ("" when it is)
   int64_t ttl_ms = 0;
-  bool lookup = true;  // false with x-ferry-cache: no-cache
-  bool store = true;   // false with x-ferry-cache: no-store
+  bool lookup = true;                  // false with x-ferry-cache: no-cache
+  bool store = true;                   // false with x-ferry-cache: no-store
+  bool hits_count_rate_limits = true;  // the rule's `rate_limits: count | exempt`
+  // The live entry the planner found (before admission: a hit reserves no budget); the proxy
+  // serves it. Null: a miss (or not looked up).
+  std::shared_ptr<const CachedAnswer> hit;
 };
 
 // The token counts for one target, as routing computed them.
@@ -54,6 +61,9 @@ struct PromptCount {
   int64_t tokens = 0;
   ledger::TokenSource source = ledger::TokenSource::kEstimate;
   std::shared_ptr<const adapters::PromptTokens> ids;  // the local engine's, for its hops
+  // The messages' shares of `tokens`, made by the same render when the policy trims (an HTTP
+  // target's chat count): trimming reads them instead of rendering the conversation again.
+  std::shared_ptr<const MessageShares> shares;
 };
 
 struct Plan {

@@ -68,6 +68,13 @@ ErrorCode code_for_status(int status) {
 
 // Targets with the same key count a prompt alike: the same tokenizer and chat template, or
 // the same in-process backend (which counts with what it will run).
+// Whether any rule of the policy trims (the routing count then keeps the messages' shares).
+bool trims(const policies::Policy& policy) {
+  if (policy.default_action().trim) return true;
+  return std::any_of(policy.rules().begin(), policy.rules().end(),
+                     [](const policies::Rule& r) { return r.action.trim.has_value(); });
+}
+
 std::pair<const void*, const void*> count_key(const Target* t) {
   std::pair<const void*, const void*> key(t->tokenizer.get(), t->chat.get());
   if (t->backend_config->local) key.first = t->backend;
@@ -151,14 +158,15 @@ PlannedHop make_hop(const RequestContext& ctx, const ParsedRequest& request,
 
 Planner::Planner(const config::Config& config, const TargetMap& targets,
                  policies::PolicyStore* store, ledger::Ledger* ledger, Recorder& recorder,
-                 RouteCounters& counters, int64_t started_unix_us)
+                 RouteCounters& counters, int64_t started_unix_us, ResponseCache* cache)
     : config_(config),
       targets_(targets),
       store_(store),
       ledger_(ledger),
       recorder_(recorder),
       counters_(counters),
-      started_unix_us_(started_unix_us) {}
+      started_unix_us_(started_unix_us),
+      cache_(cache) {}
 
 Plan Planner::copy_for_shadow(const Plan& p) {
   Plan c;
@@ -187,7 +195,7 @@ Result<Plan> Planner::plan(const RequestContext& ctx, const ParsedRequest& reque
   const policies::Policy* policy = p.policy.get();
   std::vector<Target*> targets;
   if (auto known = candidates(request, policy, targets); !known) return known.error();
-  count_prompts(request, targets, p.prompt_counts);
+  count_prompts(request, targets, p.prompt_counts, policy != nullptr && trims(*policy));
   int64_t max_tokens = request.max_tokens;
   p.n = request.n;
   p.body_bytes = static_cast<int64_t>(request.raw.size());
@@ -327,7 +335,12 @@ bool Planner::trim(const RequestContext& ctx, const ParsedRequest& request,
   // count is its engine's, so there they only predict, and the full count is the engine's.
   MessageShareCounter shares;
   if (t->tokenizer && t->chat && !t->backend_config->local) {
-    shares = [&](const api::ChatRequest& r) {
+    const auto counted = p.prompt_counts.find(t);
+    std::shared_ptr<const MessageShares> kept =
+        counted != p.prompt_counts.end() ? counted->second.shares : nullptr;
+    shares = [&, kept](const api::ChatRequest& r) {
+      // The routing count's render, when it kept the shares; else one render for them.
+      if (kept && &r == request.typed.get()) return std::optional<MessageShares>(*kept);
       return PromptCounter{t->tokenizer, t->chat}.shares(api::template_input(r));
     };
   }
@@ -363,6 +376,15 @@ bool Planner::trim(const RequestContext& ctx, const ParsedRequest& request,
   for (const auto& hop : d.route) route.push_back(find(hop.ref));
   if (d.shadow) route.push_back(find(d.shadow->ref));
   std::map<const Target*, PromptCount> counts;  // fresh: none shared with an untrimmed count
+  // The trimmed prompt's exact count is known for every target that counts as `t` does (an
+  // HTTP target's tokenizer and template): only the others count it again.
+  if (t->tokenizer && t->chat && !t->backend_config->local) {
+    for (Target* r : route) {
+      if (r != nullptr && count_key(r) == count_key(t)) {
+        counts[r] = {result->tokens_after, ledger::TokenSource::kTokenizer};
+      }
+    }
+  }
   count_prompts(out, route, counts);
   for (auto& [target, count] : counts) p.prompt_counts[target] = std::move(count);
   return true;
@@ -460,9 +482,20 @@ void Planner::apply_reasoning(const policies::ReasoningRule& rule, Plan& p) cons
   for (PlannedHop& hop : p.hops) {
     Target* t = hop.target;
     if (t->backend_config->local) {
+      if (rule.mode == ReasoningMode::kBudget) {
+        // The engine closes the think block itself when the budget is spent.
+        if (!t->backend->closes_think_blocks()) {
+          hop.reasoning = "dropped: the target's chat template has no think block (" + name + ")";
+        } else if (hop.request.endpoint != adapters::Endpoint::kChatCompletions) {
+          hop.reasoning = "dropped: only chat requests think on the local engine (" + name + ")";
+        } else {
+          hop.request.think_budget = rule.max_tokens;
+          hop.reasoning = "max_tokens:" + std::to_string(rule.max_tokens);
+        }
+        continue;
+      }
       if (rule.mode != ReasoningMode::kOff) {
-        hop.reasoning =
-            "dropped: the local engine has no reasoning effort or budget (" + name + ")";
+        hop.reasoning = "dropped: the local engine has no reasoning effort (" + name + ")";
         continue;
       }
       // The template's thinking switch (Qwen3's enable_thinking) off: the prompt is recounted.
@@ -563,9 +596,18 @@ void Planner::plan_cache(const RequestContext& ctx, const ParsedRequest& request
   // answers a stream and back), then how the hop applies a reasoning budget.
   std::string text = canonical_request(*typed, hop.target->model->upstream_model, overrides);
   text += "\nreasoning:" + hop.reasoning;
-  // Configured: an answer is found again only under the policy version that made it.
+  // Configured: an answer is found again only under the policy version that made it, or the
+  // target's price version in effect (a new price expires what the old one made).
   if (config_.cache.per_policy_version) text += "\npolicy:" + p.policy_version;
+  if (config_.cache.per_price_version && ledger_ != nullptr) {
+    const ledger::PriceEntry* price =
+        ledger_->prices().find(hop.target->model->name, ctx.started_us);
+    text += "\nprice:" + (price != nullptr ? price->version : std::string());
+  }
   c.key = response_cache_key(scope, hop.target->model->name, text);
+  c.hits_count_rate_limits = rule.hits_count_rate_limits;
+  // Looked up here, before admission: a hit is admitted without its budgets.
+  if (c.lookup && cache_ != nullptr) c.hit = cache_->get(c.key, response_cache_now_ms());
   p.cache = std::move(c);
 }
 
@@ -642,10 +684,17 @@ bool Planner::admit(const RequestContext& ctx, const ParsedRequest& request, Pla
     out = std::max(out, saturating_mul(most, std::max<int64_t>(request.n, 1)));
   }
   Money worst = ledger_->worst_case(refs, prompt, out);
+  // A response-cache hit costs nothing: no budget is reserved or can refuse it; it takes from
+  // the rate limits as its rule says.
+  ledger::AdmitScope scope;
+  if (p.cache && p.cache->hit) {
+    scope.budgets = false;
+    scope.rate_limits = p.cache->hits_count_rate_limits;
+  }
   // Rate limits count the exact prompt plus the output reserved (corrected at settle).
   auto admission = ledger_->admit(
       ledger::Subject{ctx.principal.key_id, ctx.principal.team, ctx.principal.project}, worst,
-      saturating_add(prompt, out));
+      saturating_add(prompt, out), scope);
   if (!admission) {
     Error e = admission.error();
     if (e.type_code == "rate_limit_exceeded") {
@@ -687,7 +736,7 @@ bool Planner::admit(const RequestContext& ctx, const ParsedRequest& request, Pla
 }
 
 PromptCount Planner::count_for(const ParsedRequest& request, const Target* t,
-                               std::optional<ordered_json>& input) const {
+                               std::optional<ordered_json>& input, bool shares) const {
   PromptCount c{estimate_prompt_tokens(request.raw.size()), ledger::TokenSource::kEstimate};
   bool chat = request.endpoint == adapters::Endpoint::kChatCompletions;
   if (!request.typed) {
@@ -703,15 +752,19 @@ PromptCount Planner::count_for(const ParsedRequest& request, const Target* t,
     }
   } else if (t->tokenizer && (!chat || t->chat)) {
     if (!input) input = api::template_input(*request.typed);
-    if (auto n = PromptCounter{t->tokenizer, t->chat}.count(chat, *input)) {
-      c = {*n, ledger::TokenSource::kTokenizer};
+    const PromptCounter counter{t->tokenizer, t->chat};
+    if (!chat || !shares) {
+      if (auto n = counter.count(chat, *input)) c = {*n, ledger::TokenSource::kTokenizer};
+    } else if (auto s = counter.shares(*input)) {
+      c = {s->total, ledger::TokenSource::kTokenizer};
+      c.shares = std::make_shared<const MessageShares>(std::move(*s));
     }
   }
   return c;
 }
 
 void Planner::count_prompts(const ParsedRequest& request, std::span<Target* const> targets,
-                            std::map<const Target*, PromptCount>& counts) const {
+                            std::map<const Target*, PromptCount>& counts, bool shares) const {
   std::optional<ordered_json> input;  // the chat template's input, made once when needed
   for (const Target* t : targets) {
     if (t == nullptr || counts.count(t) != 0) continue;
@@ -724,7 +777,7 @@ void Planner::count_prompts(const ParsedRequest& request, std::span<Target* cons
       counts.emplace(t, shared);
       continue;
     }
-    counts.emplace(t, count_for(request, t, input));
+    counts.emplace(t, count_for(request, t, input, shares));
   }
 }
 

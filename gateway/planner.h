@@ -32,13 +32,15 @@ class PolicyStore;
 
 namespace ferry::gateway {
 
+class ResponseCache;
+
 class Planner {
  public:
   // `store` and `ledger` may be null (no policy, no ledger configured).
   // `started_unix_us`: when the server began serving (the `created` of configured models).
   Planner(const config::Config& config, const TargetMap& targets, policies::PolicyStore* store,
           ledger::Ledger* ledger, Recorder& recorder, RouteCounters& counters,
-          int64_t started_unix_us);
+          int64_t started_unix_us, ResponseCache* cache = nullptr);
 
   // Everything between a parsed request and the first backend call. An Error is the answer
   // before any policy ran (404 unknown model); refusals after it are in Plan::refusal (their
@@ -70,11 +72,12 @@ class Planner {
   // 404 when the model (or alias) is unknown.
   Status candidates(const ParsedRequest& request, const policies::Policy* policy,
                     std::vector<Target*>& out) const;
+  // `shares`: keep the messages' shares with each chat count (the policy trims).
   void count_prompts(const ParsedRequest& request, std::span<Target* const> targets,
-                     std::map<const Target*, PromptCount>& counts) const;
+                     std::map<const Target*, PromptCount>& counts, bool shares = false) const;
   // One target's count of the request (`input`: the template input, made once when needed).
   PromptCount count_for(const ParsedRequest& request, const Target* t,
-                        std::optional<nlohmann::ordered_json>& input) const;
+                        std::optional<nlohmann::ordered_json>& input, bool shares = false) const;
   // The rule's `trim`: the request with its oldest turns dropped to fit (into `trimmed`, the
   // counts of the route's targets recounted), the x-ferry-trimmed-tokens header. False when
   // it cannot fit (refused, its row recorded).
@@ -110,6 +113,7 @@ class Planner {
   Recorder& recorder_;
   RouteCounters& counters_;
   int64_t started_unix_us_ = 0;
+  ResponseCache* cache_;  // null: no lookups at planning (a hit is then never planned)
 };
 
 }  // namespace ferry::gateway

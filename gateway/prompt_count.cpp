@@ -50,7 +50,8 @@ std::optional<MessageShares> PromptCounter::shares(const ordered_json& chat_body
   if (!tokenizer || !chat || !chat_body.is_object()) return std::nullopt;
   auto counts = chat->count_messages(chat_body, /*add_generation_prompt=*/true);
   if (!counts) return std::nullopt;
-  MessageShares out{static_cast<int64_t>(counts->total), {}, counts->exact_shares};
+  MessageShares out{
+      static_cast<int64_t>(counts->total), {}, counts->exact_shares, counts->compositional};
   out.per_message.assign(counts->per_message.begin(), counts->per_message.end());
   return out;
 }

@@ -28,11 +28,14 @@ class ChatFormatter;
 namespace ferry::gateway {
 
 // A request's exact prompt tokens and each message's share of them (tokenizer::MessageCounts):
-// exact shares add up (OpenAI's accounting), others are predictions a caller checks.
+// exact shares add up (OpenAI's accounting), so do a compositional template's for every message
+// but the first; others are predictions a caller checks.
 struct MessageShares {
   int64_t total = 0;
   std::vector<int64_t> per_message;  // one a message, or empty: unknown
   bool exact = false;
+  // Exact for any messages but the first (a compositional template: tokenizer::MessageCounts).
+  bool compositional = false;
 };
 
 struct PromptCounter {

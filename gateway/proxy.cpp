@@ -241,8 +241,10 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(
     }
   }
   if (a.ok && plan.cache && !plan.cache->key.empty() && plan.cache->store) {
-    // The answer as the backend wrote it (OpenAI chat), for the response cache.
-    a.cache_bytes = !streaming   ? std::string_view(result->body)
+    // The answer as the backend wrote it (OpenAI chat, before a front-end's translation), for
+    // the response cache.
+    a.cache_bytes = !streaming
+                        ? std::string_view(upstream_body.empty() ? result->body : upstream_body)
                     : translator ? translator->upstream()
                                  : sink.captured();
   }
@@ -402,11 +404,6 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
 
 // ---- the response cache ---------------------------------------------------------------------
 
-int64_t cache_clock_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
 // Collects a replayed answer's rendering.
 class RenderInto final : public api::EventSink {
  public:
@@ -444,8 +441,11 @@ void keep_answer(ServerState& server, const Plan& plan, const std::vector<Attemp
     kept->tokens.input = {std::max<int64_t>(kept->prompt_tokens, 0),
                           ledger::TokenSource::kTokenizer};
   }
-  server.gateway->response_cache().put(plan.cache->key, std::move(kept), plan.cache->ttl_ms,
-                                       cache_clock_ms());
+  const int64_t now = response_cache_now_ms();
+  if (PersistentCache* tier = server.gateway->persistent_cache()) {
+    tier->save(plan.cache->key, kept, now + plan.cache->ttl_ms);  // written behind, off this loop
+  }
+  server.gateway->response_cache().put(plan.cache->key, std::move(kept), plan.cache->ttl_ms, now);
 }
 
 // Answers from the cache: the hit's row durable first, then the answer rendered in the
@@ -541,16 +541,11 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
   Result<adapters::BackendReply> result = Error::make(ErrorCode::kInternal, "not run");
   std::optional<TranslatingSink> translator;
   if (plan.cache && !plan.cache->key.empty()) {
-    if (plan.cache->lookup) {
-      auto hit = server.gateway->response_cache().get(plan.cache->key, cache_clock_ms());
-      if (hit) {
-        // Rate limits: the planner admitted this request before the lookup, so a hit counts
-        // against the key's rate limits like a miss; a rule that should exempt hits releases
-        // its rate admission here (the hook for the rate-limit work). Budgets: the hit's row
-        // is settled at zero cost and releases the reserved worst case (settle_cache_hit).
-        set_header(headers, "x-ferry-cache", "hit");
-        co_return co_await serve_hit(server, stream, sink, job, *hit, headers, rec, keep_alive);
-      }
+    if (const std::shared_ptr<const CachedAnswer> hit = plan.cache->hit) {
+      // Found by the planner before admission: no budget was reserved for it, and the rate
+      // limits took from it as its rule says; its row is settled at zero cost.
+      set_header(headers, "x-ferry-cache", "hit");
+      co_return co_await serve_hit(server, stream, sink, job, *hit, headers, rec, keep_alive);
     }
     set_header(headers, "x-ferry-cache", "miss");
   }

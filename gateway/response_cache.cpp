@@ -1,5 +1,6 @@
 #include "gateway/response_cache.h"
 
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -12,6 +13,12 @@ namespace ferry::gateway {
 namespace {
 constexpr int64_t kEntryOverheadBytes = 256;  // the list node, the map slot, the answer's fields
 }  // namespace
+
+int64_t response_cache_now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 int64_t CachedAnswer::bytes() const {
   int64_t n =

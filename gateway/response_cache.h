@@ -51,6 +51,7 @@ class ResponseCache {
     int64_t expired = 0;
   };
   Stats stats() const;
+  int64_t max_bytes() const { return max_bytes_; }
 
  private:
   struct Entry {
@@ -77,6 +78,10 @@ class ResponseCache {
 // and back). No JSON is built.
 std::string canonical_request(const api::ChatRequest& request, std::string_view upstream_model,
                               const api::Overrides& overrides = {});
+
+// The cache's clock: wall-clock milliseconds since the Unix epoch (so the persistent tier's
+// expiries mean the same after a restart).
+int64_t response_cache_now_ms();
 
 // The cache key: SHA-256 hex of the scope's namespace, the target and the canonical request.
 std::string response_cache_key(std::string_view scope, std::string_view target,

@@ -121,8 +121,11 @@ Result<TrimResult> trim_to_fit(const api::ChatRequest& request, const TrimOption
     return result;
   };
   if (shares) {
+    // Exact for what is dropped (no check needed): OpenAI's accounting, or a compositional
+    // template while the first message stays.
+    const bool exact = shares->exact || (shares->compositional && units.front().first > 0);
     const auto least = least_by_shares(*shares, units, options.limit);
-    if (!least && shares->exact) {
+    if (!least && exact) {
       int64_t all = shares->total;
       for (const auto& [b, e] : units) {
         for (size_t i = b; i < e; ++i) all -= shares->per_message[i];
@@ -131,8 +134,9 @@ Result<TrimResult> trim_to_fit(const api::ChatRequest& request, const TrimOption
     }
     if (least) {
       auto candidate = without(request, units, least->first);
-      // The one exact check: a prediction that does not hold falls back to the search.
-      const int64_t tokens = shares->exact ? least->second : count(*candidate);
+      // The one exact check where needed: a prediction that does not hold falls back to the
+      // search.
+      const int64_t tokens = exact ? least->second : count(*candidate);
       if (tokens == least->second) return done(std::move(candidate), tokens);
     }
   }

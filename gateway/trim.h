@@ -37,7 +37,8 @@ using MessageShareCounter = std::function<std::optional<MessageShares>(const api
 
 // Drops the fewest oldest droppable units (a message with the tool results that follow it)
 // for the prompt to fit. With shares: the least number of units whose shares make it fit, from
-// their prefix sums, then one exact count of that candidate (none when the shares are exact);
+// their prefix sums, then one exact count of that candidate (none when the shares are exact:
+// OpenAI's accounting, or a compositional template with the first message kept);
 // when the count is not what the shares predicted, or without shares, a binary search over
 // how many, each candidate counted once. A 400 (context_length_exceeded) when even the minimum
 // kept does not fit.

@@ -267,7 +267,8 @@ Money Ledger::worst_case(const std::vector<std::string>& targets, int64_t prompt
   return worst;
 }
 
-Result<Admission> Ledger::admit(const Subject& subject, Money worst_case, int64_t tokens) {
+Result<Admission> Ledger::admit(const Subject& subject, Money worst_case, int64_t tokens,
+                                AdmitScope scope) {
   if (auto st = health(); !st) return st.error();
   if (core_->pending.fetch_add(1) >= config_.queue_capacity) {
     core_->pending.fetch_sub(1);
@@ -278,7 +279,7 @@ Result<Admission> Ledger::admit(const Subject& subject, Money worst_case, int64_
   }
   const int64_t now = unix_micros_now();
   std::optional<RateHold> rate;
-  if (!core_->rates.empty()) {
+  if (scope.rate_limits && !core_->rates.empty()) {
     auto held = core_->rates.reserve(subject, tokens, now);
     if (!held) {
       core_->pending.fetch_sub(1);
@@ -287,7 +288,8 @@ Result<Admission> Ledger::admit(const Subject& subject, Money worst_case, int64_
     }
     if (!held->limits.empty()) rate = std::move(*held);
   }
-  auto reservation = core_->book.reserve(subject, worst_case, now);
+  auto reservation = scope.budgets ? core_->book.reserve(subject, worst_case, now)
+                                   : Result<Reservation>(Reservation{});
   if (!reservation) {
     if (rate) core_->rates.release(*rate, now);
     core_->pending.fetch_sub(1);

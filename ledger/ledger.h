@@ -144,6 +144,12 @@ class Admission {
   std::optional<RateHold> rate_;
 };
 
+// What an admission takes from (Ledger::admit).
+struct AdmitScope {
+  bool budgets = true;
+  bool rate_limits = true;
+};
+
 class Ledger {
  public:
   // Opens (creating or migrating) the file, records the price versions, rebuilds budget
@@ -165,8 +171,10 @@ class Ledger {
   // kUnavailable (503) when the ledger cannot write or its queue is full; kRateLimited (429,
   // type_code "budget_exceeded", param = budget name) past a hard budget, or (type_code
   // "rate_limit_exceeded", param = limit name, retry_after_s) past a rate limit. Non-blocking.
-  // The record's tokens correct the rate limits' count when it settles.
-  Result<Admission> admit(const Subject& subject, Money worst_case, int64_t tokens = 0);
+  // The record's tokens correct the rate limits' count when it settles. `scope` leaves out the
+  // budgets (nothing reserved, never refused by one: a response-cache hit) or the rate limits.
+  Result<Admission> admit(const Subject& subject, Money worst_case, int64_t tokens = 0,
+                          AdmitScope scope = {});
 
   // Prices the record and queues it; `on_durable` runs once it is committed. Settles the
   // admission's reservation to the actual cost at commit. Returns the row id. Non-blocking.

@@ -37,7 +37,12 @@ void sort_by_logit(std::vector<Candidate>& candidates, std::vector<Candidate>& s
 }
 
 Sampler::Sampler(SamplingParams params)
-    : params_(std::move(params)), rng_state_(params_.seed ^ 0x9e3779b97f4a7c15ull) {}
+    : params_(std::move(params)), rng_state_(params_.seed ^ 0x9e3779b97f4a7c15ull) {
+  if (params_.think.active() && params_.think.open_at_start) {
+    think_ = Think::kInside;
+    if (params_.think.max_tokens == 0) start_closing();
+  }
+}
 
 void Sampler::accept(int32_t token) {
   history_.push_back(token);
@@ -80,6 +85,70 @@ void Sampler::apply_bias_and_penalties(std::span<float> logits) {
 }
 
 int32_t Sampler::sample(std::span<float> logits) {
+  if (think_ == Think::kClosing) return forced_close();
+  const int32_t token = pick(logits);
+  if (token != kNoAllowedToken && params_.think.active()) note_think(token);
+  return token;
+}
+
+// ---- the think budget ---------------------------------------------------------------------------
+
+namespace {
+
+bool ends_with(const std::vector<int32_t>& tail, std::span<const int32_t> marker) {
+  return !marker.empty() && tail.size() >= marker.size() &&
+         std::equal(marker.begin(), marker.end(),
+                    tail.end() - static_cast<ptrdiff_t>(marker.size()));
+}
+
+}  // namespace
+
+void Sampler::note_think(int32_t token) {
+  const ThinkBudget& t = params_.think;
+  if (think_ == Think::kAfter) return;
+  tail_.push_back(token);
+  const size_t keep = std::max(t.open.size(), t.close.size());
+  if (tail_.size() > keep) tail_.erase(tail_.begin(), tail_.end() - static_cast<ptrdiff_t>(keep));
+  if (think_ == Think::kBefore) {
+    if (!ends_with(tail_, t.open)) return;
+    think_ = Think::kInside;
+    tail_.clear();
+    if (t.max_tokens == 0) start_closing();
+    return;
+  }
+  ++think_count_;
+  if (ends_with(tail_, t.close)) {
+    think_ = Think::kAfter;
+  } else if (think_count_ >= t.max_tokens) {
+    start_closing();
+  }
+}
+
+// The budget is spent: the closing tokens follow, less the part of them the picks just made.
+void Sampler::start_closing() {
+  const std::vector<int32_t>& close = params_.think.close;
+  think_ = Think::kClosing;
+  think_capped_ = true;
+  forced_ = 0;
+  for (size_t k = std::min(close.size() - 1, tail_.size()); k > 0; --k) {
+    if (ends_with(tail_, std::span<const int32_t>(close.data(), k))) {
+      forced_ = k;
+      break;
+    }
+  }
+}
+
+int32_t Sampler::forced_close() {
+  const std::vector<int32_t>& close = params_.think.close;
+  const int32_t token = close[forced_++];
+  if (params_.constraint && !params_.constraint->accept_token(token)) return kNoAllowedToken;
+  if (forced_ == close.size()) think_ = Think::kAfter;
+  return token;
+}
+
+// ---- picking ------------------------------------------------------------------------------------
+
+int32_t Sampler::pick(std::span<float> logits) {
   apply_bias_and_penalties(logits);
   if (params_.constraint) return sample_allowed(logits);
   if (params_.temperature <= 0.0f) {

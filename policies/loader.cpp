@@ -734,7 +734,7 @@ int64_t PolicyBuilder::parse_duration_ms(const Node& node, const std::string& wh
 }
 
 CacheRule PolicyBuilder::parse_cache(const Node& node) {
-  check_keys(node, "cache", {"ttl", "scope", "nondeterministic"});
+  check_keys(node, "cache", {"ttl", "scope", "nondeterministic", "rate_limits"});
   CacheRule rule;
   if (!node["ttl"]) fail(node, "cache needs a ttl (e.g. ttl: 10m)");
   rule.ttl_ms = parse_duration_ms(node["ttl"], "cache ttl");
@@ -760,6 +760,13 @@ CacheRule PolicyBuilder::parse_cache(const Node& node) {
            "cache nondeterministic must be true or false, found '" + v + "'");
     }
     rule.nondeterministic = v == "true";
+  }
+  if (node["rate_limits"]) {
+    std::string v = scalar(node["rate_limits"], "cache rate_limits");
+    if (v != "count" && v != "exempt") {
+      fail(node["rate_limits"], "cache rate_limits must be count or exempt, found '" + v + "'");
+    }
+    rule.hits_count_rate_limits = v == "count";
   }
   return rule;
 }

@@ -556,7 +556,8 @@ nlohmann::json decision_to_json(const Decision& d) {
   if (d.cache) {
     j["cache"] = {{"ttl_ms", d.cache->ttl_ms},
                   {"scope", cache_scope_name(d.cache->scope)},
-                  {"nondeterministic", d.cache->nondeterministic}};
+                  {"nondeterministic", d.cache->nondeterministic},
+                  {"rate_limits", d.cache->hits_count_rate_limits ? "count" : "exempt"}};
   }
   if (d.reasoning.set()) j["reasoning"] = reasoning_name(d.reasoning);
   return j;

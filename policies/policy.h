@@ -74,6 +74,9 @@ struct CacheRule {
   int64_t ttl_ms = 0;
   CacheScope scope = CacheScope::kKey;
   bool nondeterministic = false;  // also cache answers sampled with temperature > 0, no seed
+  // `rate_limits: count | exempt`: whether a hit takes from the key's rate limits (requests and
+  // tokens, as a miss would) or not. Budgets never: a hit costs nothing and reserves nothing.
+  bool hits_count_rate_limits = true;
 };
 
 // `set: { reasoning: off | low | medium | high | { max_tokens: N } }`.

@@ -58,6 +58,7 @@ Result<std::shared_ptr<const ChatFormatter>> ChatFormatter::create(
   auto parsed = jinja::Template::parse(source);
   if (!parsed) return std::move(parsed).error();
   f->template_ = std::make_shared<const jinja::Template>(std::move(*parsed));
+  f->compositional_ = f->probe_compositional();
   return std::shared_ptr<const ChatFormatter>(f);
 }
 
@@ -231,7 +232,8 @@ std::string needle_of(const Json& m) {
 std::vector<std::size_t> message_starts(const Json& messages, std::string_view text,
                                         const std::vector<PieceCount>& specials) {
   std::vector<std::size_t> starts;
-  std::size_t cursor = 0;  // the end of the previous message's needle
+  std::size_t cursor = 0;      // the end of the previous message's needle
+  auto it = specials.begin();  // specials before `cursor` are behind it
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const std::string needle = needle_of(messages[i]);
     if (needle.empty()) return {};
@@ -240,10 +242,9 @@ std::vector<std::size_t> message_starts(const Json& messages, std::string_view t
     std::size_t start = 0;
     if (i > 0) {
       // Just after the first special token past the previous message's text.
-      auto it = std::find_if(specials.begin(), specials.end(),
-                             [&](const PieceCount& p) { return p.offset >= cursor; });
+      while (it != specials.end() && it->offset < cursor) ++it;
       if (it == specials.end() || it->offset >= at) return {};
-      start = it->offset + it->tokens;  // here: the special's length in bytes
+      start = it->offset + it->length;
     }
     starts.push_back(start);
     cursor = at + needle.size();
@@ -268,18 +269,17 @@ Result<MessageCounts> ChatFormatter::count_messages(const Json& request,
   thread_local std::vector<PieceCount> pieces;
   pieces.clear();
   out.total = counts_->count_prompt(*text, &pieces);
-  // The special tokens by offset and byte length, to find the messages' boundaries.
-  thread_local std::vector<Tokenizer::Piece> split;
-  split.clear();
-  tokenizer_->split_specials(*text, split);
-  std::vector<PieceCount> specials;
-  for (const auto& p : split) {
-    if (p.special) specials.push_back({p.offset, p.length});
+  // The special tokens, to find the messages' boundaries.
+  thread_local std::vector<PieceCount> specials;
+  specials.clear();
+  for (const PieceCount& p : pieces) {
+    if (p.special) specials.push_back(p);
   }
   const Json& messages = messages_of(request);
   const auto starts = message_starts(messages, *text, specials);
   if (starts.empty()) return out;
   out.per_message.assign(starts.size(), 0);
+  out.compositional = compositional_;
   std::size_t m = 0;
   for (std::size_t k = 0; k < pieces.size(); ++k) {
     if (pieces[k].offset < starts.front()) continue;
@@ -287,6 +287,76 @@ Result<MessageCounts> ChatFormatter::count_messages(const Json& request,
     out.per_message[m] += pieces[k].tokens;
   }
   return out;
+}
+
+namespace {
+
+// The conversations a template is probed with: distinct texts to find each message by, a
+// system prompt or none, a tool call and its result.
+std::vector<Json> probe_conversations() {
+  auto msg = [](const char* role, int n) {
+    return Json{{"role", role}, {"content", "ferry probe " + std::to_string(n) + " text"}};
+  };
+  Json call = msg("assistant", 3);
+  call["tool_calls"] =
+      Json::array({{{"id", "call_probe"},
+                    {"type", "function"},
+                    {"function", {{"name", "ferry_probe_tool"}, {"arguments", "{\"q\": 1}"}}}}});
+  Json result = msg("tool", 4);
+  result["tool_call_id"] = "call_probe";
+  std::vector<Json> out;
+  out.push_back({{"messages", Json::array({msg("system", 0), msg("user", 1), msg("assistant", 2),
+                                           msg("user", 3), msg("assistant", 4), msg("user", 5),
+                                           msg("assistant", 6), msg("user", 7)})}});
+  out.push_back({{"messages", Json::array({msg("user", 1), msg("assistant", 2), msg("user", 3),
+                                           msg("assistant", 4), msg("user", 5)})}});
+  out.push_back({{"messages", Json::array({msg("system", 0), msg("user", 1), msg("assistant", 2),
+                                           msg("user", 8), call, result, msg("assistant", 5),
+                                           msg("user", 6)})}});
+  return out;
+}
+
+}  // namespace
+
+bool ChatFormatter::probe_compositional() const {
+  std::vector<Tokenizer::Piece> split;
+  for (const Json& probe : probe_conversations()) {
+    const Json& messages = probe["messages"];
+    const std::size_t n = messages.size();
+    auto is_result = [&](std::size_t i) { return i < n && messages[i]["role"] == "tool"; };
+    bool calls = false;
+    for (std::size_t i = 0; i < n; ++i) calls = calls || is_result(i);
+    auto whole = render(probe);
+    if (!whole) {
+      if (calls) continue;  // a template that cannot show a tool call renders no such request
+      return false;
+    }
+    split.clear();
+    tokenizer_->split_specials(*whole, split);
+    std::vector<PieceCount> specials;
+    for (const auto& p : split) {
+      if (p.special) specials.push_back({p.offset, 1, p.length, true});
+    }
+    const auto starts = message_starts(messages, *whole, specials);
+    if (starts.size() != n) return false;
+    auto end_of = [&](std::size_t i) { return i + 1 < n ? starts[i + 1] : whole->size(); };
+    // Every run of messages [first, last] after the first one, the last message kept.
+    for (std::size_t first = 1; first + 1 < n; ++first) {
+      for (std::size_t last = first; last + 1 < n; ++last) {
+        // Trimming never splits a tool call from its results.
+        if (is_result(first) || is_result(last + 1)) continue;
+        Json fewer = probe;
+        Json& m = fewer["messages"];
+        m.erase(m.begin() + static_cast<std::ptrdiff_t>(first),
+                m.begin() + static_cast<std::ptrdiff_t>(last + 1));
+        auto got = render(fewer);
+        if (!got) return false;
+        const std::string want = whole->substr(0, starts[first]) + whole->substr(end_of(last));
+        if (*got != want) return false;
+      }
+    }
+  }
+  return true;
 }
 
 Result<std::size_t> ChatFormatter::count_json(std::string_view request_json,

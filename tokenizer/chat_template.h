@@ -33,6 +33,10 @@ struct MessageCounts {
   std::size_t total = 0;
   std::vector<std::size_t> per_message;
   bool exact_shares = false;  // OpenAI's accounting: no check needed
+  // A template proven compositional (ChatFormatter::compositional): the conversation without
+  // some messages other than the first counts exactly `total` less their shares, no check
+  // needed. (The first message's share also holds the prompt's opening.)
+  bool compositional = false;
 };
 
 // A prompt as ferry runs and counts it everywhere (the local engine, routing and the ledger,
@@ -68,6 +72,14 @@ class ChatFormatter {
                                  bool add_generation_prompt = true) const;
 
   bool uses_openai_accounting() const { return !template_; }
+  // Whether this template renders each message on its own, cut at this tokenizer's special
+  // tokens: proven once at creation on probe conversations (system, user and assistant turns,
+  // a tool call and its result), each rendered whole and with every run of messages after the
+  // first dropped, and each of those renders found equal to the whole one with the dropped
+  // messages' shares cut out. Then count_messages' shares are exact for any messages but the
+  // first. A template that branches on position (role alternation, the system prompt moved
+  // into a later turn) or whose turns are not cut by special tokens is not.
+  bool compositional() const { return compositional_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 
   // The Jinja context a request renders with (messages normalised, tools, bos/eos tokens,
@@ -87,6 +99,8 @@ class ChatFormatter {
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<const jinja::Template> template_;
   std::unique_ptr<CountCache> counts_;  // thread-safe itself
+  bool compositional_ = false;
+  bool probe_compositional() const;
 };
 
 }  // namespace ferry::tokenizer

@@ -72,7 +72,8 @@ std::size_t CountCache::count_prompt(std::string_view text, std::vector<PieceCou
       }
     }
     total += n;
-    if (pieces != nullptr && n > 0) pieces->push_back({p.offset, n});
+    if (pieces != nullptr && n > 0)
+      pieces->push_back({p.offset, n, p.length, p.special.has_value()});
   }
   if (bos_needed) ++total;  // in no piece
   if (split.capacity() > 4096) std::vector<Tokenizer::Piece>().swap(split);

@@ -30,6 +30,8 @@ constexpr std::size_t kDefaultCountCacheBytes = std::size_t{8} << 20;
 struct PieceCount {
   std::size_t offset = 0;
   std::size_t tokens = 0;
+  std::size_t length = 0;  // bytes of text
+  bool special = false;    // a special token
 };
 
 class CountCache {

@@ -43,10 +43,15 @@ class LeversTest : public ::testing::Test {
   }
 
   // `rules`: the policy's rules (YAML list items); `gpu` answers (the echo upstream, counted with
-  // the synthetic model's tokenizer and template), `broken` fails with a 500.
-  void start(const std::string& rules, const std::string& extra_config = "") {
-    std::string policy = "targets: { gpu: gpu, broken: broken }\nmodels: [chat]\nrules:\n" + rules +
-                         "default: { route: [gpu] }\n";
+  // the synthetic model's tokenizer and template), `broken` fails with a 500; with
+  // `local_backend` (a local backend's YAML members after its name and kind), target `local`
+  // is that in-process model.
+  void start(const std::string& rules, const std::string& extra_config = "",
+             const std::string& local_backend = "") {
+    const bool local = !local_backend.empty();
+    std::string policy = std::string("targets: { gpu: gpu, broken: broken") +
+                         (local ? ", local: local" : "") + " }\nmodels: [chat, plain]\nrules:\n" +
+                         rules + "default: { route: [gpu] }\n";
     std::string policy_file = dir_.write("policies.yaml", policy);
     std::string cfg =
         "server: { listen: 127.0.0.1:0 }\n"
@@ -62,9 +67,9 @@ class LeversTest : public ::testing::Test {
         ", role: app, team: blue }\n"
         "backends:\n"
         "  - { name: up, base_url: \"http://" +
-        upstream_.address.host + ":" + std::to_string(upstream_.address.port) +
-        "/v1\" }\n"
-        "models:\n"
+        upstream_.address.host + ":" + std::to_string(upstream_.address.port) + "/v1\" }\n" +
+        (local ? "  - { name: cpu, kind: local, " + local_backend + " }\n" : std::string()) +
+        "models:\n" + (local ? "  - { name: local, backend: cpu }\n" : std::string()) +
         "  - { name: gpu, backend: up, upstream_model: echo, context_length: 4096, tokenizer: " +
         model_ +
         " }\n"
@@ -358,7 +363,7 @@ TEST_F(LeversTest, CacheSizeAndPolicyVersionAreConfigured) {
   const std::string version = hit.header("x-ferry-policy").value_or("");
   // Another policy version: the rule's id changes, and so does the version.
   dir_.write("policies.yaml",
-             "targets: { gpu: gpu, broken: broken }\nmodels: [chat]\nrules:\n"
+             "targets: { gpu: gpu, broken: broken }\nmodels: [chat, plain]\nrules:\n"
              "  - { id: cached2, when: { model: chat }, route: [gpu], cache: { ttl: 10m } }\n"
              "default: { route: [gpu] }\n");
   auto reload =
@@ -444,6 +449,264 @@ TEST_F(LeversTest, SavingsByLeverReconcileWithTheRowsToTheMicroUnit) {
   EXPECT_NE(levers["cache"]["avoided_cost"], "0.000000");
   EXPECT_EQ(column("reasoning_budget"),
             (std::vector<std::string>{"effort:high", "effort:high", "effort:high", "effort:high"}));
+}
+
+// A hit is served in the front-end the client speaks: an Anthropic Messages request answered
+// by an OpenAI chat target is kept and replayed as a Messages body and as its event stream.
+TEST_F(LeversTest, CacheHitsAreServedInTheMessagesFrontEnd) {
+  start("  - { id: cached, when: { model: chat }, route: [gpu], cache: { ttl: 10m } }\n");
+  const json body = {
+      {"model", "chat"},
+      {"max_tokens", 64},
+      {"temperature", 0},
+      {"messages", json::array({{{"role", "user"}, {"content", "Hail the keeper."}}})}};
+  const std::vector<std::string> headers = {std::string("x-api-key: ") + kAppKey,
+                                            "anthropic-version: 2023-06-01"};
+  auto first = post_json(ferry_.address, "/v1/messages", body, headers);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  EXPECT_EQ(first->header("x-ferry-cache"), "miss");
+  auto second = post_json(ferry_.address, "/v1/messages", body, headers);
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  EXPECT_EQ(second->header("x-ferry-cache"), "hit");
+  EXPECT_EQ(second->body_json()["type"], "message");
+  EXPECT_EQ(second->body_json()["content"], first->body_json()["content"]);
+  json streamed = body;
+  streamed["stream"] = true;
+  StreamResult s = stream_request(ferry_.address, "/v1/messages", streamed, headers);
+  ASSERT_TRUE(s.head);
+  EXPECT_EQ(s.head->header("x-ferry-cache"), "hit");
+  std::string text;
+  bool stopped = false;
+  for (const json& e : s.chunks) {
+    if (e.value("type", "") == "content_block_delta") text += e["delta"].value("text", "");
+    stopped = stopped || e.value("type", "") == "message_stop";
+  }
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(text, first->body_json()["content"][0]["text"]);
+  EXPECT_EQ(upstream_requests(), 1);
+}
+
+// A hit costs nothing, so no budget reserves for it or refuses it: team red's hard budget of one
+// micro-dollar refuses any request it would pay for, but not the answer another team's request
+// left in a global cache.
+TEST_F(LeversTest, CacheHitsNeverCountAgainstBudgets) {
+  start(
+      "  - { id: shared, when: { model: chat }, route: [gpu], cache: { ttl: 10m, scope: global } "
+      "}\n",
+      "budgets:\n  - { name: red-cap, scope: team, match: red, amount: 0.000001, period: day, "
+      "mode: hard }\n");
+  json body = chat_body("chat", "What does the keeper log?");
+  body["temperature"] = 0;
+  Response blue = chat(body, auth_headers(kOtherKey));
+  ASSERT_EQ(blue.status, 200) << blue.body;
+  EXPECT_EQ(blue.header("x-ferry-cache"), "miss");
+  for (int i = 0; i < 2; ++i) {
+    Response red = chat(body);
+    ASSERT_EQ(red.status, 200) << red.body;
+    EXPECT_EQ(red.header("x-ferry-cache"), "hit");
+  }
+  json other = chat_body("chat", "Something new, please.");
+  other["temperature"] = 0;
+  Response refused = chat(other);
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_EQ(refused.body_json()["error"]["param"], "red-cap") << refused.body;
+  EXPECT_EQ(upstream_requests(), 1);
+  const auto cache = column("cache");
+  const auto costs = column("cost_total");
+  ASSERT_GE(cache.size(), 3u);
+  ASSERT_GE(costs.size(), 3u);
+  EXPECT_EQ(cache[1], "hit");
+  EXPECT_EQ(cache[2], "hit");
+  EXPECT_EQ(costs[1], "0");
+  EXPECT_EQ(costs[2], "0");
+}
+
+// Hits take from the rate limits as the rule says: `exempt` hits take nothing, `count` hits take
+// a request as a miss would (team red: one request a minute).
+TEST_F(LeversTest, CacheHitsCountAgainstRateLimitsAsConfigured) {
+  start(
+      "  - { id: counted, when: { model: chat, claimed_tags: counted }, route: [gpu], "
+      "cache: { ttl: 10m, scope: global, rate_limits: count } }\n"
+      "  - { id: exempt, when: { model: chat }, route: [gpu], cache: { ttl: 10m, scope: global, "
+      "rate_limits: exempt } }\n",
+      "rate_limits:\n  - { name: red-rpm, scope: team, match: red, requests_per_minute: 1 }\n");
+  json free = chat_body("chat", "Exempt question.");
+  free["temperature"] = 0;
+  ASSERT_EQ(chat(free, auth_headers(kOtherKey)).status, 200);  // blue: the miss
+  for (int i = 0; i < 3; ++i) {
+    Response r = chat(free);
+    ASSERT_EQ(r.status, 200) << i << " " << r.body;
+    EXPECT_EQ(r.header("x-ferry-cache"), "hit");
+  }
+  json counted = chat_body("chat", "Counted question.");
+  counted["temperature"] = 0;
+  std::vector<std::string> blue = auth_headers(kOtherKey);
+  blue.push_back("x-ferry-tags: counted");
+  ASSERT_EQ(chat(counted, blue).status, 200);
+  std::vector<std::string> red = auth_headers();
+  red.push_back("x-ferry-tags: counted");
+  Response first = chat(counted, red);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(first.header("x-ferry-cache"), "hit");
+  EXPECT_EQ(first.header("x-ratelimit-remaining-requests"), "0");
+  Response second = chat(counted, red);
+  EXPECT_EQ(second.status, 429) << second.body;
+  EXPECT_EQ(second.body_json()["error"]["code"], "rate_limit_exceeded") << second.body;
+  EXPECT_EQ(upstream_requests(), 2);
+}
+
+// `cache: { persist }`: kept answers are written to a SQLite file and read back at start-up, so
+// a restarted server answers from them; an entry whose TTL passed meanwhile is gone; with
+// `per_price_version`, a new price for the target expires what the old one made.
+TEST_F(LeversTest, CachePersistsAcrossARestartAndExpires) {
+  const std::string file = (dir_.path() / "cache.db").string();
+  const std::string rules =
+      "  - { id: long, when: { model: chat, claimed_tags: long }, route: [gpu], cache: { ttl: 10m "
+      "} }\n"
+      "  - { id: short, when: { model: chat }, route: [gpu], cache: { ttl: 1s } }\n";
+  const std::string persist =
+      "cache: { per_price_version: true, persist: { path: " + file + " } }\n";
+  start(rules, persist);
+  json kept = chat_body("chat", "Remember the lighthouse.");
+  kept["temperature"] = 0;
+  json brief = chat_body("chat", "Forget the fog.");
+  brief["temperature"] = 0;
+  std::vector<std::string> long_lived = auth_headers();
+  long_lived.push_back("x-ferry-tags: long");
+  Response first = chat(kept, long_lived);
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(first.header("x-ferry-cache"), "miss");
+  EXPECT_EQ(chat(kept, long_lived).header("x-ferry-cache"), "hit");
+  EXPECT_EQ(chat(brief).header("x-ferry-cache"), "miss");
+  ASSERT_TRUE(ferry_.process);
+  EXPECT_EQ(ferry_.process->stop(Ms(15000)), 0);  // the writer's queue is in the file
+  ferry_.process.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past the short TTL
+  start(rules, persist);
+  Response again = chat(kept, long_lived);
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(again.header("x-ferry-cache"), "hit") << "read back from the file";
+  EXPECT_EQ(again.body_json()["choices"][0]["message"]["content"],
+            first.body_json()["choices"][0]["message"]["content"]);
+  EXPECT_EQ(upstream_requests(), 2);
+  EXPECT_EQ(chat(brief).header("x-ferry-cache"), "miss") << "expired while the server was down";
+  EXPECT_EQ(upstream_requests(), 3);
+
+  // A new price for gpu (in effect since February, the list in start() goes on): a miss.
+  EXPECT_EQ(ferry_.process->stop(Ms(15000)), 0);
+  ferry_.process.reset();
+  start(rules,
+        "  - { model: gpu, effective_from: 2026-02-01, input: 4.00, output: 15.00 }\n" + persist);
+  EXPECT_EQ(chat(kept, long_lived).header("x-ferry-cache"), "miss") << "another price version";
+  EXPECT_EQ(upstream_requests(), 4);
+}
+
+// A Qwen3-style template that starts the model's thinking for it (the prompt ends with
+// `<think>\n`, as Qwen3's thinking releases do) unless enable_thinking is false: random weights
+// are inside the think block from their first token and never close it themselves.
+constexpr const char* kThinkingTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{'<|im_start|>assistant\\n'}}{% if enable_thinking is defined and enable_thinking is false "
+    "%}{{'<think>\\n\\n</think>\\n\\n'}}{% else %}{{'<think>\\n'}}{% endif %}{% endif %}";
+
+TEST_F(LeversTest, ThinkBudgetClosesALocalQwen3ThinkBlockAndTheAnswerFollows) {
+  const std::string qwen3 = (dir_.path() / "qwen3.gguf").string();
+  ASSERT_EQ(run_command(ferry_binary() + " model synth --preset tiny --arch qwen3 --type Q8_0 " +
+                        "--seed 5 '" + qwen3 + "' > /dev/null 2>&1"),
+            0);
+  constexpr int kBudget = 12;
+  constexpr int kMaxTokens = 40;
+  start(
+      "  - { id: capped, when: { model: chat }, route: [local], set: { reasoning: { "
+      "max_tokens: " +
+          std::to_string(kBudget) +
+          " } } }\n"
+          "  - { id: free, when: { model: plain }, route: [local] }\n",
+      "", "model: " + qwen3 + ", threads: 1, chat_template: " + json(kThinkingTemplate).dump());
+  // The closing marker's tokens as the model's tokenizer spells it (the engine forces them).
+  std::string marker = dir_.write("marker.txt", "</think>");
+  std::string out = (dir_.path() / "marker.out").string();
+  ASSERT_EQ(run_command(ferry_binary() + " tokenize --tokenizer '" + qwen3 + "' '" + marker +
+                        "' > '" + out + "'"),
+            0);
+  const int64_t close_tokens = std::stoll(read_file(out));
+  ASSERT_GT(close_tokens, 0);
+
+  auto ask = [&](bool capped) {
+    json body = {
+        {"model", capped ? "chat" : "plain"},
+        {"messages", json::array({{{"role", "user"}, {"content", "Think, then answer."}}})},
+        {"max_tokens", kMaxTokens},
+        {"temperature", 0},
+        {"ignore_eos", true}};  // random weights: every token up to max_tokens
+    return body;
+  };
+
+  // Capped: the think block ends after the budget (its closing tokens forced), the answer
+  // follows, and the usage counts the block's tokens (the budget and the marker) as reasoning.
+  Response capped = chat(ask(true));
+  ASSERT_EQ(capped.status, 200) << capped.body;
+  EXPECT_EQ(capped.header("x-ferry-reasoning"), "max_tokens:" + std::to_string(kBudget));
+  const json answer = capped.body_json();
+  const json& message = answer["choices"][0]["message"];
+  ASSERT_TRUE(message["reasoning_content"].is_string()) << answer.dump();
+  EXPECT_FALSE(message["reasoning_content"].get<std::string>().empty());
+  ASSERT_TRUE(message["content"].is_string()) << answer.dump();
+  EXPECT_FALSE(message["content"].get<std::string>().empty()) << "the answer follows";
+  EXPECT_EQ(message["content"].get<std::string>().find("</think>"), std::string::npos);
+  EXPECT_EQ(answer["usage"]["completion_tokens"], kMaxTokens);
+  EXPECT_EQ(answer["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            kBudget + close_tokens)
+      << answer.dump();
+  EXPECT_EQ(answer["choices"][0]["finish_reason"], "length");
+
+  // Streamed (the prompt's KV now from the prefix cache): the same reasoning, then the same
+  // answer, as deltas.
+  json stream_body = ask(true);
+  stream_body["stream"] = true;
+  stream_body["stream_options"] = {{"include_usage", true}};
+  StreamResult streamed = stream_request(ferry_.address, "/v1/chat/completions", stream_body);
+  ASSERT_TRUE(streamed.head);
+  ASSERT_EQ(streamed.head->status, 200);
+  EXPECT_EQ(streamed.head->header("x-ferry-reasoning"), "max_tokens:" + std::to_string(kBudget));
+  std::string reasoning, content;
+  json usage;
+  for (const json& chunk : streamed.chunks) {
+    if (chunk.contains("usage") && chunk["usage"].is_object()) usage = chunk["usage"];
+    if (!chunk.contains("choices") || chunk["choices"].empty()) continue;
+    const json& delta = chunk["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) {
+      reasoning += delta["reasoning_content"].get<std::string>();
+    }
+    if (delta.contains("content") && delta["content"].is_string()) {
+      content += delta["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(reasoning, message["reasoning_content"]);
+  EXPECT_EQ(content, message["content"]);
+  EXPECT_EQ(usage["completion_tokens_details"]["reasoning_tokens"], kBudget + close_tokens);
+  EXPECT_GT(usage["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 0) << usage.dump();
+
+  // Without the budget the block never closes: every token is thinking, shown as content.
+  Response free = chat(ask(false));
+  ASSERT_EQ(free.status, 200) << free.body;
+  EXPECT_FALSE(free.header("x-ferry-reasoning"));
+  const json free_message = free.body_json()["choices"][0]["message"];
+  EXPECT_EQ(free_message["content"].get<std::string>().find("</think>"), std::string::npos);
+  EXPECT_TRUE(free_message["content"].get<std::string>().rfind(
+                  message["reasoning_content"].get<std::string>(), 0) == 0)
+      << "the same thoughts, up to the budget";
+
+  // The ledger records the budget applied and the reasoning tokens of each row.
+  EXPECT_EQ(column("reasoning_budget"),
+            (std::vector<std::string>{"max_tokens:" + std::to_string(kBudget),
+                                      "max_tokens:" + std::to_string(kBudget), "<null>"}));
+  EXPECT_EQ(column("reasoning_tokens"),
+            (std::vector<std::string>{std::to_string(kBudget + close_tokens),
+                                      std::to_string(kBudget + close_tokens), "0"}));
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Sampler: greedy, logit bias, penalties, top-k/top-p/min-p and seed determinism.
+// Sampler: greedy, logit bias, penalties, top-k/top-p/min-p, seed determinism and the think
+// budget.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -175,6 +176,92 @@ TEST(Sampler, SameSeedSameSequenceDifferentSeedDiffers) {
   };
   EXPECT_EQ(run(42), run(42));
   EXPECT_NE(run(42), run(43));
+}
+
+// Greedy picks over logits that favour `favourite` (vocabulary of 10) for `n` steps.
+std::vector<int32_t> picks(Sampler& s, const std::vector<int32_t>& favourites) {
+  std::vector<int32_t> out;
+  for (const int32_t f : favourites) {
+    std::vector<float> l(10, 0.0f);
+    l[static_cast<size_t>(f)] = 5.0f;
+    out.push_back(s.sample(l));
+  }
+  return out;
+}
+
+ThinkBudget think_budget(int64_t max_tokens, bool open_at_start) {
+  ThinkBudget t;
+  t.open = {8, 9};
+  t.close = {7, 8, 9};
+  t.max_tokens = max_tokens;
+  t.open_at_start = open_at_start;
+  return t;
+}
+
+TEST(Sampler, ThinkBudgetForcesTheClosingTokensWhateverTheLogits) {
+  SamplingParams p;
+  p.think = think_budget(3, /*open_at_start=*/true);
+  Sampler s(p);
+  // Three thinking tokens, then the closing marker although the logits say 1, then sampling.
+  EXPECT_EQ(picks(s, {1, 2, 3, 1, 1, 1, 4}), (std::vector<int32_t>{1, 2, 3, 7, 8, 9, 4}));
+  EXPECT_EQ(s.think_tokens(), 3);
+  EXPECT_TRUE(s.think_capped());
+  // A budget of 0 closes at once.
+  p.think = think_budget(0, true);
+  Sampler none(p);
+  EXPECT_EQ(picks(none, {1, 1, 1, 2}), (std::vector<int32_t>{7, 8, 9, 2}));
+  EXPECT_EQ(none.think_tokens(), 0);
+}
+
+TEST(Sampler, ThinkBudgetOpensAtTheMarkerAndLeavesAModelThatClosesInTime) {
+  SamplingParams p;
+  p.think = think_budget(4, /*open_at_start=*/false);
+  Sampler s(p);
+  // Outside the block nothing is counted; the opening marker (8, 9) starts the count.
+  EXPECT_EQ(picks(s, {1, 8, 9, 2, 3, 2, 3, 5}), (std::vector<int32_t>{1, 8, 9, 2, 3, 2, 3, 7}));
+  // The model closes its own block inside the budget: nothing forced, the count stops.
+  SamplingParams q;
+  q.think = think_budget(5, true);
+  Sampler own(q);
+  EXPECT_EQ(picks(own, {2, 7, 8, 9, 1, 1, 1, 1}), (std::vector<int32_t>{2, 7, 8, 9, 1, 1, 1, 1}));
+  EXPECT_EQ(own.think_tokens(), 4);
+  EXPECT_FALSE(own.think_capped());
+}
+
+TEST(Sampler, ThinkBudgetCompletesAClosingMarkerTheModelBegan) {
+  SamplingParams p;
+  p.think = think_budget(3, /*open_at_start=*/true);
+  Sampler s(p);
+  // The budget runs out right after the model picked the marker's first token: only the rest
+  // of the marker is forced.
+  EXPECT_EQ(picks(s, {1, 2, 7, 1, 1, 4}), (std::vector<int32_t>{1, 2, 7, 8, 9, 4}));
+  EXPECT_TRUE(s.think_capped());
+}
+
+TEST(Sampler, ThinkBudgetKeepsSeededDrawsOutsideTheBlock) {
+  // Forced tokens draw nothing from the RNG: a seeded sampler's draws are those of the same
+  // sampler without a budget, with the closing tokens put in between.
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 9;
+  for (const int32_t marker : {7, 8, 9}) p.logit_bias[marker] = -INFINITY;  // never drawn
+  std::vector<float> base(10);
+  for (size_t i = 0; i < base.size(); ++i) base[i] = std::cos(static_cast<float>(i));
+  Sampler plain(p);
+  p.think = think_budget(2, true);
+  Sampler capped(p);
+  std::vector<int32_t> a, b;
+  for (int i = 0; i < 12; ++i) {
+    auto l = base;
+    a.push_back(plain.sample(l));
+  }
+  for (int i = 0; i < 15; ++i) {
+    auto l = base;
+    b.push_back(capped.sample(l));
+  }
+  ASSERT_EQ(std::vector<int32_t>(b.begin() + 2, b.begin() + 5), (std::vector<int32_t>{7, 8, 9}));
+  b.erase(b.begin() + 2, b.begin() + 5);
+  EXPECT_EQ(a, b);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // does not read pauses its sequence at its max_unread bound without holding up the others.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <future>
@@ -636,6 +637,36 @@ TEST_F(SchedulerTest, SpeculationGivesTheSameGreedyOutput) {
   // Q8_0: the packed products (AVX-512) take a step's drafted rows together.
   src_ = testing::make_tiny_model(shape_, WeightType::kQ8_0, 34);
   expect_speculation_changes_nothing(repeating_requests(500));
+}
+
+// A think budget is the sequence's own (the sampler's): alone or batched, with drafts or without,
+// from a prefix-cache hit or not, the output is the same, and each request's closing tokens come
+// at its budget (or earlier, when the model began them).
+TEST_F(SchedulerTest, ThinkBudgetClosesAtTheBudgetAloneBatchedAndSpeculating) {
+  auto requests = repeating_requests(800);
+  const std::vector<TokenId> close = {3, 5};
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ThinkBudget& t = requests[i].sampling.think;
+    t.close = close;
+    t.max_tokens = static_cast<int64_t>(i % 4);
+    t.open_at_start = true;
+  }
+  expect_speculation_changes_nothing(requests);
+  SchedulerOptions off;
+  off.speculative.enabled = false;
+  auto s = make(off);
+  const std::vector<Produced> got = run_requests(*s, requests, /*together=*/true);
+  int checked = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto budget = static_cast<size_t>(i % 4);
+    const std::vector<TokenId>& t = got[i].tokens;
+    if (t.size() < budget + close.size()) continue;
+    const auto at = std::search(t.begin(), t.end(), close.begin(), close.end());
+    ASSERT_NE(at, t.end()) << "request " << i;
+    EXPECT_LE(static_cast<size_t>(at - t.begin()), budget) << "request " << i;
+    ++checked;
+  }
+  EXPECT_GE(checked, 6);
 }
 
 // With a seed, sampling draws the same tokens: each emitted token is the sampler's draw from the

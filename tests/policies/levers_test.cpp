@@ -31,10 +31,16 @@ TEST(Levers, TrimCacheAndReasoningReachTheDecision) {
   EXPECT_EQ(d.cache->ttl_ms, 600000);
   EXPECT_EQ(d.cache->scope, CacheScope::kTeam);
   EXPECT_FALSE(d.cache->nondeterministic);
+  EXPECT_TRUE(d.cache->hits_count_rate_limits);  // count, unless the rule says exempt
   EXPECT_EQ(reasoning_name(d.reasoning), "max_tokens:64");
   auto j = decision_to_json(d);
   EXPECT_EQ(j["trim"]["to_fit"], "small");
   EXPECT_EQ(j["cache"]["scope"], "team");
+  EXPECT_EQ(j["cache"]["rate_limits"], "count");
+  auto exempt = must_load(
+      with_rules("  - id: r\n    route: [small]\n    cache: { ttl: 1m, rate_limits: exempt }\n"));
+  ASSERT_TRUE(exempt);
+  EXPECT_FALSE(exempt->decide(Facts{}).cache->hits_count_rate_limits);
   EXPECT_EQ(j["reasoning"], "max_tokens:64");
 }
 
@@ -86,6 +92,8 @@ TEST(Levers, BadLeversAreRefusedAtLoadWithLineAndColumn) {
       {"    cache: { ttl: 10m, scope: world }\n", "bad.yaml:6:31:", "cache scope must be key"},
       {"    cache: { ttl: 10m, size: 3 }\n", "bad.yaml:6:24:", "unknown key 'size' in cache"},
       {"    cache: { scope: key }\n", "bad.yaml:6:12:", "cache needs a ttl"},
+      {"    cache: { ttl: 10m, rate_limits: never }\n",
+       "bad.yaml:6:37:", "cache rate_limits must be count or exempt"},
       {"    trim: { keep_system: true }\n", "bad.yaml:6:11:", "exactly one of to_fit"},
       {"    trim: { to_fit: small, max_prompt_tokens: 10 }\n",
        "bad.yaml:6:11:", "exactly one of to_fit"},
