@@ -471,6 +471,7 @@ Result<Report> run_pg_report(const std::string& url, const ReportQuery& query) {
       pg_params);
   if (!rows) return rows.error();
   bool overflow = false;
+  report.rows.reserve(static_cast<size_t>(rows->rows()));
   for (int r = 0; r < rows->rows(); ++r) {
     report.rows.push_back(group_row(
         n,
@@ -780,12 +781,14 @@ std::vector<std::vector<std::string>> report_cells(const Report& report, bool sa
     if (!c.savings_only || savings) columns.push_back(&c);
   }
   std::vector<std::vector<std::string>> cells;
+  cells.reserve(report.rows.size() + 2);
   std::vector<std::string> header;
   for (ReportBy b : report.by) header.emplace_back(report_by_name(b));
   for (const Column* c : columns) header.push_back(c->name);
   cells.push_back(header);
   auto add_row = [&](const ReportRow& r, bool is_total) {
     std::vector<std::string> line;
+    line.reserve(report.by.size() + columns.size());
     for (size_t i = 0; i < report.by.size(); ++i) {
       line.push_back(is_total ? (i == 0 ? "TOTAL" : "") : r.group[i]);
     }
@@ -804,13 +807,18 @@ std::string table_text(const std::vector<std::vector<std::string>>& cells, size_
   for (const auto& line : cells) {
     for (size_t i = 0; i < line.size(); ++i) widths[i] = std::max(widths[i], line[i].size());
   }
+  size_t line_width = 0;
+  for (size_t w : widths) line_width += w + 2;
   std::string out;
+  out.reserve((cells.size() + 2) * (line_width + 1));  // one allocation for a report by task
   for (size_t li = 0; li < cells.size(); ++li) {
     const auto& line = cells[li];
     for (size_t i = 0; i < line.size(); ++i) {
-      bool left = i < dims;
-      std::string pad(widths[i] - line[i].size(), ' ');
-      out += (i == 0 ? "" : "  ") + (left ? line[i] + pad : pad + line[i]);
+      const size_t pad = widths[i] - line[i].size();
+      if (i != 0) out.append(2, ' ');
+      if (i >= dims) out.append(pad, ' ');
+      out += line[i];
+      if (i < dims) out.append(pad, ' ');
     }
     while (!out.empty() && out.back() == ' ') out.pop_back();
     out += "\n";
