@@ -115,8 +115,8 @@ int fill(const std::string& path, int64_t rows) {
       "CASE (seq / 8) % 4 WHEN 0 THEN 'completed' ELSE 'failed' END,"
       "'{\"feature\":\"f'||((seq / 8) % 5)||'\"}','key-1',MAX(ended_us),MAX(day) FROM requests "
       "WHERE (seq / 8) % 2 = 0 GROUP BY task_id;" +
-      std::string(detail::kBuildRollupsSql) + detail::task_groups_build_sql(false) + create +
-      "COMMIT; PRAGMA journal_mode=WAL;";
+      std::string(detail::kBuildRollupsSql) + detail::task_report_sums_build_sql(false) +
+      detail::task_groups_build_sql(false) + create + "COMMIT; PRAGMA journal_mode=WAL;";
   auto t0 = std::chrono::steady_clock::now();
   if (auto st = db->exec(sql); !st) {
     std::fprintf(stderr, "%s\n", st.error().message.c_str());
@@ -188,8 +188,8 @@ int fill_pg(const std::string& url, int64_t rows) {
       "CASE (MIN(chain_seq) / 8) % 4 WHEN 0 THEN 'completed' ELSE 'failed' END,"
       "'{\"feature\":\"f'||((MIN(chain_seq) / 8) % 5)||'\"}','key-1',MAX(ended_us),MAX(day) "
       "FROM requests WHERE (chain_seq / 8) % 2 = 0 GROUP BY task_id;" +
-      std::string(detail::kBuildRollupsSql) + detail::task_groups_build_sql(true) + create +
-      "COMMIT; ANALYZE;";
+      std::string(detail::kBuildRollupsSql) + detail::task_report_sums_build_sql(true) +
+      detail::task_groups_build_sql(true) + create + "COMMIT; ANALYZE;";
   auto t0 = std::chrono::steady_clock::now();
   if (auto st = conn->exec(sql); !st) {
     std::fprintf(stderr, "%s\n", st.error().message.c_str());

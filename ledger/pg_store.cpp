@@ -164,6 +164,36 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
     // stores, are task_groups_migration_sql(), run after this.
     R"sql(
 )sql",
+    // 7: the report by task from the rollups (store.h, kTaskReportSums): task_totals' report
+    // sums (a database taken back to version 5 or 6 may have them already) and daily_untasked
+    // (the rows without a task id), both filled from the rows by task_report_sums_build_sql(),
+    // run after this.
+    R"sql(
+ALTER TABLE task_totals
+  ADD COLUMN IF NOT EXISTS unpriced_served BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS refused BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS shadows BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS input_tokens BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS cached_tokens BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS output_tokens BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS reasoning_tokens BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS cost_input BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS cost_cached BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS cost_output BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS cost_reasoning BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS avoided_total BIGINT NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS avoided_base BIGINT NOT NULL DEFAULT 0;
+DROP TABLE IF EXISTS daily_untasked;
+CREATE TABLE daily_untasked (
+  day TEXT PRIMARY KEY, requests BIGINT NOT NULL, unpriced BIGINT NOT NULL,
+  input_tokens BIGINT NOT NULL, cached_tokens BIGINT NOT NULL,
+  output_tokens BIGINT NOT NULL, reasoning_tokens BIGINT NOT NULL,
+  cost_input BIGINT NOT NULL, cost_cached BIGINT NOT NULL, cost_output BIGINT NOT NULL,
+  cost_reasoning BIGINT NOT NULL, cost_total BIGINT NOT NULL,
+  avoided_total BIGINT NOT NULL, avoided_base BIGINT NOT NULL,
+  refused BIGINT NOT NULL, shadows BIGINT NOT NULL, unpriced_served BIGINT NOT NULL,
+  first_us BIGINT NOT NULL, last_us BIGINT NOT NULL);
+)sql",
 };
 
 constexpr int kPgMigrationCount =
@@ -379,7 +409,8 @@ Status upsert_rollups(PgConn& conn, const Rollups& rollups) {
   };
   for (Status st : {upsert(rollups.daily_key, daily_key_upsert_sql, daily_key_values),
                     upsert(rollups.tasks, task_totals_upsert_sql, task_total_values),
-                    upsert(rollups.task_targets, task_targets_upsert_sql, task_target_values)}) {
+                    upsert(rollups.task_targets, task_targets_upsert_sql, task_target_values),
+                    upsert(rollups.untasked, daily_untasked_upsert_sql, daily_untasked_values)}) {
     if (!st) return st;
   }
   std::vector<std::string_view> ids;
@@ -508,7 +539,8 @@ Status PgStore::migrate() {
   }
   for (int64_t v = version; v < kPgSchemaVersion; ++v) {
     std::string sql = std::string(kPgMigrations[v]) + (v + 1 == 4 ? kBuildRollupsSql : "") +
-                      (v + 1 == 6 ? task_groups_migration_sql(true) : "");
+                      (v + 1 == 6 ? task_groups_migration_sql(true) : "") +
+                      (v + 1 == 7 ? task_report_sums_build_sql(true) : "");
     if (Status st = conn_.exec(sql); !st) {
       return fail(Error::make(ErrorCode::kUnavailable, "ledger migration to version " +
                                                            std::to_string(v + 1) +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -39,8 +40,9 @@ constexpr ByInfo kBy[] = {
 };
 
 // The smallest table that can answer: daily_team (no key, rule or task), daily_key (no model,
-// target, rule or task), daily (no task), or the rows.
-enum class Source : uint8_t { kRows, kDaily, kDailyTeam, kDailyKey };
+// target, rule or task), daily (no task), task_totals and daily_untasked (by task alone, no
+// filter), or the rows.
+enum class Source : uint8_t { kRows, kDaily, kDailyTeam, kDailyKey, kTaskTotals };
 
 const ByInfo& info(ReportBy by) {
   for (const auto& i : kBy) {
@@ -258,8 +260,17 @@ Result<bool> finds_row(Db& db, const char* sql) {
   return *found;
 }
 
-// The smallest source that answers `query` in a current schema (PostgreSQL's, SQLite's 5).
+bool no_filter(const ReportFilter& f) {
+  return !f.key_id && !f.team && !f.project && !f.task_id && !f.model && !f.target && !f.rule_id &&
+         !f.request_id && !f.from && !f.to;
+}
+
+// The smallest source that answers `query` in a current schema (PostgreSQL's, SQLite's 11).
 Source current_source(const ReportQuery& query) {
+  if (!query.force_raw && query.by == std::vector<ReportBy>{ReportBy::kTask} &&
+      no_filter(query.filter)) {
+    return Source::kTaskTotals;
+  }
   bool raw =
       query.force_raw || query.filter.task_id.has_value() || query.filter.request_id.has_value();
   for (ReportBy by : query.by) raw = raw || info(by).daily_expr == nullptr;
@@ -279,6 +290,12 @@ Source current_source(const ReportQuery& query) {
 // `refused` columns, which tell served rows).
 Result<Source> choose_source(Db& db, const ReportQuery& query) {
   Source wanted = current_source(query);
+  if (wanted == Source::kTaskTotals) {  // schema 11; an older file answers from the rows
+    auto found =
+        finds_row(db, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='daily_untasked'");
+    if (!found) return found.error();
+    return *found ? wanted : Source::kRows;
+  }
   bool raw = wanted == Source::kRows;
   bool team_ok = wanted == Source::kDailyTeam;
   if (wanted == Source::kDailyKey) {  // schema 9; an older file answers from `daily`
@@ -344,6 +361,25 @@ std::string report_select(const ReportQuery& query, Source source, bool postgres
          " WHERE 1=1";
 }
 
+// The report by task from the rollups, whole (no filter): a group per task_totals row that has
+// ledger rows (a task marked before any has none), and the rows without a task id (the group
+// "", one group of all its days: no row when it has none) from daily_untasked; ordered bytewise
+// as the rows' report is. Columns in read_groups' order.
+std::string task_rollup_sql(bool postgres) {
+  return std::string(
+             "SELECT * FROM (SELECT task_id, requests-refused-shadows, unpriced_served, "
+             "input_tokens, cached_tokens, output_tokens, reasoning_tokens, cost_input, "
+             "cost_cached, cost_output, cost_reasoning, cost, avoided_total, avoided_base, "
+             "first_us, last_us, refused, shadows FROM task_totals WHERE first_us IS NOT NULL "
+             "UNION ALL SELECT substr(day,1,0), SUM(requests)-SUM(refused)-SUM(shadows), "
+             "SUM(unpriced_served), SUM(input_tokens), SUM(cached_tokens), SUM(output_tokens), "
+             "SUM(reasoning_tokens), SUM(cost_input), SUM(cost_cached), SUM(cost_output), "
+             "SUM(cost_reasoning), SUM(cost_total), SUM(avoided_total), SUM(avoided_base), "
+             "MIN(first_us), MAX(last_us), SUM(refused), SUM(shadows) FROM daily_untasked "
+             "GROUP BY substr(day,1,0)) AS g ORDER BY task_id") +
+         (postgres ? " COLLATE \"C\"" : "");
+}
+
 void bind_all(Stmt& stmt, const std::vector<Value>& params) {
   for (size_t i = 0; i < params.size(); ++i) stmt.bind_value(static_cast<int>(i + 1), params[i]);
 }
@@ -403,6 +439,11 @@ Result<Report> run_pg_report(const std::string& url, const ReportQuery& query) {
   auto conn = PgConn::connect(url);
   if (!conn) return conn.error();
   Source source = current_source(query);
+  if (source == Source::kTaskTotals) {  // schema 7; an older database answers from the rows
+    auto version = conn->run("SELECT value FROM meta WHERE key='schema_version'");
+    if (!version) return version.error();
+    if (version->rows() == 0 || std::atoi(version->text(0, 0).c_str()) < 7) source = Source::kRows;
+  }
   bool raw = source == Source::kRows;
   Report report;
   report.by = query.by;
@@ -410,23 +451,27 @@ Result<Report> run_pg_report(const std::string& url, const ReportQuery& query) {
   auto cur = conn->run("SELECT value FROM meta WHERE key='currency'");
   if (!cur) return cur.error();
   report.currency = cur->rows() > 0 ? cur->text(0, 0) : "";
-  std::string sql = report_select(query, source, true);
+  const bool rollup = source == Source::kTaskTotals;
+  std::string sql = rollup ? task_rollup_sql(true) : report_select(query, source, true);
   std::vector<Value> params;
-  add_filters(query.filter, raw, sql, params);
+  if (!rollup) add_filters(query.filter, raw, sql, params);
   const int n = static_cast<int>(query.by.size());
   std::string group;
   std::string order;
   for (int i = 0; i < n; ++i) {
     group += (i == 0 ? "" : ",") + std::to_string(i + 1);
     const ByInfo& b = info(query.by[static_cast<size_t>(i)]);
-    order += std::string(i == 0 ? "" : ",") + "(" + (raw ? b.raw_expr : b.daily_expr) +
+    order += std::string(i == 0 ? "" : ",") + "(" + (raw || rollup ? b.raw_expr : b.daily_expr) +
              ") COLLATE \"C\"";
   }
   std::vector<PgParam> pg_params = to_pg_params(params);
   auto rows = conn->run(
-      detail::numbered_placeholders(sql + " GROUP BY " + group + " ORDER BY " + order), pg_params);
+      rollup ? sql
+             : detail::numbered_placeholders(sql + " GROUP BY " + group + " ORDER BY " + order),
+      pg_params);
   if (!rows) return rows.error();
   bool overflow = false;
+  report.rows.reserve(static_cast<size_t>(rows->rows()));
   for (int r = 0; r < rows->rows(); ++r) {
     report.rows.push_back(group_row(
         n,
@@ -572,7 +617,8 @@ Result<Report> run_report_groups(const std::string& db_path, const ReportQuery& 
     if (!found) return found.error();
     report.currency = *found ? cur->text_at(0) : "";
   }
-  std::string sql = report_select(query, *source);
+  const bool rollup = *source == Source::kTaskTotals;
+  std::string sql = rollup ? task_rollup_sql(false) : report_select(query, *source);
   std::vector<Value> params;
   std::string request_id = kRequestIdColumn;
   if (query.filter.request_id) {
@@ -580,7 +626,7 @@ Result<Report> run_report_groups(const std::string& db_path, const ReportQuery& 
     if (!expr) return expr.error();
     request_id = *expr;
   }
-  add_filters(query.filter, raw, sql, params, "", request_id);
+  if (!rollup) add_filters(query.filter, raw, sql, params, "", request_id);
   const int n = static_cast<int>(query.by.size());
   std::string group;
   for (int i = 0; i < n; ++i) group += (i == 0 ? "" : ",") + std::to_string(i + 1);
@@ -591,7 +637,7 @@ Result<Report> run_report_groups(const std::string& db_path, const ReportQuery& 
     if (!rows) return rows.error();
     report.rows = std::move(*rows);
   } else {
-    auto stmt = db->prepare(sql + order);
+    auto stmt = db->prepare(rollup ? sql : sql + order);
     if (!stmt) return stmt.error();
     bind_all(*stmt, params);
     auto rows = read_groups(*stmt, n);
@@ -735,12 +781,14 @@ std::vector<std::vector<std::string>> report_cells(const Report& report, bool sa
     if (!c.savings_only || savings) columns.push_back(&c);
   }
   std::vector<std::vector<std::string>> cells;
+  cells.reserve(report.rows.size() + 2);
   std::vector<std::string> header;
   for (ReportBy b : report.by) header.emplace_back(report_by_name(b));
   for (const Column* c : columns) header.push_back(c->name);
   cells.push_back(header);
   auto add_row = [&](const ReportRow& r, bool is_total) {
     std::vector<std::string> line;
+    line.reserve(report.by.size() + columns.size());
     for (size_t i = 0; i < report.by.size(); ++i) {
       line.push_back(is_total ? (i == 0 ? "TOTAL" : "") : r.group[i]);
     }
@@ -759,13 +807,18 @@ std::string table_text(const std::vector<std::vector<std::string>>& cells, size_
   for (const auto& line : cells) {
     for (size_t i = 0; i < line.size(); ++i) widths[i] = std::max(widths[i], line[i].size());
   }
+  size_t line_width = 0;
+  for (size_t w : widths) line_width += w + 2;
   std::string out;
+  out.reserve((cells.size() + 2) * (line_width + 1));  // one allocation for a report by task
   for (size_t li = 0; li < cells.size(); ++li) {
     const auto& line = cells[li];
     for (size_t i = 0; i < line.size(); ++i) {
-      bool left = i < dims;
-      std::string pad(widths[i] - line[i].size(), ' ');
-      out += (i == 0 ? "" : "  ") + (left ? line[i] + pad : pad + line[i]);
+      const size_t pad = widths[i] - line[i].size();
+      if (i != 0) out.append(2, ' ');
+      if (i >= dims) out.append(pad, ' ');
+      out += line[i];
+      if (i < dims) out.append(pad, ' ');
     }
     while (!out.empty() && out.back() == ' ') out.pop_back();
     out += "\n";

@@ -205,6 +205,48 @@ CREATE TABLE IF NOT EXISTS api_keys (
     // stores, are task_groups_migration_sql(), run after this.
     R"sql(
 )sql",
+    // 11: the report by task from the rollups (store.h, kTaskReportSums): task_totals made again
+    // with the report's sums (its rows copied; a file taken back to version 9 or 10 may have
+    // them already) and daily_untasked (the rows without a task id), both filled from the rows
+    // by task_report_sums_build_sql(), run after this.
+    R"sql(
+DROP TABLE IF EXISTS task_totals_11;
+CREATE TABLE task_totals_11 (
+  task_id TEXT PRIMARY KEY, team TEXT, project TEXT, day TEXT,
+  first_us INTEGER, last_us INTEGER, requests INTEGER NOT NULL, tokens INTEGER NOT NULL,
+  cost INTEGER NOT NULL, status TEXT NOT NULL DEFAULT 'open',
+  unpriced_served INTEGER NOT NULL DEFAULT 0,
+  refused INTEGER NOT NULL DEFAULT 0,
+  shadows INTEGER NOT NULL DEFAULT 0,
+  input_tokens INTEGER NOT NULL DEFAULT 0,
+  cached_tokens INTEGER NOT NULL DEFAULT 0,
+  output_tokens INTEGER NOT NULL DEFAULT 0,
+  reasoning_tokens INTEGER NOT NULL DEFAULT 0,
+  cost_input INTEGER NOT NULL DEFAULT 0,
+  cost_cached INTEGER NOT NULL DEFAULT 0,
+  cost_output INTEGER NOT NULL DEFAULT 0,
+  cost_reasoning INTEGER NOT NULL DEFAULT 0,
+  avoided_total INTEGER NOT NULL DEFAULT 0,
+  avoided_base INTEGER NOT NULL DEFAULT 0);
+INSERT INTO task_totals_11(task_id, team, project, day, first_us, last_us, requests, tokens,
+  cost, status)
+  SELECT task_id, team, project, day, first_us, last_us, requests, tokens, cost, status
+  FROM task_totals;
+DROP TABLE task_totals;
+ALTER TABLE task_totals_11 RENAME TO task_totals;
+CREATE INDEX task_totals_cost ON task_totals(cost DESC, task_id);
+CREATE INDEX task_totals_status ON task_totals(status, cost DESC, task_id);
+DROP TABLE IF EXISTS daily_untasked;
+CREATE TABLE daily_untasked (
+  day TEXT PRIMARY KEY, requests INTEGER NOT NULL, unpriced INTEGER NOT NULL,
+  input_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+  cost_input INTEGER NOT NULL, cost_cached INTEGER NOT NULL, cost_output INTEGER NOT NULL,
+  cost_reasoning INTEGER NOT NULL, cost_total INTEGER NOT NULL,
+  avoided_total INTEGER NOT NULL, avoided_base INTEGER NOT NULL,
+  refused INTEGER NOT NULL, shadows INTEGER NOT NULL, unpriced_served INTEGER NOT NULL,
+  first_us INTEGER NOT NULL, last_us INTEGER NOT NULL) WITHOUT ROWID;
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -235,6 +277,7 @@ Result<SqliteStore> SqliteStore::open(const std::string& path, const std::string
     std::string sql = std::string("BEGIN IMMEDIATE;") + kMigrations[v] +
                       (v + 1 == 9 ? kBuildRollupsSql : "") +
                       (v + 1 == 10 ? task_groups_migration_sql(false) : "") +
+                      (v + 1 == 11 ? task_report_sums_build_sql(false) : "") +
                       "PRAGMA user_version=" + std::to_string(v + 1) + "; COMMIT;";
     auto st = store.db_.exec(sql);
     if (!st) {
@@ -288,7 +331,8 @@ Status SqliteStore::prepare_statements() {
   upsert_daily_team_ = std::move(*daily_team);
   for (auto [stmt, sql] : {std::pair{&upsert_daily_key_, daily_key_upsert_sql(0)},
                            std::pair{&upsert_task_total_, task_totals_upsert_sql(0)},
-                           std::pair{&upsert_task_target_, task_targets_upsert_sql(0)}}) {
+                           std::pair{&upsert_task_target_, task_targets_upsert_sql(0)},
+                           std::pair{&upsert_untasked_, daily_untasked_upsert_sql(0)}}) {
     auto prepared = db_.prepare(sql);
     if (!prepared) return prepared.error();
     *stmt = std::move(*prepared);
@@ -466,6 +510,10 @@ Status SqliteStore::upsert_rollups(const detail::Rollups& rollups) {
   for (const auto& [key, d] : rollups.task_targets) {
     task_target_values(d, values);
     if (auto st = run(upsert_task_target_); !st) return st;
+  }
+  for (const auto& [key, d] : rollups.untasked) {
+    daily_untasked_values(d, values);
+    if (auto st = run(upsert_untasked_); !st) return st;
   }
   // A task marked before this batch's rows of it: its status, once per batch.
   constexpr size_t kIdsPerUpdate = 500;

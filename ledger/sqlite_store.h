@@ -62,6 +62,7 @@ class SqliteStore final : public Store {
   Stmt upsert_daily_key_;
   Stmt upsert_task_total_;
   Stmt upsert_task_target_;
+  Stmt upsert_untasked_;
   Stmt find_original_;
   Stmt head_;
   Stmt set_head_;

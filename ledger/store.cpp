@@ -324,24 +324,9 @@ bool is_shadow(const RequestRecord& r) {
          r.trusted_tags.end();
 }
 
-// Adds one appended row to its group's delta (`key_id`/`rule_id` "" for daily_team).
-void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& key,
-                  const std::string& day, const LedgerEntry& entry, const std::string& key_id,
-                  const std::string& rule_id) {
+// Adds one row's counts and sums (not its times) to a delta.
+void add_sums(DailyDelta& d, const LedgerEntry& entry) {
   const RequestRecord& r = entry.record;
-  auto [it, inserted] = deltas.try_emplace(key);
-  DailyDelta& d = it->second;
-  if (inserted) {
-    d.day = day;
-    d.key_id = key_id;
-    d.team = r.team;
-    d.project = r.project;
-    d.model = r.upstream_model;
-    d.target = r.target;
-    d.rule_id = rule_id;
-    d.first_us = r.started_us;
-    d.last_us = r.ended_us;
-  }
   bool is_request = entry.kind == EntryKind::kRequest;
   bool unpriced = entry.cost.pricing == Pricing::kUnpriced;
   int64_t total = unpriced ? 0 : entry.cost.total().micros();
@@ -367,6 +352,27 @@ void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& 
     d.avoided_total += entry.avoided->micros();
     d.avoided_base += total;
   }
+}
+
+// Adds one appended row to its group's delta (`key_id`/`rule_id` "" for daily_team).
+void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& key,
+                  const std::string& day, const LedgerEntry& entry, const std::string& key_id,
+                  const std::string& rule_id) {
+  const RequestRecord& r = entry.record;
+  auto [it, inserted] = deltas.try_emplace(key);
+  DailyDelta& d = it->second;
+  if (inserted) {
+    d.day = day;
+    d.key_id = key_id;
+    d.team = r.team;
+    d.project = r.project;
+    d.model = r.upstream_model;
+    d.target = r.target;
+    d.rule_id = rule_id;
+    d.first_us = r.started_us;
+    d.last_us = r.ended_us;
+  }
+  add_sums(d, entry);
   d.first_us = std::min(d.first_us, r.started_us);
   d.last_us = std::max(d.last_us, r.ended_us);
 }
@@ -391,6 +397,12 @@ void add_to_task(TaskDelta& d, bool fresh, const LedgerEntry& entry, const std::
   d.requests += entry.kind == EntryKind::kRequest ? 1 : 0;
   d.tokens += r.tokens.input.count + r.tokens.output.count;
   d.cost += entry.cost.pricing == Pricing::kUnpriced ? 0 : entry.cost.total().micros();
+}
+
+std::string sums_sql(const char* const* columns, size_t count, const char* prefix) {
+  std::string out;
+  for (size_t i = 0; i < count; ++i) out += std::string(i == 0 ? "" : ",") + prefix + columns[i];
+  return out;
 }
 
 // "INSERT INTO table(columns) VALUES ... ON CONFLICT(key) DO UPDATE SET" and the updates:
@@ -427,9 +439,14 @@ void add_to_rollups(Rollups& rollups, std::string& key, const std::string& day,
   const RequestRecord& r = entry.record;
   daily_key(key, {day, r.key_id, r.team, r.project});
   add_to_daily(rollups.daily_key, key, day, entry, r.key_id, "");
-  if (r.task_id.empty()) return;
+  if (r.task_id.empty()) {
+    daily_key(key, {day});
+    add_to_daily(rollups.untasked, key, day, entry, "", "");
+    return;
+  }
   auto [task, fresh_task] = rollups.tasks.try_emplace(r.task_id);
   add_to_task(task->second, fresh_task, entry, day);
+  add_sums(task->second.sums, entry);
   daily_key(key, {r.task_id, r.target});
   auto [target, fresh_target] = rollups.task_targets.try_emplace(key);
   add_to_task(target->second, fresh_target, entry, day);
@@ -437,11 +454,15 @@ void add_to_rollups(Rollups& rollups, std::string& key, const std::string& day,
 }
 
 std::string task_totals_upsert_sql(size_t pg_rows) {
-  return rollup_upsert(
-      "task_totals",
-      {"task_id", "team", "project", "day", "first_us", "last_us", "requests", "tokens", "cost"},
-      "task_id", {"requests", "tokens", "cost"}, {"team", "project", "day", "first_us"},
-      {"last_us"}, pg_rows);
+  std::vector<const char*> columns = {"task_id", "team",     "project", "day", "first_us",
+                                      "last_us", "requests", "tokens",  "cost"};
+  std::vector<const char*> sums = {"requests", "tokens", "cost"};
+  for (const char* c : kTaskReportSums) {
+    columns.push_back(c);
+    sums.push_back(c);
+  }
+  return rollup_upsert("task_totals", columns, "task_id", sums,
+                       {"team", "project", "day", "first_us"}, {"last_us"}, pg_rows);
 }
 
 std::string task_targets_upsert_sql(size_t pg_rows) {
@@ -453,10 +474,18 @@ std::string daily_key_upsert_sql(size_t pg_rows) {
   return daily_upsert_sql("daily_key", kDailyKeyKey, pg_rows);
 }
 
+std::string daily_untasked_upsert_sql(size_t pg_rows) {
+  return daily_upsert_sql("daily_untasked", "day", pg_rows);
+}
+
 void task_total_values(const TaskDelta& d, std::vector<ValueRef>& out) {
   out.insert(out.end(),
              {std::string_view(d.task_id), std::string_view(d.team), std::string_view(d.project),
               std::string_view(d.day), d.first_us, d.last_us, d.requests, d.tokens, d.cost});
+  const DailyDelta& x = d.sums;
+  out.insert(out.end(), {x.unpriced_served, x.refused, x.shadows, x.input_tokens, x.cached_tokens,
+                         x.output_tokens, x.reasoning_tokens, x.cost_input, x.cost_cached,
+                         x.cost_output, x.cost_reasoning, x.avoided_total, x.avoided_base});
 }
 
 void task_target_values(const TaskDelta& d, std::vector<ValueRef>& out) {
@@ -467,6 +496,11 @@ void task_target_values(const TaskDelta& d, std::vector<ValueRef>& out) {
 void daily_key_values(const DailyDelta& d, std::vector<ValueRef>& out) {
   out.insert(out.end(), {std::string_view(d.day), std::string_view(d.key_id),
                          std::string_view(d.team), std::string_view(d.project)});
+  for (int64_t v : daily_sums(d)) out.emplace_back(v);
+}
+
+void daily_untasked_values(const DailyDelta& d, std::vector<ValueRef>& out) {
+  out.emplace_back(std::string_view(d.day));
   for (int64_t v : daily_sums(d)) out.emplace_back(v);
 }
 
@@ -499,6 +533,55 @@ INSERT INTO task_targets(target, task_id, requests, tokens, cost)
 UPDATE task_totals SET status = (SELECT status FROM tasks WHERE tasks.task_id = task_totals.task_id)
   WHERE task_id IN (SELECT task_id FROM tasks);
 )sql";
+
+// The sums of `daily` (kSumColumns order, named so) and first_us, last_us over the rows
+// selected, as add_to_daily counts them (the shadow tag found by instr in SQLite, strpos in
+// PostgreSQL).
+std::string row_sums_select(bool pg) {
+  const std::string shadow =
+      std::string(pg ? "strpos" : "instr") + "(trusted_tags,'\"" + std::string(kShadowTag) + "\"')";
+  auto count = [](const std::string& cond) {
+    return "SUM(CASE WHEN " + cond + " THEN 1 ELSE 0 END)";
+  };
+  const std::string request = "kind='request'";
+  const std::string kept = request + " AND status<>'refused'";
+  const std::string exprs[] = {
+      count(request),
+      count(request + " AND pricing='unpriced'"),
+      "SUM(input_tokens)",
+      "SUM(cached_tokens)",
+      "SUM(output_tokens)",
+      "SUM(reasoning_tokens)",
+      "SUM(COALESCE(cost_input,0))",
+      "SUM(COALESCE(cost_cached,0))",
+      "SUM(COALESCE(cost_output,0))",
+      "SUM(COALESCE(cost_reasoning,0))",
+      "SUM(COALESCE(cost_total,0))",
+      "SUM(COALESCE(avoided_cost,0))",
+      "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END)",
+      count(request + " AND status='refused'"),
+      count(kept + " AND " + shadow + ">0"),
+      count(kept + " AND " + shadow + "=0 AND pricing='unpriced'")};
+  static_assert(std::size(exprs) == std::size(kSumColumns));
+  std::string out;
+  for (size_t i = 0; i < std::size(exprs); ++i) {
+    out += exprs[i] + " AS " + kSumColumns[i] + ",";
+  }
+  return out + "MIN(started_us) AS first_us,MAX(ended_us) AS last_us";
+}
+
+std::string task_report_sums_build_sql(bool pg) {
+  std::string sums = sums_sql(kSumColumns, std::size(kSumColumns), "");
+  std::string set;
+  for (const char* c : kTaskReportSums) {
+    set += std::string(set.empty() ? "" : ", ") + c + " = s." + c;
+  }
+  return "INSERT INTO daily_untasked(day," + sums + ",first_us,last_us) SELECT day," +
+         row_sums_select(pg) + " FROM requests WHERE task_id = '' GROUP BY day;\n" +
+         "UPDATE task_totals SET " + set + " FROM (SELECT task_id," + row_sums_select(pg) +
+         " FROM requests WHERE task_id <> '' GROUP BY task_id) AS s WHERE s.task_id = "
+         "task_totals.task_id;\n";
+}
 
 }  // namespace detail
 

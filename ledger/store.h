@@ -29,7 +29,9 @@ namespace ferry::ledger {
 // 8: the cost levers' columns (lever_columns()).
 // 9: the rollups daily_key, task_totals and task_targets (detail::Rollups), built from the rows.
 // 10: task_groups and task_group_targets (ledger/task_groups.h), built from the rollups.
-constexpr int kSchemaVersion = 10;
+// 11: task_totals' report sums (kTaskReportSums) and daily_untasked: the report by task reads
+// them (detail::task_report_sums_build_sql fills them from the rows).
+constexpr int kSchemaVersion = 11;
 // The trusted tag of a shadow copy's row; reports count these apart from served requests.
 inline constexpr std::string_view kShadowTag = "shadow";
 // The type_code of a row refused because a row with its id exists already (a journal shipping
@@ -185,17 +187,28 @@ std::vector<int64_t> daily_sums(const DailyDelta& d);
 // cost the priced total), its team, project and day the smallest of its rows', its status
 // copied from `tasks` (the top tasks and the report by outcome read it without the rows).
 // `task_targets`: the same sums per task and target (the share answered locally).
+// Schema 11 (SQLite; PostgreSQL's 7): task_totals also keeps the report's sums
+// (kTaskReportSums, as `daily` keeps them), and `daily_untasked` the daily sums of the rows
+// without a task id, so that `ferry ledger report --by task` reads no row.
 constexpr const char* kDailyKeyKey = "day,key_id,team,project";
+// task_totals' report sums (schema 11), in task_total_values() order after `cost`; task_totals'
+// `requests` and `cost` are daily's `requests` and `cost_total`.
+inline constexpr const char* kTaskReportSums[] = {
+    "unpriced_served", "refused",          "shadows",     "input_tokens", "cached_tokens",
+    "output_tokens",   "reasoning_tokens", "cost_input",  "cost_cached",  "cost_output",
+    "cost_reasoning",  "avoided_total",    "avoided_base"};
 
 struct TaskDelta {
   std::string task_id, target, team, project, day;
   int64_t requests = 0, tokens = 0, cost = 0, first_us = 0, last_us = 0;
+  DailyDelta sums;  // task_totals only: the report's sums (kTaskReportSums)
 };
 
 struct Rollups {
   std::map<std::string, DailyDelta> daily_key;
   std::map<std::string, TaskDelta> tasks;         // by task id
   std::map<std::string, TaskDelta> task_targets;  // by task id and target
+  std::map<std::string, DailyDelta> untasked;     // by day: the rows without a task id
 };
 
 // Adds one appended row (its values already computed: `day`) to the batch's rollups; `key` is
@@ -207,14 +220,19 @@ void add_to_rollups(Rollups& rollups, std::string& key, const std::string& day,
 std::string task_totals_upsert_sql(size_t pg_rows);
 std::string task_targets_upsert_sql(size_t pg_rows);
 std::string daily_key_upsert_sql(size_t pg_rows);
+std::string daily_untasked_upsert_sql(size_t pg_rows);
 void task_total_values(const TaskDelta& d, std::vector<ValueRef>& out);
 void task_target_values(const TaskDelta& d, std::vector<ValueRef>& out);
 void daily_key_values(const DailyDelta& d, std::vector<ValueRef>& out);
+void daily_untasked_values(const DailyDelta& d, std::vector<ValueRef>& out);
 // Copies the status of `count` task ids (bound as ?) from `tasks` into task_totals: a task
 // marked before its first row was rolled up.
 std::string task_status_sql(size_t count);
 // The rollups built from the rows and the daily aggregate (schema 9's migration, both stores).
 extern const char* const kBuildRollupsSql;
+// Schema 11's fill (SQLite's; PostgreSQL's 7): task_totals' report sums and daily_untasked from
+// the rows, as the writer keeps them. `pg`: PostgreSQL's dialect.
+std::string task_report_sums_build_sql(bool pg);
 
 }  // namespace detail
 

@@ -377,9 +377,10 @@ TEST_F(LedgerHttpTest, RowsCarryTheRequestIdAndFiltersFindThem) {
   EXPECT_EQ(cli["groups"][0]["task"], "t-mine");
 }
 
-// `ferry ledger report` over the rows shows progress on stderr (plain lines when not a
-// terminal; FERRY_PROGRESS=always shows it however quickly the report ends), and the report
-// on stdout is the same as without; a report the daily aggregates answer shows none.
+// `ferry ledger report` over the rows (by task with a filter) shows progress on stderr (plain
+// lines when not a terminal; FERRY_PROGRESS=always shows it however quickly the report ends),
+// and the report on stdout is the same as without; a report the daily aggregates or the task
+// rollup answer (by task without a filter: the same groups and figures) shows none.
 TEST_F(LedgerHttpTest, LedgerReportOverTheRowsShowsProgressLines) {
   ferry_ = start_ferry(dir_, config());
   for (int i = 0; i < 12; ++i) {
@@ -396,9 +397,11 @@ TEST_F(LedgerHttpTest, LedgerReportOverTheRowsShowsProgressLines) {
   std::string err = (dir_.path() / "report.err").string();
   std::string quiet_out = (dir_.path() / "quiet.csv").string();
   std::string report = ferry_binary() + " ledger report --db " + db_ + " --format csv";
-  ASSERT_EQ(run_command("FERRY_PROGRESS=always " + report + " --by task > " + out + " 2> " + err),
-            0);
-  ASSERT_EQ(run_command(report + " --by task > " + quiet_out + " 2> /dev/null"), 0);
+  const std::string by_task_rows = " --by task --from 2000-01-01";  // a filter: the rows
+  ASSERT_EQ(
+      run_command("FERRY_PROGRESS=always " + report + by_task_rows + " > " + out + " 2> " + err),
+      0);
+  ASSERT_EQ(run_command(report + by_task_rows + " > " + quiet_out + " 2> /dev/null"), 0);
   EXPECT_EQ(read(out), read(quiet_out));
   EXPECT_NE(read(out).find("t-4,"), std::string::npos) << read(out);
   std::istringstream lines(read(err));
@@ -419,6 +422,13 @@ TEST_F(LedgerHttpTest, LedgerReportOverTheRowsShowsProgressLines) {
             0u)
       << last;
   EXPECT_GE(std::stoll(done), 12);
+
+  std::string rollup_out = (dir_.path() / "rollup.csv").string();
+  ASSERT_EQ(
+      run_command("FERRY_PROGRESS=always " + report + " --by task > " + rollup_out + " 2> " + err),
+      0);
+  EXPECT_EQ(read(err), "") << "task_totals answers at once";
+  EXPECT_EQ(read(rollup_out), read(quiet_out));
 
   ASSERT_EQ(run_command("FERRY_PROGRESS=always " + report + " --by team > " + out + " 2> " + err),
             0);

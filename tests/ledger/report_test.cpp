@@ -304,6 +304,7 @@ TEST_F(ReportTest, ChunkedRowsReportIsTheSingleQueryReport) {
   // Progress alone chunks the rows (about kReportChunks chunks), with the same result.
   ReportQuery query;
   query.by = {ReportBy::kTask};
+  query.force_raw = true;  // by task alone, task_totals would answer
   auto single = run_report(path_, query);
   ASSERT_TRUE(single);
   int calls = 0;
@@ -320,13 +321,16 @@ TEST_F(ReportTest, ChunkedRowsReportIsTheSingleQueryReport) {
   EXPECT_GT(calls, 1);
   EXPECT_LE(calls, kReportChunks);
   EXPECT_EQ(last, rows);
-  // The daily aggregates answer in one query: no progress.
-  query.by = {ReportBy::kTeam};
-  calls = 0;
-  auto daily = run_report(path_, query, [&](int64_t, int64_t) { ++calls; });
-  ASSERT_TRUE(daily);
-  EXPECT_TRUE(daily->from_aggregate);
-  EXPECT_EQ(calls, 0);
+  // The daily aggregates and the task rollup answer in one query: no progress.
+  query.force_raw = false;
+  for (ReportBy by : {ReportBy::kTeam, ReportBy::kTask}) {
+    query.by = {by};
+    calls = 0;
+    auto daily = run_report(path_, query, [&](int64_t, int64_t) { ++calls; });
+    ASSERT_TRUE(daily);
+    EXPECT_TRUE(daily->from_aggregate);
+    EXPECT_EQ(calls, 0);
+  }
 }
 
 TEST_F(ReportTest, TaskReportHasFirstAndLastRequest) {
@@ -335,12 +339,19 @@ TEST_F(ReportTest, TaskReportHasFirstAndLastRequest) {
   auto report = run_report(path_, query);
   ASSERT_TRUE(report);
   ASSERT_EQ(report->rows.size(), 7u);
-  EXPECT_FALSE(report->from_aggregate);
-  const ReportRow& task0 = report->rows[0];
-  EXPECT_EQ(task0.group[0], "task-0");
-  EXPECT_EQ(task0.first_us, db_sum("SELECT MIN(started_us) FROM requests WHERE task_id='task-0'"));
-  EXPECT_EQ(task0.last_us, db_sum("SELECT MAX(ended_us) FROM requests WHERE task_id='task-0'"));
-  EXPECT_GT(task0.last_us, task0.first_us);
+  EXPECT_TRUE(report->from_aggregate);  // task_totals (schema 11)
+  query.force_raw = true;
+  auto rows = run_report(path_, query);
+  ASSERT_TRUE(rows);
+  EXPECT_FALSE(rows->from_aggregate);
+  for (const Report* r : {&*report, &*rows}) {
+    const ReportRow& task0 = r->rows[0];
+    EXPECT_EQ(task0.group[0], "task-0");
+    EXPECT_EQ(task0.first_us,
+              db_sum("SELECT MIN(started_us) FROM requests WHERE task_id='task-0'"));
+    EXPECT_EQ(task0.last_us, db_sum("SELECT MAX(ended_us) FROM requests WHERE task_id='task-0'"));
+    EXPECT_GT(task0.last_us, task0.first_us);
+  }
 }
 
 TEST_F(ReportTest, FiltersAndDates) {

@@ -933,7 +933,9 @@ constexpr const char* kTaskPrices = R"(
 // The rollups (task_totals, task_targets, daily_key, task_groups, task_group_targets) answer as
 // the rows do, to the micro-unit, adjustments included, after rows that move a task to another
 // group and marks that move it to its outcome and labels; and a ledger migrated from schema 8
-// (or 9, before task_groups) gets them built from its rows.
+// (or 9, before task_groups) gets them built from its rows. The report by task reads task_totals
+// and daily_untasked (schema 11): every column of every task equals the rows' report, refused,
+// shadow, unpriced and cheaper-than-reference rows and the rows without a task included.
 TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
   const std::string db = db_->config("").path;
   {
@@ -941,7 +943,69 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
     ASSERT_TRUE(opened) << opened.error().message;
     record_task_rows(*this, **opened, db);
   }
+  {
+    LedgerConfig config = db_->config("gw-1");
+    config.reference_model = "gpu-large";  // local-small rows get an avoided cost
+    auto opened = Ledger::open(config, catalog_from(kTaskPrices), {});
+    ASSERT_TRUE(opened) << opened.error().message;
+    for (int i = 0; i < 8; ++i) {
+      RequestRecord r = simple_record(i % 4 == 3 ? "unpriced-model" : "local-small",
+                                      tokens_of(40 + i, 10 + i, 7 + i, 3 * i), kJune15 + i);
+      r.task_id = i % 3 == 2 ? "" : "task-" + std::to_string(i % 4);
+      if (i == 1) r.status = RequestStatus::kRefused;
+      if (i == 2 || i == 4) r.trusted_tags.push_back(std::string(kShadowTag));
+      ASSERT_TRUE(record_durably(**opened, r));
+    }
+  }
   auto check = [&] {
+    // The report by task from the rollups equals the rows' report, every column of every task.
+    ReportQuery by_task;
+    by_task.by = {ReportBy::kTask};
+    auto rolled = run_report(db, by_task);
+    by_task.force_raw = true;
+    auto rows = run_report(db, by_task);
+    ASSERT_TRUE(rolled && rows) << (rolled ? rows.error().message : rolled.error().message);
+    EXPECT_TRUE(rolled->from_aggregate);
+    EXPECT_FALSE(rows->from_aggregate);
+    EXPECT_GT(rows->totals.refused_requests, 0);
+    EXPECT_GT(rows->totals.shadow_requests, 0);
+    EXPECT_GT(rows->totals.unpriced_requests, 0);
+    EXPECT_GT(rows->totals.saved().micros(), 0);
+    EXPECT_GT(rows->totals.reasoning_tokens, 0);
+    ASSERT_FALSE(rows->rows.empty());
+    EXPECT_EQ(rows->rows.front().group, std::vector<std::string>{""});  // rows without a task
+    ASSERT_EQ(rolled->rows.size(), rows->rows.size());
+    for (size_t i = 0; i < rows->rows.size(); ++i) {
+      const ReportRow& a = rolled->rows[i];
+      const ReportRow& b = rows->rows[i];
+      SCOPED_TRACE(b.group.front());
+      EXPECT_EQ(a.group, b.group);
+      EXPECT_EQ(a.requests, b.requests);
+      EXPECT_EQ(a.unpriced_requests, b.unpriced_requests);
+      EXPECT_EQ(a.refused_requests, b.refused_requests);
+      EXPECT_EQ(a.shadow_requests, b.shadow_requests);
+      EXPECT_EQ(a.input_tokens, b.input_tokens);
+      EXPECT_EQ(a.cached_tokens, b.cached_tokens);
+      EXPECT_EQ(a.output_tokens, b.output_tokens);
+      EXPECT_EQ(a.reasoning_tokens, b.reasoning_tokens);
+      EXPECT_EQ(a.cost_input.micros(), b.cost_input.micros());
+      EXPECT_EQ(a.cost_cached.micros(), b.cost_cached.micros());
+      EXPECT_EQ(a.cost_output.micros(), b.cost_output.micros());
+      EXPECT_EQ(a.cost_reasoning.micros(), b.cost_reasoning.micros());
+      EXPECT_EQ(a.total.micros(), b.total.micros());
+      EXPECT_EQ(a.avoided.micros(), b.avoided.micros());
+      EXPECT_EQ(a.avoided_base.micros(), b.avoided_base.micros());
+      EXPECT_EQ(a.first_us, b.first_us);
+      EXPECT_EQ(a.last_us, b.last_us);
+    }
+    // A filtered report by task reads the rows.
+    ReportQuery filtered;
+    filtered.by = {ReportBy::kTask};
+    filtered.filter.team = "team-1";
+    auto team_tasks = run_report(db, filtered);
+    ASSERT_TRUE(team_tasks);
+    EXPECT_FALSE(team_tasks->from_aggregate);
+
     expect_task_reports_equal_rows(
         db, db_->scalar("SELECT SUM(COALESCE(cost_total,0)) FROM requests WHERE task_id <> ''"));
     TaskReportQuery q;
@@ -996,7 +1060,10 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
             2);
   // Back to the schema before the task groups; opening the ledger builds them again.
   const int64_t group_rows = db_->scalar("SELECT COUNT(*) FROM task_groups WHERE tasks > 0");
-  ASSERT_TRUE(db_->exec("DROP TABLE task_groups; DROP TABLE task_group_targets"));
+  // The report sums wiped: schema 11's migration (PostgreSQL's 7) fills them again.
+  ASSERT_TRUE(db_->exec(
+      "DROP TABLE task_groups; DROP TABLE task_group_targets; DELETE FROM daily_untasked; "
+      "UPDATE task_totals SET input_tokens = 0, cost_output = 0, refused = 0, avoided_total = 0"));
   ASSERT_TRUE(db_->exec(db_->shared() ? "UPDATE meta SET value='5' WHERE key='schema_version'"
                                       : "PRAGMA user_version=9"));
   {
@@ -1008,7 +1075,8 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
   // Back to the schema before the rollups; opening the ledger builds them from the rows.
   ASSERT_TRUE(
       db_->exec("DROP TABLE daily_key; DROP TABLE task_totals; DROP TABLE task_targets; "
-                "DROP TABLE api_keys; DROP TABLE task_groups; DROP TABLE task_group_targets"));
+                "DROP TABLE api_keys; DROP TABLE task_groups; DROP TABLE task_group_targets; "
+                "DROP TABLE daily_untasked"));
   ASSERT_TRUE(db_->exec(db_->shared() ? "UPDATE meta SET value='3' WHERE key='schema_version'"
                                       : "PRAGMA user_version=8"));
   {
