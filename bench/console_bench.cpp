@@ -249,6 +249,28 @@ std::vector<Page> pages_of(const std::string& db) {
       return ok(task_report(db, q));
     };
   };
+  auto tasks_where = [db, tq](const std::string& by, const ReportFilter& f) {
+    return [db, tq, by, f] {
+      auto q = tq;
+      q.by = by;
+      q.filter = f;
+      return ok(task_report(db, q));
+    };
+  };
+  auto top_where = [db, tq](const ReportFilter& f, std::optional<TaskStatus> status,
+                            int64_t offset) {
+    return [db, tq, f, status, offset] {
+      auto q = tq;
+      q.filter = f;
+      return ok(top_tasks(db, q, status, 50, offset));
+    };
+  };
+  ReportFilter team7, project3, week, one_model;
+  team7.team = "team-7";
+  project3.project = "project-3";
+  week.from = CivilDate{2026, 4, 1};
+  week.to = CivilDate{2026, 4, 7};
+  one_model.model = "gpu-mid";
   std::vector<Page> pages = {
       {"spend (report day,team)", report({ReportBy::kDay, ReportBy::kTeam}, false)},
       {"spend (report month,key)", report({ReportBy::kMonth, ReportBy::kKey}, false)},
@@ -261,19 +283,19 @@ std::vector<Page> pages_of(const std::string& db) {
       {"top tasks (50, completed)",
        [db, tq] { return ok(top_tasks(db, tq, TaskStatus::kCompleted, 50, 0)); }},
       {"top tasks (page 100)", [db, tq] { return ok(top_tasks(db, tq, std::nullopt, 50, 5000)); }},
-      // A filter of the rows (a team, dates, a key, ...) reads the rows: these cost that.
-      {"tasks (by outcome, one team: rows)",
-       [db, tq] {
-         auto q = tq;
-         q.filter.team = "team-7";
-         return ok(task_report(db, q));
-       }},
-      {"top tasks (50, one team: rows)",
-       [db, tq] {
-         auto q = tq;
-         q.filter.team = "team-7";
-         return ok(top_tasks(db, q, std::nullopt, 50, 0));
-       }},
+      // The console's filters (team, project, from, to) select tasks by their own team,
+      // project and day: task_groups' keys and a check on task_totals' cost walk.
+      {"tasks (by outcome, one team)", tasks_where("", team7)},
+      {"tasks (by month, one project)", tasks_where("month", project3)},
+      {"tasks (by day, one week)", tasks_where("day", week)},
+      {"top tasks (50, one team)", top_where(team7, std::nullopt, 0)},
+      {"top tasks (50 completed, one team)", top_where(team7, TaskStatus::kCompleted, 0)},
+      {"top tasks (50, one week)", top_where(week, std::nullopt, 0)},
+      {"top tasks (page 100, one team)", top_where(team7, std::nullopt, 5000)},
+      // A filter of the rows (key, model, target, rule), or a label's report with a filter of
+      // the tasks (the label's groups have no team or day), reads the rows: these cost that.
+      {"tasks (by label, one team: rows)", tasks_where("label:feature", team7)},
+      {"top tasks (50, one model: rows)", top_where(one_model, std::nullopt, 0)},
   };
   // `ferry ledger report --by X` for each dimension (what finance runs; the CLI calls this).
   for (auto [name, by] : {std::pair{"report by team", ReportBy::kTeam},
