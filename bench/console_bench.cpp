@@ -265,9 +265,9 @@ std::vector<Page> pages_of(const std::string& db) {
       return ok(top_tasks(db, q, status, 50, offset));
     };
   };
-  ReportFilter team7, project3, week, one_model;
-  team7.team = "team-7";
-  project3.project = "project-3";
+  ReportFilter team15, project1, week, one_model;
+  team15.team = "team-15";         // 4% of the tasks (a task's team is its rows' smallest)
+  project1.project = "project-1";  // 20% of the tasks
   week.from = CivilDate{2026, 4, 1};
   week.to = CivilDate{2026, 4, 7};
   one_model.model = "gpu-mid";
@@ -285,16 +285,16 @@ std::vector<Page> pages_of(const std::string& db) {
       {"top tasks (page 100)", [db, tq] { return ok(top_tasks(db, tq, std::nullopt, 50, 5000)); }},
       // The console's filters (team, project, from, to) select tasks by their own team,
       // project and day: task_groups' keys and a check on task_totals' cost walk.
-      {"tasks (by outcome, one team)", tasks_where("", team7)},
-      {"tasks (by month, one project)", tasks_where("month", project3)},
+      {"tasks (by outcome, one team)", tasks_where("", team15)},
+      {"tasks (by month, one project)", tasks_where("month", project1)},
       {"tasks (by day, one week)", tasks_where("day", week)},
-      {"top tasks (50, one team)", top_where(team7, std::nullopt, 0)},
-      {"top tasks (50 completed, one team)", top_where(team7, TaskStatus::kCompleted, 0)},
+      {"top tasks (50, one team)", top_where(team15, std::nullopt, 0)},
+      {"top tasks (50 completed, one team)", top_where(team15, TaskStatus::kCompleted, 0)},
       {"top tasks (50, one week)", top_where(week, std::nullopt, 0)},
-      {"top tasks (page 100, one team)", top_where(team7, std::nullopt, 5000)},
+      {"top tasks (page 100, one team)", top_where(team15, std::nullopt, 5000)},
       // A filter of the rows (key, model, target, rule), or a label's report with a filter of
       // the tasks (the label's groups have no team or day), reads the rows: these cost that.
-      {"tasks (by label, one team: rows)", tasks_where("label:feature", team7)},
+      {"tasks (by label, one team: rows)", tasks_where("label:feature", team15)},
       {"top tasks (50, one model: rows)", top_where(one_model, std::nullopt, 0)},
   };
   // `ferry ledger report --by X` for each dimension (what finance runs; the CLI calls this).
@@ -318,8 +318,11 @@ std::vector<Page> pages_of(const std::string& db) {
   return pages;
 }
 
+std::string g_only;  // --pages SUBSTR: only the pages whose name holds it
+
 void run_pages(const std::string& db, double scan) {
   for (const auto& p : pages_of(db)) {
+    if (std::string_view(p.name).find(g_only) == std::string_view::npos) continue;
     double s = best_of_3(p.fn);
     std::printf("  %-36s %.3f s  = %.4f x scan  (thread CPU %.3f s)\n", p.name, s, s / scan,
                 g_best_cpu);
@@ -345,7 +348,7 @@ int run_pg(const std::string& url, int64_t rows) {
 
 }  // namespace
 
-// ferry_console_bench [--rows N] [--db PATH] [--pg URL] [--reps N]
+// ferry_console_bench [--rows N] [--db PATH] [--pg URL] [--reps N] [--pages SUBSTR]
 int main(int argc, char** argv) {
   int64_t rows = 1000000;
   std::string db;
@@ -356,6 +359,7 @@ int main(int argc, char** argv) {
     if (a == "--db") db = argv[i + 1];
     if (a == "--pg") pg = argv[i + 1];
     if (a == "--reps") g_reps = std::max(1, std::atoi(argv[i + 1]));
+    if (a == "--pages") g_only = argv[i + 1];
   }
   if (!pg.empty()) return run_pg(pg, rows);
   const bool keep = !db.empty();
@@ -363,6 +367,15 @@ int main(int argc, char** argv) {
   if (!keep || !std::filesystem::exists(db)) {
     std::filesystem::remove(db);
     if (fill(db, rows) != 0) return 1;
+  } else {
+    // A file filled by an older ferry: migrated to this one's schema (its new indexes) first.
+    auto t0 = std::chrono::steady_clock::now();
+    auto store = SqliteStore::open(db, "");
+    if (!store) {
+      std::fprintf(stderr, "%s\n", store.error().message.c_str());
+      return 1;
+    }
+    std::printf("opened (migrated) in %.1f s\n", seconds_since(t0));
   }
   const double scan = best_of_3([&] {
     auto d = Db::open(db, true);

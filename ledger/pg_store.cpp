@@ -164,6 +164,12 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
     // stores, are task_groups_migration_sql(), run after this.
     R"sql(
 )sql",
+    // 7: top tasks of one team or project (the console's filters) walk their own cost order;
+    // the cost index alone walks every task when few match.
+    R"sql(
+CREATE INDEX IF NOT EXISTS task_totals_team ON task_totals(team, cost DESC, task_id COLLATE "C");
+CREATE INDEX IF NOT EXISTS task_totals_project ON task_totals(project, cost DESC, task_id COLLATE "C");
+)sql",
 };
 
 constexpr int kPgMigrationCount =

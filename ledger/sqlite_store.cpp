@@ -205,6 +205,12 @@ CREATE TABLE IF NOT EXISTS api_keys (
     // stores, are task_groups_migration_sql(), run after this.
     R"sql(
 )sql",
+    // 11: top tasks of one team or project (the console's filters) walk their own cost order;
+    // the cost index alone walks every task when few match.
+    R"sql(
+CREATE INDEX IF NOT EXISTS task_totals_team ON task_totals(team, cost DESC, task_id);
+CREATE INDEX IF NOT EXISTS task_totals_project ON task_totals(project, cost DESC, task_id);
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));

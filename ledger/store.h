@@ -29,7 +29,7 @@ namespace ferry::ledger {
 // 8: the cost levers' columns (lever_columns()).
 // 9: the rollups daily_key, task_totals and task_targets (detail::Rollups), built from the rows.
 // 10: task_groups and task_group_targets (ledger/task_groups.h), built from the rollups.
-constexpr int kSchemaVersion = 10;
+constexpr int kSchemaVersion = 11;
 // The trusted tag of a shadow copy's row; reports count these apart from served requests.
 inline constexpr std::string_view kShadowTag = "shadow";
 // The type_code of a row refused because a row with its id exists already (a journal shipping

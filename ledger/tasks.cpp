@@ -524,8 +524,8 @@ Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
       add_task_filters(q.filter, "team", "project", "day", count_sql, counted);
       std::string walk = " WHERE r.requests > 0";
       if (status) walk += " AND r.status = ?";
-      add_task_filters(q.filter, "COALESCE(r.team,'')", "COALESCE(r.project,'')",
-                       "COALESCE(t.day, r.day, '')", walk, params);
+      // A team or project: its own index (team or project, cost) walks its tasks alone.
+      add_task_filters(q.filter, "r.team", "r.project", "COALESCE(t.day, r.day, '')", walk, params);
       page_sql = columns + "task_totals AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id" + walk +
                  " ORDER BY r.cost DESC, r.task_id" + collate + " LIMIT ? OFFSET ?";
       count_params = std::move(counted);
@@ -548,6 +548,8 @@ Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
   auto counted = db->query(count_sql, count_params ? *count_params : params);
   if (!counted) return counted.error();
   top.total = counted->empty() ? 0 : num(counted->front()[0]);
+  // The rollups' count is exact: past it, no page to walk for (a filter no task matches).
+  if (rollup && top.total <= offset) return top;
   params.emplace_back(limit);
   params.emplace_back(offset);
   auto rows = db->query(page_sql, params);
