@@ -194,6 +194,12 @@ CREATE TABLE daily_untasked (
   refused BIGINT NOT NULL, shadows BIGINT NOT NULL, unpriced_served BIGINT NOT NULL,
   first_us BIGINT NOT NULL, last_us BIGINT NOT NULL);
 )sql",
+    // 8: top tasks of one team or project (the console's filters) walk their own cost order;
+    // the cost index alone walks every task when few match.
+    R"sql(
+CREATE INDEX IF NOT EXISTS task_totals_team ON task_totals(team, cost DESC, task_id COLLATE "C");
+CREATE INDEX IF NOT EXISTS task_totals_project ON task_totals(project, cost DESC, task_id COLLATE "C");
+)sql",
 };
 
 constexpr int kPgMigrationCount =

@@ -247,6 +247,12 @@ CREATE TABLE daily_untasked (
   refused INTEGER NOT NULL, shadows INTEGER NOT NULL, unpriced_served INTEGER NOT NULL,
   first_us INTEGER NOT NULL, last_us INTEGER NOT NULL) WITHOUT ROWID;
 )sql",
+    // 12: top tasks of one team or project (the console's filters) walk their own cost order;
+    // the cost index alone walks every task when few match.
+    R"sql(
+CREATE INDEX IF NOT EXISTS task_totals_team ON task_totals(team, cost DESC, task_id);
+CREATE INDEX IF NOT EXISTS task_totals_project ON task_totals(project, cost DESC, task_id);
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));

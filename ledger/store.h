@@ -31,7 +31,8 @@ namespace ferry::ledger {
 // 10: task_groups and task_group_targets (ledger/task_groups.h), built from the rollups.
 // 11: task_totals' report sums (kTaskReportSums) and daily_untasked: the report by task reads
 // them (detail::task_report_sums_build_sql fills them from the rows).
-constexpr int kSchemaVersion = 11;
+// 12: task_totals' team and project cost indexes (top tasks of one team or project).
+constexpr int kSchemaVersion = 12;
 // The trusted tag of a shadow copy's row; reports count these apart from served requests.
 inline constexpr std::string_view kShadowTag = "shadow";
 // The type_code of a row refused because a row with its id exists already (a journal shipping

@@ -149,7 +149,7 @@ std::string text(const Value& v) {
   return value_text(v);
 }
 
-// "AND column = ?" for each filter of the rows (as the reports filter them).
+// "AND column = ?" for each filter of the rows (key, model, target, rule, task, request).
 void add_row_filters(const ReportFilter& f, std::string& sql, std::vector<Value>& params) {
   auto eq = [&](const std::optional<std::string>& value, const char* column) {
     if (!value) return;
@@ -157,25 +157,41 @@ void add_row_filters(const ReportFilter& f, std::string& sql, std::vector<Value>
     params.emplace_back(*value);
   };
   eq(f.key_id, "key_id");
-  eq(f.team, "team");
-  eq(f.project, "project");
   eq(f.task_id, "task_id");
   eq(f.model, "upstream_model");
   eq(f.target, "target");
   eq(f.rule_id, "rule_id");
   eq(f.request_id, "request_id");
+}
+
+bool has_row_filter(const ReportFilter& f) {
+  return f.key_id || f.task_id || f.model || f.target || f.rule_id || f.request_id;
+}
+
+bool has_task_filter(const ReportFilter& f) {
+  return f.team || f.project || f.from || f.to;
+}
+
+// "AND ... = ?" for each filter of the task's own team, project and day, given the expressions
+// of those three where it is added.
+void add_task_filters(const ReportFilter& f, const std::string& team, const std::string& project,
+                      const std::string& day, std::string& sql, std::vector<Value>& params) {
+  for (auto [value, expr] : {std::pair{&f.team, &team}, std::pair{&f.project, &project}}) {
+    if (!*value) continue;
+    sql += " AND " + *expr + " = ?";
+    params.emplace_back(**value);
+  }
   for (auto [date, op] : {std::pair{&f.from, ">="}, std::pair{&f.to, "<="}}) {
     if (!*date) continue;
-    sql += std::string(" AND day ") + op + " ?";
+    sql += " AND " + day + " " + op + " ?";
     params.emplace_back(utc_day(days_from_civil(**date) * kMicrosPerDay));
   }
 }
 
-// The rollup (task_totals, task_targets) answers a query without a filter of the rows.
+// The rollups (task_groups, task_totals, task_targets) answer a query without a filter of the
+// rows; the task's own team, project and day are their keys.
 bool use_rollup(const TaskReportQuery& q) {
-  const ReportFilter& f = q.filter;
-  return !q.force_raw && !f.key_id && !f.team && !f.project && !f.task_id && !f.model &&
-         !f.target && !f.rule_id && !f.request_id && !f.from && !f.to;
+  return !q.force_raw && !has_row_filter(q.filter);
 }
 
 std::string in_list(const std::set<std::string>& items, std::vector<Value>& params) {
@@ -211,6 +227,15 @@ std::string per_task_sql(const TaskReportQuery& q, std::vector<Value>& params) {
     for (const auto& t : q.local_targets) params.emplace_back(t);
   }
   add_row_filters(q.filter, sql, params);
+  if (has_task_filter(q.filter)) {
+    // The tasks whose own team, project and day (from all their rows and their mark) match.
+    sql +=
+        " AND task_id IN (SELECT a.task_id FROM requests AS a LEFT JOIN tasks AS m ON m.task_id "
+        "= a.task_id WHERE a.task_id<>'' GROUP BY a.task_id HAVING 1=1";
+    add_task_filters(q.filter, "COALESCE(MIN(a.team),'')", "COALESCE(MIN(a.project),'')",
+                     "COALESCE(MAX(m.day), MIN(a.day), '')", sql, params);
+    sql += ")";
+  }
   return sql + " GROUP BY task_id";
 }
 
@@ -272,9 +297,10 @@ void add_group_row(std::map<std::pair<std::string, TaskStatus>, TaskGroup>& out,
 }
 
 // The report from task_groups and task_group_targets (no filter of the rows): a few rows per
-// (status, day, team, project), whatever the number of tasks. A label's report takes its
-// values' groups from the label's rows, and the tasks without the label ("" group) as the
-// status' totals less them.
+// (status, day, team, project), whatever the number of tasks, a filter of the task's team,
+// project and day on those keys. A label's report (no such filter: the label's rows have no
+// day, team or project) takes its values' groups from the label's rows, and the tasks without
+// the label ("" group) as the status' totals less them.
 Result<std::vector<TaskGroup>> rollup_report(AnyDb& db, const TaskReportQuery& q) {
   const bool by_label = q.by.starts_with("label:");
   auto group = rollup_group(q.by);
@@ -287,10 +313,13 @@ Result<std::vector<TaskGroup>> rollup_report(AnyDb& db, const TaskReportQuery& q
     const std::string sums = targets ? "SUM(requests), SUM(tokens), SUM(cost)"
                                      : "SUM(tasks), SUM(requests), SUM(tokens), SUM(cost)";
     std::string where = targets ? " AND target IN " + in_list(q.local_targets, params) : "";
+    std::vector<Value> totals_params = params;
+    std::string tasks_where = where;
+    add_task_filters(q.filter, "team", "project", "day", tasks_where, totals_params);
     auto totals =
         db.query("SELECT " + (by_label ? std::string("''") : *group) + " AS g, status, " + sums +
-                     " FROM " + table + " WHERE label = ''" + where + " GROUP BY g, status",
-                 params);
+                     " FROM " + table + " WHERE label = ''" + tasks_where + " GROUP BY g, status",
+                 totals_params);
     if (!totals) return totals.error();
     for (const auto& row : *totals) add_group_row(groups, row, targets);
     if (!by_label) continue;
@@ -420,7 +449,9 @@ Result<TaskReport> task_report(const std::string& db_path, const TaskReportQuery
   auto cur = currency_of(*db);
   if (!cur) return cur.error();
   report.currency = *cur;
-  if (use_rollup(q)) {
+  // A label's groups have no day, team or project: with a filter of those, the rows.
+  report.from_rows = !use_rollup(q) || (q.by.starts_with("label:") && has_task_filter(q.filter));
+  if (!report.from_rows) {
     auto rows = rollup_report(*db, q);
     if (!rows) return rows.error();
     report.rows = std::move(*rows);
@@ -438,7 +469,7 @@ Result<TaskReport> task_report(const std::string& db_path, const TaskReportQuery
 
 // The local cost of the listed tasks from task_targets (the rollup's page of top tasks).
 Status add_local_costs(AnyDb& db, const TaskReportQuery& q, TopTasks& top) {
-  if (!use_rollup(q) || q.local_targets.empty() || top.tasks.empty()) return {};
+  if (top.from_rows || q.local_targets.empty() || top.tasks.empty()) return {};
   std::vector<Value> params;
   std::string sql = "SELECT task_id, SUM(cost) FROM task_targets WHERE target IN " +
                     in_list(q.local_targets, params) + " AND task_id IN (";
@@ -458,7 +489,8 @@ Status add_local_costs(AnyDb& db, const TaskReportQuery& q, TopTasks& top) {
 
 // The count, then the page: without a filter of the rows, the count from task_groups and the
 // page from task_totals' cost index (by status: its (status, cost) index), the labels of the
-// page's tasks alone joined; with one, from the rows grouped by task.
+// page's tasks alone joined (a filter of the task's team, project or day: checked on the walk,
+// its day joining the mark); with one, from the rows grouped by task.
 Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
                            std::optional<TaskStatus> status, int64_t limit, int64_t offset) {
   auto db = AnyDb::open(db_path);
@@ -467,6 +499,7 @@ Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
   const std::string status_name = status ? std::string(task_status_name(*status)) : "";
   const char* collate = db->pg() ? " COLLATE \"C\"" : "";
   std::vector<Value> params;
+  std::optional<std::vector<Value>> count_params;  // else `params`
   std::string count_sql;
   std::string page_sql;
   if (rollup) {
@@ -477,13 +510,26 @@ Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
       where += " AND status = ?";
       params.emplace_back(status_name);
     }
-    page_sql =
+    const std::string columns =
         "SELECT r.task_id, r.status, COALESCE(t.labels,'{}'), r.team, r.project, "
-        "r.requests, r.cost, 0, r.first_us, r.last_us FROM (SELECT * FROM task_totals" +
-        where + " ORDER BY cost DESC, task_id" + collate +
-        " LIMIT ? OFFSET ?) AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id ORDER BY "
-        "r.cost DESC, r.task_id" +
-        collate;
+        "r.requests, r.cost, 0, r.first_us, r.last_us FROM ";
+    if (!has_task_filter(q.filter)) {
+      page_sql = columns + "(SELECT * FROM task_totals" + where + " ORDER BY cost DESC, task_id" +
+                 collate +
+                 " LIMIT ? OFFSET ?) AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id ORDER "
+                 "BY r.cost DESC, r.task_id" +
+                 collate;
+    } else {
+      std::vector<Value> counted = params;
+      add_task_filters(q.filter, "team", "project", "day", count_sql, counted);
+      std::string walk = " WHERE r.requests > 0";
+      if (status) walk += " AND r.status = ?";
+      // A team or project: its own index (team or project, cost) walks its tasks alone.
+      add_task_filters(q.filter, "r.team", "r.project", "COALESCE(t.day, r.day, '')", walk, params);
+      page_sql = columns + "task_totals AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id" + walk +
+                 " ORDER BY r.cost DESC, r.task_id" + collate + " LIMIT ? OFFSET ?";
+      count_params = std::move(counted);
+    }
   } else {
     std::string inner = per_task_sql(q, params);
     std::string from = " FROM (" + inner + ") AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id";
@@ -498,9 +544,12 @@ Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
                from + " ORDER BY r.cost DESC, r.task_id" + collate + " LIMIT ? OFFSET ?";
   }
   TopTasks top;
-  auto counted = db->query(count_sql, params);
+  top.from_rows = !rollup;
+  auto counted = db->query(count_sql, count_params ? *count_params : params);
   if (!counted) return counted.error();
   top.total = counted->empty() ? 0 : num(counted->front()[0]);
+  // The rollups' count is exact: past it, no page to walk for (a filter no task matches).
+  if (rollup && top.total <= offset) return top;
   params.emplace_back(limit);
   params.emplace_back(offset);
   auto rows = db->query(page_sql, params);
@@ -537,7 +586,10 @@ std::string task_report_json(const TaskReport& report) {
                     {"tokens", g.tokens},
                     {"local_tokens", g.local_tokens}});
   }
-  nlohmann::ordered_json j = {{"by", report.by}, {"currency", report.currency}, {"rows", rows}};
+  nlohmann::ordered_json j = {{"by", report.by},
+                              {"currency", report.currency},
+                              {"read", report.from_rows ? "rows" : "rollups"},
+                              {"rows", rows}};
   return json_text(j);
 }
 
@@ -569,7 +621,10 @@ std::string top_tasks_json(const TopTasks& top, const std::string& currency) {
                      {"first_us", t.first_us},
                      {"last_us", t.last_us}});
   }
-  nlohmann::ordered_json j = {{"currency", currency}, {"total", top.total}, {"tasks", tasks}};
+  nlohmann::ordered_json j = {{"currency", currency},
+                              {"total", top.total},
+                              {"read", top.from_rows ? "rows" : "rollups"},
+                              {"tasks", tasks}};
   return json_text(j);
 }
 

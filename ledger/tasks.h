@@ -55,12 +55,17 @@ Result<std::set<std::string>> task_key_ids(const std::string& db, const std::str
 // ---- reports (SQLite and PostgreSQL ledgers) -----------------------------------------------
 
 struct TaskReportQuery {
-  ReportFilter filter;  // the rows' filter (team, project, key, from, to, ...)
+  // team, project, from and to select tasks by the task's own team, project and day (as the
+  // groups by team, project and day define them: its rows' smallest team and project, the day
+  // it was marked, else its first row's); key, model, target, rule, task and request select
+  // the rows (each task's sums are of its matching rows) and read them.
+  ReportFilter filter;
   // "" (one group), "team", "project", "day", "month" (the day a task was marked, else its
   // first row's), or "label:NAME".
   std::string by;
   std::set<std::string> local_targets;  // targets answered by the in-process engine
-  // Read the rows, not the rollup (task_totals; it answers queries without a row filter).
+  // Read the rows, not the rollups (task_groups, task_totals; they answer queries without a
+  // filter of the rows). Same answer either way.
   bool force_raw = false;
 };
 
@@ -81,6 +86,7 @@ struct TaskReport {
   std::string by;
   std::string currency;
   std::vector<TaskGroup> rows;  // by group, then status
+  bool from_rows = false;       // read the rows (a filter of the rows), not the rollups
 };
 
 Result<TaskReport> task_report(const std::string& db, const TaskReportQuery& query);
@@ -99,6 +105,7 @@ struct TopTask {
 struct TopTasks {
   int64_t total = 0;  // tasks matching
   std::vector<TopTask> tasks;
+  bool from_rows = false;  // read the rows (a filter of the rows), not the rollups
 };
 
 // Tasks by cost, highest first, `limit` from `offset`; `status` keeps one outcome only.

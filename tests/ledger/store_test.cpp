@@ -925,6 +925,113 @@ void expect_task_reports_equal_rows(const std::string& db, int64_t task_cost) {
   }
 }
 
+void expect_same_top(const TopTasks& a, const TopTasks& b) {
+  EXPECT_EQ(a.total, b.total);
+  ASSERT_EQ(a.tasks.size(), b.tasks.size());
+  for (size_t i = 0; i < a.tasks.size(); ++i) {
+    SCOPED_TRACE(a.tasks[i].task_id);
+    EXPECT_EQ(a.tasks[i].task_id, b.tasks[i].task_id);
+    EXPECT_EQ(a.tasks[i].status, b.tasks[i].status);
+    EXPECT_EQ(a.tasks[i].cost.micros(), b.tasks[i].cost.micros());
+    EXPECT_EQ(a.tasks[i].local_cost.micros(), b.tasks[i].local_cost.micros());
+    EXPECT_EQ(a.tasks[i].requests, b.tasks[i].requests);
+    EXPECT_EQ(a.tasks[i].team, b.tasks[i].team);
+  }
+}
+
+// The console's filters of team, project and day select tasks by their own team, project and
+// day: a filtered report is, from the rollups and from the rows alike, the group of that value
+// in the unfiltered report by that attribute (from the rows); filters together, by any group,
+// and the top tasks' pages (total, order, sums) are the same from the rollups as from the rows;
+// a filter of the rows, or a label's report with a filter of the tasks, reads the rows.
+void expect_task_filters_select_tasks(const std::string& db) {
+  TaskReportQuery all;
+  all.local_targets = {"local-small"};
+  all.force_raw = true;
+  int checked = 0;
+  for (std::string dim : {"team", "project", "day"}) {
+    all.by = dim;
+    auto grouped = task_report(db, all);
+    ASSERT_TRUE(grouped) << grouped.error().message;
+    std::map<std::string, TaskReport> expected;
+    for (const auto& g : grouped->rows) {
+      TaskGroup in_group = g;
+      in_group.group = "";
+      expected[g.group].rows.push_back(in_group);
+    }
+    for (const auto& [value, want] : expected) {
+      for (bool raw : {false, true}) {
+        SCOPED_TRACE(dim + "=" + value + (raw ? " (rows)" : " (rollups)"));
+        TaskReportQuery q;
+        q.local_targets = all.local_targets;
+        q.force_raw = raw;
+        if (dim == "team") q.filter.team = value;
+        if (dim == "project") q.filter.project = value;
+        if (dim == "day") q.filter.from = q.filter.to = parse_civil_date(value);
+        auto got = task_report(db, q);
+        ASSERT_TRUE(got) << got.error().message;
+        EXPECT_EQ(got->from_rows, raw);
+        expect_same_reports(*got, want);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 10);
+  // Filters together (and a day range), by every group, and the top tasks.
+  std::vector<ReportFilter> filters(3);
+  filters[0].team = "team-0";
+  filters[0].from = parse_civil_date("2026-06-15");
+  filters[1].to = parse_civil_date("2026-06-15");
+  filters[2].team = "team-1";
+  filters[2].project = "nowhere";
+  for (size_t i = 0; i < filters.size(); ++i) {
+    SCOPED_TRACE("filter " + std::to_string(i));
+    TaskReportQuery q;
+    q.local_targets = all.local_targets;
+    q.filter = filters[i];
+    for (std::string by : {"", "team", "project", "day", "month", "label:feature"}) {
+      SCOPED_TRACE("by " + by);
+      q.by = by;
+      q.force_raw = false;
+      auto rolled = task_report(db, q);
+      q.force_raw = true;
+      auto rows = task_report(db, q);
+      ASSERT_TRUE(rolled && rows);
+      EXPECT_EQ(rolled->from_rows, by.starts_with("label:"));
+      expect_same_reports(*rolled, *rows);
+    }
+    for (std::optional<TaskStatus> status :
+         {std::optional<TaskStatus>(), std::optional(TaskStatus::kCompleted)}) {
+      for (int64_t offset : {0, 1}) {
+        q.force_raw = false;
+        auto rolled = top_tasks(db, q, status, 3, offset);
+        q.force_raw = true;
+        auto rows = top_tasks(db, q, status, 3, offset);
+        ASSERT_TRUE(rolled && rows);
+        EXPECT_FALSE(rolled->from_rows);
+        EXPECT_TRUE(rows->from_rows);
+        expect_same_top(*rolled, *rows);
+        if (i == 2) {
+          EXPECT_EQ(rolled->total, 0);
+        }
+        if (i == 0) {
+          for (const auto& t : rolled->tasks) EXPECT_EQ(t.team, "team-0");
+        }
+      }
+    }
+  }
+  // A filter of the rows reads them, whatever else is filtered.
+  TaskReportQuery by_target;
+  by_target.filter.target = "local-small";
+  by_target.filter.team = "team-0";
+  auto read = task_report(db, by_target);
+  auto top = top_tasks(db, by_target, std::nullopt, 3, 0);
+  ASSERT_TRUE(read && top);
+  EXPECT_TRUE(read->from_rows);
+  EXPECT_TRUE(top->from_rows);
+  EXPECT_EQ(nlohmann::json::parse(task_report_json(*read))["read"], "rows");
+}
+
 constexpr const char* kTaskPrices = R"(
 - {model: gpu-large, effective_from: 2026-01-01, input: 3.00, cached_input: 0.30, output: 15.00, reasoning: 15.00}
 - {model: local-small, effective_from: 2026-01-01, input: 0.10, cached_input: 0.01, output: 0.20, reasoning: 0.20, internal: true}
@@ -1026,17 +1133,9 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
       q.force_raw = true;
       auto raw = top_tasks(db, q, status, 5, 1);
       ASSERT_TRUE(rolled && raw);
-      EXPECT_EQ(rolled->total, raw->total);
-      ASSERT_EQ(rolled->tasks.size(), raw->tasks.size());
-      for (size_t i = 0; i < raw->tasks.size(); ++i) {
-        EXPECT_EQ(rolled->tasks[i].task_id, raw->tasks[i].task_id);
-        EXPECT_EQ(rolled->tasks[i].status, raw->tasks[i].status);
-        EXPECT_EQ(rolled->tasks[i].cost.micros(), raw->tasks[i].cost.micros());
-        EXPECT_EQ(rolled->tasks[i].local_cost.micros(), raw->tasks[i].local_cost.micros());
-        EXPECT_EQ(rolled->tasks[i].requests, raw->tasks[i].requests);
-        EXPECT_EQ(rolled->tasks[i].team, raw->tasks[i].team);
-      }
+      expect_same_top(*rolled, *raw);
     }
+    expect_task_filters_select_tasks(db);
     // The spend report by key and month reads daily_key; the rows give the same figures.
     ReportQuery by_key;
     by_key.by = {ReportBy::kMonth, ReportBy::kKey};
