@@ -488,6 +488,51 @@ TEST_F(LeversTest, CacheHitsAreServedInTheMessagesFrontEnd) {
   EXPECT_EQ(upstream_requests(), 1);
 }
 
+// The same for the Responses front-end: a whole response and a stream of response.* events,
+// both answered from the one upstream answer kept for the first request.
+TEST_F(LeversTest, CacheHitsAreServedInTheResponsesFrontEnd) {
+  start("  - { id: cached, when: { model: chat }, route: [gpu], cache: { ttl: 10m } }\n");
+  const json body = {{"model", "chat"},
+                     {"max_output_tokens", 64},
+                     {"temperature", 0},
+                     {"store", false},
+                     {"input", "Hail the keeper of the ledger."}};
+  const std::vector<std::string> headers = auth_headers(kAppKey);
+  auto first = post_json(ferry_.address, "/v1/responses", body, headers);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  EXPECT_EQ(first->header("x-ferry-cache"), "miss");
+  const json first_json = first->body_json();
+  ASSERT_EQ(first_json["object"], "response") << first->body;
+  std::string first_text;
+  for (const json& item : first_json["output"]) {
+    if (item.value("type", "") != "message") continue;
+    for (const json& part : item["content"]) first_text += part.value("text", "");
+  }
+  ASSERT_FALSE(first_text.empty()) << first->body;
+  auto second = post_json(ferry_.address, "/v1/responses", body, headers);
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  EXPECT_EQ(second->header("x-ferry-cache"), "hit");
+  EXPECT_EQ(second->body_json()["object"], "response");
+  EXPECT_EQ(second->body_json()["status"], "completed");
+  EXPECT_EQ(second->body_json()["output"].size(), first_json["output"].size());
+  json streamed = body;
+  streamed["stream"] = true;
+  StreamResult s = stream_request(ferry_.address, "/v1/responses", streamed, headers);
+  ASSERT_TRUE(s.head);
+  EXPECT_EQ(s.head->header("x-ferry-cache"), "hit");
+  std::string text;
+  bool completed = false;
+  for (const json& e : s.chunks) {
+    if (e.value("type", "") == "response.output_text.delta") text += e.value("delta", "");
+    completed = completed || e.value("type", "") == "response.completed";
+  }
+  EXPECT_TRUE(completed);
+  EXPECT_EQ(text, first_text);
+  EXPECT_EQ(upstream_requests(), 1);
+}
+
 // A hit costs nothing, so no budget reserves for it or refuses it: team red's hard budget of one
 // micro-dollar refuses any request it would pay for, but not the answer another team's request
 // left in a global cache.
