@@ -292,9 +292,11 @@ std::vector<Page> pages_of(const std::string& db) {
       {"top tasks (50 completed, one team)", top_where(team15, TaskStatus::kCompleted, 0)},
       {"top tasks (50, one week)", top_where(week, std::nullopt, 0)},
       {"top tasks (page 100, one team)", top_where(team15, std::nullopt, 5000)},
-      // A filter of the rows (key, model, target, rule), or a label's report with a filter of
-      // the tasks (the label's groups have no team or day), reads the rows: these cost that.
-      {"tasks (by label, one team: rows)", tasks_where("label:feature", team15)},
+      // A label's groups are keyed by the task's team, project and day too (schema 13).
+      {"tasks (by label, one team)", tasks_where("label:feature", team15)},
+      {"tasks (by label, one project)", tasks_where("label:feature", project1)},
+      {"tasks (by label, one week)", tasks_where("label:feature", week)},
+      // A filter of the rows (key, model, target, rule) reads the rows: this costs that.
       {"top tasks (50, one model: rows)", top_where(one_model, std::nullopt, 0)},
   };
   // `ferry ledger report --by X` for each dimension (what finance runs; the CLI calls this).

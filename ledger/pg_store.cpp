@@ -200,6 +200,10 @@ CREATE TABLE daily_untasked (
 CREATE INDEX IF NOT EXISTS task_totals_team ON task_totals(team, cost DESC, task_id COLLATE "C");
 CREATE INDEX IF NOT EXISTS task_totals_project ON task_totals(project, cost DESC, task_id COLLATE "C");
 )sql",
+    // 9: task_groups' label rows keyed by the task's day, team and project too: they are
+    // task_label_groups_migration_sql() (ledger/task_groups.h), run after this.
+    R"sql(
+)sql",
 };
 
 constexpr int kPgMigrationCount =
@@ -546,7 +550,8 @@ Status PgStore::migrate() {
   for (int64_t v = version; v < kPgSchemaVersion; ++v) {
     std::string sql = std::string(kPgMigrations[v]) + (v + 1 == 4 ? kBuildRollupsSql : "") +
                       (v + 1 == 6 ? task_groups_migration_sql(true) : "") +
-                      (v + 1 == 7 ? task_report_sums_build_sql(true) : "");
+                      (v + 1 == 7 ? task_report_sums_build_sql(true) : "") +
+                      (v + 1 == 9 ? task_label_groups_migration_sql(true) : "");
     if (Status st = conn_.exec(sql); !st) {
       return fail(Error::make(ErrorCode::kUnavailable, "ledger migration to version " +
                                                            std::to_string(v + 1) +

@@ -21,8 +21,9 @@ namespace ferry::ledger {
 // 2: the tasks table; 3: the cost levers' columns; 4: the rollups and api_keys;
 // 5: rate_buckets (shared rate limits); 6: task_groups and task_group_targets;
 // 7: task_totals' report sums and daily_untasked (SQLite's 11); 8: task_totals'
-// team and project cost indexes (SQLite's 12).
-constexpr int kPgSchemaVersion = 8;
+// team and project cost indexes (SQLite's 12); 9: task_groups' label rows keyed by day, team
+// and project (SQLite's 13).
+constexpr int kPgSchemaVersion = 9;
 
 // True for a postgresql:// or postgres:// URL (where a ledger path may name either store).
 bool is_pg_url(std::string_view path);

@@ -253,6 +253,10 @@ CREATE TABLE daily_untasked (
 CREATE INDEX IF NOT EXISTS task_totals_team ON task_totals(team, cost DESC, task_id);
 CREATE INDEX IF NOT EXISTS task_totals_project ON task_totals(project, cost DESC, task_id);
 )sql",
+    // 13: task_groups' label rows keyed by the task's day, team and project too: they are
+    // task_label_groups_migration_sql() (ledger/task_groups.h), run after this.
+    R"sql(
+)sql",
 };
 
 constexpr int kMigrationCount = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -284,6 +288,7 @@ Result<SqliteStore> SqliteStore::open(const std::string& path, const std::string
                       (v + 1 == 9 ? kBuildRollupsSql : "") +
                       (v + 1 == 10 ? task_groups_migration_sql(false) : "") +
                       (v + 1 == 11 ? task_report_sums_build_sql(false) : "") +
+                      (v + 1 == 13 ? task_label_groups_migration_sql(false) : "") +
                       "PRAGMA user_version=" + std::to_string(v + 1) + "; COMMIT;";
     auto st = store.db_.exec(sql);
     if (!st) {

@@ -32,7 +32,9 @@ namespace ferry::ledger {
 // 11: task_totals' report sums (kTaskReportSums) and daily_untasked: the report by task reads
 // them (detail::task_report_sums_build_sql fills them from the rows).
 // 12: task_totals' team and project cost indexes (top tasks of one team or project).
-constexpr int kSchemaVersion = 12;
+// 13: task_groups' label rows keyed by the task's day, team and project too (a label's report
+// with those filters reads the rollup).
+constexpr int kSchemaVersion = 13;
 // The trusted tag of a shadow copy's row; reports count these apart from served requests.
 inline constexpr std::string_view kShadowTag = "shadow";
 // The type_code of a row refused because a row with its id exists already (a journal shipping

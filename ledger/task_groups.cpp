@@ -90,7 +90,7 @@ void TaskGroupDeltas::add(const TaskState& task, int64_t sign, bool whole) {
       {"", "", task.status, task.day, task.team, task.project}};
   if (task.status != "open") {
     for (const auto& [name, value] : task.labels) {
-      keys.push_back({name, value, task.status, "", "", ""});
+      keys.push_back({name, value, task.status, task.day, task.team, task.project});
     }
   }
   for (auto& key : keys) {
@@ -317,11 +317,10 @@ std::string task_groups_migration_sql(bool pg) {
          task_groups_build_sql(pg);
 }
 
-std::string task_groups_build_sql(bool pg) {
-  // A marked task's labels as rows (key, value) of text values.
-  const std::string labels = pg ? "jsonb_each(t.labels::jsonb) AS j" : "json_each(t.labels) AS j";
-  const std::string value = pg ? "(j.value #>> '{}')" : "j.value";
-  const std::string is_text = pg ? "jsonb_typeof(j.value) = 'string'" : "j.type = 'text'";
+namespace {
+
+// The rollup's rows of the tasks' (status, day, team, project): label "".
+std::string plain_groups_build_sql() {
   const std::string group =
       "r.status, COALESCE(t.day, r.day, ''), COALESCE(r.team, ''), COALESCE(r.project, '')";
   return "INSERT INTO task_groups(label,value,status,day,team,project,tasks,requests,tokens,cost)"
@@ -334,21 +333,42 @@ std::string task_groups_build_sql(bool pg) {
          group +
          ", x.target, SUM(x.requests), SUM(x.tokens), SUM(x.cost) FROM task_targets AS x JOIN "
          "task_totals AS r ON r.task_id = x.task_id LEFT JOIN tasks AS t ON t.task_id = "
-         "r.task_id WHERE r.requests > 0 GROUP BY 3, 4, 5, 6, 7;\n"
-         "INSERT INTO task_groups(label,value,status,day,team,project,tasks,requests,tokens,cost)"
+         "r.task_id WHERE r.requests > 0 GROUP BY 3, 4, 5, 6, 7;\n";
+}
+
+}  // namespace
+
+std::string task_groups_build_sql(bool pg) {
+  return plain_groups_build_sql() + task_label_groups_build_sql(pg);
+}
+
+std::string task_label_groups_build_sql(bool pg) {
+  // A marked task's labels as rows (key, value) of text values, each in the task's own
+  // (status, day, team, project): a marked task's day is its mark's.
+  const std::string labels = pg ? "jsonb_each(t.labels::jsonb) AS j" : "json_each(t.labels) AS j";
+  const std::string value = pg ? "(j.value #>> '{}')" : "j.value";
+  const std::string is_text = pg ? "jsonb_typeof(j.value) = 'string'" : "j.type = 'text'";
+  const std::string group =
+      "r.status, COALESCE(t.day, r.day, ''), COALESCE(r.team, ''), COALESCE(r.project, '')";
+  return "INSERT INTO task_groups(label,value,status,day,team,project,tasks,requests,tokens,cost)"
          " SELECT j.key, " +
-         value +
-         ", r.status, '', '', '', COUNT(*), SUM(r.requests), SUM(r.tokens), SUM(r.cost) FROM "
-         "task_totals AS r JOIN tasks AS t ON t.task_id = r.task_id, " +
+         value + ", " + group +
+         ", COUNT(*), SUM(r.requests), SUM(r.tokens), SUM(r.cost) FROM task_totals AS r JOIN "
+         "tasks AS t ON t.task_id = r.task_id, " +
          labels + " WHERE r.requests > 0 AND " + is_text +
-         " GROUP BY 1, 2, 3;\n"
+         " GROUP BY 1, 2, 3, 4, 5, 6;\n"
          "INSERT INTO task_group_targets(label,value,status,day,team,project,target,requests,"
          "tokens,cost) SELECT j.key, " +
-         value +
-         ", r.status, '', '', '', x.target, SUM(x.requests), SUM(x.tokens), SUM(x.cost) FROM "
-         "task_targets AS x JOIN task_totals AS r ON r.task_id = x.task_id JOIN tasks AS t ON "
-         "t.task_id = r.task_id, " +
-         labels + " WHERE r.requests > 0 AND " + is_text + " GROUP BY 1, 2, 3, 7;\n";
+         value + ", " + group +
+         ", x.target, SUM(x.requests), SUM(x.tokens), SUM(x.cost) FROM task_targets AS x JOIN "
+         "task_totals AS r ON r.task_id = x.task_id JOIN tasks AS t ON t.task_id = r.task_id, " +
+         labels + " WHERE r.requests > 0 AND " + is_text + " GROUP BY 1, 2, 3, 4, 5, 6, 7;\n";
+}
+
+std::string task_label_groups_migration_sql(bool pg) {
+  return "DELETE FROM task_groups WHERE label <> '';\n"
+         "DELETE FROM task_group_targets WHERE label <> '';\n" +
+         task_label_groups_build_sql(pg);
 }
 
 }  // namespace ferry::ledger::detail

@@ -1,5 +1,6 @@
 // The task reports' rollup (SQLite schema 10, PostgreSQL 6): `task_groups` holds the sums of
-// the tasks of each (status, day, team, project), and of each label (label, value, status);
+// the tasks of each (status, day, team, project), and of each label value in each of those
+// (label, value, status, day, team, project; SQLite schema 13, PostgreSQL 9);
 // `task_group_targets` the same sums per target (the share answered locally). The writer keeps
 // them in the rows' transaction (a batch adds its rows to their tasks' groups; a task whose
 // group changes moves whole) and mark_task in the mark's (a task moves from open to its
@@ -45,7 +46,8 @@ struct GroupSums {
 // What a transaction adds to the rollup's rows, by key.
 struct TaskGroupDeltas {
   // (label, value, status, day, team, project): label "" for the groups by status, day, team
-  // and project; a label's groups have day, team and project "".
+  // and project; a label's groups the same keys, so a label's report takes a filter of the
+  // task's team, project and day.
   std::map<std::vector<std::string>, GroupSums> groups;
   std::map<std::vector<std::string>, GroupSums> targets;  // the same key, then the target
   // Adds (sign 1) or takes away (-1) a task's sums; `whole` counts the task itself too
@@ -73,5 +75,10 @@ Status upsert_task_groups(const RunSql& run, const TaskGroupDeltas& deltas);
 std::string task_groups_migration_sql(bool pg);
 // Fills both tables from task_totals, task_targets and tasks (the migration; the bench's fill).
 std::string task_groups_build_sql(bool pg);
+// The label rows of both tables alone (part of task_groups_build_sql).
+std::string task_label_groups_build_sql(bool pg);
+// SQLite schema 13's and PostgreSQL schema 9's migration: the label rows (before, keyed by
+// label, value and status alone) made again keyed by the task's day, team and project too.
+std::string task_label_groups_migration_sql(bool pg);
 
 }  // namespace ferry::ledger::detail

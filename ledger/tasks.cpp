@@ -298,9 +298,9 @@ void add_group_row(std::map<std::pair<std::string, TaskStatus>, TaskGroup>& out,
 
 // The report from task_groups and task_group_targets (no filter of the rows): a few rows per
 // (status, day, team, project), whatever the number of tasks, a filter of the task's team,
-// project and day on those keys. A label's report (no such filter: the label's rows have no
-// day, team or project) takes its values' groups from the label's rows, and the tasks without
-// the label ("" group) as the status' totals less them.
+// project and day on those keys. A label's report takes its values' groups from the label's
+// rows (keyed the same, so filtered the same), and the tasks without the label ("" group) as
+// the status' totals less them.
 Result<std::vector<TaskGroup>> rollup_report(AnyDb& db, const TaskReportQuery& q) {
   const bool by_label = q.by.starts_with("label:");
   auto group = rollup_group(q.by);
@@ -324,10 +324,10 @@ Result<std::vector<TaskGroup>> rollup_report(AnyDb& db, const TaskReportQuery& q
     for (const auto& row : *totals) add_group_row(groups, row, targets);
     if (!by_label) continue;
     std::vector<Value> label_params = {q.by.substr(6)};
-    if (targets) label_params.insert(label_params.end(), params.begin(), params.end());
+    label_params.insert(label_params.end(), totals_params.begin(), totals_params.end());
     auto values =
         db.query("SELECT value, status, " + sums + " FROM " + table +
-                     " WHERE label = ? AND value <> ''" + where + " GROUP BY value, status",
+                     " WHERE label = ? AND value <> ''" + tasks_where + " GROUP BY value, status",
                  label_params);
     if (!values) return values.error();
     for (const auto& row : *values) {
@@ -449,8 +449,7 @@ Result<TaskReport> task_report(const std::string& db_path, const TaskReportQuery
   auto cur = currency_of(*db);
   if (!cur) return cur.error();
   report.currency = *cur;
-  // A label's groups have no day, team or project: with a filter of those, the rows.
-  report.from_rows = !use_rollup(q) || (q.by.starts_with("label:") && has_task_filter(q.filter));
+  report.from_rows = !use_rollup(q);
   if (!report.from_rows) {
     auto rows = rollup_report(*db, q);
     if (!rows) return rows.error();

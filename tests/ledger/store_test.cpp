@@ -943,7 +943,8 @@ void expect_same_top(const TopTasks& a, const TopTasks& b) {
 // day: a filtered report is, from the rollups and from the rows alike, the group of that value
 // in the unfiltered report by that attribute (from the rows); filters together, by any group,
 // and the top tasks' pages (total, order, sums) are the same from the rollups as from the rows;
-// a filter of the rows, or a label's report with a filter of the tasks, reads the rows.
+// a filter of the rows reads the rows, a label's report with a filter of the tasks the rollups
+// (schema 13: the label's groups are keyed by the task's day, team and project too).
 void expect_task_filters_select_tasks(const std::string& db) {
   TaskReportQuery all;
   all.local_targets = {"local-small"};
@@ -978,18 +979,22 @@ void expect_task_filters_select_tasks(const std::string& db) {
   }
   EXPECT_GE(checked, 10);
   // Filters together (and a day range), by every group, and the top tasks.
-  std::vector<ReportFilter> filters(3);
+  std::vector<ReportFilter> filters(6);
   filters[0].team = "team-0";
   filters[0].from = parse_civil_date("2026-06-15");
   filters[1].to = parse_civil_date("2026-06-15");
   filters[2].team = "team-1";
   filters[2].project = "nowhere";
+  filters[3].team = "team-1";
+  filters[4].project = "proj-a";
+  filters[5].from = parse_civil_date("2026-06-16");
   for (size_t i = 0; i < filters.size(); ++i) {
     SCOPED_TRACE("filter " + std::to_string(i));
     TaskReportQuery q;
     q.local_targets = all.local_targets;
     q.filter = filters[i];
-    for (std::string by : {"", "team", "project", "day", "month", "label:feature"}) {
+    for (std::string by :
+         {"", "team", "project", "day", "month", "label:feature", "label:tier", "label:none"}) {
       SCOPED_TRACE("by " + by);
       q.by = by;
       q.force_raw = false;
@@ -997,7 +1002,8 @@ void expect_task_filters_select_tasks(const std::string& db) {
       q.force_raw = true;
       auto rows = task_report(db, q);
       ASSERT_TRUE(rolled && rows);
-      EXPECT_EQ(rolled->from_rows, by.starts_with("label:"));
+      EXPECT_FALSE(rolled->from_rows);
+      EXPECT_TRUE(rows->from_rows);
       expect_same_reports(*rolled, *rows);
     }
     for (std::optional<TaskStatus> status :
@@ -1157,8 +1163,29 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
   EXPECT_EQ(db_->scalar("SELECT SUM(tasks) FROM task_groups WHERE label='feature' AND "
                         "value='f1' AND status='completed'"),
             2);
-  // Back to the schema before the task groups; opening the ledger builds them again.
+  // Schema 12 (PostgreSQL 8) kept a label's groups by label, value and status alone: its
+  // label rows (here wiped, and a stale one) are made again keyed by day, team and project.
   const int64_t group_rows = db_->scalar("SELECT COUNT(*) FROM task_groups WHERE tasks > 0");
+  const int64_t label_rows =
+      db_->scalar("SELECT COUNT(*) FROM task_groups WHERE label <> '' AND tasks > 0");
+  EXPECT_GT(db_->scalar("SELECT COUNT(DISTINCT team || '/' || day) FROM task_groups WHERE "
+                        "label = 'feature' AND value = 'f1'"),
+            1);
+  ASSERT_TRUE(db_->exec(
+      "DELETE FROM task_groups WHERE label <> ''; DELETE FROM task_group_targets WHERE label "
+      "<> ''; INSERT INTO task_groups(label,value,status,day,team,project,tasks,requests,tokens,"
+      "cost) VALUES('feature','f1','completed','','','',2,5,500,12345)"));
+  ASSERT_TRUE(db_->exec(db_->shared() ? "UPDATE meta SET value='8' WHERE key='schema_version'"
+                                      : "PRAGMA user_version=12"));
+  {
+    auto reopened = Ledger::open(db_->config("gw-1"), catalog_from(kTaskPrices), {});
+    ASSERT_TRUE(reopened) << reopened.error().message;
+  }
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM task_groups WHERE label <> '' AND tasks > 0"),
+            label_rows);
+  EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM task_groups WHERE label <> '' AND team = ''"), 0);
+  check();
+  // Back to the schema before the task groups; opening the ledger builds them again.
   // The report sums wiped: schema 11's migration (PostgreSQL's 7) fills them again.
   ASSERT_TRUE(db_->exec(
       "DROP TABLE task_groups; DROP TABLE task_group_targets; DELETE FROM daily_untasked; "
