@@ -487,9 +487,10 @@ Status add_local_costs(AnyDb& db, const TaskReportQuery& q, TopTasks& top) {
 }
 
 // The count, then the page: without a filter of the rows, the count from task_groups and the
-// page from task_totals' cost index (by status: its (status, cost) index), the labels of the
-// page's tasks alone joined (a filter of the task's team, project or day: checked on the walk,
-// its day joining the mark); with one, from the rows grouped by task.
+// page from task_totals' cost index (by status: its (status, cost) index; a team's or
+// project's: its own), the labels of the page's tasks alone joined after the limit (a day
+// range: checked on the walk, its day joining the mark); with one, from the rows grouped by
+// task.
 Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
                            std::optional<TaskStatus> status, int64_t limit, int64_t offset) {
   auto db = AnyDb::open(db_path);
@@ -512,22 +513,27 @@ Result<TopTasks> top_tasks(const std::string& db_path, const TaskReportQuery& q,
     const std::string columns =
         "SELECT r.task_id, r.status, COALESCE(t.labels,'{}'), r.team, r.project, "
         "r.requests, r.cost, 0, r.first_us, r.last_us FROM ";
-    if (!has_task_filter(q.filter)) {
+    if (has_task_filter(q.filter)) {
+      std::vector<Value> counted = params;
+      add_task_filters(q.filter, "team", "project", "day", count_sql, counted);
+      count_params = std::move(counted);
+    }
+    if (!q.filter.from && !q.filter.to) {
+      // The page's tasks walked (a team's or project's own index) and limited before the
+      // join: only they are joined to their marks.
+      add_task_filters(q.filter, "team", "project", "day", where, params);
       page_sql = columns + "(SELECT * FROM task_totals" + where + " ORDER BY cost DESC, task_id" +
                  collate +
                  " LIMIT ? OFFSET ?) AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id ORDER "
                  "BY r.cost DESC, r.task_id" +
                  collate;
     } else {
-      std::vector<Value> counted = params;
-      add_task_filters(q.filter, "team", "project", "day", count_sql, counted);
       std::string walk = " WHERE r.requests > 0";
       if (status) walk += " AND r.status = ?";
-      // A team or project: its own index (team or project, cost) walks its tasks alone.
+      // A day range: each task's day is its mark's, else its first row's (the join).
       add_task_filters(q.filter, "r.team", "r.project", "COALESCE(t.day, r.day, '')", walk, params);
       page_sql = columns + "task_totals AS r LEFT JOIN tasks AS t ON t.task_id = r.task_id" + walk +
                  " ORDER BY r.cost DESC, r.task_id" + collate + " LIMIT ? OFFSET ?";
-      count_params = std::move(counted);
     }
   } else {
     std::string inner = per_task_sql(q, params);
