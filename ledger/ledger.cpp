@@ -778,10 +778,14 @@ void Ledger::rate_lease_pass(int64_t now_us) {
           std::max(kUnitsPerQuota, per_minute * kUnitsPerQuota / 100 * pg.lease_pct);
       int64_t want = 0;
       if (s.level < slice / 2 + s.wanted) want = slice + s.wanted - std::max<int64_t>(s.level, 0);
-      auto grant =
-          lease_store_->take_rate(defs[i].name, rate_dimension_name(d), per_minute, want, now_us);
+      // The database counts what this instance holds for the lease's whole time to live; it
+      // admits under it for half of that.
+      auto grant = lease_store_->take_rate(defs[i].name, rate_dimension_name(d), per_minute, want,
+                                           std::max<int64_t>(s.level, 0), now_us,
+                                           now_us + pg.lease_ttl_ms * 1000);
       if (!grant) continue;
-      core_->rates.add_lease(b, grant->granted, grant->level, now_us + pg.lease_ttl_ms * 500);
+      core_->rates.add_lease(b, grant->granted, grant->level, now_us + pg.lease_ttl_ms * 500,
+                             grant->reset);
     }
   }
 }
@@ -794,7 +798,7 @@ void Ledger::give_back_rate_leases() {
       int64_t units = core_->rates.take_lease(RateBook::bucket(i, d));
       if (units > 0) {
         (void)lease_store_->give_rate(defs[i].name, rate_dimension_name(d), defs[i].per_minute(d),
-                                      units);
+                                      units, unix_micros_now());
       }
     }
   }

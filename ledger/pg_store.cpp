@@ -7,7 +7,9 @@
 
 #include "common/clock.h"
 #include "common/json_text.h"
+#include "common/saturating.h"
 #include "common/sha256.h"
+#include "ledger/rate_limits.h"
 #include "ledger/task_groups.h"
 #include "ledger/time_util.h"
 
@@ -203,6 +205,14 @@ CREATE INDEX IF NOT EXISTS task_totals_project ON task_totals(project, cost DESC
     // 9: task_groups' label rows keyed by the task's day, team and project too: they are
     // task_label_groups_migration_sql() (ledger/task_groups.h), run after this.
     R"sql(
+)sql",
+    // 10: each instance's lease on a shared rate bucket (the units it holds), so the bucket
+    // refills only up to the quota less what is out on live leases.
+    R"sql(
+CREATE TABLE IF NOT EXISTS rate_leases (
+  name TEXT NOT NULL, dimension TEXT NOT NULL, instance_id TEXT NOT NULL,
+  held BIGINT NOT NULL, expires_us BIGINT NOT NULL,
+  PRIMARY KEY (name, dimension, instance_id));
 )sql",
 };
 
@@ -826,36 +836,109 @@ Result<LeaseGrant> PgStore::lease(const BudgetCharge& budget, Money want, int64_
   return grant;
 }
 
+namespace {
+
+// The shared bucket's row, created full if missing, locked for the transaction, and the units
+// the other instances hold on live leases of it (read after the lock: each holder writes its
+// lease under it). Returns {level, updated_us, others' held, this instance's lease expiry}.
+struct LockedBucket {
+  int64_t level = 0, updated_us = 0, others_held = 0, my_expires_us = 0;
+};
+
+Result<LockedBucket> lock_bucket(PgConn& conn, const std::string& name, std::string_view dimension,
+                                 int64_t per_minute, const std::string& instance, int64_t now_us) {
+  const std::vector<PgParam> key = {name, std::string(dimension), pg_int(per_minute),
+                                    pg_int(now_us)};
+  auto made = conn.run(
+      "INSERT INTO rate_buckets(name,dimension,per_minute,level,updated_us,last_grant) "
+      "VALUES($1,$2,$3::bigint,$3::bigint*60000000,$4::bigint,0) ON CONFLICT (name,dimension) "
+      "DO NOTHING",
+      key);
+  if (!made) return made.error();
+  auto row = conn.run(
+      "SELECT level, updated_us FROM rate_buckets WHERE name=$1 AND dimension=$2 FOR UPDATE",
+      {name, std::string(dimension)});
+  if (!row) return row.error();
+  if (row->rows() == 0) {
+    return Error::make(ErrorCode::kUnavailable, "rate bucket '" + name + "' vanished");
+  }
+  auto held = conn.run(
+      "SELECT COALESCE(SUM(held) FILTER (WHERE instance_id <> $3 AND expires_us > $4),0), "
+      "COALESCE(MAX(expires_us) FILTER (WHERE instance_id = $3),0) FROM rate_leases WHERE "
+      "name=$1 AND dimension=$2",
+      {name, std::string(dimension), instance, pg_int(now_us)});
+  if (!held) return held.error();
+  return LockedBucket{row->integer(0, 0), row->integer(0, 1), held->integer(0, 0),
+                      held->integer(0, 1)};
+}
+
+}  // namespace
+
 Result<RateGrant> PgStore::take_rate(const std::string& name, std::string_view dimension,
-                                     int64_t per_minute, int64_t want, int64_t now_us) {
-  // (Parameters cast to bigint: PostgreSQL would infer int4 from the literals and overflow.)
-  // One statement, atomic under the bucket's row lock: the bucket is created full, refilled
-  // for the time since it was last read (at most a minute's worth: it is then full; a clock
-  // behind the last reader's refills nothing), and the grant taken out of what it holds.
-  const std::string refilled =
-      "LEAST($3::bigint*60000000, b.level + "
-      "LEAST(GREATEST($4::bigint-b.updated_us,0),60000000)*$3::bigint)";
-  const std::string granted = "LEAST(GREATEST(" + refilled + ",0),$5::bigint)";
-  auto got = conn_.run(
-      "INSERT INTO rate_buckets AS b(name,dimension,per_minute,level,updated_us,last_grant) "
-      "VALUES($1,$2,$3::bigint,$3::bigint*60000000-LEAST($5::bigint,$3::bigint*60000000),$4::"
-      "bigint,LEAST($5::bigint,$3::bigint*60000000)) "
-      "ON CONFLICT (name,dimension) DO UPDATE SET per_minute=$3::bigint, level=" +
-          refilled + "-" + granted + ", last_grant=" + granted +
-          ", updated_us=GREATEST(b.updated_us,$4::bigint) RETURNING last_grant, level",
-      {name, std::string(dimension), pg_int(per_minute), pg_int(now_us), pg_int(want)});
-  if (!got) return got.error();
-  return RateGrant{got->integer(0, 0), got->integer(0, 1)};
+                                     int64_t per_minute, int64_t want, int64_t held,
+                                     int64_t now_us, int64_t until_us) {
+  auto rollback = [&](Error error) -> Result<RateGrant> {
+    (void)conn_.exec("ROLLBACK");
+    return error;
+  };
+  if (Status st = conn_.exec("BEGIN"); !st) return st.error();
+  auto bucket = lock_bucket(conn_, name, dimension, per_minute, instance_, now_us);
+  if (!bucket) return rollback(bucket.error());
+  // One minute's quota in the bucket and on every live lease together: the bucket refills
+  // (for the time since it was last read, at most a minute's worth; a clock behind the last
+  // reader's refills nothing) only up to the quota less what the instances hold, so units out
+  // on leases are never refilled behind them.
+  const int64_t capacity = saturating_mul(per_minute, kUnitsPerQuota);
+  RateGrant grant;
+  grant.reset = bucket->my_expires_us <= now_us;  // no live lease: what it held is gone
+  const int64_t mine = grant.reset ? 0 : std::clamp<int64_t>(held, 0, capacity);
+  const int64_t room = std::max<int64_t>(0, capacity - bucket->others_held - mine);
+  const int64_t elapsed = std::clamp<int64_t>(now_us - bucket->updated_us, 0, 60'000'000);
+  int64_t level = std::min(saturating_add(bucket->level, saturating_mul(elapsed, per_minute)), room);
+  level = std::max<int64_t>(level, 0);
+  grant.granted = std::clamp<int64_t>(want, 0, level);
+  grant.level = level - grant.granted;
+  auto put = conn_.run(
+      "UPDATE rate_buckets SET per_minute=$3, level=$4, last_grant=$5, updated_us=GREATEST("
+      "updated_us,$6::bigint) WHERE name=$1 AND dimension=$2",
+      {name, std::string(dimension), pg_int(per_minute), pg_int(grant.level),
+       pg_int(grant.granted), pg_int(now_us)});
+  if (!put) return rollback(put.error());
+  auto lease = conn_.run(
+      "INSERT INTO rate_leases(name,dimension,instance_id,held,expires_us) VALUES($1,$2,$3,$4,$5) "
+      "ON CONFLICT (name,dimension,instance_id) DO UPDATE SET held=excluded.held, "
+      "expires_us=excluded.expires_us",
+      {name, std::string(dimension), instance_, pg_int(saturating_add(mine, grant.granted)),
+       pg_int(until_us)});
+  if (!lease) return rollback(lease.error());
+  if (Status st = conn_.exec("COMMIT"); !st) return rollback(st.error());
+  return grant;
 }
 
 Status PgStore::give_rate(const std::string& name, std::string_view dimension, int64_t per_minute,
-                          int64_t units) {
-  auto done = conn_.run(
-      "UPDATE rate_buckets SET level = LEAST($3::bigint*60000000, level + $4::bigint) WHERE "
-      "name=$1 AND "
-      "dimension=$2",
-      {name, std::string(dimension), pg_int(per_minute), pg_int(units)});
-  if (!done) return done.error();
+                          int64_t units, int64_t now_us) {
+  auto rollback = [&](Error error) -> Status {
+    (void)conn_.exec("ROLLBACK");
+    return error;
+  };
+  if (Status st = conn_.exec("BEGIN"); !st) return st.error();
+  auto bucket = lock_bucket(conn_, name, dimension, per_minute, instance_, now_us);
+  if (!bucket) return rollback(bucket.error());
+  // Back into the bucket, never past the quota less what the others hold; this instance's
+  // lease is gone (what it used of it stays used).
+  const int64_t capacity = saturating_mul(per_minute, kUnitsPerQuota);
+  const int64_t room = std::max<int64_t>(0, capacity - bucket->others_held);
+  const int64_t level =
+      std::max(bucket->level, std::min(saturating_add(bucket->level, std::max<int64_t>(units, 0)),
+                                       room));
+  auto put = conn_.run("UPDATE rate_buckets SET level=$3 WHERE name=$1 AND dimension=$2",
+                       {name, std::string(dimension), pg_int(level)});
+  if (!put) return rollback(put.error());
+  auto gone = conn_.run(
+      "DELETE FROM rate_leases WHERE name=$1 AND dimension=$2 AND instance_id=$3",
+      {name, std::string(dimension), instance_});
+  if (!gone) return rollback(gone.error());
+  if (Status st = conn_.exec("COMMIT"); !st) return rollback(st.error());
   return {};
 }
 

@@ -22,8 +22,8 @@ namespace ferry::ledger {
 // 5: rate_buckets (shared rate limits); 6: task_groups and task_group_targets;
 // 7: task_totals' report sums and daily_untasked (SQLite's 11); 8: task_totals'
 // team and project cost indexes (SQLite's 12); 9: task_groups' label rows keyed by day, team
-// and project (SQLite's 13).
-constexpr int kPgSchemaVersion = 9;
+// and project (SQLite's 13); 10: rate_leases (each instance's units on a shared rate bucket).
+constexpr int kPgSchemaVersion = 10;
 
 // True for a postgresql:// or postgres:// URL (where a ledger path may name either store).
 bool is_pg_url(std::string_view path);
@@ -39,6 +39,7 @@ struct LeaseGrant {
 struct RateGrant {
   int64_t granted = 0;  // taken out of the database bucket for this instance
   int64_t level = 0;    // the database bucket after it
+  bool reset = false;   // this instance had no live lease: what it held locally is gone
 };
 
 class PgStore final : public Store {
@@ -69,12 +70,17 @@ class PgStore final : public Store {
   // Gives every lease of this instance back (start and clean shutdown).
   Status drop_leases();
   // Rate limits: takes up to `want` units out of the shared bucket of limit `name` (created
-  // full, refilled as it is read). One statement under the bucket's row lock.
+  // full, refilled as it is read) and records this instance's lease on it: `held` (the units
+  // it still holds, unless its lease is no longer live) plus the grant, until `until_us`. The
+  // bucket and the live leases together never hold more than one minute's quota: it refills
+  // only up to the quota less the leases' units. One transaction under the bucket's row lock.
   Result<RateGrant> take_rate(const std::string& name, std::string_view dimension,
-                              int64_t per_minute, int64_t want, int64_t now_us);
-  // Puts units this instance leased and did not use back (clean shutdown), up to full.
+                              int64_t per_minute, int64_t want, int64_t held, int64_t now_us,
+                              int64_t until_us);
+  // Puts units this instance leased and did not use back (clean shutdown), never past the
+  // quota less the others' leases, and ends its lease.
   Status give_rate(const std::string& name, std::string_view dimension, int64_t per_minute,
-                   int64_t units);
+                   int64_t units, int64_t now_us);
 
   PgConn& conn() { return conn_; }
 

@@ -233,9 +233,12 @@ void RateBook::set_shared(bool shared) {
   shared_ = shared;
 }
 
-void RateBook::add_lease(size_t bucket, int64_t units, int64_t shared_level, int64_t until_us) {
+void RateBook::add_lease(size_t bucket, int64_t units, int64_t shared_level, int64_t until_us,
+                         bool reset) {
   std::lock_guard lock(mu_);
   RateState& s = states_[bucket];
+  // A settle may have left the level below zero: that debt stays (it was admitted).
+  if (reset) s.level = std::min<int64_t>(s.level, 0);
   s.level = std::min(capacity(bucket), saturating_add(s.level, units));
   s.shared_level = shared_level;
   s.lease_until_us = until_us;

@@ -120,7 +120,7 @@ TEST(RateBook, SharedAdmitsOnlyWithinTheLeaseAndAsksForMore) {
   EXPECT_EQ(none.error().retry_after_s, 1);
   const size_t b = RateBook::bucket(0, RateDimension::kRequests);
   EXPECT_EQ(book.snapshot()[b].wanted, kUnitsPerQuota);
-  book.add_lease(b, 2 * kUnitsPerQuota, 90 * kUnitsPerQuota, kT0 + 5 * kSecond);
+  book.add_lease(b, 2 * kUnitsPerQuota, 90 * kUnitsPerQuota, kT0 + 5 * kSecond, true);
   auto first = book.reserve(kTeamA, 0, kT0);
   ASSERT_TRUE(first);
   EXPECT_EQ(first->requests->remaining, 91);  // the lease left plus the shared bucket
@@ -129,9 +129,12 @@ TEST(RateBook, SharedAdmitsOnlyWithinTheLeaseAndAsksForMore) {
   ASSERT_FALSE(out) << "the lease is used up";
   EXPECT_EQ(out.error().retry_after_s, 1) << "the shared bucket has more: retry soon";
   // Past the lease's time, nothing is admitted until it is renewed.
-  book.add_lease(b, 5 * kUnitsPerQuota, 80 * kUnitsPerQuota, kT0 + 5 * kSecond);
+  book.add_lease(b, 5 * kUnitsPerQuota, 80 * kUnitsPerQuota, kT0 + 5 * kSecond, false);
   EXPECT_FALSE(book.reserve(kTeamA, 0, kT0 + 5 * kSecond));
-  EXPECT_EQ(book.take_lease(b), 5 * kUnitsPerQuota);
+  // Renewed after the database stopped counting it (reset): the old slice is gone, the grant
+  // is the whole lease.
+  book.add_lease(b, 3 * kUnitsPerQuota, 70 * kUnitsPerQuota, kT0 + 10 * kSecond, true);
+  EXPECT_EQ(book.take_lease(b), 3 * kUnitsPerQuota);
 }
 
 TEST(RateLimitsYaml, ParsesAndRejectsWhatItCannotHonour) {
@@ -173,7 +176,8 @@ namespace ferry::ledger {
 namespace {
 
 // The shared bucket in PostgreSQL (PgStore::take_rate / give_rate): created full, grants never
-// more than it holds, refilled by elapsed time, capped at one minute's quota.
+// more than it holds, refilled by elapsed time, capped at one minute's quota counting the units
+// out on the instances' live leases (rate_leases).
 TEST(PgRateBucket, GrantsOnlyWhatTheSharedBucketHoldsAndRefills) {
   const char* base = std::getenv("FERRY_TEST_PG_URL");
   if (base == nullptr || *base == '\0') {
@@ -188,34 +192,81 @@ TEST(PgRateBucket, GrantsOnlyWhatTheSharedBucketHoldsAndRefills) {
   ASSERT_TRUE(admin->exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)"));
   ASSERT_TRUE(admin->exec("CREATE DATABASE " + name));
   {
-    auto a = PgStore::open(url.substr(0, url.rfind('/') + 1) + name, "USD", "gw-a");
+    const std::string db = url.substr(0, url.rfind('/') + 1) + name;
+    auto a = PgStore::open(db, "USD", "gw-a");
     ASSERT_TRUE(a) << a.error().message;
     const int64_t u = kUnitsPerQuota;
+    const int64_t hour = 3600 * kSecond;
+    // Each take reports that gw-a holds nothing more (held 0): its lease is what it takes.
+    auto take = [&](PgStore& store, const char* limit, int64_t per_minute, int64_t want,
+                    int64_t held, int64_t now) {
+      return store.take_rate(limit, "requests", per_minute, want, held, now, now + 10 * kSecond);
+    };
     // 100 a minute (6e9 units): a first wish of 70 gets 70, a second of 70 only the 30 left.
-    auto g1 = a->take_rate("lim", "requests", 100, 70 * u, kT0);
+    auto g1 = take(*a, "lim", 100, 70 * u, 0, kT0);
     ASSERT_TRUE(g1) << g1.error().message;
     EXPECT_EQ(g1->granted, 70 * u);
     EXPECT_EQ(g1->level, 30 * u);
-    auto g2 = a->take_rate("lim", "requests", 100, 70 * u, kT0);
+    EXPECT_TRUE(g1->reset);  // no lease before
+    auto g2 = take(*a, "lim", 100, 70 * u, 0, kT0);
     ASSERT_TRUE(g2) << g2.error().message;
     EXPECT_EQ(g2->granted, 30 * u);
     EXPECT_EQ(g2->level, 0);
+    EXPECT_FALSE(g2->reset);
     // 6 s later 10 have refilled; a clock behind the last reader's refills nothing.
-    auto g3 = a->take_rate("lim", "requests", 100, 50 * u, kT0 + 6 * kSecond);
+    auto g3 = take(*a, "lim", 100, 50 * u, 0, kT0 + 6 * kSecond);
     ASSERT_TRUE(g3);
     EXPECT_EQ(g3->granted, 10 * u);
-    auto g4 = a->take_rate("lim", "requests", 100, 50 * u, kT0);
+    auto g4 = take(*a, "lim", 100, 50 * u, 0, kT0);
     ASSERT_TRUE(g4);
     EXPECT_EQ(g4->granted, 0);
     // A limit of 10 billion tokens a minute holds (6e17 units, bigint all the way).
-    auto big = a->take_rate("big", "tokens", kMaxPerMinute, 5 * u, kT0);
+    auto big = a->take_rate("big", "tokens", kMaxPerMinute, 5 * u, 0, kT0, kT0 + kSecond);
     ASSERT_TRUE(big) << big.error().message;
     EXPECT_EQ(big->granted, 5 * u);
     // Given back, never past full; an hour idle refills to full, not beyond.
-    ASSERT_TRUE(a->give_rate("lim", "requests", 100, 500 * u));
-    auto full = a->take_rate("lim", "requests", 100, 1000 * u, kT0 + 3600 * kSecond);
+    ASSERT_TRUE(a->give_rate("lim", "requests", 100, 500 * u, kT0 + 7 * kSecond));
+    auto full = take(*a, "lim", 100, 1000 * u, 0, kT0 + hour);
     ASSERT_TRUE(full);
     EXPECT_EQ(full->granted, 100 * u);
+
+    // Units out on a live lease are never refilled behind it: gw-a takes 30 of a fresh
+    // bucket of 100 and holds them; a minute later gw-b finds only the 70 the quota leaves.
+    auto b = PgStore::open(db, "USD", "gw-b");
+    ASSERT_TRUE(b) << b.error().message;
+    const int64_t t1 = kT0 + 2 * hour;
+    auto held = a->take_rate("pair", "requests", 100, 30 * u, 0, t1, t1 + 120 * kSecond);
+    ASSERT_TRUE(held) << held.error().message;
+    EXPECT_EQ(held->granted, 30 * u);
+    auto other = b->take_rate("pair", "requests", 100, 100 * u, 0, t1 + 60 * kSecond,
+                              t1 + 400 * kSecond);
+    ASSERT_TRUE(other) << other.error().message;
+    EXPECT_EQ(other->granted, 70 * u) << "the bucket refilled behind gw-a's lease";
+    // gw-a says it used 20 of its 30 (holds 10): a minute later the bucket refills to the
+    // quota less gw-b's 70 and gw-a's 10, no further.
+    auto renewed = a->take_rate("pair", "requests", 100, 100 * u, 10 * u, t1 + 120 * kSecond - 1,
+                                t1 + 300 * kSecond);
+    ASSERT_TRUE(renewed) << renewed.error().message;
+    EXPECT_FALSE(renewed->reset);
+    EXPECT_EQ(renewed->granted, 20 * u);
+    // gw-a used all it held (0): 30 more, the quota less gw-b's 70.
+    auto later = a->take_rate("pair", "requests", 100, 100 * u, 0, t1 + 180 * kSecond,
+                              t1 + 300 * kSecond);
+    ASSERT_TRUE(later) << later.error().message;
+    EXPECT_EQ(later->granted, 30 * u);
+    // gw-b's lease lapsed (it never renewed): its units no longer count, and on its next
+    // take it is told its old slice is gone.
+    auto lapsed = take(*b, "pair", 100, 100 * u, 70 * u, t1 + 400 * kSecond);
+    ASSERT_TRUE(lapsed) << lapsed.error().message;
+    EXPECT_TRUE(lapsed->reset);
+    // gw-a's 30 (lease until t1 + 300 s) lapsed too: the whole quota is free.
+    EXPECT_EQ(lapsed->granted, 100 * u);
+    // A clean shutdown gives back what is unused, never past the quota less the others' leases,
+    // and ends the lease.
+    ASSERT_TRUE(b->give_rate("pair", "requests", 100, 100 * u, t1 + 401 * kSecond));
+    auto after = take(*a, "pair", 100, 200 * u, 0, t1 + 401 * kSecond);
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->granted, 100 * u);
   }
   (void)admin->exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)");
 }
