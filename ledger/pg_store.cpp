@@ -875,8 +875,8 @@ Result<LockedBucket> lock_bucket(PgConn& conn, const std::string& name, std::str
 }  // namespace
 
 Result<RateGrant> PgStore::take_rate(const std::string& name, std::string_view dimension,
-                                     int64_t per_minute, int64_t want, int64_t held,
-                                     int64_t now_us, int64_t until_us) {
+                                     int64_t per_minute, int64_t want, int64_t held, int64_t now_us,
+                                     int64_t until_us) {
   auto rollback = [&](Error error) -> Result<RateGrant> {
     (void)conn_.exec("ROLLBACK");
     return error;
@@ -894,15 +894,16 @@ Result<RateGrant> PgStore::take_rate(const std::string& name, std::string_view d
   const int64_t mine = grant.reset ? 0 : std::clamp<int64_t>(held, 0, capacity);
   const int64_t room = std::max<int64_t>(0, capacity - bucket->others_held - mine);
   const int64_t elapsed = std::clamp<int64_t>(now_us - bucket->updated_us, 0, 60'000'000);
-  int64_t level = std::min(saturating_add(bucket->level, saturating_mul(elapsed, per_minute)), room);
+  int64_t level =
+      std::min(saturating_add(bucket->level, saturating_mul(elapsed, per_minute)), room);
   level = std::max<int64_t>(level, 0);
   grant.granted = std::clamp<int64_t>(want, 0, level);
   grant.level = level - grant.granted;
   auto put = conn_.run(
       "UPDATE rate_buckets SET per_minute=$3, level=$4, last_grant=$5, updated_us=GREATEST("
       "updated_us,$6::bigint) WHERE name=$1 AND dimension=$2",
-      {name, std::string(dimension), pg_int(per_minute), pg_int(grant.level),
-       pg_int(grant.granted), pg_int(now_us)});
+      {name, std::string(dimension), pg_int(per_minute), pg_int(grant.level), pg_int(grant.granted),
+       pg_int(now_us)});
   if (!put) return rollback(put.error());
   auto lease = conn_.run(
       "INSERT INTO rate_leases(name,dimension,instance_id,held,expires_us) VALUES($1,$2,$3,$4,$5) "
@@ -928,15 +929,13 @@ Status PgStore::give_rate(const std::string& name, std::string_view dimension, i
   // lease is gone (what it used of it stays used).
   const int64_t capacity = saturating_mul(per_minute, kUnitsPerQuota);
   const int64_t room = std::max<int64_t>(0, capacity - bucket->others_held);
-  const int64_t level =
-      std::max(bucket->level, std::min(saturating_add(bucket->level, std::max<int64_t>(units, 0)),
-                                       room));
+  const int64_t level = std::max(
+      bucket->level, std::min(saturating_add(bucket->level, std::max<int64_t>(units, 0)), room));
   auto put = conn_.run("UPDATE rate_buckets SET level=$3 WHERE name=$1 AND dimension=$2",
                        {name, std::string(dimension), pg_int(level)});
   if (!put) return rollback(put.error());
-  auto gone = conn_.run(
-      "DELETE FROM rate_leases WHERE name=$1 AND dimension=$2 AND instance_id=$3",
-      {name, std::string(dimension), instance_});
+  auto gone = conn_.run("DELETE FROM rate_leases WHERE name=$1 AND dimension=$2 AND instance_id=$3",
+                        {name, std::string(dimension), instance_});
   if (!gone) return rollback(gone.error());
   if (Status st = conn_.exec("COMMIT"); !st) return rollback(st.error());
   return {};

@@ -114,8 +114,7 @@ class RateBook {
   // A grant of `units` from the database bucket, valid until `until_us`; `shared_level` is the
   // database bucket after it. Clears `wanted`. `reset`: the database no longer counted what
   // this instance held (its lease had lapsed), so the slice starts over at `units`.
-  void add_lease(size_t bucket, int64_t units, int64_t shared_level, int64_t until_us,
-                 bool reset);
+  void add_lease(size_t bucket, int64_t units, int64_t shared_level, int64_t until_us, bool reset);
   // Takes every leased unit back (given back to the database at shutdown).
   int64_t take_lease(size_t bucket);
   std::vector<RateState> snapshot();

@@ -238,8 +238,8 @@ TEST(PgRateBucket, GrantsOnlyWhatTheSharedBucketHoldsAndRefills) {
     auto held = a->take_rate("pair", "requests", 100, 30 * u, 0, t1, t1 + 120 * kSecond);
     ASSERT_TRUE(held) << held.error().message;
     EXPECT_EQ(held->granted, 30 * u);
-    auto other = b->take_rate("pair", "requests", 100, 100 * u, 0, t1 + 60 * kSecond,
-                              t1 + 400 * kSecond);
+    auto other =
+        b->take_rate("pair", "requests", 100, 100 * u, 0, t1 + 60 * kSecond, t1 + 400 * kSecond);
     ASSERT_TRUE(other) << other.error().message;
     EXPECT_EQ(other->granted, 70 * u) << "the bucket refilled behind gw-a's lease";
     // gw-a says it used 20 of its 30 (holds 10): a minute later the bucket refills to the
@@ -250,8 +250,8 @@ TEST(PgRateBucket, GrantsOnlyWhatTheSharedBucketHoldsAndRefills) {
     EXPECT_FALSE(renewed->reset);
     EXPECT_EQ(renewed->granted, 20 * u);
     // gw-a used all it held (0): 30 more, the quota less gw-b's 70.
-    auto later = a->take_rate("pair", "requests", 100, 100 * u, 0, t1 + 180 * kSecond,
-                              t1 + 300 * kSecond);
+    auto later =
+        a->take_rate("pair", "requests", 100, 100 * u, 0, t1 + 180 * kSecond, t1 + 300 * kSecond);
     ASSERT_TRUE(later) << later.error().message;
     EXPECT_EQ(later->granted, 30 * u);
     // gw-b's lease lapsed (it never renewed): its units no longer count, and on its next
