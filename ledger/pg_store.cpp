@@ -1,6 +1,7 @@
 #include "ledger/pg_store.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -872,73 +873,77 @@ Result<LockedBucket> lock_bucket(PgConn& conn, const std::string& name, std::str
                       held->integer(0, 1)};
 }
 
+// One transaction holding the bucket's row lock: `body` runs on the locked bucket; COMMIT, or
+// ROLLBACK on any error.
+Status in_locked_bucket(PgConn& conn, const std::string& name, std::string_view dimension,
+                        int64_t per_minute, const std::string& instance, int64_t now_us,
+                        const std::function<Status(const LockedBucket&)>& body) {
+  if (Status st = conn.exec("BEGIN"); !st) return st;
+  auto bucket = lock_bucket(conn, name, dimension, per_minute, instance, now_us);
+  Status st = bucket ? body(*bucket) : Status(bucket.error());
+  if (st) st = conn.exec("COMMIT");
+  if (!st) (void)conn.exec("ROLLBACK");
+  return st;
+}
+
 }  // namespace
 
 Result<RateGrant> PgStore::take_rate(const std::string& name, std::string_view dimension,
                                      int64_t per_minute, int64_t want, int64_t held, int64_t now_us,
                                      int64_t until_us) {
-  auto rollback = [&](Error error) -> Result<RateGrant> {
-    (void)conn_.exec("ROLLBACK");
-    return error;
-  };
-  if (Status st = conn_.exec("BEGIN"); !st) return st.error();
-  auto bucket = lock_bucket(conn_, name, dimension, per_minute, instance_, now_us);
-  if (!bucket) return rollback(bucket.error());
-  // One minute's quota in the bucket and on every live lease together: the bucket refills
-  // (for the time since it was last read, at most a minute's worth; a clock behind the last
-  // reader's refills nothing) only up to the quota less what the instances hold, so units out
-  // on leases are never refilled behind them.
-  const int64_t capacity = saturating_mul(per_minute, kUnitsPerQuota);
   RateGrant grant;
-  grant.reset = bucket->my_expires_us <= now_us;  // no live lease: what it held is gone
-  const int64_t mine = grant.reset ? 0 : std::clamp<int64_t>(held, 0, capacity);
-  const int64_t room = std::max<int64_t>(0, capacity - bucket->others_held - mine);
-  const int64_t elapsed = std::clamp<int64_t>(now_us - bucket->updated_us, 0, 60'000'000);
-  int64_t level =
-      std::min(saturating_add(bucket->level, saturating_mul(elapsed, per_minute)), room);
-  level = std::max<int64_t>(level, 0);
-  grant.granted = std::clamp<int64_t>(want, 0, level);
-  grant.level = level - grant.granted;
-  auto put = conn_.run(
-      "UPDATE rate_buckets SET per_minute=$3, level=$4, last_grant=$5, updated_us=GREATEST("
-      "updated_us,$6::bigint) WHERE name=$1 AND dimension=$2",
-      {name, std::string(dimension), pg_int(per_minute), pg_int(grant.level), pg_int(grant.granted),
-       pg_int(now_us)});
-  if (!put) return rollback(put.error());
-  auto lease = conn_.run(
-      "INSERT INTO rate_leases(name,dimension,instance_id,held,expires_us) VALUES($1,$2,$3,$4,$5) "
-      "ON CONFLICT (name,dimension,instance_id) DO UPDATE SET held=excluded.held, "
-      "expires_us=excluded.expires_us",
-      {name, std::string(dimension), instance_, pg_int(saturating_add(mine, grant.granted)),
-       pg_int(until_us)});
-  if (!lease) return rollback(lease.error());
-  if (Status st = conn_.exec("COMMIT"); !st) return rollback(st.error());
+  Status st = in_locked_bucket(
+      conn_, name, dimension, per_minute, instance_, now_us, [&](const LockedBucket& bucket) {
+        // One minute's quota in the bucket and on every live lease together: the bucket
+        // refills (for the time since it was last read, at most a minute's worth; a clock
+        // behind the last reader's refills nothing) only up to the quota less what the
+        // instances hold, so units out on leases are never refilled behind them.
+        const int64_t capacity = saturating_mul(per_minute, kUnitsPerQuota);
+        grant.reset = bucket.my_expires_us <= now_us;  // no live lease: what it held is gone
+        const int64_t mine = grant.reset ? 0 : std::clamp<int64_t>(held, 0, capacity);
+        const int64_t room = std::max<int64_t>(0, capacity - bucket.others_held - mine);
+        const int64_t elapsed = std::clamp<int64_t>(now_us - bucket.updated_us, 0, 60'000'000);
+        const int64_t level = std::max<int64_t>(
+            0, std::min(saturating_add(bucket.level, saturating_mul(elapsed, per_minute)), room));
+        grant.granted = std::clamp<int64_t>(want, 0, level);
+        grant.level = level - grant.granted;
+        auto put = conn_.run(
+            "UPDATE rate_buckets SET per_minute=$3, level=$4, last_grant=$5, updated_us=GREATEST("
+            "updated_us,$6::bigint) WHERE name=$1 AND dimension=$2",
+            {name, std::string(dimension), pg_int(per_minute), pg_int(grant.level),
+             pg_int(grant.granted), pg_int(now_us)});
+        if (!put) return Status(put.error());
+        auto lease = conn_.run(
+            "INSERT INTO rate_leases(name,dimension,instance_id,held,expires_us) VALUES($1,$2,$3,"
+            "$4,$5) ON CONFLICT (name,dimension,instance_id) DO UPDATE SET held=excluded.held, "
+            "expires_us=excluded.expires_us",
+            {name, std::string(dimension), instance_, pg_int(saturating_add(mine, grant.granted)),
+             pg_int(until_us)});
+        return lease ? Status{} : Status(lease.error());
+      });
+  if (!st) return st.error();
   return grant;
 }
 
 Status PgStore::give_rate(const std::string& name, std::string_view dimension, int64_t per_minute,
                           int64_t units, int64_t now_us) {
-  auto rollback = [&](Error error) -> Status {
-    (void)conn_.exec("ROLLBACK");
-    return error;
-  };
-  if (Status st = conn_.exec("BEGIN"); !st) return st.error();
-  auto bucket = lock_bucket(conn_, name, dimension, per_minute, instance_, now_us);
-  if (!bucket) return rollback(bucket.error());
-  // Back into the bucket, never past the quota less what the others hold; this instance's
-  // lease is gone (what it used of it stays used).
-  const int64_t capacity = saturating_mul(per_minute, kUnitsPerQuota);
-  const int64_t room = std::max<int64_t>(0, capacity - bucket->others_held);
-  const int64_t level = std::max(
-      bucket->level, std::min(saturating_add(bucket->level, std::max<int64_t>(units, 0)), room));
-  auto put = conn_.run("UPDATE rate_buckets SET level=$3 WHERE name=$1 AND dimension=$2",
-                       {name, std::string(dimension), pg_int(level)});
-  if (!put) return rollback(put.error());
-  auto gone = conn_.run("DELETE FROM rate_leases WHERE name=$1 AND dimension=$2 AND instance_id=$3",
-                        {name, std::string(dimension), instance_});
-  if (!gone) return rollback(gone.error());
-  if (Status st = conn_.exec("COMMIT"); !st) return rollback(st.error());
-  return {};
+  return in_locked_bucket(
+      conn_, name, dimension, per_minute, instance_, now_us, [&](const LockedBucket& bucket) {
+        // Back into the bucket, never past the quota less what the others hold; this
+        // instance's lease is gone (what it used of it stays used).
+        const int64_t capacity = saturating_mul(per_minute, kUnitsPerQuota);
+        const int64_t room = std::max<int64_t>(0, capacity - bucket.others_held);
+        const int64_t level =
+            std::max(bucket.level,
+                     std::min(saturating_add(bucket.level, std::max<int64_t>(units, 0)), room));
+        auto put = conn_.run("UPDATE rate_buckets SET level=$3 WHERE name=$1 AND dimension=$2",
+                             {name, std::string(dimension), pg_int(level)});
+        if (!put) return Status(put.error());
+        auto gone =
+            conn_.run("DELETE FROM rate_leases WHERE name=$1 AND dimension=$2 AND instance_id=$3",
+                      {name, std::string(dimension), instance_});
+        return gone ? Status{} : Status(gone.error());
+      });
 }
 
 Status PgStore::drop_leases() {
