@@ -1157,6 +1157,14 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
     EXPECT_EQ(fast->totals.total.micros(),
               db_->scalar("SELECT SUM(COALESCE(cost_total,0)) FROM requests WHERE team='team-1'"));
   };
+  // The file taken back to an older schema (SQLite's, PostgreSQL's), then opened: migrated.
+  auto reopen_from = [&](int sqlite_version, int pg_version) {
+    ASSERT_TRUE(db_->exec(db_->shared() ? "UPDATE meta SET value='" + std::to_string(pg_version) +
+                                              "' WHERE key='schema_version'"
+                                        : "PRAGMA user_version=" + std::to_string(sqlite_version)));
+    auto reopened = Ledger::open(db_->config("gw-1"), catalog_from(kTaskPrices), {});
+    ASSERT_TRUE(reopened) << reopened.error().message;
+  };
   check();
   EXPECT_GT(db_->scalar("SELECT COUNT(*) FROM task_totals"), 10);
   // The label's groups: task-1 and task-3 have feature f1 (task-5's is f1 too, abandoned).
@@ -1175,12 +1183,7 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
       "DELETE FROM task_groups WHERE label <> ''; DELETE FROM task_group_targets WHERE label "
       "<> ''; INSERT INTO task_groups(label,value,status,day,team,project,tasks,requests,tokens,"
       "cost) VALUES('feature','f1','completed','','','',2,5,500,12345)"));
-  ASSERT_TRUE(db_->exec(db_->shared() ? "UPDATE meta SET value='8' WHERE key='schema_version'"
-                                      : "PRAGMA user_version=12"));
-  {
-    auto reopened = Ledger::open(db_->config("gw-1"), catalog_from(kTaskPrices), {});
-    ASSERT_TRUE(reopened) << reopened.error().message;
-  }
+  reopen_from(12, 8);
   EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM task_groups WHERE label <> '' AND tasks > 0"),
             label_rows);
   EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM task_groups WHERE label <> '' AND team = ''"), 0);
@@ -1190,12 +1193,7 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
   ASSERT_TRUE(db_->exec(
       "DROP TABLE task_groups; DROP TABLE task_group_targets; DELETE FROM daily_untasked; "
       "UPDATE task_totals SET input_tokens = 0, cost_output = 0, refused = 0, avoided_total = 0"));
-  ASSERT_TRUE(db_->exec(db_->shared() ? "UPDATE meta SET value='5' WHERE key='schema_version'"
-                                      : "PRAGMA user_version=9"));
-  {
-    auto reopened = Ledger::open(db_->config("gw-1"), catalog_from(kTaskPrices), {});
-    ASSERT_TRUE(reopened) << reopened.error().message;
-  }
+  reopen_from(9, 5);
   EXPECT_EQ(db_->scalar("SELECT COUNT(*) FROM task_groups"), group_rows);
   check();
   // Back to the schema before the rollups; opening the ledger builds them from the rows.
@@ -1203,12 +1201,7 @@ TEST_P(LedgerStore, RollupsEqualTheRowsAndAreBuiltByTheMigration) {
       db_->exec("DROP TABLE daily_key; DROP TABLE task_totals; DROP TABLE task_targets; "
                 "DROP TABLE api_keys; DROP TABLE task_groups; DROP TABLE task_group_targets; "
                 "DROP TABLE daily_untasked"));
-  ASSERT_TRUE(db_->exec(db_->shared() ? "UPDATE meta SET value='3' WHERE key='schema_version'"
-                                      : "PRAGMA user_version=8"));
-  {
-    auto reopened = Ledger::open(db_->config("gw-1"), catalog_from(kTaskPrices), {});
-    ASSERT_TRUE(reopened) << reopened.error().message;
-  }
+  reopen_from(8, 3);
   EXPECT_GT(db_->scalar("SELECT COUNT(*) FROM task_totals"), 10);
   check();
 }
