@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 
 namespace ferry {
 
@@ -161,12 +162,32 @@ char* escape_json(char* out, std::string_view s, JsonControls controls) {
 }
 
 void append_json_string(std::string& out, std::string_view s, JsonControls controls) {
-  size_t at = out.size();
-  out.resize(at + s.size() * kJsonEscapedMaxPerByte + kJsonEscapeSlack + 2);
-  out[at] = '"';
-  char* end = escape_json(out.data() + at + 1, s, controls);
+  // Escaping needs room for six bytes per byte, and growing `out` by that much zero-fills it
+  // first: a 2 kB text would cost a 12 kB memset. Short strings (keys, stream deltas) escape in
+  // place all the same; longer ones into a buffer of this thread, never zeroed, then appended.
+  constexpr size_t kInPlaceBytes = 64;
+  constexpr size_t kScratchMaxBytes = 64 << 10;  // the buffer stays below 400 kB
+  const size_t room = s.size() * kJsonEscapedMaxPerByte + kJsonEscapeSlack + 2;
+  if (s.size() <= kInPlaceBytes || s.size() > kScratchMaxBytes) {
+    size_t at = out.size();
+    out.resize(at + room);
+    out[at] = '"';
+    char* end = escape_json(out.data() + at + 1, s, controls);
+    *end = '"';
+    out.resize(static_cast<size_t>(end + 1 - out.data()));
+    return;
+  }
+  thread_local std::unique_ptr<char[]> scratch;
+  thread_local size_t scratch_size = 0;
+  if (scratch_size < room) {
+    scratch = std::make_unique_for_overwrite<char[]>(room);
+    scratch_size = room;
+  }
+  char* begin = scratch.get();
+  begin[0] = '"';
+  char* end = escape_json(begin + 1, s, controls);
   *end = '"';
-  out.resize(static_cast<size_t>(end + 1 - out.data()));
+  out.append(begin, static_cast<size_t>(end + 1 - begin));
 }
 
 std::string json_string(std::string_view s, JsonControls controls) {
