@@ -2,6 +2,10 @@
 
 #include <simdjson.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -122,6 +126,28 @@ template <JsonControls kControls>
 char* escape(char* out, std::string_view s) {
   const char* in = s.data();
   const char* end = in + s.size();
+#if defined(__SSE2__)
+  // Plain bytes go 16 at a time (SSE2, every x86-64 CPU): the bytes special_bytes flags, found
+  // by compares (a signed compare with 0x20 flags control characters and bytes >= 0x80 alike).
+  // The 16-byte store fits: `out` has room for six bytes per input byte left, plus the slack.
+  while (end - in >= 16) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), x);
+    const __m128i flagged =
+        _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
+                     _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                  _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
+    const auto mask = static_cast<unsigned>(_mm_movemask_epi8(flagged));
+    if (mask == 0) {
+      in += 16;
+      out += 16;
+      continue;
+    }
+    auto plain = static_cast<size_t>(std::countr_zero(mask));
+    out += plain;
+    in = escape_one<kControls>(in + plain, end, out);
+  }
+#endif
   if constexpr (std::endian::native == std::endian::little) {
     // Plain bytes go 8 at a time: store the word, advance to the first byte that needs more.
     while (end - in >= 8) {

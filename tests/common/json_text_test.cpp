@@ -102,7 +102,9 @@ TEST(JsonText, LongStringsAreEscapedTheSameAtEveryLength) {
         std::string out = "[1,";
         append_json_string(out, s, c);
         ASSERT_EQ(out, "[1,\"" + expected + "\"") << s.size();
-        if (valid && c == JsonControls::kShort) ASSERT_EQ(json_string(s), nlohmann::json(s).dump());
+        if (valid && c == JsonControls::kShort) {
+          ASSERT_EQ(json_string(s), nlohmann::json(s).dump());
+        }
       }
     }
   }
