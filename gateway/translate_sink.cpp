@@ -6,6 +6,10 @@
 
 namespace ferry::gateway {
 
+namespace {
+constexpr size_t kUpstreamRoom = 8 << 10;  // the upstream bytes kept of a stream, at first
+}  // namespace
+
 TranslatingSink::Renderer::Renderer(std::unique_ptr<StreamRenderer> renderer,
                                     const RenderContext& context)
     : renderer_(std::move(renderer)),
@@ -65,6 +69,8 @@ adapters::ChunkTake TranslatingSink::take_chunk(std::string_view data) {
 std::string_view TranslatingSink::translate(std::string_view sse_bytes) {
   if (took_) {
     // Kept as write() would have kept them unread: unless the stream had ended before them.
+    // (Room for a short answer's stream at once, rather than a copy at every doubling.)
+    if (upstream_.capacity() < kUpstreamRoom) upstream_.reserve(kUpstreamRoom);
     if (!ended_at_write_) upstream_.append(sse_bytes);
     ended_at_write_ = ended_;
     sent_.swap(renderer_.out);

@@ -492,15 +492,12 @@ TEST_F(MessagesTest, AStreamChunkThatIsNotJsonBreaksTheStreamAsOnTheChatPath) {
   }());
   std::vector<std::string> h = x_api_key();
   h.push_back("x-ferry-task: nj-first");
-  StreamResult first =
-      stream_request(ferry_.address, "/v1/messages", message_body("bad-first", "a b c", true), h);
-  ASSERT_TRUE(first.head);
-  EXPECT_EQ(first.head->status, 502) << first.head->body;
-  json e = json::parse(first.head->body, nullptr, false);
-  EXPECT_EQ(e["error"]["type"], "api_error") << first.head->body;
-  EXPECT_NE(e["error"]["message"].get<std::string>().find("malformed stream event"),
+  auto first = post(message_body("bad-first", "a b c", true), h);
+  expect_error(first, 502, "api_error");
+  EXPECT_NE(first->body_json()["error"]["message"].get<std::string>().find(
+                "malformed stream event"),
             std::string::npos)
-      << first.head->body;
+      << first->body;
 
   h.back() = "x-ferry-task: nj-mid";
   StreamResult mid =
