@@ -87,8 +87,8 @@ enum RootKey : size_t { kError, kId, kModel, kCreated, kChoices, kUsage };
 constexpr std::string_view kChoiceKeys[] = {"index", "message", "delta", "finish_reason",
                                             "stop_reason"};
 enum ChoiceKey : size_t { kIndex, kMessage, kDelta, kFinishReason, kStopReason };
-constexpr std::string_view kMessageKeys[] = {"reasoning_content", "reasoning", "content",
-                                             "refusal", "tool_calls"};
+constexpr std::string_view kMessageKeys[] = {"reasoning_content", "reasoning", "content", "refusal",
+                                             "tool_calls"};
 enum MessageKey : size_t { kReasoningContent, kReasoning, kContent, kRefusal, kToolCalls };
 using Root = Picked<kRootKeys>;
 using Choice = Picked<kChoiceKeys>;
@@ -377,8 +377,8 @@ Status ChatStreamParser::end(EventSink& sink) {
   return finish(sink);
 }
 
-// Runs over one chunk (feed_root): the header once, the choice's delta in order (thinking, text, refusal,
-// tool-call fragments), its finish_reason, the usage.
+// Runs over one chunk (feed_root): the header once, the choice's delta in order (thinking, text,
+// refusal, tool-call fragments), its finish_reason, the usage.
 Status ChatStreamParser::feed(std::string_view data, EventSink& sink) {
   if (failed_ || finished_) return failed_ ? backend_error("the stream already failed") : Status{};
   if (data == "[DONE]") return finish(sink);

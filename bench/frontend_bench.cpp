@@ -114,7 +114,8 @@ template <typename Send>
 void relay_stream(const std::vector<std::string>& frames, const adapters::BackendRequest& request,
                   const std::string& quoted_model, adapters::StreamSink& sink, Send&& send) {
   adapters::BackendReply reply;
-  adapters::StreamRelay relay{request, quoted_model, reply, &sink, adapters::SseParser(), {}, false};
+  adapters::StreamRelay relay{request, quoted_model, reply, &sink, adapters::SseParser(),
+                              {},      false};
   for (const std::string& f : frames) {
     if (relay.feed(f)) std::abort();
     if (!relay.to_client.empty()) send(relay.to_client);

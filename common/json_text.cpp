@@ -133,10 +133,9 @@ char* escape(char* out, std::string_view s) {
   while (end - in >= 16) {
     const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out), x);
-    const __m128i flagged =
-        _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
-                     _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
-                                  _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
+    const __m128i flagged = _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
+                                         _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                                      _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
     const auto mask = static_cast<unsigned>(_mm_movemask_epi8(flagged));
     if (mask == 0) {
       in += 16;

@@ -85,12 +85,12 @@ class TranslatingSink final : public adapters::StreamSink {
   Renderer renderer_;
   std::optional<Error> error_;
   std::string upstream_;
-  std::string sent_;            // the translation of taken chunks being written
-  bool took_ = false;           // chunks come through take_chunk
+  std::string sent_;             // the translation of taken chunks being written
+  bool took_ = false;            // chunks come through take_chunk
   bool ended_at_write_ = false;  // ended_ as the last write of taken chunks left it
-  std::string tail_;            // end_upstream's rendering, for finish()
-  bool ended_ = false;          // the error event or the finish was rendered
-  bool tail_finished_ = false;  // tail_ is a successful finish
+  std::string tail_;             // end_upstream's rendering, for finish()
+  bool ended_ = false;           // the error event or the finish was rendered
+  bool tail_finished_ = false;   // tail_ is a successful finish
 };
 
 // A whole OpenAI chat body as the front-end's answer; an error when it cannot be read or the

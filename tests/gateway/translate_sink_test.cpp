@@ -143,7 +143,7 @@ Relayed relay_run(api::Endpoint api, const std::vector<std::string>& reads, bool
   adapters::BackendReply reply;
   const std::string quoted;
   adapters::StreamRelay relay{hop, quoted, reply, take ? &sink : nullptr, adapters::SseParser(),
-                              {}, false};
+                              {},  false};
   Relayed run;
   std::string sent;
   for (const std::string& r : reads) {
@@ -234,10 +234,12 @@ TEST(TranslatingSinkHandOver, ChunksSplitAnywhereEvenInsideAUtf8Character) {
 TEST(TranslatingSinkHandOver, ToolCallDeltas) {
   std::vector<std::string> reads = {
       chunk(R"({"role":"assistant","content":"Let me look."})"),
-      chunk(R"({"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"lookup","arguments":""}}]})"),
+      chunk(
+          R"({"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"lookup","arguments":""}}]})"),
       chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"{\"q\":"}}]})"),
       chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"\"x\\\"y\"}"}}]})"),
-      chunk(R"({"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"read","arguments":"{}"}}]})"),
+      chunk(
+          R"({"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"read","arguments":"{}"}}]})"),
       chunk("{}", "\"tool_calls\""),
       usage_chunk(R"({"prompt_tokens":7,"completion_tokens":9,"total_tokens":16})"),
       "data: [DONE]\n\n"};
@@ -262,7 +264,7 @@ TEST(TranslatingSinkHandOver, WrongShapedChunksAreTheTranslatorsErrorBothWays) {
   for (const std::string& b : bad) {
     for (api::Endpoint api : kApis) {
       Relayed r = same_both_ways(api, {chunk(R"({"role":"assistant","content":"a"})"), b,
-                                   chunk(R"({"content":"never"})"), "data: [DONE]\n\n"});
+                                       chunk(R"({"content":"never"})"), "data: [DONE]\n\n"});
       EXPECT_FALSE(r.broken) << b;
       ASSERT_TRUE(r.error) << b;
       ASSERT_FALSE(r.events.empty());
@@ -277,10 +279,10 @@ TEST(TranslatingSinkHandOver, WrongShapedChunksAreTheTranslatorsErrorBothWays) {
 // The upstream's own error chunk mid-stream: the API's error event, the same both ways.
 TEST(TranslatingSinkHandOver, AnUpstreamErrorMidStream) {
   for (api::Endpoint api : kApis) {
-    Relayed r = same_both_ways(api, {chunk(R"({"role":"assistant","content":"par"})"),
-                                 chunk(R"({"content":"tial"})"),
-                                 frame(R"({"error":{"message":"the GPU fell over"}})"),
-                                 chunk(R"({"content":"after"})"), "data: [DONE]\n\n"});
+    Relayed r = same_both_ways(
+        api, {chunk(R"({"role":"assistant","content":"par"})"), chunk(R"({"content":"tial"})"),
+              frame(R"({"error":{"message":"the GPU fell over"}})"),
+              chunk(R"({"content":"after"})"), "data: [DONE]\n\n"});
     EXPECT_FALSE(r.broken);
     EXPECT_NE(r.events.back().data.dump().find("the GPU fell over"), std::string::npos);
   }
@@ -289,9 +291,9 @@ TEST(TranslatingSinkHandOver, AnUpstreamErrorMidStream) {
 // Data that is not one JSON object (cut, two values, bad UTF-8, a string): the relay breaks the
 // stream with its own error, never the translator's; the chunks before it are sent.
 TEST(TranslatingSinkHandOver, DataThatIsNotOneJsonObjectIsTheRelaysError) {
-  const std::vector<std::string> bad = {frame("{this is not json}"), frame(R"({"id":"c1")"),
-                                        frame(R"({"a":1}{"b":2})"), frame("\"text\""),
-                                        frame("[1,2]"), frame("{\"content\":\"\xff\xfe\"}")};
+  const std::vector<std::string> bad = {
+      frame("{this is not json}"), frame(R"({"id":"c1")"), frame(R"({"a":1}{"b":2})"),
+      frame("\"text\""),           frame("[1,2]"),         frame("{\"content\":\"\xff\xfe\"}")};
   for (size_t i = 0; i < bad.size(); ++i) {
     for (api::Endpoint api : kApis) {
       Relayed r = same_both_ways(api, {chunk(R"({"role":"assistant","content":"a"})") + bad[i] +

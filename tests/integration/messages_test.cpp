@@ -494,9 +494,9 @@ TEST_F(MessagesTest, AStreamChunkThatIsNotJsonBreaksTheStreamAsOnTheChatPath) {
   h.push_back("x-ferry-task: nj-first");
   auto first = post(message_body("bad-first", "a b c", true), h);
   expect_error(first, 502, "api_error");
-  EXPECT_NE(first->body_json()["error"]["message"].get<std::string>().find(
-                "malformed stream event"),
-            std::string::npos)
+  EXPECT_NE(
+      first->body_json()["error"]["message"].get<std::string>().find("malformed stream event"),
+      std::string::npos)
       << first->body;
 
   h.back() = "x-ferry-task: nj-mid";
