@@ -163,7 +163,10 @@ void translated_request(benchmark::State& state, api::Endpoint api, const std::s
     std::string final_response;
     gateway::RenderContext context{"req-1", parsed->model, 1512};
     context.responses = parsed->responses.get();
-    if (context.responses != nullptr) context.final_response = &final_response;
+    // As gateway/proxy's render_context: a response to be stored keeps its final object.
+    if (context.responses != nullptr && context.responses->store) {
+      context.final_response = &final_response;
+    }
     gateway::TranslatingSink sink(client, fe, context);
     relay_stream(frames, hop, quoted, sink,
                  [&](std::string_view bytes) { client.captured.append(sink.translate(bytes)); });
