@@ -70,9 +70,22 @@ struct BackendRequest {
 };
 
 // Receives a streamed answer, already formatted as SSE bytes ("data: ...\n\n").
+// What a sink did with an OpenAI chunk an HTTP backend's relay handed it (take_chunk).
+enum class ChunkTake {
+  kPass,       // not read: the relay checks the chunk and forwards its bytes as usual
+  kTaken,      // read (it is one JSON object): what it becomes goes out at the next write()
+  kMalformed,  // not one JSON object: the relay breaks the stream, as for any sink
+};
+
 class StreamSink {
  public:
   virtual ~StreamSink() = default;
+  // An HTTP backend's relay hands each OpenAI chunk's JSON (`data`, never "[DONE]") here as it
+  // frames it, before it checks it: a sink that reads the chunks itself (a translator) parses
+  // each one once, and that parse is the relay's check. The bytes of the chunks a sink took
+  // still reach write() (its record of the stream), but what it sends for them is its own.
+  // Every chunk a sink took is written before the backend call returns. The default reads none.
+  virtual ChunkTake take_chunk(std::string_view /*data*/) { return ChunkTake::kPass; }
   // Sends bytes to the client; the first call also sends the response headers. Returns false
   // when the client is gone: the backend must then abandon the upstream request.
   virtual boost::asio::awaitable<bool> write(std::string_view sse_bytes) = 0;

@@ -63,6 +63,8 @@ class WatchedSink final : public StreamSink {
   void add_header(std::string name, std::string value) override {
     inner_->add_header(std::move(name), std::move(value));
   }
+  // A taken chunk reaches the client only with the write that follows it.
+  ChunkTake take_chunk(std::string_view data) override { return inner_->take_chunk(data); }
   bool wrote() const { return wrote_; }
 
  private:

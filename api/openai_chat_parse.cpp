@@ -1,5 +1,8 @@
 #include "api/openai_chat_parse.h"
 
+#include <array>
+#include <iterator>
+
 #include "api/json_read.h"
 
 namespace ferry::api {
@@ -33,6 +36,64 @@ bool string_member(const object& obj, std::string_view key, std::string_view& ou
   return v.get_string().get(out) == SUCCESS;
 }
 
+// The members of one object that a reader asks for (`kKeys`), found in one pass over the object,
+// each at its first occurrence (as at_key finds it), and then read by their index in `kKeys`:
+// one scan of each object of a chunk instead of one per key, the stream reading every chunk.
+// a == b for short keys, compared inline (a libc memcmp call costs more than the compare).
+bool same_key(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+template <const auto& kKeys>
+class Picked {
+ public:
+  static constexpr size_t kCount = std::size(kKeys);
+  explicit Picked(const object& obj) {
+    for (auto field : obj) {
+      for (size_t i = 0; i < kCount; ++i) {
+        if (!same_key(field.key, kKeys[i])) continue;
+        if (!found_[i]) values_[i] = field.value;
+        found_[i] = true;
+        break;
+      }
+    }
+  }
+  // kKeys[i] when present and not null.
+  bool member(size_t i, element& out) const {
+    if (!found_[i] || values_[i].is_null()) return false;
+    out = values_[i];
+    return true;
+  }
+  // kKeys[i] as a string: "" when absent or null; false when present with another type.
+  bool string(size_t i, std::string_view& out) const {
+    out = {};
+    element v;
+    if (!member(i, v)) return true;
+    return v.get_string().get(out) == SUCCESS;
+  }
+
+ private:
+  std::array<element, kCount> values_{};
+  std::array<bool, kCount> found_{};
+};
+
+// What is read of a body or chunk, of its choice, and of the choice's message or delta.
+constexpr std::string_view kRootKeys[] = {"error", "id", "model", "created", "choices", "usage"};
+enum RootKey : size_t { kError, kId, kModel, kCreated, kChoices, kUsage };
+constexpr std::string_view kChoiceKeys[] = {"index", "message", "delta", "finish_reason",
+                                            "stop_reason"};
+enum ChoiceKey : size_t { kIndex, kMessage, kDelta, kFinishReason, kStopReason };
+constexpr std::string_view kMessageKeys[] = {"reasoning_content", "reasoning", "content", "refusal",
+                                             "tool_calls"};
+enum MessageKey : size_t { kReasoningContent, kReasoning, kContent, kRefusal, kToolCalls };
+using Root = Picked<kRootKeys>;
+using Choice = Picked<kChoiceKeys>;
+using MessageFields = Picked<kMessageKeys>;
+
 // A token count: a non-negative integer within int64.
 bool count_value(const element& v, int64_t& out) {
   if (v.type() != element_type::INT64 && v.type() != element_type::UINT64) return false;
@@ -63,9 +124,9 @@ Usage read_usage(const object& u) {
 }
 
 // The upstream's `{"error": ...}` as an Error, when `root` is one.
-std::optional<Error> upstream_error(const object& root) {
+std::optional<Error> upstream_error(const Root& root) {
   element e;
-  if (!member(root, "error", e)) return std::nullopt;
+  if (!root.member(kError, e)) return std::nullopt;
   std::string_view message = "the backend sent an error";
   object eo;
   if (e.get_object().get(eo) == SUCCESS) {
@@ -79,39 +140,40 @@ std::optional<Error> upstream_error(const object& root) {
 
 // choices[0] of `root`, or an error for zero-or-more-than-one rules: `required` says whether a
 // missing or empty choices array is an error (a body) or nothing to do (a usage-only chunk).
-Result<std::optional<object>> only_choice(const object& root, bool required) {
+Result<std::optional<Choice>> only_choice(const Root& root, bool required) {
   element c;
   array choices;
-  if (!member(root, "choices", c) || c.get_array().get(choices) != SUCCESS) {
+  if (!root.member(kChoices, c) || c.get_array().get(choices) != SUCCESS) {
     if (required) return backend_error("no choices array");
-    return std::optional<object>();
+    return std::optional<Choice>();
   }
   size_t n = choices.size();
   if (n == 0) {
     if (required) return backend_error("an empty choices array");
-    return std::optional<object>();
+    return std::optional<Choice>();
   }
-  object choice;
+  object choice_object;
   if (n > 1) return backend_error("more than one choice (n > 1 cannot be rendered)");
-  if (choices.at(0).get_object().get(choice) != SUCCESS) return backend_error("a choice");
+  if (choices.at(0).get_object().get(choice_object) != SUCCESS) return backend_error("a choice");
+  Choice choice(choice_object);
   element index;
   int64_t i = 0;
-  if (member(choice, "index", index) && (index.get_int64().get(i) != SUCCESS || i != 0)) {
+  if (choice.member(kIndex, index) && (index.get_int64().get(i) != SUCCESS || i != 0)) {
     return backend_error("a choice index other than 0");
   }
-  return std::optional<object>(choice);
+  return std::optional<Choice>(choice);
 }
 
 // finish_reason (+ vLLM's stop_reason) of a choice; `has` false when it is absent or null.
-Status read_finish(const object& choice, bool& has, FinishReason& reason, std::string& stop) {
+Status read_finish(const Choice& choice, bool& has, FinishReason& reason, std::string& stop) {
   std::string_view f;
-  if (!string_member(choice, "finish_reason", f)) return backend_error("finish_reason");
+  if (!choice.string(kFinishReason, f)) return backend_error("finish_reason");
   has = !f.empty();
   if (!has) return {};
   if (f == "stop") {
     reason = FinishReason::kStop;
     std::string_view seq;
-    if (string_member(choice, "stop_reason", seq) && !seq.empty()) {
+    if (choice.string(kStopReason, seq) && !seq.empty()) {
       reason = FinishReason::kStopSequence;
       stop.assign(seq);
     }
@@ -127,18 +189,18 @@ Status read_finish(const object& choice, bool& has, FinishReason& reason, std::s
   return {};
 }
 
-void read_header(const object& root, std::string_view& id, std::string_view& model,
+void read_header(const Root& root, std::string_view& id, std::string_view& model,
                  int64_t& created) {
-  string_member(root, "id", id);
-  string_member(root, "model", model);
+  root.string(kId, id);
+  root.string(kModel, model);
   element c;
-  if (!member(root, "created", c) || c.get_int64().get(created) != SUCCESS) created = 0;
+  if (!root.member(kCreated, c) || c.get_int64().get(created) != SUCCESS) created = 0;
 }
 
 // The thinking text of a message or delta (`reasoning_content`, else `reasoning`).
-bool reasoning_text(const object& m, std::string_view& out) {
-  if (!string_member(m, "reasoning_content", out)) return false;
-  if (out.empty() && !string_member(m, "reasoning", out)) return false;
+bool reasoning_text(const MessageFields& m, std::string_view& out) {
+  if (!m.string(kReasoningContent, out)) return false;
+  if (out.empty() && !m.string(kReasoning, out)) return false;
   return true;
 }
 
@@ -182,11 +244,12 @@ Result<ToolCallFields> read_tool_call(const element& e, bool want_index) {
 
 namespace {
 
-Status read_message(const object& msg, Answer& answer) {
+Status read_message(const object& message, Answer& answer) {
+  const MessageFields msg(message);
   std::string_view thinking, content, refusal;
   if (!reasoning_text(msg, thinking)) return backend_error("reasoning is not a string");
-  if (!string_member(msg, "content", content)) return backend_error("content is not a string");
-  if (!string_member(msg, "refusal", refusal)) return backend_error("refusal is not a string");
+  if (!msg.string(kContent, content)) return backend_error("content is not a string");
+  if (!msg.string(kRefusal, refusal)) return backend_error("refusal is not a string");
   auto add = [&](BlockKind kind, std::string_view text) {
     if (text.empty()) return;
     Block& b = answer.blocks.emplace_back();
@@ -198,7 +261,7 @@ Status read_message(const object& msg, Answer& answer) {
   add(BlockKind::kText, refusal);
   element tc;
   array calls;
-  if (!member(msg, "tool_calls", tc)) return {};
+  if (!msg.member(kToolCalls, tc)) return {};
   if (tc.get_array().get(calls) != SUCCESS) return backend_error("tool_calls is not an array");
   for (element call : calls) {
     auto f = read_tool_call(call, /*want_index=*/false);
@@ -216,10 +279,11 @@ Status read_message(const object& msg, Answer& answer) {
 }  // namespace
 
 Result<Answer> parse_chat_completion(std::string_view body) {
-  object root;
-  if (parse_json(body).get_object().get(root) != SUCCESS) {
+  object root_object;
+  if (parse_json(body).get_object().get(root_object) != SUCCESS) {
     return backend_error("not one valid JSON object");
   }
+  const Root root(root_object);
   if (auto e = upstream_error(root)) return std::move(*e);
   Answer answer;
   std::string_view id, model;
@@ -230,7 +294,7 @@ Result<Answer> parse_chat_completion(std::string_view body) {
   if (!choice) return choice.error();
   element m;
   object msg;
-  if (!member(**choice, "message", m) || m.get_object().get(msg) != SUCCESS) {
+  if (!(*choice)->member(kMessage, m) || m.get_object().get(msg) != SUCCESS) {
     return backend_error("a choice without a message object");
   }
   if (Status s = read_message(msg, answer); !s) return s.error();
@@ -241,7 +305,7 @@ Result<Answer> parse_chat_completion(std::string_view body) {
   if (!has_finish) return backend_error("a choice without a finish_reason");
   element u;
   object uo;
-  if (member(root, "usage", u) && u.get_object().get(uo) == SUCCESS) answer.usage = read_usage(uo);
+  if (root.member(kUsage, u) && u.get_object().get(uo) == SUCCESS) answer.usage = read_usage(uo);
   return answer;
 }
 
@@ -313,8 +377,8 @@ Status ChatStreamParser::end(EventSink& sink) {
   return finish(sink);
 }
 
-// Runs over one chunk: the header once, the choice's delta in order (thinking, text, refusal,
-// tool-call fragments), its finish_reason, the usage.
+// Runs over one chunk (feed_root): the header once, the choice's delta in order (thinking, text,
+// refusal, tool-call fragments), its finish_reason, the usage.
 Status ChatStreamParser::feed(std::string_view data, EventSink& sink) {
   if (failed_ || finished_) return failed_ ? backend_error("the stream already failed") : Status{};
   if (data == "[DONE]") return finish(sink);
@@ -322,6 +386,22 @@ Status ChatStreamParser::feed(std::string_view data, EventSink& sink) {
   if (parse_json(data).get_object().get(root) != SUCCESS) {
     return fail("a stream chunk is not one valid JSON object");
   }
+  return feed_root(root, sink);
+}
+
+bool ChatStreamParser::feed_object(std::string_view data, EventSink& sink, Status& status) {
+  object root;
+  if (parse_json(data).get_object().get(root) != SUCCESS) return false;
+  if (failed_ || finished_) {
+    status = failed_ ? Status(backend_error("the stream already failed")) : Status{};
+  } else {
+    status = feed_root(root, sink);
+  }
+  return true;
+}
+
+Status ChatStreamParser::feed_root(const object& chunk, EventSink& sink) {
+  const Root root(chunk);
   if (auto e = upstream_error(root)) {
     finished_ = true;
     sink.on_event(ErrorEvent{&*e});
@@ -336,13 +416,14 @@ Status ChatStreamParser::feed(std::string_view data, EventSink& sink) {
   auto choice = only_choice(root, /*required=*/false);
   if (!choice) return fail(choice.error());
   if (*choice) {
-    const object& c = **choice;
+    const Choice& c = **choice;
     element d;
-    object delta;
-    if (member(c, "delta", d) && d.get_object().get(delta) == SUCCESS) {
+    object delta_object;
+    if (c.member(kDelta, d) && d.get_object().get(delta_object) == SUCCESS) {
+      const MessageFields delta(delta_object);
       std::string_view thinking, content, refusal;
-      if (!reasoning_text(delta, thinking) || !string_member(delta, "content", content) ||
-          !string_member(delta, "refusal", refusal)) {
+      if (!reasoning_text(delta, thinking) || !delta.string(kContent, content) ||
+          !delta.string(kRefusal, refusal)) {
         return fail("a delta's reasoning, content or refusal is not a string");
       }
       on_fragment(BlockKind::kThinking, DeltaKind::kThinking, thinking, sink);
@@ -350,7 +431,7 @@ Status ChatStreamParser::feed(std::string_view data, EventSink& sink) {
       on_fragment(BlockKind::kText, DeltaKind::kText, refusal, sink);
       element tc;
       array calls;
-      if (member(delta, "tool_calls", tc)) {
+      if (delta.member(kToolCalls, tc)) {
         if (tc.get_array().get(calls) != SUCCESS) return fail("tool_calls is not an array");
         for (element call : calls) {
           auto f = read_tool_call(call, /*want_index=*/true);
@@ -369,7 +450,7 @@ Status ChatStreamParser::feed(std::string_view data, EventSink& sink) {
   }
   element u;
   object uo;
-  if (member(root, "usage", u) && u.get_object().get(uo) == SUCCESS) usage_ = read_usage(uo);
+  if (root.member(kUsage, u) && u.get_object().get(uo) == SUCCESS) usage_ = read_usage(uo);
   return {};
 }
 

@@ -12,6 +12,10 @@
 #include "api/events.h"
 #include "common/error.h"
 
+namespace simdjson::dom {
+class object;
+}
+
 namespace ferry::api {
 
 // What is read, per field:
@@ -42,12 +46,19 @@ class ChatStreamParser {
   // chunk becomes an ErrorEvent. Returns an error (and sends nothing more, ever) when the data
   // is not a chunk it can render; the caller then ends the stream with that error.
   Status feed(std::string_view data, EventSink& sink);
+  // feed() of a chunk's JSON (never "[DONE]") for a caller that tells a chunk which is not one
+  // JSON object apart from one that cannot be rendered (an HTTP backend's relay breaks the
+  // stream for the former with its own error): false, with nothing changed, when it is not one
+  // JSON object (checked even after the stream ended or failed); true otherwise, `status` then
+  // being feed()'s.
+  bool feed_object(std::string_view data, EventSink& sink, Status& status);
   // The upstream stream ended without `[DONE]`: sends Finish when a finish_reason was seen,
   // else returns an error (a stream cut short).
   Status end(EventSink& sink);
   bool finished() const { return finished_; }
 
  private:
+  Status feed_root(const simdjson::dom::object& root, EventSink& sink);
   Status fail(std::string message);
   Status fail(Error error);
   Status finish(EventSink& sink);

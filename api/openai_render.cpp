@@ -363,7 +363,14 @@ Json to_openai_json(const ChatRequest& r) {
 std::string render_openai(const ChatRequest& r, std::string_view upstream_model,
                           const Overrides& overrides) {
   std::string out;
-  out.reserve(r.messages.size() * 64 + 256);
+  // Room for the texts as they are (escaping rarely adds much) and the JSON around them, so that
+  // a long conversation is not copied over as the body grows.
+  size_t texts = 0;
+  for (const Message& m : r.messages) {
+    texts += m.content.text.size();
+    for (const ContentPart& p : m.content.parts) texts += p.text.size();
+  }
+  out.reserve(texts + r.messages.size() * 64 + 256);
   write_request(out, r, {upstream_model, r.streams(), overrides});
   return out;
 }

@@ -1,23 +1,29 @@
 // The translation cost of a front-end: one request of an agent-sized conversation (system,
-// three turns, a tool call and its result, a tool) and its streamed answer of 32 chunks, through
-// what ferry does per request on the I/O loop, apart from sockets:
-// - chat: the OpenAI body parsed (gateway::parse_request), spliced for the backend
-//   (upstream_body), and each upstream chunk relayed (adapters::inspect_stream_chunk, the model
-//   renamed) as adapters/http_backend does;
+// three turns, a tool call and its result, a tool) and its streamed answer of 34 upstream chunks,
+// through what ferry does per request on the I/O loop, apart from sockets:
+// - chat: the OpenAI body parsed (gateway::parse_request) and spliced for the backend
+//   (upstream_body); the upstream's SSE bytes, one chunk per read, through the HTTP backend's
+//   relay (adapters::StreamRelay: framing, each chunk checked as JSON, usage and finish reason
+//   taken, the model renamed) and kept by the client's sink as gateway's ChunkedSink keeps them;
 // - messages: the same conversation as Anthropic Messages parsed (the Messages front-end's
-//   parser), rendered as OpenAI chat for the backend (api::render_openai), the same relay, and
-//   the chunks translated to Anthropic events by gateway::TranslatingSink, then its finish.
+//   parser), rendered as OpenAI chat for the backend (api::render_openai), the same relay on a
+//   translated hop (usage asked for, no rename), its writes translated to Anthropic events by
+//   gateway::TranslatingSink (then its end and finish) and kept by the client's sink;
+// - responses: the same for an OpenAI Responses request and its response.* events.
 // The per-request difference (messages - chat) is the translation cost (issue 16: <= 5 us).
 // Run: build/bench/ferry_frontend_bench --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "adapters/openai_wire.h"
+#include "adapters/stream_relay.h"
 #include "api/openai_render.h"
 #include "gateway/frontend.h"
 #include "gateway/openai_request.h"
+#include "gateway/responses_front.h"
 #include "gateway/translate_sink.h"
 
 namespace {
@@ -69,69 +75,117 @@ std::vector<std::string> upstream_chunks() {
   return out;
 }
 
-// What adapters/http_backend's relay does with one chunk: usage, the model renamed (not for a
-// translated hop: its renderer names the model; `quoted_model` empty), the SSE frame. Returns
-// the frame.
-std::string relay(std::string_view data, const std::string& quoted_model, bool wants_usage) {
-  adapters::ChunkAction action = adapters::inspect_stream_chunk(data, wants_usage);
-  std::string_view current = action.rewritten ? std::string_view(*action.rewritten) : data;
-  if (!quoted_model.empty()) {
-    if (auto renamed = adapters::with_quoted_model(current, quoted_model)) {
-      action.rewritten = std::move(renamed);
-    }
-  }
-  std::string frame = "data: ";
-  frame.append(action.rewritten ? std::string_view(*action.rewritten) : data);
-  frame.append("\n\n");
-  return frame;
+std::string responses_request() {
+  return R"({"model":"coder","max_output_tokens":1024,"stream":true,"store":false,"temperature":0.2,"instructions":")" +
+         long_text() +
+         R"(","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"Find the bug in main.cpp"}]},)"
+         R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Let me read it."}]},)"
+         R"({"type":"function_call","call_id":"toolu_1","name":"read_file","arguments":"{\"path\":\"main.cpp\"}"},)"
+         R"({"type":"function_call_output","call_id":"toolu_1","output":")" +
+         long_text() +
+         R"("},{"type":"message","role":"user","content":[{"type":"input_text","text":"Fix it please"}]}],)"
+         R"("tools":[{"type":"function","name":"read_file","description":"Reads a file","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}]})";
 }
 
-// The client's side: bytes written nowhere.
-class NullSink final : public adapters::StreamSink {
+// The upstream's bytes as the backend sends them, one SSE event per read (a token at a time),
+// ending with [DONE].
+std::vector<std::string> upstream_frames() {
+  std::vector<std::string> frames;
+  for (const std::string& c : upstream_chunks()) frames.push_back("data: " + c + "\n\n");
+  frames.emplace_back("data: [DONE]\n\n");
+  return frames;
+}
+
+// The client's side: gateway's ChunkedSink keeps every byte it sends (for counting an answer
+// without usage); the socket write is left out.
+class ClientSink final : public adapters::StreamSink {
  public:
-  boost::asio::awaitable<bool> write(std::string_view) override { co_return true; }
+  boost::asio::awaitable<bool> write(std::string_view bytes) override {
+    captured.append(bytes);
+    co_return true;
+  }
+  std::string captured;
 };
+
+// The HTTP backend's hop, as adapters/http_backend reads a stream: each read's bytes through the
+// relay, then what it gathered written to the sink (`send`: the client's sink, or a translator
+// whose translation goes to the client's sink).
+template <typename Send>
+void relay_stream(const std::vector<std::string>& frames, const adapters::BackendRequest& request,
+                  const std::string& quoted_model, adapters::StreamSink& sink, Send&& send) {
+  adapters::BackendReply reply;
+  adapters::StreamRelay relay{request, quoted_model, reply, &sink, adapters::SseParser(),
+                              {},      false};
+  for (const std::string& f : frames) {
+    if (relay.feed(f)) std::abort();
+    if (!relay.to_client.empty()) send(relay.to_client);
+    relay.to_client.clear();
+  }
+  benchmark::DoNotOptimize(reply.usage.completion_tokens);
+}
 
 void BM_RequestChat(benchmark::State& state) {
   const std::string body = chat_request();
-  const auto chunks = upstream_chunks();
-  const std::string quoted = adapters::quote_model("coder");
+  const auto frames = upstream_frames();
+  adapters::BackendRequest hop;  // a backend that speaks chat: the client's model name kept
+  hop.stream = true;
+  hop.reply_model = "coder";
+  const std::string quoted = adapters::quote_model(hop.reply_model);
+  const gateway::FrontEnd& fe = gateway::frontend(api::Endpoint::kChatCompletions);
   for (auto _ : state) {
     auto parsed = gateway::parse_request(api::Endpoint::kChatCompletions, body);
     std::string upstream = gateway::upstream_body(*parsed, "qwen2.5-coder");
     benchmark::DoNotOptimize(upstream.data());
-    for (const auto& c : chunks) {
-      std::string frame = relay(c, quoted, false);
-      benchmark::DoNotOptimize(frame.data());
-    }
+    ClientSink client;
+    relay_stream(frames, hop, quoted, client,
+                 [&](std::string_view bytes) { client.captured.append(bytes); });
+    client.captured.append(fe.stream_done);
+    benchmark::DoNotOptimize(client.captured.data());
   }
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_RequestChat);
 
-void BM_RequestMessagesTranslated(benchmark::State& state) {
-  const std::string body = messages_request();
-  const auto chunks = upstream_chunks();
-  const std::string quoted;  // a translated hop: the model is not renamed in the relay
-  const gateway::FrontEnd& fe = gateway::frontend(api::Endpoint::kMessages);
-  NullSink client;
+// A request of another API on a chat backend: parsed, rendered as chat, and its answer translated.
+void translated_request(benchmark::State& state, api::Endpoint api, const std::string& body) {
+  const auto frames = upstream_frames();
+  adapters::BackendRequest hop;  // a translated hop (gateway/planner's make_hop)
+  hop.stream = true;
+  hop.client_wants_usage = true;
+  const std::string quoted;  // its renderer names the model: no rename in the relay
+  const gateway::FrontEnd& fe = gateway::frontend(api);
   for (auto _ : state) {
     auto parsed = fe.parse(body, {}, false);
+    if (!parsed) std::abort();
     std::string upstream = api::render_openai(*parsed->typed, "qwen2.5-coder");
     benchmark::DoNotOptimize(upstream.data());
+    ClientSink client;
+    std::string final_response;
     gateway::RenderContext context{"req-1", parsed->model, 1512};
-    gateway::TranslatingSink sink(client, fe, context);
-    for (const auto& c : chunks) {
-      std::string frame = relay(c, quoted, true);
-      std::string_view out = sink.translate(frame);
-      benchmark::DoNotOptimize(out.data());
+    context.responses = parsed->responses.get();
+    // As gateway/proxy's render_context: a response to be stored keeps its final object.
+    if (context.responses != nullptr && context.responses->store) {
+      context.final_response = &final_response;
     }
-    std::string tail = sink.finish(std::nullopt);
-    benchmark::DoNotOptimize(tail.data());
+    gateway::TranslatingSink sink(client, fe, context);
+    relay_stream(frames, hop, quoted, sink,
+                 [&](std::string_view bytes) { client.captured.append(sink.translate(bytes)); });
+    sink.end_upstream();
+    client.captured.append(sink.finish(std::nullopt));
+    benchmark::DoNotOptimize(client.captured.data());
   }
   state.SetItemsProcessed(state.iterations());
 }
+
+void BM_RequestMessagesTranslated(benchmark::State& state) {
+  translated_request(state, api::Endpoint::kMessages, messages_request());
+}
 BENCHMARK(BM_RequestMessagesTranslated);
+
+void BM_RequestResponsesTranslated(benchmark::State& state) {
+  translated_request(state, api::Endpoint::kResponses, responses_request());
+}
+BENCHMARK(BM_RequestResponsesTranslated);
 
 // The parts alone: the request side, and the answer side per chunk.
 void BM_ParseChat(benchmark::State& state) {
@@ -154,6 +208,17 @@ void BM_ParseMessagesRenderOpenAI(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ParseMessagesRenderOpenAI);
+
+void BM_ParseResponsesRenderOpenAI(benchmark::State& state) {
+  const std::string body = responses_request();
+  const gateway::FrontEnd& fe = gateway::frontend(api::Endpoint::kResponses);
+  for (auto _ : state) {
+    auto parsed = fe.parse(body, {}, false);
+    std::string upstream = api::render_openai(*parsed->typed, "qwen2.5-coder");
+    benchmark::DoNotOptimize(upstream.data());
+  }
+}
+BENCHMARK(BM_ParseResponsesRenderOpenAI);
 
 }  // namespace
 

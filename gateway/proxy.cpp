@@ -181,7 +181,9 @@ RenderContext render_context(Plan& plan, const PlannedHop& hop, const RequestRec
   c.model = plan.requested_model;
   if (plan.responses) {  // the echo, and the slot of the final response object for the store
     c.responses = plan.responses.get();
-    c.final_response = &plan.response_json;
+    // Only a response to be stored needs its final object kept (response_to_store): the stream
+    // renderer re-reads it from the last event, which costs more than the rest of the stream.
+    if (plan.responses->store) c.final_response = &plan.response_json;
   }
   if (auto it = plan.prompt_counts.find(hop.target); it != plan.prompt_counts.end()) {
     c.prompt_tokens = it->second.tokens;

@@ -6,6 +6,10 @@
 
 namespace ferry::gateway {
 
+namespace {
+constexpr size_t kUpstreamRoom = 8 << 10;  // the upstream bytes kept of a stream, at first
+}  // namespace
+
 TranslatingSink::Renderer::Renderer(std::unique_ptr<StreamRenderer> renderer,
                                     const RenderContext& context)
     : renderer_(std::move(renderer)),
@@ -49,7 +53,30 @@ void TranslatingSink::fail(Error error) {
   renderer_.on_event(e);
 }
 
+adapters::ChunkTake TranslatingSink::take_chunk(std::string_view data) {
+  took_ = true;
+  if (ended_) {
+    return adapters::is_json_object(data) ? adapters::ChunkTake::kTaken
+                                          : adapters::ChunkTake::kMalformed;
+  }
+  Status s;
+  if (!parser_.feed_object(data, renderer_, s)) return adapters::ChunkTake::kMalformed;
+  if (!s) fail(s.error());
+  note_render_failure();
+  return adapters::ChunkTake::kTaken;
+}
+
 std::string_view TranslatingSink::translate(std::string_view sse_bytes) {
+  if (took_) {
+    // Kept as write() would have kept them unread: unless the stream had ended before them.
+    // (Room for a short answer's stream at once, rather than a copy at every doubling.)
+    if (upstream_.capacity() < kUpstreamRoom) upstream_.reserve(kUpstreamRoom);
+    if (!ended_at_write_) upstream_.append(sse_bytes);
+    ended_at_write_ = ended_;
+    sent_.swap(renderer_.out);
+    renderer_.out.clear();
+    return sent_;
+  }
   renderer_.out.clear();
   if (ended_) return {};
   upstream_.append(sse_bytes);
@@ -63,7 +90,8 @@ std::string_view TranslatingSink::translate(std::string_view sse_bytes) {
 }
 
 boost::asio::awaitable<bool> TranslatingSink::write(std::string_view sse_bytes) {
-  if (ended_) co_return false;
+  // Taken chunks were translated before this write: an error event among them still goes out.
+  if (ended_ && !took_) co_return false;
   std::string_view out = translate(sse_bytes);
   bool sent = true;
   if (!out.empty()) sent = co_await client_.write(out);
@@ -86,6 +114,7 @@ void TranslatingSink::end_upstream() {
 
 std::string TranslatingSink::finish(const std::optional<Error>& error) {
   if (!ended_) {
+    renderer_.out.clear();  // chunks taken but never written (the call was cancelled)
     if (error) {
       fail(*error);
       error_.reset();  // not a translation failure: the caller's

@@ -31,7 +31,13 @@ class TranslatingSink final : public adapters::StreamSink {
   // not be translated (error() says why; the client got the error event).
   boost::asio::awaitable<bool> write(std::string_view sse_bytes) override;
 
+  // An HTTP backend's relay hands over each chunk as it frames it: parsed once (the relay's
+  // check) and translated now; the translation goes out with the write of its bytes.
+  adapters::ChunkTake take_chunk(std::string_view data) override;
+
   // What write() sends for `sse_bytes`: their translation, valid until the next call (no I/O).
+  // Once chunks were taken (take_chunk), `sse_bytes` are theirs and the translation is what
+  // they became.
   std::string_view translate(std::string_view sse_bytes);
 
   // The backend returned: renders the end of the answer now (the upstream's `[DONE]` is the
@@ -79,9 +85,12 @@ class TranslatingSink final : public adapters::StreamSink {
   Renderer renderer_;
   std::optional<Error> error_;
   std::string upstream_;
-  std::string tail_;            // end_upstream's rendering, for finish()
-  bool ended_ = false;          // the error event or the finish was rendered
-  bool tail_finished_ = false;  // tail_ is a successful finish
+  std::string sent_;             // the translation of taken chunks being written
+  bool took_ = false;            // chunks come through take_chunk
+  bool ended_at_write_ = false;  // ended_ as the last write of taken chunks left it
+  std::string tail_;             // end_upstream's rendering, for finish()
+  bool ended_ = false;           // the error event or the finish was rendered
+  bool tail_finished_ = false;   // tail_ is a successful finish
 };
 
 // A whole OpenAI chat body as the front-end's answer; an error when it cannot be read or the

@@ -407,5 +407,28 @@ TEST(ChatRoundTrip, ChunkStreamsComeBackTheSame) {
   }
 }
 
+// feed_object: data that is not one JSON object is told apart from a chunk that fails (an HTTP
+// relay breaks the stream for the former with its own error) and changes nothing.
+TEST(ChatStreamParse, FeedObjectTellsDataThatIsNotAnObjectFromAChunkThatFails) {
+  EventLog log;
+  ChatStreamParser parser;
+  Status s;
+  EXPECT_FALSE(parser.feed_object("not json", log, s));
+  EXPECT_FALSE(parser.feed_object("[]", log, s));
+  EXPECT_FALSE(parser.feed_object("{\"content\":\"\xff\"}", log, s)) << "bad UTF-8";
+  EXPECT_TRUE(log.events.empty()) << "nothing changes";
+  ASSERT_TRUE(parser.feed_object(R"({"choices":[{"index":0,"delta":{"content":"hi"}}]})", log, s));
+  EXPECT_TRUE(s);
+  ASSERT_EQ(log.events.size(), 3u);  // start, block start, delta
+  EXPECT_EQ(log.events[2].text, "hi");
+  ASSERT_TRUE(parser.feed_object(R"({"choices":[{"index":0,"delta":{"content":1}}]})", log, s));
+  EXPECT_FALSE(s);
+  // After the failure: still checked, and the failure repeated.
+  EXPECT_FALSE(parser.feed_object("{", log, s));
+  ASSERT_TRUE(parser.feed_object(R"({"choices":[]})", log, s));
+  EXPECT_FALSE(s);
+  EXPECT_EQ(log.events.size(), 3u);
+}
+
 }  // namespace
 }  // namespace ferry::api

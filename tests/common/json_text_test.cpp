@@ -87,6 +87,29 @@ TEST(JsonText, BadUtf8BecomesOneReplacementPerByte) {
   }
 }
 
+// Strings longer than a key or a stream delta are escaped through a buffer of the thread (and
+// the longest in place again): the same text at every length, after what `out` holds.
+TEST(JsonText, LongStringsAreEscapedTheSameAtEveryLength) {
+  std::mt19937_64 rng(1616);
+  for (bool valid : {true, false}) {
+    std::string s;
+    while (s.size() < 70000) {
+      s += random_text(rng, valid);
+      if (s.size() > 200 && s.size() < 60000 && rng() % 8 != 0) continue;
+      for (JsonControls c : {JsonControls::kShort, JsonControls::kUnicode}) {
+        std::string expected(s.size() * kJsonEscapedMaxPerByte + kJsonEscapeSlack, '\0');
+        expected.resize(static_cast<size_t>(escape_json(expected.data(), s, c) - expected.data()));
+        std::string out = "[1,";
+        append_json_string(out, s, c);
+        ASSERT_EQ(out, "[1,\"" + expected + "\"") << s.size();
+        if (valid && c == JsonControls::kShort) {
+          ASSERT_EQ(json_string(s), nlohmann::json(s).dump());
+        }
+      }
+    }
+  }
+}
+
 TEST(JsonText, AppendsAfterWhatIsThere) {
   std::string out = "[1,";
   append_json_string(out, std::string(3000, '"'));  // past any small buffer

@@ -7,9 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "adapters/stream_relay.h"
 #include "tests/api/sse_events.h"
 
 namespace ferry::gateway {
@@ -102,6 +104,227 @@ TEST(TranslatingSink, WithoutAFailureTheEndIsTheSuccess) {
   ev = api::parse_named_sse(messages.finish(std::nullopt));
   ASSERT_FALSE(ev.empty());
   EXPECT_EQ(ev.back().name, "message_stop");
+}
+
+// ---- The HTTP relay's hand-over (take_chunk) against the bytes path ----------------------------
+//
+// An HTTP backend's relay hands a translator each chunk as it frames it (parsed once: the relay's
+// check is the translator's parse); the local engine writes SSE bytes. Both must give the client
+// the same events, the same failures and keep the same upstream bytes.
+
+struct Relayed {
+  std::vector<api::SseEvent> events;  // what the client got, the end included, ids dropped
+  std::optional<std::string> broken;  // the relay's reason, when it broke the stream
+  std::optional<std::string> error;   // the translator's error
+  std::string upstream;               // the translator's record of the upstream bytes
+};
+
+// The random ids a renderer makes (message, response, item ids) differ per run.
+void drop_ids(json& j) {
+  if (j.is_object()) {
+    j.erase("id");
+    j.erase("item_id");
+    for (auto& [k, v] : j.items()) drop_ids(v);
+  } else if (j.is_array()) {
+    for (auto& v : j) drop_ids(v);
+  }
+}
+
+// `reads`: the upstream's body bytes as they arrive. `take`: through the relay with the
+// translator as its sink (the hand-over); else the relay checks each chunk and the translator
+// reads the bytes it writes (the relay before the hand-over, and the local engine's path).
+Relayed relay_run(api::Endpoint api, const std::vector<std::string>& reads, bool take) {
+  NullSink client;
+  RenderContext context{"req-9", "coder", 7};
+  TranslatingSink sink(client, frontend(api), context);
+  adapters::BackendRequest hop;
+  hop.stream = true;
+  hop.client_wants_usage = true;  // a translated hop's
+  adapters::BackendReply reply;
+  const std::string quoted;
+  adapters::StreamRelay relay{hop, quoted, reply, take ? &sink : nullptr, adapters::SseParser(),
+                              {},  false};
+  Relayed run;
+  std::string sent;
+  for (const std::string& r : reads) {
+    run.broken = relay.feed(r);
+    if (!relay.to_client.empty()) sent += std::string(sink.translate(relay.to_client));
+    relay.to_client.clear();
+    if (run.broken) break;
+  }
+  std::optional<Error> failed;
+  if (run.broken) failed = Error::make(ErrorCode::kBackendError, "backend 'up' " + *run.broken);
+  if (!failed && !sink.error()) sink.end_upstream();
+  if (sink.error()) run.error = sink.error()->message;
+  sent += sink.finish(failed);
+  run.events = api::parse_named_sse(sent);
+  for (auto& e : run.events) drop_ids(e.data);
+  run.upstream = sink.take_upstream();
+  return run;
+}
+
+// Both paths over `reads`, for both front-ends: equal; the hand-over's run is returned.
+Relayed same_both_ways(api::Endpoint api, const std::vector<std::string>& reads) {
+  Relayed bytes = relay_run(api, reads, false);
+  Relayed taken = relay_run(api, reads, true);
+  EXPECT_EQ(taken.broken, bytes.broken);
+  EXPECT_EQ(taken.error, bytes.error);
+  EXPECT_EQ(taken.upstream, bytes.upstream);
+  EXPECT_EQ(taken.events.size(), bytes.events.size());
+  for (size_t i = 0; i < std::min(taken.events.size(), bytes.events.size()); ++i) {
+    EXPECT_EQ(taken.events[i].name, bytes.events[i].name) << i;
+    EXPECT_EQ(taken.events[i].data, bytes.events[i].data) << i;
+  }
+  return taken;
+}
+
+std::string usage_chunk(const std::string& usage) {
+  return frame(R"({"id":"c1","object":"chat.completion.chunk","created":1,"model":"up",)"
+               R"("choices":[],"usage":)" +
+               usage + "}");
+}
+
+const std::vector<api::Endpoint> kApis = {api::Endpoint::kMessages, api::Endpoint::kResponses};
+
+// Text with escapes and multi-byte UTF-8, thinking, a refusal, the usage with its details.
+std::vector<std::string> text_stream() {
+  return {chunk(R"({"role":"assistant","content":""})"),
+          chunk(R"({"reasoning_content":"think \"hard\"\n"})"),
+          chunk(R"({"content":"caf\u00e9 \ud83d\ude00 \\ \/ \t tab"})"),
+          chunk(R"({"content":"日本語 and ünïcödé"})"),
+          chunk(R"({"refusal":"no"})"),
+          chunk("{}", "\"stop\""),
+          usage_chunk(R"({"prompt_tokens":7,"completion_tokens":5,"total_tokens":12,)"
+                      R"("prompt_tokens_details":{"cached_tokens":3},)"
+                      R"("completion_tokens_details":{"reasoning_tokens":2}})"),
+          "data: [DONE]\n\n"};
+}
+
+TEST(TranslatingSinkHandOver, TextThinkingEscapesAndUsageAsTheBytesPathGivesThem) {
+  for (api::Endpoint api : kApis) {
+    Relayed r = same_both_ways(api, text_stream());
+    EXPECT_FALSE(r.broken);
+    EXPECT_FALSE(r.error);
+    ASSERT_FALSE(r.events.empty());
+    EXPECT_NE(r.upstream.find("caf\\u00e9"), std::string::npos) << "the upstream bytes are kept";
+  }
+  // All the reads in one (a backend that sent the whole stream at once).
+  std::string all;
+  for (const std::string& f : text_stream()) all += f;
+  for (api::Endpoint api : kApis) same_both_ways(api, {all});
+}
+
+TEST(TranslatingSinkHandOver, ChunksSplitAnywhereEvenInsideAUtf8Character) {
+  std::string all;
+  for (const std::string& f : text_stream()) all += f;
+  const size_t in_char = all.find("日") + 1;  // inside the three bytes of 日
+  for (size_t at : {size_t{1}, size_t{7}, all.find("\n\n") + 1, in_char, all.size() - 1}) {
+    for (api::Endpoint api : kApis) {
+      Relayed r = same_both_ways(api, {all.substr(0, at), all.substr(at)});
+      EXPECT_FALSE(r.broken) << at;
+      EXPECT_FALSE(r.error) << at;
+    }
+  }
+  // One byte at a time.
+  std::vector<std::string> bytes;
+  for (char c : all) bytes.emplace_back(1, c);
+  for (api::Endpoint api : kApis) same_both_ways(api, bytes);
+}
+
+TEST(TranslatingSinkHandOver, ToolCallDeltas) {
+  std::vector<std::string> reads = {
+      chunk(R"({"role":"assistant","content":"Let me look."})"),
+      chunk(
+          R"({"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"lookup","arguments":""}}]})"),
+      chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"{\"q\":"}}]})"),
+      chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"\"x\\\"y\"}"}}]})"),
+      chunk(
+          R"({"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"read","arguments":"{}"}}]})"),
+      chunk("{}", "\"tool_calls\""),
+      usage_chunk(R"({"prompt_tokens":7,"completion_tokens":9,"total_tokens":16})"),
+      "data: [DONE]\n\n"};
+  for (api::Endpoint api : kApis) {
+    Relayed r = same_both_ways(api, reads);
+    EXPECT_FALSE(r.error);
+  }
+}
+
+// Chunks that are JSON objects but cannot be rendered: the translator's error, its error event.
+TEST(TranslatingSinkHandOver, WrongShapedChunksAreTheTranslatorsErrorBothWays) {
+  const std::vector<std::string> bad = {
+      frame(R"({"id":"c1","choices":[5]})"),
+      frame(R"({"id":"c1","choices":[{"index":0,"delta":{}},{"index":1,"delta":{}}]})"),
+      frame(R"({"id":"c1","choices":[{"index":3,"delta":{"content":"x"}}]})"),
+      chunk(R"({"content":5})"),
+      chunk(R"({"content":"x"})", "\"exploded\""),
+      chunk(R"({"tool_calls":[{"function":{"name":"f"}}]})"),
+      chunk(R"({"tool_calls":[{"index":0,"type":"retrieval","function":{"name":"f"}}]})"),
+      chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]})"),
+      chunk(R"({"tool_calls":"no"})")};
+  for (const std::string& b : bad) {
+    for (api::Endpoint api : kApis) {
+      Relayed r = same_both_ways(api, {chunk(R"({"role":"assistant","content":"a"})"), b,
+                                       chunk(R"({"content":"never"})"), "data: [DONE]\n\n"});
+      EXPECT_FALSE(r.broken) << b;
+      ASSERT_TRUE(r.error) << b;
+      ASSERT_FALSE(r.events.empty());
+      // The client's stream ends with the API's error event; nothing after the bad chunk.
+      const std::string last = r.events.back().name;
+      EXPECT_TRUE(last == "error" || last == "response.failed") << b << " " << last;
+      EXPECT_EQ(r.events.back().data.dump().find("never"), std::string::npos) << b;
+    }
+  }
+}
+
+// The upstream's own error chunk mid-stream: the API's error event, the same both ways.
+TEST(TranslatingSinkHandOver, AnUpstreamErrorMidStream) {
+  for (api::Endpoint api : kApis) {
+    Relayed r = same_both_ways(
+        api, {chunk(R"({"role":"assistant","content":"par"})"), chunk(R"({"content":"tial"})"),
+              frame(R"({"error":{"message":"the GPU fell over"}})"),
+              chunk(R"({"content":"after"})"), "data: [DONE]\n\n"});
+    EXPECT_FALSE(r.broken);
+    EXPECT_NE(r.events.back().data.dump().find("the GPU fell over"), std::string::npos);
+  }
+}
+
+// Data that is not one JSON object (cut, two values, bad UTF-8, a string): the relay breaks the
+// stream with its own error, never the translator's; the chunks before it are sent.
+TEST(TranslatingSinkHandOver, DataThatIsNotOneJsonObjectIsTheRelaysError) {
+  const std::vector<std::string> bad = {
+      frame("{this is not json}"), frame(R"({"id":"c1")"), frame(R"({"a":1}{"b":2})"),
+      frame("\"text\""),           frame("[1,2]"),         frame("{\"content\":\"\xff\xfe\"}")};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    for (api::Endpoint api : kApis) {
+      Relayed r = same_both_ways(api, {chunk(R"({"role":"assistant","content":"a"})") + bad[i] +
+                                       chunk(R"({"content":"never"})")});
+      ASSERT_TRUE(r.broken) << bad[i];
+      EXPECT_EQ(*r.broken, "sent a malformed stream event");
+      EXPECT_FALSE(r.error) << "the relay's error, not the translator's";
+      ASSERT_FALSE(r.events.empty());
+      EXPECT_NE(r.events.back().data.dump().find("malformed stream event"), std::string::npos);
+      for (const auto& e : r.events) EXPECT_EQ(e.data.dump().find("never"), std::string::npos);
+    }
+  }
+}
+
+// An event whose data comes in several `data:` lines is one object (joined with LF): the
+// hand-over gives the translator the data as the relay framed it. (Through the relay's bytes the
+// translator could not read it: the relay writes the joined data after one `data: `.)
+TEST(TranslatingSinkHandOver, DataOfSeveralLinesIsOneChunk) {
+  for (api::Endpoint api : kApis) {
+    Relayed r = relay_run(api,
+                          {chunk(R"({"role":"assistant","content":""})"),
+                           "data: {\"choices\":[{\"index\":0,\n"
+                           "data: \"delta\":{\"content\":\"two lines\"}}]}\n\n",
+                           chunk("{}", "\"stop\""), "data: [DONE]\n\n"},
+                          /*take=*/true);
+    EXPECT_FALSE(r.broken);
+    EXPECT_FALSE(r.error);
+    std::string all;
+    for (const auto& e : r.events) all += e.data.dump();
+    EXPECT_NE(all.find("two lines"), std::string::npos) << all;
+  }
 }
 
 }  // namespace

@@ -478,6 +478,54 @@ TEST_F(MessagesTest, AnUntranslatableReplyIsAnErrorRow) {
   EXPECT_EQ(ok->status, 200) << ok->body;
 }
 
+// A translated stream whose upstream sends a chunk that is not JSON breaks as the chat path's
+// does (the HTTP relay's check, which on a translated hop is the translator's own parse): before
+// anything was sent a 502 in Anthropic's shape, after the first events an error event; the bad
+// bytes never reach the client; the rows are an error and upstream_cut.
+TEST_F(MessagesTest, AStreamChunkThatIsNotJsonBreaksTheStreamAsOnTheChatPath) {
+  ferry_ = start_ferry(dir_, [&] {
+    std::string cfg = messages_config(upstream_.address, db_);
+    cfg.insert(cfg.find("models:\n") + 8,
+               "  - {name: bad-first, backend: up, upstream_model: bad-event-first}\n"
+               "  - {name: bad-mid, backend: up, upstream_model: bad-event-mid}\n");
+    return cfg;
+  }());
+  std::vector<std::string> h = x_api_key();
+  h.push_back("x-ferry-task: nj-first");
+  auto first = post(message_body("bad-first", "a b c", true), h);
+  expect_error(first, 502, "api_error");
+  EXPECT_NE(
+      first->body_json()["error"]["message"].get<std::string>().find("malformed stream event"),
+      std::string::npos)
+      << first->body;
+
+  h.back() = "x-ferry-task: nj-mid";
+  StreamResult mid =
+      stream_request(ferry_.address, "/v1/messages", message_body("bad-mid", "a b c d", true), h);
+  ASSERT_TRUE(mid.head);
+  EXPECT_EQ(mid.head->status, 200);
+  ASSERT_FALSE(mid.events.empty());
+  EXPECT_EQ(mid.events.front().event, "message_start");
+  EXPECT_EQ(mid.events.back().event, "error") << mid.events.back().data;
+  json err = json::parse(mid.events.back().data, nullptr, false);
+  EXPECT_NE(err["error"]["message"].get<std::string>().find("malformed stream event"),
+            std::string::npos)
+      << mid.events.back().data;
+  for (const auto& ev : mid.events) {
+    EXPECT_NE(ev.event, "message_stop");
+    EXPECT_FALSE(json::parse(ev.data, nullptr, false).is_discarded()) << ev.data;
+  }
+  auto first_rows = rows_with("nj-first");
+  ASSERT_EQ(first_rows.size(), 1u) << ledger_csv();
+  EXPECT_NE(first_rows[0].find(",error,"), std::string::npos) << first_rows[0];
+  auto mid_rows = rows_with("nj-mid");
+  ASSERT_EQ(mid_rows.size(), 1u) << ledger_csv();
+  EXPECT_NE(mid_rows[0].find(",upstream_cut,"), std::string::npos) << mid_rows[0];
+  auto ok = post(message_body("gpt-test", "still serving"));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
 // /metrics counts requests, tokens and errors by front-end API.
 TEST_F(MessagesTest, MetricsAreLabelledByApi) {
   ferry_ = start_ferry(dir_, [&] {
