@@ -11,6 +11,24 @@ namespace ferry::adapters {
 
 namespace {
 
+// An event's data as SSE `data:` lines: data that came in several lines (SSE joins them with
+// LF) goes out in as many, so the client reads the same data.
+void append_data(std::string& out, std::string_view data) {
+  for (;;) {
+    const size_t lf = data.find('\n');
+    out.append("data: ");
+    out.append(data.substr(0, lf));
+    out.push_back('\n');
+    if (lf == std::string_view::npos) break;
+    data.remove_prefix(lf + 1);
+  }
+  out.push_back('\n');
+}
+
+}  // namespace
+
+namespace {
+
 // A count member of Anthropic's usage: absent 0, not a non-negative int64 `malformed`.
 int64_t anthropic_count(const nlohmann::json& usage, const char* key, bool& malformed) {
   auto it = usage.find(key);
@@ -121,9 +139,7 @@ void StreamRelay::relay(std::string_view data, bool taken) {
   std::string_view payload = action.rewritten ? std::string_view(*action.rewritten) : data;
   if (reply.finish_reason.empty()) reply.finish_reason = find_finish_reason(payload);
   if (!action.forward && !taken) return;
-  to_client.append("data: ");
-  to_client.append(payload);
-  to_client.append("\n\n");
+  append_data(to_client, payload);
 }
 
 // A Messages stream, relayed verbatim (the model renamed in message_start): the usage of
@@ -149,9 +165,8 @@ void StreamRelay::relay_message_event(std::string_view event, std::string_view d
   }
   to_client.append("event: ");
   to_client.append(event);
-  to_client.append("\ndata: ");
-  to_client.append(renamed ? std::string_view(*renamed) : data);
-  to_client.append("\n\n");
+  to_client.push_back('\n');
+  append_data(to_client, renamed ? std::string_view(*renamed) : data);
 }
 
 // A Responses stream, relayed verbatim (the model renamed in the events that carry the
@@ -178,9 +193,7 @@ void StreamRelay::relay_response_event(std::string_view event, std::string_view 
     to_client.append(event);
     to_client.append("\n");
   }
-  to_client.append("data: ");
-  to_client.append(renamed ? std::string_view(*renamed) : data);
-  to_client.append("\n\n");
+  append_data(to_client, renamed ? std::string_view(*renamed) : data);
 }
 
 }  // namespace ferry::adapters

@@ -309,21 +309,24 @@ TEST(TranslatingSinkHandOver, DataThatIsNotOneJsonObjectIsTheRelaysError) {
 }
 
 // An event whose data comes in several `data:` lines is one object (joined with LF): the
-// hand-over gives the translator the data as the relay framed it. (Through the relay's bytes the
-// translator could not read it: the relay writes the joined data after one `data: `.)
+// hand-over gives the translator the data as the relay framed it, and the relay's bytes carry
+// it in as many `data:` lines (a client of the chat path, or the translator reading the bytes,
+// reads the same object).
 TEST(TranslatingSinkHandOver, DataOfSeveralLinesIsOneChunk) {
-  for (api::Endpoint api : kApis) {
-    Relayed r = relay_run(api,
-                          {chunk(R"({"role":"assistant","content":""})"),
-                           "data: {\"choices\":[{\"index\":0,\n"
-                           "data: \"delta\":{\"content\":\"two lines\"}}]}\n\n",
-                           chunk("{}", "\"stop\""), "data: [DONE]\n\n"},
-                          /*take=*/true);
-    EXPECT_FALSE(r.broken);
-    EXPECT_FALSE(r.error);
-    std::string all;
-    for (const auto& e : r.events) all += e.data.dump();
-    EXPECT_NE(all.find("two lines"), std::string::npos) << all;
+  for (bool take : {true, false}) {
+    for (api::Endpoint api : kApis) {
+      Relayed r = relay_run(api,
+                            {chunk(R"({"role":"assistant","content":""})"),
+                             "data: {\"choices\":[{\"index\":0,\n"
+                             "data: \"delta\":{\"content\":\"two lines\"}}]}\n\n",
+                             chunk("{}", "\"stop\""), "data: [DONE]\n\n"},
+                            take);
+      EXPECT_FALSE(r.broken);
+      EXPECT_FALSE(r.error);
+      std::string all;
+      for (const auto& e : r.events) all += e.data.dump();
+      EXPECT_NE(all.find("two lines"), std::string::npos) << all;
+    }
   }
 }
 
