@@ -198,25 +198,23 @@ void BM_ParseChat(benchmark::State& state) {
 }
 BENCHMARK(BM_ParseChat);
 
-void BM_ParseMessagesRenderOpenAI(benchmark::State& state) {
-  const std::string body = messages_request();
-  const gateway::FrontEnd& fe = gateway::frontend(api::Endpoint::kMessages);
+// A front-end's request parsed into the typed request and rendered as OpenAI chat.
+void parse_and_render_openai(benchmark::State& state, api::Endpoint api, const std::string& body) {
+  const gateway::FrontEnd& fe = gateway::frontend(api);
   for (auto _ : state) {
     auto parsed = fe.parse(body, {}, false);
     std::string upstream = api::render_openai(*parsed->typed, "qwen2.5-coder");
     benchmark::DoNotOptimize(upstream.data());
   }
 }
+
+void BM_ParseMessagesRenderOpenAI(benchmark::State& state) {
+  parse_and_render_openai(state, api::Endpoint::kMessages, messages_request());
+}
 BENCHMARK(BM_ParseMessagesRenderOpenAI);
 
 void BM_ParseResponsesRenderOpenAI(benchmark::State& state) {
-  const std::string body = responses_request();
-  const gateway::FrontEnd& fe = gateway::frontend(api::Endpoint::kResponses);
-  for (auto _ : state) {
-    auto parsed = fe.parse(body, {}, false);
-    std::string upstream = api::render_openai(*parsed->typed, "qwen2.5-coder");
-    benchmark::DoNotOptimize(upstream.data());
-  }
+  parse_and_render_openai(state, api::Endpoint::kResponses, responses_request());
 }
 BENCHMARK(BM_ParseResponsesRenderOpenAI);
 
