@@ -903,13 +903,17 @@ void expect_same_reports(const TaskReport& a, const TaskReport& b) {
   }
 }
 
+// Every grouping of the task report (outcome alone, team, project, day, month, labels: one
+// the tasks have, another, one none has).
+const std::vector<std::string> kTaskGroupings = {
+    "", "team", "project", "day", "month", "label:feature", "label:tier", "label:none"};
+
 // Every task report from the rollups equals the same report from the rows, and adds up to
 // `task_cost` (the rows' cost with a task, adjustments included).
 void expect_task_reports_equal_rows(const std::string& db, int64_t task_cost) {
   TaskReportQuery q;
   q.local_targets = {"local-small"};
-  for (std::string by :
-       {"", "team", "project", "day", "month", "label:feature", "label:tier", "label:none"}) {
+  for (const std::string& by : kTaskGroupings) {
     SCOPED_TRACE("by " + by);
     q.by = by;
     q.force_raw = false;
@@ -993,8 +997,7 @@ void expect_task_filters_select_tasks(const std::string& db) {
     TaskReportQuery q;
     q.local_targets = all.local_targets;
     q.filter = filters[i];
-    for (std::string by :
-         {"", "team", "project", "day", "month", "label:feature", "label:tier", "label:none"}) {
+    for (const std::string& by : kTaskGroupings) {
       SCOPED_TRACE("by " + by);
       q.by = by;
       q.force_raw = false;
