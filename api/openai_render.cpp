@@ -1,5 +1,6 @@
 #include "api/openai_render.h"
 
+#include <cmath>
 #include <string>
 #include <type_traits>
 
@@ -375,9 +376,157 @@ std::string render_openai(const ChatRequest& r, std::string_view upstream_model,
   return out;
 }
 
+namespace {
+
+// ---- the chat template's input as a tree --------------------------------------------------
+// template_input builds the tree the text writer's output would parse into (write_messages,
+// write_tools, write_prompt above), without the text: the same members in the same order, and
+// the two things a round trip through text changes done here too, so that a template sees the
+// same value either way (tests/api: TemplateInput.*): a string that is not well-formed UTF-8 has
+// each bad byte as U+FFFD (the escaper's rule), and a non-negative integer is unsigned (how
+// nlohmann reads a number without a sign).
+
+std::string text_string(std::string_view s) {
+  if (is_valid_utf8(s)) return std::string(s);
+  std::string quoted;
+  append_json_string(quoted, s);
+  return Json::parse(quoted).get<std::string>();  // the escaper's U+FFFD, as a parse reads it
+}
+
+Json text_tree(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::object: {
+      Json out = Json::object();
+      for (auto it = v.begin(); it != v.end(); ++it) out[text_string(it.key())] = text_tree(*it);
+      return out;
+    }
+    case Json::value_t::array: {
+      Json out = Json::array();
+      out.get_ref<Json::array_t&>().reserve(v.size());
+      for (const Json& e : v) out.push_back(text_tree(e));
+      return out;
+    }
+    case Json::value_t::string:
+      return text_string(v.get_ref<const std::string&>());
+    case Json::value_t::number_integer: {
+      const int64_t n = v.get<int64_t>();
+      if (n >= 0) return Json(static_cast<uint64_t>(n));
+      return v;
+    }
+    case Json::value_t::number_float:  // dump() writes a NaN or an infinity as null
+      return std::isfinite(v.get<double>()) ? v : Json(nullptr);
+    case Json::value_t::discarded:
+      return nullptr;
+    default:
+      return v;
+  }
+}
+
+// The members of `extra` (an object, or null) after the known ones, as Object::extra writes them.
+void add_extra(Json& o, const Json& extra) {
+  if (!extra.is_object()) return;
+  for (auto it = extra.begin(); it != extra.end(); ++it) o[text_string(it.key())] = text_tree(*it);
+}
+
+Json content_tree(const Content& content) {
+  if (content.form == Content::Form::kText) return text_string(content.text);
+  Json parts = Json::array();
+  for (const ContentPart& p : content.parts) {
+    Json part = Json::object();
+    part["type"] = text_string(p.type);
+    if (p.type == "text") part["text"] = text_string(p.text);
+    add_extra(part, p.extra);
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
+Json message_tree(const Message& m) {
+  Json o = Json::object();
+  o["role"] = std::string(role_name(m.role));
+  if (m.content.form != Content::Form::kAbsent) o["content"] = content_tree(m.content);
+  if (m.name) o["name"] = text_string(*m.name);
+  if (m.tool_calls) {
+    Json calls = Json::array();
+    for (const ToolCall& call : *m.tool_calls) {
+      Json c = Json::object();
+      c["id"] = text_string(call.id);
+      c["type"] = text_string(call.type);
+      Json fn = Json::object();
+      fn["name"] = text_string(call.name);
+      fn["arguments"] = text_string(call.arguments);
+      c["function"] = std::move(fn);
+      add_extra(c, call.extra);
+      calls.push_back(std::move(c));
+    }
+    o["tool_calls"] = std::move(calls);
+  }
+  if (m.tool_call_id) o["tool_call_id"] = text_string(*m.tool_call_id);
+  add_extra(o, m.extra);
+  return o;
+}
+
+Json tool_tree(const Tool& t) {
+  Json o = Json::object();
+  o["type"] = "function";
+  Json fn = Json::object();
+  fn["name"] = text_string(t.name);
+  if (t.description) fn["description"] = text_string(*t.description);
+  if (!t.parameters.is_null()) fn["parameters"] = text_tree(t.parameters);
+  if (t.strict) fn["strict"] = *t.strict;
+  add_extra(fn, t.function_extra);
+  o["function"] = std::move(fn);
+  add_extra(o, t.extra);
+  return o;
+}
+
+Json prompt_tree(const Prompt& p) {
+  auto item = [](const PromptItem& i) -> Json {
+    switch (i.kind) {
+      case PromptItem::Kind::kText:
+        return text_string(i.text);
+      case PromptItem::Kind::kTokenId:
+        return text_tree(Json(static_cast<int64_t>(i.tokens.at(0))));
+      case PromptItem::Kind::kTokenIds:
+        break;
+    }
+    Json ids = Json::array();
+    for (int32_t t : i.tokens) ids.push_back(text_tree(Json(static_cast<int64_t>(t))));
+    return ids;
+  };
+  if (!p.array) return p.items.empty() ? Json("") : item(p.items[0]);
+  Json items = Json::array();
+  for (const PromptItem& i : p.items) items.push_back(item(i));
+  return items;
+}
+
+}  // namespace
+
 Json template_input(const ChatRequest& r) {
-  // Written as text, then read into the tree the template engine takes: one writer of the
-  // typed request's OpenAI form.
+  Json o = Json::object();
+  if (!r.chat()) {
+    o["prompt"] = prompt_tree(r.prompt);
+    return o;
+  }
+  Json messages = Json::array();
+  messages.get_ref<Json::array_t&>().reserve(r.messages.size());
+  for (const Message& m : r.messages) messages.push_back(message_tree(m));
+  o["messages"] = std::move(messages);
+  if (r.tools) {
+    Json tools = Json::array();
+    for (const Tool& t : *r.tools) tools.push_back(tool_tree(t));
+    o["tools"] = std::move(tools);
+  } else if (r.extra.is_object() && r.extra.contains("tools")) {
+    o["tools"] = text_tree(r.extra["tools"]);
+  }
+  if (r.extra.is_object() && r.extra.contains("chat_template_kwargs")) {
+    o["chat_template_kwargs"] = text_tree(r.extra["chat_template_kwargs"]);
+  }
+  return o;
+}
+
+Json template_input_by_text(const ChatRequest& r) {
+  // Written as text, then read into a tree: the definition template_input keeps to.
   std::string text;
   {
     Object o(text);

@@ -24,7 +24,9 @@ std::string render_openai(const ChatRequest& request, std::string_view upstream_
 
 // What a chat template renders (tokenizer::ChatFormatter): {"messages": [...]} with `tools`
 // and `chat_template_kwargs` when the request has them; for completions {"prompt": ...}.
-// Messages are written as to_openai_json writes them.
+// Messages are written as to_openai_json writes them. Built directly, equal (types included) to
+// template_input_by_text, its definition: the same members written as text and parsed back.
 Json template_input(const ChatRequest& request);
+Json template_input_by_text(const ChatRequest& request);
 
 }  // namespace ferry::api

@@ -117,5 +117,90 @@ TEST(OpenAiRender, ToolsKeptAsSentReachTheTemplate) {
   EXPECT_EQ(input["tools"], Json::parse(R"([{"type":"custom"}])"));
 }
 
+// Equal including each value's type (nlohmann's == calls 5 and 5u equal; a template's `tojson`
+// and type tests may not) and each object's member order.
+void expect_same_tree(const Json& got, const Json& want, const std::string& path) {
+  ASSERT_EQ(got.type(), want.type()) << path << ": " << got.dump() << " vs " << want.dump();
+  if (got.is_object()) {
+    ASSERT_EQ(got.size(), want.size()) << path;
+    auto w = want.begin();
+    for (auto g = got.begin(); g != got.end(); ++g, ++w) {
+      ASSERT_EQ(g.key(), w.key()) << path;
+      expect_same_tree(g.value(), w.value(), path + "." + g.key());
+    }
+  } else if (got.is_array()) {
+    ASSERT_EQ(got.size(), want.size()) << path;
+    for (size_t i = 0; i < got.size(); ++i) {
+      expect_same_tree(got[i], want[i], path + "[" + std::to_string(i) + "]");
+    }
+  } else {
+    EXPECT_EQ(got.dump(), want.dump()) << path;
+    EXPECT_EQ(got, want) << path;
+  }
+}
+
+// template_input builds its tree directly; template_input_by_text is its definition (written as
+// text and parsed). The two agree on every request, so prompt counts are the same either way.
+TEST(TemplateInput, TheDirectTreeIsTheTextsTree) {
+  std::vector<ChatRequest> requests;
+  requests.push_back(parse(Endpoint::kChatCompletions, kRichChat));
+  requests.push_back(parse(Endpoint::kChatCompletions, R"({"model":"m",
+    "messages":[{"role":"developer","content":"d","x":{"n":-3,"u":18446744073709551615,
+                 "f":1.5,"e":1e300,"b":false,"z":null,"a":[0,-0.0,"\u00e9\ud83d\ude00"]}},
+                {"role":"user","content":[]},
+                {"role":"assistant","tool_calls":[{"id":"1","type":"function","function":
+                 {"name":"f","arguments":"{\"a\":[1,2]}","x_fn":7}}]},
+                {"role":"function","name":"f","content":"ctl \u0001 \t \" \\ end"}],
+    "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",
+              "properties":{"n":{"type":"integer","minimum":0,"maximum":10}}},"strict":true,
+              "x_fn":[1]},"x_tool":{"k":2}}],
+    "chat_template_kwargs":{"enable_thinking":false,"depth":2}})"));
+  requests.push_back(parse(Endpoint::kChatCompletions,
+                           R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                               "tools":[{"type":"custom","n":3}]})"));
+  requests.push_back(parse(Endpoint::kCompletions, R"({"model":"m","prompt":["a",[1,2],3]})"));
+  requests.push_back(parse(Endpoint::kCompletions, R"({"model":"m","prompt":"one"})"));
+  // Made by code, not parsed: bytes that are not UTF-8 (the text writer turns each into
+  // U+FFFD), integers kept signed, a NaN (written as null), in every place a string can be.
+  ChatRequest made;
+  made.endpoint = Endpoint::kChatCompletions;
+  Message m;
+  m.role = Role::kAssistant;
+  m.content.form = Content::Form::kParts;
+  m.content.parts.push_back({"text", "ok \xff\xfe end", Json::object({{"k\xc3", 5}})});
+  m.content.parts.push_back({"image_url", "", Json::object({{"image_url", "u\x80"}})});
+  m.name = "n\xe2\x82";
+  m.tool_calls = std::vector<ToolCall>{{"id\xc0", "function", "f\xf5", "{\"a\":\"\xff\"}", {}}};
+  m.tool_call_id = "t\xed\xa0\x80";  // a surrogate: not well-formed
+  m.extra = Json::object({{"n", 12}, {"neg", -1}, {"nan", std::nan("")}, {"s", "\xbf"}});
+  made.messages.push_back(m);
+  Tool t;
+  t.name = "f\xff";
+  t.description = "d\xfe";
+  t.parameters = Json::object({{"minimum", 3}, {"enum", Json::array({"a\xff", 4})}});
+  made.tools = std::vector<Tool>{t};
+  made.extra = Json::object({{"chat_template_kwargs", Json::object({{"x", 1}})}});
+  requests.push_back(made);
+  ChatRequest prompt_made;
+  prompt_made.endpoint = Endpoint::kCompletions;
+  prompt_made.prompt.array = true;
+  prompt_made.prompt.items.push_back({PromptItem::Kind::kText, "p\xff", {}});
+  prompt_made.prompt.items.push_back({PromptItem::Kind::kTokenId, "", {9}});
+  requests.push_back(prompt_made);
+  ChatRequest empty_prompt;
+  empty_prompt.endpoint = Endpoint::kCompletions;
+  requests.push_back(empty_prompt);
+
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    expect_same_tree(template_input(requests[i]), template_input_by_text(requests[i]), "$");
+  }
+  // The cases above reach what they mean to: a string that was not UTF-8 reads U+FFFD.
+  const Json made_input = template_input(made);
+  EXPECT_EQ(made_input["messages"][0]["name"], "n\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_TRUE(made_input["messages"][0]["nan"].is_null());
+  EXPECT_TRUE(made_input["messages"][0]["n"].is_number_unsigned());
+}
+
 }  // namespace
 }  // namespace ferry::api
