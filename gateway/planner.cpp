@@ -253,7 +253,7 @@ Result<bool> Planner::decide(const RequestContext& ctx, const ParsedRequest& req
   p.headers.emplace_back("x-ferry-policy", d.policy_version);
   p.tags = d.tags;
   for (const auto& s : d.skipped) p.skipped.push_back(s.hop.target + ": " + s.reason);
-  p.facts_json = policies::facts_to_compact_json(*facts).dump();
+  p.facts_json = policies::facts_to_compact_text(*facts);
   if (d.reject) {
     refuse(
         ctx, p,

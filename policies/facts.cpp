@@ -1,6 +1,11 @@
 #include "policies/facts.h"
 
+#include <algorithm>
+#include <array>
+#include <charconv>
 #include <nlohmann/json.hpp>
+
+#include "common/json_text.h"
 
 namespace ferry::policies {
 
@@ -217,6 +222,152 @@ json facts_to_compact_json(const Facts& f) {
     j["targets"] = std::move(targets);
   }
   return j;
+}
+
+namespace {
+
+// ---- facts_to_compact_text: facts_to_compact_json(f).dump() without the tree ---------------
+
+void write_value(std::string& out, const std::string& v) {
+  append_json_string(out, v);
+}
+void write_value(std::string& out, bool v) {
+  out.append(v ? "true" : "false");
+}
+template <typename Int>
+void write_int(std::string& out, Int v) {
+  char buf[24];
+  auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  out.append(buf, end);
+}
+void write_value(std::string& out, int64_t v) {
+  write_int(out, v);
+}
+void write_value(std::string& out, uint64_t v) {
+  write_int(out, v);
+}
+void write_value(std::string& out, double v) {
+  out.append(json(v).dump());  // nlohmann's shortest round-trip form (NaN: null)
+}
+void write_value(std::string& out, const std::vector<std::string>& v) {
+  out.push_back('[');
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    append_json_string(out, v[i]);
+  }
+  out.push_back(']');
+}
+template <typename T>
+void write_value(std::string& out, const std::optional<T>& v) {
+  if (v) {
+    write_value(out, *v);
+  } else {
+    out.append("null");
+  }
+}
+
+// One member of the written object: its `"key":` text and its index among the recorded members
+// (-1: the extra key).
+struct Member {
+  std::string key_text;
+  int index;
+};
+
+// The members in the order a std::map-backed json dumps them (keys sorted); `extra` is one more
+// key (Facts' `targets`) written by the caller.
+template <typename ForEach>
+std::vector<Member> sorted_members(ForEach&& for_each, std::string_view extra) {
+  std::vector<std::pair<std::string_view, int>> keys;
+  for_each([&](const char* key, auto) { keys.emplace_back(key, static_cast<int>(keys.size())); });
+  if (!extra.empty()) keys.emplace_back(extra, -1);
+  std::sort(keys.begin(), keys.end());
+  std::vector<Member> members;
+  for (const auto& [key, index] : keys) {
+    std::string text;
+    append_json_string(text, key);
+    text.push_back(':');
+    members.push_back({std::move(text), index});
+  }
+  return members;
+}
+
+constexpr size_t kMaxMembers = 32;
+
+// Writes the members of `s` that differ from `defaults` (and `always`, when not empty), keys
+// sorted; `write_extra` writes the value of the extra key when it returns true.
+template <typename Struct, typename ForEach, typename WriteExtra>
+void write_compact(std::string& out, const Struct& s, const Struct& defaults, ForEach&& for_each,
+                   const std::vector<Member>& order, std::string_view always,
+                   WriteExtra&& write_extra) {
+  // Each member's value written once into `values`, then the members copied out in key order.
+  thread_local std::string values;
+  values.clear();
+  std::array<std::pair<size_t, size_t>, kMaxMembers> spans{};
+  std::array<bool, kMaxMembers> written{};
+  int index = 0;
+  for_each([&](const char* key, auto member) {
+    const int i = index++;
+    if (key == always || !(s.*member == defaults.*member)) {
+      const size_t begin = values.size();
+      write_value(values, s.*member);
+      spans[i] = {begin, values.size()};
+      written[i] = true;
+    }
+  });
+  out.push_back('{');
+  bool first = true;
+  for (const Member& m : order) {
+    const int i = m.index;
+    if (i >= 0 && !written[i]) continue;
+    const size_t mark = out.size();
+    if (!first) out.push_back(',');
+    out.append(m.key_text);
+    if (i < 0) {
+      if (!write_extra(out)) {
+        out.resize(mark);
+        continue;
+      }
+    } else {
+      out.append(values, spans[i].first, spans[i].second - spans[i].first);
+    }
+    first = false;
+  }
+  out.push_back('}');
+}
+
+}  // namespace
+
+std::string facts_to_compact_text(const Facts& f) {
+  static const Facts kDefaults;
+  static const TargetFacts kTargetDefaults;
+  static const auto kOrder =
+      sorted_members([](auto&& visit) { for_each_recorded(visit); }, "targets");
+  static const auto kTargetOrder =
+      sorted_members([](auto&& visit) { for_each_recorded_target(visit); }, "");
+  std::string out;
+  out.reserve(256);
+  // The targets are written into their own buffer first: write_compact keeps one scratch of
+  // values a thread, which the nested call would overwrite.
+  std::string targets;
+  if (!f.targets.empty()) {
+    targets.push_back('[');
+    for (size_t i = 0; i < f.targets.size(); ++i) {
+      if (i > 0) targets.push_back(',');
+      write_compact(
+          targets, f.targets[i], kTargetDefaults,
+          [](auto&& visit) { for_each_recorded_target(visit); }, kTargetOrder, "ref",
+          [](std::string&) { return false; });
+    }
+    targets.push_back(']');
+  }
+  write_compact(
+      out, f, kDefaults, [](auto&& visit) { for_each_recorded(visit); }, kOrder, "",
+      [&](std::string& o) {
+        if (targets.empty()) return false;
+        o.append(targets);
+        return true;
+      });
+  return out;
 }
 
 Result<Facts> facts_from_json(const json& j) {

@@ -77,6 +77,10 @@ nlohmann::json facts_to_json(const Facts& facts);
 // third smaller, for the ledger, which keeps the facts of every request for replay.
 // facts_from_json reads it back to equal facts.
 nlohmann::json facts_to_compact_json(const Facts& facts);
+// facts_to_compact_json(facts).dump(), byte for byte, written without the tree (the ledger's
+// facts column on every request); a string that is not UTF-8 has U+FFFD for each bad byte
+// (where dump() would throw).
+std::string facts_to_compact_text(const Facts& facts);
 Result<Facts> facts_from_json(const nlohmann::json& json);
 
 }  // namespace ferry::policies

@@ -1,6 +1,8 @@
 // Explain: facts, every clause's value, the chosen rule, route and parameter changes.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/policies/test_util.h"
@@ -205,6 +207,73 @@ TEST(FactsJson, CompactBytesAreTheLedgersFormat) {
   auto back = facts_from_json(facts_to_compact_json(f));
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(facts_to_json(*back), facts_to_json(f));
+  // The text the gateway writes on every request is those bytes.
+  EXPECT_EQ(facts_to_compact_text(f), facts_to_compact_json(f).dump());
+  EXPECT_EQ(facts_to_compact_text(Facts{}), "{}");
+  EXPECT_EQ(facts_to_compact_text(zero), R"({"max_tokens":0})");
+}
+
+// facts_to_compact_text is facts_to_compact_json(f).dump() for any facts: random ones, each
+// member at its default or not, with strings that need escaping and doubles of every kind.
+TEST(FactsJson, CompactTextIsTheTreesDump) {
+  std::mt19937_64 rng(17);
+  auto coin = [&] { return (rng() & 1) != 0; };
+  const std::vector<std::string> strings = {"",
+                                            "a",
+                                            "team-x",
+                                            "q\"uote",
+                                            "back\\slash",
+                                            "ctl\x01\t\n",
+                                            "\xc3\xa9t\xc3\xa9",
+                                            "\xf0\x9f\x98\x80"};
+  const std::vector<double> doubles = {0.0,  -0.0,  0.1,       0.5, 1.0,  1e-7, 12.345678901234567,
+                                       1e21, -2.75, 100.0 / 3, 2.0, 7e300};
+  auto str = [&] { return strings[rng() % strings.size()]; };
+  auto dbl = [&] { return doubles[rng() % doubles.size()]; };
+  auto list = [&] {
+    std::vector<std::string> v(rng() % 3);
+    for (auto& s : v) s = str();
+    return v;
+  };
+  for (int round = 0; round < 2000; ++round) {
+    Facts f;
+    if (coin()) f.model = str();
+    if (coin()) f.api = str();
+    if (coin()) f.prompt_tokens = static_cast<int64_t>(rng() % 100000) - 5;
+    if (coin()) f.max_tokens = static_cast<int64_t>(rng() % 3000) - 1;
+    if (coin()) f.temperature = dbl();
+    if (coin()) f.top_p = dbl();
+    f.stream = coin();
+    f.tools = coin();
+    f.response_format = coin();
+    f.task_id = coin();
+    if (coin()) f.key = str();
+    if (coin()) f.team = str();
+    if (coin()) f.project = str();
+    if (coin()) f.role = str();
+    if (coin()) f.tags = list();
+    if (coin()) f.claimed_tags = list();
+    if (coin()) f.unix_seconds = static_cast<int64_t>(rng() >> 30);
+    if (coin()) f.budget_left_pct = dbl();
+    if (coin()) f.split = rng();
+    for (uint64_t t = rng() % 4; t > 0; --t) {
+      TargetFacts target;
+      target.ref = str();
+      if (coin()) target.prompt_tokens = static_cast<int64_t>(rng() % 5000);
+      if (coin()) target.context_length = static_cast<int64_t>(rng() % 200000);
+      target.healthy = coin();
+      if (coin()) target.queue_depth = static_cast<int64_t>(rng() % 40);
+      if (coin()) target.est_wait_ms = static_cast<int64_t>(rng() % 9000);
+      if (coin()) target.p90_ttft_ms = static_cast<int64_t>(rng() % 9000);
+      if (coin()) target.error_rate = dbl();
+      f.targets.push_back(target);
+    }
+    ASSERT_EQ(facts_to_compact_text(f), facts_to_compact_json(f).dump()) << "round " << round;
+  }
+  // Bytes that are not UTF-8 (a header's claimed tag): U+FFFD, where dump() would throw.
+  Facts bad;
+  bad.claimed_tags = {"x\xffy"};
+  EXPECT_EQ(facts_to_compact_text(bad), "{\"claimed_tags\":[\"x\xef\xbf\xbdy\"]}");
 }
 
 // The fact table (policies/fact_table.h) is what the loader offers: every request fact in the
