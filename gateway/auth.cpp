@@ -24,31 +24,29 @@ Authenticator::~Authenticator() {
 
 namespace {
 
-// One read of the stored keys: the keys not revoked, and whether any was ever stored.
-Result<std::pair<std::vector<ledger::StoredKey>, bool>> read_stored(const std::string& db) {
-  auto keys = ledger::list_keys(db, false);
-  if (!keys) return keys.error();
-  auto count = ledger::stored_key_count(db);
-  if (!count) return count.error();
-  return std::pair{std::move(*keys), *count > 0};
+// One read of the stored keys on its own connection (after this instance changed them).
+Result<ledger::StoredKeyReader::Keys> read_stored(const std::string& db) {
+  return ledger::StoredKeyReader(db).read();
 }
 
 }  // namespace
 
 Status Authenticator::watch_store(const std::string& db) {
-  auto first = read_stored(db);
+  // The watcher keeps one connection for its reads (ledger::StoredKeyReader).
+  auto reader = std::make_shared<ledger::StoredKeyReader>(db);
+  auto first = reader->read();
   if (!first) return first.error();
-  set_stored(first->first, first->second);
+  set_stored(first->active, first->ever_stored);
   db_ = db;
-  watcher_ = std::thread([this, db] {
+  watcher_ = std::thread([this, reader] {
     bool failing = false;
     std::unique_lock lock(stop_mu_);
     while (
         !stop_cv_.wait_for(lock, std::chrono::milliseconds(kKeyPollMs), [this] { return stop_; })) {
       lock.unlock();
-      auto got = read_stored(db);
+      auto got = reader->read();
       if (got) {
-        set_stored(got->first, got->second);
+        set_stored(got->active, got->ever_stored);
       } else if (!failing) {  // once per outage, on stderr (the server log)
         std::fprintf(stderr,
                      "ferry: reading the stored API keys failed (%s); keeping the last ones\n",
@@ -63,7 +61,7 @@ Status Authenticator::watch_store(const std::string& db) {
 
 void Authenticator::refresh_stored() {
   if (db_.empty()) return;
-  if (auto got = read_stored(db_)) set_stored(got->first, got->second);
+  if (auto got = read_stored(db_)) set_stored(got->active, got->ever_stored);
 }
 
 void Authenticator::set_stored(const std::vector<ledger::StoredKey>& keys, bool ever_stored) {

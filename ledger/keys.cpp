@@ -143,6 +143,32 @@ Result<StoredKey> revoke_key(const std::string& db, const std::string& id, int64
   return **key;
 }
 
+StoredKeyReader::StoredKeyReader(std::string db) : db_(std::move(db)) {}
+StoredKeyReader::~StoredKeyReader() = default;
+
+Result<StoredKeyReader::Keys> StoredKeyReader::read() {
+  if (!conn_) {
+    auto conn = AnyDb::open(db_);
+    if (!conn) return conn.error();
+    conn_ = std::make_unique<AnyDb>(std::move(*conn));
+    ++connects_;
+  }
+  auto fail = [&](Error e) -> Result<Keys> {
+    conn_.reset();
+    return e;
+  };
+  auto rows = conn_->query(std::string("SELECT ") + kColumns +
+                               " FROM api_keys WHERE revoked_us IS NULL ORDER BY created_us, id",
+                           {});
+  if (!rows) return fail(rows.error());
+  auto count = conn_->query("SELECT COUNT(*) FROM api_keys", {});
+  if (!count) return fail(count.error());
+  Keys out;
+  for (const auto& row : *rows) out.active.push_back(key_of(row));
+  out.ever_stored = !count->empty() && value_int(count->front()[0]) > 0;
+  return out;
+}
+
 Result<int64_t> stored_key_count(const std::string& db) {
   auto rows = query_rows(db, "SELECT COUNT(*) FROM api_keys", {});
   if (!rows) return rows.error();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,8 @@
 #include "common/error.h"
 
 namespace ferry::ledger {
+
+class AnyDb;
 
 struct StoredKey {
   std::string id;
@@ -49,5 +52,30 @@ Result<StoredKey> revoke_key(const std::string& db, const std::string& id, int64
 // How many keys were ever stored (revoked ones included): once one was, authentication stays
 // on even when every key is revoked and the config has none.
 Result<int64_t> stored_key_count(const std::string& db);
+
+// The unrevoked keys and whether any key was ever stored, read again and again over one
+// connection (the server's watcher re-reads them every second: a connection a read would cost
+// more than the read, and on PostgreSQL a connection a second for every instance). A failed
+// read drops the connection; the next one connects again. One thread at a time.
+class StoredKeyReader {
+ public:
+  explicit StoredKeyReader(std::string db);
+  ~StoredKeyReader();
+  StoredKeyReader(const StoredKeyReader&) = delete;
+  StoredKeyReader& operator=(const StoredKeyReader&) = delete;
+
+  struct Keys {
+    std::vector<StoredKey> active;  // unrevoked, oldest first (list_keys)
+    bool ever_stored = false;       // stored_key_count > 0
+  };
+  Result<Keys> read();
+  // Connections made so far (1 while every read succeeds).
+  int connects() const { return connects_; }
+
+ private:
+  std::string db_;
+  std::unique_ptr<AnyDb> conn_;
+  int connects_ = 0;
+};
 
 }  // namespace ferry::ledger

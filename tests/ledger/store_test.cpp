@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "ledger/history.h"
 #include "ledger/journal.h"
+#include "ledger/keys.h"
 #include "ledger/ledger.h"
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
@@ -193,6 +194,47 @@ RequestRecord rich_record(int i) {
     r.attempts = {a, b};
   }
   return r;
+}
+
+// The server's key watcher reads the stored keys every second over one connection: it sees
+// keys created and revoked after it connected, and after a failed read it connects again.
+TEST_P(LedgerStore, StoredKeysAreReadAgainOverOneConnection) {
+  auto ledger = open();
+  ASSERT_TRUE(ledger);
+  const std::string db = db_->config("gw-1").path;
+  StoredKeyReader reader(db);
+  auto none = reader.read();
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_TRUE(none->active.empty());
+  EXPECT_FALSE(none->ever_stored);
+  StoredKey spec;
+  spec.id = "k-one";
+  spec.team = "search";
+  spec.role = "app";
+  ASSERT_TRUE(create_key(db, spec, {}));
+  spec.id = "k-two";
+  ASSERT_TRUE(create_key(db, spec, {}));
+  auto two = reader.read();
+  ASSERT_TRUE(two) << two.error().message;
+  ASSERT_EQ(two->active.size(), 2u);
+  EXPECT_EQ(two->active[0].id, "k-one");
+  EXPECT_EQ(two->active[0].team, "search");
+  EXPECT_TRUE(two->ever_stored);
+  ASSERT_TRUE(revoke_key(db, "k-one", 5));
+  ASSERT_TRUE(revoke_key(db, "k-two", 6));
+  auto revoked = reader.read();
+  ASSERT_TRUE(revoked) << revoked.error().message;
+  EXPECT_TRUE(revoked->active.empty());
+  EXPECT_TRUE(revoked->ever_stored);  // authentication stays on
+  EXPECT_EQ(reader.connects(), 1);
+  // A read that fails drops the connection; the next read connects again.
+  ASSERT_TRUE(db_->exec("ALTER TABLE api_keys RENAME TO api_keys_away"));
+  EXPECT_FALSE(reader.read());
+  ASSERT_TRUE(db_->exec("ALTER TABLE api_keys_away RENAME TO api_keys"));
+  auto again = reader.read();
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_TRUE(again->ever_stored);
+  EXPECT_EQ(reader.connects(), 2);
 }
 
 TEST_P(LedgerStore, SameRowsVerifyAndBudgetsRebuildFromThem) {
