@@ -182,6 +182,7 @@ void Gateway::render_ledger_metrics(std::string& out) const {
     append_sample(out, id, {}, value);
   };
   counter(MetricSeries::kLedgerRowsCommitted, s.rows_committed);
+  counter(MetricSeries::kLedgerBatches, s.batches);
   counter(MetricSeries::kLedgerPending, s.pending);
   counter(MetricSeries::kLedgerWriteFailures, s.write_failures);
   counter(MetricSeries::kLedgerHealthy, s.healthy ? 1 : 0);

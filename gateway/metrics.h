@@ -85,6 +85,8 @@ namespace ferry::gateway {
   X(PolicyInfo, "ferry_policy_info", kGauge, "The active policy version.", "version")              \
   X(LedgerRowsCommitted, "ferry_ledger_rows_committed_total", kCounter,                            \
     "Ledger rows made durable.", "")                                                               \
+  X(LedgerBatches, "ferry_ledger_batches_total", kCounter,                                         \
+    "Group commits written (rows per commit = rows committed / batches).", "")                     \
   X(LedgerPending, "ferry_ledger_pending", kGauge, "Rows admitted or queued, not yet durable.",    \
     "")                                                                                            \
   X(LedgerWriteFailures, "ferry_ledger_write_failures_total", kCounter,                            \
