@@ -5,3 +5,6 @@ target_link_libraries(ferry_loadgen PRIVATE ferry_options)
 # The floor of any proxy here: a byte relay making only the unavoidable system calls.
 add_executable(ferry_bench_relay ${CMAKE_CURRENT_LIST_DIR}/relay.cpp)
 target_link_libraries(ferry_bench_relay PRIVATE ferry_options)
+# The floor of a durable ledger row: a group commit's pwrite + fdatasync on this disk.
+add_executable(ferry_bench_fsync ${CMAKE_CURRENT_LIST_DIR}/fsync_floor.cpp)
+target_link_libraries(ferry_bench_fsync PRIVATE ferry_options)

@@ -13,6 +13,10 @@
 #   BENCH_RELAY (default on; "off" to skip): ferry_bench_relay, a byte relay that makes only
 #   the system calls every proxy must (recv and send per message and direction, epoll_wait),
 #   on FERRY_CPU in front of the same upstream: the kernel's floor for a proxied request here.
+#   BENCH_FULL (default on; "off" to skip): a second ferry, "ferry-full", with the whole
+#   accounting path (the key, an exact cl100k_base count, a 5-rule policy whose last rule
+#   decides, a hard team budget, a durable SQLite ledger row, the access log) on FERRY_CPU in
+#   front of the same upstream, measured in the same rounds as the pass-through ferry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -25,10 +29,12 @@ ferry_bin=$BUILD_DIR/gateway/ferry
 upstream_bin=$BUILD_DIR/tests/integration/ferry_test_upstream
 loadgen_bin=$BUILD_DIR/bench/ferry_loadgen
 relay_bin=$BUILD_DIR/bench/ferry_bench_relay
+fsync_bin=$BUILD_DIR/bench/ferry_bench_fsync
 if [ ! -x "$ferry_bin" ] || [ ! -x "$upstream_bin" ] || [ ! -x "$loadgen_bin" ] ||
-  [ ! -x "$relay_bin" ]; then
+  [ ! -x "$relay_bin" ] || [ ! -x "$fsync_bin" ]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja >/dev/null
-  cmake --build "$BUILD_DIR" --target ferry ferry_test_upstream ferry_loadgen ferry_bench_relay
+  cmake --build "$BUILD_DIR" --target ferry ferry_test_upstream ferry_loadgen ferry_bench_relay \
+    ferry_bench_fsync
 fi
 
 # taskset execs the command, so $! below is the server's own pid (for /proc/<pid>/stat).
@@ -77,30 +83,24 @@ for i in "${!args[@]}"; do
   if [ "${args[$i]}" = --slow-stream-ms ]; then slow_ms=${args[$((i + 1))]:-5}; fi
 done
 
-access_log=${FERRY_ACCESS_LOG:-$work/access.log}
+# The pass-through ferry, as issue 17 defines it: no keys, no policy, no ledger; the access log
+# only when FERRY_ACCESS_LOG names a file.
+access_log=${FERRY_ACCESS_LOG:-off}
 api_key=sk-ferry-bench
+models_yaml() {  # the two models the load generator asks for; $1: extra lines for each
+  printf '%s\n' "models:" "  - name: echo" "    backend: upstream" "    upstream_model: echo" "$1" \
+    "  - name: stream-slow-$slow_ms" "    backend: upstream" \
+    "    upstream_model: stream-slow-$slow_ms" "$1" | sed '/^$/d'
+}
 cat >"$work/ferry.yaml" <<EOF
 server:
   listen: 127.0.0.1:0
   io_threads: $IO_THREADS
-auth:
-  keys:
-    - id: bench
-      key: $api_key
-      team: bench
-      project: loadgen
-      role: app
 backends:
   - name: upstream
     base_url: $upstream_url/v1
     max_idle_connections: 64
-models:
-  - name: echo
-    backend: upstream
-    upstream_model: echo
-  - name: stream-slow-$slow_ms
-    backend: upstream
-    upstream_model: stream-slow-$slow_ms
+$(models_yaml "")
 log:
   access_log: $access_log
 EOF
@@ -111,6 +111,77 @@ pids+=("$ferry_pid")
 ferry_url=$(wait_listening "$work/ferry.out" ferry)
 
 reference_args=()
+if [ "${BENCH_FULL:-on}" != off ]; then
+  mkdir -p "$work/full"
+  cat >"$work/full/policy.yaml" <<EOF
+description: the accounting path's benchmark policy; the fifth rule decides
+targets: { echo: echo, slow: stream-slow-$slow_ms }
+models: [echo, stream-slow-$slow_ms]
+rules:
+  - id: too-long
+    when: { prompt_tokens: { gt: 120000 } }
+    reject: { status: 400, message: too long }
+  - id: finance-never
+    when: { team: finance }
+    reject: { status: 403, message: no }
+  - id: night-tools
+    when: { tools: present, hour: { lt: 6 } }
+    route: [slow]
+  - id: premium
+    when: { tags: premium, max_tokens: { gt: 4096 } }
+    route: [slow, echo]
+  - id: by-model
+    when: { model: echo, fits: echo }
+    route: [echo]
+default:
+  route: [slow]
+EOF
+  cat >"$work/full/ferry.yaml" <<EOF
+server:
+  listen: 127.0.0.1:0
+  io_threads: $IO_THREADS
+auth:
+  keys:
+    - id: bench
+      sha256: $(printf %s "$api_key" | sha256sum | cut -d' ' -f1)
+      team: bench
+      project: loadgen
+      role: app
+backends:
+  - name: upstream
+    base_url: $upstream_url/v1
+    max_idle_connections: 64
+$(models_yaml "    tokenizer: cl100k_base")
+log:
+  access_log: $work/full/access.log
+policy:
+  file: $work/full/policy.yaml
+  watch: false
+ledger:
+  path: $work/full/ledger.db
+prices:
+  - model: echo
+    effective_from: 2026-01-01
+    input: 0.20
+    output: 0.60
+  - model: stream-slow-$slow_ms
+    effective_from: 2026-01-01
+    input: 0.20
+    output: 0.60
+budgets:
+  - name: bench-monthly
+    scope: team
+    match: bench
+    amount: 1000000000.00
+    period: month
+    mode: hard
+EOF
+  "${pin_ferry[@]}" "$ferry_bin" serve --config "$work/full/ferry.yaml" >"$work/full/ferry.out" 2>&1 &
+  full_pid=$!
+  pids+=("$full_pid")
+  full_url=$(wait_listening "$work/full/ferry.out" ferry-full)
+  reference_args+=(--reference "$full_url" --reference-pid "$full_pid" --reference-name ferry-full)
+fi
 if [ "${BENCH_NGINX:-on}" != off ] && command -v nginx >/dev/null 2>&1; then
   mkdir -p "$work/nginx"
   nginx_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -122,7 +193,7 @@ pid $work/nginx/nginx.pid;
 error_log $work/nginx/error.log;
 events { worker_connections 4096; }
 http {
-  access_log $work/nginx/access.log;
+  access_log off;
   client_body_temp_path $work/nginx;
   proxy_temp_path $work/nginx;
   upstream up { server ${upstream_url#http://}; keepalive 64; }
@@ -146,7 +217,7 @@ EOF
     if (exec 3<>"/dev/tcp/127.0.0.1/$nginx_port") 2>/dev/null; then break; fi
     sleep 0.1
   done
-  reference_args=(--reference "http://127.0.0.1:$nginx_port" --reference-pid "$nginx_pid"
+  reference_args+=(--reference "http://127.0.0.1:$nginx_port" --reference-pid "$nginx_pid"
     --reference-name nginx)
 fi
 if [ "${BENCH_RELAY:-on}" != off ]; then
@@ -161,10 +232,19 @@ fi
 echo "ferry $("$ferry_bin" --version 2>/dev/null | head -1) on CPU $FERRY_CPU ($IO_THREADS I/O" \
   "threads), upstream on CPU $UPSTREAM_CPU, loadgen on CPU $LOADGEN_CPU, nice ${BENCH_NICE:-0};" \
   "access log: $access_log; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+# The durable commit's floor on this disk, before and after the rounds (ferry-full's ledger's
+# directory; 10 pages: what one row's commit writes to the WAL, 20 pwrites of a frame header and a page).
+fsync_floor() {
+  if [ "${BENCH_FULL:-on}" != off ]; then
+    "${pin_ferry[@]}" "$fsync_bin" --dir "$work/full" --pages 10 --commits 200 --interval-us 2000
+  fi
+}
+fsync_floor
 status=0
 "${pin_loadgen[@]}" "$loadgen_bin" --direct "$upstream_url" --ferry "$ferry_url" \
   --api-key "$api_key" --ferry-pid "$ferry_pid" --upstream-pid "$upstream_pid" \
   "${reference_args[@]}" "$@" || status=$?
+fsync_floor
 if [ "$status" -ne 0 ]; then
   echo "gateway_bench: ferry_loadgen exited with $status (errors above); last lines of ferry's output:"
   tail -n 20 "$work/ferry.out"
