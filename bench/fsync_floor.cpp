@@ -1,10 +1,11 @@
 // The floor of a durable ledger row on this machine: what one group commit costs the disk and
 // the kernel, whatever the database. It appends `--pages` pages of 4 KiB + 24 bytes (a SQLite
-// WAL frame each) to a file in `--dir` with one pwrite per commit, then fdatasync()s it, `--commits`
-// times (the file wraps at 4 MiB, as a WAL restarts after a checkpoint), and prints the wall time
-// (p50, p90) and the CPU time (user + system, all of it this process's) per commit. gateway_bench.sh
-// runs it beside the servers in the same run, in the directory of ferry-full's ledger, so that
-// the durable commit's share of ferry-full's figures has a reference (see bench/README.md).
+// WAL frame each) to a file in `--dir` with one pwrite per commit, then fdatasync()s it,
+// `--commits` times (the file wraps at 4 MiB, as a WAL restarts after a checkpoint), and prints the
+// wall time (p50, p90) and the CPU time (user + system, all of it this process's) per commit.
+// gateway_bench.sh runs it beside the servers in the same run, in the directory of ferry-full's
+// ledger, so that the durable commit's share of ferry-full's figures has a reference (see
+// bench/README.md).
 //
 // Usage: ferry_bench_fsync --dir DIR [--pages 12] [--commits 300] [--interval-us 0]
 // --interval-us spaces the commits (the disk idles between them as at 200 req/s).
@@ -99,7 +100,6 @@ int main(int argc, char** argv) {
   std::printf(
       "fsync floor: %d commits of %d pages (pwrite + fdatasync)%s: wall p50 %.3f ms, p90 %.3f "
       "ms; CPU %.1f us per commit\n",
-      commits, pages, interval_us > 0 ? ", spaced" : "", pct(0.5) / 1000, pct(0.9) / 1000,
-      cpu_us);
+      commits, pages, interval_us > 0 ? ", spaced" : "", pct(0.5) / 1000, pct(0.9) / 1000, cpu_us);
   return 0;
 }

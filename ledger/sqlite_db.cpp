@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "ledger/wal_vfs.h"
+
 namespace ferry::ledger {
 
 Error sqlite_error(sqlite3* db, int rc, std::string_view what) {
@@ -121,7 +123,9 @@ Result<Db> Db::open(const std::string& path, bool read_only) {
   Db db;
   int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   flags |= SQLITE_OPEN_NOMUTEX;
-  int rc = sqlite3_open_v2(path.c_str(), &db.db_, flags, nullptr);
+  // Writable connections gather each commit's WAL writes into one (ledger/wal_vfs.h), which
+  // relies on synchronous=FULL below.
+  int rc = sqlite3_open_v2(path.c_str(), &db.db_, flags, read_only ? nullptr : wal_gathering_vfs());
   if (rc != SQLITE_OK) {
     Error error = sqlite_error(db.db_, rc, "open " + path);
     return error;
