@@ -157,6 +157,8 @@ void Process::read_loop(int fd, bool is_stdout) {
   if (is_stdout) {
     if (!partial.empty()) out_lines_.push_back(partial);
     out_closed_ = true;
+  } else {
+    err_closed_ = true;
   }
   cv_.notify_all();
 }
@@ -214,6 +216,10 @@ std::optional<int> Process::wait_exit(Ms timeout) {
     pid_t r = ::waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
       exit_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      // The reader threads may still hold the last bytes it wrote: a caller reads its output
+      // next, so wait (briefly: a grandchild could keep a pipe open) until both pipes closed.
+      std::unique_lock lock(mutex_);
+      cv_.wait_for(lock, Ms(5000), [&] { return out_closed_ && err_closed_; });
       return exit_status_;
     }
     if (Clock::now() >= deadline) return std::nullopt;

@@ -78,6 +78,7 @@ class Process {
   std::vector<std::string> out_lines_;
   std::string err_text_;
   bool out_closed_ = false;
+  bool err_closed_ = false;
   std::thread out_thread_;
   std::thread err_thread_;
 };
