@@ -117,6 +117,8 @@ struct Relayed {
   std::optional<std::string> broken;  // the relay's reason, when it broke the stream
   std::optional<std::string> error;   // the translator's error
   std::string upstream;               // the translator's record of the upstream bytes
+  adapters::Usage usage;              // what the relay took for the ledger
+  std::string finish_reason;
 };
 
 // The random ids a renderer makes (message, response, item ids) differ per run.
@@ -160,6 +162,8 @@ Relayed relay_run(api::Endpoint api, const std::vector<std::string>& reads, bool
   run.events = api::parse_named_sse(sent);
   for (auto& e : run.events) drop_ids(e.data);
   run.upstream = sink.take_upstream();
+  run.usage = reply.usage;
+  run.finish_reason = reply.finish_reason;
   return run;
 }
 
@@ -170,6 +174,15 @@ Relayed same_both_ways(api::Endpoint api, const std::vector<std::string>& reads)
   EXPECT_EQ(taken.broken, bytes.broken);
   EXPECT_EQ(taken.error, bytes.error);
   EXPECT_EQ(taken.upstream, bytes.upstream);
+  // The ledger's usage and finish reason: the relay scans a taken chunk's text only where the
+  // translator's parse found the members its scans look for.
+  EXPECT_EQ(taken.finish_reason, bytes.finish_reason);
+  EXPECT_EQ(taken.usage.prompt_tokens, bytes.usage.prompt_tokens);
+  EXPECT_EQ(taken.usage.completion_tokens, bytes.usage.completion_tokens);
+  EXPECT_EQ(taken.usage.total_tokens, bytes.usage.total_tokens);
+  EXPECT_EQ(taken.usage.cached_tokens, bytes.usage.cached_tokens);
+  EXPECT_EQ(taken.usage.reasoning_tokens, bytes.usage.reasoning_tokens);
+  EXPECT_EQ(taken.usage.malformed, bytes.usage.malformed);
   EXPECT_EQ(taken.events.size(), bytes.events.size());
   for (size_t i = 0; i < std::min(taken.events.size(), bytes.events.size()); ++i) {
     EXPECT_EQ(taken.events[i].name, bytes.events[i].name) << i;
@@ -246,6 +259,57 @@ TEST(TranslatingSinkHandOver, ToolCallDeltas) {
   for (api::Endpoint api : kApis) {
     Relayed r = same_both_ways(api, reads);
     EXPECT_FALSE(r.error);
+  }
+}
+
+// Usage and finish reasons where the relay's text scans look (any depth, the last usage object,
+// the first string finish_reason, names written with escapes): the ledger gets the same.
+TEST(TranslatingSinkHandOver, TheLedgersUsageAndFinishReasonAsTheScansFindThem) {
+  const std::string head =
+      R"({"id":"c1","object":"chat.completion.chunk","created":1,"model":"up",)";
+  const std::vector<std::string> odd = {
+      // usage null on every chunk (some servers), then the real one.
+      frame(
+          head +
+          R"("choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}],"usage":null})"),
+      // usage inside a choice's logprobs, and after the top-level one (the last one counts).
+      frame(
+          head +
+          R"("choices":[{"index":0,"delta":{"content":"b"},"logprobs":{"usage":{"prompt_tokens":1}}}]})"),
+      frame(
+          head +
+          R"("usage":{"prompt_tokens":2,"completion_tokens":3},"choices":[{"index":0,"delta":{},"x":{"usage":{"completion_tokens":4}}}]})"),
+      // A finish_reason string nested somewhere else before the choice's own.
+      frame(
+          head +
+          R"("meta":{"finish_reason":"elsewhere"},"choices":[{"index":0,"delta":{"content":"c"},"finish_reason":null}]})"),
+      // Names written with escapes: decoded, the text scans do not see them.
+      frame(
+          head +
+          R"("choices":[{"index":0,"delta":{"content":"d"},"finish_reason":"length"}],"usage":{"prompt_tokens":9}})"),
+      // A name ending in an escaped quote and the key: the scans see `"usage":` in it.
+      frame(
+          head +
+          R"("choices":[{"index":0,"delta":{"content":"e"}}],"x"usage":{"prompt_tokens":11,"completion_tokens":12}})"),
+      frame(head + R"("choices":[{"index":0,"delta":{"content":"f"}}],"y"finish_reason":"stop"})"),
+      // Counts the scanner gives up on (a float, a string, beyond int64): the full parse decides.
+      frame(
+          head +
+          R"("choices":[],"usage":{"prompt_tokens":1.5,"completion_tokens":"2","total_tokens":99999999999999999999}})")};
+  for (size_t i = 0; i < odd.size(); ++i) {
+    for (api::Endpoint api : kApis) {
+      std::vector<std::string> reads = {chunk(R"({"role":"assistant","content":""})")};
+      for (size_t j = 0; j <= i; ++j) reads.push_back(odd[j]);
+      reads.push_back(chunk("{}", "\"stop\""));
+      reads.push_back(
+          usage_chunk(R"({"prompt_tokens":7,"completion_tokens":5,"total_tokens":12})"));
+      reads.push_back("data: [DONE]\n\n");
+      same_both_ways(api, reads);
+      // The odd chunk last (after the finish and the usage).
+      reads = {chunk(R"({"role":"assistant","content":""})"), chunk("{}", "\"stop\""), odd[i],
+               "data: [DONE]\n\n"};
+      same_both_ways(api, reads);
+    }
   }
 }
 
