@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "api/dom_value.h"
+#include "common/json_text.h"
 
 namespace ferry::api {
 
@@ -434,8 +435,6 @@ std::optional<Error> parse_input(const std::optional<element>& input, ResponsesR
     msg.content.form = Content::Form::kText;
     msg.content.text = std::string(string_of(*input));
     out.chat.messages.push_back(std::move(msg));
-    out.input_items = Json::array(
-        {Json{{"type", "message"}, {"role", "user"}, {"content", std::string(string_of(*input))}}});
     return std::nullopt;
   }
   if (!input->is_array()) return invalid_type("input", "a string or an array", *input);
@@ -446,8 +445,20 @@ std::optional<Error> parse_input(const std::optional<element>& input, ResponsesR
         "input", "empty_array");
   }
   if (auto e = parse_items(*input, "input", ctx)) return e;
-  out.input_items = to_json(*input);
   return std::nullopt;
+}
+
+// The input items a stored response keeps (ResponsesRequest::input_items), of a checked input.
+std::string input_items_text(const element& input) {
+  std::string out;
+  if (input.is_string()) {
+    out.append(R"([{"type":"message","role":"user","content":)");
+    append_json_string(out, string_of(input));
+    out.append("}]");
+  } else {
+    append_dom_json(out, input);
+  }
+  return out;
 }
 
 // ============================================================================================
@@ -912,7 +923,7 @@ std::optional<Error> parse_instructions(const TopFields& f, ResponsesRequest& ou
   system.role = Role::kSystem;
   system.content.form = Content::Form::kText;
   system.content.text = std::string(**instructions);
-  out.echo.instructions = Json(system.content.text).dump();
+  out.echo.instructions = json_string(system.content.text);
   out.chat.messages.push_back(std::move(system));
   return std::nullopt;
 }
@@ -938,6 +949,7 @@ std::optional<Error> parse_body(const TopFields& f, const ParseOptions& options,
   if (out.chat.metadata.task_id.empty() && out.prompt_cache_key.size() <= 256) {
     out.chat.metadata.task_id = out.prompt_cache_key;
   }
+  if (out.store) out.input_items = input_items_text(*f["input"]);
   return std::nullopt;
 }
 

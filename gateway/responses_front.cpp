@@ -146,9 +146,7 @@ std::optional<ledger::StoredResponse> response_to_store(const api::ResponsesRequ
   out.id = response["id"].get<std::string>();
   out.key_id = key_id;
   out.model = request.chat.model;
-  out.items = join_arrays(
-      request.history,
-      request.input_items.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  out.items = join_arrays(request.history, request.input_items);
   out.output = response["output"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   out.response = std::string(response_json);
   return out;
