@@ -213,6 +213,7 @@ ResponsesStreamRenderer::ResponsesStreamRenderer(ResponsesRenderOptions options)
     : options_(std::move(options)) {}
 
 void ResponsesStreamRenderer::begin(std::string& out, std::string_view type) {
+  response_at_ = response_end_ = 0;
   begin_sse_event(out, type);
   JsonWriter w(out);
   w.raw("{\"type\":\"").raw(type).raw("\",\"sequence_number\":").num(sequence_++);
@@ -227,7 +228,9 @@ void ResponsesStreamRenderer::render_response_event(std::string& out, std::strin
   begin(out, type);
   JsonWriter w(out);
   w.raw(",\"response\":");
+  response_at_ = out.size();
   write_response(w, ResponseView{id_, created_at_, model_, status, &a, &ids_, &options_.echo});
+  response_end_ = out.size();
   w.raw("}");
   end_sse_event(out);
 }
@@ -331,8 +334,10 @@ void ResponsesStreamRenderer::render_failed(const Error& error, std::string& out
   begin(out, "response.failed");
   JsonWriter w(out);
   w.raw(",\"response\":");
+  response_at_ = out.size();
   write_response(w, ResponseView{id_, created_at_, model_, ItemStatus::kFailed, &failed, &ids_,
                                  &options_.echo});
+  response_end_ = out.size();
   w.raw("}");
   end_sse_event(out);
 }
@@ -368,7 +373,13 @@ void ResponsesStreamRenderer::render_end(std::string& out) {
   end_sse_event(out);
 }
 
+std::string_view ResponsesStreamRenderer::last_response(std::string_view out) const {
+  if (response_end_ <= response_at_ || response_end_ > out.size()) return {};
+  return out.substr(response_at_, response_end_ - response_at_);
+}
+
 void ResponsesStreamRenderer::render(const Event& event, std::string& out) {
+  response_at_ = response_end_ = 0;
   if (done_) return;
   builder_.on_event(event);
   if (builder_.violation()) return render_end(out);

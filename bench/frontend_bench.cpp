@@ -78,8 +78,7 @@ std::vector<std::string> upstream_chunks() {
 
 std::string responses_request(bool store = false) {
   return R"({"model":"coder","max_output_tokens":1024,"stream":true,"store":)" +
-         std::string(store ? "true" : "false") +
-         R"(,"temperature":0.2,"instructions":")" +
+         std::string(store ? "true" : "false") + R"(,"temperature":0.2,"instructions":")" +
          long_text() +
          R"(","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"Find the bug in main.cpp"}]},)"
          R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Let me read it."}]},)"

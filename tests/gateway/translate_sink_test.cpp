@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "adapters/stream_relay.h"
+#include "api/responses_parse.h"
+#include "gateway/responses_front.h"
 #include "tests/api/sse_events.h"
 
 namespace ferry::gateway {
@@ -73,6 +75,61 @@ TEST(TranslatingSink, ResponsesLedgerFailureAfterTheWholeAnswerIsResponseFailed)
   int64_t next = static_cast<int64_t>(before.size());
   for (const auto& event : ev) EXPECT_EQ(event.data["sequence_number"], next++);
   EXPECT_TRUE(final_response.empty()) << "a failed response is not stored";
+}
+
+// The final response object kept for the store is the one the client got, byte for byte (the
+// renderer hands it over; it used to be read back from the stream and re-written).
+TEST(TranslatingSink, ResponsesFinalObjectIsTheOneSent) {
+  NullSink client;
+  std::string final_response;
+  RenderContext context{"req-4", "coder", 5};
+  context.final_response = &final_response;
+  TranslatingSink sink(client, frontend(api::Endpoint::kResponses), context);
+  std::string sent = translate_all(sink);
+  sent += sink.finish(std::nullopt);
+  const std::string marker = "\ndata: ";
+  const size_t last = sent.rfind(marker);
+  ASSERT_NE(last, std::string::npos);
+  std::string data = sent.substr(last + marker.size());
+  data = data.substr(0, data.find('\n'));
+  EXPECT_NE(data.find("\"type\":\"response.completed\""), std::string::npos) << data;
+  const std::string head = ",\"response\":";
+  const size_t at = data.find(head);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(final_response, data.substr(at + head.size(), data.size() - at - head.size() - 1));
+  EXPECT_EQ(json::parse(final_response), json::parse(data)["response"]);
+}
+
+// What the response store is handed: the id and the output as a kept tree writes them (the
+// last of a member named twice), the object as sent; nothing for what is not a response.
+TEST(ResponsesFront, ResponseToStoreReadsIdAndOutputAsATreeDoes) {
+  auto parsed = parse_responses_request(R"({"model":"m","input":"hi"})", {}, false);
+  ASSERT_TRUE(parsed);
+  const api::ResponsesRequest& request = *parsed->responses;
+  auto reference = [](const std::string& text) {  // what nlohmann made of it before
+    auto r = nlohmann::ordered_json::parse(text);
+    return r["output"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  for (std::string text :
+       {std::string(
+            R"({"id":"resp_1","object":"response","output":[{"type":"message","id":"m",)"
+            R"("content":[{"type":"output_text","text":"a\"\u00e9\n","annotations":[]}]}]})"),
+        std::string(R"({"id":"x","id":"resp_2","output":[1],"output":[{"a":-0,"b":1.50,"c":1e300,)"
+                    R"("d":18446744073709551615,"a":[true,null]}]})"),
+        // Beyond 64 bits: simdjson does not read it; nlohmann does, as before.
+        std::string(R"({"id":"resp_3","output":[{"n":123456789012345678901234567890}]})")}) {
+    auto kept = response_to_store(request, text, "k1");
+    ASSERT_TRUE(kept) << text;
+    EXPECT_EQ(kept->id, nlohmann::ordered_json::parse(text)["id"].get<std::string>());
+    EXPECT_EQ(kept->output, reference(text)) << text;
+    EXPECT_EQ(kept->response, text);
+    EXPECT_EQ(kept->key_id, "k1");
+    EXPECT_EQ(kept->items, R"([{"type":"message","role":"user","content":"hi"}])");
+  }
+  for (std::string text : {"", "[]", "{\"id\":5,\"output\":[]}", "{\"id\":\"r\",\"output\":{}}",
+                           "{\"id\":\"r\"}", "{not json", "{\"id\":\"r\xff\",\"output\":[]}"}) {
+    EXPECT_FALSE(response_to_store(request, text, "k1")) << text;
+  }
 }
 
 TEST(TranslatingSink, MessagesLedgerFailureAfterTheWholeAnswerIsAnErrorEvent) {
