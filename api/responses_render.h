@@ -38,6 +38,15 @@ struct ResponseItemIds {
   std::string call;
 };
 
+// What every delta event of one output item begins with (its type, up to the sequence number)
+// and what follows the number up to the fragment: written once per item.
+struct ResponseDeltaHead {
+  std::string open;
+  std::string middle;
+  std::string_view close;
+  int kind = -1;  // the DeltaKind they were written for; -1: none
+};
+
 struct ResponsesRenderOptions {
   RenderIdentity identity;  // id "resp_" + 48 letters and digits when empty
   ResponsesEcho echo;
@@ -101,6 +110,7 @@ class ResponsesStreamRenderer {
   ResponsesRenderOptions options_;
   AnswerBuilder builder_;             // the answer so far, for the .done events and the end
   std::vector<ResponseItemIds> ids_;  // per block
+  std::vector<ResponseDeltaHead> delta_heads_;  // per block
   std::string id_;
   std::string model_;
   int64_t created_at_ = 0;
