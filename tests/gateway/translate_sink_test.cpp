@@ -53,12 +53,22 @@ std::string translate_all(TranslatingSink& sink) {
   return sent;
 }
 
-TEST(TranslatingSink, ResponsesLedgerFailureAfterTheWholeAnswerIsResponseFailed) {
+// A Responses translator that keeps the final response object (as for the response store).
+struct KeptResponse {
   NullSink client;
   std::string final_response;
-  RenderContext context{"req-1", "coder", 5};
-  context.final_response = &final_response;
-  TranslatingSink sink(client, frontend(api::Endpoint::kResponses), context);
+  RenderContext context;
+  std::optional<TranslatingSink> sink;
+  explicit KeptResponse(std::string_view request_id) : context{request_id, "coder", 5} {
+    context.final_response = &final_response;
+    sink.emplace(client, frontend(api::Endpoint::kResponses), context);
+  }
+};
+
+TEST(TranslatingSink, ResponsesLedgerFailureAfterTheWholeAnswerIsResponseFailed) {
+  KeptResponse kept("req-1");
+  TranslatingSink& sink = *kept.sink;
+  const std::string& final_response = kept.final_response;
   std::string sent = translate_all(sink);
   Error e = Error::make(ErrorCode::kUnavailable, "the answer could not be recorded");
   std::string end = sink.finish(e);
@@ -80,11 +90,9 @@ TEST(TranslatingSink, ResponsesLedgerFailureAfterTheWholeAnswerIsResponseFailed)
 // The final response object kept for the store is the one the client got, byte for byte (the
 // renderer hands it over; it used to be read back from the stream and re-written).
 TEST(TranslatingSink, ResponsesFinalObjectIsTheOneSent) {
-  NullSink client;
-  std::string final_response;
-  RenderContext context{"req-4", "coder", 5};
-  context.final_response = &final_response;
-  TranslatingSink sink(client, frontend(api::Endpoint::kResponses), context);
+  KeptResponse kept("req-4");
+  TranslatingSink& sink = *kept.sink;
+  const std::string& final_response = kept.final_response;
   std::string sent = translate_all(sink);
   sent += sink.finish(std::nullopt);
   const std::string marker = "\ndata: ";
@@ -328,59 +336,48 @@ TEST(TranslatingSinkHandOver, ToolCallDeltas) {
 // Usage and finish reasons where the relay's text scans look (any depth, the last usage object,
 // the first string finish_reason, names written with escapes): the ledger gets the same.
 TEST(TranslatingSinkHandOver, TheLedgersUsageAndFinishReasonAsTheScansFindThem) {
-  const std::string head =
-      R"({"id":"c1","object":"chat.completion.chunk","created":1,"model":"up",)";
+  // A chunk's frame: the usual head, then `rest`.
+  auto odd_chunk = [](const std::string& rest) {
+    return frame(R"({"id":"c1","object":"chat.completion.chunk","created":1,"model":"up",)" + rest);
+  };
   const std::vector<std::string> odd = {
       // usage null on every chunk (some servers), then the real one.
-      frame(
-          head +
+      odd_chunk(
           R"("choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}],"usage":null})"),
       // usage inside a choice's logprobs, and after the top-level one (the last one counts).
-      frame(
-          head +
+      odd_chunk(
           R"("choices":[{"index":0,"delta":{"content":"b"},"logprobs":{"usage":{"prompt_tokens":1}}}]})"),
-      frame(
-          head +
+      odd_chunk(
           R"("usage":{"prompt_tokens":2,"completion_tokens":3},"choices":[{"index":0,"delta":{},"x":{"usage":{"completion_tokens":4}}}]})"),
       // A finish_reason string nested somewhere else before the choice's own.
-      frame(
-          head +
+      odd_chunk(
           R"("meta":{"finish_reason":"elsewhere"},"choices":[{"index":0,"delta":{"content":"c"},"finish_reason":null}]})"),
       // Names written with escapes: decoded, the text scans do not see them.
-      frame(
-          head +
+      odd_chunk(
           R"("choices":[{"index":0,"delta":{"content":"d"},"finish_reas\u006fn":"length"}],"us\u0061ge":{"prompt_tokens":9}})"),
       // A name ending in an escaped quote and the key: the scans see `"usage":` in it.
-      frame(
-          head +
+      odd_chunk(
           R"("choices":[{"index":0,"delta":{"content":"e"}}],"x\"usage":{"prompt_tokens":11,"completion_tokens":12}})"),
-      frame(head + R"("choices":[{"index":0,"delta":{"content":"f"}}],"y\"finish_reason":"stop"})"),
+      odd_chunk(R"("choices":[{"index":0,"delta":{"content":"f"}}],"y\"finish_reason":"stop"})"),
       // Where the translator's own passes do not look: inside a delta, a tool call, a member
       // named twice (the reader reads the first), choices that are an object, a delta that is
       // an array, two choices (an error), an upstream error chunk.
-      frame(head +
-            R"("choices":[{"index":0,"delta":{"content":"g","usage":{"prompt_tokens":21}}}]})"),
-      frame(
-          head +
+      odd_chunk(R"("choices":[{"index":0,"delta":{"content":"g","usage":{"prompt_tokens":21}}}]})"),
+      odd_chunk(
           R"("choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f","arguments":"{}","usage":{"total_tokens":3}}}]}}]})"),
-      frame(
-          head +
+      odd_chunk(
           R"("choices":[{"index":0,"delta":{"content":"h"}}],"choices":[{"finish_reason":"length","usage":{"prompt_tokens":4}}]})"),
-      frame(
-          head +
+      odd_chunk(
           R"("choices":[{"index":0,"delta":{"content":"i"},"delta":{"x":{"usage":{"completion_tokens":5}}}}]})"),
-      frame(head + R"("choices":{"finish_reason":"content_filter","usage":{"prompt_tokens":6}}})"),
-      frame(
-          head +
+      odd_chunk(R"("choices":{"finish_reason":"content_filter","usage":{"prompt_tokens":6}}})"),
+      odd_chunk(
           R"("choices":[{"index":0,"delta":[{"usage":{"prompt_tokens":8},"finish_reason":"stop"}]}]})"),
-      frame(
-          head +
+      odd_chunk(
           R"("choices":[{"index":0,"finish_reason":"stop"},{"index":1,"finish_reason":"length","usage":{}}]})"),
       frame(
           R"({"error":{"message":"x","usage":{"prompt_tokens":9}},"choices":[{"finish_reason":"stop"}]})"),
       // Counts the scanner gives up on (a float, a string, beyond int64): nlohmann decides.
-      frame(
-          head +
+      odd_chunk(
           R"("choices":[],"usage":{"prompt_tokens":1.5,"completion_tokens":"2","total_tokens":9223372036854775808}})")};
   for (size_t i = 0; i < odd.size(); ++i) {
     for (api::Endpoint api : kApis) {
