@@ -90,7 +90,8 @@ class Fields {
         continue;
       }
       seen_[i] = true;
-      values_[i] = value;
+      present_keys_[present_] = *it;
+      present_values_[present_++] = value;
     }
   }
   const std::optional<Error>& error() const { return error_; }
@@ -98,11 +99,14 @@ class Fields {
     return path_.empty() ? std::string(key) : dot(path_, key);
   }
   // The member's value, or nullopt when absent or null.
+  // (Looked up among the members present, fewer than those known.)
   std::optional<element> operator[](std::string_view key) const {
-    auto it = std::find(known_.begin(), known_.end(), key);
-    size_t i = static_cast<size_t>(it - known_.begin());
-    if (it == known_.end() || !seen_[i] || values_[i].is_null()) return std::nullopt;
-    return values_[i];
+    for (size_t i = 0; i < present_; ++i) {
+      if (present_keys_[i] != key) continue;
+      if (present_values_[i].is_null()) return std::nullopt;
+      return present_values_[i];
+    }
+    return std::nullopt;
   }
   // A string member (nullopt when absent), or an error naming it.
   Result<std::optional<std::string_view>> string(std::string_view key) const {
@@ -127,8 +131,11 @@ class Fields {
  private:
   const std::array<std::string_view, N>& known_;
   std::string path_;
-  std::array<bool, N> seen_ = {};
-  std::array<element, N> values_;
+  std::array<bool, N> seen_ = {};  // by index in known_
+  // The members present (each known, once), in their order.
+  std::array<std::string_view, N> present_keys_;
+  std::array<element, N> present_values_;
+  size_t present_ = 0;
   std::optional<Error> error_;
 };
 
