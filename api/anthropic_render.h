@@ -56,6 +56,7 @@ class AnthropicStreamRenderer {
   const std::optional<Error>& failure() const { return failure_; }
 
  private:
+  void render_delta(const DeltaEvent& e, std::string& out);
   void render_block_stop(uint32_t index, std::string& out);
   bool stop_cut_call(const Event& event, std::string& out);
   void render_error(const Error& error, std::string& out);
