@@ -77,6 +77,16 @@ enum class ChunkTake {
   kMalformed,  // not one JSON object: the relay breaks the stream, as for any sink
 };
 
+// What a sink that took a chunk found in it (its parse, not a scan of the text): whether a
+// member named `usage` with an object value, and one named `finish_reason` with a string value,
+// occur anywhere in it, by their decoded names. The relay's text scans (inspect_stream_chunk,
+// find_finish_reason) find such members only where these are true, so it runs each only then.
+// Both true when not known.
+struct ChunkKeys {
+  bool usage = true;
+  bool finish_reason = true;
+};
+
 class StreamSink {
  public:
   virtual ~StreamSink() = default;
@@ -84,8 +94,11 @@ class StreamSink {
   // frames it, before it checks it: a sink that reads the chunks itself (a translator) parses
   // each one once, and that parse is the relay's check. The bytes of the chunks a sink took
   // still reach write() (its record of the stream), but what it sends for them is its own.
-  // Every chunk a sink took is written before the backend call returns. The default reads none.
-  virtual ChunkTake take_chunk(std::string_view /*data*/) { return ChunkTake::kPass; }
+  // Every chunk a sink took is written before the backend call returns. A sink that took it may
+  // say what `keys` it holds. The default reads none.
+  virtual ChunkTake take_chunk(std::string_view /*data*/, ChunkKeys& /*keys*/) {
+    return ChunkTake::kPass;
+  }
   // Sends bytes to the client; the first call also sends the response headers. Returns false
   // when the client is gone: the backend must then abandon the upstream request.
   virtual boost::asio::awaitable<bool> write(std::string_view sse_bytes) = 0;

@@ -64,7 +64,9 @@ class WatchedSink final : public StreamSink {
     inner_->add_header(std::move(name), std::move(value));
   }
   // A taken chunk reaches the client only with the write that follows it.
-  ChunkTake take_chunk(std::string_view data) override { return inner_->take_chunk(data); }
+  ChunkTake take_chunk(std::string_view data, ChunkKeys& keys) override {
+    return inner_->take_chunk(data, keys);
+  }
   bool wrote() const { return wrote_; }
 
  private:

@@ -109,7 +109,9 @@ std::optional<std::string> StreamRelay::feed(std::string_view bytes) {
       return;
     }
     // An OpenAI chunk a sink reads itself is parsed there, once: that parse is the check.
-    const ChunkTake take = chunks && sink != nullptr ? sink->take_chunk(data) : ChunkTake::kPass;
+    ChunkKeys keys;
+    const ChunkTake take =
+        chunks && sink != nullptr ? sink->take_chunk(data, keys) : ChunkTake::kPass;
     if (take == ChunkTake::kMalformed || (take == ChunkTake::kPass && !is_json_object(data))) {
       malformed = true;
     } else if (messages) {
@@ -117,7 +119,7 @@ std::optional<std::string> StreamRelay::feed(std::string_view bytes) {
     } else if (responses) {
       relay_response_event(event, data);
     } else {
-      relay(data, take == ChunkTake::kTaken);
+      relay(data, take == ChunkTake::kTaken, take == ChunkTake::kTaken ? keys : ChunkKeys{});
     }
   });
   if (!ok) return sse.error();
@@ -126,9 +128,11 @@ std::optional<std::string> StreamRelay::feed(std::string_view bytes) {
 }
 
 // A chunk the sink took is always written on (its bytes are the sink's record of the stream; a
-// translated hop asks for the usage chunk, so nothing it gets is dropped).
-void StreamRelay::relay(std::string_view data, bool taken) {
-  ChunkAction action = inspect_stream_chunk(data, request.client_wants_usage);
+// translated hop asks for the usage chunk, so nothing it gets is dropped). `keys` says which
+// scans can find anything (the rest would find nothing: they are skipped).
+void StreamRelay::relay(std::string_view data, bool taken, const ChunkKeys& keys) {
+  ChunkAction action =
+      keys.usage ? inspect_stream_chunk(data, request.client_wants_usage) : ChunkAction{};
   if (action.usage) reply.usage = *action.usage;
   if (!reply_model.empty()) {
     std::string_view current = action.rewritten ? std::string_view(*action.rewritten) : data;
@@ -137,7 +141,10 @@ void StreamRelay::relay(std::string_view data, bool taken) {
     }
   }
   std::string_view payload = action.rewritten ? std::string_view(*action.rewritten) : data;
-  if (reply.finish_reason.empty()) reply.finish_reason = find_finish_reason(payload);
+  // A renamed payload has the same members (the model's value is a string literal).
+  if (reply.finish_reason.empty() && keys.finish_reason) {
+    reply.finish_reason = find_finish_reason(payload);
+  }
   if (!action.forward && !taken) return;
   append_data(to_client, payload);
 }

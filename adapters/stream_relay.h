@@ -33,7 +33,7 @@ struct StreamRelay {
   std::optional<std::string> feed(std::string_view bytes);
 
  private:
-  void relay(std::string_view data, bool taken);
+  void relay(std::string_view data, bool taken, const ChunkKeys& keys);
   void relay_message_event(std::string_view event, std::string_view data);
   void relay_response_event(std::string_view event, std::string_view data);
 };

@@ -179,6 +179,36 @@ bool AnthropicStreamRenderer::stop_cut_call(const Event& event, std::string& out
   return true;
 }
 
+void AnthropicStreamRenderer::render_delta(const DeltaEvent& e, std::string& out) {
+  if (e.kind == DeltaKind::kSignature) {
+    signature_.append(e.fragment);
+    return;
+  }
+  if (e.kind == DeltaKind::kArguments) arguments_.append(e.fragment);
+  if (delta_kind_ != e.kind || delta_index_ != e.index || delta_head_.empty()) {
+    // What every delta of this block and kind begins with, written once.
+    delta_head_.clear();
+    JsonWriter h(delta_head_);
+    begin_sse_event(delta_head_, "content_block_delta");
+    h.raw("{\"type\":\"content_block_delta\",\"index\":").num(e.index);
+    switch (e.kind) {
+      case DeltaKind::kText:
+        h.raw(",\"delta\":{\"type\":\"text_delta\",\"text\":");
+        break;
+      case DeltaKind::kArguments:
+        h.raw(",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":");
+        break;
+      default:
+        h.raw(",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":");
+        break;
+    }
+    delta_index_ = e.index;
+    delta_kind_ = e.kind;
+  }
+  out.append(delta_head_);
+  JsonWriter(out).str(e.fragment).raw("}}\n\n");
+}
+
 void AnthropicStreamRenderer::render(const Event& event, std::string& out) {
   if (done_) return;
   if (cut_call_ && !stop_cut_call(event, out)) return;
@@ -207,26 +237,7 @@ void AnthropicStreamRenderer::render(const Event& event, std::string& out) {
     w.raw("}");
     end_sse_event(out);
   } else if (const auto* e = std::get_if<DeltaEvent>(&event)) {
-    if (e->kind == DeltaKind::kSignature) {
-      signature_.append(e->fragment);
-      return;
-    }
-    if (e->kind == DeltaKind::kArguments) arguments_.append(e->fragment);
-    begin_sse_event(out, "content_block_delta");
-    w.raw("{\"type\":\"content_block_delta\",\"index\":").num(e->index);
-    switch (e->kind) {
-      case DeltaKind::kText:
-        w.raw(",\"delta\":{\"type\":\"text_delta\",\"text\":");
-        break;
-      case DeltaKind::kArguments:
-        w.raw(",\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":");
-        break;
-      default:
-        w.raw(",\"delta\":{\"type\":\"thinking_delta\",\"thinking\":");
-        break;
-    }
-    w.str(e->fragment).raw("}}");
-    end_sse_event(out);
+    render_delta(*e, out);
   } else if (const auto* e = std::get_if<BlockStopEvent>(&event)) {
     if (open_kind_ == BlockKind::kToolCall && !arguments_.empty() && !is_json_object(arguments_)) {
       cut_call_ = e->index;  // its stop waits for the finish: cut by max_tokens, or an error

@@ -56,6 +56,7 @@ class AnthropicStreamRenderer {
   const std::optional<Error>& failure() const { return failure_; }
 
  private:
+  void render_delta(const DeltaEvent& e, std::string& out);
   void render_block_stop(uint32_t index, std::string& out);
   bool stop_cut_call(const Event& event, std::string& out);
   void render_error(const Error& error, std::string& out);
@@ -68,6 +69,10 @@ class AnthropicStreamRenderer {
   std::optional<uint32_t> cut_call_;  // a call whose arguments are not an object, not yet stopped
   std::optional<Error> failure_;
   bool done_ = false;
+  // The bytes of a content_block_delta up to its text, for the block and kind last written.
+  std::string delta_head_;
+  uint32_t delta_index_ = 0;
+  DeltaKind delta_kind_ = DeltaKind::kSignature;  // none yet (signatures are not sent as deltas)
 };
 
 // Anthropic's error type and the status ferry answers with, for each ferry error code:

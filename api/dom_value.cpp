@@ -1,5 +1,10 @@
 #include "api/dom_value.h"
 
+#include <unordered_map>
+#include <vector>
+
+#include "common/json_text.h"
+
 namespace ferry::api {
 
 using simdjson::dom::element;
@@ -77,6 +82,83 @@ Json to_json(const element& v) {
       return nullptr;
   }
   return nullptr;
+}
+
+namespace {
+
+// The members of an object, each name once at its first place with its last value (as
+// to_json's ordered_json keeps them); members in `fields`.
+using Field = std::pair<std::string_view, element>;
+void unique_members(const simdjson::dom::object& obj, std::vector<Field>& fields) {
+  for (auto [key, value] : obj) fields.emplace_back(key, value);
+  constexpr size_t kPairwise = 16;  // up to this many members, names compared pairwise
+  if (fields.size() <= kPairwise) {
+    bool twice = false;
+    for (size_t i = 1; i < fields.size() && !twice; ++i) {
+      for (size_t j = 0; j < i && !twice; ++j) twice = fields[j].first == fields[i].first;
+    }
+    if (!twice) return;
+  }
+  std::vector<Field> kept;
+  std::unordered_map<std::string_view, size_t> at;
+  for (const Field& f : fields) {
+    auto [it, fresh] = at.emplace(f.first, kept.size());
+    if (fresh) {
+      kept.push_back(f);
+    } else {
+      kept[it->second].second = f.second;
+    }
+  }
+  fields.swap(kept);
+}
+
+}  // namespace
+
+void append_dom_json(std::string& out, const element& v) {
+  switch (v.type()) {
+    case element_type::OBJECT: {
+      std::vector<Field> fields;
+      unique_members(object_of(v), fields);
+      out.push_back('{');
+      for (size_t i = 0; i < fields.size(); ++i) {
+        if (i > 0) out.push_back(',');
+        append_json_string(out, fields[i].first);
+        out.push_back(':');
+        append_dom_json(out, fields[i].second);
+      }
+      out.push_back('}');
+      return;
+    }
+    case element_type::ARRAY: {
+      out.push_back('[');
+      bool first = true;
+      for (element x : array_of(v)) {
+        if (!first) out.push_back(',');
+        first = false;
+        append_dom_json(out, x);
+      }
+      out.push_back(']');
+      return;
+    }
+    case element_type::STRING:
+      append_json_string(out, string_of(v));
+      return;
+    case element_type::INT64:
+      out.append(std::to_string(v.get_int64().value_unsafe()));
+      return;
+    case element_type::UINT64:
+      out.append(std::to_string(v.get_uint64().value_unsafe()));
+      return;
+    case element_type::DOUBLE:  // nlohmann's own formatting of a double
+      out.append(Json(v.get_double().value_unsafe()).dump());
+      return;
+    case element_type::BOOL:
+      out.append(v.get_bool().value_unsafe() ? "true" : "false");
+      return;
+    case element_type::NULL_VALUE:
+      out.append("null");
+      return;
+  }
 }
 
 }  // namespace ferry::api

@@ -5,6 +5,7 @@
 
 #include <simdjson.h>
 
+#include <string>
 #include <string_view>
 
 #include "api/chat_request.h"
@@ -28,5 +29,11 @@ simdjson::dom::object object_of(const simdjson::dom::element& v);
 // The value as kept JSON: members in their order, numbers as nlohmann reads them (a
 // non-negative integer unsigned), so a template or a renderer sees what it would have parsed.
 Json to_json(const simdjson::dom::element& v);
+
+// Appends the text to_json(v).dump() writes (compact; a member named twice where it first
+// appears, with its last value; strings through common/json_text's escaper, which writes what
+// dump() does), without building the tree. Recursion as deep as the document (simdjson's
+// max depth bounds it).
+void append_dom_json(std::string& out, const simdjson::dom::element& v);
 
 }  // namespace ferry::api

@@ -19,6 +19,51 @@ bool is_json_object(std::string_view text) {
   return reader.parse(text).get_object().get(obj) == simdjson::SUCCESS;
 }
 
+namespace {
+
+// `name` is `key`, or ends in '"' and `key`.
+bool probe_name(std::string_view name, std::string_view key) {
+  if (name.size() < key.size() || name.back() != key.back()) return false;
+  if (name.size() == key.size()) return name == key;
+  return name.ends_with(key) && name[name.size() - key.size() - 1] == '"';
+}
+
+void probe(const simdjson::dom::element& v, MemberProbe* probes, size_t count) {
+  switch (v.type()) {
+    case simdjson::dom::element_type::OBJECT: {
+      const simdjson::dom::object object = v.get_object().value_unsafe();
+      for (auto field : object) {
+        const simdjson::dom::element_type type = field.value.type();
+        for (size_t i = 0; i < count; ++i) {
+          if (type == probes[i].type && probe_name(field.key, probes[i].key)) {
+            probes[i].found = true;
+          }
+        }
+        if (type == simdjson::dom::element_type::OBJECT ||
+            type == simdjson::dom::element_type::ARRAY) {
+          probe(field.value, probes, count);
+        }
+      }
+      return;
+    }
+    case simdjson::dom::element_type::ARRAY: {
+      const simdjson::dom::array array = v.get_array().value_unsafe();
+      for (simdjson::dom::element e : array) {
+        if (e.is_object() || e.is_array()) probe(e, probes, count);
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+void probe_members(const simdjson::dom::element& root, MemberProbe* probes, size_t count) {
+  probe(root, probes, count);
+}
+
 }  // namespace ferry::api
 
 // ---------------------------------------------------------------------------------------------

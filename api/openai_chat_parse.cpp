@@ -389,9 +389,12 @@ Status ChatStreamParser::feed(std::string_view data, EventSink& sink) {
   return feed_root(root, sink);
 }
 
-bool ChatStreamParser::feed_object(std::string_view data, EventSink& sink, Status& status) {
+bool ChatStreamParser::feed_object(std::string_view data, EventSink& sink, Status& status,
+                                   MemberProbe* probes, size_t count) {
+  element doc;
   object root;
-  if (parse_json(data).get_object().get(root) != SUCCESS) return false;
+  if (parse_json(data).get(doc) != SUCCESS || doc.get_object().get(root) != SUCCESS) return false;
+  if (count > 0) probe_members(doc, probes, count);
   if (failed_ || finished_) {
     status = failed_ ? Status(backend_error("the stream already failed")) : Status{};
   } else {

@@ -18,6 +18,8 @@ class object;
 
 namespace ferry::api {
 
+struct MemberProbe;  // api/json_read.h
+
 // What is read, per field:
 // - `id`, `model`, `created` (an integer; 0 when absent).
 // - `choices[0]` only; more than one choice, or an index other than 0, is an error (one answer
@@ -50,8 +52,10 @@ class ChatStreamParser {
   // JSON object apart from one that cannot be rendered (an HTTP backend's relay breaks the
   // stream for the former with its own error): false, with nothing changed, when it is not one
   // JSON object (checked even after the stream ended or failed); true otherwise, `status` then
-  // being feed()'s.
-  bool feed_object(std::string_view data, EventSink& sink, Status& status);
+  // being feed()'s. The `count` probes are looked for in the chunk (api/json_read.h
+  // probe_members) from the same parse, so the caller need not scan its text for them.
+  bool feed_object(std::string_view data, EventSink& sink, Status& status,
+                   MemberProbe* probes = nullptr, size_t count = 0);
   // The upstream stream ended without `[DONE]`: sends Finish when a finish_reason was seen,
   // else returns an error (a stream cut short).
   Status end(EventSink& sink);

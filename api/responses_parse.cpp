@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "api/dom_value.h"
+#include "common/json_text.h"
 
 namespace ferry::api {
 
@@ -89,7 +90,8 @@ class Fields {
         continue;
       }
       seen_[i] = true;
-      values_[i] = value;
+      present_keys_[present_] = *it;
+      present_values_[present_++] = value;
     }
   }
   const std::optional<Error>& error() const { return error_; }
@@ -97,11 +99,14 @@ class Fields {
     return path_.empty() ? std::string(key) : dot(path_, key);
   }
   // The member's value, or nullopt when absent or null.
+  // (Looked up among the members present, fewer than those known.)
   std::optional<element> operator[](std::string_view key) const {
-    auto it = std::find(known_.begin(), known_.end(), key);
-    size_t i = static_cast<size_t>(it - known_.begin());
-    if (it == known_.end() || !seen_[i] || values_[i].is_null()) return std::nullopt;
-    return values_[i];
+    for (size_t i = 0; i < present_; ++i) {
+      if (present_keys_[i] != key) continue;
+      if (present_values_[i].is_null()) return std::nullopt;
+      return present_values_[i];
+    }
+    return std::nullopt;
   }
   // A string member (nullopt when absent), or an error naming it.
   Result<std::optional<std::string_view>> string(std::string_view key) const {
@@ -126,8 +131,11 @@ class Fields {
  private:
   const std::array<std::string_view, N>& known_;
   std::string path_;
-  std::array<bool, N> seen_ = {};
-  std::array<element, N> values_;
+  std::array<bool, N> seen_ = {};  // by index in known_
+  // The members present (each known, once), in their order.
+  std::array<std::string_view, N> present_keys_;
+  std::array<element, N> present_values_;
+  size_t present_ = 0;
   std::optional<Error> error_;
 };
 
@@ -434,8 +442,6 @@ std::optional<Error> parse_input(const std::optional<element>& input, ResponsesR
     msg.content.form = Content::Form::kText;
     msg.content.text = std::string(string_of(*input));
     out.chat.messages.push_back(std::move(msg));
-    out.input_items = Json::array(
-        {Json{{"type", "message"}, {"role", "user"}, {"content", std::string(string_of(*input))}}});
     return std::nullopt;
   }
   if (!input->is_array()) return invalid_type("input", "a string or an array", *input);
@@ -446,8 +452,20 @@ std::optional<Error> parse_input(const std::optional<element>& input, ResponsesR
         "input", "empty_array");
   }
   if (auto e = parse_items(*input, "input", ctx)) return e;
-  out.input_items = to_json(*input);
   return std::nullopt;
+}
+
+// The input items a stored response keeps (ResponsesRequest::input_items), of a checked input.
+std::string input_items_text(const element& input) {
+  std::string out;
+  if (input.is_string()) {
+    out.append(R"([{"type":"message","role":"user","content":)");
+    append_json_string(out, string_of(input));
+    out.append("}]");
+  } else {
+    append_dom_json(out, input);
+  }
+  return out;
 }
 
 // ============================================================================================
@@ -912,7 +930,7 @@ std::optional<Error> parse_instructions(const TopFields& f, ResponsesRequest& ou
   system.role = Role::kSystem;
   system.content.form = Content::Form::kText;
   system.content.text = std::string(**instructions);
-  out.echo.instructions = Json(system.content.text).dump();
+  out.echo.instructions = json_string(system.content.text);
   out.chat.messages.push_back(std::move(system));
   return std::nullopt;
 }
@@ -938,6 +956,7 @@ std::optional<Error> parse_body(const TopFields& f, const ParseOptions& options,
   if (out.chat.metadata.task_id.empty() && out.prompt_cache_key.size() <= 256) {
     out.chat.metadata.task_id = out.prompt_cache_key;
   }
+  if (out.store) out.input_items = input_items_text(*f["input"]);
   return std::nullopt;
 }
 

@@ -213,6 +213,7 @@ ResponsesStreamRenderer::ResponsesStreamRenderer(ResponsesRenderOptions options)
     : options_(std::move(options)) {}
 
 void ResponsesStreamRenderer::begin(std::string& out, std::string_view type) {
+  response_at_ = response_end_ = 0;
   begin_sse_event(out, type);
   JsonWriter w(out);
   w.raw("{\"type\":\"").raw(type).raw("\",\"sequence_number\":").num(sequence_++);
@@ -227,7 +228,9 @@ void ResponsesStreamRenderer::render_response_event(std::string& out, std::strin
   begin(out, type);
   JsonWriter w(out);
   w.raw(",\"response\":");
+  response_at_ = out.size();
   write_response(w, ResponseView{id_, created_at_, model_, status, &a, &ids_, &options_.echo});
+  response_end_ = out.size();
   w.raw("}");
   end_sse_event(out);
 }
@@ -262,27 +265,31 @@ void ResponsesStreamRenderer::render_block_start(const BlockStartEvent& e, std::
 }
 
 void ResponsesStreamRenderer::render_delta(const DeltaEvent& e, std::string& out) {
-  JsonWriter w(out);
-  const std::string& item = ids_[e.index].item;
-  switch (e.kind) {
-    case DeltaKind::kText:
-      begin(out, "response.output_text.delta");
-      w.raw(",\"item_id\":").quoted_id(item).raw(",\"output_index\":").num(e.index);
-      w.raw(",\"content_index\":0,\"delta\":").str(e.fragment).raw(",\"logprobs\":[]}");
-      break;
-    case DeltaKind::kThinking:
-      begin(out, "response.reasoning_text.delta");
-      w.raw(",\"item_id\":").quoted_id(item).raw(",\"output_index\":").num(e.index);
-      w.raw(",\"content_index\":0,\"delta\":").str(e.fragment).raw("}");
-      break;
-    case DeltaKind::kArguments:
-      begin(out, "response.function_call_arguments.delta");
-      w.raw(",\"item_id\":").quoted_id(item).raw(",\"output_index\":").num(e.index);
-      w.raw(",\"delta\":").str(e.fragment).raw("}");
-      break;
-    case DeltaKind::kSignature:  // Responses has no place for another API's signature
-      return;
+  if (e.kind == DeltaKind::kSignature) return;  // Responses has no place for another API's
+  if (delta_heads_.size() <= e.index) delta_heads_.resize(e.index + 1);
+  ResponseDeltaHead& head = delta_heads_[e.index];
+  if (head.kind != static_cast<int>(e.kind)) {
+    // `event: <type>\ndata: {"type":"<type>","sequence_number":` and, after the number,
+    // `,"item_id":"…","output_index":N[,"content_index":0],"delta":`.
+    std::string_view type = e.kind == DeltaKind::kText ? "response.output_text.delta"
+                            : e.kind == DeltaKind::kThinking
+                                ? "response.reasoning_text.delta"
+                                : "response.function_call_arguments.delta";
+    head.open.clear();
+    begin_sse_event(head.open, type);
+    JsonWriter o(head.open);
+    o.raw("{\"type\":\"").raw(type).raw("\",\"sequence_number\":");
+    head.middle.clear();
+    JsonWriter m(head.middle);
+    m.raw(",\"item_id\":").quoted_id(ids_[e.index].item).raw(",\"output_index\":").num(e.index);
+    if (e.kind != DeltaKind::kArguments) m.raw(",\"content_index\":0");
+    m.raw(",\"delta\":");
+    head.close = e.kind == DeltaKind::kText ? ",\"logprobs\":[]}" : "}";
+    head.kind = static_cast<int>(e.kind);
   }
+  response_at_ = response_end_ = 0;  // an event begun (as begin() does)
+  JsonWriter w(out);
+  w.raw(head.open).num(sequence_++).raw(head.middle).str(e.fragment).raw(head.close);
   end_sse_event(out);
 }
 
@@ -331,8 +338,10 @@ void ResponsesStreamRenderer::render_failed(const Error& error, std::string& out
   begin(out, "response.failed");
   JsonWriter w(out);
   w.raw(",\"response\":");
+  response_at_ = out.size();
   write_response(w, ResponseView{id_, created_at_, model_, ItemStatus::kFailed, &failed, &ids_,
                                  &options_.echo});
+  response_end_ = out.size();
   w.raw("}");
   end_sse_event(out);
 }
@@ -368,7 +377,13 @@ void ResponsesStreamRenderer::render_end(std::string& out) {
   end_sse_event(out);
 }
 
+std::string_view ResponsesStreamRenderer::last_response(std::string_view out) const {
+  if (response_end_ <= response_at_ || response_end_ > out.size()) return {};
+  return out.substr(response_at_, response_end_ - response_at_);
+}
+
 void ResponsesStreamRenderer::render(const Event& event, std::string& out) {
+  response_at_ = response_end_ = 0;
   if (done_) return;
   builder_.on_event(event);
   if (builder_.violation()) return render_end(out);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/events.h"
@@ -35,6 +36,15 @@ struct ResponsesEcho {
 struct ResponseItemIds {
   std::string item;
   std::string call;
+};
+
+// What every delta event of one output item begins with (its type, up to the sequence number)
+// and what follows the number up to the fragment: written once per item.
+struct ResponseDeltaHead {
+  std::string open;
+  std::string middle;
+  std::string_view close;
+  int kind = -1;  // the DeltaKind they were written for; -1: none
 };
 
 struct ResponsesRenderOptions {
@@ -74,6 +84,11 @@ class ResponsesStreamRenderer {
   // output_item.done (incomplete) and response.failed with the output so far, the same id,
   // the sequence numbers going on from before the end. Nothing before a start.
   void fail_after_end(const Error& error, std::string& out);
+  // The `response` object the last render() call wrote last, when the last event it appended
+  // carries one (response.created ... response.completed, .incomplete, .failed): its bytes in
+  // that call's `out`; empty otherwise (an `error` event, or nothing appended). What a client
+  // was sent as the final response, without reading the stream back.
+  std::string_view last_response(std::string_view out) const;
 
   // An output item's or the response's status.
   enum class ItemStatus : uint8_t { kInProgress, kCompleted, kIncomplete, kFailed };
@@ -95,6 +110,7 @@ class ResponsesStreamRenderer {
   ResponsesRenderOptions options_;
   AnswerBuilder builder_;             // the answer so far, for the .done events and the end
   std::vector<ResponseItemIds> ids_;  // per block
+  std::vector<ResponseDeltaHead> delta_heads_;  // per block
   std::string id_;
   std::string model_;
   int64_t created_at_ = 0;
@@ -104,6 +120,10 @@ class ResponsesStreamRenderer {
   int64_t pending_done_ = -1;  // the block whose output_item.done waits, or -1
   int64_t end_sequence_ = 0;   // sequence_ and pending_done_ when the end was rendered
   int64_t end_pending_ = -1;
+  // Where in `out` the response object of the last event begun lies ([at, end)), when it has
+  // one; reset by every event begun and by every render() call.
+  size_t response_at_ = 0;
+  size_t response_end_ = 0;
 };
 
 }  // namespace ferry::api

@@ -9,7 +9,8 @@
 //   parser), rendered as OpenAI chat for the backend (api::render_openai), the same relay on a
 //   translated hop (usage asked for, no rename), its writes translated to Anthropic events by
 //   gateway::TranslatingSink (then its end and finish) and kept by the client's sink;
-// - responses: the same for an OpenAI Responses request and its response.* events.
+// - responses: the same for an OpenAI Responses request and its response.* events; stored: with
+//   `store: true`, the final response object kept and made ready for the response store.
 // The per-request difference (messages - chat) is the translation cost (issue 16: <= 5 us).
 // Run: build/bench/ferry_frontend_bench --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
@@ -75,8 +76,9 @@ std::vector<std::string> upstream_chunks() {
   return out;
 }
 
-std::string responses_request() {
-  return R"({"model":"coder","max_output_tokens":1024,"stream":true,"store":false,"temperature":0.2,"instructions":")" +
+std::string responses_request(bool store = false) {
+  return R"({"model":"coder","max_output_tokens":1024,"stream":true,"store":)" +
+         std::string(store ? "true" : "false") + R"(,"temperature":0.2,"instructions":")" +
          long_text() +
          R"(","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"Find the bug in main.cpp"}]},)"
          R"({"type":"message","role":"assistant","content":[{"type":"output_text","text":"Let me read it."}]},)"
@@ -173,6 +175,11 @@ void translated_request(benchmark::State& state, api::Endpoint api, const std::s
     sink.end_upstream();
     client.captured.append(sink.finish(std::nullopt));
     benchmark::DoNotOptimize(client.captured.data());
+    if (context.final_response != nullptr) {  // as gateway/proxy's store_response, before the put
+      auto kept = gateway::response_to_store(*context.responses, final_response, "key-1");
+      if (!kept) std::abort();
+      benchmark::DoNotOptimize(kept->output.data());
+    }
   }
   state.SetItemsProcessed(state.iterations());
 }
@@ -186,6 +193,13 @@ void BM_RequestResponsesTranslated(benchmark::State& state) {
   translated_request(state, api::Endpoint::kResponses, responses_request());
 }
 BENCHMARK(BM_RequestResponsesTranslated);
+
+// The same with `store: true` (OpenAI's default): the final response object kept and what the
+// response store is handed (gateway/responses_front's response_to_store).
+void BM_RequestResponsesStored(benchmark::State& state) {
+  translated_request(state, api::Endpoint::kResponses, responses_request(true));
+}
+BENCHMARK(BM_RequestResponsesStored);
 
 // The parts alone: the request side, and the answer side per chunk.
 void BM_ParseChat(benchmark::State& state) {

@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "api/dom_value.h"
+#include "api/json_read.h"
 #include "api/responses_render.h"
 
 namespace ferry::gateway {
@@ -18,18 +20,6 @@ api::ResponsesRenderOptions options_of(const RenderContext& context) {
   return options;
 }
 
-// The `response` member of the last response.completed / .incomplete / .failed event in
-// `sse` (the bytes one render call appended); empty when there is none.
-std::string final_response_of(std::string_view sse) {
-  size_t at = sse.rfind("\ndata: ");
-  if (at == std::string_view::npos) return {};
-  std::string_view data = sse.substr(at + 7);
-  data = data.substr(0, data.find('\n'));
-  auto event = nlohmann::ordered_json::parse(data, nullptr, /*allow_exceptions=*/false);
-  if (!event.is_object() || !event.contains("response")) return {};
-  return event["response"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 // The Responses stream renderer; the final `response` object goes to the context's slot for
 // the response store.
 class ResponsesStream final : public StreamRenderer {
@@ -41,8 +31,10 @@ class ResponsesStream final : public StreamRenderer {
     renderer_.render(event, out);
     const bool last = std::holds_alternative<api::FinishEvent>(event) ||
                       std::holds_alternative<api::ErrorEvent>(event);
-    if (last && final_ != nullptr)
-      *final_ = final_response_of(std::string_view(out).substr(before));
+    // The final object as the client got it (the last event's response, if it has one).
+    if (last && final_ != nullptr) {
+      final_->assign(out.size() > before ? renderer_.last_response(out) : std::string_view());
+    }
   }
   std::optional<Error> failure() const override { return renderer_.failure(); }
   bool fail_after_end(const Error& error, std::string& out) override {
@@ -133,23 +125,50 @@ Status apply_previous_response(ParsedRequest& request, const ledger::StoredRespo
   return {};
 }
 
+namespace {
+
+// The `id` (a string) and `output` (an array, as a kept tree dumps it: api::append_dom_json) of a
+// response object, each its last occurrence as a tree keeps it; false when it is not an object
+// with both. simdjson reads it; what simdjson does not (a number beyond 64 bits, deeper than its
+// limit) nlohmann reads, with the same result.
+bool stored_parts(std::string_view json, std::string& id, std::string& output) {
+  thread_local api::JsonReader reader;
+  simdjson::dom::element doc;
+  if (reader.parse(json).get(doc) == simdjson::SUCCESS) {
+    if (!doc.is_object()) return false;
+    std::optional<simdjson::dom::element> id_value, output_value;
+    for (auto [key, value] : api::object_of(doc)) {
+      if (key == "id") id_value = value;
+      if (key == "output") output_value = value;
+    }
+    if (!id_value || !id_value->is_string() || !output_value || !output_value->is_array()) {
+      return false;
+    }
+    id = std::string(api::string_of(*id_value));
+    api::append_dom_json(output, *output_value);
+    return true;
+  }
+  auto response = nlohmann::ordered_json::parse(json, nullptr, false);
+  if (!response.is_object() || !response.contains("id") || !response["id"].is_string() ||
+      !response.contains("output") || !response["output"].is_array()) {
+    return false;
+  }
+  id = response["id"].get<std::string>();
+  output = response["output"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return true;
+}
+
+}  // namespace
+
 std::optional<ledger::StoredResponse> response_to_store(const api::ResponsesRequest& request,
                                                         std::string_view response_json,
                                                         const std::string& key_id) {
   if (!request.store || response_json.empty()) return std::nullopt;
-  auto response = nlohmann::ordered_json::parse(response_json, nullptr, false);
-  if (!response.is_object() || !response.contains("id") || !response["id"].is_string() ||
-      !response.contains("output") || !response["output"].is_array()) {
-    return std::nullopt;
-  }
   ledger::StoredResponse out;
-  out.id = response["id"].get<std::string>();
+  if (!stored_parts(response_json, out.id, out.output)) return std::nullopt;
   out.key_id = key_id;
   out.model = request.chat.model;
-  out.items = join_arrays(
-      request.history,
-      request.input_items.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  out.output = response["output"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out.items = join_arrays(request.history, request.input_items);
   out.response = std::string(response_json);
   return out;
 }

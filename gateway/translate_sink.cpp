@@ -1,8 +1,11 @@
 #include "gateway/translate_sink.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 #include <variant>
+
+#include "api/json_read.h"
 
 namespace ferry::gateway {
 
@@ -53,14 +56,20 @@ void TranslatingSink::fail(Error error) {
   renderer_.on_event(e);
 }
 
-adapters::ChunkTake TranslatingSink::take_chunk(std::string_view data) {
+adapters::ChunkTake TranslatingSink::take_chunk(std::string_view data, adapters::ChunkKeys& keys) {
   took_ = true;
   if (ended_) {
     return adapters::is_json_object(data) ? adapters::ChunkTake::kTaken
                                           : adapters::ChunkTake::kMalformed;
   }
   Status s;
-  if (!parser_.feed_object(data, renderer_, s)) return adapters::ChunkTake::kMalformed;
+  api::MemberProbe probes[] = {{"usage", simdjson::dom::element_type::OBJECT},
+                               {"finish_reason", simdjson::dom::element_type::STRING}};
+  if (!parser_.feed_object(data, renderer_, s, probes, std::size(probes))) {
+    return adapters::ChunkTake::kMalformed;
+  }
+  keys.usage = probes[0].found;
+  keys.finish_reason = probes[1].found;
   if (!s) fail(s.error());
   note_render_failure();
   return adapters::ChunkTake::kTaken;

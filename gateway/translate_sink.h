@@ -33,7 +33,8 @@ class TranslatingSink final : public adapters::StreamSink {
 
   // An HTTP backend's relay hands over each chunk as it frames it: parsed once (the relay's
   // check) and translated now; the translation goes out with the write of its bytes.
-  adapters::ChunkTake take_chunk(std::string_view data) override;
+  // The keys it reports are those of that parse (api::probe_members).
+  adapters::ChunkTake take_chunk(std::string_view data, adapters::ChunkKeys& keys) override;
 
   // What write() sends for `sse_bytes`: their translation, valid until the next call (no I/O).
   // Once chunks were taken (take_chunk), `sse_bytes` are theirs and the translation is what

@@ -69,5 +69,55 @@ TEST(JsonWriter, WritesIntegersExactly) {
   EXPECT_EQ(out, "9223372036854775807 -9223372036854775808 0");
 }
 
+// ---- probe_members: the members a text scan for `"key":` could find, from a parse ------------
+
+struct Probed {
+  bool usage = false;
+  bool finish = false;
+};
+
+Probed probe(const std::string& json) {
+  JsonReader reader;
+  simdjson::dom::element doc;
+  EXPECT_EQ(reader.parse(json).get(doc), simdjson::SUCCESS) << json;
+  MemberProbe probes[] = {{"usage", simdjson::dom::element_type::OBJECT},
+                          {"finish_reason", simdjson::dom::element_type::STRING}};
+  probe_members(doc, probes, 2);
+  return {probes[0].found, probes[1].found};
+}
+
+TEST(ProbeMembers, FindsMembersAtAnyDepthOfTheirType) {
+  EXPECT_FALSE(probe(R"({"choices":[{"delta":{"content":"usage"},"finish_reason":null}]})").usage);
+  EXPECT_FALSE(probe(R"({"choices":[{"finish_reason":null}]})").finish);
+  EXPECT_TRUE(probe(R"({"choices":[{"finish_reason":"stop"}]})").finish);
+  EXPECT_TRUE(probe(R"({"choices":[],"usage":{"prompt_tokens":1}})").usage);
+  EXPECT_TRUE(probe(R"({"a":[[{"b":{"usage":{}}}]]})").usage);
+  EXPECT_TRUE(probe(R"([1,{"finish_reason":"x"}])").finish);
+  // Another type is not the member looked for: a null usage, a numeric finish_reason.
+  Probed p = probe(R"({"usage":null,"finish_reason":5,"x":{"usage":[1],"finish_reason":{}}})");
+  EXPECT_FALSE(p.usage);
+  EXPECT_FALSE(p.finish);
+  // Names are compared decoded; one that ends in a quote and the name is what `"usage":` also
+  // matches in the text (after an escaped quote).
+  EXPECT_TRUE(probe(R"({"us\u0061ge":{}})").usage);
+  EXPECT_TRUE(probe(R"({"x\"usage":{}})").usage);
+  EXPECT_TRUE(probe(R"({"a\"finish_reason":"stop"})").finish);
+  EXPECT_FALSE(probe(R"({"xusage":{},"usages":{},"usag":{},"finish_reason_":"x"})").usage);
+  EXPECT_FALSE(probe(R"({"xfinish_reason":"stop","finish_reason_":"x"})").finish);
+  // Strings, numbers and empty containers at the root.
+  EXPECT_FALSE(probe(R"("usage")").usage);
+  EXPECT_FALSE(probe("[]").usage);
+  EXPECT_FALSE(probe("{}").finish);
+}
+
+TEST(ProbeMembers, DeepNestingIsWalkedToTheParsersDepth) {
+  std::string deep;
+  for (int i = 0; i < 500; ++i) deep += R"({"a":[)";  // 1,000 levels (simdjson's limit: 1,024)
+  deep += R"({"usage":{}})";
+  for (int i = 0; i < 500; ++i) deep += "]}";
+  EXPECT_TRUE(probe(deep).usage);
+  EXPECT_FALSE(probe(deep).finish);
+}
+
 }  // namespace
 }  // namespace ferry::api

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "api/dom_value.h"
 #include "api/openai_render.h"
 
 namespace ferry::api {
@@ -41,9 +42,7 @@ TEST(ResponsesParse, StringInputIsOneUserMessage) {
   EXPECT_EQ(r.chat.model, "m");
   EXPECT_EQ(r.chat.endpoint, Endpoint::kChatCompletions);
   EXPECT_TRUE(r.store);  // OpenAI's default
-  ASSERT_EQ(r.input_items.size(), 1u);
-  EXPECT_EQ(r.input_items[0]["role"], "user");
-  EXPECT_EQ(r.input_items[0]["content"], "hi");
+  EXPECT_EQ(r.input_items, R"([{"type":"message","role":"user","content":"hi"}])");
 }
 
 TEST(ResponsesParse, InstructionsAreTheFirstSystemMessage) {
@@ -52,7 +51,7 @@ TEST(ResponsesParse, InstructionsAreTheFirstSystemMessage) {
   EXPECT_EQ(r.chat.messages[0].role, Role::kSystem);
   EXPECT_EQ(r.chat.messages[0].content.text, "be brief");
   EXPECT_EQ(r.echo.instructions, R"("be brief")");
-  EXPECT_EQ(r.input_items.size(), 1u);  // not an input item
+  EXPECT_EQ(Json::parse(r.input_items).size(), 1u);  // not an input item
   EXPECT_EQ(bad(R"("instructions":5)").code, ErrorCode::kInvalidRequest);
 }
 
@@ -72,7 +71,7 @@ TEST(ResponsesParse, MessageItemsWithRolesAndParts) {
   EXPECT_EQ(r.chat.messages[2].role, Role::kAssistant);
   EXPECT_EQ(r.chat.messages[2].content.parts[0].text, "c");
   EXPECT_EQ(r.chat.messages[3].role, Role::kSystem);
-  EXPECT_EQ(r.input_items.size(), 4u);
+  EXPECT_EQ(Json::parse(r.input_items).size(), 4u);
 }
 
 TEST(ResponsesParse, MessageErrorsNameThePath) {
@@ -224,7 +223,7 @@ TEST(ResponsesParse, ReasoningItemsAreCheckedAndDropped) {
     {"type":"message","role":"assistant","content":[{"type":"output_text","text":"y"}]}])");
   ASSERT_EQ(r.chat.messages.size(), 2u);
   EXPECT_EQ(r.chat.messages[1].role, Role::kAssistant);
-  EXPECT_EQ(r.input_items.size(), 3u);  // kept as sent for a stored response
+  EXPECT_EQ(Json::parse(r.input_items).size(), 3u);  // kept as sent for a stored response
   EXPECT_EQ(bad_input(R"([{"type":"reasoning","id":"rs","summary":"x"}])").param,
             "input[0].summary");
   EXPECT_EQ(bad_input(R"([{"type":"reasoning","id":"rs"}])").type_code,
@@ -450,6 +449,52 @@ TEST(ResponsesParse, TheChatBodyIsValidOpenAIChat) {
   EXPECT_EQ(round->tools->at(0).name, "f");
   EXPECT_EQ(round->response_format->type, "json_object");
   EXPECT_TRUE(round->streams());
+}
+
+// ---- The input items a stored response keeps: the text to_json(...).dump() wrote ---------------
+
+std::string dom_text(const std::string& json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  EXPECT_EQ(parser.parse(json).get(doc), simdjson::SUCCESS) << json;
+  std::string out;
+  append_dom_json(out, doc);
+  EXPECT_EQ(out, to_json(doc).dump()) << json;
+  return out;
+}
+
+TEST(DomJson, WritesWhatTheKeptTreeDumps) {
+  EXPECT_EQ(dom_text(R"( { "a" : [ 1 , -2 , true , null , "x" ] , "b" : { } , "c" : [ ] } )"),
+            R"({"a":[1,-2,true,null,"x"],"b":{},"c":[]})");
+  // Numbers: int64 limits, beyond int64, fractions and exponents as nlohmann writes doubles.
+  dom_text(R"([9223372036854775807,-9223372036854775808,18446744073709551615,0,-0,1.0,0.1,1e300,)"
+           R"(-2.5E-3,5e-324])");
+  // Strings: escapes, control characters, non-ASCII, and the names of members.
+  dom_text(R"({"q\"k\\":"\u0001\b\f\n\r\t\/ é 𝄞 \u2028 \ud83d\ude00","":""})");
+  // A name given twice stays where it first was, with its last value (few members and many).
+  EXPECT_EQ(dom_text(R"({"a":1,"b":2,"a":3})"), R"({"a":3,"b":2})");
+  std::string many = "{";
+  for (int i = 0; i < 40; ++i)
+    many += "\"k" + std::to_string(i % 25) + "\":" + std::to_string(i) + ",";
+  many += R"("z":{"y":1,"y":[2]}})";
+  dom_text(many);
+  // Deep nesting.
+  std::string deep;
+  for (int i = 0; i < 500; ++i) deep += R"({"a":[)";
+  for (int i = 0; i < 500; ++i) deep += "]}";
+  dom_text(deep);
+}
+
+TEST(ResponsesParse, InputItemsAreKeptOnlyWhenStored) {
+  auto stored = items(R"([{"role":"user","content":"a\nb","status":null}])");
+  EXPECT_EQ(stored.input_items, R"([{"role":"user","content":"a\nb","status":null}])");
+  auto plain = ok(R"("store":false)");
+  EXPECT_EQ(plain.input_items, "[]");
+  auto text = ok(R"("store":true)", R"("caf\u00e9 \"q\"")");
+  EXPECT_EQ(text.input_items, R"([{"type":"message","role":"user","content":"café \"q\""}])");
+  // The instructions' echo is their JSON string, as nlohmann writes it.
+  auto with = ok(R"("instructions":"tab\there \u0001 é")");
+  EXPECT_EQ(with.echo.instructions, Json("tab\there \x01 é").dump());
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "adapters/stream_relay.h"
+#include "api/responses_parse.h"
+#include "gateway/responses_front.h"
 #include "tests/api/sse_events.h"
 
 namespace ferry::gateway {
@@ -51,12 +53,22 @@ std::string translate_all(TranslatingSink& sink) {
   return sent;
 }
 
-TEST(TranslatingSink, ResponsesLedgerFailureAfterTheWholeAnswerIsResponseFailed) {
+// A Responses translator that keeps the final response object (as for the response store).
+struct KeptResponse {
   NullSink client;
   std::string final_response;
-  RenderContext context{"req-1", "coder", 5};
-  context.final_response = &final_response;
-  TranslatingSink sink(client, frontend(api::Endpoint::kResponses), context);
+  RenderContext context;
+  std::optional<TranslatingSink> sink;
+  explicit KeptResponse(std::string_view request_id) : context{request_id, "coder", 5} {
+    context.final_response = &final_response;
+    sink.emplace(client, frontend(api::Endpoint::kResponses), context);
+  }
+};
+
+TEST(TranslatingSink, ResponsesLedgerFailureAfterTheWholeAnswerIsResponseFailed) {
+  KeptResponse kept("req-1");
+  TranslatingSink& sink = *kept.sink;
+  const std::string& final_response = kept.final_response;
   std::string sent = translate_all(sink);
   Error e = Error::make(ErrorCode::kUnavailable, "the answer could not be recorded");
   std::string end = sink.finish(e);
@@ -73,6 +85,59 @@ TEST(TranslatingSink, ResponsesLedgerFailureAfterTheWholeAnswerIsResponseFailed)
   int64_t next = static_cast<int64_t>(before.size());
   for (const auto& event : ev) EXPECT_EQ(event.data["sequence_number"], next++);
   EXPECT_TRUE(final_response.empty()) << "a failed response is not stored";
+}
+
+// The final response object kept for the store is the one the client got, byte for byte (the
+// renderer hands it over; it used to be read back from the stream and re-written).
+TEST(TranslatingSink, ResponsesFinalObjectIsTheOneSent) {
+  KeptResponse kept("req-4");
+  TranslatingSink& sink = *kept.sink;
+  const std::string& final_response = kept.final_response;
+  std::string sent = translate_all(sink);
+  sent += sink.finish(std::nullopt);
+  const std::string marker = "\ndata: ";
+  const size_t last = sent.rfind(marker);
+  ASSERT_NE(last, std::string::npos);
+  std::string data = sent.substr(last + marker.size());
+  data = data.substr(0, data.find('\n'));
+  EXPECT_NE(data.find("\"type\":\"response.completed\""), std::string::npos) << data;
+  const std::string head = ",\"response\":";
+  const size_t at = data.find(head);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(final_response, data.substr(at + head.size(), data.size() - at - head.size() - 1));
+  EXPECT_EQ(json::parse(final_response), json::parse(data)["response"]);
+}
+
+// What the response store is handed: the id and the output as a kept tree writes them (the
+// last of a member named twice), the object as sent; nothing for what is not a response.
+TEST(ResponsesFront, ResponseToStoreReadsIdAndOutputAsATreeDoes) {
+  auto parsed = parse_responses_request(R"({"model":"m","input":"hi"})", {}, false);
+  ASSERT_TRUE(parsed);
+  const api::ResponsesRequest& request = *parsed->responses;
+  auto reference = [](const std::string& text) {  // what nlohmann made of it before
+    auto r = nlohmann::ordered_json::parse(text);
+    return r["output"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  for (std::string text :
+       {std::string(
+            R"({"id":"resp_1","object":"response","output":[{"type":"message","id":"m",)"
+            R"("content":[{"type":"output_text","text":"a\"\u00e9\n","annotations":[]}]}]})"),
+        std::string(R"({"id":"x","id":"resp_2","output":[1],"output":[{"a":-0,"b":1.50,"c":1e300,)"
+                    R"("d":18446744073709551615,"a":[true,null]}]})"),
+        // Beyond 64 bits: simdjson does not read it; nlohmann does, as before.
+        std::string(R"({"id":"resp_3","output":[{"n":123456789012345678901234567890}]})")}) {
+    auto kept = response_to_store(request, text, "k1");
+    ASSERT_TRUE(kept) << text;
+    EXPECT_EQ(kept->id, nlohmann::ordered_json::parse(text)["id"].get<std::string>());
+    EXPECT_EQ(kept->output, reference(text)) << text;
+    EXPECT_EQ(kept->response, text);
+    EXPECT_EQ(kept->key_id, "k1");
+    EXPECT_EQ(kept->items, R"([{"type":"message","role":"user","content":"hi"}])");
+  }
+  for (std::string text : {"", "[]", "{\"id\":5,\"output\":[]}", "{\"id\":\"r\",\"output\":{}}",
+                           "{\"id\":\"r\"}", "{not json", "{\"id\":\"r\xff\",\"output\":[]}"}) {
+    EXPECT_FALSE(response_to_store(request, text, "k1")) << text;
+  }
 }
 
 TEST(TranslatingSink, MessagesLedgerFailureAfterTheWholeAnswerIsAnErrorEvent) {
@@ -117,6 +182,8 @@ struct Relayed {
   std::optional<std::string> broken;  // the relay's reason, when it broke the stream
   std::optional<std::string> error;   // the translator's error
   std::string upstream;               // the translator's record of the upstream bytes
+  adapters::Usage usage;              // what the relay took for the ledger
+  std::string finish_reason;
 };
 
 // The random ids a renderer makes (message, response, item ids) differ per run.
@@ -160,6 +227,8 @@ Relayed relay_run(api::Endpoint api, const std::vector<std::string>& reads, bool
   run.events = api::parse_named_sse(sent);
   for (auto& e : run.events) drop_ids(e.data);
   run.upstream = sink.take_upstream();
+  run.usage = reply.usage;
+  run.finish_reason = reply.finish_reason;
   return run;
 }
 
@@ -170,7 +239,22 @@ Relayed same_both_ways(api::Endpoint api, const std::vector<std::string>& reads)
   EXPECT_EQ(taken.broken, bytes.broken);
   EXPECT_EQ(taken.error, bytes.error);
   EXPECT_EQ(taken.upstream, bytes.upstream);
-  EXPECT_EQ(taken.events.size(), bytes.events.size());
+  // The ledger's usage and finish reason: the relay scans a taken chunk's text only where the
+  // translator's parse found the members its scans look for.
+  EXPECT_EQ(taken.finish_reason, bytes.finish_reason);
+  EXPECT_EQ(taken.usage.prompt_tokens, bytes.usage.prompt_tokens);
+  EXPECT_EQ(taken.usage.completion_tokens, bytes.usage.completion_tokens);
+  EXPECT_EQ(taken.usage.total_tokens, bytes.usage.total_tokens);
+  EXPECT_EQ(taken.usage.cached_tokens, bytes.usage.cached_tokens);
+  EXPECT_EQ(taken.usage.reasoning_tokens, bytes.usage.reasoning_tokens);
+  EXPECT_EQ(taken.usage.malformed, bytes.usage.malformed);
+  EXPECT_EQ(taken.events.size(), bytes.events.size()) << [&] {
+    std::string names;
+    for (const auto& e : taken.events) names += e.name + " ";
+    names += "| ";
+    for (const auto& e : bytes.events) names += e.name + " ";
+    return names;
+  }();
   for (size_t i = 0; i < std::min(taken.events.size(), bytes.events.size()); ++i) {
     EXPECT_EQ(taken.events[i].name, bytes.events[i].name) << i;
     EXPECT_EQ(taken.events[i].data, bytes.events[i].data) << i;
@@ -246,6 +330,82 @@ TEST(TranslatingSinkHandOver, ToolCallDeltas) {
   for (api::Endpoint api : kApis) {
     Relayed r = same_both_ways(api, reads);
     EXPECT_FALSE(r.error);
+  }
+}
+
+// Usage and finish reasons where the relay's text scans look (any depth, the last usage object,
+// the first string finish_reason, names written with escapes): the ledger gets the same.
+TEST(TranslatingSinkHandOver, TheLedgersUsageAndFinishReasonAsTheScansFindThem) {
+  // A chunk's frame: the usual head, then `rest`.
+  auto odd_chunk = [](const std::string& rest) {
+    return frame(R"({"id":"c1","object":"chat.completion.chunk","created":1,"model":"up",)" + rest);
+  };
+  const std::vector<std::string> odd = {
+      // usage null on every chunk (some servers), then the real one.
+      odd_chunk(
+          R"("choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}],"usage":null})"),
+      // usage inside a choice's logprobs, and after the top-level one (the last one counts).
+      odd_chunk(
+          R"("choices":[{"index":0,"delta":{"content":"b"},"logprobs":{"usage":{"prompt_tokens":1}}}]})"),
+      odd_chunk(
+          R"("usage":{"prompt_tokens":2,"completion_tokens":3},"choices":[{"index":0,"delta":{},"x":{"usage":{"completion_tokens":4}}}]})"),
+      // A finish_reason string nested somewhere else before the choice's own.
+      odd_chunk(
+          R"("meta":{"finish_reason":"elsewhere"},"choices":[{"index":0,"delta":{"content":"c"},"finish_reason":null}]})"),
+      // Names written with escapes: decoded, the text scans do not see them.
+      odd_chunk(
+          R"("choices":[{"index":0,"delta":{"content":"d"},"finish_reas\u006fn":"length"}],"us\u0061ge":{"prompt_tokens":9}})"),
+      // A name ending in an escaped quote and the key: the scans see `"usage":` in it.
+      odd_chunk(
+          R"("choices":[{"index":0,"delta":{"content":"e"}}],"x\"usage":{"prompt_tokens":11,"completion_tokens":12}})"),
+      odd_chunk(R"("choices":[{"index":0,"delta":{"content":"f"}}],"y\"finish_reason":"stop"})"),
+      // Where the translator's own passes do not look: inside a delta, a tool call, a member
+      // named twice (the reader reads the first), choices that are an object, a delta that is
+      // an array, two choices (an error), an upstream error chunk.
+      odd_chunk(R"("choices":[{"index":0,"delta":{"content":"g","usage":{"prompt_tokens":21}}}]})"),
+      odd_chunk(
+          R"("choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f","arguments":"{}","usage":{"total_tokens":3}}}]}}]})"),
+      odd_chunk(
+          R"("choices":[{"index":0,"delta":{"content":"h"}}],"choices":[{"finish_reason":"length","usage":{"prompt_tokens":4}}]})"),
+      odd_chunk(
+          R"("choices":[{"index":0,"delta":{"content":"i"},"delta":{"x":{"usage":{"completion_tokens":5}}}}]})"),
+      odd_chunk(R"("choices":{"finish_reason":"content_filter","usage":{"prompt_tokens":6}}})"),
+      odd_chunk(
+          R"("choices":[{"index":0,"delta":[{"usage":{"prompt_tokens":8},"finish_reason":"stop"}]}]})"),
+      odd_chunk(
+          R"("choices":[{"index":0,"finish_reason":"stop"},{"index":1,"finish_reason":"length","usage":{}}]})"),
+      frame(
+          R"({"error":{"message":"x","usage":{"prompt_tokens":9}},"choices":[{"finish_reason":"stop"}]})"),
+      // Counts the scanner gives up on (a float, a string, beyond int64): nlohmann decides.
+      odd_chunk(
+          R"("choices":[],"usage":{"prompt_tokens":1.5,"completion_tokens":"2","total_tokens":9223372036854775808}})")};
+  for (size_t i = 0; i < odd.size(); ++i) {
+    for (api::Endpoint api : kApis) {
+      SCOPED_TRACE(odd[i]);
+      std::vector<std::string> reads = {chunk(R"({"role":"assistant","content":""})")};
+      for (size_t j = 0; j <= i; ++j) reads.push_back(odd[j]);
+      reads.push_back(chunk("{}", "\"stop\""));
+      reads.push_back(
+          usage_chunk(R"({"prompt_tokens":7,"completion_tokens":5,"total_tokens":12})"));
+      reads.push_back("data: [DONE]\n\n");
+      same_both_ways(api, reads);
+      // The odd chunk after the finish (and one more after it: this harness, unlike the sink's
+      // write(), keeps the last translation of the bytes path until the next read).
+      reads = {chunk(R"({"role":"assistant","content":""})"), chunk("{}", "\"stop\""), odd[i],
+               usage_chunk(R"({"prompt_tokens":1})"), "data: [DONE]\n\n"};
+      same_both_ways(api, reads);
+      // The odd chunk alone: its usage and finish reason are the last the relay sees (the
+      // chunks the translator fails on are left out: see above).
+      if (odd[i].find("\"index\":1") != std::string::npos) continue;
+      if (odd[i].find("\"error\"") != std::string::npos) continue;
+      Relayed r = same_both_ways(
+          api, {chunk(R"({"role":"assistant","content":""})"), odd[i], "data: [DONE]\n\n"});
+      EXPECT_FALSE(r.broken);
+      // The text scans see `"usage":` after the escaped quote of a longer name.
+      if (odd[i].find(R"("x\"usage")") != std::string::npos) {
+        EXPECT_EQ(r.usage.prompt_tokens, 11);
+      }
+    }
   }
 }
 
