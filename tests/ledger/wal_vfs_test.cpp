@@ -28,11 +28,13 @@ TEST(WalVfs, ACommitsFramesReachTheFileInOneWrite) {
   TempDir dir;
   auto db = Db::open(dir.file("w.db"), false);
   ASSERT_TRUE(db) << db.error().message;
-  ASSERT_TRUE(db->exec("CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b TEXT);"
-                       "CREATE INDEX t_a ON t(a); CREATE INDEX t_b ON t(b);"));
+  ASSERT_TRUE(
+      db->exec("CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b TEXT);"
+               "CREATE INDEX t_a ON t(a); CREATE INDEX t_b ON t(b);"));
   for (int i = 0; i < 20; ++i) {
     const WalWriteCounts before = wal_write_counts();
-    ASSERT_TRUE(db->exec("INSERT INTO t(a, b) VALUES (hex(randomblob(600)), hex(randomblob(600)))"));
+    ASSERT_TRUE(
+        db->exec("INSERT INTO t(a, b) VALUES (hex(randomblob(600)), hex(randomblob(600)))"));
     const WalWriteCounts after = wal_write_counts();
     // Three b-trees and the schema's pages change: several frames, each two writes by SQLite.
     EXPECT_GE(after.sqlite_writes - before.sqlite_writes, 6) << "commit " << i;
@@ -49,8 +51,9 @@ TEST(WalVfs, OtherConnectionsSeeEveryCommitAndTheFileIsIntact) {
   const std::string path = dir.file("w.db");
   auto writer = Db::open(path, false);
   ASSERT_TRUE(writer) << writer.error().message;
-  ASSERT_TRUE(writer->exec("PRAGMA cache_size=10; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
-                           "CREATE INDEX t_v ON t(v);"));
+  ASSERT_TRUE(
+      writer->exec("PRAGMA cache_size=10; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);"
+                   "CREATE INDEX t_v ON t(v);"));
   auto checkpointer = Db::open(path, false);
   ASSERT_TRUE(checkpointer) << checkpointer.error().message;
   auto reader = Db::open(path, true);
@@ -59,9 +62,9 @@ TEST(WalVfs, OtherConnectionsSeeEveryCommitAndTheFileIsIntact) {
   for (int round = 0; round < 60; ++round) {
     const int rows = round % 7 == 3 ? 3000 : 1 + round % 5;
     ASSERT_TRUE(writer->exec("BEGIN IMMEDIATE"));
-    auto inserted = writer->exec(
-        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < " +
-        std::to_string(rows) + ") INSERT INTO t(v) SELECT hex(randomblob(40)) FROM n");
+    auto inserted =
+        writer->exec("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < " +
+                     std::to_string(rows) + ") INSERT INTO t(v) SELECT hex(randomblob(40)) FROM n");
     ASSERT_TRUE(inserted) << "round " << round << ": " << inserted.error().message;
     // Its own rows, some of them only in frames written before the commit.
     EXPECT_EQ(count_rows(*writer, "SELECT COUNT(*) FROM t INDEXED BY t_v WHERE v > ''"),
