@@ -117,9 +117,10 @@ Result<CreatedKey> create_key(const std::string& db, StoredKey spec,
   return out;
 }
 
-Result<std::vector<StoredKey>> list_keys(const std::string& db, bool include_revoked) {
-  auto rows = query_rows(db,
-                         std::string("SELECT ") + kColumns + " FROM api_keys" +
+namespace {
+
+Result<std::vector<StoredKey>> list_on(AnyDb& conn, bool include_revoked) {
+  auto rows = conn.query(std::string("SELECT ") + kColumns + " FROM api_keys" +
                              (include_revoked ? "" : " WHERE revoked_us IS NULL") +
                              " ORDER BY created_us, id",
                          {});
@@ -127,6 +128,14 @@ Result<std::vector<StoredKey>> list_keys(const std::string& db, bool include_rev
   std::vector<StoredKey> out;
   for (const auto& row : *rows) out.push_back(key_of(row));
   return out;
+}
+
+}  // namespace
+
+Result<std::vector<StoredKey>> list_keys(const std::string& db, bool include_revoked) {
+  auto conn = AnyDb::open(db);
+  if (!conn) return conn.error();
+  return list_on(*conn, include_revoked);
 }
 
 Result<StoredKey> revoke_key(const std::string& db, const std::string& id, int64_t now_us) {
@@ -157,22 +166,15 @@ Result<StoredKeyReader::Keys> StoredKeyReader::read() {
     conn_.reset();
     return e;
   };
-  auto rows = conn_->query(std::string("SELECT ") + kColumns +
-                               " FROM api_keys WHERE revoked_us IS NULL ORDER BY created_us, id",
-                           {});
-  if (!rows) return fail(rows.error());
+  auto active = list_on(*conn_, false);
+  if (!active) return fail(active.error());
+  // Authentication stays on once any key was stored, even with every key revoked.
   auto count = conn_->query("SELECT COUNT(*) FROM api_keys", {});
   if (!count) return fail(count.error());
   Keys out;
-  for (const auto& row : *rows) out.active.push_back(key_of(row));
+  out.active = std::move(*active);
   out.ever_stored = !count->empty() && value_int(count->front()[0]) > 0;
   return out;
-}
-
-Result<int64_t> stored_key_count(const std::string& db) {
-  auto rows = query_rows(db, "SELECT COUNT(*) FROM api_keys", {});
-  if (!rows) return rows.error();
-  return rows->empty() ? 0 : value_int(rows->front()[0]);
 }
 
 }  // namespace ferry::ledger

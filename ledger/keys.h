@@ -49,10 +49,6 @@ Result<std::vector<StoredKey>> list_keys(const std::string& db, bool include_rev
 // time) otherwise; revoking twice is not an error.
 Result<StoredKey> revoke_key(const std::string& db, const std::string& id, int64_t now_us);
 
-// How many keys were ever stored (revoked ones included): once one was, authentication stays
-// on even when every key is revoked and the config has none.
-Result<int64_t> stored_key_count(const std::string& db);
-
 // The unrevoked keys and whether any key was ever stored, read again and again over one
 // connection (the server's watcher re-reads them every second: a connection a read would cost
 // more than the read, and on PostgreSQL a connection a second for every instance). A failed
@@ -66,7 +62,9 @@ class StoredKeyReader {
 
   struct Keys {
     std::vector<StoredKey> active;  // unrevoked, oldest first (list_keys)
-    bool ever_stored = false;       // stored_key_count > 0
+    // A key was ever stored (revoked ones count): authentication then stays on even when every
+    // key is revoked and the config has none.
+    bool ever_stored = false;
   };
   Result<Keys> read();
   // Connections made so far (1 while every read succeeds).
