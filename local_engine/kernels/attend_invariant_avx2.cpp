@@ -67,8 +67,8 @@ inline __m256 exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   const __m256 small = _mm256_cmp_ps(n, _mm256_set1_ps(-64.0f), _CMP_LT_OQ);
   const __m256 n_adj = _mm256_add_ps(n, _mm256_and_ps(small, _mm256_set1_ps(64.0f)));
-  const __m256i bits = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n_adj), _mm256_set1_epi32(127)), 23);
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n_adj), _mm256_set1_epi32(127)), 23);
   const __m256 scaled = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
   return _mm256_mul_ps(scaled,
                        _mm256_blendv_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(0x1p-64f), small));

@@ -167,7 +167,7 @@ void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Thr
       quantize_rows(x, qa, 0, 1);
     }
   }
-  pool.parallel_for(w.rows, kRowGrain,
+  pool.parallel_for(w.rows, kRowGrain, w.rows * w.cols * n_tokens,
                     [&](int64_t begin, int64_t end) { matmul_rows(w, qa, y, begin, end, forms); });
 }
 

@@ -19,7 +19,7 @@ using testing::random_row;
 // product of the dequantized weights.
 TEST(Matmul, EqualsRowDotsForEveryTypeThreadCountAndBatch) {
   const int64_t rows = 37, cols = 512;
-  ThreadPool pool1(1), pool3(3);
+  ThreadPool pool1(1), pool3(3, 0);
   for (TensorType t : testing::kWeightTypes) {
     const auto wf = random_row(rows * cols, 5, 0.05f);
     const auto w = quantize(t, wf);
@@ -74,7 +74,7 @@ TEST(Matmul, TwoStepApiOnCallerThreads) {
 // scalar reference's.
 TEST(Matmul, SerialOrderFollowsTheBatchForms) {
   const int64_t rows = 40, cols = 512;
-  ThreadPool pool1(1), pool3(3);
+  ThreadPool pool1(1), pool3(3, 0);
   for (TensorType t : {TensorType::kQ4_0, TensorType::kQ4_K}) {
     const auto w = quantize(t, random_row(rows * cols, 11, 0.05f));
     MatrixView view = make_matrix_view(t, rows, cols, w.data());
@@ -115,7 +115,7 @@ TEST(Matmul, SerialOrderFollowsTheBatchForms) {
 // that is not a whole 8-element chunk. Close to the exact product of the F16-rounded inputs.
 TEST(Matmul, InvariantF16IsOneOrderForEveryBatch) {
   const int64_t rows = 29;
-  ThreadPool pool1(1), pool3(3);
+  ThreadPool pool1(1), pool3(3, 0);
   const TypeKernels* ref = kernels_for(TensorType::kF16, Isa::kScalar);
   ASSERT_NE(ref->gemm_invariant, nullptr);
   for (int64_t cols : {128, 203}) {
