@@ -29,10 +29,9 @@ WpmClass wpm_class(std::uint32_t cp) {
   using namespace wpm_detail;
   if (cp >= 0x110000) return kOther;
   const auto* end = kClassRanges + kClassRangesCount;
-  const auto* it = std::upper_bound(kClassRanges, end, cp,
-                                    [](std::uint32_t c, const std::uint32_t(&row)[2]) {
-                                      return c < row[0];
-                                    });
+  const auto* it =
+      std::upper_bound(kClassRanges, end, cp,
+                       [](std::uint32_t c, const std::uint32_t(&row)[2]) { return c < row[0]; });
   return static_cast<WpmClass>((it - 1)[0][1]);
 }
 

@@ -110,8 +110,8 @@ std::string write_bert_vocab(const std::string& path, const Vocab& v) {
   w.set("tokenizer.ggml.model", gguf::Value::string("bert"));
   w.set("tokenizer.ggml.pre", gguf::Value::string("default"));
   w.set("tokenizer.ggml.tokens", gguf::Value::string_array(v.tokens));
-  w.set("tokenizer.ggml.token_type", gguf::Value::i32_array(
-                                         std::vector<int64_t>(v.types.begin(), v.types.end())));
+  w.set("tokenizer.ggml.token_type",
+        gguf::Value::i32_array(std::vector<int64_t>(v.types.begin(), v.types.end())));
   w.set("tokenizer.ggml.token_type_count", gguf::Value::u32(2));
   w.set("tokenizer.ggml.unknown_token_id", gguf::Value::u32(100));
   w.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(101));
@@ -129,10 +129,13 @@ std::vector<std::string> wpm_texts() {
   std::vector<std::string> texts = testing::conformance_corpus();
   std::erase_if(texts, [](const std::string& s) { return s.size() > 60000; });
   for (std::string& s : testing::random_strings(23, 2000)) texts.push_back(std::move(s));
-  for (const char* s :
-       {"", " ", "  two leading spaces", "Hello, World! It's 3.14 o'clock.", "ÉCOLE Über façade",
-        "İstanbul ΣΑΣ ǅ", "中文字符和日本語のテキスト", "a\x01" "b\x7f" "c\tx\u00A0y\u3000z",
-        "[CLS] [SEP] [UNK] [MASK] [PAD]", "e\xCC\x81 combining", "x\xEF\xBB\xBFy \xE2\x80\x8B zero"}) {
+  for (const char* s : {"", " ", "  two leading spaces", "Hello, World! It's 3.14 o'clock.",
+                        "ÉCOLE Über façade", "İstanbul ΣΑΣ ǅ", "中文字符和日本語のテキスト",
+                        "a\x01"
+                        "b\x7f"
+                        "c\tx\u00A0y\u3000z",
+                        "[CLS] [SEP] [UNK] [MASK] [PAD]", "e\xCC\x81 combining",
+                        "x\xEF\xBB\xBFy \xE2\x80\x8B zero"}) {
     texts.emplace_back(s);
   }
   return texts;
@@ -168,9 +171,8 @@ TEST(WpmConformance, SameIdsAsLlamaCpp) {
         g += std::to_string(got[k]) + " ";
       for (std::size_t k = 0; k < std::min<std::size_t>(want.size(), 30); ++k)
         w += std::to_string(want[k]) + " ";
-      ADD_FAILURE() << "differs on #" << i << ": \""
-                    << testing::hex_escape(texts[i].substr(0, 120)) << "\"\n ferry: " << g
-                    << "\n llama: " << w;
+      ADD_FAILURE() << "differs on #" << i << ": \"" << testing::hex_escape(texts[i].substr(0, 120))
+                    << "\"\n ferry: " << g << "\n llama: " << w;
     }
   }
   EXPECT_EQ(mismatches, 0) << "of " << texts.size() << " texts";
