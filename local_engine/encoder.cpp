@@ -43,8 +43,7 @@ class TensorReader {
       std::string got;
       for (const int64_t d : t->dims) got += (got.empty() ? "" : "x") + std::to_string(d);
       return load_error("tensor '" + name + "' has shape [" + got + "], expected [" +
-                        std::to_string(cols) + (rows == 0 ? "" : "x" + std::to_string(rows)) +
-                        "]");
+                        std::to_string(cols) + (rows == 0 ? "" : "x" + std::to_string(rows)) + "]");
     }
     if (rows == 0 && type != WeightType::kF32) {
       return load_error("tensor '" + name + "' must be F32");
@@ -177,10 +176,12 @@ Result<Pooling> encoder_pooling(const EncoderConfig& config) {
     case 2:
       return Pooling::kCls;
     case -1:
-      return load_error(key + " is absent: an encoder's embedding needs its pooling (1 mean, "
+      return load_error(key +
+                        " is absent: an encoder's embedding needs its pooling (1 mean, "
                         "2 cls) in the file");
     case 0:
-      return load_error(key + " is 0 (none: one vector per token), which /v1/embeddings "
+      return load_error(key +
+                        " is 0 (none: one vector per token), which /v1/embeddings "
                         "cannot answer");
     case 3:
       return load_error(key + " is 3 (last), which a bidirectional encoder does not use");
@@ -245,9 +246,8 @@ Status Encoder::check(std::span<const std::vector<int32_t>> inputs) const {
       return Error::make(ErrorCode::kInvalidRequest, which + " has no tokens", "input");
     if (static_cast<int64_t>(inputs[i].size()) > c.n_ctx_train) {
       return Error::make(ErrorCode::kContextOverflow,
-                         "this model's context is " + std::to_string(c.n_ctx_train) +
-                             " tokens; " + which + " is " + std::to_string(inputs[i].size()) +
-                             " tokens",
+                         "this model's context is " + std::to_string(c.n_ctx_train) + " tokens; " +
+                             which + " is " + std::to_string(inputs[i].size()) + " tokens",
                          "input", "context_length_exceeded");
     }
     for (const int32_t t : inputs[i]) {

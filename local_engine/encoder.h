@@ -30,7 +30,7 @@ struct EncoderConfig {
   int64_t n_embd = 0;
   int64_t n_layer = 0;
   int64_t n_head = 0;
-  int64_t head_dim = 0;       // n_embd / n_head
+  int64_t head_dim = 0;  // n_embd / n_head
   int64_t n_ff = 0;
   int64_t n_ctx_train = 0;    // rows of the position embedding: the longest input
   int64_t n_token_types = 0;  // rows of token_types.weight (0: none; type 0 is used)
@@ -39,14 +39,14 @@ struct EncoderConfig {
 };
 
 struct EncoderLayer {
-  WeightView wq, wk, wv, wo;        // (n_embd, n_embd)
-  WeightView bq, bk, bv, bo;        // (n_embd) F32
+  WeightView wq, wk, wv, wo;          // (n_embd, n_embd)
+  WeightView bq, bk, bv, bo;          // (n_embd) F32
   WeightView attn_norm, attn_norm_b;  // post-attention LayerNorm (n_embd) F32
-  WeightView w_up;                  // (n_ff, n_embd)
-  WeightView b_up;                  // (n_ff) F32
-  WeightView w_down;                // (n_embd, n_ff)
-  WeightView b_down;                // (n_embd) F32
-  WeightView out_norm, out_norm_b;  // post-FFN LayerNorm (n_embd) F32
+  WeightView w_up;                    // (n_ff, n_embd)
+  WeightView b_up;                    // (n_ff) F32
+  WeightView w_down;                  // (n_embd, n_ff)
+  WeightView b_down;                  // (n_embd) F32
+  WeightView out_norm, out_norm_b;    // post-FFN LayerNorm (n_embd) F32
 };
 
 class EncoderModel {
@@ -57,9 +57,9 @@ class EncoderModel {
 
   const EncoderConfig& config() const { return config_; }
 
-  WeightView token_embd;     // (n_vocab, n_embd)
-  WeightView token_types;    // (n_token_types, n_embd); rows == 0 when absent
-  WeightView position_embd;  // (n_ctx_train, n_embd)
+  WeightView token_embd;              // (n_vocab, n_embd)
+  WeightView token_types;             // (n_token_types, n_embd); rows == 0 when absent
+  WeightView position_embd;           // (n_ctx_train, n_embd)
   WeightView embd_norm, embd_norm_b;  // (n_embd) F32
   std::vector<EncoderLayer> layers;
 

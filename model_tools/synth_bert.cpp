@@ -191,8 +191,8 @@ Result<GgufWriter> build_synth_bert(const SynthOptions& o) {
   const auto target = parse_quant_target(o.type);
   if (!target) return Error::make(ErrorCode::kInvalidRequest, "unknown type '" + o.type + "'");
   if (o.n_embd <= 0 || o.n_layer <= 0 || o.n_head <= 0 || o.n_ff <= 0 || o.n_ctx <= 0 ||
-      o.n_embd % o.n_head != 0 || o.n_embd > (1 << 16) || o.n_ff > (1 << 18) ||
-      o.n_layer > 512 || o.n_ctx > (1 << 16)) {
+      o.n_embd % o.n_head != 0 || o.n_embd > (1 << 16) || o.n_ff > (1 << 18) || o.n_layer > 512 ||
+      o.n_ctx > (1 << 16)) {
     return Error::make(ErrorCode::kInvalidRequest,
                        "bad shape: sizes must be positive and n_head divide n_embd");
   }

@@ -100,7 +100,8 @@ Vec layer_norm(const Vec& x, const WeightView& w, const WeightView& b, double ep
 // encoder must reproduce: it is tested against the tanh formula on its own).
 Vec reference_embedding(const EncoderModel& m, const std::vector<int32_t>& ids, Pooling pooling) {
   const EncoderConfig& c = m.config();
-  const size_t n = ids.size(), e = static_cast<size_t>(c.n_embd), hd = static_cast<size_t>(c.head_dim);
+  const size_t n = ids.size(), e = static_cast<size_t>(c.n_embd),
+               hd = static_cast<size_t>(c.head_dim);
   std::vector<Vec> x(n);
   const Vec type0 = row(m.token_types, 0);
   for (size_t t = 0; t < n; ++t) {
@@ -162,7 +163,9 @@ double cosine(const std::vector<float>& a, const Vec& b) {
 }
 
 const std::vector<std::vector<int32_t>> kInputs = {
-    {101, 150, 160, 170, 102}, {101, 200, 102}, {101, 120, 130, 140, 150, 160, 170, 180, 190, 102},
+    {101, 150, 160, 170, 102},
+    {101, 200, 102},
+    {101, 120, 130, 140, 150, 160, 170, 180, 190, 102},
     {101, 102}};
 
 void expect_matches_reference(const std::string& pooling, const std::string& type, double max_abs,
@@ -275,18 +278,20 @@ std::string load_error_of(const std::string& path) {
 
 TEST(Encoder, RefusesPoolingsItCannotAnswerByName) {
   const std::pair<uint32_t, const char*> cases[] = {
-      {0, "bert.pooling_type is 0 (none"}, {3, "bert.pooling_type is 3 (last)"},
-      {4, "bert.pooling_type is 4 (rank"}, {9, "bert.pooling_type 9 is not one ferry knows"}};
+      {0, "bert.pooling_type is 0 (none"},
+      {3, "bert.pooling_type is 3 (last)"},
+      {4, "bert.pooling_type is 4 (rank"},
+      {9, "bert.pooling_type 9 is not one ferry knows"}};
   for (const auto& [type, want] : cases) {
-    const std::string msg =
-        load_error_of(with_key("p" + std::to_string(type), "bert.pooling_type", gguf::Value::u32(type)));
+    const std::string msg = load_error_of(
+        with_key("p" + std::to_string(type), "bert.pooling_type", gguf::Value::u32(type)));
     EXPECT_NE(msg.find(want), std::string::npos) << msg;
   }
 }
 
 TEST(Encoder, RefusesOtherEncodersAndCausalFilesByName) {
-  std::string msg = load_error_of(
-      with_key("nomic", "general.architecture", gguf::Value::string("nomic-bert")));
+  std::string msg =
+      load_error_of(with_key("nomic", "general.architecture", gguf::Value::string("nomic-bert")));
   EXPECT_NE(msg.find("encoder architecture 'nomic-bert' is not supported yet"), std::string::npos)
       << msg;
   msg = load_error_of(with_key("causal", "bert.attention.causal", gguf::Value::boolean(true)));

@@ -1,0 +1,118 @@
+// POST /v1/embeddings through the real ferry binary on a bert encoder (ferry model synth --arch
+// bert): OpenAI-shaped vectors, usage counted with the model's WordPiece tokenizer ([CLS] and
+// [SEP] included), a batch equal to single requests, base64 equal to floats, inputs past the
+// model's 32 positions refused with the numbers, and chat/completions against the encoder a
+// 400 naming why, while ferry keeps serving.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "tests/integration/ferry_test_base.h"
+
+namespace ferry::itest {
+namespace {
+
+std::vector<float> floats(const json& e) {
+  std::vector<float> v;
+  for (const auto& x : e) v.push_back(x.get<float>());
+  return v;
+}
+
+std::vector<float> from_base64(const std::string& s) {
+  static const std::string k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (const char c : s) {
+    if (c == '=') break;
+    acc = (acc << 6) | static_cast<uint32_t>(k.find(c));
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);  // x86: little-endian
+  return v;
+}
+
+class BertEmbeddingsTest : public OwnConfigTest {
+ protected:
+  void SetUp() override {
+    OwnConfigTest::SetUp();
+    const std::string model = (dir_.path() / "bert.gguf").string();
+    ASSERT_EQ(run_command(ferry_binary() +
+                          " model synth --arch bert --embd 64 --layers 2 --heads 4 --ffn 128 "
+                          "--ctx 32 --pooling mean --type F16 --seed 5 '" +
+                          model + "' > /dev/null 2>&1"),
+              0);
+    std::string cfg = standard_config(upstream_.address);
+    cfg.insert(cfg.find("backends:\n") + 10,
+               "  - { name: enc, kind: local, model: " + model + ", threads: 1 }\n");
+    cfg.insert(cfg.find("models:\n") + 8, "  - { name: bge, backend: enc }\n");
+    ferry_ = start_ferry(dir_, cfg);
+  }
+
+  json post(const std::string& path, const json& body, int want_status) {
+    auto r = post_json(ferry_.address, path, body);
+    EXPECT_TRUE(r.has_value());
+    if (!r) return {};
+    EXPECT_EQ(r->status, want_status) << r->body;
+    return r->body_json();
+  }
+};
+
+TEST_F(BertEmbeddingsTest, AnswersInOpenAiShapeWithTheModelsOwnTokens) {
+  json j = post("/v1/embeddings", {{"model", "bge"}, {"input", json::array({"Hello world", "a cat sat"})}},
+                200);
+  ASSERT_EQ(j["data"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    auto v = floats(j["data"][i]["embedding"]);
+    ASSERT_EQ(v.size(), 64u);
+    double norm = 0;
+    for (const float x : v) norm += static_cast<double>(x) * x;
+    EXPECT_NEAR(norm, 1.0, 1e-5);
+  }
+  // [CLS] hello world [SEP] + [CLS] a cat sat [SEP].
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 9);
+  EXPECT_EQ(j["usage"]["total_tokens"], 9);
+  json one = post("/v1/embeddings", {{"model", "bge"}, {"input", "a cat sat"}}, 200);
+  EXPECT_EQ(floats(one["data"][0]["embedding"]), floats(j["data"][1]["embedding"]));
+  EXPECT_EQ(one["usage"]["prompt_tokens"], 5);
+  json b64 = post("/v1/embeddings",
+                  {{"model", "bge"}, {"input", "a cat sat"}, {"encoding_format", "base64"}}, 200);
+  EXPECT_EQ(from_base64(b64["data"][0]["embedding"].get<std::string>()),
+            floats(one["data"][0]["embedding"]));
+  // Token ids as sent (no [CLS]/[SEP] added).
+  json ids = post("/v1/embeddings", {{"model", "bge"}, {"input", json::array({101, 150, 102})}},
+                  200);
+  EXPECT_EQ(ids["usage"]["prompt_tokens"], 3);
+}
+
+TEST_F(BertEmbeddingsTest, RefusesLongInputsAndChatWhileServing) {
+  json tokens = json::array();
+  for (int i = 0; i < 33; ++i) tokens.push_back(150);
+  json longer = post("/v1/embeddings", {{"model", "bge"}, {"input", tokens}}, 400);
+  EXPECT_EQ(longer["error"]["code"], "context_length_exceeded");
+  const std::string msg = longer["error"]["message"].get<std::string>();
+  EXPECT_NE(msg.find("32"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("33"), std::string::npos) << msg;
+  tokens.erase(tokens.begin());
+  post("/v1/embeddings", {{"model", "bge"}, {"input", tokens}}, 200);
+
+  json chat = post("/v1/chat/completions",
+                   {{"model", "bge"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}},
+                   400);
+  EXPECT_NE(chat["error"]["message"].get<std::string>().find("embedding model"), std::string::npos)
+      << chat.dump();
+  json completion = post("/v1/completions", {{"model", "bge"}, {"prompt", "hi"}}, 400);
+  EXPECT_NE(completion["error"]["message"].get<std::string>().find("/v1/embeddings"),
+            std::string::npos)
+      << completion.dump();
+  EXPECT_EQ(post("/v1/embeddings", {{"model", "bge"}, {"input", "still here"}}, 200)["data"].size(),
+            1u);
+}
+
+}  // namespace
+}  // namespace ferry::itest
