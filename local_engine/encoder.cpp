@@ -333,28 +333,26 @@ void Encoder::attention() {
 }
 
 void Encoder::layer(const EncoderLayer& l) {
-  const EncoderConfig& c = config();
-  const int64_t e = c.n_embd;
   linear(l.wq, l.bq, x_.data(), q_.data());
   linear(l.wk, l.bk, x_.data(), k_.data());
   linear(l.wv, l.bv, x_.data(), v_.data());
   attention();
   linear(l.wo, l.bo, attn_.data(), tmp_.data());
   // x = LayerNorm(attention + x), then x = LayerNorm(FFN(x) + x).
-  for (int64_t t = 0; t < n_rows_; ++t) {
-    float* x = x_.data() + t * e;
-    const float* a = tmp_.data() + t * e;
-    for (int64_t d = 0; d < e; ++d) x[d] = a[d] + x[d];
-    layer_norm_row(e, x, floats(l.attn_norm), floats(l.attn_norm_b), c.norm_eps, x);
-  }
+  add_and_norm(l.attn_norm, l.attn_norm_b);
   linear(l.w_up, l.b_up, x_.data(), ffn_.data());
   for (float& f : ffn_) f = gelu_ggml(f);
   linear(l.w_down, l.b_down, ffn_.data(), tmp_.data());
+  add_and_norm(l.out_norm, l.out_norm_b);
+}
+
+void Encoder::add_and_norm(const WeightView& w, const WeightView& b) {
+  const int64_t e = config().n_embd;
   for (int64_t t = 0; t < n_rows_; ++t) {
     float* x = x_.data() + t * e;
-    const float* f = tmp_.data() + t * e;
-    for (int64_t d = 0; d < e; ++d) x[d] = f[d] + x[d];
-    layer_norm_row(e, x, floats(l.out_norm), floats(l.out_norm_b), c.norm_eps, x);
+    const float* sub = tmp_.data() + t * e;
+    for (int64_t d = 0; d < e; ++d) x[d] = sub[d] + x[d];
+    layer_norm_row(e, x, floats(w), floats(b), config().norm_eps, x);
   }
 }
 

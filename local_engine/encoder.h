@@ -96,6 +96,8 @@ class Encoder {
   void layer(const EncoderLayer& l);
   // attn_ = softmax(q k^T / sqrt(head_dim)) v per input and head.
   void attention();
+  // x_ = LayerNorm(tmp_ + x_) row by row (the sublayer's output added to its input).
+  void add_and_norm(const WeightView& w, const WeightView& b);
   // y = W x + b for the n_rows_ rows of x (b may be absent).
   void linear(const WeightView& w, const WeightView& b, const float* x, float* y);
 

@@ -57,9 +57,9 @@ Result<uint64_t> EncoderRunner::submit(EmbeddingRequest request) {
   std::lock_guard lock(mu_);
   if (stopping_) return Error::make(ErrorCode::kUnavailable, "the local engine is shutting down");
   if (static_cast<int64_t>(queue_.size()) >= max_queue_) {
-    Error e = Error::make(ErrorCode::kUnavailable,
-                          "the local engine is overloaded (" + std::to_string(queue_.size()) +
-                              " embeddings requests queued); retry later");
+    Error e = Error::make(ErrorCode::kUnavailable, "the local engine is overloaded (" +
+                                                       std::to_string(queue_.size()) +
+                                                       " embeddings requests queued); retry later");
     e.retry_after_s = 1;
     return e;
   }

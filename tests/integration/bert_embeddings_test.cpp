@@ -2,10 +2,16 @@
 // bert): OpenAI-shaped vectors, usage counted with the model's WordPiece tokenizer ([CLS] and
 // [SEP] included), a batch equal to single requests, base64 equal to floats, inputs past the
 // model's 32 positions refused with the numbers, and chat/completions against the encoder a
-// 400 naming why, while ferry keeps serving.
+// 400 naming why, while ferry keeps serving. BertLlamaAgreement compares the vectors with
+// llama.cpp's for the same file (node-llama-cpp, tests/tokenizer/refs; skipped without it);
+// FERRY_BERT_COMPARE_MODEL=path.gguf runs that comparison on another bert file.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "tests/integration/ferry_test_base.h"
 
@@ -64,8 +70,8 @@ class BertEmbeddingsTest : public OwnConfigTest {
 };
 
 TEST_F(BertEmbeddingsTest, AnswersInOpenAiShapeWithTheModelsOwnTokens) {
-  json j = post("/v1/embeddings", {{"model", "bge"}, {"input", json::array({"Hello world", "a cat sat"})}},
-                200);
+  json j = post("/v1/embeddings",
+                {{"model", "bge"}, {"input", json::array({"Hello world", "a cat sat"})}}, 200);
   ASSERT_EQ(j["data"].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
     auto v = floats(j["data"][i]["embedding"]);
@@ -85,8 +91,8 @@ TEST_F(BertEmbeddingsTest, AnswersInOpenAiShapeWithTheModelsOwnTokens) {
   EXPECT_EQ(from_base64(b64["data"][0]["embedding"].get<std::string>()),
             floats(one["data"][0]["embedding"]));
   // Token ids as sent (no [CLS]/[SEP] added).
-  json ids = post("/v1/embeddings", {{"model", "bge"}, {"input", json::array({101, 150, 102})}},
-                  200);
+  json ids =
+      post("/v1/embeddings", {{"model", "bge"}, {"input", json::array({101, 150, 102})}}, 200);
   EXPECT_EQ(ids["usage"]["prompt_tokens"], 3);
 }
 
@@ -101,9 +107,9 @@ TEST_F(BertEmbeddingsTest, RefusesLongInputsAndChatWhileServing) {
   tokens.erase(tokens.begin());
   post("/v1/embeddings", {{"model", "bge"}, {"input", tokens}}, 200);
 
-  json chat = post("/v1/chat/completions",
-                   {{"model", "bge"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}},
-                   400);
+  json chat = post(
+      "/v1/chat/completions",
+      {{"model", "bge"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}}, 400);
   EXPECT_NE(chat["error"]["message"].get<std::string>().find("embedding model"), std::string::npos)
       << chat.dump();
   json completion = post("/v1/completions", {{"model", "bge"}, {"prompt", "hi"}}, 400);
@@ -112,6 +118,80 @@ TEST_F(BertEmbeddingsTest, RefusesLongInputsAndChatWhileServing) {
       << completion.dump();
   EXPECT_EQ(post("/v1/embeddings", {{"model", "bge"}, {"input", "still here"}}, 200)["data"].size(),
             1u);
+}
+
+std::string refs_dir() {
+  return std::string(FERRY_SOURCE_DIR) + "/tests/tokenizer/refs";
+}
+
+class BertLlamaAgreement : public OwnConfigTest {
+ protected:
+  std::string model_;
+  void SetUp() override {
+    OwnConfigTest::SetUp();
+    if (!std::filesystem::exists(refs_dir() + "/node_modules/node-llama-cpp"))
+      GTEST_SKIP() << "node-llama-cpp is not installed (tests/tokenizer/setup_refs.sh)";
+    const char* other = std::getenv("FERRY_BERT_COMPARE_MODEL");
+    model_ = other != nullptr ? other : (dir_.path() / "bert.gguf").string();
+    if (other == nullptr) {
+      ASSERT_EQ(run_command(ferry_binary() +
+                            " model synth --arch bert --embd 64 --layers 2 --heads 4 --ffn 128 "
+                            "--ctx 64 --pooling cls --type F16 --seed 9 '" +
+                            model_ + "' > /dev/null 2>&1"),
+                0);
+    }
+    std::string cfg = standard_config(upstream_.address);
+    cfg.insert(cfg.find("backends:\n") + 10,
+               "  - { name: enc, kind: local, model: " + model_ + ", threads: 1 }\n");
+    cfg.insert(cfg.find("models:\n") + 8, "  - { name: bge, backend: enc }\n");
+    ferry_ = start_ferry(dir_, cfg);
+  }
+};
+
+TEST_F(BertLlamaAgreement, VectorsAndTokenCountsMatchLlamaCpp) {
+  const std::vector<std::string> texts = {"Hello world",
+                                          "A cat sat on the mat.",
+                                          "What is the capital of France?",
+                                          "Embeddings: similar sentences, similar vectors!",
+                                          "ÉCOLE façade naïve",
+                                          "中文 text 2024"};
+  const std::string in = (dir_.path() / "texts.json").string();
+  const std::string out = (dir_.path() / "llama.json").string();
+  std::ofstream(in) << json(texts).dump();
+  ASSERT_EQ(run_command("node '" + refs_dir() + "/llama_embed.js' '" + model_ + "' '" + in + "' '" +
+                        out + "'"),
+            0);
+  std::ifstream f(out);
+  const json ref = json::parse(f);
+  auto r = post_json(ferry_.address, "/v1/embeddings", {{"model", "bge"}, {"input", texts}});
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
+  const json got = r->body_json();
+  double worst_abs = 0, worst_cos = 1;
+  int64_t llama_tokens = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<double> want;
+    double norm = 0;
+    for (const auto& x : ref["vectors"][i]) norm += x.get<double>() * x.get<double>();
+    for (const auto& x : ref["vectors"][i]) want.push_back(x.get<double>() / std::sqrt(norm));
+    const auto mine = floats(got["data"][i]["embedding"]);
+    ASSERT_EQ(mine.size(), want.size());
+    double max_abs = 0, dot = 0, nm = 0;
+    for (size_t d = 0; d < want.size(); ++d) {
+      max_abs = std::max(max_abs, std::abs(mine[d] - want[d]));
+      dot += mine[d] * want[d];
+      nm += static_cast<double>(mine[d]) * mine[d];
+    }
+    const double cos = dot / std::sqrt(nm);
+    std::printf("input %zu: max |ferry - llama.cpp| %.3g, cosine %.9f\n", i, max_abs, cos);
+    worst_abs = std::max(worst_abs, max_abs);
+    worst_cos = std::min(worst_cos, cos);
+    llama_tokens += static_cast<int64_t>(ref["tokens"][i].size()) + 2;  // [CLS] ... [SEP]
+  }
+  std::printf("%s: %zu inputs, worst max abs %.3g, worst cosine %.9f\n", model_.c_str(),
+              texts.size(), worst_abs, worst_cos);
+  EXPECT_EQ(got["usage"]["prompt_tokens"].get<int64_t>(), llama_tokens);
+  EXPECT_LT(worst_abs, 2e-3);
+  EXPECT_GT(worst_cos, 0.9999);
 }
 
 }  // namespace
