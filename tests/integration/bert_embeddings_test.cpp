@@ -43,6 +43,15 @@ std::vector<float> from_base64(const std::string& s) {
   return v;
 }
 
+// The standard config with model "bge" on a local backend serving `model`.
+std::string bert_config(const ListenAddress& upstream, const std::string& model) {
+  std::string cfg = standard_config(upstream);
+  cfg.insert(cfg.find("backends:\n") + 10,
+             "  - { name: enc, kind: local, model: " + model + ", threads: 1 }\n");
+  cfg.insert(cfg.find("models:\n") + 8, "  - { name: bge, backend: enc }\n");
+  return cfg;
+}
+
 class BertEmbeddingsTest : public OwnConfigTest {
  protected:
   void SetUp() override {
@@ -53,11 +62,7 @@ class BertEmbeddingsTest : public OwnConfigTest {
                           "--ctx 32 --pooling mean --type F16 --seed 5 '" +
                           model + "' > /dev/null 2>&1"),
               0);
-    std::string cfg = standard_config(upstream_.address);
-    cfg.insert(cfg.find("backends:\n") + 10,
-               "  - { name: enc, kind: local, model: " + model + ", threads: 1 }\n");
-    cfg.insert(cfg.find("models:\n") + 8, "  - { name: bge, backend: enc }\n");
-    ferry_ = start_ferry(dir_, cfg);
+    ferry_ = start_ferry(dir_, bert_config(upstream_.address, model));
   }
 
   json post(const std::string& path, const json& body, int want_status) {
@@ -140,11 +145,7 @@ class BertLlamaAgreement : public OwnConfigTest {
                             model_ + "' > /dev/null 2>&1"),
                 0);
     }
-    std::string cfg = standard_config(upstream_.address);
-    cfg.insert(cfg.find("backends:\n") + 10,
-               "  - { name: enc, kind: local, model: " + model_ + ", threads: 1 }\n");
-    cfg.insert(cfg.find("models:\n") + 8, "  - { name: bge, backend: enc }\n");
-    ferry_ = start_ferry(dir_, cfg);
+    ferry_ = start_ferry(dir_, bert_config(upstream_.address, model_));
   }
 };
 

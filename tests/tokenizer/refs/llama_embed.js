@@ -11,7 +11,10 @@ async function main() {
   const { getLlama } = await import('node-llama-cpp');
   const llama = await getLlama({ gpu: false, build: 'never', logLevel: 'error' });
   const m = await llama.loadModel({ modelPath: model });
-  const ctx = await m.createEmbeddingContext({ threads: 1 });
+  // node-llama-cpp's default ("auto") unless FERRY_LLAMA_FLASH_ATTENTION is "true" or "false".
+  const fa = process.env.FERRY_LLAMA_FLASH_ATTENTION;
+  const ctx = await m.createEmbeddingContext(
+      fa === undefined ? { threads: 1 } : { threads: 1, flashAttention: fa === 'true' });
   const texts = JSON.parse(fs.readFileSync(input, 'utf8'));
   const vectors = [];
   const tokens = [];
