@@ -241,6 +241,8 @@ bool contains(std::string_view s, std::string_view part) {
 TensorType choose_tensor_type(const QuantTarget& target, std::string_view name, int64_t row_length,
                               int n_dims, int layer, int n_layers, bool tied_output) {
   if (n_dims < 2) return TensorType::kF32;
+  // BERT's position and token-type embeddings stay F32 (llama.cpp's converter and quantizer).
+  if (name == "position_embd.weight" || name == "token_types.weight") return TensorType::kF32;
   TensorType type = target.base;
   if (!is_block_type(type)) return type;  // F32 / F16 / BF16: every matrix as it is
   const bool more_bits = n_layers > 0 && (layer < n_layers / 8 || layer >= 7 * n_layers / 8 ||

@@ -136,11 +136,10 @@ Status add_bert_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget&
     std::vector<float> values(static_cast<size_t>(ne0 * std::max<int64_t>(ne1, 1)));
     for (float& x : values) x = dist(rng);
     const int n_dims = ne1 > 0 ? 2 : 1;
-    // The converter keeps the position and token-type embeddings F32 (llama.cpp adds the
-    // type row to F32 activations and refuses other types there).
-    const bool keep_f32 = name == "position_embd.weight" || name == "token_types.weight";
-    const TensorType type =
-        keep_f32 ? TensorType::kF32 : choose_tensor_type(target, name, ne0, n_dims, -1, n_layers);
+    // choose_tensor_type keeps the position and token-type embeddings F32, as llama.cpp's
+    // converter does (llama.cpp adds the type row to F32 activations, and refuses F16 there).
+    const int layer = name.starts_with("blk.") ? std::stoi(name.substr(4)) : -1;
+    const TensorType type = choose_tensor_type(target, name, ne0, n_dims, layer, n_layers);
     std::vector<int64_t> shape{ne0};
     if (ne1 > 0) shape.push_back(ne1);
     status = w.add_tensor(name, type, std::move(shape), encode(type, values, ne0));

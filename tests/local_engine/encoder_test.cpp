@@ -6,11 +6,13 @@
 
 #include <cmath>
 #include <filesystem>
+#include <future>
 
 #include <unistd.h>
 
 #include "gguf/gguf_writer.h"
 #include "local_engine/encoder.h"
+#include "local_engine/encoder_runner.h"
 #include "local_engine/gguf_source.h"
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/matmul.h"
@@ -318,6 +320,91 @@ TEST(Encoder, SynthBertCarriesAWordPieceVocabulary) {
   EXPECT_EQ(preset.n_layer, 6);
   EXPECT_EQ(preset.pooling, "mean");
   std::filesystem::remove(path);
+}
+
+// The runner: the encoder's vectors for each request, inputs packed into passes of at most
+// batch_tokens (the same vectors however they are packed), a full queue refused with
+// retry_after_s, a queued request cancelled, a passed deadline, and shutdown ending the queue.
+TEST(EncoderRunner, ServesRequestsAndRefusesWhatItCannotTake) {
+  auto direct = synth_encoder(small_bert("mean"), "runner_direct.gguf");
+  ASSERT_TRUE(direct);
+  auto want = direct->embed(kInputs);
+  ASSERT_TRUE(want);
+  EncoderRunner runner(synth_encoder(small_bert("mean"), "runner.gguf"), /*batch_tokens=*/12,
+                       /*max_queue=*/1);
+  using R = Result<EmbeddingResult>;
+  const auto submit = [&](std::vector<std::vector<int32_t>> inputs, std::promise<R>& done,
+                          std::chrono::steady_clock::time_point deadline =
+                              std::chrono::steady_clock::time_point::max()) {
+    EmbeddingRequest req;
+    req.inputs = std::move(inputs);
+    req.deadline = deadline;
+    req.on_done = [&done](R r) { done.set_value(std::move(r)); };
+    return runner.submit(std::move(req));
+  };
+  std::promise<R> first;
+  ASSERT_TRUE(submit(kInputs, first));
+  R got = first.get_future().get();
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_EQ(got->vectors, *want);  // passes of <= 12 tokens: the same floats as one pass
+  EXPECT_EQ(got->tokens, 20);
+
+  std::vector<std::vector<int32_t>> too_long = {std::vector<int32_t>(49, 150)};
+  std::promise<R> unused;
+  auto refused = submit(too_long, unused);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kContextOverflow);
+
+  // A request whose on_done holds the runner's thread, one queued behind it, one refused.
+  std::promise<void> release;
+  std::promise<R> held_done;
+  EmbeddingRequest held;
+  held.inputs = {{101, 102}};
+  held.on_done = [&](R r) {
+    held_done.set_value(std::move(r));
+    release.get_future().wait();
+  };
+  ASSERT_TRUE(runner.submit(std::move(held)));
+  ASSERT_TRUE(held_done.get_future().get());
+  std::promise<R> queued, full;
+  auto queued_id = submit({{101, 102}}, queued);
+  ASSERT_TRUE(queued_id);
+  auto over = submit({{101, 102}}, full);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(over.error().retry_after_s, 1);
+  runner.cancel(*queued_id);
+  EXPECT_EQ(queued.get_future().get().error().code, ErrorCode::kCancelled);
+  std::promise<R> late;
+  ASSERT_TRUE(submit({{101, 102}}, late, std::chrono::steady_clock::now()));
+  release.set_value();
+  EXPECT_EQ(late.get_future().get().error().code, ErrorCode::kTimeout);
+}
+
+TEST(EncoderRunner, ShutdownEndsQueuedRequests) {
+  std::promise<void> release;
+  std::promise<Result<EmbeddingResult>> queued;
+  {
+    EncoderRunner runner(synth_encoder(small_bert("mean"), "runner_stop.gguf"), 512, 4);
+    EmbeddingRequest held;
+    held.inputs = {{101, 102}};
+    std::shared_future<void> gate = release.get_future().share();
+    held.on_done = [gate](Result<EmbeddingResult>) { gate.wait(); };
+    ASSERT_TRUE(runner.submit(std::move(held)));
+    EmbeddingRequest next;
+    next.inputs = {{101, 102}};
+    next.on_done = [&](Result<EmbeddingResult> r) { queued.set_value(std::move(r)); };
+    ASSERT_TRUE(runner.submit(std::move(next)));
+    std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      release.set_value();
+    }).detach();
+  }
+  // The held request keeps the thread until after the runner starts stopping: the queued one
+  // is ended by the shutdown, never left hanging.
+  auto r = queued.get_future().get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
 }
 
 }  // namespace
