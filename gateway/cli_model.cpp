@@ -150,7 +150,8 @@ void add_synth_command(CLI::App* model, int& exit_code) {
   auto synth_out = std::make_shared<std::string>();
   CLI::App* synth =
       model->add_subcommand("synth", "Write a model with random weights and a real vocabulary");
-  synth->add_option("--arch", so->arch, "llama | qwen2 | qwen3 | bert")->capture_default_str();
+  synth->add_option("--arch", so->arch, "llama | qwen2 | qwen3 | bert | nomic-bert")
+      ->capture_default_str();
   synth->add_option("--preset", *preset,
                     "Named shape: tiny | smollm2-360m | bge-small | all-minilm-l6 (bert) (other "
                     "options override it)");

@@ -8,6 +8,7 @@
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/matmul.h"
+#include "local_engine/kernels/ops.h"
 
 namespace ferry::engine {
 namespace {
@@ -63,10 +64,11 @@ class TensorReader {
 Result<EncoderConfig> read_encoder_config(const ModelSource& source) {
   EncoderConfig c;
   c.arch_name = source.get_string("general.architecture").value_or("");
-  if (c.arch_name != "bert") {
+  if (c.arch_name != "bert" && c.arch_name != "nomic-bert") {
     return load_error("encoder architecture '" + c.arch_name +
-                      "' is not supported yet (encoders: bert)");
+                      "' is not supported yet (encoders: bert, nomic-bert)");
   }
+  c.rope = c.arch_name == "nomic-bert";
   const std::string p = c.arch_name + ".";
   const auto need = [&](const std::string& key, int64_t& out, int64_t max) -> Status {
     const auto v = source.get_int(p + key);
@@ -95,6 +97,14 @@ Result<EncoderConfig> read_encoder_config(const ModelSource& source) {
     return load_error(p + "attention.causal is true: not a bidirectional encoder");
   }
   c.pooling_type = source.get_int(p + "pooling_type").value_or(-1);
+  if (c.rope) {
+    c.rope_dim = source.get_int(p + "rope.dimension_count").value_or(c.head_dim);
+    c.rope_theta = static_cast<float>(source.get_float(p + "rope.freq_base").value_or(10000.0));
+    if (c.rope_dim <= 0 || c.rope_dim > c.head_dim || c.rope_dim % 2 != 0 || !(c.rope_theta > 0))
+      return load_error("bad rope.dimension_count or rope.freq_base");
+    if (source.get_int(p + "moe_every_n_layers").value_or(0) > 0)
+      return load_error("mixture-of-experts layers are not supported");
+  }
   return c;
 }
 
@@ -105,22 +115,37 @@ Result<EncoderConfig> read_encoder_config(const ModelSource& source) {
     (dst) = loaded.value();                        \
   } while (0)
 
-Status load_encoder_layer(const TensorReader& r, const EncoderConfig& c, int64_t i,
-                          EncoderLayer& l) {
-  const std::string b = "blk." + std::to_string(i) + ".";
+// Attention: q/k/v apart or fused (attn_qkv: q, k and v rows one after the other); biases
+// required by bert, optional for nomic-bert (which has none).
+Status load_encoder_attention(const TensorReader& r, const EncoderConfig& c, const std::string& b,
+                              EncoderLayer& l) {
   const int64_t e = c.n_embd;
-  FERRY_LOAD(l.wq, r.get(b + "attn_q.weight", e, e));
-  FERRY_LOAD(l.bq, r.get(b + "attn_q.bias", e, 0));
-  FERRY_LOAD(l.wk, r.get(b + "attn_k.weight", e, e));
-  FERRY_LOAD(l.bk, r.get(b + "attn_k.bias", e, 0));
-  FERRY_LOAD(l.wv, r.get(b + "attn_v.weight", e, e));
-  FERRY_LOAD(l.bv, r.get(b + "attn_v.bias", e, 0));
+  const bool opt = c.rope;
+  FERRY_LOAD(l.wqkv, r.get(b + "attn_qkv.weight", e, 3 * e, true));
+  if (l.wqkv.data == nullptr) {
+    FERRY_LOAD(l.wq, r.get(b + "attn_q.weight", e, e));
+    FERRY_LOAD(l.wk, r.get(b + "attn_k.weight", e, e));
+    FERRY_LOAD(l.wv, r.get(b + "attn_v.weight", e, e));
+  }
+  FERRY_LOAD(l.bq, r.get(b + "attn_q.bias", e, 0, opt || l.wqkv.data != nullptr));
+  FERRY_LOAD(l.bk, r.get(b + "attn_k.bias", e, 0, opt || l.wqkv.data != nullptr));
+  FERRY_LOAD(l.bv, r.get(b + "attn_v.bias", e, 0, opt || l.wqkv.data != nullptr));
   FERRY_LOAD(l.wo, r.get(b + "attn_output.weight", e, e));
   FERRY_LOAD(l.bo, r.get(b + "attn_output.bias", e, 0, true));
   FERRY_LOAD(l.attn_norm, r.get(b + "attn_output_norm.weight", e, 0));
   FERRY_LOAD(l.attn_norm_b, r.get(b + "attn_output_norm.bias", e, 0));
+  return {};
+}
+
+// The FFN (bert: gelu(up x); nomic-bert: silu(gate x) * up x) and the layer's output norm.
+Status load_encoder_layer(const TensorReader& r, const EncoderConfig& c, int64_t i,
+                          EncoderLayer& l) {
+  const std::string b = "blk." + std::to_string(i) + ".";
+  const int64_t e = c.n_embd;
+  if (Status s = load_encoder_attention(r, c, b, l); !s) return s;
   FERRY_LOAD(l.w_up, r.get(b + "ffn_up.weight", e, c.n_ff));
   FERRY_LOAD(l.b_up, r.get(b + "ffn_up.bias", c.n_ff, 0, true));
+  if (c.rope) FERRY_LOAD(l.w_gate, r.get(b + "ffn_gate.weight", e, c.n_ff));
   FERRY_LOAD(l.w_down, r.get(b + "ffn_down.weight", c.n_ff, e));
   FERRY_LOAD(l.b_down, r.get(b + "ffn_down.bias", e, 0, true));
   FERRY_LOAD(l.out_norm, r.get(b + "layer_output_norm.weight", e, 0));
@@ -156,7 +181,8 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::load(
   const TensorReader r(*model->source_);
   FERRY_LOAD(model->token_embd, r.get("token_embd.weight", c.n_embd, c.n_vocab));
   FERRY_LOAD(model->token_types, r.get("token_types.weight", c.n_embd, c.n_token_types, true));
-  FERRY_LOAD(model->position_embd, r.get("position_embd.weight", c.n_embd, c.n_ctx_train));
+  FERRY_LOAD(model->position_embd,
+             r.get("position_embd.weight", c.n_embd, c.n_ctx_train, /*optional=*/c.rope));
   FERRY_LOAD(model->embd_norm, r.get("token_embd_norm.weight", c.n_embd, 0));
   FERRY_LOAD(model->embd_norm_b, r.get("token_embd_norm.bias", c.n_embd, 0));
   model->layers.resize(static_cast<size_t>(c.n_layer));
@@ -284,8 +310,10 @@ void Encoder::embed_tokens(std::span<const std::vector<int32_t>> inputs) {
       kernels::dequantize_row(m.token_embd, in[pos], x);
       // As llama.cpp adds them: (token + type 0) first, then position + that.
       for (int64_t d = 0; d < e; ++d) x[d] += type0[static_cast<size_t>(d)];
-      kernels::dequantize_row(m.position_embd, static_cast<int64_t>(pos), row.data());
-      for (int64_t d = 0; d < e; ++d) x[d] = row[static_cast<size_t>(d)] + x[d];
+      if (m.position_embd.data != nullptr) {  // bert; nomic-bert rotates q and k instead
+        kernels::dequantize_row(m.position_embd, static_cast<int64_t>(pos), row.data());
+        for (int64_t d = 0; d < e; ++d) x[d] = row[static_cast<size_t>(d)] + x[d];
+      }
       layer_norm_row(e, x, floats(m.embd_norm), floats(m.embd_norm_b), config().norm_eps, x);
     }
   }
@@ -333,17 +361,55 @@ void Encoder::attention() {
 }
 
 void Encoder::layer(const EncoderLayer& l) {
-  linear(l.wq, l.bq, x_.data(), q_.data());
-  linear(l.wk, l.bk, x_.data(), k_.data());
-  linear(l.wv, l.bv, x_.data(), v_.data());
+  project_qkv(l);
+  if (config().rope) rotate_qk();
   attention();
   linear(l.wo, l.bo, attn_.data(), tmp_.data());
   // x = LayerNorm(attention + x), then x = LayerNorm(FFN(x) + x).
   add_and_norm(l.attn_norm, l.attn_norm_b);
   linear(l.w_up, l.b_up, x_.data(), ffn_.data());
-  for (float& f : ffn_) f = gelu_ggml(f);
+  if (l.w_gate.data != nullptr) {
+    linear(l.w_gate, WeightView{}, x_.data(), gate_.data());
+    const int64_t f = config().n_ff;
+    for (int64_t t = 0; t < n_rows_; ++t)
+      kernels::swiglu_row(f, gate_.data() + t * f, ffn_.data() + t * f, ffn_.data() + t * f);
+  } else {
+    for (float& f : ffn_) f = gelu_ggml(f);
+  }
   linear(l.w_down, l.b_down, ffn_.data(), tmp_.data());
   add_and_norm(l.out_norm, l.out_norm_b);
+}
+
+void Encoder::project_qkv(const EncoderLayer& l) {
+  if (l.wqkv.data == nullptr) {
+    linear(l.wq, l.bq, x_.data(), q_.data());
+    linear(l.wk, l.bk, x_.data(), k_.data());
+    linear(l.wv, l.bv, x_.data(), v_.data());
+    return;
+  }
+  const int64_t e = config().n_embd;
+  linear(l.wqkv, WeightView{}, x_.data(), qkv_.data());
+  for (int64_t t = 0; t < n_rows_; ++t) {
+    const float* row = qkv_.data() + t * 3 * e;
+    std::copy(row, row + e, q_.data() + t * e);
+    std::copy(row + e, row + 2 * e, k_.data() + t * e);
+    std::copy(row + 2 * e, row + 3 * e, v_.data() + t * e);
+  }
+}
+
+void Encoder::rotate_qk() {
+  const EncoderConfig& c = config();
+  const float theta_scale = kernels::rope_theta_scale(c.rope_theta, c.rope_dim);
+  std::vector<float> cache(static_cast<size_t>(c.rope_dim));
+  for (size_t in = 0; in + 1 < starts_.size(); ++in) {
+    for (int64_t t = starts_[in]; t < starts_[in + 1]; ++t) {
+      kernels::rope_cache(t - starts_[in], c.rope_dim, theta_scale, 1.0f, nullptr, cache.data());
+      kernels::rope_apply(cache.data(), c.rope_dim, /*neox=*/true, c.n_head, c.head_dim,
+                          q_.data() + t * c.n_embd);
+      kernels::rope_apply(cache.data(), c.rope_dim, /*neox=*/true, c.n_head, c.head_dim,
+                          k_.data() + t * c.n_embd);
+    }
+  }
 }
 
 void Encoder::add_and_norm(const WeightView& w, const WeightView& b) {
@@ -366,6 +432,8 @@ Result<std::vector<std::vector<float>>> Encoder::embed(
   const auto rows = static_cast<size_t>(n_rows_), e = static_cast<size_t>(c.n_embd);
   for (auto* buf : {&x_, &q_, &k_, &v_, &attn_, &tmp_}) buf->resize(rows * e);
   ffn_.resize(rows * static_cast<size_t>(c.n_ff));
+  if (c.rope) gate_.resize(rows * static_cast<size_t>(c.n_ff));
+  if (model_->layers.front().wqkv.data != nullptr) qkv_.resize(rows * 3 * e);
   embed_tokens(inputs);
   for (const EncoderLayer& l : model_->layers) layer(l);
   std::vector<std::vector<float>> out(inputs.size());

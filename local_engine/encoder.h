@@ -1,5 +1,6 @@
-// An encoder-only transformer (GGUF "bert": BERT, bge, MiniLM) for embeddings: the model as read
-// from a ModelSource (EncoderModel, immutable, shareable between threads) and Encoder, which
+// An encoder-only transformer (GGUF "bert": BERT, bge, MiniLM; "nomic-bert") for embeddings:
+// the model as read from a ModelSource (EncoderModel, immutable, shareable between threads) and
+// Encoder, which
 // runs one bidirectional forward pass over a batch of inputs and pools each input's final hidden
 // states into one L2-normalized vector. One thread drives an Encoder; it uses its own compute
 // pool inside embed().
@@ -20,7 +21,7 @@
 
 namespace ferry::engine {
 
-// Whether general.architecture names an encoder ferry knows of ("bert" runs; "nomic-bert",
+// Whether general.architecture names an encoder ferry knows of ("bert" and "nomic-bert" run;
 // "jina-bert-v2" and "t5encoder" are refused by name at load).
 bool is_encoder_arch(std::string_view arch);
 
@@ -36,13 +37,19 @@ struct EncoderConfig {
   int64_t n_token_types = 0;  // rows of token_types.weight (0: none; type 0 is used)
   float norm_eps = 1e-12f;    // attention.layer_norm_epsilon
   int64_t pooling_type = -1;  // <arch>.pooling_type as the file says (llama.cpp's numbering)
+  // nomic-bert: no position embedding; q and k rotated (NeoX pairs) by position in the input.
+  bool rope = false;
+  int64_t rope_dim = 0;
+  float rope_theta = 10000.0f;
 };
 
 struct EncoderLayer {
+  WeightView wqkv;                    // (3 * n_embd, n_embd): q, k, v fused; absent when apart
   WeightView wq, wk, wv, wo;          // (n_embd, n_embd)
-  WeightView bq, bk, bv, bo;          // (n_embd) F32
+  WeightView bq, bk, bv, bo;          // (n_embd) F32; absent in nomic-bert
   WeightView attn_norm, attn_norm_b;  // post-attention LayerNorm (n_embd) F32
   WeightView w_up;                    // (n_ff, n_embd)
+  WeightView w_gate;                  // (n_ff, n_embd): nomic-bert's SwiGLU gate; else absent
   WeightView b_up;                    // (n_ff) F32
   WeightView w_down;                  // (n_embd, n_ff)
   WeightView b_down;                  // (n_embd) F32
@@ -59,7 +66,7 @@ class EncoderModel {
 
   WeightView token_embd;              // (n_vocab, n_embd)
   WeightView token_types;             // (n_token_types, n_embd); rows == 0 when absent
-  WeightView position_embd;           // (n_ctx_train, n_embd)
+  WeightView position_embd;           // (n_ctx_train, n_embd); absent in nomic-bert
   WeightView embd_norm, embd_norm_b;  // (n_embd) F32
   std::vector<EncoderLayer> layers;
 
@@ -94,6 +101,10 @@ class Encoder {
   // x_ = LayerNorm(token + position + type-0 embeddings), rows in input order.
   void embed_tokens(std::span<const std::vector<int32_t>> inputs);
   void layer(const EncoderLayer& l);
+  // q_, k_, v_ from x_ (three products, or one fused and split).
+  void project_qkv(const EncoderLayer& l);
+  // RoPE on q_ and k_ at each row's position in its input (nomic-bert).
+  void rotate_qk();
   // attn_ = softmax(q k^T / sqrt(head_dim)) v per input and head.
   void attention();
   // x_ = LayerNorm(tmp_ + x_) row by row (the sublayer's output added to its input).
@@ -106,7 +117,7 @@ class Encoder {
   kernels::ThreadPool pool_;
   int64_t n_rows_ = 0;
   std::vector<int64_t> starts_;  // each input's first row, and the total at the end
-  std::vector<float> x_, q_, k_, v_, attn_, tmp_, ffn_;
+  std::vector<float> x_, q_, k_, v_, attn_, tmp_, ffn_, gate_, qkv_;
 };
 
 // gelu as ggml's CPU backend computes it: the tanh form, through an F16 table (the argument

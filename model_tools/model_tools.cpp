@@ -488,9 +488,10 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
 }  // namespace
 
 Result<GgufWriter> build_synth_model(const SynthOptions& o) {
-  if (o.arch == "bert") return build_synth_bert(o);
+  if (o.arch == "bert" || o.arch == "nomic-bert") return build_synth_bert(o);
   if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
-    return invalid("unsupported architecture '" + o.arch + "' (llama, qwen2, qwen3, bert)");
+    return invalid("unsupported architecture '" + o.arch +
+                   "' (llama, qwen2, qwen3, bert, nomic-bert)");
   }
   const auto target = parse_quant_target(o.type);
   if (!target) return invalid("unknown or unsupported type '" + o.type + "'");

@@ -48,7 +48,7 @@ model_format::TensorType choose_tensor_type(const QuantTarget& target, std::stri
 uint32_t file_type_of(const QuantTarget& target);
 
 struct SynthOptions {
-  std::string arch = "llama";  // llama | qwen2 | qwen3 | bert (an encoder)
+  std::string arch = "llama";  // llama | qwen2 | qwen3 | bert | nomic-bert (encoders)
   int64_t n_embd = 256;
   int64_t n_layer = 2;
   int64_t n_head = 4;

@@ -105,26 +105,32 @@ Result<int64_t> set_bert_vocab(GgufWriter& w, const SynthOptions& o) {
 }
 
 void set_bert_hparams(GgufWriter& w, const SynthOptions& o, const QuantTarget& target) {
-  w.set("general.architecture", Value::string("bert"));
+  const std::string a = o.arch;  // bert | nomic-bert
+  w.set("general.architecture", Value::string(a));
   w.set("general.name", Value::string(o.name));
   w.set("general.file_type", u32(file_type_of(target)));
   w.set("general.quantization_version", u32(2));
-  w.set("bert.context_length", u32(o.n_ctx));
-  w.set("bert.embedding_length", u32(o.n_embd));
-  w.set("bert.feed_forward_length", u32(o.n_ff));
-  w.set("bert.block_count", u32(o.n_layer));
-  w.set("bert.attention.head_count", u32(o.n_head));
-  w.set("bert.attention.layer_norm_epsilon",
+  w.set(a + ".context_length", u32(o.n_ctx));
+  w.set(a + ".embedding_length", u32(o.n_embd));
+  w.set(a + ".feed_forward_length", u32(o.n_ff));
+  w.set(a + ".block_count", u32(o.n_layer));
+  w.set(a + ".attention.head_count", u32(o.n_head));
+  w.set(a + ".attention.layer_norm_epsilon",
         Value::f32(static_cast<float>(o.rms_eps > 0 ? o.rms_eps : 1e-12)));
-  w.set("bert.attention.causal", Value::boolean(false));
-  w.set("bert.pooling_type", u32(o.pooling == "cls" ? 2 : 1));
+  w.set(a + ".attention.causal", Value::boolean(false));
+  w.set(a + ".pooling_type", u32(o.pooling == "cls" ? 2 : 1));
+  if (a == "nomic-bert") {
+    w.set(a + ".rope.freq_base",
+          Value::f32(static_cast<float>(o.rope_theta > 0 ? o.rope_theta : 1000)));
+  }
 }
 
 Status add_bert_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& target,
                         int64_t n_vocab) {
   std::mt19937_64 rng(o.seed);
   const int n_layers = static_cast<int>(o.n_layer);
-  const uint64_t n_tensors = 5 + static_cast<uint64_t>(n_layers) * 16;
+  const bool nomic = o.arch == "nomic-bert";
+  const uint64_t n_tensors = (nomic ? 4 : 5) + static_cast<uint64_t>(n_layers) * (nomic ? 9 : 16);
   uint64_t made = 0;
   Status status;
   // ne0 = row length; ne1 = rows (0: a vector).
@@ -148,21 +154,27 @@ Status add_bert_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget&
   const double in_scale = 1.0 / std::sqrt(static_cast<double>(e));
   add("token_embd.weight", e, n_vocab, 0.0, 1.0);
   add("token_types.weight", e, 2, 0.0, 0.1);
-  add("position_embd.weight", e, o.n_ctx, 0.0, 0.5);
+  if (!nomic) add("position_embd.weight", e, o.n_ctx, 0.0, 0.5);
   add("token_embd_norm.weight", e, 0, 1.0, 0.1);
   add("token_embd_norm.bias", e, 0, 0.0, 0.1);
   for (int i = 0; i < n_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
-    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
-      add(p + m + ".weight", e, e, 0.0, in_scale);
-      add(p + m + ".bias", e, 0, 0.0, 0.1);
+    if (nomic) {  // fused q/k/v, SwiGLU, no biases (as nomic-embed-text's converter writes)
+      add(p + "attn_qkv.weight", e, 3 * e, 0.0, in_scale);
+      add(p + "attn_output.weight", e, e, 0.0, in_scale);
+    } else {
+      for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
+        add(p + m + ".weight", e, e, 0.0, in_scale);
+        add(p + m + ".bias", e, 0, 0.0, 0.1);
+      }
     }
     add(p + "attn_output_norm.weight", e, 0, 1.0, 0.1);
     add(p + "attn_output_norm.bias", e, 0, 0.0, 0.1);
     add(p + "ffn_up.weight", e, o.n_ff, 0.0, in_scale);
-    add(p + "ffn_up.bias", o.n_ff, 0, 0.0, 0.1);
+    if (nomic) add(p + "ffn_gate.weight", e, o.n_ff, 0.0, in_scale);
+    if (!nomic) add(p + "ffn_up.bias", o.n_ff, 0, 0.0, 0.1);
     add(p + "ffn_down.weight", o.n_ff, e, 0.0, 0.5 / std::sqrt(static_cast<double>(o.n_ff)));
-    add(p + "ffn_down.bias", e, 0, 0.0, 0.1);
+    if (!nomic) add(p + "ffn_down.bias", e, 0, 0.0, 0.1);
     add(p + "layer_output_norm.weight", e, 0, 1.0, 0.1);
     add(p + "layer_output_norm.bias", e, 0, 0.0, 0.1);
   }

@@ -129,7 +129,8 @@ std::string refs_dir() {
   return std::string(FERRY_SOURCE_DIR) + "/tests/tokenizer/refs";
 }
 
-class BertLlamaAgreement : public OwnConfigTest {
+// Parameter: the synth --arch (a 64-wide, 2-layer F16 model of it).
+class BertLlamaAgreement : public OwnConfigTest, public ::testing::WithParamInterface<const char*> {
  protected:
   std::string model_;
   void SetUp() override {
@@ -139,9 +140,9 @@ class BertLlamaAgreement : public OwnConfigTest {
     const char* other = std::getenv("FERRY_BERT_COMPARE_MODEL");
     model_ = other != nullptr ? other : (dir_.path() / "bert.gguf").string();
     if (other == nullptr) {
-      ASSERT_EQ(run_command(ferry_binary() +
-                            " model synth --arch bert --embd 64 --layers 2 --heads 4 --ffn 128 "
-                            "--ctx 64 --pooling cls --type F16 --seed 9 '" +
+      ASSERT_EQ(run_command(ferry_binary() + " model synth --arch " + GetParam() +
+                            " --embd 64 --layers 2 --heads 4 --ffn 128 --ctx 64 --pooling cls "
+                            "--type F16 --seed 9 '" +
                             model_ + "' > /dev/null 2>&1"),
                 0);
     }
@@ -149,7 +150,7 @@ class BertLlamaAgreement : public OwnConfigTest {
   }
 };
 
-TEST_F(BertLlamaAgreement, VectorsAndTokenCountsMatchLlamaCpp) {
+TEST_P(BertLlamaAgreement, VectorsAndTokenCountsMatchLlamaCpp) {
   const std::vector<std::string> texts = {"Hello world",
                                           "A cat sat on the mat.",
                                           "What is the capital of France?",
@@ -194,6 +195,8 @@ TEST_F(BertLlamaAgreement, VectorsAndTokenCountsMatchLlamaCpp) {
   EXPECT_LT(worst_abs, 2e-3);
   EXPECT_GT(worst_cos, 0.9999);
 }
+
+INSTANTIATE_TEST_SUITE_P(Arch, BertLlamaAgreement, ::testing::Values("bert", "nomic-bert"));
 
 }  // namespace
 }  // namespace ferry::itest

@@ -98,6 +98,51 @@ Vec layer_norm(const Vec& x, const WeightView& w, const WeightView& b, double ep
   return y;
 }
 
+// q, k and v of one row at position `pos` (fused or apart; nomic-bert's NeoX RoPE).
+void reference_qkv(const EncoderConfig& c, const EncoderLayer& l, const Vec& x, size_t pos, Vec& q,
+                   Vec& k, Vec& v) {
+  const size_t e = static_cast<size_t>(c.n_embd);
+  if (l.wqkv.data != nullptr) {
+    const Vec qkv = linear(l.wqkv, WeightView{}, x);
+    q.assign(qkv.begin(), qkv.begin() + e);
+    k.assign(qkv.begin() + e, qkv.begin() + 2 * e);
+    v.assign(qkv.begin() + 2 * e, qkv.end());
+  } else {
+    q = linear(l.wq, l.bq, x);
+    k = linear(l.wk, l.bk, x);
+    v = linear(l.wv, l.bv, x);
+  }
+  if (!c.rope) return;
+  const size_t hd = static_cast<size_t>(c.head_dim), half = static_cast<size_t>(c.rope_dim) / 2;
+  for (Vec* t : {&q, &k}) {
+    for (size_t h = 0; h < static_cast<size_t>(c.n_head); ++h) {
+      for (size_t i = 0; i < half; ++i) {
+        const double theta =
+            static_cast<double>(pos) *
+            std::pow(static_cast<double>(c.rope_theta),
+                     -2.0 * static_cast<double>(i) / static_cast<double>(c.rope_dim));
+        double& a = (*t)[h * hd + i];
+        double& b = (*t)[h * hd + i + half];
+        const double a0 = a, b0 = b;
+        a = a0 * std::cos(theta) - b0 * std::sin(theta);
+        b = a0 * std::sin(theta) + b0 * std::cos(theta);
+      }
+    }
+  }
+}
+
+// The FFN's inner activation: gelu(up x) (ggml's table), or silu(gate x) * up x.
+Vec reference_ffn_inner(const EncoderLayer& l, const Vec& x) {
+  Vec up = linear(l.w_up, l.b_up, x);
+  if (l.w_gate.data == nullptr) {
+    for (double& u : up) u = gelu_ggml(static_cast<float>(u));
+    return up;
+  }
+  const Vec gate = linear(l.w_gate, WeightView{}, x);
+  for (size_t i = 0; i < up.size(); ++i) up[i] *= gate[i] / (1.0 + std::exp(-gate[i]));
+  return up;
+}
+
 // The embedding of one input, every step in double (ggml's F16-table gelu aside, which the
 // encoder must reproduce: it is tested against the tanh formula on its own).
 Vec reference_embedding(const EncoderModel& m, const std::vector<int32_t>& ids, Pooling pooling) {
@@ -107,18 +152,16 @@ Vec reference_embedding(const EncoderModel& m, const std::vector<int32_t>& ids, 
   std::vector<Vec> x(n);
   const Vec type0 = row(m.token_types, 0);
   for (size_t t = 0; t < n; ++t) {
-    const Vec tok = row(m.token_embd, ids[t]), pos = row(m.position_embd, static_cast<int64_t>(t));
+    const Vec tok = row(m.token_embd, ids[t]);
+    const Vec pos = m.position_embd.data != nullptr ? row(m.position_embd, static_cast<int64_t>(t))
+                                                    : Vec(e, 0.0);
     x[t].resize(e);
     for (size_t d = 0; d < e; ++d) x[t][d] = tok[d] + type0[d] + pos[d];
     x[t] = layer_norm(x[t], m.embd_norm, m.embd_norm_b, c.norm_eps);
   }
   for (const EncoderLayer& l : m.layers) {
     std::vector<Vec> q(n), k(n), v(n), a(n, Vec(e, 0.0));
-    for (size_t t = 0; t < n; ++t) {
-      q[t] = linear(l.wq, l.bq, x[t]);
-      k[t] = linear(l.wk, l.bk, x[t]);
-      v[t] = linear(l.wv, l.bv, x[t]);
-    }
+    for (size_t t = 0; t < n; ++t) reference_qkv(c, l, x[t], t, q[t], k[t], v[t]);
     for (size_t h = 0; h < static_cast<size_t>(c.n_head); ++h) {
       for (size_t i = 0; i < n; ++i) {
         Vec s(n);
@@ -138,8 +181,7 @@ Vec reference_embedding(const EncoderModel& m, const std::vector<int32_t>& ids, 
       Vec o = linear(l.wo, l.bo, a[t]);
       for (size_t d = 0; d < e; ++d) o[d] += x[t][d];
       x[t] = layer_norm(o, l.attn_norm, l.attn_norm_b, c.norm_eps);
-      Vec up = linear(l.w_up, l.b_up, x[t]);
-      for (double& u : up) u = gelu_ggml(static_cast<float>(u));
+      const Vec up = reference_ffn_inner(l, x[t]);
       Vec down = linear(l.w_down, l.b_down, up);
       for (size_t d = 0; d < e; ++d) down[d] += x[t][d];
       x[t] = layer_norm(down, l.out_norm, l.out_norm_b, c.norm_eps);
@@ -198,6 +240,26 @@ TEST(Encoder, ClsPoolingMatchesTheDoubleReference) {
 // F16 matrices take F16-rounded activations (as ggml's F16 products do): a looser bound.
 TEST(Encoder, F16WeightsMatchTheReferenceOverTheSameWeights) {
   expect_matches_reference("mean", "F16", 3e-4, 1 - 1e-7);
+}
+
+TEST(Encoder, NomicBertMatchesTheDoubleReference) {
+  model_tools::SynthOptions o = small_bert("mean");
+  o.arch = "nomic-bert";
+  auto enc = synth_encoder(o, "nomic.gguf");
+  ASSERT_TRUE(enc);
+  EXPECT_TRUE(enc->config().rope);
+  EXPECT_EQ(enc->model().position_embd.data, nullptr);
+  EXPECT_NE(enc->model().layers[0].wqkv.data, nullptr);
+  auto got = enc->embed(kInputs);
+  ASSERT_TRUE(got) << got.error().message;
+  for (size_t i = 0; i < kInputs.size(); ++i) {
+    const Vec want = reference_embedding(enc->model(), kInputs[i], enc->pooling());
+    double worst = 0;
+    for (size_t d = 0; d < want.size(); ++d)
+      worst = std::max(worst, std::abs((*got)[i][d] - want[d]));
+    EXPECT_LT(worst, 2e-5) << "input " << i;
+    EXPECT_GT(cosine((*got)[i], want), 1 - 1e-9) << "input " << i;
+  }
 }
 
 TEST(Encoder, AnInputIsTheSameAloneAndInAnyBatch) {
@@ -293,8 +355,8 @@ TEST(Encoder, RefusesPoolingsItCannotAnswerByName) {
 
 TEST(Encoder, RefusesOtherEncodersAndCausalFilesByName) {
   std::string msg =
-      load_error_of(with_key("nomic", "general.architecture", gguf::Value::string("nomic-bert")));
-  EXPECT_NE(msg.find("encoder architecture 'nomic-bert' is not supported yet"), std::string::npos)
+      load_error_of(with_key("jina", "general.architecture", gguf::Value::string("jina-bert-v2")));
+  EXPECT_NE(msg.find("encoder architecture 'jina-bert-v2' is not supported yet"), std::string::npos)
       << msg;
   msg = load_error_of(with_key("causal", "bert.attention.causal", gguf::Value::boolean(true)));
   EXPECT_NE(msg.find("not a bidirectional encoder"), std::string::npos) << msg;
