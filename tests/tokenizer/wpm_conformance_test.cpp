@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf_writer.h"
+#include "tests/tokenizer/llama_conformance.h"
 #include "tests/tokenizer/test_support.h"
 #include "tokenizer/tokenizer.h"
 
@@ -156,26 +157,13 @@ TEST(WpmConformance, SameIdsAsLlamaCpp) {
   EXPECT_EQ((*tok)->eos_id(), 102u);
   EXPECT_TRUE((*tok)->add_bos());
   EXPECT_TRUE((*tok)->add_eos());
-  const auto ref = testing::run_reference("llama_ref.js", {model}, nlohmann::json(texts));
-  ASSERT_TRUE(ref.json) << ref.error;
-  int mismatches = 0;
+  expect_same_as_llama_cpp(model, texts);
   std::size_t unknowns = 0, ids = 0;
-  for (std::size_t i = 0; i < texts.size(); ++i) {
-    const auto want = (*ref.json)[i].get<std::vector<TokenId>>();
-    const auto got = (*tok)->encode(texts[i]);
+  for (const std::string& t : texts) {
+    const auto got = (*tok)->encode(t);
     ids += got.size();
     unknowns += static_cast<std::size_t>(std::count(got.begin(), got.end(), 100u));
-    if (got != want && ++mismatches <= 5) {
-      std::string g, w;
-      for (std::size_t k = 0; k < std::min<std::size_t>(got.size(), 30); ++k)
-        g += std::to_string(got[k]) + " ";
-      for (std::size_t k = 0; k < std::min<std::size_t>(want.size(), 30); ++k)
-        w += std::to_string(want[k]) + " ";
-      ADD_FAILURE() << "differs on #" << i << ": \"" << testing::hex_escape(texts[i].substr(0, 120))
-                    << "\"\n ferry: " << g << "\n llama: " << w;
-    }
   }
-  EXPECT_EQ(mismatches, 0) << "of " << texts.size() << " texts";
   EXPECT_GT(unknowns, 0u) << "the vocabulary should leave some words [UNK]";
   std::printf("wpm conformance: %zu texts, %zu ids (%zu [UNK]), vocabulary %zu\n", texts.size(),
               ids, unknowns, (*tok)->vocab_size());
