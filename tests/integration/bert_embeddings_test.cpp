@@ -13,35 +13,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/integration/embedding_vectors.h"
 #include "tests/integration/ferry_test_base.h"
 
 namespace ferry::itest {
 namespace {
-
-std::vector<float> floats(const json& e) {
-  std::vector<float> v;
-  for (const auto& x : e) v.push_back(x.get<float>());
-  return v;
-}
-
-std::vector<float> from_base64(const std::string& s) {
-  static const std::string k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string bytes;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (const char c : s) {
-    if (c == '=') break;
-    acc = (acc << 6) | static_cast<uint32_t>(k.find(c));
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      bytes += static_cast<char>((acc >> bits) & 0xff);
-    }
-  }
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), v.size() * 4);  // x86: little-endian
-  return v;
-}
 
 // The standard config with model "bge" on a local backend serving `model`.
 std::string bert_config(const ListenAddress& upstream, const std::string& model) {
