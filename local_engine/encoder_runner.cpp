@@ -108,18 +108,68 @@ Result<EmbeddingResult> EncoderRunner::run(Job& job) {
   return result;
 }
 
+int64_t EncoderRunner::job_tokens(const Job& job) {
+  int64_t n = 0;
+  for (const auto& in : job.req.inputs) n += static_cast<int64_t>(in.size());
+  return n;
+}
+
+// Several small requests in one pass: their inputs concatenated (each still attends only to
+// itself, so every vector is what the request alone gets). If the pass fails (a request with a
+// token outside the vocabulary), each request runs alone and gets its own answer.
+void EncoderRunner::run_together(std::vector<Job>& jobs) {
+  const auto now = Clock::now();
+  std::vector<std::vector<int32_t>> inputs;
+  std::vector<size_t> first(jobs.size() + 1, 0);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    first[j] = inputs.size();
+    if (now <= jobs[j].req.deadline) {
+      for (const auto& in : jobs[j].req.inputs) inputs.push_back(in);
+    }
+  }
+  first[jobs.size()] = inputs.size();
+  auto vectors = inputs.empty()
+                     ? Result<std::vector<std::vector<float>>>(std::vector<std::vector<float>>())
+                     : encoder_->embed(inputs);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    Job& job = jobs[j];
+    Result<EmbeddingResult> r = [&]() -> Result<EmbeddingResult> {
+      if (first[j] == first[j + 1])
+        return Error::make(ErrorCode::kTimeout, "the embeddings request passed its deadline");
+      if (!vectors) return run(job);
+      EmbeddingResult result;
+      result.queued_us = micros(now - job.submitted);
+      result.tokens = job_tokens(job);
+      for (size_t k = first[j]; k < first[j + 1]; ++k) result.vectors.push_back((*vectors)[k]);
+      result.total_us = micros(Clock::now() - job.submitted);
+      return result;
+    }();
+    if (job.req.on_done) job.req.on_done(std::move(r));
+  }
+}
+
 void EncoderRunner::loop() {
   for (;;) {
-    Job job;
+    std::vector<Job> jobs;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      // The first request, and the ones behind it while their inputs fit the same pass.
+      int64_t tokens = 0;
+      while (!queue_.empty() &&
+             (jobs.empty() || tokens + job_tokens(queue_.front()) <= batch_tokens_)) {
+        tokens += job_tokens(queue_.front());
+        jobs.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
     }
-    Result<EmbeddingResult> r = run(job);
-    if (job.req.on_done) job.req.on_done(std::move(r));
+    if (jobs.size() > 1) {
+      run_together(jobs);
+      continue;
+    }
+    Result<EmbeddingResult> r = run(jobs[0]);
+    if (jobs[0].req.on_done) jobs[0].req.on_done(std::move(r));
   }
 }
 

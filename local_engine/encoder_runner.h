@@ -1,6 +1,7 @@
 // Serves an Encoder: embeddings requests queued from any thread, run on one thread of its own in
-// forward passes of up to `batch_tokens` input tokens (several inputs share a pass; an input
-// never spans two: the encoder attends over the whole input at once). Thread-safe: submit and
+// forward passes of up to `batch_tokens` input tokens (several inputs share a pass, of one request
+// or of several queued ones; an input never spans two: the encoder attends over the whole input
+// at once). Thread-safe: submit and
 // cancel from any thread; on_done runs on the runner's thread.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "common/error.h"
 #include "local_engine/embeddings.h"
@@ -46,6 +48,9 @@ class EncoderRunner {
   void loop();
   // Every input of `job`, in passes of at most batch_tokens_ tokens.
   Result<EmbeddingResult> run(Job& job);
+  // Requests whose inputs fit one pass together, answered from that one pass.
+  void run_together(std::vector<Job>& jobs);
+  static int64_t job_tokens(const Job& job);
 
   std::unique_ptr<Encoder> encoder_;
   int64_t batch_tokens_;

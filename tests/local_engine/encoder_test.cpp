@@ -440,6 +440,43 @@ TEST(EncoderRunner, ServesRequestsAndRefusesWhatItCannotTake) {
   EXPECT_EQ(late.get_future().get().error().code, ErrorCode::kTimeout);
 }
 
+// Requests queued together share one pass and each gets exactly its own vectors; one with a
+// token outside the vocabulary fails alone (the others rerun apart), one past its deadline too.
+TEST(EncoderRunner, QueuedRequestsShareAPass) {
+  auto direct = synth_encoder(small_bert("cls"), "together_direct.gguf");
+  ASSERT_TRUE(direct);
+  EncoderRunner runner(synth_encoder(small_bert("cls"), "together.gguf"), 512, 8);
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  EmbeddingRequest held;
+  held.inputs = {{101, 102}};
+  held.on_done = [gate](Result<EmbeddingResult>) { gate.wait(); };
+  ASSERT_TRUE(runner.submit(std::move(held)));
+  const std::vector<std::vector<std::vector<int32_t>>> requests = {
+      {kInputs[0], kInputs[1]}, {{101, 1 << 20, 102}}, {kInputs[2]}, {kInputs[3]}, {kInputs[1]}};
+  std::vector<std::promise<Result<EmbeddingResult>>> done(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EmbeddingRequest req;
+    req.inputs = requests[i];
+    if (i == 3) req.deadline = std::chrono::steady_clock::now();
+    req.on_done = [&done, i](Result<EmbeddingResult> r) { done[i].set_value(std::move(r)); };
+    ASSERT_TRUE(runner.submit(std::move(req)));
+  }
+  release.set_value();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto r = done[i].get_future().get();
+    if (i == 1 || i == 3) {
+      ASSERT_FALSE(r) << i;
+      EXPECT_EQ(r.error().code, i == 1 ? ErrorCode::kInvalidRequest : ErrorCode::kTimeout);
+      continue;
+    }
+    ASSERT_TRUE(r) << i << ": " << r.error().message;
+    auto want = direct->embed(requests[i]);
+    ASSERT_TRUE(want);
+    EXPECT_EQ(r->vectors, *want) << "request " << i;
+  }
+}
+
 TEST(EncoderRunner, ShutdownEndsQueuedRequests) {
   std::promise<void> release;
   std::promise<Result<EmbeddingResult>> queued;
@@ -448,8 +485,13 @@ TEST(EncoderRunner, ShutdownEndsQueuedRequests) {
     EmbeddingRequest held;
     held.inputs = {{101, 102}};
     std::shared_future<void> gate = release.get_future().share();
-    held.on_done = [gate](Result<EmbeddingResult>) { gate.wait(); };
+    std::promise<void> started;
+    held.on_done = [gate, &started](Result<EmbeddingResult>) {
+      started.set_value();
+      gate.wait();
+    };
     ASSERT_TRUE(runner.submit(std::move(held)));
+    started.get_future().wait();  // the runner's thread is in held's on_done
     EmbeddingRequest next;
     next.inputs = {{101, 102}};
     next.on_done = [&](Result<EmbeddingResult> r) { queued.set_value(std::move(r)); };
