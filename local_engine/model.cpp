@@ -88,8 +88,8 @@ Result<ModelConfig> read_config(const ModelSource& source) {
   } else if (*arch == "bert" || *arch == "nomic-bert" || *arch == "jina-bert-v2" ||
              *arch == "t5encoder") {
     return load_error("encoder architecture '" + *arch +
-                      "' is not supported yet (embeddings run on decoder models: llama, qwen2, "
-                      "qwen3)");
+                      "' has no decoder forward pass (bert and nomic-bert serve /v1/embeddings "
+                      "through engine::EncoderModel; jina-bert-v2, t5encoder: not yet)");
   } else {
     return load_error("unsupported architecture '" + *arch + "' (supported: llama, qwen2, qwen3)");
   }
