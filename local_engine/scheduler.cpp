@@ -385,6 +385,7 @@ struct Scheduler::Impl {
   // speculating), except those paused at their max_unread bound: they stay in `active` with
   // their KV, and rejoin once their consumer has caught up.
   void add_decodes(StepStats& stats) {
+    const bool cheap_drafts = opt.speculative.cost_gate && draft_cost.drafts_nearly_free();
     for (auto& rp : active) {
       Running& r = *rp;
       r.draft.clear();
@@ -398,7 +399,7 @@ struct Scheduler::Impl {
             Error::make(ErrorCode::kInternal, "local engine: sequence reached its KV reservation"));
         continue;
       }
-      if (r.lookup) r.lookup->draft(draft_limit(r, pos), r.draft);
+      if (r.lookup) r.lookup->draft(draft_limit(r, pos), r.draft, !cheap_drafts);
       if (!r.draft.empty() && opt.speculative.cost_gate) {
         r.draft.resize(static_cast<size_t>(draft_cost.best_draft(
             static_cast<int64_t>(r.draft.size()), r.lookup->acceptance(), decoding_sequences)));

@@ -48,10 +48,12 @@ PromptLookup::PromptLookup(const SpeculativeOptions& options, std::span<const To
       cap_(max_draft_),
       tokens_(prompt.begin(), prompt.end()) {}
 
-void PromptLookup::draft(int64_t limit, std::vector<TokenId>& out) {
+void PromptLookup::draft(int64_t limit, std::vector<TokenId>& out, bool back_off) {
   out.clear();
   if (limit <= 0) return;
-  if (skip_ > 0) {
+  if (!back_off) {
+    skip_ = 0;
+  } else if (skip_ > 0) {
     --skip_;
     return;
   }
@@ -92,11 +94,23 @@ bool DraftCost::known() const {
   return sxx_ / n_ - mean * mean > 0.25;  // steps of different sizes seen
 }
 
+void DraftCost::line(double& a, double& b) const {
+  const double mx = sx_ / n_, my = sy_ / n_;
+  b = std::max(0.0, (sxy_ / n_ - mx * my) / (sxx_ / n_ - mx * mx));
+  a = std::max(0.0, my - b * mx);
+}
+
+bool DraftCost::drafts_nearly_free() const {
+  if (!known()) return false;
+  double a = 0, b = 0;
+  line(a, b);
+  return a + b > 0 && b <= 0.25 * (a + b);
+}
+
 int64_t DraftCost::best_draft(int64_t limit, double alpha, int64_t sequences) const {
   if (limit <= 0 || !known()) return std::max<int64_t>(0, limit);
-  const double mx = sx_ / n_, my = sy_ / n_;
-  const double b = std::max(0.0, (sxy_ / n_ - mx * my) / (sxx_ / n_ - mx * mx));
-  const double a = std::max(0.0, my - b * mx);
+  double a = 0, b = 0;
+  line(a, b);
   if (b <= 0) return limit;
   const double fixed = a / static_cast<double>(std::max<int64_t>(1, sequences));
   int64_t best = 0;

@@ -41,8 +41,14 @@ class DraftCost {
   // in a step of `sequences` decoding sequences; `limit` while the fit is not yet known.
   int64_t best_draft(int64_t limit, double alpha, int64_t sequences) const;
   bool known() const;
+  // True when the fit says a drafted position costs at most a quarter of what a one-token step
+  // does (a memory-bound model: the weights are read once for all positions). Then a draft
+  // that is seldom kept still pays, and PromptLookup's back-off after misses is not wanted.
+  bool drafts_nearly_free() const;
 
  private:
+  // The fitted step time a + b * positions (least squares over the decayed sums).
+  void line(double& a, double& b) const;
   double n_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;  // decayed sums over steps
 };
 
@@ -56,8 +62,9 @@ class PromptLookup {
   // A token the sequence emitted (appended to what later drafts look in).
   void push(TokenId token) { tokens_.push_back(token); }
   // Proposes up to `limit` tokens to follow the sequence's tokens so far into `out` (emptied
-  // first). Empty when nothing matches, when limit <= 0, or while backing off after misses.
-  void draft(int64_t limit, std::vector<TokenId>& out);
+  // first). Empty when nothing matches, when limit <= 0, or while backing off after misses
+  // (unless `back_off` is false: drafts nearly free, DraftCost::drafts_nearly_free).
+  void draft(int64_t limit, std::vector<TokenId>& out, bool back_off = true);
   // The verifier took `accepted` of the `drafted` tokens of the last draft: a draft taken whole
   // doubles the next one's length (up to max_draft), a partial one sets it near what was taken,
   // and a draft with none taken makes the next drafts wait 1, 2, 4, ... up to 16 steps, so a

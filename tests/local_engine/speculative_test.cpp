@@ -84,6 +84,12 @@ TEST(PromptLookup, MissesBackOffAndHitsGrowTheDraft) {
   lookup.push(3);
   lookup.draft(2, d);
   EXPECT_EQ(d, (std::vector<TokenId>{4, 5}));
+  // Without back-off (drafts nearly free) a miss does not stop the next step's draft.
+  lookup.feedback(2, 0);
+  lookup.draft(8, d, /*back_off=*/false);
+  EXPECT_FALSE(d.empty());
+  lookup.draft(8, d);  // and the skip it would have set is gone
+  EXPECT_FALSE(d.empty());
 }
 
 // The cost model: where a step's fixed cost dominates (memory-bound), drafts go in full; where
@@ -121,6 +127,13 @@ TEST(DraftCost, DraftsWhereTheyPay) {
     cheaper.observe(1 + k, 0.130e-3 * (1.0 + 0.33 * static_cast<double>(k)));
   }
   EXPECT_GT(cheaper.best_draft(8, 0.87, 1), 0);
+  // Back-off after misses is for models whose drafts cost: a memory-bound fit (a drafted
+  // position 2 % of a step) turns it off, a third of a step does not.
+  EXPECT_TRUE(memory_bound.drafts_nearly_free());
+  EXPECT_FALSE(compute_bound.drafts_nearly_free());
+  EXPECT_FALSE(demo.drafts_nearly_free());
+  EXPECT_FALSE(cheaper.drafts_nearly_free());
+  EXPECT_FALSE(DraftCost().drafts_nearly_free());  // nothing known yet
   // Sharing the step's fixed cost with 16 other sequences makes a memory-bound step's drafts
   // cost their positions: fewer pay.
   EXPECT_EQ(memory_bound.best_draft(8, 0.9, 64), 3);
