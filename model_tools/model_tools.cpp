@@ -315,12 +315,32 @@ bool apply_synth_preset(std::string_view preset, SynthOptions& o) {
 
 namespace {
 
+bool is_gemma(const SynthOptions& o) {
+  return o.arch == "gemma2" || o.arch == "gemma3";
+}
+
+// Gemma's extra metadata, as convert_hf_to_gguf.py writes it: the window, the local layers'
+// RoPE base (gemma3's rope_local_base_freq), gemma2's soft-caps.
+void set_gemma_hparams(GgufWriter& w, const SynthOptions& o) {
+  const std::string a = o.arch;
+  const bool gemma2 = o.arch == "gemma2";
+  const int64_t window = o.sliding_window > 0 ? o.sliding_window : (gemma2 ? 4096 : 512);
+  w.set(a + ".attention.sliding_window", Value::u32(static_cast<uint32_t>(window)));
+  if (gemma2) {
+    w.set(a + ".attn_logit_softcapping", Value::f32(50.0f));
+    w.set(a + ".final_logit_softcapping", Value::f32(30.0f));
+  } else {
+    w.set(a + ".rope.freq_base_swa", Value::f32(10000.0f));
+  }
+}
+
 // The architecture's hyperparameters as GGUF metadata.
 void set_hparams(GgufWriter& w, const SynthOptions& o, const QuantTarget& target,
                  int64_t head_dim) {
-  const bool qwen = o.arch != "llama";
-  const double theta = o.rope_theta > 0 ? o.rope_theta : (qwen ? 1e6 : 1e4);
-  const double eps = o.rms_eps > 0 ? o.rms_eps : (qwen ? 1e-6 : 1e-5);
+  const bool llama_like = o.arch == "llama" || o.arch == "smollm3";
+  const double theta =
+      o.rope_theta > 0 ? o.rope_theta : (o.arch == "gemma2" || llama_like ? 1e4 : 1e6);
+  const double eps = o.rms_eps > 0 ? o.rms_eps : (llama_like ? 1e-5 : 1e-6);
   const std::string a = o.arch;
   w.set("general.architecture", Value::string(a));
   w.set("general.name", Value::string(o.name));
@@ -334,11 +354,14 @@ void set_hparams(GgufWriter& w, const SynthOptions& o, const QuantTarget& target
   w.set(a + ".attention.head_count_kv", Value::u32(static_cast<uint32_t>(o.n_head_kv)));
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(eps)));
   w.set(a + ".rope.freq_base", Value::f32(static_cast<float>(theta)));
-  w.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
-  if (o.arch == "qwen3" || head_dim * o.n_head != o.n_embd) {
+  if (!is_gemma(o)) {  // the gemma converters leave it to llama.cpp (head_dim)
+    w.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
+  }
+  if (o.arch == "qwen3" || is_gemma(o) || head_dim * o.n_head != o.n_embd) {
     w.set(a + ".attention.key_length", Value::u32(static_cast<uint32_t>(head_dim)));
     w.set(a + ".attention.value_length", Value::u32(static_cast<uint32_t>(head_dim)));
   }
+  if (is_gemma(o)) set_gemma_hparams(w, o);
 }
 
 // The id of o.favor_token in a vocabulary's tokens (-1: none asked for).
@@ -411,7 +434,9 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
   };
   const int n_layers = static_cast<int>(o.n_layer);
   Status status;
-  const uint64_t per_layer = 9 + (o.arch == "qwen2" ? 3 : 0) + (o.arch == "qwen3" ? 2 : 0);
+  const bool qk_norm = o.arch == "qwen3" || o.arch == "gemma3";
+  const uint64_t per_layer =
+      9 + (o.arch == "qwen2" ? 3 : 0) + (qk_norm ? 2 : 0) + (is_gemma(o) ? 2 : 0);
   const uint64_t n_tensors =
       2 + static_cast<uint64_t>(n_layers) * per_layer + (o.tied_output ? 0 : 1);
   uint64_t made = 0;
@@ -459,16 +484,18 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
       add(p + "attn_k.bias", kv_dim, 0, 0.0, 0.1);
       add(p + "attn_v.bias", kv_dim, 0, 0.0, 0.1);
     }
-    if (o.arch == "qwen3") {
+    if (qk_norm) {
       add(p + "attn_q_norm.weight", head_dim, 0, 1.0, 0.1);
       add(p + "attn_k_norm.weight", head_dim, 0, 1.0, 0.1);
     }
     add(p + "attn_output.weight", q_dim, o.n_embd, 0.0,
         0.5 / std::sqrt(static_cast<double>(q_dim)));
+    if (is_gemma(o)) add(p + "post_attention_norm.weight", o.n_embd, 0, 1.0, 0.1);
     add(p + "ffn_norm.weight", o.n_embd, 0, 1.0, 0.1);
     add(p + "ffn_gate.weight", o.n_embd, o.n_ff, 0.0, in_scale);
     add(p + "ffn_up.weight", o.n_embd, o.n_ff, 0.0, in_scale);
     add(p + "ffn_down.weight", o.n_ff, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(o.n_ff)));
+    if (is_gemma(o)) add(p + "post_ffw_norm.weight", o.n_embd, 0, 1.0, 0.1);
   }
   add("output_norm.weight", o.n_embd, 0, 1.0, 0.1);
   if (!o.tied_output) {
@@ -483,9 +510,15 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
 }  // namespace
 
 Result<GgufWriter> build_synth_model(const SynthOptions& o) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
-    return invalid("unsupported architecture '" + o.arch + "' (llama, qwen2, qwen3)");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "smollm3" &&
+      !is_gemma(o)) {
+    return invalid("unsupported architecture '" + o.arch +
+                   "' (llama, qwen2, qwen3, smollm3, gemma2, gemma3)");
   }
+  if (o.arch == "gemma2" && !o.tied_output) {
+    return invalid("gemma2 ties its output to the token embedding: pass --tied");
+  }
+  if (o.sliding_window < 0) return invalid("the sliding window must not be negative");
   const auto target = parse_quant_target(o.type);
   if (!target) return invalid("unknown or unsupported type '" + o.type + "'");
   const int64_t head_dim = o.head_dim > 0 ? o.head_dim : (o.n_head > 0 ? o.n_embd / o.n_head : 0);

@@ -1,5 +1,6 @@
 // Model-level tools over GGUF files: synthetic models of the supported architectures (random
-// weights of sane scale, real tensor names and metadata, a real vocabulary) and requantization
+// weights of sane scale, real tensor names and metadata as llama.cpp's converter writes them, a
+// real vocabulary) and requantization
 // with the Q4_K_M / Q5_K_M mixes. Used by `ferry model synth/quantize`, tests and benchmarks.
 // Stateless functions; safe to call from several threads on different files.
 #pragma once
@@ -48,7 +49,7 @@ model_format::TensorType choose_tensor_type(const QuantTarget& target, std::stri
 uint32_t file_type_of(const QuantTarget& target);
 
 struct SynthOptions {
-  std::string arch = "llama";  // llama | qwen2 | qwen3
+  std::string arch = "llama";  // llama | qwen2 | qwen3 | smollm3 | gemma2 | gemma3
   int64_t n_embd = 256;
   int64_t n_layer = 2;
   int64_t n_head = 4;
@@ -59,7 +60,11 @@ struct SynthOptions {
   int64_t n_vocab = 0;       // 0: the vocabulary's size; larger pads with unused tokens
   double rope_theta = 0;     // 0: 10000 for llama, 1000000 for qwen2/qwen3
   double rms_eps = 0;        // 0: 1e-5 for llama, 1e-6 for qwen2/qwen3
-  bool tied_output = false;  // no output.weight: the token embedding is reused
+  bool tied_output = false;  // no output.weight: the token embedding is reused (always: gemma2)
+  // gemma2 / gemma3: attention.sliding_window (0: 4096 for gemma2, 512 for gemma3, their real
+  // models' windows); every sliding_window_pattern-th layer is global (gemma2 2, gemma3 6, not
+  // written: llama.cpp's defaults, as the converter leaves them).
+  int64_t sliding_window = 0;
   std::string type = "F16";  // a QuantTarget name
   std::string vocab_from;    // copy tokenizer.* metadata from this GGUF file
   // A token (its text in the vocabulary) the model prefers at every position, far above the

@@ -84,8 +84,9 @@ constexpr WeightedSumFn kWeightedSums[4][4] = {
 void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                    const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                    int64_t value_stride, int64_t n_keys, float scale, float* out,
-                                   int64_t out_stride) {
+                                   int64_t out_stride, float softcap) {
   const int64_t n_chunks = head_dim / 16;
+  if (softcap > 0.0f) scale /= softcap;
   const int64_t n_pad = (n_keys + 15) / 16 * 16;
   thread_local std::vector<float> w, inv;
   w.resize(static_cast<size_t>(n_q * n_pad));
@@ -100,6 +101,14 @@ void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q
         acc = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * c), load_f16x16(k + 16 * c), acc);
       }
       w[static_cast<size_t>(h * n_pad + p)] = _mm512_reduce_add_ps(acc) * scale;
+    }
+  }
+  if (softcap > 0.0f) {
+    for (int64_t h = 0; h < n_q; ++h) {
+      for (int64_t p = 0; p < n_keys; ++p) {
+        float& s = w[static_cast<size_t>(h * n_pad + p)];
+        s = softcap * std::tanh(s);
+      }
     }
   }
   // Softmax weights (unnormalised) and the reciprocal of their sum.

@@ -54,6 +54,14 @@ std::shared_ptr<testing::MemorySource> dequantized_copy(const GgufSource& src,
   shape.rope_theta = src.get_float(a + ".rope.freq_base").value_or(10000.0);
   shape.rms_eps = *src.get_float(a + ".attention.layer_norm_rms_epsilon");
   shape.tied_output = src.tensor("output.weight") == nullptr;
+  if (a == "smollm3") shape.no_rope_interval = 4;
+  if (a == "gemma2" || a == "gemma3") {
+    shape.n_swa = *src.get_int(a + ".attention.sliding_window");
+    shape.swa_period = a == "gemma2" ? 2 : 6;
+    shape.rope_theta_swa = src.get_float(a + ".rope.freq_base_swa").value_or(shape.rope_theta);
+    shape.attn_softcap = src.get_float(a + ".attn_logit_softcapping").value_or(0.0);
+    shape.final_softcap = src.get_float(a + ".final_logit_softcapping").value_or(0.0);
+  }
   return out;
 }
 

@@ -29,6 +29,14 @@ struct TinyShape {
   double rms_eps = 1e-5;
   bool tied_output = false;
   bool llama3_rope_factors = false;
+  // smollm3 / gemma (ModelConfig's meaning): the reference reads them, dequantized_copy and
+  // make_tiny_model fill them from / into the metadata.
+  int64_t no_rope_interval = 0;
+  int64_t n_swa = 0;
+  int64_t swa_period = 0;
+  double rope_theta_swa = 10000.0;
+  double attn_softcap = 0.0;
+  double final_softcap = 0.0;
 };
 
 class MemorySource : public ModelSource {
