@@ -54,18 +54,25 @@ void head_norm(float* y, const WeightView& weight, float eps, int64_t n, int64_t
 }
 
 // RoPE (cos, sin) tables of the batch's positions, rope_dim floats each, for one frequency base
-// and scale (global layers use the model's, sliding ones their own).
-std::vector<float> rope_tables(std::span<const BatchEntry> batch, const Model& model, float theta,
-                               float freq_scale) {
-  const ModelConfig& c = model.config();
+// and scale (global layers use the model's, sliding ones their own) and the engine's factors.
+std::vector<float> rope_tables(std::span<const BatchEntry> batch, const ModelConfig& c, float theta,
+                               float freq_scale, const float* factors) {
   const float theta_scale = kernels::rope_theta_scale(theta, c.rope_dim);
-  const float* factors = model.rope_freq_factors.empty() ? nullptr : model.rope_freq_factors.data();
   std::vector<float> tables(batch.size() * static_cast<size_t>(c.rope_dim));
   for (size_t t = 0; t < batch.size(); ++t) {
     kernels::rope_cache(batch[t].pos, c.rope_dim, theta_scale, freq_scale, factors,
-                        tables.data() + t * static_cast<size_t>(c.rope_dim));
+                        tables.data() + t * static_cast<size_t>(c.rope_dim), c.rope_attn_factor);
   }
   return tables;
+}
+
+// The RoPE frequency factors of an engine of context n_ctx: Llama 3's when the file has them,
+// else LongRoPE's long ones above the original context and short ones up to it (llama.cpp's
+// get_rope_factors), else none.
+const float* rope_factors(const Model& m, int64_t n_ctx) {
+  if (!m.rope_freq_factors.empty()) return m.rope_freq_factors.data();
+  if (m.rope_factors_long.empty()) return nullptr;
+  return n_ctx > m.config().n_ctx_orig ? m.rope_factors_long.data() : m.rope_factors_short.data();
 }
 
 }  // namespace
@@ -99,7 +106,8 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
     }
   };
   for (const LayerWeights& l : model_->layers) {
-    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const WeightView* w :
+         {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       pack(*w);
     }
   }
@@ -110,7 +118,8 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
   for (const auto& [data, packed] : packed_) {
     (void)packed;
     for (const LayerWeights& l : model_->layers) {
-      for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      for (const WeightView* w :
+           {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
         if (w->data == data) release_pages(w->data, static_cast<size_t>(w->rows) * w->row_bytes);
       }
     }
@@ -194,7 +203,7 @@ Status Engine::run_layers(std::span<const BatchEntry> batch, int64_t& n_out) {
   fit(k_, n * kv_dim);
   fit(v_, n * kv_dim);
   fit(gate_, n * c.n_ff);
-  fit(up_, n * c.n_ff);
+  fit(up_, n * c.n_ff * (m.layers[0].w_gate.data == nullptr ? 2 : 1));  // phi3: gate and up
 
   if (kernels::trace_enabled()) kernels::trace_next_step();
   for (int64_t t = 0; t < n; ++t)
@@ -206,8 +215,11 @@ Status Engine::run_layers(std::span<const BatchEntry> batch, int64_t& n_out) {
     trace("inp_scaled", -1, x_.data(), n, d);
   }
   for (const BatchEntry& e : batch) kv_.seq_extend(e.seq, e.pos + 1);
-  rope_tab_ = rope_tables(batch, m, c.rope_theta, c.rope_freq_scale);
-  if (c.n_swa > 0) rope_tab_swa_ = rope_tables(batch, m, c.rope_theta_swa, c.rope_freq_scale_swa);
+  const float* factors = rope_factors(m, kv_.n_ctx());
+  rope_tab_ = rope_tables(batch, c, c.rope_theta, c.rope_freq_scale, factors);
+  if (c.n_swa > 0) {
+    rope_tab_swa_ = rope_tables(batch, c, c.rope_theta_swa, c.rope_freq_scale_swa, factors);
+  }
 
   for (int64_t layer = 0; layer < c.n_layer; ++layer) {
     attention_block(batch, layer);
@@ -243,7 +255,21 @@ void Engine::attention_block(std::span<const BatchEntry> batch, int64_t layer) {
   const int64_t d = c.n_embd, q_dim = c.q_dim(), kv_dim = c.kv_dim();
   rms_norm(x_.data(), w.attn_norm, c.rms_eps, n, d, h_.data());
   trace("attn_norm", layer, h_.data(), n, d);
-  matmuls({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, h_.data(), n);
+  if (w.wqkv.data != nullptr) {  // phi3: one product, then its Q, K and V columns apart
+    const int64_t qkv_dim = q_dim + 2 * kv_dim;
+    if (static_cast<int64_t>(qkv_.size()) < n * qkv_dim) {
+      qkv_.resize(static_cast<size_t>(n * qkv_dim));
+    }
+    project(w.wqkv, h_.data(), n, qkv_.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = qkv_.data() + t * qkv_dim;
+      std::copy_n(row, q_dim, q_.data() + t * q_dim);
+      std::copy_n(row + q_dim, kv_dim, k_.data() + t * kv_dim);
+      std::copy_n(row + q_dim + kv_dim, kv_dim, v_.data() + t * kv_dim);
+    }
+  } else {
+    matmuls({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, h_.data(), n);
+  }
   add_bias(q_.data(), w.bq, n, q_dim);
   add_bias(k_.data(), w.bk, n, kv_dim);
   add_bias(v_.data(), w.bv, n, kv_dim);
@@ -287,15 +313,25 @@ void Engine::ffn_block(int64_t layer, int64_t rows) {
   const int64_t d = c.n_embd, ff = c.n_ff;
   rms_norm(x_.data(), w.ffn_norm, c.rms_eps, rows, d, h_.data());
   trace("ffn_norm", layer, h_.data(), rows, d);
-  matmuls({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, h_.data(), rows);
-  trace("ffn_gate", layer, gate_.data(), rows, ff);
-  trace("ffn_up", layer, up_.data(), rows, ff);
+  // The gate and up halves of row t: apart, or phi3's fused [gate, up] rows of 2 n_ff (up_ is
+  // sized for them in run_layers).
+  const bool fused = w.w_gate.data == nullptr;
+  if (fused) {
+    project(w.w_up, h_.data(), rows, up_.data());
+  } else {
+    matmuls({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, h_.data(), rows);
+    trace("ffn_gate", layer, gate_.data(), rows, ff);
+  }
+  trace("ffn_up", layer, up_.data(), rows, fused ? 2 * ff : ff);
+  const float* gates = fused ? up_.data() : gate_.data();
+  const int64_t stride = fused ? 2 * ff : ff;
   for (int64_t t = 0; t < rows; ++t) {
-    float* g = gate_.data() + t * ff;
+    const float* g = gates + t * stride;
+    const float* u = fused ? g + ff : up_.data() + t * ff;
     if (c.ffn_act == FfnAct::kGeluTanh) {
-      kernels::geglu_row(ff, g, up_.data() + t * ff, g);
+      kernels::geglu_row(ff, g, u, gate_.data() + t * ff);
     } else {
-      kernels::swiglu_row(ff, g, up_.data() + t * ff, g);
+      kernels::swiglu_row(ff, g, u, gate_.data() + t * ff);
     }
   }
   trace(c.ffn_act == FfnAct::kGeluTanh ? "ffn_geglu" : "ffn_swiglu", layer, gate_.data(), rows, ff);

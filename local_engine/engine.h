@@ -97,6 +97,7 @@ class Engine {
   KvCache kv_;
   // Scratch, reused between calls: (n, n_embd), (n, q_dim), (n, kv_dim), (n, n_ff).
   std::vector<float> x_, h_, q_, k_, v_, att_, tmp_, gate_, up_;
+  std::vector<float> qkv_;      // phi3's fused projection (n, q_dim + 2 kv_dim)
   std::vector<float> kt_, vf_;  // one sequence's cached keys (transposed) and values, as F32
   // The batch's RoPE tables (n, rope_dim): global layers', sliding layers'.
   std::vector<float> rope_tab_, rope_tab_swa_;

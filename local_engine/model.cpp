@@ -56,6 +56,8 @@ class Loader {
     return view;
   }
 
+  bool has(const std::string& name) const { return source_.tensor(name) != nullptr; }
+
   // Norm weights and biases are used as float vectors by the forward pass.
   Result<WeightView> get_f32(const std::string& name, int64_t n, bool optional = false) const {
     auto view = get(name, n, 0, optional);
@@ -80,8 +82,10 @@ struct ArchInfo {
 constexpr ArchInfo kArchs[] = {
     {"llama", Arch::kLlama, RopeLayout::kNormal}, {"qwen2", Arch::kQwen2, RopeLayout::kNeox},
     {"qwen3", Arch::kQwen3, RopeLayout::kNeox},   {"smollm3", Arch::kSmolLM3, RopeLayout::kNormal},
-    {"gemma2", Arch::kGemma2, RopeLayout::kNeox}, {"gemma3", Arch::kGemma3, RopeLayout::kNeox}};
-constexpr std::string_view kSupported = "llama, qwen2, qwen3, smollm3, gemma2, gemma3";
+    {"gemma2", Arch::kGemma2, RopeLayout::kNeox}, {"gemma3", Arch::kGemma3, RopeLayout::kNeox},
+    {"phi3", Arch::kPhi3, RopeLayout::kNeox},
+};
+constexpr std::string_view kSupported = "llama, qwen2, qwen3, smollm3, gemma2, gemma3, phi3";
 
 Status read_arch(const ModelSource& source, ModelConfig& c) {
   const auto arch = source.get_string("general.architecture");
@@ -198,7 +202,16 @@ Result<ModelConfig> read_config(const ModelSource& source) {
   if (factor > 0.0 && (!scaling_type || *scaling_type == "linear")) {
     c.rope_freq_scale = 1.0f / static_cast<float>(factor);  // in float, as llama.cpp does
   }
+  // Read for every architecture by llama.cpp (hparams.rope_attn_factor, n_ctx_orig_yarn).
+  c.rope_attn_factor =
+      static_cast<float>(source.get_float(p + "rope.scaling.attn_factor").value_or(1.0));
+  if (!(c.rope_attn_factor > 0.0f)) return load_error("rope.scaling.attn_factor must be positive");
+  c.n_ctx_orig = source.get_int(p + "rope.scaling.original_context_length").value_or(c.n_ctx_train);
+  if (c.n_ctx_orig <= 0) return load_error("rope.scaling.original_context_length must be positive");
   if (c.arch == Arch::kSmolLM3) c.no_rope_interval = 4;  // fixed in llama.cpp, no metadata key
+  // phi3: queries scaled by 1 / sqrtf(head_dim) before attention. Its attention.sliding_window
+  // is ignored, as llama.cpp does (it disables Phi's SWA).
+  if (c.arch == Arch::kPhi3) c.q_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (c.arch == Arch::kGemma2 || c.arch == Arch::kGemma3) {
     if (Status s = read_gemma(source, p, c); !s) return s.error();
   }
@@ -218,9 +231,14 @@ Status load_layer(Loader& loader, const ModelConfig& c, int64_t i, LayerWeights&
   const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const std::string b = "blk." + std::to_string(i) + ".";
   FERRY_LOAD(l.attn_norm, loader.get_f32(b + "attn_norm.weight", c.n_embd));
-  FERRY_LOAD(l.wq, loader.get(b + "attn_q.weight", c.n_embd, q_dim));
-  FERRY_LOAD(l.wk, loader.get(b + "attn_k.weight", c.n_embd, kv_dim));
-  FERRY_LOAD(l.wv, loader.get(b + "attn_v.weight", c.n_embd, kv_dim));
+  const bool fused_qkv = c.arch == Arch::kPhi3 && loader.has(b + "attn_qkv.weight");
+  if (fused_qkv) {
+    FERRY_LOAD(l.wqkv, loader.get(b + "attn_qkv.weight", c.n_embd, q_dim + 2 * kv_dim));
+  } else {
+    FERRY_LOAD(l.wq, loader.get(b + "attn_q.weight", c.n_embd, q_dim));
+    FERRY_LOAD(l.wk, loader.get(b + "attn_k.weight", c.n_embd, kv_dim));
+    FERRY_LOAD(l.wv, loader.get(b + "attn_v.weight", c.n_embd, kv_dim));
+  }
   FERRY_LOAD(l.wo, loader.get(b + "attn_output.weight", q_dim, c.n_embd));
   const bool bias_required = c.arch == Arch::kQwen2;
   FERRY_LOAD(l.bq, loader.get_f32(b + "attn_q.bias", q_dim, !bias_required));
@@ -234,8 +252,12 @@ Status load_layer(Loader& loader, const ModelConfig& c, int64_t i, LayerWeights&
     FERRY_LOAD(l.attn_post_norm, loader.get_f32(b + "post_attention_norm.weight", c.n_embd));
     FERRY_LOAD(l.ffn_post_norm, loader.get_f32(b + "post_ffw_norm.weight", c.n_embd));
   }
-  FERRY_LOAD(l.w_gate, loader.get(b + "ffn_gate.weight", c.n_embd, c.n_ff));
-  FERRY_LOAD(l.w_up, loader.get(b + "ffn_up.weight", c.n_embd, c.n_ff));
+  if (c.arch == Arch::kPhi3) {  // gate and up in one matrix, the gate's rows first
+    FERRY_LOAD(l.w_up, loader.get(b + "ffn_up.weight", c.n_embd, 2 * c.n_ff));
+  } else {
+    FERRY_LOAD(l.w_gate, loader.get(b + "ffn_gate.weight", c.n_embd, c.n_ff));
+    FERRY_LOAD(l.w_up, loader.get(b + "ffn_up.weight", c.n_embd, c.n_ff));
+  }
   FERRY_LOAD(l.w_down, loader.get(b + "ffn_down.weight", c.n_ff, c.n_embd));
   return {};
 }
@@ -249,9 +271,35 @@ void mark_repacked(WeightView& w) {
   if (repacked_type && w.rows % 8 == 0) w.order = kernels::DotOrder::kSerial;
 }
 
-// RoPE inverse frequencies, with Llama 3's per-frequency factors when the file carries them.
+// A (rope_dim / 2) float vector of positive RoPE factors, empty when the tensor is absent.
+Status load_factors(Loader& loader, const std::string& name, int64_t n, std::vector<float>& out) {
+  WeightView view;
+  FERRY_LOAD(view, loader.get_f32(name, n, true));
+  if (view.data == nullptr) return {};
+  out.resize(static_cast<size_t>(n));
+  std::memcpy(out.data(), view.data, out.size() * sizeof(float));
+  for (float f : out) {
+    if (!(f > 0.0f)) return load_error(name + " has a non-positive factor");
+  }
+  return {};
+}
+
+// RoPE inverse frequencies, with Llama 3's per-frequency factors when the file carries them,
+// and LongRoPE's short and long factors (phi3).
 Status load_rope(Loader& loader, const ModelConfig& c, Model& model) {
   const int64_t n_freq = c.rope_dim / 2;
+  if (Status s =
+          load_factors(loader, "rope_factors_short.weight", n_freq, model.rope_factors_short);
+      !s) {
+    return s;
+  }
+  if (Status s = load_factors(loader, "rope_factors_long.weight", n_freq, model.rope_factors_long);
+      !s) {
+    return s;
+  }
+  if (model.rope_factors_short.empty() != model.rope_factors_long.empty()) {
+    return load_error("LongRoPE needs both rope_factors_short.weight and rope_factors_long.weight");
+  }
   WeightView factors;
   FERRY_LOAD(factors, loader.get_f32("rope_freqs.weight", n_freq, true));
   model.rope_inv_freq.resize(static_cast<size_t>(n_freq));
@@ -308,7 +356,7 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelSource> so
     }
   }
   for (LayerWeights& l : model->layers) {
-    for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       mark_repacked(*w);
     }
   }

@@ -1,6 +1,6 @@
 // A decoder-only transformer as read from a ModelSource: hyper-parameters (ModelConfig) and
-// weight views (llama, qwen2, qwen3, smollm3, gemma2, gemma3). Immutable after load; safe to
-// share between threads.
+// weight views (llama, qwen2, qwen3, smollm3, gemma2, gemma3, phi3). Immutable after load; safe
+// to share between threads.
 #pragma once
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 
 namespace ferry::engine {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kSmolLM3, kGemma2, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kSmolLM3, kGemma2, kGemma3, kPhi3 };
 
 // The gated feed-forward's activation: silu(gate) * up, or gelu(gate) * up with GELU's tanh
 // approximation as ggml computes it (kernels::geglu_row).
@@ -39,6 +39,10 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   float rope_theta = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / linear scaling factor
+  // rope.scaling.attn_factor: cos and sin multiplied by it (phi3's LongRoPE writes one).
+  float rope_attn_factor = 1.0f;
+  // rope.scaling.original_context_length: LongRoPE's long factors apply to contexts above it.
+  int64_t n_ctx_orig = 0;
   RopeLayout rope_layout = RopeLayout::kNormal;
   bool tied_output = false;
   // <arch>.pooling_type as the GGUF says (llama.cpp's numbering: 0 none, 1 mean, 2 cls,
@@ -82,13 +86,14 @@ struct ModelConfig {
 
 struct LayerWeights {
   WeightView attn_norm;       // (n_embd)
-  WeightView wq, wk, wv;      // (q_dim | kv_dim, n_embd)
+  WeightView wq, wk, wv;      // (q_dim | kv_dim, n_embd); rows == 0 when fused
+  WeightView wqkv;            // phi3's fused (q_dim + 2 kv_dim, n_embd); rows == 0 when apart
   WeightView bq, bk, bv;      // qwen2 biases (q_dim | kv_dim); rows == 0 when absent
   WeightView q_norm, k_norm;  // qwen3, gemma3 per-head RMSNorm (head_dim); rows == 0 if absent
   WeightView wo;              // (n_embd, q_dim)
   WeightView attn_post_norm;  // gemma (n_embd); rows == 0 when absent
   WeightView ffn_norm;        // (n_embd)
-  WeightView w_gate, w_up;    // (n_ff, n_embd)
+  WeightView w_gate, w_up;    // (n_ff, n_embd); phi3: no gate, up (2 n_ff, n_embd) = [gate; up]
   WeightView w_down;          // (n_embd, n_ff)
   WeightView ffn_post_norm;   // gemma (n_embd); rows == 0 when absent
 };
@@ -107,6 +112,9 @@ class Model {
   WeightView output;                     // (n_vocab, n_embd); token_embd when tied
   std::vector<float> rope_inv_freq;      // (rope_dim / 2): theta^(-2i/d) * freq_scale / factor_i
   std::vector<float> rope_freq_factors;  // (rope_dim / 2) from rope_freqs.weight; empty when none
+  // LongRoPE (phi3): rope_factors_short / _long.weight, (rope_dim / 2) each; empty when none.
+  // The engine picks the long ones when its context exceeds config().n_ctx_orig, as llama.cpp.
+  std::vector<float> rope_factors_short, rope_factors_long;
   std::vector<LayerWeights> layers;
 
  private:

@@ -334,6 +334,21 @@ void set_gemma_hparams(GgufWriter& w, const SynthOptions& o) {
   }
 }
 
+// Phi-3's extra metadata: the original context LongRoPE extends (the converter writes it always,
+// the model's own when there are no factors), its attention factor, and sliding_window 0 (the
+// converter writes the HF value; llama.cpp ignores it for phi3).
+void set_phi3_hparams(GgufWriter& w, const SynthOptions& o) {
+  const int64_t orig = o.longrope_orig_ctx > 0 ? o.longrope_orig_ctx : o.n_ctx;
+  w.set("phi3.rope.scaling.original_context_length", Value::u32(static_cast<uint32_t>(orig)));
+  w.set("phi3.attention.sliding_window", Value::u32(0));
+  if (o.longrope_orig_ctx > 0) {
+    const double scale = static_cast<double>(o.n_ctx) / static_cast<double>(orig);
+    const double factor =
+        scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig))) : 1.0;
+    w.set("phi3.rope.scaling.attn_factor", Value::f32(static_cast<float>(factor)));
+  }
+}
+
 // The architecture's hyperparameters as GGUF metadata.
 void set_hparams(GgufWriter& w, const SynthOptions& o, const QuantTarget& target,
                  int64_t head_dim) {
@@ -355,13 +370,15 @@ void set_hparams(GgufWriter& w, const SynthOptions& o, const QuantTarget& target
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(eps)));
   w.set(a + ".rope.freq_base", Value::f32(static_cast<float>(theta)));
   if (!is_gemma(o)) {  // the gemma converters leave it to llama.cpp (head_dim)
-    w.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
+    const int64_t rope_dim = o.rope_dim > 0 ? o.rope_dim : head_dim;
+    w.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(rope_dim)));
   }
   if (o.arch == "qwen3" || is_gemma(o) || head_dim * o.n_head != o.n_embd) {
     w.set(a + ".attention.key_length", Value::u32(static_cast<uint32_t>(head_dim)));
     w.set(a + ".attention.value_length", Value::u32(static_cast<uint32_t>(head_dim)));
   }
   if (is_gemma(o)) set_gemma_hparams(w, o);
+  if (o.arch == "phi3") set_phi3_hparams(w, o);
 }
 
 // The id of o.favor_token in a vocabulary's tokens (-1: none asked for).
@@ -435,10 +452,11 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
   const int n_layers = static_cast<int>(o.n_layer);
   Status status;
   const bool qk_norm = o.arch == "qwen3" || o.arch == "gemma3";
+  const bool phi3 = o.arch == "phi3";
   const uint64_t per_layer =
-      9 + (o.arch == "qwen2" ? 3 : 0) + (qk_norm ? 2 : 0) + (is_gemma(o) ? 2 : 0);
-  const uint64_t n_tensors =
-      2 + static_cast<uint64_t>(n_layers) * per_layer + (o.tied_output ? 0 : 1);
+      9 + (o.arch == "qwen2" ? 3 : 0) + (qk_norm ? 2 : 0) + (is_gemma(o) ? 2 : 0) - (phi3 ? 3 : 0);
+  const uint64_t n_tensors = 2 + static_cast<uint64_t>(n_layers) * per_layer +
+                             (o.tied_output ? 0 : 1) + (o.longrope_orig_ctx > 0 ? 2 : 0);
   uint64_t made = 0;
   // shape = {ne0 (row length), ne1 (rows)}; 1-D when rows == 0.
   // `edit` may change the values (row-major, rows of ne0) before they are encoded.
@@ -476,9 +494,13 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
   for (int i = 0; i < n_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     add(p + "attn_norm.weight", o.n_embd, 0, 1.0, 0.1);
-    add(p + "attn_q.weight", o.n_embd, q_dim, 0.0, in_scale);
-    add(p + "attn_k.weight", o.n_embd, kv_dim, 0.0, in_scale);
-    add(p + "attn_v.weight", o.n_embd, kv_dim, 0.0, in_scale);
+    if (phi3) {
+      add(p + "attn_qkv.weight", o.n_embd, q_dim + 2 * kv_dim, 0.0, in_scale);
+    } else {
+      add(p + "attn_q.weight", o.n_embd, q_dim, 0.0, in_scale);
+      add(p + "attn_k.weight", o.n_embd, kv_dim, 0.0, in_scale);
+      add(p + "attn_v.weight", o.n_embd, kv_dim, 0.0, in_scale);
+    }
     if (o.arch == "qwen2") {
       add(p + "attn_q.bias", q_dim, 0, 0.0, 0.1);
       add(p + "attn_k.bias", kv_dim, 0, 0.0, 0.1);
@@ -492,12 +514,30 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
         0.5 / std::sqrt(static_cast<double>(q_dim)));
     if (is_gemma(o)) add(p + "post_attention_norm.weight", o.n_embd, 0, 1.0, 0.1);
     add(p + "ffn_norm.weight", o.n_embd, 0, 1.0, 0.1);
-    add(p + "ffn_gate.weight", o.n_embd, o.n_ff, 0.0, in_scale);
-    add(p + "ffn_up.weight", o.n_embd, o.n_ff, 0.0, in_scale);
+    if (phi3) {  // gate and up fused, the gate's rows first
+      add(p + "ffn_up.weight", o.n_embd, 2 * o.n_ff, 0.0, in_scale);
+    } else {
+      add(p + "ffn_gate.weight", o.n_embd, o.n_ff, 0.0, in_scale);
+      add(p + "ffn_up.weight", o.n_embd, o.n_ff, 0.0, in_scale);
+    }
     add(p + "ffn_down.weight", o.n_ff, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(o.n_ff)));
     if (is_gemma(o)) add(p + "post_ffw_norm.weight", o.n_embd, 0, 1.0, 0.1);
   }
   add("output_norm.weight", o.n_embd, 0, 1.0, 0.1);
+  if (o.longrope_orig_ctx > 0) {  // LongRoPE's per-frequency factors, >= 1, growing
+    const int64_t n_freq = (o.rope_dim > 0 ? o.rope_dim : head_dim) / 2;
+    auto ramp = [n_freq](double top) {
+      return [n_freq, top](std::vector<float>& v) {
+        for (int64_t i = 0; i < n_freq; ++i) {
+          v[static_cast<size_t>(i)] =
+              static_cast<float>(1.0 + (top - 1.0) * static_cast<double>(i) /
+                                           static_cast<double>(std::max<int64_t>(n_freq - 1, 1)));
+        }
+      };
+    };
+    add("rope_factors_long.weight", n_freq, 0, 1.0, 0.1, ramp(8.0));
+    add("rope_factors_short.weight", n_freq, 0, 1.0, 0.1, ramp(1.5));
+  }
   if (!o.tied_output) {
     add("output.weight", o.n_embd, n_vocab, 0.0, 2.0 * in_scale,
         favoring ? std::function<void(std::vector<float>&)>(favor_output) : nullptr);
@@ -511,9 +551,15 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
 
 Result<GgufWriter> build_synth_model(const SynthOptions& o) {
   if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "smollm3" &&
-      !is_gemma(o)) {
+      o.arch != "phi3" && !is_gemma(o)) {
     return invalid("unsupported architecture '" + o.arch +
-                   "' (llama, qwen2, qwen3, smollm3, gemma2, gemma3)");
+                   "' (llama, qwen2, qwen3, smollm3, gemma2, gemma3, phi3)");
+  }
+  if (o.rope_dim < 0 || o.rope_dim % 2 != 0 || (o.rope_dim > 0 && is_gemma(o))) {
+    return invalid("--rope-dim must be even (and is not written for gemma)");
+  }
+  if (o.longrope_orig_ctx != 0 && (o.arch != "phi3" || o.longrope_orig_ctx < 0)) {
+    return invalid("LongRoPE factors are for phi3, with a positive original context");
   }
   if (o.arch == "gemma2" && !o.tied_output) {
     return invalid("gemma2 ties its output to the token embedding: pass --tied");
@@ -524,7 +570,7 @@ Result<GgufWriter> build_synth_model(const SynthOptions& o) {
   const int64_t head_dim = o.head_dim > 0 ? o.head_dim : (o.n_head > 0 ? o.n_embd / o.n_head : 0);
   if (o.n_embd <= 0 || o.n_layer <= 0 || o.n_head <= 0 || o.n_head_kv <= 0 || o.n_ff <= 0 ||
       head_dim <= 0 || o.n_ctx <= 0 || o.n_head % o.n_head_kv != 0 || o.n_embd > (1 << 16) ||
-      o.n_ff > (1 << 18) || o.n_layer > 512 || head_dim % 2 != 0) {
+      o.n_ff > (1 << 18) || o.n_layer > 512 || head_dim % 2 != 0 || o.rope_dim > head_dim) {
     return invalid(
         "bad shape: sizes must be positive, n_head a multiple of n_head_kv, "
         "head_dim even");

@@ -49,7 +49,7 @@ model_format::TensorType choose_tensor_type(const QuantTarget& target, std::stri
 uint32_t file_type_of(const QuantTarget& target);
 
 struct SynthOptions {
-  std::string arch = "llama";  // llama | qwen2 | qwen3 | smollm3 | gemma2 | gemma3
+  std::string arch = "llama";  // llama | qwen2 | qwen3 | smollm3 | gemma2 | gemma3 | phi3
   int64_t n_embd = 256;
   int64_t n_layer = 2;
   int64_t n_head = 4;
@@ -65,6 +65,11 @@ struct SynthOptions {
   // models' windows); every sliding_window_pattern-th layer is global (gemma2 2, gemma3 6, not
   // written: llama.cpp's defaults, as the converter leaves them).
   int64_t sliding_window = 0;
+  // rope.dimension_count: rotated dimensions per head (0: head_dim; less is partial rotary).
+  int64_t rope_dim = 0;
+  // phi3: > 0 makes a LongRoPE model extended from this original context to n_ctx (short and
+  // long factors, rope.scaling.attn_factor), as the converter writes Phi-3 128k models.
+  int64_t longrope_orig_ctx = 0;
   std::string type = "F16";  // a QuantTarget name
   std::string vocab_from;    // copy tokenizer.* metadata from this GGUF file
   // A token (its text in the vocabulary) the model prefers at every position, far above the

@@ -56,13 +56,13 @@ float rope_theta_scale(float freq_base, int64_t n_dims) {
 }
 
 void rope_cache(int64_t pos, int64_t n_dims, float theta_scale, float freq_scale,
-                const float* freq_factors, float* cache) {
+                const float* freq_factors, float* cache, float mscale) {
   float theta = static_cast<float>(pos);
   for (int64_t i = 0; i < n_dims / 2; ++i) {
     const float ff = freq_factors != nullptr ? freq_factors[i] : 1.0f;
     const float t = freq_scale * (theta / ff);
-    cache[2 * i] = std::cos(t);
-    cache[2 * i + 1] = std::sin(t);
+    cache[2 * i] = std::cos(t) * mscale;
+    cache[2 * i + 1] = std::sin(t) * mscale;
     theta *= theta_scale;
   }
 }

@@ -18,9 +18,10 @@ void rms_norm_row(int64_t n, const float* x, const float* w, float eps, float* o
 // The (cos, sin) pairs of RoPE at one position: cache[2i] = cos(theta_i), cache[2i+1] =
 // sin(theta_i) for i < n_dims / 2, with theta_0 = pos and theta_{i+1} = theta_i * theta_scale
 // (theta_scale = powf(base, -2 / n_dims)), each divided by freq_factors[i] when given and
-// multiplied by freq_scale.
+// multiplied by freq_scale; cos and sin then multiplied by mscale (llama.cpp's attention factor,
+// e.g. LongRoPE's).
 void rope_cache(int64_t pos, int64_t n_dims, float theta_scale, float freq_scale,
-                const float* freq_factors, float* cache);
+                const float* freq_factors, float* cache, float mscale = 1.0f);
 // The theta_scale of rope_cache for a frequency base: powf(base, -2.0f / n_dims).
 float rope_theta_scale(float freq_base, int64_t n_dims);
 // Rotates the first n_dims elements of each of n_heads heads (head_dim apart) in place:
