@@ -64,6 +64,10 @@ TinyShape shape_for(const std::string& arch) {
     shape.rope_theta_swa = 1e4;
     shape.rms_eps = 1e-6;
   }
+  if (arch == "phi3") {  // partial rotary, LongRoPE (the long factors: contexts above 32)
+    shape.rope_dim = 8;
+    shape.longrope = true;
+  }
   if (arch == "gemma2") {
     shape.tied_output = true;
     shape.attn_softcap = 2.0;
@@ -134,7 +138,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gemma2", WeightType::kF32, 1e-2}, Case{"gemma2", WeightType::kF16, 1e-2},
         // tied Q8_0 output, soft-capped to +-3: the activations' quantization shows more
         Case{"gemma2", WeightType::kQ8_0, 6e-2}, Case{"gemma3", WeightType::kF32, 1e-2},
-        Case{"gemma3", WeightType::kQ4_K, 4e-2}),
+        Case{"gemma3", WeightType::kQ4_K, 4e-2}, Case{"phi3", WeightType::kF32, 2e-3},
+        Case{"phi3", WeightType::kQ8_0, 3e-2}),
     case_name);
 
 // A window actually masks: the same weights with a window of 4 and of 1000 give the same bits
@@ -167,7 +172,7 @@ TEST(SlidingWindow, MasksKeysOutsideTheWindowInBothForms) {
 // The batch-invariant engine: a sequence's logits are the same bits alone and in a batch with
 // another sequence, for every architecture (windows and soft-caps included).
 TEST(BatchInvariant, NewArchitecturesGiveTheSameBitsAloneAndInABatch) {
-  for (const std::string arch : {"smollm3", "gemma2", "gemma3"}) {
+  for (const std::string arch : {"smollm3", "gemma2", "gemma3", "phi3"}) {
     const TinyShape shape = shape_for(arch);
     auto src = testing::make_tiny_model(shape, WeightType::kQ8_0, 11);
     auto load = [&] {
@@ -304,6 +309,23 @@ TEST(ModelLoad, RefusesUnsupportedArchitectureByName) {
   auto model = Model::load(src);
   ASSERT_FALSE(model.has_value());
   EXPECT_NE(model.error().message.find("gpt2"), std::string::npos);
+}
+
+// LongRoPE: an engine whose context fits the original one uses the short factors, a longer one
+// the long factors (llama.cpp's choice by n_ctx_seq); both match the reference.
+TEST(LongRope, FactorsFollowTheEngineContext) {
+  TinyShape shape = shape_for("phi3");
+  auto src = testing::make_tiny_model(shape, WeightType::kF32, 6);
+  std::vector<std::vector<float>> got;
+  for (const int64_t n_ctx : {int64_t{32}, int64_t{64}}) {
+    auto engine = make_engine(src, 2, n_ctx);
+    ASSERT_TRUE(engine);
+    got.push_back(engine_logits(*engine, kPrompt));
+    shape.engine_ctx = n_ctx;
+    EXPECT_LT(relative_error(got.back(), testing::reference_logits(*src, shape, kPrompt)), 2e-3)
+        << n_ctx;
+  }
+  EXPECT_GT(relative_error(got[0], got[1]), 1e-3);
 }
 
 // What changes the numerics and is not implemented is refused by name.

@@ -263,6 +263,19 @@ std::shared_ptr<MemorySource> make_tiny_model(const TinyShape& shape, WeightType
   }
   if (shape.attn_softcap > 0) src->set_float(a + ".attn_logit_softcapping", shape.attn_softcap);
   if (shape.final_softcap > 0) src->set_float(a + ".final_logit_softcapping", shape.final_softcap);
+  if (shape.rope_dim > 0) src->set_int(a + ".rope.dimension_count", shape.rope_dim);
+  if (shape.longrope) {
+    src->set_int(a + ".rope.scaling.original_context_length", shape.n_ctx_orig);
+    src->set_float(a + ".rope.scaling.attn_factor", 1.25);
+    const int64_t n_freq = (shape.rope_dim > 0 ? shape.rope_dim : shape.head_dim) / 2;
+    std::vector<float> short_f, long_f;
+    for (int64_t i = 0; i < n_freq; ++i) {
+      short_f.push_back(1.0f + static_cast<float>(i) / 16.0f);
+      long_f.push_back(1.0f + static_cast<float>(i) / 2.0f);
+    }
+    src->add_tensor("rope_factors_short.weight", WeightType::kF32, n_freq, 0, short_f);
+    src->add_tensor("rope_factors_long.weight", WeightType::kF32, n_freq, 0, long_f);
+  }
   std::vector<std::string> tokens;
   for (int64_t i = 0; i < shape.n_vocab; ++i) tokens.push_back("t" + std::to_string(i));
   tokens[2] = "</s>";
@@ -285,9 +298,14 @@ std::shared_ptr<MemorySource> make_tiny_model(const TinyShape& shape, WeightType
   for (int64_t l = 0; l < shape.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     src->add_tensor(b + "attn_norm.weight", WeightType::kF32, d, 0, norm_weights(d));
-    src->add_tensor(b + "attn_q.weight", type, d, q_dim, random(d * q_dim, in_scale));
-    src->add_tensor(b + "attn_k.weight", type, d, kv_dim, random(d * kv_dim, in_scale));
-    src->add_tensor(b + "attn_v.weight", type, d, kv_dim, random(d * kv_dim, in_scale));
+    if (a == "phi3") {
+      const int64_t qkv = q_dim + 2 * kv_dim;
+      src->add_tensor(b + "attn_qkv.weight", type, d, qkv, random(d * qkv, in_scale));
+    } else {
+      src->add_tensor(b + "attn_q.weight", type, d, q_dim, random(d * q_dim, in_scale));
+      src->add_tensor(b + "attn_k.weight", type, d, kv_dim, random(d * kv_dim, in_scale));
+      src->add_tensor(b + "attn_v.weight", type, d, kv_dim, random(d * kv_dim, in_scale));
+    }
     src->add_tensor(b + "attn_output.weight", type, q_dim, d,
                     random(d * q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim))));
     if (a == "qwen2") {
@@ -306,8 +324,13 @@ std::shared_ptr<MemorySource> make_tiny_model(const TinyShape& shape, WeightType
       src->add_tensor(b + "post_ffw_norm.weight", WeightType::kF32, d, 0, norm_weights(d));
     }
     src->add_tensor(b + "ffn_norm.weight", WeightType::kF32, d, 0, norm_weights(d));
-    src->add_tensor(b + "ffn_gate.weight", type, d, shape.n_ff, random(d * shape.n_ff, in_scale));
-    src->add_tensor(b + "ffn_up.weight", type, d, shape.n_ff, random(d * shape.n_ff, in_scale));
+    if (a == "phi3") {
+      src->add_tensor(b + "ffn_up.weight", type, d, 2 * shape.n_ff,
+                      random(2 * d * shape.n_ff, in_scale));
+    } else {
+      src->add_tensor(b + "ffn_gate.weight", type, d, shape.n_ff, random(d * shape.n_ff, in_scale));
+      src->add_tensor(b + "ffn_up.weight", type, d, shape.n_ff, random(d * shape.n_ff, in_scale));
+    }
     src->add_tensor(b + "ffn_down.weight", type, shape.n_ff, d,
                     random(d * shape.n_ff, 1.0f / std::sqrt(static_cast<float>(shape.n_ff))));
   }
@@ -354,22 +377,33 @@ bool is_swa(const TinyShape& shape, int64_t layer) {
          (shape.swa_period == 0 || layer % shape.swa_period < shape.swa_period - 1);
 }
 
-// RoPE in double on n_heads heads of hd, at position pos.
+// RoPE in double on the first rope_dim dimensions of n_heads heads of hd, at position pos
+// (LongRoPE's factors and attention factor on phi3).
 void rotate(const TinyShape& shape, double theta, Vec& v, size_t n_heads, size_t pos) {
   const auto hd = static_cast<size_t>(shape.head_dim);
+  const size_t rd = shape.rope_dim > 0 ? static_cast<size_t>(shape.rope_dim) : hd;
   const bool neox = shape.arch != "llama" && shape.arch != "smollm3";
+  const bool long_factors = shape.engine_ctx > shape.n_ctx_orig;
+  const double mscale = shape.longrope ? 1.25 : 1.0;
   for (size_t h = 0; h < n_heads; ++h) {
-    for (size_t i = 0; i < hd / 2; ++i) {
-      double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    for (size_t i = 0; i < rd / 2; ++i) {
+      double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(rd));
       if (shape.llama3_rope_factors) freq /= 1.0 + static_cast<double>(i % 4);
+      if (shape.longrope) freq /= 1.0 + static_cast<double>(i) / (long_factors ? 2.0 : 16.0);
       const double angle = static_cast<double>(pos) * freq;
       const size_t a = h * hd + (neox ? i : 2 * i);
-      const size_t b = h * hd + (neox ? i + hd / 2 : 2 * i + 1);
+      const size_t b = h * hd + (neox ? i + rd / 2 : 2 * i + 1);
       const double x0 = v[a], x1 = v[b];
-      v[a] = x0 * std::cos(angle) - x1 * std::sin(angle);
-      v[b] = x0 * std::sin(angle) + x1 * std::cos(angle);
+      v[a] = mscale * (x0 * std::cos(angle) - x1 * std::sin(angle));
+      v[b] = mscale * (x0 * std::sin(angle) + x1 * std::cos(angle));
     }
   }
+}
+
+// Rows [first, first + count) of a row-major (rows, cols) matrix.
+std::vector<float> row_slice(const std::vector<float>& w, int64_t cols, int64_t first,
+                             int64_t count) {
+  return {w.begin() + first * cols, w.begin() + (first + count) * cols};
 }
 
 // Per-head RMSNorm in place.
@@ -398,12 +432,15 @@ Qkv reference_qkv(const MemorySource& src, const TinyShape& shape, int64_t l,
   const double theta = is_swa(shape, l) ? shape.rope_theta_swa : shape.rope_theta;
   for (size_t t = 0; t < n; ++t) {
     const Vec h = rms_norm(x[t], src.floats(b + "attn_norm.weight"), shape.rms_eps);
-    r.q[t] = mat_vec(src.floats(b + "attn_q.weight"), static_cast<int64_t>(n_head * hd),
-                     shape.n_embd, h);
-    r.k[t] =
-        mat_vec(src.floats(b + "attn_k.weight"), static_cast<int64_t>(n_kv * hd), shape.n_embd, h);
-    r.v[t] =
-        mat_vec(src.floats(b + "attn_v.weight"), static_cast<int64_t>(n_kv * hd), shape.n_embd, h);
+    const auto q_dim = static_cast<int64_t>(n_head * hd), kv_dim = static_cast<int64_t>(n_kv * hd);
+    const bool fused = src.has(b + "attn_qkv.weight");  // phi3: [q; k; v]
+    auto weight = [&](const char* name, int64_t first, int64_t rows) {
+      return fused ? row_slice(src.floats(b + "attn_qkv.weight"), shape.n_embd, first, rows)
+                   : src.floats(b + name);
+    };
+    r.q[t] = mat_vec(weight("attn_q.weight", 0, q_dim), q_dim, shape.n_embd, h);
+    r.k[t] = mat_vec(weight("attn_k.weight", q_dim, kv_dim), kv_dim, shape.n_embd, h);
+    r.v[t] = mat_vec(weight("attn_v.weight", q_dim + kv_dim, kv_dim), kv_dim, shape.n_embd, h);
     if (src.has(b + "attn_q.bias")) {
       for (size_t i = 0; i < r.q[t].size(); ++i) r.q[t][i] += src.floats(b + "attn_q.bias")[i];
       for (size_t i = 0; i < r.k[t].size(); ++i) r.k[t][i] += src.floats(b + "attn_k.bias")[i];
@@ -455,8 +492,12 @@ Vec reference_attend(const TinyShape& shape, int64_t l, const Qkv& r, size_t t) 
 // The gated feed-forward (SwiGLU, or GeGLU with GELU's tanh form on gemma) of one normed row.
 Vec reference_ffn(const MemorySource& src, const TinyShape& shape, const std::string& b,
                   const Vec& h) {
-  Vec g = mat_vec(src.floats(b + "ffn_gate.weight"), shape.n_ff, shape.n_embd, h);
-  const Vec u = mat_vec(src.floats(b + "ffn_up.weight"), shape.n_ff, shape.n_embd, h);
+  const bool fused = !src.has(b + "ffn_gate.weight");  // phi3: [gate; up]
+  const std::vector<float>& up = src.floats(b + "ffn_up.weight");
+  Vec g = mat_vec(fused ? row_slice(up, shape.n_embd, 0, shape.n_ff) : src.floats(b + "ffn_gate.weight"),
+                  shape.n_ff, shape.n_embd, h);
+  const Vec u = mat_vec(fused ? row_slice(up, shape.n_embd, shape.n_ff, shape.n_ff) : up,
+                        shape.n_ff, shape.n_embd, h);
   for (size_t i = 0; i < g.size(); ++i) {
     const double x = g[i];
     const double act =
