@@ -377,19 +377,36 @@ bool is_swa(const TinyShape& shape, int64_t layer) {
          (shape.swa_period == 0 || layer % shape.swa_period < shape.swa_period - 1);
 }
 
+// LongRoPE's factors in effect (the source's short or long ones by shape.engine_ctx) and its
+// attention factor; none and 1 without them.
+struct LongRope {
+  std::vector<float> factors;
+  double mscale = 1.0;
+};
+LongRope long_rope(const MemorySource& src, const TinyShape& shape) {
+  LongRope r;
+  if (!src.has("rope_factors_long.weight")) return r;
+  const std::string a = shape.arch + ".rope.scaling.";
+  const int64_t orig = src.get_int(a + "original_context_length").value_or(shape.n_ctx);
+  r.factors = src.floats(shape.engine_ctx > orig ? "rope_factors_long.weight"
+                                                 : "rope_factors_short.weight");
+  r.mscale = src.get_float(a + "attn_factor").value_or(1.0);
+  return r;
+}
+
 // RoPE in double on the first rope_dim dimensions of n_heads heads of hd, at position pos
 // (LongRoPE's factors and attention factor on phi3).
-void rotate(const TinyShape& shape, double theta, Vec& v, size_t n_heads, size_t pos) {
+void rotate(const TinyShape& shape, const LongRope& lr, double theta, Vec& v, size_t n_heads,
+            size_t pos) {
   const auto hd = static_cast<size_t>(shape.head_dim);
   const size_t rd = shape.rope_dim > 0 ? static_cast<size_t>(shape.rope_dim) : hd;
   const bool neox = shape.arch != "llama" && shape.arch != "smollm3";
-  const bool long_factors = shape.engine_ctx > shape.n_ctx_orig;
-  const double mscale = shape.longrope ? 1.25 : 1.0;
+  const double mscale = lr.mscale;
   for (size_t h = 0; h < n_heads; ++h) {
     for (size_t i = 0; i < rd / 2; ++i) {
       double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(rd));
       if (shape.llama3_rope_factors) freq /= 1.0 + static_cast<double>(i % 4);
-      if (shape.longrope) freq /= 1.0 + static_cast<double>(i) / (long_factors ? 2.0 : 16.0);
+      if (!lr.factors.empty()) freq /= lr.factors[i];
       const double angle = static_cast<double>(pos) * freq;
       const size_t a = h * hd + (neox ? i : 2 * i);
       const size_t b = h * hd + (neox ? i + rd / 2 : 2 * i + 1);
@@ -430,6 +447,7 @@ Qkv reference_qkv(const MemorySource& src, const TinyShape& shape, int64_t l,
   Qkv r{std::vector<Vec>(n), std::vector<Vec>(n), std::vector<Vec>(n)};
   const bool rope = shape.no_rope_interval == 0 || (l + 1) % shape.no_rope_interval != 0;
   const double theta = is_swa(shape, l) ? shape.rope_theta_swa : shape.rope_theta;
+  const LongRope lr = long_rope(src, shape);
   for (size_t t = 0; t < n; ++t) {
     const Vec h = rms_norm(x[t], src.floats(b + "attn_norm.weight"), shape.rms_eps);
     const auto q_dim = static_cast<int64_t>(n_head * hd), kv_dim = static_cast<int64_t>(n_kv * hd);
@@ -451,8 +469,8 @@ Qkv reference_qkv(const MemorySource& src, const TinyShape& shape, int64_t l,
       head_norm(r.k[t], src.floats(b + "attn_k_norm.weight"), shape.rms_eps, n_kv, hd);
     }
     if (rope) {
-      rotate(shape, theta, r.q[t], n_head, t);
-      rotate(shape, theta, r.k[t], n_kv, t);
+      rotate(shape, lr, theta, r.q[t], n_head, t);
+      rotate(shape, lr, theta, r.k[t], n_kv, t);
     }
   }
   return r;
@@ -494,8 +512,9 @@ Vec reference_ffn(const MemorySource& src, const TinyShape& shape, const std::st
                   const Vec& h) {
   const bool fused = !src.has(b + "ffn_gate.weight");  // phi3: [gate; up]
   const std::vector<float>& up = src.floats(b + "ffn_up.weight");
-  Vec g = mat_vec(fused ? row_slice(up, shape.n_embd, 0, shape.n_ff) : src.floats(b + "ffn_gate.weight"),
-                  shape.n_ff, shape.n_embd, h);
+  Vec g = mat_vec(
+      fused ? row_slice(up, shape.n_embd, 0, shape.n_ff) : src.floats(b + "ffn_gate.weight"),
+      shape.n_ff, shape.n_embd, h);
   const Vec u = mat_vec(fused ? row_slice(up, shape.n_embd, shape.n_ff, shape.n_ff) : up,
                         shape.n_ff, shape.n_embd, h);
   for (size_t i = 0; i < g.size(); ++i) {

@@ -37,10 +37,11 @@ struct TinyShape {
   double rope_theta_swa = 10000.0;
   double attn_softcap = 0.0;
   double final_softcap = 0.0;
-  // phi3 (fused attn_qkv and gate+up): rotated dimensions (0: head_dim) and LongRoPE (factors
-  // short_i = 1 + i / 16, long_i = 1 + i / 2 over the rope_dim / 2 frequencies, attention factor
-  // 1.25, original context n_ctx_orig); the reference takes the long factors when
-  // engine_ctx > n_ctx_orig, as the engine does.
+  // phi3 (fused attn_qkv and gate+up): rotated dimensions (0: head_dim) and LongRoPE
+  // (make_tiny_model writes factors short_i = 1 + i / 16, long_i = 1 + i / 2 over the
+  // rope_dim / 2 frequencies, attention factor 1.25, original context n_ctx_orig); the
+  // reference reads the source's and takes the long ones when engine_ctx > the original
+  // context, as the engine does.
   int64_t rope_dim = 0;
   bool longrope = false;
   int64_t n_ctx_orig = 32;
