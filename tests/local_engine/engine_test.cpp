@@ -183,6 +183,8 @@ TEST(BatchInvariant, NewArchitecturesGiveTheSameBitsAloneAndInABatch) {
     };
     auto alone = load();
     const auto want = engine_logits(*alone, kPrompt);
+    // The invariant forms (windows and soft-caps in kernels/attend_invariant.h) are right too.
+    EXPECT_LT(relative_error(want, testing::reference_logits(*src, shape, kPrompt)), 6e-2) << arch;
     auto mixed = load();
     ASSERT_TRUE(mixed->kv().seq_add(0).has_value());
     ASSERT_TRUE(mixed->kv().seq_add(1).has_value());
