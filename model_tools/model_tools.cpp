@@ -439,6 +439,76 @@ Result<int64_t> set_vocab(GgufWriter& w, const SynthOptions& o, int64_t& favor) 
   return n_vocab;
 }
 
+// Makes one tensor: name, {ne0 (row length), ne1 (rows; 0: 1-D)}, the mean and deviation of
+// its random values, and an edit of the values (row-major, rows of ne0) before encoding.
+using EditFn = std::function<void(std::vector<float>&)>;
+using AddFn =
+    std::function<void(const std::string&, int64_t, int64_t, double, double, const EditFn&)>;
+
+bool has_qk_norm(const SynthOptions& o) {
+  return o.arch == "qwen3" || o.arch == "gemma3";
+}
+
+uint64_t tensors_per_layer(const SynthOptions& o) {
+  return 9 + (o.arch == "qwen2" ? 3 : 0) + (has_qk_norm(o) ? 2 : 0) + (is_gemma(o) ? 2 : 0) -
+         (o.arch == "phi3" ? 3 : 0);
+}
+
+// Layer i's tensors as the architecture's converter names them: qwen2's biases, qwen3's and
+// gemma3's head norms, gemma's post norms, phi3's fused attn_qkv and [gate; up].
+void add_layer(const AddFn& add, const SynthOptions& o, int i, int64_t head_dim) {
+  const int64_t q_dim = o.n_head * head_dim, kv_dim = o.n_head_kv * head_dim;
+  const double in_scale = 1.0 / std::sqrt(static_cast<double>(o.n_embd));
+  const bool phi3 = o.arch == "phi3";
+  const std::string p = "blk." + std::to_string(i) + ".";
+  add(p + "attn_norm.weight", o.n_embd, 0, 1.0, 0.1, {});
+  if (phi3) {
+    add(p + "attn_qkv.weight", o.n_embd, q_dim + 2 * kv_dim, 0.0, in_scale, {});
+  } else {
+    add(p + "attn_q.weight", o.n_embd, q_dim, 0.0, in_scale, {});
+    add(p + "attn_k.weight", o.n_embd, kv_dim, 0.0, in_scale, {});
+    add(p + "attn_v.weight", o.n_embd, kv_dim, 0.0, in_scale, {});
+  }
+  if (o.arch == "qwen2") {
+    add(p + "attn_q.bias", q_dim, 0, 0.0, 0.1, {});
+    add(p + "attn_k.bias", kv_dim, 0, 0.0, 0.1, {});
+    add(p + "attn_v.bias", kv_dim, 0, 0.0, 0.1, {});
+  }
+  if (has_qk_norm(o)) {
+    add(p + "attn_q_norm.weight", head_dim, 0, 1.0, 0.1, {});
+    add(p + "attn_k_norm.weight", head_dim, 0, 1.0, 0.1, {});
+  }
+  add(p + "attn_output.weight", q_dim, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(q_dim)),
+      {});
+  if (is_gemma(o)) add(p + "post_attention_norm.weight", o.n_embd, 0, 1.0, 0.1, {});
+  add(p + "ffn_norm.weight", o.n_embd, 0, 1.0, 0.1, {});
+  if (phi3) {  // gate and up fused, the gate's rows first
+    add(p + "ffn_up.weight", o.n_embd, 2 * o.n_ff, 0.0, in_scale, {});
+  } else {
+    add(p + "ffn_gate.weight", o.n_embd, o.n_ff, 0.0, in_scale, {});
+    add(p + "ffn_up.weight", o.n_embd, o.n_ff, 0.0, in_scale, {});
+  }
+  add(p + "ffn_down.weight", o.n_ff, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(o.n_ff)),
+      {});
+  if (is_gemma(o)) add(p + "post_ffw_norm.weight", o.n_embd, 0, 1.0, 0.1, {});
+}
+
+// LongRoPE's per-frequency factors (phi3): >= 1 and growing, to 8 (long) and 1.5 (short).
+void add_longrope(const AddFn& add, const SynthOptions& o, int64_t head_dim) {
+  const int64_t n_freq = (o.rope_dim > 0 ? o.rope_dim : head_dim) / 2;
+  auto ramp = [n_freq](double top) {
+    return [n_freq, top](std::vector<float>& v) {
+      const auto steps = static_cast<double>(std::max<int64_t>(n_freq - 1, 1));
+      for (int64_t i = 0; i < n_freq; ++i) {
+        v[static_cast<size_t>(i)] =
+            static_cast<float>(1.0 + (top - 1.0) * static_cast<double>(i) / steps);
+      }
+    };
+  };
+  add("rope_factors_long.weight", n_freq, 0, 1.0, 0.1, ramp(8.0));
+  add("rope_factors_short.weight", n_freq, 0, 1.0, 0.1, ramp(1.5));
+}
+
 // Random weights for every tensor of the architecture, each in the type the target picks for it.
 Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& target,
                    int64_t head_dim, int64_t n_vocab, int64_t favor) {
@@ -451,17 +521,13 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
   };
   const int n_layers = static_cast<int>(o.n_layer);
   Status status;
-  const bool qk_norm = o.arch == "qwen3" || o.arch == "gemma3";
-  const bool phi3 = o.arch == "phi3";
-  const uint64_t per_layer =
-      9 + (o.arch == "qwen2" ? 3 : 0) + (qk_norm ? 2 : 0) + (is_gemma(o) ? 2 : 0) - (phi3 ? 3 : 0);
-  const uint64_t n_tensors = 2 + static_cast<uint64_t>(n_layers) * per_layer +
+  const uint64_t n_tensors = 2 + static_cast<uint64_t>(n_layers) * tensors_per_layer(o) +
                              (o.tied_output ? 0 : 1) + (o.longrope_orig_ctx > 0 ? 2 : 0);
   uint64_t made = 0;
   // shape = {ne0 (row length), ne1 (rows)}; 1-D when rows == 0.
   // `edit` may change the values (row-major, rows of ne0) before they are encoded.
-  auto add = [&](const std::string& name, int64_t ne0, int64_t ne1, double mean, double stddev,
-                 const std::function<void(std::vector<float>&)>& edit = {}) {
+  const AddFn add = [&](const std::string& name, int64_t ne0, int64_t ne1, double mean,
+                        double stddev, const EditFn& edit) {
     if (!status) return;
     if (o.progress) o.progress(made, n_tensors);
     ++made;
@@ -474,7 +540,6 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
     if (ne1 > 0) shape.push_back(ne1);
     status = w.add_tensor(name, type, std::move(shape), encode(type, values, ne0));
   };
-  const int64_t q_dim = o.n_head * head_dim, kv_dim = o.n_head_kv * head_dim;
   const double in_scale = 1.0 / std::sqrt(static_cast<double>(o.n_embd));
   // The favored token: dimension 0 of every embedding carries a constant that survives the
   // layers' random updates and the final norm, and only that token's output row reads it (the
@@ -491,53 +556,9 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
   const bool favoring = favor >= 0;
   add("token_embd.weight", o.n_embd, n_vocab, 0.0, 1.0,
       favoring ? std::function<void(std::vector<float>&)>(favor_embd) : nullptr);
-  for (int i = 0; i < n_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    add(p + "attn_norm.weight", o.n_embd, 0, 1.0, 0.1);
-    if (phi3) {
-      add(p + "attn_qkv.weight", o.n_embd, q_dim + 2 * kv_dim, 0.0, in_scale);
-    } else {
-      add(p + "attn_q.weight", o.n_embd, q_dim, 0.0, in_scale);
-      add(p + "attn_k.weight", o.n_embd, kv_dim, 0.0, in_scale);
-      add(p + "attn_v.weight", o.n_embd, kv_dim, 0.0, in_scale);
-    }
-    if (o.arch == "qwen2") {
-      add(p + "attn_q.bias", q_dim, 0, 0.0, 0.1);
-      add(p + "attn_k.bias", kv_dim, 0, 0.0, 0.1);
-      add(p + "attn_v.bias", kv_dim, 0, 0.0, 0.1);
-    }
-    if (qk_norm) {
-      add(p + "attn_q_norm.weight", head_dim, 0, 1.0, 0.1);
-      add(p + "attn_k_norm.weight", head_dim, 0, 1.0, 0.1);
-    }
-    add(p + "attn_output.weight", q_dim, o.n_embd, 0.0,
-        0.5 / std::sqrt(static_cast<double>(q_dim)));
-    if (is_gemma(o)) add(p + "post_attention_norm.weight", o.n_embd, 0, 1.0, 0.1);
-    add(p + "ffn_norm.weight", o.n_embd, 0, 1.0, 0.1);
-    if (phi3) {  // gate and up fused, the gate's rows first
-      add(p + "ffn_up.weight", o.n_embd, 2 * o.n_ff, 0.0, in_scale);
-    } else {
-      add(p + "ffn_gate.weight", o.n_embd, o.n_ff, 0.0, in_scale);
-      add(p + "ffn_up.weight", o.n_embd, o.n_ff, 0.0, in_scale);
-    }
-    add(p + "ffn_down.weight", o.n_ff, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(o.n_ff)));
-    if (is_gemma(o)) add(p + "post_ffw_norm.weight", o.n_embd, 0, 1.0, 0.1);
-  }
-  add("output_norm.weight", o.n_embd, 0, 1.0, 0.1);
-  if (o.longrope_orig_ctx > 0) {  // LongRoPE's per-frequency factors, >= 1, growing
-    const int64_t n_freq = (o.rope_dim > 0 ? o.rope_dim : head_dim) / 2;
-    auto ramp = [n_freq](double top) {
-      return [n_freq, top](std::vector<float>& v) {
-        for (int64_t i = 0; i < n_freq; ++i) {
-          v[static_cast<size_t>(i)] =
-              static_cast<float>(1.0 + (top - 1.0) * static_cast<double>(i) /
-                                           static_cast<double>(std::max<int64_t>(n_freq - 1, 1)));
-        }
-      };
-    };
-    add("rope_factors_long.weight", n_freq, 0, 1.0, 0.1, ramp(8.0));
-    add("rope_factors_short.weight", n_freq, 0, 1.0, 0.1, ramp(1.5));
-  }
+  for (int i = 0; i < n_layers; ++i) add_layer(add, o, i, head_dim);
+  add("output_norm.weight", o.n_embd, 0, 1.0, 0.1, {});
+  if (o.longrope_orig_ctx > 0) add_longrope(add, o, head_dim);
   if (!o.tied_output) {
     add("output.weight", o.n_embd, n_vocab, 0.0, 2.0 * in_scale,
         favoring ? std::function<void(std::vector<float>&)>(favor_output) : nullptr);

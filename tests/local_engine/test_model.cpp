@@ -229,21 +229,11 @@ void MemorySource::add_tensor(const std::string& name, WeightType type, int64_t 
   s.info.n_bytes = s.bytes.size();
 }
 
-std::shared_ptr<MemorySource> make_tiny_model(const TinyShape& shape, WeightType type,
-                                              uint32_t seed) {
-  auto src = std::make_shared<MemorySource>();
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto random = [&](int64_t n, float scale) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = normal(rng) * scale;
-    return v;
-  };
-  auto norm_weights = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = 1.0f + 0.1f * normal(rng);
-    return v;
-  };
+namespace {
+
+// The tiny model's metadata, its vocabulary, and LongRoPE's factor tensors (phi3).
+void set_tiny_metadata(MemorySource& src_ref, const TinyShape& shape) {
+  MemorySource* src = &src_ref;
   const std::string& a = shape.arch;
   src->set_string("general.architecture", a);
   src->set_int(a + ".context_length", shape.n_ctx);
@@ -281,7 +271,27 @@ std::shared_ptr<MemorySource> make_tiny_model(const TinyShape& shape, WeightType
   tokens[2] = "</s>";
   src->set_strings("tokenizer.ggml.tokens", tokens);
   src->set_int("tokenizer.ggml.eos_token_id", 2);
+}
 
+}  // namespace
+
+std::shared_ptr<MemorySource> make_tiny_model(const TinyShape& shape, WeightType type,
+                                              uint32_t seed) {
+  auto src = std::make_shared<MemorySource>();
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random = [&](int64_t n, float scale) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = normal(rng) * scale;
+    return v;
+  };
+  auto norm_weights = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = 1.0f + 0.1f * normal(rng);
+    return v;
+  };
+  set_tiny_metadata(*src, shape);
+  const std::string& a = shape.arch;
   const int64_t d = shape.n_embd, q_dim = shape.n_head * shape.head_dim,
                 kv_dim = shape.n_head_kv * shape.head_dim;
   const float in_scale = 1.0f / std::sqrt(static_cast<float>(d));
