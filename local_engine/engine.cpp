@@ -300,11 +300,17 @@ void Engine::attention_block(std::span<const BatchEntry> batch, int64_t layer) {
   trace("attn", layer, att_.data(), n, q_dim);
   project(w.wo, att_.data(), n, tmp_.data());
   trace("attn_out", layer, tmp_.data(), n, d);
-  if (w.attn_post_norm.data != nullptr) {
-    rms_norm(tmp_.data(), w.attn_post_norm, c.rms_eps, n, d, tmp_.data());
-    trace("attn_post_norm", layer, tmp_.data(), n, d);
+  add_branch(w.attn_post_norm, "attn_post_norm", layer, n);
+}
+
+void Engine::add_branch(const WeightView& post_norm, const char* post_name, int64_t layer,
+                        int64_t rows) {
+  const int64_t d = config().n_embd;
+  if (post_norm.data != nullptr) {
+    rms_norm(tmp_.data(), post_norm, config().rms_eps, rows, d, tmp_.data());
+    trace(post_name, layer, tmp_.data(), rows, d);
   }
-  for (int64_t i = 0; i < n * d; ++i) x_[i] += tmp_[i];
+  for (int64_t i = 0; i < rows * d; ++i) x_[i] += tmp_[i];
 }
 
 void Engine::ffn_block(int64_t layer, int64_t rows) {
@@ -337,11 +343,7 @@ void Engine::ffn_block(int64_t layer, int64_t rows) {
   trace(c.ffn_act == FfnAct::kGeluTanh ? "ffn_geglu" : "ffn_swiglu", layer, gate_.data(), rows, ff);
   project(w.w_down, gate_.data(), rows, tmp_.data());
   trace("ffn_out", layer, tmp_.data(), rows, d);
-  if (w.ffn_post_norm.data != nullptr) {
-    rms_norm(tmp_.data(), w.ffn_post_norm, c.rms_eps, rows, d, tmp_.data());
-    trace("ffn_post_norm", layer, tmp_.data(), rows, d);
-  }
-  for (int64_t i = 0; i < rows * d; ++i) x_[i] += tmp_[i];
+  add_branch(w.ffn_post_norm, "ffn_post_norm", layer, rows);
   trace("l_out", layer, x_.data(), rows, d);
 }
 

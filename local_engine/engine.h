@@ -74,6 +74,8 @@ class Engine {
   // rows of x_.
   void attention_block(std::span<const BatchEntry> batch, int64_t layer);
   void ffn_block(int64_t layer, int64_t rows);
+  // x_ += tmp_ over `rows` rows, tmp_ first RMS-normed by post_norm when it has one (gemma).
+  void add_branch(const WeightView& post_norm, const char* post_name, int64_t layer, int64_t rows);
   void attention(std::span<const BatchEntry> batch, int64_t layer);
   // Attention for the given batch entries straight from the F16 cache (few queries; in a
   // batch-invariant engine on AVX-512, kernels/attend_invariant.h's F32 form).

@@ -391,18 +391,39 @@ TEST(Numerics, DotF16FollowsTheFourBySixteenLaneTree) {
   }
 }
 
+// Random F16 keys and values of n_keys positions, stride apart (the cache's form), and the F32
+// forms the tiled attention reads: keys transposed (kt: dimension, position), values (vv).
+struct AttentionInputs {
+  std::vector<uint16_t> k, v;
+  std::vector<float> kt, vv;
+};
+AttentionInputs attention_inputs(int64_t hd, int64_t n_keys, int64_t stride, uint32_t seed) {
+  AttentionInputs in;
+  const auto kf = random_row(n_keys * stride, seed);
+  const auto vf = random_row(n_keys * stride, seed + 1);
+  for (size_t i = 0; i < kf.size(); ++i) {
+    in.k.push_back(fp32_to_fp16(kf[i]));
+    in.v.push_back(fp32_to_fp16(vf[i]));
+  }
+  in.kt.resize(static_cast<size_t>(hd * n_keys));
+  in.vv.resize(static_cast<size_t>(n_keys * hd));
+  for (int64_t p = 0; p < n_keys; ++p) {
+    for (int64_t d = 0; d < hd; ++d) {
+      in.kt[d * n_keys + p] = fp16_to_fp32(in.k[p * stride + d]);
+      in.vv[p * hd + d] = fp16_to_fp32(in.v[p * stride + d]);
+    }
+  }
+  return in;
+}
+
 // Both attention forms against a plain double-precision softmax attention, and the active ISA
 // against the reference bit for bit.
 TEST(Numerics, AttentionFormsAgreeWithSoftmaxAttention) {
   const int64_t hd = 64, n_keys = 150, stride = 128;  // two heads' worth of cache per position
   const auto qf = random_row(hd, 81);
-  const auto kf = random_row(n_keys * stride, 82);
-  const auto vf = random_row(n_keys * stride, 83);
-  std::vector<uint16_t> k(kf.size()), v(vf.size());
-  for (size_t i = 0; i < kf.size(); ++i) {
-    k[i] = fp32_to_fp16(kf[i]);
-    v[i] = fp32_to_fp16(vf[i]);
-  }
+  const AttentionInputs in = attention_inputs(hd, n_keys, stride, 82);
+  const std::vector<uint16_t>&k = in.k, &v = in.v;
+  const std::vector<float>&kt = in.kt, &vv = in.vv;
   const float scale = 0.125f;
   // Reference: softmax over the F16-rounded keys and values, in double.
   std::vector<double> s(n_keys);
@@ -424,14 +445,6 @@ TEST(Numerics, AttentionFormsAgreeWithSoftmaxAttention) {
   detail::attend_head_f16_ref(hd, qf.data(), k.data(), stride, v.data(), stride, n_keys, scale,
                               f16_ref.data());
   attend_head_f16(hd, qf.data(), k.data(), stride, v.data(), stride, n_keys, scale, f16_got.data());
-  // The tiled form reads keys transposed and values as F32.
-  std::vector<float> kt(hd * n_keys), vv(n_keys * hd);
-  for (int64_t p = 0; p < n_keys; ++p) {
-    for (int64_t d = 0; d < hd; ++d) {
-      kt[d * n_keys + p] = fp16_to_fp32(k[p * stride + d]);
-      vv[p * hd + d] = fp16_to_fp32(v[p * stride + d]);
-    }
-  }
   detail::attend_head_tiled_ref(hd, qf.data(), kt.data(), n_keys, vv.data(), hd, n_keys, scale,
                                 tiled_ref.data());
   attend_head_tiled(hd, qf.data(), kt.data(), n_keys, vv.data(), hd, n_keys, scale,
@@ -444,12 +457,6 @@ TEST(Numerics, AttentionFormsAgreeWithSoftmaxAttention) {
     EXPECT_NEAR(tiled_ref[d], exact[d], 1e-5) << d;
   }
 }
-
-}  // namespace
-}  // namespace ferry::kernels
-
-namespace ferry::kernels {
-namespace {
 
 // Softmax attention in double over keys [first, n_keys) of F16-rounded keys and values, with
 // scores soft-capped (cap * tanh(s / cap)) when cap > 0.
@@ -480,20 +487,9 @@ std::vector<double> exact_attention(const std::vector<float>& q, const std::vect
 TEST(Numerics, WindowedAndSoftCappedAttentionInBothForms) {
   const int64_t hd = 64, n_keys = 150, stride = 64;
   const auto qf = random_row(hd, 91);
-  const auto kf = random_row(n_keys * stride, 92);
-  const auto vf = random_row(n_keys * stride, 93);
-  std::vector<uint16_t> k(kf.size()), v(vf.size());
-  for (size_t i = 0; i < kf.size(); ++i) {
-    k[i] = fp32_to_fp16(kf[i]);
-    v[i] = fp32_to_fp16(vf[i]);
-  }
-  std::vector<float> kt(hd * n_keys), vv(n_keys * hd);
-  for (int64_t p = 0; p < n_keys; ++p) {
-    for (int64_t d = 0; d < hd; ++d) {
-      kt[d * n_keys + p] = fp16_to_fp32(k[p * stride + d]);
-      vv[p * hd + d] = fp16_to_fp32(v[p * stride + d]);
-    }
-  }
+  const AttentionInputs in = attention_inputs(hd, n_keys, stride, 92);
+  const std::vector<uint16_t>&k = in.k, &v = in.v;
+  const std::vector<float>&kt = in.kt, &vv = in.vv;
   const float scale = 0.5f;
   for (const int64_t first : {int64_t{0}, int64_t{70}}) {
     for (const float cap : {0.0f, 3.0f}) {
