@@ -68,6 +68,7 @@ TinyShape shape_for(const std::string& arch) {
     shape.rope_dim = 8;
     shape.longrope = true;
   }
+  if (arch == "gemma3") shape.rope_linear_factor = 8.0;  // as Gemma 3 4B+: global layers only
   if (arch == "gemma2") {
     shape.tied_output = true;
     shape.attn_softcap = 2.0;

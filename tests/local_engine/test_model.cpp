@@ -254,6 +254,10 @@ void set_tiny_metadata(MemorySource& src_ref, const TinyShape& shape) {
   if (shape.attn_softcap > 0) src->set_float(a + ".attn_logit_softcapping", shape.attn_softcap);
   if (shape.final_softcap > 0) src->set_float(a + ".final_logit_softcapping", shape.final_softcap);
   if (shape.rope_dim > 0) src->set_int(a + ".rope.dimension_count", shape.rope_dim);
+  if (shape.rope_linear_factor > 0) {
+    src->set_string(a + ".rope.scaling.type", "linear");
+    src->set_float(a + ".rope.scaling.factor", shape.rope_linear_factor);
+  }
   if (shape.longrope) {
     src->set_int(a + ".rope.scaling.original_context_length", shape.n_ctx_orig);
     src->set_float(a + ".rope.scaling.attn_factor", 1.25);
@@ -406,8 +410,8 @@ LongRope long_rope(const MemorySource& src, const TinyShape& shape) {
 
 // RoPE in double on the first rope_dim dimensions of n_heads heads of hd, at position pos
 // (LongRoPE's factors and attention factor on phi3).
-void rotate(const TinyShape& shape, const LongRope& lr, double theta, Vec& v, size_t n_heads,
-            size_t pos) {
+void rotate(const TinyShape& shape, const LongRope& lr, double theta, double freq_scale, Vec& v,
+            size_t n_heads, size_t pos) {
   const auto hd = static_cast<size_t>(shape.head_dim);
   const size_t rd = shape.rope_dim > 0 ? static_cast<size_t>(shape.rope_dim) : hd;
   const bool neox = shape.arch != "llama" && shape.arch != "smollm3";
@@ -417,7 +421,7 @@ void rotate(const TinyShape& shape, const LongRope& lr, double theta, Vec& v, si
       double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(rd));
       if (shape.llama3_rope_factors) freq /= 1.0 + static_cast<double>(i % 4);
       if (!lr.factors.empty()) freq /= lr.factors[i];
-      const double angle = static_cast<double>(pos) * freq;
+      const double angle = static_cast<double>(pos) * freq * freq_scale;
       const size_t a = h * hd + (neox ? i : 2 * i);
       const size_t b = h * hd + (neox ? i + rd / 2 : 2 * i + 1);
       const double x0 = v[a], x1 = v[b];
@@ -458,6 +462,10 @@ Qkv reference_qkv(const MemorySource& src, const TinyShape& shape, int64_t l,
   const bool rope = shape.no_rope_interval == 0 || (l + 1) % shape.no_rope_interval != 0;
   const double theta = is_swa(shape, l) ? shape.rope_theta_swa : shape.rope_theta;
   const LongRope lr = long_rope(src, shape);
+  // Linear scaling: every layer's but gemma3's sliding ones (gemma2's share the global scale).
+  const bool scaled = !is_swa(shape, l) || shape.arch == "gemma2";
+  const double freq_scale =
+      shape.rope_linear_factor > 0 && scaled ? 1.0 / shape.rope_linear_factor : 1.0;
   for (size_t t = 0; t < n; ++t) {
     const Vec h = rms_norm(x[t], src.floats(b + "attn_norm.weight"), shape.rms_eps);
     const auto q_dim = static_cast<int64_t>(n_head * hd), kv_dim = static_cast<int64_t>(n_kv * hd);
@@ -479,8 +487,8 @@ Qkv reference_qkv(const MemorySource& src, const TinyShape& shape, int64_t l,
       head_norm(r.k[t], src.floats(b + "attn_k_norm.weight"), shape.rms_eps, n_kv, hd);
     }
     if (rope) {
-      rotate(shape, lr, theta, r.q[t], n_head, t);
-      rotate(shape, lr, theta, r.k[t], n_kv, t);
+      rotate(shape, lr, theta, freq_scale, r.q[t], n_head, t);
+      rotate(shape, lr, theta, freq_scale, r.k[t], n_kv, t);
     }
   }
   return r;

@@ -43,6 +43,8 @@ struct TinyShape {
   // reference reads the source's and takes the long ones when engine_ctx > the original
   // context, as the engine does.
   int64_t rope_dim = 0;
+  // rope.scaling.type linear with this factor (0: none); on gemma, global layers only.
+  double rope_linear_factor = 0.0;
   bool longrope = false;
   int64_t n_ctx_orig = 32;
   int64_t engine_ctx = 64;
