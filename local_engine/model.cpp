@@ -138,7 +138,11 @@ Status read_gemma(const ModelSource& source, const std::string& p, ModelConfig& 
     }
   }
   if (c.n_swa <= 0) return load_error(p + "attention.sliding_window must be positive");
-  c.swa_period = source.get_int(p + "attention.sliding_window_pattern").value_or(gemma2 ? 2 : 6);
+  const std::string pattern = p + "attention.sliding_window_pattern";
+  if (source.has_key(pattern) && !source.get_int(pattern)) {
+    return load_error(pattern + " is not one integer (per-layer patterns are not supported)");
+  }
+  c.swa_period = source.get_int(pattern).value_or(gemma2 ? 2 : 6);
   if (c.swa_period < 0 || c.swa_period > 4096) {
     return load_error(p + "attention.sliding_window_pattern out of range");
   }

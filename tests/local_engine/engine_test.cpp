@@ -349,6 +349,10 @@ TEST(ModelLoad, RefusesGemmaVariantsItCannotRun) {
   TinyShape untied = shape_for("gemma2");
   untied.tied_output = false;
   refused(testing::make_tiny_model(untied, WeightType::kF32, 1), "gemma2 with an output.weight");
+  auto per_layer = testing::make_tiny_model(gemma3, WeightType::kF32, 1);
+  per_layer->remove_key("gemma3.attention.sliding_window_pattern");
+  per_layer->set_strings("gemma3.attention.sliding_window_pattern", {"true", "false"});
+  refused(per_layer, "sliding_window_pattern is not one integer");
   auto no_post_norm = testing::make_tiny_model(gemma3, WeightType::kF32, 1);
   no_post_norm->remove_tensor("blk.0.post_ffw_norm.weight");
   refused(no_post_norm, "blk.0.post_ffw_norm.weight");

@@ -69,6 +69,12 @@ class MemorySource : public ModelSource {
   void add_tensor(const std::string& name, WeightType type, int64_t cols, int64_t rows,
                   const std::vector<float>& values);
   void remove_tensor(const std::string& name) { tensors_.erase(name); }
+  void remove_key(const std::string& key) {
+    ints_.erase(key);
+    floats_.erase(key);
+    strings_.erase(key);
+    arrays_.erase(key);
+  }
   // Decoded float weights by name.
   const std::vector<float>& floats(const std::string& name) const { return decoded_.at(name); }
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
