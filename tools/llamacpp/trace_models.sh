@@ -18,5 +18,5 @@ for model in "$@"; do
     "${THREADS:-2}" | sed -n 's/^greedy: //p')
   summary=$(python3 "$here/trace_compare.py" "$work/l" "$work/f" ${TRACE_ALL:+--all})
   echo "== $(basename "$model"): llama.cpp [$lout] ferry [$fout] $(echo "$summary" | tail -1)"
-  echo "$summary" | grep -v "all .* tensors identical" | sed '$d' | head -${TRACE_LINES:-4}
+  echo "$summary" | grep -v "all .* tensors identical" | sed '$d' | head -"${TRACE_LINES:-4}"
 done
