@@ -26,6 +26,7 @@
 #include "api/openai_render.h"
 #include "constrain/matcher.h"
 #include "constrain/vocabulary.h"
+#include "local_engine/encoder_runner.h"
 #include "local_engine/gguf_source.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -251,11 +252,17 @@ struct LocalBackend::Impl {
                [grammar, v = vocab] { constrain::Matcher(grammar, v).prepare_state_masks(); });
   }
   std::unique_ptr<engine::Scheduler> scheduler;
+  // An encoder model (bert) has no scheduler: its embeddings run here, and it answers nothing
+  // else.
+  std::unique_ptr<engine::EncoderRunner> encoder;
 
   // Compiles `c` on the compile pool; the coroutine waits on its own executor.
   asio::awaitable<Result<constrain::CompiledGrammar>> compile(const ConstraintRequest& c);
 
-  int64_t n_vocab() const { return scheduler->model_config().n_vocab; }
+  int64_t n_vocab() const {
+    return encoder ? encoder->config().n_vocab : scheduler->model_config().n_vocab;
+  }
+  int64_t n_ctx() const { return encoder ? encoder->n_ctx() : scheduler->n_ctx(); }
 
   // The prompt's token ids, as the engine will run them.
   Result<std::vector<TokenId>> prompt_tokens(const api::ChatRequest& r) const {
@@ -314,7 +321,7 @@ struct LocalBackend::Impl {
       params->prompt = std::move(prompt).value();
     }
     if (request.think_budget >= 0) params->sampling.think = think_budget(*params, request);
-    const int64_t n_ctx = scheduler->n_ctx();
+    const int64_t n_ctx = this->n_ctx();
     const auto n_prompt = static_cast<int64_t>(params->prompt.size());
     // Compared without adding: prompt + max_tokens would overflow for a max_tokens near INT64_MAX.
     if (n_prompt > n_ctx - params->max_tokens.value_or(1)) {
@@ -361,8 +368,25 @@ struct LocalBackend::Impl {
   }
 
   LocalEmbeddingsModel embeddings_model() const {
-    const engine::ModelConfig& c = scheduler->model_config();
-    return {tok.get(), c.n_vocab, scheduler->n_ctx(), c.n_embd, cfg.local->embeddings};
+    const int64_t n_embd = encoder ? encoder->config().n_embd : scheduler->model_config().n_embd;
+    return {tok.get(), n_vocab(), n_ctx(), n_embd, cfg.local->embeddings};
+  }
+
+  // The embeddings request to the scheduler (a decoder, with the pooling its file names) or to
+  // the encoder's runner; its id for cancel_embeddings.
+  Result<uint64_t> submit_embeddings(engine::EmbeddingRequest er) {
+    if (encoder) return encoder->submit(std::move(er));
+    auto pooling = engine::pooling_for(scheduler->model_config());
+    if (!pooling) return std::move(pooling).error();
+    er.pooling = *pooling;
+    return scheduler->submit_embeddings(std::move(er));
+  }
+  void cancel_embeddings(uint64_t id) {
+    if (encoder) {
+      encoder->cancel(id);
+    } else {
+      scheduler->cancel(id);
+    }
   }
 
   Error with_name(Error e) const {
@@ -392,6 +416,29 @@ asio::awaitable<Result<constrain::CompiledGrammar>> LocalBackend::Impl::compile(
 }
 
 LocalBackend::LocalBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+// An encoder (bert): its tokenizer and its runner; no chat template, no scheduler.
+Result<std::unique_ptr<LocalBackend>> LocalBackend::open_encoder(
+    const config::BackendConfig& config, std::shared_ptr<const engine::GgufSource> source) {
+  const config::LocalEngineConfig& lc = *config.local;
+  auto fail = [&](const std::string& what) {
+    return Error::make(ErrorCode::kUnavailable,
+                       "backend '" + config.name + "': " + lc.model_path + ": " + what);
+  };
+  auto model = engine::EncoderModel::load(std::move(source));
+  if (!model) return fail(model.error().message);
+  auto encoder = engine::Encoder::create(std::move(model).value(), lc.threads);
+  if (!encoder) return fail(encoder.error().message);
+  auto tok = tokenizer::load_tokenizer(lc.model_path);
+  if (!tok) return fail("tokenizer: " + tok.error().message);
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = config;
+  impl->tok = tok.value();
+  impl->chat_error = "backend '" + config.name + "' serves an embedding model: use /v1/embeddings";
+  impl->encoder = std::make_unique<engine::EncoderRunner>(
+      std::move(encoder).value(), engine::SchedulerOptions{}.embedding_batch_tokens, lc.max_queue);
+  return std::unique_ptr<LocalBackend>(new LocalBackend(std::move(impl)));
+}
 LocalBackend::~LocalBackend() = default;
 
 Result<std::unique_ptr<LocalBackend>> LocalBackend::open(const config::BackendConfig& config) {
@@ -405,6 +452,9 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::open(const config::BackendCo
   };
   auto source = engine::GgufSource::open(lc.model_path);
   if (!source) return fail(source.error().message);
+  if (engine::is_encoder_arch(source.value()->get_string("general.architecture").value_or(""))) {
+    return open_encoder(config, source.value());
+  }
   auto model = engine::Model::load(source.value());
   if (!model) return fail(model.error().message);
   auto tok = tokenizer::load_tokenizer(lc.model_path);
@@ -462,10 +512,15 @@ const std::string& LocalBackend::name() const {
 }
 
 int64_t LocalBackend::context_length() const {
-  return impl_->scheduler->n_ctx();
+  return impl_->n_ctx();
 }
 
 engine::LoadSnapshot LocalBackend::load() const {
+  if (impl_->encoder) {
+    engine::LoadSnapshot s;
+    s.queue_depth = impl_->encoder->queue_depth();
+    return s;
+  }
   return impl_->scheduler->load();
 }
 
@@ -474,11 +529,11 @@ constrain::GrammarCache& LocalBackend::grammar_cache() {
 }
 
 BackendLoad LocalBackend::load_facts() const {
-  const engine::LoadSnapshot s = impl_->scheduler->load();
+  const engine::LoadSnapshot s = load();
   BackendLoad l;
   l.queue_depth = s.queue_depth;
   l.est_wait_ms = s.est_wait_ms;
-  l.context_length = impl_->scheduler->n_ctx();
+  l.context_length = impl_->n_ctx();
   return l;
 }
 
@@ -1034,8 +1089,6 @@ asio::awaitable<Result<BackendReply>> LocalBackend::embed(const BackendRequest& 
                                                           CancelSignal& cancel) {
   auto job = plan_embeddings(impl_->embeddings_model(), typed, request.prompt.get());
   if (!job) co_return std::move(job).error();
-  auto pooling = engine::pooling_for(impl_->scheduler->model_config());
-  if (!pooling) co_return impl_->with_name(std::move(pooling).error());
   struct Shared {
     std::mutex mu;
     std::optional<Result<engine::EmbeddingResult>> done;
@@ -1055,7 +1108,6 @@ asio::awaitable<Result<BackendReply>> LocalBackend::embed(const BackendRequest& 
   } unhook{*shared};
   engine::EmbeddingRequest er;
   er.inputs = job->inputs;
-  er.pooling = *pooling;
   er.deadline = Clock::now() + std::chrono::milliseconds(impl_->cfg.timeouts.total_ms);
   er.on_done = [shared](Result<engine::EmbeddingResult> r) {
     std::lock_guard lock(shared->mu);
@@ -1063,10 +1115,9 @@ asio::awaitable<Result<BackendReply>> LocalBackend::embed(const BackendRequest& 
     if (shared->wake != nullptr) shared->wake->try_send(boost::system::error_code{});
   };
   const auto started = Clock::now();
-  engine::Scheduler* scheduler = impl_->scheduler.get();
-  auto id = scheduler->submit_embeddings(std::move(er));
+  auto id = impl_->submit_embeddings(std::move(er));
   if (!id) co_return impl_->with_name(std::move(id).error());
-  cancel.set_hook([scheduler, id = *id] { scheduler->cancel(id); });
+  cancel.set_hook([im = impl_.get(), id = *id] { im->cancel_embeddings(id); });
   for (;;) {
     {
       std::lock_guard lock(shared->mu);
@@ -1109,6 +1160,13 @@ asio::awaitable<Result<BackendReply>> LocalBackend::send(const BackendRequest& r
   // The gateway's typed request; a caller with only a body has it parsed by the one parser.
   std::shared_ptr<const api::ChatRequest> typed = request.typed;
   if (typed && typed->embeddings) co_return co_await embed(request, *typed->embeddings, cancel);
+  if (impl_->encoder) {
+    co_return Error::make(ErrorCode::kInvalidRequest,
+                          "backend '" + impl_->cfg.name + "' serves an embedding model (" +
+                              impl_->encoder->config().arch_name +
+                              ", an encoder): it answers /v1/embeddings only",
+                          "model", "model_not_supported");
+  }
   if (!typed) {
     auto parsed =
         api::parse_openai(request.endpoint, request.body, {.max_tokens_limit = INT64_MAX});

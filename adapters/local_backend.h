@@ -17,6 +17,7 @@
 #include "api/embeddings_parse.h"
 #include "config/config.h"
 #include "constrain/cache.h"
+#include "local_engine/gguf_source.h"
 #include "local_engine/scheduler.h"
 
 namespace ferry::adapters {
@@ -64,6 +65,8 @@ class LocalBackend final : public Backend {
   boost::asio::awaitable<Result<BackendReply>> embed(const BackendRequest& request,
                                                      const api::EmbeddingsRequest& typed,
                                                      CancelSignal& cancel);
+  static Result<std::unique_ptr<LocalBackend>> open_encoder(
+      const config::BackendConfig& config, std::shared_ptr<const engine::GgufSource> source);
   explicit LocalBackend(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

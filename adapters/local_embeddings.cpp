@@ -41,6 +41,9 @@ Result<PromptTokens> embedding_tokens(const LocalEmbeddingsModel& model,
     } else {
       ids.clear();
       tokenizer::encode_prompt(*model.tok, in.text, ids);
+      // EOS where the vocabulary adds it (BERT's [SEP]), as llama.cpp tokenizes with specials.
+      const auto eos = model.tok->eos_id();
+      if (model.tok->add_eos() && eos && (ids.empty() || ids.back() != *eos)) ids.push_back(*eos);
       if (ids.empty()) return invalid("'" + where + "' has no tokens", "input");
       for (const auto id : ids) out.ids.push_back(static_cast<int32_t>(id));
     }

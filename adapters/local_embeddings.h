@@ -32,7 +32,8 @@ struct LocalEmbeddingsModel {
 };
 
 // Every input's tokens (text through the model's tokenizer as completions prompts are, BOS
-// included when the vocabulary adds it; token ids as sent), for routing's count and the engine:
+// included when the vocabulary adds it, and EOS when it adds that: BERT's [CLS] ... [SEP];
+// token ids as sent), for routing's count and the engine:
 // ids one input after the other, input_ends[i] where input i ends. Errors (kInvalidRequest,
 // param "input"): a token id outside the vocabulary, a text that has no tokens.
 Result<PromptTokens> embedding_tokens(const LocalEmbeddingsModel& model,

@@ -150,10 +150,14 @@ void add_synth_command(CLI::App* model, int& exit_code) {
   auto synth_out = std::make_shared<std::string>();
   CLI::App* synth =
       model->add_subcommand("synth", "Write a model with random weights and a real vocabulary");
-  synth->add_option("--arch", so->arch, "llama | qwen2 | qwen3 | smollm3 | gemma2 | gemma3 | phi3")
+  synth
+      ->add_option("--arch", so->arch,
+                   "llama | qwen2 | qwen3 | smollm3 | gemma2 | gemma3 | phi3 | bert | nomic-bert")
       ->capture_default_str();
   synth->add_option("--preset", *preset,
-                    "Named shape: tiny | smollm2-360m (other options override it)");
+                    "Named shape: tiny | smollm2-360m | bge-small | all-minilm-l6 (bert) (other "
+                    "options override it)");
+  synth->add_option("--pooling", so->pooling, "bert: mean | cls")->capture_default_str();
   synth->add_option("--embd", so->n_embd, "Hidden size")->capture_default_str();
   synth->add_option("--layers", so->n_layer, "Number of layers")->capture_default_str();
   synth->add_option("--heads", so->n_head, "Attention heads")->capture_default_str();
@@ -191,6 +195,8 @@ void add_synth_command(CLI::App* model, int& exit_code) {
         return;
       }
       auto given = [&](const char* name) { return synth->count(name) > 0; };
+      if (!given("--arch")) options.arch = base.arch;
+      if (!given("--pooling")) options.pooling = base.pooling;
       if (!given("--embd")) options.n_embd = base.n_embd;
       if (!given("--layers")) options.n_layer = base.n_layer;
       if (!given("--heads")) options.n_head = base.n_head;

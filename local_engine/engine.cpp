@@ -385,7 +385,9 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
     parts.push_back({job.w, job.y, qa, total_rows, p});
     total_rows += job.w->rows;
   }
-  pool_.parallel_for(total_rows, 16, [&](int64_t begin, int64_t end) {
+  int64_t work = 0;
+  for (const MatmulJob& job : jobs) work += job.w->rows * job.w->cols * n;
+  pool_.parallel_for(total_rows, 16, work, [&](int64_t begin, int64_t end) {
     for (const Part& part : parts) {
       const int64_t lo = std::max(begin, part.first_row);
       const int64_t hi = std::min(end, part.first_row + part.w->rows);
@@ -407,10 +409,12 @@ void Engine::attend_f16(std::span<const BatchEntry> batch, const std::vector<int
   const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
   const int64_t group = c.n_head / c.n_head_kv;
   const float scale = attention_scale(c);
+  int64_t work = 0;  // scores and weighted sums
+  for (const int64_t t : entries) work += 2 * (batch[static_cast<size_t>(t)].pos + 1) * q_dim;
   if (forms_ == kernels::BatchForms::kInvariant && kernels::attend_invariant_supported(hd)) {
     // A task: one entry's query heads that share a KV head.
     const int64_t n_groups = static_cast<int64_t>(entries.size()) * c.n_head_kv;
-    pool_.parallel_for(n_groups, 1, [&](int64_t begin, int64_t end) {
+    pool_.parallel_for(n_groups, 1, work, [&](int64_t begin, int64_t end) {
       for (int64_t task = begin; task < end; ++task) {
         const int64_t t = entries[static_cast<size_t>(task / c.n_head_kv)];
         const int64_t kv_head = task % c.n_head_kv;
@@ -426,7 +430,7 @@ void Engine::attend_f16(std::span<const BatchEntry> batch, const std::vector<int
     return;
   }
   const int64_t n_tasks = static_cast<int64_t>(entries.size()) * c.n_head;
-  pool_.parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end) {
+  pool_.parallel_for(n_tasks, 1, work, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t = entries[static_cast<size_t>(task / c.n_head)];
       const int64_t head = task % c.n_head;

@@ -99,8 +99,8 @@ Status read_arch(const ModelSource& source, ModelConfig& c) {
   }
   if (*arch == "bert" || *arch == "nomic-bert" || *arch == "jina-bert-v2" || *arch == "t5encoder") {
     return load_error("encoder architecture '" + *arch +
-                      "' is not supported yet (embeddings run on decoder models: " +
-                      std::string(kSupported) + ")");
+                      "' has no decoder forward pass (bert and nomic-bert serve /v1/embeddings "
+                      "through engine::EncoderModel; jina-bert-v2, t5encoder: not yet)");
   }
   return load_error("unsupported architecture '" + *arch +
                     "' (supported: " + std::string(kSupported) + ")");

@@ -1,5 +1,7 @@
 #include "model_tools/model_tools.h"
 
+#include "model_tools/synth_internal.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -158,6 +160,8 @@ constexpr std::string_view kChatMlTemplate =
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+}  // namespace
+
 // ---------------------------------------------------------------- random tensors
 
 std::vector<uint8_t> encode(TensorType type, const std::vector<float>& values, int64_t row_length) {
@@ -171,8 +175,6 @@ std::vector<uint8_t> encode(TensorType type, const std::vector<float>& values, i
   }
   return out;
 }
-
-}  // namespace
 
 std::optional<QuantTarget> parse_quant_target(std::string_view name) {
   const std::string u = upper(name);
@@ -239,6 +241,8 @@ bool contains(std::string_view s, std::string_view part) {
 TensorType choose_tensor_type(const QuantTarget& target, std::string_view name, int64_t row_length,
                               int n_dims, int layer, int n_layers, bool tied_output) {
   if (n_dims < 2) return TensorType::kF32;
+  // BERT's position and token-type embeddings stay F32 (llama.cpp's converter and quantizer).
+  if (name == "position_embd.weight" || name == "token_types.weight") return TensorType::kF32;
   TensorType type = target.base;
   if (!is_block_type(type)) return type;  // F32 / F16 / BF16: every matrix as it is
   const bool more_bits = n_layers > 0 && (layer < n_layers / 8 || layer >= 7 * n_layers / 8 ||
@@ -292,6 +296,7 @@ uint32_t file_type_of(const QuantTarget& target) {
 }
 
 bool apply_synth_preset(std::string_view preset, SynthOptions& o) {
+  if (apply_bert_preset(preset, o)) return true;
   if (preset == "tiny") {
     o = SynthOptions{.arch = o.arch, .type = o.type, .vocab_from = o.vocab_from, .seed = o.seed};
     return true;
@@ -571,10 +576,11 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
 }  // namespace
 
 Result<GgufWriter> build_synth_model(const SynthOptions& o) {
+  if (o.arch == "bert" || o.arch == "nomic-bert") return build_synth_bert(o);
   if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "smollm3" &&
       o.arch != "phi3" && !is_gemma(o)) {
     return invalid("unsupported architecture '" + o.arch +
-                   "' (llama, qwen2, qwen3, smollm3, gemma2, gemma3, phi3)");
+                   "' (llama, qwen2, qwen3, smollm3, gemma2, gemma3, phi3, bert, nomic-bert)");
   }
   if (o.rope_dim < 0 || o.rope_dim % 2 != 0 || (o.rope_dim > 0 && is_gemma(o))) {
     return invalid("--rope-dim must be even (and is not written for gemma)");

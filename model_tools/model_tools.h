@@ -49,7 +49,8 @@ model_format::TensorType choose_tensor_type(const QuantTarget& target, std::stri
 uint32_t file_type_of(const QuantTarget& target);
 
 struct SynthOptions {
-  std::string arch = "llama";  // llama | qwen2 | qwen3 | smollm3 | gemma2 | gemma3 | phi3
+  // llama | qwen2 | qwen3 | smollm3 | gemma2 | gemma3 | phi3 | bert | nomic-bert (encoders)
+  std::string arch = "llama";
   int64_t n_embd = 256;
   int64_t n_layer = 2;
   int64_t n_head = 4;
@@ -57,10 +58,11 @@ struct SynthOptions {
   int64_t head_dim = 0;  // 0: n_embd / n_head
   int64_t n_ff = 512;
   int64_t n_ctx = 512;
-  int64_t n_vocab = 0;       // 0: the vocabulary's size; larger pads with unused tokens
-  double rope_theta = 0;     // 0: 10000 for llama, 1000000 for qwen2/qwen3
-  double rms_eps = 0;        // 0: 1e-5 for llama, 1e-6 for qwen2/qwen3
-  bool tied_output = false;  // no output.weight: the token embedding is reused (always: gemma2)
+  int64_t n_vocab = 0;           // 0: the vocabulary's size; larger pads with unused tokens
+  double rope_theta = 0;         // 0: 10000 for llama, 1000000 for qwen2/qwen3
+  double rms_eps = 0;            // 0: 1e-5 for llama, 1e-6 for qwen2/qwen3; bert: LayerNorm 1e-12
+  std::string pooling = "mean";  // bert: mean | cls (bert.pooling_type 1 | 2)
+  bool tied_output = false;      // no output.weight: the token embedding is reused (gemma2: always)
   // gemma2 / gemma3: attention.sliding_window (0: 4096 for gemma2, 512 for gemma3, their real
   // models' windows); every sliding_window_pattern-th layer is global (gemma2 2, gemma3 6, not
   // written: llama.cpp's defaults, as the converter leaves them).
@@ -84,7 +86,9 @@ struct SynthOptions {
 };
 
 // Named shapes for benchmarks: "smollm2-360m" (hidden 960, 32 layers, 15 heads, 5 kv heads,
-// ffn 2560, vocab 49152, tied), "tiny" (the defaults). Returns false for an unknown name.
+// ffn 2560, vocab 49152, tied), "tiny" (the defaults); encoders (arch bert, 512 positions,
+// vocab 30522): "bge-small" (hidden 384, 12 layers, 12 heads, ffn 1536, cls pooling) and
+// "all-minilm-l6" (the same with 6 layers, mean pooling). Returns false for an unknown name.
 bool apply_synth_preset(std::string_view preset, SynthOptions& options);
 
 // Builds the model in memory (weights deterministic in the seed) / writes it to a file.

@@ -134,6 +134,38 @@ Status load_bpe(const gguf::GgufFile& f, const std::string& path, const gguf::Va
   return {};
 }
 
+// A WordPiece vocabulary (tokenizer.ggml.model "bert", llama.cpp's WPM): word-start tokens
+// spelled with "▁" in front, continuations bare. llama.cpp wraps every input in BOS ([CLS],
+// id 101 unless the file says) and the separator ([SEP], 102 unless the file says), whatever
+// add_bos/add_eos say: here that is BOS and EOS, both added. [UNK] is 100 unless the file says.
+void load_wpm(const gguf::GgufFile& f, const gguf::Value& tokens, TokenizerImpl& t) {
+  const std::size_t n = tokens.strings.size();
+  const auto id_or = [&](const char* key, TokenId fallback) -> TokenId {
+    const auto v = f.get_uint(key);
+    if (v && *v < n) return static_cast<TokenId>(*v);
+    return fallback < n ? fallback : kNoToken;
+  };
+  t.model = ModelKind::kWordPiece;
+  t.byte_level = false;
+  t.bos = id_or("tokenizer.ggml.bos_token_id", 101);
+  t.eos = id_or("tokenizer.ggml.seperator_token_id", 102);  // llama.cpp's spelling of the key
+  t.unk_id = id_or("tokenizer.ggml.unknown_token_id", 100);
+  t.add_bos = t.bos != kNoToken;
+  t.add_eos = t.eos != kNoToken;
+  t.wpm_lowercase = f.get_bool("tokenizer.ggml.normalizer.lowercase").value_or(true);
+  t.wpm_strip_accents =
+      f.get_bool("tokenizer.ggml.normalizer.strip_accents").value_or(t.wpm_lowercase);
+  t.strip_leading_space = true;
+  t.decoded.resize(n);
+  for (TokenId id = 0; id < n; ++id) {
+    const std::string& text = tokens.strings[id];
+    t.bpe.set_token(id, text);
+    t.wpm_max_token_len = std::max(t.wpm_max_token_len, text.size());
+    t.decoded[id] = text.starts_with(kMetaspace) ? " " + text.substr(kMetaspace.size()) : text;
+  }
+  t.bpe.finish();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path) {
@@ -189,8 +221,12 @@ Result<std::unique_ptr<TokenizerImpl>> load_gguf_vocab(const std::string& path) 
     if (Status s = load_bpe(f, path, *tokens, t); !s) return s.error();
     return impl;
   }
-  return invalid(
-      path, "tokenizer.ggml.model '" + std::string(*model) + "' is not supported (llama, gpt2)");
+  if (*model == "bert") {
+    load_wpm(f, *tokens, t);
+    return impl;
+  }
+  return invalid(path, "tokenizer.ggml.model '" + std::string(*model) +
+                           "' is not supported (llama, gpt2, bert)");
 }
 
 // ---- llama.cpp SentencePiece merge ---------------------------------------------------------

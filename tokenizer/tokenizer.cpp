@@ -180,6 +180,10 @@ void TokenizerImpl::encode_segment(std::string_view text, bool first_segment,
     normalized = nfc_normalize(view);
     view = normalized;
   }
+  if (model == ModelKind::kWordPiece) {
+    encode_wpm(view, out);
+    return;
+  }
   if (model == ModelKind::kSpmScore) {
     std::string prepared;
     // llama.cpp prefixes a space at the start and after every special token, i.e. every

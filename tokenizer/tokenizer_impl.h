@@ -45,8 +45,9 @@ class SpecialMatcher {
 };
 
 enum class ModelKind {
-  kBpe,       // merges by pair rank (tiktoken, HF BPE)
-  kSpmScore,  // llama.cpp SentencePiece: bigrams by score, byte fallback
+  kBpe,        // merges by pair rank (tiktoken, HF BPE)
+  kSpmScore,   // llama.cpp SentencePiece: bigrams by score, byte fallback
+  kWordPiece,  // llama.cpp WPM (GGUF "bert"): words cut into the longest vocabulary strings
 };
 
 enum class PreKind {
@@ -80,6 +81,11 @@ struct TokenizerImpl {
   TokenId unk_id = kNoToken;
   std::array<TokenId, 256> byte_ids{};  // byte-level symbol or <0xXX> fallback token
 
+  // WordPiece (kWordPiece): BERT's normalizer options and the longest token, in bytes.
+  bool wpm_lowercase = true;
+  bool wpm_strip_accents = true;
+  std::size_t wpm_max_token_len = 0;
+
   // SentencePiece scores (kSpmScore), by id.
   std::vector<float> scores;
 
@@ -110,6 +116,9 @@ struct TokenizerImpl {
   // A segment split by `pattern`, with the whole-piece lookups batched (whole_piece_first).
   void encode_split_pieces(std::string_view text, std::vector<TokenId>& out) const;
   void encode_spm(std::string_view text, std::vector<TokenId>& out) const;
+  // WordPiece (wordpiece.cpp): the words of a segment, then each word's pieces.
+  void wpm_words(std::string_view text, std::vector<std::string>& words) const;
+  void encode_wpm(std::string_view text, std::vector<TokenId>& out) const;
   std::string_view output_bytes(TokenId id) const;
 };
 

@@ -1,4 +1,5 @@
-// Attention for the batch-invariant engine (BatchForms::kInvariant) on AVX-512: the query heads
+// Attention for the batch-invariant engine (BatchForms::kInvariant) on AVX2 and AVX-512 (the
+// two bit-identical, and equal to a scalar reference kept for tests): the query heads
 // that share one KV head against that head's F16 cache, each query on its own (its result
 // depends on its query, the keys and values and nothing else), computed in F32 in two passes
 // (all scores, then softmax weights and the weighted sum of values) with vector exps, instead
@@ -10,8 +11,8 @@
 
 namespace ferry::kernels {
 
-// True when the active ISA has attend_group_invariant (AVX-512) and head_dim fits it (a
-// multiple of 16); elsewhere the invariant engine keeps attend_head_f16.
+// True when the active ISA has attend_group_invariant (AVX2 or AVX-512) and head_dim fits it
+// (a multiple of 16); elsewhere the invariant engine keeps attend_head_f16.
 bool attend_invariant_supported(int64_t head_dim);
 
 // For h < n_q: out[h * out_stride + d] = sum_p softmax_p(s_hp) * value_p[d], with
@@ -29,7 +30,20 @@ namespace detail {
 void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                    const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                    int64_t value_stride, int64_t n_keys, float scale, float* out,
-                                   int64_t out_stride, float softcap);
+                                   int64_t out_stride, float softcap = 0.0f);
+void attend_group_invariant_avx2(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
+                                 const uint16_t* keys, int64_t key_stride, const uint16_t* values,
+                                 int64_t value_stride, int64_t n_keys, float scale, float* out,
+                                 int64_t out_stride, float softcap = 0.0f);
+// The same sums in the same order, lane by lane in scalar code (std::fma where the vector forms
+// fuse): what the vector forms are tested against.
+void attend_group_invariant_ref(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
+                                const uint16_t* keys, int64_t key_stride, const uint16_t* values,
+                                int64_t value_stride, int64_t n_keys, float scale, float* out,
+                                int64_t out_stride, float softcap = 0.0f);
+// Soft-caps the scores in place: w[r * stride + p] = softcap * tanhf(w[...]) for r < n_rows,
+// p < n_keys (every form's step between scores and softmax).
+void softcap_scores(float* w, int64_t n_rows, int64_t stride, int64_t n_keys, float softcap);
 }  // namespace detail
 
 }  // namespace ferry::kernels

@@ -103,14 +103,7 @@ void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q
       w[static_cast<size_t>(h * n_pad + p)] = _mm512_reduce_add_ps(acc) * scale;
     }
   }
-  if (softcap > 0.0f) {
-    for (int64_t h = 0; h < n_q; ++h) {
-      for (int64_t p = 0; p < n_keys; ++p) {
-        float& s = w[static_cast<size_t>(h * n_pad + p)];
-        s = softcap * std::tanh(s);
-      }
-    }
-  }
+  if (softcap > 0.0f) softcap_scores(w.data(), n_q, n_pad, n_keys, softcap);
   // Softmax weights (unnormalised) and the reciprocal of their sum.
   for (int64_t h = 0; h < n_q; ++h) {
     float* s = w.data() + h * n_pad;

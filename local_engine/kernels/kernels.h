@@ -70,6 +70,10 @@ struct TypeKernels {
   // layout), bit-identical to them; optional (nullptr: matmul goes row by row).
   GemmFn gemm_serial = nullptr;
   GemmFn gemm_serial4 = nullptr;
+  // The serving path's products (BatchForms::kInvariant) in an order of their own, the same for
+  // every batch (GemmFn's layout, not bit-identical to vec_dot): F16 only, so that a few tokens
+  // (speculative verification) read and widen each weight row once. nullptr: per token vec_dot.
+  GemmFn gemm_invariant = nullptr;
 };
 
 // The table entry for `type` on the active ISA; nullptr for a type ferry does not run.

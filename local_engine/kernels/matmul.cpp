@@ -100,6 +100,11 @@ void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y, 
   const bool serial = w.order == DotOrder::kSerial && k->vec_dot_serial != nullptr;
   // F16 batches take llama.cpp's tinyBLAS order (vec_dot_batch) only where it has one.
   const bool invariant = forms == BatchForms::kInvariant;
+  if (invariant && k->gemm_invariant != nullptr) {
+    k->gemm_invariant(w.cols, w.row(row_begin), static_cast<int64_t>(w.row_bytes),
+                      row_end - row_begin, act, stride, qa.n_tokens, y + row_begin, w.rows);
+    return;
+  }
   const bool per_token =
       w.type == TensorType::kF16 && (invariant || w.rows % 4 != 0 || w.cols % 16 != 0);
   const VecDotFn dot = serial ? k->vec_dot_serial : k->vec_dot;
@@ -162,7 +167,7 @@ void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Thr
       quantize_rows(x, qa, 0, 1);
     }
   }
-  pool.parallel_for(w.rows, kRowGrain,
+  pool.parallel_for(w.rows, kRowGrain, w.rows * w.cols * n_tokens,
                     [&](int64_t begin, int64_t end) { matmul_rows(w, qa, y, begin, end, forms); });
 }
 

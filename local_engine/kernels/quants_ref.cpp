@@ -99,6 +99,38 @@ float f16_dot_tiled(int64_t n, const void* w, const void* a) {
   for (int i = 0; i < 4; ++i) t6[i] = t3[4 + i] + t3[i];
   return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
+// The batch-invariant F16 order (kernels.h, TypeKernels::gemm_invariant): per dot one 8-lane
+// chain of fused multiply-adds over whole 8-element chunks (lane l sums elements 8i + l),
+// reduced as hsum_ps reduces (lanes l and l + 4, then 0 + 2 and 1 + 3, then the two), then the
+// remaining elements in index order; activations are the F16 row widened to float.
+float f16_dot_invariant(int64_t n, const uint16_t* w, const uint16_t* a) {
+  float lanes[8] = {};
+  const int64_t n8 = n & ~int64_t{7};
+  for (int64_t i = 0; i < n8; i += 8) {
+    for (int l = 0; l < 8; ++l) {
+      lanes[l] = std::fma(fp16_to_fp32(w[i + l]), fp16_to_fp32(a[i + l]), lanes[l]);
+    }
+  }
+  float s4[4];
+  for (int i = 0; i < 4; ++i) s4[i] = lanes[i] + lanes[i + 4];
+  float sum = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+  for (int64_t i = n8; i < n; ++i) sum = std::fma(fp16_to_fp32(w[i]), fp16_to_fp32(a[i]), sum);
+  return sum;
+}
+
+void f16_gemm_invariant(int64_t n, const void* w, int64_t w_stride, int64_t n_w, const void* a,
+                        int64_t a_stride, int64_t n_a, float* out, int64_t out_stride) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(a);
+  for (int64_t t = 0; t < n_a; ++t) {
+    for (int64_t r = 0; r < n_w; ++r) {
+      out[t * out_stride + r] =
+          f16_dot_invariant(n, reinterpret_cast<const uint16_t*>(wb + r * w_stride),
+                            reinterpret_cast<const uint16_t*>(ab + t * a_stride));
+    }
+  }
+}
+
 float bf16_dot(int64_t n, const void* w, const void* a) {
   const auto* h = static_cast<const uint16_t*>(w);
   const auto* x = static_cast<const float*>(a);
@@ -1188,6 +1220,7 @@ void fill_scalar_table(TypeKernels* table) {
   set(table, T::kF32, f32_to_float, f32_from_float, T::kF32, f32_dot, batch_from_dot<f32_dot>);
   set(table, T::kF16, f16_to_float, f16_from_float, T::kF16, f16_dot,
       batch_from_dot<f16_dot_tiled>);
+  table[static_cast<int>(T::kF16)].gemm_invariant = f16_gemm_invariant;
   set(table, T::kBF16, bf16_to_float, bf16_from_float, T::kF32, bf16_dot, batch_from_dot<bf16_dot>);
   set(table, T::kQ8_0, q8_0_to_float, q8_0_from_float, T::kQ8_0, q8_0_dot_q8_0,
       batch_from_dot<q8_0_dot_q8_0>);

@@ -39,7 +39,7 @@ inline bool spin_once(int& spins) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) {
+ThreadPool::ThreadPool(int n_threads, int64_t serial_work) : serial_work_(serial_work) {
   if (n_threads <= 0)
     n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;

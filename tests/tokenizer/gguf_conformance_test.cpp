@@ -13,30 +13,14 @@
 
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
+#include "tests/tokenizer/llama_conformance.h"
 #include "tests/tokenizer/test_support.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferry::tokenizer {
-namespace {
-
-std::string shared_model() {
-  const char* dir = std::getenv("FERRY_SHARED_DIR");
-  return std::string(dir ? dir : "../shared") + "/models/llama-2-tiny-random.gguf";
-}
-
-std::vector<std::string> texts_for_gguf() {
-  std::vector<std::string> texts = testing::conformance_corpus();
-  // Drop the largest files: node-llama-cpp is slow on them and they add nothing here.
-  std::erase_if(texts, [](const std::string& s) { return s.size() > 60000; });
-  for (std::string& s : testing::random_strings(21, 2000)) texts.push_back(std::move(s));
-  texts.push_back("");
-  texts.push_back(" ");
-  texts.push_back("  two leading spaces");
-  return texts;
-}
 
 void expect_same_as_llama_cpp(const std::string& model, const std::vector<std::string>& texts,
-                              bool special = false) {
+                              bool special) {
   ASSERT_TRUE(testing::refs_installed())
       << "reference packages missing: run tests/tokenizer/setup_refs.sh";
   auto tok = load_tokenizer(model);
@@ -62,6 +46,24 @@ void expect_same_as_llama_cpp(const std::string& model, const std::vector<std::s
     }
   }
   EXPECT_EQ(mismatches, 0) << "of " << texts.size() << " texts";
+}
+
+namespace {
+
+std::string shared_model() {
+  const char* dir = std::getenv("FERRY_SHARED_DIR");
+  return std::string(dir ? dir : "../shared") + "/models/llama-2-tiny-random.gguf";
+}
+
+std::vector<std::string> texts_for_gguf() {
+  std::vector<std::string> texts = testing::conformance_corpus();
+  // Drop the largest files: node-llama-cpp is slow on them and they add nothing here.
+  std::erase_if(texts, [](const std::string& s) { return s.size() > 60000; });
+  for (std::string& s : testing::random_strings(21, 2000)) texts.push_back(std::move(s));
+  texts.push_back("");
+  texts.push_back(" ");
+  texts.push_back("  two leading spaces");
+  return texts;
 }
 
 TEST(GgufConformance, SentencePieceLlama2) {

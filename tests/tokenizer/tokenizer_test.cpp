@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "gguf/gguf_writer.h"
 #include "model_tools/model_tools.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja.h"
@@ -632,6 +633,40 @@ TEST(GgufVocab, SharedLlama2SentencePiece) {
   EXPECT_EQ((*t)->decode((*t)->encode("Hello world")), "Hello world");
   EXPECT_EQ((*t)->encode("\n"), (std::vector<TokenId>{29871, 13}));
   EXPECT_TRUE((*t)->add_bos());
+}
+
+// A GGUF WordPiece vocabulary by hand: words and pieces, [UNK] for a word with an unknown
+// piece, lowercasing and accent stripping, invalid bytes dropped as llama.cpp drops them
+// (wpm_conformance_test.cpp compares whole corpora with llama.cpp itself).
+TEST(WordPiece, LlamaCppWpmRules) {
+  const std::string ws = "\xE2\x96\x81";
+  std::vector<std::string> tokens = {
+      "[PAD]", "[UNK]",  "[CLS]",     "[SEP]",  ws + "hello",        ws + "un", "believ",
+      "able",  ws + ",", ws + "cafe", ws + "!", ws + "\xE4\xB8\xAD", ws + "x"};
+  gguf::GgufWriter w;
+  w.set("general.architecture", gguf::Value::string("bert"));
+  w.set("tokenizer.ggml.model", gguf::Value::string("bert"));
+  w.set("tokenizer.ggml.tokens", gguf::Value::string_array(tokens));
+  w.set("tokenizer.ggml.token_type",
+        gguf::Value::i32_array({3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+  w.set("tokenizer.ggml.unknown_token_id", gguf::Value::u32(1));
+  w.set("tokenizer.ggml.bos_token_id", gguf::Value::u32(2));
+  w.set("tokenizer.ggml.seperator_token_id", gguf::Value::u32(3));
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "ferry_wpm_unit.gguf").string();
+  ASSERT_TRUE(w.write_file(path));
+  auto t = load_tokenizer(path);
+  ASSERT_TRUE(t) << t.error().message;
+  using V = std::vector<TokenId>;
+  EXPECT_EQ((*t)->encode("Hello, UNBELIEVABLE!"), (V{4, 8, 5, 6, 7, 10}));
+  EXPECT_EQ((*t)->encode("  Caf\xC3\xA9 \xE4\xB8\xAD\xE4\xB8\xAD"), (V{9, 11, 11}));
+  EXPECT_EQ((*t)->encode("hellox unbelievablex"), (V{1, 1}));  // no piece "x" after a word start
+  EXPECT_EQ((*t)->encode("he\xFFllo \x01x\xC3"), (V{4, 12}));
+  EXPECT_EQ((*t)->bos_id(), 2u);
+  EXPECT_EQ((*t)->eos_id(), 3u);
+  EXPECT_TRUE((*t)->add_bos() && (*t)->add_eos());
+  EXPECT_EQ((*t)->decode(V{4, 5, 6, 7, 8}), "hello unbelievable ,");
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ using testing::random_row;
 // product of the dequantized weights.
 TEST(Matmul, EqualsRowDotsForEveryTypeThreadCountAndBatch) {
   const int64_t rows = 37, cols = 512;
-  ThreadPool pool1(1), pool3(3);
+  ThreadPool pool1(1), pool3(3, 0);
   for (TensorType t : testing::kWeightTypes) {
     const auto wf = random_row(rows * cols, 5, 0.05f);
     const auto w = quantize(t, wf);
@@ -74,7 +74,7 @@ TEST(Matmul, TwoStepApiOnCallerThreads) {
 // scalar reference's.
 TEST(Matmul, SerialOrderFollowsTheBatchForms) {
   const int64_t rows = 40, cols = 512;
-  ThreadPool pool1(1), pool3(3);
+  ThreadPool pool1(1), pool3(3, 0);
   for (TensorType t : {TensorType::kQ4_0, TensorType::kQ4_K}) {
     const auto w = quantize(t, random_row(rows * cols, 11, 0.05f));
     MatrixView view = make_matrix_view(t, rows, cols, w.data());
@@ -105,6 +105,47 @@ TEST(Matmul, SerialOrderFollowsTheBatchForms) {
           }
         }
       }
+    }
+  }
+}
+
+// The serving path's F16 products (TypeKernels::gemm_invariant): every token's outputs are
+// the scalar reference's bit for bit, whatever the batch around it (1 to 13 tokens: every
+// tile shape and pass split), the thread count and the row split; the columns include a tail
+// that is not a whole 8-element chunk. Close to the exact product of the F16-rounded inputs.
+TEST(Matmul, InvariantF16IsOneOrderForEveryBatch) {
+  const int64_t rows = 29;
+  ThreadPool pool1(1), pool3(3, 0);
+  const TypeKernels* ref = kernels_for(TensorType::kF16, Isa::kScalar);
+  ASSERT_NE(ref->gemm_invariant, nullptr);
+  for (int64_t cols : {128, 203}) {
+    const auto w = quantize(TensorType::kF16, random_row(rows * cols, 21, 0.05f));
+    const MatrixView view = make_matrix_view(TensorType::kF16, rows, cols, w.data());
+    const auto x = random_row(13 * cols, 22);
+    const QuantizedActivations all = quantize_activations(TensorType::kF16, x.data(), 13, cols);
+    std::vector<float> want(static_cast<size_t>(13 * rows));
+    ref->gemm_invariant(cols, w.data(), static_cast<int64_t>(view.row_bytes), rows, all.data,
+                        static_cast<int64_t>(all.row_stride), 13, want.data(), rows);
+    for (int64_t n_tokens = 1; n_tokens <= 13; ++n_tokens) {
+      for (ThreadPool* pool : {&pool1, &pool3}) {
+        std::vector<float> got(static_cast<size_t>(n_tokens * rows), -1.0f);
+        matmul(view, x.data(), n_tokens, got.data(), *pool, BatchForms::kInvariant);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(got[i], want[i]) << "cols " << cols << " tokens " << n_tokens << " at " << i;
+        }
+      }
+    }
+    std::vector<float> wrow(static_cast<size_t>(cols)), xrow(wrow.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(view, r, wrow.data());
+      kernels_for(TensorType::kF16)
+          ->to_float(static_cast<const uint8_t*>(all.data) + 5 * all.row_stride, xrow.data(), cols);
+      double exact = 0, scale = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        exact += static_cast<double>(wrow[i]) * xrow[i];
+        scale += std::fabs(static_cast<double>(wrow[i]) * xrow[i]);
+      }
+      ASSERT_NEAR(want[static_cast<size_t>(5 * rows + r)], exact, 1e-6 * scale + 1e-7);
     }
   }
 }

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace ferry::kernels {
@@ -37,6 +40,31 @@ TEST(ThreadPool, ParallelForCoversTheRangeExactlyOnce) {
       for (auto& s : seen) ASSERT_EQ(s.load(), 1) << n << " " << grain;
     }
   }
+}
+
+// A job below the pool's serial work runs as one range on the caller; above it, it is shared
+// out (more than one range, on more than one thread when the workers are free to take them).
+TEST(ThreadPool, SmallJobsStayOnTheCaller) {
+  ThreadPool pool(3, 1000);
+  const auto caller = std::this_thread::get_id();
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::mutex mu;
+  bool elsewhere = false;
+  auto record = [&](int64_t b, int64_t e) {
+    std::lock_guard lock(mu);
+    ranges.emplace_back(b, e);
+    elsewhere = elsewhere || std::this_thread::get_id() != caller;
+  };
+  pool.parallel_for(64, 4, 999, record);
+  ASSERT_EQ(ranges.size(), 1u);
+  EXPECT_EQ(ranges[0], std::make_pair(int64_t{0}, int64_t{64}));
+  EXPECT_FALSE(elsewhere);
+  ranges.clear();
+  pool.parallel_for(64, 4, 1000, record);
+  EXPECT_GT(ranges.size(), 1u);
+  int64_t covered = 0;
+  for (const auto& [b, e] : ranges) covered += e - b;
+  EXPECT_EQ(covered, 64);
 }
 
 TEST(ThreadPool, DefaultSizeAndDestructionWhileIdle) {

@@ -1,0 +1,453 @@
+#include "local_engine/encoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <tuple>
+
+#include "local_engine/kernels/fp16.h"
+#include "local_engine/kernels/kernels.h"
+#include "local_engine/kernels/matmul.h"
+#include "local_engine/kernels/ops.h"
+
+namespace ferry::engine {
+namespace {
+
+Error load_error(std::string message) {
+  return Error::make(ErrorCode::kInvalidRequest, "model: " + std::move(message));
+}
+
+// ---- loading ---------------------------------------------------------------------------------
+
+// Tensor views by name, each checked against the shape the encoder reads.
+class TensorReader {
+ public:
+  explicit TensorReader(const ModelSource& source) : source_(source) {}
+
+  // A matrix of `rows` rows of `cols` (rows 0: a vector of `cols`, which must be F32).
+  Result<WeightView> get(const std::string& name, int64_t cols, int64_t rows,
+                         bool optional = false) const {
+    const SourceTensor* t = source_.tensor(name);
+    if (t == nullptr) {
+      if (optional) return WeightView{};
+      return load_error("missing tensor '" + name + "'");
+    }
+    const auto type = static_cast<WeightType>(t->ggml_type);
+    if (!kernels::tensor_type_known(t->ggml_type) || !kernels::tensor_type_runs(type)) {
+      return load_error("tensor '" + name + "' has a type ferry does not run (" +
+                        std::to_string(t->ggml_type) + ")");
+    }
+    const int64_t want_rows = rows == 0 ? 1 : rows;
+    const bool shape_ok = !t->dims.empty() && t->dims[0] == cols &&
+                          (t->dims.size() < 2 ? want_rows == 1 : t->dims[1] == want_rows);
+    if (!shape_ok) {
+      std::string got;
+      for (const int64_t d : t->dims) got += (got.empty() ? "" : "x") + std::to_string(d);
+      return load_error("tensor '" + name + "' has shape [" + got + "], expected [" +
+                        std::to_string(cols) + (rows == 0 ? "" : "x" + std::to_string(rows)) + "]");
+    }
+    if (rows == 0 && type != WeightType::kF32) {
+      return load_error("tensor '" + name + "' must be F32");
+    }
+    WeightView view = kernels::make_matrix_view(type, want_rows, cols, t->data);
+    if (view.row_bytes == 0 || t->data == nullptr ||
+        t->n_bytes < view.row_bytes * static_cast<size_t>(want_rows)) {
+      return load_error("tensor '" + name + "' is shorter than its shape");
+    }
+    return view;
+  }
+
+ private:
+  const ModelSource& source_;
+};
+
+Result<EncoderConfig> read_encoder_config(const ModelSource& source) {
+  EncoderConfig c;
+  c.arch_name = source.get_string("general.architecture").value_or("");
+  if (c.arch_name != "bert" && c.arch_name != "nomic-bert") {
+    return load_error("encoder architecture '" + c.arch_name +
+                      "' is not supported yet (encoders: bert, nomic-bert)");
+  }
+  c.rope = c.arch_name == "nomic-bert";
+  const std::string p = c.arch_name + ".";
+  const auto need = [&](const std::string& key, int64_t& out, int64_t max) -> Status {
+    const auto v = source.get_int(p + key);
+    if (!v) return load_error("missing " + p + key);
+    if (*v <= 0 || *v > max) return load_error(p + key + " out of range: " + std::to_string(*v));
+    out = *v;
+    return {};
+  };
+  constexpr int64_t kMaxDim = int64_t{1} << 20;
+  for (const auto& [key, out, max] :
+       {std::tuple<const char*, int64_t*, int64_t>{"embedding_length", &c.n_embd, kMaxDim},
+        {"block_count", &c.n_layer, 4096},
+        {"feed_forward_length", &c.n_ff, kMaxDim},
+        {"attention.head_count", &c.n_head, 4096},
+        {"context_length", &c.n_ctx_train, kMaxDim}}) {
+    if (Status s = need(key, *out, max); !s) return s.error();
+  }
+  if (c.n_embd % c.n_head != 0) return load_error("head_count does not divide embedding_length");
+  c.head_dim = c.n_embd / c.n_head;
+  const int64_t n_head_kv = source.get_int(p + "attention.head_count_kv").value_or(c.n_head);
+  if (n_head_kv != c.n_head) return load_error("grouped-query attention in an encoder");
+  c.norm_eps =
+      static_cast<float>(source.get_float(p + "attention.layer_norm_epsilon").value_or(1e-12));
+  if (!(c.norm_eps > 0.0f)) return load_error("layer_norm_epsilon must be positive");
+  if (source.get_int(p + "attention.causal").value_or(0) != 0) {
+    return load_error(p + "attention.causal is true: not a bidirectional encoder");
+  }
+  c.pooling_type = source.get_int(p + "pooling_type").value_or(-1);
+  if (c.rope) {
+    c.rope_dim = source.get_int(p + "rope.dimension_count").value_or(c.head_dim);
+    c.rope_theta = static_cast<float>(source.get_float(p + "rope.freq_base").value_or(10000.0));
+    if (c.rope_dim <= 0 || c.rope_dim > c.head_dim || c.rope_dim % 2 != 0 || !(c.rope_theta > 0))
+      return load_error("bad rope.dimension_count or rope.freq_base");
+    if (source.get_int(p + "moe_every_n_layers").value_or(0) > 0)
+      return load_error("mixture-of-experts layers are not supported");
+  }
+  return c;
+}
+
+#define FERRY_LOAD(dst, expr)                      \
+  do {                                             \
+    auto loaded = (expr);                          \
+    if (!loaded) return std::move(loaded).error(); \
+    (dst) = loaded.value();                        \
+  } while (0)
+
+// Attention: q/k/v apart or fused (attn_qkv: q, k and v rows one after the other); biases
+// required by bert, optional for nomic-bert (which has none).
+Status load_encoder_attention(const TensorReader& r, const EncoderConfig& c, const std::string& b,
+                              EncoderLayer& l) {
+  const int64_t e = c.n_embd;
+  const bool opt = c.rope;
+  FERRY_LOAD(l.wqkv, r.get(b + "attn_qkv.weight", e, 3 * e, true));
+  if (l.wqkv.data == nullptr) {
+    FERRY_LOAD(l.wq, r.get(b + "attn_q.weight", e, e));
+    FERRY_LOAD(l.wk, r.get(b + "attn_k.weight", e, e));
+    FERRY_LOAD(l.wv, r.get(b + "attn_v.weight", e, e));
+  }
+  FERRY_LOAD(l.bq, r.get(b + "attn_q.bias", e, 0, opt || l.wqkv.data != nullptr));
+  FERRY_LOAD(l.bk, r.get(b + "attn_k.bias", e, 0, opt || l.wqkv.data != nullptr));
+  FERRY_LOAD(l.bv, r.get(b + "attn_v.bias", e, 0, opt || l.wqkv.data != nullptr));
+  FERRY_LOAD(l.wo, r.get(b + "attn_output.weight", e, e));
+  FERRY_LOAD(l.bo, r.get(b + "attn_output.bias", e, 0, true));
+  FERRY_LOAD(l.attn_norm, r.get(b + "attn_output_norm.weight", e, 0));
+  FERRY_LOAD(l.attn_norm_b, r.get(b + "attn_output_norm.bias", e, 0));
+  return {};
+}
+
+// The FFN (bert: gelu(up x); nomic-bert: silu(gate x) * up x) and the layer's output norm.
+Status load_encoder_layer(const TensorReader& r, const EncoderConfig& c, int64_t i,
+                          EncoderLayer& l) {
+  const std::string b = "blk." + std::to_string(i) + ".";
+  const int64_t e = c.n_embd;
+  if (Status s = load_encoder_attention(r, c, b, l); !s) return s;
+  FERRY_LOAD(l.w_up, r.get(b + "ffn_up.weight", e, c.n_ff));
+  FERRY_LOAD(l.b_up, r.get(b + "ffn_up.bias", c.n_ff, 0, true));
+  if (c.rope) FERRY_LOAD(l.w_gate, r.get(b + "ffn_gate.weight", e, c.n_ff));
+  FERRY_LOAD(l.w_down, r.get(b + "ffn_down.weight", c.n_ff, e));
+  FERRY_LOAD(l.b_down, r.get(b + "ffn_down.bias", e, 0, true));
+  FERRY_LOAD(l.out_norm, r.get(b + "layer_output_norm.weight", e, 0));
+  FERRY_LOAD(l.out_norm_b, r.get(b + "layer_output_norm.bias", e, 0));
+  return {};
+}
+
+const float* floats(const WeightView& w) {
+  return w.data == nullptr ? nullptr : static_cast<const float*>(w.data);
+}
+
+}  // namespace
+
+bool is_encoder_arch(std::string_view arch) {
+  return arch == "bert" || arch == "nomic-bert" || arch == "jina-bert-v2" || arch == "t5encoder";
+}
+
+Result<std::unique_ptr<EncoderModel>> EncoderModel::load(
+    std::shared_ptr<const ModelSource> source) {
+  if (!source) return load_error("no source");
+  auto config = read_encoder_config(*source);
+  if (!config) return std::move(config).error();
+  auto model = std::unique_ptr<EncoderModel>(new EncoderModel());
+  model->source_ = std::move(source);
+  EncoderConfig& c = model->config_;
+  c = std::move(config).value();
+  const SourceTensor* embd = model->source_->tensor("token_embd.weight");
+  if (embd == nullptr || embd->dims.size() < 2) return load_error("missing token_embd.weight");
+  c.n_vocab = embd->dims[1];
+  if (c.n_vocab <= 0 || c.n_vocab > (int64_t{1} << 24)) return load_error("bad vocabulary size");
+  if (const SourceTensor* types = model->source_->tensor("token_types.weight"))
+    c.n_token_types = types->dims.size() >= 2 ? types->dims[1] : 1;
+  const TensorReader r(*model->source_);
+  FERRY_LOAD(model->token_embd, r.get("token_embd.weight", c.n_embd, c.n_vocab));
+  FERRY_LOAD(model->token_types, r.get("token_types.weight", c.n_embd, c.n_token_types, true));
+  FERRY_LOAD(model->position_embd,
+             r.get("position_embd.weight", c.n_embd, c.n_ctx_train, /*optional=*/c.rope));
+  FERRY_LOAD(model->embd_norm, r.get("token_embd_norm.weight", c.n_embd, 0));
+  FERRY_LOAD(model->embd_norm_b, r.get("token_embd_norm.bias", c.n_embd, 0));
+  model->layers.resize(static_cast<size_t>(c.n_layer));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    if (Status s = load_encoder_layer(r, c, i, model->layers[static_cast<size_t>(i)]); !s)
+      return s.error();
+  }
+  return model;
+}
+#undef FERRY_LOAD
+
+Result<Pooling> encoder_pooling(const EncoderConfig& config) {
+  const std::string key = config.arch_name + ".pooling_type";
+  switch (config.pooling_type) {
+    case 1:
+      return Pooling::kMean;
+    case 2:
+      return Pooling::kCls;
+    case -1:
+      return load_error(key +
+                        " is absent: an encoder's embedding needs its pooling (1 mean, "
+                        "2 cls) in the file");
+    case 0:
+      return load_error(key +
+                        " is 0 (none: one vector per token), which /v1/embeddings "
+                        "cannot answer");
+    case 3:
+      return load_error(key + " is 3 (last), which a bidirectional encoder does not use");
+    case 4:
+      return load_error(key + " is 4 (rank: a reranker), not an embedding model");
+    default:
+      return load_error(key + " " + std::to_string(config.pooling_type) +
+                        " is not one ferry knows");
+  }
+}
+
+// ---- numerics --------------------------------------------------------------------------------
+
+float gelu_ggml(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoefA = 0.044715f;
+  const float h = kernels::fp16_to_fp32(kernels::fp32_to_fp16(x));
+  const float g = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoefA * h * h)));
+  return kernels::fp16_to_fp32(kernels::fp32_to_fp16(g));
+}
+
+void layer_norm_row(int64_t n, const float* x, const float* w, const float* b, float eps,
+                    float* out) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]);
+  const auto mean = static_cast<float>(sum / static_cast<double>(n));
+  double sum2 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] - mean;
+    out[i] = v;
+    sum2 += static_cast<double>(v) * static_cast<double>(v);
+  }
+  const auto variance = static_cast<float>(sum2 / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(variance + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] *= scale;
+    if (w != nullptr) out[i] *= w[i];
+    if (b != nullptr) out[i] += b[i];
+  }
+}
+
+// ---- the forward pass ------------------------------------------------------------------------
+
+Result<std::unique_ptr<Encoder>> Encoder::create(std::unique_ptr<EncoderModel> model,
+                                                 int n_threads) {
+  if (!model) return load_error("no model");
+  auto pooling = encoder_pooling(model->config());
+  if (!pooling) return std::move(pooling).error();
+  return std::unique_ptr<Encoder>(new Encoder(std::move(model), *pooling, n_threads));
+}
+
+Encoder::Encoder(std::unique_ptr<EncoderModel> model, Pooling pooling, int n_threads)
+    : model_(std::move(model)), pooling_(pooling), pool_(n_threads) {}
+
+Status Encoder::check(std::span<const std::vector<int32_t>> inputs) const {
+  const EncoderConfig& c = config();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string which = inputs.size() == 1 ? "the input" : "input " + std::to_string(i);
+    if (inputs[i].empty())
+      return Error::make(ErrorCode::kInvalidRequest, which + " has no tokens", "input");
+    if (static_cast<int64_t>(inputs[i].size()) > c.n_ctx_train) {
+      return Error::make(ErrorCode::kContextOverflow,
+                         "this model's context is " + std::to_string(c.n_ctx_train) + " tokens; " +
+                             which + " is " + std::to_string(inputs[i].size()) + " tokens",
+                         "input", "context_length_exceeded");
+    }
+    for (const int32_t t : inputs[i]) {
+      if (t < 0 || t >= c.n_vocab) {
+        return Error::make(ErrorCode::kInvalidRequest,
+                           which + " has token " + std::to_string(t) + " outside the vocabulary (" +
+                               std::to_string(c.n_vocab) + ")",
+                           "input");
+      }
+    }
+  }
+  return {};
+}
+
+void Encoder::linear(const WeightView& w, const WeightView& b, const float* x, float* y) {
+  kernels::matmul(w, x, n_rows_, y, pool_, kernels::BatchForms::kInvariant);
+  const float* bias = floats(b);
+  if (bias == nullptr) return;
+  for (int64_t t = 0; t < n_rows_; ++t) {
+    float* row = y + t * w.rows;
+    for (int64_t r = 0; r < w.rows; ++r) row[r] += bias[r];
+  }
+}
+
+void Encoder::embed_tokens(std::span<const std::vector<int32_t>> inputs) {
+  const EncoderModel& m = *model_;
+  const int64_t e = config().n_embd;
+  std::vector<float> type0(static_cast<size_t>(e), 0.0f), row(static_cast<size_t>(e));
+  if (m.token_types.data != nullptr) kernels::dequantize_row(m.token_types, 0, type0.data());
+  int64_t t = 0;
+  for (const auto& in : inputs) {
+    for (size_t pos = 0; pos < in.size(); ++pos, ++t) {
+      float* x = x_.data() + t * e;
+      kernels::dequantize_row(m.token_embd, in[pos], x);
+      // As llama.cpp adds them: (token + type 0) first, then position + that.
+      for (int64_t d = 0; d < e; ++d) x[d] += type0[static_cast<size_t>(d)];
+      if (m.position_embd.data != nullptr) {  // bert; nomic-bert rotates q and k instead
+        kernels::dequantize_row(m.position_embd, static_cast<int64_t>(pos), row.data());
+        for (int64_t d = 0; d < e; ++d) x[d] = row[static_cast<size_t>(d)] + x[d];
+      }
+      layer_norm_row(e, x, floats(m.embd_norm), floats(m.embd_norm_b), config().norm_eps, x);
+    }
+  }
+}
+
+void Encoder::attention() {
+  const EncoderConfig& c = config();
+  const int64_t e = c.n_embd, hd = c.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t n_inputs = static_cast<int64_t>(starts_.size()) - 1;
+  // One task per (input, head): its queries against its own keys only.
+  pool_.parallel_for(n_inputs * c.n_head, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t in = task / c.n_head, h = task % c.n_head;
+      const int64_t s0 = starts_[static_cast<size_t>(in)];
+      const int64_t n = starts_[static_cast<size_t>(in) + 1] - s0;
+      scores.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        const float* q = q_.data() + (s0 + i) * e + h * hd;
+        float max = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          const float* k = k_.data() + (s0 + j) * e + h * hd;
+          float dot = 0.0f;
+          for (int64_t d = 0; d < hd; ++d) dot += q[d] * k[d];
+          scores[static_cast<size_t>(j)] = dot * scale;
+          max = std::max(max, dot * scale);
+        }
+        double sum = 0;
+        for (float& s : scores) {
+          s = std::exp(s - max);
+          sum += s;
+        }
+        const auto inv = static_cast<float>(1.0 / sum);
+        float* out = attn_.data() + (s0 + i) * e + h * hd;
+        std::fill(out, out + hd, 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+          const float p = scores[static_cast<size_t>(j)] * inv;
+          const float* v = v_.data() + (s0 + j) * e + h * hd;
+          for (int64_t d = 0; d < hd; ++d) out[d] += p * v[d];
+        }
+      }
+    }
+  });
+}
+
+void Encoder::layer(const EncoderLayer& l) {
+  project_qkv(l);
+  if (config().rope) rotate_qk();
+  attention();
+  linear(l.wo, l.bo, attn_.data(), tmp_.data());
+  // x = LayerNorm(attention + x), then x = LayerNorm(FFN(x) + x).
+  add_and_norm(l.attn_norm, l.attn_norm_b);
+  linear(l.w_up, l.b_up, x_.data(), ffn_.data());
+  if (l.w_gate.data != nullptr) {
+    linear(l.w_gate, WeightView{}, x_.data(), gate_.data());
+    const int64_t f = config().n_ff;
+    for (int64_t t = 0; t < n_rows_; ++t)
+      kernels::swiglu_row(f, gate_.data() + t * f, ffn_.data() + t * f, ffn_.data() + t * f);
+  } else {
+    for (float& f : ffn_) f = gelu_ggml(f);
+  }
+  linear(l.w_down, l.b_down, ffn_.data(), tmp_.data());
+  add_and_norm(l.out_norm, l.out_norm_b);
+}
+
+void Encoder::project_qkv(const EncoderLayer& l) {
+  if (l.wqkv.data == nullptr) {
+    linear(l.wq, l.bq, x_.data(), q_.data());
+    linear(l.wk, l.bk, x_.data(), k_.data());
+    linear(l.wv, l.bv, x_.data(), v_.data());
+    return;
+  }
+  const int64_t e = config().n_embd;
+  linear(l.wqkv, WeightView{}, x_.data(), qkv_.data());
+  for (int64_t t = 0; t < n_rows_; ++t) {
+    const float* row = qkv_.data() + t * 3 * e;
+    std::copy(row, row + e, q_.data() + t * e);
+    std::copy(row + e, row + 2 * e, k_.data() + t * e);
+    std::copy(row + 2 * e, row + 3 * e, v_.data() + t * e);
+  }
+}
+
+void Encoder::rotate_qk() {
+  const EncoderConfig& c = config();
+  const float theta_scale = kernels::rope_theta_scale(c.rope_theta, c.rope_dim);
+  std::vector<float> cache(static_cast<size_t>(c.rope_dim));
+  for (size_t in = 0; in + 1 < starts_.size(); ++in) {
+    for (int64_t t = starts_[in]; t < starts_[in + 1]; ++t) {
+      kernels::rope_cache(t - starts_[in], c.rope_dim, theta_scale, 1.0f, nullptr, cache.data());
+      kernels::rope_apply(cache.data(), c.rope_dim, /*neox=*/true, c.n_head, c.head_dim,
+                          q_.data() + t * c.n_embd);
+      kernels::rope_apply(cache.data(), c.rope_dim, /*neox=*/true, c.n_head, c.head_dim,
+                          k_.data() + t * c.n_embd);
+    }
+  }
+}
+
+void Encoder::add_and_norm(const WeightView& w, const WeightView& b) {
+  const int64_t e = config().n_embd;
+  for (int64_t t = 0; t < n_rows_; ++t) {
+    float* x = x_.data() + t * e;
+    const float* sub = tmp_.data() + t * e;
+    for (int64_t d = 0; d < e; ++d) x[d] = sub[d] + x[d];
+    layer_norm_row(e, x, floats(w), floats(b), config().norm_eps, x);
+  }
+}
+
+Result<std::vector<std::vector<float>>> Encoder::embed(
+    std::span<const std::vector<int32_t>> inputs) {
+  if (Status s = check(inputs); !s) return s.error();
+  const EncoderConfig& c = config();
+  starts_.assign(1, 0);
+  for (const auto& in : inputs) starts_.push_back(starts_.back() + static_cast<int64_t>(in.size()));
+  n_rows_ = starts_.back();
+  const auto rows = static_cast<size_t>(n_rows_), e = static_cast<size_t>(c.n_embd);
+  for (auto* buf : {&x_, &q_, &k_, &v_, &attn_, &tmp_}) buf->resize(rows * e);
+  ffn_.resize(rows * static_cast<size_t>(c.n_ff));
+  if (c.rope) gate_.resize(rows * static_cast<size_t>(c.n_ff));
+  if (model_->layers.front().wqkv.data != nullptr) qkv_.resize(rows * 3 * e);
+  embed_tokens(inputs);
+  for (const EncoderLayer& l : model_->layers) layer(l);
+  std::vector<std::vector<float>> out(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    PoolAccumulator acc(pooling_, c.n_embd);
+    const int64_t n = static_cast<int64_t>(inputs[i].size());
+    for (int64_t pos = 0; pos < n; ++pos) {
+      if (!acc.wants(pos, n)) continue;
+      acc.add(std::span<const float>(x_.data() + (starts_[i] + pos) * c.n_embd, e));
+    }
+    out[i] = acc.result();
+    l2_normalize(out[i]);
+  }
+  return out;
+}
+
+}  // namespace ferry::engine
