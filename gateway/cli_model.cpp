@@ -150,7 +150,9 @@ void add_synth_command(CLI::App* model, int& exit_code) {
   auto synth_out = std::make_shared<std::string>();
   CLI::App* synth =
       model->add_subcommand("synth", "Write a model with random weights and a real vocabulary");
-  synth->add_option("--arch", so->arch, "llama | qwen2 | qwen3 | bert | nomic-bert")
+  synth
+      ->add_option("--arch", so->arch,
+                   "llama | qwen2 | qwen3 | smollm3 | gemma2 | gemma3 | phi3 | bert | nomic-bert")
       ->capture_default_str();
   synth->add_option("--preset", *preset,
                     "Named shape: tiny | smollm2-360m | bge-small | all-minilm-l6 (bert) (other "
@@ -169,6 +171,11 @@ void add_synth_command(CLI::App* model, int& exit_code) {
   synth->add_flag("--tied", so->tied_output, "Tie the output projection to the token embedding");
   synth->add_option("--rope-theta", so->rope_theta, "RoPE base (default per architecture)");
   synth->add_option("--rms-eps", so->rms_eps, "RMSNorm epsilon (default per architecture)");
+  synth->add_option("--sliding-window", so->sliding_window,
+                    "gemma2/gemma3 attention window (0: 4096 / 512)");
+  synth->add_option("--rope-dim", so->rope_dim, "Rotated dimensions per head (0: head size)");
+  synth->add_option("--longrope-orig-ctx", so->longrope_orig_ctx,
+                    "phi3: LongRoPE factors extending this original context to --ctx");
   synth->add_option("--type", so->type, "F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M")
       ->capture_default_str();
   synth->add_option("--vocab-from", so->vocab_from, "Copy the tokenizer from this GGUF file");

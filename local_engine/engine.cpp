@@ -28,6 +28,16 @@ void rms_norm(const float* x, const WeightView& weight, float eps, int64_t n, in
   for (int64_t t = 0; t < n; ++t) kernels::rms_norm_row(dim, x + t * dim, w, eps, out + t * dim);
 }
 
+// An intermediate tensor for op-by-op comparisons with llama.cpp (off unless FERRY_TRACE_DIR).
+void trace(const char* name, int64_t layer, const float* p, int64_t rows, int64_t cols) {
+  if (kernels::trace_enabled()) kernels::trace_tensor(name, layer, p, rows, cols);
+}
+
+// The scores' scale: 1 / sqrt(head_dim), or 1 where the queries were scaled already (gemma).
+float attention_scale(const ModelConfig& c) {
+  return c.q_scale > 0.0f ? 1.0f : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+}
+
 void add_bias(float* y, const WeightView& bias, int64_t n, int64_t dim) {
   if (bias.data == nullptr) return;
   const auto* b = static_cast<const float*>(bias.data);
@@ -43,17 +53,26 @@ void head_norm(float* y, const WeightView& weight, float eps, int64_t n, int64_t
   rms_norm(y, weight, eps, n * n_heads, head_dim, y);
 }
 
-// RoPE (cos, sin) tables of the batch's positions, rope_dim floats each; the same in every layer.
-std::vector<float> rope_tables(std::span<const BatchEntry> batch, const Model& model) {
-  const ModelConfig& c = model.config();
-  const float theta_scale = kernels::rope_theta_scale(c.rope_theta, c.rope_dim);
-  const float* factors = model.rope_freq_factors.empty() ? nullptr : model.rope_freq_factors.data();
+// RoPE (cos, sin) tables of the batch's positions, rope_dim floats each, for one frequency base
+// and scale (global layers use the model's, sliding ones their own) and the engine's factors.
+std::vector<float> rope_tables(std::span<const BatchEntry> batch, const ModelConfig& c, float theta,
+                               float freq_scale, const float* factors) {
+  const float theta_scale = kernels::rope_theta_scale(theta, c.rope_dim);
   std::vector<float> tables(batch.size() * static_cast<size_t>(c.rope_dim));
   for (size_t t = 0; t < batch.size(); ++t) {
-    kernels::rope_cache(batch[t].pos, c.rope_dim, theta_scale, c.rope_freq_scale, factors,
-                        tables.data() + t * static_cast<size_t>(c.rope_dim));
+    kernels::rope_cache(batch[t].pos, c.rope_dim, theta_scale, freq_scale, factors,
+                        tables.data() + t * static_cast<size_t>(c.rope_dim), c.rope_attn_factor);
   }
   return tables;
+}
+
+// The RoPE frequency factors of an engine of context n_ctx: Llama 3's when the file has them,
+// else LongRoPE's long ones above the original context and short ones up to it (llama.cpp's
+// get_rope_factors), else none.
+const float* rope_factors(const Model& m, int64_t n_ctx) {
+  if (!m.rope_freq_factors.empty()) return m.rope_freq_factors.data();
+  if (m.rope_factors_long.empty()) return nullptr;
+  return n_ctx > m.config().n_ctx_orig ? m.rope_factors_long.data() : m.rope_factors_short.data();
 }
 
 }  // namespace
@@ -87,7 +106,8 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
     }
   };
   for (const LayerWeights& l : model_->layers) {
-    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const WeightView* w :
+         {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       pack(*w);
     }
   }
@@ -98,7 +118,8 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
   for (const auto& [data, packed] : packed_) {
     (void)packed;
     for (const LayerWeights& l : model_->layers) {
-      for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      for (const WeightView* w :
+           {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
         if (w->data == data) release_pages(w->data, static_cast<size_t>(w->rows) * w->row_bytes);
       }
     }
@@ -139,15 +160,18 @@ Status Engine::check_batch(std::span<const BatchEntry> batch) const {
   return {};
 }
 
-// Long for a reason: the whole forward pass reads top to bottom like the math (embed; per
-// layer norm, QKV, RoPE, KV write, attention, output, FFN; final norm), as in
-// llama2.c's forward(); each step is one call into kernels/.
+// The forward pass reads top to bottom like the math, as llama2.c's forward() does: run_layers
+// (embed; per layer attention_block: norm, QKV, RoPE, KV write, attention, output; ffn_block;
+// final norm), then the output projection; each step is one call into kernels/.
 Status Engine::forward(std::span<const BatchEntry> batch, std::vector<float>& logits) {
   int64_t n_out = 0;
   if (auto s = run_layers(batch, n_out); !s) return s;
   logits.resize(static_cast<size_t>(n_out * config().n_vocab));
   if (n_out == 0) return {};
   project(model_->output, tmp_.data(), n_out, logits.data());
+  if (config().final_softcap > 0.0f) {  // gemma2: cap * tanh(logit / cap)
+    kernels::softcap_row(n_out * config().n_vocab, config().final_softcap, logits.data());
+  }
   if (kernels::trace_enabled()) {
     kernels::trace_tensor("result_output", -1, logits.data(), n_out, config().n_vocab);
   }
@@ -179,51 +203,26 @@ Status Engine::run_layers(std::span<const BatchEntry> batch, int64_t& n_out) {
   fit(k_, n * kv_dim);
   fit(v_, n * kv_dim);
   fit(gate_, n * c.n_ff);
-  fit(up_, n * c.n_ff);
+  fit(up_, n * c.n_ff * (m.layers[0].w_gate.data == nullptr ? 2 : 1));  // phi3: gate and up
 
-  // Intermediate tensors for op-by-op comparisons with llama.cpp (off unless FERRY_TRACE_DIR).
-  const bool tracing = kernels::trace_enabled();
-  auto trace = [tracing](const char* name, int64_t layer, const float* p, int64_t rows,
-                         int64_t cols) {
-    if (tracing) kernels::trace_tensor(name, layer, p, rows, cols);
-  };
-  if (tracing) kernels::trace_next_step();
+  if (kernels::trace_enabled()) kernels::trace_next_step();
   for (int64_t t = 0; t < n; ++t)
     kernels::dequantize_row(m.token_embd, batch[t].token, x_.data() + t * d);
   trace("embd", -1, x_.data(), n, d);
+  if (c.embd_scaled) {  // gemma: ggml_scale by sqrtf(n_embd)
+    const float scale = std::sqrt(static_cast<float>(d));
+    for (int64_t i = 0; i < n * d; ++i) x_[i] *= scale;
+    trace("inp_scaled", -1, x_.data(), n, d);
+  }
   for (const BatchEntry& e : batch) kv_.seq_extend(e.seq, e.pos + 1);
-  const std::vector<float> rope_tab = rope_tables(batch, m);
-  const bool neox = c.rope_layout == RopeLayout::kNeox;
+  const float* factors = rope_factors(m, kv_.n_ctx());
+  rope_tab_ = rope_tables(batch, c, c.rope_theta, c.rope_freq_scale, factors);
+  if (c.n_swa > 0) {
+    rope_tab_swa_ = rope_tables(batch, c, c.rope_theta_swa, c.rope_freq_scale_swa, factors);
+  }
 
   for (int64_t layer = 0; layer < c.n_layer; ++layer) {
-    const LayerWeights& w = m.layers[static_cast<size_t>(layer)];
-    rms_norm(x_.data(), w.attn_norm, c.rms_eps, n, d, h_.data());
-    trace("attn_norm", layer, h_.data(), n, d);
-    matmuls({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, h_.data(), n);
-    add_bias(q_.data(), w.bq, n, q_dim);
-    add_bias(k_.data(), w.bk, n, kv_dim);
-    add_bias(v_.data(), w.bv, n, kv_dim);
-    head_norm(q_.data(), w.q_norm, c.rms_eps, n, c.n_head, c.head_dim);
-    head_norm(k_.data(), w.k_norm, c.rms_eps, n, c.n_head_kv, c.head_dim);
-    trace("Qcur", layer, q_.data(), n, q_dim);
-    trace("Kcur", layer, k_.data(), n, kv_dim);
-    trace("Vcur", layer, v_.data(), n, kv_dim);
-    for (int64_t t = 0; t < n; ++t) {
-      const float* cs = rope_tab.data() + t * c.rope_dim;
-      kernels::rope_apply(cs, c.rope_dim, neox, c.n_head, c.head_dim, q_.data() + t * q_dim);
-      kernels::rope_apply(cs, c.rope_dim, neox, c.n_head_kv, c.head_dim, k_.data() + t * kv_dim);
-      kernels::fp32_to_fp16_row(k_.data() + t * kv_dim, kv_.k(batch[t].seq, layer, batch[t].pos),
-                                kv_dim);
-      kernels::fp32_to_fp16_row(v_.data() + t * kv_dim, kv_.v(batch[t].seq, layer, batch[t].pos),
-                                kv_dim);
-    }
-    trace("Qrope", layer, q_.data(), n, q_dim);
-    trace("Krope", layer, k_.data(), n, kv_dim);
-    attention(batch, layer);
-    trace("attn", layer, att_.data(), n, q_dim);
-    project(w.wo, att_.data(), n, tmp_.data());
-    trace("attn_out", layer, tmp_.data(), n, d);
-    for (int64_t i = 0; i < n * d; ++i) x_[i] += tmp_[i];
+    attention_block(batch, layer);
     // The last layer's feed-forward only matters for the entries that want logits: like
     // llama.cpp, keep just those rows (in batch order) from here on. Besides saving work, this
     // gives its matrix products the same batch shape as llama.cpp's (which picks kernels by it).
@@ -237,21 +236,7 @@ Status Engine::run_layers(std::span<const BatchEntry> batch, int64_t& n_out) {
       }
     }
     trace("ffn_inp", layer, x_.data(), rows, d);
-
-    rms_norm(x_.data(), w.ffn_norm, c.rms_eps, rows, d, h_.data());
-    trace("ffn_norm", layer, h_.data(), rows, d);
-    matmuls({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, h_.data(), rows);
-    trace("ffn_gate", layer, gate_.data(), rows, c.n_ff);
-    trace("ffn_up", layer, up_.data(), rows, c.n_ff);
-    for (int64_t t = 0; t < rows; ++t) {
-      kernels::swiglu_row(c.n_ff, gate_.data() + t * c.n_ff, up_.data() + t * c.n_ff,
-                          gate_.data() + t * c.n_ff);
-    }
-    trace("ffn_swiglu", layer, gate_.data(), rows, c.n_ff);
-    project(w.w_down, gate_.data(), rows, tmp_.data());
-    trace("ffn_out", layer, tmp_.data(), rows, d);
-    for (int64_t i = 0; i < rows * d; ++i) x_[i] += tmp_[i];
-    trace("l_out", layer, x_.data(), rows, d);
+    ffn_block(layer, rows);
   }
 
   // Final norm; x_ holds just the rows that want logits now, tmp_ their normed states.
@@ -261,6 +246,105 @@ Status Engine::run_layers(std::span<const BatchEntry> batch, int64_t& n_out) {
   rms_norm(x_.data(), m.output_norm, c.rms_eps, n_out, d, tmp_.data());
   trace("result_norm", -1, tmp_.data(), n_out, d);
   return {};
+}
+
+void Engine::attention_block(std::span<const BatchEntry> batch, int64_t layer) {
+  const ModelConfig& c = config();
+  const LayerWeights& w = model_->layers[static_cast<size_t>(layer)];
+  const int64_t n = static_cast<int64_t>(batch.size());
+  const int64_t d = c.n_embd, q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  rms_norm(x_.data(), w.attn_norm, c.rms_eps, n, d, h_.data());
+  trace("attn_norm", layer, h_.data(), n, d);
+  if (w.wqkv.data != nullptr) {  // phi3: one product, then its Q, K and V columns apart
+    const int64_t qkv_dim = q_dim + 2 * kv_dim;
+    if (static_cast<int64_t>(qkv_.size()) < n * qkv_dim) {
+      qkv_.resize(static_cast<size_t>(n * qkv_dim));
+    }
+    project(w.wqkv, h_.data(), n, qkv_.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = qkv_.data() + t * qkv_dim;
+      std::copy_n(row, q_dim, q_.data() + t * q_dim);
+      std::copy_n(row + q_dim, kv_dim, k_.data() + t * kv_dim);
+      std::copy_n(row + q_dim + kv_dim, kv_dim, v_.data() + t * kv_dim);
+    }
+  } else {
+    matmuls({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, h_.data(), n);
+  }
+  add_bias(q_.data(), w.bq, n, q_dim);
+  add_bias(k_.data(), w.bk, n, kv_dim);
+  add_bias(v_.data(), w.bv, n, kv_dim);
+  head_norm(q_.data(), w.q_norm, c.rms_eps, n, c.n_head, c.head_dim);
+  head_norm(k_.data(), w.k_norm, c.rms_eps, n, c.n_head_kv, c.head_dim);
+  trace("Qcur", layer, q_.data(), n, q_dim);
+  trace("Kcur", layer, k_.data(), n, kv_dim);
+  trace("Vcur", layer, v_.data(), n, kv_dim);
+  const bool neox = c.rope_layout == RopeLayout::kNeox;
+  const std::vector<float>& tab = c.is_swa(layer) ? rope_tab_swa_ : rope_tab_;
+  for (int64_t t = 0; t < n; ++t) {
+    if (c.uses_rope(layer)) {  // smollm3's NoPE layers skip it
+      const float* cs = tab.data() + t * c.rope_dim;
+      kernels::rope_apply(cs, c.rope_dim, neox, c.n_head, c.head_dim, q_.data() + t * q_dim);
+      kernels::rope_apply(cs, c.rope_dim, neox, c.n_head_kv, c.head_dim, k_.data() + t * kv_dim);
+    }
+    kernels::fp32_to_fp16_row(k_.data() + t * kv_dim, kv_.k(batch[t].seq, layer, batch[t].pos),
+                              kv_dim);
+    kernels::fp32_to_fp16_row(v_.data() + t * kv_dim, kv_.v(batch[t].seq, layer, batch[t].pos),
+                              kv_dim);
+  }
+  trace("Qrope", layer, q_.data(), n, q_dim);
+  trace("Krope", layer, k_.data(), n, kv_dim);
+  if (c.q_scale > 0.0f) {  // gemma: ggml_scale of the queries; attention then unscaled
+    for (int64_t i = 0; i < n * q_dim; ++i) q_[i] *= c.q_scale;
+  }
+  attention(batch, layer);
+  trace("attn", layer, att_.data(), n, q_dim);
+  project(w.wo, att_.data(), n, tmp_.data());
+  trace("attn_out", layer, tmp_.data(), n, d);
+  add_branch(w.attn_post_norm, "attn_post_norm", layer, n);
+}
+
+void Engine::add_branch(const WeightView& post_norm, const char* post_name, int64_t layer,
+                        int64_t rows) {
+  const int64_t d = config().n_embd;
+  if (post_norm.data != nullptr) {
+    rms_norm(tmp_.data(), post_norm, config().rms_eps, rows, d, tmp_.data());
+    trace(post_name, layer, tmp_.data(), rows, d);
+  }
+  for (int64_t i = 0; i < rows * d; ++i) x_[i] += tmp_[i];
+}
+
+void Engine::ffn_block(int64_t layer, int64_t rows) {
+  const ModelConfig& c = config();
+  const LayerWeights& w = model_->layers[static_cast<size_t>(layer)];
+  const int64_t d = c.n_embd, ff = c.n_ff;
+  rms_norm(x_.data(), w.ffn_norm, c.rms_eps, rows, d, h_.data());
+  trace("ffn_norm", layer, h_.data(), rows, d);
+  // The gate and up halves of row t: apart, or phi3's fused [gate, up] rows of 2 n_ff (up_ is
+  // sized for them in run_layers).
+  const bool fused = w.w_gate.data == nullptr;
+  if (fused) {
+    project(w.w_up, h_.data(), rows, up_.data());
+  } else {
+    matmuls({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, h_.data(), rows);
+    trace("ffn_gate", layer, gate_.data(), rows, ff);
+  }
+  trace("ffn_up", layer, up_.data(), rows, fused ? 2 * ff : ff);
+  const float* gates = fused ? up_.data() : gate_.data();
+  const int64_t stride = fused ? 2 * ff : ff;
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* g = gates + t * stride;
+    const float* u = fused ? g + ff : up_.data() + t * ff;
+    if (c.ffn_act == FfnAct::kGeluTanh) {
+      kernels::geglu_row(ff, g, u, gate_.data() + t * ff);
+    } else {
+      kernels::swiglu_row(ff, g, u, gate_.data() + t * ff);
+    }
+  }
+  trace(c.ffn_act == FfnAct::kGeluTanh ? "ffn_geglu" : "ffn_swiglu", layer, gate_.data(), rows, ff);
+  project(w.w_down, gate_.data(), rows, tmp_.data());
+  trace("ffn_out", layer, tmp_.data(), rows, d);
+  add_branch(w.ffn_post_norm, "ffn_post_norm", layer, rows);
+  trace("l_out", layer, x_.data(), rows, d);
 }
 
 void Engine::project(const WeightView& w, const float* x, int64_t n, float* y) {
@@ -324,7 +408,7 @@ void Engine::attend_f16(std::span<const BatchEntry> batch, const std::vector<int
   const ModelConfig& c = config();
   const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
   const int64_t group = c.n_head / c.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = attention_scale(c);
   int64_t work = 0;  // scores and weighted sums
   for (const int64_t t : entries) work += 2 * (batch[static_cast<size_t>(t)].pos + 1) * q_dim;
   if (forms_ == kernels::BatchForms::kInvariant && kernels::attend_invariant_supported(hd)) {
@@ -336,10 +420,11 @@ void Engine::attend_f16(std::span<const BatchEntry> batch, const std::vector<int
         const int64_t kv_head = task % c.n_head_kv;
         const BatchEntry& e = batch[static_cast<size_t>(t)];
         const int64_t q_off = t * q_dim + kv_head * group * hd;
-        kernels::attend_group_invariant(hd, group, q_.data() + q_off, hd,
-                                        kv_.k(e.seq, layer, 0) + kv_head * hd, kv_dim,
-                                        kv_.v(e.seq, layer, 0) + kv_head * hd, kv_dim, e.pos + 1,
-                                        scale, att_.data() + q_off, hd);
+        const int64_t first = c.first_key(layer, e.pos);
+        kernels::attend_group_invariant(
+            hd, group, q_.data() + q_off, hd, kv_.k(e.seq, layer, first) + kv_head * hd, kv_dim,
+            kv_.v(e.seq, layer, first) + kv_head * hd, kv_dim, e.pos + 1 - first, scale,
+            att_.data() + q_off, hd, c.attn_softcap);
       }
     });
     return;
@@ -351,10 +436,12 @@ void Engine::attend_f16(std::span<const BatchEntry> batch, const std::vector<int
       const int64_t head = task % c.n_head;
       const int64_t kv_off = (head / group) * hd;
       const BatchEntry& e = batch[static_cast<size_t>(t)];
+      // llama.cpp skips masked keys: a window's attention starts at its first position.
+      const int64_t first = c.first_key(layer, e.pos);
       kernels::attend_head_f16(hd, q_.data() + t * q_dim + head * hd,
-                               kv_.k(e.seq, layer, 0) + kv_off, kv_dim,
-                               kv_.v(e.seq, layer, 0) + kv_off, kv_dim, e.pos + 1, scale,
-                               att_.data() + t * q_dim + head * hd);
+                               kv_.k(e.seq, layer, first) + kv_off, kv_dim,
+                               kv_.v(e.seq, layer, first) + kv_off, kv_dim, e.pos + 1 - first,
+                               scale, att_.data() + t * q_dim + head * hd, c.attn_softcap);
     }
   });
 }
@@ -364,7 +451,7 @@ void Engine::attention(std::span<const BatchEntry> batch, int64_t layer) {
   const int64_t n = static_cast<int64_t>(batch.size());
   const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
   const int64_t group = c.n_head / c.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = attention_scale(c);
 
   // llama.cpp's two flash-attention forms (kernels/ops.h): for batches of 64 queries or more
   // the tiled one, one sequence at a time, for which the sequence's cached keys become F32
@@ -418,14 +505,14 @@ void Engine::attention(std::span<const BatchEntry> batch, int64_t layer) {
         for (int64_t j = first; j < last; ++j) {
           const int64_t t = entries[static_cast<size_t>(j)];
           for (int64_t head = kv_head * group; head < (kv_head + 1) * group; ++head) {
-            rows.push_back({q_.data() + t * q_dim + head * hd,
-                            batch[static_cast<size_t>(t)].pos + 1,
-                            att_.data() + t * q_dim + head * hd});
+            const int64_t pos = batch[static_cast<size_t>(t)].pos;
+            rows.push_back({q_.data() + t * q_dim + head * hd, pos + 1,
+                            att_.data() + t * q_dim + head * hd, c.first_key(layer, pos)});
           }
         }
         kernels::attend_rows_tiled(hd, static_cast<int64_t>(rows.size()), rows.data(),
                                    kt_.data() + kv_head * hd * len, len, vf_.data() + kv_head * hd,
-                                   kv_dim, scale);
+                                   kv_dim, scale, c.attn_softcap);
       }
     });
   }

@@ -70,6 +70,12 @@ class Engine {
   // Every layer and the final norm: tmp_ holds the normed rows of the n_out entries that want
   // logits (forward projects them, forward_hidden returns them).
   Status run_layers(std::span<const BatchEntry> batch, int64_t& n_out);
+  // One layer's attention half (x_ += its output) and feed-forward half over the first `rows`
+  // rows of x_.
+  void attention_block(std::span<const BatchEntry> batch, int64_t layer);
+  void ffn_block(int64_t layer, int64_t rows);
+  // x_ += tmp_ over `rows` rows, tmp_ first RMS-normed by post_norm when it has one (gemma).
+  void add_branch(const WeightView& post_norm, const char* post_name, int64_t layer, int64_t rows);
   void attention(std::span<const BatchEntry> batch, int64_t layer);
   // Attention for the given batch entries straight from the F16 cache (few queries; in a
   // batch-invariant engine on AVX-512, kernels/attend_invariant.h's F32 form).
@@ -93,7 +99,10 @@ class Engine {
   KvCache kv_;
   // Scratch, reused between calls: (n, n_embd), (n, q_dim), (n, kv_dim), (n, n_ff).
   std::vector<float> x_, h_, q_, k_, v_, att_, tmp_, gate_, up_;
+  std::vector<float> qkv_;      // phi3's fused projection (n, q_dim + 2 kv_dim)
   std::vector<float> kt_, vf_;  // one sequence's cached keys (transposed) and values, as F32
+  // The batch's RoPE tables (n, rope_dim): global layers', sliding layers'.
+  std::vector<float> rope_tab_, rope_tab_swa_;
   // Packed Q8_0 weights by their data pointer (a tied output shares token_embd's).
   std::unordered_map<const void*, std::unique_ptr<kernels::PackedQ8_0>> packed_;
 };

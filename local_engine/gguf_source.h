@@ -21,6 +21,7 @@ class GgufSource : public ModelSource {
   std::optional<double> get_float(std::string_view key) const override;
   std::optional<std::string> get_string(std::string_view key) const override;
   std::vector<std::string> get_string_array(std::string_view key) const override;
+  bool has_key(std::string_view key) const override { return file_->find(key) != nullptr; }
   const SourceTensor* tensor(std::string_view name) const override;
 
   const gguf::GgufFile& file() const { return *file_; }

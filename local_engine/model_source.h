@@ -29,6 +29,10 @@ class ModelSource {
   virtual std::optional<std::string> get_string(std::string_view key) const = 0;
   // The strings of a string-array key (empty when absent or not strings).
   virtual std::vector<std::string> get_string_array(std::string_view key) const = 0;
+  // Whether the key is there at all; GgufSource also sees arrays of any element type.
+  virtual bool has_key(std::string_view key) const {
+    return get_int(key) || get_float(key) || get_string(key) || !get_string_array(key).empty();
+  }
   virtual const SourceTensor* tensor(std::string_view name) const = 0;
 };
 

@@ -320,12 +320,47 @@ bool apply_synth_preset(std::string_view preset, SynthOptions& o) {
 
 namespace {
 
+bool is_gemma(const SynthOptions& o) {
+  return o.arch == "gemma2" || o.arch == "gemma3";
+}
+
+// Gemma's extra metadata, as convert_hf_to_gguf.py writes it: the window, the local layers'
+// RoPE base (gemma3's rope_local_base_freq), gemma2's soft-caps.
+void set_gemma_hparams(GgufWriter& w, const SynthOptions& o) {
+  const std::string a = o.arch;
+  const bool gemma2 = o.arch == "gemma2";
+  const int64_t window = o.sliding_window > 0 ? o.sliding_window : (gemma2 ? 4096 : 512);
+  w.set(a + ".attention.sliding_window", Value::u32(static_cast<uint32_t>(window)));
+  if (gemma2) {
+    w.set(a + ".attn_logit_softcapping", Value::f32(50.0f));
+    w.set(a + ".final_logit_softcapping", Value::f32(30.0f));
+  } else {
+    w.set(a + ".rope.freq_base_swa", Value::f32(10000.0f));
+  }
+}
+
+// Phi-3's extra metadata: the original context LongRoPE extends (the converter writes it always,
+// the model's own when there are no factors), its attention factor, and sliding_window 0 (the
+// converter writes the HF value; llama.cpp ignores it for phi3).
+void set_phi3_hparams(GgufWriter& w, const SynthOptions& o) {
+  const int64_t orig = o.longrope_orig_ctx > 0 ? o.longrope_orig_ctx : o.n_ctx;
+  w.set("phi3.rope.scaling.original_context_length", Value::u32(static_cast<uint32_t>(orig)));
+  w.set("phi3.attention.sliding_window", Value::u32(0));
+  if (o.longrope_orig_ctx > 0) {
+    const double scale = static_cast<double>(o.n_ctx) / static_cast<double>(orig);
+    const double factor =
+        scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig))) : 1.0;
+    w.set("phi3.rope.scaling.attn_factor", Value::f32(static_cast<float>(factor)));
+  }
+}
+
 // The architecture's hyperparameters as GGUF metadata.
 void set_hparams(GgufWriter& w, const SynthOptions& o, const QuantTarget& target,
                  int64_t head_dim) {
-  const bool qwen = o.arch != "llama";
-  const double theta = o.rope_theta > 0 ? o.rope_theta : (qwen ? 1e6 : 1e4);
-  const double eps = o.rms_eps > 0 ? o.rms_eps : (qwen ? 1e-6 : 1e-5);
+  const bool llama_like = o.arch == "llama" || o.arch == "smollm3";
+  const double theta =
+      o.rope_theta > 0 ? o.rope_theta : (o.arch == "gemma2" || llama_like ? 1e4 : 1e6);
+  const double eps = o.rms_eps > 0 ? o.rms_eps : (llama_like ? 1e-5 : 1e-6);
   const std::string a = o.arch;
   w.set("general.architecture", Value::string(a));
   w.set("general.name", Value::string(o.name));
@@ -339,11 +374,16 @@ void set_hparams(GgufWriter& w, const SynthOptions& o, const QuantTarget& target
   w.set(a + ".attention.head_count_kv", Value::u32(static_cast<uint32_t>(o.n_head_kv)));
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(eps)));
   w.set(a + ".rope.freq_base", Value::f32(static_cast<float>(theta)));
-  w.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(head_dim)));
-  if (o.arch == "qwen3" || head_dim * o.n_head != o.n_embd) {
+  if (!is_gemma(o)) {  // the gemma converters leave it to llama.cpp (head_dim)
+    const int64_t rope_dim = o.rope_dim > 0 ? o.rope_dim : head_dim;
+    w.set(a + ".rope.dimension_count", Value::u32(static_cast<uint32_t>(rope_dim)));
+  }
+  if (o.arch == "qwen3" || is_gemma(o) || head_dim * o.n_head != o.n_embd) {
     w.set(a + ".attention.key_length", Value::u32(static_cast<uint32_t>(head_dim)));
     w.set(a + ".attention.value_length", Value::u32(static_cast<uint32_t>(head_dim)));
   }
+  if (is_gemma(o)) set_gemma_hparams(w, o);
+  if (o.arch == "phi3") set_phi3_hparams(w, o);
 }
 
 // The id of o.favor_token in a vocabulary's tokens (-1: none asked for).
@@ -404,6 +444,76 @@ Result<int64_t> set_vocab(GgufWriter& w, const SynthOptions& o, int64_t& favor) 
   return n_vocab;
 }
 
+// Makes one tensor: name, {ne0 (row length), ne1 (rows; 0: 1-D)}, the mean and deviation of
+// its random values, and an edit of the values (row-major, rows of ne0) before encoding.
+using EditFn = std::function<void(std::vector<float>&)>;
+using AddFn =
+    std::function<void(const std::string&, int64_t, int64_t, double, double, const EditFn&)>;
+
+bool has_qk_norm(const SynthOptions& o) {
+  return o.arch == "qwen3" || o.arch == "gemma3";
+}
+
+uint64_t tensors_per_layer(const SynthOptions& o) {
+  return 9 + (o.arch == "qwen2" ? 3 : 0) + (has_qk_norm(o) ? 2 : 0) + (is_gemma(o) ? 2 : 0) -
+         (o.arch == "phi3" ? 3 : 0);
+}
+
+// Layer i's tensors as the architecture's converter names them: qwen2's biases, qwen3's and
+// gemma3's head norms, gemma's post norms, phi3's fused attn_qkv and [gate; up].
+void add_layer(const AddFn& add, const SynthOptions& o, int i, int64_t head_dim) {
+  const int64_t q_dim = o.n_head * head_dim, kv_dim = o.n_head_kv * head_dim;
+  const double in_scale = 1.0 / std::sqrt(static_cast<double>(o.n_embd));
+  const bool phi3 = o.arch == "phi3";
+  const std::string p = "blk." + std::to_string(i) + ".";
+  add(p + "attn_norm.weight", o.n_embd, 0, 1.0, 0.1, {});
+  if (phi3) {
+    add(p + "attn_qkv.weight", o.n_embd, q_dim + 2 * kv_dim, 0.0, in_scale, {});
+  } else {
+    add(p + "attn_q.weight", o.n_embd, q_dim, 0.0, in_scale, {});
+    add(p + "attn_k.weight", o.n_embd, kv_dim, 0.0, in_scale, {});
+    add(p + "attn_v.weight", o.n_embd, kv_dim, 0.0, in_scale, {});
+  }
+  if (o.arch == "qwen2") {
+    add(p + "attn_q.bias", q_dim, 0, 0.0, 0.1, {});
+    add(p + "attn_k.bias", kv_dim, 0, 0.0, 0.1, {});
+    add(p + "attn_v.bias", kv_dim, 0, 0.0, 0.1, {});
+  }
+  if (has_qk_norm(o)) {
+    add(p + "attn_q_norm.weight", head_dim, 0, 1.0, 0.1, {});
+    add(p + "attn_k_norm.weight", head_dim, 0, 1.0, 0.1, {});
+  }
+  add(p + "attn_output.weight", q_dim, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(q_dim)),
+      {});
+  if (is_gemma(o)) add(p + "post_attention_norm.weight", o.n_embd, 0, 1.0, 0.1, {});
+  add(p + "ffn_norm.weight", o.n_embd, 0, 1.0, 0.1, {});
+  if (phi3) {  // gate and up fused, the gate's rows first
+    add(p + "ffn_up.weight", o.n_embd, 2 * o.n_ff, 0.0, in_scale, {});
+  } else {
+    add(p + "ffn_gate.weight", o.n_embd, o.n_ff, 0.0, in_scale, {});
+    add(p + "ffn_up.weight", o.n_embd, o.n_ff, 0.0, in_scale, {});
+  }
+  add(p + "ffn_down.weight", o.n_ff, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(o.n_ff)),
+      {});
+  if (is_gemma(o)) add(p + "post_ffw_norm.weight", o.n_embd, 0, 1.0, 0.1, {});
+}
+
+// LongRoPE's per-frequency factors (phi3): >= 1 and growing, to 8 (long) and 1.5 (short).
+void add_longrope(const AddFn& add, const SynthOptions& o, int64_t head_dim) {
+  const int64_t n_freq = (o.rope_dim > 0 ? o.rope_dim : head_dim) / 2;
+  auto ramp = [n_freq](double top) {
+    return [n_freq, top](std::vector<float>& v) {
+      const auto steps = static_cast<double>(std::max<int64_t>(n_freq - 1, 1));
+      for (int64_t i = 0; i < n_freq; ++i) {
+        v[static_cast<size_t>(i)] =
+            static_cast<float>(1.0 + (top - 1.0) * static_cast<double>(i) / steps);
+      }
+    };
+  };
+  add("rope_factors_long.weight", n_freq, 0, 1.0, 0.1, ramp(8.0));
+  add("rope_factors_short.weight", n_freq, 0, 1.0, 0.1, ramp(1.5));
+}
+
 // Random weights for every tensor of the architecture, each in the type the target picks for it.
 Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& target,
                    int64_t head_dim, int64_t n_vocab, int64_t favor) {
@@ -416,14 +526,13 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
   };
   const int n_layers = static_cast<int>(o.n_layer);
   Status status;
-  const uint64_t per_layer = 9 + (o.arch == "qwen2" ? 3 : 0) + (o.arch == "qwen3" ? 2 : 0);
-  const uint64_t n_tensors =
-      2 + static_cast<uint64_t>(n_layers) * per_layer + (o.tied_output ? 0 : 1);
+  const uint64_t n_tensors = 2 + static_cast<uint64_t>(n_layers) * tensors_per_layer(o) +
+                             (o.tied_output ? 0 : 1) + (o.longrope_orig_ctx > 0 ? 2 : 0);
   uint64_t made = 0;
   // shape = {ne0 (row length), ne1 (rows)}; 1-D when rows == 0.
   // `edit` may change the values (row-major, rows of ne0) before they are encoded.
-  auto add = [&](const std::string& name, int64_t ne0, int64_t ne1, double mean, double stddev,
-                 const std::function<void(std::vector<float>&)>& edit = {}) {
+  const AddFn add = [&](const std::string& name, int64_t ne0, int64_t ne1, double mean,
+                        double stddev, const EditFn& edit) {
     if (!status) return;
     if (o.progress) o.progress(made, n_tensors);
     ++made;
@@ -436,7 +545,6 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
     if (ne1 > 0) shape.push_back(ne1);
     status = w.add_tensor(name, type, std::move(shape), encode(type, values, ne0));
   };
-  const int64_t q_dim = o.n_head * head_dim, kv_dim = o.n_head_kv * head_dim;
   const double in_scale = 1.0 / std::sqrt(static_cast<double>(o.n_embd));
   // The favored token: dimension 0 of every embedding carries a constant that survives the
   // layers' random updates and the final norm, and only that token's output row reads it (the
@@ -453,29 +561,9 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
   const bool favoring = favor >= 0;
   add("token_embd.weight", o.n_embd, n_vocab, 0.0, 1.0,
       favoring ? std::function<void(std::vector<float>&)>(favor_embd) : nullptr);
-  for (int i = 0; i < n_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    add(p + "attn_norm.weight", o.n_embd, 0, 1.0, 0.1);
-    add(p + "attn_q.weight", o.n_embd, q_dim, 0.0, in_scale);
-    add(p + "attn_k.weight", o.n_embd, kv_dim, 0.0, in_scale);
-    add(p + "attn_v.weight", o.n_embd, kv_dim, 0.0, in_scale);
-    if (o.arch == "qwen2") {
-      add(p + "attn_q.bias", q_dim, 0, 0.0, 0.1);
-      add(p + "attn_k.bias", kv_dim, 0, 0.0, 0.1);
-      add(p + "attn_v.bias", kv_dim, 0, 0.0, 0.1);
-    }
-    if (o.arch == "qwen3") {
-      add(p + "attn_q_norm.weight", head_dim, 0, 1.0, 0.1);
-      add(p + "attn_k_norm.weight", head_dim, 0, 1.0, 0.1);
-    }
-    add(p + "attn_output.weight", q_dim, o.n_embd, 0.0,
-        0.5 / std::sqrt(static_cast<double>(q_dim)));
-    add(p + "ffn_norm.weight", o.n_embd, 0, 1.0, 0.1);
-    add(p + "ffn_gate.weight", o.n_embd, o.n_ff, 0.0, in_scale);
-    add(p + "ffn_up.weight", o.n_embd, o.n_ff, 0.0, in_scale);
-    add(p + "ffn_down.weight", o.n_ff, o.n_embd, 0.0, 0.5 / std::sqrt(static_cast<double>(o.n_ff)));
-  }
-  add("output_norm.weight", o.n_embd, 0, 1.0, 0.1);
+  for (int i = 0; i < n_layers; ++i) add_layer(add, o, i, head_dim);
+  add("output_norm.weight", o.n_embd, 0, 1.0, 0.1, {});
+  if (o.longrope_orig_ctx > 0) add_longrope(add, o, head_dim);
   if (!o.tied_output) {
     add("output.weight", o.n_embd, n_vocab, 0.0, 2.0 * in_scale,
         favoring ? std::function<void(std::vector<float>&)>(favor_output) : nullptr);
@@ -489,16 +577,27 @@ Status add_weights(GgufWriter& w, const SynthOptions& o, const QuantTarget& targ
 
 Result<GgufWriter> build_synth_model(const SynthOptions& o) {
   if (o.arch == "bert" || o.arch == "nomic-bert") return build_synth_bert(o);
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "smollm3" &&
+      o.arch != "phi3" && !is_gemma(o)) {
     return invalid("unsupported architecture '" + o.arch +
-                   "' (llama, qwen2, qwen3, bert, nomic-bert)");
+                   "' (llama, qwen2, qwen3, smollm3, gemma2, gemma3, phi3, bert, nomic-bert)");
   }
+  if (o.rope_dim < 0 || o.rope_dim % 2 != 0 || (o.rope_dim > 0 && is_gemma(o))) {
+    return invalid("--rope-dim must be even (and is not written for gemma)");
+  }
+  if (o.longrope_orig_ctx != 0 && (o.arch != "phi3" || o.longrope_orig_ctx < 0)) {
+    return invalid("LongRoPE factors are for phi3, with a positive original context");
+  }
+  if (o.arch == "gemma2" && !o.tied_output) {
+    return invalid("gemma2 ties its output to the token embedding: pass --tied");
+  }
+  if (o.sliding_window < 0) return invalid("the sliding window must not be negative");
   const auto target = parse_quant_target(o.type);
   if (!target) return invalid("unknown or unsupported type '" + o.type + "'");
   const int64_t head_dim = o.head_dim > 0 ? o.head_dim : (o.n_head > 0 ? o.n_embd / o.n_head : 0);
   if (o.n_embd <= 0 || o.n_layer <= 0 || o.n_head <= 0 || o.n_head_kv <= 0 || o.n_ff <= 0 ||
       head_dim <= 0 || o.n_ctx <= 0 || o.n_head % o.n_head_kv != 0 || o.n_embd > (1 << 16) ||
-      o.n_ff > (1 << 18) || o.n_layer > 512 || head_dim % 2 != 0) {
+      o.n_ff > (1 << 18) || o.n_layer > 512 || head_dim % 2 != 0 || o.rope_dim > head_dim) {
     return invalid(
         "bad shape: sizes must be positive, n_head a multiple of n_head_kv, "
         "head_dim even");

@@ -1,5 +1,6 @@
 // Model-level tools over GGUF files: synthetic models of the supported architectures (random
-// weights of sane scale, real tensor names and metadata, a real vocabulary) and requantization
+// weights of sane scale, real tensor names and metadata as llama.cpp's converter writes them, a
+// real vocabulary) and requantization
 // with the Q4_K_M / Q5_K_M mixes. Used by `ferry model synth/quantize`, tests and benchmarks.
 // Stateless functions; safe to call from several threads on different files.
 #pragma once
@@ -48,7 +49,8 @@ model_format::TensorType choose_tensor_type(const QuantTarget& target, std::stri
 uint32_t file_type_of(const QuantTarget& target);
 
 struct SynthOptions {
-  std::string arch = "llama";  // llama | qwen2 | qwen3 | bert | nomic-bert (encoders)
+  // llama | qwen2 | qwen3 | smollm3 | gemma2 | gemma3 | phi3 | bert | nomic-bert (encoders)
+  std::string arch = "llama";
   int64_t n_embd = 256;
   int64_t n_layer = 2;
   int64_t n_head = 4;
@@ -60,9 +62,18 @@ struct SynthOptions {
   double rope_theta = 0;         // 0: 10000 for llama, 1000000 for qwen2/qwen3
   double rms_eps = 0;            // 0: 1e-5 for llama, 1e-6 for qwen2/qwen3; bert: LayerNorm 1e-12
   std::string pooling = "mean";  // bert: mean | cls (bert.pooling_type 1 | 2)
-  bool tied_output = false;      // no output.weight: the token embedding is reused
-  std::string type = "F16";      // a QuantTarget name
-  std::string vocab_from;        // copy tokenizer.* metadata from this GGUF file
+  bool tied_output = false;      // no output.weight: the token embedding is reused (gemma2: always)
+  // gemma2 / gemma3: attention.sliding_window (0: 4096 for gemma2, 512 for gemma3, their real
+  // models' windows); every sliding_window_pattern-th layer is global (gemma2 2, gemma3 6, not
+  // written: llama.cpp's defaults, as the converter leaves them).
+  int64_t sliding_window = 0;
+  // rope.dimension_count: rotated dimensions per head (0: head_dim; less is partial rotary).
+  int64_t rope_dim = 0;
+  // phi3: > 0 makes a LongRoPE model extended from this original context to n_ctx (short and
+  // long factors, rope.scaling.attn_factor), as the converter writes Phi-3 128k models.
+  int64_t longrope_orig_ctx = 0;
+  std::string type = "F16";  // a QuantTarget name
+  std::string vocab_from;    // copy tokenizer.* metadata from this GGUF file
   // A token (its text in the vocabulary) the model prefers at every position, far above the
   // others: every token embedding gets a constant in dimension 0 and only this token's output
   // row reads it. For an agent's tests on random weights: "<tool_call>" makes a model whose

@@ -16,18 +16,18 @@ bool attend_invariant_supported(int64_t head_dim) {
 void attend_group_invariant(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                             const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                             int64_t value_stride, int64_t n_keys, float scale, float* out,
-                            int64_t out_stride) {
+                            int64_t out_stride, float softcap) {
 #if defined(__x86_64__) || defined(__i386__)
   if (active_isa() == Isa::kAvx512) {
     detail::attend_group_invariant_avx512(head_dim, n_q, q, q_stride, keys, key_stride, values,
-                                          value_stride, n_keys, scale, out, out_stride);
+                                          value_stride, n_keys, scale, out, out_stride, softcap);
   } else {
     detail::attend_group_invariant_avx2(head_dim, n_q, q, q_stride, keys, key_stride, values,
-                                        value_stride, n_keys, scale, out, out_stride);
+                                        value_stride, n_keys, scale, out, out_stride, softcap);
   }
 #else
   detail::attend_group_invariant_ref(head_dim, n_q, q, q_stride, keys, key_stride, values,
-                                     value_stride, n_keys, scale, out, out_stride);
+                                     value_stride, n_keys, scale, out, out_stride, softcap);
 #endif
 }
 
@@ -59,8 +59,9 @@ float exp_lane(float x) {
 void attend_group_invariant_ref(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                 const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                 int64_t value_stride, int64_t n_keys, float scale, float* out,
-                                int64_t out_stride) {
+                                int64_t out_stride, float softcap) {
   const int64_t n_pad = (n_keys + 15) / 16 * 16;
+  if (softcap > 0.0f) scale /= softcap;
   std::vector<float> s(static_cast<size_t>(n_pad));
   for (int64_t h = 0; h < n_q; ++h) {
     const float* qh = q + h * q_stride;
@@ -75,6 +76,7 @@ void attend_group_invariant_ref(int64_t head_dim, int64_t n_q, const float* q, i
       }
       s[static_cast<size_t>(p)] = reduce_add16(lanes) * scale;
     }
+    if (softcap > 0.0f) softcap_scores(s.data(), 1, n_pad, n_keys, softcap);
     const float mx = *std::max_element(s.begin(), s.begin() + n_keys);
     float sum[16] = {};
     for (int64_t p = 0; p < n_keys; ++p) {
@@ -89,6 +91,15 @@ void attend_group_invariant_ref(int64_t head_dim, int64_t n_q, const float* q, i
         acc = std::fma(s[static_cast<size_t>(p)], fp16_to_fp32(values[p * value_stride + d]), acc);
       }
       out[h * out_stride + d] = acc * inv;
+    }
+  }
+}
+
+void softcap_scores(float* w, int64_t n_rows, int64_t stride, int64_t n_keys, float softcap) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t p = 0; p < n_keys; ++p) {
+      float& s = w[r * stride + p];
+      s = softcap * std::tanh(s);
     }
   }
 }

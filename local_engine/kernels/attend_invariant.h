@@ -18,27 +18,32 @@ bool attend_invariant_supported(int64_t head_dim);
 // For h < n_q: out[h * out_stride + d] = sum_p softmax_p(s_hp) * value_p[d], with
 // s_hp = (q[h * q_stride ..] . key_p) * scale, key_p at keys + p * key_stride and value_p at
 // values + p * value_stride (F16), p < n_keys. The order of every sum is fixed by head_dim and
-// n_keys alone. Requires attend_invariant_supported(head_dim).
+// n_keys alone. Requires attend_invariant_supported(head_dim). softcap > 0: s_hp = softcap *
+// tanhf((q . key_p) * (scale / softcap)). A sliding window is the caller's: keys and values
+// start at the window's first position.
 void attend_group_invariant(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                             const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                             int64_t value_stride, int64_t n_keys, float scale, float* out,
-                            int64_t out_stride);
+                            int64_t out_stride, float softcap = 0.0f);
 
 namespace detail {
 void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                    const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                    int64_t value_stride, int64_t n_keys, float scale, float* out,
-                                   int64_t out_stride);
+                                   int64_t out_stride, float softcap = 0.0f);
 void attend_group_invariant_avx2(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                  const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                  int64_t value_stride, int64_t n_keys, float scale, float* out,
-                                 int64_t out_stride);
+                                 int64_t out_stride, float softcap = 0.0f);
 // The same sums in the same order, lane by lane in scalar code (std::fma where the vector forms
 // fuse): what the vector forms are tested against.
 void attend_group_invariant_ref(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                 const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                 int64_t value_stride, int64_t n_keys, float scale, float* out,
-                                int64_t out_stride);
+                                int64_t out_stride, float softcap = 0.0f);
+// Soft-caps the scores in place: w[r * stride + p] = softcap * tanhf(w[...]) for r < n_rows,
+// p < n_keys (every form's step between scores and softmax).
+void softcap_scores(float* w, int64_t n_rows, int64_t stride, int64_t n_keys, float softcap);
 }  // namespace detail
 
 }  // namespace ferry::kernels

@@ -146,8 +146,9 @@ float softmax_weights(int64_t n_keys, float* s) {
 void attend_group_invariant_avx2(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                  const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                  int64_t value_stride, int64_t n_keys, float scale, float* out,
-                                 int64_t out_stride) {
+                                 int64_t out_stride, float softcap) {
   const int64_t n_chunks = head_dim / 16;
+  if (softcap > 0.0f) scale /= softcap;
   const int64_t n_pad = (n_keys + 15) / 16 * 16;
   thread_local std::vector<float> w, inv;
   w.resize(static_cast<size_t>(n_q * n_pad));
@@ -158,6 +159,7 @@ void attend_group_invariant_avx2(int64_t head_dim, int64_t n_q, const float* q, 
       w[static_cast<size_t>(h * n_pad + p)] = score(n_chunks, q + h * q_stride, k) * scale;
     }
   }
+  if (softcap > 0.0f) softcap_scores(w.data(), n_q, n_pad, n_keys, softcap);
   for (int64_t h = 0; h < n_q; ++h) {
     inv[static_cast<size_t>(h)] = softmax_weights(n_keys, w.data() + h * n_pad);
   }

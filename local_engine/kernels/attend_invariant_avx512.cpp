@@ -84,8 +84,9 @@ constexpr WeightedSumFn kWeightedSums[4][4] = {
 void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                    const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                    int64_t value_stride, int64_t n_keys, float scale, float* out,
-                                   int64_t out_stride) {
+                                   int64_t out_stride, float softcap) {
   const int64_t n_chunks = head_dim / 16;
+  if (softcap > 0.0f) scale /= softcap;
   const int64_t n_pad = (n_keys + 15) / 16 * 16;
   thread_local std::vector<float> w, inv;
   w.resize(static_cast<size_t>(n_q * n_pad));
@@ -102,6 +103,7 @@ void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q
       w[static_cast<size_t>(h * n_pad + p)] = _mm512_reduce_add_ps(acc) * scale;
     }
   }
+  if (softcap > 0.0f) softcap_scores(w.data(), n_q, n_pad, n_keys, softcap);
   // Softmax weights (unnormalised) and the reciprocal of their sum.
   for (int64_t h = 0; h < n_q; ++h) {
     float* s = w.data() + h * n_pad;

@@ -54,13 +54,15 @@ void rope_apply_avx2(const float* cache, int64_t n_dims, bool neox, int64_t n_he
 }
 void attend_rows_tiled_avx2(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
                             const float* keys_t, int64_t kt_stride, const float* values,
-                            int64_t value_stride, float scale) {
-  attend_rows_tiled_simd(head_dim, n_rows, rows, keys_t, kt_stride, values, value_stride, scale);
+                            int64_t value_stride, float scale, float softcap) {
+  attend_rows_tiled_simd(head_dim, n_rows, rows, keys_t, kt_stride, values, value_stride, scale,
+                         softcap);
 }
 void attend_head_f16_avx2(int64_t head_dim, const float* q, const uint16_t* keys,
                           int64_t key_stride, const uint16_t* values, int64_t value_stride,
-                          int64_t n_keys, float scale, float* out) {
-  attend_head_f16_simd(head_dim, q, keys, key_stride, values, value_stride, n_keys, scale, out);
+                          int64_t n_keys, float scale, float* out, float softcap) {
+  attend_head_f16_simd(head_dim, q, keys, key_stride, values, value_stride, n_keys, scale, out,
+                       softcap);
 }
 
 }  // namespace detail

@@ -35,8 +35,9 @@ void fill_avx512_table(TypeKernels* table) {
 
 void attend_rows_tiled_avx512(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
                               const float* keys_t, int64_t kt_stride, const float* values,
-                              int64_t value_stride, float scale) {
-  attend_rows_tiled_simd(head_dim, n_rows, rows, keys_t, kt_stride, values, value_stride, scale);
+                              int64_t value_stride, float scale, float softcap) {
+  attend_rows_tiled_simd(head_dim, n_rows, rows, keys_t, kt_stride, values, value_stride, scale,
+                         softcap);
 }
 
 }  // namespace detail

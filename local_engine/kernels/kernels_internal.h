@@ -36,12 +36,12 @@ void rope_apply_avx2(const float* cache, int64_t n_dims, bool neox, int64_t n_he
                      int64_t head_dim, float* heads);
 void attend_rows_tiled_avx512(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
                               const float* keys_t, int64_t kt_stride, const float* values,
-                              int64_t value_stride, float scale);
+                              int64_t value_stride, float scale, float softcap);
 void attend_rows_tiled_avx2(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
                             const float* keys_t, int64_t kt_stride, const float* values,
-                            int64_t value_stride, float scale);
+                            int64_t value_stride, float scale, float softcap);
 void attend_head_f16_avx2(int64_t head_dim, const float* q, const uint16_t* keys,
                           int64_t key_stride, const uint16_t* values, int64_t value_stride,
-                          int64_t n_keys, float scale, float* out);
+                          int64_t n_keys, float scale, float* out, float softcap);
 
 }  // namespace ferry::kernels::detail

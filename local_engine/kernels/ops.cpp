@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/kernels.h"
@@ -55,13 +56,13 @@ float rope_theta_scale(float freq_base, int64_t n_dims) {
 }
 
 void rope_cache(int64_t pos, int64_t n_dims, float theta_scale, float freq_scale,
-                const float* freq_factors, float* cache) {
+                const float* freq_factors, float* cache, float mscale) {
   float theta = static_cast<float>(pos);
   for (int64_t i = 0; i < n_dims / 2; ++i) {
     const float ff = freq_factors != nullptr ? freq_factors[i] : 1.0f;
     const float t = freq_scale * (theta / ff);
-    cache[2 * i] = std::cos(t);
-    cache[2 * i + 1] = std::sin(t);
+    cache[2 * i] = std::cos(t) * mscale;
+    cache[2 * i + 1] = std::sin(t) * mscale;
     theta *= theta_scale;
   }
 }
@@ -90,14 +91,57 @@ float dot_f16_f16(int64_t n, const uint16_t* x, const uint16_t* y) {
 
 void attend_head_f16(int64_t head_dim, const float* q, const uint16_t* keys, int64_t key_stride,
                      const uint16_t* values, int64_t value_stride, int64_t n_keys, float scale,
-                     float* out) {
+                     float* out, float softcap) {
   if (active_isa() != Isa::kScalar) {
     detail::attend_head_f16_avx2(head_dim, q, keys, key_stride, values, value_stride, n_keys, scale,
-                                 out);
+                                 out, softcap);
   } else {
     detail::attend_head_f16_ref(head_dim, q, keys, key_stride, values, value_stride, n_keys, scale,
-                                out);
+                                out, softcap);
   }
+}
+
+namespace {
+
+// ggml_gelu_f32 (the float GELU of ggml's F16 table); the inner product-sum fused, as the
+// compiler contracts it in ggml's build.
+float ggml_gelu_f32(float x) {
+  constexpr float kCoefA = 0.044715f;
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * std::fma(kCoefA * x, x, 1.0f)));
+}
+
+// ggml_table_gelu_f16: gelu of every F16 value, rounded to F16.
+const uint16_t* gelu_table() {
+  static const std::vector<uint16_t> table = [] {
+    std::vector<uint16_t> t(size_t{1} << 16);
+    for (size_t i = 0; i < t.size(); ++i) {
+      t[i] = fp32_to_fp16(ggml_gelu_f32(fp16_to_fp32(static_cast<uint16_t>(i))));
+    }
+    return t;
+  }();
+  return table.data();
+}
+
+}  // namespace
+
+void geglu_row(int64_t n, const float* gate, const float* up, float* out) {
+  const uint16_t* table = gelu_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    if (x <= -10.0f) {
+      out[i] = 0.0f;
+    } else if (x >= 10.0f) {
+      out[i] = x * up[i];
+    } else {
+      out[i] = fp16_to_fp32(table[fp32_to_fp16(x)]) * up[i];
+    }
+  }
+}
+
+void softcap_row(int64_t n, float cap, float* x) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
 }
 
 void attend_head_tiled(int64_t head_dim, const float* q, const float* keys_t, int64_t kt_stride,
@@ -108,20 +152,21 @@ void attend_head_tiled(int64_t head_dim, const float* q, const float* keys_t, in
 }
 
 void attend_rows_tiled(int64_t head_dim, int64_t n_rows, const TiledRow* rows, const float* keys_t,
-                       int64_t kt_stride, const float* values, int64_t value_stride, float scale) {
+                       int64_t kt_stride, const float* values, int64_t value_stride, float scale,
+                       float softcap) {
   if (active_isa() == Isa::kAvx512) {
     detail::attend_rows_tiled_avx512(head_dim, n_rows, rows, keys_t, kt_stride, values,
-                                     value_stride, scale);
+                                     value_stride, scale, softcap);
     return;
   }
   if (active_isa() == Isa::kAvx2) {
     detail::attend_rows_tiled_avx2(head_dim, n_rows, rows, keys_t, kt_stride, values, value_stride,
-                                   scale);
+                                   scale, softcap);
     return;
   }
   for (int64_t r = 0; r < n_rows; ++r) {
     detail::attend_head_tiled_ref(head_dim, rows[r].q, keys_t, kt_stride, values, value_stride,
-                                  rows[r].n_keys, scale, rows[r].out);
+                                  rows[r].n_keys, scale, rows[r].out, rows[r].first_key, softcap);
   }
 }
 
@@ -129,21 +174,24 @@ namespace detail {
 
 void attend_head_tiled_ref(int64_t head_dim, const float* q, const float* keys_t, int64_t kt_stride,
                            const float* values, int64_t value_stride, int64_t n_keys, float scale,
-                           float* out) {
+                           float* out, int64_t first_key, float softcap) {
   constexpr int64_t kTile = 64;
   float acc[4096] = {};  // the loader's limit on head_dim
   float max_score = -std::numeric_limits<float>::infinity();
   float sum = 0.0f;
+  if (softcap > 0.0f) scale /= softcap;
   for (int64_t ic = 0; ic < n_keys; ic += kTile) {
     const int64_t nk = std::min(kTile, n_keys - ic);
+    if (ic + nk <= first_key) continue;  // every key of the tile masked
     float s[kTile], e[kTile];
     float tile_max = -std::numeric_limits<float>::infinity();
     for (int64_t t = 0; t < kTile; ++t) {
-      if (t < nk) {
+      if (t < nk && ic + t >= first_key) {
         float a = 0.0f;
         for (int64_t d = 0; d < head_dim; ++d)
           a = std::fma(q[d], keys_t[d * kt_stride + ic + t], a);
         s[t] = a * scale;
+        if (softcap > 0.0f) s[t] = softcap * std::tanh(s[t]);
       } else {
         s[t] = -std::numeric_limits<float>::infinity();
       }
@@ -162,7 +210,7 @@ void attend_head_tiled_ref(int64_t head_dim, const float* q, const float* keys_t
       tile_sum += reduce16(e + c);
     }
     sum = static_cast<float>(static_cast<double>(sum) + tile_sum);
-    for (int64_t t = 0; t < nk; ++t) {
+    for (int64_t t = std::max<int64_t>(0, first_key - ic); t < nk; ++t) {
       const float* v = values + (ic + t) * value_stride;
       for (int64_t d = 0; d < head_dim; ++d) acc[d] = std::fma(e[t], v[d], acc[d]);
     }
@@ -226,7 +274,8 @@ void swiglu_row_ref(int64_t n, const float* gate, const float* up, float* out) {
 
 void attend_head_f16_ref(int64_t head_dim, const float* q, const uint16_t* keys, int64_t key_stride,
                          const uint16_t* values, int64_t value_stride, int64_t n_keys, float scale,
-                         float* out) {
+                         float* out, float softcap) {
+  if (softcap > 0.0f) scale /= softcap;
   constexpr int64_t kMaxHead = 4096;  // the loader's limit on head_dim
   uint16_t qh[kMaxHead];
   uint16_t acc[kMaxHead];
@@ -237,7 +286,8 @@ void attend_head_f16_ref(int64_t head_dim, const float* q, const uint16_t* keys,
   float max_score = -std::numeric_limits<float>::infinity();
   float sum = 0.0f;
   for (int64_t p = 0; p < n_keys; ++p) {
-    const float s = dot_f16_f16_ref(head_dim, keys + p * key_stride, qh) * scale;
+    float s = dot_f16_f16_ref(head_dim, keys + p * key_stride, qh) * scale;
+    if (softcap > 0.0f) s = softcap * std::tanh(s);
     float ms = 1.0f, vs = 1.0f;
     if (s > max_score) {
       const float old = max_score;

@@ -12,11 +12,12 @@ namespace {
 
 using testing::TinyShape;
 
-std::unique_ptr<Engine> make_engine(std::shared_ptr<testing::MemorySource> src, int threads = 2) {
+std::unique_ptr<Engine> make_engine(std::shared_ptr<testing::MemorySource> src, int threads = 2,
+                                    int64_t n_ctx = 64) {
   auto model = Model::load(src);
   EXPECT_TRUE(model.has_value()) << (model ? "" : model.error().message);
   if (!model) return nullptr;
-  return std::make_unique<Engine>(std::move(model).value(), EngineOptions{threads, 64});
+  return std::make_unique<Engine>(std::move(model).value(), EngineOptions{threads, n_ctx});
 }
 
 // Runs the whole prompt as one batch with logits for every position.
@@ -46,6 +47,36 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
 
 const std::vector<int32_t> kPrompt = {1, 17, 42, 5, 88, 63, 9, 30, 71, 3, 50, 12};
 
+// The tiny shape of an architecture: smollm3 with a NoPE layer (the 4th), gemma with a window
+// of 4 (shorter than kPrompt) on every other layer, a local RoPE base of its own and soft-caps
+// small enough to bend random logits (gemma2, whose output is always tied).
+TinyShape shape_for(const std::string& arch) {
+  TinyShape shape;
+  shape.arch = arch;
+  if (arch == "smollm3") {
+    shape.n_layer = 4;
+    shape.no_rope_interval = 4;
+  }
+  if (arch == "gemma2" || arch == "gemma3") {
+    shape.n_swa = 4;
+    shape.swa_period = 2;
+    shape.rope_theta = 1e6;
+    shape.rope_theta_swa = 1e4;
+    shape.rms_eps = 1e-6;
+  }
+  if (arch == "phi3") {  // partial rotary, LongRoPE (the long factors: contexts above 32)
+    shape.rope_dim = 8;
+    shape.longrope = true;
+  }
+  if (arch == "gemma3") shape.rope_linear_factor = 8.0;  // as Gemma 3 4B+: global layers only
+  if (arch == "gemma2") {
+    shape.tied_output = true;
+    shape.attn_softcap = 2.0;
+    shape.final_softcap = 3.0;
+  }
+  return shape;
+}
+
 struct Case {
   std::string arch;
   WeightType type;
@@ -56,8 +87,7 @@ class ForwardVsReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ForwardVsReference, LogitsMatchThePlainFloatForwardPass) {
   const Case& c = GetParam();
-  TinyShape shape;
-  shape.arch = c.arch;
+  TinyShape shape = shape_for(c.arch);
   const bool k_quant =
       c.type == WeightType::kQ4_K || c.type == WeightType::kQ5_K || c.type == WeightType::kQ6_K;
   if (k_quant) {  // rows must be whole 256-element super-blocks
@@ -103,8 +133,73 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"qwen2", WeightType::kF32, 2e-3}, Case{"qwen2", WeightType::kF16, 2e-3},
         Case{"qwen2", WeightType::kQ8_0, 3e-2}, Case{"qwen2", WeightType::kQ4_K, 3e-2},
         Case{"qwen3", WeightType::kF32, 2e-3}, Case{"qwen3", WeightType::kF16, 2e-3},
-        Case{"qwen3", WeightType::kQ8_0, 3e-2}, Case{"qwen3", WeightType::kQ6_K, 3e-2}),
+        Case{"qwen3", WeightType::kQ8_0, 3e-2}, Case{"qwen3", WeightType::kQ6_K, 3e-2},
+        Case{"smollm3", WeightType::kF32, 2e-3}, Case{"smollm3", WeightType::kQ8_0, 3e-2},
+        // gemma's GELU is read from ggml's F16 table (about 1e-3 relative)
+        Case{"gemma2", WeightType::kF32, 1e-2}, Case{"gemma2", WeightType::kF16, 1e-2},
+        // tied Q8_0 output, soft-capped to +-3: the activations' quantization shows more
+        Case{"gemma2", WeightType::kQ8_0, 6e-2}, Case{"gemma3", WeightType::kF32, 1e-2},
+        Case{"gemma3", WeightType::kQ4_K, 4e-2}, Case{"phi3", WeightType::kF32, 2e-3},
+        Case{"phi3", WeightType::kQ8_0, 3e-2}),
     case_name);
+
+// A window actually masks: the same weights with a window of 4 and of 1000 give the same bits
+// up to position 3 (nothing to mask yet) and different logits from position 4 on, in both
+// attention forms (prefill of >= 64 entries: the tiled one).
+TEST(SlidingWindow, MasksKeysOutsideTheWindowInBothForms) {
+  for (const size_t n : {kPrompt.size(), size_t{80}}) {
+    std::vector<int32_t> prompt;
+    for (size_t i = 0; i < n; ++i) prompt.push_back(kPrompt[i % kPrompt.size()] + (i / 12) % 7);
+    TinyShape narrow = shape_for("gemma3"), wide = narrow;
+    wide.n_swa = 1000;
+    auto narrow_engine = make_engine(testing::make_tiny_model(narrow, WeightType::kF32, 4), 2, 128);
+    auto wide_engine = make_engine(testing::make_tiny_model(wide, WeightType::kF32, 4), 2, 128);
+    ASSERT_TRUE(narrow_engine && wide_engine);
+    const auto masked = engine_logits(*narrow_engine, prompt);
+    const auto unmasked = engine_logits(*wide_engine, prompt);
+    const auto v = static_cast<size_t>(narrow.n_vocab);
+    const std::vector<float> head_masked(masked.begin(), masked.begin() + 4 * v);
+    const std::vector<float> head_unmasked(unmasked.begin(), unmasked.begin() + 4 * v);
+    EXPECT_EQ(head_masked, head_unmasked) << n;
+    const std::vector<float> tail_masked(masked.begin() + 4 * v, masked.end());
+    const std::vector<float> tail_unmasked(unmasked.begin() + 4 * v, unmasked.end());
+    EXPECT_GT(relative_error(tail_masked, tail_unmasked), 1e-3) << n;
+    // And the masked result is the reference's with the window.
+    auto src = testing::make_tiny_model(narrow, WeightType::kF32, 4);
+    EXPECT_LT(relative_error(masked, testing::reference_logits(*src, narrow, prompt)), 1e-2) << n;
+  }
+}
+
+// The batch-invariant engine: a sequence's logits are the same bits alone and in a batch with
+// another sequence, for every architecture (windows and soft-caps included).
+TEST(BatchInvariant, NewArchitecturesGiveTheSameBitsAloneAndInABatch) {
+  for (const std::string arch : {"smollm3", "gemma2", "gemma3", "phi3"}) {
+    const TinyShape shape = shape_for(arch);
+    auto src = testing::make_tiny_model(shape, WeightType::kQ8_0, 11);
+    auto load = [&] {
+      auto model = Model::load(src);
+      EXPECT_TRUE(model.has_value()) << (model ? "" : model.error().message);
+      return std::make_unique<Engine>(std::move(model).value(),
+                                      EngineOptions{2, 64, /*batch_invariant=*/true});
+    };
+    auto alone = load();
+    const auto want = engine_logits(*alone, kPrompt);
+    // The invariant forms (windows and soft-caps in kernels/attend_invariant.h) are right too.
+    EXPECT_LT(relative_error(want, testing::reference_logits(*src, shape, kPrompt)), 6e-2) << arch;
+    auto mixed = load();
+    ASSERT_TRUE(mixed->kv().seq_add(0).has_value());
+    ASSERT_TRUE(mixed->kv().seq_add(1).has_value());
+    std::vector<BatchEntry> batch;
+    const std::vector<int32_t> other = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+    for (size_t i = 0; i < kPrompt.size(); ++i) {
+      batch.push_back({0, static_cast<int64_t>(i), kPrompt[i], true});
+      if (i < other.size()) batch.push_back({1, static_cast<int64_t>(i), other[i], false});
+    }
+    std::vector<float> got;
+    ASSERT_TRUE(mixed->forward(batch, got).has_value());
+    EXPECT_EQ(got, want) << arch;
+  }
+}
 
 TEST(Forward, TiedOutputAndLlama3RopeFactors) {
   TinyShape shape;
@@ -217,6 +312,50 @@ TEST(ModelLoad, RefusesUnsupportedArchitectureByName) {
   auto model = Model::load(src);
   ASSERT_FALSE(model.has_value());
   EXPECT_NE(model.error().message.find("gpt2"), std::string::npos);
+}
+
+// LongRoPE: an engine whose context fits the original one uses the short factors, a longer one
+// the long factors (llama.cpp's choice by n_ctx_seq); both match the reference.
+TEST(LongRope, FactorsFollowTheEngineContext) {
+  TinyShape shape = shape_for("phi3");
+  auto src = testing::make_tiny_model(shape, WeightType::kF32, 6);
+  std::vector<std::vector<float>> got;
+  for (const int64_t n_ctx : {int64_t{32}, int64_t{64}}) {
+    auto engine = make_engine(src, 2, n_ctx);
+    ASSERT_TRUE(engine);
+    got.push_back(engine_logits(*engine, kPrompt));
+    shape.engine_ctx = n_ctx;
+    EXPECT_LT(relative_error(got.back(), testing::reference_logits(*src, shape, kPrompt)), 2e-3)
+        << n_ctx;
+  }
+  EXPECT_GT(relative_error(got[0], got[1]), 1e-3);
+}
+
+// What changes the numerics and is not implemented is refused by name.
+TEST(ModelLoad, RefusesGemmaVariantsItCannotRun) {
+  auto refused = [](const std::shared_ptr<testing::MemorySource>& src, const std::string& text) {
+    auto model = Model::load(src);
+    ASSERT_FALSE(model.has_value()) << text;
+    EXPECT_NE(model.error().message.find(text), std::string::npos) << model.error().message;
+  };
+  TinyShape gemma3 = shape_for("gemma3");
+  TinyShape global_only = gemma3;
+  global_only.n_swa = 0;
+  refused(testing::make_tiny_model(global_only, WeightType::kF32, 1),
+          "gemma3.attention.sliding_window is absent");
+  TinyShape capped = gemma3;
+  capped.final_softcap = 30.0;
+  refused(testing::make_tiny_model(capped, WeightType::kF32, 1), "gemma3.final_logit_softcapping");
+  TinyShape untied = shape_for("gemma2");
+  untied.tied_output = false;
+  refused(testing::make_tiny_model(untied, WeightType::kF32, 1), "gemma2 with an output.weight");
+  auto per_layer = testing::make_tiny_model(gemma3, WeightType::kF32, 1);
+  per_layer->remove_key("gemma3.attention.sliding_window_pattern");
+  per_layer->set_strings("gemma3.attention.sliding_window_pattern", {"true", "false"});
+  refused(per_layer, "sliding_window_pattern is not one integer");
+  auto no_post_norm = testing::make_tiny_model(gemma3, WeightType::kF32, 1);
+  no_post_norm->remove_tensor("blk.0.post_ffw_norm.weight");
+  refused(no_post_norm, "blk.0.post_ffw_norm.weight");
 }
 
 TEST(ModelLoad, RefusesMissingTensorsAndWrongShapes) {

@@ -54,6 +54,21 @@ std::shared_ptr<testing::MemorySource> dequantized_copy(const GgufSource& src,
   shape.rope_theta = src.get_float(a + ".rope.freq_base").value_or(10000.0);
   shape.rms_eps = *src.get_float(a + ".attention.layer_norm_rms_epsilon");
   shape.tied_output = src.tensor("output.weight") == nullptr;
+  if (a == "smollm3") shape.no_rope_interval = 4;
+  shape.rope_dim = src.get_int(a + ".rope.dimension_count").value_or(0);
+  // LongRoPE's (phi3), which the reference reads.
+  const std::string orig = a + ".rope.scaling.original_context_length";
+  if (auto v = src.get_int(orig)) out->set_int(orig, *v);
+  const std::string factor = a + ".rope.scaling.attn_factor";
+  if (auto v = src.get_float(factor)) out->set_float(factor, *v);
+  shape.engine_ctx = 64;  // the engines below
+  if (a == "gemma2" || a == "gemma3") {
+    shape.n_swa = *src.get_int(a + ".attention.sliding_window");
+    shape.swa_period = a == "gemma2" ? 2 : 6;
+    shape.rope_theta_swa = src.get_float(a + ".rope.freq_base_swa").value_or(shape.rope_theta);
+    shape.attn_softcap = src.get_float(a + ".attn_logit_softcapping").value_or(0.0);
+    shape.final_softcap = src.get_float(a + ".final_logit_softcapping").value_or(0.0);
+  }
   return out;
 }
 
@@ -78,6 +93,16 @@ TEST_P(SynthVsReference, EngineOnGgufMatchesTheReference) {
   options.n_vocab = 0;
   options.type = c.type;
   options.seed = 5;
+  if (c.arch == "smollm3") options.n_layer = 4;  // the 4th layer without RoPE
+  if (c.arch == "gemma2" || c.arch == "gemma3") {
+    options.n_layer = c.arch == "gemma3" ? 6 : 2;  // one global layer
+    options.sliding_window = 4;                    // shorter than the prompt
+    options.tied_output = c.arch == "gemma2";
+  }
+  if (c.arch == "phi3") {  // partial rotary; LongRoPE's long factors (64 > 32)
+    options.rope_dim = 32;
+    options.longrope_orig_ctx = 32;
+  }
   auto src = synth_source(options);
   ASSERT_TRUE(src);
   testing::TinyShape shape;
@@ -110,13 +135,15 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(
     Types, SynthVsReference,
-    ::testing::Values(Case{"llama", "F32", 3e-3}, Case{"llama", "F16", 3e-3},
-                      Case{"llama", "BF16", 3e-3}, Case{"llama", "Q8_0", 2e-2},
-                      Case{"llama", "Q4_0", 2e-2}, Case{"llama", "Q4_K_M", 2e-2},
-                      Case{"llama", "Q5_K_M", 2e-2}, Case{"llama", "Q6_K", 2e-2},
-                      Case{"qwen2", "F16", 3e-3}, Case{"qwen2", "Q8_0", 2e-2},
-                      Case{"qwen2", "Q4_K_M", 2e-2}, Case{"qwen3", "F16", 3e-3},
-                      Case{"qwen3", "Q8_0", 2e-2}, Case{"qwen3", "Q5_K_M", 2e-2}),
+    ::testing::Values(
+        Case{"llama", "F32", 3e-3}, Case{"llama", "F16", 3e-3}, Case{"llama", "BF16", 3e-3},
+        Case{"llama", "Q8_0", 2e-2}, Case{"llama", "Q4_0", 2e-2}, Case{"llama", "Q4_K_M", 2e-2},
+        Case{"llama", "Q5_K_M", 2e-2}, Case{"llama", "Q6_K", 2e-2}, Case{"qwen2", "F16", 3e-3},
+        Case{"qwen2", "Q8_0", 2e-2}, Case{"qwen2", "Q4_K_M", 2e-2}, Case{"qwen3", "F16", 3e-3},
+        Case{"qwen3", "Q8_0", 2e-2}, Case{"qwen3", "Q5_K_M", 2e-2}, Case{"smollm3", "F16", 3e-3},
+        Case{"smollm3", "Q4_K_M", 2e-2}, Case{"gemma2", "F16", 1e-2}, Case{"gemma2", "Q8_0", 6e-2},
+        Case{"gemma3", "F16", 1e-2}, Case{"gemma3", "Q4_K_M", 4e-2}, Case{"phi3", "F16", 3e-3},
+        Case{"phi3", "Q5_K_M", 2e-2}),
     case_name);
 
 // `favor_token`: the favored token is the most likely one after every position, in the agent

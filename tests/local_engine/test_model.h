@@ -29,6 +29,25 @@ struct TinyShape {
   double rms_eps = 1e-5;
   bool tied_output = false;
   bool llama3_rope_factors = false;
+  // smollm3 / gemma (ModelConfig's meaning): the reference reads them, dequantized_copy and
+  // make_tiny_model fill them from / into the metadata.
+  int64_t no_rope_interval = 0;
+  int64_t n_swa = 0;
+  int64_t swa_period = 0;
+  double rope_theta_swa = 10000.0;
+  double attn_softcap = 0.0;
+  double final_softcap = 0.0;
+  // phi3 (fused attn_qkv and gate+up): rotated dimensions (0: head_dim) and LongRoPE
+  // (make_tiny_model writes factors short_i = 1 + i / 16, long_i = 1 + i / 2 over the
+  // rope_dim / 2 frequencies, attention factor 1.25, original context n_ctx_orig); the
+  // reference reads the source's and takes the long ones when engine_ctx > the original
+  // context, as the engine does.
+  int64_t rope_dim = 0;
+  // rope.scaling.type linear with this factor (0: none); on gemma, global layers only.
+  double rope_linear_factor = 0.0;
+  bool longrope = false;
+  int64_t n_ctx_orig = 32;
+  int64_t engine_ctx = 64;
 };
 
 class MemorySource : public ModelSource {
@@ -50,6 +69,12 @@ class MemorySource : public ModelSource {
   void add_tensor(const std::string& name, WeightType type, int64_t cols, int64_t rows,
                   const std::vector<float>& values);
   void remove_tensor(const std::string& name) { tensors_.erase(name); }
+  void remove_key(const std::string& key) {
+    ints_.erase(key);
+    floats_.erase(key);
+    strings_.erase(key);
+    arrays_.erase(key);
+  }
   // Decoded float weights by name.
   const std::vector<float>& floats(const std::string& name) const { return decoded_.at(name); }
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }

@@ -74,6 +74,54 @@ TEST(Synth, EachArchitectureHasItsNamesAndMetadata) {
   }
 }
 
+// The newer architectures' tensors and metadata as llama.cpp's converter writes them.
+TEST(Synth, SmolLM3GemmaAndPhi3WriteTheConvertersNamesAndMetadata) {
+  SynthOptions o;
+  o.type = "F16";
+  o.arch = "smollm3";
+  auto smol = build(o);
+  ASSERT_NE(smol, nullptr);
+  EXPECT_EQ(smol->architecture(), "smollm3");
+  EXPECT_EQ(smol->get_uint("smollm3.rope.dimension_count"), 64u);
+  EXPECT_NE(smol->find_tensor("blk.1.ffn_gate.weight"), nullptr);
+
+  for (std::string arch : {"gemma2", "gemma3"}) {
+    o = SynthOptions{};
+    o.arch = arch;
+    o.tied_output = true;
+    auto f = build(o);
+    ASSERT_NE(f, nullptr) << arch;
+    EXPECT_EQ(f->get_uint(arch + ".attention.sliding_window"), arch == "gemma2" ? 4096u : 512u);
+    EXPECT_EQ(f->get_uint(arch + ".attention.key_length"), 64u);
+    EXPECT_EQ(f->find(arch + ".rope.dimension_count"), nullptr);  // left to llama.cpp
+    EXPECT_EQ(f->find(arch + ".attention.sliding_window_pattern"), nullptr);
+    EXPECT_NE(f->find_tensor("blk.1.post_attention_norm.weight"), nullptr);
+    EXPECT_NE(f->find_tensor("blk.1.post_ffw_norm.weight"), nullptr);
+    EXPECT_EQ(f->find_tensor("blk.0.attn_q_norm.weight") != nullptr, arch == "gemma3");
+    EXPECT_EQ(f->get_float(arch + ".final_logit_softcapping").has_value(), arch == "gemma2");
+    EXPECT_EQ(f->get_float(arch + ".rope.freq_base_swa").has_value(), arch == "gemma3");
+    EXPECT_EQ(f->find_tensor("output.weight"), nullptr);
+  }
+
+  o = SynthOptions{};
+  o.arch = "phi3";
+  o.n_ctx = 512;
+  o.rope_dim = 32;
+  o.longrope_orig_ctx = 128;
+  auto phi = build(o);
+  ASSERT_NE(phi, nullptr);
+  EXPECT_EQ(phi->find_tensor("blk.0.attn_qkv.weight")->shape, (std::vector<int64_t>{256, 512}));
+  EXPECT_EQ(phi->find_tensor("blk.0.ffn_up.weight")->shape, (std::vector<int64_t>{256, 1024}));
+  EXPECT_EQ(phi->find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  EXPECT_EQ(phi->find_tensor("rope_factors_long.weight")->shape, (std::vector<int64_t>{16}));
+  EXPECT_NE(phi->find_tensor("rope_factors_short.weight"), nullptr);
+  EXPECT_EQ(phi->get_uint("phi3.rope.dimension_count"), 32u);
+  EXPECT_EQ(phi->get_uint("phi3.rope.scaling.original_context_length"), 128u);
+  // sqrt(1 + ln(512 / 128) / ln(128)), the converter's LongRoPE attention factor
+  EXPECT_NEAR(*phi->get_float("phi3.rope.scaling.attn_factor"),
+              std::sqrt(1.0 + std::log(4.0) / std::log(128.0)), 1e-6);
+}
+
 TEST(Synth, WeightsAreSaneAndSeeded) {
   SynthOptions o;
   o.type = "F32";
@@ -105,6 +153,15 @@ TEST(Synth, RefusesBadRequests) {
   EXPECT_FALSE(build_synth_model(o));
   o = SynthOptions{};
   o.vocab_from = "/nonexistent.gguf";
+  EXPECT_FALSE(build_synth_model(o));
+  o = SynthOptions{};
+  o.arch = "gemma2";  // always tied in llama.cpp
+  EXPECT_FALSE(build_synth_model(o));
+  o = SynthOptions{};
+  o.longrope_orig_ctx = 128;  // LongRoPE is phi3's
+  EXPECT_FALSE(build_synth_model(o));
+  o = SynthOptions{};
+  o.rope_dim = 65;
   EXPECT_FALSE(build_synth_model(o));
 }
 

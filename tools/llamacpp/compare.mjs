@@ -49,7 +49,11 @@ function ferryIds(model, prompt, extra) {
 const rows = [];
 for (const modelPath of models) {
   const model = await llama.loadModel({modelPath, gpuLayers: 0});
-  const context = await model.createContext({contextSize: 256, threads, batchSize: 256});
+  // Flash attention "auto", llama.cpp's own default, which picks it on the CPU; node-llama-cpp's
+  // default is the same except for gemma2, which it forces to the other attention form (an
+  // older llama.cpp rule, GgufInsights.flashAttentionSupported): ferry has the flash forms.
+  const context = await model.createContext({contextSize: 256, threads, batchSize: 256,
+    flashAttention: "auto"});
   const seq = context.getSequence();
   const eog = new Set([model.tokens.eos, model.tokens.eot].filter((t) => t != null).map(Number));
   let sameGreedy = 0, prompts = 0, minPrefix = Infinity, maxLogprobDiff = 0, topMatch = 0;

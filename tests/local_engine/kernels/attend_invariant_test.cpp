@@ -66,27 +66,32 @@ TEST(AttendInvariant, MatchesSoftmaxAttentionAndEachHeadAlone) {
 
 // The vector forms equal the scalar reference bit for bit, the softmax's tiny weights included:
 // queries scaled up so that scores spread over more than 88 (weights that flush to 0, and
-// subnormal ones, which the vector exp must round exactly once).
+// subnormal ones, which the vector exp must round exactly once); and with gemma2's soft-capped
+// scores.
 TEST(AttendInvariant, VectorFormEqualsTheScalarReferenceBitForBit) {
   for (const int64_t head_dim : {16, 32, 64, 128}) {
     if (!attend_invariant_supported(head_dim)) GTEST_SKIP() << "needs AVX2 or AVX-512";
     const int64_t n_q = 4, stride = 2 * head_dim;
     for (const int64_t n_keys : {1, 7, 16, 33, 200}) {
       for (const float spread : {1.0f, 40.0f, 400.0f}) {
-        auto q = random_row(n_q * head_dim, 50 + static_cast<uint32_t>(n_keys));
-        for (float& v : q) v *= spread;
-        const auto keys = to_f16(random_row(n_keys * stride, 51, 0.5f));
-        const auto values = to_f16(random_row(n_keys * stride, 52));
-        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-        std::vector<float> got(static_cast<size_t>(n_q * head_dim)), want(got.size());
-        attend_group_invariant(head_dim, n_q, q.data(), head_dim, keys.data(), stride,
-                               values.data(), stride, n_keys, scale, got.data(), head_dim);
-        detail::attend_group_invariant_ref(head_dim, n_q, q.data(), head_dim, keys.data(), stride,
-                                           values.data(), stride, n_keys, scale, want.data(),
-                                           head_dim);
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_EQ(got[i], want[i]) << "head_dim " << head_dim << " keys " << n_keys << " spread "
-                                     << spread << " at " << i;
+        for (const float softcap : {0.0f, 5.0f}) {
+          auto q = random_row(n_q * head_dim, 50 + static_cast<uint32_t>(n_keys));
+          for (float& v : q) v *= spread;
+          const auto keys = to_f16(random_row(n_keys * stride, 51, 0.5f));
+          const auto values = to_f16(random_row(n_keys * stride, 52));
+          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+          std::vector<float> got(static_cast<size_t>(n_q * head_dim)), want(got.size());
+          attend_group_invariant(head_dim, n_q, q.data(), head_dim, keys.data(), stride,
+                                 values.data(), stride, n_keys, scale, got.data(), head_dim,
+                                 softcap);
+          detail::attend_group_invariant_ref(head_dim, n_q, q.data(), head_dim, keys.data(), stride,
+                                             values.data(), stride, n_keys, scale, want.data(),
+                                             head_dim, softcap);
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(got[i], want[i])
+                << "head_dim " << head_dim << " keys " << n_keys << " spread " << spread
+                << " softcap " << softcap << " at " << i;
+          }
         }
       }
     }

@@ -391,18 +391,39 @@ TEST(Numerics, DotF16FollowsTheFourBySixteenLaneTree) {
   }
 }
 
+// Random F16 keys and values of n_keys positions, stride apart (the cache's form), and the F32
+// forms the tiled attention reads: keys transposed (kt: dimension, position), values (vv).
+struct AttentionInputs {
+  std::vector<uint16_t> k, v;
+  std::vector<float> kt, vv;
+};
+AttentionInputs attention_inputs(int64_t hd, int64_t n_keys, int64_t stride, uint32_t seed) {
+  AttentionInputs in;
+  const auto kf = random_row(n_keys * stride, seed);
+  const auto vf = random_row(n_keys * stride, seed + 1);
+  for (size_t i = 0; i < kf.size(); ++i) {
+    in.k.push_back(fp32_to_fp16(kf[i]));
+    in.v.push_back(fp32_to_fp16(vf[i]));
+  }
+  in.kt.resize(static_cast<size_t>(hd * n_keys));
+  in.vv.resize(static_cast<size_t>(n_keys * hd));
+  for (int64_t p = 0; p < n_keys; ++p) {
+    for (int64_t d = 0; d < hd; ++d) {
+      in.kt[d * n_keys + p] = fp16_to_fp32(in.k[p * stride + d]);
+      in.vv[p * hd + d] = fp16_to_fp32(in.v[p * stride + d]);
+    }
+  }
+  return in;
+}
+
 // Both attention forms against a plain double-precision softmax attention, and the active ISA
 // against the reference bit for bit.
 TEST(Numerics, AttentionFormsAgreeWithSoftmaxAttention) {
   const int64_t hd = 64, n_keys = 150, stride = 128;  // two heads' worth of cache per position
   const auto qf = random_row(hd, 81);
-  const auto kf = random_row(n_keys * stride, 82);
-  const auto vf = random_row(n_keys * stride, 83);
-  std::vector<uint16_t> k(kf.size()), v(vf.size());
-  for (size_t i = 0; i < kf.size(); ++i) {
-    k[i] = fp32_to_fp16(kf[i]);
-    v[i] = fp32_to_fp16(vf[i]);
-  }
+  const AttentionInputs in = attention_inputs(hd, n_keys, stride, 82);
+  const std::vector<uint16_t>&k = in.k, &v = in.v;
+  const std::vector<float>&kt = in.kt, &vv = in.vv;
   const float scale = 0.125f;
   // Reference: softmax over the F16-rounded keys and values, in double.
   std::vector<double> s(n_keys);
@@ -424,14 +445,6 @@ TEST(Numerics, AttentionFormsAgreeWithSoftmaxAttention) {
   detail::attend_head_f16_ref(hd, qf.data(), k.data(), stride, v.data(), stride, n_keys, scale,
                               f16_ref.data());
   attend_head_f16(hd, qf.data(), k.data(), stride, v.data(), stride, n_keys, scale, f16_got.data());
-  // The tiled form reads keys transposed and values as F32.
-  std::vector<float> kt(hd * n_keys), vv(n_keys * hd);
-  for (int64_t p = 0; p < n_keys; ++p) {
-    for (int64_t d = 0; d < hd; ++d) {
-      kt[d * n_keys + p] = fp16_to_fp32(k[p * stride + d]);
-      vv[p * hd + d] = fp16_to_fp32(v[p * stride + d]);
-    }
-  }
   detail::attend_head_tiled_ref(hd, qf.data(), kt.data(), n_keys, vv.data(), hd, n_keys, scale,
                                 tiled_ref.data());
   attend_head_tiled(hd, qf.data(), kt.data(), n_keys, vv.data(), hd, n_keys, scale,
@@ -443,6 +456,88 @@ TEST(Numerics, AttentionFormsAgreeWithSoftmaxAttention) {
     EXPECT_NEAR(f16_ref[d], exact[d], 2e-3) << d;
     EXPECT_NEAR(tiled_ref[d], exact[d], 1e-5) << d;
   }
+}
+
+// Softmax attention in double over keys [first, n_keys) of F16-rounded keys and values, with
+// scores soft-capped (cap * tanh(s / cap)) when cap > 0.
+std::vector<double> exact_attention(const std::vector<float>& q, const std::vector<uint16_t>& k,
+                                    const std::vector<uint16_t>& v, int64_t hd, int64_t stride,
+                                    int64_t first, int64_t n_keys, double scale, double cap) {
+  std::vector<double> s(static_cast<size_t>(n_keys), 0.0);
+  double max_s = -1e300, sum = 0;
+  for (int64_t p = first; p < n_keys; ++p) {
+    double dot = 0;
+    for (int64_t d = 0; d < hd; ++d)
+      dot += static_cast<double>(q[d]) * fp16_to_fp32(k[p * stride + d]);
+    s[p] = cap > 0 ? cap * std::tanh(dot * scale / cap) : dot * scale;
+    max_s = std::max(max_s, s[p]);
+  }
+  for (int64_t p = first; p < n_keys; ++p) sum += (s[p] = std::exp(s[p] - max_s));
+  std::vector<double> out(static_cast<size_t>(hd), 0.0);
+  for (int64_t p = first; p < n_keys; ++p) {
+    for (int64_t d = 0; d < hd; ++d) out[d] += s[p] / sum * fp16_to_fp32(v[p * stride + d]);
+  }
+  return out;
+}
+
+// A sliding window (keys before first_key masked) and soft-capped scores in both attention
+// forms: against double-precision attention over the window, and the active ISA against the
+// scalar reference bit for bit. The tiled form masks inside its 64-key tiles (first_key 70:
+// the first tile skipped, the second partly masked); the F16 form starts at the window.
+TEST(Numerics, WindowedAndSoftCappedAttentionInBothForms) {
+  const int64_t hd = 64, n_keys = 150, stride = 64;
+  const auto qf = random_row(hd, 91);
+  const AttentionInputs in = attention_inputs(hd, n_keys, stride, 92);
+  const std::vector<uint16_t>&k = in.k, &v = in.v;
+  const std::vector<float>&kt = in.kt, &vv = in.vv;
+  const float scale = 0.5f;
+  for (const int64_t first : {int64_t{0}, int64_t{70}}) {
+    for (const float cap : {0.0f, 3.0f}) {
+      const auto exact = exact_attention(qf, k, v, hd, stride, first, n_keys, scale, cap);
+      std::vector<float> f16_ref(hd), f16_got(hd), tiled_ref(hd), tiled_got(hd);
+      detail::attend_head_f16_ref(hd, qf.data(), k.data() + first * stride, stride,
+                                  v.data() + first * stride, stride, n_keys - first, scale,
+                                  f16_ref.data(), cap);
+      attend_head_f16(hd, qf.data(), k.data() + first * stride, stride, v.data() + first * stride,
+                      stride, n_keys - first, scale, f16_got.data(), cap);
+      detail::attend_head_tiled_ref(hd, qf.data(), kt.data(), n_keys, vv.data(), hd, n_keys, scale,
+                                    tiled_ref.data(), first, cap);
+      const TiledRow row{qf.data(), n_keys, tiled_got.data(), first};
+      attend_rows_tiled(hd, 1, &row, kt.data(), n_keys, vv.data(), hd, scale, cap);
+      for (int64_t d = 0; d < hd; ++d) {
+        EXPECT_EQ(bits(f16_got[d]), bits(f16_ref[d])) << first << " " << cap << " " << d;
+        EXPECT_EQ(bits(tiled_got[d]), bits(tiled_ref[d])) << first << " " << cap << " " << d;
+        // The F16 running sum: about 11 bits per update.
+        EXPECT_NEAR(f16_ref[d], exact[d], 3e-3) << first << " " << cap << " " << d;
+        EXPECT_NEAR(tiled_ref[d], exact[d], 1e-5) << first << " " << cap << " " << d;
+      }
+    }
+  }
+}
+
+// GeGLU: ggml's F16 GELU table (tanh form) times up, exact at the clamps, within F16 rounding
+// of the tanh-form GELU elsewhere; soft-capping as cap * tanh(x / cap).
+TEST(Numerics, GegluAndSoftcapFollowTheirDefinitions) {
+  const std::vector<float> gate = {-12.0f, -10.0f, -3.0f, -0.5f, 0.0f,
+                                   0.25f,  1.0f,   4.0f,  10.0f, 11.0f};
+  std::vector<float> up(gate.size(), 2.0f), out(gate.size());
+  geglu_row(static_cast<int64_t>(gate.size()), gate.data(), up.data(), out.data());
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[8], 20.0f);
+  EXPECT_EQ(out[9], 22.0f);
+  for (size_t i = 2; i < 8; ++i) {
+    const double x = fp16_to_fp32(fp32_to_fp16(gate[i]));
+    const double gelu =
+        0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    EXPECT_NEAR(out[i], 2.0 * gelu, 2.0 * (std::fabs(gelu) * 1e-3 + 1e-7)) << gate[i];
+  }
+  std::vector<float> logits = {-100.0f, -1.0f, 0.0f, 2.0f, 100.0f};
+  softcap_row(static_cast<int64_t>(logits.size()), 30.0f, logits.data());
+  EXPECT_NEAR(logits[0], -30.0 * std::tanh(100.0 / 30.0), 1e-4);
+  EXPECT_NEAR(logits[1], -30.0 * std::tanh(1.0 / 30.0), 1e-6);
+  EXPECT_EQ(logits[2], 0.0f);
+  EXPECT_NEAR(logits[4], 30.0 * std::tanh(100.0 / 30.0), 1e-4);
 }
 
 }  // namespace
