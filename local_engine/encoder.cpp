@@ -9,57 +9,12 @@
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/matmul.h"
 #include "local_engine/kernels/ops.h"
+#include "local_engine/tensor_loader.h"
 
 namespace ferry::engine {
 namespace {
 
-Error load_error(std::string message) {
-  return Error::make(ErrorCode::kInvalidRequest, "model: " + std::move(message));
-}
-
 // ---- loading ---------------------------------------------------------------------------------
-
-// Tensor views by name, each checked against the shape the encoder reads.
-class TensorReader {
- public:
-  explicit TensorReader(const ModelSource& source) : source_(source) {}
-
-  // A matrix of `rows` rows of `cols` (rows 0: a vector of `cols`, which must be F32).
-  Result<WeightView> get(const std::string& name, int64_t cols, int64_t rows,
-                         bool optional = false) const {
-    const SourceTensor* t = source_.tensor(name);
-    if (t == nullptr) {
-      if (optional) return WeightView{};
-      return load_error("missing tensor '" + name + "'");
-    }
-    const auto type = static_cast<WeightType>(t->ggml_type);
-    if (!kernels::tensor_type_known(t->ggml_type) || !kernels::tensor_type_runs(type)) {
-      return load_error("tensor '" + name + "' has a type ferry does not run (" +
-                        std::to_string(t->ggml_type) + ")");
-    }
-    const int64_t want_rows = rows == 0 ? 1 : rows;
-    const bool shape_ok = !t->dims.empty() && t->dims[0] == cols &&
-                          (t->dims.size() < 2 ? want_rows == 1 : t->dims[1] == want_rows);
-    if (!shape_ok) {
-      std::string got;
-      for (const int64_t d : t->dims) got += (got.empty() ? "" : "x") + std::to_string(d);
-      return load_error("tensor '" + name + "' has shape [" + got + "], expected [" +
-                        std::to_string(cols) + (rows == 0 ? "" : "x" + std::to_string(rows)) + "]");
-    }
-    if (rows == 0 && type != WeightType::kF32) {
-      return load_error("tensor '" + name + "' must be F32");
-    }
-    WeightView view = kernels::make_matrix_view(type, want_rows, cols, t->data);
-    if (view.row_bytes == 0 || t->data == nullptr ||
-        t->n_bytes < view.row_bytes * static_cast<size_t>(want_rows)) {
-      return load_error("tensor '" + name + "' is shorter than its shape");
-    }
-    return view;
-  }
-
- private:
-  const ModelSource& source_;
-};
 
 Result<EncoderConfig> read_encoder_config(const ModelSource& source) {
   EncoderConfig c;
@@ -108,16 +63,9 @@ Result<EncoderConfig> read_encoder_config(const ModelSource& source) {
   return c;
 }
 
-#define FERRY_LOAD(dst, expr)                      \
-  do {                                             \
-    auto loaded = (expr);                          \
-    if (!loaded) return std::move(loaded).error(); \
-    (dst) = loaded.value();                        \
-  } while (0)
-
 // Attention: q/k/v apart or fused (attn_qkv: q, k and v rows one after the other); biases
 // required by bert, optional for nomic-bert (which has none).
-Status load_encoder_attention(const TensorReader& r, const EncoderConfig& c, const std::string& b,
+Status load_encoder_attention(const TensorLoader& r, const EncoderConfig& c, const std::string& b,
                               EncoderLayer& l) {
   const int64_t e = c.n_embd;
   const bool opt = c.rope;
@@ -127,29 +75,29 @@ Status load_encoder_attention(const TensorReader& r, const EncoderConfig& c, con
     FERRY_LOAD(l.wk, r.get(b + "attn_k.weight", e, e));
     FERRY_LOAD(l.wv, r.get(b + "attn_v.weight", e, e));
   }
-  FERRY_LOAD(l.bq, r.get(b + "attn_q.bias", e, 0, opt || l.wqkv.data != nullptr));
-  FERRY_LOAD(l.bk, r.get(b + "attn_k.bias", e, 0, opt || l.wqkv.data != nullptr));
-  FERRY_LOAD(l.bv, r.get(b + "attn_v.bias", e, 0, opt || l.wqkv.data != nullptr));
+  FERRY_LOAD(l.bq, r.get_f32(b + "attn_q.bias", e, opt || l.wqkv.data != nullptr));
+  FERRY_LOAD(l.bk, r.get_f32(b + "attn_k.bias", e, opt || l.wqkv.data != nullptr));
+  FERRY_LOAD(l.bv, r.get_f32(b + "attn_v.bias", e, opt || l.wqkv.data != nullptr));
   FERRY_LOAD(l.wo, r.get(b + "attn_output.weight", e, e));
-  FERRY_LOAD(l.bo, r.get(b + "attn_output.bias", e, 0, true));
-  FERRY_LOAD(l.attn_norm, r.get(b + "attn_output_norm.weight", e, 0));
-  FERRY_LOAD(l.attn_norm_b, r.get(b + "attn_output_norm.bias", e, 0));
+  FERRY_LOAD(l.bo, r.get_f32(b + "attn_output.bias", e, true));
+  FERRY_LOAD(l.attn_norm, r.get_f32(b + "attn_output_norm.weight", e));
+  FERRY_LOAD(l.attn_norm_b, r.get_f32(b + "attn_output_norm.bias", e));
   return {};
 }
 
 // The FFN (bert: gelu(up x); nomic-bert: silu(gate x) * up x) and the layer's output norm.
-Status load_encoder_layer(const TensorReader& r, const EncoderConfig& c, int64_t i,
+Status load_encoder_layer(const TensorLoader& r, const EncoderConfig& c, int64_t i,
                           EncoderLayer& l) {
   const std::string b = "blk." + std::to_string(i) + ".";
   const int64_t e = c.n_embd;
   if (Status s = load_encoder_attention(r, c, b, l); !s) return s;
   FERRY_LOAD(l.w_up, r.get(b + "ffn_up.weight", e, c.n_ff));
-  FERRY_LOAD(l.b_up, r.get(b + "ffn_up.bias", c.n_ff, 0, true));
+  FERRY_LOAD(l.b_up, r.get_f32(b + "ffn_up.bias", c.n_ff, true));
   if (c.rope) FERRY_LOAD(l.w_gate, r.get(b + "ffn_gate.weight", e, c.n_ff));
   FERRY_LOAD(l.w_down, r.get(b + "ffn_down.weight", c.n_ff, e));
-  FERRY_LOAD(l.b_down, r.get(b + "ffn_down.bias", e, 0, true));
-  FERRY_LOAD(l.out_norm, r.get(b + "layer_output_norm.weight", e, 0));
-  FERRY_LOAD(l.out_norm_b, r.get(b + "layer_output_norm.bias", e, 0));
+  FERRY_LOAD(l.b_down, r.get_f32(b + "ffn_down.bias", e, true));
+  FERRY_LOAD(l.out_norm, r.get_f32(b + "layer_output_norm.weight", e));
+  FERRY_LOAD(l.out_norm_b, r.get_f32(b + "layer_output_norm.bias", e));
   return {};
 }
 
@@ -178,13 +126,13 @@ Result<std::unique_ptr<EncoderModel>> EncoderModel::load(
   if (c.n_vocab <= 0 || c.n_vocab > (int64_t{1} << 24)) return load_error("bad vocabulary size");
   if (const SourceTensor* types = model->source_->tensor("token_types.weight"))
     c.n_token_types = types->dims.size() >= 2 ? types->dims[1] : 1;
-  const TensorReader r(*model->source_);
+  const TensorLoader r(*model->source_);
   FERRY_LOAD(model->token_embd, r.get("token_embd.weight", c.n_embd, c.n_vocab));
   FERRY_LOAD(model->token_types, r.get("token_types.weight", c.n_embd, c.n_token_types, true));
   FERRY_LOAD(model->position_embd,
              r.get("position_embd.weight", c.n_embd, c.n_ctx_train, /*optional=*/c.rope));
-  FERRY_LOAD(model->embd_norm, r.get("token_embd_norm.weight", c.n_embd, 0));
-  FERRY_LOAD(model->embd_norm_b, r.get("token_embd_norm.bias", c.n_embd, 0));
+  FERRY_LOAD(model->embd_norm, r.get_f32("token_embd_norm.weight", c.n_embd));
+  FERRY_LOAD(model->embd_norm_b, r.get_f32("token_embd_norm.bias", c.n_embd));
   model->layers.resize(static_cast<size_t>(c.n_layer));
   for (int64_t i = 0; i < c.n_layer; ++i) {
     if (Status s = load_encoder_layer(r, c, i, model->layers[static_cast<size_t>(i)]); !s)

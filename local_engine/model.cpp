@@ -3,75 +3,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "local_engine/tensor_loader.h"
+
 namespace ferry::engine {
 namespace {
-
-Error load_error(std::string message) {
-  return Error::make(ErrorCode::kInvalidRequest, "model: " + std::move(message));
-}
-
-class Loader {
- public:
-  explicit Loader(const ModelSource& source) : source_(source) {}
-
-  // A tensor with exactly the given shape (cols, rows); rows == 0 means 1-D of `cols`.
-  Result<WeightView> get(const std::string& name, int64_t cols, int64_t rows,
-                         bool optional = false) const {
-    const SourceTensor* t = source_.tensor(name);
-    if (t == nullptr) {
-      if (optional) return WeightView{};
-      return load_error("missing tensor '" + name + "'");
-    }
-    const auto type = static_cast<WeightType>(t->ggml_type);
-    if (!kernels::tensor_type_known(t->ggml_type) || !kernels::tensor_type_runs(type)) {
-      const std::string_view type_name = kernels::tensor_type_name(type);
-      return load_error("tensor '" + name + "' has unsupported type " +
-                        (type_name == "?" ? std::to_string(t->ggml_type) : std::string(type_name)));
-    }
-    const bool is_1d = rows == 0;
-    const size_t want_dims = is_1d ? 1 : 2;
-    bool shape_ok =
-        t->dims.size() >= want_dims && t->dims[0] == cols && (is_1d || t->dims[1] == rows);
-    for (size_t i = want_dims; shape_ok && i < t->dims.size(); ++i) shape_ok = t->dims[i] == 1;
-    if (!shape_ok) {
-      std::string got;
-      for (int64_t d : t->dims) got += (got.empty() ? "" : "x") + std::to_string(d);
-      return load_error("tensor '" + name + "' has shape [" + got + "], expected [" +
-                        std::to_string(cols) + (is_1d ? "" : "x" + std::to_string(rows)) + "]");
-    }
-    WeightView view;
-    view.type = type;
-    view.cols = cols;
-    view.rows = is_1d ? 1 : rows;
-    view.row_bytes = static_cast<size_t>(kernels::row_bytes(type, cols).value_or(0));
-    if (view.row_bytes == 0) {
-      return load_error("tensor '" + name + "': row of " + std::to_string(cols) +
-                        " elements is not a whole number of " +
-                        std::string(kernels::tensor_type_name(type)) + " blocks");
-    }
-    if (t->data == nullptr || t->n_bytes < view.row_bytes * static_cast<size_t>(view.rows)) {
-      return load_error("tensor '" + name + "' is shorter than its shape");
-    }
-    view.data = t->data;
-    return view;
-  }
-
-  bool has(const std::string& name) const { return source_.tensor(name) != nullptr; }
-
-  // Norm weights and biases are used as float vectors by the forward pass.
-  Result<WeightView> get_f32(const std::string& name, int64_t n, bool optional = false) const {
-    auto view = get(name, n, 0, optional);
-    if (!view) return view;
-    if (view->data != nullptr && view->type != WeightType::kF32) {
-      return load_error("tensor '" + name + "' must be F32, is " +
-                        std::string(kernels::tensor_type_name(view->type)));
-    }
-    return view;
-  }
-
- private:
-  const ModelSource& source_;
-};
 
 struct ArchInfo {
   std::string_view name;
@@ -222,16 +157,9 @@ Result<ModelConfig> read_config(const ModelSource& source) {
   return c;
 }
 
-#define FERRY_LOAD(dst, expr)                      \
-  do {                                             \
-    auto loaded = (expr);                          \
-    if (!loaded) return std::move(loaded).error(); \
-    (dst) = loaded.value();                        \
-  } while (0)
-
 // One block's weights: attention (Qwen2's q/k/v biases, Qwen3's and Gemma 3's q/k norms, Gemma's
 // post norms) and the gated FFN.
-Status load_layer(Loader& loader, const ModelConfig& c, int64_t i, LayerWeights& l) {
+Status load_layer(TensorLoader& loader, const ModelConfig& c, int64_t i, LayerWeights& l) {
   const int64_t q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const std::string b = "blk." + std::to_string(i) + ".";
   FERRY_LOAD(l.attn_norm, loader.get_f32(b + "attn_norm.weight", c.n_embd));
@@ -276,7 +204,8 @@ void mark_repacked(WeightView& w) {
 }
 
 // A (rope_dim / 2) float vector of positive RoPE factors, empty when the tensor is absent.
-Status load_factors(Loader& loader, const std::string& name, int64_t n, std::vector<float>& out) {
+Status load_factors(TensorLoader& loader, const std::string& name, int64_t n,
+                    std::vector<float>& out) {
   WeightView view;
   FERRY_LOAD(view, loader.get_f32(name, n, true));
   if (view.data == nullptr) return {};
@@ -290,7 +219,7 @@ Status load_factors(Loader& loader, const std::string& name, int64_t n, std::vec
 
 // RoPE inverse frequencies, with Llama 3's per-frequency factors when the file carries them,
 // and LongRoPE's short and long factors (phi3).
-Status load_rope(Loader& loader, const ModelConfig& c, Model& model) {
+Status load_rope(TensorLoader& loader, const ModelConfig& c, Model& model) {
   const int64_t n_freq = c.rope_dim / 2;
   if (Status s =
           load_factors(loader, "rope_factors_short.weight", n_freq, model.rope_factors_short);
@@ -340,7 +269,7 @@ Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const ModelSource> so
   c.n_vocab = embd->dims[1];
   if (c.n_vocab <= 0 || c.n_vocab > (int64_t{1} << 24)) return load_error("bad vocabulary size");
 
-  Loader loader(src);
+  TensorLoader loader(src);
   FERRY_LOAD(model->token_embd, loader.get("token_embd.weight", c.n_embd, c.n_vocab));
   FERRY_LOAD(model->output_norm, loader.get_f32("output_norm.weight", c.n_embd));
   if (c.arch == Arch::kGemma2 && src.tensor("output.weight") != nullptr) {
