@@ -51,8 +51,7 @@ Result<WeightView> TensorLoader::get(const std::string& name, int64_t cols, int6
   return view;
 }
 
-Result<WeightView> TensorLoader::get_f32(const std::string& name, int64_t n,
-                                         bool optional) const {
+Result<WeightView> TensorLoader::get_f32(const std::string& name, int64_t n, bool optional) const {
   auto view = get(name, n, 0, optional);
   if (!view) return view;
   if (view->data != nullptr && view->type != WeightType::kF32) {
