@@ -98,15 +98,15 @@ void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y, 
   const auto* act = static_cast<const uint8_t*>(qa.data);
   const auto stride = static_cast<int64_t>(qa.row_stride);
   const bool serial = w.order == DotOrder::kSerial && k->vec_dot_serial != nullptr;
-  // F16 batches take llama.cpp's tinyBLAS order (vec_dot_batch) only where it has one.
   const bool invariant = forms == BatchForms::kInvariant;
+  // The serving path's F16 products (every table has them): one order for every batch.
   if (invariant && k->gemm_invariant != nullptr) {
     k->gemm_invariant(w.cols, w.row(row_begin), static_cast<int64_t>(w.row_bytes),
                       row_end - row_begin, act, stride, qa.n_tokens, y + row_begin, w.rows);
     return;
   }
-  const bool per_token =
-      w.type == TensorType::kF16 && (invariant || w.rows % 4 != 0 || w.cols % 16 != 0);
+  // F16 batches take llama.cpp's tinyBLAS order (vec_dot_batch) only where it has one.
+  const bool per_token = w.type == TensorType::kF16 && (w.rows % 4 != 0 || w.cols % 16 != 0);
   const VecDotFn dot = serial ? k->vec_dot_serial : k->vec_dot;
   const VecDotBatchFn dot_batch = serial ? k->vec_dot_batch_serial : k->vec_dot_batch;
   if (qa.n_tokens == 1 || per_token) {
