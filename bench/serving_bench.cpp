@@ -1,8 +1,15 @@
 // Serving benchmark of the local engine's scheduler on a synthesized SmolLM2-360M-shaped model:
 // aggregate generation tokens/s with 1, 4, 8 and 16 concurrent greedy streams (continuous
-// batching), and time to first token of a ~1k-token prompt whose prefix is cached vs uncached.
+// batching), and time to first token of a ~1k-token prompt whose prefix is cached vs uncached
+// (--ttft-prompt 0: not measured). The machine's read bandwidth with the same threads is
+// measured before and after the streams, and one stream's decode is given as a share of the
+// bound it sets (the bytes of the matrices a token reads / the better of the two bandwidths).
 //   ferry_serving_bench [--model FILE | --save FILE] [--type Q8_0] [--threads 2] [--gen 64]
 //                       [--prompt 32] [--streams 1,4,8,16] [--ttft-prompt 1024] [--reps 3]
+//                       [--prefill 512]
+// --prefill N: prompt tokens/s of one N-token prompt from an empty cache through the scheduler
+// (its own prefill chunks), best of the reps: the serving path's counterpart of llama-bench's
+// ppN (0: not measured).
 // Without --model, the model is synthesized (random weights, real shapes) into a temp file.
 #include <algorithm>
 #include <chrono>
@@ -18,6 +25,7 @@
 #include <vector>
 
 #include "bench/bench_engine.h"
+#include "bench/read_bandwidth.h"
 #include "local_engine/gguf_source.h"
 #include "local_engine/scheduler.h"
 #include "model_tools/model_tools.h"
@@ -36,6 +44,7 @@ struct Args {
   int64_t prompt = 32;
   std::vector<int64_t> streams = {1, 4, 8, 16};
   int64_t ttft_prompt = 1024;
+  int64_t prefill = 512;
   int reps = 3;
 };
 
@@ -133,6 +142,34 @@ StreamResult run_streams(const Args& a, int64_t n_streams) {
   return r;
 }
 
+// Prompt tokens per second of the forward passes of one `n`-token prompt, empty cache.
+double run_prefill(const Args& a, int64_t n, uint32_t seed) {
+  std::mutex mu;
+  double seconds = 0;
+  int64_t tokens = 0;
+  engine::SchedulerOptions options;
+  options.prefix_cache = false;
+  options.on_step = [&](const engine::StepStats& s) {
+    std::lock_guard lock(mu);
+    if (s.prefill_tokens == 0) return;
+    seconds += s.seconds;
+    tokens += s.prefill_tokens;
+  };
+  auto sched = make_scheduler(a.model, a.threads, n + 16, options);
+  Latch latch;
+  latch.left = 1;
+  if (!sched->submit(
+          request(bench::random_tokens(n, sched->model_config().n_vocab, seed), 1, latch))) {
+    std::exit(1);
+  }
+  latch.wait();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the last step's on_step
+  std::lock_guard lock(mu);
+  return seconds > 0 ? static_cast<double>(tokens) / seconds : 0;
+}
+
+constexpr int64_t kQuestion = 24;  // tokens of run_ttft's question after the shared prefix
+
 // TTFT of a prompt of `ttft_prompt` tokens: a shared prefix plus a 24-token question, first with
 // an empty cache, then (another question) with the prefix cached.
 std::pair<double, double> run_ttft(const Args& a, uint32_t seed, int64_t* cached_tokens,
@@ -150,7 +187,7 @@ std::pair<double, double> run_ttft(const Args& a, uint32_t seed, int64_t* cached
   };
   auto sched = make_scheduler(a.model, a.threads, a.ttft_prompt + 64, options);
   const int64_t n_vocab = sched->model_config().n_vocab;
-  const int64_t question = 24;
+  const int64_t question = kQuestion;
   const auto prefix = bench::random_tokens(a.ttft_prompt - question, n_vocab, seed);
   double ttft[2] = {0, 0};
   for (int i = 0; i < 2; ++i) {
@@ -171,6 +208,24 @@ std::pair<double, double> run_ttft(const Args& a, uint32_t seed, int64_t* cached
     if (i == 1) *cached_tokens = latch.done[0].cached_tokens;
   }
   return {ttft[0], ttft[1]};
+}
+
+// Bytes a decode step reads from the model's tensors: all of them but the token embedding,
+// which is read whole only when it is also the output matrix (no `output.weight`).
+uint64_t bytes_read_per_token(const std::string& path) {
+  auto src = engine::GgufSource::open(path);
+  if (!src) {
+    std::fprintf(stderr, "%s\n", src.error().message.c_str());
+    std::exit(1);
+  }
+  uint64_t all = 0, embd = 0;
+  bool tied = true;
+  for (const auto& t : src.value()->file().tensors()) {
+    all += t.n_bytes;
+    if (t.name == "token_embd.weight") embd = t.n_bytes;
+    if (t.name == "output.weight") tied = false;
+  }
+  return tied ? all : all - embd;
 }
 
 std::vector<int64_t> parse_list(const char* s) {
@@ -211,6 +266,8 @@ int main(int argc, char** argv) {
       a.streams = parse_list(v);
     else if (k == "--ttft-prompt")
       a.ttft_prompt = std::atoll(v);
+    else if (k == "--prefill")
+      a.prefill = std::atoll(v);
     else if (k == "--reps")
       a.reps = std::atoi(v);
     else {
@@ -237,9 +294,21 @@ int main(int argc, char** argv) {
     std::printf("synthesized smollm2-360m %s in %.1f s -> %s\n", a.type.c_str(), seconds_since(t0),
                 a.model.c_str());
   }
+  if (a.ttft_prompt != 0 && a.ttft_prompt <= kQuestion) {
+    std::fprintf(stderr, "--ttft-prompt must be 0 (not measured) or more than %lld tokens\n",
+                 static_cast<long long>(kQuestion));
+    return 2;
+  }
+  if (a.threads < 1 || a.gen < 1 || a.prompt < 1 || a.streams.empty() || a.prefill < 0) {
+    std::fprintf(stderr, "--threads, --gen and --prompt must be positive, --streams not empty\n");
+    return 2;
+  }
+  const uint64_t token_bytes = bytes_read_per_token(a.model);
   std::printf("model %s, %d threads, prompts of %lld tokens, %lld generated per stream\n",
               a.model.c_str(), a.threads, static_cast<long long>(a.prompt),
               static_cast<long long>(a.gen));
+  const double bw_before = bench::read_bandwidth_gbs(a.threads);
+  std::printf("read bandwidth, %d threads, before: %.2f GB/s\n", a.threads, bw_before);
   std::printf("%8s %14s %12s %16s %14s\n", "streams", "decode tok/s", "step ms", "end-to-end tok/s",
               "CPU-norm tok/s");
   double base = 0, eight = 0, cpu_base = 0, cpu_eight = 0;
@@ -255,9 +324,28 @@ int main(int argc, char** argv) {
     std::printf("ratio 8 streams / 1 stream: decode %.2fx, CPU-normalized %.2fx\n", eight / base,
                 cpu_eight / cpu_base);
   }
+  const double bw_after = bench::read_bandwidth_gbs(a.threads);
+  const double bound = std::max(bw_before, bw_after) * 1e9 / static_cast<double>(token_bytes);
+  std::printf(
+      "read bandwidth, %d threads, after: %.2f GB/s; %.1f MB read a token -> bound %.1f "
+      "tok/s\n",
+      a.threads, bw_after, static_cast<double>(token_bytes) / 1e6, bound);
+  if (base > 0) {
+    std::printf("one stream: %.1f tok/s = %.0f %% of the bound (%.2f GB/s read)\n", base,
+                100.0 * base / bound, base * static_cast<double>(token_bytes) / 1e9);
+  }
+
+  if (a.prefill > 0) {
+    double best = 0;
+    for (int rep = 0; rep < std::max(1, a.reps); ++rep)
+      best = std::max(best, run_prefill(a, a.prefill, 500 + static_cast<uint32_t>(rep)));
+    std::printf("prefill, one %lld-token prompt: %.1f tok/s (best of %d)\n",
+                static_cast<long long>(a.prefill), best, std::max(1, a.reps));
+    std::fflush(stdout);
+  }
 
   std::vector<double> ratios;
-  for (int rep = 0; rep < a.reps; ++rep) {
+  for (int rep = 0; a.ttft_prompt > 0 && rep < a.reps; ++rep) {
     int64_t cached = 0;
     double forward_ms[2] = {0, 0};
     const auto [uncached_ms, cached_ms] =

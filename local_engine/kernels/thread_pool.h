@@ -1,6 +1,6 @@
 // A persistent pool of compute threads for data-parallel kernels (matmul and friends).
-// run() must be called from one thread at a time (the pool's owner); workers spin briefly
-// between jobs, then sleep, so back-to-back decode steps pay no wake-up latency.
+// parallel_for must be called from one thread at a time (the pool's owner); workers spin
+// briefly between jobs, then sleep, so back-to-back decode steps pay no wake-up latency.
 #pragma once
 
 #include <atomic>
@@ -22,13 +22,11 @@ class ThreadPool {
 
   int n_threads() const { return n_threads_; }
 
-  // Calls fn(thread_index, n_threads) once on every thread (the caller is index 0) and
-  // returns when all have returned. fn must not throw.
-  void run(const std::function<void(int, int)>& fn);
-
   // Splits [0, n) into contiguous ranges (multiples of `grain` except the last; about four per
-  // thread) and calls fn(begin, end) once for each, the threads taking them in order as they
-  // come free; returns when all are done.
+  // thread) and calls fn(begin, end) once for each, the caller and the workers taking them in
+  // order as they come free; returns when all are done. The caller waits only for ranges a
+  // worker has taken: a worker that is asleep or off its core (a busy machine) when the job
+  // starts holds nothing back, the caller does its share.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
   // The same for a job of about `work` multiply-adds in all: below serial_work() (by default
   // kSerialWork), where waking the other threads and gathering their results costs more than
@@ -45,14 +43,27 @@ class ThreadPool {
   }
 
  private:
-  void worker_loop(int index);
+  struct Job {
+    const std::function<void(int64_t, int64_t)>* fn = nullptr;
+    int64_t n = 0;
+    int64_t per_chunk = 0;
+  };
+  // Takes and runs ranges of the current job until none is left to take.
+  void take_chunks();
+  void worker_loop();
 
   int n_threads_;
   int64_t serial_work_;
   std::vector<std::thread> workers_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  // Written by the owner before it publishes a job in claim_, read by a thread only after it
+  // took a range of that job (the job cannot end before that range is done).
+  Job job_;
+  uint32_t tag_ = 0;
+  // The current job: [tag : 32][next range : 16][ranges : 16]. A range is taken by moving
+  // `next` with a compare-exchange, which fails for a thread that read an earlier job's word.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<uint32_t> done_{0};        // ranges of the current job finished
+  std::atomic<uint32_t> generation_{0};  // bumped per job; idle workers sleep on it
   std::atomic<bool> stop_{false};
 };
 

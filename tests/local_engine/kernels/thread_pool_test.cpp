@@ -11,17 +11,24 @@
 namespace ferry::kernels {
 namespace {
 
-TEST(ThreadPool, RunsEveryIndexOncePerJob) {
+// Many small jobs back to back, on pools of every size: each job's ranges are run exactly once
+// and the job is over when parallel_for returns (a range of job k never runs during job k+1),
+// whichever threads took them.
+TEST(ThreadPool, BackToBackJobsEachRunExactlyOnce) {
   for (int n : {1, 2, 4}) {
-    ThreadPool pool(n);
+    ThreadPool pool(n, 0);
     EXPECT_EQ(pool.n_threads(), n);
-    for (int job = 0; job < 100; ++job) {
-      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-      pool.run([&](int ith, int nth) {
-        EXPECT_EQ(nth, n);
-        hits[static_cast<size_t>(ith)].fetch_add(1);
+    std::atomic<int> job_running{-1};
+    for (int job = 0; job < 2000; ++job) {
+      const int64_t len = 1 + job % 37;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(len));
+      job_running.store(job);
+      pool.parallel_for(len, 1, [&](int64_t b, int64_t e) {
+        EXPECT_EQ(job_running.load(), job);
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
       });
-      for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+      job_running.store(-1);
+      for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "pool " << n << " job " << job;
     }
   }
 }
@@ -70,9 +77,9 @@ TEST(ThreadPool, SmallJobsStayOnTheCaller) {
 TEST(ThreadPool, DefaultSizeAndDestructionWhileIdle) {
   ThreadPool pool(0);
   EXPECT_GE(pool.n_threads(), 1);
-  std::atomic<int> count{0};
-  pool.run([&](int, int) { count.fetch_add(1); });
-  EXPECT_EQ(count.load(), pool.n_threads());
+  std::atomic<int64_t> count{0};
+  pool.parallel_for(100, 1, [&](int64_t b, int64_t e) { count.fetch_add(e - b); });
+  EXPECT_EQ(count.load(), 100);
 }
 
 }  // namespace
