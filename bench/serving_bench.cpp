@@ -6,7 +6,10 @@
 // bound it sets (the bytes of the matrices a token reads / the better of the two bandwidths).
 //   ferry_serving_bench [--model FILE | --save FILE] [--type Q8_0] [--threads 2] [--gen 64]
 //                       [--prompt 32] [--streams 1,4,8,16] [--ttft-prompt 1024] [--reps 3]
-//                       [--prefill 512]
+//                       [--prefill 512] [--speculative 0]
+// --speculative 1: prompt-lookup drafts as served by default (tokens counted are those kept);
+// off by default here, since on random weights what is accepted says nothing (the speculative
+// bench measures drafting on a trained model).
 // --prefill N: prompt tokens/s of one N-token prompt from an empty cache through the scheduler
 // (its own prefill chunks), best of the reps: the serving path's counterpart of llama-bench's
 // ppN (0: not measured).
@@ -45,6 +48,7 @@ struct Args {
   std::vector<int64_t> streams = {1, 4, 8, 16};
   int64_t ttft_prompt = 1024;
   int64_t prefill = 512;
+  bool speculative = false;
   int reps = 3;
 };
 
@@ -52,9 +56,10 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-std::unique_ptr<engine::Scheduler> make_scheduler(const std::string& path, int threads,
-                                                  int64_t n_ctx, engine::SchedulerOptions options) {
-  auto eng = bench::load_engine_or_exit(path, threads, n_ctx);
+std::unique_ptr<engine::Scheduler> make_scheduler(const Args& a, int64_t n_ctx,
+                                                  engine::SchedulerOptions options) {
+  options.speculative.enabled = a.speculative;
+  auto eng = bench::load_engine_or_exit(a.model, a.threads, n_ctx);
   return std::make_unique<engine::Scheduler>(
       std::move(eng), std::move(options), engine::TokenPieceFn(), std::vector<engine::TokenId>());
 }
@@ -93,6 +98,7 @@ double process_cpu_seconds() {
 
 struct StreamResult {
   double decode_tps = 0;  // tokens / second over decode-only steps (weights read once each)
+  int64_t drafted = 0, accepted = 0;  // drafted tokens verified, and kept (--speculative 1)
   // Tokens per CPU-second of the process times the thread count: the decode rate the threads
   // would reach if they had the cores to themselves (robust to other load on the machine).
   double cpu_tps = 0;
@@ -103,7 +109,7 @@ struct StreamResult {
 StreamResult run_streams(const Args& a, int64_t n_streams) {
   std::mutex mu;
   double decode_seconds = 0, decode_cpu = 0, last_cpu = -1;
-  int64_t decode_tokens = 0, decode_steps = 0;
+  int64_t decode_tokens = 0, decode_steps = 0, drafted = 0, accepted = 0;
   engine::SchedulerOptions options;
   options.max_sequences = std::max<int64_t>(16, n_streams);
   options.prefix_cache = false;
@@ -115,10 +121,12 @@ StreamResult run_streams(const Args& a, int64_t n_streams) {
     if (s.prefill_tokens > 0 || s.decode_tokens == 0 || cpu_delta < 0) return;
     decode_cpu += cpu_delta;
     decode_seconds += s.seconds;
-    decode_tokens += s.decode_tokens;
+    decode_tokens += s.decode_tokens + s.accepted_tokens;
+    drafted += s.draft_tokens;
+    accepted += s.accepted_tokens;
     ++decode_steps;
   };
-  auto sched = make_scheduler(a.model, a.threads, a.prompt + a.gen + 16, options);
+  auto sched = make_scheduler(a, a.prompt + a.gen + 16, options);
   const int64_t n_vocab = sched->model_config().n_vocab;
   Latch latch;
   latch.left = n_streams;
@@ -138,6 +146,8 @@ StreamResult run_streams(const Args& a, int64_t n_streams) {
   r.decode_tps = decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0;
   r.end_to_end_tps = static_cast<double>(n_streams * a.gen) / wall;
   r.cpu_tps = decode_cpu > 0 ? static_cast<double>(decode_tokens) * a.threads / decode_cpu : 0;
+  r.drafted = drafted;
+  r.accepted = accepted;
   r.step_ms = decode_steps > 0 ? 1000.0 * decode_seconds / static_cast<double>(decode_steps) : 0;
   return r;
 }
@@ -155,7 +165,7 @@ double run_prefill(const Args& a, int64_t n, uint32_t seed) {
     seconds += s.seconds;
     tokens += s.prefill_tokens;
   };
-  auto sched = make_scheduler(a.model, a.threads, n + 16, options);
+  auto sched = make_scheduler(a, n + 16, options);
   Latch latch;
   latch.left = 1;
   if (!sched->submit(
@@ -185,7 +195,7 @@ std::pair<double, double> run_ttft(const Args& a, uint32_t seed, int64_t* cached
     std::lock_guard lock(mu);
     forwards.emplace_back(ended, s.seconds * 1000.0);
   };
-  auto sched = make_scheduler(a.model, a.threads, a.ttft_prompt + 64, options);
+  auto sched = make_scheduler(a, a.ttft_prompt + 64, options);
   const int64_t n_vocab = sched->model_config().n_vocab;
   const int64_t question = kQuestion;
   const auto prefix = bench::random_tokens(a.ttft_prompt - question, n_vocab, seed);
@@ -266,6 +276,8 @@ int main(int argc, char** argv) {
       a.streams = parse_list(v);
     else if (k == "--ttft-prompt")
       a.ttft_prompt = std::atoll(v);
+    else if (k == "--speculative")
+      a.speculative = std::atoi(v) != 0;
     else if (k == "--prefill")
       a.prefill = std::atoll(v);
     else if (k == "--reps")
@@ -314,8 +326,13 @@ int main(int argc, char** argv) {
   double base = 0, eight = 0, cpu_base = 0, cpu_eight = 0;
   for (const int64_t n : a.streams) {
     const StreamResult r = run_streams(a, n);
-    std::printf("%8lld %14.1f %12.1f %16.1f %14.1f\n", static_cast<long long>(n), r.decode_tps,
+    std::printf("%8lld %14.1f %12.1f %16.1f %14.1f", static_cast<long long>(n), r.decode_tps,
                 r.step_ms, r.end_to_end_tps, r.cpu_tps);
+    if (a.speculative) {
+      std::printf("  drafted %lld, kept %lld", static_cast<long long>(r.drafted),
+                  static_cast<long long>(r.accepted));
+    }
+    std::printf("\n");
     std::fflush(stdout);
     if (n == 1) base = r.decode_tps, cpu_base = r.cpu_tps;
     if (n == 8) eight = r.decode_tps, cpu_eight = r.cpu_tps;
