@@ -61,9 +61,11 @@ class ThreadPool {
   uint32_t tag_ = 0;
   // The current job: [tag : 32][next range : 16][ranges : 16]. A range is taken by moving
   // `next` with a compare-exchange, which fails for a thread that read an earlier job's word.
-  std::atomic<uint64_t> claim_{0};
-  std::atomic<uint32_t> done_{0};        // ranges of the current job finished
-  std::atomic<uint32_t> generation_{0};  // bumped per job; idle workers sleep on it
+  // Each on its own cache line: the owner and the workers write claim_ and done_ while idle
+  // workers poll generation_.
+  alignas(64) std::atomic<uint64_t> claim_{0};
+  alignas(64) std::atomic<uint32_t> done_{0};        // ranges of the current job finished
+  alignas(64) std::atomic<uint32_t> generation_{0};  // bumped per job; idle workers sleep on it
   std::atomic<bool> stop_{false};
 };
 
