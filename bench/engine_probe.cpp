@@ -28,7 +28,7 @@
 #include "local_engine/engine.h"
 #include "local_engine/gguf_source.h"
 #include "local_engine/kernels/matmul.h"
-#include "local_engine/kernels/q8_0_packed.h"
+#include "local_engine/kernels/packed.h"
 #include "local_engine/kernels/thread_pool.h"
 
 namespace {
@@ -119,17 +119,17 @@ int run_steps(int argc, char** argv) {
     std::printf(
         "matrix products, %d threads, %.3f G multiply-adds per token (all layers + output)\n",
         threads, macs_per_token * 1e-9);
-    // The packed Q8_0 form (q8_0_packed.h) where the matrix and the CPU allow it.
-    std::vector<std::unique_ptr<kernels::PackedQ8_0>> packed;
+    // The packed form (packed.h: Q8_0, Q5_0) where the matrix and the CPU allow it.
+    std::vector<std::unique_ptr<kernels::PackedWeights>> packed;
     for (const auto* w : mats) {
-      packed.push_back(kernels::q8_0_packed_supported() && kernels::q8_0_packable(*w)
-                           ? std::make_unique<kernels::PackedQ8_0>(*w)
+      packed.push_back(kernels::packed_supported() && kernels::packable(*w)
+                           ? std::make_unique<kernels::PackedWeights>(*w)
                            : nullptr);
     }
     for (const bool use_packed : {false, true}) {
       std::printf("%s\n%6s %10s %10s %12s %10s %14s\n",
-                  use_packed ? "packed Q8_0 (serial order)" : "row layout (lane order)", "tokens",
-                  "best ms", "median ms", "ms / token", "G MAC/s", "CPU ms/thread");
+                  use_packed ? "packed Q8_0 / Q5_0 (serial order)" : "row layout (lane order)",
+                  "tokens", "best ms", "median ms", "ms / token", "G MAC/s", "CPU ms/thread");
       for (const int64_t nt : sizes) {
         std::vector<double> times, cpu;
         for (int rep = 0; rep < std::max(3, 48 / static_cast<int>(nt)); ++rep) {
@@ -143,7 +143,7 @@ int run_steps(int argc, char** argv) {
             }
             const auto qa = kernels::quantize_activations(w->type, x.data(), nt, w->cols);
             pool.parallel_for(w->rows, kernels::kPackRows, [&](int64_t begin, int64_t end) {
-              kernels::q8_0_packed_rows(*packed[m], qa, y.data(), w->rows, begin, end);
+              kernels::packed_rows(*packed[m], qa, y.data(), w->rows, begin, end);
             });
           }
           times.push_back(ms_since(t0));

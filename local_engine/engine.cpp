@@ -99,10 +99,10 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
       kv_(model_->config().n_layer, model_->config().kv_dim(),
           options.n_ctx > 0 ? options.n_ctx
                             : std::min(model_->config().n_ctx_train, kDefaultCtxCap)) {
-  if (forms_ != kernels::BatchForms::kInvariant || !kernels::q8_0_packed_supported()) return;
+  if (forms_ != kernels::BatchForms::kInvariant || !kernels::packed_supported()) return;
   auto pack = [this](const WeightView& w) {
-    if (kernels::q8_0_packable(w) && !packed_.contains(w.data)) {
-      packed_.emplace(w.data, std::make_unique<kernels::PackedQ8_0>(w, &pool_));
+    if (kernels::packable(w) && !packed_.contains(w.data)) {
+      packed_.emplace(w.data, std::make_unique<kernels::PackedWeights>(w, &pool_));
     }
   };
   for (const LayerWeights& l : model_->layers) {
@@ -129,7 +129,7 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
   }
 }
 
-const kernels::PackedQ8_0* Engine::packed(const WeightView& w) const {
+const kernels::PackedWeights* Engine::packed(const WeightView& w) const {
   if (packed_.empty()) return nullptr;
   const auto it = packed_.find(w.data);
   return it == packed_.end() ? nullptr : it->second.get();
@@ -362,7 +362,7 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
     float* y;
     const kernels::QuantizedActivations* qa;
     int64_t first_row;  // in the combined row range
-    const kernels::PackedQ8_0* packed;
+    const kernels::PackedWeights* packed;
   };
   std::vector<kernels::QuantizedActivations> quantized;
   quantized.reserve(jobs.size());
@@ -378,7 +378,7 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
       quantized.push_back(kernels::quantize_activations(job.w->type, x, n, job.w->cols));
       qa = &quantized.back();
     }
-    const kernels::PackedQ8_0* p = packed(*job.w);
+    const kernels::PackedWeights* p = packed(*job.w);
     // A packed part starts on a multiple of the grain (16 rows: one group of the packing).
     constexpr int64_t kGroup = kernels::kPackRows;
     if (p != nullptr) total_rows = (total_rows + kGroup - 1) / kGroup * kGroup;
@@ -393,8 +393,8 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
       const int64_t hi = std::min(end, part.first_row + part.w->rows);
       if (lo >= hi) continue;
       if (part.packed != nullptr) {
-        kernels::q8_0_packed_rows(*part.packed, *part.qa, part.y, part.w->rows, lo - part.first_row,
-                                  hi - part.first_row);
+        kernels::packed_rows(*part.packed, *part.qa, part.y, part.w->rows, lo - part.first_row,
+                             hi - part.first_row);
       } else {
         kernels::matmul_rows(*part.w, *part.qa, part.y, lo - part.first_row, hi - part.first_row,
                              forms_);

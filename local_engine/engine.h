@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "local_engine/kernels/q8_0_packed.h"
+#include "local_engine/kernels/packed.h"
 #include "local_engine/kernels/thread_pool.h"
 #include "local_engine/kv_cache.h"
 #include "local_engine/model.h"
@@ -28,8 +28,8 @@ struct EngineOptions {
   // llama.cpp bit for bit. true: every entry computed as if alone in its batch (short-batch
   // attention, lone-row products), so results never depend on the rest of the batch or on
   // how a prompt was split (continuous batching, prefix cache); prefill attention is slower.
-  // With true, on AVX-512 VNNI, Q8_0 matrices are also repacked (kernels/q8_0_packed.h: a
-  // copy of their bytes) and multiplied in the serial block order, which costs a few tokens
+  // With true, on AVX-512 VNNI, Q8_0 and Q5_0 matrices are also repacked (kernels/packed.h:
+  // a copy of their bytes) and multiplied in the serial block order, which costs a few tokens
   // about what one costs (batched decode runs near the speed of prefill), and attention runs
   // in F32 with vector exps (kernels/attend_invariant.h). Invariant for a given ISA: the
   // numbers differ in the last bits between AVX-512 and other machines.
@@ -90,8 +90,8 @@ class Engine {
   void matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int64_t n);
   // y = W x for one weight (matmuls when W is packed, else kernels::matmul).
   void project(const WeightView& w, const float* x, int64_t n, float* y);
-  // The packed copy of a Q8_0 weight (batch-invariant engines only), or nullptr.
-  const kernels::PackedQ8_0* packed(const WeightView& w) const;
+  // The packed copy of a Q8_0 or Q5_0 weight (batch-invariant engines only), or nullptr.
+  const kernels::PackedWeights* packed(const WeightView& w) const;
 
   std::unique_ptr<Model> model_;
   kernels::BatchForms forms_ = kernels::BatchForms::kLlamaCpp;
@@ -103,8 +103,8 @@ class Engine {
   std::vector<float> kt_, vf_;  // one sequence's cached keys (transposed) and values, as F32
   // The batch's RoPE tables (n, rope_dim): global layers', sliding layers'.
   std::vector<float> rope_tab_, rope_tab_swa_;
-  // Packed Q8_0 weights by their data pointer (a tied output shares token_embd's).
-  std::unordered_map<const void*, std::unique_ptr<kernels::PackedQ8_0>> packed_;
+  // Packed Q8_0 / Q5_0 weights by their data pointer (a tied output shares token_embd's).
+  std::unordered_map<const void*, std::unique_ptr<kernels::PackedWeights>> packed_;
 };
 
 }  // namespace ferry::engine

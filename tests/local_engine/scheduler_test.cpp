@@ -239,10 +239,14 @@ TEST_F(SchedulerTest, SixteenBatchedSequencesMatchTheirSoloRuns) {
   expect_batched_equal_solo();
 }
 
-// Q8_0 weights take the packed serial-order products on AVX-512 (kernels/q8_0_packed.h), the
-// lane-order ones elsewhere: either way a sequence's logits do not depend on its batch.
+// Q8_0 and Q5_0 weights take the packed serial-order products on AVX-512 (kernels/packed.h),
+// the lane-order ones elsewhere: either way a sequence's logits do not depend on its batch.
 TEST_F(SchedulerTest, SixteenBatchedSequencesMatchTheirSoloRunsWithQ8_0Weights) {
   src_ = testing::make_tiny_model(shape_, WeightType::kQ8_0, 33);
+  expect_batched_equal_solo();
+}
+TEST_F(SchedulerTest, SixteenBatchedSequencesMatchTheirSoloRunsWithQ5_0Weights) {
+  src_ = testing::make_tiny_model(shape_, WeightType::kQ5_0, 35);
   expect_batched_equal_solo();
 }
 
@@ -634,9 +638,11 @@ void SchedulerTest::expect_speculation_changes_nothing(
 
 TEST_F(SchedulerTest, SpeculationGivesTheSameGreedyOutput) {
   expect_speculation_changes_nothing(repeating_requests(400));
-  // Q8_0: the packed products (AVX-512) take a step's drafted rows together.
+  // Q8_0 and Q5_0: the packed products (AVX-512) take a step's drafted rows together.
   src_ = testing::make_tiny_model(shape_, WeightType::kQ8_0, 34);
   expect_speculation_changes_nothing(repeating_requests(500));
+  src_ = testing::make_tiny_model(shape_, WeightType::kQ5_0, 36);
+  expect_speculation_changes_nothing(repeating_requests(600));
 }
 
 // A think budget is the sequence's own (the sampler's): alone or batched, with drafts or without,

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "local_engine/kernels/fp16.h"
+#include "local_engine/kernels/kernels.h"
 
 namespace ferry::engine::testing {
 namespace {
@@ -172,6 +173,12 @@ std::vector<uint8_t> encode(WeightType type, const float* x, int64_t n, float* y
       for (int64_t b = 0; b < n / 256; ++b)
         encode_q6_k(x + 256 * b, out, static_cast<size_t>(210 * b), y + 256 * b);
       break;
+    case WeightType::kQ5_0: {  // the library's own quantizer (llama.cpp's rounding)
+      const kernels::TypeKernels* k = kernels::kernels_for(type);
+      k->from_float(x, out.data(), n);
+      k->to_float(out.data(), y, n);
+      break;
+    }
     default:
       throw std::runtime_error("test encoder: unsupported type");
   }

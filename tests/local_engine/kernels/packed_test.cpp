@@ -1,0 +1,177 @@
+#include "local_engine/kernels/packed.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "local_engine/kernels/blocks.h"
+#include "local_engine/kernels/fp16.h"
+#include "local_engine/kernels/kernels.h"
+#include "tests/local_engine/kernels/test_util.h"
+
+namespace ferry::kernels {
+namespace {
+
+using testing::quantize;
+using testing::random_row;
+
+// Every row of every batch size equals the serial-order reference bit for bit, on the active
+// ISA's kernel and on the scalar one, for any 16-aligned row range: so a token's result never
+// depends on the other tokens of its batch nor on how the rows were split over threads.
+TEST(Packed, EqualsTheSerialReferenceForEveryBatchAndRowRange) {
+  const int64_t rows = 48;
+  for (const TensorType type : {TensorType::kQ8_0, TensorType::kQ5_0}) {
+    for (const int64_t cols : {int64_t{64}, int64_t{96}, int64_t{320}}) {
+      SCOPED_TRACE(std::string(tensor_type_name(type)));
+      const auto w = quantize(type, random_row(rows * cols, 21, 0.05f));
+      const MatrixView view = make_matrix_view(type, rows, cols, w.data());
+      ASSERT_TRUE(packable(view));
+      const PackedWeights packed(view);
+      // The packed layout holds every value of the original.
+      const auto* row0 = reinterpret_cast<const uint8_t*>(view.row(17));
+      ASSERT_EQ(packed.value(packed.group(1) + packed.block_bytes(), 1, 5), [&] {
+        std::vector<float> f(static_cast<size_t>(cols));
+        kernels_for(type, Isa::kScalar)->to_float(row0, f.data(), cols);
+        const uint16_t d = type == TensorType::kQ5_0
+                               ? reinterpret_cast<const BlockQ5_0*>(row0)[1].d
+                               : reinterpret_cast<const BlockQ8_0*>(row0)[1].d;
+        return static_cast<int>(std::lround(f[32 + 5] / fp16_to_fp32(d)));
+      }());
+      for (const int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 13, 17, 64}) {
+        const auto x = random_row(n_tokens * cols, 22 + static_cast<uint32_t>(n_tokens));
+        const QuantizedActivations qa = quantize_activations(type, x.data(), n_tokens, cols);
+        std::vector<float> fast(static_cast<size_t>(n_tokens * rows), -1.0f),
+            split(fast.size(), -1.0f), scalar(fast.size(), -1.0f);
+        packed_rows(packed, qa, fast.data(), rows, 0, rows);
+        packed_rows(packed, qa, split.data(), rows, 0, 16);
+        packed_rows(packed, qa, split.data(), rows, 16, rows);
+        packed_rows_scalar(packed, qa, scalar.data(), rows, 0, rows);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          const auto* act = static_cast<const uint8_t*>(qa.data) + t * qa.row_stride;
+          for (int64_t r = 0; r < rows; ++r) {
+            const size_t at = static_cast<size_t>(t * rows + r);
+            const float expect = packed_dot_serial_ref(type, cols, view.row(r), act);
+            ASSERT_EQ(fast[at], expect)
+                << "cols " << cols << " tokens " << n_tokens << " t " << t << " r " << r;
+            ASSERT_EQ(split[at], expect) << "cols " << cols << " tokens " << n_tokens;
+            ASSERT_EQ(scalar[at], expect) << "cols " << cols << " tokens " << n_tokens;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The serial order is a different rounding of the same integer sums as vec_dot's lanes: close.
+TEST(Packed, SerialOrderIsCloseToTheLaneOrder) {
+  const int64_t cols = 2560;
+  for (const TensorType type : {TensorType::kQ8_0, TensorType::kQ5_0}) {
+    const auto w = quantize(type, random_row(cols, 31, 0.05f));
+    const auto x = random_row(cols, 32);
+    const QuantizedActivations qa = quantize_activations(type, x.data(), 1, cols);
+    const float lanes = kernels_for(type)->vec_dot(cols, w.data(), qa.data);
+    const float serial = packed_dot_serial_ref(type, cols, w.data(), qa.data);
+    EXPECT_NEAR(serial, lanes, 1e-4 * (std::fabs(lanes) + 1)) << tensor_type_name(type);
+  }
+}
+
+// Extreme quants (-128, 127) and large scales: the +128 storage and its correction are exact.
+TEST(Packed, ExtremeQ8_0QuantsAreExact) {
+  const int64_t rows = 16, cols = 64;
+  std::vector<BlockQ8_0> w(static_cast<size_t>(rows * cols / kQK));
+  std::vector<BlockQ8_0> a(static_cast<size_t>(cols / kQK));
+  for (size_t b = 0; b < w.size(); ++b) {
+    w[b].d = 0x3C00;  // 1.0
+    for (int l = 0; l < kQK; ++l) w[b].qs[l] = static_cast<int8_t>((b + l) % 2 == 0 ? -128 : 127);
+  }
+  for (auto& b : a) {
+    b.d = 0x4000;  // 2.0
+    for (int l = 0; l < kQK; ++l) b.qs[l] = static_cast<int8_t>(l % 3 == 0 ? -128 : 127);
+  }
+  const MatrixView view = make_matrix_view(TensorType::kQ8_0, rows, cols, w.data());
+  const PackedWeights packed(view);
+  QuantizedActivations qa;
+  qa.type = TensorType::kQ8_0;
+  qa.n_tokens = 1;
+  qa.cols = cols;
+  qa.row_stride = a.size() * sizeof(BlockQ8_0);
+  qa.data = a.data();
+  std::vector<float> y(rows);
+  packed_rows(packed, qa, y.data(), rows, 0, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(y[static_cast<size_t>(r)],
+              packed_dot_serial_ref(TensorType::kQ8_0, cols, view.row(r), a.data()))
+        << r;
+  }
+}
+
+// Q5_0's extreme values (0 and 31, i.e. -16 and 15, every fifth bit set and clear) against
+// extreme activations: the nibbles, the masks and the -16 correction are exact.
+TEST(Packed, ExtremeQ5_0ValuesAreExact) {
+  const int64_t rows = 32, cols = 96;
+  std::vector<BlockQ5_0> w(static_cast<size_t>(rows * cols / kQK));
+  std::vector<BlockQ8_0> a(static_cast<size_t>(cols / kQK));
+  for (size_t b = 0; b < w.size(); ++b) {
+    w[b].d = 0x3C00;  // 1.0
+    uint32_t high = 0;
+    for (int l = 0; l < kQK; ++l) {
+      const int u = (b + static_cast<size_t>(l)) % 3 == 0 ? 0 : ((b + l) % 3 == 1 ? 31 : 16);
+      if (u & 0x10) high |= uint32_t{1} << l;
+      uint8_t& q = w[b].qs[l % (kQK / 2)];
+      q = static_cast<uint8_t>(l < kQK / 2 ? (q & 0xF0) | (u & 0xF)
+                                           : (q & 0x0F) | ((u & 0xF) << 4));
+    }
+    std::memcpy(w[b].qh, &high, sizeof high);
+  }
+  for (auto& b : a) {
+    b.d = 0x4000;  // 2.0
+    for (int l = 0; l < kQK; ++l) b.qs[l] = static_cast<int8_t>(l % 3 == 0 ? -128 : 127);
+  }
+  const MatrixView view = make_matrix_view(TensorType::kQ5_0, rows, cols, w.data());
+  ASSERT_TRUE(packable(view));
+  const PackedWeights packed(view);
+  QuantizedActivations qa;
+  qa.type = TensorType::kQ8_0;
+  qa.n_tokens = 1;
+  qa.cols = cols;
+  qa.row_stride = a.size() * sizeof(BlockQ8_0);
+  qa.data = a.data();
+  std::vector<float> y(rows), scalar(rows);
+  packed_rows(packed, qa, y.data(), rows, 0, rows);
+  packed_rows_scalar(packed, qa, scalar.data(), rows, 0, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float expect = packed_dot_serial_ref(TensorType::kQ5_0, cols, view.row(r), a.data());
+    EXPECT_EQ(y[static_cast<size_t>(r)], expect) << r;
+    EXPECT_EQ(scalar[static_cast<size_t>(r)], expect) << r;
+    // The reference itself: the integer sum by hand.
+    const auto* blocks = reinterpret_cast<const BlockQ5_0*>(view.row(r));
+    float acc = 0;
+    for (int64_t i = 0; i < cols / kQK; ++i) {
+      uint32_t high;
+      std::memcpy(&high, blocks[i].qh, sizeof high);
+      int32_t isum = 0;
+      for (int l = 0; l < kQK; ++l) {
+        const int low = l < kQK / 2 ? blocks[i].qs[l] & 0xF : blocks[i].qs[l - kQK / 2] >> 4;
+        isum +=
+            ((low | static_cast<int>((high >> l) & 1) << 4) - 16) * a[static_cast<size_t>(i)].qs[l];
+      }
+      acc = std::fma(static_cast<float>(isum), 2.0f, acc);
+    }
+    EXPECT_EQ(expect, acc) << r;
+  }
+}
+
+// Matrices the packing does not take stay on the row layout.
+TEST(Packed, OnlyWholeGroupsOfQ8_0AndQ5_0ArePackable) {
+  std::vector<uint8_t> bytes(1 << 16);
+  EXPECT_TRUE(packable(make_matrix_view(TensorType::kQ5_0, 32, 64, bytes.data())));
+  EXPECT_FALSE(packable(make_matrix_view(TensorType::kQ5_0, 24, 64, bytes.data())));
+  EXPECT_FALSE(packable(make_matrix_view(TensorType::kQ4_0, 32, 64, bytes.data())));
+  EXPECT_FALSE(packable(make_matrix_view(TensorType::kQ4_K, 32, 256, bytes.data())));
+}
+
+}  // namespace
+}  // namespace ferry::kernels
