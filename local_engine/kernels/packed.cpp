@@ -5,6 +5,8 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 #include "local_engine/kernels/blocks.h"
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/kernels.h"
@@ -77,9 +79,17 @@ PackedWeights::PackedWeights(const MatrixView& w, ThreadPool* pool)
   const int64_t nb = cols_ / kQK;
   const int64_t quant_bytes = nb * block_bytes();
   group_bytes_ = (quant_bytes + nb * 2 * kPackRows + 63) / 64 * 64;
+  // Large copies on 2 MiB boundaries, asking the kernel for huge pages: a decode step streams
+  // every packed byte once, and with 4 KiB pages each page of the stream costs a TLB walk.
+  constexpr size_t kHuge = size_t{2} << 20;
   const auto bytes = static_cast<size_t>(group_bytes_ * (rows_ / kPackRows));
-  data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes)));
+  const size_t align = bytes >= kHuge ? kHuge : 64;
+  const size_t padded = bytes == 0 ? 64 : (bytes + align - 1) / align * align;
+  data_.reset(static_cast<uint8_t*>(std::aligned_alloc(align, padded)));
   if (!data_) throw std::bad_alloc();
+#if defined(MADV_HUGEPAGE)
+  if (align == kHuge) (void)madvise(data_.get(), padded, MADV_HUGEPAGE);  // a hint only
+#endif
   auto pack_groups = [&](int64_t first, int64_t last) {
     int8_t v[kQK];
     for (int64_t g = first; g < last; ++g) {
