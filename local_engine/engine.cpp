@@ -100,18 +100,31 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
           options.n_ctx > 0 ? options.n_ctx
                             : std::min(model_->config().n_ctx_train, kDefaultCtxCap)) {
   if (forms_ != kernels::BatchForms::kInvariant || !kernels::packed_supported()) return;
-  auto pack = [this](const WeightView& w) {
-    if (kernels::packable(w) && !packed_.contains(w.data)) {
-      packed_.emplace(w.data, std::make_unique<kernels::PackedWeights>(w, &pool_));
+  // Every packed copy in one allocation (kernels::allocate_streamed: on huge pages where the
+  // system gives them), in the order a decode step reads them.
+  std::vector<const WeightView*> to_pack;
+  std::unordered_map<const void*, int64_t> offsets;
+  int64_t arena_bytes = 0;
+  auto plan = [&](const WeightView& w) {
+    if (kernels::packable(w) && !offsets.contains(w.data)) {
+      offsets.emplace(w.data, arena_bytes);
+      to_pack.push_back(&w);
+      arena_bytes += kernels::PackedWeights::packed_bytes(w);
     }
   };
   for (const LayerWeights& l : model_->layers) {
     for (const WeightView* w :
          {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      pack(*w);
+      plan(*w);
     }
   }
-  pack(model_->output);
+  plan(model_->output);
+  if (to_pack.empty()) return;
+  packed_arena_ = kernels::allocate_streamed(static_cast<size_t>(arena_bytes));
+  for (const WeightView* w : to_pack) {
+    packed_.emplace(w->data, std::make_unique<kernels::PackedWeights>(
+                                 *w, &pool_, packed_arena_.get() + offsets.at(w->data)));
+  }
   // The packed copies are what the matrix products read now: let the kernel reclaim the
   // original bytes (file-backed pages are dropped and re-read if ever touched again; other
   // memory keeps its contents), so resident memory stays near one copy of the weights.

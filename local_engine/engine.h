@@ -104,6 +104,7 @@ class Engine {
   // The batch's RoPE tables (n, rope_dim): global layers', sliding layers'.
   std::vector<float> rope_tab_, rope_tab_swa_;
   // Packed Q8_0 / Q5_0 weights by their data pointer (a tied output shares token_embd's).
+  kernels::StreamedBytes packed_arena_;  // the packed copies' bytes (before packed_: outlives it)
   std::unordered_map<const void*, std::unique_ptr<kernels::PackedWeights>> packed_;
 };
 

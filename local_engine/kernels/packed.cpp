@@ -70,30 +70,53 @@ float packed_dot_serial_ref(TensorType type, int64_t n, const void* w, const voi
   return acc;
 }
 
-void PackedWeights::Free::operator()(uint8_t* p) const {
+void FreeBytes::operator()(uint8_t* p) const {
   std::free(p);
 }
 
-PackedWeights::PackedWeights(const MatrixView& w, ThreadPool* pool)
+StreamedBytes allocate_streamed(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t align = bytes >= kHuge ? kHuge : 64;
+  void* memory = nullptr;
+  if (posix_memalign(&memory, align, bytes == 0 ? 64 : bytes) != 0) throw std::bad_alloc();
+#if defined(MADV_HUGEPAGE)
+  if (align == kHuge) (void)madvise(memory, bytes / kHuge * kHuge, MADV_HUGEPAGE);  // a hint
+#endif
+  return StreamedBytes(static_cast<uint8_t*>(memory));
+}
+
+namespace {
+int64_t block_bytes_of(TensorType type) {
+  return type == TensorType::kQ5_0 ? 320 : 512;
+}
+int64_t group_bytes_of(TensorType type, int64_t cols) {
+  const int64_t nb = cols / kQK;
+  return (nb * block_bytes_of(type) + nb * 2 * kPackRows + 63) / 64 * 64;
+}
+}  // namespace
+
+int64_t PackedWeights::block_bytes() const {
+  return block_bytes_of(type_);
+}
+
+int64_t PackedWeights::packed_bytes(const MatrixView& w) {
+  return group_bytes_of(w.type, w.cols) * (w.rows / kPackRows);
+}
+
+PackedWeights::PackedWeights(const MatrixView& w, ThreadPool* pool, uint8_t* storage)
     : type_(w.type), rows_(w.rows), cols_(w.cols) {
   const int64_t nb = cols_ / kQK;
   const int64_t quant_bytes = nb * block_bytes();
-  group_bytes_ = (quant_bytes + nb * 2 * kPackRows + 63) / 64 * 64;
-  // Large copies on 2 MiB boundaries, asking the kernel for huge pages: a decode step streams
-  // every packed byte once, and with 4 KiB pages each page of the stream costs a TLB walk.
-  constexpr size_t kHuge = size_t{2} << 20;
-  const auto bytes = static_cast<size_t>(group_bytes_ * (rows_ / kPackRows));
-  const size_t align = bytes >= kHuge ? kHuge : 64;
-  const size_t padded = bytes == 0 ? 64 : (bytes + align - 1) / align * align;
-  data_.reset(static_cast<uint8_t*>(std::aligned_alloc(align, padded)));
-  if (!data_) throw std::bad_alloc();
-#if defined(MADV_HUGEPAGE)
-  if (align == kHuge) (void)madvise(data_.get(), padded, MADV_HUGEPAGE);  // a hint only
-#endif
+  group_bytes_ = group_bytes_of(type_, cols_);
+  if (storage == nullptr) {
+    owned_ = allocate_streamed(static_cast<size_t>(packed_bytes(w)));
+    storage = owned_.get();
+  }
+  data_ = storage;
   auto pack_groups = [&](int64_t first, int64_t last) {
     int8_t v[kQK];
     for (int64_t g = first; g < last; ++g) {
-      uint8_t* quants = data_.get() + g * group_bytes_;
+      uint8_t* quants = data_ + g * group_bytes_;
       auto* scales = reinterpret_cast<uint16_t*>(quants + quant_bytes);
       std::memset(quants, 0, static_cast<size_t>(group_bytes_));
       for (int64_t j = 0; j < kPackRows; ++j) {

@@ -25,11 +25,25 @@ float packed_dot_serial_ref(TensorType type, int64_t n, const void* w, const voi
 
 inline constexpr int64_t kPackRows = 16;
 
+// Memory for bytes a decode step streams whole (packed weights): 2 MiB-aligned when large, with
+// a huge-page hint (with 4 KiB pages every page of the stream costs a TLB walk). Not rounded
+// up: a last partial 2 MiB stays on small pages.
+struct FreeBytes {
+  void operator()(uint8_t* p) const;
+};
+using StreamedBytes = std::unique_ptr<uint8_t, FreeBytes>;
+StreamedBytes allocate_streamed(size_t bytes);
+
 class PackedWeights {
  public:
   // packable(w) must hold. Packs on the pool's threads when given one (the bytes are copied;
-  // w may go away after).
-  explicit PackedWeights(const MatrixView& w, ThreadPool* pool = nullptr);
+  // w may go away after), into `storage` when given (packed_bytes(w) bytes, 64-byte aligned,
+  // outliving this object: one allocation for all of a model's packed matrices), else into
+  // memory of its own.
+  explicit PackedWeights(const MatrixView& w, ThreadPool* pool = nullptr,
+                         uint8_t* storage = nullptr);
+  // The bytes a packed copy of w takes (a multiple of 64).
+  static int64_t packed_bytes(const MatrixView& w);
 
   TensorType type() const { return type_; }  // the original's: kQ8_0 or kQ5_0
   int64_t rows() const { return rows_; }
@@ -40,25 +54,23 @@ class PackedWeights {
   // - Q5_0 (320 bytes): line m (m < 4, at m * 64) holds chunk 2m in its low nibbles and chunk
   //   2m + 1 in its high ones (the values' low 4 bits); then per chunk a 64-bit mask at
   //   256 + k * 8, bit p the fifth bit of the chunk's byte p.
-  int64_t block_bytes() const { return type_ == TensorType::kQ5_0 ? 320 : 512; }
+  int64_t block_bytes() const;
   int32_t offset() const { return type_ == TensorType::kQ5_0 ? 16 : 128; }
   // Bytes of one group of 16 rows: cols/32 blocks of block_bytes(), then cols/32 times 16 fp16
   // scales; rounded up to 64 bytes.
   int64_t group_bytes() const { return group_bytes_; }
-  const uint8_t* group(int64_t g) const { return data_.get() + g * group_bytes_; }
+  const uint8_t* group(int64_t g) const { return data_ + g * group_bytes_; }
   // The signed value of row j (< 16), column l (< 32) of a block (at group(g) + i *
   // block_bytes()) of this layout.
   int value(const uint8_t* block, int64_t j, int64_t l) const;
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const;
-  };
   TensorType type_ = TensorType::kQ8_0;
   int64_t rows_ = 0;
   int64_t cols_ = 0;
   int64_t group_bytes_ = 0;
-  std::unique_ptr<uint8_t, Free> data_;
+  StreamedBytes owned_;  // empty when packed into given storage
+  uint8_t* data_ = nullptr;
 };
 
 // True when the active ISA has the packed kernel (AVX-512 VNNI); elsewhere callers keep the
