@@ -100,46 +100,55 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
           options.n_ctx > 0 ? options.n_ctx
                             : std::min(model_->config().n_ctx_train, kDefaultCtxCap)) {
   if (forms_ != kernels::BatchForms::kInvariant || !kernels::packed_supported()) return;
-  // Every packed copy in one allocation (kernels::allocate_streamed: on huge pages where the
-  // system gives them), in the order a decode step reads them.
-  std::vector<const WeightView*> to_pack;
-  std::unordered_map<const void*, int64_t> offsets;
-  int64_t arena_bytes = 0;
-  auto plan = [&](const WeightView& w) {
-    if (kernels::packable(w) && !offsets.contains(w.data)) {
-      offsets.emplace(w.data, arena_bytes);
-      to_pack.push_back(&w);
-      arena_bytes += kernels::PackedWeights::packed_bytes(w);
+  // The matrices a step reads, in one allocation (kernels::allocate_streamed: on huge pages
+  // where the system gives them) in the order a decode step reads them: Q8_0 and Q5_0 ones
+  // packed, the others (K-quants, F16, ...) copied as they are and their views pointed at the
+  // copy. A step streams every byte once; with 4 KiB pages each page costs a TLB walk.
+  std::vector<WeightView*> views;
+  for (LayerWeights& l : model_->layers) {
+    for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      if (w->data != nullptr && w->rows > 0) views.push_back(w);
     }
+  }
+  if (model_->output.data != nullptr) views.push_back(&model_->output);
+  struct Placed {
+    const WeightView* first;  // the first view of these bytes
+    int64_t offset;
+    size_t bytes;  // of the original
   };
-  for (const LayerWeights& l : model_->layers) {
-    for (const WeightView* w :
-         {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      plan(*w);
-    }
+  std::unordered_map<const void*, Placed> placed;
+  std::vector<const void*> order;
+  int64_t arena_bytes = 0;
+  for (const WeightView* w : views) {
+    if (placed.contains(w->data)) continue;
+    const auto bytes = static_cast<size_t>(w->rows) * w->row_bytes;
+    placed.emplace(w->data, Placed{w, arena_bytes, bytes});
+    order.push_back(w->data);
+    const int64_t need = kernels::packable(*w) ? kernels::PackedWeights::packed_bytes(*w)
+                                               : static_cast<int64_t>(bytes);
+    arena_bytes += (need + 63) / 64 * 64;
   }
-  plan(model_->output);
-  if (to_pack.empty()) return;
+  if (order.empty()) return;
   packed_arena_ = kernels::allocate_streamed(static_cast<size_t>(arena_bytes));
-  for (const WeightView* w : to_pack) {
-    packed_.emplace(w->data, std::make_unique<kernels::PackedWeights>(
-                                 *w, &pool_, packed_arena_.get() + offsets.at(w->data)));
-  }
-  // The packed copies are what the matrix products read now: let the kernel reclaim the
-  // original bytes (file-backed pages are dropped and re-read if ever touched again; other
-  // memory keeps its contents), so resident memory stays near one copy of the weights.
-  for (const auto& [data, packed] : packed_) {
-    (void)packed;
-    for (const LayerWeights& l : model_->layers) {
-      for (const WeightView* w :
-           {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-        if (w->data == data) release_pages(w->data, static_cast<size_t>(w->rows) * w->row_bytes);
-      }
-    }
-    if (model_->output.data == data) {
-      release_pages(data, static_cast<size_t>(model_->output.rows) * model_->output.row_bytes);
+  std::unordered_map<const void*, const uint8_t*> copies;
+  for (const void* data : order) {
+    const Placed& p = placed.at(data);
+    uint8_t* at = packed_arena_.get() + p.offset;
+    if (kernels::packable(*p.first)) {
+      packed_.emplace(data, std::make_unique<kernels::PackedWeights>(*p.first, &pool_, at));
+    } else {
+      std::memcpy(at, data, p.bytes);
+      copies.emplace(data, at);
     }
   }
+  for (WeightView* w : views) {
+    if (const auto it = copies.find(w->data); it != copies.end()) w->data = it->second;
+  }
+  // The copies are what the matrix products read now: let the kernel reclaim the original
+  // bytes (file-backed pages are dropped and re-read if ever touched again, e.g. a tied
+  // output's token_embd rows; other memory keeps its contents), so resident memory stays near
+  // one copy of the weights.
+  for (const void* data : order) release_pages(data, placed.at(data).bytes);
 }
 
 const kernels::PackedWeights* Engine::packed(const WeightView& w) const {
