@@ -89,6 +89,16 @@ void release_pages(const void* data, size_t bytes) {
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
 }
 
+// Bytes of a matrix's panels (TypeKernels::pack_panels) when its type has them and its rows
+// are whole groups of 16; 0 otherwise.
+int64_t panel_bytes(const WeightView& w) {
+  const kernels::TypeKernels* k = kernels::kernels_for(w.type);
+  if (k == nullptr || k->gemm_panels == nullptr || w.rows % 16 != 0) return 0;
+  const int64_t per_block = model_format::block_elems(w.type);
+  if (per_block <= 0 || w.cols % per_block != 0) return 0;
+  return w.rows / 16 * (w.cols / per_block) * k->panel_bytes;
+}
+
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
@@ -102,8 +112,10 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
   if (forms_ != kernels::BatchForms::kInvariant || !kernels::packed_supported()) return;
   // The matrices a step reads, in one allocation (kernels::allocate_streamed: on huge pages
   // where the system gives them) in the order a decode step reads them: Q8_0 and Q5_0 ones
-  // packed, the others (K-quants, F16, ...) copied as they are and their views pointed at the
-  // copy. A step streams every byte once; with 4 KiB pages each page costs a TLB walk.
+  // packed (kernels/packed.h), Q4_K ones in the panels its serial kernels otherwise rearrange
+  // on every call (TypeKernels::pack_panels), the others (F16, Q6_K, ...) copied as they are
+  // and their views pointed at the copy. A step streams every byte once; with 4 KiB pages each
+  // page costs a TLB walk.
   std::vector<WeightView*> views;
   for (LayerWeights& l : model_->layers) {
     for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wqkv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
@@ -124,8 +136,9 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
     const auto bytes = static_cast<size_t>(w->rows) * w->row_bytes;
     placed.emplace(w->data, Placed{w, arena_bytes, bytes});
     order.push_back(w->data);
-    const int64_t need = kernels::packable(*w) ? kernels::PackedWeights::packed_bytes(*w)
-                                               : static_cast<int64_t>(bytes);
+    int64_t need = panel_bytes(*w);
+    if (kernels::packable(*w)) need = kernels::PackedWeights::packed_bytes(*w);
+    if (need == 0) need = static_cast<int64_t>(bytes);
     arena_bytes += (need + 63) / 64 * 64;
   }
   if (order.empty()) return;
@@ -134,8 +147,17 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
   for (const void* data : order) {
     const Placed& p = placed.at(data);
     uint8_t* at = packed_arena_.get() + p.offset;
-    if (kernels::packable(*p.first)) {
-      packed_.emplace(data, std::make_unique<kernels::PackedWeights>(*p.first, &pool_, at));
+    const WeightView& w = *p.first;
+    if (kernels::packable(w)) {
+      packed_.emplace(data, std::make_unique<kernels::PackedWeights>(w, &pool_, at));
+    } else if (const int64_t bytes = panel_bytes(w); bytes > 0) {
+      const kernels::TypeKernels* k = kernels::kernels_for(w.type);
+      const int64_t per_group = bytes / (w.rows / 16);
+      pool_.parallel_for(w.rows / 16, 1, [&](int64_t g0, int64_t g1) {
+        k->pack_panels(w.cols, w.row(g0 * 16), static_cast<int64_t>(w.row_bytes), (g1 - g0) * 16,
+                       at + g0 * per_group);
+      });
+      panels_.emplace(data, at);
     } else {
       std::memcpy(at, data, p.bytes);
       copies.emplace(data, at);
@@ -149,6 +171,12 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
   // output's token_embd rows; other memory keeps its contents), so resident memory stays near
   // one copy of the weights.
   for (const void* data : order) release_pages(data, placed.at(data).bytes);
+}
+
+const uint8_t* Engine::panels(const WeightView& w) const {
+  if (panels_.empty()) return nullptr;
+  const auto it = panels_.find(w.data);
+  return it == panels_.end() ? nullptr : it->second;
 }
 
 const kernels::PackedWeights* Engine::packed(const WeightView& w) const {
@@ -370,7 +398,7 @@ void Engine::ffn_block(int64_t layer, int64_t rows) {
 }
 
 void Engine::project(const WeightView& w, const float* x, int64_t n, float* y) {
-  if (packed(w) != nullptr) {
+  if (packed(w) != nullptr || panels(w) != nullptr) {
     matmuls({{&w, y}}, x, n);
   } else {
     kernels::matmul(w, x, n, y, pool_, forms_);
@@ -385,6 +413,7 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
     const kernels::QuantizedActivations* qa;
     int64_t first_row;  // in the combined row range
     const kernels::PackedWeights* packed;
+    const uint8_t* panels;  // TypeKernels::pack_panels' rows, or nullptr
   };
   std::vector<kernels::QuantizedActivations> quantized;
   quantized.reserve(jobs.size());
@@ -401,10 +430,11 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
       qa = &quantized.back();
     }
     const kernels::PackedWeights* p = packed(*job.w);
+    const uint8_t* pn = panels(*job.w);
     // A packed part starts on a multiple of the grain (16 rows: one group of the packing).
     constexpr int64_t kGroup = kernels::kPackRows;
-    if (p != nullptr) total_rows = (total_rows + kGroup - 1) / kGroup * kGroup;
-    parts.push_back({job.w, job.y, qa, total_rows, p});
+    if (p != nullptr || pn != nullptr) total_rows = (total_rows + kGroup - 1) / kGroup * kGroup;
+    parts.push_back({job.w, job.y, qa, total_rows, p, pn});
     total_rows += job.w->rows;
   }
   int64_t work = 0;
@@ -417,6 +447,13 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
       if (part.packed != nullptr) {
         kernels::packed_rows(*part.packed, *part.qa, part.y, part.w->rows, lo - part.first_row,
                              hi - part.first_row);
+      } else if (part.panels != nullptr) {
+        const int64_t r0 = lo - part.first_row;
+        const kernels::TypeKernels* k = kernels::kernels_for(part.w->type);
+        const int64_t per_group = panel_bytes(*part.w) / (part.w->rows / 16);
+        k->gemm_panels(part.w->cols, part.panels + r0 / 16 * per_group, hi - lo, part.qa->data,
+                       static_cast<int64_t>(part.qa->row_stride), part.qa->n_tokens, part.y + r0,
+                       part.w->rows);
       } else {
         kernels::matmul_rows(*part.w, *part.qa, part.y, lo - part.first_row, hi - part.first_row,
                              forms_);

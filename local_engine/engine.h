@@ -92,6 +92,9 @@ class Engine {
   void project(const WeightView& w, const float* x, int64_t n, float* y);
   // The packed copy of a Q8_0 or Q5_0 weight (batch-invariant engines only), or nullptr.
   const kernels::PackedWeights* packed(const WeightView& w) const;
+  // A Q4_K weight's panels (TypeKernels::pack_panels; batch-invariant engines on VNNI), or
+  // nullptr.
+  const uint8_t* panels(const WeightView& w) const;
 
   std::unique_ptr<Model> model_;
   kernels::BatchForms forms_ = kernels::BatchForms::kLlamaCpp;
@@ -106,6 +109,7 @@ class Engine {
   // Packed Q8_0 / Q5_0 weights by their data pointer (a tied output shares token_embd's).
   kernels::StreamedBytes packed_arena_;  // the packed copies' bytes (before packed_: outlives it)
   std::unordered_map<const void*, std::unique_ptr<kernels::PackedWeights>> packed_;
+  std::unordered_map<const void*, const uint8_t*> panels_;  // into packed_arena_
 };
 
 }  // namespace ferry::engine

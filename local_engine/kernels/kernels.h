@@ -51,6 +51,12 @@ using VecDotBatchFn = void (*)(int64_t n, const void* w, const void* a, int64_t 
 using GemmFn = void (*)(int64_t n, const void* w, int64_t w_stride, int64_t n_w, const void* a,
                         int64_t a_stride, int64_t n_a, float* out, int64_t out_stride);
 
+// Weights rearranged once for many products (see TypeKernels::pack_panels).
+using PackPanelsFn = void (*)(int64_t n, const void* w, int64_t w_stride, int64_t n_w,
+                              void* panels);
+using GemmPanelsFn = void (*)(int64_t n, const void* panels, int64_t n_w, const void* a,
+                              int64_t a_stride, int64_t n_a, float* out, int64_t out_stride);
+
 struct TypeKernels {
   TensorType type = TensorType::kF32;
   ToFloatFn to_float = nullptr;                // dequantize
@@ -74,6 +80,14 @@ struct TypeKernels {
   // every batch (GemmFn's layout, not bit-identical to vec_dot): F16 only, so that a few tokens
   // (speculative verification) read and widen each weight row once. nullptr: per token vec_dot.
   GemmFn gemm_invariant = nullptr;
+  // gemm_serial on weights rearranged once instead of on every call (the serving path repacks
+  // at load what llama.cpp's serial kernels rearrange per call; Q4_K on VNNI): pack_panels
+  // writes n_w rows (a multiple of 16) into n_w / 16 * n / (block elements) * panel_bytes
+  // bytes, 64-byte aligned; gemm_panels(n, panels of rows [r, r + n_w), ...) gives gemm_serial's
+  // bits (and so vec_dot_serial's) for those rows, r and n_w multiples of 16. nullptr: none.
+  int64_t panel_bytes = 0;  // per 16 rows and one block
+  PackPanelsFn pack_panels = nullptr;
+  GemmPanelsFn gemm_panels = nullptr;
 };
 
 // The table entry for `type` on the active ISA; nullptr for a type ferry does not run.

@@ -171,23 +171,49 @@ TEST(SlidingWindow, MasksKeysOutsideTheWindowInBothForms) {
   }
 }
 
-// The batch-invariant engine's packed Q5_0 products (kernels/packed.h, AVX-512) against the
-// reference forward, and the llama.cpp-matching engine's lane-order ones beside them.
-TEST(BatchInvariant, PackedQ5_0MatchesTheReference) {
-  for (const std::string arch : {"llama", "qwen3"}) {
-    const TinyShape shape = shape_for(arch);
-    auto src = testing::make_tiny_model(shape, WeightType::kQ5_0, 12);
-    auto model = Model::load(src);
-    ASSERT_TRUE(model.has_value()) << model.error().message;
-    Engine invariant(std::move(model).value(), EngineOptions{2, 64, /*batch_invariant=*/true});
-    const auto got = engine_logits(invariant, kPrompt);
-    const auto want = testing::reference_logits(*src, shape, kPrompt);
-    EXPECT_LT(relative_error(got, want), 3e-2) << arch;
-    auto lanes = make_engine(src);
-    ASSERT_TRUE(lanes);
-    // The engines differ beyond the products too (attention forms): Q8_0 files show the same
-    // 1-2 % between them; a value misplaced in the packing shows far more.
-    EXPECT_LT(relative_error(got, engine_logits(*lanes, kPrompt)), 3e-2) << arch;
+// The batch-invariant engine's packed Q5_0 products and Q4_K panels (kernels/packed.h,
+// TypeKernels::pack_panels; AVX-512) against the reference forward, the llama.cpp-matching
+// engine's products beside them, and the same bits alone and in a batch with another sequence.
+TEST(BatchInvariant, PackedQ5_0AndQ4_KPanelsMatchTheReference) {
+  for (const WeightType type : {WeightType::kQ5_0, WeightType::kQ4_K}) {
+    for (const std::string arch : {"llama", "qwen3"}) {
+      SCOPED_TRACE(arch + " " + std::string(kernels::tensor_type_name(type)));
+      TinyShape shape = shape_for(arch);
+      if (type == WeightType::kQ4_K) {  // rows must be whole 256-element super-blocks
+        shape.n_embd = 256;
+        shape.n_head = 8;
+        shape.n_head_kv = 2;
+        shape.head_dim = 32;
+        shape.n_ff = 512;
+      }
+      auto src = testing::make_tiny_model(shape, type, 12);
+      auto load = [&] {
+        auto model = Model::load(src);
+        EXPECT_TRUE(model.has_value()) << (model ? "" : model.error().message);
+        return std::make_unique<Engine>(std::move(model).value(),
+                                        EngineOptions{2, 64, /*batch_invariant=*/true});
+      };
+      auto invariant = load();
+      const auto got = engine_logits(*invariant, kPrompt);
+      EXPECT_LT(relative_error(got, testing::reference_logits(*src, shape, kPrompt)), 3e-2);
+      auto lanes = make_engine(src);
+      ASSERT_TRUE(lanes);
+      // The engines differ beyond the products too (attention forms): Q8_0 files show the same
+      // 1-2 % between them; a value misplaced in the packing shows far more.
+      EXPECT_LT(relative_error(got, engine_logits(*lanes, kPrompt)), 3e-2);
+      auto mixed = load();
+      ASSERT_TRUE(mixed->kv().seq_add(0).has_value());
+      ASSERT_TRUE(mixed->kv().seq_add(1).has_value());
+      std::vector<BatchEntry> batch;
+      const std::vector<int32_t> other = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+      for (size_t i = 0; i < kPrompt.size(); ++i) {
+        batch.push_back({0, static_cast<int64_t>(i), kPrompt[i], true});
+        if (i < other.size()) batch.push_back({1, static_cast<int64_t>(i), other[i], false});
+      }
+      std::vector<float> in_batch;
+      ASSERT_TRUE(mixed->forward(batch, in_batch).has_value());
+      EXPECT_EQ(in_batch, got);
+    }
   }
 }
 

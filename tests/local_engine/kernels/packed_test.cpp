@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -171,6 +172,38 @@ TEST(Packed, OnlyWholeGroupsOfQ8_0AndQ5_0ArePackable) {
   EXPECT_FALSE(packable(make_matrix_view(TensorType::kQ5_0, 24, 64, bytes.data())));
   EXPECT_FALSE(packable(make_matrix_view(TensorType::kQ4_0, 32, 64, bytes.data())));
   EXPECT_FALSE(packable(make_matrix_view(TensorType::kQ4_K, 32, 256, bytes.data())));
+}
+
+// Q4_K's panels (TypeKernels::pack_panels, where the table has them): packed once, every row of
+// every batch and row range gives vec_dot_serial's bits.
+TEST(Panels, Q4_KPanelsGiveTheSerialDotForEveryBatchAndRowRange) {
+  const TypeKernels* k = kernels_for(TensorType::kQ4_K);
+  if (k->gemm_panels == nullptr) GTEST_SKIP() << "no Q4_K panels on this ISA";
+  const int64_t rows = 48, cols = 512;
+  const auto w = quantize(TensorType::kQ4_K, random_row(rows * cols, 41, 0.05f));
+  const MatrixView view = make_matrix_view(TensorType::kQ4_K, rows, cols, w.data());
+  const int64_t per_group = cols / 256 * k->panel_bytes;
+  std::vector<uint8_t> panels(static_cast<size_t>(rows / 16 * per_group) + 64);
+  auto* aligned =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(panels.data()) + 63) / 64 * 64);
+  k->pack_panels(cols, view.row(0), static_cast<int64_t>(view.row_bytes), rows, aligned);
+  for (const int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9}) {
+    const auto x = random_row(n_tokens * cols, 42 + static_cast<uint32_t>(n_tokens));
+    const QuantizedActivations qa =
+        quantize_activations(TensorType::kQ4_K, x.data(), n_tokens, cols);
+    std::vector<float> y(static_cast<size_t>(n_tokens * rows), -1.0f);
+    k->gemm_panels(cols, aligned, 16, qa.data, static_cast<int64_t>(qa.row_stride), n_tokens,
+                   y.data(), rows);
+    k->gemm_panels(cols, aligned + per_group, rows - 16, qa.data,
+                   static_cast<int64_t>(qa.row_stride), n_tokens, y.data() + 16, rows);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const auto* act = static_cast<const uint8_t*>(qa.data) + t * qa.row_stride;
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(y[static_cast<size_t>(t * rows + r)], k->vec_dot_serial(cols, view.row(r), act))
+            << "tokens " << n_tokens << " t " << t << " r " << r;
+      }
+    }
+  }
 }
 
 }  // namespace
