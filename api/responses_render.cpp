@@ -252,7 +252,17 @@ void ResponsesStreamRenderer::render_start(const StartEvent& e, std::string& out
   created_at_ = created_or_now(identity.created, e.created);
   started_ = true;
   render_response_event(out, "response.created");
-  render_response_event(out, "response.in_progress");
+  // response.in_progress carries the same object (in progress, no output, usage null): its
+  // bytes again rather than written twice.
+  const size_t at = response_at_, size = response_end_ - response_at_;
+  begin(out, "response.in_progress");
+  out.append(",\"response\":");
+  response_at_ = out.size();
+  out.append(out, at, size);  // a self-append: libstdc++ copies before it frees
+  response_end_ = out.size();
+  output_at_ = output_end_ = 0;
+  out.push_back('}');
+  end_sse_event(out);
 }
 
 void ResponsesStreamRenderer::render_block_start(const BlockStartEvent& e, std::string& out) {
@@ -298,6 +308,9 @@ void ResponsesStreamRenderer::render_delta(const DeltaEvent& e, std::string& out
     head.kind = static_cast<int>(e.kind);
   }
   response_at_ = response_end_ = output_at_ = output_end_ = 0;  // an event begun (as begin())
+  // One allocation at most: the event's size is known but for the escapes of the fragment.
+  out.reserve(out.size() + head.open.size() + 20 + head.middle.size() + e.fragment.size() + 2 +
+              head.close.size() + 2);
   JsonWriter w(out);
   w.raw(head.open).num(sequence_++).raw(head.middle).str(e.fragment).raw(head.close);
   end_sse_event(out);
