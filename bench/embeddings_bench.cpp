@@ -92,29 +92,11 @@ double prefill(engine::Engine& e, const std::vector<std::vector<engine::TokenId>
   return sec;
 }
 
-// A request through an encoder runner, end to end. Seconds.
-double embed_encoder(engine::EncoderRunner& r,
-                     const std::vector<std::vector<engine::TokenId>>& inputs) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  engine::EmbeddingRequest req;
-  req.inputs = inputs;
-  req.on_done = [&](Result<engine::EmbeddingResult> res) {
-    if (!res) std::fprintf(stderr, "embeddings: %s\n", res.error().message.c_str());
-    std::lock_guard lock(mu);
-    done = true;
-    cv.notify_all();
-  };
-  const auto t0 = Clock::now();
-  if (!r.submit(std::move(req))) std::exit(1);
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return done; });
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double embed(engine::Scheduler& s, const std::vector<std::vector<engine::TokenId>>& inputs,
-             engine::Pooling pooling) {
+// One embeddings request of `inputs` handed to `submit` (a scheduler's or an encoder runner's),
+// waited for end to end. Seconds.
+template <typename Submit>
+double embed_request(const std::vector<std::vector<engine::TokenId>>& inputs,
+                     engine::Pooling pooling, Submit&& submit) {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -128,10 +110,25 @@ double embed(engine::Scheduler& s, const std::vector<std::vector<engine::TokenId
     cv.notify_all();
   };
   const auto t0 = Clock::now();
-  if (!s.submit_embeddings(std::move(r))) std::exit(1);
+  if (!submit(std::move(r))) std::exit(1);
   std::unique_lock lock(mu);
   cv.wait(lock, [&] { return done; });
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double embed(engine::Scheduler& s, const std::vector<std::vector<engine::TokenId>>& inputs,
+             engine::Pooling pooling) {
+  return embed_request(inputs, pooling, [&](engine::EmbeddingRequest r) {
+    return static_cast<bool>(s.submit_embeddings(std::move(r)));
+  });
+}
+
+// Through an encoder runner (its pooling is the model's).
+double embed_encoder(engine::EncoderRunner& runner,
+                     const std::vector<std::vector<engine::TokenId>>& inputs) {
+  return embed_request(inputs, runner.pooling(), [&](engine::EmbeddingRequest r) {
+    return static_cast<bool>(runner.submit(std::move(r)));
+  });
 }
 
 Args parse(int argc, char** argv) {

@@ -314,17 +314,100 @@ void Encoder::embed_tokens(std::span<const std::vector<int32_t>> inputs) {
   }
 }
 
+namespace {
+
+// One query of one head against the n keys of its input: scores (n floats, scratch) then
+// out[0, hd) = softmax(scores * scale) v. `kt` holds the keys transposed (kt[d * n + j]), `v`
+// the values (row j at v + j * v_stride). W keys (scores) or W dimensions (weighted values) go
+// together, each lane in the plain loop's float order: a dot summed over d from 0, a weighted
+// sum over j from 0, every product rounded before it is added: the same bits as scalar loops.
+using F8 = float __attribute__((vector_size(32)));
+using F16 = float __attribute__((vector_size(64)));
+
+template <typename V>
+[[gnu::always_inline]] inline void attend_query(const float* q, const float* kt, int64_t n,
+                                                int64_t hd, const float* v, int64_t v_stride,
+                                                float scale, float* scores, float* out) {
+  constexpr int64_t W = sizeof(V) / sizeof(float);
+  const int64_t nw = n / W * W;
+  for (int64_t j = 0; j < nw; j += W) {
+    V dot = {};
+    for (int64_t d = 0; d < hd; ++d) {
+      V k;
+      std::memcpy(&k, kt + d * n + j, sizeof(k));
+      const V prod = q[d] * k;
+      dot = dot + prod;
+    }
+    std::memcpy(scores + j, &dot, sizeof(dot));
+  }
+  for (int64_t j = nw; j < n; ++j) {
+    float dot = 0.0f;
+    for (int64_t d = 0; d < hd; ++d) dot += q[d] * kt[d * n + j];
+    scores[j] = dot;
+  }
+  float max = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] *= scale;
+    max = std::max(max, scores[j]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - max);
+    sum += scores[j];
+  }
+  const auto inv = static_cast<float>(1.0 / sum);
+  std::fill(out, out + hd, 0.0f);
+  const int64_t hw = hd / W * W;
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = scores[j] * inv;
+    const float* vj = v + j * v_stride;
+    for (int64_t d = 0; d < hw; d += W) {
+      V o, x;
+      std::memcpy(&o, out + d, sizeof(o));
+      std::memcpy(&x, vj + d, sizeof(x));
+      const V prod = p * x;
+      o = o + prod;
+      std::memcpy(out + d, &o, sizeof(o));
+    }
+    for (int64_t d = hw; d < hd; ++d) out[d] += p * vj[d];
+  }
+}
+
+void attend_query_base(const float* q, const float* kt, int64_t n, int64_t hd, const float* v,
+                       int64_t v_stride, float scale, float* scores, float* out) {
+  attend_query<F8>(q, kt, n, hd, v, v_stride, scale, scores, out);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// 16 lanes on AVX-512; no fused multiply-add (the products are rounded as in the scalar loop).
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) void attend_query_avx512(
+    const float* q, const float* kt, int64_t n, int64_t hd, const float* v, int64_t v_stride,
+    float scale, float* scores, float* out) {
+  attend_query<F16>(q, kt, n, hd, v, v_stride, scale, scores, out);
+}
+#endif
+
+using AttendQueryFn = void (*)(const float*, const float*, int64_t, int64_t, const float*, int64_t,
+                               float, float*, float*);
+
+AttendQueryFn attend_query_fn() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (__builtin_cpu_supports("avx512f")) return attend_query_avx512;
+#endif
+  return attend_query_base;
+}
+
+}  // namespace
+
 void Encoder::attention() {
   const EncoderConfig& c = config();
   const int64_t e = c.n_embd, hd = c.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_inputs = static_cast<int64_t>(starts_.size()) - 1;
-  // One task per (input, head): its queries against its own keys only. The keys of the head
-  // are laid out transposed (kt[d][j]) so that the dots of 8 keys go together, each still
-  // summed over d in order from 0 (the float order of a plain dot: the same bits); the
-  // weighted sum of the values goes over the dimensions of a row, each summed over j in order.
+  static const AttendQueryFn attend = attend_query_fn();
+  // One task per (input, head): its queries against its own keys only, the head's keys laid
+  // out transposed once (attend_query).
   pool_.parallel_for(n_inputs * c.n_head, 1, [&](int64_t begin, int64_t end) {
-    using F8 = float __attribute__((vector_size(32)));
     std::vector<float> scores, kt;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t in = task / c.n_head, h = task % c.n_head;
@@ -336,51 +419,9 @@ void Encoder::attention() {
         const float* k = k_.data() + (s0 + j) * e + h * hd;
         for (int64_t d = 0; d < hd; ++d) kt[static_cast<size_t>(d * n + j)] = k[d];
       }
-      const int64_t n8 = n / 8 * 8;
       for (int64_t i = 0; i < n; ++i) {
-        const float* q = q_.data() + (s0 + i) * e + h * hd;
-        for (int64_t j = 0; j < n8; j += 8) {
-          F8 dot = {};
-          for (int64_t d = 0; d < hd; ++d) {
-            F8 kv;
-            std::memcpy(&kv, kt.data() + d * n + j, sizeof(kv));
-            const F8 prod = q[d] * kv;  // the product rounded, then added: no fused form
-            dot = dot + prod;
-          }
-          std::memcpy(scores.data() + j, &dot, sizeof(dot));
-        }
-        for (int64_t j = n8; j < n; ++j) {
-          float dot = 0.0f;
-          for (int64_t d = 0; d < hd; ++d) dot += q[d] * kt[static_cast<size_t>(d * n + j)];
-          scores[static_cast<size_t>(j)] = dot;
-        }
-        float max = -INFINITY;
-        for (float& s : scores) {
-          s *= scale;
-          max = std::max(max, s);
-        }
-        double sum = 0;
-        for (float& s : scores) {
-          s = std::exp(s - max);
-          sum += s;
-        }
-        const auto inv = static_cast<float>(1.0 / sum);
-        float* out = attn_.data() + (s0 + i) * e + h * hd;
-        std::fill(out, out + hd, 0.0f);
-        const int64_t hd8 = hd / 8 * 8;
-        for (int64_t j = 0; j < n; ++j) {
-          const float p = scores[static_cast<size_t>(j)] * inv;
-          const float* v = v_.data() + (s0 + j) * e + h * hd;
-          for (int64_t d = 0; d < hd8; d += 8) {
-            F8 o, vv;
-            std::memcpy(&o, out + d, sizeof(o));
-            std::memcpy(&vv, v + d, sizeof(vv));
-            const F8 prod = p * vv;
-            o = o + prod;
-            std::memcpy(out + d, &o, sizeof(o));
-          }
-          for (int64_t d = hd8; d < hd; ++d) out[d] += p * v[d];
-        }
+        attend(q_.data() + (s0 + i) * e + h * hd, kt.data(), n, hd, v_.data() + s0 * e + h * hd, e,
+               scale, scores.data(), attn_.data() + (s0 + i) * e + h * hd);
       }
     }
   });
