@@ -1,5 +1,6 @@
 #include "api/dom_value.h"
 
+#include <array>
 #include <unordered_map>
 #include <vector>
 
@@ -112,23 +113,49 @@ void unique_members(const simdjson::dom::object& obj, std::vector<Field>& fields
   fields.swap(kept);
 }
 
+// Writes members [0, n) of an object whose names are each once.
+void append_members(std::string& out, const Field* fields, size_t n) {
+  out.push_back('{');
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out.push_back(',');
+    append_json_string(out, fields[i].first);
+    out.push_back(':');
+    append_dom_json(out, fields[i].second);
+  }
+  out.push_back('}');
+}
+
+// An object's members in place when it has few and each name once (most objects: no
+// allocation), else through unique_members.
+void append_object(std::string& out, const simdjson::dom::object& obj) {
+  constexpr size_t kFew = 16;
+  std::array<Field, kFew> few;
+  size_t n = 0;
+  bool more = false;
+  for (auto [key, value] : obj) {
+    if (n == kFew) {
+      more = true;
+      break;
+    }
+    few[n++] = Field(key, value);
+  }
+  bool twice = false;
+  for (size_t i = 1; i < n && !more && !twice; ++i) {
+    for (size_t j = 0; j < i && !twice; ++j) twice = few[j].first == few[i].first;
+  }
+  if (!more && !twice) return append_members(out, few.data(), n);
+  std::vector<Field> fields;
+  unique_members(obj, fields);
+  append_members(out, fields.data(), fields.size());
+}
+
 }  // namespace
 
 void append_dom_json(std::string& out, const element& v) {
   switch (v.type()) {
-    case element_type::OBJECT: {
-      std::vector<Field> fields;
-      unique_members(object_of(v), fields);
-      out.push_back('{');
-      for (size_t i = 0; i < fields.size(); ++i) {
-        if (i > 0) out.push_back(',');
-        append_json_string(out, fields[i].first);
-        out.push_back(':');
-        append_dom_json(out, fields[i].second);
-      }
-      out.push_back('}');
+    case element_type::OBJECT:
+      append_object(out, object_of(v));
       return;
-    }
     case element_type::ARRAY: {
       out.push_back('[');
       bool first = true;

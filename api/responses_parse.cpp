@@ -61,11 +61,34 @@ Error native_only(const std::string& param, const std::string& what) {
               param, "unsupported_value");
 }
 
-std::string at(const std::string& path, size_t index) {
-  return path + "[" + std::to_string(index) + "]";
+// Where a value lies in the body ("input[2].content[0]"): a chain of views on the callers'
+// stacks, made into text only for an error (a request that parses makes none).
+class Path {
+ public:
+  Path(const char* top) : key_(top) {}  // NOLINT: a top-level name reads as a path
+  Path(const Path& parent, size_t index) : parent_(&parent), index_(index) {}
+  Path(const Path& parent, std::string_view key) : parent_(&parent), key_(key), member_(true) {}
+  bool empty() const { return parent_ == nullptr && key_.empty(); }
+  std::string str() const {
+    if (parent_ == nullptr) return std::string(key_);
+    std::string s = parent_->str();
+    if (member_) return s + "." + std::string(key_);
+    return s + "[" + std::to_string(index_) + "]";
+  }
+  operator std::string() const { return str(); }  // NOLINT: errors take the text
+
+ private:
+  const Path* parent_ = nullptr;
+  std::string_view key_;
+  size_t index_ = 0;
+  bool member_ = false;
+};
+
+std::string at(const Path& path, size_t index) {
+  return Path(path, index).str();
 }
-std::string dot(const std::string& path, std::string_view key) {
-  return path + "." + std::string(key);
+std::string dot(const Path& path, std::string_view key) {
+  return Path(path, key).str();
 }
 
 // The members of one object, each at most once, every one named in `known` (else
@@ -74,8 +97,8 @@ template <size_t N>
 class Fields {
  public:
   Fields(const simdjson::dom::object& obj, const std::array<std::string_view, N>& known,
-         std::string path)
-      : known_(known), path_(std::move(path)) {
+         const Path& path)
+      : known_(known), path_(path) {
     for (auto [key, value] : obj) {
       auto it = std::find(known_.begin(), known_.end(), key);
       if (it == known_.end()) {
@@ -130,7 +153,7 @@ class Fields {
 
  private:
   const std::array<std::string_view, N>& known_;
-  std::string path_;
+  Path path_;
   std::array<bool, N> seen_ = {};  // by index in known_
   // The members present (each known, once), in their order.
   std::array<std::string_view, N> present_keys_;
@@ -140,7 +163,7 @@ class Fields {
 };
 
 // The object at `path`, or an invalid_type error.
-Result<simdjson::dom::object> object_at(const element& v, const std::string& path) {
+Result<simdjson::dom::object> object_at(const element& v, const Path& path) {
   if (!v.is_object()) return invalid_type(path, "an object", v);
   return object_of(v);
 }
@@ -237,14 +260,14 @@ void note_native(ResponsesRequest& out, Error e) {
 
 // A message's content parts: input_text / output_text / refusal as text; images, files and
 // audio only natively.
-std::optional<Error> parse_parts(const element& content, const std::string& path, Role role,
+std::optional<Error> parse_parts(const element& content, const Path& path, Role role,
                                  ItemContext& ctx, Message& msg) {
   static constexpr std::array<std::string_view, 7> kKnown = {
       "type", "text", "annotations", "logprobs", "refusal", "id", "status"};
   msg.content.form = Content::Form::kParts;
   size_t i = 0;
   for (element p : array_of(content)) {
-    const std::string where = at(path, i++);
+    const Path where(path, i++);
     auto part = object_at(p, where);
     if (!part) return part.error();
     auto type_v = part->at_key("type");
@@ -280,7 +303,7 @@ std::optional<Error> parse_parts(const element& content, const std::string& path
 }
 
 // A `message` item (type "message", or an easy input message with only role and content).
-std::optional<Error> parse_message_item(const simdjson::dom::object& item, const std::string& path,
+std::optional<Error> parse_message_item(const simdjson::dom::object& item, const Path& path,
                                         ItemContext& ctx) {
   static constexpr std::array<std::string_view, 6> kKnown = {"type", "role",   "content",
                                                              "id",   "status", "phase"};
@@ -307,7 +330,7 @@ std::optional<Error> parse_message_item(const simdjson::dom::object& item, const
     msg.content.form = Content::Form::kText;
     msg.content.text = std::string(string_of(*content));
   } else if (content->is_array()) {
-    if (auto e = parse_parts(*content, dot(path, "content"), msg.role, ctx, msg)) return e;
+    if (auto e = parse_parts(*content, Path(path, "content"), msg.role, ctx, msg)) return e;
   } else {
     return invalid_type(dot(path, "content"), "a string or an array", *content);
   }
@@ -315,7 +338,7 @@ std::optional<Error> parse_message_item(const simdjson::dom::object& item, const
   return std::nullopt;
 }
 
-std::optional<Error> parse_function_call(const simdjson::dom::object& item, const std::string& path,
+std::optional<Error> parse_function_call(const simdjson::dom::object& item, const Path& path,
                                          ItemContext& ctx) {
   static constexpr std::array<std::string_view, 6> kKnown = {"type",      "call_id", "name",
                                                              "arguments", "id",      "status"};
@@ -342,8 +365,8 @@ std::optional<Error> parse_function_call(const simdjson::dom::object& item, cons
   return std::nullopt;
 }
 
-std::optional<Error> parse_function_call_output(const simdjson::dom::object& item,
-                                                const std::string& path, ItemContext& ctx) {
+std::optional<Error> parse_function_call_output(const simdjson::dom::object& item, const Path& path,
+                                                ItemContext& ctx) {
   static constexpr std::array<std::string_view, 5> kKnown = {"type", "call_id", "output", "id",
                                                              "status"};
   Fields f(item, kKnown, path);
@@ -359,7 +382,7 @@ std::optional<Error> parse_function_call_output(const simdjson::dom::object& ite
     msg.content.form = Content::Form::kText;
     msg.content.text = std::string(string_of(*output));
   } else if (output->is_array()) {
-    if (auto e = parse_parts(*output, dot(path, "output"), Role::kUser, ctx, msg)) return e;
+    if (auto e = parse_parts(*output, Path(path, "output"), Role::kUser, ctx, msg)) return e;
   } else {
     return invalid_type(dot(path, "output"), "a string or an array", *output);
   }
@@ -370,7 +393,7 @@ std::optional<Error> parse_function_call_output(const simdjson::dom::object& ite
 // A reasoning item is checked and dropped: a chat backend has no standard field for earlier
 // turns' reasoning (DeepSeek refuses `reasoning_content` in input, and chat templates drop it
 // from earlier turns), so it is left out as OpenAI leaves it out for non-reasoning models.
-std::optional<Error> check_reasoning(const simdjson::dom::object& item, const std::string& path) {
+std::optional<Error> check_reasoning(const simdjson::dom::object& item, const Path& path) {
   static constexpr std::array<std::string_view, 6> kKnown = {
       "type", "id", "summary", "content", "status", "encrypted_content"};
   Fields f(item, kKnown, path);
@@ -387,7 +410,7 @@ std::optional<Error> check_reasoning(const simdjson::dom::object& item, const st
   return std::nullopt;
 }
 
-std::optional<Error> parse_item(const element& v, const std::string& path, ItemContext& ctx) {
+std::optional<Error> parse_item(const element& v, const Path& path, ItemContext& ctx) {
   auto item = object_at(v, path);
   if (!item) return item.error();
   std::string_view type = "message";
@@ -419,10 +442,10 @@ std::optional<Error> parse_item(const element& v, const std::string& path, ItemC
 
 // Items into messages; `path` names the array in errors ("input", or "previous_response_id"
 // for a stored history).
-std::optional<Error> parse_items(const element& items, const std::string& path, ItemContext& ctx) {
+std::optional<Error> parse_items(const element& items, const Path& path, ItemContext& ctx) {
   size_t i = 0;
   for (element item : array_of(items)) {
-    if (auto e = parse_item(item, at(path, i++), ctx)) return e;
+    if (auto e = parse_item(item, Path(path, i++), ctx)) return e;
   }
   return std::nullopt;
 }
@@ -451,6 +474,7 @@ std::optional<Error> parse_input(const std::optional<element>& input, ResponsesR
         "an empty array instead.",
         "input", "empty_array");
   }
+  out.chat.messages.reserve(out.chat.messages.size() + array_of(*input).size());
   if (auto e = parse_items(*input, "input", ctx)) return e;
   return std::nullopt;
 }
@@ -491,7 +515,7 @@ bool valid_function_name(std::string_view name) {
 }
 
 // {type: "function", name, description, parameters, strict}: flat, unlike chat's.
-std::optional<Error> parse_function_tool(const simdjson::dom::object& obj, const std::string& path,
+std::optional<Error> parse_function_tool(const simdjson::dom::object& obj, const Path& path,
                                          Tool& out) {
   static constexpr std::array<std::string_view, 6> kKnown = {
       "type", "name", "description", "parameters", "strict", "defer_loading"};
@@ -526,9 +550,10 @@ std::optional<Error> parse_tools(const std::optional<element>& v, ResponsesReque
   if (!v) return std::nullopt;
   if (!v->is_array()) return invalid_type("tools", "an array", *v);
   std::vector<Tool> tools;
+  const Path tools_path("tools");
   size_t i = 0;
   for (element t : array_of(*v)) {
-    const std::string path = at("tools", i++);
+    const Path path(tools_path, i++);
     auto obj = object_at(t, path);
     if (!obj) return obj.error();
     auto type_v = obj->at_key("type");

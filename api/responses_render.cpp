@@ -1,6 +1,7 @@
 #include "api/responses_render.h"
 
 #include <ctime>
+#include <tuple>
 #include <utility>
 
 #include "api/json_writer.h"
@@ -129,7 +130,9 @@ struct ResponseView {
   const ResponsesEcho* echo = nullptr;
 };
 
-void write_response(JsonWriter& w, const ResponseView& r) {
+// `output` (when given) is set to where the `output` array lies in w.out().
+void write_response(JsonWriter& w, const ResponseView& r,
+                    std::pair<size_t, size_t>* output = nullptr) {
   const Answer& a = *r.answer;
   const ResponsesEcho& echo = *r.echo;
   w.raw("{\"id\":").str(r.id).raw(",\"object\":\"response\",\"created_at\":").num(r.created_at);
@@ -153,14 +156,18 @@ void write_response(JsonWriter& w, const ResponseView& r) {
   } else {
     w.num(echo.max_output_tokens);
   }
-  w.raw(",\"model\":").str(r.model).raw(",\"output\":[");
+  w.raw(",\"model\":").str(r.model).raw(",\"output\":");
+  const size_t output_at = w.out().size();
+  w.raw("[");
   bool final_status = r.status != ItemStatus::kInProgress;
   for (size_t i = 0; final_status && i < a.blocks.size(); ++i) {
     if (i > 0) w.raw(",");
     write_item(w, a.blocks[i], (*r.ids)[i], item_status(r.status, i + 1 == a.blocks.size()),
                /*whole=*/true);
   }
-  w.raw("],\"parallel_tool_calls\":").raw(echo.parallel_tool_calls ? "true" : "false");
+  w.raw("]");
+  if (output != nullptr) *output = {output_at, w.out().size()};
+  w.raw(",\"parallel_tool_calls\":").raw(echo.parallel_tool_calls ? "true" : "false");
   w.raw(",\"previous_response_id\":").str_or_null(echo.previous_response_id);
   w.raw(",\"reasoning\":{\"effort\":null,\"summary\":null},\"store\":");
   w.raw(echo.store ? "true" : "false").raw(",\"temperature\":").raw(echo.temperature);
@@ -213,7 +220,7 @@ ResponsesStreamRenderer::ResponsesStreamRenderer(ResponsesRenderOptions options)
     : options_(std::move(options)) {}
 
 void ResponsesStreamRenderer::begin(std::string& out, std::string_view type) {
-  response_at_ = response_end_ = 0;
+  response_at_ = response_end_ = output_at_ = output_end_ = 0;
   begin_sse_event(out, type);
   JsonWriter w(out);
   w.raw("{\"type\":\"").raw(type).raw("\",\"sequence_number\":").num(sequence_++);
@@ -229,8 +236,11 @@ void ResponsesStreamRenderer::render_response_event(std::string& out, std::strin
   JsonWriter w(out);
   w.raw(",\"response\":");
   response_at_ = out.size();
-  write_response(w, ResponseView{id_, created_at_, model_, status, &a, &ids_, &options_.echo});
+  std::pair<size_t, size_t> output;
+  write_response(w, ResponseView{id_, created_at_, model_, status, &a, &ids_, &options_.echo},
+                 &output);
   response_end_ = out.size();
+  std::tie(output_at_, output_end_) = output;
   w.raw("}");
   end_sse_event(out);
 }
@@ -242,7 +252,17 @@ void ResponsesStreamRenderer::render_start(const StartEvent& e, std::string& out
   created_at_ = created_or_now(identity.created, e.created);
   started_ = true;
   render_response_event(out, "response.created");
-  render_response_event(out, "response.in_progress");
+  // response.in_progress carries the same object (in progress, no output, usage null): its
+  // bytes again rather than written twice.
+  const size_t at = response_at_, size = response_end_ - response_at_;
+  begin(out, "response.in_progress");
+  out.append(",\"response\":");
+  response_at_ = out.size();
+  out.append(out, at, size);  // a self-append: libstdc++ copies before it frees
+  response_end_ = out.size();
+  output_at_ = output_end_ = 0;
+  out.push_back('}');
+  end_sse_event(out);
 }
 
 void ResponsesStreamRenderer::render_block_start(const BlockStartEvent& e, std::string& out) {
@@ -287,7 +307,10 @@ void ResponsesStreamRenderer::render_delta(const DeltaEvent& e, std::string& out
     head.close = e.kind == DeltaKind::kText ? ",\"logprobs\":[]}" : "}";
     head.kind = static_cast<int>(e.kind);
   }
-  response_at_ = response_end_ = 0;  // an event begun (as begin() does)
+  response_at_ = response_end_ = output_at_ = output_end_ = 0;  // an event begun (as begin())
+  // One allocation at most: the event's size is known but for the escapes of the fragment.
+  out.reserve(out.size() + head.open.size() + 20 + head.middle.size() + e.fragment.size() + 2 +
+              head.close.size() + 2);
   JsonWriter w(out);
   w.raw(head.open).num(sequence_++).raw(head.middle).str(e.fragment).raw(head.close);
   end_sse_event(out);
@@ -339,9 +362,13 @@ void ResponsesStreamRenderer::render_failed(const Error& error, std::string& out
   JsonWriter w(out);
   w.raw(",\"response\":");
   response_at_ = out.size();
-  write_response(w, ResponseView{id_, created_at_, model_, ItemStatus::kFailed, &failed, &ids_,
-                                 &options_.echo});
+  std::pair<size_t, size_t> output;
+  write_response(
+      w,
+      ResponseView{id_, created_at_, model_, ItemStatus::kFailed, &failed, &ids_, &options_.echo},
+      &output);
   response_end_ = out.size();
+  std::tie(output_at_, output_end_) = output;
   w.raw("}");
   end_sse_event(out);
 }
@@ -382,8 +409,15 @@ std::string_view ResponsesStreamRenderer::last_response(std::string_view out) co
   return out.substr(response_at_, response_end_ - response_at_);
 }
 
+std::string_view ResponsesStreamRenderer::last_output(std::string_view out) const {
+  if (last_response(out).empty() || output_end_ <= output_at_ || output_end_ > response_end_) {
+    return {};
+  }
+  return out.substr(output_at_, output_end_ - output_at_);
+}
+
 void ResponsesStreamRenderer::render(const Event& event, std::string& out) {
-  response_at_ = response_end_ = 0;
+  response_at_ = response_end_ = output_at_ = output_end_ = 0;
   if (done_) return;
   builder_.on_event(event);
   if (builder_.violation()) return render_end(out);

@@ -89,6 +89,12 @@ class ResponsesStreamRenderer {
   // that call's `out`; empty otherwise (an `error` event, or nothing appended). What a client
   // was sent as the final response, without reading the stream back.
   std::string_view last_response(std::string_view out) const;
+  // Within last_response: its `output` array, written as api::append_dom_json writes JSON
+  // (compact, every string through common/json_text's escaper, each name once), so what a
+  // parse and re-write of it would give; empty when last_response is.
+  std::string_view last_output(std::string_view out) const;
+  // The response's id (once started): what its `id` member reads as.
+  const std::string& response_id() const { return id_; }
 
   // An output item's or the response's status.
   enum class ItemStatus : uint8_t { kInProgress, kCompleted, kIncomplete, kFailed };
@@ -124,6 +130,8 @@ class ResponsesStreamRenderer {
   // one; reset by every event begun and by every render() call.
   size_t response_at_ = 0;
   size_t response_end_ = 0;
+  size_t output_at_ = 0;  // its `output` array ([at, end)), within it
+  size_t output_end_ = 0;
 };
 
 }  // namespace ferry::api

@@ -162,7 +162,7 @@ void translated_request(benchmark::State& state, api::Endpoint api, const std::s
     std::string upstream = api::render_openai(*parsed->typed, "qwen2.5-coder");
     benchmark::DoNotOptimize(upstream.data());
     ClientSink client;
-    std::string final_response;
+    gateway::FinalResponse final_response;
     gateway::RenderContext context{"req-1", parsed->model, 1512};
     context.responses = parsed->responses.get();
     // As gateway/proxy's render_context: a response to be stored keeps its final object.

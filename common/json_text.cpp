@@ -188,12 +188,22 @@ char* escape_json(char* out, std::string_view s, JsonControls controls) {
 
 void append_json_string(std::string& out, std::string_view s, JsonControls controls) {
   // Escaping needs room for six bytes per byte, and growing `out` by that much zero-fills it
-  // first: a 2 kB text would cost a 12 kB memset. Short strings (keys, stream deltas) escape in
-  // place all the same; longer ones into a buffer of this thread, never zeroed, then appended.
-  constexpr size_t kInPlaceBytes = 64;
+  // first (a 2 kB text would cost a 12 kB memset, a key a few hundred bytes). Short strings
+  // (keys, ids, stream deltas) escape into a buffer on the stack, longer ones into a buffer of
+  // this thread, never zeroed; either is then appended once. Beyond the thread's buffer's
+  // limit, in place.
+  constexpr size_t kStackBytes = 64;
   constexpr size_t kScratchMaxBytes = 64 << 10;  // the buffer stays below 400 kB
   const size_t room = s.size() * kJsonEscapedMaxPerByte + kJsonEscapeSlack + 2;
-  if (s.size() <= kInPlaceBytes || s.size() > kScratchMaxBytes) {
+  if (s.size() <= kStackBytes) {
+    char buf[kStackBytes * kJsonEscapedMaxPerByte + kJsonEscapeSlack + 2];
+    buf[0] = '"';
+    char* end = escape_json(buf + 1, s, controls);
+    *end = '"';
+    out.append(buf, static_cast<size_t>(end + 1 - buf));
+    return;
+  }
+  if (s.size() > kScratchMaxBytes) {
     size_t at = out.size();
     out.resize(at + room);
     out[at] = '"';

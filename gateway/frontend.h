@@ -21,6 +21,25 @@ struct ResponsesRequest;
 
 namespace ferry::gateway {
 
+// The final `response` object of a Responses answer as the client got it, kept for the response
+// store (gateway/responses_front's response_to_store).
+struct FinalResponse {
+  std::string json;  // empty: none
+  // When ferry's stream renderer wrote it: its id and where its `output` array lies in `json`
+  // (bytes as api::append_dom_json writes them), so the store need not parse it back.
+  // output_size 0: unknown (a backend's body), read from `json`.
+  std::string id;
+  size_t output_at = 0;
+  size_t output_size = 0;
+  // Keeps `response` with nothing known of it.
+  void assign(std::string_view response) {
+    json.assign(response);
+    id.clear();
+    output_at = output_size = 0;
+  }
+  void clear() { assign({}); }
+};
+
 // What a renderer of a translated answer says beside the answer: the request's id (errors), the
 // model the client asked for, and ferry's own prompt count (a stream's start).
 struct RenderContext {
@@ -30,7 +49,7 @@ struct RenderContext {
   // Responses (gateway/responses_front.h): what the response object echoes of the request, and
   // where the renderer puts the final `response` object for the response store. Null else.
   const api::ResponsesRequest* responses = nullptr;
-  std::string* final_response = nullptr;
+  FinalResponse* final_response = nullptr;
 };
 
 // One stream's renderer: the events of a translated answer to the API's SSE bytes.

@@ -15,6 +15,7 @@
 #include "api/responses_parse.h"
 #include "common/error.h"
 #include "gateway/auth.h"
+#include "gateway/frontend.h"
 #include "gateway/prompt_count.h"
 #include "gateway/targets.h"
 #include "ledger/ledger.h"
@@ -83,7 +84,7 @@ struct Plan {
   // Responses: the request's own side, and the final `response` object as the client got it
   // (the renderer fills it; the response store keeps it).
   std::shared_ptr<const api::ResponsesRequest> responses;
-  std::string response_json;
+  FinalResponse response_json;
   std::string task_id;
   std::vector<std::string> claimed_tags;
   bool stream = false;

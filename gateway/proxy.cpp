@@ -391,7 +391,7 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
   r.body = std::move(reply.body);  // translated in try_hop when the backend spoke another API
   // A native Responses answer: the body is the response object.
   if (!client.translated && client.context.final_response != nullptr && r.status == 200) {
-    *client.context.final_response = r.body;
+    client.context.final_response->assign(r.body);
   }
   Status kept = co_await store_response(server, client, rec);
   if (!kept)

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <utility>
 
 #include "api/dom_value.h"
@@ -31,9 +32,18 @@ class ResponsesStream final : public StreamRenderer {
     renderer_.render(event, out);
     const bool last = std::holds_alternative<api::FinishEvent>(event) ||
                       std::holds_alternative<api::ErrorEvent>(event);
-    // The final object as the client got it (the last event's response, if it has one).
+    // The final object as the client got it (the last event's response, if it has one), and
+    // what the store reads of it (its id, its output) as the renderer wrote them.
     if (last && final_ != nullptr) {
-      final_->assign(out.size() > before ? renderer_.last_response(out) : std::string_view());
+      std::string_view response =
+          out.size() > before ? renderer_.last_response(out) : std::string_view();
+      final_->assign(response);
+      std::string_view output = renderer_.last_output(out);
+      if (!response.empty() && !output.empty() && plain_id(renderer_.response_id())) {
+        final_->id = renderer_.response_id();
+        final_->output_at = static_cast<size_t>(output.data() - response.data());
+        final_->output_size = output.size();
+      }
     }
   }
   std::optional<Error> failure() const override { return renderer_.failure(); }
@@ -44,8 +54,16 @@ class ResponsesStream final : public StreamRenderer {
   }
 
  private:
+  // An id that reads as it is written (no escapes, valid UTF-8): ferry's own ids.
+  static bool plain_id(std::string_view id) {
+    return !id.empty() && std::all_of(id.begin(), id.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '_' || c == '-';
+    });
+  }
+
   api::ResponsesStreamRenderer renderer_;
-  std::string* final_;
+  FinalResponse* final_;
 };
 
 // JSON array texts a and b joined into one array.
@@ -96,7 +114,9 @@ Result<ParsedRequest> parse_responses_request(std::string body, const FrontEndHe
 Result<api::WireBody> render_responses_answer(const api::Answer& answer,
                                               const RenderContext& context) {
   api::WireBody body = api::render_response(answer, options_of(context));
-  if (context.final_response != nullptr && body.status == 200) *context.final_response = body.body;
+  if (context.final_response != nullptr && body.status == 200) {
+    context.final_response->assign(body.body);
+  }
   return body;
 }
 
@@ -163,9 +183,23 @@ bool stored_parts(std::string_view json, std::string& id, std::string& output) {
 std::optional<ledger::StoredResponse> response_to_store(const api::ResponsesRequest& request,
                                                         std::string_view response_json,
                                                         const std::string& key_id) {
+  FinalResponse final;
+  final.assign(response_json);
+  return response_to_store(request, final, key_id);
+}
+
+std::optional<ledger::StoredResponse> response_to_store(const api::ResponsesRequest& request,
+                                                        const FinalResponse& final,
+                                                        const std::string& key_id) {
+  std::string_view response_json = final.json;
   if (!request.store || response_json.empty()) return std::nullopt;
   ledger::StoredResponse out;
-  if (!stored_parts(response_json, out.id, out.output)) return std::nullopt;
+  if (final.output_size > 0 && final.output_at + final.output_size <= response_json.size()) {
+    out.id = final.id;  // as the renderer wrote them: what stored_parts would read
+    out.output = std::string(response_json.substr(final.output_at, final.output_size));
+  } else if (!stored_parts(response_json, out.id, out.output)) {
+    return std::nullopt;
+  }
   out.key_id = key_id;
   out.model = request.chat.model;
   out.items = join_arrays(request.history, request.input_items);

@@ -45,5 +45,10 @@ Status apply_previous_response(ParsedRequest& request, const ledger::StoredRespo
 std::optional<ledger::StoredResponse> response_to_store(const api::ResponsesRequest& request,
                                                         std::string_view response_json,
                                                         const std::string& key_id);
+// The same from what a renderer kept: its id and output as written when it says where they
+// are (no parse), else read from the object as above.
+std::optional<ledger::StoredResponse> response_to_store(const api::ResponsesRequest& request,
+                                                        const FinalResponse& final,
+                                                        const std::string& key_id);
 
 }  // namespace ferry::gateway

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <tuple>
 
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/matmul.h"
 #include "local_engine/kernels/ops.h"
+#include "local_engine/kernels/q8_0_packed.h"
 #include "local_engine/tensor_loader.h"
 
 namespace ferry::engine {
@@ -169,14 +171,35 @@ Result<Pooling> encoder_pooling(const EncoderConfig& config) {
 
 // ---- numerics --------------------------------------------------------------------------------
 
+namespace {
+
+// The formula of gelu_ggml at an F16 value h, rounded to F16 as ggml's table holds it.
+float gelu_of_f16(float h) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoefA = 0.044715f;
+  const float g = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoefA * h * h)));
+  return kernels::fp16_to_fp32(kernels::fp32_to_fp16(g));
+}
+
+// gelu_of_f16 of every F16 bit pattern (ggml's table_gelu_f16), made once (~1 ms).
+const float* gelu_table() {
+  static const std::unique_ptr<float[]> table = [] {
+    auto t = std::make_unique<float[]>(65536);
+    for (uint32_t i = 0; i < 65536; ++i) {
+      t[i] = gelu_of_f16(kernels::fp16_to_fp32(static_cast<uint16_t>(i)));
+    }
+    return t;
+  }();
+  return table.get();
+}
+
+}  // namespace
+
 float gelu_ggml(float x) {
   if (x <= -10.0f) return 0.0f;
   if (x >= 10.0f) return x;
-  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
-  constexpr float kCoefA = 0.044715f;
-  const float h = kernels::fp16_to_fp32(kernels::fp32_to_fp16(x));
-  const float g = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoefA * h * h)));
-  return kernels::fp16_to_fp32(kernels::fp32_to_fp16(g));
+  // The argument rounded to F16, then the table: the same bits as the formula on it.
+  return gelu_table()[kernels::fp32_to_fp16(x)];
 }
 
 void layer_norm_row(int64_t n, const float* x, const float* w, const float* b, float eps,
@@ -210,7 +233,20 @@ Result<std::unique_ptr<Encoder>> Encoder::create(std::unique_ptr<EncoderModel> m
 }
 
 Encoder::Encoder(std::unique_ptr<EncoderModel> model, Pooling pooling, int n_threads)
-    : model_(std::move(model)), pooling_(pooling), pool_(n_threads) {}
+    : model_(std::move(model)), pooling_(pooling), pool_(n_threads) {
+  // On AVX-512 VNNI, Q8_0 matrices are repacked as the batch-invariant decoder engine's are
+  // (kernels/q8_0_packed.h): the weights stream once per pass whatever the batch, and every
+  // row still gets one float order (the serial one) alone or in any batch.
+  if (!kernels::q8_0_packed_supported()) return;
+  for (const EncoderLayer& l : model_->layers) {
+    for (const WeightView* w :
+         {&l.wqkv, &l.wq, &l.wk, &l.wv, &l.wo, &l.w_up, &l.w_gate, &l.w_down}) {
+      if (w->data != nullptr && kernels::q8_0_packable(*w) && !packed_.contains(w->data)) {
+        packed_.emplace(w->data, std::make_unique<kernels::PackedQ8_0>(*w, &pool_));
+      }
+    }
+  }
+}
 
 Status Encoder::check(std::span<const std::vector<int32_t>> inputs) const {
   const EncoderConfig& c = config();
@@ -237,7 +273,18 @@ Status Encoder::check(std::span<const std::vector<int32_t>> inputs) const {
 }
 
 void Encoder::linear(const WeightView& w, const WeightView& b, const float* x, float* y) {
-  kernels::matmul(w, x, n_rows_, y, pool_, kernels::BatchForms::kInvariant);
+  const auto it = packed_.find(w.data);
+  if (it != packed_.end()) {
+    const kernels::PackedQ8_0& p = *it->second;
+    const kernels::QuantizedActivations qa =
+        kernels::quantize_activations(w.type, x, n_rows_, w.cols);
+    pool_.parallel_for(w.rows, kernels::kPackRows, w.rows * w.cols * n_rows_,
+                       [&](int64_t begin, int64_t end) {
+                         kernels::q8_0_packed_rows(p, qa, y, w.rows, begin, end);
+                       });
+  } else {
+    kernels::matmul(w, x, n_rows_, y, pool_, kernels::BatchForms::kInvariant);
+  }
   const float* bias = floats(b);
   if (bias == nullptr) return;
   for (int64_t t = 0; t < n_rows_; ++t) {
@@ -267,42 +314,114 @@ void Encoder::embed_tokens(std::span<const std::vector<int32_t>> inputs) {
   }
 }
 
+namespace {
+
+// One query of one head against the n keys of its input: scores (n floats, scratch) then
+// out[0, hd) = softmax(scores * scale) v. `kt` holds the keys transposed (kt[d * n + j]), `v`
+// the values (row j at v + j * v_stride). W keys (scores) or W dimensions (weighted values) go
+// together, each lane in the plain loop's float order: a dot summed over d from 0, a weighted
+// sum over j from 0, every product rounded before it is added: the same bits as scalar loops.
+using F8 = float __attribute__((vector_size(32)));
+using F16 = float __attribute__((vector_size(64)));
+
+template <typename V>
+[[gnu::always_inline]] inline void attend_query(const float* q, const float* kt, int64_t n,
+                                                int64_t hd, const float* v, int64_t v_stride,
+                                                float scale, float* scores, float* out) {
+  constexpr int64_t W = sizeof(V) / sizeof(float);
+  const int64_t nw = n / W * W;
+  for (int64_t j = 0; j < nw; j += W) {
+    V dot = {};
+    for (int64_t d = 0; d < hd; ++d) {
+      V k;
+      std::memcpy(&k, kt + d * n + j, sizeof(k));
+      const V prod = q[d] * k;
+      dot = dot + prod;
+    }
+    std::memcpy(scores + j, &dot, sizeof(dot));
+  }
+  for (int64_t j = nw; j < n; ++j) {
+    float dot = 0.0f;
+    for (int64_t d = 0; d < hd; ++d) dot += q[d] * kt[d * n + j];
+    scores[j] = dot;
+  }
+  float max = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] *= scale;
+    max = std::max(max, scores[j]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - max);
+    sum += scores[j];
+  }
+  const auto inv = static_cast<float>(1.0 / sum);
+  std::fill(out, out + hd, 0.0f);
+  const int64_t hw = hd / W * W;
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = scores[j] * inv;
+    const float* vj = v + j * v_stride;
+    for (int64_t d = 0; d < hw; d += W) {
+      V o, x;
+      std::memcpy(&o, out + d, sizeof(o));
+      std::memcpy(&x, vj + d, sizeof(x));
+      const V prod = p * x;
+      o = o + prod;
+      std::memcpy(out + d, &o, sizeof(o));
+    }
+    for (int64_t d = hw; d < hd; ++d) out[d] += p * vj[d];
+  }
+}
+
+void attend_query_base(const float* q, const float* kt, int64_t n, int64_t hd, const float* v,
+                       int64_t v_stride, float scale, float* scores, float* out) {
+  attend_query<F8>(q, kt, n, hd, v, v_stride, scale, scores, out);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// 16 lanes on AVX-512; no fused multiply-add (the products are rounded as in the scalar loop).
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) void attend_query_avx512(
+    const float* q, const float* kt, int64_t n, int64_t hd, const float* v, int64_t v_stride,
+    float scale, float* scores, float* out) {
+  attend_query<F16>(q, kt, n, hd, v, v_stride, scale, scores, out);
+}
+#endif
+
+using AttendQueryFn = void (*)(const float*, const float*, int64_t, int64_t, const float*, int64_t,
+                               float, float*, float*);
+
+AttendQueryFn attend_query_fn() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (__builtin_cpu_supports("avx512f")) return attend_query_avx512;
+#endif
+  return attend_query_base;
+}
+
+}  // namespace
+
 void Encoder::attention() {
   const EncoderConfig& c = config();
   const int64_t e = c.n_embd, hd = c.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_inputs = static_cast<int64_t>(starts_.size()) - 1;
-  // One task per (input, head): its queries against its own keys only.
+  static const AttendQueryFn attend = attend_query_fn();
+  // One task per (input, head): its queries against its own keys only, the head's keys laid
+  // out transposed once (attend_query).
   pool_.parallel_for(n_inputs * c.n_head, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+    std::vector<float> scores, kt;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t in = task / c.n_head, h = task % c.n_head;
       const int64_t s0 = starts_[static_cast<size_t>(in)];
       const int64_t n = starts_[static_cast<size_t>(in) + 1] - s0;
       scores.resize(static_cast<size_t>(n));
+      kt.resize(static_cast<size_t>(n * hd));
+      for (int64_t j = 0; j < n; ++j) {
+        const float* k = k_.data() + (s0 + j) * e + h * hd;
+        for (int64_t d = 0; d < hd; ++d) kt[static_cast<size_t>(d * n + j)] = k[d];
+      }
       for (int64_t i = 0; i < n; ++i) {
-        const float* q = q_.data() + (s0 + i) * e + h * hd;
-        float max = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) {
-          const float* k = k_.data() + (s0 + j) * e + h * hd;
-          float dot = 0.0f;
-          for (int64_t d = 0; d < hd; ++d) dot += q[d] * k[d];
-          scores[static_cast<size_t>(j)] = dot * scale;
-          max = std::max(max, dot * scale);
-        }
-        double sum = 0;
-        for (float& s : scores) {
-          s = std::exp(s - max);
-          sum += s;
-        }
-        const auto inv = static_cast<float>(1.0 / sum);
-        float* out = attn_.data() + (s0 + i) * e + h * hd;
-        std::fill(out, out + hd, 0.0f);
-        for (int64_t j = 0; j < n; ++j) {
-          const float p = scores[static_cast<size_t>(j)] * inv;
-          const float* v = v_.data() + (s0 + j) * e + h * hd;
-          for (int64_t d = 0; d < hd; ++d) out[d] += p * v[d];
-        }
+        attend(q_.data() + (s0 + i) * e + h * hd, kt.data(), n, hd, v_.data() + s0 * e + h * hd, e,
+               scale, scores.data(), attn_.data() + (s0 + i) * e + h * hd);
       }
     }
   });
@@ -322,7 +441,20 @@ void Encoder::layer(const EncoderLayer& l) {
     for (int64_t t = 0; t < n_rows_; ++t)
       kernels::swiglu_row(f, gate_.data() + t * f, ffn_.data() + t * f, ffn_.data() + t * f);
   } else {
-    for (float& f : ffn_) f = gelu_ggml(f);
+    const int64_t f = config().n_ff;
+    // gelu_ggml row by row: the arguments rounded to F16 a row at a time, then the table.
+    const float* table = gelu_table();
+    pool_.parallel_for(n_rows_, 1, [&](int64_t begin, int64_t end) {
+      std::vector<uint16_t> h(static_cast<size_t>(f));
+      for (int64_t t = begin; t < end; ++t) {
+        float* row = ffn_.data() + t * f;
+        kernels::fp32_to_fp16_row(row, h.data(), f);
+        for (int64_t i = 0; i < f; ++i) {
+          const float x = row[i];
+          row[i] = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[h[static_cast<size_t>(i)]];
+        }
+      }
+    });
   }
   linear(l.w_down, l.b_down, ffn_.data(), tmp_.data());
   add_and_norm(l.out_norm, l.out_norm_b);

@@ -11,10 +11,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/error.h"
 #include "local_engine/embeddings.h"
+#include "local_engine/kernels/q8_0_packed.h"
 #include "local_engine/kernels/thread_pool.h"
 #include "local_engine/model_source.h"
 #include "local_engine/weights.h"
@@ -118,6 +120,8 @@ class Encoder {
   int64_t n_rows_ = 0;
   std::vector<int64_t> starts_;  // each input's first row, and the total at the end
   std::vector<float> x_, q_, k_, v_, attn_, tmp_, ffn_, gate_, qkv_;
+  // Packed Q8_0 weights by their data pointer (AVX-512 VNNI only; else empty).
+  std::unordered_map<const void*, std::unique_ptr<kernels::PackedQ8_0>> packed_;
 };
 
 // gelu as ggml's CPU backend computes it: the tanh form, through an F16 table (the argument

@@ -56,7 +56,7 @@ std::string translate_all(TranslatingSink& sink) {
 // A Responses translator that keeps the final response object (as for the response store).
 struct KeptResponse {
   NullSink client;
-  std::string final_response;
+  FinalResponse final_response;
   RenderContext context;
   std::optional<TranslatingSink> sink;
   explicit KeptResponse(std::string_view request_id) : context{request_id, "coder", 5} {
@@ -68,7 +68,7 @@ struct KeptResponse {
 TEST(TranslatingSink, ResponsesLedgerFailureAfterTheWholeAnswerIsResponseFailed) {
   KeptResponse kept("req-1");
   TranslatingSink& sink = *kept.sink;
-  const std::string& final_response = kept.final_response;
+  const std::string& final_response = kept.final_response.json;
   std::string sent = translate_all(sink);
   Error e = Error::make(ErrorCode::kUnavailable, "the answer could not be recorded");
   std::string end = sink.finish(e);
@@ -92,7 +92,7 @@ TEST(TranslatingSink, ResponsesLedgerFailureAfterTheWholeAnswerIsResponseFailed)
 TEST(TranslatingSink, ResponsesFinalObjectIsTheOneSent) {
   KeptResponse kept("req-4");
   TranslatingSink& sink = *kept.sink;
-  const std::string& final_response = kept.final_response;
+  const std::string& final_response = kept.final_response.json;
   std::string sent = translate_all(sink);
   sent += sink.finish(std::nullopt);
   const std::string marker = "\ndata: ";
@@ -106,6 +106,38 @@ TEST(TranslatingSink, ResponsesFinalObjectIsTheOneSent) {
   ASSERT_NE(at, std::string::npos);
   EXPECT_EQ(final_response, data.substr(at + head.size(), data.size() - at - head.size() - 1));
   EXPECT_EQ(json::parse(final_response), json::parse(data)["response"]);
+}
+
+// The renderer says where the final object's id and output are; the store takes them as they
+// are, which must be what reading the object back gives, for every kind of output item.
+TEST(TranslatingSink, ResponsesStoredPartsAsWrittenAreWhatAReadGives) {
+  auto parsed = parse_responses_request(R"({"model":"m","input":"hi"})", {}, false);
+  ASSERT_TRUE(parsed);
+  const api::ResponsesRequest& request = *parsed->responses;
+  const std::vector<std::vector<std::string>> answers = {
+      {chunk(R"({"role":"assistant","content":"a\"\u00e9\n\u0001\\"})"), chunk("{}", "\"stop\"")},
+      {chunk(R"({"reasoning_content":"think \t"})"), chunk(R"({"content":"x"})"),
+       chunk(R"({"tool_calls":[{"index":0,"id":"c\"1\u00ff","type":"function",)"
+             R"("function":{"name":"f","arguments":"{\"a\":"}}]})"),
+       chunk(R"({"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]})"),
+       chunk("{}", "\"tool_calls\"")},
+      {chunk(R"({"content":"cut"})"), chunk("{}", "\"length\"")}};
+  for (const auto& chunks : answers) {
+    KeptResponse kept("req-5");
+    for (const std::string& c : chunks) (void)kept.sink->translate(c);
+    kept.sink->end_upstream();
+    (void)kept.sink->finish(std::nullopt);
+    const FinalResponse& final = kept.final_response;
+    ASSERT_FALSE(final.json.empty());
+    EXPECT_GT(final.output_size, 0u) << final.json;
+    auto fast = response_to_store(request, final, "k1");
+    auto read = response_to_store(request, std::string_view(final.json), "k1");
+    ASSERT_TRUE(fast && read) << final.json;
+    EXPECT_EQ(fast->id, read->id);
+    EXPECT_EQ(fast->output, read->output) << final.json;
+    EXPECT_EQ(fast->response, read->response);
+    EXPECT_EQ(fast->items, read->items);
+  }
 }
 
 // What the response store is handed: the id and the output as a kept tree writes them (the
