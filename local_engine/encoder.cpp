@@ -10,7 +10,7 @@
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/matmul.h"
 #include "local_engine/kernels/ops.h"
-#include "local_engine/kernels/q8_0_packed.h"
+#include "local_engine/kernels/packed.h"
 #include "local_engine/tensor_loader.h"
 
 namespace ferry::engine {
@@ -234,15 +234,15 @@ Result<std::unique_ptr<Encoder>> Encoder::create(std::unique_ptr<EncoderModel> m
 
 Encoder::Encoder(std::unique_ptr<EncoderModel> model, Pooling pooling, int n_threads)
     : model_(std::move(model)), pooling_(pooling), pool_(n_threads) {
-  // On AVX-512 VNNI, Q8_0 matrices are repacked as the batch-invariant decoder engine's are
-  // (kernels/q8_0_packed.h): the weights stream once per pass whatever the batch, and every
+  // On AVX-512 VNNI, Q8_0 and Q5_0 matrices are repacked as the batch-invariant engine's are
+  // (kernels/packed.h): the weights stream once per pass whatever the batch, and every
   // row still gets one float order (the serial one) alone or in any batch.
-  if (!kernels::q8_0_packed_supported()) return;
+  if (!kernels::packed_supported()) return;
   for (const EncoderLayer& l : model_->layers) {
     for (const WeightView* w :
          {&l.wqkv, &l.wq, &l.wk, &l.wv, &l.wo, &l.w_up, &l.w_gate, &l.w_down}) {
-      if (w->data != nullptr && kernels::q8_0_packable(*w) && !packed_.contains(w->data)) {
-        packed_.emplace(w->data, std::make_unique<kernels::PackedQ8_0>(*w, &pool_));
+      if (w->data != nullptr && kernels::packable(*w) && !packed_.contains(w->data)) {
+        packed_.emplace(w->data, std::make_unique<kernels::PackedWeights>(*w, &pool_));
       }
     }
   }
@@ -275,13 +275,12 @@ Status Encoder::check(std::span<const std::vector<int32_t>> inputs) const {
 void Encoder::linear(const WeightView& w, const WeightView& b, const float* x, float* y) {
   const auto it = packed_.find(w.data);
   if (it != packed_.end()) {
-    const kernels::PackedQ8_0& p = *it->second;
+    const kernels::PackedWeights& p = *it->second;
     const kernels::QuantizedActivations qa =
         kernels::quantize_activations(w.type, x, n_rows_, w.cols);
-    pool_.parallel_for(w.rows, kernels::kPackRows, w.rows * w.cols * n_rows_,
-                       [&](int64_t begin, int64_t end) {
-                         kernels::q8_0_packed_rows(p, qa, y, w.rows, begin, end);
-                       });
+    pool_.parallel_for(
+        w.rows, kernels::kPackRows, w.rows * w.cols * n_rows_,
+        [&](int64_t begin, int64_t end) { kernels::packed_rows(p, qa, y, w.rows, begin, end); });
   } else {
     kernels::matmul(w, x, n_rows_, y, pool_, kernels::BatchForms::kInvariant);
   }

@@ -16,7 +16,7 @@
 
 #include "common/error.h"
 #include "local_engine/embeddings.h"
-#include "local_engine/kernels/q8_0_packed.h"
+#include "local_engine/kernels/packed.h"
 #include "local_engine/kernels/thread_pool.h"
 #include "local_engine/model_source.h"
 #include "local_engine/weights.h"
@@ -121,7 +121,7 @@ class Encoder {
   std::vector<int64_t> starts_;  // each input's first row, and the total at the end
   std::vector<float> x_, q_, k_, v_, attn_, tmp_, ffn_, gate_, qkv_;
   // Packed Q8_0 weights by their data pointer (AVX-512 VNNI only; else empty).
-  std::unordered_map<const void*, std::unique_ptr<kernels::PackedQ8_0>> packed_;
+  std::unordered_map<const void*, std::unique_ptr<kernels::PackedWeights>> packed_;
 };
 
 // gelu as ggml's CPU backend computes it: the tanh form, through an F16 table (the argument
