@@ -171,6 +171,29 @@ TEST(SlidingWindow, MasksKeysOutsideTheWindowInBothForms) {
   }
 }
 
+// A batch-invariant engine (what the local backend runs) of 2 threads and context 64.
+std::unique_ptr<Engine> invariant_engine(const std::shared_ptr<testing::MemorySource>& src) {
+  auto model = Model::load(src);
+  EXPECT_TRUE(model.has_value()) << (model ? "" : model.error().message);
+  return std::make_unique<Engine>(std::move(model).value(),
+                                  EngineOptions{2, 64, /*batch_invariant=*/true});
+}
+
+// kPrompt's logits (sequence 0) computed in one batch with another sequence's 9 tokens (1),
+// interleaved; empty when the forward fails.
+std::vector<float> logits_beside_another(Engine& engine) {
+  std::vector<float> logits;
+  if (!engine.kv().seq_add(0).has_value() || !engine.kv().seq_add(1).has_value()) return logits;
+  std::vector<BatchEntry> batch;
+  const std::vector<int32_t> other = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+  for (size_t i = 0; i < kPrompt.size(); ++i) {
+    batch.push_back({0, static_cast<int64_t>(i), kPrompt[i], true});
+    if (i < other.size()) batch.push_back({1, static_cast<int64_t>(i), other[i], false});
+  }
+  if (!engine.forward(batch, logits).has_value()) logits.clear();
+  return logits;
+}
+
 // The batch-invariant engine's packed Q5_0 products and Q4_K panels (kernels/packed.h,
 // TypeKernels::pack_panels; AVX-512) against the reference forward, the llama.cpp-matching
 // engine's products beside them, and the same bits alone and in a batch with another sequence.
@@ -187,12 +210,7 @@ TEST(BatchInvariant, PackedQ5_0AndQ4_KPanelsMatchTheReference) {
         shape.n_ff = 512;
       }
       auto src = testing::make_tiny_model(shape, type, 12);
-      auto load = [&] {
-        auto model = Model::load(src);
-        EXPECT_TRUE(model.has_value()) << (model ? "" : model.error().message);
-        return std::make_unique<Engine>(std::move(model).value(),
-                                        EngineOptions{2, 64, /*batch_invariant=*/true});
-      };
+      auto load = [&] { return invariant_engine(src); };
       auto invariant = load();
       const auto got = engine_logits(*invariant, kPrompt);
       EXPECT_LT(relative_error(got, testing::reference_logits(*src, shape, kPrompt)), 3e-2);
@@ -202,17 +220,7 @@ TEST(BatchInvariant, PackedQ5_0AndQ4_KPanelsMatchTheReference) {
       // 1-2 % between them; a value misplaced in the packing shows far more.
       EXPECT_LT(relative_error(got, engine_logits(*lanes, kPrompt)), 3e-2);
       auto mixed = load();
-      ASSERT_TRUE(mixed->kv().seq_add(0).has_value());
-      ASSERT_TRUE(mixed->kv().seq_add(1).has_value());
-      std::vector<BatchEntry> batch;
-      const std::vector<int32_t> other = {9, 8, 7, 6, 5, 4, 3, 2, 1};
-      for (size_t i = 0; i < kPrompt.size(); ++i) {
-        batch.push_back({0, static_cast<int64_t>(i), kPrompt[i], true});
-        if (i < other.size()) batch.push_back({1, static_cast<int64_t>(i), other[i], false});
-      }
-      std::vector<float> in_batch;
-      ASSERT_TRUE(mixed->forward(batch, in_batch).has_value());
-      EXPECT_EQ(in_batch, got);
+      EXPECT_EQ(logits_beside_another(*mixed), got);
     }
   }
 }
@@ -223,28 +231,13 @@ TEST(BatchInvariant, NewArchitecturesGiveTheSameBitsAloneAndInABatch) {
   for (const std::string arch : {"smollm3", "gemma2", "gemma3", "phi3"}) {
     const TinyShape shape = shape_for(arch);
     auto src = testing::make_tiny_model(shape, WeightType::kQ8_0, 11);
-    auto load = [&] {
-      auto model = Model::load(src);
-      EXPECT_TRUE(model.has_value()) << (model ? "" : model.error().message);
-      return std::make_unique<Engine>(std::move(model).value(),
-                                      EngineOptions{2, 64, /*batch_invariant=*/true});
-    };
+    auto load = [&] { return invariant_engine(src); };
     auto alone = load();
     const auto want = engine_logits(*alone, kPrompt);
     // The invariant forms (windows and soft-caps in kernels/attend_invariant.h) are right too.
     EXPECT_LT(relative_error(want, testing::reference_logits(*src, shape, kPrompt)), 6e-2) << arch;
     auto mixed = load();
-    ASSERT_TRUE(mixed->kv().seq_add(0).has_value());
-    ASSERT_TRUE(mixed->kv().seq_add(1).has_value());
-    std::vector<BatchEntry> batch;
-    const std::vector<int32_t> other = {9, 8, 7, 6, 5, 4, 3, 2, 1};
-    for (size_t i = 0; i < kPrompt.size(); ++i) {
-      batch.push_back({0, static_cast<int64_t>(i), kPrompt[i], true});
-      if (i < other.size()) batch.push_back({1, static_cast<int64_t>(i), other[i], false});
-    }
-    std::vector<float> got;
-    ASSERT_TRUE(mixed->forward(batch, got).has_value());
-    EXPECT_EQ(got, want) << arch;
+    EXPECT_EQ(logits_beside_another(*mixed), want) << arch;
   }
 }
 

@@ -19,6 +19,21 @@ namespace {
 using testing::quantize;
 using testing::random_row;
 
+// One token of extreme Q8_0 activations (-128 and 127, scale 2) over a.size() blocks, in place.
+QuantizedActivations extreme_activations(std::vector<BlockQ8_0>& a) {
+  for (auto& b : a) {
+    b.d = 0x4000;  // 2.0
+    for (int l = 0; l < kQK; ++l) b.qs[l] = static_cast<int8_t>(l % 3 == 0 ? -128 : 127);
+  }
+  QuantizedActivations qa;
+  qa.type = TensorType::kQ8_0;
+  qa.n_tokens = 1;
+  qa.cols = static_cast<int64_t>(a.size()) * kQK;
+  qa.row_stride = a.size() * sizeof(BlockQ8_0);
+  qa.data = a.data();
+  return qa;
+}
+
 // Every row of every batch size equals the serial-order reference bit for bit, on the active
 // ISA's kernel and on the scalar one, for any 16-aligned row range: so a token's result never
 // depends on the other tokens of its batch nor on how the rows were split over threads.
@@ -88,18 +103,9 @@ TEST(Packed, ExtremeQ8_0QuantsAreExact) {
     w[b].d = 0x3C00;  // 1.0
     for (int l = 0; l < kQK; ++l) w[b].qs[l] = static_cast<int8_t>((b + l) % 2 == 0 ? -128 : 127);
   }
-  for (auto& b : a) {
-    b.d = 0x4000;  // 2.0
-    for (int l = 0; l < kQK; ++l) b.qs[l] = static_cast<int8_t>(l % 3 == 0 ? -128 : 127);
-  }
   const MatrixView view = make_matrix_view(TensorType::kQ8_0, rows, cols, w.data());
   const PackedWeights packed(view);
-  QuantizedActivations qa;
-  qa.type = TensorType::kQ8_0;
-  qa.n_tokens = 1;
-  qa.cols = cols;
-  qa.row_stride = a.size() * sizeof(BlockQ8_0);
-  qa.data = a.data();
+  const QuantizedActivations qa = extreme_activations(a);
   std::vector<float> y(rows);
   packed_rows(packed, qa, y.data(), rows, 0, rows);
   for (int64_t r = 0; r < rows; ++r) {
@@ -127,19 +133,10 @@ TEST(Packed, ExtremeQ5_0ValuesAreExact) {
     }
     std::memcpy(w[b].qh, &high, sizeof high);
   }
-  for (auto& b : a) {
-    b.d = 0x4000;  // 2.0
-    for (int l = 0; l < kQK; ++l) b.qs[l] = static_cast<int8_t>(l % 3 == 0 ? -128 : 127);
-  }
   const MatrixView view = make_matrix_view(TensorType::kQ5_0, rows, cols, w.data());
   ASSERT_TRUE(packable(view));
   const PackedWeights packed(view);
-  QuantizedActivations qa;
-  qa.type = TensorType::kQ8_0;
-  qa.n_tokens = 1;
-  qa.cols = cols;
-  qa.row_stride = a.size() * sizeof(BlockQ8_0);
-  qa.data = a.data();
+  const QuantizedActivations qa = extreme_activations(a);
   std::vector<float> y(rows), scalar(rows);
   packed_rows(packed, qa, y.data(), rows, 0, rows);
   packed_rows_scalar(packed, qa, scalar.data(), rows, 0, rows);
