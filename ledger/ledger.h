@@ -115,6 +115,7 @@ struct LedgerStats {
   bool store_down = false;      // the PostgreSQL store cannot be reached (rows go to the journal)
   int64_t journal_pending = 0;  // rows kept in the journal, not yet shipped
   int64_t journal_shipped = 0;  // rows shipped from the journal since start
+  int64_t log_rows = 0;         // rows durable in the row log, not yet committed to SQLite
 };
 
 class Store;

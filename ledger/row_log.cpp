@@ -13,7 +13,7 @@
 #include <map>
 #include <mutex>
 
-#include "ledger/journal.h"  // encode_entry, decode_entry
+#include "ledger/journal.h"   // encode_entry, decode_entry
 #include "ledger/pg_store.h"  // is_pg_url
 #include "ledger/sqlite_store.h"
 
@@ -43,7 +43,7 @@ uint32_t crc32c_soft(uint32_t crc, const unsigned char* p, size_t n) {
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t crc, const unsigned char* p,
-                                                      size_t n) {
+                                                     size_t n) {
   uint64_t c = crc;
   for (; n >= 8; n -= 8, p += 8) {
     uint64_t v = 0;
@@ -68,7 +68,8 @@ void put_u32(std::string& out, uint32_t v) {
 
 uint32_t get_u32(const char* p) {
   uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
@@ -168,12 +169,19 @@ std::vector<uint64_t> RowLog::segments() const {
   return out;
 }
 
-Result<RowLog::Contents> RowLog::read_all() const {
+std::unique_ptr<RowLog> RowLog::of_another_process(const std::string& db_path) {
+  std::unique_ptr<RowLog> log(new RowLog());
+  log->db_path_ = db_path;
+  return log;
+}
+
+Result<RowLog::Contents> RowLog::read_all(bool live) const {
   Contents contents;
   for (uint64_t n : segments()) {
     contents.last_segment = n;
     const std::string path = segment_path(n);
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && live && errno == ENOENT) continue;  // applied and removed by its owner
     if (fd < 0) return io_error("cannot open", path);
     std::string data;
     char buf[1 << 16];
@@ -192,6 +200,7 @@ Result<RowLog::Contents> RowLog::read_all() const {
     size_t pos = 0;
     while (pos < data.size()) {
       auto payload = record_at(data, pos);
+      if (!payload && live) break;  // the record the owner is writing
       if (!payload) {
         // A whole record further on means this one was damaged in place, not cut by a crash.
         for (size_t next = pos + 1; next + kRowLogHeaderBytes <= data.size(); ++next) {
@@ -285,8 +294,7 @@ void RowLog::remove_before(uint64_t segment) const {
 
 // ---- applying -----------------------------------------------------------------------------
 
-Result<int64_t> apply_log_rows(Store& store, std::vector<LedgerEntry>& entries,
-                               size_t max_batch) {
+Result<int64_t> apply_log_rows(Store& store, std::vector<LedgerEntry>& entries, size_t max_batch) {
   int64_t applied = 0;
   std::vector<LedgerEntry*> batch;
   for (size_t begin = 0; begin < entries.size(); begin += max_batch) {
@@ -322,13 +330,16 @@ Status catch_up_row_log(const std::string& db_path) {
     auto it = o.by_path.find(registry_key(db_path));
     if (it != o.by_path.end()) return it->second();
   }
-  struct stat st{};
+  struct stat st {};
   if (::stat((db_path + "-rowlog.lock").c_str(), &st) != 0) return {};  // never had a log
   auto log = RowLog::open(db_path);
-  // Owned by a running process (its rows arrive within its apply_ms), or not ours to take
-  // (a reader without write access to the directory): read what SQLite has.
-  if (!log) return {};
-  auto contents = (*log)->read_all();
+  const bool owned_elsewhere = !log && log.error().type_code == "row_log_locked";
+  // Not ours to take part in (a reader without write access to the directory): read what
+  // SQLite has.
+  if (!log && !owned_elsewhere) return {};
+  std::unique_ptr<RowLog> reader =
+      owned_elsewhere ? RowLog::of_another_process(db_path) : std::move(*log);
+  auto contents = reader->read_all(owned_elsewhere);
   if (!contents) return contents.error();
   if (contents->last_segment == 0) return {};
   if (!contents->entries.empty()) {
@@ -343,7 +354,7 @@ Status catch_up_row_log(const std::string& db_path) {
     auto applied = apply_log_rows(*store, contents->entries, 4096);
     if (!applied) return applied.error();
   }
-  (*log)->remove_before(contents->last_segment + 1);
+  if (!owned_elsewhere) reader->remove_before(contents->last_segment + 1);
   return {};
 }
 

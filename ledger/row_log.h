@@ -40,6 +40,8 @@ class RowLog {
   // Takes the log's lock without waiting: kUnavailable with type_code "row_log_locked" when
   // another process (or another RowLog in this one) holds it.
   static Result<std::unique_ptr<RowLog>> open(const std::string& db_path);
+  // The log of a ledger another process owns, to read only (read_all(true)).
+  static std::unique_ptr<RowLog> of_another_process(const std::string& db_path);
   ~RowLog();
   RowLog(const RowLog&) = delete;
   RowLog& operator=(const RowLog&) = delete;
@@ -47,7 +49,9 @@ class RowLog {
   // Every segment's records, oldest first. A torn or damaged last record of a segment is
   // dropped (noted); a damaged record with a valid one after it is an error (the file was
   // damaged, not cut by a crash): the ledger refuses to start rather than skip rows.
-  Result<Contents> read_all() const;
+  // `live`: the owner is writing (another process): a segment it removed meanwhile is skipped,
+  // and reading a segment stops quietly at its first incomplete record (being written).
+  Result<Contents> read_all(bool live = false) const;
   // Starts a new segment after `after` (created and its directory entry synced).
   Status start_segment(uint64_t after);
   // Writes the entries' records at the segment's end in one write, then fdatasync. On an
@@ -84,8 +88,10 @@ void register_row_log_owner(const std::string& db_path, std::function<Status()> 
 void unregister_row_log_owner(const std::string& db_path);
 
 // Before reading the SQLite ledger at `db_path`: the rows of its log are applied, by the owner
-// in this process, or here when no process owns the log (taken with its lock). A log owned by
-// another process is that process's: its rows reach SQLite within its ledger's apply_ms.
+// in this process, or here: with the log's lock when no process owns it (a killed server; its
+// segments are then removed), or, when another process owns it, its rows read as they are and
+// applied here too (idempotently: the owner's applier finds them there and skips them; only
+// the owner removes segments). A reader without write access reads what SQLite has.
 Status catch_up_row_log(const std::string& db_path);
 // catch_up_row_log, then Db::open. Every reader of the ledger's SQLite file opens it so.
 Result<Db> ledger_db_open(const std::string& db_path, bool read_only);

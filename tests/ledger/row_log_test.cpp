@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -47,7 +48,8 @@ int64_t count_rows(const std::string& path, const std::string& where = "1") {
 std::vector<std::filesystem::path> segments_of(const std::string& db) {
   std::vector<std::filesystem::path> out;
   const std::string prefix = std::filesystem::path(db).filename().string() + "-rowlog.0";
-  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(db).parent_path())) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::filesystem::path(db).parent_path())) {
     if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path());
   }
   std::sort(out.begin(), out.end());
@@ -243,6 +245,58 @@ TEST(RowLog, EveryRowReportedDurableIsReadByTheNextReportWithoutAFlush) {
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, ErrorCode::kInvalidRequest);
   EXPECT_EQ(count_rows(db), 8);
+}
+
+TEST(RowLog, AReaderInAnotherProcessSeesEveryRowTheOwnerReportedDurable) {
+  TempDir dir;
+  std::string db = dir.file("l.db");
+  int to_parent[2];
+  int to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The owner: rows durable in its log only (its applier would wait a minute).
+    LedgerConfig config;
+    config.path = db;
+    config.apply_ms = 60000;
+    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    if (!ledger || !(*ledger)->has_row_log()) _exit(3);
+    for (int i = 1; i <= 10; ++i) {
+      if (!record_durably(**ledger, simple_record("gpu-large", tokens_of(i, 0, 1, 0)))) _exit(4);
+    }
+    char c = 'r';
+    if (write(to_parent[1], &c, 1) != 1) _exit(5);
+    if (read(to_child[0], &c, 1) != 1) _exit(6);  // the reader is done: stop cleanly
+    for (int i = 11; i <= 12; ++i) {
+      if (!record_durably(**ledger, simple_record("gpu-large", tokens_of(i, 0, 1, 0)))) _exit(4);
+    }
+    ledger->reset();
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(to_parent[0], &c, 1), 1);
+  ReportQuery q;
+  q.by = {ReportBy::kTeam};
+  q.force_raw = true;
+  auto report = run_report(db, q);
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->totals.requests, 10);
+  EXPECT_EQ(report->totals.input_tokens, 55);
+  EXPECT_FALSE(segments_of(db).empty()) << "only the owner removes its segments";
+  ASSERT_EQ(write(to_child[1], &c, 1), 1);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  // The owner's applier found the ten there and skipped them: every row once, chain whole.
+  EXPECT_EQ(count_rows(db), 12);
+  EXPECT_TRUE(segments_of(db).empty());
+  auto verified = verify_ledger(db);
+  ASSERT_TRUE(verified);
+  EXPECT_TRUE(verified->ok()) << verified->problems[0];
+  EXPECT_EQ(verified->rows, 12);
 }
 
 TEST(RowLog, ALogWriteThatFailsIsRetriedAndNeverReportedDurableBefore) {
