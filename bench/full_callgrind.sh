@@ -4,7 +4,8 @@
 # every thread counted: `chat c=16` from ferry_loadgen, counters zeroed after a warm-up, the
 # instructions of the measured window divided by the rows recorded in it. Instructions do
 # not depend on the machine's load.
-#   bench/full_callgrind.sh [SECONDS]   (FERRY_BUILD_DIR: the build to measure; default build)
+#   bench/full_callgrind.sh [SECONDS]   (FERRY_BUILD_DIR: the build to measure, default build;
+#   FULL_APPLY_MS: ledger.apply_ms, default 100: the row log; 0: each group a SQLite commit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -20,73 +21,18 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-wait_listening() {
-  for _ in $(seq 1 600); do
-    if grep -q '^listening on ' "$1" 2>/dev/null; then
-      grep -m1 '^listening on ' "$1" | sed 's/^listening on //'
-      return 0
-    fi
-    sleep 0.1
-  done
-  cat "$1" >&2
-  return 1
-}
+# shellcheck source=bench/gateway_common.sh
+source bench/gateway_common.sh
 "$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
 pids+=($!)
-upstream_url=$(wait_listening "$work/upstream.out")
+upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)
 api_key=sk-ferry-bench
-cat >"$work/policy.yaml" <<EOF
-targets: { echo: echo, slow: stream-slow-5 }
-models: [echo, stream-slow-5]
-rules:
-  - id: too-long
-    when: { prompt_tokens: { gt: 120000 } }
-    reject: { status: 400, message: too long }
-  - id: finance-never
-    when: { team: finance }
-    reject: { status: 403, message: no }
-  - id: night-tools
-    when: { tools: present, hour: { lt: 6 } }
-    route: [slow]
-  - id: premium
-    when: { tags: premium, max_tokens: { gt: 4096 } }
-    route: [slow, echo]
-  - id: by-model
-    when: { model: echo, fits: echo }
-    route: [echo]
-default:
-  route: [slow]
-EOF
-cat >"$work/ferry.yaml" <<EOF
-server:
-  listen: 127.0.0.1:0
-  io_threads: 1
-auth:
-  keys:
-    - { id: bench, sha256: $(printf %s "$api_key" | sha256sum | cut -d' ' -f1), team: bench, project: loadgen, role: app }
-backends:
-  - { name: upstream, base_url: $upstream_url/v1, max_idle_connections: 64 }
-models:
-  - { name: echo, backend: upstream, upstream_model: echo, tokenizer: cl100k_base }
-  - { name: stream-slow-5, backend: upstream, upstream_model: stream-slow-5, tokenizer: cl100k_base }
-log:
-  access_log: $work/access.log
-policy:
-  file: $work/policy.yaml
-  watch: false
-ledger:
-  path: $work/ledger.db
-prices:
-  - { model: echo, effective_from: 2026-01-01, input: 0.20, output: 0.60 }
-  - { model: stream-slow-5, effective_from: 2026-01-01, input: 0.20, output: 0.60 }
-budgets:
-  - { name: bench-monthly, scope: team, match: bench, amount: 1000000000.00, period: month, mode: hard }
-EOF
+write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-100}"
 valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$work/cg.out" \
   "$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>"$work/valgrind.err" &
 ferry_pid=$!
 pids+=("$ferry_pid")
-ferry_url=$(wait_listening "$work/ferry.out")
+ferry_url=$(wait_listening "$work/ferry.out" ferry)
 rows() { curl -s "$ferry_url/metrics" | awk '/^ferry_ledger_rows_committed_total/ {print $2}'; }
 load() {
   "$loadgen_bin" --direct "$upstream_url" --ferry "$ferry_url" --ferry-pid "$ferry_pid" \
