@@ -56,6 +56,25 @@ std::vector<std::filesystem::path> segments_of(const std::string& db) {
   return out;
 }
 
+std::unique_ptr<Ledger> open_ledger(const std::string& db, int64_t apply_ms = 100,
+                                    int64_t retry_ms = 200) {
+  LedgerConfig config;
+  config.path = db;
+  config.apply_ms = apply_ms;
+  config.retry_ms = retry_ms;
+  auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+  EXPECT_TRUE(ledger) << (ledger ? "" : ledger.error().message);
+  return ledger ? std::move(*ledger) : nullptr;
+}
+
+// The served requests by team, read from the rows.
+Result<Report> team_report(const std::string& db) {
+  ReportQuery q;
+  q.by = {ReportBy::kTeam};
+  q.force_raw = true;
+  return run_report(db, q);
+}
+
 // Writes `entries` to the log of `db` as a server would have left it at a crash.
 void leave_in_log(const std::string& db, std::vector<LedgerEntry> entries) {
   auto log = RowLog::open(db);
@@ -155,32 +174,25 @@ TEST(RowLog, RowsACrashLeftInTheLogAreAppliedOnceAtTheNextOpen) {
   TempDir dir;
   std::string db = dir.file("l.db");
   {
-    LedgerConfig config;
-    config.path = db;
-    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    auto ledger = open_ledger(db);
     ASSERT_TRUE(ledger);
-    ASSERT_TRUE(record_durably(**ledger, simple_record("gpu-large", tokens_of(5, 0, 1, 0))));
+    ASSERT_TRUE(record_durably(*ledger, simple_record("gpu-large", tokens_of(5, 0, 1, 0))));
   }
   // "applied" is in SQLite already (its segment's removal was cut by the crash), "new" not.
   LedgerEntry applied = entry_with("applied", 7);
   {
-    LedgerConfig config;
-    config.path = db;
-    config.apply_ms = 0;
-    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    auto ledger = open_ledger(db, 0);
     ASSERT_TRUE(ledger);
-    ASSERT_TRUE(record_durably(**ledger, applied.record));
+    ASSERT_TRUE(record_durably(*ledger, applied.record));
   }
   leave_in_log(db, {entry_with("applied", 7), entry_with("new-1", 8), entry_with("new-2", 9)});
-  LedgerConfig config;
-  config.path = db;
-  auto ledger = Ledger::open(config, catalog_from(kPrices), {});
-  ASSERT_TRUE(ledger) << ledger.error().message;
-  EXPECT_TRUE((*ledger)->has_row_log());
+  auto ledger = open_ledger(db);
+  ASSERT_TRUE(ledger);
+  EXPECT_TRUE(ledger->has_row_log());
   EXPECT_EQ(count_rows(db), 4);
   EXPECT_EQ(count_rows(db, "id='applied'"), 1);
   EXPECT_EQ(count_rows(db, "id IN ('new-1','new-2')"), 2);
-  ledger->reset();
+  ledger.reset();
   EXPECT_TRUE(segments_of(db).empty());  // a clean stop leaves no log behind
   auto verified = verify_ledger(db);
   ASSERT_TRUE(verified);
@@ -192,17 +204,12 @@ TEST(RowLog, AReaderWithoutAnOwnerAppliesTheLogFirst) {
   TempDir dir;
   std::string db = dir.file("l.db");
   {
-    LedgerConfig config;
-    config.path = db;
-    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    auto ledger = open_ledger(db);
     ASSERT_TRUE(ledger);
   }
   leave_in_log(db, {entry_with("left-1", 1), entry_with("left-2", 2)});
   // A report (as `ferry ledger report` after a killed server) includes them.
-  ReportQuery q;
-  q.by = {ReportBy::kTeam};
-  q.force_raw = true;
-  auto report = run_report(db, q);
+  auto report = team_report(db);
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(report->totals.requests, 2);
   EXPECT_TRUE(segments_of(db).empty());
@@ -212,36 +219,30 @@ TEST(RowLog, AReaderWithoutAnOwnerAppliesTheLogFirst) {
 TEST(RowLog, EveryRowReportedDurableIsReadByTheNextReportWithoutAFlush) {
   TempDir dir;
   std::string db = dir.file("l.db");
-  LedgerConfig config;
-  config.path = db;
-  config.apply_ms = 60000;  // nothing applied by the timer during the test
-  auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+  auto ledger = open_ledger(db, 60000);  // nothing applied by the timer during the test
   ASSERT_TRUE(ledger);
-  ASSERT_TRUE((*ledger)->has_row_log());
-  ReportQuery q;
-  q.by = {ReportBy::kTeam};
-  q.force_raw = true;
+  ASSERT_TRUE(ledger->has_row_log());
   for (int i = 1; i <= 5; ++i) {
-    ASSERT_TRUE(record_durably(**ledger, simple_record("gpu-large", tokens_of(i, 0, 1, 0))));
-    auto report = run_report(db, q);
+    ASSERT_TRUE(record_durably(*ledger, simple_record("gpu-large", tokens_of(i, 0, 1, 0))));
+    auto report = team_report(db);
     ASSERT_TRUE(report) << report.error().message;
     EXPECT_EQ(report->totals.requests, i);
     EXPECT_EQ(report->totals.input_tokens, i * (i + 1) / 2);
   }
   // An adjustment finds its original though it waited in the log.
   std::string id;
-  ASSERT_TRUE(record_durably(**ledger, simple_record("gpu-large", tokens_of(1, 0, 0, 0)), &id));
+  ASSERT_TRUE(record_durably(*ledger, simple_record("gpu-large", tokens_of(1, 0, 0, 0)), &id));
   Adjustment adj;
   adj.adjusts_id = id;
   adj.input = Money::from_micros(-1);
   std::promise<Status> done;
-  (*ledger)->adjust(adj, [&](const Status& st) { done.set_value(st); });
+  ledger->adjust(adj, [&](const Status& st) { done.set_value(st); });
   EXPECT_TRUE(done.get_future().get());
   // A row whose id the caller chose and repeats is refused to its caller, not dropped later.
   RequestRecord twice = simple_record("gpu-large", tokens_of(1, 0, 1, 0));
   twice.id = "chosen";
-  ASSERT_TRUE(record_durably(**ledger, twice));
-  Status again = record_durably(**ledger, twice);
+  ASSERT_TRUE(record_durably(*ledger, twice));
+  Status again = record_durably(*ledger, twice);
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, ErrorCode::kInvalidRequest);
   EXPECT_EQ(count_rows(db), 8);
@@ -277,10 +278,7 @@ TEST(RowLog, AReaderInAnotherProcessSeesEveryRowTheOwnerReportedDurable) {
   }
   char c = 0;
   ASSERT_EQ(read(to_parent[0], &c, 1), 1);
-  ReportQuery q;
-  q.by = {ReportBy::kTeam};
-  q.force_raw = true;
-  auto report = run_report(db, q);
+  auto report = team_report(db);
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(report->totals.requests, 10);
   EXPECT_EQ(report->totals.input_tokens, 55);
@@ -302,19 +300,16 @@ TEST(RowLog, AReaderInAnotherProcessSeesEveryRowTheOwnerReportedDurable) {
 TEST(RowLog, ALogWriteThatFailsIsRetriedAndNeverReportedDurableBefore) {
   TempDir dir;
   std::string db = dir.file("l.db");
-  LedgerConfig config;
-  config.path = db;
-  config.retry_ms = 20;
-  auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+  auto ledger = open_ledger(db, 100, 20);
   ASSERT_TRUE(ledger);
-  (*ledger)->inject_commit_failures(2);
+  ledger->inject_commit_failures(2);
   std::promise<Status> done;
   auto fut = done.get_future();
-  (*ledger)->record(simple_record("gpu-large", tokens_of(1, 0, 1, 0)),
-                    [&](const Status& st) { done.set_value(st); });
+  ledger->record(simple_record("gpu-large", tokens_of(1, 0, 1, 0)),
+                 [&](const Status& st) { done.set_value(st); });
   EXPECT_TRUE(fut.get());
-  EXPECT_EQ((*ledger)->stats().write_failures, 2);
-  EXPECT_TRUE((*ledger)->health());
+  EXPECT_EQ(ledger->stats().write_failures, 2);
+  EXPECT_TRUE(ledger->health());
   EXPECT_EQ(count_rows(db), 1);
 }
 
