@@ -17,6 +17,8 @@
 #   accounting path (the key, an exact cl100k_base count, a 5-rule policy whose last rule
 #   decides, a hard team budget, a durable SQLite ledger row, the access log) on FERRY_CPU in
 #   front of the same upstream, measured in the same rounds as the pass-through ferry.
+#   BENCH_FULL_APPLY_MS: ferry-full's ledger.apply_ms (default 100: the row log; 0: no row
+#   log, each group committed to SQLite as before issue 17's session 16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -57,19 +59,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# wait_listening FILE NAME: prints the URL of the `listening on URL` line once it appears.
-wait_listening() {
-  for _ in $(seq 1 200); do
-    if grep -q '^listening on ' "$1" 2>/dev/null; then
-      grep -m1 '^listening on ' "$1" | sed 's/^listening on //'
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "gateway_bench: $2 did not start; its output:" >&2
-  cat "$1" >&2
-  return 1
-}
+# shellcheck source=bench/gateway_common.sh
+source bench/gateway_common.sh
 
 "${pin_upstream[@]}" "$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
 upstream_pid=$!
@@ -113,69 +104,8 @@ ferry_url=$(wait_listening "$work/ferry.out" ferry)
 reference_args=()
 if [ "${BENCH_FULL:-on}" != off ]; then
   mkdir -p "$work/full"
-  cat >"$work/full/policy.yaml" <<EOF
-description: the accounting path's benchmark policy; the fifth rule decides
-targets: { echo: echo, slow: stream-slow-$slow_ms }
-models: [echo, stream-slow-$slow_ms]
-rules:
-  - id: too-long
-    when: { prompt_tokens: { gt: 120000 } }
-    reject: { status: 400, message: too long }
-  - id: finance-never
-    when: { team: finance }
-    reject: { status: 403, message: no }
-  - id: night-tools
-    when: { tools: present, hour: { lt: 6 } }
-    route: [slow]
-  - id: premium
-    when: { tags: premium, max_tokens: { gt: 4096 } }
-    route: [slow, echo]
-  - id: by-model
-    when: { model: echo, fits: echo }
-    route: [echo]
-default:
-  route: [slow]
-EOF
-  cat >"$work/full/ferry.yaml" <<EOF
-server:
-  listen: 127.0.0.1:0
-  io_threads: $IO_THREADS
-auth:
-  keys:
-    - id: bench
-      sha256: $(printf %s "$api_key" | sha256sum | cut -d' ' -f1)
-      team: bench
-      project: loadgen
-      role: app
-backends:
-  - name: upstream
-    base_url: $upstream_url/v1
-    max_idle_connections: 64
-$(models_yaml "    tokenizer: cl100k_base")
-log:
-  access_log: $work/full/access.log
-policy:
-  file: $work/full/policy.yaml
-  watch: false
-ledger:
-  path: $work/full/ledger.db
-prices:
-  - model: echo
-    effective_from: 2026-01-01
-    input: 0.20
-    output: 0.60
-  - model: stream-slow-$slow_ms
-    effective_from: 2026-01-01
-    input: 0.20
-    output: 0.60
-budgets:
-  - name: bench-monthly
-    scope: team
-    match: bench
-    amount: 1000000000.00
-    period: month
-    mode: hard
-EOF
+  write_ferry_full_config "$work/full" "$upstream_url" "$slow_ms" "$IO_THREADS" "$api_key" \
+    "${BENCH_FULL_APPLY_MS:-100}"
   "${pin_ferry[@]}" "$ferry_bin" serve --config "$work/full/ferry.yaml" >"$work/full/ferry.out" 2>&1 &
   full_pid=$!
   pids+=("$full_pid")

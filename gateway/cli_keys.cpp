@@ -21,6 +21,7 @@ namespace {
 bool ready(const std::string& db, const char* command) {
   ledger::LedgerConfig config;
   config.path = db;
+  config.apply_ms = 0;  // opened to migrate only: no row log
   auto opened = ledger::Ledger::open(config, ledger::PriceCatalog(), {});
   if (!opened) std::cerr << "ferry keys " << command << ": " << opened.error().message << "\n";
   return static_cast<bool>(opened);

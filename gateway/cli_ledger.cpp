@@ -256,6 +256,7 @@ void add_adjust_command(CLI::App* ledger_cmd, int& exit_code) {
     adj.reasoning = *reasoning;
     ledger::LedgerConfig config;
     config.path = *db;
+    config.apply_ms = 0;  // one row: committed to SQLite itself, no row log
     auto ledger = ledger::Ledger::open(config, ledger::PriceCatalog(), {});
     if (!ledger) {
       std::cerr << "ferry ledger adjust: " << ledger.error().message << "\n";

@@ -188,6 +188,7 @@ void Gateway::render_ledger_metrics(std::string& out) const {
   counter(MetricSeries::kLedgerHealthy, s.healthy ? 1 : 0);
   counter(MetricSeries::kLedgerStoreDown, s.store_down ? 1 : 0);
   counter(MetricSeries::kLedgerJournalRows, s.journal_pending);
+  counter(MetricSeries::kLedgerLogRows, s.log_rows);
   counter(MetricSeries::kBudgetHardRefusals, s.hard_refusals);
   counter(MetricSeries::kRateLimitRefusals, s.rate_refusals);
   auto budgets = ledger_->budgets();

@@ -96,6 +96,8 @@ namespace ferry::gateway {
     "1 while the PostgreSQL store cannot be reached (rows go to the journal).", "")                \
   X(LedgerJournalRows, "ferry_ledger_journal_rows", kGauge,                                        \
     "Rows kept in the local journal, not yet shipped to the store.", "")                           \
+  X(LedgerLogRows, "ferry_ledger_log_rows", kGauge,                                                \
+    "Rows durable in the SQLite ledger's row log, not yet committed to the file.", "")             \
   X(BudgetHardRefusals, "ferry_budget_hard_refusals_total", kCounter,                              \
     "Requests refused by a hard budget.", "")                                                      \
   X(RateLimitRefusals, "ferry_rate_limit_refusals_total", kCounter,                                \

@@ -4,6 +4,7 @@
 
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
+#include "ledger/row_log.h"
 #include "ledger/store.h"
 
 namespace ferry::ledger {
@@ -61,7 +62,7 @@ Result<AnyDb> AnyDb::open(const std::string& db, bool write) {
     out.pg_ = std::make_unique<PgConn>(std::move(*conn));
     return out;
   }
-  auto sdb = Db::open(db, !write);
+  auto sdb = ledger_db_open(db, !write);
   if (!sdb) return sdb.error();
   out.sqlite_ = std::make_unique<Db>(std::move(*sdb));
   return out;

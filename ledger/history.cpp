@@ -4,6 +4,7 @@
 
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/store.h"
 
@@ -132,7 +133,7 @@ Result<int64_t> count_requests(const std::string& db_path, const HistoryQuery& q
     if (!rows) return rows.error();
     return rows->integer(0, 0);
   }
-  auto db = Db::open(db_path, true);
+  auto db = ledger_db_open(db_path, true);
   if (!db) return db.error();
   std::string sql = "SELECT COUNT(*) FROM requests WHERE kind='request'";
   std::vector<int64_t> params;
@@ -148,7 +149,7 @@ Result<int64_t> count_requests(const std::string& db_path, const HistoryQuery& q
 Status for_each_request(const std::string& db_path, const HistoryQuery& query,
                         const std::function<bool(const RecordedRequest&)>& visit) {
   if (is_pg_url(db_path)) return for_each_pg_request(db_path, query, visit);
-  auto db = Db::open(db_path, true);
+  auto db = ledger_db_open(db_path, true);
   if (!db) return db.error();
   auto with_facts = has_facts_column(*db);
   if (!with_facts) return with_facts.error();
@@ -180,7 +181,7 @@ Result<std::string> ledger_currency(const std::string& db_path) {
     if (!rows) return rows.error();
     return rows->rows() > 0 ? rows->text(0, 0) : std::string();
   }
-  auto db = Db::open(db_path, true);
+  auto db = ledger_db_open(db_path, true);
   if (!db) return db.error();
   auto stmt = db->prepare("SELECT value FROM meta WHERE key='currency'");
   if (!stmt) return stmt.error();

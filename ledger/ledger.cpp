@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/saturating.h"
@@ -13,6 +15,7 @@
 
 #include "ledger/journal.h"
 #include "ledger/pg_store.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/sqlite_store.h"
 #include "ledger/store.h"
@@ -35,11 +38,19 @@ struct Core {
 
 }  // namespace detail
 
+namespace {
+// Rows in the apply queue past which the applier commits them without waiting for apply_ms.
+constexpr size_t kApplyRows = 1024;
+}  // namespace
+
 struct Ledger::Item {
   LedgerEntry entry;
   std::optional<Reservation> reservation;
   std::optional<RateHold> rate;
   DurableCallback on_durable;
+  // The caller chose the row's id (it may repeat one): committed to the store directly, so a
+  // duplicate is refused to its caller. A generated UUIDv7 cannot repeat: the row log.
+  bool id_given = false;
 };
 
 namespace {
@@ -109,7 +120,7 @@ Result<std::string> instance_id(const PgLedgerConfig& pg) {
 LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file) {
   yaml::Map map(node, file, "ledger");
   map.allow_only({"path", "currency", "reference_model", "queue_capacity", "max_batch", "retry_ms",
-                  "responses", "postgres"});
+                  "apply_ms", "responses", "postgres"});
   LedgerConfig config;
   if (node["postgres"]) {
     if (node["path"]) map.fail("path", "give either path (SQLite) or postgres, not both");
@@ -131,6 +142,7 @@ LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file
   config.queue_capacity = map.integer_or("queue_capacity", config.queue_capacity, 1, 1 << 24);
   config.max_batch = map.integer_or("max_batch", config.max_batch, 1, 1 << 20);
   config.retry_ms = map.integer_or("retry_ms", config.retry_ms, 1, 60000);
+  config.apply_ms = map.integer_or("apply_ms", config.apply_ms, 0, 60000);
   if (auto responses = map.opt_map("responses")) {  // stored Responses (ledger/response_store.h)
     responses->allow_only({"keep_days"});
     config.responses_keep_days =
@@ -170,6 +182,7 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
   std::unique_ptr<Store> store;
   std::unique_ptr<PgStore> lease_store;
   std::unique_ptr<Journal> journal;
+  std::unique_ptr<RowLog> row_log;
   if (!config.postgres && is_pg_url(config.path)) {
     // A URL given as the path (`ferry ledger adjust --db postgresql://...`): its own chain.
     config.postgres = PgLedgerConfig{};
@@ -198,8 +211,44 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
       journal = std::make_unique<Journal>(std::move(*j));
     }
   } else {
+    if (config.apply_ms > 0) {
+      // A server restarting while a CLI applies the log it left: wait for it a little.
+      for (int tries = 0; tries < 20 && !row_log; ++tries) {
+        auto opened = RowLog::open(config.path);
+        if (opened) {
+          row_log = std::move(*opened);
+        } else if (opened.error().type_code != "row_log_locked") {
+          return opened.error();
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      }
+      if (!row_log) {
+        std::cerr << "ferry: the ledger's row log " << config.path
+                  << "-rowlog is held by another process; committing each group to SQLite\n";
+      }
+    }
+    // Without the log: what a log of this file holds (a killed server's) goes in first.
+    if (!row_log) {
+      if (Status st = catch_up_row_log(config.path); !st) return st.error();
+    }
     auto sqlite = SqliteStore::open(config.path, config.currency);
     if (!sqlite) return sqlite.error();
+    if (row_log) {
+      // Rows a crash left in the log: applied before anything reads the file (budgets below).
+      auto contents = row_log->read_all();
+      if (!contents) return contents.error();
+      for (const std::string& note : contents->notes) std::cerr << "ferry: " << note << "\n";
+      auto applied =
+          apply_log_rows(*sqlite, contents->entries, static_cast<size_t>(config.max_batch));
+      if (!applied) {
+        return Error::make(ErrorCode::kUnavailable,
+                           "ledger: cannot apply the " + std::to_string(contents->entries.size()) +
+                               " rows of its row log: " + applied.error().message);
+      }
+      row_log->remove_before(contents->last_segment + 1);
+      if (Status st = row_log->start_segment(contents->last_segment); !st) return st.error();
+    }
     store = std::make_unique<SqliteStore>(std::move(*sqlite));
   }
   if (auto st = store->sync_prices(prices); !st) return st.error();
@@ -220,7 +269,12 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
   ledger->lease_store_ = std::move(lease_store);
   if (journal) ledger->journal_pending_.store(journal->pending());
   ledger->journal_ = std::move(journal);
+  ledger->row_log_ = std::move(row_log);
   ledger->start_threads();
+  if (ledger->row_log_) {
+    Ledger* owner = ledger.get();
+    register_row_log_owner(ledger->config_.path, [owner] { return owner->apply_now(); });
+  }
   return ledger;
 }
 
@@ -235,10 +289,13 @@ void Ledger::start_threads() {
     sqlite_->take_over_checkpoints();
     checkpointer_ = std::thread([this] { checkpointer_loop(); });
   }
+  if (row_log_) applier_ = std::thread([this] { applier_loop(); });
   writer_ = std::thread([this] { writer_loop(); });
 }
 
 Ledger::~Ledger() {
+  // No reader asks this ledger to apply its log any more (waits for one that is asking).
+  if (row_log_) unregister_row_log_owner(config_.path);
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -248,6 +305,18 @@ Ledger::~Ledger() {
   wake_leaser_.notify_all();
   if (leaser_.joinable()) leaser_.join();
   if (writer_.joinable()) writer_.join();
+  if (applier_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      applier_stopping_ = true;
+    }
+    apply_wake_.notify_all();
+    applier_.join();
+    // Every logged row is in SQLite: the log starts empty next time. (Rows the applier could
+    // not commit stay in their segments and are applied at the next start.)
+    std::lock_guard lock(mu_);
+    if (applied_ == logged_) row_log_->remove_before(row_log_->segment() + 1);
+  }
   if (checkpointer_.joinable()) checkpointer_.join();
   // Every row is written: what this instance still holds goes back to the others.
   if (lease_store_) {
@@ -408,8 +477,9 @@ LedgerEntry price_request(RequestRecord record, const PriceCatalog& prices,
 }  // namespace
 
 std::string Ledger::record(RequestRecord record, Admission admission, DurableCallback on_durable) {
-  if (record.id.empty()) record.id = make_uuid_v7();
   auto item = std::make_unique<Item>();
+  item->id_given = !record.id.empty();
+  if (record.id.empty()) record.id = make_uuid_v7();
   item->entry = price_request(std::move(record), prices_, config_.reference_model);
   item->on_durable = std::move(on_durable);
   if (admission.valid()) {
@@ -485,16 +555,18 @@ void Ledger::writer_loop() {
     for (size_t begin = 0; begin < taken.size(); begin += static_cast<size_t>(config_.max_batch)) {
       size_t end = std::min(taken.size(), begin + static_cast<size_t>(config_.max_batch));
       entries.clear();
+      bool to_log = row_log_ != nullptr;
       for (size_t i = begin; i < end; ++i) {
         if (lease_store_) taken[i]->entry.charges = charges_for(*taken[i]);
         entries.push_back(&taken[i]->entry);
+        to_log = to_log && taken[i]->entry.kind != EntryKind::kAdjustment && !taken[i]->id_given;
       }
       Result<std::vector<Status>> result = std::vector<Status>{};
       int failures_while_stopping = 0;
       for (;;) {
         int inject = inject_failures_.load();
         bool fail = inject > 0 && inject_failures_.compare_exchange_strong(inject, inject - 1);
-        result = append_batch(entries, fail);
+        result = to_log ? log_batch(entries, fail) : direct_batch(entries, fail);
         if (result) break;
         write_failures_.fetch_add(1);
         {
@@ -505,11 +577,15 @@ void Ledger::writer_loop() {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(config_.retry_ms));
       }
-      if (result) {
-        healthy_.store(true);  // written to the store, or kept in the journal
-        if (sqlite_ != nullptr) after_commit();
-      }
+      if (result) healthy_.store(true);  // written to the store or the row log, or journaled
       batches_.fetch_add(1);
+      const bool logged = to_log && result;
+      if (logged) {
+        // Counted before the callbacks: a reader that a callback's client asks next waits
+        // for these rows too (apply_now), though they reach the applier just after.
+        std::lock_guard lock(mu_);
+        logged_ += static_cast<int64_t>(end - begin);
+      }
       int64_t now = unix_micros_now();
       for (size_t i = begin; i < end; ++i) {
         Item& item = *taken[i];
@@ -527,6 +603,23 @@ void Ledger::writer_loop() {
         (status ? rows_committed_ : rows_refused_).fetch_add(1);
         core_->pending.fetch_sub(1);
         if (item.on_durable) item.on_durable(status);
+      }
+      if (logged) {
+        std::lock_guard lock(mu_);
+        if (apply_queue_.empty()) {
+          apply_due_ =
+              std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.apply_ms);
+        }
+        for (size_t i = begin; i < end; ++i) {
+          taken[i]->on_durable = nullptr;
+          apply_queue_.push_back(std::move(taken[i]));
+        }
+        // One wake-up when the queue starts (the applier's timer), then only when it is full or
+        // a reader waits.
+        if (apply_queue_.size() == end - begin || apply_queue_.size() >= kApplyRows ||
+            apply_target_ > applied_) {
+          apply_wake_.notify_one();
+        }
       }
     }
     taken.clear();
@@ -581,6 +674,112 @@ void Ledger::checkpointer_loop() {
     std::lock_guard checkpointing(checkpoint_mu_);
     (void)sqlite3_wal_checkpoint_v2(db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
   }
+}
+
+Result<std::vector<Status>> Ledger::log_batch(std::vector<LedgerEntry*>& entries, bool fail) {
+  if (fail) return Error::make(ErrorCode::kUnavailable, "ledger row log: injected write failure");
+  if (Status st = row_log_->append(entries); !st) return st.error();
+  if (row_log_->size() >= kRowLogSegmentBytes) {
+    // Rows logged so far are in older segments: removed once the applier has committed them.
+    // A segment that cannot be started leaves the rows in the current one (it grows).
+    if (row_log_->start_segment(row_log_->segment())) {
+      std::lock_guard lock(mu_);
+      mark_rows_ = logged_ + static_cast<int64_t>(entries.size());
+      mark_segment_ = row_log_->segment();
+    }
+  }
+  return std::vector<Status>(entries.size());
+}
+
+Result<std::vector<Status>> Ledger::direct_batch(std::vector<LedgerEntry*>& entries, bool fail) {
+  if (row_log_) {
+    // An adjustment names a row that may still wait in the log: the log is applied first.
+    std::unique_lock lock(mu_);
+    if (Status st = wait_applied(lock, logged_); !st) return st.error();
+  }
+  std::lock_guard store_lock(store_mu_);
+  auto result = append_batch(entries, fail);
+  if (result && sqlite_ != nullptr) after_commit();
+  return result;
+}
+
+Status Ledger::wait_applied(std::unique_lock<std::mutex>& lock, int64_t target) {
+  if (applied_ >= target) return {};
+  apply_target_ = std::max(apply_target_, target);
+  apply_wake_.notify_one();
+  applied_cv_.wait(lock, [&] { return applied_ >= target || !apply_healthy_.load(); });
+  if (applied_ >= target) return {};
+  return Error::make(ErrorCode::kUnavailable,
+                     "the ledger's rows are durable in its row log but cannot be committed to " +
+                         config_.path + ": " + apply_error_,
+                     "", "ledger_unavailable");
+}
+
+Status Ledger::apply_now() {
+  if (!row_log_) return {};
+  std::unique_lock lock(mu_);
+  return wait_applied(lock, logged_);
+}
+
+void Ledger::applier_loop() {
+  std::vector<std::unique_ptr<Item>> taken;
+  std::vector<LedgerEntry*> entries;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    apply_wake_.wait(lock, [&] { return applier_stopping_ || !apply_queue_.empty(); });
+    if (apply_queue_.empty()) break;  // stopping, every logged row applied
+    // Due when the oldest row has waited apply_ms, the queue is full, a reader waits, or the
+    // ledger stops.
+    apply_wake_.wait_until(lock, apply_due_, [&] {
+      return applier_stopping_ || apply_queue_.size() >= kApplyRows || apply_target_ > applied_;
+    });
+    taken.swap(apply_queue_);
+    lock.unlock();
+    bool applied_all = true;
+    for (size_t begin = 0; begin < taken.size() && applied_all;
+         begin += static_cast<size_t>(config_.max_batch)) {
+      size_t end = std::min(taken.size(), begin + static_cast<size_t>(config_.max_batch));
+      entries.clear();
+      for (size_t i = begin; i < end; ++i) entries.push_back(&taken[i]->entry);
+      int failures_while_stopping = 0;
+      for (;;) {
+        Result<std::vector<Status>> result = std::vector<Status>{};
+        {
+          std::lock_guard store_lock(store_mu_);
+          result = store_->append(entries);
+          if (result) after_commit();
+        }
+        if (result) {
+          apply_healthy_.store(true);
+          // A refused row is one already there (its id): a reader in another process applied
+          // it from the log (catch_up_row_log). Generated ids never repeat otherwise.
+          std::lock_guard relock(mu_);
+          applied_ += static_cast<int64_t>(end - begin);
+          break;
+        }
+        write_failures_.fetch_add(1);
+        {
+          std::lock_guard relock(mu_);
+          apply_error_ = result.error().message;
+          apply_healthy_.store(false);
+          // Rows that cannot be committed now stay in the log: applied at the next start.
+          if (applier_stopping_ && ++failures_while_stopping >= 3) applied_all = false;
+        }
+        applied_cv_.notify_all();
+        if (!applied_all) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(config_.retry_ms));
+      }
+    }
+    taken.clear();
+    lock.lock();
+    if (!applied_all) break;
+    if (applied_ >= mark_rows_ && mark_segment_ > removed_before_) {
+      removed_before_ = mark_segment_;
+      row_log_->remove_before(removed_before_);
+    }
+    applied_cv_.notify_all();
+  }
+  applied_cv_.notify_all();
 }
 
 Result<std::vector<Status>> Ledger::append_batch(std::vector<LedgerEntry*>& entries, bool fail) {
@@ -807,8 +1006,14 @@ void Ledger::give_back_rate_leases() {
 Status Ledger::health() const {
   const bool refuse_down =
       config_.postgres && config_.postgres->refuse_when_down && store_down_.load();
-  if (healthy_.load() && !refuse_down) return {};
+  if (healthy_.load() && !refuse_down && apply_healthy_.load()) return {};
   std::lock_guard lock(mu_);
+  if (healthy_.load() && !refuse_down) {
+    return Error::make(ErrorCode::kUnavailable,
+                       "the ledger cannot commit its row log to " + config_.path + " (" +
+                           apply_error_ + "); refusing unbilled traffic",
+                       "", "ledger_unavailable");
+  }
   return Error::make(
       ErrorCode::kUnavailable,
       "the ledger cannot record requests (" + unhealthy_reason_ + "); refusing unbilled traffic",
@@ -829,12 +1034,17 @@ LedgerStats Ledger::stats() const {
   s.store_down = store_down_.load();
   s.journal_pending = journal_pending_.load();
   s.journal_shipped = journal_shipped_.load();
+  if (row_log_) {
+    std::lock_guard lock(mu_);
+    s.log_rows = logged_ - applied_;
+  }
   return s;
 }
 
 void Ledger::flush() {
   std::unique_lock lock(mu_);
   idle_.wait(lock, [&] { return queue_.empty() && !writing_; });
+  if (row_log_) (void)wait_applied(lock, logged_);
 }
 
 }  // namespace ferry::ledger

@@ -1,8 +1,11 @@
 // ferry::ledger::Ledger: the gateway's one entry point to the cost ledger. Admission
 // (worst-case budget reservation, queue slot), recording (pricing, then one writer thread
-// with a bounded queue and group commit in SQLite WAL, synchronous=FULL), adjustments, budget
-// facts for policies. Thread-safe: every method may be called from any thread; none blocks on
-// SQLite except flush() and the destructor. Durable callbacks run on the writer thread.
+// with a bounded queue that makes each group durable: in the SQLite ledger's row log, one
+// write and fdatasync, and an applier thread that commits the log's rows to SQLite in larger
+// transactions; or committed directly, SQLite WAL synchronous=FULL, or PostgreSQL),
+// adjustments, budget facts for policies. Thread-safe: every method may be called from any
+// thread; none blocks on SQLite except flush(), apply_now() and the destructor. Durable
+// callbacks run on the writer thread.
 //
 // YAML (the `ledger:` mapping of the server config; see ledger/ledger.example.yaml):
 //   ledger:
@@ -12,6 +15,9 @@
 //     queue_capacity: 8192           # rows admitted but not yet durable; beyond it: 503
 //     max_batch: 4096                # rows per group commit
 //     retry_ms: 200                  # wait between retries of a failed commit
+//     apply_ms: 100                  # SQLite: rows wait at most this long in the row log
+//                                    # (ledger/row_log.h) before their SQLite commit; 0 = no
+//                                    # row log: every group is a SQLite commit
 //     responses: { keep_days: 30 }   # stored OpenAI Responses kept this long (response_store.h)
 //     postgres:                      # optional: the ledger in PostgreSQL instead (no `path`)
 //       url: postgresql://ferry@db/ferry   # or url_env: NAME (the variable holding the URL)
@@ -24,6 +30,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -69,6 +76,9 @@ struct LedgerConfig {
   int64_t queue_capacity = 8192;
   int64_t max_batch = 4096;
   int64_t retry_ms = 200;
+  // SQLite: the row log's rows are committed to the file when this old, or 1,024 of them, or
+  // when a reader asks (apply_now). 0: no row log (the CLI's short-lived ledgers).
+  int64_t apply_ms = 100;
   int64_t responses_keep_days = 30;  // ledger/response_store.h
   std::optional<PgLedgerConfig> postgres;
 };
@@ -105,10 +115,12 @@ struct LedgerStats {
   bool store_down = false;      // the PostgreSQL store cannot be reached (rows go to the journal)
   int64_t journal_pending = 0;  // rows kept in the journal, not yet shipped
   int64_t journal_shipped = 0;  // rows shipped from the journal since start
+  int64_t log_rows = 0;         // rows durable in the row log, not yet committed to SQLite
 };
 
 class Store;
 class Journal;
+class RowLog;
 class SqliteStore;
 class PgStore;
 
@@ -197,8 +209,14 @@ class Ledger {
   Status health() const;
   LedgerStats stats() const;
 
-  // Blocks until every queued row is durable. Not for I/O threads (tests, CLI, shutdown).
+  // Blocks until every queued row is durable (and, with a row log, committed in SQLite). Not
+  // for I/O threads (tests, CLI, shutdown).
   void flush();
+  // With a row log: blocks until every row reported durable so far is committed in SQLite
+  // (readers call it through catch_up_row_log). Err: the log's rows cannot be applied.
+  Status apply_now();
+  // True when rows are made durable in the row log (ledger/row_log.h).
+  bool has_row_log() const { return row_log_ != nullptr; }
 
   const PriceCatalog& prices() const { return prices_; }
   const LedgerConfig& config() const { return config_; }
@@ -229,6 +247,14 @@ class Ledger {
   // Ships journal rows to the store, oldest first; true when the journal is empty after it.
   bool ship_journal();
   void set_store_down(bool down, const std::string& reason);
+  // The row log: the batch written and synced (an injected failure writes nothing).
+  Result<std::vector<Status>> log_batch(std::vector<LedgerEntry*>& entries, bool fail);
+  // A batch committed to the store by the writer itself (no row log, or an adjustment: its
+  // original must be found, so the log is applied first).
+  Result<std::vector<Status>> direct_batch(std::vector<LedgerEntry*>& entries, bool fail);
+  // Waits until the applier has committed `target` rows (or failed); mu_ held by `lock`.
+  Status wait_applied(std::unique_lock<std::mutex>& lock, int64_t target);
+  void applier_loop();
 
   LedgerConfig config_;
   PriceCatalog prices_;
@@ -267,6 +293,25 @@ class Ledger {
   bool checkpoint_due_ = false;  // guarded by mu_
   std::mutex checkpoint_mu_;     // held while either connection checkpoints
   std::thread checkpointer_;
+
+  // The row log (SQLite, apply_ms > 0, its lock taken): the writer appends each group to it;
+  // the applier commits the logged rows to SQLite and removes the segments they fill.
+  std::unique_ptr<RowLog> row_log_;
+  std::mutex store_mu_;  // store_ (and its checkpoints) between the writer and the applier
+  std::thread applier_;
+  std::condition_variable apply_wake_;
+  std::condition_variable applied_cv_;
+  std::vector<std::unique_ptr<Item>> apply_queue_;   // guarded by mu_: logged, not yet applied
+  std::chrono::steady_clock::time_point apply_due_;  // guarded by mu_: the oldest's deadline
+  int64_t logged_ = 0;             // guarded by mu_: rows made durable in the log since start
+  int64_t applied_ = 0;            // guarded by mu_: of them, committed in SQLite (or refused)
+  int64_t apply_target_ = 0;       // guarded by mu_: a reader waits until applied_ reaches it
+  int64_t mark_rows_ = 0;          // guarded by mu_: rows logged before segment mark_segment_
+  uint64_t mark_segment_ = 0;      // guarded by mu_
+  uint64_t removed_before_ = 0;    // applier thread: segments below this are removed
+  bool applier_stopping_ = false;  // guarded by mu_
+  std::atomic<bool> apply_healthy_{true};
+  std::string apply_error_;  // guarded by mu_
 };
 
 }  // namespace ferry::ledger

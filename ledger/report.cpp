@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/store.h"
 
@@ -580,7 +581,7 @@ Result<Report> run_report(const std::string& db_path, const ReportQuery& query,
     report->levers = *levers;
     return report;
   }
-  auto db = Db::open(db_path, true);
+  auto db = ledger_db_open(db_path, true);
   if (!db) return db.error();
   std::string request_id = kRequestIdColumn;
   if (query.filter.request_id) {
@@ -602,7 +603,7 @@ Result<Report> run_report_groups(const std::string& db_path, const ReportQuery& 
     return Error::make(ErrorCode::kInvalidRequest, "report: at least one --by dimension", "by");
   }
   if (is_pg_url(db_path)) return run_pg_report(db_path, query);
-  auto db = Db::open(db_path, true);
+  auto db = ledger_db_open(db_path, true);
   if (!db) return db.error();
   auto source = choose_source(*db, query);
   if (!source) return source.error();
@@ -993,7 +994,7 @@ Status run_export(const std::string& db_path, const ReportFilter& filter, const 
     std::string sql = select(filter, kRequestIdColumn, columns, params) + order;
     return stream_pg_csv(db_path, sql, params, columns, sink, chunk_bytes);
   }
-  auto db = Db::open(db_path, true);
+  auto db = ledger_db_open(db_path, true);
   if (!db) return db.error();
   auto request_id = request_id_expr(*db);
   if (!request_id) return request_id.error();
@@ -1032,7 +1033,7 @@ Result<int64_t> count_export_rows(const std::string& db_path, const ReportFilter
     if (!rows) return rows.error();
     return rows->rows() > 0 ? rows->integer(0, 0) : 0;
   }
-  auto db = Db::open(db_path, true);
+  auto db = ledger_db_open(db_path, true);
   if (!db) return db.error();
   auto request_id = request_id_expr(*db);
   if (!request_id) return request_id.error();

@@ -8,6 +8,7 @@
 #include "ledger/any_db.h"
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/task_groups.h"
 #include "ledger/time_util.h"
@@ -42,7 +43,7 @@ MarkOutcome compare(const TaskMark& mark, TaskMark stored) {
 }
 
 Result<MarkOutcome> mark_sqlite(const std::string& path, const TaskMark& mark) {
-  auto db = Db::open(path, false);
+  auto db = ledger_db_open(path, false);
   if (!db) return db.error();
   // One write transaction: the check and the insert see the same table.
   if (auto st = db->exec("BEGIN IMMEDIATE"); !st) return st.error();
@@ -424,7 +425,7 @@ Result<std::set<std::string>> task_key_ids(const std::string& db, const std::str
     for (int r = 0; r < rows->rows(); ++r) out.insert(rows->text(r, 0));
     return out;
   }
-  auto sdb = Db::open(db, true);
+  auto sdb = ledger_db_open(db, true);
   if (!sdb) return sdb.error();
   auto stmt = sdb->prepare("SELECT DISTINCT key_id FROM requests WHERE task_id=?");
   if (!stmt) return stmt.error();

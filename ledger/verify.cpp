@@ -7,6 +7,7 @@
 
 #include "ledger/pg_db.h"
 #include "ledger/pg_store.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/store.h"
 
@@ -567,7 +568,7 @@ Result<VerifyResult> verify_pg_ledger(const std::string& url) {
 
 Result<VerifyResult> verify_ledger(const std::string& db_path) {
   if (is_pg_url(db_path)) return verify_pg_ledger(db_path);
-  auto db = Db::open(db_path, true);
+  auto db = ledger_db_open(db_path, true);
   if (!db) return db.error();
   VerifyResult result;
   Checker check(result);
@@ -638,7 +639,7 @@ Result<std::map<int64_t, bool>> verify_links(const std::string& db_path,
   std::map<int64_t, bool> out;
   if (seqs.empty()) return out;
   if (is_pg_url(db_path)) return verify_pg_links(db_path, seqs);
-  auto db = Db::open(db_path, true);
+  auto db = ledger_db_open(db_path, true);
   if (!db) return db.error();
   if (auto st = db->exec("BEGIN"); !st) return st.error();
   auto schema = read_schema(*db);

@@ -51,6 +51,7 @@ class EmbeddingsTest : public OwnConfigTest {
   // (input_tokens, output_tokens, cost_total, status) of the ledger's request rows, in order.
   std::vector<std::vector<std::string>> rows() {
     std::vector<std::vector<std::string>> out;
+    if (ferry_.process) wait_ledger_committed(ferry_.address);
     auto db = ledger::Db::open(db_, true);
     EXPECT_TRUE(db);
     if (!db) return out;

@@ -19,6 +19,8 @@
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
+#include <string>
+#include <thread>
 
 namespace ferry::itest {
 
@@ -691,6 +693,17 @@ std::optional<Response> http_request(const ListenAddress& to, std::string_view m
   if (!c) return std::nullopt;
   if (!c->send(make_request(method, target, body, headers, to.host))) return std::nullopt;
   return c->read_response(timeout);
+}
+
+void wait_ledger_committed(const ListenAddress& ferry) {
+  const std::string series = "\nferry_ledger_log_rows ";
+  for (int i = 0; i < 6000; ++i) {  // a condition, not a timing: 60 s is only the give-up bound
+    auto r = http_request(ferry, "GET", "/metrics", {}, {}, nullptr, Ms(2000));
+    if (!r || r->status != 200) return;
+    auto at = r->body.find(series);
+    if (at == std::string::npos || r->body.compare(at + series.size(), 2, "0\n") == 0) return;
+    std::this_thread::sleep_for(Ms(10));
+  }
 }
 
 }  // namespace ferry::itest

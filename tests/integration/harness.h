@@ -183,4 +183,10 @@ std::optional<Response> http_request(const ListenAddress& to, std::string_view m
                                      const std::vector<std::string>& headers = {},
                                      const TlsClientOptions* tls = nullptr, Ms timeout = Ms(20000));
 
+// A test that reads the SQLite ledger file itself while `ferry` runs: waits until the rows of its
+// row log (ledger/row_log.h) are committed to the file (`ferry_ledger_log_rows` is 0), as a reader
+// in another process sees them within `apply_ms`. Returns at once when the server is not running
+// or has no row log.
+void wait_ledger_committed(const ListenAddress& ferry);
+
 }  // namespace ferry::itest

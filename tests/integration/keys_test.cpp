@@ -99,6 +99,7 @@ TEST_F(StoredKeysTest, CreatedOnceListedWithoutSecretRevokedOnSqlite) {
   // The instance that made it takes it at once (the others at their next read).
   EXPECT_EQ(chat_status(at, secret), 200);
   // The ledger row carries the stored key's id and team.
+  wait_ledger_committed(at);
   auto rows = ledger::Db::open(db, true);
   ASSERT_TRUE(rows);
   auto stmt = rows->prepare("SELECT COUNT(*) FROM requests WHERE key_id='svc-1' AND team='team-k'");

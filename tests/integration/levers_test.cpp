@@ -108,6 +108,7 @@ class LeversTest : public ::testing::Test {
   // One column of every request row, in order ("<null>" for NULL).
   std::vector<std::string> column(const std::string& expr) {
     std::vector<std::string> out;
+    if (ferry_.process) wait_ledger_committed(ferry_.address);
     auto db = ledger::Db::open(db_, true);
     EXPECT_TRUE(db);
     if (!db) return out;

@@ -47,6 +47,7 @@ class OverflowTest : public OwnConfigTest {
   // The ledger's request rows as column -> text (NULL as "<null>"), in order.
   std::vector<std::map<std::string, std::string>> ledger_rows() {
     std::vector<std::map<std::string, std::string>> rows;
+    if (ferry_.process) wait_ledger_committed(ferry_.address);
     auto db = ledger::Db::open(db_, true);
     EXPECT_TRUE(db) << db.error().message;
     if (!db) return rows;

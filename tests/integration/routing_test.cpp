@@ -486,6 +486,7 @@ class ShadowShutdownTest : public RoutingTest {
   // The shadow rows of the ledger: status and error code of each.
   std::vector<std::pair<std::string, std::string>> shadow_rows() {
     std::vector<std::pair<std::string, std::string>> rows;
+    if (ferry_.process) wait_ledger_committed(ferry_.address);
     auto db = ledger::Db::open(db_, true);
     EXPECT_TRUE(db) << db.error().message;
     if (!db) return rows;

@@ -8,6 +8,7 @@
 
 #include "ledger/history.h"
 #include "ledger/report.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/sqlite_store.h"
 #include "ledger/verify.h"
@@ -38,7 +39,7 @@ std::unique_ptr<Ledger> open_ledger(const std::string& path) {
 }
 
 std::string text_at(const std::string& path, const std::string& sql, const std::string& param) {
-  auto db = Db::open(path, true);
+  auto db = ledger_db_open(path, true);
   auto stmt = db->prepare(sql);
   EXPECT_TRUE(stmt) << sql;
   stmt->bind(1, param);
@@ -141,7 +142,7 @@ TEST(LedgerHistory, TheChainCoversTheFacts) {
     ASSERT_TRUE(record_durably(*ledger, r, &id));
   }
   {
-    auto db = Db::open(path, false);
+    auto db = ledger_db_open(path, false);
     ASSERT_TRUE(db->exec("DROP TRIGGER requests_no_update"));
     ASSERT_TRUE(db->exec(R"(UPDATE requests SET facts='{"model":"auto","prompt_tokens":1}')"));
   }
@@ -151,7 +152,7 @@ TEST(LedgerHistory, TheChainCoversTheFacts) {
   ASSERT_FALSE(verified->problems.empty());
   EXPECT_NE(verified->problems.front().find("hash mismatch"), std::string::npos);
   {
-    auto db = Db::open(path, false);  // removing the facts is caught too
+    auto db = ledger_db_open(path, false);  // removing the facts is caught too
     ASSERT_TRUE(db->exec("UPDATE requests SET facts=NULL"));
   }
   EXPECT_FALSE(verify_ledger(path)->ok());
@@ -168,7 +169,7 @@ TEST(LedgerHistory, SchemaOneFileMigratesAndTheChainContinues) {
   }
   {
     // Back to schema 1 as a file written before version 2 looks.
-    auto db = Db::open(path, false);
+    auto db = ledger_db_open(path, false);
     ASSERT_TRUE(
         db->exec("DROP INDEX requests_request_id; ALTER TABLE requests DROP COLUMN request_id; "
                  "ALTER TABLE requests DROP COLUMN facts; DROP TABLE daily_team; "
@@ -315,7 +316,7 @@ TEST(LedgerHistory, BatchAggregatesMatchTheRows) {
     auto keys = run_report(path, by_key);
     ASSERT_TRUE(keys);
     EXPECT_EQ(keys->rows.size(), 4u);
-    auto db = Db::open(path, false);
+    auto db = ledger_db_open(path, false);
     ASSERT_TRUE(
         db->exec("UPDATE daily_team SET cost_total = cost_total + 1 WHERE team = 'team-0' "
                  "AND target = 'gpu-large'"));

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/store.h"
 #include "test_util.h"
@@ -40,7 +41,7 @@ std::unique_ptr<Ledger> open_ledger(const std::string& path, std::vector<BudgetD
 
 // Reads one row's column values by id.
 std::map<std::string, Value> read_row(const std::string& path, const std::string& id) {
-  auto db = Db::open(path, true);
+  auto db = ledger_db_open(path, true);
   EXPECT_TRUE(db);
   auto stmt = db->prepare("SELECT * FROM requests WHERE id = ?");
   EXPECT_TRUE(stmt);
@@ -61,7 +62,7 @@ std::string text_of(const Value& v) {
 }
 
 int64_t scalar(const std::string& path, const std::string& sql) {
-  auto db = Db::open(path, true);
+  auto db = ledger_db_open(path, true);
   auto stmt = db->prepare(sql);
   EXPECT_TRUE(stmt) << sql;
   auto has = stmt->step();
@@ -366,7 +367,7 @@ TEST(Ledger, DuplicateIdIsRefusedAloneAndRowsAreAppendOnly) {
   r.id = "";
   EXPECT_TRUE(record_durably(*ledger, r));
   EXPECT_EQ(ledger->stats().rows_refused, 1);
-  auto db = Db::open(path, false);
+  auto db = ledger_db_open(path, false);
   ASSERT_TRUE(db);
   Status update = db->exec("UPDATE requests SET cost_total = 0");
   ASSERT_FALSE(update);
@@ -388,7 +389,7 @@ TEST(Ledger, SchemaVersionAndCurrencyAreChecked) {
     EXPECT_NE(refused.error().message.find("USD"), std::string::npos);
   }
   {
-    auto db = Db::open(path, false);
+    auto db = ledger_db_open(path, false);
     ASSERT_TRUE(db->exec("PRAGMA user_version=99"));
   }
   LedgerConfig config;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ledger/report.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/store.h"
 #include "ledger/verify.h"
@@ -65,7 +66,7 @@ class ReportTest : public ::testing::Test {
   }
 
   int64_t db_sum(const std::string& sql) {
-    auto db = Db::open(path_, true);
+    auto db = ledger_db_open(path_, true);
     auto stmt = db->prepare(sql);
     EXPECT_TRUE(stmt);
     auto has = stmt->step();
@@ -193,7 +194,7 @@ TEST_F(ReportTest, AnOlderFileIsMigratedWithItsRefusalsAndShadowsCounted) {
   int64_t total = db_sum("SELECT SUM(COALESCE(cost_total,0)) FROM requests");
   {
     // Back to the version before: the aggregates without the new columns.
-    auto db = Db::open(path_, false);
+    auto db = ledger_db_open(path_, false);
     ASSERT_TRUE(db);
     for (const char* table : {"daily", "daily_team"}) {
       for (const char* column : {"refused", "shadows", "unpriced_served"}) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ledger/report.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/store.h"
 #include "ledger/verify.h"
@@ -124,7 +125,7 @@ TEST(LedgerRequestId, TheFilterUsesAnIndex) {
   TempDir dir;
   std::string path = dir.file("l.db");
   record_rows(path, {"abc-123"});
-  auto db = Db::open(path, true);
+  auto db = ledger_db_open(path, true);
   ASSERT_TRUE(db);
   auto plan = db->prepare("EXPLAIN QUERY PLAN SELECT seq FROM requests WHERE request_id = ?");
   ASSERT_TRUE(plan);
@@ -146,7 +147,7 @@ TEST(LedgerRequestId, TheChainCoversIt) {
     std::string path = dir.file("l.db");
     record_rows(path, {"abc-123"});
     {
-      auto db = Db::open(path, false);
+      auto db = ledger_db_open(path, false);
       ASSERT_TRUE(db->exec("DROP TRIGGER requests_no_update"));
       ASSERT_TRUE(db->exec(tamper));
     }
@@ -161,7 +162,7 @@ TEST(LedgerRequestId, TheChainCoversIt) {
   std::string path = dir.file("l.db");
   record_rows(path, {""});
   {
-    auto db = Db::open(path, false);
+    auto db = ledger_db_open(path, false);
     ASSERT_TRUE(db->exec("DROP TRIGGER requests_no_update"));
     ASSERT_TRUE(db->exec("UPDATE requests SET request_id='abc-123'"));
   }
@@ -174,7 +175,7 @@ TEST(LedgerRequestId, SchemaThreeFileReadsMigratesAndStillVerifies) {
   record_rows(path, {"", ""});
   {
     // Back to schema 3, as a file written before version 4 looks.
-    auto db = Db::open(path, false);
+    auto db = ledger_db_open(path, false);
     ASSERT_TRUE(db->exec(std::string(testing::kUndoSchemaFive) +
                          "DROP INDEX requests_request_id; ALTER TABLE requests DROP COLUMN "
                          "request_id; PRAGMA user_version=3"));

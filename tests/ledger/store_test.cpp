@@ -20,6 +20,7 @@
 #include "ledger/pg_store.h"
 #include "ledger/report.h"
 #include "ledger/response_store.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_store.h"
 #include "ledger/tasks.h"
 #include "ledger/verify.h"
@@ -57,12 +58,12 @@ class SqliteTestDb final : public TestDb {
     return c;
   }
   Status exec(const std::string& sql) override {
-    auto db = Db::open(dir_.file("l.db"), false);
+    auto db = ledger_db_open(dir_.file("l.db"), false);
     if (!db) return db.error();
     return db->exec(sql);
   }
   int64_t scalar(const std::string& sql) override {
-    auto db = Db::open(dir_.file("l.db"), true);
+    auto db = ledger_db_open(dir_.file("l.db"), true);
     if (!db) return -1;
     auto stmt = db->prepare(sql);
     if (!stmt) return -1;

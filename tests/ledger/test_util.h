@@ -11,6 +11,7 @@
 
 #include "common/yaml_util.h"
 #include "ledger/ledger.h"
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 
 namespace ferry::ledger::testing {
@@ -102,7 +103,7 @@ inline Status record_durably(Ledger& ledger, RequestRecord record, std::string* 
 
 // The file's schema version (PRAGMA user_version); -1 when it cannot be read.
 inline int64_t schema_version(const std::string& path) {
-  auto db = Db::open(path, true);
+  auto db = ledger_db_open(path, true);
   if (!db) return -1;
   auto version = db->prepare("PRAGMA user_version");
   if (!version) return -1;

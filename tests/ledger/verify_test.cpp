@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/verify.h"
 #include "test_util.h"
@@ -51,7 +52,7 @@ class VerifyTest : public ::testing::Test {
 
   // Tampering needs the append-only triggers out of the way first.
   void tamper(const std::string& sql) {
-    auto db = Db::open(path_, false);
+    auto db = ledger_db_open(path_, false);
     ASSERT_TRUE(db);
     ASSERT_TRUE(
         db->exec("DROP TRIGGER requests_no_update; DROP TRIGGER requests_no_delete;"
@@ -129,7 +130,7 @@ TEST_F(VerifyTest, ChainContinuesAfterReopen) {
   VerifyResult r = verify();
   EXPECT_TRUE(r.ok()) << (r.problems.empty() ? "" : r.problems[0]);
   EXPECT_EQ(r.rows, 10);
-  auto db = Db::open(path_, true);
+  auto db = ledger_db_open(path_, true);
   auto stmt = db->prepare("SELECT prev_hash FROM requests WHERE seq = 7");
   ASSERT_TRUE(stmt);
   ASSERT_TRUE(*stmt->step());
@@ -180,14 +181,14 @@ TEST_F(VerifyTest, UsageCheckIsHashedAndOlderFilesMigrate) {
   EXPECT_TRUE(r.ok()) << (r.problems.empty() ? "" : r.problems[0]);
   EXPECT_EQ(r.rows, 8);
   {
-    auto db = Db::open(path_, true);
+    auto db = ledger_db_open(path_, true);
     auto stmt = db->prepare("SELECT usage_check FROM requests WHERE id = '" + ids_.back() + "'");
     ASSERT_TRUE(stmt);
     ASSERT_TRUE(*stmt->step());
     EXPECT_NE(stmt->text_at(0).find("negative or missing"), std::string::npos);
   }
   {
-    auto db = Db::open(path_, false);  // the triggers went with the first tamper()
+    auto db = ledger_db_open(path_, false);  // the triggers went with the first tamper()
     ASSERT_TRUE(db);
     ASSERT_TRUE(
         db->exec("UPDATE requests SET usage_check = NULL WHERE id = '" + ids_.back() + "'"));

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Instructions per request of ferry-full (the accounting path of gateway_bench.sh: key, exact
+# count, 5-rule policy, hard budget, durable SQLite ledger row, access log) under callgrind,
+# every thread counted: `chat c=16` from ferry_loadgen, counters zeroed after a warm-up, the
+# instructions of the measured window divided by the rows recorded in it. Instructions do
+# not depend on the machine's load.
+#   bench/full_callgrind.sh [SECONDS]   (FERRY_BUILD_DIR: the build to measure, default build;
+#   FULL_APPLY_MS: ledger.apply_ms, default 100: the row log; 0: each group a SQLite commit)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${FERRY_BUILD_DIR:-build}
+seconds=${1:-20}
+ferry_bin=$BUILD_DIR/gateway/ferry
+upstream_bin=$BUILD_DIR/tests/integration/ferry_test_upstream
+loadgen_bin=$BUILD_DIR/bench/ferry_loadgen
+work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-callgrind.XXXXXX")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+# shellcheck source=bench/gateway_common.sh
+source bench/gateway_common.sh
+"$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
+pids+=($!)
+upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)
+api_key=sk-ferry-bench
+write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-100}"
+valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$work/cg.out" \
+  "$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>"$work/valgrind.err" &
+ferry_pid=$!
+pids+=("$ferry_pid")
+ferry_url=$(wait_listening "$work/ferry.out" ferry)
+rows() { curl -s "$ferry_url/metrics" | awk '/^ferry_ledger_rows_committed_total/ {print $2}'; }
+load() {
+  "$loadgen_bin" --direct "$upstream_url" --ferry "$ferry_url" --ferry-pid "$ferry_pid" \
+    --api-key "$api_key" --only "chat c=16" --duration "$1" >"$work/loadgen.$1.out" 2>&1 || true
+}
+load 3  # warm-up: connections, caches, the first rows
+callgrind_control -z "$ferry_pid" >/dev/null
+before=$(rows)
+load "$seconds"
+after=$(rows)
+callgrind_control -d "$ferry_pid" >/dev/null
+sleep 1
+dump=$(ls -t "$work"/cg.out.* | head -1)
+total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+echo "rows recorded in the window: $((after - before)); instructions: $total"
+echo "instructions per request: $((total / (after - before)))"
+# CALLGRIND_OUT=FILE keeps the dump (callgrind_annotate --inclusive=yes FILE).
+if [ -n "${CALLGRIND_OUT:-}" ]; then cp "$dump" "$CALLGRIND_OUT"; fi

@@ -1,0 +1,96 @@
+# What gateway_bench.sh and full_callgrind.sh share (sourced by both).
+
+# wait_listening FILE NAME: prints the URL of the `listening on URL` line once it appears.
+wait_listening() {
+  for _ in $(seq 1 600); do
+    if grep -q '^listening on ' "$1" 2>/dev/null; then
+      grep -m1 '^listening on ' "$1" | sed 's/^listening on //'
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "$2 did not start; its output:" >&2
+  cat "$1" >&2
+  return 1
+}
+
+# ferry-full's configuration: the whole accounting path as issue 17 defines it: the API key
+# (stored as its SHA-256), an exact cl100k_base count, a 5-rule policy whose fifth rule
+# decides, a hard team budget, a durable SQLite ledger row and the access log to a file.
+#   write_ferry_full_config DIR UPSTREAM_URL SLOW_MS IO_THREADS API_KEY APPLY_MS
+# writes DIR/policy.yaml and DIR/ferry.yaml (ledger and access log in DIR).
+write_ferry_full_config() {
+  local dir=$1 upstream_url=$2 slow_ms=$3 io_threads=$4 api_key=$5 apply_ms=$6
+  cat >"$dir/policy.yaml" <<EOF
+description: the accounting path's benchmark policy; the fifth rule decides
+targets: { echo: echo, slow: stream-slow-$slow_ms }
+models: [echo, stream-slow-$slow_ms]
+rules:
+  - id: too-long
+    when: { prompt_tokens: { gt: 120000 } }
+    reject: { status: 400, message: too long }
+  - id: finance-never
+    when: { team: finance }
+    reject: { status: 403, message: no }
+  - id: night-tools
+    when: { tools: present, hour: { lt: 6 } }
+    route: [slow]
+  - id: premium
+    when: { tags: premium, max_tokens: { gt: 4096 } }
+    route: [slow, echo]
+  - id: by-model
+    when: { model: echo, fits: echo }
+    route: [echo]
+default:
+  route: [slow]
+EOF
+  cat >"$dir/ferry.yaml" <<EOF
+server:
+  listen: 127.0.0.1:0
+  io_threads: $io_threads
+auth:
+  keys:
+    - id: bench
+      sha256: $(printf %s "$api_key" | sha256sum | cut -d' ' -f1)
+      team: bench
+      project: loadgen
+      role: app
+backends:
+  - name: upstream
+    base_url: $upstream_url/v1
+    max_idle_connections: 64
+models:
+  - name: echo
+    backend: upstream
+    upstream_model: echo
+    tokenizer: cl100k_base
+  - name: stream-slow-$slow_ms
+    backend: upstream
+    upstream_model: stream-slow-$slow_ms
+    tokenizer: cl100k_base
+log:
+  access_log: $dir/access.log
+policy:
+  file: $dir/policy.yaml
+  watch: false
+ledger:
+  path: $dir/ledger.db
+  apply_ms: $apply_ms
+prices:
+  - model: echo
+    effective_from: 2026-01-01
+    input: 0.20
+    output: 0.60
+  - model: stream-slow-$slow_ms
+    effective_from: 2026-01-01
+    input: 0.20
+    output: 0.60
+budgets:
+  - name: bench-monthly
+    scope: team
+    match: bench
+    amount: 1000000000.00
+    period: month
+    mode: hard
+EOF
+}
