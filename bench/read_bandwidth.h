@@ -31,8 +31,14 @@ inline uint64_t sum_words(const uint64_t* p, size_t n) {
 inline double read_bandwidth_gbs(int threads, size_t bytes = size_t{1} << 30, int reps = 5) {
   threads = std::max(1, threads);
   const size_t words = bytes / sizeof(uint64_t);
-  std::vector<uint64_t> buf(words);
-  for (size_t i = 0; i < words; ++i) buf[i] = i;
+  // One buffer for every call (allocated and written once): freeing and refaulting a GiB
+  // between readings would leave the kernel zeroing and compacting pages while the next
+  // measurement runs.
+  static std::vector<uint64_t> buf;
+  if (buf.size() != words) {
+    buf.assign(words, 0);
+    for (size_t i = 0; i < words; ++i) buf[i] = i;
+  }
   double best = 0;
   volatile uint64_t sink = 0;
   for (int r = 0; r < reps; ++r) {
