@@ -13,16 +13,9 @@ seconds=${1:-20}
 ferry_bin=$BUILD_DIR/gateway/ferry
 upstream_bin=$BUILD_DIR/tests/integration/ferry_test_upstream
 loadgen_bin=$BUILD_DIR/bench/ferry_loadgen
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-callgrind.XXXXXX")
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
 # shellcheck source=bench/gateway_common.sh
 source bench/gateway_common.sh
+make_work_dir ferry-callgrind
 "$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
 pids+=($!)
 upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)

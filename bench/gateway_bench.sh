@@ -50,17 +50,9 @@ read -r -a pin_upstream <<<"$(pin "$UPSTREAM_CPU")"
 read -r -a pin_ferry <<<"$(pin "$FERRY_CPU")"
 read -r -a pin_loadgen <<<"$(pin "$LOADGEN_CPU")"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-bench.XXXXXX")
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 # shellcheck source=bench/gateway_common.sh
 source bench/gateway_common.sh
+make_work_dir ferry-bench
 
 "${pin_upstream[@]}" "$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
 upstream_pid=$!

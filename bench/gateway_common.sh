@@ -1,5 +1,18 @@
 # What gateway_bench.sh and full_callgrind.sh share (sourced by both).
 
+# make_work_dir PREFIX: sets `work` (a new temporary directory) and `pids` (the processes the
+# script starts); on exit the processes are stopped and the directory removed.
+make_work_dir() {
+  work=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+  pids=()
+  trap cleanup_work EXIT
+}
+cleanup_work() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+
 # wait_listening FILE NAME: prints the URL of the `listening on URL` line once it appears.
 wait_listening() {
   for _ in $(seq 1 600); do

@@ -157,7 +157,7 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
         k->pack_panels(w.cols, w.row(g0 * 16), static_cast<int64_t>(w.row_bytes), (g1 - g0) * 16,
                        at + g0 * per_group);
       });
-      panels_.emplace(data, at);
+      panels_.emplace(data, Panels{at, per_group, k});
     } else {
       std::memcpy(at, data, p.bytes);
       copies.emplace(data, at);
@@ -173,10 +173,10 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
   for (const void* data : order) release_pages(data, placed.at(data).bytes);
 }
 
-const uint8_t* Engine::panels(const WeightView& w) const {
+const Engine::Panels* Engine::panels(const WeightView& w) const {
   if (panels_.empty()) return nullptr;
   const auto it = panels_.find(w.data);
-  return it == panels_.end() ? nullptr : it->second;
+  return it == panels_.end() ? nullptr : &it->second;
 }
 
 const kernels::PackedWeights* Engine::packed(const WeightView& w) const {
@@ -413,7 +413,7 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
     const kernels::QuantizedActivations* qa;
     int64_t first_row;  // in the combined row range
     const kernels::PackedWeights* packed;
-    const uint8_t* panels;  // TypeKernels::pack_panels' rows, or nullptr
+    const Panels* panels;  // or nullptr
   };
   std::vector<kernels::QuantizedActivations> quantized;
   quantized.reserve(jobs.size());
@@ -430,7 +430,7 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
       qa = &quantized.back();
     }
     const kernels::PackedWeights* p = packed(*job.w);
-    const uint8_t* pn = panels(*job.w);
+    const Panels* pn = panels(*job.w);
     // A packed part starts on a multiple of the grain (16 rows: one group of the packing).
     constexpr int64_t kGroup = kernels::kPackRows;
     if (p != nullptr || pn != nullptr) total_rows = (total_rows + kGroup - 1) / kGroup * kGroup;
@@ -449,11 +449,10 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
                              hi - part.first_row);
       } else if (part.panels != nullptr) {
         const int64_t r0 = lo - part.first_row;
-        const kernels::TypeKernels* k = kernels::kernels_for(part.w->type);
-        const int64_t per_group = panel_bytes(*part.w) / (part.w->rows / 16);
-        k->gemm_panels(part.w->cols, part.panels + r0 / 16 * per_group, hi - lo, part.qa->data,
-                       static_cast<int64_t>(part.qa->row_stride), part.qa->n_tokens, part.y + r0,
-                       part.w->rows);
+        part.panels->kernels->gemm_panels(
+            part.w->cols, part.panels->data + r0 / 16 * part.panels->group_bytes, hi - lo,
+            part.qa->data, static_cast<int64_t>(part.qa->row_stride), part.qa->n_tokens,
+            part.y + r0, part.w->rows);
       } else {
         kernels::matmul_rows(*part.w, *part.qa, part.y, lo - part.first_row, hi - part.first_row,
                              forms_);

@@ -94,7 +94,12 @@ class Engine {
   const kernels::PackedWeights* packed(const WeightView& w) const;
   // A Q4_K weight's panels (TypeKernels::pack_panels; batch-invariant engines on VNNI), or
   // nullptr.
-  const uint8_t* panels(const WeightView& w) const;
+  struct Panels {
+    const uint8_t* data;  // into packed_arena_
+    int64_t group_bytes;  // per 16 rows
+    const kernels::TypeKernels* kernels;
+  };
+  const Panels* panels(const WeightView& w) const;
 
   std::unique_ptr<Model> model_;
   kernels::BatchForms forms_ = kernels::BatchForms::kLlamaCpp;
@@ -109,7 +114,7 @@ class Engine {
   // Packed Q8_0 / Q5_0 weights by their data pointer (a tied output shares token_embd's).
   kernels::StreamedBytes packed_arena_;  // the packed copies' bytes (before packed_: outlives it)
   std::unordered_map<const void*, std::unique_ptr<kernels::PackedWeights>> packed_;
-  std::unordered_map<const void*, const uint8_t*> panels_;  // into packed_arena_
+  std::unordered_map<const void*, Panels> panels_;
 };
 
 }  // namespace ferry::engine

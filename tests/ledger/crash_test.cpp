@@ -24,8 +24,7 @@ using testing::simple_record;
 using testing::TempDir;
 using testing::tokens_of;
 
-const char* kPrices =
-    "- {model: gpu-large, effective_from: 2026-01-01, input: 3.00, output: 15.00}\n";
+using testing::kGpuLargePrices;
 
 // `logged`: the ledger's ids (the row log; its rows applied to SQLite only past 1,024 of them,
 // so a kill leaves many in the log) and each row named by its task id; else ids chosen here
@@ -34,7 +33,7 @@ const char* kPrices =
   LedgerConfig config;
   config.path = path;
   if (logged) config.apply_ms = 60000;
-  auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+  auto ledger = Ledger::open(config, catalog_from(kGpuLargePrices), {});
   if (!ledger) _exit(3);
   std::vector<std::thread> clients;
   for (int c = 0; c < 8; ++c) {
@@ -130,7 +129,7 @@ TEST_P(Crash, SigkillLosesNoAcknowledgedRow) {
   // Reopen: the chain continues from the last row that reached the disk.
   LedgerConfig config;
   config.path = path;
-  auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+  auto ledger = Ledger::open(config, catalog_from(kGpuLargePrices), {});
   ASSERT_TRUE(ledger);
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(record_durably(**ledger, simple_record("gpu-large", tokens_of(1, 0, 1, 0))));

@@ -25,14 +25,13 @@ using testing::simple_record;
 using testing::TempDir;
 using testing::tokens_of;
 
-const char* kPrices =
-    "- {model: gpu-large, effective_from: 2026-01-01, input: 3.00, output: 15.00}\n";
+using testing::kGpuLargePrices;
 
 LedgerEntry entry_with(const std::string& id, int64_t input) {
   LedgerEntry e;
   e.record = simple_record("gpu-large", tokens_of(input, 0, 1, 0));
   e.record.id = id;
-  e.cost = catalog_from(kPrices).price("gpu-large", e.record.tokens, e.record.started_us);
+  e.cost = catalog_from(kGpuLargePrices).price("gpu-large", e.record.tokens, e.record.started_us);
   return e;
 }
 
@@ -62,7 +61,7 @@ std::unique_ptr<Ledger> open_ledger(const std::string& db, int64_t apply_ms = 10
   config.path = db;
   config.apply_ms = apply_ms;
   config.retry_ms = retry_ms;
-  auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+  auto ledger = Ledger::open(config, catalog_from(kGpuLargePrices), {});
   EXPECT_TRUE(ledger) << (ledger ? "" : ledger.error().message);
   return ledger ? std::move(*ledger) : nullptr;
 }
@@ -165,7 +164,7 @@ TEST(RowLog, ATornTailIsDroppedWithANoteAndADamagedMiddleIsRefused) {
   // The ledger refuses to start rather than leave the rows out, and says where.
   LedgerConfig config;
   config.path = db;
-  auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+  auto ledger = Ledger::open(config, catalog_from(kGpuLargePrices), {});
   ASSERT_FALSE(ledger);
   EXPECT_NE(ledger.error().message.find("move the file aside"), std::string::npos);
 }
@@ -262,7 +261,7 @@ TEST(RowLog, AReaderInAnotherProcessSeesEveryRowTheOwnerReportedDurable) {
     LedgerConfig config;
     config.path = db;
     config.apply_ms = 60000;
-    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    auto ledger = Ledger::open(config, catalog_from(kGpuLargePrices), {});
     if (!ledger || !(*ledger)->has_row_log()) _exit(3);
     for (int i = 1; i <= 10; ++i) {
       if (!record_durably(**ledger, simple_record("gpu-large", tokens_of(i, 0, 1, 0)))) _exit(4);

@@ -52,6 +52,10 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// One price for `gpu-large` (3 / 15 per million input / output tokens), from 2026-01-01.
+inline constexpr const char* kGpuLargePrices =
+    "- {model: gpu-large, effective_from: 2026-01-01, input: 3.00, output: 15.00}\n";
+
 inline PriceCatalog catalog_from(const std::string& yaml_text) {
   return PriceCatalog::from_yaml(yaml::parse(yaml_text, "test.yaml"), "test.yaml");
 }
