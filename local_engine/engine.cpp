@@ -162,15 +162,15 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
       std::memcpy(at, data, p.bytes);
       copies.emplace(data, at);
     }
+    // The copy is what the matrix products read from now on: let the kernel reclaim the
+    // original bytes at once (file-backed pages are dropped and re-read if ever touched again,
+    // e.g. a tied output's token_embd rows; other memory keeps its contents), so resident
+    // memory stays near one copy of the weights during the load too, not two.
+    release_pages(data, p.bytes);
   }
   for (WeightView* w : views) {
     if (const auto it = copies.find(w->data); it != copies.end()) w->data = it->second;
   }
-  // The copies are what the matrix products read now: let the kernel reclaim the original
-  // bytes (file-backed pages are dropped and re-read if ever touched again, e.g. a tied
-  // output's token_embd rows; other memory keeps its contents), so resident memory stays near
-  // one copy of the weights.
-  for (const void* data : order) release_pages(data, placed.at(data).bytes);
 }
 
 const Engine::Panels* Engine::panels(const WeightView& w) const {

@@ -194,13 +194,19 @@ Status load_layer(TensorLoader& loader, const ModelConfig& c, int64_t i, LayerWe
   return {};
 }
 
-// llama.cpp repacks Q4_0, Q4_K and IQ4_NL matrices of a multiple of 8 rows on AVX2 (all but the
-// token embedding, which it also reads by row) into 8-row interleaved blocks, whose kernels sum
-// each output in one accumulator: use the same float order for them (kernels::DotOrder).
+// llama.cpp repacks Q4_0, Q4_K and IQ4_NL matrices of a multiple of 8 rows on AVX2, and Q2_K ones
+// on AVX-512 (all but the token embedding, which it also reads by row), into 8-row interleaved
+// blocks, whose kernels sum each output in one accumulator; IQ4_XS matrices of a multiple of 8
+// rows go through its IQ panel gemm, the same order, in batches of 8 tokens or more. Use the
+// same float order for them (kernels::DotOrder). The CPU decides, not FERRY_ISA: llama.cpp on
+// this CPU is what the scalar and AVX2 tables are checked against.
 void mark_repacked(WeightView& w) {
+  if (w.rows % 8 != 0) return;
   const bool repacked_type =
-      w.type == WeightType::kQ4_0 || w.type == WeightType::kQ4_K || w.type == WeightType::kIQ4_NL;
-  if (repacked_type && w.rows % 8 == 0) w.order = kernels::DotOrder::kSerial;
+      w.type == WeightType::kQ4_0 || w.type == WeightType::kQ4_K || w.type == WeightType::kIQ4_NL ||
+      (w.type == WeightType::kQ2_K && kernels::detect_isa() == kernels::Isa::kAvx512);
+  if (repacked_type) w.order = kernels::DotOrder::kSerial;
+  if (w.type == WeightType::kIQ4_XS) w.order = kernels::DotOrder::kSerialFrom8;
 }
 
 // A (rope_dim / 2) float vector of positive RoPE factors, empty when the tensor is absent.

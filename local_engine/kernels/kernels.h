@@ -66,9 +66,10 @@ struct TypeKernels {
   VecDotBatchFn vec_dot_batch = nullptr;
   GemmFn gemm = nullptr;
   // The same dot products in DotOrder::kSerial (matmul.h), for the types llama.cpp repacks
-  // (Q4_0, Q4_K); nullptr elsewhere. llama.cpp multiplies whole groups of 4 activation rows with
-  // its gemm kernel and the remaining rows with its gemv kernel, which for Q4_K accumulate in
-  // different steps (per 64 elements vs per 256): the `4` form is the gemm one.
+  // (Q4_0, Q4_K, IQ4_NL, Q2_K) or runs through its IQ panel gemm (IQ4_XS); nullptr elsewhere.
+  // llama.cpp multiplies whole groups of 4 activation rows with its gemm kernel and the remaining
+  // rows with its gemv kernel, which for Q4_K accumulate in different steps (per 64 elements vs per
+  // 256): the `4` form is the gemm one.
   VecDotFn vec_dot_serial = nullptr;
   VecDotBatchFn vec_dot_batch_serial = nullptr;
   VecDotBatchFn vec_dot_batch_serial4 = nullptr;

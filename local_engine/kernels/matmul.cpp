@@ -11,6 +11,8 @@ namespace {
 // Activation rows multiplied per pass over a weight row range: their quantized form stays in
 // L2 while each weight row is read once per tile.
 constexpr int64_t kTokenTile = 64;
+// DotOrder::kSerialFrom8: llama.cpp's GGML_IQP_MIN_BATCH.
+constexpr int64_t kSerialFromTokens = 8;
 // Weight rows per unit of work handed to a thread.
 constexpr int64_t kRowGrain = 16;
 
@@ -97,8 +99,11 @@ void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y, 
   const TypeKernels* k = kernels_for(w.type);
   const auto* act = static_cast<const uint8_t*>(qa.data);
   const auto stride = static_cast<int64_t>(qa.row_stride);
-  const bool serial = w.order == DotOrder::kSerial && k->vec_dot_serial != nullptr;
   const bool invariant = forms == BatchForms::kInvariant;
+  const bool serial_order =
+      w.order == DotOrder::kSerial ||
+      (w.order == DotOrder::kSerialFrom8 && !invariant && qa.n_tokens >= kSerialFromTokens);
+  const bool serial = serial_order && k->vec_dot_serial != nullptr;
   // The serving path's F16 products (every table has them): one order for every batch.
   if (invariant && k->gemm_invariant != nullptr) {
     k->gemm_invariant(w.cols, w.row(row_begin), static_cast<int64_t>(w.row_bytes),

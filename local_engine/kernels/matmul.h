@@ -18,8 +18,11 @@ class ThreadPool;
 // How a quantized dot product accumulates its blocks in float. kLanes: eight lanes per row,
 // summed at the end (llama.cpp's vec_dot kernels); kSerial: one accumulator per row (llama.cpp's
 // repacked "8x8" kernels, which it uses for Q4_0, Q4_K and IQ4_NL matrices of a multiple of 8
-// rows). Same integers, different float roundings; matching llama.cpp needs the one it uses.
-enum class DotOrder : uint8_t { kLanes = 0, kSerial = 1 };
+// rows, and for Q2_K ones on AVX-512 CPUs); kSerialFrom8: kLanes for batches of fewer than 8
+// tokens, kSerial from 8 (llama.cpp's IQ panel gemm, IQ4_XS). Same integers, different float
+// roundings; matching llama.cpp needs the one it uses. BatchForms::kInvariant treats
+// kSerialFrom8 as kLanes, so a row's result does not depend on the batch.
+enum class DotOrder : uint8_t { kLanes = 0, kSerial = 1, kSerialFrom8 = 2 };
 
 struct MatrixView {
   TensorType type = TensorType::kF32;

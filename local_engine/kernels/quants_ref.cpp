@@ -585,6 +585,27 @@ float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* a) {
   return hsum8(acc);
 }
 
+// llama.cpp's IQ panel gemm (ggml-cpu/iqp.cpp), which it uses for IQ4_XS matrices of a multiple
+// of 8 rows in batches of 8 tokens or more: one accumulator per output, one fused multiply-add
+// of the super-block's exact integer sum.
+float iq4_xs_dot_q8_k_serial(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockIQ4_XS*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc = 0.0f;
+  int8_t v[kQKK];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int j = 0; j < 8; ++j) iq4_values(x[i].qs + 16 * j, v + 32 * j);
+    int32_t isum = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t dot = 0;
+      for (int l = 32 * j; l < 32 * j + 32; ++l) dot += v[l] * y[i].qs[l];
+      isum += iq4_xs_scale(x[i], j) * dot;
+    }
+    acc = std::fma(static_cast<float>(isum), fp16_to_fp32(x[i].d) * y[i].d, acc);
+  }
+  return acc;
+}
+
 // ---- Q8_K (activations of the K-quants) ----
 
 void q8_k_to_float(const void* src, float* dst, int64_t n) {
@@ -833,6 +854,39 @@ float q2_k_dot_q8_k(int64_t n, const void* w, const void* a) {
     for (int k = 0; k < 8; ++k) acc[k] = std::fma(d, static_cast<float>(lanes[k]), acc[k]);
   }
   return hsum8(acc);
+}
+
+// llama.cpp repacks Q2_K like Q4_K on AVX-512 CPUs (q2_K_8x8): per output, the scaled sum and
+// the mins' sum each in one accumulator, subtracted at the end. The gemv form takes one fused
+// multiply-add per super-block (groups = 1), the gemm form one per 128 elements (groups = 2).
+template <int Groups>
+float q2_k_dot_q8_k_serial_in(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ2_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  constexpr int kSubs = 16 / Groups;  // 16-element sub-blocks per fused multiply-add
+  float acc = 0.0f, acc_m = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float dx = fp16_to_fp32(x[i].d) * y[i].d;
+    const float dmx = fp16_to_fp32(x[i].dmin) * y[i].d;
+    for (int g = 0; g < Groups; ++g) {
+      int32_t isum = 0, imin = 0;
+      for (int j = g * kSubs; j < (g + 1) * kSubs; ++j) {
+        int32_t dot = 0;
+        for (int l = 16 * j; l < 16 * j + 16; ++l) dot += q2_bits(x[i].qs, l) * y[i].qs[l];
+        isum += (x[i].scales[j] & 0xF) * dot;
+        imin += (x[i].scales[j] >> 4) * y[i].bsums[j];
+      }
+      acc = std::fma(static_cast<float>(isum), dx, acc);
+      acc_m = std::fma(static_cast<float>(imin), dmx, acc_m);
+    }
+  }
+  return acc - acc_m;
+}
+float q2_k_dot_q8_k_serial(int64_t n, const void* w, const void* a) {
+  return q2_k_dot_q8_k_serial_in<1>(n, w, a);
+}
+float q2_k_dot_q8_k_serial4(int64_t n, const void* w, const void* a) {
+  return q2_k_dot_q8_k_serial_in<2>(n, w, a);
 }
 
 // As ggml_vec_dot_q3_K_q8_K (x86): the values -4..3 in Q6_K's scaled lanes.
@@ -1247,6 +1301,10 @@ void fill_scalar_table(TypeKernels* table) {
   set(table, T::kQ8_1, q8_1_to_float, quantize_row_q8_1_ref, T::kQ8_1, nullptr, nullptr);
   set(table, T::kQ2_K, q2_k_to_float, q2_k_from_float, T::kQ8_K, q2_k_dot_q8_k,
       batch_from_dot<q2_k_dot_q8_k>);
+  TypeKernels& q2_k = table[static_cast<int>(T::kQ2_K)];
+  q2_k.vec_dot_serial = q2_k_dot_q8_k_serial;
+  q2_k.vec_dot_batch_serial = batch_from_dot<q2_k_dot_q8_k_serial>;
+  q2_k.vec_dot_batch_serial4 = batch_from_dot<q2_k_dot_q8_k_serial4>;
   set(table, T::kQ3_K, q3_k_to_float, q3_k_from_float, T::kQ8_K, q3_k_dot_q8_k,
       batch_from_dot<q3_k_dot_q8_k>);
   set(table, T::kIQ4_NL, iq4_nl_to_float, iq4_nl_from_float, T::kQ8_0, iq4_nl_dot_q8_0,
@@ -1257,6 +1315,10 @@ void fill_scalar_table(TypeKernels* table) {
   iq4_nl.vec_dot_batch_serial4 = iq4_nl.vec_dot_batch_serial;
   set(table, T::kIQ4_XS, iq4_xs_to_float, iq4_xs_from_float, T::kQ8_K, iq4_xs_dot_q8_k,
       batch_from_dot<iq4_xs_dot_q8_k>);
+  TypeKernels& iq4_xs = table[static_cast<int>(T::kIQ4_XS)];
+  iq4_xs.vec_dot_serial = iq4_xs_dot_q8_k_serial;
+  iq4_xs.vec_dot_batch_serial = batch_from_dot<iq4_xs_dot_q8_k_serial>;
+  iq4_xs.vec_dot_batch_serial4 = iq4_xs.vec_dot_batch_serial;
   // Q8_K is only an activation type: conversions, no dot product of its own.
   set(table, T::kQ8_K, q8_k_to_float, quantize_row_q8_k_ref, T::kQ8_K, nullptr, nullptr);
 }

@@ -34,6 +34,14 @@ for arch in llama qwen2 qwen3 smollm3 gemma2 gemma3 phi3; do
     models+=("$out")
   done
 done
+# The types whose float order llama.cpp picks by CPU or batch (Q2_K repacked on AVX-512, IQ4_XS
+# in its IQ panel gemm from 8 tokens; the second prompt has 24): whole 256-blocks need 256 wide.
+for type in Q2_K IQ4_XS; do
+  out="$work/llama-256-$type.gguf"
+  "$ferry" model synth --arch llama --type "$type" --embd 256 --layers 2 --heads 4 --kv-heads 2 \
+    --ffn 512 --ctx 256 --seed 3 "$out" >/dev/null
+  models+=("$out")
+done
 table=$(LLREF_DIR="$llref" node "$src/tools/llamacpp/compare.mjs" --ferry "$ferry" --tokens 16 \
   --threads 2 "${models[@]}")
 echo "$table"

@@ -75,7 +75,7 @@ TEST(Matmul, TwoStepApiOnCallerThreads) {
 TEST(Matmul, SerialOrderFollowsTheBatchForms) {
   const int64_t rows = 40, cols = 512;
   ThreadPool pool1(1), pool3(3, 0);
-  for (TensorType t : {TensorType::kQ4_0, TensorType::kQ4_K}) {
+  for (TensorType t : {TensorType::kQ4_0, TensorType::kQ4_K, TensorType::kQ2_K}) {
     const auto w = quantize(t, random_row(rows * cols, 11, 0.05f));
     MatrixView view = make_matrix_view(t, rows, cols, w.data());
     view.order = DotOrder::kSerial;
@@ -148,6 +148,42 @@ TEST(Matmul, InvariantF16IsOneOrderForEveryBatch) {
       ASSERT_NEAR(want[static_cast<size_t>(5 * rows + r)], exact, 1e-6 * scale + 1e-7);
     }
   }
+}
+
+// DotOrder::kSerialFrom8 (IQ4_XS, llama.cpp's IQ panel gemm): vec_dot's lanes below 8 tokens,
+// the serial form for every token from 8; the batch-invariant forms always take the lanes.
+TEST(Matmul, SerialFrom8SwitchesAtEightTokens) {
+  const int64_t rows = 24, cols = 512;
+  const TensorType t = TensorType::kIQ4_XS;
+  ThreadPool pool1(1), pool3(3, 0);
+  const auto w = quantize(t, random_row(rows * cols, 13, 0.05f));
+  MatrixView view = make_matrix_view(t, rows, cols, w.data());
+  view.order = DotOrder::kSerialFrom8;
+  const TypeKernels* ref = kernels_for(t, Isa::kScalar);
+  int serial_differs = 0;
+  for (int64_t n_tokens : {1, 7, 8, 13}) {
+    const auto x = random_row(n_tokens * cols, 14);
+    const QuantizedActivations qa = quantize_activations(t, x.data(), n_tokens, cols);
+    for (BatchForms forms : {BatchForms::kLlamaCpp, BatchForms::kInvariant}) {
+      const bool serial = forms == BatchForms::kLlamaCpp && n_tokens >= 8;
+      for (ThreadPool* pool : {&pool1, &pool3}) {
+        std::vector<float> got(static_cast<size_t>(n_tokens * rows), -1.0f);
+        matmul(view, x.data(), n_tokens, got.data(), *pool, forms);
+        for (int64_t tok = 0; tok < n_tokens; ++tok) {
+          const auto* act = static_cast<const uint8_t*>(qa.data) + tok * qa.row_stride;
+          for (int64_t r = 0; r < rows; ++r) {
+            const float lanes = ref->vec_dot(cols, view.row(r), act);
+            const float ser = ref->vec_dot_serial(cols, view.row(r), act);
+            serial_differs += lanes != ser ? 1 : 0;
+            ASSERT_EQ(got[static_cast<size_t>(tok * rows + r)], serial ? ser : lanes)
+                << "tokens " << n_tokens << " token " << tok << " row " << r
+                << (forms == BatchForms::kLlamaCpp ? "" : " invariant");
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(serial_differs, 0) << "pick data where the two orders round differently";
 }
 
 }  // namespace

@@ -175,6 +175,79 @@ TEST(Numerics, Q4_KDotOrders) {
   }
 }
 
+// The orders llama.cpp uses for Q2_K repacked on AVX-512 (q2_K_8x8: the scaled sum and the mins'
+// sum each in one accumulator, per super-block in the gemv form and per 128 elements in the gemm
+// form, subtracted at the end) and for IQ4_XS in its IQ panel gemm (one accumulator, per
+// super-block), written out here from the block layouts.
+TEST(Numerics, Q2_KAndIq4XsSerialOrders) {
+  const int64_t n = 8192;
+  {
+    const auto wq = quantize(TensorType::kQ2_K, random_row(n, 23, 0.05f));
+    const auto aq = quantize(TensorType::kQ8_K, random_row(n, 24));
+    const auto* w = reinterpret_cast<const BlockQ2_K*>(wq.data());
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(aq.data());
+    float serial = 0, serial_m = 0, gemm = 0, gemm_m = 0;
+    for (int64_t i = 0; i < n / 256; ++i) {
+      // Element e: bits 2 * ((e % 128) / 32) of byte 32 * (e / 128) + e % 32.
+      auto q = [&](int e) {
+        return (w[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      };
+      const float dx = fp16_to_fp32(w[i].d) * a[i].d, dmx = fp16_to_fp32(w[i].dmin) * a[i].d;
+      int isum = 0, imin = 0;
+      for (int half = 0; half < 2; ++half) {
+        int hs = 0, hm = 0;
+        for (int j = 8 * half; j < 8 * half + 8; ++j) {
+          int dot = 0;
+          for (int e = 16 * j; e < 16 * j + 16; ++e) dot += q(e) * a[i].qs[e];
+          hs += (w[i].scales[j] & 0xF) * dot;
+          hm += (w[i].scales[j] >> 4) * a[i].bsums[j];
+        }
+        gemm = std::fma(static_cast<float>(hs), dx, gemm);
+        gemm_m = std::fma(static_cast<float>(hm), dmx, gemm_m);
+        isum += hs;
+        imin += hm;
+      }
+      serial = std::fma(static_cast<float>(isum), dx, serial);
+      serial_m = std::fma(static_cast<float>(imin), dmx, serial_m);
+    }
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      const TypeKernels* k = kernels_for(TensorType::kQ2_K, isa);
+      EXPECT_EQ(bits(k->vec_dot_serial(n, w, a)), bits(serial - serial_m)) << isa_name(isa);
+      float out = 0;
+      k->vec_dot_batch_serial4(n, w, a, 0, 1, &out, 1);
+      EXPECT_EQ(bits(out), bits(gemm - gemm_m)) << isa_name(isa);
+    }
+    EXPECT_NE(bits(serial - serial_m), bits(gemm - gemm_m)) << "pick data where the forms differ";
+  }
+  {
+    const auto wq = quantize(TensorType::kIQ4_XS, random_row(n, 25, 0.05f));
+    const auto aq = quantize(TensorType::kQ8_K, random_row(n, 26));
+    const auto* w = reinterpret_cast<const BlockIQ4_XS*>(wq.data());
+    const auto* a = reinterpret_cast<const BlockQ8_K*>(aq.data());
+    float serial = 0;
+    for (int64_t i = 0; i < n / 256; ++i) {
+      int isum = 0;
+      for (int j = 0; j < 8; ++j) {
+        const int ls = ((w[i].scales_l[j / 2] >> (4 * (j % 2))) & 0xF) |
+                       (((w[i].scales_h >> (2 * j)) & 3) << 4);
+        int dot = 0;
+        for (int l = 0; l < 16; ++l) {
+          dot += kIq4Values[w[i].qs[16 * j + l] & 15] * a[i].qs[32 * j + l];
+          dot += kIq4Values[w[i].qs[16 * j + l] >> 4] * a[i].qs[32 * j + l + 16];
+        }
+        isum += (ls - 32) * dot;
+      }
+      serial = std::fma(static_cast<float>(isum), fp16_to_fp32(w[i].d) * a[i].d, serial);
+    }
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      const TypeKernels* k = kernels_for(TensorType::kIQ4_XS, isa);
+      EXPECT_EQ(bits(k->vec_dot_serial(n, w, a)), bits(serial)) << isa_name(isa);
+    }
+  }
+}
+
 // Q4_1 / Q5_1 against Q8_1: the values' products in 8 lanes with d_x d_y, and m_x s_y in one
 // fused multiply-add chain, added after the lanes' sum (ggml_vec_dot_q4_1_q8_1 / q5_1_q8_1).
 TEST(Numerics, OffsetTypesAddTheirMinimaInOneChain) {
