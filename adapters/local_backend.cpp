@@ -369,7 +369,9 @@ struct LocalBackend::Impl {
 
   LocalEmbeddingsModel embeddings_model() const {
     const int64_t n_embd = encoder ? encoder->config().n_embd : scheduler->model_config().n_embd;
-    return {tok.get(), n_vocab(), n_ctx(), n_embd, cfg.local->embeddings};
+    LocalEmbeddingsModel m{tok.get(), n_vocab(), n_ctx(), n_embd, cfg.local->embeddings, {}, {}};
+    set_frame_tokens(m);
+    return m;
   }
 
   // The embeddings request to the scheduler (a decoder, with the pooling its file names) or to

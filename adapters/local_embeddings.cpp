@@ -20,6 +20,18 @@ Error invalid(std::string message, std::string param) {
 
 }  // namespace
 
+void set_frame_tokens(LocalEmbeddingsModel& model) {
+  model.frame_bos.reset();
+  model.frame_eos.reset();
+  if (model.tok == nullptr) return;
+  if (const auto bos = model.tok->bos_id(); bos && model.tok->add_bos()) {
+    model.frame_bos = static_cast<int32_t>(*bos);
+  }
+  if (const auto eos = model.tok->eos_id(); eos && model.tok->add_eos()) {
+    model.frame_eos = static_cast<int32_t>(*eos);
+  }
+}
+
 Result<PromptTokens> embedding_tokens(const LocalEmbeddingsModel& model,
                                       const api::EmbeddingsRequest& request) {
   PromptTokens out;
@@ -99,10 +111,36 @@ Result<EmbeddingsJob> plan_embeddings(const LocalEmbeddingsModel& model,
               " tokens (config embeddings.long_input: chunk splits such inputs)",
           "input", "context_length_exceeded");
     }
-    for (size_t at = begin; at < end; at += static_cast<size_t>(model.n_ctx)) {
-      const size_t stop = std::min(end, at + static_cast<size_t>(model.n_ctx));
-      job.inputs.emplace_back(counted->ids.begin() + static_cast<ptrdiff_t>(at),
-                              counted->ids.begin() + static_cast<ptrdiff_t>(stop));
+    if (n <= model.n_ctx) {
+      job.inputs.emplace_back(counted->ids.begin() + static_cast<ptrdiff_t>(begin),
+                              counted->ids.begin() + static_cast<ptrdiff_t>(end));
+      job.owner.push_back(i);
+      begin = end;
+      continue;
+    }
+    // Chunks: the content between the framing tokens, each piece framed again, so a chunk is
+    // what the model sees for a whole input (CLS pooling reads a [CLS], a decoder starts at BOS).
+    const auto at_ids = [&](size_t k) { return counted->ids[k]; };
+    const bool lead = model.frame_bos && at_ids(begin) == *model.frame_bos;
+    const bool trail =
+        model.frame_eos && end - begin > (lead ? 1u : 0u) && at_ids(end - 1) == *model.frame_eos;
+    const int64_t room = model.n_ctx - (lead ? 1 : 0) - (trail ? 1 : 0);
+    if (room <= 0) {
+      return Error::make(ErrorCode::kContextOverflow,
+                         "this model's context (" + std::to_string(model.n_ctx) +
+                             " tokens) has no room for a chunk between its framing tokens",
+                         "input", "context_length_exceeded");
+    }
+    const size_t body_end = end - (trail ? 1 : 0);
+    for (size_t at = begin + (lead ? 1 : 0); at < body_end; at += static_cast<size_t>(room)) {
+      const size_t stop = std::min(body_end, at + static_cast<size_t>(room));
+      std::vector<int32_t> chunk;
+      chunk.reserve(stop - at + 2);
+      if (lead) chunk.push_back(*model.frame_bos);
+      chunk.insert(chunk.end(), counted->ids.begin() + static_cast<ptrdiff_t>(at),
+                   counted->ids.begin() + static_cast<ptrdiff_t>(stop));
+      if (trail) chunk.push_back(*model.frame_eos);
+      job.inputs.push_back(std::move(chunk));
       job.owner.push_back(i);
     }
     begin = end;

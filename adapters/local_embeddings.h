@@ -29,7 +29,14 @@ struct LocalEmbeddingsModel {
   int64_t n_ctx = 0;
   int64_t n_embd = 0;
   config::LocalEmbeddingsConfig config;
+  // The tokens the vocabulary frames an input with (BOS in front when it adds BOS, EOS at the
+  // end when it adds EOS: BERT's [CLS] ... [SEP]); every chunk of a long input gets them too.
+  std::optional<int32_t> frame_bos;
+  std::optional<int32_t> frame_eos;
 };
+
+// The model's framing tokens from its tokenizer (LocalEmbeddingsModel::frame_bos/frame_eos).
+void set_frame_tokens(LocalEmbeddingsModel& model);
 
 // Every input's tokens (text through the model's tokenizer as completions prompts are, BOS
 // included when the vocabulary adds it, and EOS when it adds that: BERT's [CLS] ... [SEP];
@@ -40,7 +47,9 @@ Result<PromptTokens> embedding_tokens(const LocalEmbeddingsModel& model,
                                       const api::EmbeddingsRequest& request);
 
 // The engine's work for one request: its inputs (chunks of at most n_ctx tokens when the config
-// says chunk), which client input each one belongs to, and the reply's shape.
+// says chunk, each framed as a whole input is: an input that begins with frame_bos and ends with
+// frame_eos has its content split and every chunk wrapped in both), which client input each one
+// belongs to, and the reply's shape.
 struct EmbeddingsJob {
   std::vector<std::vector<int32_t>> inputs;
   std::vector<size_t> owner;  // per engine input: the client's input index

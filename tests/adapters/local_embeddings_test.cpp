@@ -66,6 +66,36 @@ TEST(LocalEmbeddings, LongInputChunkedAndAveragedWhenConfigured) {
   EXPECT_EQ(v[1], (std::vector<float>{0, 0, 1}));
 }
 
+// A model that frames its inputs (BERT's [CLS] ... [SEP], here 0 ... 49): every chunk of a long
+// input is framed the same way, so CLS pooling reads a [CLS] in each; an input without the
+// framing tokens (token ids as sent) is split as it is.
+TEST(LocalEmbeddings, ChunksOfAFramedInputAreFramedToo) {
+  LocalEmbeddingsModel m = model(/*chunk=*/true);
+  m.frame_bos = 0;
+  m.frame_eos = 49;
+  auto job = plan_embeddings(m, request(R"({"model":"m","input":[[0,1,2,3,4,5,49],[1,2,3,4,5]]})"),
+                             nullptr);
+  ASSERT_TRUE(job.has_value());
+  ASSERT_EQ(job->inputs.size(), 5u);
+  EXPECT_EQ(job->inputs[0], (std::vector<int32_t>{0, 1, 2, 49}));
+  EXPECT_EQ(job->inputs[1], (std::vector<int32_t>{0, 3, 4, 49}));
+  EXPECT_EQ(job->inputs[2], (std::vector<int32_t>{0, 5, 49}));
+  EXPECT_EQ(job->inputs[3], (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(job->inputs[4], (std::vector<int32_t>{5}));
+  EXPECT_EQ(job->owner, (std::vector<size_t>{0, 0, 0, 1, 1}));
+  EXPECT_EQ(job->prompt_tokens, 12);  // the client's tokens, as counted for routing
+  // An input that fits is sent as it is, framing and all.
+  auto fits = plan_embeddings(m, request(R"({"model":"m","input":[[0,1,2,49]]})"), nullptr);
+  ASSERT_TRUE(fits.has_value());
+  EXPECT_EQ(fits->inputs, (std::vector<std::vector<int32_t>>{{0, 1, 2, 49}}));
+  // No room for a chunk between the framing tokens: refused with the numbers.
+  m.n_ctx = 2;
+  auto none = plan_embeddings(m, request(R"({"model":"m","input":[[0,1,2,49]]})"), nullptr);
+  ASSERT_FALSE(none.has_value());
+  EXPECT_EQ(none.error().code, ErrorCode::kContextOverflow);
+  EXPECT_NE(none.error().message.find("(2 tokens)"), std::string::npos);
+}
+
 TEST(LocalEmbeddings, DimensionsNeedAMatryoshkaModel) {
   auto r = request(R"({"model":"m","input":[1],"dimensions":2})");
   auto refused = plan_embeddings(model(), r, nullptr);

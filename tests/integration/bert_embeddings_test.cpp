@@ -101,6 +101,44 @@ TEST_F(BertEmbeddingsTest, RefusesLongInputsAndChatWhileServing) {
             1u);
 }
 
+// embeddings.long_input: chunk on an encoder: each chunk of a long [CLS] ... [SEP] input is
+// framed as a whole input, so the reply is the token-weighted mean of the framed chunks' vectors
+// (each of which the server also answers on its own), renormalized.
+TEST_F(BertEmbeddingsTest, ChunksOfALongInputAreFramedLikeWholeInputs) {
+  TempDir dir;
+  std::string cfg = bert_config(upstream_.address, (dir_.path() / "bert.gguf").string());
+  const std::string enc = "threads: 1 }";
+  cfg.replace(cfg.find(enc), enc.size(), "threads: 1, embeddings: { long_input: chunk } }");
+  Server chunked = start_ferry(dir, cfg);
+  auto embed = [&](const json& input) {
+    auto r = post_json(chunked.address, "/v1/embeddings", {{"model", "bge"}, {"input", input}});
+    EXPECT_TRUE(r.has_value());
+    if (!r) return std::vector<float>{};
+    EXPECT_EQ(r->status, 200) << r->body;
+    return floats(r->body_json()["data"][0]["embedding"]);
+  };
+  auto framed = [](int n, int first) {
+    json ids = json::array({101});
+    for (int i = 0; i < n; ++i) ids.push_back(150 + (first + i) % 40);
+    ids.push_back(102);
+    return ids;
+  };
+  // 42 tokens in a context of 32: [CLS] + 30 + [SEP], then [CLS] + 10 + [SEP].
+  const std::vector<float> whole = embed(framed(40, 0));
+  const std::vector<float> a = embed(framed(30, 0));
+  const std::vector<float> b = embed(framed(10, 30));
+  ASSERT_EQ(whole.size(), 64u);
+  ASSERT_EQ(a.size(), 64u);
+  ASSERT_EQ(b.size(), 64u);
+  std::vector<double> mean(64);
+  double norm = 0;
+  for (size_t d = 0; d < 64; ++d) {
+    mean[d] = 32.0 * a[d] + 12.0 * b[d];
+    norm += mean[d] * mean[d];
+  }
+  for (size_t d = 0; d < 64; ++d) EXPECT_NEAR(whole[d], mean[d] / std::sqrt(norm), 1e-5) << d;
+}
+
 std::string refs_dir() {
   return std::string(FERRY_SOURCE_DIR) + "/tests/tokenizer/refs";
 }
