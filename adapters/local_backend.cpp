@@ -427,6 +427,12 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::open_encoder(
     return Error::make(ErrorCode::kUnavailable,
                        "backend '" + config.name + "': " + lc.model_path + ": " + what);
   };
+  if (!lc.decoder_keys.empty()) {
+    std::string keys;
+    for (const std::string& k : lc.decoder_keys) keys += (keys.empty() ? "" : ", ") + k;
+    return fail("an encoder model (embeddings only) has no use for " + keys +
+                ": these keys apply to decoder models; remove them");
+  }
   auto model = engine::EncoderModel::load(std::move(source));
   if (!model) return fail(model.error().message);
   auto encoder = engine::Encoder::create(std::move(model).value(), lc.threads);

@@ -213,6 +213,10 @@ LocalEngineConfig parse_local_backend(const Map& bm) {
                  "kv_budget_mb", "prefill_chunk", "prefix_cache", "max_unread_tokens",
                  "chat_template", "timeouts", "embeddings", "speculative"});
   LocalEngineConfig l;
+  for (const char* key : {"context_length", "max_sequences", "kv_budget_mb", "prefill_chunk",
+                          "prefix_cache", "max_unread_tokens", "chat_template", "speculative"}) {
+    if (bm.has(key)) l.decoder_keys.emplace_back(key);
+  }
   l.model_path = bm.str("model");
   l.threads = static_cast<int>(bm.integer_or("threads", 0, 0, 1024));
   l.context_length = bm.integer_or("context_length", 0, 0, 1 << 20);

@@ -111,6 +111,9 @@ struct LocalEngineConfig {
   std::string chat_template;  // "" = the model's own template; else a Jinja template
   LocalEmbeddingsConfig embeddings;
   LocalSpeculativeConfig speculative;
+  // The keys above that only a decoder model uses, as far as the config sets them: an encoder
+  // model (bert) refuses them at load by name rather than ignoring them.
+  std::vector<std::string> decoder_keys;
 };
 
 // One replica of a pooled HTTP backend: its base URL, parsed as BackendConfig's own.

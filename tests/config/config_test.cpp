@@ -175,8 +175,17 @@ models:
   EXPECT_FALSE(l.prefix_cache);
   EXPECT_EQ(l.context_length, 2048);
   EXPECT_EQ(l.max_unread_tokens, 8);
+  // The decoder-only keys it sets, for an encoder model to refuse by name.
+  EXPECT_EQ(l.decoder_keys,
+            (std::vector<std::string>{"context_length", "max_sequences", "kv_budget_mb",
+                                      "prefill_chunk", "prefix_cache", "max_unread_tokens"}));
   EXPECT_FALSE(cfg->ledger.present());
   EXPECT_FALSE(cfg->policy);
+  auto plain = load_config_text(
+      "backends:\n  - { name: cpu, kind: local, model: x.gguf, threads: 1, max_queue: 2 }\n",
+      "t.yaml");
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_TRUE(plain->backends[0].local->decoder_keys.empty());
 }
 
 TEST(Config, LocalBackendMaxUnreadTokensIsBounded) {

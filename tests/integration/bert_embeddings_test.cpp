@@ -139,6 +139,23 @@ TEST_F(BertEmbeddingsTest, ChunksOfALongInputAreFramedLikeWholeInputs) {
   for (size_t d = 0; d < 64; ++d) EXPECT_NEAR(whole[d], mean[d] / std::sqrt(norm), 1e-5) << d;
 }
 
+// Keys only a decoder uses (continuous batching, KV budget, prefill chunks, prefix cache,
+// speculation, chat template) are refused by name for an encoder model, not ignored.
+TEST_F(BertEmbeddingsTest, DecoderOnlyKeysAreRefusedForAnEncoder) {
+  TempDir dir;
+  std::string cfg = bert_config(upstream_.address, (dir_.path() / "bert.gguf").string());
+  const std::string enc = "threads: 1 }";
+  cfg.replace(cfg.find(enc), enc.size(), "threads: 1, max_sequences: 8, kv_budget_mb: 64 }");
+  const std::string path = dir.write("ferry.yaml", cfg);
+  Process p({ferry_binary(), "serve", "--config", path, "--listen", "127.0.0.1:0"});
+  auto status = p.wait_exit(Ms(20000));
+  ASSERT_TRUE(status) << "ferry serve kept running";
+  EXPECT_NE(*status, 0);
+  const std::string text = p.stderr_text();
+  EXPECT_NE(text.find("max_sequences, kv_budget_mb"), std::string::npos) << text;
+  EXPECT_NE(text.find("encoder"), std::string::npos) << text;
+}
+
 std::string refs_dir() {
   return std::string(FERRY_SOURCE_DIR) + "/tests/tokenizer/refs";
 }
