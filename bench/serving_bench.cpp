@@ -259,6 +259,21 @@ std::vector<int64_t> parse_list(const char* s) {
 
 int main(int argc, char** argv) {
   Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::printf(
+          "ferry_serving_bench [--model F.gguf | --save F.gguf] [--type Q8_0] [--threads N]\n"
+          "  [--gen N] [--prompt N] [--streams 1,4,8,16] [--ttft-prompt N|0] [--speculative 0|1]\n"
+          "  [--prefill N|0] [--reps N]\n"
+          "Without --model, synthesizes the smollm2-360m shape (kept with --save).\n");
+      return 0;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "options come in pairs (--help lists them)\n");
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
