@@ -6,6 +6,7 @@
 #include <memory>
 #include <tuple>
 
+#include "local_engine/kernels/attend_invariant.h"
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/matmul.h"
@@ -315,11 +316,13 @@ void Encoder::embed_tokens(std::span<const std::vector<int32_t>> inputs) {
 
 namespace {
 
-// One query of one head against the n keys of its input: scores (n floats, scratch) then
-// out[0, hd) = softmax(scores * scale) v. `kt` holds the keys transposed (kt[d * n + j]), `v`
-// the values (row j at v + j * v_stride). W keys (scores) or W dimensions (weighted values) go
-// together, each lane in the plain loop's float order: a dot summed over d from 0, a weighted
-// sum over j from 0, every product rounded before it is added: the same bits as scalar loops.
+// One query of one head against the n keys of its input: scores (n rounded up to 16 floats,
+// scratch) then out[0, hd) = softmax(scores * scale) v, the softmax's exps and sum
+// kernels::softmax_weights' (vector exps, the sum in 16 lanes). `kt` holds the keys transposed
+// (kt[d * n + j]), `v` the values (row j at v + j * v_stride). W keys (scores) or W dimensions
+// (weighted values) go together, each lane in the plain loop's float order: a dot summed over d
+// from 0, a weighted sum over j from 0, every product rounded before it is added: the same bits as
+// scalar loops.
 using F8 = float __attribute__((vector_size(32)));
 using F16 = float __attribute__((vector_size(64)));
 
@@ -344,17 +347,8 @@ template <typename V>
     for (int64_t d = 0; d < hd; ++d) dot += q[d] * kt[d * n + j];
     scores[j] = dot;
   }
-  float max = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] *= scale;
-    max = std::max(max, scores[j]);
-  }
-  double sum = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] = std::exp(scores[j] - max);
-    sum += scores[j];
-  }
-  const auto inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = 0; j < n; ++j) scores[j] *= scale;
+  const float inv = kernels::softmax_weights(n, scores);
   std::fill(out, out + hd, 0.0f);
   const int64_t hw = hd / W * W;
   for (int64_t j = 0; j < n; ++j) {
@@ -412,7 +406,7 @@ void Encoder::attention() {
       const int64_t in = task / c.n_head, h = task % c.n_head;
       const int64_t s0 = starts_[static_cast<size_t>(in)];
       const int64_t n = starts_[static_cast<size_t>(in) + 1] - s0;
-      scores.resize(static_cast<size_t>(n));
+      scores.resize(static_cast<size_t>((n + 15) / 16 * 16));  // softmax_weights' room
       kt.resize(static_cast<size_t>(n * hd));
       for (int64_t j = 0; j < n; ++j) {
         const float* k = k_.data() + (s0 + j) * e + h * hd;
