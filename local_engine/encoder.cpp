@@ -326,6 +326,26 @@ namespace {
 using F8 = float __attribute__((vector_size(32)));
 using F16 = float __attribute__((vector_size(64)));
 
+// out[0, NV * W) = sum over j < n of w[j] * (row j of v)[0, NV * W), each lane summed over j
+// from 0 (the plain loop's order), its NV vectors held in registers across the keys.
+template <typename V, int NV>
+[[gnu::always_inline]] inline void weighted_values(const float* w, int64_t n, const float* v,
+                                                   int64_t v_stride, float* out) {
+  constexpr int64_t W = sizeof(V) / sizeof(float);
+  V acc[NV] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = w[j];
+    const float* vj = v + j * v_stride;
+    for (int c = 0; c < NV; ++c) {
+      V x;
+      std::memcpy(&x, vj + c * W, sizeof(x));
+      const V prod = p * x;
+      acc[c] = acc[c] + prod;
+    }
+  }
+  std::memcpy(out, acc, sizeof(acc));
+}
+
 template <typename V>
 [[gnu::always_inline]] inline void attend_query(const float* q, const float* kt, int64_t n,
                                                 int64_t hd, const float* v, int64_t v_stride,
@@ -349,20 +369,28 @@ template <typename V>
   }
   for (int64_t j = 0; j < n; ++j) scores[j] *= scale;
   const float inv = kernels::softmax_weights(n, scores);
-  std::fill(out, out + hd, 0.0f);
+  for (int64_t j = 0; j < n; ++j) scores[j] *= inv;  // the weights
+  // The weighted values, up to 4 vectors of `out` at a time over all the keys.
   const int64_t hw = hd / W * W;
-  for (int64_t j = 0; j < n; ++j) {
-    const float p = scores[j] * inv;
-    const float* vj = v + j * v_stride;
-    for (int64_t d = 0; d < hw; d += W) {
-      V o, x;
-      std::memcpy(&o, out + d, sizeof(o));
-      std::memcpy(&x, vj + d, sizeof(x));
-      const V prod = p * x;
-      o = o + prod;
-      std::memcpy(out + d, &o, sizeof(o));
-    }
-    for (int64_t d = hw; d < hd; ++d) out[d] += p * vj[d];
+  int64_t d = 0;
+  for (; d + 4 * W <= hw; d += 4 * W) weighted_values<V, 4>(scores, n, v + d, v_stride, out + d);
+  switch ((hw - d) / W) {
+    case 3:
+      weighted_values<V, 3>(scores, n, v + d, v_stride, out + d);
+      break;
+    case 2:
+      weighted_values<V, 2>(scores, n, v + d, v_stride, out + d);
+      break;
+    case 1:
+      weighted_values<V, 1>(scores, n, v + d, v_stride, out + d);
+      break;
+    default:
+      break;
+  }
+  for (d = hw; d < hd; ++d) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; ++j) acc += scores[j] * v[j * v_stride + d];
+    out[d] = acc;
   }
 }
 
