@@ -287,10 +287,12 @@ void Encoder::linear(const WeightView& w, const WeightView& b, const float* x, f
   }
   const float* bias = floats(b);
   if (bias == nullptr) return;
-  for (int64_t t = 0; t < n_rows_; ++t) {
-    float* row = y + t * w.rows;
-    for (int64_t r = 0; r < w.rows; ++r) row[r] += bias[r];
-  }
+  pool_.parallel_for(n_rows_, 1, n_rows_ * w.rows, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = y + t * w.rows;
+      for (int64_t r = 0; r < w.rows; ++r) row[r] += bias[r];
+    }
+  });
 }
 
 void Encoder::embed_tokens(std::span<const std::vector<int32_t>> inputs) {
@@ -515,12 +517,15 @@ void Encoder::rotate_qk() {
 
 void Encoder::add_and_norm(const WeightView& w, const WeightView& b) {
   const int64_t e = config().n_embd;
-  for (int64_t t = 0; t < n_rows_; ++t) {
-    float* x = x_.data() + t * e;
-    const float* sub = tmp_.data() + t * e;
-    for (int64_t d = 0; d < e; ++d) x[d] = sub[d] + x[d];
-    layer_norm_row(e, x, floats(w), floats(b), config().norm_eps, x);
-  }
+  // Rows on the pool: each row's sums are its own, in the same order whoever runs it.
+  pool_.parallel_for(n_rows_, 1, n_rows_ * e * 4, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* x = x_.data() + t * e;
+      const float* sub = tmp_.data() + t * e;
+      for (int64_t d = 0; d < e; ++d) x[d] = sub[d] + x[d];
+      layer_norm_row(e, x, floats(w), floats(b), config().norm_eps, x);
+    }
+  });
 }
 
 Result<std::vector<std::vector<float>>> Encoder::embed(
