@@ -103,8 +103,7 @@ Result<ConstraintRequest> tools_request(const api::ChatRequest& r, const Templat
   if (!refusal.empty()) return unsupported(refusal, "tools");
   c.tools.syntax = tool_call_syntax(t, !thinking_off(r));
   for (const api::Tool& tool : *r.tools) {
-    c.tools.functions.push_back(
-        {tool.name, tool.parameters.is_null() ? std::string() : tool.parameters.dump()});
+    c.tools.functions.push_back({tool.name, tool.parameters});
   }
   c.mode = ConstraintMode::kTools;
   return c;

@@ -485,7 +485,7 @@ std::optional<Error> parse_tool(const element& tool, const std::string& path, Ch
           expect(*schema, element_type::OBJECT, f.path("input_schema"), "a valid dictionary")) {
     return e;
   }
-  t.parameters = to_json(*schema);
+  append_dom_json(t.parameters, *schema);
   for (const auto& other : *out.tools) {
     if (other.name == t.name) return invalid("tools", "Tool names must be unique.");
   }

@@ -96,7 +96,10 @@ struct Message {
 struct Tool {
   std::string name;
   std::optional<std::string> description;
-  Json parameters;  // a JSON Schema object; null when absent
+  // The JSON Schema object as compact JSON text, the client's members in their order (the text
+  // nlohmann::json::dump() writes of it: api::append_dom_json); empty when absent. Text, not a
+  // tree: a backend is sent it as it is, and only a grammar or a chat template parses it.
+  std::string parameters;
   std::optional<bool> strict;
   Json function_extra;  // other members of `function`
   Json extra;           // other members of the tool

@@ -476,7 +476,7 @@ bool typed_function(const element& v, Tool& out) {
       has_description = true;
     } else if (key_is(key, "parameters")) {
       if (has_parameters || !value.is_object()) return false;
-      out.parameters = to_json(value);
+      append_dom_json(out.parameters, value);
       has_parameters = true;
     } else if (key_is(key, "strict")) {
       if (has_strict || !value.is_bool()) return false;

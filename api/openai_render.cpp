@@ -66,8 +66,18 @@ class Object {
   ~Object() { out_.push_back('}'); }
   Object(const Object&) = delete;
   Object& operator=(const Object&) = delete;
-  // Writes `"key":` and returns the output for the value.
+  // Writes `"key":` for a name of ferry's own (OpenAI's member names, a token id: nothing in it
+  // to escape, so it is copied) and returns the output for the value.
   std::string& key(std::string_view k) {
+    if (!first_) out_.push_back(',');
+    first_ = false;
+    out_.push_back('"');
+    out_.append(k);
+    out_.append("\":", 2);
+    return out_;
+  }
+  // The same for a name the client sent (a kept member's): escaped.
+  std::string& client_key(std::string_view k) {
     if (!first_) out_.push_back(',');
     first_ = false;
     append_json_string(out_, k);
@@ -96,7 +106,7 @@ class Object {
   void extra(const Json& extra, Skip&& skip) {
     if (!extra.is_object()) return;
     for (auto it = extra.begin(); it != extra.end(); ++it) {
-      if (!skip(it.key())) json(it.key(), it.value());
+      if (!skip(it.key())) append_json(client_key(it.key()), it.value());
     }
   }
   void extra(const Json& extra) {
@@ -167,7 +177,7 @@ void write_tool(std::string& out, const Tool& t) {
     Object fn(o.key("function"));
     fn.str("name", t.name);
     fn.opt("description", t.description);
-    if (!t.parameters.is_null()) fn.json("parameters", t.parameters);
+    if (!t.parameters.empty()) fn.key("parameters").append(t.parameters);  // JSON text
     fn.opt("strict", t.strict);
     fn.extra(t.function_extra);
   }
@@ -472,7 +482,7 @@ Json tool_tree(const Tool& t) {
   Json fn = Json::object();
   fn["name"] = text_string(t.name);
   if (t.description) fn["description"] = text_string(*t.description);
-  if (!t.parameters.is_null()) fn["parameters"] = text_tree(t.parameters);
+  if (!t.parameters.empty()) fn["parameters"] = Json::parse(t.parameters);  // what its text reads
   if (t.strict) fn["strict"] = *t.strict;
   add_extra(fn, t.function_extra);
   o["function"] = std::move(fn);

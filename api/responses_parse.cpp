@@ -479,14 +479,69 @@ std::optional<Error> parse_input(const std::optional<element>& input, ResponsesR
   return std::nullopt;
 }
 
-// The input items a stored response keeps (ResponsesRequest::input_items), of a checked input.
-std::string input_items_text(const element& input) {
+bool json_ws(char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+// Appends the array or object at text[i] (JSON that simdjson read) without the white space
+// between its tokens, strings and numbers as written (each escape as the client wrote it), in
+// one pass that jumps over string contents; returns one past its end, npos when cut short.
+size_t append_compact(std::string& out, std::string_view text, size_t i) {
+  constexpr size_t npos = std::string_view::npos;
+  size_t run = i;  // the start of the bytes not yet appended
+  int depth = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '"') {
+      i = json_string_end(text, i);
+      if (i == npos) return npos;
+      continue;
+    }
+    if (json_ws(c)) {
+      out.append(text.substr(run, i - run));
+      i = skip_json_ws(text, i);
+      run = i;
+      continue;
+    }
+    ++i;
+    if (c == '[' || c == '{') {
+      ++depth;
+    } else if ((c == ']' || c == '}') && --depth == 0) {
+      out.append(text.substr(run, i - run));
+      return i;
+    }
+  }
+  return npos;
+}
+
+// Appends the top-level `input` member of `body` (a JSON object simdjson read) as
+// append_compact writes it, by one scan of the body's members; false (nothing appended) when the
+// scan cannot tell: a key written with an escape could be another spelling of "input".
+bool append_input_as_sent(std::string& out, std::string_view body) {
+  constexpr size_t npos = std::string_view::npos;
+  const size_t open = skip_json_ws(body, 0);
+  if (open >= body.size() || body[open] != '{') return false;
+  const size_t mark = out.size();
+  int seen = 0;
+  const size_t close = for_each_json_member(body, open, [&](std::string_view key, size_t at) {
+    if (key != "input" || at >= body.size() || body[at] != '[') return json_element_end(body, at);
+    ++seen;
+    return append_compact(out, body, at);
+  });
+  if (close != npos && seen == 1) return true;
+  out.resize(mark);
+  return false;
+}
+
+// The input items a stored response keeps (ResponsesRequest::input_items), of a checked input
+// in `body`: an array as the client wrote it, compact; a string as one user message item.
+std::string input_items_text(const element& input, std::string_view body) {
   std::string out;
   if (input.is_string()) {
     out.append(R"([{"type":"message","role":"user","content":)");
     append_json_string(out, string_of(input));
     out.append("}]");
-  } else {
+  } else if (!append_input_as_sent(out, body)) {
     append_dom_json(out, input);
   }
   return out;
@@ -535,7 +590,7 @@ std::optional<Error> parse_function_tool(const simdjson::dom::object& obj, const
   if (*description) out.description = std::string(**description);
   if (auto p = f["parameters"]) {
     if (!p->is_object()) return invalid_type(dot(path, "parameters"), "an object", *p);
-    out.parameters = to_json(*p);
+    append_dom_json(out.parameters, *p);
   }
   auto strict = f.boolean("strict");
   if (!strict) return strict.error();
@@ -544,6 +599,37 @@ std::optional<Error> parse_function_tool(const simdjson::dom::object& obj, const
     return unsupported(dot(path, "defer_loading"), "every tool is loaded with the request");
   }
   return std::nullopt;
+}
+
+// The echo of a checked tools array of function tools only (`tools`, parsed from it in order):
+// each tool's members in the client's order, its schema as the text parse_function_tool kept
+// (written once, not serialised again), the other values as their JSON. (Fields refused any
+// other member and a member named twice.)
+std::string function_tools_echo(const element& v, const std::vector<Tool>& tools) {
+  std::string out = "[";
+  size_t i = 0;
+  for (element t : array_of(v)) {
+    if (i > 0) out.push_back(',');
+    out.push_back('{');
+    bool first = true;
+    for (auto [key, value] : object_of(t)) {
+      if (!first) out.push_back(',');
+      first = false;
+      append_json_string(out, key);
+      out.push_back(':');
+      if (key == "parameters" && value.is_object()) {
+        out.append(tools[i].parameters);
+      } else if (value.is_string()) {
+        append_json_string(out, string_of(value));
+      } else {
+        out.append(text_of(value));
+      }
+    }
+    out.push_back('}');
+    ++i;
+  }
+  out.push_back(']');
+  return out;
 }
 
 std::optional<Error> parse_tools(const std::optional<element>& v, ResponsesRequest& out) {
@@ -572,7 +658,8 @@ std::optional<Error> parse_tools(const std::optional<element>& v, ResponsesReque
                             "code_interpreter", "image_generation", "local_shell"});
     }
   }
-  out.echo.tools = text_of(*v);
+  const bool functions_only = tools.size() == array_of(*v).size();
+  out.echo.tools = functions_only ? function_tools_echo(*v, tools) : text_of(*v);
   if (!tools.empty()) {
     out.chat.tools = std::move(tools);
     out.chat.tools_given = true;
@@ -961,8 +1048,8 @@ std::optional<Error> parse_instructions(const TopFields& f, ResponsesRequest& ou
 }
 
 // The body's members in the order their errors are reported.
-std::optional<Error> parse_body(const TopFields& f, const ParseOptions& options,
-                                ResponsesRequest& out) {
+std::optional<Error> parse_body(std::string_view body, const TopFields& f,
+                                const ParseOptions& options, ResponsesRequest& out) {
   if (auto e = refuse_unsupported(f)) return e;
   auto model = f.required_string("model");
   if (!model) return model.error();
@@ -981,7 +1068,7 @@ std::optional<Error> parse_body(const TopFields& f, const ParseOptions& options,
   if (out.chat.metadata.task_id.empty() && out.prompt_cache_key.size() <= 256) {
     out.chat.metadata.task_id = out.prompt_cache_key;
   }
-  if (out.store) out.input_items = input_items_text(*f["input"]);
+  if (out.store) out.input_items = input_items_text(*f["input"], body);
   return std::nullopt;
 }
 
@@ -1013,7 +1100,7 @@ Result<ResponsesRequest> parse_responses(std::string_view body, const ParseOptio
   out.chat.endpoint = Endpoint::kChatCompletions;  // what a chat backend is sent
   const TopFields f(object_of(*doc), kTopLevel, "");
   if (f.error()) return *f.error();
-  if (auto e = parse_body(f, options, out)) return *e;
+  if (auto e = parse_body(body, f, options, out)) return *e;
   if (out.previous_response_id.empty()) {
     if (Status s = check_tool_outputs(out.chat.messages); !s) return s.error();
   }

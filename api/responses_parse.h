@@ -28,8 +28,8 @@ struct ResponsesRequest {
   std::string prompt_cache_key;      // "" when none (also the task id when metadata has none)
   // The input as items, normalized (a string input becomes one user message item), without
   // the instructions: what a stored response keeps as the input that led to it. A JSON array's
-  // text (compact, members as sent), written only when the response is to be stored (`store`);
-  // "[]" otherwise.
+  // text: the client's, without white space between tokens (members, strings and numbers as
+  // sent), written only when the response is to be stored (`store`); "[]" otherwise.
   std::string input_items = "[]";
   // The first part or tool only a backend that speaks Responses natively can take (an image,
   // a built-in tool such as web_search): the front-end answers with it unless it passes the

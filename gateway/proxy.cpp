@@ -211,6 +211,7 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(
     translator.emplace(sink, frontend(plan.api), render_context(plan, hop, rec));
     to = &*translator;
   }
+  sink.set_capture(!translator);  // a translator keeps the backend's bytes (upstream())
   Result<adapters::BackendReply> result =
       co_await send_watched(stream, hop, to, cancel, early, buffer);
   // An answer that could not be translated failed there, not at the client.

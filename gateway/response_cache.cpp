@@ -159,7 +159,7 @@ void canonical_tools(Canonical& c, const api::ChatRequest& r) {
     for (const api::Tool& t : *r.tools) {
       c.str('n', t.name);
       c.opt('d', t.description);
-      c.json('p', t.parameters);
+      if (!t.parameters.empty()) c.str('p', t.parameters);  // as Canonical::json wrote its tree
       c.flag('s', t.strict);
       c.json('f', t.function_extra);
       c.json('e', t.extra);

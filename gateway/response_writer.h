@@ -63,8 +63,11 @@ class ChunkedSink final : public adapters::StreamSink {
 
   bool started() const { return started_; }
   bool broken() const { return broken_; }
-  // Every byte sent since the last take, for counting the answer when usage is missing.
+  // Every byte sent since the last take while capturing (the default), for counting the answer
+  // when usage is missing. A translated hop's answer is counted from the backend's own bytes,
+  // which its translator keeps: its proxy turns capturing off.
   std::string take_captured() { return std::exchange(captured_, {}); }
+  void set_capture(bool capture) { capture_ = capture; }
   std::string_view captured() const { return captured_; }
 
   void set_content_type(std::string type) { content_type_ = std::move(type); }
@@ -113,7 +116,7 @@ class ChunkedSink final : public adapters::StreamSink {
       append_response_head(framing_, h);
     }
     if (!bytes.empty()) {
-      captured_.append(bytes);
+      if (capture_) captured_.append(bytes);
       append_chunk_prefix(framing_, bytes.size());
     } else if (framing_.empty() && !last) {
       co_return true;  // nothing to send
@@ -158,6 +161,7 @@ class ChunkedSink final : public adapters::StreamSink {
   std::string tail_;     // chunk end and last chunk of the final write
   std::string content_type_ = "text/event-stream";
   bool started_ = false;
+  bool capture_ = true;
   bool broken_ = false;
 };
 

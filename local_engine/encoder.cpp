@@ -6,6 +6,7 @@
 #include <memory>
 #include <tuple>
 
+#include "local_engine/kernels/attend_invariant.h"
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/matmul.h"
@@ -286,10 +287,12 @@ void Encoder::linear(const WeightView& w, const WeightView& b, const float* x, f
   }
   const float* bias = floats(b);
   if (bias == nullptr) return;
-  for (int64_t t = 0; t < n_rows_; ++t) {
-    float* row = y + t * w.rows;
-    for (int64_t r = 0; r < w.rows; ++r) row[r] += bias[r];
-  }
+  pool_.parallel_for(n_rows_, 1, n_rows_ * w.rows, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = y + t * w.rows;
+      for (int64_t r = 0; r < w.rows; ++r) row[r] += bias[r];
+    }
+  });
 }
 
 void Encoder::embed_tokens(std::span<const std::vector<int32_t>> inputs) {
@@ -315,13 +318,35 @@ void Encoder::embed_tokens(std::span<const std::vector<int32_t>> inputs) {
 
 namespace {
 
-// One query of one head against the n keys of its input: scores (n floats, scratch) then
-// out[0, hd) = softmax(scores * scale) v. `kt` holds the keys transposed (kt[d * n + j]), `v`
-// the values (row j at v + j * v_stride). W keys (scores) or W dimensions (weighted values) go
-// together, each lane in the plain loop's float order: a dot summed over d from 0, a weighted
-// sum over j from 0, every product rounded before it is added: the same bits as scalar loops.
+// One query of one head against the n keys of its input: scores (n rounded up to 16 floats,
+// scratch) then out[0, hd) = softmax(scores * scale) v, the softmax's exps and sum
+// kernels::softmax_weights' (vector exps, the sum in 16 lanes). `kt` holds the keys transposed
+// (kt[d * n + j]), `v` the values (row j at v + j * v_stride). W keys (scores) or W dimensions
+// (weighted values) go together, each lane in the plain loop's float order: a dot summed over d
+// from 0, a weighted sum over j from 0, every product rounded before it is added: the same bits as
+// scalar loops.
 using F8 = float __attribute__((vector_size(32)));
 using F16 = float __attribute__((vector_size(64)));
+
+// out[0, NV * W) = sum over j < n of w[j] * (row j of v)[0, NV * W), each lane summed over j
+// from 0 (the plain loop's order), its NV vectors held in registers across the keys.
+template <typename V, int NV>
+[[gnu::always_inline]] inline void weighted_values(const float* w, int64_t n, const float* v,
+                                                   int64_t v_stride, float* out) {
+  constexpr int64_t W = sizeof(V) / sizeof(float);
+  V acc[NV] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = w[j];
+    const float* vj = v + j * v_stride;
+    for (int c = 0; c < NV; ++c) {
+      V x;
+      std::memcpy(&x, vj + c * W, sizeof(x));
+      const V prod = p * x;
+      acc[c] = acc[c] + prod;
+    }
+  }
+  std::memcpy(out, acc, sizeof(acc));
+}
 
 template <typename V>
 [[gnu::always_inline]] inline void attend_query(const float* q, const float* kt, int64_t n,
@@ -344,31 +369,30 @@ template <typename V>
     for (int64_t d = 0; d < hd; ++d) dot += q[d] * kt[d * n + j];
     scores[j] = dot;
   }
-  float max = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] *= scale;
-    max = std::max(max, scores[j]);
-  }
-  double sum = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] = std::exp(scores[j] - max);
-    sum += scores[j];
-  }
-  const auto inv = static_cast<float>(1.0 / sum);
-  std::fill(out, out + hd, 0.0f);
+  for (int64_t j = 0; j < n; ++j) scores[j] *= scale;
+  const float inv = kernels::softmax_weights(n, scores);
+  for (int64_t j = 0; j < n; ++j) scores[j] *= inv;  // the weights
+  // The weighted values, up to 4 vectors of `out` at a time over all the keys.
   const int64_t hw = hd / W * W;
-  for (int64_t j = 0; j < n; ++j) {
-    const float p = scores[j] * inv;
-    const float* vj = v + j * v_stride;
-    for (int64_t d = 0; d < hw; d += W) {
-      V o, x;
-      std::memcpy(&o, out + d, sizeof(o));
-      std::memcpy(&x, vj + d, sizeof(x));
-      const V prod = p * x;
-      o = o + prod;
-      std::memcpy(out + d, &o, sizeof(o));
-    }
-    for (int64_t d = hw; d < hd; ++d) out[d] += p * vj[d];
+  int64_t d = 0;
+  for (; d + 4 * W <= hw; d += 4 * W) weighted_values<V, 4>(scores, n, v + d, v_stride, out + d);
+  switch ((hw - d) / W) {
+    case 3:
+      weighted_values<V, 3>(scores, n, v + d, v_stride, out + d);
+      break;
+    case 2:
+      weighted_values<V, 2>(scores, n, v + d, v_stride, out + d);
+      break;
+    case 1:
+      weighted_values<V, 1>(scores, n, v + d, v_stride, out + d);
+      break;
+    default:
+      break;
+  }
+  for (d = hw; d < hd; ++d) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; ++j) acc += scores[j] * v[j * v_stride + d];
+    out[d] = acc;
   }
 }
 
@@ -412,7 +436,7 @@ void Encoder::attention() {
       const int64_t in = task / c.n_head, h = task % c.n_head;
       const int64_t s0 = starts_[static_cast<size_t>(in)];
       const int64_t n = starts_[static_cast<size_t>(in) + 1] - s0;
-      scores.resize(static_cast<size_t>(n));
+      scores.resize(static_cast<size_t>((n + 15) / 16 * 16));  // softmax_weights' room
       kt.resize(static_cast<size_t>(n * hd));
       for (int64_t j = 0; j < n; ++j) {
         const float* k = k_.data() + (s0 + j) * e + h * hd;
@@ -493,12 +517,15 @@ void Encoder::rotate_qk() {
 
 void Encoder::add_and_norm(const WeightView& w, const WeightView& b) {
   const int64_t e = config().n_embd;
-  for (int64_t t = 0; t < n_rows_; ++t) {
-    float* x = x_.data() + t * e;
-    const float* sub = tmp_.data() + t * e;
-    for (int64_t d = 0; d < e; ++d) x[d] = sub[d] + x[d];
-    layer_norm_row(e, x, floats(w), floats(b), config().norm_eps, x);
-  }
+  // Rows on the pool: each row's sums are its own, in the same order whoever runs it.
+  pool_.parallel_for(n_rows_, 1, n_rows_ * e * 4, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* x = x_.data() + t * e;
+      const float* sub = tmp_.data() + t * e;
+      for (int64_t d = 0; d < e; ++d) x[d] = sub[d] + x[d];
+      layer_norm_row(e, x, floats(w), floats(b), config().norm_eps, x);
+    }
+  });
 }
 
 Result<std::vector<std::vector<float>>> Encoder::embed(

@@ -31,6 +31,20 @@ void attend_group_invariant(int64_t head_dim, int64_t n_q, const float* q, int64
 #endif
 }
 
+float softmax_weights(int64_t n, float* s) {
+#if defined(__x86_64__) || defined(__i386__)
+  switch (active_isa()) {
+    case Isa::kAvx512:
+      return detail::softmax_weights_avx512(n, s);
+    case Isa::kAvx2:
+      return detail::softmax_weights_avx2(n, s);
+    case Isa::kScalar:
+      break;
+  }
+#endif
+  return detail::softmax_weights_ref(n, s);
+}
+
 namespace detail {
 namespace {
 
@@ -56,6 +70,18 @@ float exp_lane(float x) {
 
 }  // namespace
 
+float softmax_weights_ref(int64_t n, float* s) {
+  const float mx = *std::max_element(s, s + n);
+  float sum[16] = {};
+  for (int64_t p = 0; p < n; ++p) {
+    s[p] = exp_lane(s[p] - mx);
+    sum[p % 16] += s[p];
+  }
+  std::fill(s + n, s + (n + 15) / 16 * 16, 0.0f);
+  const float total = reduce_add16(sum);
+  return total == 0.0f ? 0.0f : 1.0f / total;
+}
+
 void attend_group_invariant_ref(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                 const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                 int64_t value_stride, int64_t n_keys, float scale, float* out,
@@ -77,14 +103,7 @@ void attend_group_invariant_ref(int64_t head_dim, int64_t n_q, const float* q, i
       s[static_cast<size_t>(p)] = reduce_add16(lanes) * scale;
     }
     if (softcap > 0.0f) softcap_scores(s.data(), 1, n_pad, n_keys, softcap);
-    const float mx = *std::max_element(s.begin(), s.begin() + n_keys);
-    float sum[16] = {};
-    for (int64_t p = 0; p < n_keys; ++p) {
-      s[static_cast<size_t>(p)] = exp_lane(s[static_cast<size_t>(p)] - mx);
-      sum[p % 16] += s[static_cast<size_t>(p)];
-    }
-    const float total = reduce_add16(sum);
-    const float inv = total == 0.0f ? 0.0f : 1.0f / total;
+    const float inv = softmax_weights_ref(n_keys, s.data());
     for (int64_t d = 0; d < head_dim; ++d) {
       float acc = 0.0f;
       for (int64_t p = 0; p < n_keys; ++p) {

@@ -26,7 +26,18 @@ void attend_group_invariant(int64_t head_dim, int64_t n_q, const float* q, int64
                             int64_t value_stride, int64_t n_keys, float scale, float* out,
                             int64_t out_stride, float softcap = 0.0f);
 
+// The softmax's unnormalised weights of n >= 1 scores, in place, with attend_group_invariant's
+// exp (vector on AVX-512 and AVX2, the same bits lane by lane in scalar code elsewhere):
+// s[p] = e^(s[p] - max s) for p < n, and s[n, round_up(n, 16)) set to 0 (the caller leaves room
+// for them). Returns 1 / (the weights' sum), 0 when the sum is 0; the sum is taken in 16 lanes
+// (key p in lane p % 16) and reduced as _mm512_reduce_add_ps does, so the result depends on n and
+// the scores alone. Used by the bert encoder's bidirectional attention.
+float softmax_weights(int64_t n, float* s);
+
 namespace detail {
+float softmax_weights_avx512(int64_t n, float* s);
+float softmax_weights_avx2(int64_t n, float* s);
+float softmax_weights_ref(int64_t n, float* s);
 void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                    const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                    int64_t value_stride, int64_t n_keys, float scale, float* out,

@@ -115,9 +115,11 @@ inline float score(int64_t n_chunks, const float* q, const uint16_t* k) {
   return reduce_add16(acc);
 }
 
+}  // namespace
+
 // Scores s[0, n_keys) become unnormalised softmax weights (zeros up to the next 16); returns
 // the reciprocal of their sum.
-float softmax_weights(int64_t n_keys, float* s) {
+float softmax_weights_avx2(int64_t n_keys, float* s) {
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
   V16 mx{neg_inf, neg_inf};
   for (int64_t p = 0; p < n_keys; p += 16) {
@@ -141,8 +143,6 @@ float softmax_weights(int64_t n_keys, float* s) {
   return total == 0.0f ? 0.0f : 1.0f / total;
 }
 
-}  // namespace
-
 void attend_group_invariant_avx2(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                  const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                  int64_t value_stride, int64_t n_keys, float scale, float* out,
@@ -161,7 +161,7 @@ void attend_group_invariant_avx2(int64_t head_dim, int64_t n_q, const float* q, 
   }
   if (softcap > 0.0f) softcap_scores(w.data(), n_q, n_pad, n_keys, softcap);
   for (int64_t h = 0; h < n_q; ++h) {
-    inv[static_cast<size_t>(h)] = softmax_weights(n_keys, w.data() + h * n_pad);
+    inv[static_cast<size_t>(h)] = softmax_weights_avx2(n_keys, w.data() + h * n_pad);
   }
   // Weighted sums of the values, up to 2 heads x 32 elements per pass over the keys.
   const int64_t n_chunks8 = head_dim / 8;

@@ -81,6 +81,24 @@ constexpr WeightedSumFn kWeightedSums[4][4] = {
 
 }  // namespace
 
+float softmax_weights_avx512(int64_t n_keys, float* s) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t p = 0; p < n_keys; p += 16) {
+    mx = _mm512_mask_max_ps(mx, tail_mask(n_keys - p), mx, _mm512_loadu_ps(s + p));
+  }
+  const __m512 max_score = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t p = 0; p < n_keys; p += 16) {
+    const __mmask16 m = tail_mask(n_keys - p);
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_loadu_ps(s + p), max_score)));
+    _mm512_storeu_ps(s + p, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  const float total = _mm512_reduce_add_ps(sum);
+  return total == 0.0f ? 0.0f : 1.0f / total;
+}
+
 void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q, int64_t q_stride,
                                    const uint16_t* keys, int64_t key_stride, const uint16_t* values,
                                    int64_t value_stride, int64_t n_keys, float scale, float* out,
@@ -106,22 +124,7 @@ void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q
   if (softcap > 0.0f) softcap_scores(w.data(), n_q, n_pad, n_keys, softcap);
   // Softmax weights (unnormalised) and the reciprocal of their sum.
   for (int64_t h = 0; h < n_q; ++h) {
-    float* s = w.data() + h * n_pad;
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t p = 0; p < n_keys; p += 16) {
-      mx = _mm512_mask_max_ps(mx, tail_mask(n_keys - p), mx, _mm512_loadu_ps(s + p));
-    }
-    const __m512 max_score = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t p = 0; p < n_keys; p += 16) {
-      const __mmask16 m = tail_mask(n_keys - p);
-      const __m512 e =
-          _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_loadu_ps(s + p), max_score)));
-      _mm512_storeu_ps(s + p, e);
-      sum = _mm512_add_ps(sum, e);
-    }
-    const float total = _mm512_reduce_add_ps(sum);
-    inv[static_cast<size_t>(h)] = total == 0.0f ? 0.0f : 1.0f / total;
+    inv[static_cast<size_t>(h)] = softmax_weights_avx512(n_keys, w.data() + h * n_pad);
   }
   // Weighted sums of the values, up to 4 heads x 64 elements per pass over the keys.
   for (int64_t h0 = 0; h0 < n_q; h0 += 4) {

@@ -258,7 +258,7 @@ TEST(AnthropicParse, CustomTools) {
   ASSERT_EQ(p.request.tools->size(), 2u);
   EXPECT_EQ((*p.request.tools)[0].name, "get_weather");
   EXPECT_EQ((*p.request.tools)[0].description, "d");
-  EXPECT_EQ((*p.request.tools)[0].parameters["properties"]["city"]["type"], "string");
+  EXPECT_EQ(Json::parse((*p.request.tools)[0].parameters)["properties"]["city"]["type"], "string");
   EXPECT_TRUE(p.request.has_tools());
   EXPECT_FALSE(p.info.native_only);
   expect_400(member_error(R"("tools":{})"), "tools");

@@ -148,9 +148,21 @@ TEST(OpenAiParse, Tools) {
   const Tool& t = (*r.tools)[0];
   EXPECT_EQ(t.name, "get");
   EXPECT_EQ(t.description, "d");
-  EXPECT_EQ(t.parameters["properties"]["q"]["type"], "string");
+  EXPECT_EQ(Json::parse(t.parameters)["properties"]["q"]["type"], "string");
   EXPECT_EQ(t.strict, true);
   EXPECT_TRUE(r.has_tools());
+  // The schema is kept as compact JSON text: the members in the client's order, a key sent twice
+  // where it first stands with its last value, strings escaped and numbers written as
+  // nlohmann::json::dump() writes them (what a backend and a grammar are given).
+  ChatRequest spaced = chat(R"("tools":[{"type":"function","function":{"name":"f",
+      "parameters": { "type" : "object", "required":["a"], "properties" : {"a": {"type":"string",
+      "pattern":"^\\d+\u0022\u00e9$", "maximum": 1.50, "minimum": -3, "default": 1e2}},
+      "type": "object", "x": [true, null, {}]}}}])");
+  ASSERT_TRUE(spaced.tools);
+  EXPECT_EQ((*spaced.tools)[0].parameters,
+            R"({"type":"object","required":["a"],"properties":{"a":{"type":"string",)"
+            R"("pattern":"^\\d+\"é$","maximum":1.5,"minimum":-3,"default":100.0}},)"
+            R"("x":[true,null,{}]})");
   // Another kind of tool: kept as sent, still a tools request.
   ChatRequest other = chat(R"("tools":[{"type":"web_search"}])");
   EXPECT_FALSE(other.tools);

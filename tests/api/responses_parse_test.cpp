@@ -260,13 +260,28 @@ TEST(ResponsesParse, FunctionToolsAreFlat) {
   const Tool& t = (*r.chat.tools)[0];
   EXPECT_EQ(t.name, "get_weather");
   EXPECT_EQ(t.description, "d");
-  EXPECT_EQ(t.parameters["properties"]["c"]["type"], "string");
+  EXPECT_EQ(Json::parse(t.parameters)["properties"]["c"]["type"], "string");
   EXPECT_EQ(t.strict, true);
   EXPECT_TRUE(r.chat.has_tools());
   // Chat's nested shape for a chat backend.
   Json chat = to_openai_json(r.chat);
   EXPECT_EQ(chat["tools"][0]["function"]["name"], "get_weather");
   EXPECT_NE(r.echo.tools.find("get_weather"), std::string::npos);
+  // The echo: the tools as sent, compact, members in the client's order, each schema as its kept
+  // text (what the backend is sent).
+  const std::string tools =
+      R"([ {"description":"d \u00e9","type":"function","name":"f","strict":false, "parameters":)"
+      R"( {"type":"object","properties":{"a":{"type":"number","maximum":1.50}}}} ,)"
+      R"( {"type":"function","name":"g"}])";
+  auto e = ok(R"("tools":)" + tools);
+  EXPECT_EQ(e.echo.tools,
+            R"([{"description":"d é","type":"function","name":"f","strict":false,"parameters":)"
+            R"({"type":"object","properties":{"a":{"type":"number","maximum":1.5}}}},)"
+            R"({"type":"function","name":"g"}])");
+  EXPECT_EQ(Json::parse(e.echo.tools), Json::parse(tools));
+  // With a built-in tool (for a native backend) the whole array is echoed as simdjson writes it.
+  auto mixed = ok(R"("tools":[{"type":"web_search", "x": 1},{"type":"function","name":"g"}])");
+  EXPECT_EQ(mixed.echo.tools, R"([{"type":"web_search","x":1},{"type":"function","name":"g"}])");
 }
 
 TEST(ResponsesParse, ToolErrors) {
@@ -488,6 +503,30 @@ TEST(DomJson, WritesWhatTheKeptTreeDumps) {
 TEST(ResponsesParse, InputItemsAreKeptOnlyWhenStored) {
   auto stored = items(R"([{"role":"user","content":"a\nb","status":null}])");
   EXPECT_EQ(stored.input_items, R"([{"role":"user","content":"a\nb","status":null}])");
+  // The client's text without its white space: escapes and numbers as sent, and it reads back
+  // as the same items (a later request's previous_response_id parses it).
+  const std::string spaced =
+      "[ {\"role\" :\t\"user\",\r\n \"content\": [ {\"type\":\"input_text\", \"text\": "
+      "\"a \\u00e9 \\\"b\\\"\\n\\/ c\"} ] },\n {\"type\":\"function_call\", \"call_id\":\"c 1\", "
+      "\"name\":\"f\",\"arguments\":\"{ \\\"x\\\": 1.50 }\"}, {\"type\":\"function_call_output\","
+      "\"call_id\":\"c 1\",\"output\":\"ok\"} ]";
+  auto kept = parse_responses(R"({"model":"m","tools":[{"type":"function","name":"f"}],)"
+                              R"("input" :  )" +
+                              spaced + R"( , "temperature" : 1e0 })");
+  ASSERT_TRUE(kept) << kept.error().message;
+  EXPECT_EQ(
+      kept->input_items,
+      "[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":"
+      "\"a \\u00e9 \\\"b\\\"\\n\\/ c\"}]},{\"type\":\"function_call\",\"call_id\":\"c 1\","
+      "\"name\":\"f\",\"arguments\":\"{ \\\"x\\\": 1.50 }\"},{\"type\":\"function_call_output\","
+      "\"call_id\":\"c 1\",\"output\":\"ok\"}]");
+  EXPECT_EQ(Json::parse(kept->input_items), Json::parse(spaced));
+  // A key written with an escape could be another spelling of "input": the items are then
+  // written from the parse (as a tree dumps them).
+  auto escaped =
+      parse_responses(R"({"model":"m","\u0069nput": [ {"role":"user","content":"x\u00e9"} ]})");
+  ASSERT_TRUE(escaped) << escaped.error().message;
+  EXPECT_EQ(escaped->input_items, "[{\"role\":\"user\",\"content\":\"x\xc3\xa9\"}]");
   auto plain = ok(R"("store":false)");
   EXPECT_EQ(plain.input_items, "[]");
   auto text = ok(R"("store":true)", R"("caf\u00e9 \"q\"")");

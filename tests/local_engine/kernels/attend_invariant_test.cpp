@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -94,6 +95,44 @@ TEST(AttendInvariant, VectorFormEqualsTheScalarReferenceBitForBit) {
           }
         }
       }
+    }
+  }
+}
+
+// The softmax weights alone (the bert encoder's): the active form equals the scalar reference
+// bit for bit, the padding up to 16 is zeroed, and the weights are e^(s - max) within the exp's
+// 2 ulp (double reference), flushed to 0 far below the maximum.
+TEST(AttendInvariant, SoftmaxWeightsEqualTheScalarReferenceAndExp) {
+  for (const int64_t n : {1, 2, 15, 16, 17, 31, 128, 130}) {
+    for (const float spread : {1.0f, 40.0f, 400.0f}) {
+      auto scores = random_row(n, 60 + static_cast<uint32_t>(n));
+      for (float& v : scores) v *= spread;
+      const int64_t pad = (n + 15) / 16 * 16;
+      std::vector<float> got(static_cast<size_t>(pad), -1.0f), want(got.size(), -2.0f);
+      std::copy(scores.begin(), scores.end(), got.begin());
+      std::copy(scores.begin(), scores.end(), want.begin());
+      const float inv_got = softmax_weights(n, got.data());
+      const float inv_want = detail::softmax_weights_ref(n, want.data());
+      ASSERT_EQ(inv_got, inv_want) << "n " << n << " spread " << spread;
+      const float mx = *std::max_element(scores.begin(), scores.end());
+      double sum = 0;
+      for (int64_t p = 0; p < pad; ++p) {
+        const size_t i = static_cast<size_t>(p);
+        ASSERT_EQ(got[i], want[i]) << "n " << n << " spread " << spread << " at " << p;
+        if (p >= n) {
+          ASSERT_EQ(got[i], 0.0f) << "padding at " << p;
+          continue;
+        }
+        const float x = scores[i] - mx;  // the argument as the kernel rounds it
+        const double expect = std::exp(static_cast<double>(x));
+        if (x < -87.0f) {
+          ASSERT_LE(got[i], 1e-37f);
+        } else {
+          ASSERT_NEAR(got[i], expect, 3e-7 * expect) << "n " << n << " at " << p;
+        }
+        sum += got[i];
+      }
+      EXPECT_NEAR(inv_got, 1.0 / sum, 1e-6 / sum);
     }
   }
 }
