@@ -212,20 +212,25 @@ Result<std::unique_ptr<Ledger>> Ledger::open(LedgerConfig config, PriceCatalog p
     }
   } else {
     if (config.apply_ms > 0) {
-      // A server restarting while a CLI applies the log it left: wait for it a little.
-      for (int tries = 0; tries < 20 && !row_log; ++tries) {
+      // A server restarting while a CLI applies the log it left: wait for it a little. A
+      // ledger of this process holds it for as long as it is open: no wait for that one.
+      bool held_here = false;
+      for (int tries = 0; tries < 20 && !row_log && !held_here; ++tries) {
         auto opened = RowLog::open(config.path);
         if (opened) {
           row_log = std::move(*opened);
         } else if (opened.error().type_code != "row_log_locked") {
           return opened.error();
+        } else if (row_log_owned_here(config.path)) {
+          held_here = true;
         } else {
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
       }
       if (!row_log) {
-        std::cerr << "ferry: the ledger's row log " << config.path
-                  << "-rowlog is held by another process; committing each group to SQLite\n";
+        std::cerr << "ferry: the ledger's row log " << config.path << "-rowlog is held by "
+                  << (held_here ? "another ledger of this process" : "another process")
+                  << "; committing each group to SQLite\n";
       }
     }
     // Without the log: what a log of this file holds (a killed server's) goes in first.
