@@ -10,11 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
 seconds=${1:-20}
-ferry_bin=$BUILD_DIR/gateway/ferry
-upstream_bin=$BUILD_DIR/tests/integration/ferry_test_upstream
-loadgen_bin=$BUILD_DIR/bench/ferry_loadgen
 # shellcheck source=bench/gateway_common.sh
 source bench/gateway_common.sh
+bench_binaries
 make_work_dir ferry-callgrind
 "$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
 pids+=($!)

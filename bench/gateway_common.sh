@@ -1,4 +1,4 @@
-# What gateway_bench.sh and full_callgrind.sh share (sourced by both).
+# What gateway_bench.sh, full_callgrind.sh and full_threads.sh share (sourced by each).
 
 # make_work_dir PREFIX: sets `work` (a new temporary directory) and `pids` (the processes the
 # script starts); on exit the processes are stopped and the directory removed.
@@ -11,6 +11,13 @@ cleanup_work() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$work"
+}
+
+# bench_binaries: sets ferry_bin, upstream_bin and loadgen_bin, those of BUILD_DIR.
+bench_binaries() {
+  ferry_bin=$BUILD_DIR/gateway/ferry
+  upstream_bin=$BUILD_DIR/tests/integration/ferry_test_upstream
+  loadgen_bin=$BUILD_DIR/bench/ferry_loadgen
 }
 
 # wait_listening FILE NAME: prints the URL of the `listening on URL` line once it appears.

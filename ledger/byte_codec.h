@@ -18,14 +18,23 @@ namespace ferry::ledger {
 
 class ByteWriter {
  public:
-  void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  ByteWriter() = default;
+  // Appends to `out` (kept by the caller) instead of a string of its own: take() is then empty.
+  explicit ByteWriter(std::string& out) : out_(&out) {}
+  ByteWriter(const ByteWriter&) = delete;
+  ByteWriter& operator=(const ByteWriter&) = delete;
+
+  void u8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
   void i64(int64_t v) {
+    // The 8 bytes in one append (the shifts make them little-endian on any host).
     auto u = static_cast<uint64_t>(v);
-    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+    char bytes[8];
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((u >> (8 * i)) & 0xff);
+    out_->append(bytes, 8);
   }
   void str(std::string_view s) {
     i64(static_cast<int64_t>(s.size()));
-    out_.append(s);
+    out_->append(s);
   }
   void strs(const std::vector<std::string>& v) {
     i64(static_cast<int64_t>(v.size()));
@@ -46,10 +55,11 @@ class ByteWriter {
     money(c.output);
     money(c.reasoning);
   }
-  std::string take() { return std::move(out_); }
+  std::string take() { return std::move(own_); }
 
  private:
-  std::string out_;
+  std::string own_;
+  std::string* out_ = &own_;
 };
 
 // Reads what ByteWriter wrote; any read past the end (or a count beyond what is left) marks the

@@ -140,7 +140,13 @@ BudgetCharge read_charge(Reader& r) {
 }  // namespace
 
 std::string encode_entry(const LedgerEntry& e) {
-  Writer w;
+  std::string out;
+  encode_entry_to(e, out);
+  return out;
+}
+
+void encode_entry_to(const LedgerEntry& e, std::string& out) {
+  Writer w(out);
   w.u8(kCodecVersion);
   w.u8(static_cast<uint8_t>(e.kind));
   write_record(w, e.record);
@@ -158,7 +164,6 @@ std::string encode_entry(const LedgerEntry& e) {
   }
   w.i64(static_cast<int64_t>(e.charges.size()));
   for (const BudgetCharge& c : e.charges) write_charge(w, c);
-  return w.take();
 }
 
 Result<LedgerEntry> decode_entry(std::string_view bytes) {

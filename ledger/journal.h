@@ -18,6 +18,8 @@ namespace ferry::ledger {
 // A LedgerEntry as bytes (a fixed field order behind a version byte; strings length-prefixed,
 // so any bytes survive) and back. decode_entry refuses truncated or unknown input.
 std::string encode_entry(const LedgerEntry& entry);
+// The same bytes appended to `out` (the row log writes a batch's records into one buffer).
+void encode_entry_to(const LedgerEntry& entry, std::string& out);
 Result<LedgerEntry> decode_entry(std::string_view bytes);
 
 struct JournalRow {

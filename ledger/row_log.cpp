@@ -13,7 +13,7 @@
 #include <map>
 #include <mutex>
 
-#include "ledger/journal.h"   // encode_entry, decode_entry
+#include "ledger/journal.h"   // encode_entry_to, decode_entry
 #include "ledger/pg_store.h"  // is_pg_url
 #include "ledger/sqlite_store.h"
 
@@ -62,8 +62,8 @@ constexpr char kMagic[4] = {'F', 'R', 'L', '1'};
 // A record's payload is one row; anything larger is not a record of ours.
 constexpr uint32_t kMaxPayload = 64u << 20;
 
-void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+void put_u32(char* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
 uint32_t get_u32(const char* p) {
@@ -260,11 +260,15 @@ Status RowLog::start_segment(uint64_t after) {
 Status RowLog::append(const std::vector<LedgerEntry*>& entries) {
   buffer_.clear();
   for (const LedgerEntry* e : entries) {
-    std::string payload = encode_entry(*e);
-    buffer_.append(kMagic, 4);
-    put_u32(buffer_, static_cast<uint32_t>(payload.size()));
-    put_u32(buffer_, crc32c(payload));
-    buffer_.append(payload);
+    // The payload is encoded in place after its header, whose length and checksum follow.
+    const size_t header = buffer_.size();
+    buffer_.append(kRowLogHeaderBytes, '\0');
+    encode_entry_to(*e, buffer_);
+    const size_t length = buffer_.size() - header - kRowLogHeaderBytes;
+    const uint32_t crc = crc32c(std::string_view(buffer_).substr(header + kRowLogHeaderBytes));
+    std::memcpy(buffer_.data() + header, kMagic, 4);
+    put_u32(buffer_.data() + header + 4, static_cast<uint32_t>(length));
+    put_u32(buffer_.data() + header + 8, crc);
   }
   const std::string path = segment_path(segment_);
   auto fail = [&](const char* what) {
@@ -320,6 +324,12 @@ void unregister_row_log_owner(const std::string& db_path) {
   Owners& o = owners();
   std::lock_guard lock(o.mu);  // waits for a catch-up running in the owner
   o.by_path.erase(registry_key(db_path));
+}
+
+bool row_log_owned_here(const std::string& db_path) {
+  Owners& o = owners();
+  std::lock_guard lock(o.mu);
+  return o.by_path.count(registry_key(db_path)) != 0;
 }
 
 Status catch_up_row_log(const std::string& db_path) {

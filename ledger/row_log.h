@@ -86,6 +86,8 @@ Result<int64_t> apply_log_rows(Store& store, std::vector<LedgerEntry>& entries, 
 // of `db_path`'s log to apply every row logged so far before a read.
 void register_row_log_owner(const std::string& db_path, std::function<Status()> apply_now);
 void unregister_row_log_owner(const std::string& db_path);
+// Whether a ledger of this process owns `db_path`'s log (registered above).
+bool row_log_owned_here(const std::string& db_path);
 
 // Before reading the SQLite ledger at `db_path`: the rows of its log are applied, by the owner
 // in this process, or here: with the log's lock when no process owns it (a killed server; its

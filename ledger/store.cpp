@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <map>
 
 #include "common/json_text.h"
@@ -216,26 +217,72 @@ void attempt_values(std::string_view request_id, size_t index, const AttemptReco
   push_cost(v, cost, total);
 }
 
+namespace {
+
+// encode_value's bytes written at `p`, which has room for them (value_room).
+char* put_int(char* p, int64_t value) {
+  return std::to_chars(p, p + 20, value).ptr;  // 20 characters hold any int64
+}
+
+char* put_value(char* p, const ValueRef& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) {
+    *p++ = 'I';
+    p = put_int(p, *i);
+  } else if (const auto* s = std::get_if<std::string_view>(&value)) {
+    *p++ = 'T';
+    p = put_int(p, static_cast<int64_t>(s->size()));
+    *p++ = ':';
+    if (!s->empty()) std::memcpy(p, s->data(), s->size());
+    p += s->size();
+  } else {
+    *p++ = 'N';
+  }
+  *p++ = ';';
+  return p;
+}
+
+// At least the bytes put_value writes for the value, with its one-byte tag before it.
+size_t value_room(const ValueRef& value) {
+  const auto* s = std::get_if<std::string_view>(&value);
+  return 24 + (s != nullptr ? s->size() : 0);
+}
+
+}  // namespace
+
 // The request id follows an 'R' (never the first byte of a value), so it cannot be taken for
 // the facts or an attempt; the chain (a PostgreSQL row's instance) follows a 'C' after it.
+// The same bytes as encode_value's appends, written into room made once (a row's text is a
+// few KiB: its values one by one through std::string's appends cost several times as much).
 void hash_text(const std::vector<ValueRef>& request, std::string_view request_id,
                const std::vector<ValueRef>* attempts, size_t attempt_count, std::string& out,
                std::string_view chain) {
-  out.clear();
-  out.append(kHashTag);
-  for (const ValueRef& value : request) encode_value(out, value);
+  const ValueRef id_ref = request_id;
+  const ValueRef chain_ref = chain;
+  size_t room = kHashTag.size() + value_room(id_ref) + value_room(chain_ref);
+  for (const ValueRef& value : request) room += value_room(value);
+  for (size_t a = 0; a < attempt_count; ++a) {
+    room += 1;
+    for (const ValueRef& value : attempts[a]) room += value_room(value);
+  }
+  out.resize(room);
+  char* const begin = out.data();
+  char* p = begin;
+  std::memcpy(p, kHashTag.data(), kHashTag.size());
+  p += kHashTag.size();
+  for (const ValueRef& value : request) p = put_value(p, value);
   if (!request_id.empty()) {
-    out += 'R';
-    encode_value(out, request_id);
+    *p++ = 'R';
+    p = put_value(p, id_ref);
   }
   if (!chain.empty()) {
-    out += 'C';
-    encode_value(out, chain);
+    *p++ = 'C';
+    p = put_value(p, chain_ref);
   }
   for (size_t a = 0; a < attempt_count; ++a) {
-    out += 'A';
-    for (const ValueRef& value : attempts[a]) encode_value(out, value);
+    *p++ = 'A';
+    for (const ValueRef& value : attempts[a]) p = put_value(p, value);
   }
+  out.resize(static_cast<size_t>(p - begin));
 }
 
 // The aggregates' group columns; the sums follow them in every aggregate table.

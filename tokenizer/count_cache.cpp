@@ -13,8 +13,8 @@ CountCache::CountCache(const Tokenizer& tokenizer, std::size_t max_bytes)
 
 CountCache::Run CountCache::run(std::string_view text, bool first) {
   if (text.empty()) return {};
-  const Key key{text, first};
-  const std::size_t h = KeyHash()(key);
+  const std::size_t h = hash_of(text, first);
+  const Key key{text, first, h};
   Shard& shard = shards_[(h >> 7) % kShards];
   {
     std::lock_guard<std::mutex> lock(shard.mutex);
@@ -35,13 +35,13 @@ CountCache::Run CountCache::run(std::string_view text, bool first) {
   ++shard.stats.misses;
   if (bytes > shard_bytes_) return r;  // larger than the bound: counted, not kept
   if (shard.index.count(key) != 0) return r;
-  shard.lru.push_front(Entry{std::string(text), first, r, bytes});
-  shard.index.emplace(Key{shard.lru.front().text, first}, shard.lru.begin());
+  shard.lru.push_front(Entry{std::string(text), first, r, bytes, h});
+  shard.index.emplace(Key{shard.lru.front().text, first, h}, shard.lru.begin());
   shard.bytes += bytes;
   while (shard.bytes > shard_bytes_) {
     const Entry& old = shard.lru.back();
     shard.bytes -= old.bytes;
-    shard.index.erase(Key{old.text, old.first});
+    shard.index.erase(Key{old.text, old.first, old.hash});
     shard.lru.pop_back();
     ++shard.stats.evictions;
   }

@@ -66,16 +66,20 @@ class CountCache {
     bool first = false;  // encoded as the first run of its input
     Run run;
     std::size_t bytes = 0;
+    std::size_t hash = 0;  // its Key's
   };
+  // A run's text and its hash, computed once (it picks the shard, and the map takes it as is).
   struct Key {
     std::string_view text;
     bool first = false;
+    std::size_t hash = 0;
     bool operator==(const Key& o) const { return first == o.first && text == o.text; }
   };
+  static std::size_t hash_of(std::string_view text, bool first) {
+    return std::hash<std::string_view>()(text) ^ static_cast<std::size_t>(first);
+  }
   struct KeyHash {
-    std::size_t operator()(const Key& k) const {
-      return std::hash<std::string_view>()(k.text) ^ static_cast<std::size_t>(k.first);
-    }
+    std::size_t operator()(const Key& k) const { return k.hash; }
   };
   using List = std::list<Entry>;  // most recently used first
   struct Shard {

@@ -199,6 +199,37 @@ TEST(RowLog, RowsACrashLeftInTheLogAreAppliedOnceAtTheNextOpen) {
   EXPECT_EQ(verified->rows, 4);
 }
 
+// A second ledger of the same file in one process commits directly at once: the owner is known
+// here (the registry), so it does not wait for the lock as for a CLI applying the log.
+TEST(RowLog, ASecondLedgerOfThisProcessCommitsDirectlyWithoutWaitingForTheLock) {
+  TempDir dir;
+  std::string db = dir.file("l.db");
+  EXPECT_FALSE(row_log_owned_here(db));
+  auto first = open_ledger(db, 60000);
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(first->has_row_log());
+  EXPECT_TRUE(row_log_owned_here(db));
+  ::testing::internal::CaptureStderr();
+  auto second = open_ledger(db);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(second);
+  EXPECT_FALSE(second->has_row_log());
+  EXPECT_NE(said.find("held by another ledger of this process"), std::string::npos) << said;
+  ASSERT_TRUE(record_durably(*first, simple_record("gpu-large", tokens_of(1, 0, 1, 0))));
+  ASSERT_TRUE(record_durably(*second, simple_record("gpu-large", tokens_of(2, 0, 1, 0))));
+  EXPECT_EQ(count_rows(db), 2);  // the first's row applied for the read, the second's direct
+  second.reset();
+  first.reset();
+  EXPECT_FALSE(row_log_owned_here(db));
+  auto report = team_report(db);
+  ASSERT_TRUE(report) << report.error().message;
+  EXPECT_EQ(report->totals.input_tokens, 3);
+  auto verified = verify_ledger(db);
+  ASSERT_TRUE(verified);
+  EXPECT_TRUE(verified->ok());
+  EXPECT_EQ(verified->rows, 2);
+}
+
 TEST(RowLog, AReaderWithoutAnOwnerAppliesTheLogFirst) {
   TempDir dir;
   std::string db = dir.file("l.db");

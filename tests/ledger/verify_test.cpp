@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+
+#include "common/sha256.h"
+#include "ledger/store.h"
+
 #include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
 #include "ledger/verify.h"
@@ -196,6 +201,51 @@ TEST_F(VerifyTest, UsageCheckIsHashedAndOlderFilesMigrate) {
   VerifyResult tampered = verify();
   EXPECT_TRUE(mentions(tampered, "hash mismatch"));
   EXPECT_TRUE(mentions(tampered, ids_.back()));
+}
+
+// The bytes a row's hash covers, spelled out: every ledger written so far verifies against this
+// encoding, so a faster writer of it must produce exactly these bytes (and row_hash, which
+// verification uses, the same).
+TEST(HashText, EncodesEveryKindOfValueAsItAlwaysHas) {
+  const std::string long_text(300, 'x');
+  std::vector<ValueRef> request = {std::string_view("id-1"),
+                                   int64_t{0},
+                                   int64_t{-42},
+                                   std::numeric_limits<int64_t>::min(),
+                                   std::numeric_limits<int64_t>::max(),
+                                   std::monostate{},
+                                   std::string_view(""),
+                                   std::string_view("a;b:T1"),
+                                   std::string_view(long_text)};
+  std::vector<ValueRef> attempt = {std::string_view("id-1"), int64_t{1}, std::monostate{}};
+  std::vector<std::vector<ValueRef>> attempts = {attempt, attempt};
+  const std::string expected_request =
+      "ferry-ledger-v1\nT4:id-1;I0;I-42;I-9223372036854775808;I9223372036854775807;N;T0:;"
+      "T6:a;b:T1;T300:" +
+      long_text + ";";
+  const std::string expected_attempts = "AT4:id-1;I1;N;AT4:id-1;I1;N;";
+  std::string text = "left over";
+  detail::hash_text(request, "req-7", attempts.data(), attempts.size(), text);
+  EXPECT_EQ(text, expected_request + "RT5:req-7;" + expected_attempts);
+  detail::hash_text(request, "", attempts.data(), 1, text, "inst");
+  EXPECT_EQ(text, expected_request + "CT4:inst;AT4:id-1;I1;N;");
+  detail::hash_text(request, "", nullptr, 0, text);
+  EXPECT_EQ(text, expected_request);
+
+  std::vector<Value> owned_request;
+  for (const ValueRef& v : request) {
+    if (const auto* i = std::get_if<int64_t>(&v)) {
+      owned_request.emplace_back(*i);
+    } else if (const auto* t = std::get_if<std::string_view>(&v)) {
+      owned_request.emplace_back(std::string(*t));
+    } else {
+      owned_request.emplace_back(std::monostate{});
+    }
+  }
+  std::vector<std::vector<Value>> owned_attempts(
+      2, std::vector<Value>{std::string("id-1"), int64_t{1}, std::monostate{}});
+  EXPECT_EQ(row_hash(owned_request, owned_attempts, "req-7", ""),
+            sha256_hex(expected_request + "RT5:req-7;" + expected_attempts));
 }
 
 }  // namespace

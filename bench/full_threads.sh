@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# ferry-full's CPU per request by thread, natively (user and system time, which callgrind does
+# not show): ferry-full (the accounting path of gateway_bench.sh) on FERRY_CPU, ferry_test_upstream
+# and `chat c=16` from ferry_loadgen on the other CPU, each thread's utime and stime from
+# /proc/<pid>/task/<tid>/stat over the measured window, divided by the rows recorded in it. The
+# ledger's threads are named (ledger-writer: the row log's pwrite and fdatasync; ledger-applier:
+# the SQLite commits; ledger-ckpt: the checkpoints); the I/O loop is the first `ferry`.
+#   bench/full_threads.sh [SECONDS]   (FERRY_BUILD_DIR: the build, default build; FERRY_CPU (0),
+#   LOADGEN_CPU (1); BENCH_NICE: as gateway_bench.sh; FULL_APPLY_MS: ledger.apply_ms, default 100)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${FERRY_BUILD_DIR:-build}
+seconds=${1:-8}
+# The words that run a command on CPU $1 (and at BENCH_NICE), as gateway_bench.sh's pin().
+pin() {
+  local words=""
+  if [ -n "${BENCH_NICE:-}" ]; then words="nice -n $BENCH_NICE "; fi
+  echo "${words}taskset -c $1"
+}
+read -r -a on_ferry_cpu <<<"$(pin "${FERRY_CPU:-0}")"
+read -r -a on_loadgen_cpu <<<"$(pin "${LOADGEN_CPU:-1}")"
+# shellcheck source=bench/gateway_common.sh
+source bench/gateway_common.sh
+bench_binaries
+make_work_dir ferry-threads
+"${on_loadgen_cpu[@]}" "$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
+pids+=($!)
+upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)
+api_key=sk-ferry-bench
+write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-100}"
+"${on_ferry_cpu[@]}" "$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>&1 &
+ferry_pid=$!
+pids+=("$ferry_pid")
+ferry_url=$(wait_listening "$work/ferry.out" ferry)
+metric() { curl -s "$ferry_url/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+load() {
+  "${on_loadgen_cpu[@]}" "$loadgen_bin" --direct "$upstream_url" --ferry "$ferry_url" \
+    --ferry-pid "$ferry_pid" --api-key "$api_key" --only "chat c=16" --duration "$1" \
+    >"$work/loadgen.$1.out" 2>&1 || true
+}
+# tid, name, utime, stime (clock ticks) of every thread
+snapshot() {
+  for task in /proc/"$ferry_pid"/task/*; do
+    echo "$(basename "$task") $(tr ' ' _ <"$task/comm") $(awk '{print $14, $15}' "$task/stat")"
+  done | sort
+}
+load 2  # warm-up: connections, caches, the first rows
+rows_before=$(metric ferry_ledger_rows_committed_total)
+batches_before=$(metric ferry_ledger_batches_total)
+snapshot >"$work/before"
+load "$seconds"
+snapshot >"$work/after"
+rows=$(($(metric ferry_ledger_rows_committed_total) - rows_before))
+batches=$(($(metric ferry_ledger_batches_total) - batches_before))
+echo "rows recorded in the window: $rows in $batches row-log groups; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+join "$work/before" "$work/after" | awk -v rows="$rows" -v hz="$(getconf CLK_TCK)" '
+  { user = ($6 - $3) * 1e6 / hz / rows; sys = ($7 - $4) * 1e6 / hz / rows
+    total_user += user; total_sys += sys
+    if (user + sys >= 0.05) printf "%-16s %-8s user %6.1f  sys %6.1f us/request\n", $2, $1, user, sys }
+  END { printf "%-25s user %6.1f  sys %6.1f = %.1f us/request\n", "all threads", total_user,
+        total_sys, total_user + total_sys }'
