@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "local_engine/kernels/attend_invariant.h"
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/matmul.h"
@@ -18,6 +19,9 @@
 
 namespace {
 
+using ferry::kernels::attend_group_invariant;
+using ferry::kernels::attend_invariant_supported;
+using ferry::kernels::fp32_to_fp16;
 using ferry::kernels::MatrixView;
 using ferry::kernels::TensorType;
 
@@ -207,6 +211,29 @@ BENCHMARK_CAPTURE(BM_KernelForm, Q3_K_batch, TensorType::kQ3_K, Form::kBatch);
 BENCHMARK_CAPTURE(BM_KernelForm, IQ4_NL_batch, TensorType::kIQ4_NL, Form::kBatch);
 BENCHMARK_CAPTURE(BM_KernelForm, IQ4_NL_serial4_batch, TensorType::kIQ4_NL, Form::kSerial4Batch);
 BENCHMARK_CAPTURE(BM_KernelForm, IQ4_XS_batch, TensorType::kIQ4_XS, Form::kBatch);
+
+// The serving path's attention for one KV head: 3 query heads of 64 (SmolLM2-360M's group)
+// against state.range(0) keys of the F16 cache, on the calling thread.
+void BM_AttendInvariant(benchmark::State& state) {
+  const int64_t head_dim = 64, n_q = 3, n_keys = state.range(0), stride = 5 * head_dim;
+  if (!attend_invariant_supported(head_dim)) {
+    state.SkipWithError("needs AVX2 or AVX-512");
+    return;
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(n_q * head_dim)), out(q.size());
+  for (float& x : q) x = dist(rng);
+  std::vector<uint16_t> keys(static_cast<size_t>(n_keys * stride)), values(keys.size());
+  for (uint16_t& x : keys) x = fp32_to_fp16(0.5f * dist(rng));
+  for (uint16_t& x : values) x = fp32_to_fp16(dist(rng));
+  for (auto _ : state) {
+    attend_group_invariant(head_dim, n_q, q.data(), head_dim, keys.data(), stride, values.data(),
+                           stride, n_keys, 0.125f, out.data(), head_dim);
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK(BM_AttendInvariant)->Arg(32)->Arg(160)->Arg(1024);
 
 BENCHMARK_CAPTURE(BM_Decode, Q8_0, TensorType::kQ8_0)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Decode, Q4_K, TensorType::kQ4_K)->Unit(benchmark::kMillisecond)->MinTime(2.0);

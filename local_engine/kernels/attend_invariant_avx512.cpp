@@ -71,6 +71,56 @@ void weighted_sum(int64_t n_keys, const float* w, int64_t w_stride, const float*
   }
 }
 
+// _mm512_reduce_add_ps of 16 vectors at once: lane j of the result is a[j] reduced in GCC's
+// order (halves, quarters, then (0 + 2) and (1 + 3), then their sum), the same additions on the
+// same pairs, so the same bits as 16 separate reductions, in 15 vector additions.
+inline __m512 reduce_add16(const __m512 a[16]) {
+  __m512 s1[8], s2[4], s3[2];
+  for (int m = 0; m < 8; ++m) {  // lanes 0-7: a[2m]'s halves summed; 8-15: a[2m + 1]'s
+    s1[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44),
+                          _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE));
+  }
+  for (int m = 0; m < 4; ++m) {  // quarter l: a[4m + l]'s quarters summed
+    s2[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * m], s1[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_f32x4(s1[2 * m], s1[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  for (int m = 0; m < 2; ++m) {  // per quarter l: (0 + 2), (1 + 3) of a[8m + l], then a[8m + 4 + l]
+    s3[m] = _mm512_add_ps(_mm512_shuffle_ps(s2[2 * m], s2[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                          _mm512_shuffle_ps(s2[2 * m], s2[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // Element e of quarter l: a[4e + l]'s total; put a[j] in lane j.
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_ps(s3[0], s3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i to_key = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(to_key, sums);
+}
+
+// The scores of keys [p0, p0 + 16) for every query head: each one fused multiply-add chain over
+// the head's 16-element chunks, as the key-by-key loop has it, the keys widened once for all
+// heads.
+void scores16(int64_t n_chunks, int64_t n_q, const float* q, int64_t q_stride, const uint16_t* keys,
+              int64_t key_stride, float scale, float* w, int64_t w_stride) {
+  alignas(64) float kf[16 * 256];  // 16 keys of at most 256 elements
+  for (int j = 0; j < 16; ++j) {
+    for (int64_t c = 0; c < n_chunks; ++c) {
+      _mm512_store_ps(kf + j * 256 + 16 * c, load_f16x16(keys + j * key_stride + 16 * c));
+    }
+  }
+  for (int64_t h = 0; h < n_q; ++h) {
+    const float* qh = q + h * q_stride;
+    __m512 acc[16];
+    const __m512 q0 = _mm512_loadu_ps(qh);
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_mul_ps(q0, _mm512_load_ps(kf + j * 256));
+    for (int64_t c = 1; c < n_chunks; ++c) {
+      const __m512 qc = _mm512_loadu_ps(qh + 16 * c);
+      for (int j = 0; j < 16; ++j) {
+        acc[j] = _mm512_fmadd_ps(qc, _mm512_load_ps(kf + j * 256 + 16 * c), acc[j]);
+      }
+    }
+    _mm512_storeu_ps(w + h * w_stride, _mm512_mul_ps(reduce_add16(acc), _mm512_set1_ps(scale)));
+  }
+}
+
 using WeightedSumFn = void (*)(int64_t, const float*, int64_t, const float*, const uint16_t*,
                                int64_t, float*, int64_t);
 constexpr WeightedSumFn kWeightedSums[4][4] = {
@@ -109,8 +159,15 @@ void attend_group_invariant_avx512(int64_t head_dim, int64_t n_q, const float* q
   thread_local std::vector<float> w, inv;
   w.resize(static_cast<size_t>(n_q * n_pad));
   inv.resize(static_cast<size_t>(n_q));
-  // Scores.
-  for (int64_t p = 0; p < n_keys; ++p) {
+  // Scores: 16 keys at a time, then the rest key by key (the same bits either way).
+  int64_t p_begin = 0;
+  if (head_dim <= 256) {
+    for (; p_begin + 16 <= n_keys; p_begin += 16) {
+      scores16(n_chunks, n_q, q, q_stride, keys + p_begin * key_stride, key_stride, scale,
+               w.data() + p_begin, n_pad);
+    }
+  }
+  for (int64_t p = p_begin; p < n_keys; ++p) {
     const uint16_t* k = keys + p * key_stride;
     for (int64_t h = 0; h < n_q; ++h) {
       const float* qh = q + h * q_stride;
