@@ -15,6 +15,7 @@
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/matmul.h"
+#include "local_engine/kernels/packed.h"
 #include "local_engine/kernels/thread_pool.h"
 
 namespace {
@@ -211,6 +212,84 @@ BENCHMARK_CAPTURE(BM_KernelForm, Q3_K_batch, TensorType::kQ3_K, Form::kBatch);
 BENCHMARK_CAPTURE(BM_KernelForm, IQ4_NL_batch, TensorType::kIQ4_NL, Form::kBatch);
 BENCHMARK_CAPTURE(BM_KernelForm, IQ4_NL_serial4_batch, TensorType::kIQ4_NL, Form::kSerial4Batch);
 BENCHMARK_CAPTURE(BM_KernelForm, IQ4_XS_batch, TensorType::kIQ4_XS, Form::kBatch);
+
+// The serving path's products (BatchForms::kInvariant) as the engine runs them: 32 matrices of
+// the FFN down shape (960 x 2560, so the weights come from memory) times state.range(0)
+// tokens, each type in the form the engine gives it on this CPU (Q8_0 / Q5_0 packed, types with
+// panels in their panels, the rest through matmul_rows). GB/s of weights read per pass: with 8
+// tokens it shows what a type's kernel costs per byte next to the others.
+struct ServingMatrix {
+  Matrix m;
+  std::unique_ptr<ferry::kernels::PackedWeights> packed;
+  ferry::kernels::StreamedBytes panels;
+  int64_t group_bytes = 0;
+};
+
+void BM_Serving(benchmark::State& state, TensorType type) {
+  const int64_t n = state.range(0);
+  const auto* k = ferry::kernels::kernels_for(type);
+  ferry::kernels::ThreadPool pool(bench_threads());
+  std::vector<ServingMatrix> mats(kLayers);
+  uint64_t bytes = 0;
+  for (int64_t i = 0; i < kLayers; ++i) {
+    ServingMatrix& s = mats[static_cast<size_t>(i)];
+    s.m = make_matrix(type, kEmbd, kFfn, static_cast<uint32_t>(i + 1));
+    bytes += s.m.bytes.size();
+    if (ferry::kernels::packed_supported() && ferry::kernels::packable(s.m.view)) {
+      s.packed = std::make_unique<ferry::kernels::PackedWeights>(s.m.view, &pool);
+    } else if (k->gemm_panels != nullptr) {
+      s.group_bytes = kFfn / ferry::kernels::block_elems(type) * k->panel_bytes;
+      s.panels = ferry::kernels::allocate_streamed(static_cast<size_t>(kEmbd / 16 * s.group_bytes));
+      k->pack_panels(kFfn, s.m.view.data, static_cast<int64_t>(s.m.view.row_bytes), kEmbd,
+                     s.panels.get());
+    }
+  }
+  std::vector<float> x(static_cast<size_t>(n * kFfn)), y(static_cast<size_t>(n * kEmbd));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (auto& v : x) v = dist(rng);
+  for (auto _ : state) {
+    for (const ServingMatrix& s : mats) {
+      const auto qa = ferry::kernels::quantize_activations(type, x.data(), n, kFfn);
+      pool.parallel_for(kEmbd, 16, [&](int64_t b, int64_t e) {
+        if (s.packed) {
+          ferry::kernels::packed_rows(*s.packed, qa, y.data(), kEmbd, b, e);
+        } else if (s.panels) {
+          k->gemm_panels(kFfn, s.panels.get() + b / 16 * s.group_bytes, e - b, qa.data,
+                         static_cast<int64_t>(qa.row_stride), n, y.data() + b, kEmbd);
+        } else {
+          ferry::kernels::matmul_rows(s.m.view, qa, y.data(), b, e,
+                                      ferry::kernels::BatchForms::kInvariant);
+        }
+      });
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+  state.counters["MB"] = static_cast<double>(bytes) / 1e6;
+}
+BENCHMARK_CAPTURE(BM_Serving, Q8_0, TensorType::kQ8_0)
+    ->Arg(1)
+    ->Arg(8)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Serving, Q5_0, TensorType::kQ5_0)
+    ->Arg(1)
+    ->Arg(8)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Serving, Q4_K, TensorType::kQ4_K)
+    ->Arg(1)
+    ->Arg(8)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Serving, Q6_K, TensorType::kQ6_K)
+    ->Arg(1)
+    ->Arg(8)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // The serving path's attention for one KV head: 3 query heads of 64 (SmolLM2-360M's group)
 // against state.range(0) keys of the F16 cache, on the calling thread.

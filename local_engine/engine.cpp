@@ -112,8 +112,9 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
   if (forms_ != kernels::BatchForms::kInvariant || !kernels::packed_supported()) return;
   // The matrices a step reads, in one allocation (kernels::allocate_streamed: on huge pages
   // where the system gives them) in the order a decode step reads them: Q8_0 and Q5_0 ones
-  // packed (kernels/packed.h), Q4_K ones in the panels its serial kernels otherwise rearrange
-  // on every call (TypeKernels::pack_panels), the others (F16, Q6_K, ...) copied as they are
+  // packed (kernels/packed.h), Q4_K and Q6_K ones in panels (TypeKernels::pack_panels: 16
+  // rows interleaved, rearranged once here instead of on every call), the others (F16, ...)
+  // copied as they are
   // and their views pointed at the copy. A step streams every byte once; with 4 KiB pages each
   // page costs a TLB walk.
   std::vector<WeightView*> views;

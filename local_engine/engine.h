@@ -92,7 +92,7 @@ class Engine {
   void project(const WeightView& w, const float* x, int64_t n, float* y);
   // The packed copy of a Q8_0 or Q5_0 weight (batch-invariant engines only), or nullptr.
   const kernels::PackedWeights* packed(const WeightView& w) const;
-  // A Q4_K weight's panels (TypeKernels::pack_panels; batch-invariant engines on VNNI), or
+  // A Q4_K or Q6_K weight's panels (TypeKernels::pack_panels; batch-invariant engines on VNNI), or
   // nullptr.
   struct Panels {
     const uint8_t* data;  // into packed_arena_

@@ -81,14 +81,17 @@ struct TypeKernels {
   // every batch (GemmFn's layout, not bit-identical to vec_dot): F16 only, so that a few tokens
   // (speculative verification) read and widen each weight row once. nullptr: per token vec_dot.
   GemmFn gemm_invariant = nullptr;
-  // gemm_serial on weights rearranged once instead of on every call (the serving path repacks
-  // at load what llama.cpp's serial kernels rearrange per call; Q4_K on VNNI): pack_panels
-  // writes n_w rows (a multiple of 16) into n_w / 16 * n / (block elements) * panel_bytes
-  // bytes, 64-byte aligned; gemm_panels(n, panels of rows [r, r + n_w), ...) gives gemm_serial's
-  // bits (and so vec_dot_serial's) for those rows, r and n_w multiples of 16. nullptr: none.
+  // The serving path's products on weights rearranged once at load (Q4_K and Q6_K on VNNI):
+  // pack_panels writes n_w rows (a multiple of 16) into n_w / 16 * n / (block elements) *
+  // panel_bytes bytes, 64-byte aligned; gemm_panels(n, panels of rows [r, r + n_w), ...) gives
+  // panel_dot's bits for those rows and every token, r and n_w multiples of 16. panel_dot is
+  // Q4_K's vec_dot_serial (llama.cpp repacks Q4_K per call; the panels do it once) and for
+  // Q6_K an order of its own (quants_ref.cpp, q6_k_dot_q8_k_panel), set in every table so
+  // tests can check the panels against it. nullptr: none.
   int64_t panel_bytes = 0;  // per 16 rows and one block
   PackPanelsFn pack_panels = nullptr;
   GemmPanelsFn gemm_panels = nullptr;
+  VecDotFn panel_dot = nullptr;
 };
 
 // The table entry for `type` on the active ISA; nullptr for a type ferry does not run.

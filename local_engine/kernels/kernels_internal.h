@@ -18,6 +18,9 @@ void fill_scalar_table(TypeKernels* table);
 void fill_avx2_table(TypeKernels* table);
 void fill_avx512_table(TypeKernels* table);
 
+// The 256 values (q + 32, 0..63) of a Q6_K block, in element order.
+void q6_k_values(const void* block, uint8_t* q);
+
 // Scalar vector helpers (the active-ISA versions dispatch to these or to SIMD ones).
 float dot_f32_ref(int64_t n, const float* a, const float* b);
 float dot_f16_f32_ref(int64_t n, const uint16_t* a, const float* b);

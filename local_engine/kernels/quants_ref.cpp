@@ -1185,6 +1185,28 @@ float q6_k_dot_q8_k(int64_t n, const void* w, const void* a) {
   return hsum8(acc);
 }
 
+// The order of Q6_K's panels (TypeKernels::panel_dot; the serving path on VNNI): per
+// super-block the exact integer sum over its 16 sub-blocks of scale * sum((q - 32) * y), then
+// one fused multiply-add by d_w * d_y into one accumulator from 0. (llama.cpp's vec_dot keeps
+// eight lanes per row instead, which a 16-row panel cannot hold without doubling its bytes.)
+float q6_k_dot_q8_k_panel(int64_t n, const void* w, const void* a) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc = 0;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    int32_t isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      int32_t s = 0;
+      for (int l = 0; l < 16; ++l) {
+        s += (q6_k_value(x[i], 16 * j + l) - 32) * y[i].qs[16 * j + l];
+      }
+      isum += x[i].scales[j] * s;
+    }
+    acc = std::fma(static_cast<float>(isum), fp16_to_fp32(x[i].d) * y[i].d, acc);
+  }
+  return acc;
+}
+
 template <VecDotFn kDot>
 void batch_from_dot(int64_t n, const void* w, const void* a, int64_t act_stride, int64_t n_act,
                     float* out, int64_t out_stride) {
@@ -1253,6 +1275,11 @@ void quantize_row_q8_1_ref(const float* x, void* y, int64_t n) {
 
 namespace detail {
 
+void q6_k_values(const void* block, uint8_t* q) {
+  const auto& b = *static_cast<const BlockQ6_K*>(block);
+  for (int e = 0; e < kQKK; ++e) q[e] = static_cast<uint8_t>(q6_k_value(b, e));
+}
+
 float dot_f32_ref(int64_t n, const float* a, const float* b) {
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
@@ -1285,6 +1312,7 @@ void fill_scalar_table(TypeKernels* table) {
   table[static_cast<int>(T::kQ4_0)].vec_dot_serial = q4_0_dot_q8_0_serial;
   table[static_cast<int>(T::kQ4_0)].vec_dot_batch_serial = batch_from_dot<q4_0_dot_q8_0_serial>;
   table[static_cast<int>(T::kQ4_K)].vec_dot_serial = q4_k_dot_q8_k_serial;
+  table[static_cast<int>(T::kQ4_K)].panel_dot = q4_k_dot_q8_k_serial;
   table[static_cast<int>(T::kQ4_K)].vec_dot_batch_serial = batch_from_dot<q4_k_dot_q8_k_serial>;
   table[static_cast<int>(T::kQ4_0)].vec_dot_batch_serial4 = batch_from_dot<q4_0_dot_q8_0_serial>;
   table[static_cast<int>(T::kQ4_K)].vec_dot_batch_serial4 = batch_from_dot<q4_k_dot_q8_k_serial4>;
@@ -1292,6 +1320,7 @@ void fill_scalar_table(TypeKernels* table) {
       batch_from_dot<q5_k_dot_q8_k>);
   set(table, T::kQ6_K, q6_k_to_float, q6_k_from_float, T::kQ8_K, q6_k_dot_q8_k,
       batch_from_dot<q6_k_dot_q8_k>);
+  table[static_cast<int>(T::kQ6_K)].panel_dot = q6_k_dot_q8_k_panel;
   set(table, T::kQ4_1, q4_1_to_float, q4_1_from_float, T::kQ8_1, q_1_dot_q8_1<BlockQ4_1, false>,
       batch_from_dot<q_1_dot_q8_1<BlockQ4_1, false>>);
   set(table, T::kQ5_0, q5_0_to_float, q5_0_from_float, T::kQ8_0, q5_0_dot_q8_0,

@@ -194,15 +194,16 @@ std::vector<float> logits_beside_another(Engine& engine) {
   return logits;
 }
 
-// The batch-invariant engine's packed Q5_0 products and Q4_K panels (kernels/packed.h,
-// TypeKernels::pack_panels; AVX-512) against the reference forward, the llama.cpp-matching
-// engine's products beside them, and the same bits alone and in a batch with another sequence.
-TEST(BatchInvariant, PackedQ5_0AndQ4_KPanelsMatchTheReference) {
-  for (const WeightType type : {WeightType::kQ5_0, WeightType::kQ4_K}) {
+// The batch-invariant engine's packed Q5_0 products and Q4_K and Q6_K panels
+// (kernels/packed.h, TypeKernels::pack_panels; AVX-512) against the reference forward, the
+// llama.cpp-matching engine's products beside them, and the same bits alone and in a batch with
+// another sequence.
+TEST(BatchInvariant, PackedQ5_0AndQ4_KAndQ6_KPanelsMatchTheReference) {
+  for (const WeightType type : {WeightType::kQ5_0, WeightType::kQ4_K, WeightType::kQ6_K}) {
     for (const std::string arch : {"llama", "qwen3"}) {
       SCOPED_TRACE(arch + " " + std::string(kernels::tensor_type_name(type)));
       TinyShape shape = shape_for(arch);
-      if (type == WeightType::kQ4_K) {  // rows must be whole 256-element super-blocks
+      if (type != WeightType::kQ5_0) {  // rows must be whole 256-element super-blocks
         shape.n_embd = 256;
         shape.n_head = 8;
         shape.n_head_kv = 2;

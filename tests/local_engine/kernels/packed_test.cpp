@@ -171,35 +171,58 @@ TEST(Packed, OnlyWholeGroupsOfQ8_0AndQ5_0ArePackable) {
   EXPECT_FALSE(packable(make_matrix_view(TensorType::kQ4_K, 32, 256, bytes.data())));
 }
 
-// Q4_K's panels (TypeKernels::pack_panels, where the table has them): packed once, every row of
-// every batch and row range gives vec_dot_serial's bits.
-TEST(Panels, Q4_KPanelsGiveTheSerialDotForEveryBatchAndRowRange) {
-  const TypeKernels* k = kernels_for(TensorType::kQ4_K);
-  if (k->gemm_panels == nullptr) GTEST_SKIP() << "no Q4_K panels on this ISA";
-  const int64_t rows = 48, cols = 512;
-  const auto w = quantize(TensorType::kQ4_K, random_row(rows * cols, 41, 0.05f));
-  const MatrixView view = make_matrix_view(TensorType::kQ4_K, rows, cols, w.data());
-  const int64_t per_group = cols / 256 * k->panel_bytes;
-  std::vector<uint8_t> panels(static_cast<size_t>(rows / 16 * per_group) + 64);
-  auto* aligned =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(panels.data()) + 63) / 64 * 64);
-  k->pack_panels(cols, view.row(0), static_cast<int64_t>(view.row_bytes), rows, aligned);
-  for (const int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9}) {
-    const auto x = random_row(n_tokens * cols, 42 + static_cast<uint32_t>(n_tokens));
-    const QuantizedActivations qa =
-        quantize_activations(TensorType::kQ4_K, x.data(), n_tokens, cols);
-    std::vector<float> y(static_cast<size_t>(n_tokens * rows), -1.0f);
-    k->gemm_panels(cols, aligned, 16, qa.data, static_cast<int64_t>(qa.row_stride), n_tokens,
-                   y.data(), rows);
-    k->gemm_panels(cols, aligned + per_group, rows - 16, qa.data,
-                   static_cast<int64_t>(qa.row_stride), n_tokens, y.data() + 16, rows);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      const auto* act = static_cast<const uint8_t*>(qa.data) + t * qa.row_stride;
-      for (int64_t r = 0; r < rows; ++r) {
-        ASSERT_EQ(y[static_cast<size_t>(t * rows + r)], k->vec_dot_serial(cols, view.row(r), act))
-            << "tokens " << n_tokens << " t " << t << " r " << r;
+// The panels (TypeKernels::pack_panels, Q4_K and Q6_K where the table has them): packed once,
+// every row of every batch and row range gives panel_dot's bits (Q4_K: vec_dot_serial).
+TEST(Panels, PanelsGivePanelDotForEveryBatchAndRowRange) {
+  for (const TensorType type : {TensorType::kQ4_K, TensorType::kQ6_K}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    const TypeKernels* k = kernels_for(type);
+    if (k->gemm_panels == nullptr) GTEST_SKIP() << "no panels on this ISA";
+    ASSERT_NE(k->panel_dot, nullptr);
+    if (type == TensorType::kQ4_K) {
+      EXPECT_EQ(k->panel_dot, k->vec_dot_serial);
+    }
+    const int64_t rows = 48, cols = 512;
+    // Q6_K: each sub-block's extreme element is quantized to q - 32 = -32.
+    const auto w = quantize(type, random_row(rows * cols, 41, 0.05f));
+    const MatrixView view = make_matrix_view(type, rows, cols, w.data());
+    const int64_t per_group = cols / 256 * k->panel_bytes;
+    std::vector<uint8_t> panels(static_cast<size_t>(rows / 16 * per_group) + 64);
+    auto* aligned =
+        reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(panels.data()) + 63) / 64 * 64);
+    k->pack_panels(cols, view.row(0), static_cast<int64_t>(view.row_bytes), rows, aligned);
+    for (const int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9}) {
+      const auto x = random_row(n_tokens * cols, 42 + static_cast<uint32_t>(n_tokens));
+      const QuantizedActivations qa = quantize_activations(type, x.data(), n_tokens, cols);
+      std::vector<float> y(static_cast<size_t>(n_tokens * rows), -1.0f);
+      k->gemm_panels(cols, aligned, 16, qa.data, static_cast<int64_t>(qa.row_stride), n_tokens,
+                     y.data(), rows);
+      k->gemm_panels(cols, aligned + per_group, rows - 16, qa.data,
+                     static_cast<int64_t>(qa.row_stride), n_tokens, y.data() + 16, rows);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const auto* act = static_cast<const uint8_t*>(qa.data) + t * qa.row_stride;
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(y[static_cast<size_t>(t * rows + r)], k->panel_dot(cols, view.row(r), act))
+              << "tokens " << n_tokens << " t " << t << " r " << r;
+        }
       }
     }
+  }
+}
+
+// Q6_K's panel order is its own (one accumulator per row), but the same sum as llama.cpp's
+// lanes: the two differ only in float rounding.
+TEST(Panels, Q6_KPanelOrderIsCloseToTheLaneOrder) {
+  const TypeKernels* k = kernels_for(TensorType::kQ6_K, Isa::kScalar);
+  ASSERT_NE(k->panel_dot, nullptr);
+  const int64_t cols = 1024;
+  for (uint32_t seed = 0; seed < 8; ++seed) {
+    const auto w = quantize(TensorType::kQ6_K, random_row(cols, 60 + seed, 0.05f));
+    const auto x = random_row(cols, 70 + seed);
+    const QuantizedActivations qa = quantize_activations(TensorType::kQ6_K, x.data(), 1, cols);
+    const float lanes = k->vec_dot(cols, w.data(), qa.data);
+    const float panel = k->panel_dot(cols, w.data(), qa.data);
+    EXPECT_NEAR(panel, lanes, 1e-5f * (1.0f + std::fabs(lanes))) << seed;
   }
 }
 
