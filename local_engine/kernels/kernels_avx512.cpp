@@ -11,6 +11,7 @@
 
 #include "local_engine/kernels/blocks.h"
 #include "local_engine/kernels/kernels_internal.h"
+#include "local_engine/kernels/vnni.h"
 
 namespace ferry::kernels {
 namespace {

@@ -11,6 +11,7 @@
 
 #include "local_engine/kernels/blocks.h"
 #include "local_engine/kernels/packed.h"
+#include "local_engine/kernels/vnni.h"
 
 namespace ferry::kernels::detail {
 namespace {
@@ -20,12 +21,6 @@ namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-inline __m512i broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return _mm512_set1_epi32(v);
-}
 
 // Tokens' per-block scales (float) and corrections (-offset * sum of the block's quants: the
 // weights are stored + offset), nb per token.
@@ -95,9 +90,9 @@ void tile(int64_t nb, const uint8_t* quants, const uint16_t* scales, const Block
       const __m512i wq = chunk[k];
       for (int r = 0; r < NR; ++r) {
         if (NR <= 2 && k % 2 == 1) {
-          odd[r] = _mm512_dpbusd_epi32(odd[r], wq, broadcast4(qs[r] + 4 * k));
+          odd[r] = dpbusd_broadcast(odd[r], wq, qs[r] + 4 * k);
         } else {
-          sum[r] = _mm512_dpbusd_epi32(sum[r], wq, broadcast4(qs[r] + 4 * k));
+          sum[r] = dpbusd_broadcast(sum[r], wq, qs[r] + 4 * k);
         }
       }
     }
