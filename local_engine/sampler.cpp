@@ -7,6 +7,8 @@
 #include <limits>
 #include <utility>
 
+#include "local_engine/kernels/ops.h"
+
 namespace ferry::engine {
 
 void sort_by_logit(std::vector<Candidate>& candidates, std::vector<Candidate>& scratch) {
@@ -152,8 +154,10 @@ int32_t Sampler::pick(std::span<float> logits) {
   apply_bias_and_penalties(logits);
   if (params_.constraint) return sample_allowed(logits);
   if (params_.temperature <= 0.0f) {
-    // Greedy: the first of the largest logits.
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    // Greedy: the first of the largest logits (std::max_element's, vectorized).
+    if (logits.empty()) return 0;
+    return static_cast<int32_t>(
+        kernels::argmax_row(static_cast<int64_t>(logits.size()), logits.data()));
   }
 
   const auto n_vocab = static_cast<int32_t>(logits.size());

@@ -48,6 +48,28 @@ float dot_f16_f16_avx2(int64_t n, const uint16_t* x, const uint16_t* y) {
 void swiglu_row_avx2(int64_t n, const float* gate, const float* up, float* out) {
   swiglu_row_simd(n, gate, up, out);
 }
+// Eight lanes of running maxima (a NaN load leaves a lane as it was: vmaxps returns its second
+// operand when either is NaN), then the first element equal to their maximum.
+int64_t argmax_row_avx2(int64_t n, const float* x) {
+  if (std::isnan(x[0])) return 0;
+  __m256 m = _mm256_set1_ps(x[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float best = lanes[0];
+  for (int l = 1; l < 8; ++l) best = lanes[l] > best ? lanes[l] : best;
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  const __m256 b = _mm256_set1_ps(best);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), b, _CMP_EQ_OQ));
+    if (hit != 0) return i + __builtin_ctz(static_cast<unsigned>(hit));
+  }
+  for (; i < n; ++i) {
+    if (x[i] == best) return i;
+  }
+  return 0;
+}
 void rope_apply_avx2(const float* cache, int64_t n_dims, bool neox, int64_t n_heads,
                      int64_t head_dim, float* heads) {
   rope_apply_simd(cache, n_dims, neox, n_heads, head_dim, heads);

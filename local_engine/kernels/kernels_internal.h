@@ -35,6 +35,7 @@ void fp16_to_fp32_row_avx2(const uint16_t* src, float* dst, int64_t n);
 // ops.h on AVX2 + FMA + F16C (used by the AVX-512 table too); bit-identical to ops.cpp's.
 float dot_f16_f16_avx2(int64_t n, const uint16_t* x, const uint16_t* y);
 void swiglu_row_avx2(int64_t n, const float* gate, const float* up, float* out);
+int64_t argmax_row_avx2(int64_t n, const float* x);
 void rope_apply_avx2(const float* cache, int64_t n_dims, bool neox, int64_t n_heads,
                      int64_t head_dim, float* heads);
 void attend_rows_tiled_avx512(int64_t head_dim, int64_t n_rows, const TiledRow* rows,

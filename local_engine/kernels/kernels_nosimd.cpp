@@ -24,6 +24,9 @@ float dot_f16_f16_avx2(int64_t n, const uint16_t* x, const uint16_t* y) {
 void swiglu_row_avx2(int64_t n, const float* gate, const float* up, float* out) {
   swiglu_row_ref(n, gate, up, out);
 }
+int64_t argmax_row_avx2(int64_t n, const float* x) {
+  return argmax_row_ref(n, x);
+}
 void rope_apply_avx2(const float*, int64_t, bool, int64_t, int64_t, float*) {}
 void attend_rows_tiled_avx512(int64_t head_dim, int64_t n_rows, const TiledRow* rows,
                               const float* keys_t, int64_t kt_stride, const float* values,

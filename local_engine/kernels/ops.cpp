@@ -84,6 +84,11 @@ void swiglu_row(int64_t n, const float* gate, const float* up, float* out) {
   }
 }
 
+int64_t argmax_row(int64_t n, const float* x) {
+  return active_isa() != Isa::kScalar ? detail::argmax_row_avx2(n, x)
+                                      : detail::argmax_row_ref(n, x);
+}
+
 float dot_f16_f16(int64_t n, const uint16_t* x, const uint16_t* y) {
   return active_isa() != Isa::kScalar ? detail::dot_f16_f16_avx2(n, x, y)
                                       : detail::dot_f16_f16_ref(n, x, y);
@@ -257,6 +262,10 @@ float dot_f16_f16_ref(int64_t n, const uint16_t* x, const uint16_t* y) {
     sum += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
   }
   return static_cast<float>(sum);
+}
+
+int64_t argmax_row_ref(int64_t n, const float* x) {
+  return std::max_element(x, x + n) - x;
 }
 
 void swiglu_row_ref(int64_t n, const float* gate, const float* up, float* out) {

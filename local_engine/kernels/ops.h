@@ -33,6 +33,10 @@ void rope_apply(const float* cache, int64_t n_dims, bool neox, int64_t n_heads, 
 // whole groups of 16 and libm's expf on the rest. out may alias gate.
 void swiglu_row(int64_t n, const float* gate, const float* up, float* out);
 
+// The index of the first largest of x[0..n) (n > 0) as std::max_element gives it: NaNs never
+// win, except a NaN at 0, which nothing after it can replace. (Greedy sampling over a vocabulary.)
+int64_t argmax_row(int64_t n, const float* x);
+
 // out[i] = gelu(gate[i]) * up[i] as ggml_vec_geglu_f32 computes it: gate <= -10 gives 0,
 // gate >= 10 gives gate * up, otherwise gelu is read from a table of F16 results indexed by the
 // gate rounded to F16 (GELU's tanh approximation, 0.5x(1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))),
@@ -90,6 +94,7 @@ float dot_f16_f16_ref(int64_t n, const uint16_t* x, const uint16_t* y);
 void rope_apply_ref(const float* cache, int64_t n_dims, bool neox, int64_t n_heads,
                     int64_t head_dim, float* heads);
 void swiglu_row_ref(int64_t n, const float* gate, const float* up, float* out);
+int64_t argmax_row_ref(int64_t n, const float* x);
 void attend_head_tiled_ref(int64_t head_dim, const float* q, const float* keys_t, int64_t kt_stride,
                            const float* values, int64_t value_stride, int64_t n_keys, float scale,
                            float* out, int64_t first_key = 0, float softcap = 0.0f);

@@ -4,6 +4,7 @@
 // the scalar reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -444,6 +445,40 @@ TEST(Numerics, SwigluIsAccurateAndTheSameOnEveryIsa) {
     const double x = gate[i];
     const double exact = x / (1.0 + std::exp(-x)) * up[i];
     EXPECT_NEAR(want[i], exact, 4e-7 * std::fabs(exact) + 1e-30) << i;
+  }
+}
+
+// Greedy sampling's argmax is std::max_element's on every ISA: the first of equal maxima (and
+// -0 / +0 count as equal), NaNs skipped unless at 0, tails shorter than a vector.
+TEST(Numerics, ArgmaxIsTheFirstLargestAsMaxElementGivesIt) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> cases;
+  for (const int n : {1, 7, 8, 9, 17, 1000, 49152}) {
+    auto x = random_row(n, 90 + static_cast<uint32_t>(n));
+    cases.push_back(x);
+    if (n > 8) {
+      x[static_cast<size_t>(n) / 2] = 100.0f;  // a tie: the first one wins
+      x[static_cast<size_t>(n) - 1] = 100.0f;
+      cases.push_back(x);
+      x[3] = nan;  // NaNs are skipped
+      x[static_cast<size_t>(n) - 2] = nan;
+      cases.push_back(x);
+      x[0] = nan;  // ... except at 0
+      cases.push_back(x);
+    }
+  }
+  cases.push_back({-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf});
+  cases.push_back({-1.0f, -0.0f, -2.0f, 0.0f, -3.0f, -0.0f, -1.0f, -5.0f, 0.0f, -0.5f});
+  cases.push_back({-0.0f, -1.0f, 0.0f, -2.0f, -3.0f, -4.0f, -5.0f, -6.0f, -7.0f, 0.0f});
+  cases.push_back({nan, nan, nan, nan, nan, nan, nan, nan, nan, 1.0f});
+  cases.push_back({1.0f, nan, nan, nan, nan, nan, nan, nan, nan, nan, 2.0f});
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<float>& x = cases[c];
+    const auto n = static_cast<int64_t>(x.size());
+    const int64_t want = std::max_element(x.begin(), x.end()) - x.begin();
+    EXPECT_EQ(detail::argmax_row_ref(n, x.data()), want) << c;
+    EXPECT_EQ(argmax_row(n, x.data()), want) << c;  // the active ISA (the suite runs under each)
   }
 }
 
