@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -111,8 +112,16 @@ class Encoder {
   void attention();
   // x_ = LayerNorm(tmp_ + x_) row by row (the sublayer's output added to its input).
   void add_and_norm(const WeightView& w, const WeightView& b);
-  // y = W x + b for the n_rows_ rows of x (b may be absent).
-  void linear(const WeightView& w, const WeightView& b, const float* x, float* y);
+  // One matrix product of the n_rows_ rows of an input: y = W x + b (bias nullptr: none).
+  struct Product {
+    const WeightView* w;
+    const float* bias;
+    float* y;
+  };
+  // The products of one input x: the packed ones in one job on the pool over all their row
+  // groups, x quantized once (on the pool) and each bias added as the rows are stored; the
+  // others one by one, the bias after.
+  void linear(std::initializer_list<Product> products, const float* x);
 
   std::unique_ptr<EncoderModel> model_;
   Pooling pooling_;
