@@ -227,6 +227,52 @@ void layer_norm_row(int64_t n, const float* x, const float* w, const float* b, f
   }
 }
 
+namespace {
+
+// layer_norm_row of R rows of n (x + r * n) in place, their sums as R independent chains (each
+// row's in its own order, so the same bits), which overlap where one row's would wait on each
+// add.
+template <int R>
+void layer_norm_group(int64_t n, float* x, const float* w, const float* b, float eps) {
+  double sum[R] = {};
+  for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) sum[r] += static_cast<double>(x[r * n + i]);
+  }
+  float mean[R];
+  double sum2[R] = {};
+  for (int r = 0; r < R; ++r) mean[r] = static_cast<float>(sum[r] / static_cast<double>(n));
+  for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float v = x[r * n + i] - mean[r];
+      x[r * n + i] = v;
+      sum2[r] += static_cast<double>(v) * static_cast<double>(v);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const auto variance = static_cast<float>(sum2[r] / static_cast<double>(n));
+    const float scale = 1.0f / std::sqrt(variance + eps);
+    float* out = x + r * n;
+    for (int64_t i = 0; i < n; ++i) out[i] *= scale;
+    if (w != nullptr) {
+      for (int64_t i = 0; i < n; ++i) out[i] *= w[i];
+    }
+    if (b != nullptr) {
+      for (int64_t i = 0; i < n; ++i) out[i] += b[i];
+    }
+  }
+}
+
+}  // namespace
+
+void layer_norm_rows(int64_t rows, int64_t n, float* x, const float* w, const float* b, float eps) {
+  constexpr int kRows = 8;
+  int64_t t = 0;
+  for (; t + kRows <= rows; t += kRows) layer_norm_group<kRows>(n, x + t * n, w, b, eps);
+  for (; t < rows; ++t) layer_norm_row(n, x + t * n, w, b, eps, x + t * n);
+}
+
 // ---- the forward pass ------------------------------------------------------------------------
 
 Result<std::unique_ptr<Encoder>> Encoder::create(std::unique_ptr<EncoderModel> model,
@@ -505,14 +551,18 @@ __attribute__((target("avx512f"), optimize("fp-contract=off"))) void attend_head
 }
 #endif
 
-// gelu_ggml over a row in place: the arguments rounded to F16 (into `h`, n of them), then the
-// table (gelu_table).
-void gelu_row_base(int64_t n, float* row, uint16_t* h) {
+// gelu_ggml over a row in place: the arguments rounded to F16 (fp32_to_fp16_row, 64 at a time),
+// then the table (gelu_table).
+void gelu_row_base(int64_t n, float* row) {
   const float* table = gelu_table();
-  kernels::fp32_to_fp16_row(row, h, n);
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = row[i];
-    row[i] = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[h[i]];
+  uint16_t h[64];
+  for (int64_t i0 = 0; i0 < n; i0 += 64) {
+    const int64_t m = std::min<int64_t>(64, n - i0);
+    kernels::fp32_to_fp16_row(row + i0, h, m);
+    for (int64_t i = 0; i < m; ++i) {
+      const float x = row[i0 + i];
+      row[i0 + i] = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[h[i]];
+    }
   }
 }
 
@@ -523,7 +573,7 @@ void gelu_row_base(int64_t n, float* row, uint16_t* h) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) void gelu_row_avx512(int64_t n, float* row, uint16_t* h) {
+__attribute__((target("avx512f"))) void gelu_row_avx512(int64_t n, float* row) {
   const float* table = gelu_table();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -535,14 +585,14 @@ __attribute__((target("avx512f"))) void gelu_row_avx512(int64_t n, float* row, u
     g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(x, _mm512_set1_ps(10.0f), _CMP_GE_OQ), x);
     _mm512_storeu_ps(row + i, g);
   }
-  gelu_row_base(n - i, row + i, h);
+  gelu_row_base(n - i, row + i);
 }
 #pragma GCC diagnostic pop
 #endif
 
 using AttendHeadFn = void (*)(const float*, const float*, int64_t, int64_t, const float*, int64_t,
                               float, float*, float*);
-using GeluRowFn = void (*)(int64_t, float*, uint16_t*);
+using GeluRowFn = void (*)(int64_t, float*);
 
 // The encoder's own vector kernels, chosen once from the CPU: AVX-512 forms (GCC on x86-64) or
 // the base ones; the same results either way.
@@ -563,6 +613,10 @@ const EncoderKernels& encoder_kernels() {
 }
 
 }  // namespace
+
+void gelu_ggml_row(int64_t n, float* x) {
+  encoder_kernels().gelu_row(n, x);
+}
 
 void Encoder::attention() {
   const EncoderConfig& c = config();
@@ -606,10 +660,8 @@ void Encoder::layer(const EncoderLayer& l) {
   } else {
     linear({{&l.w_up, floats(l.b_up), ffn_.data()}}, x_.data());
     const int64_t f = config().n_ff;
-    const GeluRowFn gelu = encoder_kernels().gelu_row;
     pool_.parallel_for(n_rows_, 1, [&](int64_t begin, int64_t end) {
-      std::vector<uint16_t> h(static_cast<size_t>(f));
-      for (int64_t t = begin; t < end; ++t) gelu(f, ffn_.data() + t * f, h.data());
+      gelu_ggml_row((end - begin) * f, ffn_.data() + begin * f);
     });
   }
   linear({{&l.w_down, floats(l.b_down), tmp_.data()}}, ffn_.data());
@@ -652,13 +704,11 @@ void Encoder::rotate_qk() {
 void Encoder::add_and_norm(const WeightView& w, const WeightView& b) {
   const int64_t e = config().n_embd;
   // Rows on the pool: each row's sums are its own, in the same order whoever runs it.
-  pool_.parallel_for(n_rows_, 1, n_rows_ * e * 4, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* x = x_.data() + t * e;
-      const float* sub = tmp_.data() + t * e;
-      for (int64_t d = 0; d < e; ++d) x[d] = sub[d] + x[d];
-      layer_norm_row(e, x, floats(w), floats(b), config().norm_eps, x);
-    }
+  pool_.parallel_for(n_rows_, 8, n_rows_ * e * 4, [&](int64_t begin, int64_t end) {
+    float* x = x_.data() + begin * e;
+    const float* sub = tmp_.data() + begin * e;
+    for (int64_t i = 0; i < (end - begin) * e; ++i) x[i] = sub[i] + x[i];
+    layer_norm_rows(end - begin, e, x, floats(w), floats(b), config().norm_eps);
   });
 }
 

@@ -136,9 +136,14 @@ class Encoder {
 // gelu as ggml's CPU backend computes it: the tanh form, through an F16 table (the argument
 // and the result rounded to F16) for |x| < 10; 0 at or below -10 and x at or above 10.
 float gelu_ggml(float x);
+// gelu_ggml of each of x[0, n), in place (AVX-512 where the CPU has it; the same values).
+void gelu_ggml_row(int64_t n, float* x);
 // out = (x - mean) / sqrt(var + eps) * w + b over n elements, the mean and variance summed in
 // double as ggml_norm does. out may alias x.
 void layer_norm_row(int64_t n, const float* x, const float* w, const float* b, float eps,
                     float* out);
+// layer_norm_row of each of `rows` rows of n floats at x, in place: the same bits, several rows'
+// sums at once.
+void layer_norm_rows(int64_t rows, int64_t n, float* x, const float* w, const float* b, float eps);
 
 }  // namespace ferry::engine
