@@ -229,6 +229,35 @@ void layer_norm_row(int64_t n, const float* x, const float* w, const float* b, f
 
 namespace {
 
+// GCC vector types: 8 and 16 floats, each lane rounded as scalar code rounds.
+using F8 = float __attribute__((vector_size(32)));
+using F16 = float __attribute__((vector_size(64)));
+
+// out[i] = out[i] * scale * w[i] + b[i] (w or b may be absent), each operation rounded in turn as
+// layer_norm_row's loop does, 8 lanes at a time.
+void scale_affine(int64_t n, float* out, float scale, const float* w, const float* b) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    F8 v, wv = {1, 1, 1, 1, 1, 1, 1, 1}, bv = {};
+    std::memcpy(&v, out + i, sizeof(v));
+    v = v * scale;
+    if (w != nullptr) {
+      std::memcpy(&wv, w + i, sizeof(wv));
+      v = v * wv;
+    }
+    if (b != nullptr) {
+      std::memcpy(&bv, b + i, sizeof(bv));
+      v = v + bv;
+    }
+    std::memcpy(out + i, &v, sizeof(v));
+  }
+  for (; i < n; ++i) {
+    out[i] *= scale;
+    if (w != nullptr) out[i] *= w[i];
+    if (b != nullptr) out[i] += b[i];
+  }
+}
+
 // layer_norm_row of R rows of n (x + r * n) in place, their sums as R independent chains (each
 // row's in its own order, so the same bits), which overlap where one row's would wait on each
 // add.
@@ -252,15 +281,7 @@ void layer_norm_group(int64_t n, float* x, const float* w, const float* b, float
   }
   for (int r = 0; r < R; ++r) {
     const auto variance = static_cast<float>(sum2[r] / static_cast<double>(n));
-    const float scale = 1.0f / std::sqrt(variance + eps);
-    float* out = x + r * n;
-    for (int64_t i = 0; i < n; ++i) out[i] *= scale;
-    if (w != nullptr) {
-      for (int64_t i = 0; i < n; ++i) out[i] *= w[i];
-    }
-    if (b != nullptr) {
-      for (int64_t i = 0; i < n; ++i) out[i] += b[i];
-    }
+    scale_affine(n, x + r * n, 1.0f / std::sqrt(variance + eps), w, b);
   }
 }
 
@@ -397,9 +418,6 @@ namespace {
 // the same bits as scalar loops, whichever queries share a pass. Queries go kQueries at a time:
 // each key (or value) vector loaded serves all of them, and their sums are independent chains,
 // so the adds' latency overlaps.
-using F8 = float __attribute__((vector_size(32)));
-using F16 = float __attribute__((vector_size(64)));
-
 constexpr int kQueries = 8;
 
 // The largest power of two <= min(kQueries, acc / nv): how many queries' NV output vectors fit in
