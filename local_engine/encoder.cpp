@@ -673,8 +673,10 @@ void Encoder::layer(const EncoderLayer& l) {
   if (l.w_gate.data != nullptr) {
     linear({{&l.w_up, floats(l.b_up), ffn_.data()}, {&l.w_gate, nullptr, gate_.data()}}, x_.data());
     const int64_t f = config().n_ff;
-    for (int64_t t = 0; t < n_rows_; ++t)
-      kernels::swiglu_row(f, gate_.data() + t * f, ffn_.data() + t * f, ffn_.data() + t * f);
+    pool_.parallel_for(n_rows_, 1, n_rows_ * f, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        kernels::swiglu_row(f, gate_.data() + t * f, ffn_.data() + t * f, ffn_.data() + t * f);
+    });
   } else {
     linear({{&l.w_up, floats(l.b_up), ffn_.data()}}, x_.data());
     const int64_t f = config().n_ff;
@@ -707,16 +709,20 @@ void Encoder::project_qkv(const EncoderLayer& l) {
 void Encoder::rotate_qk() {
   const EncoderConfig& c = config();
   const float theta_scale = kernels::rope_theta_scale(c.rope_theta, c.rope_dim);
-  std::vector<float> cache(static_cast<size_t>(c.rope_dim));
-  for (size_t in = 0; in + 1 < starts_.size(); ++in) {
-    for (int64_t t = starts_[in]; t < starts_[in + 1]; ++t) {
+  // Rows on the pool, each rotated by its position in its own input.
+  pool_.parallel_for(n_rows_, 1, n_rows_ * c.n_embd, [&](int64_t begin, int64_t end) {
+    std::vector<float> cache(static_cast<size_t>(c.rope_dim));
+    auto in = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) -
+                                  starts_.begin() - 1);
+    for (int64_t t = begin; t < end; ++t) {
+      while (t >= starts_[in + 1]) ++in;
       kernels::rope_cache(t - starts_[in], c.rope_dim, theta_scale, 1.0f, nullptr, cache.data());
       kernels::rope_apply(cache.data(), c.rope_dim, /*neox=*/true, c.n_head, c.head_dim,
                           q_.data() + t * c.n_embd);
       kernels::rope_apply(cache.data(), c.rope_dim, /*neox=*/true, c.n_head, c.head_dim,
                           k_.data() + t * c.n_embd);
     }
-  }
+  });
 }
 
 void Encoder::add_and_norm(const WeightView& w, const WeightView& b) {
