@@ -6,6 +6,10 @@
 #include <memory>
 #include <tuple>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "local_engine/kernels/attend_invariant.h"
 #include "local_engine/kernels/fp16.h"
 #include "local_engine/kernels/kernels.h"
@@ -223,6 +227,73 @@ void layer_norm_row(int64_t n, const float* x, const float* w, const float* b, f
   }
 }
 
+namespace {
+
+// GCC vector types: 8 and 16 floats, each lane rounded as scalar code rounds.
+using F8 = float __attribute__((vector_size(32)));
+using F16 = float __attribute__((vector_size(64)));
+
+// out[i] = out[i] * scale * w[i] + b[i] (w or b may be absent), each operation rounded in turn as
+// layer_norm_row's loop does, 8 lanes at a time.
+void scale_affine(int64_t n, float* out, float scale, const float* w, const float* b) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    F8 v, wv = {1, 1, 1, 1, 1, 1, 1, 1}, bv = {};
+    std::memcpy(&v, out + i, sizeof(v));
+    v = v * scale;
+    if (w != nullptr) {
+      std::memcpy(&wv, w + i, sizeof(wv));
+      v = v * wv;
+    }
+    if (b != nullptr) {
+      std::memcpy(&bv, b + i, sizeof(bv));
+      v = v + bv;
+    }
+    std::memcpy(out + i, &v, sizeof(v));
+  }
+  for (; i < n; ++i) {
+    out[i] *= scale;
+    if (w != nullptr) out[i] *= w[i];
+    if (b != nullptr) out[i] += b[i];
+  }
+}
+
+// layer_norm_row of R rows of n (x + r * n) in place, their sums as R independent chains (each
+// row's in its own order, so the same bits), which overlap where one row's would wait on each
+// add.
+template <int R>
+void layer_norm_group(int64_t n, float* x, const float* w, const float* b, float eps) {
+  double sum[R] = {};
+  for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) sum[r] += static_cast<double>(x[r * n + i]);
+  }
+  float mean[R];
+  double sum2[R] = {};
+  for (int r = 0; r < R; ++r) mean[r] = static_cast<float>(sum[r] / static_cast<double>(n));
+  for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float v = x[r * n + i] - mean[r];
+      x[r * n + i] = v;
+      sum2[r] += static_cast<double>(v) * static_cast<double>(v);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const auto variance = static_cast<float>(sum2[r] / static_cast<double>(n));
+    scale_affine(n, x + r * n, 1.0f / std::sqrt(variance + eps), w, b);
+  }
+}
+
+}  // namespace
+
+void layer_norm_rows(int64_t rows, int64_t n, float* x, const float* w, const float* b, float eps) {
+  constexpr int kRows = 8;
+  int64_t t = 0;
+  for (; t + kRows <= rows; t += kRows) layer_norm_group<kRows>(n, x + t * n, w, b, eps);
+  for (; t < rows; ++t) layer_norm_row(n, x + t * n, w, b, eps, x + t * n);
+}
+
 // ---- the forward pass ------------------------------------------------------------------------
 
 Result<std::unique_ptr<Encoder>> Encoder::create(std::unique_ptr<EncoderModel> model,
@@ -273,24 +344,44 @@ Status Encoder::check(std::span<const std::vector<int32_t>> inputs) const {
   return {};
 }
 
-void Encoder::linear(const WeightView& w, const WeightView& b, const float* x, float* y) {
-  const auto it = packed_.find(w.data);
-  if (it != packed_.end()) {
-    const kernels::PackedWeights& p = *it->second;
-    const kernels::QuantizedActivations qa =
-        kernels::quantize_activations(w.type, x, n_rows_, w.cols);
-    pool_.parallel_for(
-        w.rows, kernels::kPackRows, w.rows * w.cols * n_rows_,
-        [&](int64_t begin, int64_t end) { kernels::packed_rows(p, qa, y, w.rows, begin, end); });
-  } else {
-    kernels::matmul(w, x, n_rows_, y, pool_, kernels::BatchForms::kInvariant);
+void Encoder::linear(std::initializer_list<Product> products, const float* x) {
+  struct Part {
+    const kernels::PackedWeights* w;
+    const float* bias;
+    float* y;
+    int64_t first;  // in the parts' combined rows (each part a multiple of kPackRows)
+  };
+  std::vector<Part> parts;
+  int64_t total = 0, work = 0;
+  for (const Product& p : products) {
+    const WeightView& w = *p.w;
+    if (const auto it = packed_.find(w.data); it != packed_.end()) {
+      parts.push_back({it->second.get(), p.bias, p.y, total});
+      total += w.rows;
+      work += w.rows * w.cols * n_rows_;
+      continue;
+    }
+    kernels::matmul(w, x, n_rows_, p.y, pool_, kernels::BatchForms::kInvariant);
+    if (p.bias == nullptr) continue;
+    pool_.parallel_for(n_rows_, 1, n_rows_ * w.rows, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        float* row = p.y + t * w.rows;
+        for (int64_t r = 0; r < w.rows; ++r) row[r] += p.bias[r];
+      }
+    });
   }
-  const float* bias = floats(b);
-  if (bias == nullptr) return;
-  pool_.parallel_for(n_rows_, 1, n_rows_ * w.rows, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* row = y + t * w.rows;
-      for (int64_t r = 0; r < w.rows; ++r) row[r] += bias[r];
+  if (parts.empty()) return;
+  // Every packed type's products take Q8_0 activations: one quantization serves them all.
+  const kernels::QuantizedActivations qa = kernels::quantize_activations(
+      parts.front().w->type(), x, n_rows_, parts.front().w->cols(), pool_);
+  pool_.parallel_for(total, kernels::kPackRows, work, [&](int64_t begin, int64_t end) {
+    for (const Part& part : parts) {
+      const int64_t rows = part.w->rows();
+      const int64_t lo = std::max(begin, part.first), hi = std::min(end, part.first + rows);
+      if (lo < hi) {
+        kernels::packed_rows(*part.w, qa, part.y, rows, lo - part.first, hi - part.first,
+                             part.bias);
+      }
     }
   });
 }
@@ -318,134 +409,256 @@ void Encoder::embed_tokens(std::span<const std::vector<int32_t>> inputs) {
 
 namespace {
 
-// One query of one head against the n keys of its input: scores (n rounded up to 16 floats,
-// scratch) then out[0, hd) = softmax(scores * scale) v, the softmax's exps and sum
-// kernels::softmax_weights' (vector exps, the sum in 16 lanes). `kt` holds the keys transposed
-// (kt[d * n + j]), `v` the values (row j at v + j * v_stride). W keys (scores) or W dimensions
-// (weighted values) go together, each lane in the plain loop's float order: a dot summed over d
-// from 0, a weighted sum over j from 0, every product rounded before it is added: the same bits as
-// scalar loops.
-using F8 = float __attribute__((vector_size(32)));
-using F16 = float __attribute__((vector_size(64)));
+// The queries of one head against the n keys of their input: each query's scores (a row of
+// `scores`, n rounded up to 16 floats), then out = softmax(scores * scale) v, the softmax's exps
+// and sum kernels::softmax_weights' (vector exps, the sum in 16 lanes). `kt` holds the keys
+// transposed (kt[d * n + j]), `v` the values (row j at v + j * v_stride). W keys (scores) or W
+// dimensions (weighted values) go together, each lane in the plain loop's float order: a dot
+// summed over d from 0, a weighted sum over j from 0, every product rounded before it is added:
+// the same bits as scalar loops, whichever queries share a pass. Queries go kQueries at a time:
+// each key (or value) vector loaded serves all of them, and their sums are independent chains,
+// so the adds' latency overlaps.
+constexpr int kQueries = 8;
 
-// out[0, NV * W) = sum over j < n of w[j] * (row j of v)[0, NV * W), each lane summed over j
-// from 0 (the plain loop's order), its NV vectors held in registers across the keys.
-template <typename V, int NV>
-[[gnu::always_inline]] inline void weighted_values(const float* w, int64_t n, const float* v,
-                                                   int64_t v_stride, float* out) {
+// The largest power of two <= min(kQueries, acc / nv): how many queries' NV output vectors fit in
+// `acc` accumulators at once.
+constexpr int queries_per_pass(int acc, int nv) {
+  int g = 1;
+  while (g * 2 <= kQueries && g * 2 * nv <= acc) g *= 2;
+  return g;
+}
+
+// out_i[0, NV * W) = sum over j < n of w_i[j] * (row j of v)[0, NV * W) for the NQ queries i
+// (weights w + i * w_stride, output out + i * out_stride), each lane summed over j from 0 (the
+// plain loop's order), the NQ * NV vectors held in registers across the keys.
+template <typename V, int NV, int NQ>
+[[gnu::always_inline]] inline void weighted_values(const float* w, int64_t w_stride, int64_t n,
+                                                   const float* v, int64_t v_stride, float* out,
+                                                   int64_t out_stride) {
   constexpr int64_t W = sizeof(V) / sizeof(float);
-  V acc[NV] = {};
+  V acc[NQ][NV] = {};
   for (int64_t j = 0; j < n; ++j) {
-    const float p = w[j];
     const float* vj = v + j * v_stride;
+#pragma GCC unroll 4
     for (int c = 0; c < NV; ++c) {
       V x;
       std::memcpy(&x, vj + c * W, sizeof(x));
-      const V prod = p * x;
-      acc[c] = acc[c] + prod;
+#pragma GCC unroll 8
+      for (int i = 0; i < NQ; ++i) {
+        const V prod = w[i * w_stride + j] * x;
+        acc[i][c] = acc[i][c] + prod;
+      }
     }
   }
-  std::memcpy(out, acc, sizeof(acc));
+#pragma GCC unroll 8
+  for (int i = 0; i < NQ; ++i) {
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) std::memcpy(out + i * out_stride + c * W, &acc[i][c], sizeof(V));
+  }
 }
 
-template <typename V>
-[[gnu::always_inline]] inline void attend_query(const float* q, const float* kt, int64_t n,
-                                                int64_t hd, const float* v, int64_t v_stride,
-                                                float scale, float* scores, float* out) {
+// weighted_values for NQ queries, as many at a time as `acc` registers hold.
+template <typename V, int NV, int NQ>
+[[gnu::always_inline]] inline void weighted_values_all(const float* w, int64_t w_stride, int64_t n,
+                                                       const float* v, int64_t v_stride, float* out,
+                                                       int64_t out_stride) {
+  constexpr int kAcc = sizeof(V) == 64 ? 16 : 8;  // of AVX-512's 32 registers, of AVX2's 16
+  constexpr int G = std::min(NQ, queries_per_pass(kAcc, NV));
+  static_assert(NQ % G == 0);
+  for (int i = 0; i < NQ; i += G) {
+    weighted_values<V, NV, G>(w + i * w_stride, w_stride, n, v, v_stride, out + i * out_stride,
+                              out_stride);
+  }
+}
+
+// NQ queries (rows q + i * q_stride) of one head: scores (rows of `scores`, s_stride apart), the
+// softmax, and the weighted values into out + i * out_stride.
+template <typename V, int NQ>
+[[gnu::always_inline]] inline void attend_queries(const float* q, int64_t q_stride, const float* kt,
+                                                  int64_t n, int64_t hd, const float* v,
+                                                  int64_t v_stride, float scale, float* scores,
+                                                  int64_t s_stride, float* out,
+                                                  int64_t out_stride) {
   constexpr int64_t W = sizeof(V) / sizeof(float);
   const int64_t nw = n / W * W;
   for (int64_t j = 0; j < nw; j += W) {
-    V dot = {};
+    V dot[NQ] = {};
     for (int64_t d = 0; d < hd; ++d) {
       V k;
       std::memcpy(&k, kt + d * n + j, sizeof(k));
-      const V prod = q[d] * k;
-      dot = dot + prod;
+#pragma GCC unroll 8
+      for (int i = 0; i < NQ; ++i) {
+        const V prod = q[i * q_stride + d] * k;
+        dot[i] = dot[i] + prod;
+      }
     }
-    std::memcpy(scores + j, &dot, sizeof(dot));
+#pragma GCC unroll 8
+    for (int i = 0; i < NQ; ++i) std::memcpy(scores + i * s_stride + j, &dot[i], sizeof(V));
   }
-  for (int64_t j = nw; j < n; ++j) {
-    float dot = 0.0f;
-    for (int64_t d = 0; d < hd; ++d) dot += q[d] * kt[d * n + j];
-    scores[j] = dot;
+  for (int i = 0; i < NQ; ++i) {
+    const float* qi = q + i * q_stride;
+    float* s = scores + i * s_stride;
+    for (int64_t j = nw; j < n; ++j) {
+      float dot = 0.0f;
+      for (int64_t d = 0; d < hd; ++d) dot += qi[d] * kt[d * n + j];
+      s[j] = dot;
+    }
+    for (int64_t j = 0; j < n; ++j) s[j] *= scale;
+    const float inv = kernels::softmax_weights(n, s);
+    for (int64_t j = 0; j < n; ++j) s[j] *= inv;  // the weights
   }
-  for (int64_t j = 0; j < n; ++j) scores[j] *= scale;
-  const float inv = kernels::softmax_weights(n, scores);
-  for (int64_t j = 0; j < n; ++j) scores[j] *= inv;  // the weights
-  // The weighted values, up to 4 vectors of `out` at a time over all the keys.
+  // The weighted values, up to 4 vectors of each output at a time over all the keys.
   const int64_t hw = hd / W * W;
   int64_t d = 0;
-  for (; d + 4 * W <= hw; d += 4 * W) weighted_values<V, 4>(scores, n, v + d, v_stride, out + d);
+  for (; d + 4 * W <= hw; d += 4 * W) {
+    weighted_values_all<V, 4, NQ>(scores, s_stride, n, v + d, v_stride, out + d, out_stride);
+  }
   switch ((hw - d) / W) {
     case 3:
-      weighted_values<V, 3>(scores, n, v + d, v_stride, out + d);
+      weighted_values_all<V, 3, NQ>(scores, s_stride, n, v + d, v_stride, out + d, out_stride);
       break;
     case 2:
-      weighted_values<V, 2>(scores, n, v + d, v_stride, out + d);
+      weighted_values_all<V, 2, NQ>(scores, s_stride, n, v + d, v_stride, out + d, out_stride);
       break;
     case 1:
-      weighted_values<V, 1>(scores, n, v + d, v_stride, out + d);
+      weighted_values_all<V, 1, NQ>(scores, s_stride, n, v + d, v_stride, out + d, out_stride);
       break;
     default:
       break;
   }
-  for (d = hw; d < hd; ++d) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < n; ++j) acc += scores[j] * v[j * v_stride + d];
-    out[d] = acc;
+  for (int i = 0; i < NQ; ++i) {
+    const float* s = scores + i * s_stride;
+    for (d = hw; d < hd; ++d) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < n; ++j) acc += s[j] * v[j * v_stride + d];
+      out[i * out_stride + d] = acc;
+    }
   }
 }
 
-void attend_query_base(const float* q, const float* kt, int64_t n, int64_t hd, const float* v,
-                       int64_t v_stride, float scale, float* scores, float* out) {
-  attend_query<F8>(q, kt, n, hd, v, v_stride, scale, scores, out);
+// Every one of the n queries of one head (rows q + i * stride, outputs out + i * stride; keys
+// and values as above), kQueries at a time, the rest one by one. `scores` holds kQueries rows
+// of n rounded up to 16 floats.
+template <typename V>
+[[gnu::always_inline]] inline void attend_head(const float* q, const float* kt, int64_t n,
+                                               int64_t hd, const float* v, int64_t stride,
+                                               float scale, float* scores, float* out) {
+  const int64_t s_stride = (n + 15) / 16 * 16;
+  int64_t i = 0;
+  for (; i + kQueries <= n; i += kQueries) {
+    attend_queries<V, kQueries>(q + i * stride, stride, kt, n, hd, v, stride, scale, scores,
+                                s_stride, out + i * stride, stride);
+  }
+  for (; i < n; ++i) {
+    attend_queries<V, 1>(q + i * stride, stride, kt, n, hd, v, stride, scale, scores, s_stride,
+                         out + i * stride, stride);
+  }
+}
+
+void attend_head_base(const float* q, const float* kt, int64_t n, int64_t hd, const float* v,
+                      int64_t stride, float scale, float* scores, float* out) {
+  attend_head<F8>(q, kt, n, hd, v, stride, scale, scores, out);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // 16 lanes on AVX-512; no fused multiply-add (the products are rounded as in the scalar loop).
-__attribute__((target("avx512f"), optimize("fp-contract=off"))) void attend_query_avx512(
-    const float* q, const float* kt, int64_t n, int64_t hd, const float* v, int64_t v_stride,
+__attribute__((target("avx512f"), optimize("fp-contract=off"))) void attend_head_avx512(
+    const float* q, const float* kt, int64_t n, int64_t hd, const float* v, int64_t stride,
     float scale, float* scores, float* out) {
-  attend_query<F16>(q, kt, n, hd, v, v_stride, scale, scores, out);
+  attend_head<F16>(q, kt, n, hd, v, stride, scale, scores, out);
 }
 #endif
 
-using AttendQueryFn = void (*)(const float*, const float*, int64_t, int64_t, const float*, int64_t,
-                               float, float*, float*);
+// gelu_ggml over a row in place: the arguments rounded to F16 (fp32_to_fp16_row, 64 at a time),
+// then the table (gelu_table).
+void gelu_row_base(int64_t n, float* row) {
+  const float* table = gelu_table();
+  uint16_t h[64];
+  for (int64_t i0 = 0; i0 < n; i0 += 64) {
+    const int64_t m = std::min<int64_t>(64, n - i0);
+    kernels::fp32_to_fp16_row(row + i0, h, m);
+    for (int64_t i = 0; i < m; ++i) {
+      const float x = row[i0 + i];
+      row[i0 + i] = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[h[i]];
+    }
+  }
+}
 
-AttendQueryFn attend_query_fn() {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  if (__builtin_cpu_supports("avx512f")) return attend_query_avx512;
+// The same 16 at a time: the rounding to F16 (to nearest, as fp32_to_fp16_row) and the table
+// lookups in vector instructions; the same values. (GCC 12's AVX-512 intrinsics start from an
+// undefined vector, which its uninitialized-use warnings flag.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) void gelu_row_avx512(int64_t n, float* row) {
+  const float* table = gelu_table();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(row + i);
+    const __m256i half = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+    __m512 g = _mm512_i32gather_ps(_mm512_cvtepu16_epi32(half), table, 4);
+    g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-10.0f), _CMP_LE_OQ),
+                           _mm512_setzero_ps());
+    g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(x, _mm512_set1_ps(10.0f), _CMP_GE_OQ), x);
+    _mm512_storeu_ps(row + i, g);
+  }
+  gelu_row_base(n - i, row + i);
+}
+#pragma GCC diagnostic pop
 #endif
-  return attend_query_base;
+
+using AttendHeadFn = void (*)(const float*, const float*, int64_t, int64_t, const float*, int64_t,
+                              float, float*, float*);
+using GeluRowFn = void (*)(int64_t, float*);
+
+// The encoder's own vector kernels, chosen once from the CPU: AVX-512 forms (GCC on x86-64) or
+// the base ones; the same results either way.
+struct EncoderKernels {
+  AttendHeadFn attend_head;
+  GeluRowFn gelu_row;
+};
+
+const EncoderKernels& encoder_kernels() {
+  static const EncoderKernels k = [] {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (__builtin_cpu_supports("avx512f"))
+      return EncoderKernels{attend_head_avx512, gelu_row_avx512};
+#endif
+    return EncoderKernels{attend_head_base, gelu_row_base};
+  }();
+  return k;
 }
 
 }  // namespace
+
+void gelu_ggml_row(int64_t n, float* x) {
+  encoder_kernels().gelu_row(n, x);
+}
 
 void Encoder::attention() {
   const EncoderConfig& c = config();
   const int64_t e = c.n_embd, hd = c.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_inputs = static_cast<int64_t>(starts_.size()) - 1;
-  static const AttendQueryFn attend = attend_query_fn();
+  const AttendHeadFn attend = encoder_kernels().attend_head;
   // One task per (input, head): its queries against its own keys only, the head's keys laid
-  // out transposed once (attend_query).
+  // out transposed once (attend_head).
   pool_.parallel_for(n_inputs * c.n_head, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, kt;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t in = task / c.n_head, h = task % c.n_head;
       const int64_t s0 = starts_[static_cast<size_t>(in)];
       const int64_t n = starts_[static_cast<size_t>(in) + 1] - s0;
-      scores.resize(static_cast<size_t>((n + 15) / 16 * 16));  // softmax_weights' room
+      scores.resize(static_cast<size_t>(kQueries * ((n + 15) / 16 * 16)));  // softmax's room
       kt.resize(static_cast<size_t>(n * hd));
       for (int64_t j = 0; j < n; ++j) {
         const float* k = k_.data() + (s0 + j) * e + h * hd;
         for (int64_t d = 0; d < hd; ++d) kt[static_cast<size_t>(d * n + j)] = k[d];
       }
-      for (int64_t i = 0; i < n; ++i) {
-        attend(q_.data() + (s0 + i) * e + h * hd, kt.data(), n, hd, v_.data() + s0 * e + h * hd, e,
-               scale, scores.data(), attn_.data() + (s0 + i) * e + h * hd);
-      }
+      const int64_t at = s0 * e + h * hd;
+      attend(q_.data() + at, kt.data(), n, hd, v_.data() + at, e, scale, scores.data(),
+             attn_.data() + at);
     }
   });
 }
@@ -454,44 +667,37 @@ void Encoder::layer(const EncoderLayer& l) {
   project_qkv(l);
   if (config().rope) rotate_qk();
   attention();
-  linear(l.wo, l.bo, attn_.data(), tmp_.data());
+  linear({{&l.wo, floats(l.bo), tmp_.data()}}, attn_.data());
   // x = LayerNorm(attention + x), then x = LayerNorm(FFN(x) + x).
   add_and_norm(l.attn_norm, l.attn_norm_b);
-  linear(l.w_up, l.b_up, x_.data(), ffn_.data());
   if (l.w_gate.data != nullptr) {
-    linear(l.w_gate, WeightView{}, x_.data(), gate_.data());
+    linear({{&l.w_up, floats(l.b_up), ffn_.data()}, {&l.w_gate, nullptr, gate_.data()}}, x_.data());
     const int64_t f = config().n_ff;
-    for (int64_t t = 0; t < n_rows_; ++t)
-      kernels::swiglu_row(f, gate_.data() + t * f, ffn_.data() + t * f, ffn_.data() + t * f);
+    pool_.parallel_for(n_rows_, 1, n_rows_ * f, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        kernels::swiglu_row(f, gate_.data() + t * f, ffn_.data() + t * f, ffn_.data() + t * f);
+    });
   } else {
+    linear({{&l.w_up, floats(l.b_up), ffn_.data()}}, x_.data());
     const int64_t f = config().n_ff;
-    // gelu_ggml row by row: the arguments rounded to F16 a row at a time, then the table.
-    const float* table = gelu_table();
     pool_.parallel_for(n_rows_, 1, [&](int64_t begin, int64_t end) {
-      std::vector<uint16_t> h(static_cast<size_t>(f));
-      for (int64_t t = begin; t < end; ++t) {
-        float* row = ffn_.data() + t * f;
-        kernels::fp32_to_fp16_row(row, h.data(), f);
-        for (int64_t i = 0; i < f; ++i) {
-          const float x = row[i];
-          row[i] = x <= -10.0f ? 0.0f : x >= 10.0f ? x : table[h[static_cast<size_t>(i)]];
-        }
-      }
+      gelu_ggml_row((end - begin) * f, ffn_.data() + begin * f);
     });
   }
-  linear(l.w_down, l.b_down, ffn_.data(), tmp_.data());
+  linear({{&l.w_down, floats(l.b_down), tmp_.data()}}, ffn_.data());
   add_and_norm(l.out_norm, l.out_norm_b);
 }
 
 void Encoder::project_qkv(const EncoderLayer& l) {
   if (l.wqkv.data == nullptr) {
-    linear(l.wq, l.bq, x_.data(), q_.data());
-    linear(l.wk, l.bk, x_.data(), k_.data());
-    linear(l.wv, l.bv, x_.data(), v_.data());
+    linear({{&l.wq, floats(l.bq), q_.data()},
+            {&l.wk, floats(l.bk), k_.data()},
+            {&l.wv, floats(l.bv), v_.data()}},
+           x_.data());
     return;
   }
   const int64_t e = config().n_embd;
-  linear(l.wqkv, WeightView{}, x_.data(), qkv_.data());
+  linear({{&l.wqkv, nullptr, qkv_.data()}}, x_.data());
   for (int64_t t = 0; t < n_rows_; ++t) {
     const float* row = qkv_.data() + t * 3 * e;
     std::copy(row, row + e, q_.data() + t * e);
@@ -503,28 +709,30 @@ void Encoder::project_qkv(const EncoderLayer& l) {
 void Encoder::rotate_qk() {
   const EncoderConfig& c = config();
   const float theta_scale = kernels::rope_theta_scale(c.rope_theta, c.rope_dim);
-  std::vector<float> cache(static_cast<size_t>(c.rope_dim));
-  for (size_t in = 0; in + 1 < starts_.size(); ++in) {
-    for (int64_t t = starts_[in]; t < starts_[in + 1]; ++t) {
+  // Rows on the pool, each rotated by its position in its own input.
+  pool_.parallel_for(n_rows_, 1, n_rows_ * c.n_embd, [&](int64_t begin, int64_t end) {
+    std::vector<float> cache(static_cast<size_t>(c.rope_dim));
+    auto in = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) -
+                                  starts_.begin() - 1);
+    for (int64_t t = begin; t < end; ++t) {
+      while (t >= starts_[in + 1]) ++in;
       kernels::rope_cache(t - starts_[in], c.rope_dim, theta_scale, 1.0f, nullptr, cache.data());
       kernels::rope_apply(cache.data(), c.rope_dim, /*neox=*/true, c.n_head, c.head_dim,
                           q_.data() + t * c.n_embd);
       kernels::rope_apply(cache.data(), c.rope_dim, /*neox=*/true, c.n_head, c.head_dim,
                           k_.data() + t * c.n_embd);
     }
-  }
+  });
 }
 
 void Encoder::add_and_norm(const WeightView& w, const WeightView& b) {
   const int64_t e = config().n_embd;
   // Rows on the pool: each row's sums are its own, in the same order whoever runs it.
-  pool_.parallel_for(n_rows_, 1, n_rows_ * e * 4, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* x = x_.data() + t * e;
-      const float* sub = tmp_.data() + t * e;
-      for (int64_t d = 0; d < e; ++d) x[d] = sub[d] + x[d];
-      layer_norm_row(e, x, floats(w), floats(b), config().norm_eps, x);
-    }
+  pool_.parallel_for(n_rows_, 8, n_rows_ * e * 4, [&](int64_t begin, int64_t end) {
+    float* x = x_.data() + begin * e;
+    const float* sub = tmp_.data() + begin * e;
+    for (int64_t i = 0; i < (end - begin) * e; ++i) x[i] = sub[i] + x[i];
+    layer_norm_rows(end - begin, e, x, floats(w), floats(b), config().norm_eps);
   });
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -111,8 +112,16 @@ class Encoder {
   void attention();
   // x_ = LayerNorm(tmp_ + x_) row by row (the sublayer's output added to its input).
   void add_and_norm(const WeightView& w, const WeightView& b);
-  // y = W x + b for the n_rows_ rows of x (b may be absent).
-  void linear(const WeightView& w, const WeightView& b, const float* x, float* y);
+  // One matrix product of the n_rows_ rows of an input: y = W x + b (bias nullptr: none).
+  struct Product {
+    const WeightView* w;
+    const float* bias;
+    float* y;
+  };
+  // The products of one input x: the packed ones in one job on the pool over all their row
+  // groups, x quantized once (on the pool) and each bias added as the rows are stored; the
+  // others one by one, the bias after.
+  void linear(std::initializer_list<Product> products, const float* x);
 
   std::unique_ptr<EncoderModel> model_;
   Pooling pooling_;
@@ -127,9 +136,14 @@ class Encoder {
 // gelu as ggml's CPU backend computes it: the tanh form, through an F16 table (the argument
 // and the result rounded to F16) for |x| < 10; 0 at or below -10 and x at or above 10.
 float gelu_ggml(float x);
+// gelu_ggml of each of x[0, n), in place (AVX-512 where the CPU has it; the same values).
+void gelu_ggml_row(int64_t n, float* x);
 // out = (x - mean) / sqrt(var + eps) * w + b over n elements, the mean and variance summed in
 // double as ggml_norm does. out may alias x.
 void layer_norm_row(int64_t n, const float* x, const float* w, const float* b, float eps,
                     float* out);
+// layer_norm_row of each of `rows` rows of n floats at x, in place: the same bits, several rows'
+// sums at once.
+void layer_norm_rows(int64_t rows, int64_t n, float* x, const float* w, const float* b, float eps);
 
 }  // namespace ferry::engine

@@ -160,11 +160,10 @@ void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y, 
   }
 }
 
-void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
-            BatchForms forms) {
-  if (n_tokens <= 0 || w.rows <= 0) return;
+QuantizedActivations quantize_activations(TensorType weight_type, const float* x, int64_t n_tokens,
+                                          int64_t cols, ThreadPool& pool) {
   QuantizedActivations qa;
-  if (prepare_activations(w.type, x, n_tokens, w.cols, qa)) {
+  if (prepare_activations(weight_type, x, n_tokens, cols, qa)) {
     if (n_tokens > 1) {  // prefill: quantize the batch on every thread too
       pool.parallel_for(n_tokens, 1,
                         [&](int64_t begin, int64_t end) { quantize_rows(x, qa, begin, end); });
@@ -172,6 +171,13 @@ void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, Thr
       quantize_rows(x, qa, 0, 1);
     }
   }
+  return qa;
+}
+
+void matmul(const MatrixView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+            BatchForms forms) {
+  if (n_tokens <= 0 || w.rows <= 0) return;
+  const QuantizedActivations qa = quantize_activations(w.type, x, n_tokens, w.cols, pool);
   pool.parallel_for(w.rows, kRowGrain, w.rows * w.cols * n_tokens,
                     [&](int64_t begin, int64_t end) { matmul_rows(w, qa, y, begin, end, forms); });
 }

@@ -75,6 +75,9 @@ struct QuantizedActivations {
 };
 QuantizedActivations quantize_activations(TensorType weight_type, const float* x, int64_t n_tokens,
                                           int64_t cols);
+// The same, the tokens quantized on the pool's threads when there are several.
+QuantizedActivations quantize_activations(TensorType weight_type, const float* x, int64_t n_tokens,
+                                          int64_t cols, ThreadPool& pool);
 void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y, int64_t row_begin,
                  int64_t row_end, BatchForms forms = BatchForms::kLlamaCpp);
 

@@ -161,7 +161,7 @@ bool packable(const MatrixView& w) {
 }
 
 void packed_rows_scalar(const PackedWeights& w, const QuantizedActivations& qa, float* y,
-                        int64_t y_stride, int64_t row_begin, int64_t row_end) {
+                        int64_t y_stride, int64_t row_begin, int64_t row_end, const float* bias) {
   const int64_t nb = w.cols() / kQK;
   const auto* act = static_cast<const uint8_t*>(qa.data);
   for (int64_t g = row_begin / kPackRows; g < row_end / kPackRows; ++g) {
@@ -179,21 +179,22 @@ void packed_rows_scalar(const PackedWeights& w, const QuantizedActivations& qa, 
           acc = std::fma(static_cast<float>(isum),
                          fp16_to_fp32(scales[i * kPackRows + j]) * fp16_to_fp32(a[i].d), acc);
         }
-        y[t * y_stride + g * kPackRows + j] = acc;
+        const int64_t r = g * kPackRows + j;
+        y[t * y_stride + r] = bias == nullptr ? acc : acc + bias[r];
       }
     }
   }
 }
 
 void packed_rows(const PackedWeights& w, const QuantizedActivations& qa, float* y, int64_t y_stride,
-                 int64_t row_begin, int64_t row_end) {
+                 int64_t row_begin, int64_t row_end, const float* bias) {
 #if defined(__x86_64__) || defined(__i386__)
   if (packed_supported()) {
-    detail::packed_rows_avx512(w, qa, y, y_stride, row_begin, row_end);
+    detail::packed_rows_avx512(w, qa, y, y_stride, row_begin, row_end, bias);
     return;
   }
 #endif
-  packed_rows_scalar(w, qa, y, y_stride, row_begin, row_end);
+  packed_rows_scalar(w, qa, y, y_stride, row_begin, row_end, bias);
 }
 
 }  // namespace ferry::kernels

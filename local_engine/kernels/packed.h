@@ -81,16 +81,19 @@ bool packable(const MatrixView& w);
 
 // y[t * y_stride + r] = packed_dot_serial_ref(row r of the original matrix, token t) for
 // t < qa.n_tokens and r in [row_begin, row_end), both multiples of kPackRows; qa holds Q8_0
-// activations (quantize_activations(w.type(), ...)). Active ISA when supported, else scalar.
+// activations (quantize_activations(w.type(), ...)). With a bias (w.rows() floats), each is
+// that float sum + bias[r], rounded once more: the bits of adding the bias afterwards, without
+// another pass over y. Active ISA when supported, else scalar.
 void packed_rows(const PackedWeights& w, const QuantizedActivations& qa, float* y, int64_t y_stride,
-                 int64_t row_begin, int64_t row_end);
+                 int64_t row_begin, int64_t row_end, const float* bias = nullptr);
 // The scalar version on the packed layout (tests).
 void packed_rows_scalar(const PackedWeights& w, const QuantizedActivations& qa, float* y,
-                        int64_t y_stride, int64_t row_begin, int64_t row_end);
+                        int64_t y_stride, int64_t row_begin, int64_t row_end,
+                        const float* bias = nullptr);
 
 namespace detail {
 void packed_rows_avx512(const PackedWeights& w, const QuantizedActivations& qa, float* y,
-                        int64_t y_stride, int64_t row_begin, int64_t row_end);
+                        int64_t y_stride, int64_t row_begin, int64_t row_end, const float* bias);
 }  // namespace detail
 
 }  // namespace ferry::kernels

@@ -58,10 +58,12 @@ struct Q5Chunks {
   }
 };
 
-// NR tokens times one group of 16 rows: out[r * out_stride + j] for r < NR, j < 16.
+// NR tokens times one group of 16 rows: out[r * out_stride + j] for r < NR, j < 16, plus
+// bias[j] when there is one.
 template <typename Chunks, int NR>
 void tile(int64_t nb, const uint8_t* quants, const uint16_t* scales, const BlockQ8_0* const* act,
-          const float* ad, const int32_t* corr, float* out, int64_t out_stride, bool prefetch) {
+          const float* ad, const int32_t* corr, float* out, int64_t out_stride, bool prefetch,
+          const float* bias) {
   __m512 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
@@ -104,11 +106,15 @@ void tile(int64_t nb, const uint8_t* quants, const uint16_t* scales, const Block
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r]), scale, acc[r]);
     }
   }
+  if (bias != nullptr) {
+    const __m512 b = _mm512_loadu_ps(bias);
+    for (int r = 0; r < NR; ++r) acc[r] = _mm512_add_ps(acc[r], b);
+  }
   for (int r = 0; r < NR; ++r) _mm512_storeu_ps(out + r * out_stride, acc[r]);
 }
 
 using TileFn = void (*)(int64_t, const uint8_t*, const uint16_t*, const BlockQ8_0* const*,
-                        const float*, const int32_t*, float*, int64_t, bool);
+                        const float*, const int32_t*, float*, int64_t, bool, const float*);
 constexpr int kMaxTile = 8;
 template <typename Chunks>
 constexpr TileFn kTiles[kMaxTile + 1] = {nullptr,         tile<Chunks, 1>, tile<Chunks, 2>,
@@ -120,7 +126,7 @@ constexpr TileFn kTiles[kMaxTile + 1] = {nullptr,         tile<Chunks, 1>, tile<
 }  // namespace
 
 void packed_rows_avx512(const PackedWeights& w, const QuantizedActivations& qa, float* y,
-                        int64_t y_stride, int64_t row_begin, int64_t row_end) {
+                        int64_t y_stride, int64_t row_begin, int64_t row_end, const float* bias) {
   const int64_t nb = w.cols() / kQK;
   const int64_t nt = qa.n_tokens;
   thread_local TokenBlocks tb;
@@ -146,7 +152,8 @@ void packed_rows_avx512(const PackedWeights& w, const QuantizedActivations& qa, 
     for (int64_t t0 = 0; t0 < nt; t0 += kMaxTile) {
       const int64_t n = std::min<int64_t>(kMaxTile, nt - t0);
       tiles[n](nb, quants, scales, tb.rows.data() + t0, tb.d.data() + t0 * nb,
-               tb.corr.data() + t0 * nb, y + t0 * y_stride + g * kPackRows, y_stride, t0 == 0);
+               tb.corr.data() + t0 * nb, y + t0 * y_stride + g * kPackRows, y_stride, t0 == 0,
+               bias == nullptr ? nullptr : bias + g * kPackRows);
     }
   }
 }

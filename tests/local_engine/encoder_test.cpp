@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <future>
+#include <vector>
 
 #include <unistd.h>
 
@@ -295,6 +296,53 @@ TEST(Encoder, GeluIsGgmlsF16Table) {
   }
   EXPECT_EQ(gelu_ggml(-10.0f), 0.0f);
   EXPECT_EQ(gelu_ggml(10.5f), 10.5f);
+}
+
+// The row form (16 at a time on AVX-512) gives gelu_ggml's value for every element, at the
+// table's edges (+-10), between F16 values and in a tail shorter than a vector.
+TEST(Encoder, GeluRowEqualsGeluOfEachElement) {
+  std::vector<float> x;
+  for (float v = -12.0f; v <= 12.0f; v += 0.0137f) x.push_back(v);
+  for (const float v : {-10.0f, 10.0f, std::nextafter(-10.0f, 0.0f), std::nextafter(10.0f, 0.0f),
+                        0.0f, -0.0f, 1e-8f, 65504.0f, -1e6f}) {
+    x.push_back(v);
+  }
+  for (const size_t n : {x.size(), size_t{15}, size_t{17}}) {
+    std::vector<float> row(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
+    gelu_ggml_row(static_cast<int64_t>(n), row.data());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(row[i], gelu_ggml(x[i])) << x[i];
+  }
+}
+
+// layer_norm_rows (several rows' sums at once) is layer_norm_row on each row, bit for bit, with
+// and without the weight and bias, for whole groups of rows and the rest.
+TEST(Encoder, LayerNormRowsEqualLayerNormRowOnEachRow) {
+  for (const int64_t n : {int64_t{37}, int64_t{384}}) {
+    std::vector<float> w(static_cast<size_t>(n)), b(w.size());
+    for (int64_t i = 0; i < n; ++i) {
+      w[static_cast<size_t>(i)] = 0.5f + 0.01f * static_cast<float>(i % 17);
+      b[static_cast<size_t>(i)] = 0.1f * static_cast<float>(i % 5) - 0.2f;
+    }
+    for (const int64_t rows : {int64_t{1}, int64_t{8}, int64_t{19}}) {
+      std::vector<float> x(static_cast<size_t>(rows * n));
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = std::sin(0.37f * static_cast<float>(i)) * (1.0f + static_cast<float>(i % 13)) +
+               (i % 7 == 0 ? 1e-6f : 0.0f);
+      }
+      for (const bool affine : {false, true}) {
+        const float* wp = affine ? w.data() : nullptr;
+        const float* bp = affine ? b.data() : nullptr;
+        std::vector<float> expect(x.size()), got = x;
+        for (int64_t t = 0; t < rows; ++t) {
+          layer_norm_row(n, x.data() + t * n, wp, bp, 1e-12f, expect.data() + t * n);
+        }
+        layer_norm_rows(rows, n, got.data(), wp, bp, 1e-12f);
+        for (size_t i = 0; i < x.size(); ++i) {
+          ASSERT_EQ(got[i], expect[i]) << "n " << n << " rows " << rows << " at " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(Encoder, RefusesLongInputsAndUnknownTokens) {

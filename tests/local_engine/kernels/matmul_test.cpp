@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/thread_pool.h"
@@ -50,6 +51,24 @@ TEST(Matmul, EqualsRowDotsForEveryTypeThreadCountAndBatch) {
           ASSERT_NEAR(y1[at], exact, 0.02 * scale + 1e-5) << tensor_type_name(t);
         }
       }
+    }
+  }
+}
+
+// Quantized on a pool's threads, the activations are the same bytes as quantized on the caller.
+TEST(Matmul, ActivationsQuantizedOnAPoolEqualTheSerialOnes) {
+  const int64_t cols = 256;
+  ThreadPool pool3(3, 0);
+  for (const TensorType t : {TensorType::kQ8_0, TensorType::kQ4_K}) {
+    for (const int64_t n_tokens : {1, 2, 37}) {
+      const auto x = random_row(n_tokens * cols, 9);
+      const QuantizedActivations serial = quantize_activations(t, x.data(), n_tokens, cols);
+      const QuantizedActivations pooled = quantize_activations(t, x.data(), n_tokens, cols, pool3);
+      ASSERT_EQ(pooled.type, serial.type);
+      ASSERT_EQ(pooled.row_stride, serial.row_stride);
+      const size_t bytes = serial.row_stride * static_cast<size_t>(n_tokens);
+      EXPECT_EQ(std::memcmp(pooled.data, serial.data, bytes), 0)
+          << tensor_type_name(t) << " tokens " << n_tokens;
     }
   }
 }

@@ -81,6 +81,39 @@ TEST(Packed, EqualsTheSerialReferenceForEveryBatchAndRowRange) {
   }
 }
 
+// With a bias, every output is the product without one plus the row's bias, rounded once: the
+// same bits as adding it afterwards, on the active ISA's kernel and the scalar one, for any
+// 16-aligned row range and batch size (full tiles of 8 tokens and the remainders).
+TEST(Packed, BiasIsAddedToEachRowsProduct) {
+  const int64_t rows = 48, cols = 96;
+  for (const TensorType type : {TensorType::kQ8_0, TensorType::kQ5_0}) {
+    SCOPED_TRACE(std::string(tensor_type_name(type)));
+    const auto w = quantize(type, random_row(rows * cols, 41, 0.05f));
+    const MatrixView view = make_matrix_view(type, rows, cols, w.data());
+    const PackedWeights packed(view);
+    const auto bias = random_row(rows, 42);
+    for (const int64_t n_tokens : {1, 7, 8, 11, 19}) {
+      const auto x = random_row(n_tokens * cols, 43 + static_cast<uint32_t>(n_tokens));
+      const QuantizedActivations qa = quantize_activations(type, x.data(), n_tokens, cols);
+      std::vector<float> plain(static_cast<size_t>(n_tokens * rows), -1.0f),
+          fast(plain.size(), -1.0f), scalar(plain.size(), -1.0f);
+      packed_rows(packed, qa, plain.data(), rows, 0, rows);
+      packed_rows(packed, qa, fast.data(), rows, 0, 32, bias.data());
+      packed_rows(packed, qa, fast.data(), rows, 32, rows, bias.data());
+      packed_rows_scalar(packed, qa, scalar.data(), rows, 0, rows, bias.data());
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const size_t at = static_cast<size_t>(t * rows + r);
+          const float expect = plain[at] + bias[static_cast<size_t>(r)];
+          ASSERT_NE(expect, plain[at]) << "t " << t << " r " << r;
+          ASSERT_EQ(fast[at], expect) << "tokens " << n_tokens << " t " << t << " r " << r;
+          ASSERT_EQ(scalar[at], expect) << "tokens " << n_tokens << " t " << t << " r " << r;
+        }
+      }
+    }
+  }
+}
+
 // The serial order is a different rounding of the same integer sums as vec_dot's lanes: close.
 TEST(Packed, SerialOrderIsCloseToTheLaneOrder) {
   const int64_t cols = 2560;
