@@ -5,7 +5,8 @@
 # instructions of the measured window divided by the rows recorded in it. Instructions do
 # not depend on the machine's load.
 #   bench/full_callgrind.sh [SECONDS]   (FERRY_BUILD_DIR: the build to measure, default build;
-#   FULL_APPLY_MS: ledger.apply_ms, default 100: the row log; 0: each group a SQLite commit)
+#   FULL_APPLY_MS: ledger.apply_ms, default 100: the row log; 0: each group a SQLite commit;
+#   FULL_ONLY: the loadgen scenario, default "chat c=16"; e.g. "chat 200/s" for the fixed rate)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -27,7 +28,7 @@ ferry_url=$(wait_listening "$work/ferry.out" ferry)
 rows() { curl -s "$ferry_url/metrics" | awk '/^ferry_ledger_rows_committed_total/ {print $2}'; }
 load() {
   "$loadgen_bin" --direct "$upstream_url" --ferry "$ferry_url" --ferry-pid "$ferry_pid" \
-    --api-key "$api_key" --only "chat c=16" --duration "$1" >"$work/loadgen.$1.out" 2>&1 || true
+    --api-key "$api_key" --only "${FULL_ONLY:-chat c=16}" --duration "$1" >"$work/loadgen.$1.out" 2>&1 || true
 }
 load 3  # warm-up: connections, caches, the first rows
 callgrind_control -z "$ferry_pid" >/dev/null

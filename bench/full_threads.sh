@@ -6,7 +6,8 @@
 # ledger's threads are named (ledger-writer: the row log's pwrite and fdatasync; ledger-applier:
 # the SQLite commits; ledger-ckpt: the checkpoints); the I/O loop is the first `ferry`.
 #   bench/full_threads.sh [SECONDS]   (FERRY_BUILD_DIR: the build, default build; FERRY_CPU (0),
-#   LOADGEN_CPU (1); BENCH_NICE: as gateway_bench.sh; FULL_APPLY_MS: ledger.apply_ms, default 100)
+#   LOADGEN_CPU (1); BENCH_NICE: as gateway_bench.sh; FULL_APPLY_MS: ledger.apply_ms, default 100;
+#   FULL_ONLY: the loadgen scenario, default "chat c=16"; e.g. "chat 200/s" for the fixed rate)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -35,7 +36,7 @@ ferry_url=$(wait_listening "$work/ferry.out" ferry)
 metric() { curl -s "$ferry_url/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 load() {
   "${on_loadgen_cpu[@]}" "$loadgen_bin" --direct "$upstream_url" --ferry "$ferry_url" \
-    --ferry-pid "$ferry_pid" --api-key "$api_key" --only "chat c=16" --duration "$1" \
+    --ferry-pid "$ferry_pid" --api-key "$api_key" --only "${FULL_ONLY:-chat c=16}" --duration "$1" \
     >"$work/loadgen.$1.out" 2>&1 || true
 }
 # tid, name, utime, stime (clock ticks) of every thread
@@ -59,3 +60,7 @@ join "$work/before" "$work/after" | awk -v rows="$rows" -v hz="$(getconf CLK_TCK
     if (user + sys >= 0.05) printf "%-16s %-8s user %6.1f  sys %6.1f us/request\n", $2, $1, user, sys }
   END { printf "%-25s user %6.1f  sys %6.1f = %.1f us/request\n", "all threads", total_user,
         total_sys, total_user + total_sys }'
+# A run during which a process was stopped (another session's SIGSTOP) is not a measurement.
+if grep -q 'void:' "$work/loadgen.$seconds.out"; then
+  echo "VOID RUN: $(grep -m1 'void:' "$work/loadgen.$seconds.out" | sed 's/^ *^ //')"
+fi

@@ -85,6 +85,25 @@ std::optional<CpuTime> process_cpu(int pid) {
   return cpu;
 }
 
+// The state letter of /proc/<pid>/stat's line (the field after "(comm) "): 'R', 'S', 'D', ...,
+// 'T' stopped by a signal (SIGSTOP, SIGTSTP), 't' stopped by a tracer; 0 when unreadable.
+char stat_state(std::string_view stat_line) {
+  auto close = stat_line.rfind(')');
+  if (close == std::string_view::npos || close + 2 >= stat_line.size()) return 0;
+  return stat_line[close + 2];
+}
+
+// Whether the process is stopped now (a signal or a tracer): a server stopped during a run
+// answers nothing meanwhile, and the run's figures measure the stop, not the server.
+bool process_stopped(int pid) {
+  if (pid <= 0) return false;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  char state = stat_state(line);
+  return state == 'T' || state == 't';
+}
+
 // ============================================================================ HTTP response
 
 // Incremental HTTP/1.1 response parser: Content-Length and chunked bodies, one response at a
@@ -353,6 +372,13 @@ struct RunStats {
   std::optional<double> server_cpu_us;  // CPU of the target's server process per request
   std::optional<double> server_cpu_stat_us;  // the same from /proc/<pid>/stat (10 ms ticks)
   std::optional<double> upstream_cpu_us;     // CPU of the upstream per request (ferry runs)
+  // Something other than the target held the run up, so its figures are void: the server or
+  // the upstream was seen stopped (SIGSTOP, e.g. another session's /tmp/quiet.sh), or this
+  // process itself did not run for `stalled_ms` (a gap between two turns of its loop, whose
+  // waits are at most 100 ms).
+  bool server_stopped = false;
+  bool upstream_stopped = false;
+  int64_t stalled_ms = 0;
 
   double rps() const { return duration_ns > 0 ? ok * 1e9 / static_cast<double>(duration_ns) : 0; }
 };
@@ -367,6 +393,9 @@ void merge_into(RunStats& into, const RunStats& from) {
   weighted(into.server_cpu_us, from.server_cpu_us);
   weighted(into.server_cpu_stat_us, from.server_cpu_stat_us);
   weighted(into.upstream_cpu_us, from.upstream_cpu_us);
+  into.server_stopped = into.server_stopped || from.server_stopped;
+  into.upstream_stopped = into.upstream_stopped || from.upstream_stopped;
+  into.stalled_ms = std::max(into.stalled_ms, from.stalled_ms);
   into.ok += from.ok;
   into.errors += from.errors;
   into.duration_ns += from.duration_ns;
@@ -591,8 +620,21 @@ std::optional<RunStats> Runner::run() {
   std::optional<CpuTime> cpu_begin, cpu_end, up_begin, up_end;
   const int64_t drain_limit = end_ + 10000000000LL;  // in-flight requests get 10 s to finish
   epoll_event events[64];
+  int64_t last_turn = start;
+  int64_t next_state_check = start;
   for (;;) {
     int64_t now = now_ns();
+    // Stops of the servers and of this process, checked every 20 ms (two small reads).
+    int64_t gap_ms = (now - last_turn) / 1000000;
+    if (gap_ms >= 500) stats_.stalled_ms = std::max(stats_.stalled_ms, gap_ms);
+    last_turn = now;
+    if (now >= next_state_check) {
+      next_state_check = now + 20000000;
+      if (process_stopped(target_.pid)) stats_.server_stopped = true;
+      if (upstream_pid_ != target_.pid && process_stopped(upstream_pid_)) {
+        stats_.upstream_stopped = true;
+      }
+    }
     if (!cpu_begin && now >= window_start_) {
       cpu_begin = process_cpu(target_.pid);
       up_begin = process_cpu(upstream_pid_);
@@ -676,6 +718,15 @@ void print_row(const RunStats& s) {
               s.server_cpu_us ? fmt("%.1f", *s.server_cpu_us).c_str() : "-",
               s.server_cpu_stat_us ? fmt("%.0f", *s.server_cpu_stat_us).c_str() : "-",
               s.upstream_cpu_us ? fmt("%.1f", *s.upstream_cpu_us).c_str() : "-", s.errors);
+  if (s.server_stopped || s.upstream_stopped || s.stalled_ms > 0) {
+    std::string why;
+    if (s.server_stopped) why += " the server was stopped during the run;";
+    if (s.upstream_stopped) why += " the upstream was stopped during the run;";
+    if (s.stalled_ms > 0) {
+      why += " the load generator did not run for " + std::to_string(s.stalled_ms) + " ms;";
+    }
+    std::printf("  ^ void:%s not the server's figures (another session's SIGSTOP?)\n", why.c_str());
+  }
   std::fflush(stdout);
 }
 
@@ -693,6 +744,9 @@ std::string json_row(const RunStats& s) {
     out += ",\"server_cpu_stat_us_per_req\":" + fmt("%.2f", *s.server_cpu_stat_us);
   }
   if (s.upstream_cpu_us) out += ",\"upstream_cpu_us_per_req\":" + fmt("%.2f", *s.upstream_cpu_us);
+  if (s.server_stopped) out += ",\"server_stopped\":true";
+  if (s.upstream_stopped) out += ",\"upstream_stopped\":true";
+  if (s.stalled_ms > 0) out += ",\"loadgen_stalled_ms\":" + std::to_string(s.stalled_ms);
   return out + "}";
 }
 

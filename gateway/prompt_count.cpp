@@ -60,6 +60,9 @@ Result<std::map<std::string, PromptCounter, std::less<>>> load_prompt_counters(
     const config::Config& config) {
   std::map<std::string, PromptCounter, std::less<>> out;
   std::map<std::string, std::shared_ptr<const tokenizer::Tokenizer>> tokenizers;  // by spec
+  // By spec and template: a formatter depends on nothing else.
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const tokenizer::ChatFormatter>>
+      formatters;
   for (const auto& m : config.models) {
     PromptCounter& counter = out[m.name];
     const config::BackendConfig* backend = config.find_backend(m.backend);
@@ -84,13 +87,17 @@ Result<std::map<std::string, PromptCounter, std::less<>>> load_prompt_counters(
       tok = *loaded;
     }
     counter.tokenizer = tok;
-    auto chat = tokenizer::ChatFormatter::create(tok, chat_template);
-    if (chat) {
-      counter.chat = *chat;
-    } else if (!chat_template.empty()) {
-      return Error::make(ErrorCode::kInvalidRequest,
-                         "model '" + m.name + "': chat template: " + chat.error().message);
+    auto [known, added] = formatters.try_emplace({spec, chat_template});
+    if (added) {
+      auto chat = tokenizer::ChatFormatter::create(tok, chat_template);
+      if (chat) {
+        known->second = *chat;
+      } else if (!chat_template.empty()) {
+        return Error::make(ErrorCode::kInvalidRequest,
+                           "model '" + m.name + "': chat template: " + chat.error().message);
+      }
     }
+    counter.chat = known->second;
     // Without a template (a tokenizer file that ships none) chats are estimated; plain
     // completions are still counted exactly.
   }

@@ -50,7 +50,9 @@ struct PromptCounter {
   std::optional<MessageShares> shares(const nlohmann::ordered_json& chat_body) const;
 };
 
-// One counter a configured model, by model name. Models naming the same tokenizer share it.
+// One counter a configured model, by model name. Models naming the same tokenizer share it,
+// and those with the same chat template too share its formatter (so the planner, which counts
+// once for targets whose tokenizer and formatter are the same objects, counts them once).
 // Errors: a tokenizer that does not load, a configured chat template that does not parse.
 Result<std::map<std::string, PromptCounter, std::less<>>> load_prompt_counters(
     const config::Config& config);

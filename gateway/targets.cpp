@@ -6,10 +6,21 @@ namespace ferry::gateway {
 
 void RecentStats::add(bool ok, int64_t ttft_ms) {
   std::lock_guard lock(mu_);
+  if (n_ == kWindow && failed_[next_]) --failures_;  // the outcome the new one replaces
   failed_[next_] = !ok;
+  failures_ += ok ? 0 : 1;
   next_ = (next_ + 1) % kWindow;
   n_ = std::min(n_ + 1, kWindow);
   if (ok && ttft_ms >= 0) {
+    int64_t* sorted_end = ttft_sorted_ + n_ttft_;
+    if (n_ttft_ == kWindow) {  // the value the new one replaces leaves the sorted copy
+      int64_t* old = std::lower_bound(ttft_sorted_, sorted_end, ttft_ring_[next_ttft_]);
+      std::copy(old + 1, sorted_end, old);
+      --sorted_end;
+    }
+    int64_t* at = std::upper_bound(ttft_sorted_, sorted_end, ttft_ms);
+    std::copy_backward(at, sorted_end, sorted_end + 1);
+    *at = ttft_ms;
     ttft_ring_[next_ttft_] = ttft_ms;
     next_ttft_ = (next_ttft_ + 1) % kWindow;
     n_ttft_ = std::min(n_ttft_ + 1, kWindow);
@@ -17,25 +28,15 @@ void RecentStats::add(bool ok, int64_t ttft_ms) {
 }
 
 std::optional<int64_t> RecentStats::p90_ttft_ms() const {
-  int64_t copy[kWindow];
-  size_t n = 0;
-  {
-    std::lock_guard lock(mu_);
-    n = n_ttft_;
-    std::copy(ttft_ring_, ttft_ring_ + n, copy);
-  }
-  if (n == 0) return std::nullopt;
-  size_t k = (n * 9 + 9) / 10 - 1;  // nearest-rank p90
-  std::nth_element(copy, copy + k, copy + n);
-  return copy[k];
+  std::lock_guard lock(mu_);
+  if (n_ttft_ == 0) return std::nullopt;
+  return ttft_sorted_[(n_ttft_ * 9 + 9) / 10 - 1];  // nearest-rank p90
 }
 
 std::optional<double> RecentStats::error_rate() const {
   std::lock_guard lock(mu_);
   if (n_ == 0) return std::nullopt;
-  size_t failed = 0;
-  for (size_t i = 0; i < n_; ++i) failed += failed_[i] ? 1 : 0;
-  return static_cast<double>(failed) / static_cast<double>(n_);
+  return static_cast<double>(failures_) / static_cast<double>(n_);
 }
 
 int64_t Target::context_length() const {

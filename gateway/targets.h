@@ -26,7 +26,8 @@ class ChatFormatter;
 namespace ferry::gateway {
 
 // Recent outcomes of one target: p90 time to first token and error rate over the last
-// outcomes (a fixed ring). Thread-safe.
+// outcomes (a fixed ring). Both are read for every request's facts, so add() keeps what they
+// need (the ring's values sorted, the failures counted) and a read is a lookup. Thread-safe.
 class RecentStats {
  public:
   void add(bool ok, int64_t ttft_ms);
@@ -37,9 +38,11 @@ class RecentStats {
   static constexpr size_t kWindow = 128;
   mutable std::mutex mu_;
   bool failed_[kWindow] = {};
-  size_t n_ = 0;     // outcomes in the ring (at most kWindow)
-  size_t next_ = 0;  // ring position
+  size_t n_ = 0;         // outcomes in the ring (at most kWindow)
+  size_t next_ = 0;      // ring position
+  size_t failures_ = 0;  // failed outcomes in the ring
   int64_t ttft_ring_[kWindow] = {};
+  int64_t ttft_sorted_[kWindow] = {};  // the ring's n_ttft_ values, ascending
   size_t n_ttft_ = 0;
   size_t next_ttft_ = 0;
 };

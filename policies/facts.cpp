@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "common/json_text.h"
@@ -247,6 +248,14 @@ void write_value(std::string& out, uint64_t v) {
   write_int(out, v);
 }
 void write_value(std::string& out, double v) {
+  // An integral value below 1e15 (an error rate of 0, a round temperature): nlohmann writes its
+  // digits and ".0" (from 1e15 on, an exponent), so no json is built for it.
+  if (v == std::trunc(v) && std::fabs(v) < 1e15) {
+    if (std::signbit(v)) out.push_back('-');
+    write_int(out, static_cast<int64_t>(std::fabs(v)));
+    out.append(".0");
+    return;
+  }
   out.append(json(v).dump());  // nlohmann's shortest round-trip form (NaN: null)
 }
 void write_value(std::string& out, const std::vector<std::string>& v) {

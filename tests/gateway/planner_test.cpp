@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
+#include "gateway/prompt_count.h"
 #include "ledger/report.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -180,6 +181,29 @@ default: { route: [one, two, three, four] }
   EXPECT_EQ(blind2.source, ledger::TokenSource::kEstimate);
   EXPECT_EQ(blind2.tokens, blind.tokens);
   EXPECT_NE(blind.tokens, big.tokens);
+}
+
+TEST(PromptCounters, ModelsWithTheSameTokenizerAndTemplateShareOneFormatter) {
+  auto cfg = config::load_config_text(R"(
+backends:
+  - { name: gpu, base_url: "http://127.0.0.1:9/v1" }
+models:
+  - { name: a, backend: gpu, upstream_model: a, tokenizer: cl100k_base }
+  - { name: b, backend: gpu, upstream_model: b, tokenizer: cl100k_base }
+  - { name: c, backend: gpu, upstream_model: c, tokenizer: o200k_base }
+)",
+                                      "ferry.yaml");
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  auto counters = load_prompt_counters(*cfg);
+  ASSERT_TRUE(counters) << counters.error().message;
+  const PromptCounter& a = counters->at("a");
+  const PromptCounter& b = counters->at("b");
+  const PromptCounter& c = counters->at("c");
+  ASSERT_NE(a.chat, nullptr);
+  ASSERT_NE(c.chat, nullptr);
+  EXPECT_EQ(a.tokenizer, b.tokenizer);
+  EXPECT_EQ(a.chat, b.chat);  // one formatter: the planner counts a chat for both once
+  EXPECT_NE(a.chat, c.chat);
 }
 
 TEST_F(PlannerTest, UnknownModelIsA404NamingTheModels) {

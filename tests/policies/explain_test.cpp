@@ -226,8 +226,12 @@ TEST(FactsJson, CompactTextIsTheTreesDump) {
                                             "ctl\x01\t\n",
                                             "\xc3\xa9t\xc3\xa9",
                                             "\xf0\x9f\x98\x80"};
-  const std::vector<double> doubles = {0.0,  -0.0,  0.1,       0.5, 1.0,  1e-7, 12.345678901234567,
-                                       1e21, -2.75, 100.0 / 3, 2.0, 7e300};
+  std::vector<double> doubles = {0.0,  -0.0,  0.1,       0.5, 1.0,  1e-7, 12.345678901234567,
+                                 1e21, -2.75, 100.0 / 3, 2.0, 7e300};
+  // Integral values, written without a json below 1e15 (and with an exponent from there on).
+  for (double v : {100.0, -3.0, 1e14, 999999999999999.0, 1e15, -1e15, 1e16, 9007199254740993.0}) {
+    doubles.push_back(v);
+  }
   auto str = [&] { return strings[rng() % strings.size()]; };
   auto dbl = [&] { return doubles[rng() % doubles.size()]; };
   auto list = [&] {
