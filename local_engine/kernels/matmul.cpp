@@ -1,6 +1,7 @@
 #include "local_engine/kernels/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "local_engine/kernels/kernels.h"
 #include "local_engine/kernels/thread_pool.h"
@@ -62,7 +63,9 @@ namespace {
 // Sets up qa (type, strides, storage) without quantizing; true when rows must be quantized.
 bool prepare_activations(TensorType weight_type, const float* x, int64_t n_tokens, int64_t cols,
                          QuantizedActivations& qa) {
+  static std::atomic<uint64_t> last_id{0};
   const TypeKernels* wk = kernels_for(weight_type);
+  qa.id = last_id.fetch_add(1, std::memory_order_relaxed) + 1;
   qa.type = wk->vec_dot_type;
   qa.n_tokens = n_tokens;
   qa.cols = cols;

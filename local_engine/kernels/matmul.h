@@ -64,6 +64,9 @@ struct QuantizedActivations {
   int64_t cols = 0;
   size_t row_stride = 0;       // bytes between tokens
   const void* data = nullptr;  // points into storage (or at the caller's floats for F32)
+  // Unique to each quantization (0: made by hand), so that what a kernel derives from these
+  // rows once per thread (packed.h: the blocks' sums) is not taken for another product's.
+  uint64_t id = 0;
   // At least n_tokens * row_stride bytes. Taken from, and on destruction given back to, a small
   // per-thread pool, so prefill does not fault in fresh pages for every matrix product.
   std::vector<uint8_t> storage;

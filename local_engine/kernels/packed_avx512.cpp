@@ -23,11 +23,44 @@ namespace {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 // Tokens' per-block scales (float) and corrections (-offset * sum of the block's quants: the
-// weights are stored + offset), nb per token.
+// weights are stored + offset), nb per token. Kept per thread for the activations they were
+// made from (QuantizedActivations::id): a product calls packed_rows once per range of rows,
+// and all of them read the same activations.
 struct TokenBlocks {
+  uint64_t id = 0;
+  int32_t offset = 0;
   std::vector<const BlockQ8_0*> rows;
   std::vector<float> d;
-  std::vector<int32_t> corr;
+  std::vector<int32_t> sum, corr;
+
+  void fill(const QuantizedActivations& qa, int64_t nb, int32_t w_offset) {
+    const int64_t nt = qa.n_tokens;
+    const bool same = qa.id != 0 && qa.id == id && static_cast<int64_t>(sum.size()) == nt * nb;
+    if (!same) {
+      id = qa.id;
+      offset = 0;
+      rows.resize(static_cast<size_t>(nt));
+      d.resize(static_cast<size_t>(nt * nb));
+      sum.resize(static_cast<size_t>(nt * nb));
+      corr.resize(static_cast<size_t>(nt * nb));
+      const auto* act = static_cast<const uint8_t*>(qa.data);
+      for (int64_t t = 0; t < nt; ++t) {
+        const auto* blocks =
+            reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(t) * qa.row_stride);
+        rows[static_cast<size_t>(t)] = blocks;
+        for (int64_t i = 0; i < nb; ++i) {
+          int32_t s = 0;
+          for (int l = 0; l < kQK; ++l) s += blocks[i].qs[l];
+          d[static_cast<size_t>(t * nb + i)] = _cvtsh_ss(blocks[i].d);
+          sum[static_cast<size_t>(t * nb + i)] = s;
+        }
+      }
+    }
+    if (!same || offset != w_offset) {
+      offset = w_offset;
+      for (size_t k = 0; k < sum.size(); ++k) corr[k] = -w_offset * sum[k];
+    }
+  }
 };
 
 // How far ahead of the dots the weights are fetched (bytes; about 15 blocks). The hardware
@@ -130,21 +163,7 @@ void packed_rows_avx512(const PackedWeights& w, const QuantizedActivations& qa, 
   const int64_t nb = w.cols() / kQK;
   const int64_t nt = qa.n_tokens;
   thread_local TokenBlocks tb;
-  tb.rows.resize(static_cast<size_t>(nt));
-  tb.d.resize(static_cast<size_t>(nt * nb));
-  tb.corr.resize(static_cast<size_t>(nt * nb));
-  const auto* act = static_cast<const uint8_t*>(qa.data);
-  for (int64_t t = 0; t < nt; ++t) {
-    const auto* blocks =
-        reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(t) * qa.row_stride);
-    tb.rows[static_cast<size_t>(t)] = blocks;
-    for (int64_t i = 0; i < nb; ++i) {
-      int32_t sum = 0;
-      for (int l = 0; l < kQK; ++l) sum += blocks[i].qs[l];
-      tb.d[static_cast<size_t>(t * nb + i)] = _cvtsh_ss(blocks[i].d);
-      tb.corr[static_cast<size_t>(t * nb + i)] = -w.offset() * sum;
-    }
-  }
+  tb.fill(qa, nb, w.offset());
   for (int64_t g = row_begin / kPackRows; g < row_end / kPackRows; ++g) {
     const uint8_t* quants = w.group(g);
     const auto* scales = reinterpret_cast<const uint16_t*>(quants + nb * w.block_bytes());

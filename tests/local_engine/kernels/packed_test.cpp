@@ -81,6 +81,43 @@ TEST(Packed, EqualsTheSerialReferenceForEveryBatchAndRowRange) {
   }
 }
 
+// The tokens' block sums a thread keeps between calls belong to one quantization: a new one in
+// the same recycled storage (the same pointer) and a weight of the other offset (Q5_0 after
+// Q8_0 on the same activations) get their own.
+TEST(Packed, KeptTokenSumsBelongToOneQuantization) {
+  const int64_t rows = 32, cols = 96, n_tokens = 3;
+  const auto w8 = quantize(TensorType::kQ8_0, random_row(rows * cols, 81, 0.05f));
+  const auto w5 = quantize(TensorType::kQ5_0, random_row(rows * cols, 82, 0.05f));
+  const MatrixView v8 = make_matrix_view(TensorType::kQ8_0, rows, cols, w8.data());
+  const MatrixView v5 = make_matrix_view(TensorType::kQ5_0, rows, cols, w5.data());
+  const PackedWeights p8(v8), p5(v5);
+  const void* first_storage = nullptr;
+  for (uint32_t round = 0; round < 3; ++round) {
+    const auto x = random_row(n_tokens * cols, 83 + round);
+    const QuantizedActivations qa =
+        quantize_activations(TensorType::kQ8_0, x.data(), n_tokens, cols);
+    if (round == 0) {
+      first_storage = qa.data;
+    } else {
+      EXPECT_EQ(qa.data, first_storage);  // the storage is recycled
+    }
+    for (const auto* pw : {&p8, &p5, &p8}) {
+      const MatrixView& view = pw == &p5 ? v5 : v8;
+      std::vector<float> y(static_cast<size_t>(n_tokens * rows), -1.0f);
+      packed_rows(*pw, qa, y.data(), rows, 0, 16);
+      packed_rows(*pw, qa, y.data(), rows, 16, rows);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const auto* act = static_cast<const uint8_t*>(qa.data) + t * qa.row_stride;
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(y[static_cast<size_t>(t * rows + r)],
+                    packed_dot_serial_ref(pw->type(), cols, view.row(r), act))
+              << "round " << round << " t " << t << " r " << r;
+        }
+      }
+    }
+  }
+}
+
 // With a bias, every output is the product without one plus the row's bias, rounded once: the
 // same bits as adding it afterwards, on the active ISA's kernel and the scalar one, for any
 // 16-aligned row range and batch size (full tiles of 8 tokens and the remainders).
