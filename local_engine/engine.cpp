@@ -89,6 +89,9 @@ void release_pages(const void* data, size_t bytes) {
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
 }
 
+// Rows from which Engine::matmuls quantizes its activations on the pool.
+constexpr int64_t kPoolQuantizeRows = 16;
+
 // Bytes of a matrix's panels (TypeKernels::pack_panels) when its type has them and its rows
 // are whole groups of 16; 0 otherwise.
 int64_t panel_bytes(const WeightView& w) {
@@ -427,7 +430,11 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
       if (q.type == act_type) qa = &q;
     }
     if (qa == nullptr) {
-      quantized.push_back(kernels::quantize_activations(job.w->type, x, n, job.w->cols));
+      // A prefill batch is quantized on the pool's threads too; a decode batch's few rows cost
+      // less than handing them out.
+      quantized.push_back(n >= kPoolQuantizeRows
+                              ? kernels::quantize_activations(job.w->type, x, n, job.w->cols, pool_)
+                              : kernels::quantize_activations(job.w->type, x, n, job.w->cols));
       qa = &quantized.back();
     }
     const kernels::PackedWeights* p = packed(*job.w);
