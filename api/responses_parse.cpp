@@ -338,6 +338,17 @@ std::optional<Error> parse_message_item(const simdjson::dom::object& item, const
   return std::nullopt;
 }
 
+// Calls made in one turn (and the text before them) are one assistant message in chat.
+void add_tool_call(ItemContext& ctx, ToolCall call) {
+  if (ctx.messages.empty() || ctx.messages.back().role != Role::kAssistant) {
+    ctx.messages.emplace_back();
+    ctx.messages.back().role = Role::kAssistant;
+  }
+  Message& assistant = ctx.messages.back();
+  if (!assistant.tool_calls) assistant.tool_calls.emplace();
+  assistant.tool_calls->push_back(std::move(call));
+}
+
 std::optional<Error> parse_function_call(const simdjson::dom::object& item, const Path& path,
                                          ItemContext& ctx) {
   static constexpr std::array<std::string_view, 6> kKnown = {"type",      "call_id", "name",
@@ -354,30 +365,48 @@ std::optional<Error> parse_function_call(const simdjson::dom::object& item, cons
   call.id = std::string(*call_id);
   call.name = std::string(*name);
   call.arguments = std::string(*arguments);
-  // Calls made in one turn (and the text before them) are one assistant message in chat.
-  if (ctx.messages.empty() || ctx.messages.back().role != Role::kAssistant) {
-    ctx.messages.emplace_back();
-    ctx.messages.back().role = Role::kAssistant;
-  }
-  Message& assistant = ctx.messages.back();
-  if (!assistant.tool_calls) assistant.tool_calls.emplace();
-  assistant.tool_calls->push_back(std::move(call));
+  add_tool_call(ctx, std::move(call));
   return std::nullopt;
 }
 
+// A function call's output, matched to its call by call_id. Codex also sends outputs of its own
+// tools with no call (a `name`, optionally a `namespace`, and no call_id: its goal's objective,
+// for one): chat has no tool result without a call, so such an output becomes the call and its
+// result, named namespace__name as agents name namespaced tools, with no arguments and the
+// item's id (or one made from its place in the messages) as the call's id.
 std::optional<Error> parse_function_call_output(const simdjson::dom::object& item, const Path& path,
                                                 ItemContext& ctx) {
-  static constexpr std::array<std::string_view, 5> kKnown = {"type", "call_id", "output", "id",
-                                                             "status"};
+  static constexpr std::array<std::string_view, 7> kKnown = {"type",   "call_id", "output",   "id",
+                                                             "status", "name",    "namespace"};
   Fields f(item, kKnown, path);
   if (f.error()) return f.error();
-  auto call_id = f.required_string("call_id");
+  auto call_id = f.string("call_id");
   if (!call_id) return call_id.error();
+  auto name = f.string("name");
+  if (!name) return name.error();
+  auto space = f.string("namespace");
+  if (!space) return space.error();
+  auto id = f.string("id");
+  if (!id) return id.error();
   auto output = f["output"];
   if (!output) return missing_parameter(dot(path, "output"));
+  std::string tool_call_id;
+  if (*call_id) {
+    tool_call_id = std::string(**call_id);
+  } else if (*name && !(*name)->empty()) {
+    ToolCall call;
+    call.id = *id ? std::string(**id) : "call_" + std::to_string(ctx.messages.size());
+    call.name = *space && !(*space)->empty() ? std::string(**space) + "__" + std::string(**name)
+                                             : std::string(**name);
+    call.arguments = "{}";
+    tool_call_id = call.id;
+    add_tool_call(ctx, std::move(call));
+  } else {
+    return missing_parameter(dot(path, "call_id"));
+  }
   Message msg;
   msg.role = Role::kTool;
-  msg.tool_call_id = std::string(*call_id);
+  msg.tool_call_id = std::move(tool_call_id);
   if (output->is_string()) {
     msg.content.form = Content::Form::kText;
     msg.content.text = std::string(string_of(*output));

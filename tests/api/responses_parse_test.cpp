@@ -169,6 +169,40 @@ TEST(ResponsesParse, FunctionCallErrors) {
   EXPECT_EQ(e.param, "input[0].output");
 }
 
+// Codex sends outputs of its own tools with no call (its goal's objective): a name, a namespace,
+// no call_id. Chat has no tool result without a call: it becomes the call and its result.
+TEST(ResponsesParse, AnOutputWithANameAndNoCallBecomesTheCallAndItsResult) {
+  auto r = items(R"([{"role":"user","content":"x"},
+    {"type":"function_call","call_id":"c1","name":"create_goal","arguments":"{}"},
+    {"type":"function_call_output","call_id":"c1","output":"{\"goal\":1}"},
+    {"type":"function_call_output","id":"fco_2","name":"goal_objective","namespace":"agent",
+     "output":"cat notes.txt"},
+    {"type":"function_call_output","name":"plain","output":"y"}])");
+  ASSERT_EQ(r.chat.messages.size(), 7u);
+  EXPECT_EQ(r.chat.messages[2].tool_call_id, "c1");
+  const Message& injected = r.chat.messages[3];
+  EXPECT_EQ(injected.role, Role::kAssistant);
+  ASSERT_TRUE(injected.tool_calls);
+  ASSERT_EQ(injected.tool_calls->size(), 1u);
+  EXPECT_EQ(injected.tool_calls->at(0).id, "fco_2");
+  EXPECT_EQ(injected.tool_calls->at(0).name, "agent__goal_objective");
+  EXPECT_EQ(injected.tool_calls->at(0).arguments, "{}");
+  EXPECT_EQ(r.chat.messages[4].role, Role::kTool);
+  EXPECT_EQ(r.chat.messages[4].tool_call_id, "fco_2");
+  EXPECT_EQ(r.chat.messages[4].content.text, "cat notes.txt");
+  // No id and no namespace: the name alone, an id made from its place.
+  EXPECT_EQ(r.chat.messages[5].tool_calls->at(0).name, "plain");
+  EXPECT_EQ(r.chat.messages[6].tool_call_id, r.chat.messages[5].tool_calls->at(0).id);
+  EXPECT_FALSE(r.chat.messages[6].tool_call_id.value_or("").empty());
+  // Neither a call_id nor a name: the call_id is missing, as before.
+  Error e = bad_input(R"([{"type":"function_call_output","output":"r"}])");
+  EXPECT_EQ(e.param, "input[0].call_id");
+  EXPECT_EQ(e.type_code, "missing_required_parameter");
+  e = bad_input(R"([{"type":"function_call_output","name":3,"output":"r"}])");
+  EXPECT_EQ(e.param, "input[0].name");
+  EXPECT_EQ(e.type_code, "invalid_type");
+}
+
 TEST(ResponsesParse, AnOutputWithoutItsCallIsRefused) {
   Error e = bad_input(R"([{"role":"user","content":"x"},
     {"type":"function_call_output","call_id":"call_zz","output":"r"}])");

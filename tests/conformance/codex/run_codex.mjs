@@ -7,7 +7,9 @@
 // it. So Codex runs its whole turn loop through ferry: a function call it executes, its output
 // sent back, a final message. Passes when codex exits 0 with no protocol error, the final
 // message carries the command's output, and the ledger has one successful row per request
-// under Codex's session (prompt_cache_key is the task).
+// under Codex's session (prompt_cache_key is the task). A second run calls Codex's create_goal
+// (model local-goal): Codex then sends its goal's objective as an output of its own tool with no
+// call (name and namespace, no call_id), and the turn must still complete.
 // The config turns off Codex's web_search and multi-agent tools, built-in tool types ferry
 // refuses to translate.
 // With --vocab-writer (conformance.codex_cli_local), Codex runs on local models instead:
@@ -53,7 +55,7 @@ auth:
     - { id: codex-admin, key: ${kAdminKey}, team: ops, role: admin }
 ${backends}ledger: { path: ${dir}/ledger.db }
 prices:
-${['local', ...Object.values(kAgentTargets)].map(price).join('\n')}
+${['local', 'local-goal', ...Object.values(kAgentTargets)].map(price).join('\n')}
 `;
 }
 
@@ -62,14 +64,15 @@ function upstream_lines(upstream_url) {
   - { name: up, base_url: "${upstream_url}/v1", timeouts: { first_byte_ms: 20000 } }
 models:
   - { name: local, backend: up, upstream_model: call-tool-exec_command }
+  - { name: local-goal, backend: up, upstream_model: call-tool-create_goal }
 `;
 }
 
 const kRoutes = { local: 'plain' };
 const kMaxTokens = 48;
 
-function codex_config(base_url) {
-  return `model = "local"
+function codex_config(base_url, model) {
+  return `model = "${model}"
 model_provider = "ferry"
 web_search = "disabled"
 approval_policy = "never"
@@ -136,17 +139,17 @@ async function main() {
     const cwd = path.join(work, 'project');
     fs.mkdirSync(cwd);
     fs.writeFileSync(path.join(cwd, 'notes.txt'), `${kSecret}\n`);
-    const codex_home = (name) => {
+    const codex_home = (name, model) => {
       const home = path.join(work, `codex-home-${name}`);
       fs.mkdirSync(home);
-      fs.writeFileSync(path.join(home, 'config.toml'), codex_config(`${url}/v1`));
+      fs.writeFileSync(path.join(home, 'config.toml'), codex_config(`${url}/v1`, model));
       return home;
     };
     const seen_rows = new Set();
     // One codex run and its checks; returns its rows (those not seen in an earlier run).
-    const checked_run = async (name, prompt) => {
+    const checked_run = async (name, prompt, model = 'local') => {
       const started = Date.now();
-      const run = await run_codex(codex_home(name), cwd, prompt);
+      const run = await run_codex(codex_home(name, model), cwd, prompt);
       console.log(`codex (${name}): exit ${run.code} after ` +
                   `${((Date.now() - started) / 1000).toFixed(1)} s\n` +
                   `---- stdout ----\n${run.out}\n---- stderr ----\n${run.err}`);
@@ -199,6 +202,12 @@ async function main() {
         fail(`${ours.length} ledger row(s) for ${stats.requests} request(s) to the backend`);
       }
       if (ours.length < 2) fail('no second request: the function output never came back');
+      // Codex's goal tool: after create_goal's output Codex sends its goal's objective as an
+      // output of its own tool with no call (a name and a namespace, no call_id), which ferry
+      // turns into a call and its result for the chat backend.
+      const goal = await checked_run('goal', 'Set a goal.\ntool-arg: read the notes',
+                                     'local-goal');
+      if (goal.rows.length < 2) fail('no second request after create_goal');
     }
     console.log('codex: 1 passed, 0 failed');
     exit_code = 0;
