@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <condition_variable>
+#include <future>
 #include <mutex>
 
 #include "constrain/schema.h"
@@ -235,6 +236,11 @@ TEST(ConstrainedGenerate, BatchInvariantModeGivesTheSameConstrainedOutputAloneAn
         std::move(l.engine), options, [tok](TokenId id) { return tok->token_bytes(id); }, l.eog);
     std::vector<Out> outs(which.size());
     std::size_t done = 0;
+    // The first sequence's first token waits until every request is in, so the others join it
+    // in the scheduler's next step whatever the threads' timing (a busy machine used to finish
+    // it alone before the next was submitted).
+    std::promise<void> submitted;
+    const std::shared_future<void> all_in = submitted.get_future().share();
     for (std::size_t k = 0; k < which.size(); ++k) {
       const int i = which[k];
       GenerationRequest req;
@@ -247,7 +253,8 @@ TEST(ConstrainedGenerate, BatchInvariantModeGivesTheSameConstrainedOutputAloneAn
         m->set_token_budget(200);  // the document closes within max_tokens
         req.sampling.constraint = std::move(m);
       }
-      req.on_token = [&, k](const TokenEvent& ev) {
+      req.on_token = [&, k, all_in](const TokenEvent& ev) {
+        if (k == 0) all_in.wait();
         if (ev.token >= 0) outs[k].tokens.push_back(ev.token);
         outs[k].text += ev.text;
       };
@@ -259,6 +266,7 @@ TEST(ConstrainedGenerate, BatchInvariantModeGivesTheSameConstrainedOutputAloneAn
       };
       EXPECT_TRUE(scheduler.submit(std::move(req)).has_value());
     }
+    submitted.set_value();
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done == which.size(); });
     return outs;
