@@ -37,8 +37,11 @@ inline bool spin_once(int& spins) {
   return false;
 }
 
-constexpr uint64_t kMaxChunks = 0xffff;
-constexpr uint64_t kNextOne = uint64_t{1} << 16;
+constexpr uint64_t kMaxUnits = 0xffff;
+
+uint64_t share_word(uint32_t tag, uint64_t front, uint64_t back) {
+  return (static_cast<uint64_t>(tag) << 32) | (front << 16) | back;
+}
 
 }  // namespace
 
@@ -46,8 +49,9 @@ ThreadPool::ThreadPool(int n_threads, int64_t serial_work) : serial_work_(serial
   if (n_threads <= 0)
     n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
+  shares_ = std::vector<Share>(static_cast<size_t>(n_threads_));
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -57,24 +61,37 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::take_chunks() {
-  uint64_t word = claim_.load(std::memory_order_acquire);
-  for (;;) {
-    const uint64_t next = (word >> 16) & kMaxChunks;
-    const uint64_t chunks = word & kMaxChunks;
-    if (next >= chunks) return;
-    if (!claim_.compare_exchange_weak(word, word + kNextOne, std::memory_order_acq_rel,
-                                      std::memory_order_acquire)) {
-      continue;
+void ThreadPool::take_pieces(int self) {
+  for (int k = 0; k < n_threads_; ++k) {
+    Share& share = shares_[static_cast<size_t>((self + k) % n_threads_)];
+    const bool own = k == 0;
+    uint64_t word = share.word.load(std::memory_order_acquire);
+    for (;;) {
+      const uint64_t front = (word >> 16) & kMaxUnits;
+      const uint64_t back = word & kMaxUnits;
+      if (front >= back) break;
+      // Half of what is left: the owner's pieces run on from one another, and what the
+      // others take from the back shrinks as the share ends.
+      const uint64_t take = std::max<uint64_t>(1, (back - front) / 2);
+      const uint32_t tag = static_cast<uint32_t>(word >> 32);
+      const uint64_t first = own ? front : back - take;
+      const uint64_t next =
+          own ? share_word(tag, front + take, back) : share_word(tag, front, back - take);
+      if (!share.word.compare_exchange_weak(word, next, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+        continue;
+      }
+      const int64_t begin = static_cast<int64_t>(first) * job_.unit;
+      (*job_.fn)(begin, std::min(job_.n, begin + static_cast<int64_t>(take) * job_.unit));
+      const uint32_t units = static_cast<uint32_t>((job_.n + job_.unit - 1) / job_.unit);
+      if (done_.fetch_add(static_cast<uint32_t>(take), std::memory_order_acq_rel) + take == units)
+        done_.notify_one();
+      word = share.word.load(std::memory_order_acquire);
     }
-    const int64_t begin = static_cast<int64_t>(next) * job_.per_chunk;
-    (*job_.fn)(begin, std::min(job_.n, begin + job_.per_chunk));
-    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done_.notify_one();
-    word = claim_.load(std::memory_order_acquire);
   }
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(int self) {
   uint32_t seen = 0;
   for (;;) {
     int spins = 0;
@@ -85,7 +102,7 @@ void ThreadPool::worker_loop() {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    take_chunks();
+    take_pieces(self);
   }
 }
 
@@ -93,25 +110,26 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  // About four ranges per thread, taken in order from a shared counter: a thread that runs
-  // late (a busy machine) takes fewer, instead of holding back the whole step with its share.
-  const int64_t grains = (n + grain - 1) / grain;
-  int64_t per_chunk = std::max<int64_t>(1, grains / (4 * static_cast<int64_t>(n_threads_))) * grain;
-  while ((n + per_chunk - 1) / per_chunk > static_cast<int64_t>(kMaxChunks)) per_chunk += grain;
-  const auto chunks = static_cast<uint64_t>((n + per_chunk - 1) / per_chunk);
-  if (n_threads_ == 1 || chunks == 1) {
-    for (int64_t b = 0; b < n; b += per_chunk) fn(b, std::min(n, b + per_chunk));
+  int64_t unit = grain;
+  while ((n + unit - 1) / unit > static_cast<int64_t>(kMaxUnits)) unit += grain;
+  const auto units = static_cast<uint64_t>((n + unit - 1) / unit);
+  if (n_threads_ == 1 || units == 1) {
+    fn(0, n);
     return;
   }
-  job_ = Job{&fn, n, per_chunk};
+  job_ = Job{&fn, n, unit};
   done_.store(0, std::memory_order_relaxed);
   ++tag_;
-  claim_.store((static_cast<uint64_t>(tag_) << 32) | chunks, std::memory_order_release);
+  const auto threads = static_cast<uint64_t>(n_threads_);
+  for (uint64_t t = 0; t < threads; ++t) {
+    shares_[t].word.store(share_word(tag_, units * t / threads, units * (t + 1) / threads),
+                          std::memory_order_release);
+  }
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
-  take_chunks();
+  take_pieces(0);
   int spins = 0;
-  for (uint32_t d = done_.load(std::memory_order_acquire); d != chunks;
+  for (uint32_t d = done_.load(std::memory_order_acquire); d != units;
        d = done_.load(std::memory_order_acquire)) {
     if (!spin_once(spins)) done_.wait(d, std::memory_order_acquire);
   }

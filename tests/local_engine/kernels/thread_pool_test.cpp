@@ -74,6 +74,40 @@ TEST(ThreadPool, SmallJobsStayOnTheCaller) {
   EXPECT_EQ(covered, 64);
 }
 
+// Each thread walks its own share from the front in pieces that run on from one another and
+// shrink (its weights read as one stream), then takes pieces from the back of the other
+// shares: the caller's pieces start at 0 and run on contiguously within the first half, and
+// whatever it takes of the worker's half comes from the back, each piece ending where the one
+// before began.
+TEST(ThreadPool, EachThreadReadsItsShareFromTheFrontAndTheOthersFromTheBack) {
+  ThreadPool pool(2, 0);
+  const auto caller = std::this_thread::get_id();
+  for (int job = 0; job < 200; ++job) {
+    const int64_t n = 64 + job;
+    std::mutex mu;
+    std::vector<std::pair<int64_t, int64_t>> mine;
+    pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+      if (std::this_thread::get_id() != caller) return;
+      std::lock_guard lock(mu);
+      mine.emplace_back(b, e);
+    });
+    // On a busy machine the worker may take any part of the caller's share from its back
+    // first, so only the order is certain: from 0 upwards, then from n downwards.
+    size_t i = 0;
+    for (; i < mine.size() && mine[i].first < n / 2; ++i) {
+      const int64_t expected_begin = i == 0 ? 0 : mine[i - 1].second;
+      EXPECT_EQ(mine[i].first, expected_begin) << "job " << job << " piece " << i;
+      if (i > 0) {
+        EXPECT_LE(mine[i].second - mine[i].first, mine[i - 1].second - mine[i - 1].first);
+      }
+    }
+    for (size_t j = i; j < mine.size(); ++j) {
+      const int64_t expected_end = j == i ? n : mine[j - 1].first;
+      EXPECT_EQ(mine[j].second, expected_end) << "job " << job << " piece " << j;
+    }
+  }
+}
+
 TEST(ThreadPool, DefaultSizeAndDestructionWhileIdle) {
   ThreadPool pool(0);
   EXPECT_GE(pool.n_threads(), 1);
