@@ -256,7 +256,7 @@ void BM_Serving(benchmark::State& state, TensorType type) {
           ferry::kernels::packed_rows(*s.packed, qa, y.data(), kEmbd, b, e);
         } else if (s.panels) {
           k->gemm_panels(kFfn, s.panels.get() + b / 16 * s.group_bytes, e - b, qa.data,
-                         static_cast<int64_t>(qa.row_stride), n, y.data() + b, kEmbd);
+                         static_cast<int64_t>(qa.row_stride), n, y.data() + b, kEmbd, qa.id);
         } else {
           ferry::kernels::matmul_rows(s.m.view, qa, y.data(), b, e,
                                       ferry::kernels::BatchForms::kInvariant);

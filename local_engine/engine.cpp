@@ -24,8 +24,7 @@ Error batch_error(std::string message) {
 // out = x / rms(x) * weight, row by row (llama.cpp's numerics: kernels/ops.h).
 void rms_norm(const float* x, const WeightView& weight, float eps, int64_t n, int64_t dim,
               float* out) {
-  const auto* w = static_cast<const float*>(weight.data);
-  for (int64_t t = 0; t < n; ++t) kernels::rms_norm_row(dim, x + t * dim, w, eps, out + t * dim);
+  kernels::rms_norm_rows(n, dim, x, static_cast<const float*>(weight.data), eps, out);
 }
 
 // An intermediate tensor for op-by-op comparisons with llama.cpp (off unless FERRY_TRACE_DIR).
@@ -460,7 +459,7 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
         part.panels->kernels->gemm_panels(
             part.w->cols, part.panels->data + r0 / 16 * part.panels->group_bytes, hi - lo,
             part.qa->data, static_cast<int64_t>(part.qa->row_stride), part.qa->n_tokens,
-            part.y + r0, part.w->rows);
+            part.y + r0, part.w->rows, part.qa->id);
       } else {
         kernels::matmul_rows(*part.w, *part.qa, part.y, lo - part.first_row, hi - part.first_row,
                              forms_);

@@ -54,8 +54,11 @@ using GemmFn = void (*)(int64_t n, const void* w, int64_t w_stride, int64_t n_w,
 // Weights rearranged once for many products (see TypeKernels::pack_panels).
 using PackPanelsFn = void (*)(int64_t n, const void* w, int64_t w_stride, int64_t n_w,
                               void* panels);
+// a_id: the activations' QuantizedActivations::id (0: none), so that what a kernel derives from
+// them is kept per thread across the ranges of one product.
 using GemmPanelsFn = void (*)(int64_t n, const void* panels, int64_t n_w, const void* a,
-                              int64_t a_stride, int64_t n_a, float* out, int64_t out_stride);
+                              int64_t a_stride, int64_t n_a, float* out, int64_t out_stride,
+                              uint64_t a_id);
 
 struct TypeKernels {
   TensorType type = TensorType::kF32;

@@ -51,6 +51,37 @@ void rms_norm_row(int64_t n, const float* x, const float* w, float eps, float* o
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
+void rms_norm_rows(int64_t rows, int64_t n, const float* x, const float* w, float eps, float* out) {
+  constexpr int64_t kTogether = 8;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTogether) {
+    const int64_t nr = std::min(kTogether, rows - r0);
+    const float* xs = x + r0 * n;
+    double sum[kTogether] = {};
+    if (nr == kTogether) {
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t r = 0; r < kTogether; ++r) {
+          const float v = xs[r * n + i];
+          sum[r] += static_cast<double>(v * v);
+        }
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t r = 0; r < nr; ++r) {
+          const float v = xs[r * n + i];
+          sum[r] += static_cast<double>(v * v);
+        }
+      }
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      const auto mean = static_cast<float>(sum[r] / static_cast<double>(n));
+      const float scale = 1.0f / std::sqrt(mean + eps);
+      const float* xr = xs + r * n;
+      float* o = out + (r0 + r) * n;
+      for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale * w[i];
+    }
+  }
+}
+
 float rope_theta_scale(float freq_base, int64_t n_dims) {
   return std::pow(freq_base, -2.0f / static_cast<float>(n_dims));
 }

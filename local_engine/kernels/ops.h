@@ -14,6 +14,10 @@ namespace ferry::kernels {
 // out[i] = x[i] * (1 / sqrt(mean(x^2) + eps)) * w[i]; the mean of squares summed in double,
 // element by element, as ggml_rms_norm does. out may alias x.
 void rms_norm_row(int64_t n, const float* x, const float* w, float eps, float* out);
+// rms_norm_row of `rows` rows of n (x and out row-major), the same bits row by row: up to 8 rows'
+// sums advance together, so their chains of dependent additions overlap (a batch's norm costs
+// about one row's). out may alias x.
+void rms_norm_rows(int64_t rows, int64_t n, const float* x, const float* w, float eps, float* out);
 
 // The (cos, sin) pairs of RoPE at one position: cache[2i] = cos(theta_i), cache[2i+1] =
 // sin(theta_i) for i < n_dims / 2, with theta_0 = pos and theta_{i+1} = theta_i * theta_scale

@@ -399,6 +399,27 @@ TEST(Numerics, RmsNormSumsSquaresInDouble) {
   for (int i = 0; i < 960; ++i) ASSERT_EQ(bits(out[i]), bits(x[i] * scale * w[i])) << i;
 }
 
+// The batch form gives every row rms_norm_row's bits, whole groups of 8 and the rest, in place
+// or not.
+TEST(Numerics, RmsNormRowsGivesEachRowTheBitsOfRmsNormRow) {
+  const auto w = random_row(960, 53);
+  for (int64_t rows : {1, 3, 8, 9, 17}) {
+    for (int64_t n : {64, 960}) {
+      const auto x = random_row(static_cast<int>(rows * n), static_cast<uint32_t>(60 + rows));
+      std::vector<float> want(x.size()), got(x.size()), in_place = x;
+      for (int64_t r = 0; r < rows; ++r) {
+        rms_norm_row(n, x.data() + r * n, w.data(), 1e-5f, want.data() + r * n);
+      }
+      rms_norm_rows(rows, n, x.data(), w.data(), 1e-5f, got.data());
+      rms_norm_rows(rows, n, in_place.data(), w.data(), 1e-5f, in_place.data());
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(bits(got[i]), bits(want[i])) << rows << " x " << n << " at " << i;
+        ASSERT_EQ(bits(in_place[i]), bits(want[i])) << rows << " x " << n << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(Numerics, RopeAnglesAreAChainOfProductsAndOneProductIsFused) {
   const float ts = rope_theta_scale(10000.0f, 64);
   EXPECT_EQ(ts, std::pow(10000.0f, -2.0f / 64.0f));

@@ -261,14 +261,18 @@ TEST(Panels, PanelsGivePanelDotForEveryBatchAndRowRange) {
     auto* aligned =
         reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(panels.data()) + 63) / 64 * 64);
     k->pack_panels(cols, view.row(0), static_cast<int64_t>(view.row_bytes), rows, aligned);
-    for (const int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9}) {
-      const auto x = random_row(n_tokens * cols, 42 + static_cast<uint32_t>(n_tokens));
+    // Two activation matrices of 8 tokens one after the other (the second usually in the first
+    // one's storage): what a kernel keeps per thread for one must not serve the other.
+    uint32_t seen_eight = 0;
+    for (const int64_t n_tokens : {1, 2, 3, 4, 5, 8, 8, 9}) {
+      const auto x = random_row(n_tokens * cols, 42 + static_cast<uint32_t>(n_tokens) +
+                                                     (n_tokens == 8 ? seen_eight++ : 0));
       const QuantizedActivations qa = quantize_activations(type, x.data(), n_tokens, cols);
       std::vector<float> y(static_cast<size_t>(n_tokens * rows), -1.0f);
       k->gemm_panels(cols, aligned, 16, qa.data, static_cast<int64_t>(qa.row_stride), n_tokens,
-                     y.data(), rows);
+                     y.data(), rows, qa.id);
       k->gemm_panels(cols, aligned + per_group, rows - 16, qa.data,
-                     static_cast<int64_t>(qa.row_stride), n_tokens, y.data() + 16, rows);
+                     static_cast<int64_t>(qa.row_stride), n_tokens, y.data() + 16, rows, qa.id);
       for (int64_t t = 0; t < n_tokens; ++t) {
         const auto* act = static_cast<const uint8_t*>(qa.data) + t * qa.row_stride;
         for (int64_t r = 0; r < rows; ++r) {
