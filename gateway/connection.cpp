@@ -141,8 +141,8 @@ asio::awaitable<void> serve_connection(ServerState& server, Stream& stream) {
         co_await read_head(stream, buffer, parser, early.get(), lim, rec);
     rec.started = Clock::now();
     rec.started_unix_us = unix_micros_now();
-    rec.request_id = make_request_id();
     if (failed) {
+      rec.request_id = make_request_id();
       co_await refuse_request(server, stream, rec, *failed);
       co_return;
     }

@@ -137,14 +137,24 @@ bool LabelsLess::operator()(std::span<const std::string_view> a,
 
 namespace {
 
-// The series of `label_values` in a family's map (its mutex held), made by `make` when new.
+// The series of `label_values` in a family's map (its mutex held), made by `make` when new;
+// looked up in the family's index first.
 template <typename Map, typename Make>
-auto* find_or_add(Map& series, LabelValues label_values, const Make& make) {
+auto* find_or_add(Map& series, SeriesIndex& index, LabelValues label_values, const Make& make) {
+  using Series = typename Map::mapped_type::element_type;
   std::span<const std::string_view> key(label_values.begin(), label_values.size());
+  uint64_t hash = key.size();
+  for (std::string_view v : key) hash = hash_mix(hash, v);
+  SeriesIndex::Slot& slot = index.slots[hash % SeriesIndex::kSlots];
+  if (slot.labels != nullptr && slot.hash == hash &&
+      std::equal(key.begin(), key.end(), slot.labels->begin(), slot.labels->end())) {
+    return static_cast<Series*>(slot.series);
+  }
   auto it = series.find(key);
   if (it == series.end()) {
     it = series.emplace(std::vector<std::string>(key.begin(), key.end()), make()).first;
   }
+  slot = {hash, &it->first, it->second.get()};
   return it->second.get();
 }
 
@@ -159,7 +169,7 @@ CounterFamily::CounterFamily(MetricSeries id)
 
 std::atomic<int64_t>* CounterFamily::series(LabelValues label_values) {
   std::lock_guard lock(mu_);
-  return find_or_add(series_, label_values,
+  return find_or_add(series_, index_, label_values,
                      [] { return std::make_unique<std::atomic<int64_t>>(0); });
 }
 
@@ -201,7 +211,7 @@ HistogramFamily::HistogramFamily(MetricSeries id, std::vector<double> bounds)
 
 HistogramFamily::Series* HistogramFamily::series(LabelValues label_values) {
   std::lock_guard lock(mu_);
-  return find_or_add(series_, label_values,
+  return find_or_add(series_, index_, label_values,
                      [this] { return std::make_unique<Series>(bounds_micros_.size() + 1); });
 }
 

@@ -210,6 +210,20 @@ struct LabelsLess {
   bool operator()(std::span<const std::string_view> a, const std::vector<std::string>& b) const;
 };
 
+// A family's recently found series by the hash of their label values (direct-mapped, a slot a
+// hash): a request's lookups of series that exist compare their labels once, not down the
+// map's tree. Entries point into the family's map, whose series are never removed. Guarded by
+// the family's mutex.
+struct SeriesIndex {
+  struct Slot {
+    uint64_t hash = 0;
+    const std::vector<std::string>* labels = nullptr;  // null: empty
+    void* series = nullptr;
+  };
+  static constexpr size_t kSlots = 32;
+  std::array<Slot, kSlots> slots{};
+};
+
 // A counter family with a fixed list of label names.
 class CounterFamily {
  public:
@@ -227,6 +241,7 @@ class CounterFamily {
   std::vector<std::string> labels_;
   mutable std::mutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<std::atomic<int64_t>>, LabelsLess> series_;
+  SeriesIndex index_;
 };
 
 // A histogram family over seconds with fixed buckets; one label list.
@@ -257,6 +272,7 @@ class HistogramFamily {
   std::vector<double> bounds_seconds_;
   mutable std::mutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<Series>, LabelsLess> series_;
+  SeriesIndex index_;
 };
 
 class Metrics {

@@ -341,7 +341,9 @@ bool Planner::trim(const RequestContext& ctx, const ParsedRequest& request,
     shares = [&, kept](const api::ChatRequest& r) {
       // The routing count's render, when it kept the shares; else one render for them.
       if (kept && &r == request.typed.get()) return std::optional<MessageShares>(*kept);
-      return PromptCounter{t->tokenizer, t->chat}.shares(api::template_input(r));
+      const PromptCounter counter{t->tokenizer, t->chat};
+      if (auto typed = counter.typed_shares(r, /*per_message=*/true)) return typed;
+      return counter.shares(api::template_input(r));
     };
   }
   auto result = trim_to_fit(*request.typed, options, counter, shares);
@@ -751,8 +753,16 @@ PromptCount Planner::count_for(const ParsedRequest& request, const Target* t,
       c = {*n, ledger::TokenSource::kTokenizer};
     }
   } else if (t->tokenizer && (!chat || t->chat)) {
-    if (!input) input = api::template_input(*request.typed);
     const PromptCounter counter{t->tokenizer, t->chat};
+    if (chat) {
+      // OpenAI's accounting walks the typed request; no template input is built for it.
+      if (auto s = counter.typed_shares(*request.typed, shares)) {
+        c = {s->total, ledger::TokenSource::kTokenizer};
+        if (shares) c.shares = std::make_shared<const MessageShares>(std::move(*s));
+        return c;
+      }
+    }
+    if (!input) input = api::template_input(*request.typed);
     if (!chat || !shares) {
       if (auto n = counter.count(chat, *input)) c = {*n, ledger::TokenSource::kTokenizer};
     } else if (auto s = counter.shares(*input)) {

@@ -4,8 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/chat_request.h"
 #include "api/openai_parse.h"
 #include "api/openai_render.h"
+#include "common/json_text.h"
 #include "config/config.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -53,6 +55,91 @@ std::optional<MessageShares> PromptCounter::shares(const ordered_json& chat_body
   MessageShares out{
       static_cast<int64_t>(counts->total), {}, counts->exact_shares, counts->compositional};
   out.per_message.assign(counts->per_message.begin(), counts->per_message.end());
+  return out;
+}
+
+namespace {
+
+// Unknown members of an object: null, or an object (empty when the client sent none).
+bool has_members(const nlohmann::ordered_json& extra) {
+  return extra.is_object() && !extra.empty();
+}
+
+// The tokens one message adds in ChatFormatter's OpenAI accounting of the message's tree in
+// api::template_input: 3, then its members in their order (role, content, name, tool_calls,
+// tool_call_id), each string counted, one more for `name`; content parts count their texts
+// of type "text" joined by newlines, a call its function's name and arguments. nullopt when
+// the tree would hold something this does not read (unknown members; text that is not UTF-8,
+// which the tree holds with U+FFFD for each bad byte).
+std::optional<int64_t> typed_message_tokens(const tokenizer::ChatFormatter& chat,
+                                            const api::Message& m, std::string& joined) {
+  if (has_members(m.extra)) return std::nullopt;
+  int64_t n = 3;
+  auto field = [&](std::string_view text) {
+    if (!is_valid_utf8(text)) return false;
+    n += static_cast<int64_t>(chat.count_field(text));
+    return true;
+  };
+  if (!field(api::role_name(m.role))) return std::nullopt;
+  switch (m.content.form) {
+    case api::Content::Form::kAbsent:
+      break;
+    case api::Content::Form::kText:
+      if (!field(m.content.text)) return std::nullopt;
+      break;
+    case api::Content::Form::kParts: {
+      joined.clear();
+      bool first = true;
+      for (const api::ContentPart& p : m.content.parts) {
+        if (p.extra.is_object() && (p.extra.contains("type") || p.extra.contains("text")))
+          return std::nullopt;
+        if (!is_valid_utf8(p.type)) return std::nullopt;
+        if (p.type != "text") continue;
+        if (!first) joined += '\n';
+        joined += p.text;
+        first = false;
+      }
+      if (!field(joined)) return std::nullopt;
+      break;
+    }
+  }
+  if (m.name) {
+    if (!field(*m.name)) return std::nullopt;
+    n += 1;
+  }
+  if (m.tool_calls) {
+    for (const api::ToolCall& call : *m.tool_calls) {
+      if (call.extra.is_object() && call.extra.contains("function")) return std::nullopt;
+      if (!field(call.name) || !field(call.arguments)) return std::nullopt;
+    }
+  }
+  if (m.tool_call_id && !field(*m.tool_call_id)) return std::nullopt;
+  return n;
+}
+
+}  // namespace
+
+std::optional<MessageShares> PromptCounter::typed_shares(const api::ChatRequest& request,
+                                                         bool per_message) const {
+  if (!tokenizer || !chat || !chat->uses_openai_accounting() || !request.chat()) {
+    return std::nullopt;
+  }
+  // Tools count as their JSON text (ChatFormatter::count_openai): left to the tree.
+  if ((request.tools && !request.tools->empty()) ||
+      (!request.tools && request.extra.is_object() && request.extra.contains("tools"))) {
+    return std::nullopt;
+  }
+  MessageShares out;
+  out.exact = true;
+  if (per_message) out.per_message.reserve(request.messages.size());
+  std::string joined;
+  for (const api::Message& m : request.messages) {
+    auto n = typed_message_tokens(*chat, m, joined);
+    if (!n) return std::nullopt;
+    out.total += *n;
+    if (per_message) out.per_message.push_back(*n);
+  }
+  out.total += 3;  // the reply's priming
   return out;
 }
 

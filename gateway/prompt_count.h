@@ -17,6 +17,9 @@
 
 #include "common/error.h"
 
+namespace ferry::api {
+struct ChatRequest;
+}
 namespace ferry::config {
 struct Config;
 }
@@ -48,6 +51,13 @@ struct PromptCounter {
   std::optional<int64_t> count(bool chat_request, const nlohmann::ordered_json& body) const;
   // A chat's exact count (as count() gives it) with its messages' shares; nullopt as count().
   std::optional<MessageShares> shares(const nlohmann::ordered_json& chat_body) const;
+  // shares(api::template_input(request)) of a chat request (its shares only when `per_message`),
+  // counted from the typed request without building the template's input, when this model
+  // counts by OpenAI's accounting and every member that count reads is a typed field (no
+  // unknown members of a message, a part or a call that could add to it, no tools, every text
+  // well-formed UTF-8). nullopt otherwise: then count from api::template_input.
+  std::optional<MessageShares> typed_shares(const api::ChatRequest& request,
+                                            bool per_message) const;
 };
 
 // One counter a configured model, by model name. Models naming the same tokenizer share it,

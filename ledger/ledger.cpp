@@ -431,10 +431,10 @@ void price_levers(LedgerEntry& entry, const RequestRecord& record, const PriceCa
   }
 }
 
-// Prices a request; with attempts, the request's tokens and cost are the sums of theirs.
-LedgerEntry price_request(RequestRecord record, const PriceCatalog& prices,
-                          const std::string& reference_model) {
-  LedgerEntry entry;
+// Prices a request into `entry` (as made: empty), which then takes the record (moved once, not
+// through a returned entry); with attempts, the request's tokens and cost are the sums of theirs.
+void price_request(LedgerEntry& entry, RequestRecord& record, const PriceCatalog& prices,
+                   const std::string& reference_model) {
   int64_t at = record.started_us;
   if (record.attempts.empty()) {
     entry.cost = prices.price(record.target, record.tokens, at);
@@ -484,7 +484,6 @@ LedgerEntry price_request(RequestRecord record, const PriceCatalog& prices,
   }
   price_levers(entry, record, prices, at);
   entry.record = std::move(record);
-  return entry;
 }
 
 }  // namespace
@@ -493,7 +492,7 @@ std::string Ledger::record(RequestRecord record, Admission admission, DurableCal
   auto item = std::make_unique<Item>();
   item->id_given = !record.id.empty();
   if (record.id.empty()) record.id = make_uuid_v7();
-  item->entry = price_request(std::move(record), prices_, config_.reference_model);
+  price_request(item->entry, record, prices_, config_.reference_model);
   item->on_durable = std::move(on_durable);
   if (admission.valid()) {
     item->reservation = std::move(admission.reservation_);

@@ -256,7 +256,15 @@ void write_value(std::string& out, double v) {
     out.append(".0");
     return;
   }
-  out.append(json(v).dump());  // nlohmann's shortest round-trip form (NaN: null)
+  if (!std::isfinite(v)) {
+    out.append("null");  // as dump() writes a NaN or an infinity
+    return;
+  }
+  // What dump() writes of a double: nlohmann's shortest round-trip form (its serializer calls
+  // this with a buffer of 64), without a json and a string made for it.
+  char buf[64];
+  const char* end = nlohmann::detail::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, static_cast<size_t>(end - buf));
 }
 void write_value(std::string& out, const std::vector<std::string>& v) {
   out.push_back('[');

@@ -371,6 +371,10 @@ std::size_t ChatFormatter::count_string(const std::string& text, bool cached) co
   return cached ? counts_->count_text(text) : tokenizer_->count(text);
 }
 
+std::size_t ChatFormatter::count_field(std::string_view text) const {
+  return counts_->count_text(text);
+}
+
 // OpenAI's documented accounting (openai-cookbook, "How to count tokens with tiktoken"):
 // 3 tokens a message, the tokens of every string field, 1 more for a `name`, 3 to prime the
 // reply. Content parts count their text; tool calls and tool definitions count their JSON

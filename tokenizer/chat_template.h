@@ -72,6 +72,10 @@ class ChatFormatter {
                                  bool add_generation_prompt = true) const;
 
   bool uses_openai_accounting() const { return !template_; }
+  // OpenAI's accounting (uses_openai_accounting()) of one string field of a message: its
+  // tokens, through the cache, as count() adds them. For a caller that walks a typed request
+  // itself (gateway/prompt_count: the fixed tokens and the fields' order are count()'s).
+  std::size_t count_field(std::string_view text) const;
   // Whether this template renders each message on its own, cut at this tokenizer's special
   // tokens: proven once at creation on probe conversations (system, user and assistant turns,
   // a tool call and its result), each rendered whole and with every run of messages after the

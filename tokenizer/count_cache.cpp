@@ -1,12 +1,51 @@
 #include "tokenizer/count_cache.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 
 namespace ferry::tokenizer {
 
 namespace {
 constexpr std::size_t kEntryOverheadBytes = 96;  // the list node, the map slot, the fields
+
+uint64_t load64(const char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+}
+
+// One lane's step: the word folded in, multiplied, and the product's high bits (which depend on
+// every bit of the lane) rotated down.
+uint64_t mix_lane(uint64_t lane, uint64_t word) {
+  constexpr uint64_t kMul = 0x9e3779b97f4a7c15ULL;
+  return std::rotl((lane ^ word) * kMul, 31);
+}
 }  // namespace
+
+std::size_t CountCache::hash_of(std::string_view text, bool first) {
+  const char* p = text.data();
+  std::size_t n = text.size();
+  uint64_t a = n, b = 0x243f6a8885a308d3ULL, c = 0x13198a2e03707344ULL, d = 0xa4093822299f31d0ULL;
+  for (; n >= 32; p += 32, n -= 32) {
+    a = mix_lane(a, load64(p));
+    b = mix_lane(b, load64(p + 8));
+    c = mix_lane(c, load64(p + 16));
+    d = mix_lane(d, load64(p + 24));
+  }
+  for (; n >= 8; p += 8, n -= 8) a = mix_lane(a, load64(p));
+  uint64_t tail = 0;
+  std::memcpy(&tail, p, n);
+  b = mix_lane(b, tail ^ (static_cast<uint64_t>(n) << 56));
+  uint64_t h = a ^ std::rotl(b, 17) ^ std::rotl(c, 31) ^ std::rotl(d, 47) ^ (first ? 1 : 0);
+  // murmur3's fmix64: every bit of h reaches every bit of the result.
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  h *= 0xc4ceb93c185a87ebULL;
+  h ^= h >> 33;
+  return static_cast<std::size_t>(h);
+}
 
 CountCache::CountCache(const Tokenizer& tokenizer, std::size_t max_bytes)
     : tokenizer_(tokenizer), shard_bytes_(std::max<std::size_t>(max_bytes / kShards, 1)) {}

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <string>
@@ -152,6 +153,37 @@ TEST(Metrics, SeriesLookupByViewsKeepsLabelsApartAndOrdered) {
             "f_total{a=\"a\",b=\"b\"} 8\n"
             "f_total{a=\"a\",b=\"zz\"} 3\n"
             "f_total{a=\"ab\",b=\"\"} 1\n");
+}
+
+// Many more series than the family's index has slots, looked up in a scrambled order: every
+// lookup finds its own series (slots shared by several series are checked by their labels).
+TEST(Metrics, SeriesIndexFindsEachSeriesAmongMany) {
+  CounterFamily f("f_total", "help", {"a", "b"});
+  HistogramFamily h("h_seconds", "help", {"a"}, {0.1});
+  const int kSeries = 300;
+  auto label = [](int i) { return std::to_string(i % 17) + "-" + std::to_string(i); };
+  std::vector<int64_t> expected(kSeries, 0);
+  for (int round = 0; round < 5; ++round) {
+    for (int k = 0; k < kSeries; ++k) {
+      const int i = (k * 7919 + round * 31) % kSeries;
+      const std::string a = label(i);
+      const std::string b = i % 3 == 0 ? "" : a;
+      f.inc({a, b}, i + 1);
+      expected[i] += i + 1;
+      h.observe_micros({a}, 1);
+      EXPECT_EQ(f.series({a, b}), f.series({a, b}));
+      EXPECT_EQ(h.series({a}), h.series({a}));
+    }
+  }
+  for (int i = 0; i < kSeries; ++i) {
+    const std::string a = label(i);
+    EXPECT_EQ(f.value({a, i % 3 == 0 ? "" : a}), expected[i]) << a;
+    EXPECT_EQ(f.value({a, "x"}), 0);
+    EXPECT_EQ(h.series({a})->count.load(), 5) << a;
+  }
+  std::string out;
+  f.render(out);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), kSeries + 2);
 }
 
 // The one table of series: names unique and well-formed, each family made from it renders the

@@ -1,6 +1,8 @@
 // Explain: facts, every clause's value, the chosen rule, route and parameter changes.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <limits>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -232,6 +234,14 @@ TEST(FactsJson, CompactTextIsTheTreesDump) {
   for (double v : {100.0, -3.0, 1e14, 999999999999999.0, 1e15, -1e15, 1e16, 9007199254740993.0}) {
     doubles.push_back(v);
   }
+  // Not finite (null), the extremes, and any bit pattern (nlohmann's shortest form, written
+  // without a json).
+  for (double v :
+       {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+        -std::numeric_limits<double>::infinity(), 5e-324, 1.7976931348623157e308}) {
+    doubles.push_back(v);
+  }
+  for (int i = 0; i < 64; ++i) doubles.push_back(std::bit_cast<double>(rng()));
   auto str = [&] { return strings[rng() % strings.size()]; };
   auto dbl = [&] { return doubles[rng() % doubles.size()]; };
   auto list = [&] {
