@@ -83,8 +83,8 @@ void ThreadPool::take_pieces(int self) {
       }
       const int64_t begin = static_cast<int64_t>(first) * job_.unit;
       (*job_.fn)(begin, std::min(job_.n, begin + static_cast<int64_t>(take) * job_.unit));
-      const uint32_t units = static_cast<uint32_t>((job_.n + job_.unit - 1) / job_.unit);
-      if (done_.fetch_add(static_cast<uint32_t>(take), std::memory_order_acq_rel) + take == units)
+      if (done_.fetch_add(static_cast<uint32_t>(take), std::memory_order_acq_rel) + take ==
+          job_.units)
         done_.notify_one();
       word = share.word.load(std::memory_order_acquire);
     }
@@ -117,7 +117,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
-  job_ = Job{&fn, n, unit};
+  job_ = Job{&fn, n, unit, static_cast<uint32_t>(units)};
   done_.store(0, std::memory_order_relaxed);
   ++tag_;
   const auto threads = static_cast<uint64_t>(n_threads_);

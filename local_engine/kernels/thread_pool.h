@@ -48,7 +48,8 @@ class ThreadPool {
   struct Job {
     const std::function<void(int64_t, int64_t)>* fn = nullptr;
     int64_t n = 0;
-    int64_t unit = 0;  // elements of one unit (a multiple of the grain)
+    int64_t unit = 0;    // elements of one unit (a multiple of the grain)
+    uint32_t units = 0;  // units in the job
   };
   // One thread's share of the current job, in units: [tag : 32][front : 16][back : 16]. Its
   // owner takes pieces from the front, the others from the back, each by a compare-exchange,
