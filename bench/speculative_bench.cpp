@@ -7,6 +7,9 @@
 //   ferry_speculative_bench [--model models/ferry-demo-1m.gguf] [--text tests/data/kjv_heldout.txt]
 //                           [--threads 2] [--reps 5] [--gen 96] [--max-draft 8] [--min-match 2]
 //                           [--workloads edit,quote,fresh,fresh-sampled,random-sampled]
+//                           [--dump FILE]
+// --dump appends each run's prompt and output (the tokens of decoding without drafts) to FILE,
+// what bench/speculative_sim.py replays drafting policies over.
 // A model without a tokenizer the bench can load (e.g. `ferry model synth`) runs the token
 // workloads only (random-repeat, random-sampled) and the verify cost.
 #include <algorithm>
@@ -41,6 +44,8 @@ struct Args {
   int64_t max_draft = 8;
   int64_t min_match = 2;
   std::string workloads = "edit,quote,fresh,fresh-sampled,random-sampled";
+  std::string
+      dump;  // appends "workload P prompt... O output..." a run, for bench/speculative_sim.py
 };
 
 struct Workload {
@@ -191,6 +196,22 @@ std::vector<Workload> token_workloads(int64_t n_vocab) {
   return {repeat, sampled};
 }
 
+// One line a run: the workload, its prompt and what decoding without drafts gave.
+void dump_run(const std::string& path, const std::string& workload,
+              const std::vector<TokenId>& prompt, const std::vector<TokenId>& output) {
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::fprintf(f, "%s P", workload.c_str());
+  for (const TokenId t : prompt) std::fprintf(f, " %d", t);
+  std::fprintf(f, " O");
+  for (const TokenId t : output) std::fprintf(f, " %d", t);
+  std::fprintf(f, "\n");
+  std::fclose(f);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -244,6 +265,7 @@ void run_workload(const Args& a, const Workload& w, Side& on_side, Side& off_sid
         r_on = run_one(on, p, max_tokens, w.temperature, seed);
       }
       identical = identical && r_on.tokens == r_off.tokens;
+      if (!a.dump.empty()) dump_run(a.dump, w.name, p, r_off.tokens);
       add_rate(r_on, t1, s1);
       add_rate(r_off, t0, s0);
     }
@@ -323,6 +345,8 @@ int main(int argc, char** argv) {
       a.min_match = std::atoll(v);
     else if (k == "--workloads")
       a.workloads = v;
+    else if (k == "--dump")
+      a.dump = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

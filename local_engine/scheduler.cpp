@@ -117,6 +117,7 @@ struct Scheduler::Impl {
     // for the current step (verified beside next_token).
     std::optional<PromptLookup> lookup;
     std::vector<TokenId> draft;
+    int64_t draft_match = 0;  // the length of the suffix that proposed `draft`
     int64_t generated = 0;
     int64_t unread = 0;  // on_token events not yet acknowledged (Scheduler::consumed)
     int64_t first_token_us = -1;
@@ -385,7 +386,6 @@ struct Scheduler::Impl {
   // speculating), except those paused at their max_unread bound: they stay in `active` with
   // their KV, and rejoin once their consumer has caught up.
   void add_decodes(StepStats& stats) {
-    const bool cheap_drafts = opt.speculative.cost_gate && draft_cost.drafts_nearly_free();
     for (auto& rp : active) {
       Running& r = *rp;
       r.draft.clear();
@@ -399,11 +399,7 @@ struct Scheduler::Impl {
             Error::make(ErrorCode::kInternal, "local engine: sequence reached its KV reservation"));
         continue;
       }
-      if (r.lookup) r.lookup->draft(draft_limit(r, pos), r.draft, !cheap_drafts);
-      if (!r.draft.empty() && opt.speculative.cost_gate) {
-        r.draft.resize(static_cast<size_t>(draft_cost.best_draft(
-            static_cast<int64_t>(r.draft.size()), r.lookup->acceptance(), decoding_sequences)));
-      }
+      if (r.lookup) choose_draft(r, pos);
       const auto drafted = static_cast<int64_t>(r.draft.size());
       grow(r, pos + 1 + drafted);
       batch.push_back({r.seq, pos, r.next_token, true});
@@ -414,6 +410,23 @@ struct Scheduler::Impl {
       ++stats.decode_tokens;
       stats.draft_tokens += drafted;
     }
+  }
+
+  // The tokens drafted after a sequence's next token at `pos`: what its lookup proposes, cut to
+  // the length that pays for drafts of its class (DraftOdds) at the step's measured cost
+  // (DraftCost), or one token now and then for a class the cost model declines.
+  void choose_draft(Running& r, int64_t pos) {
+    r.draft_match = r.lookup->draft(draft_limit(r, pos), r.draft);
+    if (r.draft.empty() || !opt.speculative.cost_gate) return;
+    const bool sampled = r.req.sampling.temperature > 0.0f;
+    int64_t k =
+        draft_cost.best_draft(static_cast<int64_t>(r.draft.size()),
+                              draft_odds.acceptance(r.draft_match, sampled), decoding_sequences);
+    if (k == 0 && draft_odds.explore(r.draft_match, sampled,
+                                     draft_cost.explore_interval(decoding_sequences))) {
+      k = 1;
+    }
+    r.draft.resize(static_cast<size_t>(k));
   }
 
   // How many tokens may be drafted after a sequence's next token at `pos`: every one kept is
@@ -443,7 +456,7 @@ struct Scheduler::Impl {
       ++accepted;
     }
     if (drafted == 0) return;
-    r.lookup->feedback(drafted, accepted);
+    draft_odds.observe(r.draft_match, r.req.sampling.temperature > 0.0f, drafted, accepted);
     if (!r.done) engine->kv().seq_truncate(r.seq, pos + 1 + accepted);
     stats.accepted_tokens += accepted;
     spec_drafted_total += drafted;
@@ -891,7 +904,8 @@ struct Scheduler::Impl {
   bool speculate = false;  // prompt-lookup drafts (options on, batch-invariant engine)
   int64_t spec_drafted_total = 0;
   int64_t spec_accepted_total = 0;
-  DraftCost draft_cost;            // whether drafts pay, from the steps' timings
+  DraftCost draft_cost;            // what a drafted position costs, from the steps' timings
+  DraftOdds draft_odds;            // how often drafts of each kind are kept
   int64_t decoding_sequences = 1;  // in the last step
   int64_t produced = 0;            // tokens generated in the current step
   double step_ms = 0;              // recent decode step time

@@ -1,14 +1,9 @@
 #include "local_engine/speculative.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ferry::engine {
-namespace {
-
-constexpr int64_t kMaxSkip = 16;  // steps without a draft after misses, at most
-
-}  // namespace
-
 int64_t lookup_draft(std::span<const TokenId> tokens, int64_t min_match, int64_t limit,
                      std::vector<TokenId>& out) {
   out.clear();
@@ -45,37 +40,36 @@ int64_t lookup_draft(std::span<const TokenId> tokens, int64_t min_match, int64_t
 PromptLookup::PromptLookup(const SpeculativeOptions& options, std::span<const TokenId> prompt)
     : max_draft_(std::max<int64_t>(1, options.max_draft)),
       min_match_(std::max<int64_t>(1, options.min_match)),
-      cap_(max_draft_),
       tokens_(prompt.begin(), prompt.end()) {}
 
-void PromptLookup::draft(int64_t limit, std::vector<TokenId>& out, bool back_off) {
-  out.clear();
-  if (limit <= 0) return;
-  if (!back_off) {
-    skip_ = 0;
-  } else if (skip_ > 0) {
-    --skip_;
-    return;
-  }
-  lookup_draft(tokens_, min_match_, std::min(limit, cap_), out);
+int64_t PromptLookup::draft(int64_t limit, std::vector<TokenId>& out) const {
+  return lookup_draft(tokens_, min_match_, std::min(limit, max_draft_), out);
 }
 
-void PromptLookup::feedback(int64_t drafted, int64_t accepted) {
+size_t DraftOdds::cell(int64_t match, bool sampled) {
+  static_assert(kMaxLookupMatch == 8, "the match classes below assume suffixes of 1 to 8");
+  const int64_t m = std::clamp<int64_t>(match, 1, kMaxLookupMatch);
+  const int64_t c = m <= 4 ? m - 1 : (m < kMaxLookupMatch ? 4 : 5);
+  return static_cast<size_t>(c + (sampled ? kMatchClasses : 0));
+}
+
+double DraftOdds::acceptance(int64_t match, bool sampled) const {
+  const Cell& c = cells_[cell(match, sampled)];
+  return (c.kept + 1.0) / (c.drafted + 2.0);  // one kept of two before anything is seen
+}
+
+void DraftOdds::observe(int64_t match, bool sampled, int64_t drafted, int64_t accepted) {
   if (drafted <= 0) return;
   // A kept token counts for the position after it only when it was kept: the chance of the
-  // i-th given the one before, as the cost model uses it.
-  constexpr double kForget = 0.8;
-  drafted_ = kForget * drafted_ + static_cast<double>(std::min(drafted, accepted + 1));
-  kept_ = kForget * kept_ + static_cast<double>(accepted);
-  if (accepted <= 0) {
-    ++misses_;
-    skip_ = std::min(kMaxSkip, int64_t{1} << std::min<int64_t>(misses_ - 1, 4));
-    cap_ = std::max<int64_t>(1, cap_ / 2);
-    return;
-  }
-  misses_ = 0;
-  cap_ = accepted >= drafted ? std::min(max_draft_, 2 * cap_)
-                             : std::clamp<int64_t>(accepted + 1, 1, max_draft_);
+  // i-th given the one before, as the cost model uses it. About the last 20 drafts count.
+  constexpr double kForget = 0.95;
+  Cell& c = cells_[cell(match, sampled)];
+  c.drafted = kForget * c.drafted + static_cast<double>(std::min(drafted, accepted + 1));
+  c.kept = kForget * c.kept + static_cast<double>(accepted);
+}
+
+bool DraftOdds::explore(int64_t match, bool sampled, int64_t every) {
+  return ++cells_[cell(match, sampled)].declined % std::max<int64_t>(1, every) == 0;
 }
 
 void DraftCost::observe(int64_t positions, double seconds) {
@@ -86,40 +80,34 @@ void DraftCost::observe(int64_t positions, double seconds) {
   sy_ = kForget * sy_ + seconds;
   sxx_ = kForget * sxx_ + x * x;
   sxy_ = kForget * sxy_ + x * seconds;
-}
-
-bool DraftCost::known() const {
-  if (n_ < 8) return false;
-  const double mean = sx_ / n_;
-  return sxx_ / n_ - mean * mean > 0.25;  // steps of different sizes seen
-}
-
-void DraftCost::line(double& a, double& b) const {
+  if (n_ < 8) return;
   const double mx = sx_ / n_, my = sy_ / n_;
-  b = std::max(0.0, (sxy_ / n_ - mx * my) / (sxx_ / n_ - mx * mx));
-  a = std::max(0.0, my - b * mx);
+  const double var = sxx_ / n_ - mx * mx;
+  if (var <= 0.25) return;  // steps of one size lately: the last line stands
+  b_ = std::max(0.0, (sxy_ / n_ - mx * my) / var);
+  a_ = std::max(0.0, my - b_ * mx);
+  known_ = true;
 }
 
-bool DraftCost::drafts_nearly_free() const {
-  if (!known()) return false;
-  double a = 0, b = 0;
-  line(a, b);
-  return a + b > 0 && b <= 0.25 * (a + b);
+int64_t DraftCost::explore_interval(int64_t sequences) const {
+  constexpr int64_t kLeast = 16;
+  if (!known_ || b_ <= 0) return kLeast;
+  // A drafted position's share of a one-token step, over the 1 % it may cost.
+  const double share = b_ / (a_ / static_cast<double>(std::max<int64_t>(1, sequences)) + b_);
+  return std::max<int64_t>(kLeast, static_cast<int64_t>(std::ceil(share / 0.01)));
 }
 
 int64_t DraftCost::best_draft(int64_t limit, double alpha, int64_t sequences) const {
-  if (limit <= 0 || !known()) return std::max<int64_t>(0, limit);
-  double a = 0, b = 0;
-  line(a, b);
-  if (b <= 0) return limit;
-  const double fixed = a / static_cast<double>(std::max<int64_t>(1, sequences));
+  if (limit <= 0 || !known_) return std::max<int64_t>(0, limit);
+  if (b_ <= 0) return limit;
+  const double fixed = a_ / static_cast<double>(std::max<int64_t>(1, sequences));
   int64_t best = 0;
-  const double undrafted = 1.0 / (fixed + b);
+  const double undrafted = 1.0 / (fixed + b_);
   double best_rate = undrafted * (1 + kMinDraftGain), expected = 0, term = 1;
   for (int64_t k = 1; k <= limit; ++k) {
     term *= alpha;
     expected += term;
-    const double rate = (1 + expected) / (fixed + b * static_cast<double>(1 + k));
+    const double rate = (1 + expected) / (fixed + b_ * static_cast<double>(1 + k));
     if (rate > best_rate) best_rate = rate, best = k;
   }
   return best;

@@ -23,14 +23,15 @@ struct SpeculativeOptions {
 
 // Whether drafted tokens pay: a decode step's time (the forward pass and the sampling of its
 // rows) is fitted as a + b * positions over recent decode steps (least squares, older steps
-// forgotten), and a sequence that keeps a drafted token with probability alpha gets k drafted
-// tokens only where (1 + E(k)) / (a / n + b * (1 + k)) - tokens per unit of time, E(k) = alpha +
-// ... + alpha^k kept on average, n sequences sharing the step's fixed cost - is the best over
-// 0..k and beats no draft by kMinDraftGain at least: a predicted gain smaller than that is within
-// what the fit cannot see (the drafter, the KV truncation, a rejected row's sampling), so it
-// is not worth the risk of a slower sequence. A memory-bound model (b small against a) drafts in
-// full; a compute-bound one, whose drafted positions cost about what the tokens they save do,
-// not at all. Scheduler thread only.
+// forgotten), and a sequence whose drafted tokens are each kept with probability alpha (given
+// the one before was; DraftOdds) gets k drafted tokens only where (1 + E(k)) / (a / n + b * (1 +
+// k)) - tokens per unit of time, E(k) = alpha + ... + alpha^k kept on average, n sequences
+// sharing the step's fixed cost - is the best over 0..k and beats no draft by kMinDraftGain at
+// least: a predicted gain smaller than that is within what the fit cannot see (the drafter, the
+// KV truncation, a rejected row's sampling), so it is not worth the risk of a slower sequence.
+// A memory-bound model (b small against a) drafts what is likely to be kept; a compute-bound
+// one, whose drafted positions cost about what the tokens they save do, only nearly sure
+// drafts. Scheduler thread only.
 inline constexpr double kMinDraftGain = 0.10;
 
 class DraftCost {
@@ -40,16 +41,45 @@ class DraftCost {
   // The number of tokens (0..limit) to draft for a sequence with acceptance estimate `alpha`
   // in a step of `sequences` decoding sequences; `limit` while the fit is not yet known.
   int64_t best_draft(int64_t limit, double alpha, int64_t sequences) const;
-  bool known() const;
-  // True when the fit says a drafted position costs at most a quarter of what a one-token step
-  // does (a memory-bound model: the weights are read once for all positions). Then a draft
-  // that is seldom kept still pays, and PromptLookup's back-off after misses is not wanted.
-  bool drafts_nearly_free() const;
+  // Once steps of different sizes have been seen. The line is refitted whenever the recent
+  // steps still differ in size; while they do not (every step drafting the same length, or none
+  // drafting), the last line fitted stands: a window of one size says nothing about the slope.
+  bool known() const { return known_; }
+  // How many declined drafts a one-token draft may be spread over so that it costs at most 1 %
+  // of their steps (DraftOdds::explore): 16 at least, more where a drafted position is dear.
+  int64_t explore_interval(int64_t sequences) const;
 
  private:
-  // The fitted step time a + b * positions (least squares over the decayed sums).
-  void line(double& a, double& b) const;
   double n_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;  // decayed sums over steps
+  bool known_ = false;
+  double a_ = 0, b_ = 0;  // the last line fitted: a + b * positions seconds
+};
+
+// How often drafted tokens are kept, over every sequence of one scheduler, by the class of the
+// draft: how long the suffix that proposed it was (a suffix of 8 tokens seen before nearly
+// always goes on as it did, one of 2 often does not) and whether the sequence samples or is
+// greedy. Drafting decisions come from these counts and DraftCost's line, not from one
+// sequence's luck: a sequence whose last draft failed still drafts after a long match, and
+// one that has just matched 2 tokens of a sampled text does not. Scheduler thread only.
+class DraftOdds {
+ public:
+  // The chance that a drafted token of this class is kept, given the one before it was.
+  double acceptance(int64_t match, bool sampled) const;
+  // A draft of this class: `drafted` tokens verified, the first `accepted` of them kept.
+  void observe(int64_t match, bool sampled, int64_t drafted, int64_t accepted);
+  // Called when the cost model declines a draft of this class: true for every `every`-th one
+  // (DraftCost::explore_interval), which is then drafted anyway (one token), so that a class
+  // whose estimate fell is measured again instead of never drafting again.
+  bool explore(int64_t match, bool sampled, int64_t every);
+
+ private:
+  struct Cell {
+    double kept = 0, drafted = 0;  // decayed counts
+    int64_t declined = 0;
+  };
+  static constexpr int kMatchClasses = 6;  // suffixes of 1, 2, 3, 4, 5-7 and 8 tokens
+  static size_t cell(int64_t match, bool sampled);
+  Cell cells_[2 * kMatchClasses];
 };
 
 // The longest suffix a lookup tries to match (longer ones are not searched further).
@@ -61,27 +91,16 @@ class PromptLookup {
 
   // A token the sequence emitted (appended to what later drafts look in).
   void push(TokenId token) { tokens_.push_back(token); }
-  // Proposes up to `limit` tokens to follow the sequence's tokens so far into `out` (emptied
-  // first). Empty when nothing matches, when limit <= 0, or while backing off after misses
-  // (unless `back_off` is false: drafts nearly free, DraftCost::drafts_nearly_free).
-  void draft(int64_t limit, std::vector<TokenId>& out, bool back_off = true);
-  // The verifier took `accepted` of the `drafted` tokens of the last draft: a draft taken whole
-  // doubles the next one's length (up to max_draft), a partial one sets it near what was taken,
-  // and a draft with none taken makes the next drafts wait 1, 2, 4, ... up to 16 steps, so a
-  // sequence that does not repeat itself costs almost nothing.
-  void feedback(int64_t drafted, int64_t accepted);
+  // Proposes up to min(limit, max_draft) tokens to follow the sequence's tokens so far into
+  // `out` (emptied first), and returns the length of the suffix that proposed them (0: none
+  // matched, `out` empty).
+  int64_t draft(int64_t limit, std::vector<TokenId>& out) const;
 
   const std::vector<TokenId>& tokens() const { return tokens_; }
-  // The chance that a drafted token is kept, from this sequence's recent drafts (0.5 at first).
-  double acceptance() const { return (kept_ + 1.0) / (drafted_ + 2.0); }
 
  private:
-  double kept_ = 0, drafted_ = 0;  // decayed counts
   int64_t max_draft_;
   int64_t min_match_;
-  int64_t cap_;         // the next draft's length, at most
-  int64_t misses_ = 0;  // drafts in a row of which nothing was taken
-  int64_t skip_ = 0;    // steps left before the next draft
   std::vector<TokenId> tokens_;
 };
 

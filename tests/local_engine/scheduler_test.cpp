@@ -321,8 +321,12 @@ TEST_F(SchedulerTest, CancelStopsWithinOneStepAndFreesTheKv) {
   GenerationRequest r = greedy(random_prompt(10, 3), 400);
   int seen = 0;
   r.on_token = [&](const TokenEvent&) {
-    // Cancelled from inside its own callback at the 5th token (as soon as the id is known).
-    if (++seen >= 5 && id.load() != 0) s->cancel(id.load());
+    // Cancelled from inside its own callback at the 5th token. The scheduler thread waits here
+    // for submit's id to be stored: a fast model (drafts kept whole) could otherwise run past
+    // any bound before the test thread gets to store it.
+    if (++seen != 5) return;
+    while (id.load() == 0) std::this_thread::yield();
+    s->cancel(id.load());
   };
   auto out = attach(r);
   auto submitted = s->submit(std::move(r));
@@ -332,7 +336,8 @@ TEST_F(SchedulerTest, CancelStopsWithinOneStepAndFreesTheKv) {
   ASSERT_TRUE(c.error.has_value());
   EXPECT_EQ(c.error->code, ErrorCode::kCancelled);
   EXPECT_EQ(c.completion_tokens, seen) << "tokens were generated after the cancel";
-  EXPECT_LT(c.completion_tokens, 300);
+  // The step of the 5th token may still emit the drafted tokens kept after it, no more.
+  EXPECT_LE(c.completion_tokens, 5 + options.speculative.max_draft);
   const LoadSnapshot load = s->load();
   EXPECT_EQ(load.active_sequences, 0);
   EXPECT_EQ(load.kv_bytes_used, 0);

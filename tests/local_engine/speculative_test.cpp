@@ -1,7 +1,8 @@
 // Prompt-lookup drafting (local_engine/speculative.h): the longest recent suffix found earlier
-// proposes what followed it, repeating patterns continue, short matches propose nothing, misses
-// back off; and the acceptance rule the scheduler applies to a drafted token (one draw from the
-// sampler compared with it) keeps the sampler's distribution, checked by chi-square.
+// proposes what followed it, repeating patterns continue, short matches propose nothing; drafts
+// are judged by the odds of their class and the measured cost of a drafted position; and the
+// acceptance rule the scheduler applies to a drafted token (one draw from the sampler compared
+// with it) keeps the sampler's distribution, checked by chi-square.
 #include "local_engine/speculative.h"
 
 #include <gtest/gtest.h>
@@ -49,47 +50,62 @@ TEST(PromptLookup, ShortOrMissingMatchesProposeNothing) {
   EXPECT_TRUE(draft({1}, 1, 4).empty());
 }
 
-TEST(PromptLookup, MissesBackOffAndHitsGrowTheDraft) {
+TEST(PromptLookup, DraftsWithinItsLengthAndSaysHowLongTheMatchWas) {
   SpeculativeOptions o;
   o.max_draft = 8;
   o.min_match = 2;
   const std::vector<TokenId> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2};
   PromptLookup lookup(o, prompt);
-  std::vector<TokenId> d;
-  lookup.draft(100, d);
+  std::vector<TokenId> d = {99};
+  EXPECT_EQ(lookup.draft(100, d), 2);
   EXPECT_EQ(d.size(), 8u);  // max_draft
-  lookup.draft(3, d);
+  EXPECT_EQ(lookup.draft(3, d), 2);
   EXPECT_EQ(d, (std::vector<TokenId>{3, 4, 5}));  // the caller's limit
-  // Misses: the next 1, then 2, then 4 steps draft nothing (and the draft shrinks).
-  for (const int skipped : {1, 2, 4}) {
-    lookup.feedback(3, 0);
-    for (int i = 0; i < skipped; ++i) {
-      lookup.draft(8, d);
-      EXPECT_TRUE(d.empty()) << "skip " << skipped << ", step " << i;
-    }
-    lookup.draft(8, d);
-    EXPECT_FALSE(d.empty()) << "after skipping " << skipped;
-  }
-  EXPECT_EQ(d.size(), 1u);  // halved at each miss: 8, 4, 2, 1
-  lookup.feedback(1, 1);    // taken whole: doubles
-  lookup.draft(8, d);
-  EXPECT_EQ(d.size(), 2u);
-  lookup.feedback(2, 2);
-  lookup.draft(8, d);
-  EXPECT_EQ(d.size(), 4u);
-  lookup.feedback(4, 1);  // partly taken: what was taken, plus one
-  lookup.draft(8, d);
-  EXPECT_EQ(d.size(), 2u);
-  // Tokens pushed are looked up too.
+  // Tokens pushed are looked up too, and a longer suffix says so.
   lookup.push(3);
-  lookup.draft(2, d);
+  EXPECT_EQ(lookup.draft(2, d), 3);
   EXPECT_EQ(d, (std::vector<TokenId>{4, 5}));
-  // Without back-off (drafts nearly free) a miss does not stop the next step's draft.
-  lookup.feedback(2, 0);
-  lookup.draft(8, d, /*back_off=*/false);
-  EXPECT_FALSE(d.empty());
-  lookup.draft(8, d);  // and the skip it would have set is gone
-  EXPECT_FALSE(d.empty());
+  lookup.push(42);
+  EXPECT_EQ(lookup.draft(8, d), 0);
+  EXPECT_TRUE(d.empty());
+}
+
+// Drafts are judged by their class: the suffix's length and whether the sequence samples. What
+// one class shows does not move another's estimate.
+TEST(DraftOdds, EachClassKeepsItsOwnCounts) {
+  DraftOdds odds;
+  EXPECT_DOUBLE_EQ(odds.acceptance(8, false), 0.5);  // nothing seen
+  for (int i = 0; i < 30; ++i) {
+    odds.observe(8, false, 8, 8);  // long matches of greedy sequences: taken whole
+    odds.observe(2, false, 4, 0);  // 2-token matches: the first token already wrong
+  }
+  EXPECT_GT(odds.acceptance(8, false), 0.9);
+  EXPECT_LT(odds.acceptance(2, false), 0.1);
+  EXPECT_DOUBLE_EQ(odds.acceptance(8, true), 0.5);  // sampled sequences: their own class
+  EXPECT_DOUBLE_EQ(odds.acceptance(3, false), 0.5);
+  // Suffixes of 5, 6 and 7 tokens share a class.
+  odds.observe(5, false, 4, 4);
+  EXPECT_DOUBLE_EQ(odds.acceptance(7, false), odds.acceptance(6, false));
+  EXPECT_GT(odds.acceptance(7, false), 0.5);
+  // A kept token counts for the next position only: 2 of 8 kept is 2 kept of 3 tried.
+  DraftOdds partly;
+  partly.observe(4, false, 8, 2);
+  EXPECT_DOUBLE_EQ(partly.acceptance(4, false), (2.0 + 1.0) / (3.0 + 2.0));
+  // Newer drafts outweigh older ones: a class that stops being kept falls below a half.
+  for (int i = 0; i < 100; ++i) odds.observe(8, false, 1, 0);
+  EXPECT_LT(odds.acceptance(8, false), 0.2);
+}
+
+TEST(DraftOdds, ADeclinedClassIsTriedAgainNowAndThen) {
+  DraftOdds odds;
+  int tried = 0;
+  for (int i = 1; i <= 64; ++i) {
+    const bool t = odds.explore(2, false, 16);
+    EXPECT_EQ(t, i % 16 == 0) << i;
+    tried += t ? 1 : 0;
+  }
+  EXPECT_EQ(tried, 4);
+  EXPECT_FALSE(odds.explore(2, true, 16));  // each class counts its own
 }
 
 // The cost model: where a step's fixed cost dominates (memory-bound), drafts go in full; where
@@ -127,17 +143,35 @@ TEST(DraftCost, DraftsWhereTheyPay) {
     cheaper.observe(1 + k, 0.130e-3 * (1.0 + 0.33 * static_cast<double>(k)));
   }
   EXPECT_GT(cheaper.best_draft(8, 0.87, 1), 0);
-  // Back-off after misses is for models whose drafts cost: a memory-bound fit (a drafted
-  // position 2 % of a step) turns it off, a third of a step does not.
-  EXPECT_TRUE(memory_bound.drafts_nearly_free());
-  EXPECT_FALSE(compute_bound.drafts_nearly_free());
-  EXPECT_FALSE(demo.drafts_nearly_free());
-  EXPECT_FALSE(cheaper.drafts_nearly_free());
-  EXPECT_FALSE(DraftCost().drafts_nearly_free());  // nothing known yet
+  // A one-token draft now and then for a declined class costs at most 1 % of the steps it is
+  // spread over: every 16th where a drafted position is cheap, rarer where it is dear.
+  EXPECT_EQ(memory_bound.explore_interval(1), 16);
+  EXPECT_EQ(DraftCost().explore_interval(1), 16);
+  EXPECT_GE(compute_bound.explore_interval(1), 90);
+  EXPECT_GE(demo.explore_interval(1), 40);
   // Sharing the step's fixed cost with 16 other sequences makes a memory-bound step's drafts
   // cost their positions: fewer pay.
   EXPECT_EQ(memory_bound.best_draft(8, 0.9, 64), 3);
   EXPECT_EQ(memory_bound.best_draft(0, 0.9, 1), 0);
+}
+
+// Steps of one size say nothing about what another size costs: a long run of them (every step
+// drafting its whole length, or none drafting) keeps the line fitted before, instead of turning
+// the fit unknown (which drafts everything) or fitting noise.
+TEST(DraftCost, AWindowOfOneStepSizeKeepsTheLastLine) {
+  DraftCost cost;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t k = i % 9;
+    cost.observe(1 + k, 0.130e-3 * (1.0 + 0.82 * static_cast<double>(k)));
+  }
+  ASSERT_TRUE(cost.known());
+  const int64_t before = cost.best_draft(8, 0.87, 1);
+  EXPECT_EQ(before, 0);
+  for (int i = 0; i < 500; ++i)
+    cost.observe(1, 0.130e-3 * (1.0 + 0.01 * static_cast<double>(i % 3)));
+  EXPECT_TRUE(cost.known());
+  EXPECT_EQ(cost.best_draft(8, 0.87, 1), before);
+  EXPECT_EQ(DraftCost().best_draft(5, 0.1, 1), 5);  // never known: the drafter's length
 }
 
 // The scheduler's rule for a drafted token x: draw y from the sampler; keep x when y == x, else
