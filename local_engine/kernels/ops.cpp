@@ -69,6 +69,21 @@ void sums_of_squares(int64_t n, const float* xs, double* out) {
   for (int r = 0; r < NR; ++r) out[r] = sum[r];
 }
 
+// out[i] = x[i] * scale * w[i], four at a time (GCC does not vectorize at -O2; out may alias x):
+// each element's two products in rms_norm_row's order.
+void scale_row(int64_t n, const float* x, float scale, const float* w, float* out) {
+  using F4 = float __attribute__((vector_size(16)));
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    F4 a, b;
+    std::memcpy(&a, x + i, sizeof a);
+    std::memcpy(&b, w + i, sizeof b);
+    a = a * scale * b;
+    std::memcpy(out + i, &a, sizeof a);
+  }
+  for (; i < n; ++i) out[i] = x[i] * scale * w[i];
+}
+
 using SumsFn = void (*)(int64_t, const float*, double*);
 constexpr SumsFn kSums[] = {nullptr,
                             sums_of_squares<1>,
@@ -92,9 +107,7 @@ void rms_norm_rows(int64_t rows, int64_t n, const float* x, const float* w, floa
     for (int64_t r = 0; r < nr; ++r) {
       const auto mean = static_cast<float>(sum[r] / static_cast<double>(n));
       const float scale = 1.0f / std::sqrt(mean + eps);
-      const float* xr = xs + r * n;
-      float* o = out + (r0 + r) * n;
-      for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale * w[i];
+      scale_row(n, xs + r * n, scale, w, out + (r0 + r) * n);
     }
   }
 }
