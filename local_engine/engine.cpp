@@ -65,6 +65,21 @@ std::vector<float> rope_tables(std::span<const BatchEntry> batch, const ModelCon
   return tables;
 }
 
+// x[i] += y[i] for i < n, four floats at a time (GCC does not vectorize at -O2): each element's
+// one addition, the bits of the plain loop.
+void add_to(int64_t n, float* x, const float* y) {
+  using F4 = float __attribute__((vector_size(16)));
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    F4 a, b;
+    std::memcpy(&a, x + i, sizeof a);
+    std::memcpy(&b, y + i, sizeof b);
+    a += b;
+    std::memcpy(x + i, &a, sizeof a);
+  }
+  for (; i < n; ++i) x[i] += y[i];
+}
+
 // The RoPE frequency factors of an engine of context n_ctx: Llama 3's when the file has them,
 // else LongRoPE's long ones above the original context and short ones up to it (llama.cpp's
 // get_rope_factors), else none.
@@ -88,8 +103,11 @@ void release_pages(const void* data, size_t bytes) {
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_PAGEOUT);
 }
 
-// Rows from which Engine::matmuls quantizes its activations on the pool.
-constexpr int64_t kPoolQuantizeRows = 16;
+// The work a per-row step's float costs, in the pool's units (multiply-adds of a product): a
+// norm's, SwiGLU's or a quantization's element costs about as much as 100 multiply-adds of a
+// packed 8-token product; 32 keeps two rows of 960 on the calling thread, where the hand-off
+// would cost about what sharing them saves.
+constexpr int64_t kRowElemWork = 32;
 
 // Bytes of a matrix's panels (TypeKernels::pack_panels) when its type has them and its rows
 // are whole groups of 16; 0 otherwise.
@@ -107,7 +125,7 @@ Engine::Engine(std::unique_ptr<Model> model, const EngineOptions& options)
     : model_(std::move(model)),
       forms_(options.batch_invariant ? kernels::BatchForms::kInvariant
                                      : kernels::BatchForms::kLlamaCpp),
-      pool_(options.n_threads),
+      pool_(options.n_threads, options.serial_work),
       kv_(model_->config().n_layer, model_->config().kv_dim(),
           options.n_ctx > 0 ? options.n_ctx
                             : std::min(model_->config().n_ctx_train, kDefaultCtxCap)) {
@@ -306,14 +324,16 @@ void Engine::attention_block(std::span<const BatchEntry> batch, int64_t layer) {
   const LayerWeights& w = model_->layers[static_cast<size_t>(layer)];
   const int64_t n = static_cast<int64_t>(batch.size());
   const int64_t d = c.n_embd, q_dim = c.q_dim(), kv_dim = c.kv_dim();
-  rms_norm(x_.data(), w.attn_norm, c.rms_eps, n, d, h_.data());
-  trace("attn_norm", layer, h_.data(), n, d);
+  const RowFn norm = [&](int64_t begin, int64_t end) {
+    rms_norm(x_.data() + begin * d, w.attn_norm, c.rms_eps, end - begin, d, h_.data() + begin * d);
+  };
   if (w.wqkv.data != nullptr) {  // phi3: one product, then its Q, K and V columns apart
     const int64_t qkv_dim = q_dim + 2 * kv_dim;
     if (static_cast<int64_t>(qkv_.size()) < n * qkv_dim) {
       qkv_.resize(static_cast<size_t>(n * qkv_dim));
     }
-    project(w.wqkv, h_.data(), n, qkv_.data());
+    project(w.wqkv, h_.data(), n, qkv_.data(), norm);
+    trace("attn_norm", layer, h_.data(), n, d);
     for (int64_t t = 0; t < n; ++t) {
       const float* row = qkv_.data() + t * qkv_dim;
       std::copy_n(row, q_dim, q_.data() + t * q_dim);
@@ -321,7 +341,8 @@ void Engine::attention_block(std::span<const BatchEntry> batch, int64_t layer) {
       std::copy_n(row + q_dim + kv_dim, kv_dim, v_.data() + t * kv_dim);
     }
   } else {
-    matmuls({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, h_.data(), n);
+    matmuls({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, h_.data(), n, norm);
+    trace("attn_norm", layer, h_.data(), n, d);
   }
   add_bias(q_.data(), w.bq, n, q_dim);
   add_bias(k_.data(), w.bk, n, kv_dim);
@@ -333,17 +354,18 @@ void Engine::attention_block(std::span<const BatchEntry> batch, int64_t layer) {
   trace("Vcur", layer, v_.data(), n, kv_dim);
   const bool neox = c.rope_layout == RopeLayout::kNeox;
   const std::vector<float>& tab = c.is_swa(layer) ? rope_tab_swa_ : rope_tab_;
-  for (int64_t t = 0; t < n; ++t) {
-    if (c.uses_rope(layer)) {  // smollm3's NoPE layers skip it
-      const float* cs = tab.data() + t * c.rope_dim;
-      kernels::rope_apply(cs, c.rope_dim, neox, c.n_head, c.head_dim, q_.data() + t * q_dim);
-      kernels::rope_apply(cs, c.rope_dim, neox, c.n_head_kv, c.head_dim, k_.data() + t * kv_dim);
+  per_row(n, q_dim + 2 * kv_dim, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      if (c.uses_rope(layer)) {  // smollm3's NoPE layers skip it
+        const float* cs = tab.data() + t * c.rope_dim;
+        kernels::rope_apply(cs, c.rope_dim, neox, c.n_head, c.head_dim, q_.data() + t * q_dim);
+        kernels::rope_apply(cs, c.rope_dim, neox, c.n_head_kv, c.head_dim, k_.data() + t * kv_dim);
+      }
+      const BatchEntry& e = batch[static_cast<size_t>(t)];
+      kernels::fp32_to_fp16_row(k_.data() + t * kv_dim, kv_.k(e.seq, layer, e.pos), kv_dim);
+      kernels::fp32_to_fp16_row(v_.data() + t * kv_dim, kv_.v(e.seq, layer, e.pos), kv_dim);
     }
-    kernels::fp32_to_fp16_row(k_.data() + t * kv_dim, kv_.k(batch[t].seq, layer, batch[t].pos),
-                              kv_dim);
-    kernels::fp32_to_fp16_row(v_.data() + t * kv_dim, kv_.v(batch[t].seq, layer, batch[t].pos),
-                              kv_dim);
-  }
+  });
   trace("Qrope", layer, q_.data(), n, q_dim);
   trace("Krope", layer, k_.data(), n, kv_dim);
   if (c.q_scale > 0.0f) {  // gemma: ggml_scale of the queries; attention then unscaled
@@ -359,56 +381,70 @@ void Engine::attention_block(std::span<const BatchEntry> batch, int64_t layer) {
 void Engine::add_branch(const WeightView& post_norm, const char* post_name, int64_t layer,
                         int64_t rows) {
   const int64_t d = config().n_embd;
-  if (post_norm.data != nullptr) {
-    rms_norm(tmp_.data(), post_norm, config().rms_eps, rows, d, tmp_.data());
-    trace(post_name, layer, tmp_.data(), rows, d);
-  }
-  for (int64_t i = 0; i < rows * d; ++i) x_[i] += tmp_[i];
+  per_row(rows, d, [&](int64_t begin, int64_t end) {
+    float* branch = tmp_.data() + begin * d;
+    if (post_norm.data != nullptr)
+      rms_norm(branch, post_norm, config().rms_eps, end - begin, d, branch);
+    add_to((end - begin) * d, x_.data() + begin * d, branch);
+  });
+  if (post_norm.data != nullptr) trace(post_name, layer, tmp_.data(), rows, d);
 }
 
 void Engine::ffn_block(int64_t layer, int64_t rows) {
   const ModelConfig& c = config();
   const LayerWeights& w = model_->layers[static_cast<size_t>(layer)];
   const int64_t d = c.n_embd, ff = c.n_ff;
-  rms_norm(x_.data(), w.ffn_norm, c.rms_eps, rows, d, h_.data());
-  trace("ffn_norm", layer, h_.data(), rows, d);
+  const RowFn norm = [&](int64_t begin, int64_t end) {
+    rms_norm(x_.data() + begin * d, w.ffn_norm, c.rms_eps, end - begin, d, h_.data() + begin * d);
+  };
   // The gate and up halves of row t: apart, or phi3's fused [gate, up] rows of 2 n_ff (up_ is
   // sized for them in run_layers).
   const bool fused = w.w_gate.data == nullptr;
   if (fused) {
-    project(w.w_up, h_.data(), rows, up_.data());
+    project(w.w_up, h_.data(), rows, up_.data(), norm);
+    trace("ffn_norm", layer, h_.data(), rows, d);
   } else {
-    matmuls({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, h_.data(), rows);
+    matmuls({{&w.w_gate, gate_.data()}, {&w.w_up, up_.data()}}, h_.data(), rows, norm);
+    trace("ffn_norm", layer, h_.data(), rows, d);
     trace("ffn_gate", layer, gate_.data(), rows, ff);
   }
   trace("ffn_up", layer, up_.data(), rows, fused ? 2 * ff : ff);
   const float* gates = fused ? up_.data() : gate_.data();
   const int64_t stride = fused ? 2 * ff : ff;
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* g = gates + t * stride;
-    const float* u = fused ? g + ff : up_.data() + t * ff;
-    if (c.ffn_act == FfnAct::kGeluTanh) {
-      kernels::geglu_row(ff, g, u, gate_.data() + t * ff);
-    } else {
-      kernels::swiglu_row(ff, g, u, gate_.data() + t * ff);
+  const RowFn act = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* g = gates + t * stride;
+      const float* u = fused ? g + ff : up_.data() + t * ff;
+      if (c.ffn_act == FfnAct::kGeluTanh) {
+        kernels::geglu_row(ff, g, u, gate_.data() + t * ff);
+      } else {
+        kernels::swiglu_row(ff, g, u, gate_.data() + t * ff);
+      }
     }
-  }
+  };
+  project(w.w_down, gate_.data(), rows, tmp_.data(), act);
   trace(c.ffn_act == FfnAct::kGeluTanh ? "ffn_geglu" : "ffn_swiglu", layer, gate_.data(), rows, ff);
-  project(w.w_down, gate_.data(), rows, tmp_.data());
   trace("ffn_out", layer, tmp_.data(), rows, d);
   add_branch(w.ffn_post_norm, "ffn_post_norm", layer, rows);
   trace("l_out", layer, x_.data(), rows, d);
 }
 
-void Engine::project(const WeightView& w, const float* x, int64_t n, float* y) {
+void Engine::per_row(int64_t n, int64_t row_elems, const RowFn& fn) {
+  pool_.parallel_for(n, 1, n * row_elems * kRowElemWork, fn);
+}
+
+void Engine::project(const WeightView& w, const float* x, int64_t n, float* y,
+                     const RowFn& prologue) {
   if (packed(w) != nullptr || panels(w) != nullptr) {
-    matmuls({{&w, y}}, x, n);
+    matmuls({{&w, y}}, x, n, prologue);
   } else {
+    if (prologue) per_row(n, w.cols, prologue);
     kernels::matmul(w, x, n, y, pool_, forms_);
   }
 }
 
-void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int64_t n) {
+void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int64_t n,
+                     const RowFn& prologue) {
   if (n <= 0) return;
   struct Part {
     const WeightView* w;
@@ -420,6 +456,7 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
   };
   std::vector<kernels::QuantizedActivations> quantized;
   quantized.reserve(jobs.size());
+  std::vector<kernels::QuantizedActivations*> to_quantize;  // prepared, rows not made yet
   std::vector<Part> parts;
   int64_t total_rows = 0;
   for (const MatmulJob& job : jobs) {
@@ -429,12 +466,10 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
       if (q.type == act_type) qa = &q;
     }
     if (qa == nullptr) {
-      // A prefill batch is quantized on the pool's threads too; a decode batch's few rows cost
-      // less than handing them out.
-      quantized.push_back(n >= kPoolQuantizeRows
-                              ? kernels::quantize_activations(job.w->type, x, n, job.w->cols, pool_)
-                              : kernels::quantize_activations(job.w->type, x, n, job.w->cols));
-      qa = &quantized.back();
+      kernels::QuantizedActivations& q = quantized.emplace_back();
+      if (kernels::prepare_activations(job.w->type, x, n, job.w->cols, q))
+        to_quantize.push_back(&q);
+      qa = &q;
     }
     const kernels::PackedWeights* p = packed(*job.w);
     const Panels* pn = panels(*job.w);
@@ -443,6 +478,15 @@ void Engine::matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int6
     if (p != nullptr || pn != nullptr) total_rows = (total_rows + kGroup - 1) / kGroup * kGroup;
     parts.push_back({job.w, job.y, qa, total_rows, p, pn});
     total_rows += job.w->rows;
+  }
+  // The rows of x (the prologue's) and their quantizations, on the pool's threads.
+  if (prologue || !to_quantize.empty()) {
+    per_row(n, jobs.begin()->w->cols * (1 + static_cast<int64_t>(to_quantize.size())),
+            [&](int64_t begin, int64_t end) {
+              if (prologue) prologue(begin, end);
+              for (kernels::QuantizedActivations* q : to_quantize)
+                kernels::quantize_rows(x, *q, begin, end);
+            });
   }
   int64_t work = 0;
   for (const MatmulJob& job : jobs) work += job.w->rows * job.w->cols * n;

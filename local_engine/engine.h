@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -34,6 +35,9 @@ struct EngineOptions {
   // in F32 with vector exps (kernels/attend_invariant.h). Invariant for a given ISA: the
   // numbers differ in the last bits between AVX-512 and other machines.
   bool batch_invariant = false;
+  // The compute pool's threshold (kernels::ThreadPool::parallel_for): jobs of less work run on
+  // the calling thread. Tests pass 0 to have every job, the per-row steps' too, shared out.
+  int64_t serial_work = kernels::ThreadPool::kSerialWork;
 };
 
 // One token of one sequence. Entries of a sequence must come in order of position, starting
@@ -87,9 +91,18 @@ class Engine {
     const WeightView* w;
     float* y;
   };
-  void matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int64_t n);
+  // A step done row by row (norms, RoPE, the KV store, SwiGLU, residual adds): fn(begin, end)
+  // over rows [0, n) on the pool's threads, each row's arithmetic the same wherever it runs;
+  // `row_elems` floats a row size the work (below the pool's threshold, on this thread).
+  using RowFn = std::function<void(int64_t, int64_t)>;
+  void per_row(int64_t n, int64_t row_elems, const RowFn& fn);
+  // `prologue`, when given, makes x's rows first (per_row), in the same pass over the pool as
+  // their quantization: a step's rows are made, quantized and multiplied with two hand-offs.
+  void matmuls(std::initializer_list<MatmulJob> jobs, const float* x, int64_t n,
+               const RowFn& prologue = {});
   // y = W x for one weight (matmuls when W is packed, else kernels::matmul).
-  void project(const WeightView& w, const float* x, int64_t n, float* y);
+  void project(const WeightView& w, const float* x, int64_t n, float* y,
+               const RowFn& prologue = {});
   // The packed copy of a Q8_0 or Q5_0 weight (batch-invariant engines only), or nullptr.
   const kernels::PackedWeights* packed(const WeightView& w) const;
   // A Q4_K or Q6_K weight's panels (TypeKernels::pack_panels; batch-invariant engines on VNNI), or

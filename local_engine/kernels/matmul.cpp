@@ -58,9 +58,6 @@ QuantizedActivations::~QuantizedActivations() {
   }
 }
 
-namespace {
-
-// Sets up qa (type, strides, storage) without quantizing; true when rows must be quantized.
 bool prepare_activations(TensorType weight_type, const float* x, int64_t n_tokens, int64_t cols,
                          QuantizedActivations& qa) {
   static std::atomic<uint64_t> last_id{0};
@@ -87,8 +84,6 @@ void quantize_rows(const float* x, QuantizedActivations& qa, int64_t begin, int6
                    qa.cols);
   }
 }
-
-}  // namespace
 
 QuantizedActivations quantize_activations(TensorType weight_type, const float* x, int64_t n_tokens,
                                           int64_t cols) {

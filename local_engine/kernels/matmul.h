@@ -81,6 +81,13 @@ QuantizedActivations quantize_activations(TensorType weight_type, const float* x
 // The same, the tokens quantized on the pool's threads when there are several.
 QuantizedActivations quantize_activations(TensorType weight_type, const float* x, int64_t n_tokens,
                                           int64_t cols, ThreadPool& pool);
+// quantize_activations in two halves, for a caller that quantizes rows on its own threads (each
+// row's bytes are the same wherever it is quantized): prepare_activations sets qa up (type,
+// strides, storage, id) and returns true when its rows must then be quantized, which
+// quantize_rows does for rows [begin, end) of x (n_tokens rows of cols floats).
+bool prepare_activations(TensorType weight_type, const float* x, int64_t n_tokens, int64_t cols,
+                         QuantizedActivations& qa);
+void quantize_rows(const float* x, QuantizedActivations& qa, int64_t begin, int64_t end);
 void matmul_rows(const MatrixView& w, const QuantizedActivations& qa, float* y, int64_t row_begin,
                  int64_t row_end, BatchForms forms = BatchForms::kLlamaCpp);
 

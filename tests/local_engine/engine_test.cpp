@@ -242,6 +242,59 @@ TEST(BatchInvariant, NewArchitecturesGiveTheSameBitsAloneAndInABatch) {
   }
 }
 
+// The per-row steps between the products (norms, RoPE, the KV store, SwiGLU and GeGLU, the
+// residual adds, the activations' quantization) shared out over the pool's threads give every
+// row the bits one thread gives it: an engine of 2 threads that shares every job (threshold 0)
+// against one of 1 thread, on batches of three interleaved sequences (a prompt batch, then a
+// decode step of one token each), in both numerics, packed and plain products, post-norms
+// (gemma2) and fused projections (phi3).
+TEST(Forward, RowStepsSharedOverThreadsGiveTheBitsOfOneThread) {
+  struct File {
+    std::string arch;
+    WeightType type;
+  };
+  for (const File& m : {File{"llama", WeightType::kQ5_0}, File{"llama", WeightType::kQ8_0},
+                        File{"qwen3", WeightType::kQ6_K}, File{"gemma2", WeightType::kQ8_0},
+                        File{"phi3", WeightType::kQ8_0}}) {
+    for (const bool invariant : {true, false}) {
+      SCOPED_TRACE(m.arch + " " + std::string(kernels::tensor_type_name(m.type)) +
+                   (invariant ? " invariant" : " llama.cpp"));
+      TinyShape shape = shape_for(m.arch);
+      if (m.type == WeightType::kQ6_K) {  // rows must be whole 256-element super-blocks
+        shape.n_embd = 256;
+        shape.n_head = 8;
+        shape.n_head_kv = 2;
+        shape.head_dim = 32;
+        shape.n_ff = 512;
+      }
+      auto src = testing::make_tiny_model(shape, m.type, 13);
+      auto run = [&](int threads, int64_t serial_work) {
+        auto model = Model::load(src);
+        EXPECT_TRUE(model.has_value());
+        Engine engine(std::move(model).value(), EngineOptions{threads, 64, invariant, serial_work});
+        std::vector<float> all;
+        for (SeqId s = 0; s < 3; ++s) EXPECT_TRUE(engine.kv().seq_add(s).has_value());
+        std::vector<BatchEntry> prompt;
+        for (int64_t i = 0; i < 12; ++i) {
+          for (SeqId s = 0; s < 3; ++s) {
+            if (i < 12 - 3 * s) prompt.push_back({s, i, kPrompt[static_cast<size_t>(i)] + s, true});
+          }
+        }
+        std::vector<float> logits;
+        EXPECT_TRUE(engine.forward(prompt, logits).has_value());
+        all = logits;
+        const std::vector<BatchEntry> step = {{0, 12, 7, true}, {1, 9, 8, true}, {2, 6, 9, true}};
+        EXPECT_TRUE(engine.forward(step, logits).has_value());
+        all.insert(all.end(), logits.begin(), logits.end());
+        return all;
+      };
+      const auto one = run(1, kernels::ThreadPool::kSerialWork);
+      ASSERT_FALSE(one.empty());
+      EXPECT_EQ(run(2, 0), one);
+    }
+  }
+}
+
 TEST(Forward, TiedOutputAndLlama3RopeFactors) {
   TinyShape shape;
   shape.tied_output = true;
