@@ -34,20 +34,22 @@ std::vector<LedgerEntry> random_entries(uint32_t seed, int count) {
     std::uniform_int_distribution<size_t> d(0, values.size() - 1);
     return std::string(values.begin()[d(rng)]);
   };
-  auto chance = [&](int percent) { return std::uniform_int_distribution<int>(0, 99)(rng) < percent; };
+  auto chance = [&](int percent) {
+    return std::uniform_int_distribution<int>(0, 99)(rng) < percent;
+  };
   const PriceCatalog catalog = catalog_from(kPrices);
   std::vector<LedgerEntry> out;
   RequestRecord before;
   for (int i = 0; i < count; ++i) {
     const std::string model = pick({"gpu-large", "local-small", "unpriced-model"});
     const int64_t day = std::uniform_int_distribution<int64_t>(0, 2)(rng);
-    RequestRecord r = simple_record(
-        model,
-        tokens_of(std::uniform_int_distribution<int64_t>(1, 5000)(rng),
-                  std::uniform_int_distribution<int64_t>(0, 50)(rng),
-                  std::uniform_int_distribution<int64_t>(0, 900)(rng),
-                  std::uniform_int_distribution<int64_t>(0, 30)(rng)),
-        kJune15 + day * 86400LL * 1000000 + std::uniform_int_distribution<int64_t>(0, 3600000000)(rng));
+    RequestRecord r = simple_record(model,
+                                    tokens_of(std::uniform_int_distribution<int64_t>(1, 5000)(rng),
+                                              std::uniform_int_distribution<int64_t>(0, 50)(rng),
+                                              std::uniform_int_distribution<int64_t>(0, 900)(rng),
+                                              std::uniform_int_distribution<int64_t>(0, 30)(rng)),
+                                    kJune15 + day * 86400LL * 1000000 +
+                                        std::uniform_int_distribution<int64_t>(0, 3600000000)(rng));
     r.key_id = pick({"key-a", "key-b", "key-c"});
     r.team = pick({"team-a", "team-b"});
     r.project = pick({"proj-a", "proj-b"});
@@ -70,7 +72,8 @@ std::vector<LedgerEntry> random_entries(uint32_t seed, int count) {
     LedgerEntry e;
     e.record = r;
     e.cost = catalog.price(r.target, r.tokens, r.started_us);
-    if (chance(30)) e.avoided = Money::from_micros(std::uniform_int_distribution<int64_t>(0, 99999)(rng));
+    if (chance(30))
+      e.avoided = Money::from_micros(std::uniform_int_distribution<int64_t>(0, 99999)(rng));
     out.push_back(std::move(e));
     before = std::move(r);
   }
@@ -129,8 +132,8 @@ TEST(BatchGroups, BatchesOfAnySizeLeaveTheDatabaseOneRowATransactionLeaves) {
       ASSERT_TRUE(a && b);
       std::mt19937 rng(seed * 7919);
       for (size_t begin = 0; begin < rows_a.size();) {
-        size_t end = std::min(rows_a.size(),
-                              begin + std::uniform_int_distribution<size_t>(1, 120)(rng));
+        size_t end =
+            std::min(rows_a.size(), begin + std::uniform_int_distribution<size_t>(1, 120)(rng));
         std::vector<LedgerEntry*> batch;
         for (size_t i = begin; i < end; ++i) batch.push_back(&rows_a[i]);
         auto result = a->append(batch);
