@@ -755,11 +755,12 @@ Result<std::vector<Status>> PgStore::append_batch(std::vector<LedgerEntry*>& ent
       ++rows.attempt_rows;
     }
     std::string& key = scratch.hash_text;  // reused as the group key
-    daily_key(key,
-              {scratch.day, r.key_id, r.team, r.project, r.upstream_model, r.target, r.rule_id});
-    add_to_daily(daily, key, scratch.day, *entry, r.key_id, r.rule_id);
-    daily_key(key, {scratch.day, r.team, r.project, r.upstream_model, r.target});
-    add_to_daily(daily_team, key, scratch.day, *entry, "", "");
+    add_to_daily(daily, rollups.last_daily, key,
+                 {scratch.day, r.key_id, r.team, r.project, r.upstream_model, r.target, r.rule_id},
+                 scratch.day, *entry, r.key_id, r.rule_id);
+    add_to_daily(daily_team, rollups.last_daily_team, key,
+                 {scratch.day, r.team, r.project, r.upstream_model, r.target}, scratch.day, *entry,
+                 "", "");
     add_to_rollups(rollups, key, scratch.day, *entry);
     lookups->existing.insert(r.id);
     if (entry->kind == EntryKind::kRequest) lookups->originals[r.id] = attribution_of(r);

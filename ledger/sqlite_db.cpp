@@ -120,6 +120,14 @@ std::string Stmt::column_name(int column) const {
 }
 
 Result<Db> Db::open(const std::string& path, bool read_only) {
+  // SQLite's memory statistics off (sqlite3_memory_used and the soft heap limit, which ferry
+  // does not use): with them every allocation and free of the library takes a global mutex.
+  // Settable only before the library starts; a process where it started already keeps them.
+  static const bool no_memory_statistics = [] {
+    (void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    return true;
+  }();
+  (void)no_memory_statistics;
   Db db;
   int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   flags |= SQLITE_OPEN_NOMUTEX;

@@ -474,10 +474,12 @@ Status SqliteStore::append_one(LedgerEntry& entry, std::string& prev_hash, int64
   }
 
   std::string& key = scratch.hash_text;  // reused as the group key
-  daily_key(key, {scratch.day, r.key_id, r.team, r.project, r.upstream_model, r.target, r.rule_id});
-  add_to_daily(daily, key, scratch.day, entry, r.key_id, r.rule_id);
-  daily_key(key, {scratch.day, r.team, r.project, r.upstream_model, r.target});
-  add_to_daily(daily_team, key, scratch.day, entry, "", "");
+  add_to_daily(daily, rollups.last_daily, key,
+               {scratch.day, r.key_id, r.team, r.project, r.upstream_model, r.target, r.rule_id},
+               scratch.day, entry, r.key_id, r.rule_id);
+  add_to_daily(daily_team, rollups.last_daily_team, key,
+               {scratch.day, r.team, r.project, r.upstream_model, r.target}, scratch.day, entry, "",
+               "");
   add_to_rollups(rollups, key, scratch.day, entry);
   prev_hash = std::move(hash);
   ++last_seq;

@@ -402,12 +402,13 @@ void add_sums(DailyDelta& d, const LedgerEntry& entry) {
 }
 
 // Adds one appended row to its group's delta (`key_id`/`rule_id` "" for daily_team).
-void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& key,
+void add_to_daily(std::map<std::string, DailyDelta>& deltas, LastGroup<DailyDelta>& last,
+                  std::string& key, std::initializer_list<std::string_view> group,
                   const std::string& day, const LedgerEntry& entry, const std::string& key_id,
                   const std::string& rule_id) {
   const RequestRecord& r = entry.record;
-  auto [it, inserted] = deltas.try_emplace(key);
-  DailyDelta& d = it->second;
+  bool inserted = false;
+  DailyDelta& d = group_delta(deltas, last, key, group, inserted);
   if (inserted) {
     d.day = day;
     d.key_id = key_id;
@@ -484,20 +485,20 @@ std::string rollup_upsert(const char* table, const std::vector<const char*>& col
 void add_to_rollups(Rollups& rollups, std::string& key, const std::string& day,
                     const LedgerEntry& entry) {
   const RequestRecord& r = entry.record;
-  daily_key(key, {day, r.key_id, r.team, r.project});
-  add_to_daily(rollups.daily_key, key, day, entry, r.key_id, "");
+  add_to_daily(rollups.daily_key, rollups.last_daily_key, key, {day, r.key_id, r.team, r.project},
+               day, entry, r.key_id, "");
   if (r.task_id.empty()) {
-    daily_key(key, {day});
-    add_to_daily(rollups.untasked, key, day, entry, "", "");
+    add_to_daily(rollups.untasked, rollups.last_untasked, key, {day}, day, entry, "", "");
     return;
   }
   auto [task, fresh_task] = rollups.tasks.try_emplace(r.task_id);
   add_to_task(task->second, fresh_task, entry, day);
   add_sums(task->second.sums, entry);
-  daily_key(key, {r.task_id, r.target});
-  auto [target, fresh_target] = rollups.task_targets.try_emplace(key);
-  add_to_task(target->second, fresh_target, entry, day);
-  target->second.target = r.target;
+  bool fresh_target = false;
+  TaskDelta& target = group_delta(rollups.task_targets, rollups.last_task_target, key,
+                                  {r.task_id, r.target}, fresh_target);
+  add_to_task(target, fresh_target, entry, day);
+  target.target = r.target;
 }
 
 std::string task_totals_upsert_sql(size_t pg_rows) {

@@ -4,6 +4,7 @@
 // (the writer thread, or a CLI/bench/test thread that owns it).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -177,7 +178,39 @@ void hash_text(const std::vector<ValueRef>& request, std::string_view request_id
 // The aggregate upsert (see store.cpp); `pg_rows` 0 for SQLite.
 std::string daily_upsert_sql(const char* table, const char* key, size_t pg_rows);
 void daily_key(std::string& key, std::initializer_list<std::string_view> parts);
-void add_to_daily(std::map<std::string, DailyDelta>& deltas, const std::string& key,
+
+// The group of the row before in one map of a batch's deltas: a row whose group columns equal
+// that row's (most rows of a batch) adds to its delta without building its key or searching
+// the map. A delta's address in the std::map stays valid while the batch lasts.
+template <class Delta>
+struct LastGroup {
+  std::vector<std::string> parts;  // the group columns of the row before
+  Delta* delta = nullptr;
+};
+
+// The delta of the group `parts` names (daily_key() is its key in `deltas`), made empty when
+// it is new (`fresh`).
+template <class Delta>
+Delta& group_delta(std::map<std::string, Delta>& deltas, LastGroup<Delta>& last, std::string& key,
+                   std::initializer_list<std::string_view> parts, bool& fresh) {
+  if (last.delta != nullptr &&
+      std::equal(parts.begin(), parts.end(), last.parts.begin(), last.parts.end(),
+                 [](std::string_view a, const std::string& b) { return a == b; })) {
+    fresh = false;
+    return *last.delta;
+  }
+  daily_key(key, parts);
+  auto [it, inserted] = deltas.try_emplace(key);
+  fresh = inserted;
+  last.parts.assign(parts.begin(), parts.end());
+  last.delta = &it->second;
+  return it->second;
+}
+
+// Adds one appended row to the delta of its group (`group`: the table's key columns' values;
+// `key_id`/`rule_id` "" for daily_team); `key` is scratch space for the group's key.
+void add_to_daily(std::map<std::string, DailyDelta>& deltas, LastGroup<DailyDelta>& last,
+                  std::string& key, std::initializer_list<std::string_view> group,
                   const std::string& day, const LedgerEntry& entry, const std::string& key_id,
                   const std::string& rule_id);
 // The values one delta binds, after its group columns, in daily_upsert_sql() order.
@@ -212,6 +245,10 @@ struct Rollups {
   std::map<std::string, TaskDelta> tasks;         // by task id
   std::map<std::string, TaskDelta> task_targets;  // by task id and target
   std::map<std::string, DailyDelta> untasked;     // by day: the rows without a task id
+  // The group of the row before in each map of the batch: these four, and the stores' own
+  // `daily` and `daily_team` maps (kept beside them for the same batch).
+  LastGroup<DailyDelta> last_daily_key, last_untasked, last_daily, last_daily_team;
+  LastGroup<TaskDelta> last_task_target;
 };
 
 // Adds one appended row (its values already computed: `day`) to the batch's rollups; `key` is

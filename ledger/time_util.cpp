@@ -40,6 +40,22 @@ CivilDate civil_from_days(int64_t days) {
 
 std::string utc_day(int64_t unix_us) {
   CivilDate d = civil_from_days(floor_div(unix_us, kMicrosPerDay));
+  if (d.year >= 0 && d.year <= 9999) {
+    // Digit by digit: snprintf's parsing of its format was most of a row's day (the applier
+    // makes one for every row).
+    const auto year = static_cast<int>(d.year);
+    const char text[10] = {static_cast<char>('0' + year / 1000),
+                           static_cast<char>('0' + year / 100 % 10),
+                           static_cast<char>('0' + year / 10 % 10),
+                           static_cast<char>('0' + year % 10),
+                           '-',
+                           static_cast<char>('0' + d.month / 10),
+                           static_cast<char>('0' + d.month % 10),
+                           '-',
+                           static_cast<char>('0' + d.day / 10),
+                           static_cast<char>('0' + d.day % 10)};
+    return std::string(text, sizeof text);
+  }
   char buf[32];
   std::snprintf(buf, sizeof buf, "%04lld-%02d-%02d", static_cast<long long>(d.year), d.month,
                 d.day);

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include "ledger/time_util.h"
 
@@ -14,6 +17,34 @@ TEST(TimeUtil, CivilRoundTrip) {
   EXPECT_EQ(days_from_civil({2026, 6, 15}), 1781524800LL / 86400);
   EXPECT_EQ(utc_day(1781524800LL * 1000000), "2026-06-15");
   EXPECT_EQ(utc_day(-1), "1969-12-31");
+}
+
+// The day's text against std::chrono's calendar, every day of years -20..10020 around the
+// edges of the digit-by-digit range (0..9999) and random instants in between.
+TEST(TimeUtil, UtcDayIsTheCalendarsDate) {
+  using namespace std::chrono;
+  auto expected = [](int64_t unix_us) {
+    const auto day = floor<days>(sys_time<microseconds>(microseconds(unix_us)));
+    const year_month_day ymd{day};
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%04d-%02u-%02u", static_cast<int>(ymd.year()),
+                  static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
+    return std::string(buf);
+  };
+  constexpr int64_t kDay = 86400LL * 1000000;
+  const int64_t year0 = days_from_civil({0, 1, 1}), year10000 = days_from_civil({10000, 1, 1});
+  for (int64_t edge : {year0, year10000, int64_t{0}}) {
+    for (int64_t d = edge - 7400; d < edge + 7400; ++d) {
+      ASSERT_EQ(utc_day(d * kDay), expected(d * kDay)) << d;
+      ASSERT_EQ(utc_day(d * kDay + kDay - 1), expected(d * kDay + kDay - 1)) << d;
+    }
+  }
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<int64_t> instant(year0 * kDay - 30 * kDay, year10000 * kDay);
+  for (int i = 0; i < 200000; ++i) {
+    const int64_t at = instant(rng);
+    ASSERT_EQ(utc_day(at), expected(at)) << at;
+  }
 }
 
 TEST(TimeUtil, ParsesUtcTimes) {
