@@ -412,13 +412,17 @@ struct Scheduler::Impl {
     }
   }
 
+  // Whether a sequence draws its tokens (temperature) rather than taking the argmax: its drafts
+  // are a class of their own in DraftOdds.
+  static bool samples(const Running& r) { return r.req.sampling.temperature > 0.0f; }
+
   // The tokens drafted after a sequence's next token at `pos`: what its lookup proposes, cut to
   // the length that pays for drafts of its class (DraftOdds) at the step's measured cost
   // (DraftCost), or one token now and then for a class the cost model declines.
   void choose_draft(Running& r, int64_t pos) {
     r.draft_match = r.lookup->draft(draft_limit(r, pos), r.draft);
     if (r.draft.empty() || !opt.speculative.cost_gate) return;
-    const bool sampled = r.req.sampling.temperature > 0.0f;
+    const bool sampled = samples(r);
     int64_t k =
         draft_cost.best_draft(static_cast<int64_t>(r.draft.size()),
                               draft_odds.acceptance(r.draft_match, sampled), decoding_sequences);
@@ -456,7 +460,7 @@ struct Scheduler::Impl {
       ++accepted;
     }
     if (drafted == 0) return;
-    draft_odds.observe(r.draft_match, r.req.sampling.temperature > 0.0f, drafted, accepted);
+    draft_odds.observe(r.draft_match, samples(r), drafted, accepted);
     if (!r.done) engine->kv().seq_truncate(r.seq, pos + 1 + accepted);
     stats.accepted_tokens += accepted;
     spec_drafted_total += drafted;

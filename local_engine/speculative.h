@@ -96,8 +96,6 @@ class PromptLookup {
   // matched, `out` empty).
   int64_t draft(int64_t limit, std::vector<TokenId>& out) const;
 
-  const std::vector<TokenId>& tokens() const { return tokens_; }
-
  private:
   int64_t max_draft_;
   int64_t min_match_;
