@@ -7,7 +7,8 @@
 # the SQLite commits; ledger-ckpt: the checkpoints); the I/O loop is the first `ferry`.
 #   bench/full_threads.sh [SECONDS]   (FERRY_BUILD_DIR: the build, default build; FERRY_CPU (0),
 #   LOADGEN_CPU (1); BENCH_NICE: as gateway_bench.sh; FULL_APPLY_MS: ledger.apply_ms, default 100;
-#   FULL_ONLY: the loadgen scenario, default "chat c=16"; e.g. "chat 200/s" for the fixed rate)
+#   FULL_ONLY: the loadgen scenario, default "chat c=16"; e.g. "chat 200/s" for the fixed rate;
+#   FULL_CONCURRENCY: the loadgen's connections, default 16 (with FULL_ONLY "chat c=N"))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -37,6 +38,7 @@ metric() { curl -s "$ferry_url/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 load() {
   "${on_loadgen_cpu[@]}" "$loadgen_bin" --direct "$upstream_url" --ferry "$ferry_url" \
     --ferry-pid "$ferry_pid" --api-key "$api_key" --only "${FULL_ONLY:-chat c=16}" --duration "$1" \
+    --concurrency "${FULL_CONCURRENCY:-16}" \
     >"$work/loadgen.$1.out" 2>&1 || true
 }
 # tid, name, utime, stime (clock ticks) of every thread
@@ -54,6 +56,7 @@ snapshot >"$work/after"
 rows=$(($(metric ferry_ledger_rows_committed_total) - rows_before))
 batches=$(($(metric ferry_ledger_batches_total) - batches_before))
 echo "rows recorded in the window: $rows in $batches row-log groups; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+grep -E "^ *(scenario|${FULL_ONLY:-chat c=16} +ferry )" "$work/loadgen.$seconds.out" || true
 join "$work/before" "$work/after" | awk -v rows="$rows" -v hz="$(getconf CLK_TCK)" '
   { user = ($6 - $3) * 1e6 / hz / rows; sys = ($7 - $4) * 1e6 / hz / rows
     total_user += user; total_sys += sys

@@ -33,6 +33,9 @@ struct Core {
   BudgetBook book;
   RateBook rates;
   std::atomic<int64_t> pending{0};
+  // Rows announced since start (admissions let through, records and adjustments without one):
+  // the writer tells by it whether the clients it answered last have come back (gather()).
+  std::atomic<int64_t> announced{0};
   std::atomic<int64_t> hard_refusals{0};
   std::atomic<int64_t> rate_refusals{0};
   std::atomic<int64_t> soft_exceeded{0};
@@ -128,7 +131,7 @@ Result<std::string> instance_id(const PgLedgerConfig& pg) {
 LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file) {
   yaml::Map map(node, file, "ledger");
   map.allow_only({"path", "currency", "reference_model", "queue_capacity", "max_batch", "retry_ms",
-                  "apply_ms", "responses", "postgres"});
+                  "group_wait_us", "apply_ms", "responses", "postgres"});
   LedgerConfig config;
   if (node["postgres"]) {
     if (node["path"]) map.fail("path", "give either path (SQLite) or postgres, not both");
@@ -150,6 +153,7 @@ LedgerConfig parse_ledger_config(const YAML::Node& node, const std::string& file
   config.queue_capacity = map.integer_or("queue_capacity", config.queue_capacity, 1, 1 << 24);
   config.max_batch = map.integer_or("max_batch", config.max_batch, 1, 1 << 20);
   config.retry_ms = map.integer_or("retry_ms", config.retry_ms, 1, 60000);
+  config.group_wait_us = map.integer_or("group_wait_us", config.group_wait_us, 0, 100000);
   config.apply_ms = map.integer_or("apply_ms", config.apply_ms, 0, 60000);
   if (auto responses = map.opt_map("responses")) {  // stored Responses (ledger/response_store.h)
     responses->allow_only({"keep_days"});
@@ -379,6 +383,7 @@ Result<Admission> Ledger::admit(const Subject& subject, Money worst_case, int64_
     return reservation.error();
   }
   if (!reservation->soft_exceeded.empty()) core_->soft_exceeded.fetch_add(1);
+  core_->announced.fetch_add(1, std::memory_order_relaxed);
   Admission admission;
   admission.core_ = core_;
   admission.reservation_ = std::move(*reservation);
@@ -501,6 +506,7 @@ std::string Ledger::record(RequestRecord record, Admission admission, DurableCal
     admission.core_.reset();  // the queue slot moves to the item
   } else {
     core_->pending.fetch_add(1);
+    core_->announced.fetch_add(1, std::memory_order_relaxed);
   }
   return enqueue(std::move(item));
 }
@@ -527,23 +533,65 @@ std::string Ledger::adjust(Adjustment adjustment, DurableCallback on_durable) {
   entry.cost.reasoning = adjustment.reasoning;
   item->on_durable = std::move(on_durable);
   core_->pending.fetch_add(1);
+  core_->announced.fetch_add(1, std::memory_order_relaxed);
   return enqueue(std::move(item));
 }
 
 std::string Ledger::enqueue(std::unique_ptr<Item> item) {
   std::string id = item->entry.record.id;
+  bool wake;
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(item));
+    // A gathering writer is woken once, by the row that completes its group (or its timer).
+    wake = !gathering_ || queue_.size() >= gather_rows_;
   }
-  wake_.notify_one();
+  if (wake) wake_.notify_one();
   return id;
+}
+
+namespace detail {
+
+GatherPlan plan_gather(int64_t window_ns, int64_t gap_ns, int64_t queued, int64_t pending,
+                       int64_t returning) {
+  if (window_ns <= 0 || gap_ns < 0 || gap_ns > window_ns / 2) return {};
+  const int64_t expected = std::max<int64_t>(0, pending - queued) + std::max<int64_t>(0, returning);
+  if (expected <= 0) return {};
+  // expected * gap * 3 / 2, at most the window (and without overflow).
+  const int64_t gap = std::max<int64_t>(gap_ns, 1);
+  const int64_t pace_ns =
+      expected >= window_ns / gap ? window_ns : std::min(window_ns, expected * gap / 2 * 3);
+  return {static_cast<size_t>(queued + expected), pace_ns};
+}
+
+}  // namespace detail
+
+void Ledger::gather(std::unique_lock<std::mutex>& lock, int64_t gap_ns, int64_t answered,
+                    int64_t announced_then) {
+  if (flushing_ > 0 || stopping_ || journal_pending_.load() > 0 || !healthy_.load()) return;
+  // Nothing is being written now: `pending` is the queue and the rows admitted, not recorded.
+  // Of the clients answered last, those not yet come back (each new row is counted as one).
+  const int64_t returning = answered - (core_->announced.load() - announced_then);
+  const detail::GatherPlan plan =
+      detail::plan_gather(config_.group_wait_us * 1000, gap_ns, static_cast<int64_t>(queue_.size()),
+                          core_->pending.load(), returning);
+  if (plan.wait_ns <= 0) return;
+  gather_rows_ = plan.rows;
+  gathering_ = true;
+  wake_.wait_for(lock, std::chrono::nanoseconds(plan.wait_ns),
+                 [&] { return stopping_ || flushing_ > 0 || queue_.size() >= gather_rows_; });
+  gathering_ = false;
 }
 
 void Ledger::writer_loop() {
   name_thread("ledger-writer");
   std::vector<std::unique_ptr<Item>> taken;
   std::vector<LedgerEntry*> entries;
+  // The rows' recent arrival gap: an average over groups, 1/8 weight each (-1: none yet).
+  int64_t gap_ns = -1;
+  auto last_take = std::chrono::steady_clock::now();
+  int64_t answered = 0;        // the last group's rows
+  int64_t announced_then = 0;  // core_->announced when they were answered
   for (;;) {
     {
       std::unique_lock lock(mu_);
@@ -562,6 +610,15 @@ void Ledger::writer_loop() {
         wake_.wait(lock, ready);
       }
       if (queue_.empty()) break;  // stopping and drained (a journal keeps its rows for later)
+      gather(lock, gap_ns, answered, announced_then);
+      const auto now = std::chrono::steady_clock::now();
+      // After an idle spell the gap counts as at most 8 windows, so that a burst is seen soon.
+      const int64_t sample = std::min<int64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_take).count() /
+              static_cast<int64_t>(queue_.size()),
+          std::max<int64_t>(config_.group_wait_us, 1000) * 8000);
+      gap_ns = gap_ns < 0 ? sample : gap_ns + (sample - gap_ns) / 8;
+      last_take = now;
       taken.swap(queue_);
       writing_ = true;
     }
@@ -599,6 +656,7 @@ void Ledger::writer_loop() {
         std::lock_guard lock(mu_);
         logged_ += static_cast<int64_t>(end - begin);
       }
+      if (begin == 0) announced_then = core_->announced.load();  // before any is answered
       int64_t now = unix_micros_now();
       for (size_t i = begin; i < end; ++i) {
         Item& item = *taken[i];
@@ -635,6 +693,7 @@ void Ledger::writer_loop() {
         }
       }
     }
+    answered = static_cast<int64_t>(taken.size());
     taken.clear();
     {
       std::lock_guard lock(mu_);
@@ -1058,7 +1117,10 @@ LedgerStats Ledger::stats() const {
 
 void Ledger::flush() {
   std::unique_lock lock(mu_);
+  ++flushing_;  // no group waits for rows in flight while someone waits for the queue
+  if (gathering_) wake_.notify_all();
   idle_.wait(lock, [&] { return queue_.empty() && !writing_; });
+  --flushing_;
   if (row_log_) (void)wait_applied(lock, logged_);
 }
 

@@ -15,6 +15,9 @@
 //     queue_capacity: 8192           # rows admitted but not yet durable; beyond it: 503
 //     max_batch: 4096                # rows per group commit
 //     retry_ms: 200                  # wait between retries of a failed commit
+//     group_wait_us: 1000            # group commit: while rows arrive faster than this, a
+//                                    # group waits up to this long for the rows still in
+//                                    # flight (admitted, not yet recorded); 0 = never waits
 //     apply_ms: 100                  # SQLite: rows wait at most this long in the row log
 //                                    # (ledger/row_log.h) before their SQLite commit; 0 = no
 //                                    # row log: every group is a SQLite commit
@@ -76,6 +79,10 @@ struct LedgerConfig {
   int64_t queue_capacity = 8192;
   int64_t max_batch = 4096;
   int64_t retry_ms = 200;
+  // Group commit (the writer's `gather`): the most a group waits for rows in flight. It waits
+  // only while the recent rows came at least two to this window, so a slow stream of rows is
+  // never held back.
+  int64_t group_wait_us = 1000;
   // SQLite: the row log's rows are committed to the file when this old, or 1,024 of them, or
   // when a reader asks (apply_now). 0: no row log (the CLI's short-lived ledgers).
   int64_t apply_ms = 100;
@@ -126,7 +133,20 @@ class PgStore;
 
 namespace detail {
 struct Core;
-}
+
+// Group commit: how long the writer waits before taking a group, and for how many rows. While
+// rows arrive at least two to the window (`gap_ns`, the recent arrival gap), it waits for the
+// rows in flight (`pending` admitted or queued, less the `queued`) and for the `returning`
+// ones (the clients of the last group, answered and not yet back: in a closed loop they send
+// again), at the recent pace and a half again, at most `window_ns`. Otherwise, or with nothing
+// on its way, it does not wait (wait_ns 0).
+struct GatherPlan {
+  size_t rows = 0;  // the queue length that ends the wait
+  int64_t wait_ns = 0;
+};
+GatherPlan plan_gather(int64_t window_ns, int64_t gap_ns, int64_t queued, int64_t pending,
+                       int64_t returning);
+}  // namespace detail
 
 // A request's place in the ledger: a queue slot and the worst case reserved against its
 // budgets. Move-only; destroying it without record() gives both back.
@@ -230,6 +250,11 @@ class Ledger {
   Ledger(LedgerConfig config, PriceCatalog prices);
   std::string enqueue(std::unique_ptr<Item> item);
   void writer_loop();
+  // Before a group is taken (mu_ held by `lock`): waits as detail::plan_gather says, or until
+  // flush() or the destructor asks; `answered` rows were answered last, when
+  // core_->announced was `announced_then`.
+  void gather(std::unique_lock<std::mutex>& lock, int64_t gap_ns, int64_t answered,
+              int64_t announced_then);
   void checkpointer_loop();
   void after_commit();
   void start_threads();
@@ -278,6 +303,9 @@ class Ledger {
   std::vector<std::unique_ptr<Item>> queue_;  // guarded by mu_
   bool writing_ = false;                      // guarded by mu_
   bool stopping_ = false;                     // guarded by mu_
+  bool gathering_ = false;                    // guarded by mu_: the writer waits in gather()
+  size_t gather_rows_ = 0;                    // guarded by mu_: ... until the queue has these
+  int flushing_ = 0;                          // guarded by mu_: flush() callers waiting
   std::string unhealthy_reason_;              // guarded by mu_
   std::atomic<bool> healthy_{true};
   std::atomic<int> inject_failures_{0};
