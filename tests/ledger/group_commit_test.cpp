@@ -128,8 +128,8 @@ TEST(GroupCommit, ClosedLoopClientsGetEveryRowDurable) {
             failures.fetch_add(1);
             return;
           }
-          RequestRecord r = simple_record("gpu-large", tokens_of(100 + c, 0, 10 + i, 0),
-                                          unix_micros_now());
+          RequestRecord r =
+              simple_record("gpu-large", tokens_of(100 + c, 0, 10 + i, 0), unix_micros_now());
           r.key_id = subject.key_id;
           std::promise<Status> done;
           auto durable = done.get_future();
@@ -154,7 +154,8 @@ TEST(GroupCommit, ClosedLoopClientsGetEveryRowDurable) {
     EXPECT_EQ(stats.rows_committed, kClients * kRows);
     EXPECT_EQ(stats.pending, 0);
     EXPECT_LE(stats.batches, kClients * kRows);
-    std::printf("%lld rows in %lld groups\n", static_cast<long long>(stats.rows_committed), static_cast<long long>(stats.batches));
+    std::printf("%lld rows in %lld groups\n", static_cast<long long>(stats.rows_committed),
+                static_cast<long long>(stats.batches));
     ledger.reset();
     EXPECT_EQ(scalar(path, "SELECT COUNT(*) FROM requests"), kClients * kRows);
     EXPECT_EQ(scalar(path, "SELECT SUM(cost_total) FROM requests"), micros.load());
@@ -204,14 +205,13 @@ TEST(GroupCommit, ConfigKeyIsReadAndBounded) {
   EXPECT_EQ(
       parse_ledger_config(yaml::parse("path: x.db\ngroup_wait_us: 0\n", "c"), "c").group_wait_us,
       0);
-  EXPECT_EQ(parse_ledger_config(yaml::parse("path: x.db\ngroup_wait_us: 2500\n", "c"), "c")
-                .group_wait_us,
-            2500);
+  EXPECT_EQ(
+      parse_ledger_config(yaml::parse("path: x.db\ngroup_wait_us: 2500\n", "c"), "c").group_wait_us,
+      2500);
   EXPECT_THROW(parse_ledger_config(yaml::parse("path: x.db\ngroup_wait_us: -1\n", "c"), "c"),
                yaml::YamlError);
-  EXPECT_THROW(
-      parse_ledger_config(yaml::parse("path: x.db\ngroup_wait_us: 1000000\n", "c"), "c"),
-      yaml::YamlError);
+  EXPECT_THROW(parse_ledger_config(yaml::parse("path: x.db\ngroup_wait_us: 1000000\n", "c"), "c"),
+               yaml::YamlError);
 }
 
 }  // namespace
