@@ -18,6 +18,7 @@ namespace {
 using detail::GatherPlan;
 using detail::plan_gather;
 using testing::catalog_from;
+using testing::scalar;
 using testing::simple_record;
 using testing::TempDir;
 using testing::tokens_of;
@@ -92,15 +93,6 @@ std::unique_ptr<Ledger> open_gathering(const std::string& path, int64_t apply_ms
   auto ledger = Ledger::open(config, catalog_from(kPrices), {});
   EXPECT_TRUE(ledger) << (ledger ? "" : ledger.error().message);
   return ledger ? std::move(*ledger) : nullptr;
-}
-
-int64_t scalar(const std::string& path, const std::string& sql) {
-  auto db = ledger_db_open(path, true);
-  auto stmt = db->prepare(sql);
-  EXPECT_TRUE(stmt) << sql;
-  auto has = stmt->step();
-  EXPECT_TRUE(has && *has);
-  return stmt->int_at(0);
 }
 
 // Clients in a closed loop (admit, record, wait until durable, again), as the gateway's

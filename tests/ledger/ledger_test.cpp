@@ -16,6 +16,7 @@ namespace {
 using testing::catalog_from;
 using testing::kJune15;
 using testing::record_durably;
+using testing::scalar;
 using testing::simple_record;
 using testing::TempDir;
 using testing::tokens_of;
@@ -59,15 +60,6 @@ int64_t int_of(const Value& v) {
 }
 std::string text_of(const Value& v) {
   return std::get<std::string>(v);
-}
-
-int64_t scalar(const std::string& path, const std::string& sql) {
-  auto db = ledger_db_open(path, true);
-  auto stmt = db->prepare(sql);
-  EXPECT_TRUE(stmt) << sql;
-  auto has = stmt->step();
-  EXPECT_TRUE(has && *has);
-  return stmt->int_at(0);
 }
 
 TEST(Ledger, RecordsEveryKindWithSourcesAndAvoidedCost) {

@@ -105,6 +105,16 @@ inline Status record_durably(Ledger& ledger, RequestRecord record, std::string* 
   return fut.get();
 }
 
+// The first column of the first row `sql` returns from the file (a count, a sum).
+inline int64_t scalar(const std::string& path, const std::string& sql) {
+  auto db = ledger_db_open(path, true);
+  auto stmt = db->prepare(sql);
+  EXPECT_TRUE(stmt) << sql;
+  auto has = stmt->step();
+  EXPECT_TRUE(has && *has);
+  return stmt->int_at(0);
+}
+
 // The file's schema version (PRAGMA user_version); -1 when it cannot be read.
 inline int64_t schema_version(const std::string& path) {
   auto db = ledger_db_open(path, true);
