@@ -909,6 +909,11 @@ int run_all(int argc, char** argv) {
     if (f.server_cpu_us) line += "; ferry CPU " + fmt("%.1f", *f.server_cpu_us) + " us/request";
     if (scenario.rate <= 0) line += "; throughput " + fmt("%.2f", f.rps() / d.rps()) + "x direct";
     summary.push_back(line);
+    // The issue 17 ratios read directly: each other reference's CPU against nginx's.
+    const RunStats* nginx = nullptr;
+    for (size_t t = 2; t < pair.size(); ++t) {
+      if (targets[t]->name == "nginx" && pair[t]->server_cpu_us) nginx = &*pair[t];
+    }
     for (size_t t = 2; t < pair.size(); ++t) {
       const RunStats& n = *pair[t];
       const std::string& name = targets[t]->name;
@@ -926,6 +931,10 @@ int run_all(int argc, char** argv) {
         if (f.server_cpu_us) {
           ref +=
               "; ferry/" + name + " CPU " + fmt("%.2f", *f.server_cpu_us / *n.server_cpu_us) + "x";
+        }
+        if (nginx != nullptr && nginx != &n) {
+          ref += "; " + name + "/nginx CPU " +
+                 fmt("%.2f", *n.server_cpu_us / *nginx->server_cpu_us) + "x";
         }
       }
       summary.push_back(ref);
