@@ -77,6 +77,16 @@ TinyShape shape_for(const std::string& arch) {
   return shape;
 }
 
+// The shape widened so that its rows are whole 256-element super-blocks (the K-quants).
+TinyShape with_super_blocks(TinyShape shape) {
+  shape.n_embd = 256;
+  shape.n_head = 8;
+  shape.n_head_kv = 2;
+  shape.head_dim = 32;
+  shape.n_ff = 512;
+  return shape;
+}
+
 struct Case {
   std::string arch;
   WeightType type;
@@ -90,13 +100,7 @@ TEST_P(ForwardVsReference, LogitsMatchThePlainFloatForwardPass) {
   TinyShape shape = shape_for(c.arch);
   const bool k_quant =
       c.type == WeightType::kQ4_K || c.type == WeightType::kQ5_K || c.type == WeightType::kQ6_K;
-  if (k_quant) {  // rows must be whole 256-element super-blocks
-    shape.n_embd = 256;
-    shape.n_head = 8;
-    shape.n_head_kv = 2;
-    shape.head_dim = 32;
-    shape.n_ff = 512;
-  }
+  if (k_quant) shape = with_super_blocks(shape);
   auto src = testing::make_tiny_model(shape, c.type, 7);
   auto engine = make_engine(src);
   ASSERT_TRUE(engine);
@@ -203,13 +207,7 @@ TEST(BatchInvariant, PackedQ5_0AndQ4_KAndQ6_KPanelsMatchTheReference) {
     for (const std::string arch : {"llama", "qwen3"}) {
       SCOPED_TRACE(arch + " " + std::string(kernels::tensor_type_name(type)));
       TinyShape shape = shape_for(arch);
-      if (type != WeightType::kQ5_0) {  // rows must be whole 256-element super-blocks
-        shape.n_embd = 256;
-        shape.n_head = 8;
-        shape.n_head_kv = 2;
-        shape.head_dim = 32;
-        shape.n_ff = 512;
-      }
+      if (type != WeightType::kQ5_0) shape = with_super_blocks(shape);
       auto src = testing::make_tiny_model(shape, type, 12);
       auto load = [&] { return invariant_engine(src); };
       auto invariant = load();
@@ -260,13 +258,7 @@ TEST(Forward, RowStepsSharedOverThreadsGiveTheBitsOfOneThread) {
       SCOPED_TRACE(m.arch + " " + std::string(kernels::tensor_type_name(m.type)) +
                    (invariant ? " invariant" : " llama.cpp"));
       TinyShape shape = shape_for(m.arch);
-      if (m.type == WeightType::kQ6_K) {  // rows must be whole 256-element super-blocks
-        shape.n_embd = 256;
-        shape.n_head = 8;
-        shape.n_head_kv = 2;
-        shape.head_dim = 32;
-        shape.n_ff = 512;
-      }
+      if (m.type == WeightType::kQ6_K) shape = with_super_blocks(shape);
       auto src = testing::make_tiny_model(shape, m.type, 13);
       auto run = [&](int threads, int64_t serial_work) {
         auto model = Model::load(src);
