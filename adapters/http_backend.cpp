@@ -71,6 +71,9 @@ struct Connection {
   // The parser's body buffer (kReadChunk bytes), made on the first body read and kept: on the
   // coroutine's frame it made every exchange allocate (and free) a frame of 17 KB.
   std::unique_ptr<char[]> body_chunk;
+  // The parser of the answer being read (one exchange at a time; here, not on the coroutine's
+  // frame, which it would take over asio's 1 KiB recycling limit).
+  std::optional<http::response_parser<http::buffer_body>> parser;
   Clock::time_point idle_since;
   const asio::execution_context* loop = nullptr;  // the event loop its socket belongs to
 
@@ -278,9 +281,7 @@ struct HttpBackend::Impl {
   static Exchange ended(Error error, bool reusable = false) {
     return Exchange{Result<BackendReply>(std::move(error)), reusable};
   }
-  static Exchange client_gone() {
-    return ended(Error::make(ErrorCode::kCancelled, "client went away"));
-  }
+  static Error client_gone() { return Error::make(ErrorCode::kCancelled, "client went away"); }
 
   // An I/O error of the exchange as the client sees it (the deadline that fired, or why).
   Error io_error(const beast::error_code& ec, const char* during, const CancelSignal& cancel,
@@ -297,15 +298,50 @@ struct HttpBackend::Impl {
                          std::string("failed ") + during + ": " + ec.message());
   }
 
+  // The request head, written by hand (a serializer costs more than the rest of the call).
+  std::string request_head(const BackendRequest& request) const {
+    std::string head;
+    head.reserve(256 + host_header.size() + cfg.path_prefix.size());
+    head.append("POST ");
+    head.append(cfg.path_prefix);
+    head.append(endpoint_path(request.endpoint));
+    head.append(" HTTP/1.1\r\nHost: ");
+    head.append(host_header);
+    head.append("\r\nUser-Agent: ferry\r\nContent-Type: application/json\r\nAccept: ");
+    head.append(request.stream ? "text/event-stream" : "application/json");
+    if (cfg.api_key) {
+      head.append("\r\nAuthorization: Bearer ");
+      head.append(*cfg.api_key);
+      if (request.endpoint == Endpoint::kMessages) {
+        head.append("\r\nx-api-key: ");  // Anthropic's own header for the same key
+        head.append(*cfg.api_key);
+      }
+    }
+    for (const auto& [name, value] : request.headers) {
+      head.append("\r\n");
+      head.append(name);
+      head.append(": ");
+      head.append(value);
+    }
+    if (!request.request_id.empty()) {
+      head.append("\r\nx-request-id: ");
+      head.append(request.request_id);
+    }
+    head.append("\r\nContent-Length: ");
+    head.append(std::to_string(request.body.size()));
+    head.append("\r\n\r\n");
+    return head;
+  }
+
   using Parser = http::response_parser<http::buffer_body>;
 
   // What reading one response body gathers: the whole body (an answer or an error status), or
   // a stream relayed as it comes.
   struct Body {
-    std::optional<StreamRelay> relay;   // streaming
-    size_t limit = 0;                   // not streaming: the most bytes kept
-    std::string bytes;                  // not streaming
-    std::optional<Error> stream_error;  // a stream that broke after events may have gone out
+    std::unique_ptr<StreamRelay> relay;  // streaming (on the heap: it would double the frame)
+    size_t limit = 0;                    // not streaming: the most bytes kept
+    std::string bytes;                   // not streaming
+    std::optional<Error> stream_error;   // a stream that broke after events may have gone out
   };
 
   // The request head is prebuilt text; head and body go out in one gathered write.
@@ -329,17 +365,18 @@ struct HttpBackend::Impl {
   // One request and its answer on one connection: the request written, the head read, the body
   // relayed (a stream) or gathered, the answer checked. A reused connection that turns out
   // closed before any answer byte ends with an empty result (retry on a fresh one).
+  // (Two coroutines, their exits built by plain functions: g++ gives every local and temporary
+  // of a coroutine a slot of its own in the frame, and a frame over 1 KiB misses both asio's
+  // recycling and the allocator's thread cache.)
   template <typename Stream>
   asio::awaitable<Exchange> exchange(Stream& stream, Connection& conn, const std::string& head,
                                      const BackendRequest& request, StreamSink* sink,
                                      CancelSignal& cancel, bool reused, Clock::time_point total,
                                      Clock::time_point started) {
     if (beast::error_code wec = co_await write_request(stream, conn, head, request.body, total)) {
-      if (reused && !cancel.cancelled()) co_return Exchange{};  // stale keep-alive: retry fresh
-      co_return ended(io_error(wec, "sending the request", cancel, total));
+      co_return not_sent(wec, reused, cancel, total);
     }
-
-    Parser parser;
+    Parser& parser = conn.parser.emplace();
     parser.body_limit(boost::none);
     parser.header_limit(64 * 1024);
     conn.tcp().expires_at(step_deadline(cfg.timeouts.first_byte_ms, total));
@@ -352,50 +389,78 @@ struct HttpBackend::Impl {
       if (conn.buffer.size() == 0) stream.expect_silence();
     }
     auto [hec, hn] = co_await http::async_read_header(stream, conn.buffer, parser, kAwait);
-    if (hec) {
-      bool nothing_read = conn.buffer.size() == 0 && hn == 0;
-      if (reused && nothing_read && hec != beast::error::timeout && !cancel.cancelled()) {
-        co_return Exchange{};  // the server closed the idle connection as we reused it
-      }
-      co_return ended(io_error(hec, "waiting for the response", cancel, total));
+    if (hec) co_return no_head(hec, conn.buffer.size() == 0 && hn == 0, reused, cancel, total);
+    co_return co_await take_answer(stream, conn, parser, request, sink, cancel, total, started);
+  }
+
+  // The exchange's end when the request could not be written.
+  Exchange not_sent(const beast::error_code& ec, bool reused, const CancelSignal& cancel,
+                    Clock::time_point total) const {
+    if (reused && !cancel.cancelled()) return Exchange{};  // stale keep-alive: retry fresh
+    return ended(io_error(ec, "sending the request", cancel, total));
+  }
+
+  // The exchange's end when no response head came.
+  Exchange no_head(const beast::error_code& ec, bool nothing_read, bool reused,
+                   const CancelSignal& cancel, Clock::time_point total) const {
+    if (reused && nothing_read && ec != beast::error::timeout && !cancel.cancelled()) {
+      return Exchange{};  // the server closed the idle connection as we reused it
     }
+    return ended(io_error(ec, "waiting for the response", cancel, total));
+  }
+
+  // The body after the head, relayed or gathered, and the answer checked.
+  template <typename Stream>
+  asio::awaitable<Exchange> take_answer(Stream& stream, Connection& conn, Parser& parser,
+                                        const BackendRequest& request, StreamSink* sink,
+                                        CancelSignal& cancel, Clock::time_point total,
+                                        Clock::time_point started) {
     BackendReply reply;
     reply.first_byte_us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
-    auto& res = parser.get();
-    reply.status = static_cast<int>(res.result_int());
-    const bool ok_status = reply.status >= 200 && reply.status < 300;
+    reply.status = static_cast<int>(parser.get().result_int());
     // The name the client asked for, quoted once for every chunk's rename.
     const std::string reply_model =
         request.reply_model.empty() ? std::string() : quote_model(request.reply_model);
     Body body;
-    if (ok_status && request.stream) {
-      if (res[http::field::content_type].find("text/event-stream") == std::string_view::npos) {
-        co_return ended(backend_error(ErrorCode::kBackendError, cfg.name,
-                                      "answered a stream request with '" +
-                                          std::string(res[http::field::content_type]) +
-                                          "' instead of an event stream"));
-      }
-      body.relay.emplace(StreamRelay{request, reply_model, reply, sink, SseParser(), {}, false});
-    } else {
-      body.limit = ok_status ? kMaxResponseBytes : kMaxErrorBodyBytes;
-    }
-    if (auto end = co_await read_body(stream, conn, parser, body, sink, cancel, total)) {
-      co_return std::move(*end);
-    }
+    // Why the exchange failed outright (an error, its connection not reusable): an Error, not an
+    // Exchange, keeps this frame under 1 KiB.
+    std::optional<Error> failed = start_body(parser, request, reply_model, reply, sink, body);
+    if (!failed) co_await read_body(stream, conn, parser, body, sink, cancel, total, failed);
+    if (failed) co_return ended(std::move(*failed));
     co_return settle(parser, body, std::move(reply), reply_model, request.endpoint);
+  }
+
+  // Sets `body` up for the answer whose head `parser` holds: a stream's relay, or a whole
+  // body's limit. The error when a stream request was answered with something else.
+  std::optional<Error> start_body(const Parser& parser, const BackendRequest& request,
+                                  const std::string& reply_model, BackendReply& reply,
+                                  StreamSink* sink, Body& body) const {
+    const bool ok_status = reply.status >= 200 && reply.status < 300;
+    if (!ok_status || !request.stream) {
+      body.limit = ok_status ? kMaxResponseBytes : kMaxErrorBodyBytes;
+      return std::nullopt;
+    }
+    std::string_view type = parser.get()[http::field::content_type];
+    if (type.find("text/event-stream") == std::string_view::npos) {
+      return backend_error(
+          ErrorCode::kBackendError, cfg.name,
+          "answered a stream request with '" + std::string(type) + "' instead of an event stream");
+    }
+    body.relay = std::make_unique<StreamRelay>(
+        StreamRelay{request, reply_model, reply, sink, SseParser(), {}, false});
+    return std::nullopt;
   }
 
   // Reads the body after the head: parses what is buffered, reads from the socket only when the
   // parser needs more (Beast's composed read costs an event-loop turn per chunk piece even when
-  // the bytes are here), and forwards a stream's events in one write before each read. The
-  // exchange's end when it fails outright; nullopt when the body ended (whole, too large for a
-  // stream, or a stream cut: body.stream_error).
+  // the bytes are here), and forwards a stream's events in one write before each read. Sets
+  // `failed` when the exchange fails outright; leaves it empty when the body ended
+  // (whole, too large for a stream, or a stream cut: body.stream_error).
   template <typename Stream>
-  asio::awaitable<std::optional<Exchange>> read_body(Stream& stream, Connection& conn,
-                                                     Parser& parser, Body& body, StreamSink* sink,
-                                                     const CancelSignal& cancel,
-                                                     Clock::time_point total) {
+  asio::awaitable<void> read_body(Stream& stream, Connection& conn, Parser& parser, Body& body,
+                                  StreamSink* sink, const CancelSignal& cancel,
+                                  Clock::time_point total, std::optional<Error>& failed) {
     if (!conn.body_chunk) conn.body_chunk = std::make_unique_for_overwrite<char[]>(kReadChunk);
     char* const buf = conn.body_chunk.get();
     auto& res = parser.get();
@@ -406,7 +471,8 @@ struct HttpBackend::Impl {
       const bool need_read = parse_buffered(parser, conn.buffer, rec);
       if (!rec && need_read && res.body().size == kReadChunk && !parser.is_done()) {
         if (body.relay && !body.relay->to_client.empty() && !co_await flush(*body.relay, sink)) {
-          co_return client_gone();
+          failed = client_gone();
+          co_return;
         }
         conn.tcp().expires_at(step_deadline(cfg.timeouts.idle_ms, total));
         auto [xec, xn] = co_await stream.async_read_some(conn.buffer.prepare(kReadChunk), kAwait);
@@ -416,7 +482,8 @@ struct HttpBackend::Impl {
       }
       if (rec && rec != http::error::end_of_stream) {
         if (!body.relay || cancel.cancelled()) {
-          co_return ended(io_error(rec, "reading the response", cancel, total));
+          failed = io_error(rec, "reading the response", cancel, total);
+          co_return;
         }
         const bool idle = rec == beast::error::timeout;
         body.stream_error =
@@ -428,9 +495,10 @@ struct HttpBackend::Impl {
       const std::string_view got(buf, kReadChunk - res.body().size);
       if (!body.relay) {
         if (body.bytes.size() + got.size() > body.limit) {
-          co_return ended(backend_error(
-              ErrorCode::kBackendError, cfg.name,
-              "sent a response larger than " + std::to_string(body.limit) + " bytes"));
+          failed =
+              backend_error(ErrorCode::kBackendError, cfg.name,
+                            "sent a response larger than " + std::to_string(body.limit) + " bytes");
+          co_return;
         }
         body.bytes.append(got);
       } else if (!got.empty()) {
@@ -443,9 +511,9 @@ struct HttpBackend::Impl {
     }
     // The events parsed since the last write (before the end, or before a broken event).
     if (body.relay && !body.relay->to_client.empty() && !co_await flush(*body.relay, sink)) {
-      co_return client_gone();
+      failed = client_gone();
+      co_return;
     }
-    co_return std::nullopt;
   }
 
   // Parses what is buffered into the parser's body buffer. True when the parser needs more
@@ -584,37 +652,7 @@ asio::awaitable<Result<BackendReply>> HttpBackend::send(const BackendRequest& re
   auto started = Clock::now();
   auto total = started + std::chrono::milliseconds(im.cfg.timeouts.total_ms);
 
-  // The request head, written by hand (a serializer costs more than the rest of the call).
-  std::string head;
-  head.reserve(256 + im.host_header.size() + im.cfg.path_prefix.size());
-  head.append("POST ");
-  head.append(im.cfg.path_prefix);
-  head.append(endpoint_path(request.endpoint));
-  head.append(" HTTP/1.1\r\nHost: ");
-  head.append(im.host_header);
-  head.append("\r\nUser-Agent: ferry\r\nContent-Type: application/json\r\nAccept: ");
-  head.append(request.stream ? "text/event-stream" : "application/json");
-  if (im.cfg.api_key) {
-    head.append("\r\nAuthorization: Bearer ");
-    head.append(*im.cfg.api_key);
-    if (request.endpoint == Endpoint::kMessages) {
-      head.append("\r\nx-api-key: ");  // Anthropic's own header for the same key
-      head.append(*im.cfg.api_key);
-    }
-  }
-  for (const auto& [name, value] : request.headers) {
-    head.append("\r\n");
-    head.append(name);
-    head.append(": ");
-    head.append(value);
-  }
-  if (!request.request_id.empty()) {
-    head.append("\r\nx-request-id: ");
-    head.append(request.request_id);
-  }
-  head.append("\r\nContent-Length: ");
-  head.append(std::to_string(request.body.size()));
-  head.append("\r\n\r\n");
+  const std::string head = im.request_head(request);
 
   asio::any_io_executor loop_ex = co_await asio::this_coro::executor;
   const asio::execution_context* loop = &asio::query(loop_ex, asio::execution::context);
@@ -633,13 +671,12 @@ asio::awaitable<Result<BackendReply>> HttpBackend::send(const BackendRequest& re
       }
       conn = std::move(fresh.value());
     }
-    Impl::Exchange ex;
-    if (auto* p = std::get_if<0>(&conn->stream)) {
-      ex = co_await im.exchange(**p, *conn, head, request, sink, cancel, reused, total, started);
-    } else {
-      ex = co_await im.exchange(*std::get<1>(conn->stream), *conn, head, request, sink, cancel,
-                                reused, total, started);
-    }
+    // One co_await (and one slot for its result) whichever the stream is.
+    Impl::Exchange ex = co_await std::visit(
+        [&](auto& on) {
+          return im.exchange(*on, *conn, head, request, sink, cancel, reused, total, started);
+        },
+        conn->stream);
     cancel.clear_hook();
     if (!ex.result) {
       conn->close();

@@ -6,7 +6,9 @@
 # not depend on the machine's load.
 #   bench/full_callgrind.sh [SECONDS]   (FERRY_BUILD_DIR: the build to measure, default build;
 #   FULL_APPLY_MS: ledger.apply_ms, default 100: the row log; 0: each group a SQLite commit;
-#   FULL_ONLY: the loadgen scenario, default "chat c=16"; e.g. "chat 200/s" for the fixed rate)
+#   FULL_ONLY: the loadgen scenario, default "chat c=16"; e.g. "chat 200/s" for the fixed rate;
+#   FULL_PASS=1: the pass-through ferry of gateway_bench.sh instead - no key, policy or ledger,
+#   access log off - its requests counted from ferry_requests_total)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -19,13 +21,26 @@ make_work_dir ferry-callgrind
 pids+=($!)
 upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)
 api_key=sk-ferry-bench
-write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-100}"
+if [ "${FULL_PASS:-0}" = 1 ]; then
+  cat >"$work/ferry.yaml" <<EOF2
+server: { listen: 127.0.0.1:0, io_threads: 1 }
+backends: [{ name: upstream, base_url: $upstream_url/v1, max_idle_connections: 64 }]
+models: [{ name: echo, backend: upstream, upstream_model: echo }]
+log: { access_log: off }
+EOF2
+else
+  write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-100}"
+fi
 valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$work/cg.out" \
   "$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>"$work/valgrind.err" &
 ferry_pid=$!
 pids+=("$ferry_pid")
 ferry_url=$(wait_listening "$work/ferry.out" ferry)
-rows() { curl -s "$ferry_url/metrics" | awk '/^ferry_ledger_rows_committed_total/ {print $2}'; }
+if [ "${FULL_PASS:-0}" = 1 ]; then
+  rows() { curl -s "$ferry_url/metrics" | awk '/^ferry_requests_total/ {s += $2} END {print s}'; }
+else
+  rows() { curl -s "$ferry_url/metrics" | awk '/^ferry_ledger_rows_committed_total/ {print $2}'; }
+fi
 load() {
   "$loadgen_bin" --direct "$upstream_url" --ferry "$ferry_url" --ferry-pid "$ferry_pid" \
     --api-key "$api_key" --only "${FULL_ONLY:-chat c=16}" --duration "$1" >"$work/loadgen.$1.out" 2>&1 || true

@@ -54,6 +54,7 @@ int64_t now_ns() {
 // threads live as long as it does).
 struct CpuTime {
   int64_t stat_ns = 0;
+  int64_t user_ns = 0;  // utime alone (the same ticks): user space against the kernel
   int64_t sched_ns = 0;
 };
 
@@ -76,6 +77,7 @@ std::optional<CpuTime> process_cpu(int pid) {
   }
   CpuTime cpu;
   cpu.stat_ns = (utime + stime) * (1000000000 / sysconf(_SC_CLK_TCK));
+  cpu.user_ns = utime * (1000000000 / sysconf(_SC_CLK_TCK));
   std::error_code ec;
   for (const auto& task : std::filesystem::directory_iterator(dir + "/task", ec)) {
     std::ifstream sched(task.path() / "schedstat");
@@ -371,6 +373,7 @@ struct RunStats {
   std::vector<int64_t> first_ns;        // request written (or due) -> first body byte
   std::optional<double> server_cpu_us;  // CPU of the target's server process per request
   std::optional<double> server_cpu_stat_us;  // the same from /proc/<pid>/stat (10 ms ticks)
+  std::optional<double> server_cpu_user_us;  // its user-space part (the same ticks)
   std::optional<double> upstream_cpu_us;     // CPU of the upstream per request (ferry runs)
   // Something other than the target held the run up, so its figures are void: the server or
   // the upstream was seen stopped (SIGSTOP, e.g. another session's /tmp/quiet.sh), or this
@@ -392,6 +395,7 @@ void merge_into(RunStats& into, const RunStats& from) {
   };
   weighted(into.server_cpu_us, from.server_cpu_us);
   weighted(into.server_cpu_stat_us, from.server_cpu_stat_us);
+  weighted(into.server_cpu_user_us, from.server_cpu_user_us);
   weighted(into.upstream_cpu_us, from.upstream_cpu_us);
   into.server_stopped = into.server_stopped || from.server_stopped;
   into.upstream_stopped = into.upstream_stopped || from.upstream_stopped;
@@ -672,6 +676,7 @@ std::optional<RunStats> Runner::run() {
   if (cpu_begin && cpu_end && counted > 0) {
     stats_.server_cpu_us = per_request_us(cpu_end->sched_ns - cpu_begin->sched_ns);
     stats_.server_cpu_stat_us = per_request_us(cpu_end->stat_ns - cpu_begin->stat_ns);
+    stats_.server_cpu_user_us = per_request_us(cpu_end->user_ns - cpu_begin->user_ns);
   }
   if (upstream_pid_ != target_.pid && up_begin && up_end && counted > 0) {
     stats_.upstream_cpu_us = per_request_us(up_end->sched_ns - up_begin->sched_ns);
@@ -708,6 +713,16 @@ std::string fmt(const char* format, double value) {
   char text[64];
   std::snprintf(text, sizeof text, format, value);
   return text;
+}
+
+// "47.8 us/request (user 41%)": the CPU a request, and the share of user space in it (both
+// /proc/<pid>/stat tick counts, so the share is free of the two sources' difference).
+std::string cpu_words(const RunStats& s) {
+  std::string words = fmt("%.1f", s.server_cpu_us.value_or(0)) + " us/request";
+  if (s.server_cpu_user_us && s.server_cpu_stat_us && *s.server_cpu_stat_us > 0) {
+    words += " (user " + fmt("%.0f", 100 * *s.server_cpu_user_us / *s.server_cpu_stat_us) + "%)";
+  }
+  return words;
 }
 
 void print_row(const RunStats& s) {
@@ -906,7 +921,7 @@ int run_all(int argc, char** argv) {
       line += ", first byte p50 " +
               fmt("%.3f", percentile_ms(f.first_ns, 0.5) - percentile_ms(d.first_ns, 0.5)) + " ms";
     }
-    if (f.server_cpu_us) line += "; ferry CPU " + fmt("%.1f", *f.server_cpu_us) + " us/request";
+    if (f.server_cpu_us) line += "; ferry CPU " + cpu_words(f);
     if (scenario.rate <= 0) line += "; throughput " + fmt("%.2f", f.rps() / d.rps()) + "x direct";
     summary.push_back(line);
     // The issue 17 ratios read directly: each other reference's CPU against nginx's.
@@ -927,7 +942,7 @@ int run_all(int argc, char** argv) {
                fmt("%.3f", percentile_ms(n.first_ns, 0.5) - percentile_ms(d.first_ns, 0.5)) + " ms";
       }
       if (n.server_cpu_us) {
-        ref += "; " + name + " CPU " + fmt("%.1f", *n.server_cpu_us) + " us/request";
+        ref += "; " + name + " CPU " + cpu_words(n);
         if (f.server_cpu_us) {
           ref +=
               "; ferry/" + name + " CPU " + fmt("%.2f", *f.server_cpu_us / *n.server_cpu_us) + "x";

@@ -284,4 +284,211 @@ size_t json_element_end(std::string_view text, size_t i) {
   return j;
 }
 
+namespace {
+
+// The strict scan of check_json_object: one value at `i`, `i` left one past it.
+class JsonScan {
+ public:
+  explicit JsonScan(std::string_view text) : s_(text) {}
+
+  JsonCheck object_text() {
+    size_t i = ws(0);
+    if (i >= s_.size() || s_[i] != '{') return JsonCheck::kInvalid;
+    JsonCheck r = value(i, 0);
+    if (r != JsonCheck::kValid) return r;
+    return ws(i) == s_.size() ? JsonCheck::kValid : JsonCheck::kInvalid;
+  }
+
+ private:
+  static constexpr int kMaxDepth = 64;
+
+  JsonCheck value(size_t& i, int depth) {
+    if (i >= s_.size()) return JsonCheck::kInvalid;
+    switch (s_[i]) {
+      case '{':
+        return object(i, depth + 1);
+      case '[':
+        return array(i, depth + 1);
+      case '"':
+        return string(i);
+      case 't':
+        return literal(i, "true");
+      case 'f':
+        return literal(i, "false");
+      case 'n':
+        return literal(i, "null");
+      default:
+        return number(i);
+    }
+  }
+
+  JsonCheck object(size_t& i, int depth) {
+    if (depth > kMaxDepth) return JsonCheck::kUnsure;
+    i = ws(i + 1);
+    if (i < s_.size() && s_[i] == '}') {
+      ++i;
+      return JsonCheck::kValid;
+    }
+    for (;;) {
+      if (i >= s_.size() || s_[i] != '"') return JsonCheck::kInvalid;
+      JsonCheck r = string(i);
+      if (r != JsonCheck::kValid) return r;
+      i = ws(i);
+      if (i >= s_.size() || s_[i] != ':') return JsonCheck::kInvalid;
+      i = ws(i + 1);
+      r = value(i, depth);
+      if (r != JsonCheck::kValid) return r;
+      i = ws(i);
+      if (i >= s_.size()) return JsonCheck::kInvalid;
+      if (s_[i] == '}') {
+        ++i;
+        return JsonCheck::kValid;
+      }
+      if (s_[i] != ',') return JsonCheck::kInvalid;
+      i = ws(i + 1);
+    }
+  }
+
+  JsonCheck array(size_t& i, int depth) {
+    if (depth > kMaxDepth) return JsonCheck::kUnsure;
+    i = ws(i + 1);
+    if (i < s_.size() && s_[i] == ']') {
+      ++i;
+      return JsonCheck::kValid;
+    }
+    for (;;) {
+      JsonCheck r = value(i, depth);
+      if (r != JsonCheck::kValid) return r;
+      i = ws(i);
+      if (i >= s_.size()) return JsonCheck::kInvalid;
+      if (s_[i] == ']') {
+        ++i;
+        return JsonCheck::kValid;
+      }
+      if (s_[i] != ',') return JsonCheck::kInvalid;
+      i = ws(i + 1);
+    }
+  }
+
+  // A string at the '"' at `i` (UTF-8 was checked over the whole text first).
+  JsonCheck string(size_t& i) {
+    const char* p = s_.data() + i + 1;
+    const char* end = s_.data() + s_.size();
+    for (;;) {
+#if defined(__SSE2__)
+      // Plain bytes 16 at a time: stop at a quote, a backslash or a control character.
+      while (end - p >= 16) {
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+        const __m128i control = _mm_cmplt_epi8(_mm_xor_si128(x, _mm_set1_epi8(-128)),
+                                               _mm_set1_epi8(static_cast<char>(0x20 - 128)));
+        const __m128i flagged =
+            _mm_or_si128(control, _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                               _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
+        const auto mask = static_cast<unsigned>(_mm_movemask_epi8(flagged));
+        if (mask != 0) {
+          p += std::countr_zero(mask);
+          break;
+        }
+        p += 16;
+      }
+#endif
+      while (p < end && static_cast<unsigned char>(*p) >= 0x20 && *p != '"' && *p != '\\') ++p;
+      if (p >= end) return JsonCheck::kInvalid;
+      if (*p == '"') {
+        i = static_cast<size_t>(p - s_.data()) + 1;
+        return JsonCheck::kValid;
+      }
+      if (static_cast<unsigned char>(*p) < 0x20) return JsonCheck::kInvalid;
+      // An escape.
+      if (end - p < 2) return JsonCheck::kInvalid;
+      switch (p[1]) {
+        case '"':
+        case '\\':
+        case '/':
+        case 'b':
+        case 'f':
+        case 'n':
+        case 'r':
+        case 't':
+          p += 2;
+          break;
+        case 'u': {
+          if (end - p < 6) return JsonCheck::kInvalid;
+          unsigned code = 0;
+          for (int k = 2; k < 6; ++k) {
+            char c = p[k];
+            unsigned d = c >= '0' && c <= '9'   ? static_cast<unsigned>(c - '0')
+                         : c >= 'a' && c <= 'f' ? static_cast<unsigned>(c - 'a' + 10)
+                         : c >= 'A' && c <= 'F' ? static_cast<unsigned>(c - 'A' + 10)
+                                                : 16;
+            if (d == 16) return JsonCheck::kInvalid;
+            code = code * 16 + d;
+          }
+          if (code >= 0xd800 && code <= 0xdfff) return JsonCheck::kUnsure;  // surrogates
+          p += 6;
+          break;
+        }
+        default:
+          return JsonCheck::kInvalid;
+      }
+    }
+  }
+
+  JsonCheck literal(size_t& i, std::string_view word) {
+    if (s_.size() - i < word.size()) return JsonCheck::kInvalid;
+    for (size_t k = 1; k < word.size(); ++k) {  // word[0] is what brought us here
+      if (s_[i + k] != word[k]) return JsonCheck::kInvalid;
+    }
+    i += word.size();
+    return JsonCheck::kValid;
+  }
+
+  // -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
+  JsonCheck number(size_t& i) {
+    const char* p = s_.data() + i;
+    const char* end = s_.data() + s_.size();
+    auto digit = [end](const char* q) { return q < end && *q >= '0' && *q <= '9'; };
+    auto digits = [&](const char*& q) {
+      const char* from = q;
+      while (digit(q)) ++q;
+      return static_cast<size_t>(q - from);
+    };
+    if (p < end && *p == '-') ++p;
+    if (!digit(p)) return JsonCheck::kInvalid;
+    size_t count = *p == '0' ? (++p, 1) : digits(p);
+    if (p < end && *p == '.') {
+      ++p;
+      size_t fraction = digits(p);
+      if (fraction == 0) return JsonCheck::kInvalid;
+      count += fraction;
+    }
+    size_t exponent = 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+      ++p;
+      if (p < end && (*p == '+' || *p == '-')) ++p;
+      exponent = digits(p);
+      if (exponent == 0) return JsonCheck::kInvalid;
+    }
+    i = static_cast<size_t>(p - s_.data());
+    // Where simdjson's range limits could refuse what the grammar allows: its call.
+    if (count > 18 || exponent > 2) return JsonCheck::kUnsure;
+    return JsonCheck::kValid;
+  }
+
+  // skip_json_ws, with the usual case (no whitespace) first.
+  size_t ws(size_t i) const {
+    if (i < s_.size() && static_cast<unsigned char>(s_[i]) > ' ') return i;
+    return skip_json_ws(s_, i);
+  }
+
+  std::string_view s_;
+};
+
+}  // namespace
+
+JsonCheck check_json_object(std::string_view text) {
+  if (!is_valid_utf8(text)) return JsonCheck::kInvalid;
+  return JsonScan(text).object_text();
+}
+
 }  // namespace ferry

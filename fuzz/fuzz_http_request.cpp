@@ -1,12 +1,15 @@
-// Fuzzes the HTTP request reader as gateway/http_reader.cpp runs it: Beast's request parser with
+// Fuzzes the HTTP request reader as gateway/http_reader.cpp runs it: gateway::RequestParser with
 // the default config's header and body limits, fed the bytes in the pieces a socket could deliver
-// (the first input byte picks the piece size), then what the server reads from a parsed
-// request: the API key, the tag header and a chat body. (The admin query-string parsers live
+// (the first input byte picks the piece size), against Beast's request parser fed the same (any
+// difference in the verdict aborts), then what the server reads from a parsed request: the API
+// key, the tag header and a chat body. (The admin query-string parsers live
 // in gateway/admin.cpp with the handlers, which need the whole gateway: not linked here.) Beast
 // is included here only because this file is built in the fuzz build alone.
 #include <boost/beast/http.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <iostream>
 #include <string>
 #include <string_view>
 
@@ -14,6 +17,8 @@
 #include "config/config.h"
 #include "gateway/auth.h"
 #include "gateway/openai_request.h"
+#include "gateway/request_parser.h"
+#include "tests/gateway/request_parser_diff.h"
 
 namespace {
 
@@ -40,7 +45,7 @@ const gateway::Authenticator& authenticator() {
 }
 
 // What the server reads from a complete request head (see Server::Impl::route).
-void use_head(const http::request<http::string_body>& req) {
+void use_head(const gateway::RequestParser& req) {
   (void)authenticator().authenticate(req[http::field::authorization]);
   (void)gateway::split_tags(req["x-ferry-tags"]);
 }
@@ -59,40 +64,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
   const config::Limits& lim = default_config().limits;
 
-  http::request_parser<http::string_body> parser;
-  parser.header_limit(static_cast<uint32_t>(lim.max_header_bytes));
-  parser.body_limit(static_cast<uint64_t>(lim.max_body_bytes));
-  std::string buffer;  // bytes read and not yet taken by the parser, as in read_until
-  size_t read = 0;
-  boost::beast::error_code ec;
-  while (!parser.is_done()) {
-    if (read < input.size()) {
-      size_t n = std::min(piece, input.size() - read);
-      buffer.append(input.substr(read, n));
-      read += n;
-    } else {
-      if (!parser.got_some() && buffer.empty()) return 0;
-      parser.put_eof(ec);
-      break;
-    }
-    for (;;) {
-      size_t used = parser.put(boost::asio::buffer(buffer), ec);
-      buffer.erase(0, used);
-      if (ec == http::error::need_more) {
-        ec = {};
-        break;
-      }
-      if (ec || used == 0 || parser.is_done()) break;
-    }
-    if (ec) break;
+  // ferry's parser must come to Beast's verdict on every input (tests/gateway/
+  // request_parser_diff.h says what is compared).
+  const auto header_limit = static_cast<uint32_t>(lim.max_header_bytes);
+  const auto body_limit = static_cast<uint64_t>(lim.max_body_bytes);
+  gateway::parser_diff::BeastParser beast;
+  gateway::RequestParser parser;
+  const auto want = gateway::parser_diff::read(beast, input, piece, header_limit, body_limit);
+  const auto got = gateway::parser_diff::read(parser, input, piece, header_limit, body_limit);
+  if (!(got == want)) {
+    std::cerr << "ferry: " << got << "\nBeast: " << want << "\n";
+    std::abort();
   }
-  if (!ec && parser.is_header_done()) {
-    use_head(parser.get());
-    if (parser.is_done()) {
-      auto req = parser.release();
-      if (req.target() == "/v1/chat/completions") {
-        (void)gateway::parse_request(adapters::Endpoint::kChatCompletions, std::move(req.body()));
-      }
+  if (!got.refused && parser.is_header_done()) {
+    use_head(parser);
+    if (parser.is_done() && parser.target() == "/v1/chat/completions") {
+      (void)gateway::parse_request(adapters::Endpoint::kChatCompletions, std::move(parser.body()));
     }
   }
   return 0;

@@ -18,14 +18,11 @@ namespace ferry::gateway {
 namespace {
 
 // A client-supplied request id is honoured when it is short and printable.
-std::string request_id_from(const Request& req) {
-  auto it = req.find("x-request-id");
-  if (it != req.end()) {
-    std::string_view v = it->value();
-    bool ok = !v.empty() && v.size() <= 128 &&
-              std::all_of(v.begin(), v.end(), [](char c) { return c > 32 && c < 127; });
-    if (ok) return std::string(v);
-  }
+std::string request_id_from(const RequestParser& req) {
+  std::string_view v = req["x-request-id"];
+  bool ok = !v.empty() && v.size() <= 128 &&
+            std::all_of(v.begin(), v.end(), [](char c) { return c > 32 && c < 127; });
+  if (ok) return std::string(v);
   return make_request_id();
 }
 
@@ -68,13 +65,11 @@ asio::awaitable<void> refuse_request(ServerState& server, Stream& stream, Reques
   if (failure.linger) co_await linger_close(stream);
 }
 
-// Handles one request. Returns whether the connection may be kept alive.
-template <typename Stream>
-asio::awaitable<bool> handle(ServerState& server, Stream& stream, Request& req, RequestRecord& rec,
-                             std::shared_ptr<EarlyRead>& early, const beast::flat_buffer& buffer) {
-  bool keep_alive = req.keep_alive() && !server.draining.load();
-  Job job;
-  std::optional<Reply> direct;
+// Dispatches a request that was read whole: the reply when it needs no backend and no worker,
+// otherwise nullopt with `job` filled. (A plain function: a coroutine's frame would keep every
+// local of it for the whole request.)
+std::optional<Reply> dispatch_request(ServerState& server, RequestParser& req, RequestRecord& rec,
+                                      Job& job) {
   try {
     HttpRequestView view{req.method_string(), req.target(),        req[http::field::authorization],
                          req["x-ferry-task"], req["x-ferry-tags"], std::move(req.body())};
@@ -86,12 +81,23 @@ asio::awaitable<bool> handle(ServerState& server, Stream& stream, Request& req, 
     view.cookie = req[http::field::cookie];
     view.csrf_header = req["x-ferry-csrf"];
     view.if_none_match = req[http::field::if_none_match];
-    direct = server.endpoints->dispatch(view, rec, job);
+    return server.endpoints->dispatch(view, rec, job);
   } catch (const std::exception& e) {
     // A defect, not the client's fault: answer it and keep serving.
-    direct = reply_error(
+    return reply_error(
         rec, Error::make(ErrorCode::kInternal, std::string("internal error: ") + e.what()));
   }
+}
+
+// Handles one request. Returns whether the connection may be kept alive. `job` is the
+// connection's (serve_connection's frame holds it, so this frame stays small: asio recycles
+// or the allocator's thread cache serves frames under 1 KiB, larger ones cost a full malloc).
+template <typename Stream>
+asio::awaitable<bool> handle(ServerState& server, Stream& stream, RequestParser& req,
+                             RequestRecord& rec, Job& job, std::shared_ptr<EarlyRead>& early,
+                             const beast::flat_buffer& buffer) {
+  bool keep_alive = req.keep_alive() && !server.draining.load();
+  std::optional<Reply> direct = dispatch_request(server, req, rec, job);
   if (!direct && job.kind == Job::Kind::kLookup) direct = co_await run_lookup(server, job, rec);
   if (direct) {
     rec.status = direct->status;
@@ -146,10 +152,9 @@ asio::awaitable<void> serve_connection(ServerState& server, Stream& stream) {
       co_await refuse_request(server, stream, rec, *failed);
       co_return;
     }
-    Request& head = parser.get();
-    rec.request_id = request_id_from(head);
-    rec.method = std::string(head.method_string());
-    rec.path = std::string(head.target());
+    rec.request_id = request_id_from(parser);
+    rec.method = std::string(parser.method_string());
+    rec.path = std::string(parser.target());
     server.metrics.in_flight.fetch_add(1, std::memory_order_relaxed);
     struct InFlight {
       std::atomic<int64_t>& n;
@@ -160,10 +165,10 @@ asio::awaitable<void> serve_connection(ServerState& server, Stream& stream) {
       co_await refuse_request(server, stream, rec, *failed);
       co_return;
     }
-    Request req = parser.release();
+    Job job;
     bool keep = false;
     try {
-      keep = co_await handle(server, stream, req, rec, early, buffer);
+      keep = co_await handle(server, stream, parser, rec, job, early, buffer);
     } catch (const std::exception& e) {
       // A defect: the answer may be half written, so the connection ends; the process and
       // the other connections carry on.

@@ -56,7 +56,9 @@ asio::awaitable<beast::error_code> read_until(Stream& stream, beast::flat_buffer
   for (;;) {
     if (buffer.size() != 0) {
       beast::error_code ec;
-      size_t used = parser.put(buffer.data(), ec);
+      auto data = buffer.data();
+      size_t used =
+          parser.put(std::string_view(static_cast<const char*>(data.data()), data.size()), ec);
       buffer.consume(used);
       if (ec && ec != http::error::need_more) co_return ec;
       if (enough(parser)) co_return beast::error_code{};
@@ -134,8 +136,8 @@ asio::awaitable<std::optional<ReadFailure>> read_head(Stream& stream, beast::fla
   if (!hec) co_return std::nullopt;
   if (hec == http::error::body_limit) {
     // The Content-Length alone is over the limit: refuse without reading the body.
-    rec.method = std::string(parser.get().method_string());
-    rec.path = std::string(parser.get().target());
+    rec.method = std::string(parser.method_string());
+    rec.path = std::string(parser.target());
     co_return body_too_large(lim, rec);
   }
   if (hec == http::error::header_limit) {
@@ -156,10 +158,10 @@ asio::awaitable<std::optional<ReadFailure>> read_body(Stream& stream, beast::fla
                                                       RequestParser& parser, EarlyRead* early,
                                                       const config::Limits& lim,
                                                       RequestRecord& rec) {
-  if (rec.path.empty()) rec.path = std::string(parser.get().target());
+  if (rec.path.empty()) rec.path = std::string(parser.target());
   auto cl = parser.content_length();
   if (cl && *cl > static_cast<uint64_t>(lim.max_body_bytes)) co_return body_too_large(lim, rec);
-  if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+  if (beast::iequals(parser[http::field::expect], "100-continue")) {
     http::response<http::empty_body> cont{http::status::continue_, 11};
     beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.write_timeout_ms));
     auto [cec, cn] = co_await http::async_write(stream, cont, kAwait);

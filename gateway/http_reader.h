@@ -6,14 +6,19 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "adapters/backend.h"
 #include "config/config.h"
 #include "gateway/endpoints.h"
 #include "gateway/net.h"
+#include "gateway/request_parser.h"
 #include "gateway/request_record.h"
 
 namespace ferry::gateway {
@@ -96,8 +101,6 @@ class EarlyReadDone {
 // Waits, under the deadline the caller set, for the early read to complete.
 template <typename Stream>
 asio::awaitable<void> wait_early(Stream& stream, EarlyRead& e);
-
-using RequestParser = http::request_parser<http::string_body>;
 
 // What reading a request's head or body came to when it did not succeed: the connection
 // writes `reply` (when set, with `connection: close`), logs the request, and ends, after

@@ -34,8 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 inline constexpr auto kAwait = asio::as_tuple(asio::use_awaitable);
 
-using Request = http::request<http::string_body>;
-
 // A client connection: plain TCP, or TLS over it. Every template of the connection code is
 // instantiated for these two (explicitly, in its .cpp).
 using PlainStream = adapters::TimedSocket;

@@ -1,5 +1,6 @@
 #include "gateway/proxy.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -133,6 +134,27 @@ void start_shadow(ServerState& server, const RequestContext& ctx, const Plan& pl
 
 // ---- one hop --------------------------------------------------------------------------------
 
+// (The plain functions below keep temporaries out of the coroutines' frames: g++ gives every
+// local and temporary of a coroutine its own slot for the whole call, and a frame over 1 KiB
+// misses both asio's recycling and the allocator's thread cache.)
+
+// False when the hop's circuit is open: `result` says so, and the plan notes the hop skipped.
+bool hop_allowed(Plan& plan, const PlannedHop& hop, Result<adapters::BackendReply>& result) {
+  if (!hop.target->breaker || hop.target->breaker->allow_request()) return true;
+  result = Error::make(
+      ErrorCode::kUnavailable,
+      "target '" + hop.name + "' is unavailable (circuit open after " + "repeated failures)");
+  plan.skipped.push_back(hop.name + ": circuit open");
+  return false;
+}
+
+// The answer's headers that name the hop being tried.
+void label_attempt(HeaderList& headers, const PlannedHop& hop, size_t attempt) {
+  set_header(headers, "x-ferry-target", hop.name);
+  set_header(headers, "x-ferry-attempts", std::to_string(attempt));
+  if (!hop.reasoning.empty()) set_header(headers, "x-ferry-reasoning", hop.reasoning);
+}
+
 // The client-disconnect watch of one backend call on a TLS connection.
 struct ClientWatch {
   bool done = false;
@@ -191,13 +213,16 @@ RenderContext render_context(Plan& plan, const PlannedHop& hop, const RequestRec
   return c;
 }
 
-// One try on one hop, its outcome in `a` (and the breaker and recent stats fed). A stream to a
-// backend that does not speak the client's API goes through `translator` (made here).
+// One try on one hop: its answer in `result`, its outcome in `a` (and the breaker and recent stats
+// fed). A stream to a backend that does not speak the client's API goes through `translator` (made
+// here).
 template <typename Stream>
-asio::awaitable<Result<adapters::BackendReply>> try_hop(
-    ServerState& server, Stream& stream, Plan& plan, PlannedHop& hop, ChunkedSink<Stream>& sink,
-    std::optional<TranslatingSink>& translator, AttemptOutcome& a, RequestRecord& rec,
-    std::shared_ptr<EarlyRead>& early, const beast::flat_buffer& buffer) {
+asio::awaitable<void> try_hop(ServerState& server, Stream& stream, Plan& plan, PlannedHop& hop,
+                              ChunkedSink<Stream>& sink,
+                              std::unique_ptr<TranslatingSink>& translator, AttemptOutcome& a,
+                              RequestRecord& rec, std::shared_ptr<EarlyRead>& early,
+                              const beast::flat_buffer& buffer,
+                              Result<adapters::BackendReply>& result) {
   const bool streaming = plan.stream;
   a.hop = &hop;
   a.started_us = unix_micros_now();
@@ -208,12 +233,12 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(
   adapters::StreamSink* to = streaming ? &sink : nullptr;
   translator.reset();
   if (streaming && translates(plan.api, hop.request.endpoint)) {
-    translator.emplace(sink, frontend(plan.api), render_context(plan, hop, rec));
-    to = &*translator;
+    translator =
+        std::make_unique<TranslatingSink>(sink, frontend(plan.api), render_context(plan, hop, rec));
+    to = translator.get();
   }
   sink.set_capture(!translator);  // a translator keeps the backend's bytes (upstream())
-  Result<adapters::BackendReply> result =
-      co_await send_watched(stream, hop, to, cancel, early, buffer);
+  result = co_await send_watched(stream, hop, to, cancel, early, buffer);
   // An answer that could not be translated failed there, not at the client.
   std::string upstream_body;  // a translated body's OpenAI original
   if (translator && result) translator->end_upstream();
@@ -259,7 +284,6 @@ asio::awaitable<Result<adapters::BackendReply>> try_hop(
     extract_answer_text(answer, streaming, a.generated_text, a.reasoning_text);
   }
   server.gateway->recorder().note_attempt(a);
-  co_return result;
 }
 
 // ---- settling and answering -----------------------------------------------------------------
@@ -286,6 +310,10 @@ asio::awaitable<Status> settle(ServerState& server, Job& job, std::vector<Attemp
 
 // The answer when no hop succeeded, or the ledger could not record a success: an error reply,
 // or an error event when the stream has begun.
+Result<adapters::BackendReply> not_run() {
+  return Error::make(ErrorCode::kInternal, "not run");
+}
+
 // The client's side of the answer: its front-end, and the translator of the stream when the
 // last hop did not speak the client's API (`translated` for a whole body).
 struct ClientSide {
@@ -299,6 +327,18 @@ struct ClientSide {
     return error ? fe.stream_error(*error) : std::string(fe.stream_done);
   }
 };
+
+// The client's side of the answer of the last attempt (or of none).
+ClientSide client_side(Plan& plan, TranslatingSink* translator,
+                       const std::vector<AttemptOutcome>& attempts, const RequestRecord& rec) {
+  ClientSide client{frontend(plan.api), translator, false, {}};
+  if (!attempts.empty()) {
+    const PlannedHop& last = *attempts.back().hop;
+    client.translated = translates(plan.api, last.request.endpoint);
+    client.context = render_context(plan, last, rec);
+  }
+  return client;
+}
 
 template <typename Stream>
 asio::awaitable<bool> answer_error(ServerState& server, Stream& stream, ChunkedSink<Stream>& sink,
@@ -344,12 +384,31 @@ Error not_stored(const Status& kept) {
                      "the response could not be stored: " + kept.error().message);
 }
 
+// The end of a stream whose row is durable: the stored response's verdict, then the last bytes.
+template <typename Stream>
+asio::awaitable<bool> end_stream(ServerState& server, ChunkedSink<Stream>& sink,
+                                 const ClientSide& client, RequestRecord& rec, bool keep_alive) {
+  rec.status = 200;
+  std::string done = client.tail(std::nullopt);
+  Status kept = co_await store_response(server, client, rec);
+  if (!kept) {
+    rec.error = kept.error().message;
+    done = client.tail(not_stored(kept));
+  }
+  co_await sink.finish(done);
+  co_return kept && !sink.broken() && keep_alive;
+}
+
 // The answer to the client once the row is settled.
 template <typename Stream>
 asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<Stream>& sink,
-                             const ClientSide& client, Result<adapters::BackendReply>& result,
-                             const Status& durable, HeaderList& headers, RequestRecord& rec,
-                             bool keep_alive, bool client_gone, bool streaming) {
+                             Plan& plan, TranslatingSink* translator,
+                             const std::vector<AttemptOutcome>& attempts,
+                             Result<adapters::BackendReply>& result, const Status& durable,
+                             HeaderList& headers, RequestRecord& rec, bool keep_alive,
+                             bool client_gone) {
+  const bool streaming = plan.stream;
+  const ClientSide client = client_side(plan, translator, attempts, rec);
   if (!result) {
     if (client_gone) {
       rec.status = 499;
@@ -375,17 +434,7 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
     }
     co_return co_await answer_error(server, stream, sink, client, e, nullptr, rec, keep_alive);
   }
-  if (streaming) {
-    rec.status = 200;
-    std::string done = client.tail(std::nullopt);
-    Status kept = co_await store_response(server, client, rec);
-    if (!kept) {
-      rec.error = kept.error().message;
-      done = client.tail(not_stored(kept));
-    }
-    co_await sink.finish(done);
-    co_return kept && !sink.broken() && keep_alive;
-  }
+  if (streaming) co_return co_await end_stream(server, sink, client, rec, keep_alive);
   rec.ttft_us = micros_between(rec.started, Clock::now());
   Reply r;
   r.status = reply.status;
@@ -541,8 +590,8 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
   ChunkedSink<Stream> sink(server, stream, rec.request_id, rec, &headers);
   std::vector<AttemptOutcome> attempts;
   attempts.reserve(plan.hops.size());
-  Result<adapters::BackendReply> result = Error::make(ErrorCode::kInternal, "not run");
-  std::optional<TranslatingSink> translator;
+  Result<adapters::BackendReply> result = not_run();
+  std::unique_ptr<TranslatingSink> translator;  // on the heap: rare, and 600 bytes of frame
   if (plan.cache && !plan.cache->key.empty()) {
     if (const std::shared_ptr<const CachedAnswer> hit = plan.cache->hit) {
       // Found by the planner before admission: no budget was reserved for it, and the rate
@@ -554,18 +603,10 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
   }
   for (size_t i = 0; i < plan.hops.size(); ++i) {
     PlannedHop& hop = plan.hops[i];
-    if (hop.target->breaker && !hop.target->breaker->allow_request()) {
-      result = Error::make(
-          ErrorCode::kUnavailable,
-          "target '" + hop.name + "' is unavailable (circuit open after " + "repeated failures)");
-      plan.skipped.push_back(hop.name + ": circuit open");
-      continue;
-    }
-    set_header(headers, "x-ferry-target", hop.name);
-    set_header(headers, "x-ferry-attempts", std::to_string(attempts.size() + 1));
-    if (!hop.reasoning.empty()) set_header(headers, "x-ferry-reasoning", hop.reasoning);
+    if (!hop_allowed(plan, hop, result)) continue;
+    label_attempt(headers, hop, attempts.size() + 1);
     AttemptOutcome& a = attempts.emplace_back();
-    result = co_await try_hop(server, stream, plan, hop, sink, translator, a, rec, early, buffer);
+    co_await try_hop(server, stream, plan, hop, sink, translator, a, rec, early, buffer, result);
     if (result || a.client_gone || sink.started() || !falls_through(result.error())) break;
   }
   rec.attempts = static_cast<int>(attempts.size());
@@ -576,14 +617,8 @@ asio::awaitable<bool> proxy(ServerState& server, Stream& stream, Job& job, Reque
   bool client_gone = !attempts.empty() && attempts.back().client_gone;
   Status durable = co_await settle(server, job, attempts, rec, client_gone);
   if (result && durable) keep_answer(server, plan, attempts, plan.stream);
-  ClientSide client{frontend(plan.api), translator ? &*translator : nullptr, false, {}};
-  if (!attempts.empty()) {
-    const PlannedHop& last = *attempts.back().hop;
-    client.translated = translates(plan.api, last.request.endpoint);
-    client.context = render_context(plan, last, rec);
-  }
-  co_return co_await answer(server, stream, sink, client, result, durable, headers, rec, keep_alive,
-                            client_gone, plan.stream);
+  co_return co_await answer(server, stream, sink, plan, translator.get(), attempts, result, durable,
+                            headers, rec, keep_alive, client_gone);
 }
 
 template asio::awaitable<bool> proxy(ServerState&, PlainStream&, Job&, RequestRecord&, bool,

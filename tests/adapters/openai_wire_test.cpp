@@ -173,6 +173,24 @@ TEST(OpenAiWire, WithModelRenamesOnlyTheReplysModel) {
   EXPECT_EQ(*quoted, R"({"model" : "we\"ird"})");
 }
 
+// The key search jumps between occurrences of the key's first letter: keys and strings full of
+// that letter, near misses ("models", an escaped quote), the key first and last in the text.
+TEST(OpenAiWire, KeysAreFoundAmongDecoysAtEveryOffset) {
+  for (size_t n = 0; n < 48; ++n) {
+    const std::string pad(n, 'm');
+    const std::string text = R"({")" + pad + R"(":"m\"model\" mm","models":1,"model":"old"})";
+    auto renamed = with_model(text, "new");
+    ASSERT_TRUE(renamed) << text;
+    EXPECT_EQ(*renamed, R"({")" + pad + R"(":"m\"model\" mm","models":1,"model":"new"})");
+    EXPECT_FALSE(with_model(R"({")" + pad + R"(":"model","models":"x"})", "new")) << n;
+    // finish_reason as the text's last key, and past a null one.
+    const std::string chunk = R"({"f":")" + std::string(n, 'f') +
+                              R"(","choices":[{"finish_reason":null},{"finish_reason":"stop"}]})";
+    EXPECT_EQ(find_finish_reason(chunk), "stop") << chunk;
+    EXPECT_EQ(find_finish_reason(R"({"finish_reason":"x)" + pad + "\"}"), "x" + pad);
+  }
+}
+
 }  // namespace
 }  // namespace ferry::adapters
 

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The coroutine frames one pass-through chat request allocates, with the coroutine that
+# allocates each: gdb stops at every aligned_alloc, the call asio makes when its per-thread
+# recycling cannot serve a frame (frames over 1020 bytes never can; glibc's thread cache serves
+# requests up to 1032 bytes, larger ones take its slow path). Run after a change to a coroutine
+# of the request path (gateway/connection.cpp, proxy.cpp, adapters/http_backend.cpp): each
+# frame allocated per request should stay under 1 KiB. Needs gdb.
+#   bench/coroutine_frames.sh   (FERRY_BUILD_DIR: the build, default build)
+# Prints "<count> <bytes> <coroutine>" for three requests on two connections (a connection's
+# own frame, serve_connection, is allocated once per connection).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${FERRY_BUILD_DIR:-build}
+# shellcheck source=bench/gateway_common.sh
+source bench/gateway_common.sh
+bench_binaries
+make_work_dir ferry-frames
+"$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
+pids+=($!)
+upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)
+cat >"$work/ferry.yaml" <<EOF2
+server: { listen: 127.0.0.1:0, io_threads: 1 }
+backends: [{ name: upstream, base_url: $upstream_url/v1, max_idle_connections: 64 }]
+models: [{ name: echo, backend: upstream, upstream_model: echo }]
+log: { access_log: off }
+EOF2
+"$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>&1 &
+ferry_pid=$!
+pids+=("$ferry_pid")
+ferry_url=$(wait_listening "$work/ferry.out" ferry)
+body='{"model":"echo","messages":[{"role":"user","content":"hello there"}],"max_tokens":16}'
+chat() { curl -s "$ferry_url/v1/chat/completions" -H 'content-type: application/json' -d "$body" >/dev/null; }
+chat  # warm: the upstream connection, the first allocations
+cat >"$work/gdb.cmd" <<'EOF2'
+set pagination off
+break aligned_alloc
+commands
+silent
+printf "SIZE %lu\n", $rsi
+bt 6
+continue
+end
+continue
+EOF2
+gdb -q -p "$ferry_pid" -batch -x "$work/gdb.cmd" >"$work/gdb.out" 2>&1 &
+gdb_pid=$!
+sleep 3
+chat
+python3 - "$ferry_url" "$body" <<'EOF2'
+import http.client, sys, urllib.parse
+url = urllib.parse.urlparse(sys.argv[1])
+conn = http.client.HTTPConnection(url.hostname, url.port)
+for _ in range(2):  # two requests on one kept-alive connection
+    conn.request("POST", "/v1/chat/completions", sys.argv[2], {"content-type": "application/json"})
+    conn.getresponse().read()
+EOF2
+sleep 1
+kill "$gdb_pid" 2>/dev/null || true
+wait "$gdb_pid" 2>/dev/null || true
+python3 - "$work/gdb.out" <<'EOF2'
+import collections, re, sys
+counts = collections.Counter()
+size = None
+for line in open(sys.argv[1], errors="replace"):
+    if line.startswith("SIZE"):
+        size, named = int(line.split()[1]), False
+        continue
+    m = re.match(r"#\d+\s+(?:0x[0-9a-f]+ in )?(.*?) \(", line)
+    if not m or size is None or named:
+        continue
+    name = m.group(1)
+    if "boost::asio" in name or "aligned" in name or "memalign" in name:
+        continue
+    counts[(size, name[:150])] += 1
+    named = True
+for (size, name), n in sorted(counts.items(), key=lambda kv: -kv[0][0]):
+    print(n, size, name)
+EOF2
