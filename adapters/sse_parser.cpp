@@ -5,8 +5,6 @@
 #include <cstring>
 #include <string>
 
-#include "common/json_text.h"
-
 namespace ferry::adapters {
 
 bool SseParser::take_line() {
@@ -49,14 +47,6 @@ simdjson::simdjson_result<simdjson::dom::object> parse_object(std::string_view t
 }  // namespace
 
 bool is_json_object(std::string_view text) {
-  switch (check_json_object(text)) {
-    case JsonCheck::kValid:
-      return true;
-    case JsonCheck::kInvalid:
-      return false;
-    case JsonCheck::kUnsure:
-      break;
-  }
   return parse_object(text).error() == simdjson::SUCCESS;
 }
 

@@ -36,15 +36,6 @@ void append_json_string(std::string& out, std::string_view s,
 // `s` as a quoted JSON string literal.
 std::string json_string(std::string_view s, JsonControls controls = JsonControls::kShort);
 
-// Whether `text` is one JSON object (whitespace around it allowed), by a strict RFC 8259 scan
-// without a DOM: kValid, kInvalid, or kUnsure for what simdjson's parser may judge otherwise
-// than the RFC - a number past 18 digits or with a 3-digit exponent (simdjson refuses integers
-// over 64 bits and doubles out of range), a \u escape of a surrogate, nesting past 64 - which
-// the caller parses. (A small object's check costs a third of simdjson's DOM parse, which is
-// dominated by set-up: a stream checks each of its events.)
-enum class JsonCheck : unsigned char { kValid, kInvalid, kUnsure };
-JsonCheck check_json_object(std::string_view text);
-
 // ---------------------------------------------------------------------------------------
 // Scanning JSON text that is known (or checked elsewhere) to be valid.
 

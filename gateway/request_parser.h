@@ -93,7 +93,8 @@ class RequestParser {
   unsigned version_ = 11;
   Span method_;
   Span target_;
-  std::string text_;  // the head as read (the scan), or the method, target, names and values (Beast)
+  // The head as read (the scan's), or the method, target, names and values (Beast's).
+  std::string text_;
   std::vector<Field> fields_;
   std::string body_;
   std::unique_ptr<Beast> beast_;

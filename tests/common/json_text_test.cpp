@@ -3,7 +3,6 @@
 #include "common/json_text.h"
 
 #include <gtest/gtest.h>
-#include <simdjson.h>
 #include <nlohmann/json.hpp>
 
 #include <random>
@@ -143,99 +142,6 @@ TEST(JsonText, ScannerFindsEnds) {
             std::string_view::npos);
   EXPECT_EQ(for_each_json_member(R"({"a":1)", 0, [](std::string_view, size_t v) { return v + 1; }),
             std::string_view::npos);
-}
-
-// simdjson's verdict on `text` being one JSON object (its DOM parser: the check the stream
-// relay made of every event before check_json_object).
-bool simdjson_object(std::string_view text) {
-  static simdjson::dom::parser parser;
-  std::string padded(text);
-  padded.resize(text.size() + simdjson::SIMDJSON_PADDING);
-  simdjson::dom::object obj;
-  return parser.parse(padded.data(), text.size(), false).get(obj) == simdjson::SUCCESS;
-}
-
-TEST(CheckJsonObject, AgreesWithSimdjsonOnCases) {
-  const std::vector<std::pair<std::string, JsonCheck>> cases = {
-      {R"({})", JsonCheck::kValid},
-      {" \t\r\n{ } \n", JsonCheck::kValid},
-      {R"({"a":1,"b":[true,false,null,-0,0.5,1e5,-2.5E-3,"x"],"c":{"d":{}}})", JsonCheck::kValid},
-      {R"({"s":"\" \\ \/ \b \f \n \r \t \u00e9 \u20AC cafÃ©"})", JsonCheck::kValid},
-      {R"({"choices":[{"delta":{"content":"hi"},"index":0,"finish_reason":null}],"model":"m"})",
-       JsonCheck::kValid},
-      {R"([])", JsonCheck::kInvalid},
-      {R"("s")", JsonCheck::kInvalid},
-      {R"({"a":1,})", JsonCheck::kInvalid},
-      {R"({"a":01})", JsonCheck::kInvalid},
-      {R"({"a":1.})", JsonCheck::kInvalid},
-      {R"({"a":.5})", JsonCheck::kInvalid},
-      {R"({"a":+1})", JsonCheck::kInvalid},
-      {R"({"a":1e})", JsonCheck::kInvalid},
-      {R"({"a":NaN})", JsonCheck::kInvalid},
-      {R"({"a":tru})", JsonCheck::kInvalid},
-      {R"({"a":"\x"})", JsonCheck::kInvalid},
-      {R"({"a":"\u12G4"})", JsonCheck::kInvalid},
-      {"{\"a\":\"tab\there\"}", JsonCheck::kInvalid},
-      {R"({"a":"unterminated})", JsonCheck::kInvalid},
-      {R"({"a" 1})", JsonCheck::kInvalid},
-      {R"({a:1})", JsonCheck::kInvalid},
-      {R"({"a":1} {})", JsonCheck::kInvalid},
-      {"{\"a\":\"\xff\"}", JsonCheck::kInvalid},  // not UTF-8
-      {R"({"a":1}x)", JsonCheck::kInvalid},
-      {R"({"a":12345678901234567890123})", JsonCheck::kUnsure},
-      {R"({"a":1e400})", JsonCheck::kUnsure},
-      {R"({"a":"\ud83d\ude00"})", JsonCheck::kUnsure},
-      {std::string(70, '['), JsonCheck::kInvalid},
-      {"{\"a\":" + std::string(70, '[') + std::string(70, ']') + "}", JsonCheck::kUnsure},
-  };
-  for (const auto& [text, want] : cases) {
-    EXPECT_EQ(check_json_object(text), want) << text;
-    if (want != JsonCheck::kUnsure) {
-      EXPECT_EQ(simdjson_object(text), want == JsonCheck::kValid) << text;
-    }
-  }
-}
-
-// Mutations of stream chunks and answers: what the scan calls valid simdjson parses, what it
-// calls invalid simdjson refuses; the unsure are few.
-TEST(CheckJsonObject, MutationsComeToSimdjsonsVerdict) {
-  const std::vector<std::string> seeds = {
-      R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"echo","choices":[{"index":0,"delta":{"role":"assistant","content":"café "quoted" \ back"},"logprobs":null,"finish_reason":null}]})",
-      R"({"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":0}},"x":[1.5,-0.25e-2,true,false,null,{}]})",
-      "{\"a\":\"\xe2\x82\xac \\n\",\"b\":[[],[[]],{\"c\":0}]}",
-  };
-  const char kBytes[] = "{}[]\",:\\ \t\n0123456789.eE+-truefalsnu\x80\xc3\xa9\x01";
-  const std::string alphabet(kBytes, sizeof kBytes - 1);
-  std::mt19937_64 rng(20261206);
-  int valid = 0, invalid = 0, unsure = 0;
-  for (int round = 0; round < 40000; ++round) {
-    std::string text = seeds[rng() % seeds.size()];
-    int edits = static_cast<int>(rng() % 4);
-    for (int e = 0; e < edits && !text.empty(); ++e) {
-      size_t at = rng() % text.size();
-      char c = alphabet[rng() % alphabet.size()];
-      switch (rng() % 3) {
-        case 0:
-          text[at] = c;
-          break;
-        case 1:
-          text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), c);
-          break;
-        default:
-          text.erase(at, 1);
-      }
-    }
-    JsonCheck got = check_json_object(text);
-    if (got == JsonCheck::kUnsure) {
-      ++unsure;
-      continue;
-    }
-    (got == JsonCheck::kValid ? valid : invalid)++;
-    ASSERT_EQ(simdjson_object(text), got == JsonCheck::kValid) << text;
-  }
-  EXPECT_GT(valid, 5000);
-  EXPECT_GT(invalid, 5000);
-  EXPECT_LT(unsure, 400);
 }
 
 }  // namespace

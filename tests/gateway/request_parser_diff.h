@@ -31,7 +31,7 @@ struct Outcome {
   std::string length;  // content_length(), "-" when none
   std::vector<std::string> fields;
   std::string body;
-  size_t left = 0;           // bytes after the request (the next one's)
+  size_t left = 0;          // bytes after the request (the next one's)
   bool verb_agrees = true;  // ferry's verb is its method's text's
 
   bool operator==(const Outcome& o) const {
@@ -51,11 +51,10 @@ inline std::ostream& operator<<(std::ostream& os, const Outcome& o) {
 }
 
 // The fields the server reads, and the framing ones.
-const char* const kNames[] = {"host",           "content-type",   "content-length",
-                              "authorization",  "x-api-key",      "x-ferry-task",
-                              "x-ferry-tags",   "connection",     "transfer-encoding",
-                              "expect",         "x-request-id",   "cookie",
-                              "x-empty",        "X-FERRY-CACHE",  "anthropic-version"};
+const char* const kNames[] = {
+    "host",         "content-type", "content-length", "authorization",     "x-api-key",
+    "x-ferry-task", "x-ferry-tags", "connection",     "transfer-encoding", "expect",
+    "x-request-id", "cookie",       "x-empty",        "X-FERRY-CACHE",     "anthropic-version"};
 
 inline size_t put(BeastParser& p, std::string_view bytes, boost::beast::error_code& ec) {
   return p.put(boost::asio::const_buffer(bytes.data(), bytes.size()), ec);

@@ -50,7 +50,7 @@ const std::vector<std::string> kCommon = {
     chat("Proxy-Connection: close\r\n"),
     chat("X-Empty:\r\nX-Empty: second\r\n"),
     chat("Cookie: a=1; b=\"2\" ~!@#$%^&*()_+`-={}[]|\\:;'<>?,./\r\n"),
-    chat("Content-Type: text/plain\r\n"),  // a second content-type: the first wins
+    chat("Content-Type: text/plain\r\n"),     // a second content-type: the first wins
     chat() + chat("x-request-id: next\r\n"),  // pipelined: the second stays buffered
     "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
     "GET /v1/models?limit=5&after=a%20b HTTP/1.1\r\n\r\n",
@@ -70,11 +70,11 @@ const std::vector<std::string> kOther = {
     "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
     "POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\nhello",
     "POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\nhello",
-    "POST / HTTP/1.1\r\nContent-Length: 99999\r\n\r\n",                 // over the body limit
+    "POST / HTTP/1.1\r\nContent-Length: 99999\r\n\r\n",                    // over the body limit
     "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",  // overflows
-    "POST / HTTP/1.1\r\nX-Long: " + std::string(2000, 'a') + "\r\n\r\n",  // over the head limit
-    "GET / HTTP/1.1\r\nX-Folded: a\r\n  b\r\n\r\n",                      // obs-fold
-    "GET / HTTP/1.1\r\nX-Text: caf\xc3\xa9\r\n\r\n",                     // obs-text
+    "POST / HTTP/1.1\r\nX-Long: " + std::string(2000, 'a') + "\r\n\r\n",   // over the head limit
+    "GET / HTTP/1.1\r\nX-Folded: a\r\n  b\r\n\r\n",                        // obs-fold
+    "GET / HTTP/1.1\r\nX-Text: caf\xc3\xa9\r\n\r\n",                       // obs-text
     "GET /caf\xc3\xa9 HTTP/1.1\r\n\r\n",
     "GET / HTTP/1.1\r\nX-Ctl: a\x01z\r\n\r\n",
     "GET / HTTP/1.1\r\nX-Bad : v\r\n\r\n",
@@ -91,7 +91,7 @@ const std::vector<std::string> kOther = {
     "GET / HTTP/1.1\r\nConnection: close, bogus value\r\n\r\n",
     "GET / HTTP/1.1\r\nUpgrade: h2c\r\n\r\n",
     "POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort",  // the input ends in the body
-    "POST / HTTP/1.1\r\nContent-Le",                        // ... in the head
+    "POST / HTTP/1.1\r\nContent-Le",                       // ... in the head
 };
 
 TEST(RequestParser, TheCommonShapeTakesTheScanAndReadsAsBeastDoes) {
