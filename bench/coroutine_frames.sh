@@ -15,15 +15,8 @@ BUILD_DIR=${FERRY_BUILD_DIR:-build}
 source bench/gateway_common.sh
 bench_binaries
 make_work_dir ferry-frames
-"$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
-pids+=($!)
-upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)
-cat >"$work/ferry.yaml" <<EOF2
-server: { listen: 127.0.0.1:0, io_threads: 1 }
-backends: [{ name: upstream, base_url: $upstream_url/v1, max_idle_connections: 64 }]
-models: [{ name: echo, backend: upstream, upstream_model: echo }]
-log: { access_log: off }
-EOF2
+start_upstream
+write_pass_config "$work/ferry.yaml" "$upstream_url"
 "$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>&1 &
 ferry_pid=$!
 pids+=("$ferry_pid")

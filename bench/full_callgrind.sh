@@ -17,17 +17,10 @@ seconds=${1:-20}
 source bench/gateway_common.sh
 bench_binaries
 make_work_dir ferry-callgrind
-"$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
-pids+=($!)
-upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)
+start_upstream
 api_key=sk-ferry-bench
 if [ "${FULL_PASS:-0}" = 1 ]; then
-  cat >"$work/ferry.yaml" <<EOF2
-server: { listen: 127.0.0.1:0, io_threads: 1 }
-backends: [{ name: upstream, base_url: $upstream_url/v1, max_idle_connections: 64 }]
-models: [{ name: echo, backend: upstream, upstream_model: echo }]
-log: { access_log: off }
-EOF2
+  write_pass_config "$work/ferry.yaml" "$upstream_url"
 else
   write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-100}"
 fi

@@ -20,6 +20,24 @@ bench_binaries() {
   loadgen_bin=$BUILD_DIR/bench/ferry_loadgen
 }
 
+# start_upstream: starts BUILD_DIR's ferry_test_upstream (one of `pids`), sets upstream_url.
+start_upstream() {
+  "$upstream_bin" --listen 127.0.0.1:0 >"$work/upstream.out" 2>&1 &
+  pids+=($!)
+  upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)
+}
+
+# write_pass_config FILE UPSTREAM_URL: a one-loop pass-through ferry (no keys, policy or
+# ledger; access log off) with the model `echo` on the upstream.
+write_pass_config() {
+  cat >"$1" <<EOF
+server: { listen: 127.0.0.1:0, io_threads: 1 }
+backends: [{ name: upstream, base_url: $2/v1, max_idle_connections: 64 }]
+models: [{ name: echo, backend: upstream, upstream_model: echo }]
+log: { access_log: off }
+EOF
+}
+
 # wait_listening FILE NAME: prints the URL of the `listening on URL` line once it appears.
 wait_listening() {
   for _ in $(seq 1 600); do
