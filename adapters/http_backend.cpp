@@ -365,9 +365,9 @@ struct HttpBackend::Impl {
   // One request and its answer on one connection: the request written, the head read, the body
   // relayed (a stream) or gathered, the answer checked. A reused connection that turns out
   // closed before any answer byte ends with an empty result (retry on a fresh one).
-  // (Two coroutines, their exits built by plain functions: g++ gives every local and temporary
-  // of a coroutine a slot of its own in the frame, and a frame over 1 KiB misses both asio's
-  // recycling and the allocator's thread cache.)
+  // (Two coroutines, the answer's parser in the Connection: g++ gives every named local of a
+  // coroutine, and every temporary inside a co_await, a slot of its own in the frame, and a
+  // frame over 1 KiB misses both asio's recycling and the allocator's thread cache.)
   template <typename Stream>
   asio::awaitable<Exchange> exchange(Stream& stream, Connection& conn, const std::string& head,
                                      const BackendRequest& request, StreamSink* sink,

@@ -6,13 +6,9 @@
 #pragma once
 
 #include <array>
-#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <string>
-#include <string_view>
-#include <vector>
 
 #include "adapters/backend.h"
 #include "config/config.h"
