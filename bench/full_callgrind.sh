@@ -24,7 +24,7 @@ if [ "${FULL_PASS:-0}" = 1 ]; then
 else
   write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-100}"
 fi
-valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$work/cg.out" \
+valgrind --tool=callgrind --dump-instr=no --compress-strings=no --callgrind-out-file="$work/cg.out" \
   "$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>"$work/valgrind.err" &
 ferry_pid=$!
 pids+=("$ferry_pid")

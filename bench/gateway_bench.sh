@@ -19,6 +19,11 @@
 #   front of the same upstream, measured in the same rounds as the pass-through ferry.
 #   BENCH_FULL_APPLY_MS: ferry-full's ledger.apply_ms (default 100: the row log; 0: no row
 #   log, each group committed to SQLite as before issue 17's session 16).
+#   BENCH_COMPARE (unset: off): another pass-through ferry, "ferry-cmp", measured in the same
+#   rounds as this one: the `ferry` binary of another build (e.g. a copy of main's) to A/B a
+#   change; BENCH_COMPARE_ENV: VAR=VALUE words it runs with (e.g. LD_PRELOAD=...; with
+#   BENCH_COMPARE=same, this build's binary). Alternating whole runs cannot resolve a few
+#   percent here (nginx's own figure moves 5-10% between runs); rounds of one run can.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -94,6 +99,18 @@ pids+=("$ferry_pid")
 ferry_url=$(wait_listening "$work/ferry.out" ferry)
 
 reference_args=()
+if [ -n "${BENCH_COMPARE:-}" ]; then
+  compare_bin=$BENCH_COMPARE
+  if [ "$compare_bin" = same ]; then compare_bin=$ferry_bin; fi
+  read -r -a compare_env <<<"${BENCH_COMPARE_ENV:-}"
+  "${pin_ferry[@]}" env "${compare_env[@]}" "$compare_bin" serve --config "$work/ferry.yaml" \
+    >"$work/compare.out" 2>&1 &
+  compare_pid=$!
+  pids+=("$compare_pid")
+  compare_url=$(wait_listening "$work/compare.out" ferry-cmp)
+  reference_args+=(--reference "$compare_url" --reference-pid "$compare_pid"
+    --reference-name ferry-cmp)
+fi
 if [ "${BENCH_FULL:-on}" != off ]; then
   mkdir -p "$work/full"
   write_ferry_full_config "$work/full" "$upstream_url" "$slow_ms" "$IO_THREADS" "$api_key" \

@@ -263,7 +263,8 @@ Metrics::Metrics()
       api_tokens(MetricSeries::kApiTokens),
       api_errors(MetricSeries::kApiErrors),
       request_series_(
-          16, RequestKeyHash{(uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()}) {}
+          16, RequestKeyHash{(uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()}),
+      api_series_(16, request_series_.hash_function()) {}
 
 size_t Metrics::RequestKeyHash::operator()(const RequestKeyView& k) const {
   return hash_mix(hash_mix(seed ^ static_cast<uint64_t>(k.status), k.model), k.backend);
@@ -296,11 +297,30 @@ void Metrics::observe_request(std::string_view model, std::string_view backend, 
 
 void Metrics::observe_api(std::string_view api, int status, int64_t input_tokens,
                           int64_t output_tokens, bool failed) {
-  std::string status_text = std::to_string(status);
-  api_requests.inc({api, status_text});
-  if (input_tokens > 0) api_tokens.inc({api, "input"}, input_tokens);
-  if (output_tokens > 0) api_tokens.inc({api, "output"}, output_tokens);
-  if (failed) api_errors.inc({api});
+  ApiSeries s;
+  {
+    std::lock_guard lock(request_series_mu_);
+    auto it = api_series_.find(RequestKeyView{api, {}, status});
+    if (it == api_series_.end()) {
+      ApiSeries created;
+      created.requests = api_requests.series({api, std::to_string(status)});
+      it = api_series_.emplace(RequestKey{std::string(api), {}, status}, created).first;
+    }
+    // Like the families themselves, a series exists only once something was counted in it.
+    ApiSeries& known = it->second;
+    if (input_tokens > 0 && known.input_tokens == nullptr) {
+      known.input_tokens = api_tokens.series({api, "input"});
+    }
+    if (output_tokens > 0 && known.output_tokens == nullptr) {
+      known.output_tokens = api_tokens.series({api, "output"});
+    }
+    if (failed && known.errors == nullptr) known.errors = api_errors.series({api});
+    s = known;
+  }
+  s.requests->fetch_add(1, std::memory_order_relaxed);
+  if (input_tokens > 0) s.input_tokens->fetch_add(input_tokens, std::memory_order_relaxed);
+  if (output_tokens > 0) s.output_tokens->fetch_add(output_tokens, std::memory_order_relaxed);
+  if (failed) s.errors->fetch_add(1, std::memory_order_relaxed);
 }
 
 void Metrics::add_collector(std::function<void(std::string&)> collector) {

@@ -301,7 +301,8 @@ class Metrics {
                        int64_t latency_micros, int64_t ttft_micros);
 
   // One answered request of front-end `api` (api::endpoint_name): its status, the tokens its
-  // backend reported (negative: none), and whether it ended in an error.
+  // backend reported (negative: none), and whether it ended in an error. Its series are found
+  // once per (api, status) and remembered, as observe_request's.
   void observe_api(std::string_view api, int status, int64_t input_tokens, int64_t output_tokens,
                    bool failed);
 
@@ -347,8 +348,18 @@ class Metrics {
     HistogramFamily::Series* ttft = nullptr;     // created at the first time to first token
   };
 
-  std::mutex request_series_mu_;
+  // observe_api's series of one (api, status); each created when first counted in.
+  struct ApiSeries {
+    std::atomic<int64_t>* requests = nullptr;
+    std::atomic<int64_t>* input_tokens = nullptr;
+    std::atomic<int64_t>* output_tokens = nullptr;
+    std::atomic<int64_t>* errors = nullptr;
+  };
+
+  std::mutex request_series_mu_;  // guards request_series_ and api_series_
   std::unordered_map<RequestKey, RequestSeries, RequestKeyHash, RequestKeyEq> request_series_;
+  // Keyed by RequestKey{api, "", status}: the api name in `model`, no backend.
+  std::unordered_map<RequestKey, ApiSeries, RequestKeyHash, RequestKeyEq> api_series_;
   mutable std::mutex collectors_mu_;
   std::vector<std::function<void(std::string&)>> collectors_;
 };

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(g++ cmake ninja-build ccache pkg-config git ca-certificates
   libboost1.81-dev libyaml-cpp-dev nlohmann-json3-dev libsimdjson-dev libssl-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev openssl python3 libre2-dev
+  libmimalloc-dev  # the ferry binary's allocator (CMake option FERRY_MIMALLOC)
   clang libclang-rt-14-dev  # clang and libFuzzer + sanitizer runtimes: scripts/fuzz.sh
   clang-format-14  # the format check of the test command: scripts/check_format.sh
   postgresql-15 libpq-dev  # the PostgreSQL ledger (issue 18); scripts/pg_test.sh for tests

@@ -88,6 +88,39 @@ TEST(Metrics, ObserveRequestRendersLikeTheFamilyCalls) {
 }
 
 // Threads that meet a new (model, backend, status) at the same moment must share one series.
+// observe_api remembers its series per (api, status) and must leave exactly what the family
+// calls leave: no token or error series for a request that had none.
+TEST(Metrics, ObserveApiRendersLikeTheFamilyCalls) {
+  struct Call {
+    const char* api;
+    int status;
+    int64_t input;
+    int64_t output;
+    bool failed;
+  };
+  const std::vector<Call> calls = {
+      {"chat", 200, 12, 7, false},  {"chat", 200, 3, -1, false}, {"messages", 429, -1, -1, true},
+      {"chat", 502, 0, 0, true},    {"chat", 200, 1, 2, false},  {"responses", 200, -1, 5, false},
+      {"messages", 429, 4, 0, true}};
+  Metrics by_family;
+  Metrics by_api;
+  for (const Call& c : calls) {
+    by_family.api_requests.inc({c.api, std::to_string(c.status)});
+    if (c.input > 0) by_family.api_tokens.inc({c.api, "input"}, c.input);
+    if (c.output > 0) by_family.api_tokens.inc({c.api, "output"}, c.output);
+    if (c.failed) by_family.api_errors.inc({c.api});
+    by_api.observe_api(c.api, c.status, c.input, c.output, c.failed);
+  }
+  EXPECT_EQ(by_api.render(), by_family.render());
+  EXPECT_EQ(by_api.api_tokens.value({"chat", "input"}), 16);
+  EXPECT_EQ(by_api.api_errors.value({"messages"}), 2);
+  std::string text = by_api.render();
+  EXPECT_EQ(text.find("ferry_api_errors_total{api=\"responses\"}"), std::string::npos) << text;
+  EXPECT_EQ(text.find("ferry_api_tokens_total{api=\"responses\",kind=\"input\"}"),
+            std::string::npos)
+      << text;
+}
+
 TEST(Metrics, ObserveRequestCreatesEachSeriesOnceUnderRaces) {
   Metrics m;
   constexpr int kThreads = 4;

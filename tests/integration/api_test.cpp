@@ -2,7 +2,10 @@
 // streaming with and without usage, /v1/models, auth, request ids, health, metrics, access log.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <set>
+#include <string>
 
 #include "tests/integration/ferry_test_base.h"
 #include "tests/integration/metrics_check.h"
@@ -23,6 +26,22 @@ bool json_has_key_containing(const json& j, std::string_view part) {
     }
   }
   return false;
+}
+
+// The binary serves with the allocator it was built with (CMake FERRY_MIMALLOC): mimalloc is
+// mapped into the running process, and a request is answered with it.
+TEST_F(ApiTest, ServesWithTheAllocatorItWasBuiltWith) {
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("gpt-test", "allocator"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::ifstream maps("/proc/" + std::to_string(ferry_.process->pid()) + "/maps");
+  std::string text((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(text.empty());
+#ifdef FERRY_EXPECT_MIMALLOC
+  EXPECT_NE(text.find("libmimalloc"), std::string::npos);
+#else
+  EXPECT_EQ(text.find("libmimalloc"), std::string::npos);
+#endif
 }
 
 TEST_F(ApiTest, ChatPassesEveryFieldThroughAndRewritesModel) {
