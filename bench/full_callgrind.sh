@@ -5,7 +5,7 @@
 # instructions of the measured window divided by the rows recorded in it. Instructions do
 # not depend on the machine's load.
 #   bench/full_callgrind.sh [SECONDS]   (FERRY_BUILD_DIR: the build to measure, default build;
-#   FULL_APPLY_MS: ledger.apply_ms, default 100: the row log; 0: each group a SQLite commit;
+#   FULL_APPLY_MS: ledger.apply_ms, default 1000: the row log; 0: each group a SQLite commit;
 #   FULL_ONLY: the loadgen scenario, default "chat c=16"; e.g. "chat 200/s" for the fixed rate;
 #   FULL_PASS=1: the pass-through ferry of gateway_bench.sh instead - no key, policy or ledger,
 #   access log off - its requests counted from ferry_requests_total)
@@ -22,7 +22,7 @@ api_key=sk-ferry-bench
 if [ "${FULL_PASS:-0}" = 1 ]; then
   write_pass_config "$work/ferry.yaml" "$upstream_url"
 else
-  write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-100}"
+  write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-1000}"
 fi
 valgrind --tool=callgrind --dump-instr=no --compress-strings=no --callgrind-out-file="$work/cg.out" \
   "$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>"$work/valgrind.err" &

@@ -6,7 +6,7 @@
 # ledger's threads are named (ledger-writer: the row log's pwrite and fdatasync; ledger-applier:
 # the SQLite commits; ledger-ckpt: the checkpoints); the I/O loop is the first `ferry`.
 #   bench/full_threads.sh [SECONDS]   (FERRY_BUILD_DIR: the build, default build; FERRY_CPU (0),
-#   LOADGEN_CPU (1); BENCH_NICE: as gateway_bench.sh; FULL_APPLY_MS: ledger.apply_ms, default 100;
+#   LOADGEN_CPU (1); BENCH_NICE: as gateway_bench.sh; FULL_APPLY_MS: ledger.apply_ms, default 1000;
 #   FULL_ONLY: the loadgen scenario, default "chat c=16"; e.g. "chat 200/s" for the fixed rate;
 #   FULL_CONCURRENCY: the loadgen's connections, default 16 (with FULL_ONLY "chat c=N"))
 set -euo pipefail
@@ -29,7 +29,7 @@ make_work_dir ferry-threads
 pids+=($!)
 upstream_url=$(wait_listening "$work/upstream.out" ferry_test_upstream)
 api_key=sk-ferry-bench
-write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-100}"
+write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-1000}"
 "${on_ferry_cpu[@]}" "$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>&1 &
 ferry_pid=$!
 pids+=("$ferry_pid")

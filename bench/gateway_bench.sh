@@ -17,7 +17,7 @@
 #   accounting path (the key, an exact cl100k_base count, a 5-rule policy whose last rule
 #   decides, a hard team budget, a durable SQLite ledger row, the access log) on FERRY_CPU in
 #   front of the same upstream, measured in the same rounds as the pass-through ferry.
-#   BENCH_FULL_APPLY_MS: ferry-full's ledger.apply_ms (default 100: the row log; 0: no row
+#   BENCH_FULL_APPLY_MS: ferry-full's ledger.apply_ms (default 1000, ferry's: the row log; 0: no row
 #   log, each group committed to SQLite as before issue 17's session 16).
 #   BENCH_COMPARE (unset: off): another pass-through ferry, "ferry-cmp", measured in the same
 #   rounds as this one: the `ferry` binary of another build (e.g. a copy of main's) to A/B a
@@ -114,7 +114,7 @@ fi
 if [ "${BENCH_FULL:-on}" != off ]; then
   mkdir -p "$work/full"
   write_ferry_full_config "$work/full" "$upstream_url" "$slow_ms" "$IO_THREADS" "$api_key" \
-    "${BENCH_FULL_APPLY_MS:-100}"
+    "${BENCH_FULL_APPLY_MS:-1000}"
   "${pin_ferry[@]}" "$ferry_bin" serve --config "$work/full/ferry.yaml" >"$work/full/ferry.out" 2>&1 &
   full_pid=$!
   pids+=("$full_pid")

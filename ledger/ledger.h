@@ -18,7 +18,7 @@
 //     group_wait_us: 1000            # group commit: while rows arrive faster than this, a
 //                                    # group waits up to this long for the rows still in
 //                                    # flight (admitted, not yet recorded); 0 = never waits
-//     apply_ms: 100                  # SQLite: rows wait at most this long in the row log
+//     apply_ms: 1000                 # SQLite: rows wait at most this long in the row log
 //                                    # (ledger/row_log.h) before their SQLite commit; 0 = no
 //                                    # row log: every group is a SQLite commit
 //     responses: { keep_days: 30 }   # stored OpenAI Responses kept this long (response_store.h)
@@ -84,8 +84,11 @@ struct LedgerConfig {
   // never held back.
   int64_t group_wait_us = 1000;
   // SQLite: the row log's rows are committed to the file when this old, or 1,024 of them, or
-  // when a reader asks (apply_now). 0: no row log (the CLI's short-lived ledgers).
-  int64_t apply_ms = 100;
+  // when a reader asks (apply_now). 0: no row log (the CLI's short-lived ledgers). Each apply
+  // costs ~200 us of fixed work (BEGIN/COMMIT, the WAL's sync): at 200 req/s a 100 ms interval
+  // cost 23-24 us a row, 1,000 ms 8-11 (bench/README, issue 17 session 23). Readers in this
+  // process never wait for it (apply_now); only another process's readers see rows this late.
+  int64_t apply_ms = 1000;
   int64_t responses_keep_days = 30;  // ledger/response_store.h
   std::optional<PgLedgerConfig> postgres;
 };
