@@ -371,16 +371,19 @@ std::optional<Reply> Endpoints::completion(const Endpoint& endpoint, HttpRequest
 // Plans a parsed request; a refusal is answered here, in the front-end's shape.
 std::optional<Reply> Endpoints::plan_parsed(const FrontEnd& fe, const ParsedRequest& parsed,
                                             RequestRecord& rec, Job& job) {
-  auto planned = gateway_.planner().plan(job.ctx, parsed);
-  if (!planned) return reply_error(rec, planned.error(), &fe);
-  rec.rule = planned->rule_id;
-  if (planned->refusal) {
-    Reply r = reply_error(rec, *planned->refusal, &fe);
-    for (const auto& h : planned->headers) r.headers.push_back(h);
+  Plan& plan = job.plan.emplace();
+  if (Status planned = gateway_.planner().plan_into(job.ctx, parsed, plan); !planned) {
+    job.plan.reset();
+    return reply_error(rec, planned.error(), &fe);
+  }
+  rec.rule = plan.rule_id;
+  if (plan.refusal) {
+    Reply r = reply_error(rec, *plan.refusal, &fe);
+    for (const auto& h : plan.headers) r.headers.push_back(h);
+    job.plan.reset();
     return r;
   }
-  job.plan = std::move(*planned);
-  job.plan->responses = parsed.responses;
+  plan.responses = parsed.responses;
   job.kind = Job::Kind::kProxy;
   return std::nullopt;
 }

@@ -186,8 +186,13 @@ Plan Planner::copy_for_shadow(const Plan& p) {
 }
 
 Result<Plan> Planner::plan(const RequestContext& ctx, const ParsedRequest& request) {
-  auto t0 = Clock::now();
   Plan p;
+  if (Status planned = plan_into(ctx, request, p); !planned) return planned.error();
+  return p;
+}
+
+Status Planner::plan_into(const RequestContext& ctx, const ParsedRequest& request, Plan& p) {
+  auto t0 = Clock::now();
   p.requested_model = request.model;
   p.api = request.api;
   p.stream = request.stream;
@@ -202,16 +207,16 @@ Result<Plan> Planner::plan(const RequestContext& ctx, const ParsedRequest& reque
   if (policy != nullptr) {
     auto routed = decide(ctx, request, *policy, p, max_tokens);
     if (!routed) return routed.error();
-    if (!*routed) return p;
+    if (!*routed) return {};
   } else if (!route_direct(ctx, request, targets.front(), p, max_tokens)) {
-    return p;
+    return {};
   }
   p.max_tokens = max_tokens;
   for (auto& hop : p.hops) hop.request.task_id = p.task_id;  // a replica pool's task affinity
-  if (ledger_ && !admit(ctx, request, p, max_tokens)) return p;
+  if (ledger_ && !admit(ctx, request, p, max_tokens)) return {};
   counters_.decisions.inc({p.rule_id, p.hops.front().name});
   p.routing_us = micros_between(t0, Clock::now());
-  return p;
+  return {};
 }
 
 Status Planner::candidates(const ParsedRequest& request, const policies::Policy* policy,

@@ -46,6 +46,9 @@ class Planner {
   // before any policy ran (404 unknown model); refusals after it are in Plan::refusal (their
   // rows recorded).
   Result<Plan> plan(const RequestContext& ctx, const ParsedRequest& request);
+  // The same, into `p` (a default Plan; on an Error, its state is unspecified): the request path
+  // plans into its Job's Plan, which is 1.2 KB, instead of moving one there.
+  Status plan_into(const RequestContext& ctx, const ParsedRequest& request, Plan& p);
 
   // POST /v1/messages/count_tokens: the prompt count of the target that would answer (routed as
   // plan() routes, without admission, a backend call or a ledger row).
