@@ -85,9 +85,10 @@ struct LedgerConfig {
   int64_t group_wait_us = 1000;
   // SQLite: the row log's rows are committed to the file when this old, or 1,024 of them, or
   // when a reader asks (apply_now). 0: no row log (the CLI's short-lived ledgers). Each apply
-  // costs ~200 us of fixed work (BEGIN/COMMIT, the WAL's sync): at 200 req/s a 100 ms interval
-  // cost 23-24 us a row, 1,000 ms 8-11 (bench/README, issue 17 session 23). Readers in this
-  // process never wait for it (apply_now); only another process's readers see rows this late.
+  // has a fixed cost (~300 us, from the two figures that follow: the transaction, the WAL's
+  // sync): at 200 req/s a 100 ms interval cost 23-24 us a row, 1,000 ms 8-11 (bench/README, issue
+  // 17 session 23). Readers in this process never wait for it (apply_now); only another process's
+  // readers see rows this late.
   int64_t apply_ms = 1000;
   int64_t responses_keep_days = 30;  // ledger/response_store.h
   std::optional<PgLedgerConfig> postgres;

@@ -87,7 +87,6 @@ TEST(Metrics, ObserveRequestRendersLikeTheFamilyCalls) {
             std::string::npos);
 }
 
-// Threads that meet a new (model, backend, status) at the same moment must share one series.
 // observe_api remembers its series per (api, status) and must leave exactly what the family
 // calls leave: no token or error series for a request that had none.
 TEST(Metrics, ObserveApiRendersLikeTheFamilyCalls) {
@@ -121,6 +120,7 @@ TEST(Metrics, ObserveApiRendersLikeTheFamilyCalls) {
       << text;
 }
 
+// Threads that meet a new (model, backend, status) at the same moment must share one series.
 TEST(Metrics, ObserveRequestCreatesEachSeriesOnceUnderRaces) {
   Metrics m;
   constexpr int kThreads = 4;
