@@ -41,11 +41,12 @@ load() {
     --concurrency "${FULL_CONCURRENCY:-16}" \
     >"$work/loadgen.$1.out" 2>&1 || true
 }
-# tid, name, utime, stime (clock ticks), run time (ns, schedstat) of every thread
+# tid, name, utime, stime (clock ticks), run time (ns) and times run (schedstat: each wake-up
+# or return from preemption) of every thread
 snapshot() {
   for task in /proc/"$ferry_pid"/task/*; do
     echo "$(basename "$task") $(tr ' ' _ <"$task/comm") $(awk '{print $14, $15}' "$task/stat")" \
-      "$(cut -d' ' -f1 "$task/schedstat")"
+      "$(cut -d' ' -f1,3 "$task/schedstat")"
   done | sort
 }
 load 2  # warm-up: connections, caches, the first rows
@@ -61,13 +62,14 @@ grep -E "^ *(scenario|${FULL_ONLY:-chat c=16} +ferry )" "$work/loadgen.$seconds.
 # CPU: the scheduler's run time (exact); user and system: the 10 ms ticks of /proc/<pid>/stat,
 # which at a few hundred wake-ups a second are a sample (a thread that runs 50 us at a time is
 # charged whole ticks, to whichever mode the tick finds it in): read them as a rough split.
+# runs: the times the thread was put on the CPU a request (its wake-ups, mostly).
 join "$work/before" "$work/after" | awk -v rows="$rows" -v hz="$(getconf CLK_TCK)" '
-  { user = ($7 - $3) * 1e6 / hz / rows; sys = ($8 - $4) * 1e6 / hz / rows
-    cpu = ($9 - $5) / 1e3 / rows
-    total_user += user; total_sys += sys; total_cpu += cpu
-    if (cpu >= 0.05) printf "%-16s %-8s CPU %6.1f us/request (ticks: user %6.1f  sys %6.1f)\n", $2, $1, cpu, user, sys }
-  END { printf "%-25s CPU %6.1f us/request (ticks: user %6.1f  sys %6.1f)\n", "all threads", total_cpu,
-        total_user, total_sys }'
+  { user = ($8 - $3) * 1e6 / hz / rows; sys = ($9 - $4) * 1e6 / hz / rows
+    cpu = ($10 - $5) / 1e3 / rows; runs = ($11 - $6) / rows
+    total_user += user; total_sys += sys; total_cpu += cpu; total_runs += runs
+    if (cpu >= 0.05) printf "%-16s %-8s CPU %6.1f us/request (ticks: user %6.1f  sys %6.1f) runs %5.2f\n", $2, $1, cpu, user, sys, runs }
+  END { printf "%-25s CPU %6.1f us/request (ticks: user %6.1f  sys %6.1f) runs %5.2f\n", "all threads", total_cpu,
+        total_user, total_sys, total_runs }'
 # A run during which a process was stopped (another session's SIGSTOP) is not a measurement.
 if grep -q 'void:' "$work/loadgen.$seconds.out"; then
   echo "VOID RUN: $(grep -m1 'void:' "$work/loadgen.$seconds.out" | sed 's/^ *^ //')"

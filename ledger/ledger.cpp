@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <utility>
 
 #include "common/clock.h"
 #include "common/ids.h"
@@ -735,24 +736,38 @@ void Ledger::after_commit() {
 
 void Ledger::checkpointer_loop() {
   name_thread("ledger-ckpt");
+  // Without its connection, the writer's catch-up checkpoints still bound the WAL.
   auto db = Db::open(config_.path, false);
-  if (!db) return;  // the writer's catch-up checkpoints still bound the WAL
   for (;;) {
+    bool checkpoint = false;
+    bool spare = false;
     {
       std::unique_lock lock(mu_);
-      checkpoint_wake_.wait(lock, [&] { return stopping_ || checkpoint_due_; });
+      checkpoint_wake_.wait(lock, [&] { return stopping_ || checkpoint_due_ || spare_due_; });
       if (stopping_) return;
-      checkpoint_due_ = false;
+      checkpoint = std::exchange(checkpoint_due_, false);
+      spare = std::exchange(spare_due_, false);
     }
-    std::lock_guard checkpointing(checkpoint_mu_);
-    (void)sqlite3_wal_checkpoint_v2(db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    if (spare) {
+      if (Status st = row_log_->prepare_spare(); !st) {
+        std::cerr << "ferry: " << st.error().message
+                  << " (its segments grow as they are written instead)\n";
+      }
+    }
+    if (checkpoint && db) {
+      std::lock_guard checkpointing(checkpoint_mu_);
+      (void)sqlite3_wal_checkpoint_v2(db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
+                                      nullptr);
+    }
   }
 }
 
 Result<std::vector<Status>> Ledger::log_batch(std::vector<LedgerEntry*>& entries, bool fail) {
   if (fail) return Error::make(ErrorCode::kUnavailable, "ledger row log: injected write failure");
   if (Status st = row_log_->append(entries); !st) return st.error();
-  if (row_log_->size() >= kRowLogSegmentBytes) {
+  // A growing segment is left for a pre-sized one as soon as a spare is ready.
+  if (row_log_->size() >= kRowLogSegmentBytes ||
+      (!row_log_->presized() && row_log_->spare_ready())) {
     // Rows logged so far are in older segments: removed once the applier has committed them.
     // A segment that cannot be started leaves the rows in the current one (it grows).
     if (row_log_->start_segment(row_log_->segment())) {
@@ -760,6 +775,13 @@ Result<std::vector<Status>> Ledger::log_batch(std::vector<LedgerEntry*>& entries
       mark_rows_ = logged_ + static_cast<int64_t>(entries.size());
       mark_segment_ = row_log_->segment();
     }
+  }
+  if (row_log_->wants_spare()) {
+    {
+      std::lock_guard lock(mu_);
+      spare_due_ = true;
+    }
+    checkpoint_wake_.notify_one();
   }
   return std::vector<Status>(entries.size());
 }

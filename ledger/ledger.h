@@ -321,8 +321,11 @@ class Ledger {
   // Checkpoints run on their own thread and connection (WAL frames into the database file),
   // so commits do not wait for them; the writer catches up itself when the WAL grows past a
   // bound (see after_commit()).
+  // The same thread prepares the row log's spare segments (RowLog::prepare_spare), off the
+  // writer's path.
   std::condition_variable checkpoint_wake_;
   bool checkpoint_due_ = false;  // guarded by mu_
+  bool spare_due_ = false;       // guarded by mu_
   std::mutex checkpoint_mu_;     // held while either connection checkpoints
   std::thread checkpointer_;
 

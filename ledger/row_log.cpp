@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -85,6 +86,23 @@ std::optional<std::string_view> record_at(std::string_view data, size_t pos) {
   return payload;
 }
 
+// Whether the record at `pos` (its header, and its payload as far as the header's length says)
+// covers a 512-byte block of all zeros: a sector a crash kept from the disk. A damaged byte
+// never makes one.
+bool torn_at(std::string_view data, size_t pos) {
+  constexpr size_t kSector = 512;
+  size_t end = pos + kRowLogHeaderBytes;
+  if (data.size() - pos >= kRowLogHeaderBytes && std::memcmp(data.data() + pos, kMagic, 4) == 0) {
+    const uint32_t len = get_u32(data.data() + pos + 4);
+    if (len <= kMaxPayload) end += len;
+  }
+  end = std::min(end, data.size());
+  for (size_t at = pos / kSector * kSector; at < end; at += kSector) {
+    if (data.substr(at, kSector).find_first_not_of('\0') == std::string_view::npos) return true;
+  }
+  return false;
+}
+
 Error io_error(const std::string& what, const std::string& path) {
   return Error::make(ErrorCode::kUnavailable,
                      "ledger row log " + path + ": " + what + ": " + std::strerror(errno));
@@ -136,12 +154,17 @@ Result<std::unique_ptr<RowLog>> RowLog::open(const std::string& db_path) {
     }
     return io_error("cannot lock", lock_path);
   }
+  // A spare a crash left may be partly written: never used.
+  (void)::unlink(log->spare_path().c_str());
   return log;
 }
 
 RowLog::~RowLog() {
   if (fd_ >= 0) ::close(fd_);
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+  if (lock_fd_ >= 0) {
+    (void)::unlink(spare_path().c_str());
+    ::close(lock_fd_);  // releases the flock
+  }
 }
 
 std::string RowLog::segment_path(uint64_t n) const {
@@ -202,8 +225,16 @@ Result<RowLog::Contents> RowLog::read_all(bool live) const {
       auto payload = record_at(data, pos);
       if (!payload && live) break;  // the record the owner is writing
       if (!payload) {
-        // A whole record further on means this one was damaged in place, not cut by a crash.
-        for (size_t next = pos + 1; next + kRowLogHeaderBytes <= data.size(); ++next) {
+        // Only zeros from here: a pre-sized segment's end, where its records stop.
+        const size_t last = data.find_last_not_of('\0');
+        const size_t used = last == std::string::npos ? 0 : last + 1;
+        if (used <= pos) break;
+        // A whole record further on means this one was damaged in place, not cut by a crash;
+        // unless a sector of it is zeros: the batch was cut by a crash while the kernel wrote
+        // its pages back (into a pre-sized segment, in any order), and none of its rows was
+        // reported durable.
+        const bool torn = torn_at(data, pos);
+        for (size_t next = pos + 1; next < used && !torn; ++next) {
           if (data[next] == kMagic[0] && record_at(data, next)) {
             return Error::make(
                 ErrorCode::kUnavailable,
@@ -214,8 +245,8 @@ Result<RowLog::Contents> RowLog::read_all(bool live) const {
           }
         }
         contents.notes.push_back("ledger row log " + path + ": dropped " +
-                                 std::to_string(data.size() - pos) +
-                                 " bytes at its end from offset " + std::to_string(pos) +
+                                 std::to_string(used - pos) + " bytes at its end from offset " +
+                                 std::to_string(pos) +
                                  " (an incomplete record: a write cut by a crash, whose rows "
                                  "were never reported durable)");
         break;
@@ -237,7 +268,20 @@ Result<RowLog::Contents> RowLog::read_all(bool live) const {
 Status RowLog::start_segment(uint64_t after) {
   const uint64_t n = after + 1;
   const std::string path = segment_path(n);
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool spare = false;
+  {
+    std::lock_guard lock(spare_mu_);
+    if (spare_ == Spare::kReady) {
+      spare_ = Spare::kNone;
+      spare = ::rename(spare_path().c_str(), path.c_str()) == 0;
+    }
+  }
+  // A pre-sized segment is written around the page cache (O_DIRECT) where the file system
+  // allows it, in whole blocks.
+  int fd = spare ? ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_DIRECT) : -1;
+  const bool direct = fd >= 0;
+  if (spare && !direct) fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (!spare) fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error("cannot create", path);
   // The new name must survive a crash before a row written to it is reported durable.
   std::filesystem::path db(db_path_);
@@ -254,11 +298,63 @@ Status RowLog::start_segment(uint64_t after) {
   fd_ = fd;
   segment_ = n;
   size_ = 0;
+  presized_ = spare;
+  direct_ = direct;
+  tail_.clear();
   return {};
+}
+
+bool RowLog::spare_ready() const {
+  std::lock_guard lock(spare_mu_);
+  return spare_ == Spare::kReady;
+}
+
+bool RowLog::wants_spare() const {
+  std::lock_guard lock(spare_mu_);
+  return spare_ == Spare::kNone && (presized_ || size_ >= kRowLogSpareAfterBytes);
+}
+
+Status RowLog::prepare_spare() {
+  {
+    std::lock_guard lock(spare_mu_);
+    if (spare_ != Spare::kNone) return {};
+    spare_ = Spare::kPreparing;
+  }
+  const std::string path = spare_path();
+  Status status;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    status = io_error("cannot create", path);
+  } else {
+    const std::string zeros(1 << 20, '\0');
+    for (int64_t at = 0; status && at < kRowLogSegmentBytes;) {
+      ssize_t n = ::pwrite(fd, zeros.data(),
+                           static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(zeros.size()),
+                                                                 kRowLogSegmentBytes - at)),
+                           static_cast<off_t>(at));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) status = io_error("cannot write", path);
+      at += n > 0 ? n : 0;
+    }
+    // The zeros and the size are on the disk before a record is reported durable in them.
+    if (status && ::fdatasync(fd) != 0) status = io_error("fdatasync failed", path);
+    ::close(fd);
+  }
+  if (!status) (void)::unlink(path.c_str());
+  std::lock_guard lock(spare_mu_);
+  spare_ = status ? Spare::kReady : Spare::kFailed;
+  return status;
+}
+
+void RowLog::FreeBlock::operator()(char* p) const {
+  std::free(p);
 }
 
 Status RowLog::append(const std::vector<LedgerEntry*>& entries) {
   buffer_.clear();
+  // Direct writes start at the block where the segment ends: its bytes there come first.
+  const size_t lead = direct_ ? tail_.size() : 0;
+  buffer_.append(tail_.data(), lead);
   for (const LedgerEntry* e : entries) {
     // The payload is encoded in place after its header, whose length and checksum follow.
     const size_t header = buffer_.size();
@@ -273,20 +369,42 @@ Status RowLog::append(const std::vector<LedgerEntry*>& entries) {
   const std::string path = segment_path(segment_);
   auto fail = [&](const char* what) {
     Error error = io_error(what, path);
-    // Nothing of the batch counts: cut back, so a retry writes it whole at the same place.
+    // Nothing of the batch counts: cut back, so a retry writes it whole at the same place
+    // (a pre-sized segment loses its zeros and grows from here).
     (void)::ftruncate(fd_, size_);
+    presized_ = false;
     return error;
   };
+  // What is written, from where: the records at the end, or (direct) whole blocks from the
+  // block the segment ends in, zeros after the records. The bytes before the end are written
+  // again unchanged, so a crash that tears that write leaves them as they were.
+  const char* data = buffer_.data();
+  size_t bytes = buffer_.size();
+  const auto at = static_cast<off_t>(size_ - static_cast<int64_t>(lead));
+  if (direct_) {
+    bytes = (bytes + kDirectBlock - 1) / kDirectBlock * kDirectBlock;
+    if (block_capacity_ < bytes) {
+      void* p = nullptr;
+      if (::posix_memalign(&p, kDirectBlock, bytes) != 0) return fail("out of memory");
+      block_.reset(static_cast<char*>(p));
+      block_capacity_ = bytes;
+    }
+    std::memcpy(block_.get(), buffer_.data(), buffer_.size());
+    std::memset(block_.get() + buffer_.size(), 0, bytes - buffer_.size());
+    data = block_.get();
+  }
   size_t done = 0;
-  while (done < buffer_.size()) {
-    ssize_t n = ::pwrite(fd_, buffer_.data() + done, buffer_.size() - done,
-                         static_cast<off_t>(size_ + static_cast<int64_t>(done)));
+  while (done < bytes) {
+    ssize_t n = ::pwrite(fd_, data + done, bytes - done, at + static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return fail("write failed");
     done += static_cast<size_t>(n);
   }
   if (::fdatasync(fd_) != 0) return fail("fdatasync failed");
-  size_ += static_cast<int64_t>(buffer_.size());
+  size_ += static_cast<int64_t>(buffer_.size() - lead);
+  if (direct_) {
+    tail_.assign(buffer_, buffer_.size() - static_cast<size_t>(size_ % kDirectBlock));
+  }
   return {};
 }
 
