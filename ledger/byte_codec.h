@@ -4,8 +4,10 @@
 // the response cache's persistent tier. Values only; not thread-safe.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -26,10 +28,12 @@ class ByteWriter {
 
   void u8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
   void i64(int64_t v) {
-    // The 8 bytes in one append (the shifts make them little-endian on any host).
+    // The 8 bytes little-endian in one append (g++ 12 wrote a byte loop of the shifts before:
+    // ~1% of ferry-full's samples on the ledger writer).
     auto u = static_cast<uint64_t>(v);
+    if constexpr (std::endian::native == std::endian::big) u = __builtin_bswap64(u);
     char bytes[8];
-    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((u >> (8 * i)) & 0xff);
+    std::memcpy(bytes, &u, 8);
     out_->append(bytes, 8);
   }
   void str(std::string_view s) {
@@ -76,7 +80,9 @@ class ByteReader {
   int64_t i64() {
     if (!need(8)) return 0;
     uint64_t u = 0;
-    for (int i = 0; i < 8; ++i) u |= uint64_t{static_cast<uint8_t>(in_[at_++])} << (8 * i);
+    std::memcpy(&u, in_.data() + at_, 8);
+    at_ += 8;
+    if constexpr (std::endian::native == std::endian::big) u = __builtin_bswap64(u);
     return static_cast<int64_t>(u);
   }
   std::string str() {
