@@ -39,6 +39,12 @@ relay_bin=$BUILD_DIR/bench/ferry_bench_relay
 fsync_bin=$BUILD_DIR/bench/ferry_bench_fsync
 if [ ! -x "$ferry_bin" ] || [ ! -x "$upstream_bin" ] || [ ! -x "$loadgen_bin" ] ||
   [ ! -x "$relay_bin" ] || [ ! -x "$fsync_bin" ]; then
+  # A directory of copied binaries (another build's, for an A/B) is not built over.
+  if [ -n "${FERRY_BUILD_DIR:-}" ] && [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+    echo "gateway_bench: $BUILD_DIR lacks one of gateway/ferry, tests/integration/ferry_test_upstream," \
+      "bench/ferry_loadgen, bench/ferry_bench_relay, bench/ferry_bench_fsync" >&2
+    exit 2
+  fi
   cmake -S . -B "$BUILD_DIR" -G Ninja >/dev/null
   cmake --build "$BUILD_DIR" --target ferry ferry_test_upstream ferry_loadgen ferry_bench_relay \
     ferry_bench_fsync
