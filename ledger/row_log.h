@@ -17,7 +17,7 @@
 // Without a spare (the first 64 KiB of a run, or a disk that refused one) a segment is created
 // empty and grows, written through the page cache, as before.
 // A RowLog belongs to one thread at a time (the ledger's writer; the applier removes segments),
-// except prepare_spare() and wants_spare(), which any thread may call.
+// except prepare_spare(), which any thread may call (the spare's state is under its own mutex).
 #pragma once
 
 #include <cstdint>
@@ -76,6 +76,7 @@ class RowLog {
   bool presized() const { return presized_; }
   // True when a spare should be prepared now: none is ready or being prepared, and the log is
   // busy enough (a pre-sized segment, or kRowLogSpareAfterBytes written to a growing one).
+  // The writer's thread (it reads the segment's state).
   bool wants_spare() const;
   bool spare_ready() const;
   // Writes the spare: zeros to kRowLogSegmentBytes, then fdatasync. Any thread; does nothing
