@@ -10,13 +10,17 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -64,6 +68,67 @@ const char* endpoint_path(Endpoint endpoint) {
 using PlainStream = TimedSocket;
 using TlsStream = beast::ssl_stream<TimedSocket>;
 
+// The parser of an answer: Beast's HTTP/1.1 response grammar (framing, chunks, keep-alive),
+// keeping of the head only what the exchange reads (the status and Content-Type) and writing
+// the body into the buffer body() points at, as http::buffer_body does. http::response_parser
+// stores every field in a basic_fields, an allocation and a free each.
+class AnswerParser final : public http::basic_parser<false> {
+ public:
+  // The caller's room for body bytes: put() fills it from `data` on, `size` counting down.
+  struct Room {
+    char* data = nullptr;
+    size_t size = 0;
+  };
+
+  // `content_type` (the connection's, reused: its capacity survives the exchanges) is cleared
+  // and receives the answer's Content-Type.
+  explicit AnswerParser(std::string& content_type) : content_type_(content_type) {
+    content_type_.clear();
+  }
+
+  int status() const { return status_; }
+  std::string_view content_type() const { return content_type_; }
+  Room& body() { return room_; }
+
+ private:
+  void on_request_impl(http::verb, beast::string_view, beast::string_view, int,
+                       beast::error_code& ec) override {
+    ec = http::error::bad_method;  // a response parser: not reached
+  }
+  void on_response_impl(int code, beast::string_view, int, beast::error_code&) override {
+    status_ = code;
+  }
+  void on_field_impl(http::field name, beast::string_view, beast::string_view value,
+                     beast::error_code&) override {
+    if (name == http::field::content_type) content_type_.assign(value.data(), value.size());
+  }
+  void on_header_impl(beast::error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, beast::error_code&) override {}
+  size_t on_body_impl(beast::string_view body, beast::error_code& ec) override {
+    return take(body, ec);
+  }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code&) override {}
+  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body,
+                            beast::error_code& ec) override {
+    return take(body, ec);
+  }
+  void on_finish_impl(beast::error_code&) override {}
+
+  // As buffer_body's writer: copies what fits; need_buffer when not all of it did.
+  size_t take(beast::string_view body, beast::error_code& ec) {
+    const size_t n = std::min(body.size(), room_.size);
+    if (n > 0) std::memcpy(room_.data, body.data(), n);
+    room_.data += n;
+    room_.size -= n;
+    if (n < body.size()) ec = http::error::need_buffer;
+    return n;
+  }
+
+  std::string& content_type_;
+  int status_ = 0;
+  Room room_;
+};
+
 // One upstream connection: a plain or TLS stream plus its read buffer.
 struct Connection {
   std::variant<std::unique_ptr<PlainStream>, std::unique_ptr<TlsStream>> stream;
@@ -73,7 +138,8 @@ struct Connection {
   std::unique_ptr<char[]> body_chunk;
   // The parser of the answer being read (one exchange at a time; here, not on the coroutine's
   // frame, which it would take over asio's 1 KiB recycling limit).
-  std::optional<http::response_parser<http::buffer_body>> parser;
+  std::optional<AnswerParser> parser;
+  std::string content_type;  // the answer's, written by its parser
   Clock::time_point idle_since;
   const asio::execution_context* loop = nullptr;  // the event loop its socket belongs to
 
@@ -333,7 +399,7 @@ struct HttpBackend::Impl {
     return head;
   }
 
-  using Parser = http::response_parser<http::buffer_body>;
+  using Parser = AnswerParser;
 
   // What reading one response body gathers: the whole body (an answer or an error status), or
   // a stream relayed as it comes.
@@ -376,7 +442,7 @@ struct HttpBackend::Impl {
     if (beast::error_code wec = co_await write_request(stream, conn, head, request.body, total)) {
       co_return not_sent(wec, reused, cancel, total);
     }
-    Parser& parser = conn.parser.emplace();
+    Parser& parser = conn.parser.emplace(conn.content_type);
     parser.body_limit(boost::none);
     parser.header_limit(64 * 1024);
     conn.tcp().expires_at(step_deadline(cfg.timeouts.first_byte_ms, total));
@@ -418,7 +484,7 @@ struct HttpBackend::Impl {
     BackendReply reply;
     reply.first_byte_us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
-    reply.status = static_cast<int>(parser.get().result_int());
+    reply.status = parser.status();
     // The name the client asked for, quoted once for every chunk's rename.
     const std::string reply_model =
         request.reply_model.empty() ? std::string() : quote_model(request.reply_model);
@@ -428,7 +494,7 @@ struct HttpBackend::Impl {
     std::optional<Error> failed = start_body(parser, request, reply_model, reply, sink, body);
     if (!failed) co_await read_body(stream, conn, parser, body, sink, cancel, total, failed);
     if (failed) co_return ended(std::move(*failed));
-    co_return settle(parser, body, std::move(reply), reply_model, request.endpoint);
+    co_return settle(parser, body, reply, reply_model, request.endpoint);
   }
 
   // Sets `body` up for the answer whose head `parser` holds: a stream's relay, or a whole
@@ -441,7 +507,7 @@ struct HttpBackend::Impl {
       body.limit = ok_status ? kMaxResponseBytes : kMaxErrorBodyBytes;
       return std::nullopt;
     }
-    std::string_view type = parser.get()[http::field::content_type];
+    std::string_view type = parser.content_type();
     if (type.find("text/event-stream") == std::string_view::npos) {
       return backend_error(
           ErrorCode::kBackendError, cfg.name,
@@ -463,13 +529,12 @@ struct HttpBackend::Impl {
                                   Clock::time_point total, std::optional<Error>& failed) {
     if (!conn.body_chunk) conn.body_chunk = std::make_unique_for_overwrite<char[]>(kReadChunk);
     char* const buf = conn.body_chunk.get();
-    auto& res = parser.get();
+    AnswerParser::Room& room = parser.body();
     while (!parser.is_done()) {
-      res.body().data = buf;
-      res.body().size = kReadChunk;
+      room = {buf, kReadChunk};
       beast::error_code rec;
       const bool need_read = parse_buffered(parser, conn.buffer, rec);
-      if (!rec && need_read && res.body().size == kReadChunk && !parser.is_done()) {
+      if (!rec && need_read && room.size == kReadChunk && !parser.is_done()) {
         if (body.relay && !body.relay->to_client.empty() && !co_await flush(*body.relay, sink)) {
           failed = client_gone();
           co_return;
@@ -492,7 +557,7 @@ struct HttpBackend::Impl {
                                : "broke the stream: " + rec.message());
         break;
       }
-      const std::string_view got(buf, kReadChunk - res.body().size);
+      const std::string_view got(buf, kReadChunk - room.size);
       if (!body.relay) {
         if (body.bytes.size() + got.size() > body.limit) {
           failed =
@@ -552,7 +617,7 @@ struct HttpBackend::Impl {
   // The answer once the body is read: an error status explained, a stream that broke or ended
   // early, a whole answer checked (OpenAI JSON), its usage and finish reason taken, its model
   // renamed.
-  Exchange settle(const Parser& parser, Body& body, BackendReply reply,
+  Exchange settle(const Parser& parser, Body& body, BackendReply& reply,
                   const std::string& reply_model, Endpoint request_endpoint) const {
     const bool whole = parser.is_done() && parser.keep_alive();
     if (reply.status < 200 || reply.status >= 300) {
@@ -592,22 +657,27 @@ struct HttpBackend::Impl {
         }
         read_responses_usage(j.value("usage", nlohmann::json()), reply.usage);
         reply.finish_reason = responses_finish(j);
-      } else if (embeddings ? !is_embeddings_answer(body.bytes) : !is_openai_answer(body.bytes)) {
-        // The exchange was whole; only the answer is bad.
-        return ended(backend_error(ErrorCode::kBackendError, cfg.name,
-                                   embeddings ? "answered with a body that is not an OpenAI "
-                                                "embeddings answer (valid JSON with a 'data' array)"
-                                              : "answered with a body that is not an OpenAI JSON "
-                                                "answer (valid JSON with a 'choices' array)"),
-                     parser.keep_alive());
-      }
-      if (request_endpoint != Endpoint::kMessages && request_endpoint != Endpoint::kResponses) {
+      } else if (embeddings) {
+        if (!is_embeddings_answer(body.bytes)) {
+          // The exchange was whole; only the answer is bad.
+          return ended(backend_error(ErrorCode::kBackendError, cfg.name,
+                                     "answered with a body that is not an OpenAI embeddings "
+                                     "answer (valid JSON with a 'data' array)"),
+                       parser.keep_alive());
+        }
         if (auto u = find_usage(body.bytes)) reply.usage = *u;
         // Embeddings usage has prompt and total tokens only: no output.
-        if (embeddings && reply.usage.prompt_tokens >= 0 && reply.usage.completion_tokens == -1) {
+        if (reply.usage.prompt_tokens >= 0 && reply.usage.completion_tokens == -1) {
           reply.usage.completion_tokens = 0;
         }
-        reply.finish_reason = find_finish_reason(body.bytes);
+      } else {
+        // Checked, and its usage and finish reason read, in one parse.
+        if (!read_openai_answer(body.bytes, reply.usage, reply.finish_reason)) {
+          return ended(backend_error(ErrorCode::kBackendError, cfg.name,
+                                     "answered with a body that is not an OpenAI JSON answer "
+                                     "(valid JSON with a 'choices' array)"),
+                       parser.keep_alive());
+        }
       }
       if (!reply_model.empty()) {
         if (auto renamed = with_quoted_model(body.bytes, reply_model)) {
@@ -616,7 +686,9 @@ struct HttpBackend::Impl {
       }
       reply.body = std::move(body.bytes);
     }
-    return Exchange{Result<BackendReply>(std::move(reply)), whole};
+    Exchange done{std::nullopt, whole};
+    done.result.emplace(std::move(reply));  // one move of the reply, not three
+    return done;
   }
 };
 

@@ -89,8 +89,13 @@ class SseParser {
 // value) on one parser per thread whose buffers are reused: cheap enough for every stream event.
 // True when `text` is one valid JSON object (an SSE event's data must be).
 bool is_json_object(std::string_view text);
-// True when `text` is one valid JSON object with a "choices" array (a non-stream answer).
-bool is_openai_answer(std::string_view text);
+struct Usage;  // adapters/backend.h
+// True when `text` is one valid JSON object with a "choices" array (a non-stream answer). From
+// the same parse, the answer's facts: `usage` from its last top-level `usage` member when that
+// is an object (left as it is when absent or null), read as find_usage reads one
+// (adapters/openai_wire.h); `finish_reason` from the first choice whose `finish_reason` is a
+// string ("" when none is).
+bool read_openai_answer(std::string_view text, Usage& usage, std::string& finish_reason);
 // True when `text` is one valid JSON object with a "data" array (an embeddings answer).
 bool is_embeddings_answer(std::string_view text);
 

@@ -123,6 +123,7 @@ asio::awaitable<void> serve_connection(ServerState& server, Stream& stream) {
   const auto& lim = server.cfg.limits;
   beast::flat_buffer buffer(static_cast<size_t>(lim.max_header_bytes) + 4096);
   std::shared_ptr<EarlyRead> early;  // plain connections: see EarlyRead
+  RequestParser parser;              // reset for each request, its buffers kept
   for (;;) {
     // Idle: wait for the first byte of the next request.
     if (early && early->pending && buffer.size() == 0) {
@@ -141,7 +142,7 @@ asio::awaitable<void> serve_connection(ServerState& server, Stream& stream) {
     }
     // While draining, a request that reaches an open connection is still answered (with
     // `connection: close`): /readyz says 503, the API a 503 to retry elsewhere.
-    RequestParser parser;
+    parser.reset();
     RequestRecord rec;
     std::optional<ReadFailure> failed =
         co_await read_head(stream, buffer, parser, early.get(), lim, rec);

@@ -1,6 +1,8 @@
 #include "gateway/http_wire.h"
 
 #include <charconv>
+#include <cstdint>
+#include <cstring>
 
 namespace ferry::gateway {
 
@@ -75,9 +77,25 @@ std::string_view reason_phrase(int status) {
 
 namespace {
 
+bool unsafe_byte(char c) {
+  return c == '\r' || c == '\n' || c == '\0';
+}
+
 bool safe(std::string_view s) {
-  for (char c : s) {
-    if (c == '\r' || c == '\n' || c == '\0') return false;
+  // Eight bytes at a time: a word without a byte under 0x20 holds no CR, LF or NUL (the test is
+  // exact for "any byte under n", n <= 0x80); a word with one is looked at byte by byte.
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    if (((w - kOnes * 0x20) & ~w & kOnes * 0x80) == 0) continue;
+    for (size_t j = i; j < i + 8; ++j) {
+      if (unsafe_byte(s[j])) return false;
+    }
+  }
+  for (; i < s.size(); ++i) {
+    if (unsafe_byte(s[i])) return false;
   }
   return true;
 }

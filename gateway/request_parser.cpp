@@ -97,6 +97,22 @@ RequestParser::RequestParser() {
 
 RequestParser::~RequestParser() = default;
 
+void RequestParser::reset() {
+  state_ = State::kHead;
+  got_some_ = false;
+  keep_alive_ = true;
+  length_.reset();
+  remaining_ = 0;
+  verb_ = http::verb::unknown;
+  version_ = 11;
+  method_ = {};
+  target_ = {};
+  text_.clear();
+  fields_.clear();
+  body_.clear();
+  beast_.reset();
+}
+
 RequestParser::Span RequestParser::keep(std::string_view s) {
   // A head is at most its limit (a uint32_t): the offsets fit.
   Span span{static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(s.size())};
@@ -106,12 +122,21 @@ RequestParser::Span RequestParser::keep(std::string_view s) {
 
 void RequestParser::add_field(std::string_view name, std::string_view value) {
   Span n = keep(name);
-  fields_.push_back(Field{n, keep(value)});
+  fields_.push_back(Field{n, keep(value), name_key(name)});
+}
+
+uint32_t RequestParser::name_key(std::string_view name) {
+  if (name.empty()) return 0;
+  auto lower = [](char c) { return static_cast<uint32_t>(static_cast<unsigned char>(c) | 0x20); };
+  // `| 0x20` lower-cases a letter (and may join other bytes: the compare below decides), so
+  // names iequals calls equal get equal keys.
+  return static_cast<uint32_t>(name.size()) << 16 | lower(name.front()) << 8 | lower(name.back());
 }
 
 std::string_view RequestParser::operator[](std::string_view name) const {
+  const uint32_t key = name_key(name);
   for (const Field& f : fields_) {
-    if (f.name.size == name.size() && iequals(piece(f.name), name)) return piece(f.value);
+    if (f.key == key && iequals(piece(f.name), name)) return piece(f.value);
   }
   return {};
 }
@@ -225,7 +250,7 @@ RequestParser::Scan RequestParser::scan_head(std::string_view h) {
       default:
         break;
     }
-    fields_.push_back(Field{span(name), span(value)});
+    fields_.push_back(Field{span(name), span(value), name_key(name)});
   }
   // At the empty line: the head ends here, with nothing after it in `h`.
   if (i + 1 == h.size()) return more;

@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "adapters/backend.h"
+#include "adapters/openai_wire.h"
 
 namespace ferry::adapters {
 namespace {
@@ -82,11 +86,80 @@ TEST(UpstreamJson, EventsMustBeOneValidObject) {
   }
 }
 
+bool is_answer(std::string_view text) {
+  Usage usage;
+  std::string finish;
+  return read_openai_answer(text, usage, finish);
+}
+
 TEST(UpstreamJson, AnAnswerHasAChoicesArray) {
-  EXPECT_TRUE(is_openai_answer(R"({"id":"x","choices":[]})"));
-  EXPECT_FALSE(is_openai_answer(R"({"id":"x"})"));
-  EXPECT_FALSE(is_openai_answer(R"({"choices":{}})"));
-  EXPECT_FALSE(is_openai_answer("this is not json {"));
+  EXPECT_TRUE(is_answer(R"({"id":"x","choices":[]})"));
+  EXPECT_FALSE(is_answer(R"({"id":"x"})"));
+  EXPECT_FALSE(is_answer(R"({"choices":{}})"));
+  EXPECT_FALSE(is_answer("this is not json {"));
+  EXPECT_FALSE(is_answer(R"({"choices":[]} {})"));
+  EXPECT_FALSE(is_answer("{\"choices\":[\"\xff\"]}"));
+}
+
+// The answer's facts from its one parse, against the text scanners the relay uses on stream
+// chunks (find_usage, find_finish_reason), on the usage shapes their own tests hold.
+TEST(UpstreamJson, AnAnswerReadsItsUsageAndFinishReasonAsTheScannersDo) {
+  std::vector<std::string> usages = {
+      R"({"prompt_tokens":12,"completion_tokens":5,"total_tokens":17,)"
+      R"("prompt_tokens_details":{"cached_tokens":4},"completion_tokens_details":{"reasoning_tokens":2}})",
+      R"({ "total_tokens" : 30 , "extra": {"a": [1, {"b": "}"}]},)"
+      R"("completion_tokens_details": {"accepted_prediction_tokens": 0, "reasoning_tokens": 7},)"
+      R"("prompt_tokens": 20, "completion_tokens": 10, "prompt_tokens_details": null })",
+      R"({"prompt_tokens":null,"completion_tokens":4})",
+      R"({"prompt_\u0074okens":7,"completion_tokens":8})",
+      R"({"prompt_tokens":5,"note":"}\"{","completion_tokens":6,"x":[{"y":"]"}]})",
+      "{}",
+      "null",
+  };
+  for (const char* n : {"0", "-1", "999999999999999999", "9223372036854775807",
+                        "-9223372036854775808", "9223372036854775808", "18446744073709551615",
+                        "1e300", "1.0", "1.5", "\"11\"", "true", "[]", "{}", "null"}) {
+    usages.push_back(std::string(R"({"prompt_tokens":)") + n + R"(,"completion_tokens":)" + n +
+                     R"(,"total_tokens":)" + n + R"(,"prompt_tokens_details":{"cached_tokens":)" +
+                     n + R"(},"completion_tokens_details":{"reasoning_tokens":)" + n + "}}");
+  }
+  const std::vector<std::string> choices = {
+      "[]",
+      R"([{"index":0,"message":{"content":"\"usage\": {}"},"finish_reason":"stop"}])",
+      R"([{"finish_reason":null},{"finish_reason":"length"}])",
+      R"([{"finish_reason":null}])",
+      R"([{"message":{"role":"assistant"}},{"finish_reason":"tool_calls"}])",
+  };
+  const Usage untouched{-7, -7, -7, -7, -7, true};
+  for (const std::string& usage : usages) {
+    for (const std::string& choice : choices) {
+      // The usage before the choices, after them, and a stale one overridden by a later key.
+      for (const std::string& body :
+           {R"({"id":"x","usage":)" + usage + R"(,"choices":)" + choice + "}",
+            R"({"id":"x","choices":)" + choice + R"(,"usage":)" + usage + "}",
+            R"({"usage":{"prompt_tokens":99},"choices":)" + choice + R"(,"usage":)" + usage +
+                "}"}) {
+        SCOPED_TRACE(body);
+        Usage got = untouched;
+        std::string finish = "stale";
+        ASSERT_TRUE(read_openai_answer(body, got, finish));
+        EXPECT_EQ(finish, find_finish_reason(body));
+        const std::optional<Usage> want = find_usage(body);
+        const Usage& expect = want ? *want : untouched;
+        EXPECT_EQ(got.prompt_tokens, expect.prompt_tokens);
+        EXPECT_EQ(got.completion_tokens, expect.completion_tokens);
+        EXPECT_EQ(got.total_tokens, expect.total_tokens);
+        EXPECT_EQ(got.cached_tokens, expect.cached_tokens);
+        EXPECT_EQ(got.reasoning_tokens, expect.reasoning_tokens);
+        EXPECT_EQ(got.malformed, expect.malformed);
+      }
+    }
+  }
+  // An escaped finish reason is read decoded (the scanner gives the text as written).
+  Usage u;
+  std::string finish;
+  ASSERT_TRUE(read_openai_answer(R"({"choices":[{"finish_reason":"st\u006fp"}]})", u, finish));
+  EXPECT_EQ(finish, "stop");
 }
 
 }  // namespace

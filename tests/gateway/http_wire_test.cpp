@@ -48,6 +48,34 @@ TEST(HttpWire, HeadersThatWouldSplitTheResponseAreLeftOut) {
   EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nServer: ferry\r\nx-a: ok\r\nContent-Length: 0\r\n\r\n");
 }
 
+TEST(HttpWire, ABreakAnywhereInALongValueLeavesTheHeaderOut) {
+  // The check reads eight bytes at a time: a CR, LF or NUL at every offset of a 21-byte value,
+  // beside bytes it must keep (tab, other control bytes, bytes over 0x7F, a space).
+  const std::string base = "a\tb\x01c\x1f d\x7f\xc3\xa9 0123456789";
+  ASSERT_EQ(base.size(), 21u);
+  ResponseHead kept;
+  HeaderList plain = {{"x-long", base}};
+  kept.headers = &plain;
+  kept.content_length = 0;
+  std::string out;
+  append_response_head(out, kept);
+  EXPECT_NE(out.find("x-long: " + base + "\r\n"), std::string::npos);
+  for (char bad : {'\r', '\n', '\0'}) {
+    for (size_t at = 0; at < base.size(); ++at) {
+      std::string value = base;
+      value[at] = bad;
+      HeaderList extra = {{"x-long", value}, {"x-after-the-long-one", value}};
+      ResponseHead h;
+      h.headers = &extra;
+      h.content_length = 0;
+      out.clear();
+      append_response_head(out, h);
+      EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nServer: ferry\r\nContent-Length: 0\r\n\r\n")
+          << "byte " << int(bad) << " at " << at;
+    }
+  }
+}
+
 TEST(HttpWire, ReasonPhrasesAndChunkPrefixes) {
   EXPECT_EQ(reason_phrase(404), "Not Found");
   EXPECT_EQ(reason_phrase(504), "Gateway Timeout");

@@ -111,6 +111,26 @@ TEST(RequestParser, EverythingElseGoesToBeastWithTheSameVerdict) {
   EXPECT_TRUE(same(kOther[11], 64));
 }
 
+TEST(RequestParser, AResetParserReadsTheNextRequestAsAFreshOneDoes) {
+  // One parser per connection: after any request (scanned, Beast's, refused), reset() leaves
+  // nothing of it behind.
+  std::vector<std::string> inputs = kCommon;
+  inputs.insert(inputs.end(), kOther.begin(), kOther.end());
+  RequestParser reused;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (size_t j = 0; j < inputs.size(); j += 3) {
+      reused.reset();
+      (void)parser_diff::read(reused, inputs[i], 64, 1024, 4096);
+      reused.reset();
+      RequestParser fresh;
+      Outcome want = parser_diff::read(fresh, inputs[j], 7, 1024, 4096);
+      Outcome got = parser_diff::read(reused, inputs[j], 7, 1024, 4096);
+      ASSERT_EQ(got, want) << "after '" << inputs[i] << "': '" << inputs[j] << "'";
+      EXPECT_EQ(reused.took_slow_path(), fresh.took_slow_path());
+    }
+  }
+}
+
 TEST(RequestParser, MutatedRequestsComeToBeastsVerdict) {
   std::mt19937 rng(20261206);
   const char kBytes[] = " \t\r\n:,;0159aAzZ-\x7f\x80\xff";
