@@ -207,6 +207,25 @@ class Parser {
           error_ = "the characters '\"' and '\\' are not supported";
           return out;
         }
+        // An escaped control byte would be a raw one in the JSON string (invalid JSON), an
+        // escaped non-ASCII character a lone byte of its UTF-8 (invalid UTF-8): the same rules
+        // as for the unescaped ones.
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+          error_ = "control characters are not supported";
+          return out;
+        }
+        if (static_cast<unsigned char>(c) >= 0x80) {
+          if (in_class) {
+            error_ = "non-ASCII characters in a class are not supported";
+            return out;
+          }
+          if (static_cast<unsigned char>(c) < 0xC0) {
+            error_ = "invalid UTF-8 after a backslash";
+            return out;
+          }
+          out.value_or_node = utf8_char(c);
+          return out;
+        }
         s.set(static_cast<unsigned char>(c));
         out.set = s;
         out.is_set = true;
@@ -218,7 +237,6 @@ class Parser {
     out.set = s;
     out.is_set = true;
     out.value_or_node = chars(s);
-    (void)in_class;
     return out;
   }
 

@@ -9,7 +9,8 @@
 // anywhere); `.` and negated classes stand for printable ASCII only; `"` and `\` are never
 // generated (they would need a JSON escape); unbounded repetition is capped at `max_repeat`
 // more. Refused, with a message: backreferences, lookaround, `\b`, anchors inside, control
-// characters, non-ASCII characters inside classes, a class that leaves nothing to generate.
+// characters (escaped or not), non-ASCII characters inside classes, a class that leaves
+// nothing to generate. An escaped non-ASCII character outside a class is that character.
 #pragma once
 
 #include <cstdint>

@@ -121,6 +121,10 @@ INSTANTIATE_TEST_SUITE_P(
         KeywordCase{R"({"type":"string","pattern":"^(?:cat|dog)s?\\.$"})",
                     {R"("cat.")", R"("dogs.")"},
                     {R"("cow.")", R"("cats")"}},
+        // An escaped non-ASCII character is the whole character (not its first byte).
+        KeywordCase{R"({"type":"string","pattern":"^caf\\\u00e9{1,2}$"})",
+                    {"\"caf\u00e9\"", "\"caf\u00e9\u00e9\""},
+                    {R"("caf")", "\"caf\u00e9\u00e9\u00e9\""}},
         KeywordCase{R"({"type":"string","format":"date"})",
                     {R"("2024-02-28")", R"("1999-12-31")", R"("2023-04-30")"},
                     {R"("2024-02-30")", R"("2024-13-01")", R"("2024-04-31")", R"("24-01-01")"}},
@@ -231,6 +235,12 @@ INSTANTIATE_TEST_SUITE_P(
         RefusedCase{R"({"type":"object","properties":{"a":{"type":"string","pattern":"(?=a)b"}}})",
                     "pattern", "#/properties/a"},
         RefusedCase{R"({"type":"string","pattern":"a\\1"})", "pattern", "#"},
+        // A backslash before a control character (here a raw LF, JSON's \n): generated, it
+        // would be a raw control byte in the string, which is not JSON (found by
+        // fuzz_constrain_schema).
+        RefusedCase{R"({"type":"string","pattern":"^(?:red|bl)(?<d>s\\\n])?$"})", "pattern", "#"},
+        RefusedCase{R"({"type":"string","pattern":"a\\\u007f"})", "pattern", "#"},
+        RefusedCase{R"({"type":"string","pattern":"[a\\\u00e9]"})", "pattern", "#"},
         RefusedCase{R"({"$ref":"http://example.com/s.json"})", "$ref", "#"},
         RefusedCase{R"({"allOf":[{"type":"string"},{"minLength":1}]})", "allOf", "#"},
         RefusedCase{R"({"type":"object","dependentRequired":{"a":["b"]}})", "dependentRequired",
