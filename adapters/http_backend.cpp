@@ -100,7 +100,11 @@ class AnswerParser final : public http::basic_parser<false> {
   }
   void on_field_impl(http::field name, beast::string_view, beast::string_view value,
                      beast::error_code&) override {
-    if (name == http::field::content_type) content_type_.assign(value.data(), value.size());
+    // The first, as basic_fields' lookup gives it.
+    if (name == http::field::content_type && !seen_content_type_) {
+      content_type_.assign(value.data(), value.size());
+      seen_content_type_ = true;
+    }
   }
   void on_header_impl(beast::error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>&, beast::error_code&) override {}
@@ -125,6 +129,7 @@ class AnswerParser final : public http::basic_parser<false> {
   }
 
   std::string& content_type_;
+  bool seen_content_type_ = false;
   int status_ = 0;
   Room room_;
 };
