@@ -88,6 +88,9 @@ class RequestParser {
   Scan scan_head(std::string_view head);
   size_t to_beast(std::string_view bytes, boost::beast::error_code& ec);
 
+  // reset() gives every member below but the two limits (which the reader sets for each
+  // request) its initial value again: a member added here is added there too
+  // (RequestParser.AResetParserReadsTheNextRequestAsAFreshOneDoes holds the two side by side).
   uint32_t header_limit_ = 8192;
   uint64_t body_limit_ = 1024 * 1024;
   State state_ = State::kHead;
