@@ -10,15 +10,19 @@
 
 #include "gguf/gguf_writer.h"
 #include "model_tools/model_tools.h"
+#include "tests/common/temp_dir.h"
 
 namespace ferry::constrain::testing {
 namespace {
 
+// The models this test binary writes, removed when it exits.
+const ferry::testing::TempDir& test_dir() {
+  static const ferry::testing::TempDir dir("ferry_constrain");
+  return dir;
+}
+
 std::string synth_model_path() {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("ferry_constrain_" + std::to_string(static_cast<long>(::getpid())));
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "synth-qwen2.gguf").string();
+  const std::string path = test_dir().file("synth-qwen2.gguf");
   if (!std::filesystem::exists(path)) {
     model_tools::SynthOptions o;
     o.arch = "qwen2";
@@ -122,10 +126,7 @@ std::string qwen152k_vocab_path() {
   static std::string written;
   std::lock_guard<std::mutex> lock(mu);
   if (!written.empty()) return written;
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("ferry_constrain_" + std::to_string(static_cast<long>(::getpid())));
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "qwen152k-vocab.gguf").string();
+  const std::string path = test_dir().file("qwen152k-vocab.gguf");
   auto o200k = tokenizer::load_tokenizer("o200k_base");
   if (!o200k) return {};
   constexpr std::uint32_t kBpe = 151643;  // Qwen2's BPE tokens; o200k's lowest ranks here

@@ -13,6 +13,7 @@
 #include "ledger/ledger.h"
 #include "ledger/row_log.h"
 #include "ledger/sqlite_db.h"
+#include "tests/common/temp_dir.h"
 
 namespace ferry::ledger::testing {
 
@@ -34,22 +35,10 @@ inline constexpr const char* kUndoSchemaFive = FERRY_UNDO_SCHEMA_EIGHT
     "ALTER TABLE daily_team DROP COLUMN shadows; "
     "ALTER TABLE daily_team DROP COLUMN unpriced_served; ";
 
-class TempDir {
+// A ferry_ledger_XXXXXX directory, removed with its files at the end of the test.
+class TempDir : public ferry::testing::TempDir {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "ferry_ledger_XXXXXX").string();
-    char* made = mkdtemp(pattern.data());
-    EXPECT_NE(made, nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
+  TempDir() : ferry::testing::TempDir("ferry_ledger") {}
 };
 
 // One price for `gpu-large` (3 / 15 per million input / output tokens), from 2026-01-01.

@@ -9,8 +9,6 @@
 #include <future>
 #include <vector>
 
-#include <unistd.h>
-
 #include "gguf/gguf_writer.h"
 #include "local_engine/encoder.h"
 #include "local_engine/encoder_runner.h"
@@ -19,15 +17,16 @@
 #include "local_engine/kernels/matmul.h"
 #include "local_engine/model.h"
 #include "model_tools/model_tools.h"
+#include "tests/common/temp_dir.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferry::engine {
 namespace {
 
+// Files of this test binary, removed when it exits.
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("ferry_encoder_" + std::to_string(::getpid()) + "_" + name))
-      .string();
+  static const ferry::testing::TempDir dir("ferry_encoder");
+  return dir.file(name);
 }
 
 model_tools::SynthOptions small_bert(const std::string& pooling, const std::string& type = "F32") {
