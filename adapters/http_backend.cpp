@@ -145,6 +145,9 @@ struct Connection {
   // frame, which it would take over asio's 1 KiB recycling limit).
   std::optional<AnswerParser> parser;
   std::string content_type;  // the answer's, written by its parser
+  // The answer of the exchange under way, moved out when it ends (here, not in a coroutine's
+  // frame: it would take HttpBackend::send's over asio's 1 KiB recycling limit).
+  BackendReply reply;
   Clock::time_point idle_since;
   const asio::execution_context* loop = nullptr;  // the event loop its socket belongs to
 
@@ -344,13 +347,30 @@ struct HttpBackend::Impl {
     co_return conn;
   }
 
-  // The outcome of one exchange on one connection.
+  // The outcome of one exchange on one connection; the answer itself is written into the
+  // connection's BackendReply (moved once, out of send, not out of every coroutine it passes
+  // through).
   struct Exchange {
-    std::optional<Result<BackendReply>> result;  // empty: retry on a fresh connection
+    bool answered = false;       // false: retry on a fresh connection
+    std::optional<Error> error;  // answered, and the exchange failed
     bool reusable = false;
   };
   static Exchange ended(Error error, bool reusable = false) {
-    return Exchange{Result<BackendReply>(std::move(error)), reusable};
+    return Exchange{true, std::move(error), reusable};
+  }
+  // An exchange's result: the error, or the answer moved out of its connection, which goes back
+  // to the pool when the exchange left it reusable (and was not cancelled) and is closed
+  // otherwise.
+  Result<BackendReply> finish(std::unique_ptr<Connection> conn, Exchange& ex,
+                              const CancelSignal& cancel) {
+    Result<BackendReply> out = ex.error ? Result<BackendReply>(std::move(*ex.error))
+                                        : Result<BackendReply>(std::move(conn->reply));
+    if (ex.reusable && !cancel.cancelled()) {
+      give_back(std::move(conn));
+    } else {
+      conn->close();
+    }
+    return out;
   }
   static Error client_gone() { return Error::make(ErrorCode::kCancelled, "client went away"); }
 
@@ -459,8 +479,22 @@ struct HttpBackend::Impl {
       // read below reads from this socket.
       if (conn.buffer.size() == 0) stream.expect_silence();
     }
-    auto [hec, hn] = co_await http::async_read_header(stream, conn.buffer, parser, kAwait);
-    if (hec) co_return no_head(hec, conn.buffer.size() == 0 && hn == 0, reused, cancel, total);
+    // The head: what is buffered parsed first, the socket read only while the parser needs more
+    // (here rather than Beast's composed async_read_header, whose layers of operations cost
+    // ~2k instructions an answer).
+    beast::error_code hec;
+    bool nothing_read = conn.buffer.size() == 0;
+    while (!parse_head(parser, conn.buffer, hec)) {
+      auto [rec, n] =
+          co_await stream.async_read_some(conn.buffer.prepare(read_room(conn.buffer)), kAwait);
+      conn.buffer.commit(n);
+      if (n > 0) nothing_read = false;
+      if (rec) {
+        hec = read_ended(parser, rec);
+        break;
+      }
+    }
+    if (hec) co_return no_head(hec, nothing_read && conn.buffer.size() == 0, reused, cancel, total);
     co_return co_await take_answer(stream, conn, parser, request, sink, cancel, total, started);
   }
 
@@ -480,13 +514,14 @@ struct HttpBackend::Impl {
     return ended(io_error(ec, "waiting for the response", cancel, total));
   }
 
-  // The body after the head, relayed or gathered, and the answer checked.
+  // The body after the head, relayed or gathered, and the answer checked, into conn.reply.
   template <typename Stream>
   asio::awaitable<Exchange> take_answer(Stream& stream, Connection& conn, Parser& parser,
                                         const BackendRequest& request, StreamSink* sink,
                                         CancelSignal& cancel, Clock::time_point total,
                                         Clock::time_point started) {
-    BackendReply reply;
+    BackendReply& reply = conn.reply;
+    reply = BackendReply{};  // the connection's last answer was moved out
     reply.first_byte_us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count();
     reply.status = parser.status();
@@ -584,6 +619,26 @@ struct HttpBackend::Impl {
       failed = client_gone();
       co_return;
     }
+  }
+
+  // Parses the buffered head. True when the head is complete or parsing failed (`ec`); false
+  // when the parser needs more bytes.
+  static bool parse_head(Parser& parser, beast::flat_buffer& buffer, beast::error_code& ec) {
+    if (buffer.size() > 0) {
+      buffer.consume(parser.put(buffer.data(), ec));
+      if (ec == http::error::need_more) {
+        ec = {};
+      } else if (ec) {
+        return true;
+      }
+    }
+    return parser.is_header_done();
+  }
+
+  // How many bytes the next head read asks for: the buffer's free room, at least 512 (Beast's
+  // read_size).
+  static size_t read_room(const beast::flat_buffer& buffer) {
+    return std::clamp<size_t>(buffer.capacity() - buffer.size(), 512, 64 * 1024);
   }
 
   // Parses what is buffered into the parser's body buffer. True when the parser needs more
@@ -691,9 +746,7 @@ struct HttpBackend::Impl {
       }
       reply.body = std::move(body.bytes);
     }
-    Exchange done{std::nullopt, whole};
-    done.result.emplace(std::move(reply));  // one move of the reply, not three
-    return done;
+    return Exchange{true, std::nullopt, whole};
   }
 };
 
@@ -755,16 +808,12 @@ asio::awaitable<Result<BackendReply>> HttpBackend::send(const BackendRequest& re
         },
         conn->stream);
     cancel.clear_hook();
-    if (!ex.result) {
+    if (!ex.answered) {
       conn->close();
       continue;  // the reused connection was stale; try a fresh one
     }
-    if (ex.reusable && !cancel.cancelled()) {
-      im.give_back(std::move(conn));
-    } else {
-      conn->close();
-    }
-    co_return std::move(*ex.result);
+    // (A plain function: a named result here would be one more slot in this frame.)
+    co_return im.finish(std::move(conn), ex, cancel);
   }
   co_return backend_error(ErrorCode::kBackendError, im.cfg.name, "dropped the connection");
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The coroutine frames one pass-through chat request allocates, with the coroutine that
-# allocates each: gdb stops at every aligned_alloc, the call asio makes when its per-thread
-# recycling cannot serve a frame (frames over 1020 bytes never can; glibc's thread cache serves
-# requests up to 1032 bytes, larger ones take its slow path). Run after a change to a coroutine
-# of the request path (gateway/connection.cpp, proxy.cpp, adapters/http_backend.cpp): each
-# frame allocated per request should stay under 1 KiB. Needs gdb.
+# allocates each: gdb stops at every operator new (asio's own frame recycling is off, see
+# ARCHITECTURE "Coroutine frames stay under 1 KiB"), and the allocations whose caller is a
+# coroutine's ramp (named from the `[clone .actor]` functions in the binary) are its frames. The
+# allocators' fast paths end at 1 KiB (mimalloc's small objects, glibc's thread cache). Run
+# after a change to a coroutine of the request path (gateway/connection.cpp, proxy.cpp,
+# adapters/http_backend.cpp): each frame allocated per request should stay under 1 KiB.
+# Needs gdb and objdump.
 #   bench/coroutine_frames.sh   (FERRY_BUILD_DIR: the build, default build)
 # Prints "<count> <bytes> <coroutine>" for three requests on two connections (a connection's
 # own frame, serve_connection, is allocated once per connection).
@@ -26,11 +28,11 @@ chat() { curl -s "$ferry_url/v1/chat/completions" -H 'content-type: application/
 chat  # warm: the upstream connection, the first allocations
 cat >"$work/gdb.cmd" <<'EOF2'
 set pagination off
-break aligned_alloc
+break operator new(unsigned long)
 commands
 silent
-printf "SIZE %lu\n", $rsi
-bt 6
+printf "SIZE %lu\n", $rdi
+bt 4
 continue
 end
 continue
@@ -50,8 +52,28 @@ EOF2
 sleep 1
 kill "$gdb_pid" 2>/dev/null || true
 wait "$gdb_pid" 2>/dev/null || true
-python3 - "$work/gdb.out" <<'EOF2'
+# The coroutines: each has an actor, `<coroutine>(<coroutine>(...)::_Z...Frame*) [clone .actor]`.
+objdump -d --no-show-raw-insn -C "$ferry_bin" 2>/dev/null |
+  grep -o '^[0-9a-f]* <.* \[clone \.actor\]>:$' | cut -d'<' -f2- >"$work/actors.txt"
+python3 - "$work/gdb.out" "$work/actors.txt" <<'EOF2'
 import collections, re, sys
+
+def key(name):
+    """A function's qualified name without its return type, template arguments or parameters."""
+    name = name.replace("(anonymous namespace)", "{anon}")
+    out, depth = [], 0
+    for ch in name:
+        if ch == "(" and depth == 0:
+            break
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).split(" ")[-1]
+
+coroutines = set(key(line) for line in open(sys.argv[2], errors="replace"))
 counts = collections.Counter()
 size = None
 for line in open(sys.argv[1], errors="replace"):
@@ -62,10 +84,11 @@ for line in open(sys.argv[1], errors="replace"):
     if not m or size is None or named:
         continue
     name = m.group(1)
-    if "boost::asio" in name or "aligned" in name or "memalign" in name:
+    if "operator new" in name or name.startswith("mi_"):
         continue
-    counts[(size, name[:150])] += 1
-    named = True
+    named = True  # the allocation's caller: a frame when it is a coroutine's ramp
+    if key(name) in coroutines:
+        counts[(size, name[:150])] += 1
 for (size, name), n in sorted(counts.items(), key=lambda kv: -kv[0][0]):
     print(n, size, name)
 EOF2

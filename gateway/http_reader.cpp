@@ -123,16 +123,48 @@ ReadFailure body_too_large(const config::Limits& limits, RequestRecord& rec) {
   return refuse(rec, 413, e, e.message, /*linger=*/true);
 }
 
+namespace {
+
+void set_limits(RequestParser& parser, const config::Limits& lim) {
+  parser.header_limit(static_cast<uint32_t>(lim.max_header_bytes));
+  parser.body_limit(static_cast<uint64_t>(lim.max_body_bytes));
+}
+
+}  // namespace
+
+bool take_buffered(beast::flat_buffer& buffer, RequestParser& parser, const config::Limits& lim,
+                   beast::error_code& fed) {
+  set_limits(parser, lim);
+  fed = {};
+  while (buffer.size() != 0 && !parser.is_done()) {
+    auto data = buffer.data();
+    const size_t used =
+        parser.put(std::string_view(static_cast<const char*>(data.data()), data.size()), fed);
+    buffer.consume(used);
+    if (fed == http::error::need_more) {
+      fed = {};
+      return false;
+    }
+    if (fed || used == 0) return false;
+  }
+  return parser.is_done() && parser[http::field::expect].empty();
+}
+
 template <typename Stream>
 asio::awaitable<std::optional<ReadFailure>> read_head(Stream& stream, beast::flat_buffer& buffer,
                                                       RequestParser& parser, EarlyRead* early,
-                                                      const config::Limits& lim,
-                                                      RequestRecord& rec) {
-  parser.header_limit(static_cast<uint32_t>(lim.max_header_bytes));
-  parser.body_limit(static_cast<uint64_t>(lim.max_body_bytes));
-  beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.header_timeout_ms));
-  auto header_done = [](const RequestParser& p) { return p.is_header_done(); };
-  beast::error_code hec = co_await read_until(stream, buffer, parser, header_done, early);
+                                                      const config::Limits& lim, RequestRecord& rec,
+                                                      beast::error_code fed) {
+  set_limits(parser, lim);
+  beast::error_code hec;
+  if (parser.is_header_done()) co_return std::nullopt;  // take_buffered had it (any error: body's)
+  if (fed) {
+    hec = fed;
+  } else {
+    beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.header_timeout_ms));
+    auto header_done = [](const RequestParser& p) { return p.is_header_done(); };
+    hec = co_await read_until(stream, buffer, parser, header_done, early);
+  }
   if (!hec) co_return std::nullopt;
   if (hec == http::error::body_limit) {
     // The Content-Length alone is over the limit: refuse without reading the body.
@@ -156,8 +188,8 @@ asio::awaitable<std::optional<ReadFailure>> read_head(Stream& stream, beast::fla
 template <typename Stream>
 asio::awaitable<std::optional<ReadFailure>> read_body(Stream& stream, beast::flat_buffer& buffer,
                                                       RequestParser& parser, EarlyRead* early,
-                                                      const config::Limits& lim,
-                                                      RequestRecord& rec) {
+                                                      const config::Limits& lim, RequestRecord& rec,
+                                                      beast::error_code fed) {
   if (rec.path.empty()) rec.path = std::string(parser.target());
   auto cl = parser.content_length();
   if (cl && *cl > static_cast<uint64_t>(lim.max_body_bytes)) co_return body_too_large(lim, rec);
@@ -168,9 +200,12 @@ asio::awaitable<std::optional<ReadFailure>> read_body(Stream& stream, beast::fla
     if (cec) co_return ReadFailure{};
   }
   if (parser.is_done()) co_return std::nullopt;
-  beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.body_timeout_ms));
-  auto message_done = [](const RequestParser& p) { return p.is_done(); };
-  beast::error_code bec = co_await read_until(stream, buffer, parser, message_done, early);
+  beast::error_code bec = fed;
+  if (!bec) {
+    beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.body_timeout_ms));
+    auto message_done = [](const RequestParser& p) { return p.is_done(); };
+    bec = co_await read_until(stream, buffer, parser, message_done, early);
+  }
   if (!bec) co_return std::nullopt;
   if (bec == http::error::body_limit) co_return body_too_large(lim, rec);
   if (bec != beast::error::timeout) co_return ReadFailure{};
@@ -187,18 +222,18 @@ template asio::awaitable<void> wait_early(TlsStream&, EarlyRead&);
 template asio::awaitable<std::optional<ReadFailure>> read_head(PlainStream&, beast::flat_buffer&,
                                                                RequestParser&, EarlyRead*,
                                                                const config::Limits&,
-                                                               RequestRecord&);
+                                                               RequestRecord&, beast::error_code);
 template asio::awaitable<std::optional<ReadFailure>> read_head(TlsStream&, beast::flat_buffer&,
                                                                RequestParser&, EarlyRead*,
                                                                const config::Limits&,
-                                                               RequestRecord&);
+                                                               RequestRecord&, beast::error_code);
 template asio::awaitable<std::optional<ReadFailure>> read_body(PlainStream&, beast::flat_buffer&,
                                                                RequestParser&, EarlyRead*,
                                                                const config::Limits&,
-                                                               RequestRecord&);
+                                                               RequestRecord&, beast::error_code);
 template asio::awaitable<std::optional<ReadFailure>> read_body(TlsStream&, beast::flat_buffer&,
                                                                RequestParser&, EarlyRead*,
                                                                const config::Limits&,
-                                                               RequestRecord&);
+                                                               RequestRecord&, beast::error_code);
 
 }  // namespace ferry::gateway

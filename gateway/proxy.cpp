@@ -357,13 +357,21 @@ asio::awaitable<bool> answer_error(ServerState& server, Stream& stream, ChunkedS
   co_return ok&& keep_alive;
 }
 
+// Whether the answer may be one to keep: a Responses request's, with a response store. (Checked
+// before store_response is called: a coroutine's frame is allocated even when it returns at once.)
+bool may_store(const ServerState& server, const ClientSide& client) {
+  const RenderContext& c = client.context;
+  return server.gateway->responses() != nullptr && c.responses != nullptr &&
+         c.final_response != nullptr;
+}
+
 // Keeps a Responses answer (store: true) before its last byte leaves, as the ledger row is:
 // the response store's verdict; ok when there is nothing to keep or no store.
 asio::awaitable<Status> store_response(ServerState& server, const ClientSide& client,
                                        const RequestRecord& rec) {
   ledger::ResponseStore* store = server.gateway->responses();
   const RenderContext& c = client.context;
-  if (store == nullptr || c.responses == nullptr || c.final_response == nullptr) co_return Status{};
+  if (!may_store(server, client)) co_return Status{};
   auto kept = response_to_store(*c.responses, *c.final_response, rec.key_id);
   if (!kept) co_return Status{};
   auto notifier = std::make_shared<Notifier>(co_await asio::this_coro::executor);
@@ -387,13 +395,17 @@ asio::awaitable<bool> end_stream(ServerState& server, ChunkedSink<Stream>& sink,
                                  const ClientSide& client, RequestRecord& rec, bool keep_alive) {
   rec.status = 200;
   std::string done = client.tail(std::nullopt);
-  Status kept = co_await store_response(server, client, rec);
-  if (!kept) {
-    rec.error = kept.error().message;
-    done = client.tail(not_stored(kept));
+  bool stored = true;
+  if (may_store(server, client)) {
+    Status kept = co_await store_response(server, client, rec);
+    if (!kept) {
+      stored = false;
+      rec.error = kept.error().message;
+      done = client.tail(not_stored(kept));
+    }
   }
   co_await sink.finish(done);
-  co_return kept && !sink.broken() && keep_alive;
+  co_return stored && !sink.broken() && keep_alive;
 }
 
 // The answer to the client once the row is settled.
@@ -440,10 +452,13 @@ asio::awaitable<bool> answer(ServerState& server, Stream& stream, ChunkedSink<St
   if (!client.translated && client.context.final_response != nullptr && r.status == 200) {
     client.context.final_response->assign(r.body);
   }
-  Status kept = co_await store_response(server, client, rec);
-  if (!kept)
-    co_return co_await answer_error(server, stream, sink, client, not_stored(kept), nullptr, rec,
-                                    keep_alive);
+  if (may_store(server, client)) {
+    Status kept = co_await store_response(server, client, rec);
+    if (!kept) {
+      co_return co_await answer_error(server, stream, sink, client, not_stored(kept), nullptr, rec,
+                                      keep_alive);
+    }
+  }
   r.headers = std::move(headers);
   for (auto& h : reply.headers) r.headers.push_back(std::move(h));
   rec.status = reply.status;
@@ -545,10 +560,16 @@ asio::awaitable<bool> serve_hit(ServerState& server, Stream& stream, ChunkedSink
     }
     api::replay(answer, into, 0, start);
     out += client.fe.stream_done;
-    Status kept = co_await store_response(server, client, rec);
-    if (!kept) out = client.fe.stream_error(not_stored(kept));
+    bool stored = true;
+    if (may_store(server, client)) {
+      Status kept = co_await store_response(server, client, rec);
+      if (!kept) {
+        stored = false;
+        out = client.fe.stream_error(not_stored(kept));
+      }
+    }
     co_await sink.finish(out);
-    co_return kept && !sink.broken() && keep_alive;
+    co_return stored && !sink.broken() && keep_alive;
   }
   rec.ttft_us = micros_between(rec.started, Clock::now());
   // A hit kept from one front-end may not render in another's shape (say, a call cut by its
@@ -559,10 +580,12 @@ asio::awaitable<bool> serve_hit(ServerState& server, Stream& stream, ChunkedSink
                                     keep_alive);
   }
   api::WireBody body = std::move(*rendered);
-  Status kept = co_await store_response(server, client, rec);
-  if (!kept) {
-    co_return co_await answer_error(server, stream, sink, client, not_stored(kept), nullptr, rec,
-                                    keep_alive);
+  if (may_store(server, client)) {
+    Status kept = co_await store_response(server, client, rec);
+    if (!kept) {
+      co_return co_await answer_error(server, stream, sink, client, not_stored(kept), nullptr, rec,
+                                      keep_alive);
+    }
   }
   Reply r;
   r.status = body.status;

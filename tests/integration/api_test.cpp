@@ -234,7 +234,7 @@ TEST_F(ApiTest, ModelsListsConfiguredPublicNames) {
   EXPECT_TRUE(ids.count("dead-model"));
   EXPECT_TRUE(ids.count("stream-slow"));
   EXPECT_FALSE(ids.count("echo")) << "upstream names are not public";
-  EXPECT_EQ(ids.size(), 14u);
+  EXPECT_EQ(ids.size(), 15u);
 }
 
 TEST_F(ApiTest, AuthRefusesMissingAndWrongKeysAndAcceptsGoodOnes) {

@@ -70,6 +70,21 @@ TEST_F(FaultTest, BackendClosingWithoutAnswerIs502) {
   expect_serving();
 }
 
+// A head cut by the backend's close (the parser had part of it): 502, the stream request too,
+// and the next request is served.
+TEST_F(FaultTest, BackendClosingInsideTheHeadIs502) {
+  auto r = post_json(ferry_.address, "/v1/chat/completions", chat_body("cut-head", "x"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 502) << r->body;
+  EXPECT_TRUE(is_openai_error(*r));
+  EXPECT_NE(r->body.find("waiting for the response"), std::string::npos) << r->body;
+  StreamResult s =
+      stream_request(ferry_.address, "/v1/chat/completions", chat_body("cut-head", "x", true));
+  ASSERT_TRUE(s.head);
+  EXPECT_EQ(s.head->status, 502);
+  expect_serving();
+}
+
 void expect_stream_ends_with_error(const StreamResult& s, const char* what) {
   ASSERT_TRUE(s.head) << what;
   EXPECT_EQ(s.head->status, 200) << what;
@@ -308,6 +323,66 @@ TEST_F(FaultTest, BodyThatNeverArrivesIsCutByTheBodyTimeout) {
     EXPECT_TRUE(r->status == 408 || r->status == 400) << r->status << " " << r->body;
   }
   EXPECT_TRUE(c->wait_closed(Ms(10000))) << "the connection should be closed";
+  expect_serving();
+}
+
+// A request whose bytes are all buffered is parsed without the reading coroutines; what it
+// asks for, or how it is refused, is what the same bytes get when they come in pieces.
+TEST_F(FaultTest, RequestsWhollyInOneWriteAreReadAsWhenTheyComeInPieces) {
+  const std::string body = chat_body("gpt-test", "whole").dump();
+  const std::string head =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+      std::string(kAppKey) + "\r\nContent-Type: application/json\r\n";
+  const std::string request =
+      head + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  {
+    // Expect: 100-continue with the body in the same write: the interim answer, then the answer.
+    auto c = Connection::open(ferry_.address.host, ferry_.address.port);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->send(head + "Expect: 100-continue\r\nContent-Length: " +
+                        std::to_string(body.size()) + "\r\n\r\n" + body));
+    // (read_response passes over a 1xx answer, as HTTP clients do: the bytes are peeked at.)
+    ASSERT_TRUE(c->readable(Ms(10000)));
+    char first[12] = {};
+    ASSERT_EQ(::recv(c->fd(), first, sizeof first, MSG_PEEK | MSG_WAITALL),
+              static_cast<ssize_t>(sizeof first));
+    EXPECT_EQ(std::string(first, sizeof first), "HTTP/1.1 100");
+    auto r = c->read_response(Ms(10000));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->body_json()["choices"][0]["message"]["content"], "echo: whole");
+  }
+  {
+    // A request, then garbage, in one write: the first answered, the garbage refused.
+    auto c = Connection::open(ferry_.address.host, ferry_.address.port);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->send(request + "GARBAGE\r\n\r\n"));
+    auto r = c->read_response(Ms(10000));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    auto bad = c->read_response(Ms(10000));
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 400) << bad->body;
+    EXPECT_TRUE(c->wait_closed(Ms(10000)));
+  }
+  {
+    // A whole head and a chunked body whose chunk size is not hex: no answer, and closed.
+    auto c = Connection::open(ferry_.address.host, ferry_.address.port);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->send(head + "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"));
+    auto r = c->read_response(Ms(10000));
+    EXPECT_FALSE(r) << r->status << " " << r->body;
+    EXPECT_TRUE(c->wait_closed(Ms(10000)));
+  }
+  {
+    // A Content-Length over max_body_bytes with a few body bytes: 413, unread.
+    auto c = Connection::open(ferry_.address.host, ferry_.address.port);
+    ASSERT_TRUE(c);
+    ASSERT_TRUE(c->send(head + "Content-Length: 104857600\r\n\r\n{\"model\""));
+    auto r = c->read_response(Ms(10000));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 413) << r->body;
+  }
   expect_serving();
 }
 

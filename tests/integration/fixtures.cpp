@@ -142,6 +142,7 @@ models:
   - {name: fail-500, backend: up, upstream_model: fail-500}
   - {name: fail-429, backend: up, upstream_model: fail-429}
   - {name: drop, backend: up, upstream_model: drop}
+  - {name: cut-head, backend: up, upstream_model: cut-head}
   - {name: hang, backend: up, upstream_model: hang}
   - {name: hang-after-first, backend: up, upstream_model: hang-after-first}
   - {name: reset-mid-stream, backend: up, upstream_model: reset-mid-stream}

@@ -18,7 +18,9 @@
 //   hang               never answer (until the client goes away)
 //   hang-after-first   stream the first chunk, then never send anything else
 //   no-usage           never send usage, even when stream_options.include_usage is set
-//   chunky             write the response in tiny pieces (1-5 bytes), each its own HTTP chunk
+//   chunky             write the response in tiny pieces (1-5 bytes), each its own HTTP chunk;
+//                      the head too, in 1-5 byte writes (so that it arrives in several reads)
+//   cut-head           send the first part of a response head, then close cleanly (FIN)
 //   call-tool          with tools, unless the last message is a tool result: call the first
 //                      tool with {"q": <the last user message>} (finish_reason tool_calls);
 //                      after a tool result the content is "echo: " + that result
@@ -113,6 +115,7 @@ struct Behaviour {
   bool hang_after_first = false;
   bool no_usage = false;
   bool chunky = false;
+  bool cut_head = false;
   bool call_tool = false;
   bool cut_tool_args = false;
   bool bad_tool_args = false;
@@ -141,6 +144,8 @@ Behaviour parse_behaviour(std::string_view model) {
       b.fail_status = (s >= 400 && s <= 599) ? static_cast<unsigned>(s) : 500;
     } else if (part == "drop") {
       b.drop = true;
+    } else if (part == "cut-head") {
+      b.cut_head = true;
     } else if (part == "reset-mid-stream") {
       b.reset_mid_stream = true;
     } else if (part == "close-mid-stream") {
@@ -408,6 +413,18 @@ struct Lcg {
   }
 };
 
+// Writes a response head: at once, or ("chunky") in writes of 1-5 bytes.
+template <class Stream>
+awaitable<bool> write_head(Stream& stream, std::string_view head, bool chunky, Lcg& rng) {
+  if (!chunky) co_return co_await write_raw(stream, head);
+  while (!head.empty()) {
+    size_t n = std::min(head.size(), rng.next(1, 5));
+    if (!co_await write_raw(stream, head.substr(0, n))) co_return false;
+    head.remove_prefix(n);
+  }
+  co_return true;
+}
+
 // Writes one piece of a chunked body; "chunky" splits it into tiny HTTP chunks.
 template <class Stream>
 awaitable<bool> write_body_piece(Stream& stream, std::string_view data, bool chunky, Lcg& rng) {
@@ -441,7 +458,7 @@ awaitable<bool> send_text(Stream& stream, unsigned status, std::string text, boo
     std::string head = "HTTP/1.1 " + std::to_string(status) +
                        " X\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n" +
                        (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
-    if (!co_await write_raw(stream, head)) co_return false;
+    if (!co_await write_head(stream, head, true, rng)) co_return false;
     if (!co_await write_body_piece(stream, text, true, rng)) co_return false;
     co_return co_await write_raw(stream, "0\r\n\r\n");
   }
@@ -590,6 +607,11 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
     abort_connection(stream, false);
     co_return Reply{false};
   }
+  if (b.cut_head) {
+    co_await write_raw(stream, "HTTP/1.1 200 OK\r\nServer: ferry_test_upstream\r\nContent-Ty");
+    abort_connection(stream, false);
+    co_return Reply{false};
+  }
   if (b.hang) {
     co_await wait_watching(fd, kHangLimitMs);
     ++g_stats.cancelled;
@@ -709,7 +731,7 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
   }
   events.push_back("data: [DONE]\n\n");
 
-  if (!co_await write_raw(stream, head)) {
+  if (!co_await write_head(stream, head, b.chunky, rng)) {
     ++g_stats.cancelled;
     co_return Reply{false};
   }
@@ -940,6 +962,7 @@ json models_json() {
                            "fail-500",
                            "fail-429",
                            "drop",
+                           "cut-head",
                            "reset-mid-stream",
                            "close-mid-stream",
                            "malformed-sse",
