@@ -142,11 +142,11 @@ struct Connection {
   // coroutine's frame it made every exchange allocate (and free) a frame of 17 KB.
   std::unique_ptr<char[]> body_chunk;
   // The parser of the answer being read (one exchange at a time; here, not on the coroutine's
-  // frame, which it would take over asio's 1 KiB recycling limit).
+  // frame, which it would take over the allocators' 1 KiB fast path).
   std::optional<AnswerParser> parser;
   std::string content_type;  // the answer's, written by its parser
   // The answer of the exchange under way, moved out when it ends (here, not in a coroutine's
-  // frame: it would take HttpBackend::send's over asio's 1 KiB recycling limit).
+  // frame: it would take HttpBackend::send's over the allocators' 1 KiB fast path).
   BackendReply reply;
   Clock::time_point idle_since;
   const asio::execution_context* loop = nullptr;  // the event loop its socket belongs to
@@ -458,7 +458,7 @@ struct HttpBackend::Impl {
   // closed before any answer byte ends with an empty result (retry on a fresh one).
   // (Two coroutines, the answer's parser in the Connection: g++ gives every named local of a
   // coroutine, and every temporary inside a co_await, a slot of its own in the frame, and a
-  // frame over 1 KiB misses both asio's recycling and the allocator's thread cache.)
+  // frame over 1 KiB misses the allocators' fast path.)
   template <typename Stream>
   asio::awaitable<Exchange> exchange(Stream& stream, Connection& conn, const std::string& head,
                                      const BackendRequest& request, StreamSink* sink,

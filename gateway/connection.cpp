@@ -90,8 +90,8 @@ std::optional<Reply> dispatch_request(ServerState& server, RequestParser& req, R
 }
 
 // Handles one request. Returns whether the connection may be kept alive. `job` is the
-// connection's (serve_connection's frame holds it, so this frame stays small: asio recycles
-// or the allocator's thread cache serves frames under 1 KiB, larger ones cost a full malloc).
+// connection's (serve_connection's frame holds it, so this frame stays small: the allocators'
+// fast paths serve frames under 1 KiB, larger ones cost more).
 template <typename Stream>
 asio::awaitable<bool> handle(ServerState& server, Stream& stream, RequestParser& req,
                              RequestRecord& rec, Job& job, std::shared_ptr<EarlyRead>& early,

@@ -120,13 +120,13 @@ std::optional<Error> cannot_take(const ParsedRequest& request, const Target* t) 
   return std::nullopt;
 }
 
-// One hop of the plan: the target and the upstream request for it. A backend that speaks the
+// One hop of the plan, made in place in `hop` (a fresh one: moving it in would move its six
+// strings): the target and the upstream request for it. A backend that speaks the
 // client's API gets its bytes spliced (the model renamed), any other the typed value as OpenAI
 // chat (api::render_openai) with the usage chunk asked for, for the translated answer.
-PlannedHop make_hop(const RequestContext& ctx, const ParsedRequest& request,
-                    const std::string& name, Target* t, const BodyOverrides& overrides,
-                    const std::map<const Target*, PromptCount>& counts) {
-  PlannedHop hop;
+void make_hop(PlannedHop& hop, const RequestContext& ctx, const ParsedRequest& request,
+              const std::string& name, Target* t, const BodyOverrides& overrides,
+              const std::map<const Target*, PromptCount>& counts) {
   hop.name = name;
   hop.target = t;
   // A request without the client's bytes (trimmed) cannot pass through another API natively.
@@ -151,7 +151,6 @@ PlannedHop make_hop(const RequestContext& ctx, const ParsedRequest& request,
   hop.request.overrides = overrides;
   // The local engine's tokens, as routing counted them: its hops do not tokenize again.
   if (auto pc = counts.find(t); pc != counts.end()) hop.request.prompt = pc->second.ids;
-  return hop;
 }
 
 }  // namespace
@@ -284,7 +283,7 @@ Result<bool> Planner::decide(const RequestContext& ctx, const ParsedRequest& req
       untranslatable = std::move(why);
       continue;
     }
-    p.hops.push_back(make_hop(ctx, sent, hop.target, t, overrides, p.prompt_counts));
+    make_hop(p.hops.emplace_back(), ctx, sent, hop.target, t, overrides, p.prompt_counts);
   }
   if (p.hops.empty() && untranslatable) {
     refuse(ctx, p, std::move(*untranslatable), "untranslatable", true);
@@ -292,7 +291,7 @@ Result<bool> Planner::decide(const RequestContext& ctx, const ParsedRequest& req
   }
   if (d.shadow) {
     if (Target* t = find(d.shadow->ref); t != nullptr && !cannot_take(sent, t)) {
-      p.shadow = make_hop(ctx, sent, d.shadow->target, t, overrides, p.prompt_counts);
+      make_hop(p.shadow.emplace(), ctx, sent, d.shadow->target, t, overrides, p.prompt_counts);
     }
   }
   if (d.reasoning.set()) apply_reasoning(d.reasoning, p);
@@ -647,7 +646,8 @@ bool Planner::route_direct(const RequestContext& ctx, const ParsedRequest& reque
            "context", true);
     return false;
   }
-  p.hops.push_back(make_hop(ctx, request, t->model->name, t, BodyOverrides{}, p.prompt_counts));
+  make_hop(p.hops.emplace_back(), ctx, request, t->model->name, t, BodyOverrides{},
+           p.prompt_counts);
   return true;
 }
 
