@@ -145,10 +145,12 @@ asio::awaitable<void> serve_connection(ServerState& server, Stream& stream) {
     parser.reset();
     RequestRecord rec;
     // Most requests are whole in the buffer by now: parsed here, no reading coroutine is made.
-    beast::error_code fed;
+    Fed fed;
     const bool whole = take_buffered(buffer, parser, lim, fed);
     std::optional<ReadFailure> failed;
-    if (!whole) failed = co_await read_head(stream, buffer, parser, early.get(), lim, rec, fed);
+    if (!whole) {
+      failed = co_await read_head(stream, buffer, parser, early.get(), lim, rec, fed.head);
+    }
     rec.started = Clock::now();
     rec.started_unix_us = unix_micros_now();
     if (failed) {
@@ -164,7 +166,9 @@ asio::awaitable<void> serve_connection(ServerState& server, Stream& stream) {
       std::atomic<int64_t>& n;
       ~InFlight() { n.fetch_sub(1, std::memory_order_relaxed); }
     } in_flight{server.metrics.in_flight};
-    if (!whole) failed = co_await read_body(stream, buffer, parser, early.get(), lim, rec, fed);
+    if (!whole) {
+      failed = co_await read_body(stream, buffer, parser, early.get(), lim, rec, fed.body);
+    }
     if (failed) {
       co_await refuse_request(server, stream, rec, *failed);
       co_return;

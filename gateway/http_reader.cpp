@@ -133,19 +133,24 @@ void set_limits(RequestParser& parser, const config::Limits& lim) {
 }  // namespace
 
 bool take_buffered(beast::flat_buffer& buffer, RequestParser& parser, const config::Limits& lim,
-                   beast::error_code& fed) {
+                   Fed& fed) {
   set_limits(parser, lim);
-  fed = {};
+  fed = Fed{};
   while (buffer.size() != 0 && !parser.is_done()) {
+    // An error is the head's when the head was not whole before the call that met it: the
+    // reading coroutines would have met it in read_head, else in read_body.
+    const bool in_head = !parser.is_header_done();
+    beast::error_code ec;
     auto data = buffer.data();
     const size_t used =
-        parser.put(std::string_view(static_cast<const char*>(data.data()), data.size()), fed);
+        parser.put(std::string_view(static_cast<const char*>(data.data()), data.size()), ec);
     buffer.consume(used);
-    if (fed == http::error::need_more) {
-      fed = {};
+    if (ec == http::error::need_more) return false;
+    if (ec) {
+      (in_head ? fed.head : fed.body) = ec;
       return false;
     }
-    if (fed || used == 0) return false;
+    if (used == 0) return false;
   }
   return parser.is_done() && parser[http::field::expect].empty();
 }
@@ -156,11 +161,9 @@ asio::awaitable<std::optional<ReadFailure>> read_head(Stream& stream, beast::fla
                                                       const config::Limits& lim, RequestRecord& rec,
                                                       beast::error_code fed) {
   set_limits(parser, lim);
-  beast::error_code hec;
-  if (parser.is_header_done()) co_return std::nullopt;  // take_buffered had it (any error: body's)
-  if (fed) {
-    hec = fed;
-  } else {
+  beast::error_code hec = fed;
+  if (!hec && parser.is_header_done()) co_return std::nullopt;  // take_buffered had it
+  if (!hec) {
     beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(lim.header_timeout_ms));
     auto header_done = [](const RequestParser& p) { return p.is_header_done(); };
     hec = co_await read_until(stream, buffer, parser, header_done, early);

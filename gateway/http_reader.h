@@ -107,16 +107,22 @@ struct ReadFailure {
   bool linger = false;
 };
 
+// What take_buffered's parse met: the error read_head, or read_body, would have met.
+struct Fed {
+  beast::error_code head;
+  beast::error_code body;
+};
+
 // The common case without a coroutine: gives `parser` (limits set here) the bytes already
 // buffered. True when they held the whole request (head and body) and it asks for no
 // `100-continue`: read_head and read_body are then not needed. Otherwise the two go on from
-// where this stopped, with `fed`: the parser's error, if it refused what it was given.
+// where this stopped, each given its part of `fed`.
 bool take_buffered(beast::flat_buffer& buffer, RequestParser& parser, const config::Limits& limits,
-                   beast::error_code& fed);
+                   Fed& fed);
 
 // Reads the head of the next request into `parser` (limits set here) under the header
 // timeout. `early`: the connection's early read (plain connections), read before the socket.
-// `fed`: take_buffered's error (the head's when the parser has no head yet).
+// `fed`: take_buffered's head error, answered as if read here.
 template <typename Stream>
 asio::awaitable<std::optional<ReadFailure>> read_head(Stream& stream, beast::flat_buffer& buffer,
                                                       RequestParser& parser, EarlyRead* early,
@@ -126,7 +132,7 @@ asio::awaitable<std::optional<ReadFailure>> read_head(Stream& stream, beast::fla
 
 // Reads the rest of the request whose head `parser` holds, under the body timeout: refuses a
 // Content-Length over the body limit unread, answers `Expect: 100-continue`. `fed`:
-// take_buffered's error (the body's, the head being whole).
+// take_buffered's body error, answered as if read here.
 template <typename Stream>
 asio::awaitable<std::optional<ReadFailure>> read_body(Stream& stream, beast::flat_buffer& buffer,
                                                       RequestParser& parser, EarlyRead* early,
