@@ -28,8 +28,7 @@ template <typename Stream>
 asio::awaitable<bool> write_reply(const ServerState& server, Stream& stream, const Reply& reply,
                                   const std::string& rid, bool keep_alive) {
   // The head is written by hand and goes out with the body in one gathered write.
-  std::string head;
-  head.reserve(256);
+  std::string head;  // sized once by append_response_head
   ResponseHead h;
   h.status = reply.status;
   h.content_type = reply.content_type;

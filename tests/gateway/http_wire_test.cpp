@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <random>
+#include <string>
+
 namespace ferry::gateway {
 namespace {
 
@@ -73,6 +77,56 @@ TEST(HttpWire, ABreakAnywhereInALongValueLeavesTheHeaderOut) {
       EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nServer: ferry\r\nContent-Length: 0\r\n\r\n")
           << "byte " << int(bad) << " at " << at;
     }
+  }
+}
+
+// The head as plain appends write it: the reference for the writer that sizes it once.
+std::string reference_head(const ResponseHead& h) {
+  auto clean = [](std::string_view v) {
+    return v.find_first_of(std::string("\r\n\0", 3)) == v.npos;
+  };
+  std::string out = "HTTP/1.1 " + std::to_string(h.status) + " " +
+                    std::string(reason_phrase(h.status)) + "\r\nServer: ferry\r\n";
+  auto header = [&](std::string_view k, std::string_view v) {
+    if (!k.empty() && clean(k) && clean(v)) out += std::string(k) + ": " + std::string(v) + "\r\n";
+  };
+  if (!h.content_type.empty()) header("Content-Type", h.content_type);
+  if (h.no_cache) out += "Cache-Control: no-cache\r\n";
+  if (!h.request_id.empty()) header("x-request-id", h.request_id);
+  if (h.headers != nullptr) {
+    for (const auto& [k, v] : *h.headers) header(k, v);
+  }
+  out += h.content_length ? "Content-Length: " + std::to_string(*h.content_length) + "\r\n"
+                          : std::string("Transfer-Encoding: chunked\r\n");
+  if (!h.keep_alive) out += "Connection: close\r\n";
+  return out + "\r\n";
+}
+
+TEST(HttpWire, AHeadOfAnySizeIsWhatAppendsWouldWrite) {
+  // Heads from none to many fields, long and refused values, the largest numbers, appended
+  // after bytes already in the buffer (a stream's framing reuses its buffer).
+  std::mt19937 rng(26);
+  for (int round = 0; round < 300; ++round) {
+    HeaderList extra;
+    const int n = static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) {
+      std::string value(rng() % 3 == 0 ? rng() % 5000 : rng() % 40, 'v');
+      if (!value.empty() && rng() % 10 == 0) value[rng() % value.size()] = '\n';
+      extra.emplace_back("x-h" + std::to_string(i), value);
+    }
+    const std::string content_type(rng() % 200, 't');
+    const std::string request_id(rng() % 100, 'r');
+    ResponseHead h;  // (views: the strings above hold the bytes)
+    h.status = round % 7 == 0 ? 999 : 200;
+    h.content_type = content_type;
+    h.request_id = request_id;
+    h.no_cache = round % 2 == 0;
+    h.keep_alive = round % 3 != 0;
+    h.headers = &extra;
+    if (round % 5 != 0) h.content_length = round % 11 == 0 ? SIZE_MAX : rng();
+    std::string out = "prefix";
+    append_response_head(out, h);
+    ASSERT_EQ(out, "prefix" + reference_head(h)) << "round " << round;
   }
 }
 
