@@ -484,7 +484,9 @@ struct HttpBackend::Impl {
     // ~2k instructions an answer).
     beast::error_code hec;
     bool nothing_read = conn.buffer.size() == 0;
-    while (!parse_head(parser, conn.buffer, hec)) {
+    for (;;) {
+      parse_buffered(parser, conn.buffer, hec);
+      if (hec || parser.is_header_done()) break;
       auto [rec, n] =
           co_await stream.async_read_some(conn.buffer.prepare(read_room(conn.buffer)), kAwait);
       conn.buffer.commit(n);
@@ -621,28 +623,14 @@ struct HttpBackend::Impl {
     }
   }
 
-  // Parses the buffered head. True when the head is complete or parsing failed (`ec`); false
-  // when the parser needs more bytes.
-  static bool parse_head(Parser& parser, beast::flat_buffer& buffer, beast::error_code& ec) {
-    if (buffer.size() > 0) {
-      buffer.consume(parser.put(buffer.data(), ec));
-      if (ec == http::error::need_more) {
-        ec = {};
-      } else if (ec) {
-        return true;
-      }
-    }
-    return parser.is_header_done();
-  }
-
   // How many bytes the next head read asks for: the buffer's free room, at least 512 (Beast's
   // read_size).
   static size_t read_room(const beast::flat_buffer& buffer) {
     return std::clamp<size_t>(buffer.capacity() - buffer.size(), 512, 64 * 1024);
   }
 
-  // Parses what is buffered into the parser's body buffer. True when the parser needs more
-  // bytes from the socket; `ec` says why parsing stopped otherwise.
+  // Parses what is buffered: the head, or body bytes into the parser's body buffer. True when
+  // the parser needs more bytes from the socket; `ec` says why parsing stopped otherwise.
   static bool parse_buffered(Parser& parser, beast::flat_buffer& buffer, beast::error_code& ec) {
     if (buffer.size() == 0) return true;
     const size_t used = parser.put(buffer.data(), ec);

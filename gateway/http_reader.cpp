@@ -45,6 +45,15 @@ asio::awaitable<void> wait_early(Stream& stream, EarlyRead& e) {
 
 namespace {
 
+// Gives `parser` the buffered bytes and drops those it used; how many it used.
+size_t feed(beast::flat_buffer& buffer, RequestParser& parser, beast::error_code& ec) {
+  auto data = buffer.data();
+  const size_t used =
+      parser.put(std::string_view(static_cast<const char*>(data.data()), data.size()), ec);
+  buffer.consume(used);
+  return used;
+}
+
 // Feeds the buffered bytes to `parser` until `enough(parser)`, reading from the socket only
 // when the parser needs more; errors as Beast's reads report them. (Beast's composed reads
 // take an event-loop turn per call even when the whole request is already buffered.)
@@ -56,10 +65,7 @@ asio::awaitable<beast::error_code> read_until(Stream& stream, beast::flat_buffer
   for (;;) {
     if (buffer.size() != 0) {
       beast::error_code ec;
-      auto data = buffer.data();
-      size_t used =
-          parser.put(std::string_view(static_cast<const char*>(data.data()), data.size()), ec);
-      buffer.consume(used);
+      const size_t used = feed(buffer, parser, ec);
       if (ec && ec != http::error::need_more) co_return ec;
       if (enough(parser)) co_return beast::error_code{};
       if (!ec && used != 0) continue;
@@ -141,10 +147,7 @@ bool take_buffered(beast::flat_buffer& buffer, RequestParser& parser, const conf
     // reading coroutines would have met it in read_head, else in read_body.
     const bool in_head = !parser.is_header_done();
     beast::error_code ec;
-    auto data = buffer.data();
-    const size_t used =
-        parser.put(std::string_view(static_cast<const char*>(data.data()), data.size()), ec);
-    buffer.consume(used);
+    const size_t used = feed(buffer, parser, ec);
     if (ec == http::error::need_more) return false;
     if (ec) {
       (in_head ? fed.head : fed.body) = ec;
