@@ -10,7 +10,8 @@ packages=(g++ cmake ninja-build ccache pkg-config git ca-certificates
   clang libclang-rt-14-dev  # clang and libFuzzer + sanitizer runtimes: scripts/fuzz.sh
   clang-format-14  # the format check of the test command: scripts/check_format.sh
   postgresql-15 libpq-dev  # the PostgreSQL ledger (issue 18); scripts/pg_test.sh for tests
-  chromium fonts-dejavu-core)  # the console's browser tests (tests/console/), headless
+  chromium fonts-dejavu-core  # the console's browser tests (tests/console/), headless
+  curl)  # the release build's training requests (scripts/build_release.sh)
 # clang-tidy only when the test command is asked to lint (scripts/test.sh, FERRY_LINT_BASE).
 if [ -n "${FERRY_LINT_BASE:-}" ]; then packages+=(clang-tidy); fi
 
