@@ -11,7 +11,8 @@
 #   scripts/build_release.sh [--check]
 #   --check: then run the integration tests (tests/integration, the real binary) against it
 #   (builds them in ./build first: several minutes the first time).
-#   FERRY_RELEASE_DIR (default build-release), FERRY_JOBS (default: the number of CPUs).
+#   FERRY_RELEASE_DIR (default build-release), FERRY_JOBS (default: the number of CPUs),
+#   FERRY_RELEASE_REBUILD=1: build even when the binary there is of this commit.
 # Cost: ferry compiled twice more (instrumented, then optimized), the training ~2 minutes.
 # Warnings are not errors here: g++ 12 warns falsely under -fprofile-use (-Warray-bounds).
 set -euo pipefail
@@ -33,8 +34,38 @@ jobs=${FERRY_JOBS:-$(nproc)}
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 log() { echo "build_release: $*" >&2; }
+work="" server="" pg_dir=""
+cleanup() {
+  if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi
+  if [ -n "$pg_dir" ]; then scripts/pg_test.sh stop "$pg_dir" || true; fi
+  if [ -n "$work" ]; then rm -rf "$work"; fi
+}
+trap cleanup EXIT
+# --check: the integration tests (the ordinary build's) against the release binary.
+check_binary() {
+  log "checking it: the integration tests against $out/ferry (PostgreSQL's among them)"
+  FERRY_BUILD_TARGETS="" scripts/build.sh
+  pg_dir=$(mktemp -d /tmp/ferry-pg.XXXXXX)  # stopped and removed by cleanup
+  scripts/pg_test.sh start "$pg_dir"
+  eval "$(scripts/pg_test.sh env "$pg_dir")"
+  FERRY_BINARY=$out/ferry ctest --test-dir build -L integration -j "$jobs" --output-on-failure
+}
 
 scripts/setup.sh
+# The commit the binary is built from is recorded beside it (when the checkout has no changes):
+# a binary of the same commit is not built again (FERRY_RELEASE_REBUILD=1 builds it anyway).
+source_id=""
+if git -C "$src" rev-parse --verify -q HEAD >/dev/null &&
+  [ -z "$(git -C "$src" status --porcelain)" ]; then
+  source_id=$(git -C "$src" rev-parse HEAD)
+fi
+if [ -n "$source_id" ] && [ "${FERRY_RELEASE_REBUILD:-0}" != 1 ] && [ -x "$out/ferry" ] &&
+  [ "$(cat "$out/ferry.source" 2>/dev/null)" = "$source_id" ]; then
+  log "$out/ferry is built from this commit ($source_id): not built again"
+  if [ "$check" = 1 ]; then check_binary; fi
+  exit 0
+fi
+rm -f "$out/ferry.source"
 # The training's other programs (the stub upstream, the load generator and the benchmark's
 # helpers) come from the ordinary build.
 helpers=(ferry_test_upstream ferry_loadgen ferry_bench_relay ferry_bench_fsync)
@@ -79,14 +110,6 @@ done
 log "training: the in-process engine (the demo model through the server; synthetic Q8_0 and" \
   "Q4_K_M models on their own)"
 work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-release.XXXXXX")
-server=""
-pg_dir=""
-cleanup() {
-  if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi
-  if [ -n "$pg_dir" ]; then scripts/pg_test.sh stop "$pg_dir" || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
 cat >"$work/local.yaml" <<EOF
 server: { listen: 127.0.0.1:0 }
 backends: [{ name: cpu, kind: local, model: $src/models/ferry-demo-1m.gguf, threads: 2 }]
@@ -143,13 +166,6 @@ fi
 log "optimized build ($profiles profiles)"
 build use
 cp "$tree/gateway/ferry" "$out/ferry"
+if [ -n "$source_id" ]; then echo "$source_id" >"$out/ferry.source"; fi
 log "$out/ferry built in $((SECONDS - started)) s"
-
-if [ "$check" = 1 ]; then
-  log "checking it: the integration tests against $out/ferry (PostgreSQL's among them)"
-  FERRY_BUILD_TARGETS="" scripts/build.sh
-  pg_dir=$(mktemp -d /tmp/ferry-pg.XXXXXX)  # stopped and removed by cleanup
-  scripts/pg_test.sh start "$pg_dir"
-  eval "$(scripts/pg_test.sh env "$pg_dir")"
-  FERRY_BINARY=$out/ferry ctest --test-dir build -L integration -j "$jobs" --output-on-failure
-fi
+if [ "$check" = 1 ]; then check_binary; fi
