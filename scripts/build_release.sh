@@ -5,9 +5,10 @@
 # server and on its own), then built again with those counts (-fprofile-use; CMake option
 # FERRY_PROFILE; the engine's kernels keep the ordinary build's code). The result,
 # FERRY_RELEASE_DIR/ferry (default build-release/ferry), is the same source as build/gateway/ferry
-# with the hot paths laid out and inlined by measurement: 15-20% less CPU a request at 200 req/s
-# on the machines measured (bench/README.md, issue 17). Code the training never ran is compiled
-# as without a profile (-fprofile-partial-training), not shrunk for size.
+# with the hot paths laid out and inlined by measurement: 11-13% fewer instructions a proxied
+# request, 13-14% less CPU a request at 200 req/s (bench/README.md, issue 17 session 27). Code
+# the training never ran is compiled as without a profile (-fprofile-partial-training), not
+# shrunk for size.
 #   scripts/build_release.sh [--check]
 #   --check: then run the integration tests (tests/integration, the real binary) against it
 #   (builds them in ./build first: several minutes the first time).
@@ -150,8 +151,8 @@ kill -TERM "$server"
 wait "$server" || true
 server=""
 for type in Q8_0 Q4_K_M; do
-  # smollm2-360m's widths (960, 15 heads, 5 kv heads, ffn 2560; the kernels' loops as long as a
-  # real model's), two layers.
+  # smollm2-360m's widths (960, 15 heads, 5 kv heads, ffn 2560: the engine's per-row loops as
+  # long as a real model's; the kernels themselves are not profile-guided), two layers.
   "$ferry" model synth --arch llama --embd 960 --heads 15 --kv-heads 5 --ffn 2560 --layers 2 \
     --ctx 1024 --type "$type" "$work/synth-$type.gguf" >>"$tree/training.log" 2>&1
   "$ferry" engine bench --model "$work/synth-$type.gguf" -p 256 -n 64 --threads 2 \
