@@ -35,6 +35,8 @@ jobs=${FERRY_JOBS:-$(nproc)}
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 log() { echo "build_release: $*" >&2; }
+# shellcheck source=bench/gateway_common.sh
+source bench/gateway_common.sh  # wait_listening
 work="" server="" pg_dir=""
 cleanup() {
   if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi
@@ -69,14 +71,13 @@ fi
 rm -f "$out/ferry.source"
 # The training's other programs (the stub upstream, the load generator and the benchmark's
 # helpers) come from the ordinary build.
-helpers=(ferry_test_upstream ferry_loadgen ferry_bench_relay ferry_bench_fsync)
-log "building the training's helpers in build/ (${helpers[*]})"
-FERRY_BUILD_TARGETS="${helpers[*]}" scripts/build.sh
+helpers=(bench/ferry_loadgen bench/ferry_bench_relay bench/ferry_bench_fsync
+  tests/integration/ferry_test_upstream)  # paths in a build; each target is named as its file
+targets=$(for f in "${helpers[@]}"; do basename "$f"; done)
+log "building the training's helpers in build/ ($(echo $targets))"
+FERRY_BUILD_TARGETS="$(echo $targets)" scripts/build.sh
 mkdir -p "$out/train/gateway" "$out/train/bench" "$out/train/tests/integration" "$tree"
-for f in bench/ferry_loadgen bench/ferry_bench_relay bench/ferry_bench_fsync \
-  tests/integration/ferry_test_upstream; do
-  cp build/$f "$out/train/$f"
-done
+for f in "${helpers[@]}"; do cp "build/$f" "$out/train/$f"; done
 
 # build generate|use: ferry alone in the tree, instrumented or with the training's counts
 # (CMake option FERRY_PROFILE).
@@ -118,16 +119,7 @@ models: [{ name: demo, backend: cpu }]
 EOF
 "$ferry" serve --config "$work/local.yaml" >"$work/serve.out" 2>>"$tree/training.log" &
 server=$!
-url=""
-for _ in $(seq 1 200); do
-  url=$(sed -n 's/^listening on //p' "$work/serve.out")
-  [ -n "$url" ] && break
-  sleep 0.1
-done
-if [ -z "$url" ]; then
-  log "the instrumented ferry did not start on the demo model (log: $tree/training.log)"
-  exit 1
-fi
+url=$(wait_listening "$work/serve.out" "the instrumented ferry on the demo model") || exit 1
 for batch in 0 1 2; do  # 8 requests at a time, streamed and not
   asked=()
   for i in $(seq $((batch * 8 + 1)) $((batch * 8 + 8))); do
