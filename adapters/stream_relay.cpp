@@ -1,5 +1,6 @@
 #include "adapters/stream_relay.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include <nlohmann/json.hpp>
@@ -98,6 +99,12 @@ std::string responses_finish(const nlohmann::json& response) {
 // ---- The relay ----------------------------------------------------------------------------
 
 std::optional<std::string> StreamRelay::feed(std::string_view bytes) {
+  // What goes out is about what came in (the `data: ` framing kept, a model perhaps renamed):
+  // room made ahead, at least 2 KiB, doubling, rather than grown event by event (the caller
+  // clears it after each write, keeping the room).
+  if (const size_t want = to_client.size() + bytes.size() + 256; to_client.capacity() < want) {
+    to_client.reserve(std::max<size_t>({want, 2 * to_client.capacity(), 2048}));
+  }
   bool malformed = false;
   const bool messages = request.endpoint == Endpoint::kMessages;
   const bool responses = request.endpoint == Endpoint::kResponses;

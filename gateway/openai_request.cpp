@@ -140,6 +140,23 @@ struct EditTexts {
   std::string stream_options, max_tokens, temperature, top_p;
 };
 
+// True when the object `text` (a stream_options value) has one include_usage member, and it is
+// `true`: what clients usually send, which then needs no rewrite.
+bool asks_for_usage(std::string_view text) {
+  if (text.empty() || text.front() != '{') return false;
+  int seen = 0;
+  bool yes = false;
+  const size_t end = for_each_json_member(text, 0, [&](std::string_view key, size_t value) {
+    const size_t value_end = json_element_end(text, value);
+    if (key == "include_usage" && value_end != std::string_view::npos) {
+      ++seen;
+      yes = text.substr(value, value_end - value) == "true";
+    }
+    return value_end;
+  });
+  return end == text.size() && seen == 1 && yes;
+}
+
 // The edits of one rewrite: the model, include_usage when streaming, then the overrides.
 void plan_edits(const ParsedRequest& request, std::string_view upstream_model,
                 const BodyOverrides& overrides, const Spans& spans, size_t close, EditTexts& texts,
@@ -148,7 +165,9 @@ void plan_edits(const ParsedRequest& request, std::string_view upstream_model,
   edits.list[edits.n++] = {spans.model.begin, spans.model.end, {}, upstream_model, true};
   if (request.stream && openai_api(request)) {
     const Span& options = spans.stream_options;
-    if (options.found()) {
+    if (options.found() && asks_for_usage(raw.substr(options.begin, options.end - options.begin))) {
+      // Already asked for: left as written.
+    } else if (options.found()) {
       json opts = json::parse(raw.substr(options.begin, options.end - options.begin), nullptr,
                               /*allow_exceptions=*/false);
       if (!opts.is_object()) opts = json::object();

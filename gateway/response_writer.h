@@ -5,6 +5,7 @@
 // Thread-safety: a sink and its stream are used from the connection's own loop only.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
@@ -115,7 +116,14 @@ class ChunkedSink final : public adapters::StreamSink {
       append_response_head(framing_, h);
     }
     if (!bytes.empty()) {
-      if (capture_) captured_.append(bytes);
+      if (capture_) {
+        // A stream's whole text is kept: room made ahead (twice what is kept, and 4 KiB), not
+        // doubled up from a few bytes event by event.
+        if (captured_.capacity() < captured_.size() + bytes.size()) {
+          captured_.reserve(std::max(captured_.size() + bytes.size(), 2 * captured_.size() + 4096));
+        }
+        captured_.append(bytes);
+      }
       append_chunk_prefix(framing_, bytes.size());
     } else if (framing_.empty() && !last) {
       co_return true;  // nothing to send

@@ -130,6 +130,23 @@ TEST(OpenAiRequest, StreamOptionsAddedOrMerged) {
   EXPECT_EQ(merged["stream_options"]["include_usage"], true);
   EXPECT_EQ(merged["stream_options"]["x"], 1);
   EXPECT_EQ(merged["model"], "up/m");
+  // Already asked for: the client's text kept byte for byte, whatever else it holds.
+  const std::string asked =
+      R"(,"messages":[{"role":"user","content":"x"}],"stream":true,)"
+      R"("stream_options":{ "x":[1,{"include_usage":0}], "include_usage" : true }})";
+  auto kept = parse_request(adapters::Endpoint::kChatCompletions, R"({"model":"pub")" + asked);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(upstream_body(*kept, "up/m"), R"({"model":"up/m")" + asked);
+  // Asked twice, or under an escaped name: written once, true (as for any other value).
+  for (const char* options :
+       {R"({"include_usage":true,"include_usage":false})",
+        R"({"include_usage":false,"include_usage":true})", R"({"include_\u0075sage":false})"}) {
+    auto twice = rewritten(
+        std::string(R"({"model":"a","stream":true,"messages":[{"role":"user","content":"x"}],)") +
+        R"("stream_options":)" + options + "}");
+    EXPECT_EQ(twice["stream_options"]["include_usage"], true) << options;
+    EXPECT_EQ(twice["stream_options"].size(), 1u) << options;
+  }
 }
 
 }  // namespace
