@@ -129,39 +129,12 @@ if [ "${BENCH_FULL:-on}" != off ]; then
 fi
 if [ "${BENCH_NGINX:-on}" != off ] && command -v nginx >/dev/null 2>&1; then
   mkdir -p "$work/nginx"
-  nginx_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  cat >"$work/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-master_process off;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx;
-  proxy_temp_path $work/nginx;
-  upstream up { server ${upstream_url#http://}; keepalive 64; }
-  server {
-    listen 127.0.0.1:$nginx_port;
-    client_max_body_size 16m;
-    client_body_buffer_size 64k;
-    location / {
-      proxy_pass http://up;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-EOF
+  nginx_port=$(free_port)
+  write_nginx_config "$work/nginx" "$upstream_url" "$nginx_port"
   "${pin_ferry[@]}" nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.out" 2>&1 &
   nginx_pid=$!
   pids+=("$nginx_pid")
-  for _ in $(seq 1 50); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$nginx_port") 2>/dev/null; then break; fi
-    sleep 0.1
-  done
+  wait_port "$nginx_port" || true
   reference_args+=(--reference "http://127.0.0.1:$nginx_port" --reference-pid "$nginx_pid"
     --reference-name nginx)
 fi

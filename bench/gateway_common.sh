@@ -1,4 +1,5 @@
-# What gateway_bench.sh, full_callgrind.sh and full_threads.sh share (sourced by each).
+# What gateway_bench.sh, full_callgrind.sh, full_threads.sh and nginx_callgrind.sh share
+# (sourced by each).
 
 # make_work_dir PREFIX: sets `work` (a new temporary directory) and `pids` (the processes the
 # script starts); on exit the processes are stopped and the directory removed.
@@ -36,6 +37,51 @@ backends: [{ name: upstream, base_url: $2/v1, max_idle_connections: 64 }]
 models: [{ name: echo, backend: upstream, upstream_model: echo }]
 log: { access_log: off }
 EOF
+}
+
+# write_nginx_config DIR UPSTREAM_URL PORT: DIR/nginx.conf, nginx as the reference reverse
+# proxy (one worker, no master process, no access log, upstream keep-alive 64, responses not
+# buffered) on 127.0.0.1:PORT in front of UPSTREAM_URL; its temporary files in DIR.
+write_nginx_config() {
+  cat >"$1/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+master_process off;
+pid $1/nginx.pid;
+error_log $1/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $1;
+  proxy_temp_path $1;
+  upstream up { server ${2#http://}; keepalive 64; }
+  server {
+    listen 127.0.0.1:$3;
+    client_max_body_size 16m;
+    client_body_buffer_size 64k;
+    location / {
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+EOF
+}
+
+# free_port: a TCP port on 127.0.0.1 free at the moment.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# wait_port PORT: waits (up to 5 s) until something accepts on 127.0.0.1:PORT.
+wait_port() {
+  for _ in $(seq 1 50); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  return 1
 }
 
 # wait_listening FILE NAME: prints the URL of the `listening on URL` line once it appears.
