@@ -165,17 +165,16 @@ void plan_edits(const ParsedRequest& request, std::string_view upstream_model,
   edits.list[edits.n++] = {spans.model.begin, spans.model.end, {}, upstream_model, true};
   if (request.stream && openai_api(request)) {
     const Span& options = spans.stream_options;
-    if (options.found() && asks_for_usage(raw.substr(options.begin, options.end - options.begin))) {
-      // Already asked for: left as written.
-    } else if (options.found()) {
-      json opts = json::parse(raw.substr(options.begin, options.end - options.begin), nullptr,
-                              /*allow_exceptions=*/false);
+    if (!options.found()) {
+      edits.list[edits.n++] = {close, close, {}, ",\"stream_options\":{\"include_usage\":true}"};
+    } else if (const std::string_view given =
+                   raw.substr(options.begin, options.end - options.begin);
+               !asks_for_usage(given)) {  // (one that already asks is left as written)
+      json opts = json::parse(given, nullptr, /*allow_exceptions=*/false);
       if (!opts.is_object()) opts = json::object();
       opts["include_usage"] = true;
       texts.stream_options = opts.dump();
       edits.list[edits.n++] = {options.begin, options.end, {}, texts.stream_options};
-    } else {
-      edits.list[edits.n++] = {close, close, {}, ",\"stream_options\":{\"include_usage\":true}"};
     }
   }
   if (overrides.max_tokens) {
