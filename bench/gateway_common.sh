@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # What gateway_bench.sh, full_callgrind.sh, full_threads.sh and nginx_callgrind.sh share
 # (sourced by each).
 
