@@ -8,7 +8,9 @@
 #   FULL_APPLY_MS: ledger.apply_ms, default 1000: the row log; 0: each group a SQLite commit;
 #   FULL_ONLY: the loadgen scenario, default "chat c=16"; e.g. "chat 200/s" for the fixed rate;
 #   FULL_PASS=1: the pass-through ferry of gateway_bench.sh instead - no key, policy or ledger,
-#   access log off - its requests counted from ferry_requests_total)
+#   access log off - its requests counted from ferry_requests_total; CALLGRIND_FOOTPRINT=1: the
+#   profile keeps instruction addresses and bench/code_footprint.py prints the code the window
+#   ran, in 64-byte lines)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -24,7 +26,9 @@ if [ "${FULL_PASS:-0}" = 1 ]; then
 else
   write_ferry_full_config "$work" "$upstream_url" 5 1 "$api_key" "${FULL_APPLY_MS:-1000}"
 fi
-valgrind --tool=callgrind --dump-instr=no --compress-strings=no --callgrind-out-file="$work/cg.out" \
+dump_instr=(--dump-instr=no)
+if [ "${CALLGRIND_FOOTPRINT:-0}" = 1 ]; then dump_instr=(--dump-instr=yes --dump-line=no); fi
+valgrind --tool=callgrind "${dump_instr[@]}" --compress-strings=no --callgrind-out-file="$work/cg.out" \
   "$ferry_bin" serve --config "$work/ferry.yaml" >"$work/ferry.out" 2>"$work/valgrind.err" &
 ferry_pid=$!
 pids+=("$ferry_pid")
@@ -39,15 +43,17 @@ load() {
     --api-key "$api_key" --only "${FULL_ONLY:-chat c=16}" --duration "$1" >"$work/loadgen.$1.out" 2>&1 || true
 }
 load 3  # warm-up: connections, caches, the first rows
-callgrind_control -z "$ferry_pid" >/dev/null
+# The rows are read from /metrics outside the window, so that the scrapes are not counted.
 before=$(rows)
+callgrind_control -z "$ferry_pid" >/dev/null
 load "$seconds"
-after=$(rows)
 callgrind_control -d "$ferry_pid" >/dev/null
 sleep 1
+after=$(rows)
 dump=$(ls -t "$work"/cg.out.* | head -1)
 total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
 echo "rows recorded in the window: $((after - before)); instructions: $total"
 echo "instructions per request: $((total / (after - before)))"
 # CALLGRIND_OUT=FILE keeps the dump (callgrind_annotate --inclusive=yes FILE).
 if [ -n "${CALLGRIND_OUT:-}" ]; then cp "$dump" "$CALLGRIND_OUT"; fi
+if [ "${CALLGRIND_FOOTPRINT:-0}" = 1 ]; then bench/code_footprint.py "$dump" 15; fi

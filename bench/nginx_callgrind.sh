@@ -7,7 +7,8 @@
 # run's seconds; no warm-up inside the window). Instructions do not depend on the machine's load.
 #   bench/nginx_callgrind.sh [SECONDS]   (default 10; FERRY_BUILD_DIR: the build whose upstream
 #   and loadgen are used, default build; NGINX_ONLY: the loadgen scenario, default "chat c=16",
-#   e.g. "chat stream c=16"; CALLGRIND_OUT: keep the profile there)
+#   e.g. "chat stream c=16"; CALLGRIND_OUT: keep the profile there; CALLGRIND_FOOTPRINT=1: as
+#   full_callgrind.sh's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${FERRY_BUILD_DIR:-build}
@@ -22,7 +23,9 @@ start_upstream
 mkdir -p "$work/nginx"
 port=$(free_port)
 write_nginx_config "$work/nginx" "$upstream_url" "$port"
-valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$work/cg.out" \
+dump_instr=(--dump-instr=no)
+if [ "${CALLGRIND_FOOTPRINT:-0}" = 1 ]; then dump_instr=(--dump-instr=yes --dump-line=no); fi
+valgrind --tool=callgrind "${dump_instr[@]}" --callgrind-out-file="$work/cg.out" \
   nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.out" 2>"$work/valgrind.err" &
 nginx_pid=$!
 pids+=("$nginx_pid")
@@ -47,3 +50,4 @@ requests=$((rate * seconds))
 [ -n "${CALLGRIND_OUT:-}" ] && cp "$profile" "$CALLGRIND_OUT"
 echo "nginx, $scenario: $requests requests in the window ($rate/s); instructions: $instructions"
 echo "instructions per request: $((instructions / requests))"
+if [ "${CALLGRIND_FOOTPRINT:-0}" = 1 ]; then bench/code_footprint.py "$profile" 15; fi
