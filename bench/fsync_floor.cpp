@@ -8,11 +8,15 @@
 // bench/README.md).
 //
 // Usage: ferry_bench_fsync --dir DIR [--pages 12] [--commits 300] [--interval-us 0] [--direct]
+//        [--dsync]
 // --interval-us spaces the commits (the disk idles between them as at 200 req/s). --direct
 // writes `--pages` aligned 4 KiB blocks with O_DIRECT instead (the row log's pre-sized
-// segments, ledger/row_log.h), the file written and synced first as there.
+// segments, ledger/row_log.h), the file written and synced first as there. --dsync makes each
+// commit one pwritev2 with RWF_DSYNC instead of pwrite + fdatasync (on a disk with FUA writes
+// the kernel can then skip the separate cache flush; bench/README, issue 17 session 29).
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,10 +47,15 @@ int main(int argc, char** argv) {
   int commits = 300;
   long interval_us = 0;
   bool direct = false;
+  bool dsync = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--direct") {
       direct = true;
+      continue;
+    }
+    if (arg == "--dsync") {
+      dsync = true;
       continue;
     }
     if (arg != "--dir" && arg != "--pages" && arg != "--commits" && arg != "--interval-us") {
@@ -71,7 +80,7 @@ int main(int argc, char** argv) {
   if (dir.empty() || pages < 1 || commits < 1) {
     std::fprintf(stderr,
                  "usage: ferry_bench_fsync --dir DIR [--pages 12] [--commits 300] "
-                 "[--interval-us 0] [--direct]\n");
+                 "[--interval-us 0] [--direct] [--dsync]\n");
     return 2;
   }
   const std::string path = dir + "/fsync-floor.dat";
@@ -116,7 +125,11 @@ int main(int argc, char** argv) {
   for (int i = 0; i < commits; ++i) {
     if (interval_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(interval_us));
     auto t0 = std::chrono::steady_clock::now();
-    if (pwrite(fd, commit.data(), commit.size(), at) < 0 || fdatasync(fd) != 0) {
+    iovec iov{const_cast<char*>(commit.data()), commit.size()};
+    const bool failed =
+        dsync ? pwritev2(fd, &iov, 1, at, RWF_DSYNC) < 0
+              : pwrite(fd, commit.data(), commit.size(), at) < 0 || fdatasync(fd) != 0;
+    if (failed) {
       std::perror("ferry_bench_fsync: write");
       return 1;
     }
@@ -131,9 +144,10 @@ int main(int argc, char** argv) {
   std::sort(wall_us.begin(), wall_us.end());
   auto pct = [&](double p) { return wall_us[static_cast<size_t>(p * (wall_us.size() - 1))]; };
   std::printf(
-      "fsync floor: %d commits of %d pages (pwrite%s + fdatasync)%s: wall p50 %.3f ms, p90 %.3f "
+      "fsync floor: %d commits of %d pages (%s%s)%s: wall p50 %.3f ms, p90 %.3f "
       "ms; CPU %.1f us per commit\n",
-      commits, pages, direct ? " O_DIRECT" : "", interval_us > 0 ? ", spaced" : "", pct(0.5) / 1000,
-      pct(0.9) / 1000, cpu_us);
+      commits, pages, direct ? "O_DIRECT " : "",
+      dsync ? "pwritev2 RWF_DSYNC" : "pwrite + fdatasync", interval_us > 0 ? ", spaced" : "",
+      pct(0.5) / 1000, pct(0.9) / 1000, cpu_us);
   return 0;
 }
