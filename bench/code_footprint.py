@@ -4,9 +4,9 @@
 Reads a callgrind output file written with `--dump-instr=yes --dump-line=no` (so that each
 cost line starts with an instruction address) and counts the cache lines of code that ran at
 least one instruction in the profile's window, per object (the executable, libc, SQLite...).
-When every request of the window is alike, this is about the code one request runs. At a low
-request rate each request meets the caches cold, and its user time follows this figure rather
-than its instruction count (bench/README.md, issue 17 session 29).
+When every request of the window is alike, this is about the code one request runs: which
+parts of the program a request goes through, and how much code (bench/README.md, issue 17
+session 29: at 200 req/s the user time followed the instruction count, not this figure).
 
   bench/code_footprint.py cg.out [TOP]
 
