@@ -1,7 +1,6 @@
 #include "policies/facts.h"
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -283,107 +282,110 @@ void write_value(std::string& out, const std::optional<T>& v) {
   }
 }
 
-// One member of the written object: its `"key":` text and its index among the recorded members
-// (-1: the extra key).
-struct Member {
-  std::string key_text;
-  int index;
+// One recorded member of Struct as the compact text writes it: `write` appends `"key":value`
+// (after a comma unless `first`) when the member differs from its default or is `always`
+// written, and says whether it did.
+template <typename Struct>
+struct MemberText {
+  std::string_view key;
+  std::string key_text;  // "key": as JSON
+  bool always = false;
+  bool (*write)(std::string& out, const Struct& s, const Struct& defaults, const MemberText& m,
+                bool& first) = nullptr;
 };
 
-// The members in the order a std::map-backed json dumps them (keys sorted); `extra` is one more
-// key (Facts' `targets`) written by the caller.
-template <typename ForEach>
-std::vector<Member> sorted_members(ForEach&& for_each, std::string_view extra) {
-  std::vector<std::pair<std::string_view, int>> keys;
-  for_each([&](const char* key, auto) { keys.emplace_back(key, static_cast<int>(keys.size())); });
-  if (!extra.empty()) keys.emplace_back(extra, -1);
-  std::sort(keys.begin(), keys.end());
-  std::vector<Member> members;
-  for (const auto& [key, index] : keys) {
-    std::string text;
-    append_json_string(text, key);
-    text.push_back(':');
-    members.push_back({std::move(text), index});
-  }
+template <typename T>
+struct ClassOf;
+template <typename C, typename M>
+struct ClassOf<M C::*> {
+  using type = C;
+};
+
+void open_member(std::string& out, std::string_view key_text, bool& first) {
+  if (!first) out.push_back(',');
+  first = false;
+  out.append(key_text);
+}
+
+template <auto Member, typename Struct = typename ClassOf<decltype(Member)>::type>
+bool write_member(std::string& out, const Struct& s, const Struct& defaults,
+                  const MemberText<Struct>& m, bool& first) {
+  if (!m.always && s.*Member == defaults.*Member) return false;
+  open_member(out, m.key_text, first);
+  write_value(out, s.*Member);
+  return true;
+}
+
+template <typename Struct>
+MemberText<Struct> member_text(std::string_view key, bool always,
+                               decltype(MemberText<Struct>::write) write) {
+  MemberText<Struct> m{key, {}, always, write};
+  append_json_string(m.key_text, key);
+  m.key_text.push_back(':');
+  return m;
+}
+
+// The members in the order a std::map-backed json dumps them: keys sorted.
+template <typename Struct>
+std::vector<MemberText<Struct>> sorted(std::vector<MemberText<Struct>> members) {
+  std::sort(members.begin(), members.end(),
+            [](const auto& a, const auto& b) { return a.key < b.key; });
   return members;
 }
 
-constexpr size_t kMaxMembers = 32;
-
-// Writes the members of `s` that differ from `defaults` (and `always`, when not empty), keys
-// sorted; `write_extra` writes the value of the extra key when it returns true.
-template <typename Struct, typename ForEach, typename WriteExtra>
-void write_compact(std::string& out, const Struct& s, const Struct& defaults, ForEach&& for_each,
-                   const std::vector<Member>& order, std::string_view always,
-                   WriteExtra&& write_extra) {
-  // Each member's value written once into `values`, then the members copied out in key order.
-  thread_local std::string values;
-  values.clear();
-  std::array<std::pair<size_t, size_t>, kMaxMembers> spans{};
-  std::array<bool, kMaxMembers> written{};
-  int index = 0;
-  for_each([&](const char* key, auto member) {
-    const int i = index++;
-    if (key == always || !(s.*member == defaults.*member)) {
-      const size_t begin = values.size();
-      write_value(values, s.*member);
-      spans[i] = {begin, values.size()};
-      written[i] = true;
-    }
-  });
+// Writes `{...}` of the members `order` lists, each as its `write` decides.
+template <typename Struct>
+void write_compact(std::string& out, const Struct& s, const Struct& defaults,
+                   const std::vector<MemberText<Struct>>& order) {
   out.push_back('{');
   bool first = true;
-  for (const Member& m : order) {
-    const int i = m.index;
-    if (i >= 0 && !written[i]) continue;
-    const size_t mark = out.size();
-    if (!first) out.push_back(',');
-    out.append(m.key_text);
-    if (i < 0) {
-      if (!write_extra(out)) {
-        out.resize(mark);
-        continue;
-      }
-    } else {
-      out.append(values, spans[i].first, spans[i].second - spans[i].first);
-    }
-    first = false;
-  }
+  for (const MemberText<Struct>& m : order) m.write(out, s, defaults, m, first);
   out.push_back('}');
+}
+
+const std::vector<MemberText<TargetFacts>>& target_texts() {
+  static const auto texts = sorted<TargetFacts>({
+#define FERRY_MEMBER_TEXT(member)                                       \
+  member_text<TargetFacts>(#member, std::string_view(#member) == "ref", \
+                           &write_member<&TargetFacts::member>),
+      FERRY_RECORDED_TARGET_FACTS(FERRY_MEMBER_TEXT)
+#undef FERRY_MEMBER_TEXT
+  });
+  return texts;
+}
+
+// Facts' `targets`: written when there are any, each target without its defaults but `ref`.
+bool write_targets(std::string& out, const Facts& f, const Facts&, const MemberText<Facts>& m,
+                   bool& first) {
+  static const TargetFacts kTargetDefaults;
+  if (f.targets.empty()) return false;
+  open_member(out, m.key_text, first);
+  out.push_back('[');
+  for (size_t i = 0; i < f.targets.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    write_compact(out, f.targets[i], kTargetDefaults, target_texts());
+  }
+  out.push_back(']');
+  return true;
+}
+
+const std::vector<MemberText<Facts>>& fact_texts() {
+  static const auto texts = sorted<Facts>({
+#define FERRY_MEMBER_TEXT(member) member_text<Facts>(#member, false, &write_member<&Facts::member>),
+      FERRY_RECORDED_FACTS(FERRY_MEMBER_TEXT)
+#undef FERRY_MEMBER_TEXT
+          member_text<Facts>("targets", false, &write_targets),
+  });
+  return texts;
 }
 
 }  // namespace
 
 std::string facts_to_compact_text(const Facts& f) {
   static const Facts kDefaults;
-  static const TargetFacts kTargetDefaults;
-  static const auto kOrder =
-      sorted_members([](auto&& visit) { for_each_recorded(visit); }, "targets");
-  static const auto kTargetOrder =
-      sorted_members([](auto&& visit) { for_each_recorded_target(visit); }, "");
   std::string out;
   out.reserve(256);
-  // The targets are written into their own buffer first: write_compact keeps one scratch of
-  // values a thread, which the nested call would overwrite.
-  std::string targets;
-  if (!f.targets.empty()) {
-    targets.push_back('[');
-    for (size_t i = 0; i < f.targets.size(); ++i) {
-      if (i > 0) targets.push_back(',');
-      write_compact(
-          targets, f.targets[i], kTargetDefaults,
-          [](auto&& visit) { for_each_recorded_target(visit); }, kTargetOrder, "ref",
-          [](std::string&) { return false; });
-    }
-    targets.push_back(']');
-  }
-  write_compact(
-      out, f, kDefaults, [](auto&& visit) { for_each_recorded(visit); }, kOrder, "",
-      [&](std::string& o) {
-        if (targets.empty()) return false;
-        o.append(targets);
-        return true;
-      });
+  write_compact(out, f, kDefaults, fact_texts());
   return out;
 }
 
