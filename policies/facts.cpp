@@ -284,13 +284,13 @@ void write_value(std::string& out, const std::optional<T>& v) {
 
 // One recorded member of Struct as the compact text writes it: `write` appends `"key":value`
 // (after a comma unless `first`) when the member differs from its default or is `always`
-// written, and says whether it did.
+// written.
 template <typename Struct>
 struct MemberText {
   std::string_view key;
   std::string key_text;  // "key": as JSON
   bool always = false;
-  bool (*write)(std::string& out, const Struct& s, const Struct& defaults, const MemberText& m,
+  void (*write)(std::string& out, const Struct& s, const Struct& defaults, const MemberText& m,
                 bool& first) = nullptr;
 };
 
@@ -308,12 +308,11 @@ void open_member(std::string& out, std::string_view key_text, bool& first) {
 }
 
 template <auto Member, typename Struct = typename ClassOf<decltype(Member)>::type>
-bool write_member(std::string& out, const Struct& s, const Struct& defaults,
+void write_member(std::string& out, const Struct& s, const Struct& defaults,
                   const MemberText<Struct>& m, bool& first) {
-  if (!m.always && s.*Member == defaults.*Member) return false;
+  if (!m.always && s.*Member == defaults.*Member) return;
   open_member(out, m.key_text, first);
   write_value(out, s.*Member);
-  return true;
 }
 
 template <typename Struct>
@@ -355,10 +354,10 @@ const std::vector<MemberText<TargetFacts>>& target_texts() {
 }
 
 // Facts' `targets`: written when there are any, each target without its defaults but `ref`.
-bool write_targets(std::string& out, const Facts& f, const Facts&, const MemberText<Facts>& m,
+void write_targets(std::string& out, const Facts& f, const Facts&, const MemberText<Facts>& m,
                    bool& first) {
   static const TargetFacts kTargetDefaults;
-  if (f.targets.empty()) return false;
+  if (f.targets.empty()) return;
   open_member(out, m.key_text, first);
   out.push_back('[');
   for (size_t i = 0; i < f.targets.size(); ++i) {
@@ -366,7 +365,6 @@ bool write_targets(std::string& out, const Facts& f, const Facts&, const MemberT
     write_compact(out, f.targets[i], kTargetDefaults, target_texts());
   }
   out.push_back(']');
-  return true;
 }
 
 const std::vector<MemberText<Facts>>& fact_texts() {
