@@ -13,6 +13,11 @@
 #   BENCH_RELAY (default on; "off" to skip): ferry_bench_relay, a byte relay that makes only
 #   the system calls every proxy must (recv and send per message and direction, epoll_wait),
 #   on FERRY_CPU in front of the same upstream: the kernel's floor for a proxied request here.
+#   BENCH_RELAY_COMMIT (default on with BENCH_FULL and BENCH_RELAY; "off" to skip): the same
+#   relay with --commit-dir (ferry-full's ledger directory), "relay-commit": it also follows each
+#   answer's framing and holds the bytes that end it until one durable commit (a 4 KiB O_DIRECT
+#   block and fdatasync, as the row log writes) covers the answers of its epoll_wait batch: the
+#   floor, on this disk, of any proxy that records each answer durably before its last byte.
 #   BENCH_FULL (default on; "off" to skip): a second ferry, "ferry-full", with the whole
 #   accounting path (the key, an exact cl100k_base count, a 5-rule policy whose last rule
 #   decides, a hard team budget, a durable SQLite ledger row, the access log) on FERRY_CPU in
@@ -145,6 +150,15 @@ if [ "${BENCH_RELAY:-on}" != off ]; then
   pids+=("$relay_pid")
   relay_url=$(wait_listening "$work/relay.out" ferry_bench_relay)
   reference_args+=(--reference "$relay_url" --reference-pid "$relay_pid" --reference-name relay)
+  if [ "${BENCH_RELAY_COMMIT:-on}" != off ] && [ "${BENCH_FULL:-on}" != off ]; then
+    "${pin_ferry[@]}" "$relay_bin" --listen 127.0.0.1:0 --upstream "${upstream_url#http://}" \
+      --commit-dir "$work/full" >"$work/relay-commit.out" 2>&1 &
+    relay_commit_pid=$!
+    pids+=("$relay_commit_pid")
+    relay_commit_url=$(wait_listening "$work/relay-commit.out" relay-commit)
+    reference_args+=(--reference "$relay_commit_url" --reference-pid "$relay_commit_pid"
+      --reference-name relay-commit)
+  fi
 fi
 
 echo "ferry $("$ferry_bin" --version 2>/dev/null | head -1) on CPU $FERRY_CPU ($IO_THREADS I/O" \
