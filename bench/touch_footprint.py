@@ -16,7 +16,8 @@ a library is counted to the server's function that ran last on that thread).
 (MAPS: a copy of /proc/PID/maps; REQUESTS: a file that holds the requests counted, read
 once the trace ends; ADDRS.binary: the server binary's path)
 Prints, per request: the code and data lines (summed over wake-ups), the data lines by thread,
-and the TOP (thread, function) pairs by data lines first touched in a wake-up.
+and the TOP (thread, function) pairs by data lines first touched in a wake-up, then by code
+lines (a function's own, or the library code it called).
 """
 import bisect
 import collections
@@ -42,6 +43,7 @@ def count(stream, wake, lo, hi, go, stop):
     code, data = set(), set()
     by_thread = collections.Counter()
     by_caller = collections.Counter()  # (thread, server address) -> data lines
+    code_at = collections.Counter()  # (thread, server address, in the server) -> code lines
     thread, last = 1, {}  # the running thread; each thread's last address in the server's text
     for line in stream:
         kind = line[0:1]
@@ -58,9 +60,12 @@ def count(stream, wake, lo, hi, go, stop):
                     counting = True
                 code, data = set(), set()
             if counting:
-                code.add(addr >> 6)
-                if lo <= addr < hi:
+                inside = lo <= addr < hi
+                if inside:
                     last[thread] = addr
+                if addr >> 6 not in code:
+                    code.add(addr >> 6)
+                    code_at[(thread, addr if inside else last.get(thread, 0), inside)] += 1
         elif kind == b' ':
             if counting:
                 line_no = int(line[3:line.index(b',')], 16) >> 6
@@ -71,7 +76,7 @@ def count(stream, wake, lo, hi, go, stop):
         elif kind == b'-' and b'acquired lock' in line:
             at = line.index(b'SCHED[') + 6
             thread = int(line[at:line.index(b']', at)])
-    return wakeups, code_sum, data_sum, by_thread, by_caller
+    return wakeups, code_sum, data_sum, by_thread, by_caller, code_at
 
 
 def symbolizer(maps_path, binary_path):
@@ -108,7 +113,7 @@ def main():
         sys.exit('touch_footprint: the trace ended before the addresses were given')
     wake, lo, hi = addrs[:3]
     binary = open(addrs_path + '.binary').read().strip()
-    wakeups, code_sum, data_sum, by_thread, by_caller = count(stream, wake, lo, hi, go, stop)
+    wakeups, code_sum, data_sum, by_thread, by_caller, code_at = count(stream, wake, lo, hi, go, stop)
     for _ in stream:  # the rest of the trace, so that the traced process is not blocked
         pass
     requests = max(1, int(open(requests_path).read()))
@@ -124,6 +129,13 @@ def main():
     print(f'data lines a request by thread and by the server function that ran last there '
           f'(top {top}):')
     for (thread, fn), lines in merged.most_common(top):
+        print(f'{lines / requests:8.1f}  T{thread} {fn[:150]}')
+    code_fn = collections.Counter()
+    for (thread, addr, inside), lines in code_at.items():
+        code_fn[(thread, name(addr) if inside else '(library) via ' + name(addr))] += lines
+    print(f'code lines a request by thread and by the server function they are in (or that '
+          f'called the library they are in) (top {top}):')
+    for (thread, fn), lines in code_fn.most_common(top):
         print(f'{lines / requests:8.1f}  T{thread} {fn[:150]}')
 
 

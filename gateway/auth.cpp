@@ -44,10 +44,10 @@ Status Authenticator::watch_store(const std::string& db) {
     while (
         !stop_cv_.wait_for(lock, std::chrono::milliseconds(kKeyPollMs), [this] { return stop_; })) {
       lock.unlock();
-      auto got = reader->read();
-      if (got) {
-        set_stored(got->active, got->ever_stored);
-      } else if (!failing) {  // once per outage, on stderr (the server log)
+      auto got = reader->poll();  // nothing to do when the keys did not change
+      if (got && *got) {
+        set_stored((*got)->active, (*got)->ever_stored);
+      } else if (!got && !failing) {  // once per outage, on stderr (the server log)
         std::fprintf(stderr,
                      "ferry: reading the stored API keys failed (%s); keeping the last ones\n",
                      got.error().message.c_str());

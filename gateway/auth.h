@@ -1,8 +1,9 @@
 // API-key authentication: a bearer token is hashed (SHA-256) and looked up among the
 // configured keys and the keys kept in the ledger's database (ledger/keys.h), which a thread of
-// its own re-reads every kKeyPollMs (a key revoked on any instance stops working here within
-// that). The config's key table is immutable after construction; the stored keys and a small
-// cache of recently seen valid config keys sit beside it under their own mutexes. Thread-safe.
+// its own checks every kKeyPollMs and re-reads when they changed (a key revoked on any instance
+// stops working here within that). The config's key table is immutable after construction; the
+// stored keys and a small cache of recently seen valid config keys sit beside it under their own
+// mutexes. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -45,7 +46,8 @@ class Authenticator {
   // principal.
   bool enabled() const { return !by_hash_.empty() || stored_on_.load(); }
   // Reads the keys kept in the ledger's database `db` now (an error stops the start), then
-  // every kKeyPollMs on a thread of its own (a failed read keeps the keys of the last one).
+  // looks every kKeyPollMs on a thread of its own and reads them again when they changed
+  // (ledger::StoredKeyReader::poll; a failed read keeps the keys of the last one).
   Status watch_store(const std::string& db);
   // Reads the stored keys now (after this instance created or revoked one, so that the change
   // holds here at once rather than after the next poll); a failed read keeps the last ones.

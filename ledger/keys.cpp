@@ -156,25 +156,48 @@ StoredKeyReader::StoredKeyReader(std::string db) : db_(std::move(db)) {}
 StoredKeyReader::~StoredKeyReader() = default;
 
 Result<StoredKeyReader::Keys> StoredKeyReader::read() {
+  auto got = read_if(true);
+  if (!got) return got.error();
+  return std::move(**got);
+}
+
+Result<std::optional<StoredKeyReader::Keys>> StoredKeyReader::poll() {
+  return read_if(false);
+}
+
+Result<std::optional<StoredKeyReader::Keys>> StoredKeyReader::read_if(bool always) {
   if (!conn_) {
     auto conn = AnyDb::open(db_);
     if (!conn) return conn.error();
     conn_ = std::make_unique<AnyDb>(std::move(*conn));
     ++connects_;
   }
-  auto fail = [&](Error e) -> Result<Keys> {
+  auto fail = [&](Error e) -> Result<std::optional<Keys>> {
     conn_.reset();
+    seen_.reset();
     return e;
   };
+  // Read before the keys: a change made between the two is seen again by the next poll.
+  auto sums = conn_->query(
+      "SELECT COUNT(*), COUNT(revoked_us), COALESCE(MAX(created_us), 0), "
+      "COALESCE(MAX(revoked_us), 0) FROM api_keys",
+      {});
+  if (!sums) return fail(sums.error());
+  if (sums->empty() || sums->front().size() != 4) {
+    return fail(Error::make(ErrorCode::kInternal, "the api_keys aggregate returned no row"));
+  }
+  std::array<int64_t, 4> now{};
+  for (size_t i = 0; i < now.size(); ++i) now[i] = value_int(sums->front()[i]);
+  if (!always && seen_ && *seen_ == now) return std::optional<Keys>();
   auto active = list_on(*conn_, false);
   if (!active) return fail(active.error());
-  // Authentication stays on once any key was stored, even with every key revoked.
-  auto count = conn_->query("SELECT COUNT(*) FROM api_keys", {});
-  if (!count) return fail(count.error());
+  ++full_reads_;
+  seen_ = now;
   Keys out;
   out.active = std::move(*active);
-  out.ever_stored = !count->empty() && value_int(count->front()[0]) > 0;
-  return out;
+  // Authentication stays on once any key was stored, even with every key revoked.
+  out.ever_stored = now[0] > 0;
+  return std::optional<Keys>(std::move(out));
 }
 
 }  // namespace ferry::ledger

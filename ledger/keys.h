@@ -4,6 +4,7 @@
 // connection; any worker or CLI thread, never an I/O thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -50,9 +51,9 @@ Result<std::vector<StoredKey>> list_keys(const std::string& db, bool include_rev
 Result<StoredKey> revoke_key(const std::string& db, const std::string& id, int64_t now_us);
 
 // The unrevoked keys and whether any key was ever stored, read again and again over one
-// connection (the server's watcher re-reads them every second: a connection a read would cost
-// more than the read, and on PostgreSQL a connection a second for every instance). A failed
-// read drops the connection; the next one connects again. One thread at a time.
+// connection (the server's watcher looks every second: a connection a read would cost more
+// than the read, and on PostgreSQL a connection a second for every instance). A failed read
+// drops the connection; the next one connects again. One thread at a time.
 class StoredKeyReader {
  public:
   explicit StoredKeyReader(std::string db);
@@ -66,14 +67,26 @@ class StoredKeyReader {
     // key is revoked and the config has none.
     bool ever_stored = false;
   };
+  // Every key, read now.
   Result<Keys> read();
+  // The keys when they changed since the last read (or poll) that returned them, nullopt when
+  // not. One aggregate query says whether they changed: keys are only inserted and revoked
+  // (revoked_us set once), so the count of keys, of revoked keys and the latest of each time
+  // change with every change ferry makes. After a failed read or poll the next one reads all.
+  Result<std::optional<Keys>> poll();
   // Connections made so far (1 while every read succeeds).
   int connects() const { return connects_; }
+  // Full reads of the keys so far (a poll that found no change reads none).
+  int full_reads() const { return full_reads_; }
 
  private:
+  Result<std::optional<Keys>> read_if(bool always);
+
   std::string db_;
   std::unique_ptr<AnyDb> conn_;
   int connects_ = 0;
+  int full_reads_ = 0;
+  std::optional<std::array<int64_t, 4>> seen_;  // the aggregate of the last keys returned
 };
 
 }  // namespace ferry::ledger

@@ -238,6 +238,76 @@ TEST_P(LedgerStore, StoredKeysAreReadAgainOverOneConnection) {
   EXPECT_EQ(reader.connects(), 2);
 }
 
+// The watcher's poll reads the keys again only when they changed: one aggregate query says so
+// for every change ferry makes (a key created, a key revoked), and after a failed poll the next
+// one reads them all.
+TEST_P(LedgerStore, StoredKeysArePolledAndReadOnlyWhenChanged) {
+  auto ledger = open();
+  ASSERT_TRUE(ledger);
+  const std::string db = db_->config("gw-1").path;
+  StoredKeyReader reader(db);
+  auto first = reader.poll();
+  ASSERT_TRUE(first) << first.error().message;
+  ASSERT_TRUE(first->has_value());  // the first poll reads
+  EXPECT_TRUE((*first)->active.empty());
+  EXPECT_FALSE((*first)->ever_stored);
+  auto same = reader.poll();
+  ASSERT_TRUE(same) << same.error().message;
+  EXPECT_FALSE(same->has_value());
+  EXPECT_EQ(reader.full_reads(), 1);
+
+  StoredKey spec;
+  spec.id = "k-one";
+  spec.team = "search";
+  spec.role = "app";
+  ASSERT_TRUE(create_key(db, spec, {}));
+  auto created = reader.poll();
+  ASSERT_TRUE(created) << created.error().message;
+  ASSERT_TRUE(created->has_value());
+  ASSERT_EQ((*created)->active.size(), 1u);
+  EXPECT_EQ((*created)->active[0].id, "k-one");
+  EXPECT_TRUE((*created)->ever_stored);
+  spec.id = "k-two";
+  ASSERT_TRUE(create_key(db, spec, {}));
+  spec.id = "k-three";
+  ASSERT_TRUE(create_key(db, spec, {}));
+  auto more = reader.poll();
+  ASSERT_TRUE(more && more->has_value());
+  EXPECT_EQ((*more)->active.size(), 3u);
+  ASSERT_TRUE(reader.poll());
+  EXPECT_EQ(reader.full_reads(), 3);
+
+  // Revoking the newest key and then an older one: each is a change (the revoked count).
+  ASSERT_TRUE(revoke_key(db, "k-three", 7));
+  auto revoked = reader.poll();
+  ASSERT_TRUE(revoked && revoked->has_value());
+  ASSERT_EQ((*revoked)->active.size(), 2u);
+  EXPECT_EQ((*revoked)->active[1].id, "k-two");
+  ASSERT_TRUE(revoke_key(db, "k-one", 6));
+  auto older = reader.poll();
+  ASSERT_TRUE(older && older->has_value());
+  ASSERT_EQ((*older)->active.size(), 1u);
+  EXPECT_EQ((*older)->active[0].id, "k-two");
+  auto quiet = reader.poll();
+  ASSERT_TRUE(quiet && !quiet->has_value());
+  // Revoking a revoked key changes nothing, and no read follows.
+  ASSERT_TRUE(revoke_key(db, "k-one", 9));
+  auto twice = reader.poll();
+  ASSERT_TRUE(twice && !twice->has_value());
+  EXPECT_EQ(reader.full_reads(), 5);
+
+  // A failed poll drops the connection; the next one connects again and reads the keys.
+  ASSERT_TRUE(db_->exec("ALTER TABLE api_keys RENAME TO api_keys_away"));
+  EXPECT_FALSE(reader.poll());
+  ASSERT_TRUE(db_->exec("ALTER TABLE api_keys_away RENAME TO api_keys"));
+  auto again = reader.poll();
+  ASSERT_TRUE(again) << again.error().message;
+  ASSERT_TRUE(again->has_value());
+  EXPECT_EQ((*again)->active.size(), 1u);
+  EXPECT_EQ(reader.connects(), 2);
+  EXPECT_EQ(reader.full_reads(), 6);
+}
+
 TEST_P(LedgerStore, SameRowsVerifyAndBudgetsRebuildFromThem) {
   std::string adjusted;
   {
