@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "api/openai_parse.h"
-
 #include "api/dom_value.h"
+#include "api/openai_parse.h"
+#include "common/json_text.h"
 
 namespace ferry::api {
 
@@ -674,7 +674,8 @@ Status parse_anthropic_into(std::string_view body, ChatRequest& out, AnthropicPa
                             const AnthropicParseOptions& options) {
   thread_local simdjson::dom::parser parser;
   element doc;
-  auto err = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/true).get(doc);
+  const bool copy = options.readable_past_end < kJsonReadSlack;
+  auto err = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/copy).get(doc);
   if (err != simdjson::SUCCESS) {
     return invalid("", err == simdjson::UTF8_ERROR
                            ? std::string("the request body is not valid UTF-8")

@@ -5,6 +5,7 @@
 // thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string_view>
 
@@ -16,6 +17,9 @@ namespace ferry::api {
 struct AnthropicParseOptions {
   // count_tokens: `max_tokens` is not required, and `stream` / sampling are not read.
   bool count_tokens = false;
+  // Bytes past the end of `body` that may be read (its string's spare capacity): with at least
+  // kJsonReadSlack (common/json_text.h) the body is parsed where it is, otherwise copied first.
+  size_t readable_past_end = 0;
 };
 
 // What the parse learns beside the typed value.

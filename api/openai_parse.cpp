@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "api/dom_value.h"
+#include "common/json_text.h"
 
 namespace ferry::api {
 
@@ -778,7 +779,9 @@ Status parse_openai_into(Endpoint endpoint, std::string_view body, ChatRequest& 
   // nothing in the steady state. Elements point into it and never outlive this call.
   thread_local simdjson::dom::parser parser;
   element doc;
-  auto err = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/true).get(doc);
+  static_assert(kJsonReadSlack >= simdjson::SIMDJSON_PADDING);
+  const bool copy = options.readable_past_end < kJsonReadSlack;
+  auto err = parser.parse(body.data(), body.size(), /*realloc_if_needed=*/copy).get(doc);
   if (err != simdjson::SUCCESS) {
     if (err == simdjson::UTF8_ERROR) {
       return Error::make(ErrorCode::kInvalidRequest, "the request body is not valid UTF-8", "",

@@ -3,6 +3,7 @@
 // OpenAI's parameter rules. Stateless functions (a parser buffer per thread); thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -27,6 +28,9 @@ struct ParseOptions {
   // parses a body itself (a BackendRequest without a typed value) takes any int64 and checks it
   // against its own context.
   int64_t max_tokens_limit = kMaxTokensLimit;
+  // Bytes past the end of `body` that may be read (its string's spare capacity): with at least
+  // kJsonReadSlack the body is parsed where it is, otherwise it is copied first.
+  size_t readable_past_end = 0;
 };
 
 // Parses and validates `body` for `endpoint`. Top-level members ferry reads may appear once

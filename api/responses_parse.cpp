@@ -1102,9 +1102,13 @@ std::optional<Error> parse_body(std::string_view body, const TopFields& f,
 }
 
 // One validating parse of `text` on this thread's parser (its elements live until the next).
-Result<element> parse_json(std::string_view text, simdjson::dom::parser& parser) {
+// `readable_past_end`: bytes past the end of `text` that may be read (ParseOptions): with
+// kJsonReadSlack the text is parsed where it is, otherwise copied first.
+Result<element> parse_json(std::string_view text, simdjson::dom::parser& parser,
+                           size_t readable_past_end = 0) {
   element doc;
-  auto err = parser.parse(text.data(), text.size(), /*realloc_if_needed=*/true).get(doc);
+  const bool copy = readable_past_end < kJsonReadSlack;
+  auto err = parser.parse(text.data(), text.size(), /*realloc_if_needed=*/copy).get(doc);
   if (err == simdjson::UTF8_ERROR) {
     return Error::make(ErrorCode::kInvalidRequest, "the request body is not valid UTF-8", "",
                        "invalid_json");
@@ -1122,7 +1126,7 @@ Result<element> parse_json(std::string_view text, simdjson::dom::parser& parser)
 
 Result<ResponsesRequest> parse_responses(std::string_view body, const ParseOptions& options) {
   thread_local simdjson::dom::parser parser;
-  auto doc = parse_json(body, parser);
+  auto doc = parse_json(body, parser, options.readable_past_end);
   if (!doc) return doc.error();
   if (!doc->is_object()) return invalid_type("body", "an object", *doc);
   ResponsesRequest out;

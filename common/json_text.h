@@ -24,6 +24,11 @@ enum class JsonControls : unsigned char {
 inline constexpr size_t kJsonEscapedMaxPerByte = 6;
 inline constexpr size_t kJsonEscapeSlack = 8;
 
+// The spare capacity a request body's string keeps past its end, so that the JSON parser (which
+// reads up to this many bytes past the last one) parses it where it is instead of copying it
+// (api::ParseOptions::readable_past_end).
+inline constexpr size_t kJsonReadSlack = 64;
+
 // Writes the contents of a JSON string for `s` (no quotes) at `out`, which has room for
 // s.size() * kJsonEscapedMaxPerByte + kJsonEscapeSlack bytes, and returns the end. '"' and '\'
 // are escaped, control characters as `controls` says, other bytes copied; bytes that are not

@@ -45,6 +45,7 @@ Result<ParsedRequest> parse_messages(std::string body, const FrontEndHeaders& he
   api::AnthropicParseInfo info;
   api::AnthropicParseOptions options;
   options.count_tokens = count_only;
+  options.readable_past_end = out.raw.capacity() - out.raw.size();  // the reader's slack: no copy
   if (Status s = api::parse_anthropic_into(out.raw, *request, info, options); !s) {
     return s.error();
   }

@@ -30,7 +30,10 @@ Result<ParsedRequest> parse_request(adapters::Endpoint endpoint, std::string bod
     out.typed = std::move(request);
     return out;
   }
-  if (Status s = api::parse_openai_into(endpoint, out.raw, *request, {}, &out.model_keys); !s) {
+  api::ParseOptions options;
+  options.readable_past_end = out.raw.capacity() - out.raw.size();  // the reader's slack: no copy
+  if (Status s = api::parse_openai_into(endpoint, out.raw, *request, options, &out.model_keys);
+      !s) {
     return s.error();
   }
   out.model = request->model;

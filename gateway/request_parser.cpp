@@ -3,6 +3,8 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "common/json_text.h"
+
 namespace ferry::gateway {
 
 namespace http = boost::beast::http;
@@ -75,7 +77,7 @@ class RequestParser::Beast final : public http::basic_parser<true> {
       ec = http::error::buffer_overflow;
       return;
     }
-    out_.body_.reserve(static_cast<size_t>(*length));
+    out_.body_.reserve(static_cast<size_t>(*length) + kJsonReadSlack);
   }
   size_t on_body_impl(boost::beast::string_view body, error_code&) override {
     out_.body_.append(body.data(), body.size());
@@ -302,7 +304,7 @@ size_t RequestParser::put(std::string_view bytes, error_code& ec) {
       state_ = State::kDone;
       return used;
     }
-    body_.reserve(static_cast<size_t>(remaining_));
+    body_.reserve(static_cast<size_t>(remaining_) + kJsonReadSlack);  // parsed in place
     state_ = State::kBody;
   }
   if (state_ == State::kBody) {

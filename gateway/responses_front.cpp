@@ -87,7 +87,9 @@ std::string join_arrays(std::string_view a, std::string_view b) {
 
 Result<ParsedRequest> parse_responses_request(std::string body, const FrontEndHeaders& /*headers*/,
                                               bool /*count_only*/) {
-  auto parsed = api::parse_responses(body);
+  api::ParseOptions options;
+  options.readable_past_end = body.capacity() - body.size();  // the reader's slack: no copy
+  auto parsed = api::parse_responses(body, options);
   if (!parsed) return parsed.error();
   ParsedRequest out;
   out.endpoint = adapters::Endpoint::kChatCompletions;  // the typed value is chat-shaped

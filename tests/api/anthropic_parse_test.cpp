@@ -7,6 +7,7 @@
 #include <string>
 
 #include "api/openai_render.h"
+#include "tests/api/slack.h"
 
 namespace ferry::api {
 namespace {
@@ -365,6 +366,33 @@ TEST(AnthropicParse, TranslatesToOpenAIChat) {
   EXPECT_EQ(j["tools"][0]["function"]["name"], "f");
   EXPECT_EQ(j["tool_choice"], "required");
   EXPECT_EQ(j["stop"][0], "Z");
+}
+
+// A body parsed where it is (the request reader's slack) is read to its last byte and no
+// further: the verdict and the request are those of the same body copied first.
+TEST(AnthropicParse, ABodyParsedInPlaceReadsOnlyItsBytes) {
+  const std::string whole =
+      R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]})";
+  for (size_t cut : {whole.size(), whole.size() - 1, whole.size() - 3, whole.size() - 8}) {
+    const std::string body = whole.substr(0, cut);
+    ChatRequest copied;
+    AnthropicParseInfo copied_info;
+    Status want = parse_anthropic_into(body, copied, copied_info);
+    for (const std::string junk : testing::kSlackJunk) {
+      const std::string in_place = testing::with_slack(body, junk);
+      AnthropicParseOptions options;
+      options.readable_past_end = testing::slack_of(in_place);
+      ChatRequest parsed;
+      AnthropicParseInfo info;
+      Status got = parse_anthropic_into(in_place, parsed, info, options);
+      ASSERT_EQ(static_cast<bool>(got), static_cast<bool>(want)) << body << " + " << junk;
+      if (!want) {
+        EXPECT_EQ(got.error().message, want.error().message);
+      } else {
+        EXPECT_EQ(render_openai(parsed, "m"), render_openai(copied, "m"));
+      }
+    }
+  }
 }
 
 }  // namespace

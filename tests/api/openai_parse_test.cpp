@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
+
+#include "api/openai_render.h"
+#include "tests/api/slack.h"
 
 namespace ferry::api {
 namespace {
@@ -315,6 +319,37 @@ TEST(OpenAiParse, CountsItsParses) {
   (void)chat("");
   (void)parse_openai(Endpoint::kChatCompletions, "{not json");
   EXPECT_EQ(parses_on_this_thread(), before + 2);
+}
+
+// A body parsed where it is (readable_past_end: its string's spare capacity, the request
+// reader's slack) is read to its last byte and no further: whatever lies in the slack never
+// changes the verdict or the request, which are those of the same body copied first.
+TEST(OpenAiParse, ABodyParsedInPlaceReadsOnlyItsBytes) {
+  const std::vector<std::string> bodies = {
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],"n":1})",
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}])",  // unterminated object
+      R"({"model":"m","messages":[{"role":"user","content":"hi)",     // ends inside a string
+      R"({"model":"m","messages":[],"n":1)",                          // ... inside a number
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"caf\xc3",  // cut UTF-8
+  };
+  for (const std::string& body : bodies) {
+    ChatRequest copied;
+    Status want = parse_openai_into(Endpoint::kChatCompletions, body, copied);
+    for (const std::string junk : testing::kSlackJunk) {
+      const std::string in_place = testing::with_slack(body, junk);
+      ParseOptions options;
+      options.readable_past_end = testing::slack_of(in_place);
+      ASSERT_GE(options.readable_past_end, kJsonReadSlack);
+      ChatRequest parsed;
+      Status got = parse_openai_into(Endpoint::kChatCompletions, in_place, parsed, options);
+      ASSERT_EQ(static_cast<bool>(got), static_cast<bool>(want)) << body << " + " << junk;
+      if (!want) {
+        EXPECT_EQ(got.error().message, want.error().message) << body << " + " << junk;
+        continue;
+      }
+      EXPECT_EQ(render_openai(parsed, "m"), render_openai(copied, "m")) << body << " + " << junk;
+    }
+  }
 }
 
 TEST(OpenAiParse, TokenIdKeys) {

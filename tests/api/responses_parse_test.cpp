@@ -8,6 +8,7 @@
 
 #include "api/dom_value.h"
 #include "api/openai_render.h"
+#include "tests/api/slack.h"
 
 namespace ferry::api {
 namespace {
@@ -568,6 +569,28 @@ TEST(ResponsesParse, InputItemsAreKeptOnlyWhenStored) {
   // The instructions' echo is their JSON string, as nlohmann writes it.
   auto with = ok(R"("instructions":"tab\there \u0001 é")");
   EXPECT_EQ(with.echo.instructions, Json("tab\there \x01 é").dump());
+}
+
+// A body parsed where it is (the request reader's slack) is read to its last byte and no
+// further: the verdict and the request are those of the same body copied first.
+TEST(ResponsesParse, ABodyParsedInPlaceReadsOnlyItsBytes) {
+  const std::string whole = R"({"model":"m","input":"hi","instructions":"be brief"})";
+  for (size_t cut : {whole.size(), whole.size() - 1, whole.size() - 3, whole.size() - 12}) {
+    const std::string body = whole.substr(0, cut);
+    auto want = parse_responses(body);
+    for (const std::string junk : testing::kSlackJunk) {
+      const std::string in_place = testing::with_slack(body, junk);
+      ParseOptions options;
+      options.readable_past_end = testing::slack_of(in_place);
+      auto got = parse_responses(in_place, options);
+      ASSERT_EQ(static_cast<bool>(got), static_cast<bool>(want)) << body << " + " << junk;
+      if (!want) {
+        EXPECT_EQ(got.error().message, want.error().message);
+      } else {
+        EXPECT_EQ(render_openai(got->chat, "m"), render_openai(want->chat, "m"));
+      }
+    }
+  }
 }
 
 }  // namespace

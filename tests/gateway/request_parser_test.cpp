@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json_text.h"
 #include "gateway/request_parser.h"
 #include "tests/gateway/request_parser_diff.h"
 
@@ -109,6 +110,28 @@ TEST(RequestParser, EverythingElseGoesToBeastWithTheSameVerdict) {
   // Chunked bodies and non-ASCII fields are Beast's.
   EXPECT_TRUE(same(kOther[0], 64));
   EXPECT_TRUE(same(kOther[11], 64));
+}
+
+// A body comes with kJsonReadSlack bytes of spare capacity, on either path, so that the JSON
+// parser reads it where it is (api::ParseOptions::readable_past_end) rather than copying it.
+TEST(RequestParser, ABodyKeepsTheJsonParsersSlack) {
+  const std::vector<std::string> inputs = {
+      chat(),  // the scan
+      "POST / HTTP/1.1\r\nX-Text: caf\xc3\xa9\r\nContent-Length: " + std::to_string(kBody.size()) +
+          "\r\n\r\n" + kBody,  // Beast's parser
+  };
+  for (const std::string& input : inputs) {
+    for (size_t piece : {input.size(), size_t{7}}) {
+      RequestParser parser;
+      Outcome got = parser_diff::read(parser, input, piece, 1024, 4096);
+      ASSERT_FALSE(got.refused) << got.error;
+      ASSERT_TRUE(parser.is_done()) << input;
+      EXPECT_EQ(parser.took_slow_path(), &input != &inputs.front());
+      EXPECT_EQ(parser.body(), kBody);
+      EXPECT_GE(parser.body().capacity() - parser.body().size(), kJsonReadSlack)
+          << (parser.took_slow_path() ? "Beast's path" : "the scan") << ", pieces of " << piece;
+    }
+  }
 }
 
 TEST(RequestParser, AResetParserReadsTheNextRequestAsAFreshOneDoes) {
