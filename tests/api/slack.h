@@ -21,6 +21,8 @@ inline std::string with_slack(const std::string& body, const std::string& junk) 
   return out;
 }
 
-inline size_t slack_of(const std::string& s) { return s.capacity() - s.size(); }
+inline size_t slack_of(const std::string& s) {
+  return s.capacity() - s.size();
+}
 
 }  // namespace ferry::api::testing
