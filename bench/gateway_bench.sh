@@ -167,13 +167,16 @@ echo "ferry $("$ferry_bin" --version 2>/dev/null | head -1) on CPU $FERRY_CPU ($
 # The durable commit's floor on this disk, before and after the rounds (ferry-full's ledger's
 # directory; 10 pages: what one row's commit writes to the WAL, 20 pwrites of a frame header and a page;
 # 1 page 5 ms apart: a row log group of one row at 200 req/s, the fixed-rate scenarios' commit;
-# the same with O_DIRECT: how the row log writes its pre-sized segments).
+# the same with O_DIRECT: how the row log writes its pre-sized segments; and that commit made by
+# a writer thread the caller hands it to and hears back from, as ferry's I/O loop does).
 fsync_floor() {
   if [ "${BENCH_FULL:-on}" != off ]; then
     "${pin_ferry[@]}" "$fsync_bin" --dir "$work/full" --pages 10 --commits 200 --interval-us 2000
     "${pin_ferry[@]}" "$fsync_bin" --dir "$work/full" --pages 1 --commits 200 --interval-us 5000
     "${pin_ferry[@]}" "$fsync_bin" --dir "$work/full" --pages 1 --commits 200 --interval-us 5000 \
       --direct
+    "${pin_ferry[@]}" "$fsync_bin" --dir "$work/full" --pages 1 --commits 200 --interval-us 5000 \
+      --direct --hand-off
   fi
 }
 fsync_floor
