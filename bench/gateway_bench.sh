@@ -6,10 +6,11 @@
 #   FERRY_IO_THREADS (1), FERRY_ACCESS_LOG (a file in the run's temp dir; "off" to disable),
 #   BENCH_NICE (unset; e.g. -10 runs all three processes at that nice level, as root, so that
 #   builds running beside the benchmark on a shared machine disturb it less),
-#   BENCH_NGINX (default: on when `nginx` is installed; "off" to skip): nginx as a plain
-#   reverse proxy (one worker, upstream keep-alive, no buffering) in front of the same
-#   upstream on FERRY_CPU, measured in the same rounds as the reference for ferry's figures
-#   (`apt-get install nginx-light`; not needed by anything else).
+#   BENCH_NGINX (default on; "off" to skip): nginx as a plain reverse proxy (one worker,
+#   upstream keep-alive, no buffering) in front of the same upstream on FERRY_CPU, measured in
+#   the same rounds as the reference for ferry's figures (`apt-get install nginx-light`; not
+#   needed by anything else). Without nginx installed the run stops and says so, unless
+#   BENCH_NGINX=off: a table without its reference cannot be read against issue 17's targets.
 #   BENCH_RELAY (default on; "off" to skip): ferry_bench_relay, a byte relay that makes only
 #   the system calls every proxy must (recv and send per message and direction, epoll_wait),
 #   on FERRY_CPU in front of the same upstream: the kernel's floor for a proxied request here.
@@ -37,6 +38,11 @@ UPSTREAM_CPU=${UPSTREAM_CPU:-1}
 LOADGEN_CPU=${LOADGEN_CPU:-1}
 IO_THREADS=${FERRY_IO_THREADS:-1}
 
+if [ "${BENCH_NGINX:-on}" != off ] && ! command -v nginx >/dev/null 2>&1; then
+  echo "gateway_bench: nginx, the same-run reference, is not installed:" \
+    "apt-get install -y nginx-light (or BENCH_NGINX=off to run without it)" >&2
+  exit 1
+fi
 ferry_bin=$BUILD_DIR/gateway/ferry
 upstream_bin=$BUILD_DIR/tests/integration/ferry_test_upstream
 loadgen_bin=$BUILD_DIR/bench/ferry_loadgen
@@ -132,7 +138,7 @@ if [ "${BENCH_FULL:-on}" != off ]; then
   full_url=$(wait_listening "$work/full/ferry.out" ferry-full)
   reference_args+=(--reference "$full_url" --reference-pid "$full_pid" --reference-name ferry-full)
 fi
-if [ "${BENCH_NGINX:-on}" != off ] && command -v nginx >/dev/null 2>&1; then
+if [ "${BENCH_NGINX:-on}" != off ]; then
   mkdir -p "$work/nginx"
   nginx_port=$(free_port)
   write_nginx_config "$work/nginx" "$upstream_url" "$nginx_port"

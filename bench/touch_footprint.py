@@ -15,7 +15,8 @@ a library is counted to the server's function that ran last on that thread).
   touch_footprint.py ADDRS GO STOP MAPS REQUESTS [TOP]
 (MAPS: a copy of /proc/PID/maps; REQUESTS: a file that holds the requests counted, read
 once the trace ends; ADDRS.binary: the server binary's path)
-Prints, per request: the code and data lines (summed over wake-ups), the data lines by thread,
+Prints, per request: the code and data lines and 4 KiB pages (summed over wake-ups), the data
+lines by thread,
 and the TOP (thread, function) pairs by data lines first touched in a wake-up, then by code
 lines (a function's own, or the library code it called).
 """
@@ -39,8 +40,9 @@ def wait_for_addresses(stream, path):
 
 def count(stream, wake, lo, hi, go, stop):
     counting = False
-    wakeups = code_sum = data_sum = 0
+    wakeups = code_sum = data_sum = code_pages_sum = data_pages_sum = 0
     code, data = set(), set()
+    code_pages, data_pages = set(), set()  # 4 KiB pages: what the TLB has to map
     by_thread = collections.Counter()
     by_caller = collections.Counter()  # (thread, server address) -> data lines
     code_at = collections.Counter()  # (thread, server address, in the server) -> code lines
@@ -54,29 +56,35 @@ def count(stream, wake, lo, hi, go, stop):
                     wakeups += 1
                     code_sum += len(code)
                     data_sum += len(data)
+                    code_pages_sum += len(code_pages)
+                    data_pages_sum += len(data_pages)
                     if os.path.exists(stop):
                         break
                 elif os.path.exists(go):
                     counting = True
                 code, data = set(), set()
+                code_pages, data_pages = set(), set()
             if counting:
                 inside = lo <= addr < hi
                 if inside:
                     last[thread] = addr
                 if addr >> 6 not in code:
                     code.add(addr >> 6)
+                    code_pages.add(addr >> 12)
                     code_at[(thread, addr if inside else last.get(thread, 0), inside)] += 1
         elif kind == b' ':
             if counting:
                 line_no = int(line[3:line.index(b',')], 16) >> 6
                 if line_no not in data:
                     data.add(line_no)
+                    data_pages.add(line_no >> 6)
                     by_thread[thread] += 1
                     by_caller[(thread, last.get(thread, 0))] += 1
         elif kind == b'-' and b'acquired lock' in line:
             at = line.index(b'SCHED[') + 6
             thread = int(line[at:line.index(b']', at)])
-    return wakeups, code_sum, data_sum, by_thread, by_caller, code_at
+    pages = (code_pages_sum, data_pages_sum)
+    return wakeups, code_sum, data_sum, pages, by_thread, by_caller, code_at
 
 
 def symbolizer(maps_path, binary_path):
@@ -113,7 +121,8 @@ def main():
         sys.exit('touch_footprint: the trace ended before the addresses were given')
     wake, lo, hi = addrs[:3]
     binary = open(addrs_path + '.binary').read().strip()
-    wakeups, code_sum, data_sum, by_thread, by_caller, code_at = count(stream, wake, lo, hi, go, stop)
+    wakeups, code_sum, data_sum, pages, by_thread, by_caller, code_at = count(
+        stream, wake, lo, hi, go, stop)
     for _ in stream:  # the rest of the trace, so that the traced process is not blocked
         pass
     requests = max(1, int(open(requests_path).read()))
@@ -121,6 +130,8 @@ def main():
     print(f'{requests} requests, {wakeups} wake-ups ({wakeups / requests:.2f} a request)')
     print(f'per request: {code_sum / requests:.0f} code lines, {data_sum / requests:.0f} data '
           f'lines (64 bytes; distinct in each wake-up, summed)')
+    print(f'per request: {pages[0] / requests:.0f} code pages, {pages[1] / requests:.0f} data '
+          f'pages (4 KiB; distinct in each wake-up, summed)')
     for thread, lines in by_thread.most_common():
         print(f'  thread {thread}: {lines / requests:.1f} data lines a request')
     merged = collections.Counter()

@@ -2,11 +2,12 @@
 # The memory a server touches per request at a low rate: the server under valgrind's lackey
 # (every instruction and data access traced, and which thread runs), `chat` requests from
 # ferry_loadgen at 2 a second, and bench/touch_footprint.py counting the distinct 64-byte lines
-# each wake-up (from one epoll_wait to the next) touches: code lines, data lines by thread, and
-# data lines by the server function that touched them (or called the library that did), then
-# code lines by the server function they are in (or that called the library they are in). At
-# 200 req/s a request finds the caches cold, and what it pays is roughly these lines fetched
-# again (bench/README.md, issue 17 session 30). Counts do not depend on the machine's load.
+# each wake-up (from one epoll_wait to the next) touches: code and data lines and 4 KiB pages,
+# data lines by thread, and data lines by the server function that touched them (or called the
+# library that did), then code lines by the server function they are in (or that called the
+# library they are in). At 200 req/s a request finds the caches cold, and what it pays is
+# roughly these lines fetched again (bench/README.md, issue 17 session 30). Counts do not depend
+# on the machine's load.
 #   bench/touch_footprint.sh [pass|full|nginx] [SECONDS]   (default pass, 60: 120 requests;
 #   ~2-5 minutes: lackey runs ~200x slower than native)
 #   pass: gateway_bench.sh's pass-through ferry; full: its ferry-full (the ledger's apply_ms
