@@ -1,8 +1,9 @@
 // Hostile input through the real `ferry` binary: bytes that are not UTF-8 in query parameters,
 // routing headers, admin bodies and rows an older ferry stored; bytes >= 0x80 in the request
 // target; many pipelined requests in one write; a client half-close; garbage from the upstream
-// (a 200 body that is not an answer, stream events that are not JSON); HEAD; the Bearer scheme
-// in any case; the x-ferry-task length. Each gets a clear answer and ferry keeps serving.
+// (a 200 body that is not an answer, stream events that are not JSON, two Content-Types); HEAD;
+// the Bearer scheme in any case; the x-ferry-task length. Each gets a clear answer and ferry keeps
+// serving.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/socket.h>
@@ -49,7 +50,8 @@ class HostileTest : public OwnConfigTest {
     cfg.insert(cfg.find(admin), std::string("    - id: finance-key\n      key: ") + kFinanceKey +
                                     "\n      team: money\n      role: finance\n");
     std::string models;
-    for (const char* m : {"garbage-body", "no-choices", "bad-event-first", "bad-event-mid"}) {
+    for (const char* m : {"garbage-body", "no-choices", "bad-event-first", "bad-event-mid",
+                          "json-type-after", "json-type-before"}) {
       models += std::string("  - {name: ") + m + ", backend: up, upstream_model: " + m + "}\n";
     }
     cfg.insert(cfg.find("log:\n"), models);
@@ -377,6 +379,35 @@ TEST_F(HostileTest, StreamEventThatIsNotJsonIsABackendError) {
   EXPECT_EQ(rows["t-first"]["status"], "error");
   ASSERT_EQ(rows.count("t-mid"), 1u);
   EXPECT_EQ(rows["t-mid"]["status"], "upstream_cut") << "a stream the upstream broke";
+  expect_serving();
+}
+
+// Content-Type is one value (RFC 9110, 5.3): of two, the upstream's first is the one read, as
+// Beast's field lookup gives it; the events are checked either way.
+TEST_F(HostileTest, AnAnswerWithTwoContentTypesIsReadByTheFirst) {
+  start();
+  StreamResult after = stream_request(ferry_.address, "/v1/chat/completions",
+                                      chat_body("json-type-after", "two types", true));
+  ASSERT_TRUE(after.head);
+  ASSERT_EQ(after.head->status, 200) << after.head->body;
+  EXPECT_TRUE(after.saw_done);
+  EXPECT_FALSE(after.has_error_event());
+  EXPECT_EQ(after.content(), "echo: two types");
+  EXPECT_NE(after.head->header("content-type").value_or("").find("text/event-stream"),
+            std::string::npos);
+  // Nothing was sent yet: the whole error answer, read as one.
+  auto before = post_json(ferry_.address, "/v1/chat/completions",
+                          chat_body("json-type-before", "two types", true), with_task("t-before"));
+  ASSERT_TRUE(before);
+  EXPECT_EQ(before->status, 502) << before->body;
+  ASSERT_TRUE(is_openai_error(*before)) << before->body;
+  EXPECT_NE(before->body_json()["error"]["message"].get<std::string>().find(
+                "'application/json' instead of an event stream"),
+            std::string::npos)
+      << before->body;
+  auto rows = rows_by_task();
+  ASSERT_EQ(rows.count("t-before"), 1u);
+  EXPECT_EQ(rows["t-before"]["status"], "error");
   expect_serving();
 }
 

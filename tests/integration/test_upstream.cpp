@@ -21,6 +21,9 @@
 //   chunky             write the response in tiny pieces (1-5 bytes), each its own HTTP chunk;
 //                      the head too, in 1-5 byte writes (so that it arrives in several reads)
 //   cut-head           send the first part of a response head, then close cleanly (FIN)
+//   json-type-after    a stream's head has a second Content-Type, application/json, after
+//                      its text/event-stream one (the stream itself is normal)
+//   json-type-before   the same two Content-Type lines the other way round
 //   call-tool          with tools, unless the last message is a tool result: call the first
 //                      tool with {"q": <the last user message>} (finish_reason tool_calls);
 //                      after a tool result the content is "echo: " + that result
@@ -116,6 +119,8 @@ struct Behaviour {
   bool no_usage = false;
   bool chunky = false;
   bool cut_head = false;
+  bool json_type_after = false;
+  bool json_type_before = false;
   bool call_tool = false;
   bool cut_tool_args = false;
   bool bad_tool_args = false;
@@ -146,6 +151,10 @@ Behaviour parse_behaviour(std::string_view model) {
       b.drop = true;
     } else if (part == "cut-head") {
       b.cut_head = true;
+    } else if (part == "json-type-after") {
+      b.json_type_after = true;
+    } else if (part == "json-type-before") {
+      b.json_type_before = true;
     } else if (part == "reset-mid-stream") {
       b.reset_mid_stream = true;
     } else if (part == "close-mid-stream") {
@@ -682,9 +691,12 @@ awaitable<Reply> serve_completion(Stream& stream, const http::request<http::stri
   }
 
   // Streaming: hand-written chunked encoding, so that faults can be placed exactly.
-  std::string head =
-      "HTTP/1.1 200 OK\r\nServer: ferry_test_upstream\r\nContent-Type: text/event-stream\r\n"
-      "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
+  const char* json_type = "Content-Type: application/json\r\n";
+  std::string head = "HTTP/1.1 200 OK\r\nServer: ferry_test_upstream\r\n";
+  if (b.json_type_before) head += json_type;
+  head += "Content-Type: text/event-stream\r\n";
+  if (b.json_type_after) head += json_type;
+  head += "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n";
   head += keep_alive ? "\r\n" : "Connection: close\r\n\r\n";
   bool null_usage = include_usage && !b.no_usage;
   std::vector<std::string> events;
@@ -970,6 +982,8 @@ json models_json() {
                            "no-choices",
                            "bad-event-first",
                            "bad-event-mid",
+                           "json-type-after",
+                           "json-type-before",
                            "hang",
                            "hang-after-first",
                            "no-usage",
