@@ -24,7 +24,8 @@
 #   decides, a hard team budget, a durable SQLite ledger row, the access log) on FERRY_CPU in
 #   front of the same upstream, measured in the same rounds as the pass-through ferry.
 #   BENCH_FULL_APPLY_MS: ferry-full's ledger.apply_ms (default 1000, ferry's: the row log; 0: no row
-#   log, each group committed to SQLite as before issue 17's session 16).
+#   log, each group committed to SQLite as before issue 17's session 16);
+#   BENCH_FULL_GROUP_WAIT_US: its ledger.group_wait_us (default 1000, ferry's).
 #   BENCH_COMPARE (unset: off): another pass-through ferry, "ferry-cmp", measured in the same
 #   rounds as this one: the `ferry` binary of another build (e.g. a copy of main's) to A/B a
 #   change; BENCH_COMPARE_ENV: VAR=VALUE words it runs with (e.g. LD_PRELOAD=...; with

@@ -161,6 +161,7 @@ policy:
 ledger:
   path: $dir/ledger.db
   apply_ms: $apply_ms
+  group_wait_us: ${BENCH_FULL_GROUP_WAIT_US:-1000}
 prices:
   - model: echo
     effective_from: 2026-01-01
