@@ -71,6 +71,56 @@ std::string dump(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+// One result handed from another thread (the compile pool, the scheduler) to a coroutine of
+// an I/O loop. The wake channel lives in the coroutine's frame, never here: a channel is
+// destroyed through its executor's context, so the other thread must never hold the last
+// reference to one (the context may be gone by the time that thread lets go). The other thread
+// touches the channel only under the mutex, while a Hook has it.
+template <typename T>
+struct Handoff {
+  std::mutex mu;
+  std::optional<T> value;
+  WakeChannel* wake = nullptr;
+
+  // From the other thread.
+  void deliver(T v) {
+    std::lock_guard lock(mu);
+    value = std::move(v);
+    if (wake != nullptr) wake->try_send(boost::system::error_code{});
+  }
+
+  // The frame's hold on its channel: however the frame ends (even destroyed mid-wait when its
+  // context goes away), the other thread stops touching the channel.
+  struct Hook {
+    Handoff& h;
+    Hook(Handoff& handoff, WakeChannel& channel) : h(handoff) {
+      std::lock_guard lock(h.mu);
+      h.wake = &channel;
+    }
+    Hook(const Hook&) = delete;
+    Hook& operator=(const Hook&) = delete;
+    ~Hook() {
+      std::lock_guard lock(h.mu);
+      h.wake = nullptr;
+    }
+  };
+
+  // In the frame: waits on `channel` (hooked) until the value is delivered, and takes it.
+  asio::awaitable<T> receive(WakeChannel& channel) {
+    for (;;) {
+      std::optional<T> got;
+      {
+        std::lock_guard lock(mu);
+        got = std::move(value);
+        value.reset();
+      }
+      if (got) co_return std::move(*got);
+      auto [ec] = co_await channel.async_receive(kAwait);
+      (void)ec;
+    }
+  }
+};
+
 Error invalid(std::string message, std::string param) {
   return Error::make(ErrorCode::kInvalidRequest, std::move(message), std::move(param));
 }
@@ -401,20 +451,15 @@ struct LocalBackend::Impl {
 
 asio::awaitable<Result<constrain::CompiledGrammar>> LocalBackend::Impl::compile(
     const ConstraintRequest& c) {
-  struct Job {
-    explicit Job(const asio::any_io_executor& ex) : done(ex, 1) {}
-    WakeChannel done;
-    std::optional<Result<constrain::CompiledGrammar>> out;
-  };
-  auto job = std::make_shared<Job>(co_await asio::this_coro::executor);
-  asio::post(compile_pool, [this, job, c] {
-    job->out = compile_constraint(c, grammars);
-    if (*job->out) prepare_masks((*job->out)->grammar);
-    job->done.try_send(boost::system::error_code{});
+  auto handoff = std::make_shared<Handoff<Result<constrain::CompiledGrammar>>>();
+  WakeChannel wake(co_await asio::this_coro::executor, 1);
+  Handoff<Result<constrain::CompiledGrammar>>::Hook hook(*handoff, wake);
+  asio::post(compile_pool, [this, handoff, c] {
+    Result<constrain::CompiledGrammar> out = compile_constraint(c, grammars);
+    if (out) prepare_masks(out->grammar);
+    handoff->deliver(std::move(out));
   });
-  auto [ec] = co_await job->done.async_receive(kAwait);
-  (void)ec;
-  co_return std::move(*job->out);
+  co_return co_await handoff->receive(wake);
 }
 
 LocalBackend::LocalBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -1097,48 +1142,19 @@ asio::awaitable<Result<BackendReply>> LocalBackend::embed(const BackendRequest& 
                                                           CancelSignal& cancel) {
   auto job = plan_embeddings(impl_->embeddings_model(), typed, request.prompt.get());
   if (!job) co_return std::move(job).error();
-  struct Shared {
-    std::mutex mu;
-    std::optional<Result<engine::EmbeddingResult>> done;
-    WakeChannel* wake = nullptr;
-  };
-  auto shared = std::make_shared<Shared>();
+  auto handoff = std::make_shared<Handoff<Result<engine::EmbeddingResult>>>();
   WakeChannel wake(co_await asio::this_coro::executor, 1);
-  shared->wake = &wake;
-  // However the frame ends (even destroyed mid-wait at shutdown), the scheduler thread stops
-  // touching the channel.
-  struct Unhook {
-    Shared& s;
-    ~Unhook() {
-      std::lock_guard lock(s.mu);
-      s.wake = nullptr;
-    }
-  } unhook{*shared};
+  Handoff<Result<engine::EmbeddingResult>>::Hook hook(*handoff, wake);
   engine::EmbeddingRequest er;
   er.inputs = job->inputs;
   er.deadline = Clock::now() + std::chrono::milliseconds(impl_->cfg.timeouts.total_ms);
-  er.on_done = [shared](Result<engine::EmbeddingResult> r) {
-    std::lock_guard lock(shared->mu);
-    shared->done = std::move(r);
-    if (shared->wake != nullptr) shared->wake->try_send(boost::system::error_code{});
-  };
+  er.on_done = [handoff](Result<engine::EmbeddingResult> r) { handoff->deliver(std::move(r)); };
   const auto started = Clock::now();
   auto id = impl_->submit_embeddings(std::move(er));
   if (!id) co_return impl_->with_name(std::move(id).error());
   cancel.set_hook([im = impl_.get(), id = *id] { im->cancel_embeddings(id); });
-  for (;;) {
-    {
-      std::lock_guard lock(shared->mu);
-      if (shared->done) break;
-    }
-    auto [ec] = co_await wake.async_receive(kAwait);
-    (void)ec;
-  }
+  Result<engine::EmbeddingResult> done = co_await handoff->receive(wake);
   cancel.clear_hook();
-  Result<engine::EmbeddingResult> done = [&] {
-    std::lock_guard lock(shared->mu);
-    return std::move(*shared->done);
-  }();
   if (cancel.cancelled()) co_return Error::make(ErrorCode::kCancelled, "client went away");
   if (!done) {
     Error e = done.error();

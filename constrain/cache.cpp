@@ -97,7 +97,10 @@ Result<CompiledGrammar> GrammarCache::get(const std::string& key,
 }
 
 void GrammarCache::observe_compiles(std::function<void(std::string_view key)> observer) {
-  auto shared = std::make_shared<const std::function<void(std::string_view)>>(std::move(observer));
+  std::shared_ptr<const std::function<void(std::string_view)>> shared;
+  if (observer) {
+    shared = std::make_shared<const std::function<void(std::string_view)>>(std::move(observer));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   observer_ = std::move(shared);
 }

@@ -40,7 +40,7 @@ class GrammarCache {
   std::uint64_t hits() const;
   // Called on the compiling thread before each compilation (a miss) with the cache key (it
   // starts with the mode: "json_schema\n", "json_object\n", "tools\n"); tests observe where
-  // and when compilation runs.
+  // and when compilation runs. An empty observer ends the observation.
   void observe_compiles(std::function<void(std::string_view key)> observer);
 
  private:

@@ -643,6 +643,48 @@ TEST_F(ConstrainedBackendTest, CompilationRunsOffTheIoThreadWhichKeepsServingMea
   }
 }
 
+TEST_F(ConstrainedBackendTest, AContextGoneWhileItsSchemaCompilesIsNeverTouchedAgain) {
+  // A server stopping: the request's context is destroyed (its frame with it) while the schema
+  // still compiles on the pool. When the compilation then ends, the pool must not reach into
+  // that context (a channel of it, or the last reference to one: that read freed memory and hung
+  // the pool thread one run in ~1,000), and the backend goes on serving other contexts.
+  auto backend = open(nullptr);
+  std::promise<void> compiling;
+  std::future<void> compiling_future = compiling.get_future();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  backend->grammar_cache().observe_compiles([&](std::string_view key) {
+    if (key.rfind("json_schema\n", 0) != 0) return;
+    compiling.set_value();
+    released.wait();
+  });
+  Json body = ask(20, 1);
+  body["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema",
+       {{"name", "gone"},
+        {"schema", Json::parse(R"({"type": "object", "properties": {"gone": {"type":
+          "boolean"}}, "required": ["gone"], "additionalProperties": false})")}}}};
+  std::optional<Result<BackendReply>> abandoned;
+  {
+    asio::io_context ioc;
+    spawn(ioc, *backend, body, abandoned);
+    while (compiling_future.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      ioc.run_one_for(std::chrono::milliseconds(10));
+    }
+  }  // the context, and the request's frame, are gone; the compilation goes on
+  EXPECT_FALSE(abandoned.has_value());
+  release.set_value();
+  backend->grammar_cache().observe_compiles(nullptr);
+  // The same schema again (compiled or taken from the cache) and a plain request, each on a
+  // context of its own.
+  auto again = run(*backend, body);
+  ASSERT_TRUE(again.has_value()) << again.error().message;
+  EXPECT_EQ(header(*again, "x-ferry-constraint"), "json_schema");
+  auto plain = run(*backend, ask(4, 2));
+  ASSERT_TRUE(plain.has_value()) << plain.error().message;
+}
+
 TEST_F(ConstrainedBackendTest, PrefixCacheHitsGiveTheSameConstrainedOutputs) {
   // A long system prompt (several prefix blocks), seeded sampling at temperature 1: the same
   // constrained request on a backend without the prefix cache, then twice on one with it (the
