@@ -163,6 +163,11 @@ struct Server::Impl {
 
   ~Impl() {
     state.workers.join();
+    // A row or stored response still being written (a request cut off by the shutdown grace)
+    // wakes a coroutine of a loop when it is done: its callback runs now, while the loops
+    // (stopped) still exist, not from the destructor of the ledger after they are gone.
+    if (auto* ledger = state.gateway->ledger()) ledger->stop_writing();
+    if (auto* responses = state.gateway->responses()) responses->stop_writing();
     // Pooled upstream sockets belong to the loops: close them while the loops exist, then let
     // each loop destroy what it still holds while everything its handlers use is alive.
     for (auto* b : state.http_backends) b->close_idle();

@@ -311,9 +311,7 @@ void Ledger::start_threads() {
   writer_ = std::thread([this] { writer_loop(); });
 }
 
-Ledger::~Ledger() {
-  // No reader asks this ledger to apply its log any more (waits for one that is asking).
-  if (row_log_) unregister_row_log_owner(config_.path);
+void Ledger::stop_writing() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -323,6 +321,12 @@ Ledger::~Ledger() {
   wake_leaser_.notify_all();
   if (leaser_.joinable()) leaser_.join();
   if (writer_.joinable()) writer_.join();
+}
+
+Ledger::~Ledger() {
+  // No reader asks this ledger to apply its log any more (waits for one that is asking).
+  if (row_log_) unregister_row_log_owner(config_.path);
+  stop_writing();
   if (applier_.joinable()) {
     {
       std::lock_guard lock(mu_);

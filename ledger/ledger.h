@@ -194,6 +194,13 @@ class Ledger {
                                               std::vector<BudgetDef> budgets,
                                               std::vector<RateLimitDef> rate_limits = {});
   ~Ledger();  // drains the queue (every accepted row is written) and stops the writer
+
+  // Stops the writer as the destructor does, and returns once every row queued was written (a
+  // store that keeps failing refuses them after three more tries) and every callback ran. For
+  // an owner whose callbacks wake coroutines of event loops it is about to destroy (the
+  // server): called after the loops stopped and before they go, so that no callback reaches a
+  // loop that is gone. Nothing may record after it. Idempotent.
+  void stop_writing();
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 

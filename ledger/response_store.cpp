@@ -212,6 +212,10 @@ Result<std::unique_ptr<ResponseStore>> ResponseStore::open(const std::string& pa
 }
 
 ResponseStore::~ResponseStore() {
+  stop_writing();
+}
+
+void ResponseStore::stop_writing() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;

@@ -57,6 +57,9 @@ class ResponseStore {
   static Result<std::unique_ptr<ResponseStore>> open(const std::string& path,
                                                      ResponseStoreConfig config = {});
   ~ResponseStore();  // writes everything queued, then stops the writer
+  // The same, before the destructor: every callback has run when it returns (as
+  // Ledger::stop_writing). Nothing may be put after it. Idempotent.
+  void stop_writing();
   ResponseStore(const ResponseStore&) = delete;
   ResponseStore& operator=(const ResponseStore&) = delete;
 

@@ -307,6 +307,36 @@ TEST(Ledger, WriteFailureRefusesNewRequestsUntilTheRowIsKept) {
   EXPECT_EQ(scalar(dir.file("l.db"), "SELECT COUNT(*) FROM requests"), 1);
 }
 
+TEST(Ledger, StopWritingReturnsOnceEveryQueuedRowsCallbackRan) {
+  // What a server needs before it destroys its event loops: no callback of the ledger runs
+  // after this returns. Rows that can be written are; a row the store keeps refusing is
+  // refused (three more tries), not dropped without its callback.
+  TempDir dir;
+  auto ledger = open_ledger(dir.file("l.db"), {}, 100, 5);
+  std::atomic<int> ok{0};
+  std::atomic<int> refused{0};
+  auto count = [&](const Status& st) { (st ? ok : refused).fetch_add(1); };
+  for (int i = 0; i < 20; ++i)
+    ledger->record(simple_record("gpu-large", tokens_of(1, 0, 1, 0)), count);
+  ledger->stop_writing();
+  EXPECT_EQ(ok.load(), 20);
+  EXPECT_EQ(refused.load(), 0);
+  ledger->stop_writing();  // again: nothing to do
+  ledger.reset();          // and the destructor after it
+  EXPECT_EQ(scalar(dir.file("l.db"), "SELECT COUNT(*) FROM requests"), 20);
+
+  TempDir dir2;
+  auto failing = open_ledger(dir2.file("l.db"), {}, 100, 5);
+  failing->inject_commit_failures(1000000);
+  std::promise<Status> done;
+  auto fut = done.get_future();
+  failing->record(simple_record("gpu-large", tokens_of(1, 0, 1, 0)),
+                  [&](const Status& st) { done.set_value(st); });
+  failing->stop_writing();
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_FALSE(fut.get());
+}
+
 TEST(Ledger, AdjustmentsPointAtTheOriginalAndMoveTheBudget) {
   TempDir dir;
   std::string path = dir.file("l.db");

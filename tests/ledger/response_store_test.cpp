@@ -55,6 +55,24 @@ TEST(ResponseStore, AResponseIsReadBackWholeByItsKey) {
   EXPECT_FALSE(*(*store)->get("resp_b", "app", now + 1));
 }
 
+TEST(ResponseStore, StopWritingReturnsOnceEveryQueuedCallbackRan) {
+  TempDir dir;
+  auto store = ResponseStore::open(dir.file("ledger.db"));
+  ASSERT_TRUE(store) << store.error().message;
+  const int64_t now = unix_micros_now();
+  int called = 0;  // written by the writer thread, read after stop_writing joined it
+  for (int i = 0; i < 10; ++i) {
+    (*store)->put(sample("resp_" + std::to_string(i), now), [&](const Status& s) {
+      EXPECT_TRUE(s) << s.error().message;
+      ++called;
+    });
+  }
+  (*store)->stop_writing();
+  EXPECT_EQ(called, 10);
+  (*store)->stop_writing();  // again: nothing to do
+  EXPECT_TRUE(*(*store)->get("resp_9", "app", now + 1));
+}
+
 TEST(ResponseStore, ExpiredResponsesAreGoneAndPurged) {
   TempDir dir;
   auto store = ResponseStore::open(dir.file("ledger.db"), ResponseStoreConfig{2});
