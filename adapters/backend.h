@@ -103,7 +103,7 @@ class StreamSink {
   // when the client is gone: the backend must then abandon the upstream request.
   virtual boost::asio::awaitable<bool> write(std::string_view sse_bytes) = 0;
   // A response header the answer carries (x-ferry-constraint); only before the first write.
-  virtual void add_header(std::string /*name*/, std::string /*value*/) {}
+  virtual void add_header(std::string_view /*name*/, std::string_view /*value*/) {}
 };
 
 struct BackendReply {

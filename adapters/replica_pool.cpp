@@ -60,8 +60,8 @@ class WatchedSink final : public StreamSink {
     wrote_ = true;
     co_return co_await inner_->write(sse_bytes);
   }
-  void add_header(std::string name, std::string value) override {
-    inner_->add_header(std::move(name), std::move(value));
+  void add_header(std::string_view name, std::string_view value) override {
+    inner_->add_header(name, value);
   }
   // A taken chunk reaches the client only with the write that follows it.
   ChunkTake take_chunk(std::string_view data, ChunkKeys& keys) override {

@@ -71,8 +71,8 @@ class ChunkedSink final : public adapters::StreamSink {
   std::string_view captured() const { return captured_; }
 
   void set_content_type(std::string type) { content_type_ = std::move(type); }
-  void add_header(std::string name, std::string value) override {
-    if (!started_) extra_.emplace_back(std::move(name), std::move(value));
+  void add_header(std::string_view name, std::string_view value) override {
+    if (!started_) extra_.emplace_back(name, value);
   }
 
   asio::awaitable<bool> write(std::string_view bytes) override {

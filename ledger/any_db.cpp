@@ -30,21 +30,35 @@ Result<Rows> query_rows(PgConn& conn, const std::string& sql, const std::vector<
   return out;
 }
 
-Result<Rows> query_rows(Db& db, const std::string& sql, const std::vector<Value>& params) {
-  auto stmt = db.prepare(sql);
-  if (!stmt) return stmt.error();
+namespace {
+
+// Binds `params`, steps `stmt` to its end and resets it (on failure too: a statement left
+// stepped would hold its read transaction open and keep checkpoints from finishing).
+Result<Rows> rows_of(Stmt& stmt, const std::vector<Value>& params) {
+  struct Reset {
+    Stmt& stmt;
+    ~Reset() { stmt.reset(); }
+  } reset{stmt};
   for (size_t i = 0; i < params.size(); ++i) {
-    stmt->bind_value(static_cast<int>(i + 1), params[i]);
+    stmt.bind_value(static_cast<int>(i + 1), params[i]);
   }
   Rows out;
   for (;;) {
-    auto has = stmt->step();
+    auto has = stmt.step();
     if (!has) return has.error();
     if (!*has) break;
     auto& row = out.emplace_back();
-    for (int c = 0; c < stmt->column_count(); ++c) row.push_back(stmt->value_at(c));
+    for (int c = 0; c < stmt.column_count(); ++c) row.push_back(stmt.value_at(c));
   }
   return out;
+}
+
+}  // namespace
+
+Result<Rows> query_rows(Db& db, const std::string& sql, const std::vector<Value>& params) {
+  auto stmt = db.prepare(sql);
+  if (!stmt) return stmt.error();
+  return rows_of(*stmt, params);
 }
 
 Result<Rows> query_rows(const std::string& db, const std::string& sql,
@@ -69,11 +83,25 @@ Result<AnyDb> AnyDb::open(const std::string& db, bool write) {
 }
 
 AnyDb::AnyDb(AnyDb&&) noexcept = default;
-AnyDb& AnyDb::operator=(AnyDb&&) noexcept = default;
+AnyDb& AnyDb::operator=(AnyDb&& other) noexcept {
+  if (this == &other) return *this;
+  prepared_.clear();  // finalized while their connection is still open
+  sqlite_ = std::move(other.sqlite_);
+  pg_ = std::move(other.pg_);
+  prepared_ = std::move(other.prepared_);
+  return *this;
+}
 AnyDb::~AnyDb() = default;
 
 Result<Rows> AnyDb::query(const std::string& sql, const std::vector<Value>& params) {
-  return pg_ ? query_rows(*pg_, sql, params) : query_rows(*sqlite_, sql, params);
+  if (pg_) return query_rows(*pg_, sql, params);
+  auto kept = prepared_.find(sql);
+  if (kept == prepared_.end()) {
+    auto stmt = sqlite_->prepare(sql);
+    if (!stmt) return stmt.error();
+    kept = prepared_.emplace(sql, std::move(*stmt)).first;
+  }
+  return rows_of(kept->second, params);
 }
 
 int64_t value_int(const Value& v) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +26,10 @@ Result<Rows> query_rows(Db& db, const std::string& sql, const std::vector<Value>
 Result<Rows> query_rows(PgConn& conn, const std::string& sql, const std::vector<Value>& params);
 
 // One connection to either store for several statements (a connection costs more than a small
-// query, most of all a PostgreSQL one on a loaded server). One thread at a time.
+// query, most of all a PostgreSQL one on a loaded server). On SQLite each statement is prepared
+// once a connection and kept (the stored-keys watcher runs the same query every second, and
+// preparing it cost more than running it); it is reset before query returns, so that no read
+// transaction stays open between calls. One thread at a time.
 class AnyDb {
  public:
   static Result<AnyDb> open(const std::string& db, bool write = false);
@@ -39,6 +43,7 @@ class AnyDb {
   AnyDb() = default;
   std::unique_ptr<Db> sqlite_;
   std::unique_ptr<PgConn> pg_;
+  std::map<std::string, Stmt, std::less<>> prepared_;  // SQLite only; finalized before sqlite_
 };
 
 // A value as an integer (PostgreSQL's sums arrive as decimal text) or as text; NULL: 0 / "".

@@ -264,8 +264,8 @@ class CollectingSink : public StreamSink {
     all += bytes;
     co_return true;
   }
-  void add_header(std::string name, std::string value) override {
-    headers.emplace_back(std::move(name), std::move(value));
+  void add_header(std::string_view name, std::string_view value) override {
+    headers.emplace_back(name, value);
   }
   std::vector<std::string> data() const {
     std::vector<std::string> out;

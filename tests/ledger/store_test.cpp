@@ -308,6 +308,36 @@ TEST_P(LedgerStore, StoredKeysArePolledAndReadOnlyWhenChanged) {
   EXPECT_EQ(reader.full_reads(), 6);
 }
 
+// The watcher keeps its statements prepared between polls (SQLite): none may keep its read
+// transaction open, or the writers' checkpoints could never empty the WAL while ferry runs.
+TEST_P(LedgerStore, KeptStatementsHoldNoReadBetweenPolls) {
+  if (db_->shared()) GTEST_SKIP() << "SQLite's WAL only";
+  auto ledger = open();
+  ASSERT_TRUE(ledger);
+  const std::string db = db_->config("gw-1").path;
+  StoredKeyReader reader(db);
+  StoredKey spec;
+  spec.id = "k-one";
+  spec.role = "app";
+  ASSERT_TRUE(create_key(db, spec, {}));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader.poll());  // one read, then two kept polls
+  EXPECT_EQ(reader.full_reads(), 1);
+  spec.id = "k-two";
+  ASSERT_TRUE(create_key(db, spec, {}));  // frames a reader's snapshot would pin
+  auto writer = ledger_db_open(db, false);
+  ASSERT_TRUE(writer);
+  auto checkpoint = writer->prepare("PRAGMA wal_checkpoint(TRUNCATE)");
+  ASSERT_TRUE(checkpoint);
+  auto row = checkpoint->step();
+  ASSERT_TRUE(row && *row);
+  EXPECT_EQ(checkpoint->int_at(0), 0) << "a reader kept the WAL busy";
+  EXPECT_EQ(checkpoint->int_at(1), 0) << "the WAL was not emptied";
+  checkpoint->reset();
+  auto changed = reader.poll();  // the kept statements read the checkpointed file
+  ASSERT_TRUE(changed && changed->has_value());
+  EXPECT_EQ((*changed)->active.size(), 2u);
+}
+
 TEST_P(LedgerStore, SameRowsVerifyAndBudgetsRebuildFromThem) {
   std::string adjusted;
   {
