@@ -19,15 +19,15 @@
 #include "ledger/ledger.h"
 #include "ledger/store.h"
 #include "ledger/verify.h"
+#include "ledger_values.h"
 
 using namespace ferry;
 using namespace ferry::ledger;
+using ferry::fuzz::record;
 
 namespace {
 
 constexpr int kRowsPerFile = 64;
-// Token counts a backend could report without the cost of a row overflowing int64 micros.
-constexpr int64_t kMaxTokens = int64_t{1} << 40;
 
 // Decodes canonical_values() text strictly; false when it is not exactly such a text.
 bool decode_canonical(std::string_view text, std::vector<Value>& out) {
@@ -81,62 +81,6 @@ void check_canonical(FuzzedDataProvider& in) {
   if (!decode_canonical(canonical_values(values), decoded) || decoded != values) {
     __builtin_trap();
   }
-}
-
-TokenCount tokens(FuzzedDataProvider& in) {
-  return {in.ConsumeIntegralInRange<int64_t>(0, kMaxTokens),
-          static_cast<TokenSource>(in.ConsumeIntegralInRange(0, 3))};
-}
-
-Tokens all_tokens(FuzzedDataProvider& in) {
-  return {tokens(in), tokens(in), tokens(in), tokens(in)};
-}
-
-std::vector<std::string> tags(FuzzedDataProvider& in) {
-  std::vector<std::string> out;
-  for (int n = in.ConsumeIntegralInRange(0, 3); n > 0; --n) {
-    out.push_back(in.ConsumeRandomLengthString(24));
-  }
-  return out;
-}
-
-RequestRecord record(FuzzedDataProvider& in, int64_t now_us) {
-  RequestRecord r;
-  r.started_us = now_us - in.ConsumeIntegralInRange<int64_t>(0, int64_t{1} << 50);
-  r.ended_us = r.started_us + in.ConsumeIntegralInRange<int64_t>(0, int64_t{1} << 40);
-  r.key_id = in.ConsumeRandomLengthString(16);
-  r.team = in.ConsumeRandomLengthString(16);
-  r.project = in.ConsumeRandomLengthString(16);
-  r.task_id = in.ConsumeRandomLengthString(16);
-  r.trusted_tags = tags(in);
-  r.claimed_tags = tags(in);
-  r.requested_model = in.ConsumeRandomLengthString(16);
-  r.target = in.ConsumeBool() ? "priced" : in.ConsumeRandomLengthString(16);
-  r.upstream_model = in.ConsumeRandomLengthString(16);
-  r.rule_id = in.ConsumeRandomLengthString(16);
-  r.policy_version = in.ConsumeRandomLengthString(16);
-  r.status = static_cast<RequestStatus>(in.ConsumeIntegralInRange(0, 4));
-  r.http_status = in.ConsumeIntegralInRange(100, 599);
-  r.error_code = in.ConsumeRandomLengthString(16);
-  r.stream = in.ConsumeBool();
-  r.finish_reason = in.ConsumeRandomLengthString(16);
-  r.tokens = all_tokens(in);
-  for (int n = in.ConsumeIntegralInRange(0, 2); n > 0; --n) {
-    AttemptRecord a;
-    a.target = in.ConsumeBool() ? "priced" : in.ConsumeRandomLengthString(16);
-    a.upstream_model = in.ConsumeRandomLengthString(16);
-    a.status = static_cast<RequestStatus>(in.ConsumeIntegralInRange(0, 4));
-    a.http_status = in.ConsumeIntegralInRange(100, 599);
-    a.error_code = in.ConsumeRandomLengthString(16);
-    a.tokens = all_tokens(in);
-    a.started_us = r.started_us;
-    a.ended_us = r.ended_us;
-    r.attempts.push_back(std::move(a));
-  }
-  r.timings = {in.ConsumeIntegral<int32_t>(), in.ConsumeIntegral<int32_t>(),
-               in.ConsumeIntegral<int32_t>(), in.ConsumeIntegral<int32_t>()};
-  r.facts_json = in.ConsumeRandomLengthString(64);
-  return r;
 }
 
 // The ledger file, started afresh every kRowsPerFile inputs. The Ledger itself is opened for

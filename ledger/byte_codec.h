@@ -85,6 +85,16 @@ class ByteReader {
     if constexpr (std::endian::native == std::endian::big) u = __builtin_bswap64(u);
     return static_cast<int64_t>(u);
   }
+  // An int written by i64(): a value beyond int's range marks the reader failed (a damaged
+  // entry is refused, never read as a different number).
+  int int32() {
+    int64_t v = i64();
+    if (v < INT32_MIN || v > INT32_MAX) {
+      ok_ = false;
+      return 0;
+    }
+    return static_cast<int>(v);
+  }
   std::string str() {
     int64_t n = i64();
     if (n < 0) ok_ = false;

@@ -41,7 +41,7 @@ AttemptRecord read_attempt(Reader& r) {
   a.target = r.str();
   a.upstream_model = r.str();
   a.status = r.small_enum<RequestStatus>(kLastStatus);
-  a.http_status = static_cast<int>(r.i64());
+  a.http_status = r.int32();
   a.error_code = r.str();
   a.tokens = r.tokens();
   a.started_us = r.i64();
@@ -93,7 +93,7 @@ RequestRecord read_record(Reader& in) {
     *s = in.str();
   }
   r.status = in.small_enum<RequestStatus>(kLastStatus);
-  r.http_status = static_cast<int>(in.i64());
+  r.http_status = in.int32();
   r.error_code = in.str();
   r.stream = in.small_enum<uint8_t>(1) != 0;
   r.finish_reason = in.str();

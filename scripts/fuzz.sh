@@ -16,7 +16,7 @@ seconds=${1:-60}
 shift || true
 dir=${FERRY_FUZZ_BUILD_DIR:-build-fuzz}
 all_targets=(http_request openai_request anthropic_request sse_parser policy_loader config_loader gguf_reader
-  chat_template ledger_row constrain_schema)
+  chat_template ledger_row ledger_codec constrain_schema)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 

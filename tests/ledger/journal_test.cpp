@@ -101,6 +101,25 @@ TEST(JournalCodec, DamagedBytesAreRefused) {
   EXPECT_FALSE(decode_entry(huge_count));
 }
 
+// An HTTP status is an int written in 8 bytes: damaged bytes beyond int's range are refused,
+// not read as a different status (found by fuzz/fuzz_ledger_codec.cpp).
+TEST(JournalCodec, StatusBeyondIntIsRefused) {
+  LedgerEntry e = full_entry();
+  e.record.http_status = 0x1234567;  // 8 bytes that occur once in the encoding
+  const std::string bytes = encode_entry(e);
+  const std::string status("\x67\x45\x23\x01\0\0\0\0", 8);
+  const size_t at = bytes.find(status);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(bytes.find(status, at + 1), std::string::npos);
+  ASSERT_TRUE(decode_entry(bytes));
+  // 0x1'01234567, and 0xffffffff'01234567 (below INT32_MIN).
+  for (const std::string& high : {std::string("\x01\0\0\0", 4), std::string("\xff\xff\xff\xff")}) {
+    std::string damaged = bytes;
+    damaged.replace(at + 4, 4, high);
+    EXPECT_FALSE(decode_entry(damaged)) << static_cast<int>(high[0]);
+  }
+}
+
 TEST(Journal, KeepsRowsAcrossOpens) {
   TempDir dir;
   LedgerEntry a = full_entry(), b = full_entry();
