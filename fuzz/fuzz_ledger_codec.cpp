@@ -11,8 +11,8 @@
 //   most one row cut short (a crash during the write) and zeros (a pre-sized segment's end),
 //   read_all returns exactly the whole rows.
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <fuzzer/FuzzedDataProvider.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -145,8 +145,11 @@ void check_segment(FuzzedDataProvider& in) {
       case 0: {  // a whole row
         std::string bytes = encode_entry(entry(in));
         segment += framed(bytes);
-        if (shape == 0) whole.push_back(std::move(bytes));
-        else shape = -1;
+        if (shape == 0) {
+          whole.push_back(std::move(bytes));
+        } else {
+          shape = -1;
+        }
         break;
       }
       case 1:  // a checksummed payload of any bytes

@@ -20,10 +20,14 @@ for candidate in /usr/lib/postgresql/15/bin /usr/lib/postgresql/*/bin; do
   if [ -x "$candidate/pg_ctl" ]; then bindir="$candidate"; break; fi
 done
 
-# Runs a command as the unprivileged owner of the data directory.
+case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
+
+# Runs a command as the unprivileged owner of the data directory, from / (the caller's directory,
+# e.g. a clone under /root, may be closed to that user: psql and pg_ctl warn that they cannot
+# change into it).
 as_owner() {
   if [ "$(id -u)" -eq 0 ]; then
-    runuser -u postgres -- "$@"
+    (cd / && runuser -u postgres -- "$@")
   else
     "$@"
   fi

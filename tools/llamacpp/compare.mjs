@@ -30,7 +30,17 @@ if (models.length === 0) {
 
 const require = createRequire(path.join(process.env.LLREF_DIR ?? process.cwd(), "package.json"));
 const {getLlama} = await import(require.resolve("node-llama-cpp"));
-const llama = await getLlama({gpu: false, logLevel: "error"});
+// The prebuilt library only: a llama.cpp built here from source (node-llama-cpp's fallback when
+// its prebuilt package is missing, e.g. installed under a Node.js older than 20, which skips it)
+// orders its float sums by this CPU's features and disagrees in the last digits.
+let llama;
+try {
+  llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
+} catch (e) {
+  console.error(`compare.mjs: node-llama-cpp's prebuilt library did not load (${e.message}); ` +
+                "reinstall node_modules with Node.js 20 or newer (scripts/setup.sh installs it)");
+  process.exit(1);
+}
 
 const kPromptTexts = [
   "The quick brown fox",
