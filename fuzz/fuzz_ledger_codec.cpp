@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -111,21 +112,34 @@ void check_decode(std::string_view bytes) {
   if (decoded && encode_entry(*decoded) != bytes) __builtin_trap();
 }
 
-// The directory of the segment (one per process, in memory when there is a tmpfs) and the
-// ledger path whose row log it is.
+// The directory of the segment (one per process, in memory when there is a tmpfs, removed at
+// exit) and the ledger path whose row log it is.
+std::string segment_dir() {
+  const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  return std::string(base) + "/ferry-fuzz-rowlog-" + std::to_string(getpid());
+}
+
+// The ledger's first segment (ledger/row_log.h names them so).
+std::string segment_path() {
+  return segment_dir() + "/ledger.db-rowlog.000000000001";
+}
+
 const std::string& db_path() {
   static const std::string path = [] {
-    const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    std::string dir = std::string(base) + "/ferry-fuzz-rowlog-" + std::to_string(getpid());
-    ::mkdir(dir.c_str(), 0700);
-    return dir + "/ledger.db";
+    ::mkdir(segment_dir().c_str(), 0700);
+    // Not through `path`: a static is destroyed before a handler registered while making it.
+    std::atexit([] {
+      ::unlink(segment_path().c_str());
+      ::rmdir(segment_dir().c_str());
+    });
+    return segment_dir() + "/ledger.db";
   }();
   return path;
 }
 
 void write_segment(const std::string& bytes) {
-  const std::string path = db_path() + "-rowlog.000000000001";
-  FILE* f = std::fopen(path.c_str(), "wb");
+  (void)db_path();  // makes the directory
+  FILE* f = std::fopen(segment_path().c_str(), "wb");
   if (f == nullptr) __builtin_trap();
   if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
     __builtin_trap();

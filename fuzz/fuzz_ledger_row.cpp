@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <variant>
@@ -98,7 +99,7 @@ const char* ledger_path() {
 
 void remove_ledger_files() {
   char name[80];
-  for (const char* suffix : {"", "-wal", "-shm"}) {
+  for (const char* suffix : {"", "-wal", "-shm", "-rowlog.lock"}) {
     std::snprintf(name, sizeof name, "%s%s", ledger_path(), suffix);
     unlink(name);
   }
@@ -106,6 +107,7 @@ void remove_ledger_files() {
 
 std::unique_ptr<Ledger> open_ledger() {
   static int rows = 0;
+  if (rows == 0) std::atexit(remove_ledger_files);  // nothing left in /dev/shm after a run
   if (rows++ % kRowsPerFile == 0) remove_ledger_files();
   LedgerConfig config;
   config.path = ledger_path();
