@@ -4,7 +4,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #include "common/sha256.h"
 
@@ -221,6 +225,25 @@ json upstream_stats(const ListenAddress& upstream, const TlsClientOptions* tls) 
 json upstream_last_request(const ListenAddress& upstream, const TlsClientOptions* tls) {
   auto r = http_request(upstream, "GET", "/_last_request", {}, {}, tls);
   return r ? r->body_json() : json();
+}
+
+bool eventually(const std::function<bool()>& done, Ms timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(Ms(20));
+  }
+  return true;
+}
+
+json report_totals(const ListenAddress& at) {
+  auto r =
+      http_request(at, "GET", "/v1/ledger/report?by=team&format=json", "", auth_headers(kAdminKey));
+  if (!r || r->status != 200) {
+    ADD_FAILURE() << "ledger report: " << (r ? r->body : "no answer");
+    return nullptr;
+  }
+  return r->body_json()["totals"];
 }
 
 bool json_contains_value(const json& j, const json& value) {

@@ -3,6 +3,7 @@
 // Used from one test thread at a time.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,6 +73,15 @@ std::optional<Response> post_json(const ListenAddress& to, const std::string& ta
 // GET /_stats of the test upstream.
 json upstream_stats(const ListenAddress& upstream, const TlsClientOptions* tls = nullptr);
 json upstream_last_request(const ListenAddress& upstream, const TlsClientOptions* tls = nullptr);
+
+// Asks `done` every 20 ms until it says true or `timeout` has passed; its last answer. For what
+// ferry finishes after it has answered: the ledger rows of refusals and shadow copies are queued,
+// not awaited (README, "Routing, counting and the ledger in the request path").
+bool eventually(const std::function<bool()>& done, Ms timeout = Ms(10000));
+
+// The "totals" of GET /v1/ledger/report?by=team&format=json on `at` with the admin key; null,
+// with a test failure added, when the report does not answer 200.
+json report_totals(const ListenAddress& at);
 
 // True when `value` appears anywhere (as a string or number) inside `j`.
 bool json_contains_value(const json& j, const json& value);
