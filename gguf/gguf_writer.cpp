@@ -193,7 +193,9 @@ void GgufWriter::emit(Sink& sink) const {
     offset += t.data.size();
     offset += (align - offset % align) % align;
   }
-  pad_to(sink, align);
+  // The data section starts aligned; a file without tensors has none, so nothing is padded
+  // (a hostile general.alignment of 1 GiB, which the reader accepts, would pad a copy to 1 GiB).
+  if (!tensors_.empty()) pad_to(sink, align);
   for (const auto& t : tensors_) {
     sink.write(t.data.data(), t.data.size());
     pad_to(sink, align);

@@ -153,6 +153,24 @@ TEST(GgufReader, CustomAlignment) {
   check_tensors(**f);
 }
 
+// A file without tensors has no data section, so nothing to align: a 1 GiB general.alignment
+// (a power of two, which the reader accepts, as llama.cpp's does) must not make the writer pad
+// a copy of the file to 1 GiB (found by fuzz_gguf_reader: an out-of-memory).
+TEST(GgufReader, AHugeAlignmentWithoutTensorsPadsNothing) {
+  GgufWriter w;
+  w.set("general.architecture", Value::string("llama"));
+  w.set("general.alignment", Value::u32(1u << 30));
+  const auto bytes = w.to_bytes();
+  EXPECT_LT(bytes.size(), 256u);
+  auto f = GgufFile::from_bytes(bytes.data(), bytes.size());
+  ASSERT_TRUE(f) << f.error().message;
+  EXPECT_EQ((*f)->alignment(), 1u << 30);
+  EXPECT_TRUE((*f)->tensors().empty());
+  GgufWriter again;
+  for (const auto& [k, v] : (*f)->metadata()) again.set(k, v);
+  EXPECT_EQ(again.to_bytes(), bytes);
+}
+
 TEST(GgufReader, RewriteIsByteIdentical) {
   GgufWriter w = every_type_writer(3);
   add_tensors(w);
