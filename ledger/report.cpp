@@ -328,8 +328,7 @@ std::string report_select(const ReportQuery& query, Source source, bool postgres
   auto count = [](const std::string& cond) {
     return "SUM(CASE WHEN " + cond + " THEN 1 ELSE 0 END)";
   };
-  const std::string shadow =
-      std::string(postgres ? "strpos" : "instr") + "(trusted_tags,'\"shadow\"')";
+  const std::string shadow = shadow_row_sql(postgres);
   std::string select;
   for (ReportBy by : query.by) {
     const ByInfo& b = info(by);
@@ -337,7 +336,7 @@ std::string report_select(const ReportQuery& query, Source source, bool postgres
   }
   if (raw) {
     // Served = a request row neither refused nor a shadow copy (see ledger/store.cpp).
-    const std::string served = "kind='request' AND status<>'refused' AND " + shadow + "=0";
+    const std::string served = "kind='request' AND status<>'refused' AND NOT " + shadow;
     return "SELECT " + select + count(served) + ", " + count(served + " AND pricing='unpriced'") +
            ", "
            "SUM(input_tokens), SUM(cached_tokens), SUM(output_tokens), SUM(reasoning_tokens), "
@@ -347,8 +346,7 @@ std::string report_select(const ReportQuery& query, Source source, bool postgres
            "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END), "
            "MIN(started_us), MAX(ended_us), " +
            count("kind='request' AND status='refused'") + ", " +
-           count("kind='request' AND status<>'refused' AND " + shadow + ">0") +
-           " FROM requests WHERE 1=1";
+           count("kind='request' AND status<>'refused' AND " + shadow) + " FROM requests WHERE 1=1";
   }
   return "SELECT " + select +
          "SUM(requests)-SUM(refused)-SUM(shadows), SUM(unpriced_served), SUM(input_tokens), "

@@ -117,7 +117,7 @@ CREATE INDEX requests_request_id ON requests(request_id);
     // `requests` stays every request row; `refused` (refused before running: budget, policy
     // reject, context) and `shadows` (a shadow copy, tagged "shadow") are the rows among them
     // that were not served, and `unpriced_served` the unpriced rows that were. Existing groups
-    // are filled from the rows.
+    // are filled from the rows (a shadow row found as shadow_row_sql finds it).
     R"sql(
 ALTER TABLE daily ADD COLUMN refused INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE daily ADD COLUMN shadows INTEGER NOT NULL DEFAULT 0;
@@ -128,9 +128,10 @@ ALTER TABLE daily_team ADD COLUMN unpriced_served INTEGER NOT NULL DEFAULT 0;
 UPDATE daily SET refused = x.refused, shadows = x.shadows, unpriced_served = x.unpriced_served
   FROM (SELECT day, key_id, team, project, upstream_model AS model, target, rule_id,
           SUM(kind='request' AND status='refused') AS refused,
-          SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'"shadow"')>0) AS shadows,
-          SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'"shadow"')=0
-              AND pricing='unpriced') AS unpriced_served
+          SUM(kind='request' AND status<>'refused' AND (instr(trusted_tags,'["shadow"')>0
+              OR instr(trusted_tags,',"shadow"')>0)) AS shadows,
+          SUM(kind='request' AND status<>'refused' AND NOT (instr(trusted_tags,'["shadow"')>0
+              OR instr(trusted_tags,',"shadow"')>0) AND pricing='unpriced') AS unpriced_served
         FROM requests GROUP BY 1,2,3,4,5,6,7) AS x
   WHERE daily.day=x.day AND daily.key_id=x.key_id AND daily.team=x.team
     AND daily.project=x.project AND daily.model=x.model AND daily.target=x.target

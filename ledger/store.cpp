@@ -583,11 +583,9 @@ UPDATE task_totals SET status = (SELECT status FROM tasks WHERE tasks.task_id = 
 )sql";
 
 // The sums of `daily` (kSumColumns order, named so) and first_us, last_us over the rows
-// selected, as add_to_daily counts them (the shadow tag found by instr in SQLite, strpos in
-// PostgreSQL).
+// selected, as add_to_daily counts them (a shadow copy's row found by shadow_row_sql).
 std::string row_sums_select(bool pg) {
-  const std::string shadow =
-      std::string(pg ? "strpos" : "instr") + "(trusted_tags,'\"" + std::string(kShadowTag) + "\"')";
+  const std::string shadow = shadow_row_sql(pg);
   auto count = [](const std::string& cond) {
     return "SUM(CASE WHEN " + cond + " THEN 1 ELSE 0 END)";
   };
@@ -608,8 +606,8 @@ std::string row_sums_select(bool pg) {
       "SUM(COALESCE(avoided_cost,0))",
       "SUM(CASE WHEN avoided_cost IS NOT NULL THEN COALESCE(cost_total,0) ELSE 0 END)",
       count(request + " AND status='refused'"),
-      count(kept + " AND " + shadow + ">0"),
-      count(kept + " AND " + shadow + "=0 AND pricing='unpriced'")};
+      count(kept + " AND " + shadow),
+      count(kept + " AND NOT " + shadow + " AND pricing='unpriced'")};
   static_assert(std::size(exprs) == std::size(kSumColumns));
   std::string out;
   for (size_t i = 0; i < std::size(exprs); ++i) {
@@ -723,6 +721,13 @@ std::string row_hash(const std::vector<Value>& request,
   std::string text;
   hash_text(request_refs, request_id, attempt_refs.data(), attempt_refs.size(), text, chain);
   return sha256_hex(text);
+}
+
+std::string shadow_row_sql(bool pg) {
+  const std::string find = pg ? "strpos" : "instr";
+  const std::string element = "\"" + std::string(kShadowTag) + "\"";
+  return "(" + find + "(trusted_tags,'[" + element + "')>0 OR " + find + "(trusted_tags,'," +
+         element + "')>0)";
 }
 
 }  // namespace ferry::ledger

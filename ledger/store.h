@@ -38,6 +38,12 @@ namespace ferry::ledger {
 constexpr int kSchemaVersion = 13;
 // The trusted tag of a shadow copy's row; reports count these apart from served requests.
 inline constexpr std::string_view kShadowTag = "shadow";
+// SQL that is true for a row whose trusted_tags (the JSON array tags_json writes: no spaces, a
+// quote inside a tag escaped) has the element "shadow" itself, as is_shadow decides for the
+// daily sums. The element is `"shadow"` right after `[` or `,`; a tag merely containing the text
+// (`x"shadow`, written `"x\"shadow"`) never has an unescaped quote there. SQLite's instr, or
+// PostgreSQL's strpos with `pg`.
+std::string shadow_row_sql(bool pg);
 // The type_code of a row refused because a row with its id exists already (a journal shipping
 // a row twice counts it once).
 inline constexpr std::string_view kDuplicateIdCode = "duplicate_id";

@@ -339,12 +339,16 @@ Status check_aggregates(Db& db, const Schema& schema, Checker& check) {
   }
   // What was not served (the `refused` columns), group by group, as reports count it.
   if (schema.served) {
-    const char* kRawServed =
+    const std::string shadow = shadow_row_sql(/*pg=*/false);
+    const std::string kRawServed =
         "SELECT day,key_id,team,project,upstream_model,target,rule_id,"
         "SUM(kind='request' AND status='refused'),"
-        "SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')>0),"
-        "SUM(kind='request' AND status<>'refused' AND instr(trusted_tags,'\"shadow\"')=0 "
-        "AND pricing='unpriced') "
+        "SUM(kind='request' AND status<>'refused' AND " +
+        shadow +
+        "),"
+        "SUM(kind='request' AND status<>'refused' AND NOT " +
+        shadow +
+        " AND pricing='unpriced') "
         "FROM requests GROUP BY day,key_id,team,project,upstream_model,target,rule_id";
     const char* kServed =
         "SELECT day,key_id,team,project,model,target,rule_id,refused,shadows,unpriced_served "

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "ledger/sqlite_db.h"
+#include "ledger/store.h"
 #include "tests/integration/ferry_test_base.h"
 #include "tests/integration/metrics_check.h"
 
@@ -486,9 +487,8 @@ class ShadowShutdownTest : public RoutingTest {
     auto db = ledger::Db::open(db_, true);
     EXPECT_TRUE(db) << db.error().message;
     if (!db) return rows;
-    auto stmt = db->prepare(
-        "SELECT status, error_code FROM requests WHERE kind='request' AND "
-        "instr(trusted_tags,'\"shadow\"')>0 ORDER BY seq");
+    auto stmt = db->prepare("SELECT status, error_code FROM requests WHERE kind='request' AND " +
+                            ledger::shadow_row_sql(/*pg=*/false) + " ORDER BY seq");
     EXPECT_TRUE(stmt);
     if (!stmt) return rows;
     for (;;) {

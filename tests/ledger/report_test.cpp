@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -183,6 +185,42 @@ TEST_F(ReportTest, RefusalsAndShadowsAreCountedApartFromServedRequests) {
   ASSERT_GT(db_sum("SELECT COUNT(*) FROM requests WHERE status='refused' AND pricing='unpriced'"),
             0);
   expect_served_counts(path_, served_unpriced, total);
+  auto verified = verify_ledger(path_);
+  ASSERT_TRUE(verified);
+  EXPECT_TRUE(verified->ok()) << (verified->problems.empty() ? "" : verified->problems[0]);
+}
+
+// A shadow copy is a row whose trusted tags include "shadow" itself; a tag that merely holds the
+// text (`x"shadow`, written `"x\"shadow"` in the row) is an ordinary served row for the daily
+// sums, the reports read from the rows and verify alike (fuzz_ledger_row found verify flagging
+// such a row: its SQL found the shadow tag by a substring of the tags' JSON).
+TEST_F(ReportTest, ATagHoldingTheTextShadowIsNotAShadowCopy) {
+  LedgerConfig config;
+  config.path = path_;
+  config.reference_model = "gpu-large";
+  {
+    auto ledger = Ledger::open(config, catalog_from(kPrices), {});
+    ASSERT_TRUE(ledger);
+    const std::vector<std::vector<std::string>> tags = {
+        {"x\"shadow"}, {"a\",\"shadow"}, {"team-a", "shadow"}, {"shadow"}};
+    for (size_t i = 0; i < tags.size(); ++i) {
+      RequestRecord r = simple_record("gpu-large", tokens_of(100, 0, 10, 0), kJune15 + i * 1000);
+      r.team = "team-9";
+      r.trusted_tags = tags[i];
+      (*ledger)->record(std::move(r), [](const Status& st) { EXPECT_TRUE(st); });
+    }
+    (*ledger)->flush();
+  }
+  ReportQuery query;
+  query.by = *parse_report_by_list("team");
+  query.filter.team = "team-9";
+  for (bool raw : {false, true}) {
+    query.force_raw = raw;
+    auto report = run_report(path_, query);
+    ASSERT_TRUE(report) << report.error().message;
+    EXPECT_EQ(report->totals.requests, 2) << "raw " << raw;
+    EXPECT_EQ(report->totals.shadow_requests, 2) << "raw " << raw;
+  }
   auto verified = verify_ledger(path_);
   ASSERT_TRUE(verified);
   EXPECT_TRUE(verified->ok()) << (verified->problems.empty() ? "" : verified->problems[0]);
