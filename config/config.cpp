@@ -204,6 +204,10 @@ void parse_auth(const Map& auth, const std::string& file, Config& cfg) {
     key.project = k.opt_str("project").value_or("");
     key.role = parse_role(k);
     key.tags = k.str_list_or_empty("tags");
+    // Reserved: the ledger marks a shadow copy's row with it (ledger::kShadowTag).
+    if (std::find(key.tags.begin(), key.tags.end(), "shadow") != key.tags.end()) {
+      k.fail("tags", "'shadow' is reserved for the rows of shadow copies");
+    }
     cfg.auth.keys.push_back(std::move(key));
   }
 }

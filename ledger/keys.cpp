@@ -8,6 +8,7 @@
 
 #include "common/sha256.h"
 #include "ledger/any_db.h"
+#include "ledger/store.h"
 
 namespace ferry::ledger {
 
@@ -84,6 +85,11 @@ Result<CreatedKey> create_key(const std::string& db, StoredKey spec,
   if (!is_key_id(spec.id)) {
     return Error::make(ErrorCode::kInvalidRequest,
                        "a key id must be 1-64 of A-Z a-z 0-9 _ . -, got '" + spec.id + "'", "id",
+                       "invalid_value");
+  }
+  if (std::find(spec.tags.begin(), spec.tags.end(), kShadowTag) != spec.tags.end()) {
+    return Error::make(ErrorCode::kInvalidRequest,
+                       "the tag 'shadow' is reserved for the rows of shadow copies", "tags",
                        "invalid_value");
   }
   auto conflict = [&] {

@@ -587,6 +587,9 @@ Action PolicyBuilder::parse_action(const Node& map, const std::string& what, boo
     }
     for (const auto& tag : action.tags) {
       if (tag.empty()) fail(t, "a tag must not be empty");
+      // The ledger marks a shadow copy's row with this trusted tag (ledger::kShadowTag): on a
+      // served request it would make reports count the request as a shadow copy.
+      if (tag == "shadow") fail(t, "the tag 'shadow' is reserved for the rows of shadow copies");
     }
   }
   return action;

@@ -118,6 +118,12 @@ auth:
   auto bad = load_config_text("auth:\n  keys:\n    - { id: a, key: s, role: root }\n", "k.yaml");
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("role"), std::string::npos);
+  // "shadow" marks a shadow copy's row in the ledger: no key's requests may carry it.
+  auto shadow =
+      load_config_text("auth:\n  keys:\n    - { id: a, key: s, tags: [x, shadow] }\n", "k.yaml");
+  ASSERT_FALSE(shadow);
+  EXPECT_NE(shadow.error().message.find("'shadow' is reserved"), std::string::npos)
+      << shadow.error().message;
 }
 
 TEST(Config, HostPort) {

@@ -215,6 +215,13 @@ TEST_P(LedgerStore, StoredKeysAreReadAgainOverOneConnection) {
   ASSERT_TRUE(create_key(db, spec, {}));
   spec.id = "k-two";
   ASSERT_TRUE(create_key(db, spec, {}));
+  // The ledger's mark of a shadow copy's row is no key's tag.
+  StoredKey shadowed = spec;
+  shadowed.id = "k-shadow";
+  shadowed.tags = {"shadow"};
+  auto refused = create_key(db, shadowed, {});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().param, "tags");
   auto two = reader.read();
   ASSERT_TRUE(two) << two.error().message;
   ASSERT_EQ(two->active.size(), 2u);

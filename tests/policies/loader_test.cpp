@@ -53,6 +53,18 @@ TEST(Loader, UnknownTopLevelKeyHasLineAndColumn) {
   EXPECT_NE(e.find("bad.yaml:2:1: unknown key 'rulez'"), std::string::npos) << e;
 }
 
+// The ledger marks a shadow copy's row with the trusted tag "shadow": a rule may not put it on
+// the requests it serves (reports would count them as shadow copies).
+TEST(Loader, TheShadowTagIsReserved) {
+  std::string e = errors_of(std::string(kHead) +
+                            "rules:\n  - id: a\n    route: [small]\n    tag: [ok, shadow]\n"
+                            "default: { route: [small] }\n");
+  EXPECT_NE(e.find("the tag 'shadow' is reserved"), std::string::npos) << e;
+  must_load(std::string(kHead) +
+            "rules:\n  - id: a\n    route: [small]\n    tag: [shadowy, x-shadow]\n"
+            "default: { route: [small] }\n");
+}
+
 TEST(Loader, UnknownRuleKey) {
   std::string e = errors_of(std::string(kHead) +
                             "rules:\n  - id: a\n    rout: [small]\n"
