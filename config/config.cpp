@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/sha256.h"
+#include "common/tags.h"
 #include "common/yaml_util.h"
 
 namespace ferry::config {
@@ -204,8 +205,8 @@ void parse_auth(const Map& auth, const std::string& file, Config& cfg) {
     key.project = k.opt_str("project").value_or("");
     key.role = parse_role(k);
     key.tags = k.str_list_or_empty("tags");
-    // Reserved: the ledger marks a shadow copy's row with it (ledger::kShadowTag).
-    if (std::find(key.tags.begin(), key.tags.end(), "shadow") != key.tags.end()) {
+    // Reserved: the ledger marks a shadow copy's row with it.
+    if (std::find(key.tags.begin(), key.tags.end(), kShadowTag) != key.tags.end()) {
       k.fail("tags", "'shadow' is reserved for the rows of shadow copies");
     }
     cfg.auth.keys.push_back(std::move(key));

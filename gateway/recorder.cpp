@@ -7,6 +7,7 @@
 #include "adapters/local_constraint.h"
 #include "common/clock.h"
 #include "common/saturating.h"
+#include "common/tags.h"
 #include "gateway/errors.h"
 #include "gateway/openai_request.h"
 #include "gateway/prompt_count.h"
@@ -350,7 +351,7 @@ void Recorder::settle_shadow(const RequestContext& ctx, const Plan& plan, const 
   ledger::RequestRecord r = base_record(ctx, plan, /*rule_tags=*/true);
   r.started_us = o.started_us;
   r.ended_us = o.ended_us;
-  r.trusted_tags.push_back("shadow");
+  r.trusted_tags.emplace_back(kShadowTag);
   r.target = o.hop->target->model->name;
   r.upstream_model = o.hop->target->model->upstream_model;
   r.status = o.ok ? ledger::RequestStatus::kOk : ledger::RequestStatus::kError;

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/sha256.h"
+#include "common/tags.h"
 #include "ledger/any_db.h"
-#include "ledger/store.h"
 
 namespace ferry::ledger {
 

@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/money.h"
+#include "common/tags.h"  // kShadowTag
 #include "ledger/budgets.h"
 #include "ledger/prices.h"
 #include "ledger/sqlite_db.h"  // Value, ValueRef
@@ -36,8 +37,6 @@ namespace ferry::ledger {
 // 13: task_groups' label rows keyed by the task's day, team and project too (a label's report
 // with those filters reads the rollup).
 constexpr int kSchemaVersion = 13;
-// The trusted tag of a shadow copy's row; reports count these apart from served requests.
-inline constexpr std::string_view kShadowTag = "shadow";
 // SQL that is true for a row whose trusted_tags (the JSON array tags_json writes: no spaces, a
 // quote inside a tag escaped) has the element "shadow" itself, as is_shadow decides for the
 // daily sums. The element is `"shadow"` right after `[` or `,`; a tag merely containing the text

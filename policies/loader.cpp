@@ -11,6 +11,7 @@
 
 #include "common/saturating.h"
 #include "common/sha256.h"
+#include "common/tags.h"
 #include "common/yaml_util.h"
 #include "policies/yaml_tree.h"
 
@@ -587,9 +588,9 @@ Action PolicyBuilder::parse_action(const Node& map, const std::string& what, boo
     }
     for (const auto& tag : action.tags) {
       if (tag.empty()) fail(t, "a tag must not be empty");
-      // The ledger marks a shadow copy's row with this trusted tag (ledger::kShadowTag): on a
-      // served request it would make reports count the request as a shadow copy.
-      if (tag == "shadow") fail(t, "the tag 'shadow' is reserved for the rows of shadow copies");
+      // The ledger marks a shadow copy's row with this trusted tag: on a served request it would
+      // make reports count the request as a shadow copy.
+      if (tag == kShadowTag) fail(t, "the tag 'shadow' is reserved for the rows of shadow copies");
     }
   }
   return action;
